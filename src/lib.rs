@@ -1,0 +1,12 @@
+//! mithrilc: an ahead-of-time compiler for Mithril models.
+//!
+//! Data flows one way (see `docs/architecture.md`):
+//! `frontend` (model JSON → [`ir::Graph`]) → [`passes`] → targets, with [`interp`] as
+//! the reference semantics every target is tested against.
+
+pub mod error;
+pub mod ir;
+pub mod passes;
+pub mod tensor;
+
+pub use error::{Error, ErrorKind, Result};
