@@ -4,7 +4,11 @@
 //! `frontend` (model JSON → [`ir::Graph`]) → [`passes`] → targets, with [`interp`] as
 //! the reference semantics every target is tested against.
 
+pub mod cli;
+pub mod data;
 pub mod error;
+pub mod frontend;
+pub mod interp;
 pub mod ir;
 pub mod passes;
 pub mod tensor;

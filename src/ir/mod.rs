@@ -8,6 +8,7 @@
 
 mod op;
 pub mod print;
+pub mod stats;
 mod types;
 pub mod verify;
 

@@ -1,0 +1,218 @@
+//! The `mithrilc` commands, as library functions (the binary is a thin clap front).
+//!
+//! Every command reads the model through the frontend, runs the pass pipeline, and
+//! prints or writes its result; all failures come back as [`Error`]s whose kind is
+//! the exit code.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::data::{self, ArrayFile};
+use crate::error::{Error, Result};
+use crate::frontend::mithril;
+use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
+use crate::passes;
+use crate::tensor::Tensor;
+
+/// What every command that reads a model takes.
+#[derive(Debug, Clone, Default)]
+pub struct ModelArgs {
+    pub model: PathBuf,
+    /// `NAME=D0,D1,...` (a dimension may be a symbol).
+    pub shapes: Vec<String>,
+    /// `PATH.KEY=VALUE` (VALUE is JSON; a bare word is a string).
+    pub set: Vec<String>,
+}
+
+/// Parses `NAME=D0,D1,...`: sizes or symbols; `NAME=` is a scalar.
+pub fn parse_shape_arg(arg: &str) -> Result<(String, Shape)> {
+    let (name, dims) = arg
+        .split_once('=')
+        .ok_or_else(|| Error::usage(format!("--shape {arg}: expected NAME=D0,D1,... (e.g. input=1,784 or input=B,784)")))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(Error::usage(format!("--shape {arg}: the name is empty")));
+    }
+    let mut out = Vec::new();
+    for d in dims.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        out.push(match d.parse::<u64>() {
+            Ok(n) => Dim::Known(n),
+            Err(_) if d.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !d.starts_with(|c: char| c.is_ascii_digit()) => {
+                Dim::Sym(d.to_string())
+            }
+            Err(_) => return Err(Error::usage(format!("--shape {arg}: `{d}` is neither a size nor a symbol name"))),
+        });
+    }
+    Ok((name.to_string(), Shape(out)))
+}
+
+fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
+    let (path, value) = arg
+        .split_once('=')
+        .ok_or_else(|| Error::usage(format!("--set {arg}: expected PATH.KEY=VALUE, e.g. submodels.m_2.index=0")))?;
+    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((path.trim().to_string(), value))
+}
+
+/// Reads the model into verified IR after the pass pipeline. `files` supply the
+/// types of inputs and parameters they hold.
+pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
+    let mut opts = mithril::Options::default();
+    for s in &args.shapes {
+        let (name, shape) = parse_shape_arg(s)?;
+        opts.shapes.insert(name, shape);
+    }
+    for s in &args.set {
+        opts.set.push(parse_set_arg(s)?);
+    }
+    for f in files {
+        for (key, t) in &f.arrays {
+            let name = key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")).unwrap_or(key);
+            if key.contains('/') && name == key {
+                continue; // output/, grad/, output_grad/: not model arguments
+            }
+            let ty = TensorType::new(t.dtype, Shape::known(&t.shape));
+            opts.known_types.entry(name.to_string()).or_insert(ty);
+        }
+    }
+    let mut graph = mithril::load(&args.model, &opts)?;
+    passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {})?;
+    Ok(graph)
+}
+
+/// `mithrilc inspect`: the IR after shape inference and a summary.
+pub fn inspect(args: &ModelArgs, params: Option<&Path>) -> Result<String> {
+    let params = params.map(data::read_arrays).transpose()?;
+    let graph = load_model(args, &params.iter().collect::<Vec<_>>())?;
+    let mut out = ir::print::print(&graph);
+    out.push('\n');
+    out.push_str(&summary(&graph));
+    Ok(out)
+}
+
+fn summary(graph: &Graph) -> String {
+    let mut s = String::new();
+    let count = |op: Op| graph.nodes.iter().filter(|n| n.op == op).count();
+    let ops = graph.nodes.iter().filter(|n| !matches!(n.op, Op::Input | Op::Param | Op::Constant(_))).count();
+    let _ = writeln!(s, "inputs: {}, parameters: {}, ops: {}, outputs: {}", count(Op::Input), count(Op::Param), ops, graph.outputs.len());
+    let params = ir::stats::param_count(graph).map_or("symbolic".to_string(), group);
+    let _ = writeln!(s, "parameter elements: {params}");
+    let syms: Vec<String> = {
+        let mut v: Vec<String> = graph.nodes.iter().flat_map(|n| n.ty.shape.symbols().into_iter().map(str::to_string)).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let flops = match syms.as_slice() {
+        [] => ir::stats::flops(graph, &|_| 1).map(group),
+        [one] => {
+            // Linear in the symbol (a batch size) when f(2) = 2 f(1).
+            let f1 = ir::stats::flops(graph, &|_| 1);
+            let f2 = ir::stats::flops(graph, &|_| 2);
+            match (f1, f2) {
+                (Some(a), Some(b)) if b == 2 * a => Some(format!("{} × {one}", group(a))),
+                (Some(a), _) => Some(format!("{} at {one} = 1", group(a))),
+                _ => None,
+            }
+        }
+        many => ir::stats::flops(graph, &|_| 1).map(|a| format!("{} with {} = 1", group(a), many.join(" = "))),
+    };
+    let _ = writeln!(s, "FLOPs (2 per multiply-add of matmul/conv): {}", flops.unwrap_or_else(|| "overflow".into()));
+    s
+}
+
+/// `1337344` → `1,337,344`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `mithrilc run`: evaluates the model on the given data with the interpreter.
+pub struct RunArgs {
+    pub model: ModelArgs,
+    pub data: PathBuf,
+    pub params: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+}
+
+/// Runs the model; returns the outputs and a printable report.
+pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
+    let data = data::read_arrays(&args.data)?;
+    let params = args.params.as_deref().map(data::read_arrays).transpose()?;
+    let mut files: Vec<&ArrayFile> = Vec::new();
+    if let Some(p) = &params {
+        files.push(p);
+    }
+    files.push(&data);
+    let graph = load_model(&args.model, &files)?;
+    let feeds = feeds(&graph, &files)?;
+    let outputs = crate::interp::run(&graph, &feeds)?;
+    let mut report = String::new();
+    match &args.output {
+        Some(path) => {
+            data::write_npz(path, &outputs)?;
+            let _ = writeln!(report, "wrote {} output(s) to {}", outputs.len(), path.display());
+        }
+        None => {
+            for (name, t) in &outputs {
+                let _ = writeln!(report, "{}", describe_tensor(name, t));
+            }
+        }
+    }
+    Ok((outputs, report))
+}
+
+/// The tensors for every input and parameter of the graph, looked up by name
+/// (`NAME`, `input/NAME` or `param/NAME`) in the files, in order.
+pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Tensor>> {
+    let mut feeds = BTreeMap::new();
+    let mut missing = Vec::new();
+    for v in graph.inputs().chain(graph.params()) {
+        let node = graph.node(v);
+        let name = node.name.clone().unwrap_or_default();
+        let found = files.iter().find_map(|f| f.lookup(&name, &["input", "param"]));
+        match found {
+            Some((_, t)) => {
+                feeds.insert(name, t.clone());
+            }
+            None => missing.push(format!(
+                "`{name}` {} ({})",
+                node.ty,
+                if node.op == Op::Param { "parameter" } else { "input" }
+            )),
+        }
+    }
+    if !missing.is_empty() {
+        let looked: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
+        return Err(Error::user(format!(
+            "{} of the model's inputs and parameters {} not in the data: {}",
+            missing.len(),
+            if missing.len() == 1 { "is" } else { "are" },
+            missing.join(", ")
+        ))
+        .note(format!("looked for NAME, input/NAME and param/NAME in {}", looked.join(" and "))));
+    }
+    Ok(feeds)
+}
+
+/// `output: f32[2, 10]  min .. max .. mean ..  [first values]`.
+pub fn describe_tensor(name: &str, t: &Tensor) -> String {
+    let ty = TensorType::new(t.dtype, Shape::known(&t.shape));
+    if t.data.is_empty() {
+        return format!("{name}: {ty} (empty)");
+    }
+    let min = t.data.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = t.data.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let mean = t.data.iter().sum::<f64>() / t.data.len() as f64;
+    let head: Vec<String> = t.data.iter().take(6).map(|x| format!("{x:.6}")).collect();
+    let more = if t.data.len() > 6 { ", ..." } else { "" };
+    format!("{name}: {ty}  min {min:.6}  max {max:.6}  mean {mean:.6}  [{}{more}]", head.join(", "))
+}

@@ -1,0 +1,216 @@
+//! Data files: named arrays read from `.npz`, `.npy` and `.safetensors` files, and
+//! written to `.npz` and `.npy`.
+//!
+//! The formats are handled by their crates (`npyz`, `zip`, `safetensors`); this module
+//! dispatches on the file extension, turns every failure into a user error that names
+//! the file, and keeps arrays in a deterministic order: file order for `.npz`, sorted by
+//! name for `.safetensors`. Element types mithrilc lacks are widened on read (i8, i16,
+//! u8, u16 to i32; u32 to i64); bf16 has no NumPy dtype and is written as f32.
+//! Nothing a file contains can cause a panic: sizes from headers are checked against the
+//! bytes present.
+
+mod npy;
+mod safetensors;
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// An ordered collection of named arrays as read from a file (order = file order for
+/// npz; sorted by name for safetensors).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArrayFile {
+    pub path: PathBuf,
+    pub arrays: IndexMap<String, Tensor>,
+}
+
+impl ArrayFile {
+    /// Looks an array up by its exact name, else by `prefix/name` for each prefix given,
+    /// in order (e.g. prefixes `["input", "param"]`); returns the key it was found under.
+    pub fn lookup(&self, name: &str, prefixes: &[&str]) -> Option<(&str, &Tensor)> {
+        if let Some((k, t)) = self.arrays.get_key_value(name) {
+            return Some((k.as_str(), t));
+        }
+        prefixes.iter().find_map(|prefix| {
+            self.arrays.get_key_value(&format!("{prefix}/{name}")).map(|(k, t)| (k.as_str(), t))
+        })
+    }
+}
+
+/// The file formats, chosen by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Npz,
+    Npy,
+    Safetensors,
+}
+
+impl Format {
+    fn of(path: &Path) -> Result<Format> {
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+        if ext.eq_ignore_ascii_case("npz") {
+            Ok(Format::Npz)
+        } else if ext.eq_ignore_ascii_case("npy") {
+            Ok(Format::Npy)
+        } else if ext.eq_ignore_ascii_case("safetensors") {
+            Ok(Format::Safetensors)
+        } else {
+            Err(crate::user_error!(
+                "cannot read {}: unknown data file extension (expected .npz, .npy or .safetensors)",
+                path.display()
+            ))
+        }
+    }
+}
+
+/// An I/O error's message without the trailing ` (os error N)`.
+fn io_message(e: &io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+fn read_error(path: &Path, e: &io::Error) -> Error {
+    crate::user_error!("cannot read {}: {}", path.display(), io_message(e))
+}
+
+fn write_error(path: &Path, e: &io::Error) -> Error {
+    crate::user_error!("cannot write {}: {}", path.display(), io_message(e))
+}
+
+/// Reads every array of a `.npz`, `.npy` (one array, named by the file stem) or
+/// `.safetensors` file.
+pub fn read_arrays(path: &Path) -> Result<ArrayFile> {
+    let arrays = match Format::of(path)? {
+        Format::Npz => read_npz(path)?,
+        Format::Npy => {
+            let bytes = std::fs::read(path).map_err(|e| read_error(path, &e))?;
+            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let t = npy::decode(&bytes, path, &name)?;
+            IndexMap::from([(name, t)])
+        }
+        Format::Safetensors => {
+            let bytes = std::fs::read(path).map_err(|e| read_error(path, &e))?;
+            safetensors::decode(&bytes, path)?
+        }
+    };
+    Ok(ArrayFile { path: path.to_path_buf(), arrays })
+}
+
+/// Most bytes reserved up front for one zip entry; larger entries grow as data arrives,
+/// so a hostile size field cannot force a huge allocation.
+const MAX_PREALLOC: u64 = 64 << 20;
+
+fn read_npz(path: &Path) -> Result<IndexMap<String, Tensor>> {
+    let file = File::open(path).map_err(|e| read_error(path, &e))?;
+    let mut archive = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| {
+        crate::user_error!("cannot read {}: not a valid .npz (zip) archive: {e}", path.display())
+    })?;
+    let mut arrays = IndexMap::with_capacity(archive.len());
+    for i in 0..archive.len() {
+        let mut entry = archive
+            .by_index(i)
+            .map_err(|e| crate::user_error!("cannot read {}: zip entry {i}: {e}", path.display()))?;
+        if entry.is_dir() {
+            continue;
+        }
+        let entry_name = entry.name().to_string();
+        let Some(name) = entry_name.strip_suffix(".npy") else {
+            return Err(crate::user_error!(
+                "cannot read {}: entry '{entry_name}' is not a .npy array",
+                path.display()
+            ));
+        };
+        let size = entry.size();
+        let mut bytes = Vec::with_capacity(size.min(MAX_PREALLOC) as usize);
+        // Reading to the end lets the zip crate verify the entry's checksum.
+        entry.by_ref().take(size.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| {
+            crate::user_error!("cannot read {}: entry '{entry_name}': {}", path.display(), io_message(&e))
+        })?;
+        if bytes.len() as u64 != size {
+            return Err(crate::user_error!(
+                "cannot read {}: entry '{entry_name}' holds {} bytes but its header says {size}",
+                path.display(),
+                bytes.len()
+            ));
+        }
+        let t = npy::decode(&bytes, path, name)?;
+        if arrays.insert(name.to_string(), t).is_some() {
+            return Err(crate::user_error!("cannot read {}: array '{name}' appears twice", path.display()));
+        }
+    }
+    Ok(arrays)
+}
+
+/// A tensor whose element count does not match its shape is a bug in mithrilc, found
+/// before anything is written.
+fn check_tensor(path: &Path, name: &str, t: &Tensor) -> Result<()> {
+    let numel = t.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+    if numel == Some(t.data.len() as u64) {
+        return Ok(());
+    }
+    Err(crate::internal_error!(
+        "writing {}: array '{name}' of shape {:?} holds {} elements",
+        path.display(),
+        t.shape,
+        t.data.len()
+    ))
+}
+
+/// Writes `arrays` to a `.npz` archive, each as a deflated `NAME.npy` entry (names may
+/// contain `/`, as NumPy allows). Dtypes are preserved (f32 `<f4`, f64 `<f8`, f16 `<f2`,
+/// i32 `<i4`, i64 `<i8`, bool `|b1`), except bf16: NumPy has no bf16 dtype, so bf16
+/// arrays are written as f32 (`<f4`), which holds every bf16 value exactly.
+pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(arrays.len());
+    for (name, _) in arrays {
+        if !seen.insert(name.as_str()) {
+            return Err(crate::user_error!(
+                "cannot write {}: array name '{name}' is used twice",
+                path.display()
+            ));
+        }
+    }
+    for (name, t) in arrays {
+        check_tensor(path, name, t)?;
+    }
+    let file = File::create(path).map_err(|e| write_error(path, &e))?;
+    let mut zip = zip::ZipWriter::new(BufWriter::new(file));
+    let zip_error = |e: zip::result::ZipError| match e {
+        zip::result::ZipError::Io(e) => write_error(path, &e),
+        other => crate::user_error!("cannot write {}: {other}", path.display()),
+    };
+    for (name, t) in arrays {
+        // Zip64 is needed for entries of 4 GiB or more; the header adds under 64 KiB.
+        let large = (t.data.len() as u64).saturating_mul(8) >= u64::from(u32::MAX) - (1 << 16);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .last_modified_time(zip::DateTime::default())
+            .unix_permissions(0o644)
+            .large_file(large);
+        zip.start_file(format!("{name}.npy"), options).map_err(zip_error)?;
+        npy::encode(&mut zip, t).map_err(|e| write_error(path, &e))?;
+    }
+    let mut out = zip.finish().map_err(zip_error)?;
+    out.flush().map_err(|e| write_error(path, &e))
+}
+
+/// Writes one tensor as a `.npy` file (bf16 as f32, as in [`write_npz`]).
+pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    check_tensor(path, &name, t)?;
+    let file = File::create(path).map_err(|e| write_error(path, &e))?;
+    let mut out = BufWriter::new(file);
+    npy::encode(&mut out, t).map_err(|e| write_error(path, &e))?;
+    out.flush().map_err(|e| write_error(path, &e))
+}
+
+#[cfg(test)]
+mod tests;

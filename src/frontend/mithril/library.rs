@@ -1,0 +1,681 @@
+//! Mithril's model classes as this frontend knows them: the primitive classes (one
+//! formula each, with their external key order and defaults from Mithril's
+//! `ops.json`) and the named composite models, expanded into primitives exactly as
+//! `mithril/models/models.py` builds them (same parameter keys, layouts and defaults).
+
+use serde_json::Value;
+
+use super::json::{ModelNode, TemplateDim};
+use super::net::{dims, In, Net, Scope, SlotId};
+use super::value::Static;
+use crate::error::{Error, Result};
+use crate::ir::Dtype;
+
+/// A Mithril formula key (the operation a primitive class wraps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Formula {
+    // Elementwise, one operand.
+    Abs,
+    Negate,
+    Exp,
+    Sqrt,
+    Log,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Gelu,
+    Softplus,
+    Sign,
+    Square,
+    Floor,
+    LeakyRelu,
+    StopGradient,
+    Buffer,
+    IsNan,
+    LogicalNot,
+    Clamp,
+    ZerosLike,
+    AtLeast1D,
+    // Elementwise, two operands.
+    Add,
+    Subtract,
+    Multiplication,
+    Divide,
+    FloorDivide,
+    Power,
+    Minimum,
+    Maximum,
+    Greater,
+    GreaterEqual,
+    Less,
+    LessEqual,
+    Equal,
+    NotEqual,
+    LogicalAnd,
+    LogicalOr,
+    LogicalXor,
+    ShiftLeft,
+    ShiftRight,
+    Where,
+    // Linear algebra and neural-network ops.
+    MatrixMultiplication,
+    Conv1d,
+    Conv1dBias,
+    Conv2d,
+    Conv2dBias,
+    MaxPool1d,
+    MaxPool2d,
+    AvgPool2d,
+    Embedding,
+    ScaledDotProductAttention,
+    CartesianDiff,
+    PermuteTensor,
+    Softmax,
+    // Reductions.
+    ReduceMean,
+    ReduceSum,
+    ReduceMax,
+    ReduceMin,
+    ReduceProd,
+    ReduceArgmax,
+    ReduceArgmin,
+    Variance,
+    // Shape manipulation.
+    Reshape,
+    Flatten,
+    Transpose,
+    SwapAxes,
+    Squeeze,
+    BroadcastTo,
+    Concat,
+    Split,
+    Pad,
+    Indexer,
+    Cast,
+    // Compile-time values (folded by the frontend).
+    Shape,
+    Size,
+    Length,
+    Dtype,
+    ToTuple,
+    ToList,
+    Union,
+    Slice,
+    TupleConverter,
+    PaddingConverter1d,
+    PaddingConverter2d,
+    StrideConverter,
+    ToTensor,
+    Arange,
+    Eye,
+    Ones,
+    // Losses.
+    SquaredError,
+    AbsoluteError,
+    HingeLoss,
+    QuadHingeLoss,
+    QuantileLoss,
+    CrossEntropyWithLogits,
+    BinaryCrossEntropyWithLogits,
+}
+
+/// A primitive class: its formula, input keys in Mithril's external key order (the
+/// order `["m_i", index]` key references count in), and default values as JSON.
+pub struct PrimSpec {
+    pub class: &'static str,
+    pub formula: Formula,
+    pub inputs: &'static [&'static str],
+    pub defaults: &'static str,
+}
+
+macro_rules! prims {
+    ($( $class:literal => $formula:ident [$($key:literal),*] $defaults:literal; )*) => {
+        pub const PRIMITIVES: &[PrimSpec] = &[
+            $( PrimSpec { class: $class, formula: Formula::$formula, inputs: &[$($key),*], defaults: $defaults }, )*
+        ];
+    };
+}
+
+// Keys and defaults follow `testdata/ops.json` (Mithril's own class signatures).
+prims! {
+    "Absolute" => Abs ["input"] "{}";
+    "Negate" => Negate ["input"] "{}";
+    "Exponential" => Exp ["input"] "{}";
+    "Sqrt" => Sqrt ["input"] r#"{"robust": false}"#;
+    "Log" => Log ["input"] r#"{"robust": false}"#;
+    "Sine" => Sin ["input"] "{}";
+    "Cosine" => Cos ["input"] "{}";
+    "Tanh" => Tanh ["input"] "{}";
+    "Sigmoid" => Sigmoid ["input"] "{}";
+    "Relu" => Relu ["input"] "{}";
+    "Gelu" => Gelu ["input", "approximate"] r#"{"approximate": false}"#;
+    "Softplus" => Softplus ["input"] "{}";
+    "Sign" => Sign ["input"] "{}";
+    "Square" => Square ["input"] "{}";
+    "Floor" => Floor ["input"] "{}";
+    "LeakyRelu" => LeakyRelu ["input", "slope"] r#"{"slope": 0.01}"#;
+    "StopGradient" => StopGradient ["input"] "{}";
+    "Buffer" => Buffer ["input"] "{}";
+    "IsNan" => IsNan ["input"] "{}";
+    "LogicalNot" => LogicalNot ["input"] "{}";
+    "Clamp" => Clamp ["input", "min_val", "max_val"] "{}";
+    "ZerosLike" => ZerosLike ["input"] "{}";
+    "AtLeast1D" => AtLeast1D ["input"] "{}";
+    "Add" => Add ["left", "right"] "{}";
+    "Subtract" => Subtract ["left", "right"] "{}";
+    "Multiply" => Multiplication ["left", "right"] "{}";
+    "Divide" => Divide ["numerator", "denominator"] "{}";
+    "FloorDivide" => FloorDivide ["numerator", "denominator"] "{}";
+    "Power" => Power ["base", "exponent"] r#"{"robust": false}"#;
+    "Minimum" => Minimum ["left", "right"] "{}";
+    "Maximum" => Maximum ["left", "right"] "{}";
+    "Greater" => Greater ["left", "right"] "{}";
+    "GreaterEqual" => GreaterEqual ["left", "right"] "{}";
+    "Less" => Less ["left", "right"] "{}";
+    "LessEqual" => LessEqual ["left", "right"] "{}";
+    "Equal" => Equal ["left", "right"] "{}";
+    "NotEqual" => NotEqual ["left", "right"] "{}";
+    "LogicalAnd" => LogicalAnd ["left", "right"] "{}";
+    "LogicalOr" => LogicalOr ["left", "right"] "{}";
+    "LogicalXOr" => LogicalXor ["left", "right"] "{}";
+    "ShiftLeft" => ShiftLeft ["input", "shift"] "{}";
+    "ShiftRight" => ShiftRight ["input", "shift"] "{}";
+    "Where" => Where ["cond", "input1", "input2"] "{}";
+    "MatrixMultiply" => MatrixMultiplication ["left", "right"] "{}";
+    "PrimitiveConvolution1D" => Conv1dBias ["input", "weight", "bias", "stride", "padding", "dilation"] r#"{"use_bias": true}"#;
+    "PrimitiveConvolution2D" => Conv2dBias ["input", "weight", "bias", "stride", "padding", "dilation", "groups"] r#"{"use_bias": true}"#;
+    "PrimitiveMaxPool1D" => MaxPool1d ["input", "kernel_size", "stride", "padding", "dilation"] "{}";
+    "PrimitiveMaxPool2D" => MaxPool2d ["input", "kernel_size", "stride", "padding", "dilation"] "{}";
+    "PrimitiveAvgPool2D" => AvgPool2d ["input", "kernel_size", "stride", "padding", "dilation"] "{}";
+    "Embedding" => Embedding ["input", "weight"] "{}";
+    "ScaledDotProduct" => ScaledDotProductAttention ["query", "key", "value", "dropout_p", "attn_mask", "is_causal", "scale"] r#"{"dropout_p": 0.0, "attn_mask": null, "is_causal": true, "scale": null}"#;
+    "CartesianDifference" => CartesianDiff ["left", "right"] "{}";
+    "PermuteTensor" => PermuteTensor ["input", "indices"] "{}";
+    "Softmax" => Softmax ["input", "axis"] r#"{"axis": -1}"#;
+    "Mean" => ReduceMean ["input", "axis", "keepdim"] r#"{"axis": null, "keepdim": false}"#;
+    "Sum" => ReduceSum ["input", "axis", "keepdim"] r#"{"axis": null, "keepdim": false}"#;
+    "Max" => ReduceMax ["input", "axis", "keepdim"] r#"{"axis": null, "keepdim": false}"#;
+    "Min" => ReduceMin ["input", "axis", "keepdim"] r#"{"axis": null, "keepdim": false}"#;
+    "Prod" => ReduceProd ["input", "axis", "keepdim"] r#"{"axis": null, "keepdim": false}"#;
+    "ArgMax" => ReduceArgmax ["input", "axis", "keepdim"] r#"{"axis": null, "keepdim": false}"#;
+    "ArgMin" => ReduceArgmin ["input", "axis", "keepdim"] r#"{"axis": null, "keepdim": false}"#;
+    "Variance" => Variance ["input", "axis", "keepdim", "correction"] r#"{"axis": null, "keepdim": false, "correction": 0.0}"#;
+    "Reshape" => Reshape ["input", "shape"] "{}";
+    "Flatten" => Flatten ["input", "start_dim", "end_dim"] r#"{"start_dim": 0, "end_dim": -1}"#;
+    "Transpose" => Transpose ["input", "axes"] r#"{"axes": null}"#;
+    "SwapAxes" => SwapAxes ["input", "axis1", "axis2"] "{}";
+    "Squeeze" => Squeeze ["input"] "{}";
+    "BroadcastTo" => BroadcastTo ["input", "shape"] "{}";
+    "Concat" => Concat ["input", "axis"] r#"{"axis": 0}"#;
+    "Split" => Split ["input", "split_size", "axis"] "{}";
+    "Pad" => Pad ["input", "pad_width"] "{}";
+    "Indexer" => Indexer ["input", "index"] "{}";
+    "Cast" => Cast ["input", "dtype"] "{}";
+    "Shape" => Shape ["input"] "{}";
+    "Size" => Size ["input", "dim"] r#"{"dim": null}"#;
+    "Length" => Length ["input"] "{}";
+    "Dtype" => Dtype ["input"] "{}";
+    "ToTuple" => ToTuple [] "{}";
+    "ToList" => ToList [] "{}";
+    "PrimitiveUnion" => Union [] "{}";
+    "Slice" => Slice ["start", "stop", "step"] r#"{"start": null, "stop": null, "step": null}"#;
+    "TupleConverter" => TupleConverter ["input"] "{}";
+    "PaddingConverter1D" => PaddingConverter1d ["input", "kernel_size"] "{}";
+    "PaddingConverter2D" => PaddingConverter2d ["input", "kernel_size"] "{}";
+    "StrideConverter" => StrideConverter ["input", "kernel_size"] "{}";
+    "ToTensor" => ToTensor ["input", "dtype"] r#"{"dtype": null}"#;
+    "Arange" => Arange ["stop", "start", "step", "dtype"] r#"{"start": 0, "step": 1, "dtype": null}"#;
+    "Eye" => Eye ["N", "M", "dtype"] r#"{"M": null, "dtype": null}"#;
+    "Ones" => Ones ["shape", "dtype"] r#"{"dtype": null}"#;
+    "SquaredError" => SquaredError ["input", "target"] "{}";
+    "AbsoluteError" => AbsoluteError ["input", "target"] "{}";
+    "HingeLoss" => HingeLoss ["input", "target"] "{}";
+    "QuadHingeLoss" => QuadHingeLoss ["input", "target"] "{}";
+    "QuantileLoss" => QuantileLoss ["input", "target", "quantile"] r#"{"quantile": 0.5}"#;
+    "CrossEntropy" => CrossEntropyWithLogits ["input", "target", "weights", "categorical", "threshold", "robust"] r#"{"weights": "", "categorical": true, "threshold": "Constant.MIN_POSITIVE_NORMAL", "robust": false}"#;
+    "BinaryCrossEntropy" => BinaryCrossEntropyWithLogits ["input", "target", "pos_weight", "threshold", "robust"] r#"{"pos_weight": 1.0, "threshold": "Constant.MIN_POSITIVE_NORMAL", "robust": false}"#;
+}
+
+/// Named composite models this frontend expands.
+pub const COMPOSITES: &[&str] = &[
+    "Linear",
+    "Layer",
+    "MLP",
+    "LayerNorm",
+    "GroupNorm",
+    "BatchNorm2D",
+    "ElementWiseAffine",
+    "SiLU",
+    "Convolution1D",
+    "Convolution2D",
+    "MaxPool1D",
+    "MaxPool2D",
+    "AvgPool2D",
+];
+
+pub fn primitive(class: &str) -> Option<&'static PrimSpec> {
+    PRIMITIVES.iter().find(|p| p.class == class)
+}
+
+/// Every class name this frontend accepts, for "did you mean" hints and the docs.
+pub fn known_classes() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = PRIMITIVES.iter().map(|p| p.class).collect();
+    v.extend(COMPOSITES);
+    v.push("Model");
+    v.sort();
+    v
+}
+
+/// Classes Mithril defines that this frontend does not expand yet (named in errors
+/// as "not supported" rather than "unknown").
+pub const MITHRIL_UNSUPPORTED: &[&str] = &[
+    "CustomPrimitiveModel", "SupervisedLoss", "KLDivergence", "StableReciprocal", "Activation",
+    "PrimitiveUnion", "PaddingConverter1D", "PrimitivePool2D", "NormModifier", "DistanceMatrix",
+    "PolynomialFeatures", "TsnePJoint", "EyeComplement", "Cholesky", "GPRAlpha", "GPRVOuter",
+    "TransposedDiagonal", "PrimitiveRandn", "PrimitiveRandInt", "Eigvalsh", "AUCCore",
+    "PositionalEncoding", "Unique", "Trapezoid", "NanToNum", "Item", "TensorToList",
+    "L1", "L2", "QuadraticFormRegularizer", "RBFKernel", "PolynomialKernel", "KernelizedSVM",
+    "LinearSVM", "LogisticRegression", "Cell", "RNNCell", "LSTMCell", "LSTMCellBody", "RNN",
+    "OneToMany", "OneToManyInference", "ManyToOne", "EncoderDecoder", "EncoderDecoderInference",
+    "EncoderDistanceMatrix", "PolynomialRegression", "MDSCore", "MDS", "TSNE",
+    "GaussProcessRegressionCore", "GPRLoss", "Metric", "Accuracy", "Precision", "Recall", "F1",
+    "AUC", "Randn", "RandInt",
+];
+
+/// The interface of an instantiated model: its external keys, in Mithril's order.
+pub type Keys = indexmap::IndexMap<String, SlotId>;
+
+/// `ins![("input", x), ("axis", Static::Int(-1))]`: primitive inputs, slots or constants.
+macro_rules! ins {
+    ($(($k:expr, $v:expr)),* $(,)?) => { vec![$(($k, In::from($v))),*] };
+}
+
+fn int(i: i64) -> Static {
+    Static::Int(i)
+}
+
+fn sym(name: &str) -> TemplateDim {
+    TemplateDim::Sym(name.to_string())
+}
+
+fn known(n: u64) -> TemplateDim {
+    TemplateDim::Known(n)
+}
+
+/// Expands a named composite into primitives, returning its keys in Mithril's
+/// external key order.
+pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result<Keys> {
+    let mut s = Scope::new(net, node, depth);
+    let args = Args { node };
+    match node.class.as_str() {
+        "Linear" => {
+            let dim = args.opt_int("dimension")?;
+            let use_bias = args.bool_or("use_bias", true)?;
+            let x = s.key("input");
+            let y = linear(&mut s, x, dim, use_bias, "weight", "bias")?;
+            let out = s.key("output");
+            s.union(y, out)?;
+            s.order(if use_bias { &["weight", "input", "bias", "output"] } else { &["weight", "input", "output"] });
+        }
+        "Layer" => {
+            let dim = args.opt_int("dimension")?;
+            let x = s.key("input");
+            let y = linear(&mut s, x, dim, true, "weight", "bias")?;
+            let act = args.model("activation")?;
+            let out = s.key("output");
+            activation(&mut s, &act, y, out)?;
+            s.order(&["weight", "input", "bias", "output"]);
+        }
+        "MLP" => {
+            let acts = args.models("activations")?;
+            let dims = args.get("dimensions").and_then(|v| v.as_array().cloned()).unwrap_or_default();
+            if acts.len() != dims.len() || acts.is_empty() {
+                return Err(args.err("needs equally long, non-empty `activations` and `dimensions`"));
+            }
+            let mut x = s.key("input");
+            for (i, (act, d)) in acts.iter().zip(&dims).enumerate() {
+                let dim = match d {
+                    Value::Null => None,
+                    v => Some(v.as_u64().ok_or_else(|| args.err("`dimensions` must hold sizes"))?),
+                };
+                let y = linear(&mut s, x, dim, true, &format!("weight{i}"), &format!("bias{i}"))?;
+                let out = if i + 1 == acts.len() { s.key("output") } else { s.net.new_slot() };
+                activation(&mut s, act, y, out)?;
+                x = out;
+            }
+            s.order(&["weight0", "input", "bias0", "output"]);
+        }
+        "LayerNorm" => {
+            let use_scale = args.bool_or("use_scale", true)?;
+            let use_bias = args.bool_or("use_bias", true)?;
+            let eps = args.value_or("eps", Static::Float(1e-5))?;
+            let x = s.key("input");
+            let mean = s.prim(Formula::ReduceMean, ins![("input", x), ("axis", int(-1)), ("keepdim", Static::Bool(true))])?;
+            let num = s.prim(Formula::Subtract, ins![("left", x), ("right", mean)])?;
+            let var = s.prim(
+                Formula::Variance,
+                ins![("input", x), ("axis", int(-1)), ("keepdim", Static::Bool(true)), ("correction", int(0))],
+            )?;
+            let eps_key = s.key("eps");
+            s.set_value(eps_key, eps, "eps")?;
+            let add = s.prim(Formula::Add, ins![("left", var), ("right", eps_key)])?;
+            let den = s.prim(Formula::Sqrt, ins![("input", add)])?;
+            let mut y = s.prim(Formula::Divide, ins![("numerator", num), ("denominator", den)])?;
+            s.template(vec![(x, dims(&["B", "C", "d"]))]);
+            let mut order = vec!["input", "eps"];
+            if use_scale {
+                let w = s.param("weight");
+                y = s.prim(Formula::Multiplication, ins![("left", y), ("right", w)])?;
+                s.template(vec![(x, dims(&["B", "C", "d"])), (w, dims(&["d"]))]);
+                order.push("weight");
+            }
+            if use_bias {
+                let b = s.param("bias");
+                y = s.prim(Formula::Add, ins![("left", y), ("right", b)])?;
+                s.template(vec![(x, dims(&["B", "C", "d"])), (b, dims(&["d"]))]);
+                order.push("bias");
+            }
+            let out = s.key("output");
+            s.prim_into(Formula::Buffer, ins![("input", y)], out)?;
+            order.push("output");
+            s.order(&order);
+        }
+        "GroupNorm" => {
+            let groups = args.int_or("num_groups", 32)?;
+            let use_scale = args.bool_or("use_scale", true)?;
+            let use_bias = args.bool_or("use_bias", true)?;
+            let eps = args.value_or("eps", Static::Float(1e-5))?;
+            let x = s.key("input");
+            let shape = s.prim(Formula::Shape, ins![("input", x)])?;
+            let b = s.prim(Formula::Indexer, ins![("input", shape), ("index", int(0))])?;
+            let target = s.prim(Formula::ToTuple, ins![("input1", b), ("input2", int(groups)), ("input3", int(-1))])?;
+            let xr = s.prim(Formula::Reshape, ins![("input", x), ("shape", target)])?;
+            let mean = s.prim(Formula::ReduceMean, ins![("input", xr), ("axis", int(-1)), ("keepdim", Static::Bool(true))])?;
+            let var = s.prim(
+                Formula::Variance,
+                ins![("input", xr), ("axis", int(-1)), ("keepdim", Static::Bool(true)), ("correction", int(0))],
+            )?;
+            let centered = s.prim(Formula::Subtract, ins![("left", xr), ("right", mean)])?;
+            let eps_key = s.key("eps");
+            s.set_value(eps_key, eps, "eps")?;
+            let ve = s.prim(Formula::Add, ins![("left", var), ("right", eps_key)])?;
+            let den = s.prim(Formula::Sqrt, ins![("input", ve)])?;
+            let normed = s.prim(Formula::Divide, ins![("numerator", centered), ("denominator", den)])?;
+            let mut y = s.prim(Formula::Reshape, ins![("input", normed), ("shape", shape)])?;
+            let channel = vec![known(1), sym("C"), known(1), known(1)];
+            s.template(vec![(x, dims(&["B", "C", "H", "W"]))]);
+            if use_scale {
+                let w = s.param("weight");
+                y = s.prim(Formula::Multiplication, ins![("left", y), ("right", w)])?;
+                s.template(vec![(x, dims(&["B", "C", "H", "W"])), (w, channel.clone())]);
+            }
+            if use_bias {
+                let bb = s.param("bias");
+                y = s.prim(Formula::Add, ins![("left", y), ("right", bb)])?;
+                s.template(vec![(x, dims(&["B", "C", "H", "W"])), (bb, channel)]);
+            }
+            let out = s.key("output");
+            s.prim_into(Formula::Buffer, ins![("input", y)], out)?;
+            s.order(&["input", "weight", "bias", "eps", "output"]);
+        }
+        "BatchNorm2D" => {
+            // The inference form (Mithril's default `inference=True`): normalize with the
+            // running statistics.
+            if !args.bool_or("inference", true)? {
+                return Err(args.err("training-mode BatchNorm2D (inference=False) is not supported yet"));
+            }
+            let use_scale = args.bool_or("use_scale", true)?;
+            let use_bias = args.bool_or("use_bias", true)?;
+            let eps = args.value_or("eps", Static::Float(1e-5))?;
+            let x = s.key("input");
+            let rm = s.key("running_mean");
+            let rv = s.key("running_var");
+            let shape = s.prim(Formula::Shape, ins![("input", x)])?;
+            let c = s.prim(Formula::Indexer, ins![("input", shape), ("index", int(1))])?;
+            let mut stats = Vec::new();
+            for r in [rm, rv] {
+                let t = s.prim(Formula::ToTuple, ins![("input1", int(1)), ("input2", c), ("input3", int(1)), ("input4", int(1))])?;
+                stats.push(s.prim(Formula::Reshape, ins![("input", r), ("shape", t)])?);
+            }
+            let centered = s.prim(Formula::Subtract, ins![("left", x), ("right", stats[0])])?;
+            let ve = s.prim(Formula::Add, ins![("left", stats[1]), ("right", eps)])?;
+            let den = s.prim(Formula::Sqrt, ins![("input", ve)])?;
+            let mut y = s.prim(Formula::Divide, ins![("numerator", centered), ("denominator", den)])?;
+            let cdim = args.opt_int("num_features")?.map_or(sym("num_features"), known);
+            let xt = vec![sym("N"), cdim.clone(), sym("H"), sym("W")];
+            let c1 = vec![known(1), cdim.clone(), known(1), known(1)];
+            s.template(vec![(x, xt.clone()), (rm, vec![cdim.clone()]), (rv, vec![cdim])]);
+            if use_scale {
+                let w = s.param("weight");
+                y = s.prim(Formula::Multiplication, ins![("left", y), ("right", w)])?;
+                s.template(vec![(x, xt.clone()), (w, c1.clone())]);
+            }
+            if use_bias {
+                let b = s.param("bias");
+                y = s.prim(Formula::Add, ins![("left", y), ("right", b)])?;
+                s.template(vec![(x, xt), (b, c1)]);
+            }
+            let out = s.key("output");
+            s.prim_into(Formula::Buffer, ins![("input", y)], out)?;
+            s.order(&["input", "running_mean", "running_var", "weight", "bias", "output"]);
+        }
+        "ElementWiseAffine" => {
+            let x = s.key("input");
+            let w = s.key("weight");
+            let b = s.key("bias");
+            let m = s.prim(Formula::Multiplication, ins![("left", x), ("right", w)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Add, ins![("left", m), ("right", b)], out)?;
+            s.order(&["input", "weight", "bias", "output"]);
+        }
+        "SiLU" => {
+            let x = s.key("input");
+            let n = s.prim(Formula::Negate, ins![("input", x)])?;
+            let e = s.prim(Formula::Exp, ins![("input", n)])?;
+            let one = Static::Tensor(crate::tensor::Tensor::scalar(Dtype::I32, 1.0));
+            let a = s.prim(Formula::Add, ins![("left", one), ("right", e)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Divide, ins![("numerator", x), ("denominator", a)], out)?;
+            s.order(&["input", "output"]);
+        }
+        "Convolution2D" | "Convolution1D" => convolution(&mut s, &args, node.class == "Convolution2D")?,
+        "MaxPool2D" | "AvgPool2D" => {
+            let x = s.key("input");
+            let k = arg_key(&mut s, &args, "kernel_size", None)?;
+            let st = arg_key(&mut s, &args, "stride", Some(Static::None))?;
+            let p = arg_key(&mut s, &args, "padding", Some(Static::tuple(vec![int(0), int(0)])))?;
+            let d = arg_key(&mut s, &args, "dilation", Some(int(1)))?;
+            let kt = s.prim(Formula::TupleConverter, ins![("input", k)])?;
+            let sc = s.prim(Formula::StrideConverter, ins![("input", st), ("kernel_size", kt)])?;
+            let stt = s.prim(Formula::TupleConverter, ins![("input", sc)])?;
+            let pc = s.prim(Formula::PaddingConverter2d, ins![("input", p), ("kernel_size", kt)])?;
+            let pt = s.prim(Formula::TupleConverter, ins![("input", pc)])?;
+            let dt = s.prim(Formula::TupleConverter, ins![("input", d)])?;
+            let out = s.key("output");
+            let f = if node.class == "MaxPool2D" { Formula::MaxPool2d } else { Formula::AvgPool2d };
+            s.prim_into(f, ins![("input", x), ("kernel_size", kt), ("stride", stt), ("padding", pt), ("dilation", dt)], out)?;
+            s.order(&["kernel_size", "stride", "padding", "dilation", "input", "output"]);
+        }
+        "MaxPool1D" => {
+            let x = s.key("input");
+            let k = arg_key(&mut s, &args, "kernel_size", None)?;
+            let st = arg_key(&mut s, &args, "stride", Some(Static::None))?;
+            let p = arg_key(&mut s, &args, "padding", Some(Static::tuple(vec![int(0), int(0)])))?;
+            let d = arg_key(&mut s, &args, "dilation", Some(int(1)))?;
+            let sc = s.prim(Formula::StrideConverter, ins![("input", st), ("kernel_size", k)])?;
+            let pc = s.prim(Formula::PaddingConverter1d, ins![("input", p), ("kernel_size", k)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::MaxPool1d, ins![("input", x), ("kernel_size", k), ("stride", sc), ("padding", pc), ("dilation", d)], out)?;
+            s.order(&["stride", "kernel_size", "padding", "input", "dilation", "output"]);
+        }
+        other => return Err(Error::internal(format!("{other} is listed as a composite but has no expansion"))),
+    }
+    Ok(s.finish())
+}
+
+/// A key holding a constructor argument (`default` when the argument is absent;
+/// `None`: the argument is required).
+fn arg_key(s: &mut Scope, args: &Args, name: &str, default: Option<Static>) -> Result<SlotId> {
+    let v = match default {
+        Some(d) => args.value_or(name, d)?,
+        None => args.value(name)?,
+    };
+    let k = s.key(name);
+    s.set_value(k, v, name)?;
+    Ok(k)
+}
+
+/// Convolution1D / Convolution2D as Mithril builds them: the kernel size is read off
+/// the weight's shape, converters normalize stride/padding/dilation, then one
+/// `conv2d_bias` (`conv2d` without bias).
+fn convolution(s: &mut Scope, args: &Args, two_d: bool) -> Result<()> {
+    let spatial = if two_d { 2 } else { 1 };
+    let ksize = args.value_or("kernel_size", Static::None)?;
+    let out_channels = args.opt_int("out_channels")?;
+    let use_bias = args.bool_or("use_bias", true)?;
+    let pair = |v: i64| Static::tuple(vec![int(v), int(v)]);
+    let x = s.key("input");
+    let w = s.param("weight");
+    let kdims: Vec<TemplateDim> = match &ksize {
+        Static::Int(k) => vec![known(*k as u64); spatial],
+        Static::Seq { items, .. } => items.iter().map(|i| i.as_int().map_or(TemplateDim::Any, |k| known(k as u64))).collect(),
+        _ => vec![TemplateDim::Any; spatial],
+    };
+    let groups = if two_d { args.value_or("groups", int(1))? } else { int(1) };
+    let mut wt = vec![out_channels.map_or(sym("out_channels"), known)];
+    // The weight's channel count ties to the input's only without groups (C_in/groups
+    // is not expressible as a template).
+    wt.push(if groups == int(1) { sym("C_in") } else { TemplateDim::Any });
+    wt.extend(kdims);
+    let mut xt = vec![sym("N"), sym("C_in")];
+    xt.extend(std::iter::repeat_n(TemplateDim::Any, spatial));
+    s.template(vec![(w, wt), (x, xt)]);
+    let wshape = s.prim(Formula::Shape, ins![("input", w)])?;
+    let kindex = if two_d { Static::Slice { start: Some(-2), stop: None, step: None } } else { int(-1) };
+    let kernel = s.prim(Formula::Indexer, ins![("input", wshape), ("index", kindex)])?;
+    let p = arg_key(s, args, "padding", Some(if two_d { pair(0) } else { int(0) }))?;
+    let st = arg_key(s, args, "stride", Some(if two_d { pair(1) } else { int(1) }))?;
+    let d = arg_key(s, args, "dilation", Some(if two_d { pair(1) } else { int(1) }))?;
+    let pad_conv = if two_d { Formula::PaddingConverter2d } else { Formula::PaddingConverter1d };
+    let pad = s.prim(pad_conv, ins![("input", p), ("kernel_size", kernel)])?;
+    let out = s.key("output");
+    let mut inputs = ins![("input", x), ("weight", w)];
+    if use_bias {
+        let b = s.param("bias");
+        inputs.push(("bias", In::from(b)));
+        if let Some(o) = out_channels {
+            let mut bt = vec![known(1), known(o)];
+            bt.extend(std::iter::repeat_n(known(1), spatial));
+            s.template(vec![(b, bt)]);
+        }
+    }
+    if two_d {
+        let stt = s.prim(Formula::TupleConverter, ins![("input", st)])?;
+        let pt = s.prim(Formula::TupleConverter, ins![("input", pad)])?;
+        let dt = s.prim(Formula::TupleConverter, ins![("input", d)])?;
+        let g = s.key("groups");
+        s.set_value(g, groups, "groups")?;
+        inputs.extend(ins![("stride", stt), ("padding", pt), ("dilation", dt), ("groups", g)]);
+        s.prim_into(if use_bias { Formula::Conv2dBias } else { Formula::Conv2d }, inputs, out)?;
+        s.order(&["weight", "padding", "stride", "dilation", "input", "bias", "groups", "output"]);
+    } else {
+        inputs.extend(ins![("stride", st), ("padding", pad), ("dilation", d)]);
+        s.prim_into(if use_bias { Formula::Conv1dBias } else { Formula::Conv1d }, inputs, out)?;
+        s.order(&["weight", "padding", "input", "bias", "stride", "dilation", "output"]);
+    }
+    Ok(())
+}
+
+/// Mithril's Linear from slot `x`: `transpose(weight) -> matrix_multiplication(x, .)
+/// -> add(., bias)`, with the shape templates `x: [N, ..., d_in]`, `weight: [dim, d_in]`.
+fn linear(s: &mut Scope, x: SlotId, dim: Option<u64>, use_bias: bool, w: &str, b: &str) -> Result<SlotId> {
+    let weight = s.param(w);
+    let wt = s.prim(Formula::Transpose, ins![("input", weight), ("axes", Static::None)])?;
+    let mm = s.prim(Formula::MatrixMultiplication, ins![("left", x), ("right", wt)])?;
+    let d = dim.map_or(sym("d_out"), known);
+    let xt = vec![sym("N"), TemplateDim::Variadic("Var_inter".into()), sym("d_in")];
+    s.template(vec![(x, xt), (weight, vec![d.clone(), sym("d_in")])]);
+    if !use_bias {
+        return Ok(mm);
+    }
+    let bias = s.param(b);
+    s.template(vec![(bias, vec![d])]);
+    s.prim(Formula::Add, ins![("left", mm), ("right", bias)])
+}
+
+/// Connects an activation model (a nested node, or a bare class name) from `x` to `out`.
+fn activation(s: &mut Scope, act: &ModelNode, x: SlotId, out: SlotId) -> Result<()> {
+    let keys = s.instantiate(act)?;
+    let missing = |k: &str| Error::user(format!("{}: an activation needs an `{k}` key", act.describe()));
+    let input = keys.get("input").copied().ok_or_else(|| missing("input"))?;
+    let output = keys.get("output").copied().ok_or_else(|| missing("output"))?;
+    s.union(x, input)?;
+    s.union(output, out)
+}
+
+/// Typed access to a node's `args`, with errors naming the node.
+struct Args<'a> {
+    node: &'a ModelNode,
+}
+
+impl Args<'_> {
+    fn err(&self, what: &str) -> Error {
+        Error::user(format!("{}: {what}", self.node.describe()))
+    }
+    fn get(&self, key: &str) -> Option<&Value> {
+        match self.node.args.get(key) {
+            Some(Value::String(s)) if s == "TBD" => None,
+            v => v,
+        }
+    }
+    fn value(&self, key: &str) -> Result<Static> {
+        let v = self.get(key).ok_or_else(|| self.err(&format!("argument `{key}` is missing")))?;
+        Static::from_json(v, false).map_err(|e| self.err(&format!("argument `{key}`: {e}")))
+    }
+    fn value_or(&self, key: &str, default: Static) -> Result<Static> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(_) => self.value(key),
+        }
+    }
+    fn opt_int(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| self.err(&format!("argument `{key}` must be a non-negative integer, got {v}"))),
+        }
+    }
+    fn int_or(&self, key: &str, default: i64) -> Result<i64> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_i64().ok_or_else(|| self.err(&format!("argument `{key}` must be an integer, got {v}"))),
+        }
+    }
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.err(&format!("argument `{key}` must be true or false, got {v}"))),
+        }
+    }
+    /// A model-valued argument: a nested node or a bare class name.
+    fn model(&self, key: &str) -> Result<ModelNode> {
+        let v = self.get(key).ok_or_else(|| self.err(&format!("argument `{key}` is missing")))?;
+        self.model_value(v, &format!("{}.args.{key}", self.node.path))
+    }
+    fn models(&self, key: &str) -> Result<Vec<ModelNode>> {
+        let v = self.get(key).ok_or_else(|| self.err(&format!("argument `{key}` is missing")))?;
+        let list = v.as_array().ok_or_else(|| self.err(&format!("argument `{key}` must be a list of models")))?;
+        list.iter()
+            .enumerate()
+            .map(|(i, m)| self.model_value(m, &format!("{}.args.{key}[{i}]", self.node.path)))
+            .collect()
+    }
+    fn model_value(&self, v: &Value, path: &str) -> Result<ModelNode> {
+        let obj = match v {
+            Value::String(name) => serde_json::json!({ "name": name.trim_end_matches("()") }),
+            other => other.clone(),
+        };
+        super::json::parse_value(&obj, path)
+    }
+}

@@ -1,0 +1,15 @@
+//! The frontend for Mithril's serialized model JSON (`model_to_dict` output; see
+//! `../shared/formats/mithril-json.md`).
+//!
+//! Three steps, one file each: `json` parses the file into model nodes, `net`
+//! instantiates them into primitives over union-found value slots (expanding named
+//! models with `library`), and `emit` evaluates compile-time values and emits the IR.
+
+mod emit;
+mod json;
+mod library;
+mod net;
+mod value;
+
+pub use emit::{load, load_str, Options};
+pub use library::{known_classes, Formula, COMPOSITES, PRIMITIVES};

@@ -1,0 +1,566 @@
+//! Building Mithril's logical graph: model nodes instantiated into primitive nodes
+//! over *slots*, where every slot is one value of the model.
+//!
+//! Mithril's connections are unions of values, not producer→consumer edges: a key
+//! named `x` in two children, or a `connect` to another child's key, says "these are
+//! the same value". Slots are therefore kept in a union-find; a slot's producer is the
+//! primitive whose `output` it is, and a slot with no producer and no value is an
+//! input of the whole model.
+
+use std::collections::BTreeSet;
+
+use indexmap::IndexMap;
+
+use super::json::{describe, Conn, KeyRef, ModelNode, TemplateDim};
+use super::library::{self, Formula, Keys};
+use super::value::Static;
+use crate::error::{Error, Result};
+use crate::ir::Dtype;
+
+pub type SlotId = usize;
+
+/// What is known about one value of the model.
+#[derive(Debug, Clone, Default)]
+pub struct Slot {
+    /// A compile-time value, and where it came from (for messages).
+    pub value: Option<(Static, String)>,
+    /// A default or constructor value that a connection may still override.
+    pub value_is_weak: bool,
+    /// The value exists in Mithril but was not written to the JSON (a constructor
+    /// argument the class does not record): the message to give if it is needed.
+    pub lost: Option<String>,
+    /// The key name this value carries in the outermost model that names it, and the
+    /// depth of that model (0 = the file's top level).
+    pub base_name: Option<(String, usize)>,
+    /// Set by `assigned_differentiabilities`, or by a library model's parameter key.
+    pub differentiable: Option<bool>,
+    /// Element type implied by `assigned_types` or the library (`Embedding` indices).
+    pub dtype: Option<Dtype>,
+    /// Creation order, which decides Mithril's `_0`, `_1` numbering of input names.
+    pub seq: usize,
+    /// The primitive node whose output this is.
+    pub producer: Option<usize>,
+}
+
+/// One primitive operation of the logical graph.
+#[derive(Debug, Clone)]
+pub struct PNode {
+    pub formula: Formula,
+    /// Input keys in the class's key order, each with its slot.
+    pub inputs: Vec<(String, SlotId)>,
+    pub output: SlotId,
+    /// `submodels.m_3 (Linear)`: the model node this primitive belongs to.
+    pub origin: String,
+}
+
+/// A group of shape templates whose named dimensions must agree (Mithril's
+/// `set_shapes` and the shape templates of library models).
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub origin: String,
+    /// From the file's `assigned_shapes`: unbound symbols become symbolic dimensions.
+    pub user: bool,
+    pub entries: Vec<(SlotId, Vec<TemplateDim>)>,
+}
+
+/// An instantiated model node: its keys in external order, and its canonical input
+/// and output (what an unnamed `$n` key of a child `Model` refers to).
+#[derive(Debug, Clone, Default)]
+pub struct Instance {
+    pub keys: Keys,
+    pub cin: Option<SlotId>,
+    pub cout: Option<SlotId>,
+    /// A class this frontend cannot expand: its keys are made up on demand so the
+    /// rest of the file can still be checked.
+    pub unsupported: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Net {
+    parent: Vec<SlotId>,
+    slots: Vec<Slot>,
+    pub nodes: Vec<PNode>,
+    pub templates: Vec<Template>,
+    /// Classes that could not be expanded: (description, class), reported together.
+    pub unsupported: Vec<(String, String)>,
+}
+
+impl Net {
+    pub fn new_slot(&mut self) -> SlotId {
+        let id = self.slots.len();
+        self.parent.push(id);
+        self.slots.push(Slot { seq: id, ..Slot::default() });
+        id
+    }
+
+    pub fn find(&self, mut s: SlotId) -> SlotId {
+        while self.parent[s] != s {
+            s = self.parent[s];
+        }
+        s
+    }
+
+    pub fn slot(&self, s: SlotId) -> &Slot {
+        &self.slots[self.find(s)]
+    }
+
+    fn slot_mut(&mut self, s: SlotId) -> &mut Slot {
+        let r = self.find(s);
+        &mut self.slots[r]
+    }
+
+    /// Makes `a` and `b` the same value. `what` describes the connection for messages.
+    pub fn union(&mut self, a: SlotId, b: SlotId, what: &str) -> Result<()> {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra == rb {
+            return Ok(());
+        }
+        let sb = std::mem::take(&mut self.slots[rb]);
+        let sa = &mut self.slots[ra];
+        if let (Some(pa), Some(pb)) = (sa.producer, sb.producer) {
+            return Err(Error::user(format!(
+                "{what}: connects two outputs together (of {} and {})",
+                self.nodes[pa].origin, self.nodes[pb].origin
+            )));
+        }
+        sa.producer = sa.producer.or(sb.producer);
+        match (&sa.value, sb.value) {
+            (_, None) => {}
+            (None, Some(v)) => {
+                sa.value = Some(v);
+                sa.value_is_weak = sb.value_is_weak;
+            }
+            (Some((va, fa)), Some((vb, fb))) => {
+                if sa.value_is_weak && !sb.value_is_weak {
+                    sa.value = Some((vb, fb));
+                    sa.value_is_weak = false;
+                } else if !sb.value_is_weak && !sa.value_is_weak && *va != vb {
+                    return Err(Error::user(format!("{what}: joins two different values: {va} ({fa}) and {vb} ({fb})")));
+                }
+            }
+        }
+        if sa.lost.is_none() {
+            sa.lost = sb.lost;
+        }
+        sa.base_name = match (sa.base_name.take(), sb.base_name) {
+            (Some(x), Some(y)) => Some(if y.1 < x.1 { y } else { x }),
+            (x, y) => x.or(y),
+        };
+        sa.differentiable = sa.differentiable.or(sb.differentiable);
+        sa.dtype = sa.dtype.or(sb.dtype);
+        sa.seq = sa.seq.min(sb.seq);
+        self.parent[rb] = ra;
+        Ok(())
+    }
+
+    /// Sets a slot's value. A weak value (a default) yields to a later strong one.
+    pub fn set_value(&mut self, s: SlotId, v: Static, from: String, weak: bool) -> Result<()> {
+        let slot = self.slot_mut(s);
+        match &slot.value {
+            Some((old, old_from)) if !slot.value_is_weak && !weak && *old != v => {
+                return Err(Error::user(format!("{from}: value {v} conflicts with {old} ({old_from})")));
+            }
+            Some(_) if weak && !slot.value_is_weak => return Ok(()),
+            _ => {}
+        }
+        slot.value = Some((v, from));
+        slot.value_is_weak = weak;
+        slot.lost = None;
+        Ok(())
+    }
+
+    /// Records that key `name` of a model at `depth` is this value (outer names win).
+    pub fn name_slot(&mut self, s: SlotId, name: &str, depth: usize) {
+        let slot = self.slot_mut(s);
+        if slot.base_name.as_ref().is_none_or(|(_, d)| depth <= *d) {
+            slot.base_name = Some((name.to_string(), depth));
+        }
+    }
+
+    pub fn add_node(&mut self, formula: Formula, inputs: Vec<(String, SlotId)>, output: SlotId, origin: String) -> Result<()> {
+        let idx = self.nodes.len();
+        let out = self.slot_mut(output);
+        if out.producer.is_some() {
+            return Err(Error::internal(format!("{origin}: slot {output} has two producers")));
+        }
+        out.producer = Some(idx);
+        self.nodes.push(PNode { formula, inputs, output, origin });
+        Ok(())
+    }
+
+    /// Instantiates a model node (and its subtree) at `depth`.
+    pub fn instantiate(&mut self, node: &ModelNode, depth: usize) -> Result<Instance> {
+        if node.is_composite() {
+            self.composite(node, depth)
+        } else if let Some(spec) = library::primitive(&node.class) {
+            self.primitive(node, spec, depth)
+        } else if library::COMPOSITES.contains(&node.class.as_str()) {
+            let start = self.nodes.len();
+            let keys = library::expand_composite(self, node, depth)?;
+            let cin = keys.get("input").copied();
+            let cout = keys.get("output").copied();
+            self.apply_assigned(node, &keys, &[], start)?;
+            Ok(Instance { keys, cin, cout, unsupported: false })
+        } else {
+            self.unsupported.push((node.describe(), node.class.clone()));
+            Ok(Instance { unsupported: true, ..Instance::default() })
+        }
+    }
+
+    fn primitive(&mut self, node: &ModelNode, spec: &library::PrimSpec, depth: usize) -> Result<Instance> {
+        let origin = node.describe();
+        let mut input_keys: Vec<String> = spec.inputs.iter().map(|k| k.to_string()).collect();
+        let mut formula = spec.formula;
+        let arg_int = |key: &str| node.args.get(key).and_then(|v| v.as_u64());
+        match formula {
+            // Variadic: `input1..inputN`, with N from the constructor.
+            Formula::ToTuple | Formula::ToList | Formula::Union => {
+                let n = arg_int("n").unwrap_or_else(|| {
+                    node.exposed_keys.iter().filter(|k| k.starts_with("input")).count().max(1) as u64
+                });
+                input_keys = (1..=n).map(|i| format!("input{i}")).collect();
+            }
+            Formula::Conv2dBias | Formula::Conv1dBias if node.args.get("use_bias").and_then(|v| v.as_bool()) == Some(false) => {
+                input_keys.retain(|k| k != "bias");
+                formula = if formula == Formula::Conv2dBias { Formula::Conv2d } else { Formula::Conv1d };
+            }
+            _ => {}
+        }
+        let mut keys = Keys::new();
+        for k in &input_keys {
+            let s = self.new_slot();
+            self.name_slot(s, k, depth);
+            keys.insert(k.clone(), s);
+        }
+        let defaults: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(spec.defaults).map_err(|e| Error::internal(format!("defaults of {}: {e}", spec.class)))?;
+        for (k, v) in &defaults {
+            if let Some(&s) = keys.get(k) {
+                let v = Static::from_json(v, false).map_err(Error::internal)?;
+                self.set_value(s, v, format!("default of `{k}` of {origin}"), true)?;
+            }
+        }
+        for (k, v) in &node.args {
+            if matches!(v, serde_json::Value::String(s) if s == "TBD") {
+                continue;
+            }
+            if let Some(&s) = keys.get(k) {
+                let v = Static::from_json(v, false).map_err(|e| Error::user(format!("{origin}: argument `{k}`: {e}")))?;
+                self.set_value(s, v, format!("argument `{k}` of {origin}"), true)?;
+            }
+        }
+        // Exposed input keys carry a value in Mithril; if the JSON lost it, say so
+        // when (and only if) the value is needed.
+        for k in &node.exposed_keys {
+            if let Some(&s) = keys.get(k) {
+                if self.slot(s).value.is_none() {
+                    self.slot_mut(s).lost = Some(format!(
+                        "{origin}: the value of `{k}` was set in Python but Mithril did not write it to the JSON; give it with --set '{}{k}=VALUE'",
+                        if node.path.is_empty() { String::new() } else { format!("{}.", node.path) }
+                    ));
+                }
+            }
+        }
+        if formula == Formula::Embedding {
+            if let Some(&s) = keys.get("input") {
+                self.slot_mut(s).dtype.get_or_insert(Dtype::I32);
+            }
+            if let Some(&w) = keys.get("weight") {
+                self.slot_mut(w).differentiable.get_or_insert(true);
+                // Embedding(num_embeddings, dim) fixes the table's shape when given.
+                let arg = |k: &str| node.args.get(k).and_then(|v| v.as_u64()).map(TemplateDim::Known);
+                if let (Some(n), Some(d)) = (arg("num_embeddings"), arg("dim")) {
+                    self.templates.push(Template { origin: origin.clone(), user: false, entries: vec![(w, vec![n, d])] });
+                }
+            }
+        }
+        if matches!(formula, Formula::Conv2dBias | Formula::Conv1dBias | Formula::Conv2d | Formula::Conv1d) {
+            for k in ["weight", "bias"] {
+                if let Some(&s) = keys.get(k) {
+                    self.slot_mut(s).differentiable.get_or_insert(true);
+                }
+            }
+        }
+        let out = self.new_slot();
+        self.name_slot(out, "output", depth);
+        let start = self.nodes.len();
+        let inputs = input_keys.iter().map(|k| (k.clone(), keys[k])).collect();
+        self.add_node(formula, inputs, out, origin)?;
+        let cin = input_keys.first().map(|k| keys[k]);
+        keys.insert("output".into(), out);
+        self.apply_assigned(node, &keys, &[], start)?;
+        Ok(Instance { keys, cin, cout: Some(out), unsupported: false })
+    }
+
+    fn composite(&mut self, node: &ModelNode, depth: usize) -> Result<Instance> {
+        let start = self.nodes.len();
+        let mut children: IndexMap<String, (Instance, &ModelNode, usize)> = IndexMap::new();
+        for (id, child) in &node.submodels {
+            let child_start = self.nodes.len();
+            let inst = self.instantiate(child, depth + 1)?;
+            children.insert(id.clone(), (inst, child, child_start));
+        }
+        let mut named: Keys = Keys::new();
+        for (id, (_, child, _)) in &children {
+            let Some(conns) = node.connections.get(id) else { continue };
+            for (key, conn) in conns {
+                let what = format!("{}: connections.{id}.{key}", node.describe());
+                let slot = self.child_key(&children, id, key, node, &what)?;
+                match conn {
+                    Conn::Key { name, value, connect } => {
+                        for (other, other_key) in connect {
+                            if !children.contains_key(other) {
+                                return Err(Error::user(format!(
+                                    "{what}: connects to {other}.{other_key}, but there is no submodel {other} (children: {})",
+                                    children.keys().cloned().collect::<Vec<_>>().join(", ")
+                                )));
+                            }
+                            let target = self.child_key(&children, other, other_key, node, &what)?;
+                            self.union(slot, target, &what)?;
+                        }
+                        if let Some(n) = name {
+                            match named.get(n) {
+                                Some(&s) => self.union(s, slot, &what)?,
+                                None => {
+                                    named.insert(n.clone(), slot);
+                                }
+                            }
+                            self.name_slot(slot, n, depth);
+                        }
+                        if let Some(v) = value {
+                            let v = Static::from_json(v, false).map_err(|e| Error::user(format!("{what}: {e}")))?;
+                            self.set_value(slot, v, what.clone(), false)?;
+                        }
+                    }
+                    Conn::Const { value, tensor } => {
+                        let v = Static::from_json(value, *tensor).map_err(|e| Error::user(format!("{what}: {e}")))?;
+                        self.set_value(slot, v, what.clone(), false)?;
+                    }
+                }
+                let _ = child;
+            }
+        }
+        // Canonical input and output: those of the children that stay an input / an
+        // output of this model (Mithril's cin/cout bookkeeping).
+        let consumed: BTreeSet<SlotId> =
+            self.nodes[start..].iter().flat_map(|n| n.inputs.iter().map(|(_, s)| self.find(*s))).collect();
+        let cout = children
+            .values()
+            .rev()
+            .filter_map(|(inst, _, _)| inst.cout)
+            .find(|&s| !consumed.contains(&self.find(s)));
+        let cin = children
+            .values()
+            .filter_map(|(inst, _, _)| inst.cin)
+            .find(|&s| self.slot(s).producer.is_none());
+        let refs: Vec<(String, Instance)> = children.iter().map(|(id, (inst, _, _))| (id.clone(), inst.clone())).collect();
+        self.apply_assigned(node, &named, &refs, start)?;
+        Ok(Instance { keys: named, cin, cout, unsupported: false })
+    }
+
+    /// The slot of key `key` of child `id`. `$n` keys of a child `Model` that its own
+    /// connections never name are its canonical output (if exposed) or input.
+    fn child_key(
+        &mut self,
+        children: &IndexMap<String, (Instance, &ModelNode, usize)>,
+        id: &str,
+        key: &str,
+        parent: &ModelNode,
+        what: &str,
+    ) -> Result<SlotId> {
+        let (inst, child, _) = &children[id];
+        if let Some(&s) = inst.keys.get(key) {
+            return Ok(s);
+        }
+        if inst.unsupported {
+            return Ok(self.new_slot());
+        }
+        if key.starts_with('$') && child.is_composite() {
+            let canonical = if child.exposed_keys.iter().any(|k| k == key) { inst.cout } else { inst.cin };
+            if let Some(s) = canonical {
+                return Ok(s);
+            }
+        }
+        let _ = parent;
+        Err(Error::user(format!(
+            "{what}: {} has no key `{key}` (its keys: {})",
+            describe(&child.path, &child.class),
+            inst.keys.keys().cloned().collect::<Vec<_>>().join(", ")
+        )))
+    }
+
+    /// `assigned_shapes`, `assigned_types` and `assigned_differentiabilities` of a node.
+    fn apply_assigned(&mut self, node: &ModelNode, own: &Keys, children: &[(String, Instance)], _start: usize) -> Result<()> {
+        let resolve = |net: &Net, r: &KeyRef| -> Result<SlotId> {
+            let bad = || Error::user(format!("{}: assigned info refers to a missing key {r:?}", node.describe()));
+            match r {
+                KeyRef::Named(n) => own.get(n).copied().ok_or_else(bad),
+                KeyRef::Child(m, i) if m == "self" => own.get_index(*i).map(|(_, s)| *s).ok_or_else(bad),
+                KeyRef::Child(m, i) => {
+                    let inst = children.iter().find(|(id, _)| id == m).map(|(_, inst)| inst).ok_or_else(bad)?;
+                    let _ = net;
+                    inst.keys.get_index(*i).map(|(_, s)| *s).ok_or_else(bad)
+                }
+            }
+        };
+        for group in &node.assigned_shapes {
+            let mut entries = Vec::new();
+            for (r, dims) in group {
+                entries.push((resolve(self, r)?, dims.clone()));
+            }
+            self.templates.push(Template { origin: format!("{}: assigned_shapes", node.describe()), user: true, entries });
+        }
+        for (r, d) in &node.assigned_differentiabilities {
+            let s = resolve(self, r)?;
+            self.slot_mut(s).differentiable = Some(*d);
+        }
+        for (r, ty) in &node.assigned_types {
+            let s = resolve(self, r)?;
+            if let Some(d) = tensor_dtype(ty) {
+                self.slot_mut(s).dtype = Some(d);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `{"Tensor": ["int"]}` → i32; a float or mixed tensor type says nothing definite.
+fn tensor_dtype(ty: &serde_json::Value) -> Option<Dtype> {
+    let elems = ty.get("Tensor")?;
+    let names: Vec<&str> = match elems {
+        serde_json::Value::Array(a) => a.iter().filter_map(|v| v.as_str()).collect(),
+        serde_json::Value::String(s) => vec![s.as_str()],
+        _ => return None,
+    };
+    match names.as_slice() {
+        ["int"] => Some(Dtype::I32),
+        ["bool"] => Some(Dtype::Bool),
+        _ => None,
+    }
+}
+
+/// An input of a primitive being built by a library expansion: a slot, or a constant.
+pub enum In {
+    Slot(SlotId),
+    Const(Static),
+}
+
+impl From<SlotId> for In {
+    fn from(s: SlotId) -> In {
+        In::Slot(s)
+    }
+}
+
+impl From<Static> for In {
+    fn from(v: Static) -> In {
+        In::Const(v)
+    }
+}
+
+/// Builds the inside of one named library model.
+pub struct Scope<'a> {
+    pub net: &'a mut Net,
+    node: &'a ModelNode,
+    depth: usize,
+    keys: Keys,
+}
+
+impl<'a> Scope<'a> {
+    pub fn new(net: &'a mut Net, node: &'a ModelNode, depth: usize) -> Scope<'a> {
+        Scope { net, node, depth, keys: Keys::new() }
+    }
+
+    pub fn origin(&self) -> String {
+        self.node.describe()
+    }
+
+    /// The model's key `name` (created on first use).
+    pub fn key(&mut self, name: &str) -> SlotId {
+        if let Some(&s) = self.keys.get(name) {
+            return s;
+        }
+        let s = self.net.new_slot();
+        self.net.name_slot(s, name, self.depth);
+        self.keys.insert(name.to_string(), s);
+        s
+    }
+
+    /// A trainable parameter key (differentiable unless the file says otherwise).
+    pub fn param(&mut self, name: &str) -> SlotId {
+        let s = self.key(name);
+        self.net.slot_mut(s).differentiable.get_or_insert(true);
+        s
+    }
+
+    /// Gives a key its constructor value (which the parent's connections may override).
+    pub fn set_value(&mut self, s: SlotId, v: Static, arg: &str) -> Result<()> {
+        let from = format!("argument `{arg}` of {}", self.origin());
+        self.net.set_value(s, v, from, true)
+    }
+
+    fn input(&mut self, i: In) -> Result<SlotId> {
+        Ok(match i {
+            In::Slot(s) => s,
+            In::Const(v) => {
+                let s = self.net.new_slot();
+                let from = format!("a constant inside {}", self.origin());
+                self.net.set_value(s, v, from, false)?;
+                s
+            }
+        })
+    }
+
+    /// Adds primitive `formula` with the given inputs; returns its output slot.
+    pub fn prim(&mut self, formula: Formula, inputs: Vec<(&str, In)>) -> Result<SlotId> {
+        let out = self.net.new_slot();
+        self.prim_into(formula, inputs, out)?;
+        Ok(out)
+    }
+
+    /// Adds primitive `formula` whose output is the existing slot `out`.
+    pub fn prim_into(&mut self, formula: Formula, inputs: Vec<(&str, In)>, out: SlotId) -> Result<()> {
+        let mut resolved = Vec::new();
+        for (k, i) in inputs {
+            resolved.push((k.to_string(), self.input(i)?));
+        }
+        let origin = self.origin();
+        self.net.add_node(formula, resolved, out, origin)
+    }
+
+    pub fn union(&mut self, a: SlotId, b: SlotId) -> Result<()> {
+        let what = self.origin();
+        self.net.union(a, b, &what)
+    }
+
+    /// Adds a group of shape templates (named dimensions shared across the group).
+    pub fn template(&mut self, entries: Vec<(SlotId, Vec<TemplateDim>)>) {
+        let origin = self.origin();
+        self.net.templates.push(Template { origin, user: false, entries });
+    }
+
+    /// Instantiates a nested model node (an activation argument) one level deeper.
+    pub fn instantiate(&mut self, node: &ModelNode) -> Result<Keys> {
+        Ok(self.net.instantiate(node, self.depth + 1)?.keys)
+    }
+
+    /// Puts the keys in Mithril's external key order (others keep their order after).
+    pub fn order(&mut self, order: &[&str]) {
+        let mut keys = Keys::new();
+        for k in order {
+            if let Some((name, s)) = self.keys.shift_remove_entry(*k) {
+                keys.insert(name, s);
+            }
+        }
+        keys.extend(self.keys.drain(..));
+        self.keys = keys;
+    }
+
+    pub fn finish(self) -> Keys {
+        self.keys
+    }
+}
+
+/// Template dimensions from names: `dims(&["B", "C", "d"])`.
+pub fn dims(names: &[&str]) -> Vec<TemplateDim> {
+    names.iter().map(|n| TemplateDim::Sym(n.to_string())).collect()
+}

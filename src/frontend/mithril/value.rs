@@ -1,0 +1,196 @@
+//! Compile-time values of Mithril's graph: attributes (axes, shapes, paddings), the
+//! results of shape arithmetic (`x.shape[0]`), slices, and constant tensors.
+
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::ir::Dtype;
+use crate::tensor::Tensor;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Static {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Ellipsis,
+    /// A symbolic size (a dimension of a tensor whose shape has a symbol).
+    Dim(String),
+    /// A Python tuple (`list: false`) or list.
+    Seq { items: Vec<Static>, list: bool },
+    Slice { start: Option<i64>, stop: Option<i64>, step: Option<i64> },
+    /// A Mithril constant such as `Constant.MIN_POSITIVE_NORMAL`.
+    Named(String),
+    Tensor(Tensor),
+}
+
+impl Static {
+    pub fn tuple(items: Vec<Static>) -> Static {
+        Static::Seq { items, list: false }
+    }
+
+    /// Converts a JSON value of the model file (args or a connection constant).
+    /// `tensor: true` marks `{"tensor": v}`.
+    pub fn from_json(v: &Value, tensor: bool) -> Result<Static, String> {
+        if tensor {
+            return json_tensor(v).map(Static::Tensor);
+        }
+        Ok(match v {
+            Value::Null => Static::None,
+            Value::Bool(b) => Static::Bool(*b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Static::Int(i),
+                None => Static::Float(n.as_f64().ok_or_else(|| format!("number {n} is out of range"))?),
+            },
+            Value::String(s) => match s.as_str() {
+                "(Ellipsis,)" | "Ellipsis" | "..." => Static::Ellipsis,
+                s if s.starts_with("Constant.") || s.starts_with("<Constant.") => {
+                    let name = s.trim_start_matches('<').trim_start_matches("Constant.");
+                    Static::Named(name.split(':').next().unwrap_or(name).trim_end_matches('>').to_string())
+                }
+                s => Static::Str(s.to_string()),
+            },
+            Value::Array(a) => Static::Seq {
+                items: a.iter().map(|x| Static::from_json(x, false)).collect::<Result<_, _>>()?,
+                list: false,
+            },
+            Value::Object(_) => return Err(format!("unexpected object {v}")),
+        })
+    }
+
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Static::Int(i) => Some(*i),
+            Static::Bool(b) => Some(*b as i64),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Static::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Static::Int(i) => Some(*i as f64),
+            Static::Float(f) => Some(*f),
+            Static::Bool(b) => Some(*b as u8 as f64),
+            Static::Named(n) => named_constant(n),
+            Static::Tensor(t) if t.numel() == 1 => Some(t.data[0]),
+            _ => None,
+        }
+    }
+
+    /// An int, or a sequence of ints.
+    pub fn as_ints(&self) -> Option<Vec<i64>> {
+        match self {
+            Static::Seq { items, .. } => items.iter().map(Static::as_int).collect(),
+            s => s.as_int().map(|i| vec![i]),
+        }
+    }
+
+    /// The tensor a scalar, nested sequence or tensor constant stands for. Python ints
+    /// become `int_dtype`, floats `float_dtype` (NumPy 2's weak scalars take the dtype of
+    /// the tensor they meet).
+    pub fn to_tensor(&self, float_dtype: Dtype, int_dtype: Dtype) -> Option<Tensor> {
+        match self {
+            Static::Tensor(t) => Some(t.clone()),
+            Static::Bool(b) => Some(Tensor::scalar(Dtype::Bool, *b as u8 as f64)),
+            Static::Int(i) => Some(Tensor::scalar(int_dtype, *i as f64)),
+            Static::Float(f) => Some(Tensor::scalar(float_dtype, *f)),
+            Static::Named(n) => Some(Tensor::scalar(float_dtype, named_constant(n)?)),
+            Static::Seq { .. } => {
+                let mut shape = Vec::new();
+                let mut data = Vec::new();
+                let mut any_float = false;
+                flatten(self, 0, &mut shape, &mut data, &mut any_float)?;
+                let dtype = if any_float { float_dtype } else { int_dtype };
+                Some(Tensor::new(dtype, shape, data))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn flatten(s: &Static, depth: usize, shape: &mut Vec<u64>, data: &mut Vec<f64>, any_float: &mut bool) -> Option<()> {
+    match s {
+        Static::Seq { items, .. } => {
+            if shape.len() == depth {
+                shape.push(items.len() as u64);
+            } else if shape.get(depth) != Some(&(items.len() as u64)) {
+                return None; // ragged
+            }
+            for it in items {
+                flatten(it, depth + 1, shape, data, any_float)?;
+            }
+            Some(())
+        }
+        _ if shape.len() != depth => None,
+        Static::Float(f) => {
+            *any_float = true;
+            data.push(*f);
+            Some(())
+        }
+        other => {
+            data.push(other.as_f64()?);
+            Some(())
+        }
+    }
+}
+
+fn json_tensor(v: &Value) -> Result<Tensor, String> {
+    let s = Static::from_json(v, false)?;
+    s.to_tensor(Dtype::F32, Dtype::I32).ok_or_else(|| format!("{v} is not a tensor constant"))
+}
+
+/// Values of Mithril's `Constant` enum (`mithril/types.py`).
+pub fn named_constant(name: &str) -> Option<f64> {
+    Some(match name {
+        "EPSILON" => 1e-12,
+        "LEFT_EPSILON" => 1e-12,
+        "MIN_POSITIVE_NORMAL" => f32::MIN_POSITIVE as f64,
+        "MIN_POSITIVE_SUBNORMAL" => 1.0e-45,
+        "STABLE_RECIPROCAL_THRESHOLD" => 1.0e-20,
+        "ZEROS" => 0.0,
+        "ONES" => 1.0,
+        _ => return None,
+    })
+}
+
+impl fmt::Display for Static {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Static::None => f.write_str("None"),
+            Static::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            Static::Int(i) => write!(f, "{i}"),
+            Static::Float(x) => write!(f, "{x:?}"),
+            Static::Str(s) => write!(f, "{s:?}"),
+            Static::Ellipsis => f.write_str("..."),
+            Static::Dim(s) => f.write_str(s),
+            Static::Seq { items, list } => {
+                f.write_str(if *list { "[" } else { "(" })?;
+                for (i, it) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{it}")?;
+                }
+                if !list && items.len() == 1 {
+                    f.write_str(",")?;
+                }
+                f.write_str(if *list { "]" } else { ")" })
+            }
+            Static::Slice { start, stop, step } => {
+                let o = |v: &Option<i64>| v.map_or("None".to_string(), |x| x.to_string());
+                write!(f, "slice({}, {}, {})", o(start), o(stop), o(step))
+            }
+            Static::Named(n) => write!(f, "Constant.{n}"),
+            Static::Tensor(t) => write!(f, "tensor{:?}", t.shape),
+        }
+    }
+}

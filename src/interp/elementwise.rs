@@ -1,0 +1,177 @@
+//! Elementwise kernels: unary functions, binary operators with NumPy broadcasting, and
+//! `where`. Each element is computed in f64; the caller rounds the result to the node's
+//! dtype, so integer results that overflow their type saturate (see `tensor::round_to`)
+//! rather than wrap as NumPy's fixed-width integers would.
+
+use super::index::{broadcast_strides, Offsets};
+use super::special::erfc;
+use crate::error::Result;
+use crate::ir::{BinaryOp, Dtype, UnaryOp};
+use crate::tensor::Tensor;
+use crate::user_error;
+
+pub fn unary(op: UnaryOp, x: &Tensor) -> Vec<f64> {
+    x.data.iter().map(|&v| unary_fn(op, v)).collect()
+}
+
+fn unary_fn(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        // NumPy's sign: 0 for zero (f64::signum would say 1) and NaN for NaN.
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tanh => x.tanh(),
+        // Each branch exponentiates a non-positive number, so neither overflows.
+        UnaryOp::Sigmoid => {
+            if x >= 0.0 {
+                1.0 / (1.0 + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (1.0 + e)
+            }
+        }
+        UnaryOp::Relu => max_nan(x, 0.0),
+        // x * Phi(x) with Phi(x) = (1 + erf(x/sqrt2))/2 = erfc(-x/sqrt2)/2; the erfc form
+        // keeps full relative precision for large negative x, where 1 + erf cancels.
+        UnaryOp::Gelu => x * erfc(-x / std::f64::consts::SQRT_2) / 2.0,
+        UnaryOp::GeluTanh => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        }
+        UnaryOp::Softplus => (-x.abs()).exp().ln_1p() + max_nan(x, 0.0),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Not => bool_f64(x == 0.0),
+        UnaryOp::IsNan => bool_f64(x.is_nan()),
+    }
+}
+
+/// Broadcasts `l` and `r` to `out` and applies `op`; `dtype` is the result dtype (for
+/// comparisons, the bool result; otherwise the promoted operand type), which decides
+/// integer versus float semantics of floor division, shifts and powers.
+pub fn binary(op: BinaryOp, l: &Tensor, r: &Tensor, out: &[u64], dtype: Dtype) -> Result<Vec<f64>> {
+    if op == BinaryOp::Pow && dtype.is_int() {
+        if let Some(e) = r.data.iter().find(|&&e| e < 0.0) {
+            return Err(user_error!("integers to negative integer powers are not allowed (exponent {e})"));
+        }
+    }
+    let lo = Offsets::new(out, 0, &broadcast_strides(&l.shape, out));
+    let ro = Offsets::new(out, 0, &broadcast_strides(&r.shape, out));
+    Ok(lo.zip(ro).map(|(i, j)| binary_fn(op, dtype, l.data[i], r.data[j])).collect())
+}
+
+fn binary_fn(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> f64 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => a.powf(b),
+        BinaryOp::Max => max_nan(a, b),
+        BinaryOp::Min => min_nan(a, b),
+        BinaryOp::FloorDiv => {
+            if dtype.is_float() {
+                (a / b).floor()
+            } else {
+                int_floor_div(a as i64, b as i64) as f64
+            }
+        }
+        BinaryOp::Eq => bool_f64(a == b),
+        BinaryOp::Ne => bool_f64(a != b),
+        BinaryOp::Lt => bool_f64(a < b),
+        BinaryOp::Le => bool_f64(a <= b),
+        BinaryOp::Gt => bool_f64(a > b),
+        BinaryOp::Ge => bool_f64(a >= b),
+        BinaryOp::And => bool_f64(a != 0.0 && b != 0.0),
+        BinaryOp::Or => bool_f64(a != 0.0 || b != 0.0),
+        BinaryOp::Xor => bool_f64((a != 0.0) != (b != 0.0)),
+        BinaryOp::Shl => shift_left(dtype, a as i64, b as i64),
+        BinaryOp::Shr => shift_right(dtype, a as i64, b as i64),
+    }
+}
+
+/// `where(cond, a, b)` with all three broadcast to `out`.
+pub fn select(cond: &Tensor, a: &Tensor, b: &Tensor, out: &[u64]) -> Vec<f64> {
+    let co = Offsets::new(out, 0, &broadcast_strides(&cond.shape, out));
+    let ao = Offsets::new(out, 0, &broadcast_strides(&a.shape, out));
+    let bo = Offsets::new(out, 0, &broadcast_strides(&b.shape, out));
+    co.zip(ao)
+        .zip(bo)
+        .map(|((c, i), j)| if cond.data[c] != 0.0 { a.data[i] } else { b.data[j] })
+        .collect()
+}
+
+fn bool_f64(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+/// NumPy's `maximum`: NaN if either side is NaN (`f64::max` would drop the NaN).
+pub(super) fn max_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// NumPy's `minimum`, NaN-propagating like [`max_nan`].
+pub(super) fn min_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+/// Python's `a // b` on integers (rounds toward negative infinity). Division by zero
+/// gives 0, as NumPy's integer division does (with a warning we do not reproduce).
+fn int_floor_div(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
+    }
+    // wrapping: i64::MIN / -1 overflows, and a user's data can reach it.
+    let q = a.wrapping_div(b);
+    if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+fn bit_width(dtype: Dtype) -> i64 {
+    if dtype == Dtype::I32 { 32 } else { 64 }
+}
+
+/// NumPy's `left_shift` in the operand width: bits shifted out are lost, and a shift by
+/// a negative amount or by the width or more gives 0.
+fn shift_left(dtype: Dtype, a: i64, s: i64) -> f64 {
+    if !(0..bit_width(dtype)).contains(&s) {
+        return 0.0;
+    }
+    if dtype == Dtype::I32 {
+        ((a as i32) << s) as f64
+    } else {
+        (a << s) as f64
+    }
+}
+
+/// NumPy's `right_shift`: arithmetic, and a shift by the width or more (or a negative
+/// amount) leaves only the sign: -1 for negative numbers, 0 otherwise.
+fn shift_right(dtype: Dtype, a: i64, s: i64) -> f64 {
+    if !(0..bit_width(dtype)).contains(&s) {
+        return if a < 0 { -1.0 } else { 0.0 };
+    }
+    (a >> s) as f64
+}

@@ -1,0 +1,118 @@
+//! Conformance: every case and variant of `../shared/testdata/manifest.json` through
+//! the frontend and the interpreter, compared with Mithril's own outputs.
+//!
+//! Tolerance: |got - want| <= 1e-5 + 1e-5 * |want| (f32 data). Constructor values that
+//! Mithril's serializer dropped from a JSON come from `tests/conformance/latent/`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mithrilc::cli;
+use mithrilc::data::{self, ArrayFile};
+use mithrilc::frontend::mithril;
+use mithrilc::ir::{Shape, TensorType};
+use mithrilc::passes;
+
+const ATOL: f64 = 1e-5;
+const RTOL: f64 = 1e-5;
+
+fn testdata() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata");
+    dir.join("manifest.json").exists().then_some(dir)
+}
+
+/// `--set` values for a case, from `tests/conformance/latent/CASE.json`.
+fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/latent").join(format!("{case}.json"));
+    let Ok(text) = std::fs::read_to_string(&path) else { return Vec::new() };
+    let v: serde_json::Value = serde_json::from_str(&text).expect("latent file is valid JSON");
+    v["set"].as_object().expect("latent file has a `set` object").iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// Runs one variant; returns the worst error per output, or a failure message.
+fn check_variant(dir: &Path, case: &str, json: &str, npz: &str) -> Result<Vec<(String, f64, f64)>, String> {
+    let file: ArrayFile = data::read_arrays(&dir.join(npz)).map_err(|e| e.to_string())?;
+    let mut opts = mithril::Options { set: latent(case), ..Default::default() };
+    for (key, t) in &file.arrays {
+        if let Some(name) = key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")) {
+            opts.known_types.insert(name.to_string(), TensorType::new(t.dtype, Shape::known(&t.shape)));
+        }
+    }
+    let mut graph = mithril::load(&dir.join(json), &opts).map_err(|e| e.to_string())?;
+    passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {}).map_err(|e| e.to_string())?;
+    let feeds = cli::feeds(&graph, &[&file]).map_err(|e| e.to_string())?;
+    let outputs = mithrilc::interp::run(&graph, &feeds).map_err(|e| e.to_string())?;
+    let want: BTreeMap<&str, _> =
+        file.arrays.iter().filter_map(|(k, t)| k.strip_prefix("output/").map(|n| (n, t))).collect();
+    let got_names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
+    let want_names: Vec<&str> = want.keys().copied().collect();
+    if got_names != want_names {
+        return Err(format!("outputs {got_names:?}, Mithril has {want_names:?}"));
+    }
+    let mut report = Vec::new();
+    for (name, got) in &outputs {
+        let want = want[name.as_str()];
+        if got.shape != want.shape {
+            return Err(format!("output {name}: shape {:?}, Mithril has {:?}", got.shape, want.shape));
+        }
+        let (mut worst_abs, mut worst_ratio) = (0.0f64, 0.0f64);
+        for (g, w) in got.data.iter().zip(&want.data) {
+            let err = (g - w).abs();
+            let ratio = err / (ATOL + RTOL * w.abs());
+            if !(ratio <= 1.0) {
+                return Err(format!("output {name}: got {g}, Mithril has {w} (error {err:.3e})"));
+            }
+            worst_abs = worst_abs.max(err);
+            worst_ratio = worst_ratio.max(ratio);
+        }
+        report.push((name.clone(), worst_abs, worst_ratio));
+    }
+    Ok(report)
+}
+
+#[test]
+fn every_manifest_case_matches_mithril() {
+    let Some(dir) = testdata() else {
+        println!("skipped: ../shared/testdata/manifest.json is not present");
+        return;
+    };
+    // Python's json writes Infinity/NaN, which JSON does not have.
+    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let text = text.replace(": Infinity", ": null").replace(": -Infinity", ": null").replace(": NaN", ": null");
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (mut cases, mut variants, mut outputs) = (0, 0, 0);
+    let (mut worst, mut worst_at) = (0.0f64, String::new());
+    let mut failures = Vec::new();
+    for (case, entry) in manifest.as_object().unwrap() {
+        if case.starts_with('_') {
+            continue;
+        }
+        let Some(vars) = entry["variants"].as_array() else {
+            // Mithril itself failed on this case (status "error"): there is no JSON.
+            println!("{case}: no reference ({})", entry["error"].as_str().unwrap_or("no variants"));
+            continue;
+        };
+        cases += 1;
+        let json = entry["json"].as_str().unwrap();
+        for v in vars {
+            variants += 1;
+            let npz = v["npz"].as_str().unwrap();
+            match check_variant(&dir, case, json, npz) {
+                Ok(report) => {
+                    for (name, abs, ratio) in report {
+                        outputs += 1;
+                        println!("{npz}: {name} max abs error {abs:.2e} ({:.0}% of tolerance)", ratio * 100.0);
+                        if abs > worst {
+                            worst = abs;
+                            worst_at = format!("{npz}: {name}");
+                        }
+                    }
+                }
+                Err(e) => failures.push(format!("{npz}: {e}")),
+            }
+        }
+    }
+    println!("checked {cases} cases, {variants} variants, {outputs} outputs; worst abs error {worst:.3e} ({worst_at})");
+    assert!(failures.is_empty(), "{} variant(s) differ from Mithril:\n{}", failures.len(), failures.join("\n"));
+    assert!(cases >= 50, "expected the whole conformance set, found {cases} cases");
+}
