@@ -138,20 +138,40 @@ fn group(n: u64) -> String {
 /// `mithrilc run`: evaluates the model on the given data with the interpreter.
 pub struct RunArgs {
     pub model: ModelArgs,
-    pub data: PathBuf,
+    /// Data files: `FILE` (arrays named by key) or `NAME=FILE` (a one-array file
+    /// whose array is the input `NAME`).
+    pub data: Vec<String>,
     pub params: Option<PathBuf>,
     pub output: Option<PathBuf>,
 }
 
+/// Reads a `--data` argument: `FILE`, or `NAME=FILE` for a file holding one array.
+pub fn read_data_arg(arg: &str) -> Result<ArrayFile> {
+    match arg.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !Path::new(arg).exists() => {
+            let file = data::read_arrays(Path::new(path))?;
+            if file.arrays.len() != 1 {
+                return Err(Error::user(format!(
+                    "--data {arg}: {path} holds {} arrays; NAME=FILE needs a file with exactly one",
+                    file.arrays.len()
+                )));
+            }
+            let t = file.arrays.into_values().next().expect("one array");
+            Ok(ArrayFile { path: file.path, arrays: [(name.to_string(), t)].into_iter().collect() })
+        }
+        _ => data::read_arrays(Path::new(arg)),
+    }
+}
+
 /// Runs the model; returns the outputs and a printable report.
 pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
-    let data = data::read_arrays(&args.data)?;
+    let data: Vec<ArrayFile> = args.data.iter().map(|d| read_data_arg(d)).collect::<Result<_>>()?;
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
     let mut files: Vec<&ArrayFile> = Vec::new();
     if let Some(p) = &params {
         files.push(p);
     }
-    files.push(&data);
+    files.extend(data.iter());
     let graph = load_model(&args.model, &files)?;
     let feeds = feeds(&graph, &files)?;
     let outputs = crate::interp::run(&graph, &feeds)?;
@@ -192,13 +212,17 @@ pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Ten
     }
     if !missing.is_empty() {
         let looked: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
-        return Err(Error::user(format!(
+        let mut err = Error::user(format!(
             "{} of the model's inputs and parameters {} not in the data: {}",
             missing.len(),
             if missing.len() == 1 { "is" } else { "are" },
             missing.join(", ")
         ))
-        .note(format!("looked for NAME, input/NAME and param/NAME in {}", looked.join(" and "))));
+        .note(format!("looked for NAME, input/NAME and param/NAME in {}", looked.join(" and ")));
+        if files.iter().any(|f| f.path.extension().is_some_and(|e| e == "npy")) {
+            err = err.note("a .npy file's array is named after the file; give it as --data NAME=FILE.npy");
+        }
+        return Err(err);
     }
     Ok(feeds)
 }

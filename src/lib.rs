@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod data;
+pub mod docs;
 pub mod error;
 pub mod frontend;
 pub mod interp;

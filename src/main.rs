@@ -46,9 +46,10 @@ enum Command {
     Run {
         #[command(flatten)]
         model: ModelOpts,
-        /// Inputs (.npz, .npy or .safetensors); arrays named NAME or input/NAME
-        #[arg(long, value_name = "FILE")]
-        data: PathBuf,
+        /// Inputs: FILE (.npz, .npy or .safetensors; arrays named NAME or input/NAME),
+        /// or NAME=FILE for a file holding the one array of input NAME
+        #[arg(long, value_name = "FILE", required = true)]
+        data: Vec<String>,
         /// Parameters (.safetensors or .npz); arrays named NAME or param/NAME
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,

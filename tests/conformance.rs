@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use mithrilc::cli;
 use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
-use mithrilc::ir::{Shape, TensorType};
+use mithrilc::ir::{Op, Shape, TensorType};
 use mithrilc::passes;
 
 const ATOL: f64 = 1e-5;
@@ -30,9 +30,13 @@ fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
 }
 
 /// Runs one variant; returns the worst error per output, or a failure message.
-fn check_variant(dir: &Path, case: &str, json: &str, npz: &str) -> Result<Vec<(String, f64, f64)>, String> {
+/// `variant` is the manifest entry: the graph's inputs and parameters must be the ones
+/// Mithril compiled (same physical names, same shapes, same data/trainable split).
+fn check_variant(dir: &Path, case: &str, json: &str, npz: &str, variant: &serde_json::Value) -> Result<Vec<(String, f64, f64)>, String> {
     let file: ArrayFile = data::read_arrays(&dir.join(npz)).map_err(|e| e.to_string())?;
-    let mut opts = mithril::Options { set: latent(case), ..Default::default() };
+    // The manifest's data inputs are Mithril's `data_keys` at compile time.
+    let data_keys = variant["inputs"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+    let mut opts = mithril::Options { set: latent(case), data_keys, ..Default::default() };
     for (key, t) in &file.arrays {
         if let Some(name) = key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")) {
             opts.known_types.insert(name.to_string(), TensorType::new(t.dtype, Shape::known(&t.shape)));
@@ -40,6 +44,29 @@ fn check_variant(dir: &Path, case: &str, json: &str, npz: &str) -> Result<Vec<(S
     }
     let mut graph = mithril::load(&dir.join(json), &opts).map_err(|e| e.to_string())?;
     passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {}).map_err(|e| e.to_string())?;
+    let args = |kind: &str| -> BTreeMap<String, Vec<u64>> {
+        variant[kind]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect())).collect())
+            .unwrap_or_default()
+    };
+    let ours = |op: Op| -> BTreeMap<String, Vec<u64>> {
+        graph
+            .nodes
+            .iter()
+            .filter(|n| n.op == op)
+            .map(|n| (n.name.clone().unwrap(), n.ty.shape.as_known().unwrap()))
+            .collect()
+    };
+    if ours(Op::Input) != args("inputs") || ours(Op::Param) != args("params") {
+        return Err(format!(
+            "inputs {:?} and parameters {:?}; Mithril compiled inputs {:?} and parameters {:?}",
+            ours(Op::Input),
+            ours(Op::Param),
+            args("inputs"),
+            args("params")
+        ));
+    }
     let feeds = cli::feeds(&graph, &[&file]).map_err(|e| e.to_string())?;
     let outputs = mithrilc::interp::run(&graph, &feeds).map_err(|e| e.to_string())?;
     let want: BTreeMap<&str, _> =
@@ -97,7 +124,7 @@ fn every_manifest_case_matches_mithril() {
         for v in vars {
             variants += 1;
             let npz = v["npz"].as_str().unwrap();
-            match check_variant(&dir, case, json, npz) {
+            match check_variant(&dir, case, json, npz, v) {
                 Ok(report) => {
                     for (name, abs, ratio) in report {
                         outputs += 1;

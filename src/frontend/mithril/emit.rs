@@ -27,6 +27,9 @@ pub struct Options {
     /// Constructor values Mithril did not write to the JSON (`--set PATH.KEY=VALUE`):
     /// `(PATH.KEY, value)`.
     pub set: Vec<(String, Value)>,
+    /// Inputs that are data even if the file marks them differentiable (Mithril's
+    /// `ml.compile(data_keys=...)`).
+    pub data_keys: BTreeSet<String>,
 }
 
 /// Reads and compiles a model file.
@@ -142,8 +145,9 @@ struct Emitter<'a> {
     vals: HashMap<SlotId, Val>,
     /// Names of the model's inputs (slot root → physical name).
     input_names: BTreeMap<SlotId, String>,
-    /// Shapes bound to template symbols of the file's `assigned_shapes`.
+    /// The primitive being emitted, and its inputs (for messages).
     origin: String,
+    current: Vec<(String, Val)>,
 }
 
 impl<'a> Emitter<'a> {
@@ -155,6 +159,7 @@ impl<'a> Emitter<'a> {
             vals: HashMap::new(),
             input_names: BTreeMap::new(),
             origin: String::new(),
+            current: Vec::new(),
         }
     }
 
@@ -331,7 +336,8 @@ impl<'a> Emitter<'a> {
             })?,
         };
         let dtype = known.map(|k| k.dtype).or(slot.dtype).unwrap_or(Dtype::F32);
-        let op = if slot.differentiable == Some(true) { Op::Param } else { Op::Input };
+        let trainable = slot.differentiable == Some(true) && !self.opts.data_keys.contains(&name);
+        let op = if trainable { Op::Param } else { Op::Input };
         let id = self.graph.push(op, vec![], TensorType::new(dtype, shape));
         self.graph.nodes[id.index()].name = Some(name);
         Ok(id)
@@ -397,8 +403,9 @@ impl<'a> Emitter<'a> {
         self.origin = node.origin.clone();
         let mut ins: Vec<(String, Val)> = Vec::new();
         for (k, s) in &node.inputs {
-            ins.push((k.clone(), self.value(*s)?));
+            ins.push((k.clone(), self.value(*s).map_err(|e| e.context(format!("{}: input `{k}`", node.origin)))?));
         }
+        self.current = ins.clone();
         let out = self.formula(node, &ins).map_err(|e| {
             if e.message.starts_with(&node.origin) || e.kind != crate::ErrorKind::User {
                 e
@@ -425,18 +432,25 @@ impl<'a> Emitter<'a> {
         let tys: Vec<&TensorType> = args.iter().map(|a| self.graph.ty(*a)).collect();
         let ty = shape::infer(&op, &tys, &TensorType::new(Dtype::F32, Shape::scalar()), &self.graph.consts).map_err(|msg| {
             let operands: Vec<String> = args.iter().map(|a| self.describe_value(*a)).collect();
-            Error::user(format!("{}: {msg}", op.name())).note(format!("operands: {}", operands.join(", ")))
+            Error::user(msg).note(format!("{} of {}", op.name(), operands.join(" and ")))
         })?;
         let id = self.graph.push(op, args, ty);
         self.graph.nodes[id.index()].origin = Some(self.origin.clone());
         Ok(id)
     }
 
+    /// `left = `x` f32[3, 4]`: the primitive's key (when the value is one of its
+    /// inputs), the value's name, and its type.
     fn describe_value(&self, v: ValueId) -> String {
         let n = self.graph.node(v);
-        match &n.name {
+        let key = self.current.iter().find(|(_, val)| matches!(val, Val::T(id) if *id == v)).map(|(k, _)| k);
+        let what = match &n.name {
             Some(name) => format!("`{name}` {}", n.ty),
-            None => format!("%{} {}", v.0, n.ty),
+            None => format!("{}", n.ty),
+        };
+        match key {
+            Some(k) => format!("{k} = {what}"),
+            None => what,
         }
     }
 

@@ -89,7 +89,7 @@ pub fn parse_file(text: &str, file: &str) -> Result<ModelNode> {
         ))
         .note("TrainModel files are out of scope for inference compilation; the model is under the \"model\" field"));
     }
-    parse_node(&value, "")
+    parse_node(&value, "").map_err(|e| e.context(file))
 }
 
 /// Parses a model node given as a JSON value (a model-valued argument) at `path`.
@@ -226,10 +226,11 @@ fn parse_node(v: &Value, path: &str) -> Result<ModelNode> {
     })
 }
 
-/// `IndexerOp` → `Indexer`: implicit operators are serialized under their operator class.
+/// `IndexerOp` → `Indexer`: implicit operators are serialized under their operator
+/// class, which has the same keys and formula as the model class without `Op`.
 fn normalize_class(name: &str) -> String {
     match name.strip_suffix("Op") {
-        Some(base) if !base.is_empty() && name != "StopGradientOp" => base.to_string(),
+        Some(base) if super::library::known_classes().contains(&base) => base.to_string(),
         _ => name.to_string(),
     }
 }
