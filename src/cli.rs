@@ -148,6 +148,7 @@ pub struct RunArgs {
 /// Reads a `--data` argument: `FILE`, or `NAME=FILE` for a file holding one array.
 pub fn read_data_arg(arg: &str) -> Result<ArrayFile> {
     match arg.split_once('=') {
+        Some((_, "")) => Err(Error::usage(format!("--data {arg}: the file name is empty (expected NAME=FILE)"))),
         Some((name, path)) if !name.is_empty() && !Path::new(arg).exists() => {
             let file = data::read_arrays(Path::new(path))?;
             if file.arrays.len() != 1 {
@@ -173,7 +174,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     }
     files.extend(data.iter());
     let graph = load_model(&args.model, &files)?;
-    let feeds = feeds(&graph, &files)?;
+    let feeds = feeds(&graph, &files).map_err(|e| e.context(args.model.model.display()))?;
     let outputs = crate::interp::run(&graph, &feeds)?;
     let mut report = String::new();
     match &args.output {
@@ -219,7 +220,12 @@ pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Ten
             missing.join(", ")
         ))
         .note(format!("looked for NAME, input/NAME and param/NAME in {}", looked.join(" and ")));
-        if files.iter().any(|f| f.path.extension().is_some_and(|e| e == "npy")) {
+        // A bare .npy names its one array after the file, which is rarely an input name.
+        let bare_npy = files.iter().any(|f| {
+            f.path.extension().is_some_and(|e| e == "npy")
+                && f.path.file_stem().is_some_and(|stem| f.arrays.contains_key(stem.to_string_lossy().as_ref()))
+        });
+        if bare_npy {
             err = err.note("a .npy file's array is named after the file; give it as --data NAME=FILE.npy");
         }
         return Err(err);

@@ -76,6 +76,15 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// An I/O error's message without the trailing ` (os error N)`.
+pub fn io_message(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
 /// `user_error!("...", args)`: an [`Error`] of kind [`ErrorKind::User`].
 #[macro_export]
 macro_rules! user_error {

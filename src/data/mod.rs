@@ -68,14 +68,7 @@ impl Format {
     }
 }
 
-/// An I/O error's message without the trailing ` (os error N)`.
-fn io_message(e: &io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error ") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
-}
+use crate::error::io_message;
 
 fn read_error(path: &Path, e: &io::Error) -> Error {
     crate::user_error!("cannot read {}: {}", path.display(), io_message(e))

@@ -35,7 +35,8 @@ pub struct Options {
 /// Reads and compiles a model file.
 pub fn load(path: &Path, opts: &Options) -> Result<Graph> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| Error::user(format!("cannot read {file}: {e}")))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::user(format!("cannot read {file}: {}", crate::error::io_message(&e))))?;
     let name = path.file_stem().map_or("model".to_string(), |s| s.to_string_lossy().into_owned());
     load_str(&text, &file, &name, opts)
 }
@@ -78,6 +79,21 @@ fn apply_set(root: &mut ModelNode, set: &[(String, Value)]) -> Result<()> {
                 None => return Err(Error::user(format!("--set {target}: there is no model node at `{path}`"))),
             };
         }
+        // Only a key the node has: a constructor argument, or a valued input key.
+        let known = node.args.contains_key(key)
+            || node.exposed_keys.iter().any(|k| k == key)
+            || library::primitive(&node.class).is_some_and(|p| p.inputs.contains(&key));
+        if !known {
+            let mut keys: Vec<&str> = node.args.keys().map(String::as_str).collect();
+            keys.extend(node.exposed_keys.iter().map(String::as_str).filter(|k| *k != "output" && !k.starts_with('$')));
+            keys.sort();
+            keys.dedup();
+            return Err(Error::user(format!(
+                "--set {target}: {} has no argument `{key}` (it has: {})",
+                node.describe(),
+                if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
+            )));
+        }
         node.args.insert(key.to_string(), value.clone());
     }
     Ok(())
@@ -96,8 +112,9 @@ fn check_supported(net: &Net) -> Result<()> {
         } else {
             let mut line = format!("{at}: unknown model class '{class}'");
             let close = closest(class, &known);
-            if !close.is_empty() {
-                line.push_str(&format!(" (did you mean {}?)", close.join(", ")));
+            if let Some((last, rest)) = close.split_last() {
+                let alternatives = if rest.is_empty() { last.clone() } else { format!("{} or {last}", rest.join(", ")) };
+                line.push_str(&format!(" (did you mean {alternatives}?)"));
             }
             lines.push(line);
         }
@@ -148,6 +165,11 @@ struct Emitter<'a> {
     /// The primitive being emitted, and its inputs (for messages).
     origin: String,
     current: Vec<(String, Val)>,
+    /// Inputs whose shapes are being resolved from templates (breaks cycles).
+    resolving: BTreeSet<SlotId>,
+    /// Why a related input could not be created while resolving templates: when an
+    /// input's shape cannot be found, this is the error worth reporting.
+    root_cause: Option<Error>,
 }
 
 impl<'a> Emitter<'a> {
@@ -160,6 +182,8 @@ impl<'a> Emitter<'a> {
             input_names: BTreeMap::new(),
             origin: String::new(),
             current: Vec::new(),
+            resolving: BTreeSet::new(),
+            root_cause: None,
         }
     }
 
@@ -313,6 +337,14 @@ impl<'a> Emitter<'a> {
         }
         let id = self.create_input(r)?;
         self.vals.insert(r, Val::T(id));
+        self.check_templates_of(r).map_err(|e| {
+            let name = self.input_names.get(&r).cloned().unwrap_or_default();
+            match (self.opts.shapes.contains_key(&name), self.opts.known_types.contains_key(&name)) {
+                (true, _) => e.note(format!("the shape of `{name}` was given with --shape")),
+                (false, true) => e.note(format!("the shape of `{name}` comes from the data")),
+                (false, false) => e,
+            }
+        })?;
         Ok(Val::T(id))
     }
 
@@ -321,12 +353,24 @@ impl<'a> Emitter<'a> {
         let slot = self.net.slot(r);
         let known = self.opts.known_types.get(&name);
         let shape = match (self.opts.shapes.get(&name), known) {
-            (Some(cli), Some(k)) if *cli != k.shape => {
-                return Err(Error::user(format!("--shape {name}={cli} contradicts the data file, where `{name}` has shape {}", k.shape)))
+            (Some(cli), Some(k)) if *cli != k.shape && !binds_to(cli, &k.shape) => {
+                let dims: Vec<String> = cli.0.iter().map(|d| d.to_string()).collect();
+                return Err(Error::user(format!(
+                    "--shape {name}={} contradicts the data, where `{name}` has shape {}",
+                    dims.join(","),
+                    k.shape
+                )));
             }
+            (Some(_), Some(k)) => k.shape.clone(),
             (Some(cli), _) => cli.clone(),
             (None, Some(k)) => k.shape.clone(),
             (None, None) => self.template_shape(r).ok_or_else(|| {
+                if let Err(e) = self.check_templates_of(r) {
+                    return e;
+                }
+                if let Some(cause) = self.root_cause.take() {
+                    return cause;
+                }
                 let user = self.net.nodes.iter().find(|n| n.inputs.iter().any(|(_, s)| self.net.find(*s) == r));
                 Error::user(format!(
                     "the shape of input `{name}`{} is unknown",
@@ -344,23 +388,40 @@ impl<'a> Emitter<'a> {
     }
 
     /// The shape of an input implied by the templates it appears in, from the shapes
-    /// of the other values already emitted.
-    fn template_shape(&self, r: SlotId) -> Option<Shape> {
-        for t in &self.net.templates {
-            let Some((_, mine)) = t.entries.iter().find(|(s, _)| self.net.find(*s) == r) else { continue };
-            let mut b = Bindings::default();
-            for (s, dims) in &t.entries {
-                if let Some(shape) = self.known_shape(*s) {
-                    if b.bind(dims, &shape).is_err() {
-                        return None;
+    /// of the other values in them. Other model inputs of those templates are created
+    /// first (their shapes may be known), so `Linear`'s weight can follow its input.
+    fn template_shape(&mut self, r: SlotId) -> Option<Shape> {
+        if !self.resolving.insert(r) {
+            return None;
+        }
+        let net = self.net;
+        let mut found = None;
+        for t in &net.templates {
+            let Some((_, mine)) = t.entries.iter().find(|(s, _)| net.find(*s) == r) else { continue };
+            for (s, _) in &t.entries {
+                let o = net.find(*s);
+                let slot = net.slot(o);
+                let is_input = slot.producer.is_none() && slot.value.is_none() && slot.lost.is_none();
+                if o != r && is_input && !self.vals.contains_key(&o) && !self.resolving.contains(&o) {
+                    if let Err(e) = self.value(o) {
+                        self.root_cause.get_or_insert(e);
                     }
                 }
             }
-            if let Some(shape) = b.instantiate(mine, t.user) {
-                return Some(shape);
+            let mut b = Bindings::default();
+            let consistent = t.entries.iter().all(|(s, dims)| match self.known_shape(*s) {
+                Some(shape) => b.bind(dims, &shape).is_ok(),
+                None => true,
+            });
+            if consistent {
+                if let Some(shape) = b.instantiate(mine, t.user) {
+                    found = Some(shape);
+                    break;
+                }
             }
         }
-        None
+        self.resolving.remove(&r);
+        found
     }
 
     fn known_shape(&self, s: SlotId) -> Option<Shape> {
@@ -372,21 +433,34 @@ impl<'a> Emitter<'a> {
 
     /// Every template group must hold of the shapes the model ended up with.
     fn check_templates(&self) -> Result<()> {
-        for t in &self.net.templates {
-            let mut b = Bindings::default();
-            for (s, dims) in &t.entries {
-                let Some(shape) = self.known_shape(*s) else { continue };
-                if let Err(why) = b.bind(dims, &shape) {
-                    let name = self.slot_label(*s);
-                    return Err(Error::user(format!(
-                        "{}: `{name}` has shape {shape}, which does not match {}{why}",
-                        t.origin,
-                        template_text(dims)
-                    )));
-                }
+        self.net.templates.iter().try_for_each(|t| self.check_template(t))
+    }
+
+    /// Checks one template group against the shapes known so far.
+    fn check_template(&self, t: &super::net::Template) -> Result<()> {
+        let mut b = Bindings::default();
+        for (s, dims) in &t.entries {
+            let Some(shape) = self.known_shape(*s) else { continue };
+            if let Err(why) = b.bind(dims, &shape) {
+                let name = self.slot_label(*s);
+                return Err(Error::user(format!(
+                    "{}: `{name}` has shape {shape}, which does not match {}{why}",
+                    t.origin,
+                    template_text(dims)
+                )));
             }
         }
         Ok(())
+    }
+
+    /// Checks the templates that mention slot `r` (a new input), so a wrong shape is
+    /// reported against the model node that requires it.
+    fn check_templates_of(&self, r: SlotId) -> Result<()> {
+        self.net
+            .templates
+            .iter()
+            .filter(|t| t.entries.iter().any(|(s, _)| self.net.find(*s) == r))
+            .try_for_each(|t| self.check_template(t))
     }
 
     fn slot_label(&self, s: SlotId) -> String {
@@ -403,7 +477,7 @@ impl<'a> Emitter<'a> {
         self.origin = node.origin.clone();
         let mut ins: Vec<(String, Val)> = Vec::new();
         for (k, s) in &node.inputs {
-            ins.push((k.clone(), self.value(*s).map_err(|e| e.context(format!("{}: input `{k}`", node.origin)))?));
+            ins.push((k.clone(), self.value(*s)?));
         }
         self.current = ins.clone();
         let out = self.formula(node, &ins).map_err(|e| {
@@ -1260,6 +1334,17 @@ impl<'a> Emitter<'a> {
         let data = (0..n).map(|i| a + s * i as f64).collect();
         Ok(Val::T(self.constant(Tensor::new(dtype, vec![n], data))))
     }
+}
+
+/// A `--shape` with symbols that the data's concrete shape instantiates
+/// (`B,784` and `[1, 784]`): the data decides.
+fn binds_to(template: &Shape, concrete: &Shape) -> bool {
+    let mut seen: BTreeMap<&str, &Dim> = BTreeMap::new();
+    template.rank() == concrete.rank()
+        && template.0.iter().zip(&concrete.0).all(|(t, c)| match t {
+            Dim::Known(_) => t == c,
+            Dim::Sym(s) => *seen.entry(s.as_str()).or_insert(c) == c,
+        })
 }
 
 fn seq(items: Vec<Val>, list: bool) -> Val {

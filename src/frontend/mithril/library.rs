@@ -767,16 +767,21 @@ impl Args<'_> {
     /// A model-valued argument: a nested node or a bare class name.
     fn model(&self, key: &str) -> Result<ModelNode> {
         let v = self.get(key).ok_or_else(|| self.err(&format!("argument `{key}` is missing")))?;
-        self.model_value(v, &format!("{}.args.{key}", self.node.path))
+        self.model_value(v, &self.arg_path(key))
     }
     fn models(&self, key: &str) -> Result<Vec<ModelNode>> {
         let v = self.get(key).ok_or_else(|| self.err(&format!("argument `{key}` is missing")))?;
         let list = v.as_array().ok_or_else(|| self.err(&format!("argument `{key}` must be a list of models")))?;
         list.iter()
             .enumerate()
-            .map(|(i, m)| self.model_value(m, &format!("{}.args.{key}[{i}]", self.node.path)))
+            .map(|(i, m)| self.model_value(m, &format!("{}[{i}]", self.arg_path(key))))
             .collect()
     }
+    /// JSON path of argument `key`: `submodels.m_0.args.activation`.
+    fn arg_path(&self, key: &str) -> String {
+        if self.node.path.is_empty() { format!("args.{key}") } else { format!("{}.args.{key}", self.node.path) }
+    }
+
     fn model_value(&self, v: &Value, path: &str) -> Result<ModelNode> {
         let obj = match v {
             Value::String(name) => serde_json::json!({ "name": name.trim_end_matches("()") }),
