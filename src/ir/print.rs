@@ -74,7 +74,19 @@ fn attributes(graph: &Graph, op: &Op) -> Vec<String> {
         | Op::MatMul
         | Op::StopGradient => vec![],
         Op::Constant(c) => match graph.consts.get(c.0 as usize) {
-            Some(t) if t.numel() <= 8 => vec![format!("value = {}", list(&t.data))],
+            Some(t) if t.numel() <= 8 => {
+                // Shortest text that reads back as the same value of the constant's dtype.
+                let items: Vec<String> = t
+                    .data
+                    .iter()
+                    .map(|&x| match t.dtype {
+                        Dtype::F64 => format!("{x:?}"),
+                        d if d.is_float() => format!("{:?}", x as f32),
+                        _ => format!("{x}"),
+                    })
+                    .collect();
+                vec![format!("value = [{}]", items.join(", "))]
+            }
             _ => vec![format!("id = {}", c.0)],
         },
         Op::Cast { to } => vec![format!("to = {to}")],
