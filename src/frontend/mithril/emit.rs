@@ -686,60 +686,59 @@ impl<'a> Emitter<'a> {
         self.op(Op::Transpose { perm }, vec![x])
     }
 
-    /// `x[index]` on a tensor: ints, slices, None and one Ellipsis.
+    /// `x[index]` on a tensor: ints, slices, None and at most one Ellipsis, as NumPy's
+    /// basic indexing: a slice of the indexed dimensions, then a reshape that drops the
+    /// int-indexed ones and inserts the `None` ones.
     fn index_tensor(&mut self, x: ValueId, index: &Static) -> Result<ValueId> {
-        let items = match index {
+        let mut items = match index {
             Static::Seq { items, list: false } => items.clone(),
             other => vec![other.clone()],
         };
-        let rank = self.rank(x);
-        let consumed = items.iter().filter(|i| !matches!(i, Static::None | Static::Ellipsis)).count();
-        if consumed > rank || items.iter().filter(|i| matches!(i, Static::Ellipsis)).count() > 1 {
-            return Err(Error::user(format!("index {index} is too long for a rank-{rank} tensor")));
-        }
         let shape = self.shape(x);
-        let mut ranges = Vec::new();
-        let mut out_dims: Vec<Dim> = Vec::new();
-        let mut dim = 0usize;
+        let rank = shape.rank();
+        let consumed = items.iter().filter(|i| !matches!(i, Static::None | Static::Ellipsis)).count();
+        let ellipses = items.iter().filter(|i| matches!(i, Static::Ellipsis)).count();
+        if consumed > rank || ellipses > 1 {
+            return Err(Error::user(format!("index {index} does not fit a rank-{rank} tensor {shape}")));
+        }
+        // `...` stands for as many full slices as the other items leave over; without
+        // one, the trailing dimensions are taken whole.
+        let full = Static::Slice { start: None, stop: None, step: None };
+        let fill = vec![full; rank - consumed];
+        match items.iter().position(|i| matches!(i, Static::Ellipsis)) {
+            Some(at) => {
+                items.splice(at..=at, fill);
+            }
+            None => items.extend(fill),
+        }
+        let mut ranges = Vec::with_capacity(rank);
+        let mut out_dims = Vec::new();
         for it in &items {
+            let dim = ranges.len();
             match it {
-                Static::Ellipsis => {
-                    for _ in 0..rank - consumed - (dim - ranges.len().min(dim)).min(0) {
-                        if ranges.len() >= rank - (consumed - items.iter().take_while(|i| !matches!(i, Static::Ellipsis)).filter(|i| !matches!(i, Static::None)).count()) {
-                            break;
-                        }
-                        ranges.push(SliceRange::FULL);
-                        out_dims.push(shape.0[dim].clone());
-                        dim += 1;
-                    }
-                }
                 Static::None => out_dims.push(Dim::Known(1)),
                 Static::Int(i) => {
-                    let len = shape.0[dim].known().ok_or_else(|| Error::user(format!("cannot index the symbolic dimension of {shape}")))? as i64;
+                    let len = shape.0[dim].known().ok_or_else(|| Error::user(format!("cannot index the symbolic dimension of {shape}")))?;
+                    let len = len as i64;
                     let j = if *i < 0 { i + len } else { *i };
                     if j < 0 || j >= len {
-                        return Err(Error::user(format!("index {i} is out of range for dimension {dim} of size {len}")));
+                        return Err(Error::user(format!("index {i} is out of range for dimension {dim} of {shape}")));
                     }
                     ranges.push(SliceRange { start: Some(j), stop: Some(j + 1), step: 1 });
-                    dim += 1;
                 }
                 Static::Slice { start, stop, step } => {
                     let r = SliceRange { start: *start, stop: *stop, step: step.unwrap_or(1) };
-                    let n = match &shape.0[dim] {
-                        _ if r.is_full() => shape.0[dim].clone(),
+                    out_dims.push(match &shape.0[dim] {
+                        d if r.is_full() => d.clone(),
                         Dim::Known(len) => Dim::Known(r.resolve(*len).map_err(Error::user)?.2),
-                        Dim::Sym(s) => return Err(Error::user(format!("cannot slice the symbolic dimension {s}"))),
-                    };
+                        Dim::Sym(s) => return Err(Error::user(format!("cannot slice the symbolic dimension {s} of {shape}"))),
+                    });
                     ranges.push(r);
-                    out_dims.push(n);
-                    dim += 1;
                 }
-                other => return Err(Error::user(format!("unsupported index {other} (only ints, slices, None and ... index a tensor here)"))),
+                other => {
+                    return Err(Error::user(format!("unsupported index {other} (ints, slices, None and ... index a tensor)")))
+                }
             }
-        }
-        while ranges.len() < rank {
-            ranges.push(SliceRange::FULL);
-            out_dims.push(shape.0[ranges.len() - 1].clone());
         }
         let sliced = if ranges.iter().all(SliceRange::is_full) { x } else { self.op(Op::Slice { ranges }, vec![x])? };
         let out = Shape(out_dims);
@@ -1706,5 +1705,87 @@ impl Bindings {
             }
         }
         Some(Shape(dims))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(s: &str) -> Dim {
+        Dim::Sym(s.into())
+    }
+
+    #[test]
+    fn templates_bind_and_instantiate() {
+        let t = |s: &str| TemplateDim::Sym(s.into());
+        let mut b = Bindings::default();
+        let x = vec![t("N"), TemplateDim::Variadic("V".into()), t("d_in")];
+        b.bind(&x, &Shape::known(&[2, 3, 4])).unwrap();
+        assert_eq!(b.instantiate(&[TemplateDim::Known(5), t("d_in")], false), Some(Shape::known(&[5, 4])));
+        assert_eq!(b.instantiate(&[t("unbound")], false), None);
+        assert_eq!(b.instantiate(&[t("batch")], true), Some(Shape(vec![sym("batch")])));
+        assert_eq!(b.bind(&[t("d_in")], &Shape::known(&[5])).unwrap_err(), " (d_in is 4 elsewhere but 5 here)");
+        assert_eq!(b.bind(&[t("a"), t("b")], &Shape::known(&[1])).unwrap_err(), " (rank 1 where 2 is needed)");
+    }
+
+    #[test]
+    fn reshape_infers_minus_one_with_symbols() {
+        let x = Shape(vec![sym("B"), Dim::Known(128), Dim::Known(768)]);
+        let target = [None, Some(Dim::Known(128)), Some(Dim::Known(12)), Some(Dim::Known(64))];
+        assert_eq!(
+            resolve_infer_dim(&x, &target).unwrap(),
+            Shape(vec![sym("B"), Dim::Known(128), Dim::Known(12), Dim::Known(64)])
+        );
+        assert_eq!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(2)), None]).unwrap(), Shape::known(&[2, 12]));
+        assert!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(5)), None]).is_err());
+        assert!(resolve_infer_dim(&Shape::known(&[4]), &[None, None]).is_err());
+    }
+
+    #[test]
+    fn mithril_padding_and_stride_conversions() {
+        let i = Static::Int;
+        let pair = |a, b| Static::tuple(vec![i(a), i(b)]);
+        assert_eq!(convert_padding(&i(1), &i(3), true).unwrap(), Static::tuple(vec![pair(1, 1), pair(1, 1)]));
+        assert_eq!(convert_padding(&pair(1, 2), &i(3), true).unwrap(), Static::tuple(vec![pair(1, 1), pair(2, 2)]));
+        assert_eq!(convert_padding(&Static::Str("same".into()), &pair(3, 5), true).unwrap(), Static::tuple(vec![pair(1, 2), pair(1, 2)]));
+        assert!(convert_padding(&Static::Str("same".into()), &i(2), false).is_err());
+        assert_eq!(pad_pairs(&Static::tuple(vec![pair(1, 2), pair(3, 4)]), 2).unwrap(), vec![(1, 2), (3, 4)]);
+        assert_eq!(pad_pairs(&pair(1, 2), 1).unwrap(), vec![(1, 2)]);
+        assert!(pad_pairs(&i(-1), 2).is_err());
+        assert_eq!(numpy_pad_width(&i(1), 3).unwrap(), vec![(1, 1); 3]);
+        assert_eq!(positive_list(&i(2), 2, "stride").unwrap(), vec![2, 2]);
+        assert!(positive_list(&i(0), 2, "stride").is_err());
+    }
+
+    #[test]
+    fn shape_arithmetic_folds_like_python() {
+        let i = Static::Int;
+        assert_eq!(fold_binary(&i(7), &i(2), BinaryOp::FloorDiv), Some(i(3)));
+        assert_eq!(fold_binary(&i(-7), &i(2), BinaryOp::FloorDiv), Some(i(-4)));
+        assert_eq!(fold_binary(&i(7), &i(-2), BinaryOp::FloorDiv), Some(i(-4)));
+        assert_eq!(fold_binary(&i(3), &i(4), BinaryOp::Mul), Some(i(12)));
+        assert_eq!(fold_binary(&i(1), &i(2), BinaryOp::Div), Some(Static::Float(0.5)));
+        assert_eq!(fold_binary(&i(i64::MAX), &i(2), BinaryOp::Mul), None);
+    }
+
+    #[test]
+    fn suggestions_are_close_names() {
+        let known = ["Linear", "LayerNorm", "Relu", "Gelu"];
+        assert_eq!(closest("Lineer", &known), vec!["'Linear'"]);
+        assert!(closest("Frobnicate", &known).is_empty());
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn sequences_index_like_python() {
+        let items: Vec<Val> = (0..5).map(|k| Val::S(Static::Int(k))).collect();
+        assert!(matches!(index_seq(&items, false, &Static::Int(-1)).unwrap(), Val::S(Static::Int(4))));
+        let sl = Static::Slice { start: None, stop: Some(3), step: None };
+        match index_seq(&items, false, &sl).unwrap() {
+            Val::S(Static::Seq { items, .. }) => assert_eq!(items, vec![Static::Int(0), Static::Int(1), Static::Int(2)]),
+            other => panic!("{other:?}"),
+        }
+        assert!(index_seq(&items, false, &Static::Int(5)).is_err());
     }
 }

@@ -194,3 +194,30 @@ impl fmt::Display for Static {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_values_become_python_values() {
+        let v = |s: &str| Static::from_json(&serde_json::from_str(s).unwrap(), false).unwrap();
+        assert_eq!(v("null"), Static::None);
+        assert_eq!(v("3"), Static::Int(3));
+        assert_eq!(v("2.5"), Static::Float(2.5));
+        assert_eq!(v("\"(Ellipsis,)\""), Static::Ellipsis);
+        assert_eq!(v("\"<Constant.MIN_POSITIVE_NORMAL: 2>\""), Static::Named("MIN_POSITIVE_NORMAL".into()));
+        assert_eq!(v("[1, [2, 3]]").to_string(), "(1, (2, 3))");
+        assert_eq!(v("[4]").to_string(), "(4,)");
+    }
+
+    #[test]
+    fn nested_sequences_become_tensors() {
+        let t = Static::from_json(&serde_json::json!([[1, 2], [3, 4]]), true).unwrap();
+        assert_eq!(t, Static::Tensor(Tensor::new(Dtype::I32, vec![2, 2], vec![1.0, 2.0, 3.0, 4.0])));
+        let f = Static::from_json(&serde_json::json!([1, 2.5]), false).unwrap().to_tensor(Dtype::F32, Dtype::I32).unwrap();
+        assert_eq!(f.dtype, Dtype::F32);
+        // Ragged nesting is not a tensor.
+        assert!(Static::from_json(&serde_json::json!([[1], [2, 3]]), true).is_err());
+    }
+}
