@@ -1181,11 +1181,104 @@ impl<'a> Emitter<'a> {
                 self.binary(&qe, &q1e, B::Max)?
             }
             F::CrossEntropyWithLogits => self.cross_entropy(ins)?,
+            F::RobustLog => {
+                let x = self.t(ins, "input")?;
+                let t = self.arg(ins, "threshold")?.clone();
+                Val::T(self.robust_log(x, &t)?)
+            }
+            F::RobustSqrt => {
+                // |x| < t ? |x| / sqrt(t) : sqrt(|x|)
+                let x = self.t(ins, "input")?;
+                let t = self.threshold(ins, x)?;
+                let a = self.op(Op::Unary(U::Abs), vec![x])?;
+                let small = self.tbin(a, t, B::Lt)?;
+                let st = self.op(Op::Unary(U::Sqrt), vec![t])?;
+                let lin = self.tbin(a, st, B::Div)?;
+                let sq = self.op(Op::Unary(U::Sqrt), vec![a])?;
+                Val::T(self.op(Op::Where, vec![small, lin, sq])?)
+            }
+            F::RobustPower => {
+                // cond = exponent < 1 - log(t)/log|base| and |base| < t;
+                // cond ? |base| / t : |base| ** exponent
+                let base = self.t(ins, "base")?;
+                let e = self.arg(ins, "exponent")?.clone();
+                let e = self.tensor(&e, Some(self.graph.ty(base).dtype))?;
+                let t = self.threshold(ins, base)?;
+                let a = self.op(Op::Unary(U::Abs), vec![base])?;
+                let (lt, la) = (self.op(Op::Unary(U::Log), vec![t])?, self.op(Op::Unary(U::Log), vec![a])?);
+                let ratio = self.tbin(lt, la, B::Div)?;
+                let one = self.scalar(self.graph.ty(a).dtype, 1.0);
+                let bound = self.tbin(one, ratio, B::Sub)?;
+                let c1 = self.tbin(e, bound, B::Lt)?;
+                let c2 = self.tbin(a, t, B::Lt)?;
+                let cond = self.tbin(c1, c2, B::And)?;
+                let lin = self.tbin(a, t, B::Div)?;
+                let pw = self.tbin(a, e, B::Pow)?;
+                Val::T(self.op(Op::Where, vec![cond, lin, pw])?)
+            }
+            F::StableReciprocal => {
+                // |x| < t ? (sign(x) + (1 - sign(|x|))) * 2/t - x/t² : 1/x
+                let x = self.t(ins, "input")?;
+                let t = self.threshold(ins, x)?;
+                let d = self.graph.ty(x).dtype;
+                let a = self.op(Op::Unary(U::Abs), vec![x])?;
+                let small = self.tbin(a, t, B::Lt)?;
+                let sx = self.op(Op::Unary(U::Sign), vec![x])?;
+                let sa = self.op(Op::Unary(U::Sign), vec![a])?;
+                let one = self.scalar(d, 1.0);
+                let two = self.scalar(d, 2.0);
+                let not_a = self.tbin(one, sa, B::Sub)?;
+                let s = self.tbin(sx, not_a, B::Add)?;
+                let s2 = self.tbin(s, two, B::Mul)?;
+                let lin0 = self.tbin(s2, t, B::Div)?;
+                let t2 = self.tbin(t, t, B::Mul)?;
+                let xt = self.tbin(x, t2, B::Div)?;
+                let lin = self.tbin(lin0, xt, B::Sub)?;
+                let rec = self.tbin(one, x, B::Div)?;
+                Val::T(self.op(Op::Where, vec![small, lin, rec])?)
+            }
+            F::KlDivergence => {
+                // target * (robust_log(target) - robust_log(input))
+                let x = self.t(ins, "input")?;
+                let target = self.t(ins, "target")?;
+                let t = self.arg(ins, "threshold")?.clone();
+                let lx = self.robust_log(x, &t)?;
+                let lt = self.robust_log(target, &t)?;
+                let diff = self.tbin(lt, lx, B::Sub)?;
+                Val::T(self.tbin(target, diff, B::Mul)?)
+            }
+            F::NanToNum => {
+                // NaN -> nan, +inf -> posinf (default: the largest finite value), -inf -> neginf.
+                let x = self.t(ins, "input")?;
+                let d = self.graph.ty(x).dtype;
+                let max = match d {
+                    Dtype::F64 => f64::MAX,
+                    Dtype::F16 => half::f16::MAX.to_f64(),
+                    Dtype::Bf16 => half::bf16::MAX.to_f64(),
+                    _ => f32::MAX as f64,
+                };
+                let value = |s: Static, default: f64| -> Result<f64> {
+                    match s {
+                        Static::None => Ok(default),
+                        s => s.as_f64().ok_or_else(|| Error::user(format!("nan_to_num replacement must be a number, got {s}"))),
+                    }
+                };
+                let (nan, pinf, ninf) =
+                    (value(self.s(ins, "nan")?, 0.0)?, value(self.s(ins, "posinf")?, max)?, value(self.s(ins, "neginf")?, -max)?);
+                let mut y = x;
+                for (probe, with) in [(f64::INFINITY, pinf), (f64::NEG_INFINITY, ninf)] {
+                    let p = self.scalar(d, probe);
+                    let hit = self.tbin(y, p, B::Eq)?;
+                    let w = self.scalar(d, with);
+                    y = self.op(Op::Where, vec![hit, w, y])?;
+                }
+                let isnan = self.op(Op::Unary(U::IsNan), vec![x])?;
+                let w = self.scalar(d, nan);
+                Val::T(self.op(Op::Where, vec![isnan, w, y])?)
+            }
             F::BinaryCrossEntropyWithLogits => {
                 // (1 - target) * input - log_sigmoid(input), log_sigmoid(x) = -softplus(-x).
-                if self.flag(ins, "robust")? {
-                    return Err(Error::user("robust binary cross entropy is not supported yet".to_string()));
-                }
+                // `robust` guards log(1 + e^-|x|) >= log 1, where it changes nothing.
                 let pw = self.s(ins, "pos_weight")?;
                 if pw.as_f64() != Some(1.0) {
                     return Err(Error::user(format!("binary cross entropy with pos_weight {pw} is not supported yet")));
@@ -1265,45 +1358,94 @@ impl<'a> Emitter<'a> {
         Ok(Val::T(self.op(Op::MatMul, vec![p, v])?))
     }
 
+    /// The `threshold` input as a scalar tensor of `like`'s dtype (Mithril's constants
+    /// take the precision of the tensor they guard).
+    fn threshold(&mut self, ins: &[(String, Val)], like: ValueId) -> Result<ValueId> {
+        let t = self.arg(ins, "threshold")?.clone();
+        self.threshold_of(&t, like)
+    }
+
+    fn threshold_of(&mut self, t: &Val, like: ValueId) -> Result<ValueId> {
+        let d = self.graph.ty(like).dtype;
+        match t {
+            Val::S(Static::Named(n)) => {
+                let v = super::value::named_constant(n, d).ok_or_else(|| Error::user(format!("unknown constant Constant.{n}")))?;
+                Ok(self.scalar(d, v))
+            }
+            other => self.tensor(other, Some(d)),
+        }
+    }
+
+    /// Mithril's `robust_log`: `|x| < t ? log(t) + |x|/t - 1 : log(|x|)`.
+    fn robust_log(&mut self, x: ValueId, t: &Val) -> Result<ValueId> {
+        use BinaryOp as B;
+        let t = self.threshold_of(t, x)?;
+        let a = self.op(Op::Unary(UnaryOp::Abs), vec![x])?;
+        let small = self.tbin(a, t, B::Lt)?;
+        let lt = self.op(Op::Unary(UnaryOp::Log), vec![t])?;
+        let at = self.tbin(a, t, B::Div)?;
+        let one = self.scalar(self.graph.ty(a).dtype, 1.0);
+        let s = self.tbin(lt, at, B::Add)?;
+        let lin = self.tbin(s, one, B::Sub)?;
+        let la = self.op(Op::Unary(UnaryOp::Log), vec![a])?;
+        self.op(Op::Where, vec![small, lin, la])
+    }
+
     /// Mithril's `cross_entropy_with_logits` (categorical: integer class targets).
+    /// `robust` only guards the log of a sum that is at least 1, so it changes nothing.
     fn cross_entropy(&mut self, ins: &[(String, Val)]) -> Result<Val> {
         use BinaryOp as B;
-        if self.flag(ins, "robust")? {
-            return Err(Error::user("robust cross entropy is not supported yet".to_string()));
-        }
-        match self.s(ins, "weights")? {
-            Static::Bool(false) | Static::Str(_) | Static::None => {}
-            w => return Err(Error::user(format!("cross entropy with class weights {w} is not supported yet"))),
-        }
         let x = self.t(ins, "input")?;
         let xs = self.shape(x);
         if xs.rank() != 2 {
             return Err(Error::user(format!("cross entropy needs logits of shape [N, C], got {xs}")));
         }
+        let dtype = self.graph.ty(x).dtype;
+        let class_weights = match self.s(ins, "weights")? {
+            Static::Bool(false) | Static::Str(_) | Static::None => None,
+            Static::Bool(true) => {
+                return Err(Error::user("cross entropy with weights=True (class weights computed from the batch) is not supported yet".to_string()))
+            }
+            w => Some(w.to_tensor(dtype, dtype).ok_or_else(|| Error::user(format!("cross entropy weights must be a list of numbers, got {w}")))?),
+        };
         let mx = self.op(Op::Reduce { kind: ReduceKind::Max, axes: vec![1], keepdim: true }, vec![x])?;
         let norm = self.tbin(x, mx, B::Sub)?;
         let e = self.op(Op::Unary(UnaryOp::Exp), vec![norm])?;
         let se = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![e])?;
         let lse = self.op(Op::Unary(UnaryOp::Log), vec![se])?;
         let target = self.t(ins, "target")?;
+        let weights = match class_weights {
+            Some(w) => Some(self.constant(Tensor::new(dtype, vec![w.numel() as u64], w.data))),
+            None => None,
+        };
         if self.flag(ins, "categorical")? {
             // label_logits = norm[i, target[i]], as a masked sum (no take_along_axis op).
-            let t2 = self.op(Op::Reshape { shape: Shape(vec![xs.0[0].clone(), Dim::Known(1)]) }, vec![target])?;
-            let td = self.graph.ty(t2).dtype;
+            let td = self.graph.ty(target).dtype;
             if !td.is_int() {
                 return Err(Error::user(format!("categorical cross entropy needs integer targets, got {td}")));
             }
+            let t2 = self.op(Op::Reshape { shape: Shape(vec![xs.0[0].clone(), Dim::Known(1)]) }, vec![target])?;
             let cls = self.op(Op::Iota { shape: xs.clone(), axis: 1, dtype: td }, vec![])?;
             let hit = self.tbin(cls, t2, B::Eq)?;
-            let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
+            let zero = self.scalar(dtype, 0.0);
             let picked = self.op(Op::Where, vec![hit, norm, zero])?;
             let label = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![picked])?;
-            Ok(Val::T(self.tbin(lse, label, B::Sub)?))
+            let loss = self.tbin(lse, label, B::Sub)?;
+            Ok(Val::T(match weights {
+                Some(w) => {
+                    let wt = self.op(Op::Gather { axis: 0 }, vec![w, target])?;
+                    self.tbin(loss, wt, B::Mul)?
+                }
+                None => loss,
+            }))
         } else {
-            // -sum(target * log_softmax(input), axis=1)
+            // -sum(target * log_softmax(input) * weights, axis=1)
             let lse2 = self.op(Op::Reshape { shape: Shape(vec![xs.0[0].clone(), Dim::Known(1)]) }, vec![lse])?;
             let ls = self.tbin(norm, lse2, B::Sub)?;
-            let prod = self.tbin(target, ls, B::Mul)?;
+            let mut prod = self.tbin(target, ls, B::Mul)?;
+            if let Some(w) = weights {
+                prod = self.tbin(prod, w, B::Mul)?;
+            }
             let s = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![prod])?;
             Ok(Val::T(self.op(Op::Unary(UnaryOp::Neg), vec![s])?))
         }

@@ -111,6 +111,12 @@ pub enum Formula {
     Arange,
     Eye,
     Ones,
+    // Mithril's numerically guarded variants (`robust=True`).
+    RobustLog,
+    RobustSqrt,
+    RobustPower,
+    StableReciprocal,
+    NanToNum,
     // Losses.
     SquaredError,
     AbsoluteError,
@@ -119,6 +125,7 @@ pub enum Formula {
     QuantileLoss,
     CrossEntropyWithLogits,
     BinaryCrossEntropyWithLogits,
+    KlDivergence,
 }
 
 /// A primitive class: its formula, input keys in Mithril's external key order (the
@@ -235,6 +242,9 @@ prims! {
     "QuadHingeLoss" => QuadHingeLoss ["input", "target"] "{}";
     "QuantileLoss" => QuantileLoss ["input", "target", "quantile"] r#"{"quantile": 0.5}"#;
     "CrossEntropy" => CrossEntropyWithLogits ["input", "target", "weights", "categorical", "threshold", "robust"] r#"{"weights": "", "categorical": true, "threshold": "Constant.MIN_POSITIVE_NORMAL", "robust": false}"#;
+    "KLDivergence" => KlDivergence ["input", "target", "threshold"] r#"{"threshold": "Constant.MIN_POSITIVE_NORMAL"}"#;
+    "StableReciprocal" => StableReciprocal ["input", "threshold"] r#"{"threshold": "Constant.STABLE_RECIPROCAL_THRESHOLD"}"#;
+    "NanToNum" => NanToNum ["input", "nan", "posinf", "neginf"] r#"{"nan": 0.0, "posinf": null, "neginf": null}"#;
     "BinaryCrossEntropy" => BinaryCrossEntropyWithLogits ["input", "target", "pos_weight", "threshold", "robust"] r#"{"pos_weight": 1.0, "threshold": "Constant.MIN_POSITIVE_NORMAL", "robust": false}"#;
 }
 
@@ -357,6 +367,12 @@ impl Formula {
             Formula::QuantileLoss => "quantile_loss",
             Formula::CrossEntropyWithLogits => "cross_entropy_with_logits",
             Formula::BinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits",
+            Formula::KlDivergence => "kl_divergence",
+            Formula::RobustLog => "robust_log",
+            Formula::RobustSqrt => "robust_sqrt",
+            Formula::RobustPower => "robust_power",
+            Formula::StableReciprocal => "stable_reciprocal",
+            Formula::NanToNum => "nan_to_num",
         }
     }
 }
@@ -377,11 +393,11 @@ pub fn known_classes() -> Vec<&'static str> {
 /// Classes Mithril defines that this frontend does not expand yet (named in errors
 /// as "not supported" rather than "unknown").
 pub const MITHRIL_UNSUPPORTED: &[&str] = &[
-    "CustomPrimitiveModel", "SupervisedLoss", "KLDivergence", "StableReciprocal", "Activation",
+    "CustomPrimitiveModel", "SupervisedLoss", "Activation",
     "PrimitivePool2D", "NormModifier", "DistanceMatrix",
     "PolynomialFeatures", "TsnePJoint", "EyeComplement", "Cholesky", "GPRAlpha", "GPRVOuter",
     "TransposedDiagonal", "PrimitiveRandn", "PrimitiveRandInt", "Eigvalsh", "AUCCore",
-    "PositionalEncoding", "Unique", "Trapezoid", "NanToNum", "Item", "TensorToList",
+    "PositionalEncoding", "Unique", "Trapezoid", "Item", "TensorToList",
     "L1", "L2", "QuadraticFormRegularizer", "RBFKernel", "PolynomialKernel", "KernelizedSVM",
     "LinearSVM", "LogisticRegression", "Cell", "RNNCell", "LSTMCell", "LSTMCellBody", "RNN",
     "OneToMany", "OneToManyInference", "ManyToOne", "EncoderDecoder", "EncoderDecoderInference",

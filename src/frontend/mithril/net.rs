@@ -220,6 +220,15 @@ impl Net {
                 });
                 input_keys = (1..=n).map(|i| format!("input{i}")).collect();
             }
+            // `robust=True` selects Mithril's guarded formula, which takes a threshold.
+            Formula::Log | Formula::Sqrt | Formula::Power if node.args.get("robust").and_then(|v| v.as_bool()) == Some(true) => {
+                formula = match formula {
+                    Formula::Log => Formula::RobustLog,
+                    Formula::Sqrt => Formula::RobustSqrt,
+                    _ => Formula::RobustPower,
+                };
+                input_keys.push("threshold".into());
+            }
             Formula::Conv2dBias | Formula::Conv1dBias if node.args.get("use_bias").and_then(|v| v.as_bool()) == Some(false) => {
                 input_keys.retain(|k| k != "bias");
                 formula = if formula == Formula::Conv2dBias { Formula::Conv2d } else { Formula::Conv1d };
@@ -232,8 +241,11 @@ impl Net {
             self.name_slot(s, k, depth);
             keys.insert(k.clone(), s);
         }
-        let defaults: serde_json::Map<String, serde_json::Value> =
+        let mut defaults: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(spec.defaults).map_err(|e| Error::internal(format!("defaults of {}: {e}", spec.class)))?;
+        if matches!(formula, Formula::RobustLog | Formula::RobustSqrt | Formula::RobustPower) {
+            defaults.insert("threshold".into(), "Constant.MIN_POSITIVE_NORMAL".into());
+        }
         for (k, v) in &defaults {
             if let Some(&s) = keys.get(k) {
                 let v = Static::from_json(v, false).map_err(Error::internal)?;

@@ -80,7 +80,7 @@ impl Static {
             Static::Int(i) => Some(*i as f64),
             Static::Float(f) => Some(*f),
             Static::Bool(b) => Some(*b as u8 as f64),
-            Static::Named(n) => named_constant(n),
+            Static::Named(n) => named_constant(n, Dtype::F32),
             Static::Tensor(t) if t.numel() == 1 => Some(t.data[0]),
             _ => None,
         }
@@ -103,7 +103,7 @@ impl Static {
             Static::Bool(b) => Some(Tensor::scalar(Dtype::Bool, *b as u8 as f64)),
             Static::Int(i) => Some(Tensor::scalar(int_dtype, *i as f64)),
             Static::Float(f) => Some(Tensor::scalar(float_dtype, *f)),
-            Static::Named(n) => Some(Tensor::scalar(float_dtype, named_constant(n)?)),
+            Static::Named(n) => Some(Tensor::scalar(float_dtype, named_constant(n, float_dtype)?)),
             Static::Seq { .. } => {
                 let mut shape = Vec::new();
                 let mut data = Vec::new();
@@ -148,14 +148,20 @@ fn json_tensor(v: &Value) -> Result<Tensor, String> {
     s.to_tensor(Dtype::F32, Dtype::I32).ok_or_else(|| format!("{v} is not a tensor constant"))
 }
 
-/// Values of Mithril's `Constant` enum (`mithril/types.py`).
-pub fn named_constant(name: &str) -> Option<f64> {
+/// Values of Mithril's `Constant` enum (`mithril/types.py`), which depend on the
+/// precision of the tensors they meet.
+pub fn named_constant(name: &str, dtype: Dtype) -> Option<f64> {
+    let (eps, left_eps, min_normal, min_subnormal, reciprocal) = match dtype {
+        Dtype::F64 => (2f64.powi(-52), 2f64.powi(-53), 2.2250738585072014e-308, 5e-324, 1.4916681462400413e-153),
+        Dtype::F16 | Dtype::Bf16 => (0.000977, 0.0004885, 6.104e-05, 6e-08, 0.007812809993849843),
+        _ => (1.1920929e-07, 5.9604645e-08, 1.1754944e-38, 1e-45, 1.0842021951e-19),
+    };
     Some(match name {
-        "EPSILON" => 1e-12,
-        "LEFT_EPSILON" => 1e-12,
-        "MIN_POSITIVE_NORMAL" => f32::MIN_POSITIVE as f64,
-        "MIN_POSITIVE_SUBNORMAL" => 1.0e-45,
-        "STABLE_RECIPROCAL_THRESHOLD" => 1.0e-20,
+        "EPSILON" => eps,
+        "LEFT_EPSILON" => left_eps,
+        "MIN_POSITIVE_NORMAL" => min_normal,
+        "MIN_POSITIVE_SUBNORMAL" => min_subnormal,
+        "STABLE_RECIPROCAL_THRESHOLD" => reciprocal,
         "ZEROS" => 0.0,
         "ONES" => 1.0,
         _ => return None,
