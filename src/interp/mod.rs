@@ -33,6 +33,9 @@ use crate::{internal_error, user_error};
 
 pub use special::{erf, erfc};
 
+/// The largest tensor the interpreter makes (2^30 elements, 8 GiB as f64).
+pub const MAX_ELEMENTS: u64 = 1 << 30;
+
 /// Evaluates one op on concrete tensors. `ty` is the node's result type (fully static
 /// shape); `consts` is `graph.consts`. Inputs and parameters have no meaning here (their
 /// values come from the caller; see [`run`]).
@@ -78,8 +81,17 @@ fn check_operands(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Tensor])
         .shape
         .as_known()
         .ok_or_else(|| internal_error!("eval_op: {} result type {ty} is not static", op.name()))?;
-    if ty.shape.numel().and_then(|n| usize::try_from(n).ok()).is_none() {
-        return Err(user_error!("the result {ty} of {} has too many elements to hold", op.name()));
+    // The interpreter holds every element as an f64: refuse a result it cannot hold
+    // instead of letting the allocation abort the process.
+    match ty.shape.numel() {
+        Some(n) if n <= MAX_ELEMENTS => {}
+        _ => {
+            return Err(user_error!(
+                "the result {ty} of {} has more than {MAX_ELEMENTS} elements, more than the interpreter holds ({} GiB as f64)",
+                op.name(),
+                MAX_ELEMENTS * 8 >> 30
+            ))
+        }
     }
     for (i, a) in args.iter().enumerate() {
         let n = a.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));

@@ -1140,7 +1140,7 @@ impl<'a> Emitter<'a> {
                     return Err(Error::user(format!("eye({n}, {m}): sizes must be non-negative")));
                 }
                 let (n, m) = (n as u64, m as u64);
-                let numel = n.checked_mul(m).filter(|&v| v <= 1 << 28).ok_or_else(|| Error::user(format!("eye({n}, {m}) is too large")))?;
+                let numel = n.checked_mul(m).filter(|&v| v <= crate::interp::MAX_ELEMENTS).ok_or_else(|| Error::user(format!("eye({n}, {m}) is too large")))?;
                 let data = (0..numel).map(|i| if i / m == i % m { 1.0 } else { 0.0 }).collect();
                 Val::T(self.constant(Tensor::new(Dtype::F32, vec![n, m], data)))
             }
@@ -1468,7 +1468,7 @@ impl<'a> Emitter<'a> {
             _ => return Err(Error::user(format!("arange({start}, {stop}, {step}) needs numbers and a non-zero step"))),
         };
         let n = ((b - a) / s).ceil().max(0.0);
-        if n > (1u64 << 31) as f64 {
+        if n > crate::interp::MAX_ELEMENTS as f64 {
             return Err(Error::user(format!("arange({start}, {stop}, {step}) is too long")));
         }
         let n = n as u64;
