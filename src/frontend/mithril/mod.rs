@@ -5,10 +5,13 @@
 //! instantiates them into primitives over union-found value slots (expanding named
 //! models with `library`), and `emit` evaluates compile-time values and emits the IR.
 
+mod attrs;
 mod emit;
+mod formulas;
 mod json;
 mod library;
 mod net;
+mod template;
 mod value;
 
 pub use emit::{load, load_str, Options};

@@ -1,0 +1,342 @@
+//! Mithril's attribute conventions as plain functions: paddings and strides in their
+//! int / pair / nested-pair spellings, NumPy pad widths, dtype names, reshape targets
+//! with `-1`, Python arithmetic on compile-time numbers, and sequence indexing.
+
+use super::emit::Val;
+use super::value::Static;
+use crate::error::{Error, Result};
+use crate::ir::*;
+use crate::passes::shape;
+
+pub(super) fn seq(items: Vec<Val>, list: bool) -> Val {
+    match all_static(&items) {
+        Some(Static::Seq { items, .. }) => Val::S(Static::Seq { items, list }),
+        _ => Val::Seq(items, list),
+    }
+}
+
+pub(super) fn all_static(items: &[Val]) -> Option<Static> {
+    let mut out = Vec::new();
+    for it in items {
+        match it {
+            Val::S(s) => out.push(s.clone()),
+            Val::Seq(v, _) => out.push(all_static(v)?),
+            Val::T(_) => return None,
+        }
+    }
+    Some(Static::tuple(out))
+}
+
+/// `seq[index]` for a compile-time sequence or a list of tensors.
+pub(super) fn index_seq(items: &[Val], list: bool, index: &Static) -> Result<Val> {
+    let n = items.len() as i64;
+    match index {
+        Static::Int(i) => {
+            let j = if *i < 0 { i + n } else { *i };
+            items
+                .get(usize::try_from(j).map_err(|_| Error::user(format!("index {i} out of range for length {n}")))?)
+                .cloned()
+                .ok_or_else(|| Error::user(format!("index {i} out of range for length {n}")))
+        }
+        Static::Slice { start, stop, step } => {
+            let r = SliceRange { start: *start, stop: *stop, step: step.unwrap_or(1) };
+            let (first, step, count) = r.resolve(n as u64).map_err(Error::user)?;
+            Ok(seq((0..count as i64).map(|k| items[(first + k * step) as usize].clone()).collect(), list))
+        }
+        other => Err(Error::user(format!("cannot index a sequence with {other}"))),
+    }
+}
+
+pub(super) fn dim_static(d: &Dim) -> Static {
+    match d {
+        Dim::Known(n) => Static::Int(*n as i64),
+        Dim::Sym(s) => Static::Dim(s.clone()),
+    }
+}
+
+/// The product of dimensions, which may hold at most one symbol among 1s.
+pub(super) fn merge_dims(dims: &[Dim]) -> Result<Dim, String> {
+    let mut known = 1u64;
+    let mut sym: Option<&str> = None;
+    for d in dims {
+        match d {
+            Dim::Known(n) => known = known.checked_mul(*n).ok_or("size overflows")?,
+            Dim::Sym(s) if sym.is_none() => sym = Some(s),
+            Dim::Sym(_) => return Err(format!("cannot merge several symbolic dimensions of {}", Shape(dims.to_vec()))),
+        }
+    }
+    match sym {
+        None => Ok(Dim::Known(known)),
+        Some(s) if known == 1 => Ok(Dim::Sym(s.to_string())),
+        Some(_) => Err(format!("cannot merge a symbolic dimension with others in {}", Shape(dims.to_vec()))),
+    }
+}
+
+/// A reshape target with at most one `-1` (None), resolved against the input shape.
+pub(super) fn resolve_infer_dim(input: &Shape, target: &[Option<Dim>]) -> Result<Shape, String> {
+    let holes = target.iter().filter(|d| d.is_none()).count();
+    if holes > 1 {
+        return Err("only one dimension can be -1".into());
+    }
+    let given: Vec<Dim> = target.iter().flatten().cloned().collect();
+    if holes == 0 {
+        return Ok(Shape(given));
+    }
+    let (in_known, mut in_syms) = shape::numel_key(input);
+    let (t_known, t_syms) = shape::numel_key(&Shape(given));
+    let (in_known, t_known) = (in_known.ok_or("size overflows")?, t_known.ok_or("size overflows")?);
+    for s in &t_syms {
+        match in_syms.iter().position(|x| x == s) {
+            Some(i) => {
+                in_syms.remove(i);
+            }
+            None => return Err(format!("the symbolic dimension {s} does not occur in the input")),
+        }
+    }
+    if t_known == 0 || in_known % t_known != 0 {
+        return Err("the element count does not divide".into());
+    }
+    let rest = in_known / t_known;
+    let hole = match in_syms.as_slice() {
+        [] => Dim::Known(rest),
+        [s] if rest == 1 => Dim::Sym(s.clone()),
+        _ => return Err("-1 would stand for a product of symbolic dimensions".into()),
+    };
+    Ok(Shape(target.iter().map(|d| d.clone().unwrap_or_else(|| hole.clone())).collect()))
+}
+
+pub(super) fn static_shape(s: &Static) -> Result<Shape> {
+    let items = match s {
+        Static::Seq { items, .. } => items.clone(),
+        other => vec![other.clone()],
+    };
+    items
+        .iter()
+        .map(|it| match it {
+            Static::Int(n) if *n >= 0 => Ok(Dim::Known(*n as u64)),
+            Static::Dim(d) => Ok(Dim::Sym(d.clone())),
+            other => Err(Error::user(format!("bad size {other} in shape {s}"))),
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Shape)
+}
+
+pub(super) fn positive(v: i64, what: &str) -> Result<u64> {
+    u64::try_from(v).ok().filter(|&x| x > 0).ok_or_else(|| Error::user(format!("`{what}` must be positive, got {v}")))
+}
+
+/// An int or an n-tuple of positive ints.
+pub(super) fn positive_list(s: &Static, n: usize, what: &str) -> Result<Vec<u64>> {
+    let ints = s.as_ints().ok_or_else(|| Error::user(format!("`{what}` must be an int or a tuple of ints, got {s}")))?;
+    let ints = if ints.len() == 1 { vec![ints[0]; n] } else { ints };
+    if ints.len() != n {
+        return Err(Error::user(format!("`{what}` needs {n} values, got {s}")));
+    }
+    ints.into_iter().map(|v| positive(v, what)).collect()
+}
+
+/// Padding as (before, after) per spatial dim, from `p`, `(p, q)` or `((a, b), (c, d))`.
+pub(super) fn pad_pairs(s: &Static, n: usize) -> Result<Vec<(u64, u64)>> {
+    let bad = || Error::user(format!("bad padding {s}"));
+    let nonneg = |v: i64| u64::try_from(v).map_err(|_| bad());
+    match s {
+        Static::Int(p) => Ok(vec![(nonneg(*p)?, nonneg(*p)?); n]),
+        Static::Seq { items, .. } => {
+            let mut out = Vec::new();
+            for it in items {
+                out.push(match it {
+                    Static::Int(p) => (nonneg(*p)?, nonneg(*p)?),
+                    Static::Seq { items, .. } if items.len() == 2 => {
+                        (nonneg(items[0].as_int().ok_or_else(bad)?)?, nonneg(items[1].as_int().ok_or_else(bad)?)?)
+                    }
+                    _ => return Err(bad()),
+                });
+            }
+            // A 1-d padding is written as one (before, after) pair.
+            if n == 1 && out.len() == 2 && items.iter().all(|i| matches!(i, Static::Int(_))) {
+                return Ok(vec![(out[0].0, out[1].0)]);
+            }
+            if out.len() != n {
+                return Err(bad());
+            }
+            Ok(out)
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// `np.pad`'s pad_width: an int, a pair, or one pair per dimension.
+pub(super) fn numpy_pad_width(s: &Static, rank: usize) -> Result<Vec<(u64, u64)>> {
+    let bad = || Error::user(format!("bad pad_width {s}"));
+    let nonneg = |v: &Static| v.as_int().and_then(|i| u64::try_from(i).ok()).ok_or_else(bad);
+    match s {
+        Static::Int(_) => Ok(vec![(nonneg(s)?, nonneg(s)?); rank]),
+        Static::Seq { items, .. } if items.len() == 2 && items.iter().all(|i| matches!(i, Static::Int(_))) && rank != 2 => {
+            Ok(vec![(nonneg(&items[0])?, nonneg(&items[1])?); rank])
+        }
+        Static::Seq { items, .. } if items.len() == 1 => numpy_pad_width(&items[0], rank),
+        Static::Seq { items, .. } if items.len() == rank => items
+            .iter()
+            .map(|it| match it {
+                Static::Seq { items: p, .. } if p.len() == 2 => Ok((nonneg(&p[0])?, nonneg(&p[1])?)),
+                Static::Int(_) => Ok((nonneg(it)?, nonneg(it)?)),
+                _ => Err(bad()),
+            })
+            .collect(),
+        _ => Err(bad()),
+    }
+}
+
+/// Mithril's `padding_converter_1d` / `padding_converter_2d`.
+pub(super) fn convert_padding(p: &Static, kernel: &Static, two_d: bool) -> Result<Static> {
+    let pair = |a: i64, b: i64| Static::tuple(vec![Static::Int(a), Static::Int(b)]);
+    let mode = match p {
+        Static::Str(s) => Some(s.to_lowercase().trim_start_matches("paddingtype.").to_string()),
+        _ => None,
+    };
+    if let Some(mode) = mode {
+        let ks = kernel.as_ints().ok_or_else(|| Error::user(format!("bad kernel size {kernel}")))?;
+        return match mode.as_str() {
+            "valid" => Ok(if two_d { Static::tuple(vec![pair(0, 0), pair(0, 0)]) } else { pair(0, 0) }),
+            "same" => {
+                if ks.iter().any(|k| k % 2 == 0) {
+                    return Err(Error::user("'same' padding is not supported when the kernel size is even".to_string()));
+                }
+                if two_d {
+                    let (h, w) = (ks[0] / 2, *ks.get(1).unwrap_or(&ks[0]) / 2);
+                    Ok(Static::tuple(vec![pair(h, w), pair(h, w)]))
+                } else {
+                    Ok(pair(ks[0] / 2, ks[0] / 2))
+                }
+            }
+            other => Err(Error::user(format!("unknown padding type '{other}'"))),
+        };
+    }
+    match p {
+        Static::Int(i) if two_d => Ok(Static::tuple(vec![pair(*i, *i), pair(*i, *i)])),
+        Static::Int(i) => Ok(pair(*i, *i)),
+        Static::Seq { items, .. } if two_d && items.len() == 2 => {
+            let mut out = Vec::new();
+            for it in items {
+                out.push(match it {
+                    Static::Int(v) => pair(*v, *v),
+                    Static::Seq { items: q, .. } if q.len() == 2 => it.clone(),
+                    _ => return Err(Error::user(format!("bad padding {p}"))),
+                });
+            }
+            Ok(Static::tuple(out))
+        }
+        Static::Seq { items, .. } if !two_d && items.len() == 2 => Ok(p.clone()),
+        other => Err(Error::user(format!("bad padding {other}"))),
+    }
+}
+
+pub(super) fn parse_dtype(s: &Static) -> Option<Dtype> {
+    let name = match s {
+        Static::Str(x) | Static::Named(x) => x.to_lowercase(),
+        _ => return None,
+    };
+    let name = name.trim_start_matches("dtype.").trim_start_matches("mithril.");
+    Some(match name {
+        "float32" | "float" | "f32" => Dtype::F32,
+        "float64" | "double" | "f64" => Dtype::F64,
+        "float16" | "half" | "f16" => Dtype::F16,
+        "bfloat16" | "bf16" => Dtype::Bf16,
+        "int32" | "int" | "i32" => Dtype::I32,
+        "int64" | "long" | "i64" => Dtype::I64,
+        "bool" => Dtype::Bool,
+        _ => return None,
+    })
+}
+
+/// Arithmetic on compile-time numbers (shape arithmetic such as `shape[0] // 3`).
+pub(super) fn fold_binary(a: &Static, b: &Static, op: BinaryOp) -> Option<Static> {
+    use BinaryOp as B;
+    if let (Some(x), Some(y)) = (a.as_int().filter(|_| !matches!(a, Static::Bool(_))), b.as_int().filter(|_| !matches!(b, Static::Bool(_)))) {
+        return Some(Static::Int(match op {
+            B::Add => x.checked_add(y)?,
+            B::Sub => x.checked_sub(y)?,
+            B::Mul => x.checked_mul(y)?,
+            B::FloorDiv if y != 0 => x.div_euclid(y) - i64::from(x.rem_euclid(y) != 0 && y < 0),
+            B::Max => x.max(y),
+            B::Min => x.min(y),
+            B::Div if y != 0 => return Some(Static::Float(x as f64 / y as f64)),
+            _ => return None,
+        }));
+    }
+    let (x, y) = (a.as_f64()?, b.as_f64()?);
+    if matches!(a, Static::Tensor(_)) || matches!(b, Static::Tensor(_)) {
+        return None;
+    }
+    Some(Static::Float(match op {
+        B::Add => x + y,
+        B::Sub => x - y,
+        B::Mul => x * y,
+        B::Div => x / y,
+        B::Pow => x.powf(y),
+        B::Max => x.max(y),
+        B::Min => x.min(y),
+        _ => return None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(s: &str) -> Dim {
+        Dim::Sym(s.into())
+    }
+
+    #[test]
+    fn reshape_infers_minus_one_with_symbols() {
+        let x = Shape(vec![sym("B"), Dim::Known(128), Dim::Known(768)]);
+        let target = [None, Some(Dim::Known(128)), Some(Dim::Known(12)), Some(Dim::Known(64))];
+        assert_eq!(
+            resolve_infer_dim(&x, &target).unwrap(),
+            Shape(vec![sym("B"), Dim::Known(128), Dim::Known(12), Dim::Known(64)])
+        );
+        assert_eq!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(2)), None]).unwrap(), Shape::known(&[2, 12]));
+        assert!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(5)), None]).is_err());
+        assert!(resolve_infer_dim(&Shape::known(&[4]), &[None, None]).is_err());
+    }
+
+    #[test]
+    fn mithril_padding_and_stride_conversions() {
+        let i = Static::Int;
+        let pair = |a, b| Static::tuple(vec![i(a), i(b)]);
+        assert_eq!(convert_padding(&i(1), &i(3), true).unwrap(), Static::tuple(vec![pair(1, 1), pair(1, 1)]));
+        assert_eq!(convert_padding(&pair(1, 2), &i(3), true).unwrap(), Static::tuple(vec![pair(1, 1), pair(2, 2)]));
+        assert_eq!(convert_padding(&Static::Str("same".into()), &pair(3, 5), true).unwrap(), Static::tuple(vec![pair(1, 2), pair(1, 2)]));
+        assert!(convert_padding(&Static::Str("same".into()), &i(2), false).is_err());
+        assert_eq!(pad_pairs(&Static::tuple(vec![pair(1, 2), pair(3, 4)]), 2).unwrap(), vec![(1, 2), (3, 4)]);
+        assert_eq!(pad_pairs(&pair(1, 2), 1).unwrap(), vec![(1, 2)]);
+        assert!(pad_pairs(&i(-1), 2).is_err());
+        assert_eq!(numpy_pad_width(&i(1), 3).unwrap(), vec![(1, 1); 3]);
+        assert_eq!(positive_list(&i(2), 2, "stride").unwrap(), vec![2, 2]);
+        assert!(positive_list(&i(0), 2, "stride").is_err());
+    }
+
+    #[test]
+    fn shape_arithmetic_folds_like_python() {
+        let i = Static::Int;
+        assert_eq!(fold_binary(&i(7), &i(2), BinaryOp::FloorDiv), Some(i(3)));
+        assert_eq!(fold_binary(&i(-7), &i(2), BinaryOp::FloorDiv), Some(i(-4)));
+        assert_eq!(fold_binary(&i(7), &i(-2), BinaryOp::FloorDiv), Some(i(-4)));
+        assert_eq!(fold_binary(&i(3), &i(4), BinaryOp::Mul), Some(i(12)));
+        assert_eq!(fold_binary(&i(1), &i(2), BinaryOp::Div), Some(Static::Float(0.5)));
+        assert_eq!(fold_binary(&i(i64::MAX), &i(2), BinaryOp::Mul), None);
+    }
+
+    #[test]
+    fn sequences_index_like_python() {
+        let items: Vec<Val> = (0..5).map(|k| Val::S(Static::Int(k))).collect();
+        assert!(matches!(index_seq(&items, false, &Static::Int(-1)).unwrap(), Val::S(Static::Int(4))));
+        let sl = Static::Slice { start: None, stop: Some(3), step: None };
+        match index_seq(&items, false, &sl).unwrap() {
+            Val::S(Static::Seq { items, .. }) => assert_eq!(items, vec![Static::Int(0), Static::Int(1), Static::Int(2)]),
+            other => panic!("{other:?}"),
+        }
+        assert!(index_seq(&items, false, &Static::Int(5)).is_err());
+    }
+}
