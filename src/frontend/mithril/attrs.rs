@@ -165,25 +165,24 @@ pub(super) fn pad_pairs(s: &Static, n: usize) -> Result<Vec<(u64, u64)>> {
     }
 }
 
-/// `np.pad`'s pad_width: an int, a pair, or one pair per dimension.
+/// `np.pad`'s pad_width: `n`, `(n,)` or `(before, after)` for every axis, or one
+/// `(before, after)` (or `n`) per axis.
 pub(super) fn numpy_pad_width(s: &Static, rank: usize) -> Result<Vec<(u64, u64)>> {
-    let bad = || Error::user(format!("bad pad_width {s}"));
+    let bad = || Error::user(format!("bad pad_width {s} for a rank-{rank} tensor"));
     let nonneg = |v: &Static| v.as_int().and_then(|i| u64::try_from(i).ok()).ok_or_else(bad);
-    match s {
-        Static::Int(_) => Ok(vec![(nonneg(s)?, nonneg(s)?); rank]),
-        Static::Seq { items, .. } if items.len() == 2 && items.iter().all(|i| matches!(i, Static::Int(_))) && rank != 2 => {
-            Ok(vec![(nonneg(&items[0])?, nonneg(&items[1])?); rank])
+    let pair = |v: &Static| -> Result<(u64, u64)> {
+        match v {
+            Static::Seq { items, .. } if items.len() == 2 => Ok((nonneg(&items[0])?, nonneg(&items[1])?)),
+            Static::Seq { items, .. } if items.len() == 1 => Ok((nonneg(&items[0])?, nonneg(&items[0])?)),
+            other => Ok((nonneg(other)?, nonneg(other)?)),
         }
-        Static::Seq { items, .. } if items.len() == 1 => numpy_pad_width(&items[0], rank),
-        Static::Seq { items, .. } if items.len() == rank => items
-            .iter()
-            .map(|it| match it {
-                Static::Seq { items: p, .. } if p.len() == 2 => Ok((nonneg(&p[0])?, nonneg(&p[1])?)),
-                Static::Int(_) => Ok((nonneg(it)?, nonneg(it)?)),
-                _ => Err(bad()),
-            })
-            .collect(),
-        _ => Err(bad()),
+    };
+    match s {
+        Static::Seq { items, .. } if items.len() == rank && items.iter().all(|i| matches!(i, Static::Seq { .. })) => {
+            items.iter().map(pair).collect()
+        }
+        Static::Seq { items, .. } if items.len() == 1 && matches!(items[0], Static::Seq { .. }) => Ok(vec![pair(&items[0])?; rank]),
+        other => Ok(vec![pair(other)?; rank]),
     }
 }
 
@@ -231,10 +230,19 @@ pub(super) fn convert_padding(p: &Static, kernel: &Static, two_d: bool) -> Resul
     }
 }
 
+/// A dtype as Mithril writes it: a name (`float32`, `Dtype.float32`) or the number of
+/// its `Dtype` IntEnum, which `str()` gives on Python 3.12 (`"7"` is float32). Types the
+/// IR lacks widen (uint8, int8, int16 to i32).
 pub(super) fn parse_dtype(s: &Static) -> Option<Dtype> {
     let name = match s {
         Static::Str(x) | Static::Named(x) => x.to_lowercase(),
+        Static::Int(i) => i.to_string(),
         _ => return None,
+    };
+    let by_number = ["uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"];
+    let name = match name.parse::<usize>() {
+        Ok(i) => by_number.get(i)?.to_string(),
+        Err(_) => name,
     };
     let name = name.trim_start_matches("dtype.").trim_start_matches("mithril.");
     Some(match name {
@@ -242,7 +250,7 @@ pub(super) fn parse_dtype(s: &Static) -> Option<Dtype> {
         "float64" | "double" | "f64" => Dtype::F64,
         "float16" | "half" | "f16" => Dtype::F16,
         "bfloat16" | "bf16" => Dtype::Bf16,
-        "int32" | "int" | "i32" => Dtype::I32,
+        "int32" | "int" | "i32" | "uint8" | "int8" | "int16" => Dtype::I32,
         "int64" | "long" | "i64" => Dtype::I64,
         "bool" => Dtype::Bool,
         _ => return None,

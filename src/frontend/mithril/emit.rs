@@ -483,10 +483,22 @@ impl<'a> Emitter<'a> {
         }
         self.current = ins.clone();
         let out = self.formula(node, &ins).map_err(|e| {
-            if e.message.starts_with(&node.origin) || e.kind != crate::ErrorKind::User {
-                e
+            if e.kind != crate::ErrorKind::User || e.message.starts_with(&node.origin) {
+                return e;
+            }
+            // Say which tensors the primitive got, unless the message already does.
+            let tensors: Vec<String> = ins
+                .iter()
+                .filter_map(|(k, v)| match v {
+                    Val::T(id) => Some(format!("{k} = {}", self.describe_value(*id).trim_start_matches(&format!("{k} = ")))),
+                    _ => None,
+                })
+                .collect();
+            let e = e.context(&node.origin);
+            if e.notes.is_empty() && !tensors.is_empty() {
+                e.note(format!("inputs: {}", tensors.join(", ")))
             } else {
-                e.context(&node.origin)
+                e
             }
         })?;
         if let Val::T(id) = out {
@@ -635,7 +647,7 @@ impl<'a> Emitter<'a> {
 
     pub(super) fn axis(&self, ax: i64, rank: usize) -> Result<usize> {
         let r = rank as i64;
-        if ax < -r || ax >= r.max(1) {
+        if ax < -r || ax >= r {
             return Err(Error::user(format!("axis {ax} is out of range for a rank-{rank} tensor")));
         }
         Ok(if ax < 0 { (ax + r) as usize } else { ax as usize })

@@ -405,11 +405,13 @@ impl Emitter<'_> {
                 let (n, m) = (n as u64, m as u64);
                 let numel = n.checked_mul(m).filter(|&v| v <= crate::interp::MAX_ELEMENTS).ok_or_else(|| Error::user(format!("eye({n}, {m}) is too large")))?;
                 let data = (0..numel).map(|i| if i / m == i % m { 1.0 } else { 0.0 }).collect();
-                Val::T(self.constant(Tensor::new(Dtype::F32, vec![n, m], data)))
+                let dtype = self.dtype_arg(ins)?.unwrap_or(Dtype::F32);
+                Val::T(self.constant(Tensor::new(dtype, vec![n, m], data)))
             }
             F::Ones => {
                 let shape = static_shape(&self.s(ins, "shape")?)?;
-                let one = self.scalar(Dtype::F32, 1.0);
+                let dtype = self.dtype_arg(ins)?.unwrap_or(Dtype::F32);
+                let one = self.scalar(dtype, 1.0);
                 Val::T(self.op(Op::BroadcastTo { shape }, vec![one])?)
             }
             F::SquaredError => {
@@ -714,13 +716,24 @@ impl Emitter<'_> {
         }
     }
 
-    /// `arange(start, stop, step)`: ints give i32 (Mithril's int default), any float f32.
+    /// The optional `dtype` input (None when not given).
+    fn dtype_arg(&self, ins: &[(String, Val)]) -> Result<Option<Dtype>> {
+        match self.s(ins, "dtype")? {
+            Static::None => Ok(None),
+            d => parse_dtype(&d).map(Some).ok_or_else(|| Error::user(format!("unknown dtype {d}"))),
+        }
+    }
+
+    /// `arange(start, stop, step)`: any float argument gives f32 (or `dtype`); all-int
+    /// arguments give the int type of that width, even for a float `dtype`, as Mithril's
+    /// NumPy core does (`float32` becomes `int32`).
     pub(super) fn arange(&mut self, ins: &[(String, Val)]) -> Result<Val> {
         let (start, stop, step) = (self.s(ins, "start")?, self.s(ins, "stop")?, self.s(ins, "step")?);
         let all_int = [&start, &stop, &step].iter().all(|v| matches!(v, Static::Int(_) | Static::Dim(_)));
-        let dtype = match self.s(ins, "dtype")? {
-            Static::None => if all_int { Dtype::I32 } else { Dtype::F32 },
-            d => parse_dtype(&d).ok_or_else(|| Error::user(format!("unknown dtype {d}")))?,
+        let dtype = match (self.dtype_arg(ins)?.unwrap_or(Dtype::F32), all_int) {
+            (Dtype::F64, true) => Dtype::I64,
+            (d, true) if d.is_float() => Dtype::I32,
+            (d, _) => d,
         };
         if let (Static::Dim(sym), Some(0), Some(1)) = (&stop, start.as_int(), step.as_int()) {
             let shape = Shape(vec![Dim::Sym(sym.clone())]);

@@ -19,6 +19,8 @@ pub struct ModelNode {
     /// For each child id, how each of its keys is wired.
     pub connections: IndexMap<String, IndexMap<String, Conn>>,
     pub exposed_keys: Vec<String>,
+    /// Whether the file lists `exposed_keys` at all (hand-written files may not).
+    pub has_exposed_keys: bool,
     pub assigned_shapes: Vec<Vec<(KeyRef, Vec<TemplateDim>)>>,
     pub assigned_types: Vec<(KeyRef, Value)>,
     pub assigned_differentiabilities: Vec<(KeyRef, bool)>,
@@ -220,6 +222,7 @@ fn parse_node(v: &Value, path: &str) -> Result<ModelNode> {
         submodels,
         connections,
         exposed_keys,
+        has_exposed_keys: obj.contains_key("exposed_keys"),
         assigned_shapes,
         assigned_types,
         assigned_differentiabilities,

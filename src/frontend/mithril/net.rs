@@ -246,7 +246,14 @@ impl Net {
         if matches!(formula, Formula::RobustLog | Formula::RobustSqrt | Formula::RobustPower) {
             defaults.insert("threshold".into(), "Constant.MIN_POSITIVE_NORMAL".into());
         }
+        // A class default is a value only where Mithril kept it: such inputs are listed
+        // in `exposed_keys`. An input left out was made a plain input (e.g.
+        // `ScaledDotProduct(use_attn_mask=True)` turns `attn_mask` into one).
+        let valued = |k: &str| !node.has_exposed_keys || node.exposed_keys.iter().any(|e| e == k);
         for (k, v) in &defaults {
+            if !valued(k) {
+                continue;
+            }
             if let Some(&s) = keys.get(k) {
                 let v = Static::from_json(v, false).map_err(Error::internal)?;
                 self.set_value(s, v, format!("default of `{k}` of {origin}"), true)?;
