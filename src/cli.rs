@@ -175,7 +175,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     files.extend(data.iter());
     let graph = load_model(&args.model, &files)?;
     let feeds = feeds(&graph, &files).map_err(|e| e.context(args.model.model.display()))?;
-    let outputs = crate::interp::run(&graph, &feeds)?;
+    let outputs = crate::interp::run(&graph, &feeds).map_err(|e| e.context(args.model.model.display()))?;
     let mut report = String::new();
     match &args.output {
         Some(path) => {

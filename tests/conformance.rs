@@ -42,7 +42,9 @@ fn check_variant(dir: &Path, case: &str, json: &str, npz: &str, variant: &serde_
             opts.known_types.insert(name.to_string(), TensorType::new(t.dtype, Shape::known(&t.shape)));
         }
     }
-    let mut graph = mithril::load(&dir.join(json), &opts).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(dir.join(json)).map_err(|e| e.to_string())?;
+    let (mut graph, formulas) = mithril::expand(&text, json, case, &opts).map_err(|e| e.to_string())?;
+    compare_expansion(&formulas, variant)?;
     passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {}).map_err(|e| e.to_string())?;
     let args = |kind: &str| -> BTreeMap<String, Vec<u64>> {
         variant[kind]
@@ -95,6 +97,29 @@ fn check_variant(dir: &Path, case: &str, json: &str, npz: &str, variant: &serde_
         report.push((name.clone(), worst_abs, worst_ratio));
     }
     Ok(report)
+}
+
+/// Formulas that Mithril and mithrilc spell differently without computing anything
+/// different: `split` is Mithril's indexer×n + to_list, list indexing is `indexer`, a
+/// `buffer` is an identity Mithril drops from its flat graph.
+const BOOKKEEPING: &[&str] = &["indexer", "to_list", "split", "buffer"];
+
+/// The primitives that compute tensors are Mithril's, formula for formula.
+fn compare_expansion(ours: &[&str], variant: &serde_json::Value) -> Result<(), String> {
+    let count = |keys: &mut dyn Iterator<Item = String>| {
+        let mut m: BTreeMap<String, usize> = BTreeMap::new();
+        for k in keys.filter(|k| !BOOKKEEPING.contains(&k.as_str())) {
+            *m.entry(k).or_default() += 1;
+        }
+        m
+    };
+    let ours = count(&mut ours.iter().map(|s| s.to_string()));
+    let flat = variant["mithril_flat_graph"].as_array().ok_or("no mithril_flat_graph")?;
+    let theirs = count(&mut flat.iter().map(|n| n["op"].as_str().unwrap_or_default().to_string()));
+    if ours != theirs {
+        return Err(format!("primitives {ours:?}; Mithril's flat graph has {theirs:?}"));
+    }
+    Ok(())
 }
 
 #[test]

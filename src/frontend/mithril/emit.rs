@@ -45,15 +45,24 @@ pub fn load(path: &Path, opts: &Options) -> Result<Graph> {
 
 /// Compiles the text of a model file; `file` names it in messages.
 pub fn load_str(text: &str, file: &str, name: &str, opts: &Options) -> Result<Graph> {
+    Ok(expand(text, file, name, opts)?.0)
+}
+
+/// Like [`load_str`], and also lists the Mithril formula of every primitive that
+/// computed a tensor, in emission order: the flattened primitive graph as Mithril would
+/// have it (the conformance tests compare it with Mithril's own).
+pub fn expand(text: &str, file: &str, name: &str, opts: &Options) -> Result<(Graph, Vec<&'static str>)> {
     let mut root = json::parse_file(text, file)?;
     (|| {
         apply_set(&mut root, &opts.set)?;
         let mut net = Net::default();
         let inst = net.instantiate(&root, 0)?;
         check_supported(&net)?;
-        Emitter::new(&net, opts, name).run(&root, &inst)
+        let mut emitter = Emitter::new(&net, opts, name);
+        let graph = emitter.run(&root, &inst)?;
+        Ok((graph, emitter.tensor_formulas))
     })()
-    .map_err(|e| e.context(file))
+    .map_err(|e: Error| e.context(file))
 }
 
 /// Applies `--set PATH.KEY=VALUE` to the constructor args of the node at PATH.
@@ -167,6 +176,11 @@ pub(super) struct Emitter<'a> {
     /// The primitive being emitted, and its inputs (for messages).
     pub(super) origin: String,
     pub(super) current: Vec<(String, Val)>,
+    /// The formula of each primitive that computed a tensor, in emission order.
+    pub(super) tensor_formulas: Vec<&'static str>,
+    /// Primitives already emitted, by formula and inputs: a second identical one (the
+    /// transpose of a weight two Linears share) reuses the first, as Mithril does.
+    emitted: HashMap<String, Val>,
     /// Inputs whose shapes are being resolved from templates (breaks cycles).
     pub(super) resolving: BTreeSet<SlotId>,
     /// Why a related input could not be created while resolving templates: when an
@@ -184,12 +198,14 @@ impl<'a> Emitter<'a> {
             input_names: BTreeMap::new(),
             origin: String::new(),
             current: Vec::new(),
+            tensor_formulas: Vec::new(),
+            emitted: HashMap::new(),
             resolving: BTreeSet::new(),
             root_cause: None,
         }
     }
 
-    fn run(mut self, root: &ModelNode, inst: &Instance) -> Result<Graph> {
+    fn run(&mut self, root: &ModelNode, inst: &Instance) -> Result<Graph> {
         let outputs = self.outputs(root, inst)?;
         self.name_inputs(inst);
         let order = self.order(&outputs)?;
@@ -202,7 +218,7 @@ impl<'a> Emitter<'a> {
             self.graph.outputs.push(Output { name: name.clone(), value: id });
         }
         self.check_templates()?;
-        Ok(self.graph)
+        Ok(std::mem::take(&mut self.graph))
     }
 
     /// The model's outputs: named top-level keys that some primitive produces and
@@ -481,6 +497,12 @@ impl<'a> Emitter<'a> {
         for (k, s) in &node.inputs {
             ins.push((k.clone(), self.value(*s)?));
         }
+        let identity = format!("{:?} {ins:?}", node.formula);
+        if let Some(v) = self.emitted.get(&identity) {
+            let v = v.clone();
+            self.vals.insert(self.net.find(node.output), v);
+            return Ok(());
+        }
         self.current = ins.clone();
         let out = self.formula(node, &ins).map_err(|e| {
             if e.kind != crate::ErrorKind::User || e.message.starts_with(&node.origin) {
@@ -511,6 +533,13 @@ impl<'a> Emitter<'a> {
                 }
             }
         }
+        // Primitives folded to constants are compile-time values, as in Mithril.
+        if let Val::T(id) = out {
+            if !matches!(self.graph.node(id).op, Op::Constant(_)) {
+                self.tensor_formulas.push(node.formula.key());
+            }
+        }
+        self.emitted.insert(identity, out.clone());
         self.vals.insert(self.net.find(node.output), out);
         Ok(())
     }

@@ -14,5 +14,5 @@ mod net;
 mod template;
 mod value;
 
-pub use emit::{load, load_str, Options};
+pub use emit::{expand, load, load_str, Options};
 pub use library::{known_classes, Formula, COMPOSITES, PRIMITIVES};
