@@ -89,7 +89,7 @@ fn check_operands(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Tensor])
             return Err(user_error!(
                 "the result {ty} of {} has more than {MAX_ELEMENTS} elements, more than the interpreter holds ({} GiB as f64)",
                 op.name(),
-                MAX_ELEMENTS * 8 >> 30
+                (MAX_ELEMENTS * 8) >> 30
             ))
         }
     }

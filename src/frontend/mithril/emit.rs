@@ -274,9 +274,7 @@ impl<'a> Emitter<'a> {
         let mut next: BTreeMap<String, usize> = BTreeMap::new();
         for &s in &candidates {
             let b = base(s);
-            let name = if top.contains(&s) {
-                b
-            } else if counts[&b] == 1 && !taken.contains(&b) {
+            let name = if top.contains(&s) || counts[&b] == 1 && !taken.contains(&b) {
                 b
             } else {
                 loop {

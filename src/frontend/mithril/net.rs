@@ -195,11 +195,10 @@ impl Net {
         } else if let Some(spec) = library::primitive(&node.class) {
             self.primitive(node, spec, depth)
         } else if library::COMPOSITES.contains(&node.class.as_str()) {
-            let start = self.nodes.len();
             let keys = library::expand_composite(self, node, depth)?;
             let cin = keys.get("input").copied();
             let cout = keys.get("output").copied();
-            self.apply_assigned(node, &keys, &[], start)?;
+            self.apply_assigned(node, &keys, &[])?;
             Ok(Instance { keys, cin, cout, unsupported: false })
         } else {
             self.unsupported.push((node.describe(), node.class.clone()));
@@ -302,29 +301,27 @@ impl Net {
         }
         let out = self.new_slot();
         self.name_slot(out, "output", depth);
-        let start = self.nodes.len();
         let inputs = input_keys.iter().map(|k| (k.clone(), keys[k])).collect();
         self.add_node(formula, inputs, out, origin)?;
         let cin = input_keys.first().map(|k| keys[k]);
         keys.insert("output".into(), out);
-        self.apply_assigned(node, &keys, &[], start)?;
+        self.apply_assigned(node, &keys, &[])?;
         Ok(Instance { keys, cin, cout: Some(out), unsupported: false })
     }
 
     fn composite(&mut self, node: &ModelNode, depth: usize) -> Result<Instance> {
         let start = self.nodes.len();
-        let mut children: IndexMap<String, (Instance, &ModelNode, usize)> = IndexMap::new();
+        let mut children: IndexMap<String, (Instance, &ModelNode)> = IndexMap::new();
         for (id, child) in &node.submodels {
-            let child_start = self.nodes.len();
             let inst = self.instantiate(child, depth + 1)?;
-            children.insert(id.clone(), (inst, child, child_start));
+            children.insert(id.clone(), (inst, child));
         }
         let mut named: Keys = Keys::new();
-        for (id, (_, child, _)) in &children {
+        for id in children.keys() {
             let Some(conns) = node.connections.get(id) else { continue };
             for (key, conn) in conns {
                 let what = format!("{}: connections.{id}.{key}", node.describe());
-                let slot = self.child_key(&children, id, key, node, &what)?;
+                let slot = self.child_key(&children, id, key, &what)?;
                 match conn {
                     Conn::Key { name, value, connect } => {
                         for (other, other_key) in connect {
@@ -334,7 +331,7 @@ impl Net {
                                     children.keys().cloned().collect::<Vec<_>>().join(", ")
                                 )));
                             }
-                            let target = self.child_key(&children, other, other_key, node, &what)?;
+                            let target = self.child_key(&children, other, other_key, &what)?;
                             self.union(slot, target, &what)?;
                         }
                         if let Some(n) = name {
@@ -356,7 +353,6 @@ impl Net {
                         self.set_value(slot, v, what.clone(), false)?;
                     }
                 }
-                let _ = child;
             }
         }
         // Canonical input and output: those of the children that stay an input / an
@@ -366,14 +362,14 @@ impl Net {
         let cout = children
             .values()
             .rev()
-            .filter_map(|(inst, _, _)| inst.cout)
+            .filter_map(|(inst, _)| inst.cout)
             .find(|&s| !consumed.contains(&self.find(s)));
         let cin = children
             .values()
-            .filter_map(|(inst, _, _)| inst.cin)
+            .filter_map(|(inst, _)| inst.cin)
             .find(|&s| self.slot(s).producer.is_none());
-        let refs: Vec<(String, Instance)> = children.iter().map(|(id, (inst, _, _))| (id.clone(), inst.clone())).collect();
-        self.apply_assigned(node, &named, &refs, start)?;
+        let refs: Vec<(String, Instance)> = children.iter().map(|(id, (inst, _))| (id.clone(), inst.clone())).collect();
+        self.apply_assigned(node, &named, &refs)?;
         Ok(Instance { keys: named, cin, cout, unsupported: false })
     }
 
@@ -381,13 +377,12 @@ impl Net {
     /// connections never name are its canonical output (if exposed) or input.
     fn child_key(
         &mut self,
-        children: &IndexMap<String, (Instance, &ModelNode, usize)>,
+        children: &IndexMap<String, (Instance, &ModelNode)>,
         id: &str,
         key: &str,
-        parent: &ModelNode,
         what: &str,
     ) -> Result<SlotId> {
-        let (inst, child, _) = &children[id];
+        let (inst, child) = &children[id];
         if let Some(&s) = inst.keys.get(key) {
             return Ok(s);
         }
@@ -400,7 +395,6 @@ impl Net {
                 return Ok(s);
             }
         }
-        let _ = parent;
         Err(Error::user(format!(
             "{what}: {} has no key `{key}` (its keys: {})",
             describe(&child.path, &child.class),
@@ -409,15 +403,14 @@ impl Net {
     }
 
     /// `assigned_shapes`, `assigned_types` and `assigned_differentiabilities` of a node.
-    fn apply_assigned(&mut self, node: &ModelNode, own: &Keys, children: &[(String, Instance)], _start: usize) -> Result<()> {
-        let resolve = |net: &Net, r: &KeyRef| -> Result<SlotId> {
+    fn apply_assigned(&mut self, node: &ModelNode, own: &Keys, children: &[(String, Instance)]) -> Result<()> {
+        let resolve = |r: &KeyRef| -> Result<SlotId> {
             let bad = || Error::user(format!("{}: assigned info refers to a missing key {r:?}", node.describe()));
             match r {
                 KeyRef::Named(n) => own.get(n).copied().ok_or_else(bad),
                 KeyRef::Child(m, i) if m == "self" => own.get_index(*i).map(|(_, s)| *s).ok_or_else(bad),
                 KeyRef::Child(m, i) => {
                     let inst = children.iter().find(|(id, _)| id == m).map(|(_, inst)| inst).ok_or_else(bad)?;
-                    let _ = net;
                     inst.keys.get_index(*i).map(|(_, s)| *s).ok_or_else(bad)
                 }
             }
@@ -425,16 +418,16 @@ impl Net {
         for group in &node.assigned_shapes {
             let mut entries = Vec::new();
             for (r, dims) in group {
-                entries.push((resolve(self, r)?, dims.clone()));
+                entries.push((resolve(r)?, dims.clone()));
             }
             self.templates.push(Template { origin: format!("{}: assigned_shapes", node.describe()), user: true, entries });
         }
         for (r, d) in &node.assigned_differentiabilities {
-            let s = resolve(self, r)?;
+            let s = resolve(r)?;
             self.slot_mut(s).differentiable = Some(*d);
         }
         for (r, ty) in &node.assigned_types {
-            let s = resolve(self, r)?;
+            let s = resolve(r)?;
             if let Some(d) = tensor_dtype(ty) {
                 self.slot_mut(s).dtype = Some(d);
             }
