@@ -12,6 +12,7 @@ use crate::data::{self, ArrayFile};
 use crate::error::{Error, Result};
 use crate::frontend::mithril;
 use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
+
 use crate::passes;
 use crate::tensor::Tensor;
 
@@ -135,9 +136,13 @@ fn group(n: u64) -> String {
     out
 }
 
-/// `mithrilc run`: evaluates the model on the given data with the interpreter.
+/// `mithrilc run`: evaluates the model on the given data with the interpreter or a
+/// compiled target.
 pub struct RunArgs {
     pub model: ModelArgs,
+    pub target: Target,
+    /// Also run the interpreter and report the largest difference per output.
+    pub check: bool,
     /// Data files: `FILE` (arrays named by key) or `NAME=FILE` (a one-array file
     /// whose array is the input `NAME`).
     pub data: Vec<String>,
@@ -175,8 +180,20 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     files.extend(data.iter());
     let graph = load_model(&args.model, &files)?;
     let feeds = feeds(&graph, &files).map_err(|e| e.context(args.model.model.display()))?;
-    let outputs = crate::interp::run(&graph, &feeds).map_err(|e| e.context(args.model.model.display()))?;
+    let interp = || crate::interp::run(&graph, &feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = String::new();
+    let outputs = match args.target {
+        Target::Interp => interp()?,
+        Target::C => {
+            let outputs = run_target(&graph, &feeds, &args.model.model, &BuildConfig::default())?;
+            if args.check {
+                for (name, diff) in compare(&outputs, &interp()?) {
+                    let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e}");
+                }
+            }
+            outputs
+        }
+    };
     match &args.output {
         Some(path) => {
             data::write_npz(path, &outputs)?;
@@ -245,4 +262,152 @@ pub fn describe_tensor(name: &str, t: &Tensor) -> String {
     let head: Vec<String> = t.data.iter().take(6).map(|x| format!("{x:.6}")).collect();
     let more = if t.data.len() > 6 { ", ..." } else { "" };
     format!("{name}: {ty}  min {min:.6}  max {max:.6}  mean {mean:.6}  [{}{more}]", head.join(", "))
+}
+
+/// The targets `compile` and `run --target` know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The reference interpreter (run only).
+    Interp,
+    C,
+}
+
+impl Target {
+    pub fn parse(s: &str) -> Result<Target> {
+        match s {
+            "interp" => Ok(Target::Interp),
+            "c" => Ok(Target::C),
+            "cuda" | "metal" | "ggml" | "xla" => Err(Error::usage(format!("the {s} target is not implemented yet (available: c, interp)"))),
+            other => Err(Error::usage(format!("unknown target '{other}' (available: c, interp)"))),
+        }
+    }
+}
+
+/// `mithrilc compile`.
+pub struct CompileArgs {
+    pub model: ModelArgs,
+    pub target: Target,
+    pub params: Option<PathBuf>,
+    pub out: Option<PathBuf>,
+    /// `build` (default), `source` (no build) or `ir` (print the IR after passes).
+    pub emit: String,
+    pub report: bool,
+}
+
+/// Compiles a model for a target; returns the report to print.
+pub fn compile(args: &CompileArgs) -> Result<String> {
+    let params = args.params.as_deref().map(data::read_arrays).transpose()?;
+    let graph = load_model(&args.model, &params.iter().collect::<Vec<_>>())?;
+    if args.emit == "ir" {
+        return Ok(ir::print::print(&graph));
+    }
+    if !matches!(args.emit.as_str(), "build" | "source") {
+        return Err(Error::usage(format!("--emit {}: expected build, source or ir", args.emit)));
+    }
+    if args.target != Target::C {
+        return Err(Error::usage("compile needs --target c (the interpreter is run with `mithrilc run`)".to_string()));
+    }
+    let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
+    let program = crate::lower::lower(&graph)?;
+    let weights = match &params {
+        Some(p) => Some(param_values(&graph, p)?),
+        None => None,
+    };
+    let opts = crate::codegen::c::Options { source: args.model.model.display().to_string(), weights };
+    let files = crate::codegen::c::emit(&program, &opts)?;
+    let build = args.emit == "build";
+    crate::build::write_dir_atomically(out, &files, |dir| {
+        if build {
+            crate::build::make(dir, &crate::build::c_compiler(), "-O2")?;
+        }
+        Ok(())
+    })?;
+    let mut report = format!("wrote {} ({} files{})\n", out.display(), files.len(), if build { ", built" } else { "" });
+    if args.report {
+        report.push_str(&memory_report(&program));
+    }
+    Ok(report)
+}
+
+fn memory_report(p: &crate::lower::Program) -> String {
+    let ratio = if p.peak_live == 0 { 1.0 } else { p.arena_size as f64 / p.peak_live as f64 };
+    format!(
+        "kernels: {}\nweights: {} bytes\narena: {} bytes (peak live {} bytes, ratio {ratio:.3})\n",
+        p.steps.len(),
+        group(p.weights_size),
+        group(p.arena_size),
+        group(p.peak_live)
+    )
+}
+
+/// Parameter values by name, from a parameters file.
+fn param_values(graph: &Graph, file: &ArrayFile) -> Result<BTreeMap<String, Tensor>> {
+    let mut out = BTreeMap::new();
+    for v in graph.params() {
+        let name = graph.node(v).name.clone().unwrap_or_default();
+        if let Some((_, t)) = file.lookup(&name, &["param"]) {
+            out.insert(name, t.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// How `run --target c` builds: the C compiler and its flags.
+#[derive(Debug, Clone)]
+pub struct BuildConfig {
+    pub cc: String,
+    pub cflags: String,
+}
+
+impl Default for BuildConfig {
+    fn default() -> BuildConfig {
+        BuildConfig { cc: crate::build::c_compiler(), cflags: "-O2".to_string() }
+    }
+}
+
+/// Runs the model through a compiled target: builds it in a scratch directory, runs
+/// its demo on the data, and reads the outputs back.
+pub fn run_target(graph: &Graph, feeds: &BTreeMap<String, Tensor>, source: &Path, build: &BuildConfig) -> Result<Vec<(String, Tensor)>> {
+    let program = crate::lower::lower(graph)?;
+    let weights: BTreeMap<String, Tensor> =
+        graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
+    let opts = crate::codegen::c::Options { source: source.display().to_string(), weights: Some(weights) };
+    let files = crate::codegen::c::emit(&program, &opts)?;
+    let scratch = tempfile::tempdir().map_err(|e| Error::user(format!("cannot create a scratch directory: {e}")))?;
+    let dir = scratch.path().join("build");
+    crate::build::write_dir_atomically(&dir, &files, |d| crate::build::make(d, &build.cc, &build.cflags))?;
+    let name = crate::codegen::c::identifier(&program.name);
+    let mut cmd = std::process::Command::new(dir.join(format!("{name}_demo")));
+    cmd.current_dir(&dir).arg("--out").arg(&dir);
+    for (i, (input, _, _)) in program.inputs.iter().enumerate() {
+        let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
+        let path = dir.join(format!("input_{i}.npy"));
+        data::write_npy(&path, t)?;
+        let mut spec = std::ffi::OsString::from(format!("{input}="));
+        spec.push(&path);
+        cmd.arg("--input").arg(spec);
+    }
+    crate::build::run_tool(cmd, "the compiled model", "the build above should have produced it")?;
+    let mut outputs = Vec::new();
+    for (i, (name, _, _)) in program.outputs.iter().enumerate() {
+        let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
+        let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
+        outputs.push((name.clone(), t));
+    }
+    Ok(outputs)
+}
+
+/// The largest |a - b| between two runs' outputs, per output.
+pub fn compare(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Vec<(String, f64)> {
+    a.iter()
+        .zip(b)
+        .map(|((n, x), (_, y))| {
+            let worst = if x.shape != y.shape {
+                f64::INFINITY
+            } else {
+                x.data.iter().zip(&y.data).map(|(p, q)| if p == q { 0.0 } else { (p - q).abs() }).fold(0.0, f64::max)
+            };
+            (n.clone(), worst)
+        })
+        .collect()
 }

@@ -4,13 +4,16 @@
 //! `frontend` (model JSON → [`ir::Graph`]) → [`passes`] → targets, with [`interp`] as
 //! the reference semantics every target is tested against.
 
+pub mod build;
 pub mod cli;
+pub mod codegen;
 pub mod data;
 pub mod docs;
 pub mod error;
 pub mod frontend;
 pub mod interp;
 pub mod ir;
+pub mod lower;
 pub mod passes;
 pub mod tensor;
 

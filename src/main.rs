@@ -56,6 +56,33 @@ enum Command {
         /// Write the outputs to this .npz, one array per output named by its key
         #[arg(short, long, value_name = "OUT.npz")]
         output: Option<PathBuf>,
+        /// Where to run: interp (the reference interpreter) or c (compile, build and run)
+        #[arg(long, default_value = "interp", value_name = "TARGET")]
+        target: String,
+        /// Also run the interpreter and print the largest difference per output
+        #[arg(long)]
+        check: bool,
+    },
+    /// Compile the model for a target and build it
+    Compile {
+        #[command(flatten)]
+        model: ModelOpts,
+        /// The target: c
+        #[arg(long, value_name = "TARGET")]
+        target: String,
+        /// Parameters (.safetensors or .npz): their shapes complete the model's, their
+        /// values are written to weights.bin
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
+        /// Output directory (written atomically: nothing is left on failure)
+        #[arg(short, long, value_name = "OUTDIR")]
+        output: Option<PathBuf>,
+        /// build: write and build (default); source: write only; ir: print the IR after passes
+        #[arg(long, default_value = "build", value_name = "WHAT")]
+        emit: String,
+        /// Print the kernel count, weights size, arena size and its peak-live lower bound
+        #[arg(long)]
+        report: bool,
     },
 }
 
@@ -63,9 +90,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect { model, params } => cli::inspect(&model.into_args(), params.as_deref()),
-        Command::Run { model, data, params, output } => {
-            cli::run(&cli::RunArgs { model: model.into_args(), data, params, output }).map(|(_, report)| report)
-        }
+        Command::Run { model, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
+            cli::run(&cli::RunArgs { model: model.into_args(), target, check, data, params, output }).map(|(_, report)| report)
+        }),
+        Command::Compile { model, target, params, output, emit, report } => cli::Target::parse(&target).and_then(|target| {
+            cli::compile(&cli::CompileArgs { model: model.into_args(), target, params, out: output, emit, report })
+        }),
     };
     match result {
         Ok(text) => {

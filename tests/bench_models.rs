@@ -20,6 +20,8 @@ fn check(model: &str, batches: &[u32]) {
     for b in batches {
         let input = dir.join(format!("{model}_b{b}_input.npy"));
         let args = RunArgs {
+            target: cli::Target::Interp,
+            check: false,
             model: ModelArgs { model: dir.join(format!("{model}.json")), ..Default::default() },
             data: vec![format!("input={}", input.display())],
             params: Some(dir.join(format!("{model}.safetensors"))),

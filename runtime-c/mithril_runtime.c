@@ -1,0 +1,682 @@
+/*
+ * mithril_runtime.c -- implementations of mithril_runtime.h (portable C99).
+ *
+ * No malloc, no printf, no mutable globals, no threads. Only <math.h>, <stdint.h>,
+ * <stddef.h> and <string.h>. Every function (static ones included) is prefixed mr_.
+ *
+ * Numerical choices
+ * -----------------
+ *  - All arithmetic is f32; nothing is promoted to double (double is soft-float on many
+ *    microcontrollers). The test program checks every function against double-precision
+ *    reference loops.
+ *  - GEMM and convolution accumulate in float. Along k the sum is split into blocks of
+ *    MR_SGEMM_KC: within a block the products are summed in increasing k; each block's
+ *    sum is scaled by alpha and added to C. The first block applies beta (and, when
+ *    beta == 0, overwrites C without reading it).
+ *  - Multiply-adds use fmaf() when <math.h> says it is fast (FP_FAST_FMAF: GCC/glibc on a
+ *    target with hardware FMA; the vectorizer turns it into vector FMAs); otherwise
+ *    a*b + c, which the compiler may still contract into an FMA (clang does by default,
+ *    GCC in -std=c99 mode does not). Either way the choice is fixed at compile time, so
+ *    a given build is deterministic, but results may differ in the last bits between
+ *    builds for different targets.
+ *  - Convolution via the GEMM path sums over (c, kh, kw) in that row-major order; the
+ *    direct path (Og < MR_CONV_DIRECT_OG) sums in the same order, so both match the
+ *    reference order up to the KC blocking.
+ *  - Max pooling and softmax's max propagate NaN (numpy semantics); average pooling sums
+ *    in float in (kh, kw) order and divides by KH*KW (one correctly rounded division).
+ *  - Softmax uses expf(x - max) and a float sum, then divides (not multiplies by a
+ *    reciprocal). For contiguous rows (inner == 1) the sum is kept in MR_SOFTMAX_LANES
+ *    interleaved partial sums, which both vectorizes and shortens the error chains.
+ *  - No -ffast-math assumptions: the code relies on IEEE NaN/Inf behaviour.
+ */
+#include "mithril_runtime.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Register tile: 8 x 32 fills AVX-512's 32 registers (16 accumulators of 16 floats);
+ * 6 x 16 suits 16-register AVX2 and 128-bit NEON. Both are plain C that the compiler
+ * vectorizes along NR. */
+#if defined(__AVX512F__)
+#ifndef MR_SGEMM_MR
+#define MR_SGEMM_MR 8
+#endif
+#ifndef MR_SGEMM_NR
+#define MR_SGEMM_NR 32
+#endif
+#endif
+#ifndef MR_SGEMM_MR
+#define MR_SGEMM_MR 6
+#endif
+#ifndef MR_SGEMM_NR
+#define MR_SGEMM_NR 16
+#endif
+#ifndef MR_SGEMM_KC
+#define MR_SGEMM_KC 256
+#endif
+#ifndef MR_SGEMM_NC
+#define MR_SGEMM_NC 64
+#endif
+#ifndef MR_CONV_DIRECT_OG
+#define MR_CONV_DIRECT_OG 4
+#endif
+#define MR_SOFTMAX_LANES 8
+#define MR_SOFTMAX_TILE 64
+
+#if MR_SGEMM_MR != 4 && MR_SGEMM_MR != 6 && MR_SGEMM_MR != 8
+#error "MR_SGEMM_MR must be 4, 6 or 8"
+#endif
+#if MR_SGEMM_NR < 1 || MR_SGEMM_KC < 1 || MR_SGEMM_NC < 1
+#error "MR_SGEMM_NR, MR_SGEMM_KC and MR_SGEMM_NC must be positive"
+#endif
+#if (MR_SGEMM_NC % MR_SGEMM_NR) != 0
+#error "MR_SGEMM_NC must be a multiple of MR_SGEMM_NR"
+#endif
+
+#if defined(FP_FAST_FMAF)
+#define MR_MADD(a, b, c) fmaf((a), (b), (c))
+#else
+#define MR_MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* ------------------------------------------------------------------------------------ */
+/* Small helpers                                                                        */
+/* ------------------------------------------------------------------------------------ */
+
+/* mr_min_i64: the smaller of a and b. */
+static int64_t mr_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/*
+ * mr_out_range: the output positions t in [0, out_len) whose input coordinate
+ * t*stride + off falls inside [0, in_len), returned as the half-open range [*lo, *hi)
+ * (empty when *lo == *hi). Requires stride >= 1. The set is contiguous because the
+ * coordinate is increasing in t.
+ */
+static void mr_out_range(int64_t out_len, int64_t stride, int64_t off, int64_t in_len,
+                         int64_t *lo, int64_t *hi)
+{
+    int64_t l, h;
+    if (stride == 1) { /* the common case, without divisions */
+        l = off >= 0 ? 0 : -off;
+        h = in_len - off < 0 ? 0 : in_len - off;
+    } else {
+        l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+        h = (in_len - 1 - off) < 0 ? 0 : (in_len - 1 - off) / stride + 1;
+    }
+    if (h > out_len) h = out_len;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* GEMM                                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_bsrc: where the B operand of the GEMM driver comes from. kind MR_BSRC_STRIDED is a
+ * plain strided matrix B[k*rs + j*cs]. kind MR_BSRC_IM2COL is the implicit im2col matrix
+ * of one (image, group) of a convolution: row k = (c*KH + kh)*KW + kw, column
+ * j = oh*OW + ow, element = x[c, oh*sh + kh*dh - pt, ow*sw + kw*dw - pl] or 0 when that
+ * lies outside [0,H) x [0,W); x points at the group's first channel of the image.
+ */
+enum { MR_BSRC_STRIDED = 0, MR_BSRC_IM2COL = 1 };
+typedef struct mr_bsrc {
+    int kind;
+    const float *p;
+    int64_t rs, cs;
+    int64_t H, W, KH, KW, OW, sh, sw, pt, pl, dh, dw;
+} mr_bsrc;
+
+/*
+ * mr_sgemm_pack_b: copies the kc x nc block of B starting at (row pc, column jc) into bp,
+ * laid out as ceil(nc/NR) consecutive micro-panels; micro-panel q holds columns
+ * [q*NR, q*NR + NR) of the block as kc rows of NR contiguous floats:
+ *   bp[(q*kc + r)*NR + t] = B(pc + r, jc + q*NR + t), zero for columns past nc.
+ */
+static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t kc,
+                            int64_t nc, float *bp)
+{
+    const int64_t NR = MR_SGEMM_NR;
+    const int64_t npanels = (nc + NR - 1) / NR;
+    int64_t q, r, t;
+    if (src->kind == MR_BSRC_STRIDED) {
+        for (q = 0; q < npanels; ++q) {
+            const int64_t nv = mr_min_i64(NR, nc - q * NR);
+            float *dst = bp + q * kc * NR;
+            const float *s0 = src->p + pc * src->rs + (jc + q * NR) * src->cs;
+            if (src->cs == 1 && nv == NR) {
+                for (r = 0; r < kc; ++r) {
+                    memcpy(dst + r * NR, s0 + r * src->rs, sizeof(float) * (size_t)NR);
+                }
+            } else {
+                for (r = 0; r < kc; ++r) {
+                    const float *s = s0 + r * src->rs;
+                    float *d = dst + r * NR;
+                    for (t = 0; t < nv; ++t) d[t] = s[t * src->cs];
+                    for (; t < NR; ++t) d[t] = 0.0f;
+                }
+            }
+        }
+    } else {
+        const int64_t padded = npanels * NR;
+        const int64_t oh0 = jc / src->OW, ow0 = jc % src->OW;
+        /* (c, kh, kw) of block row r, advanced incrementally instead of divided out */
+        int64_t c = pc / (src->KH * src->KW), kh = (pc / src->KW) % src->KH, kw = pc % src->KW;
+        for (r = 0; r < kc; ++r) {
+            const float *xc = src->p + c * src->H * src->W;
+            const int64_t woff = kw * src->dw - src->pl;
+            int64_t lo, hi, j = 0, oh = oh0, ow = ow0;
+            mr_out_range(src->OW, src->sw, woff, src->W, &lo, &hi);
+            /* walk the block's columns one output row (oh) at a time, and each output row
+             * in pieces that stay inside one micro-panel, so every piece is a contiguous
+             * destination: zeros, then the in-range input taps, then zeros */
+            while (j < nc) {
+                const int64_t ih = oh * src->sh + kh * src->dh - src->pt;
+                const int64_t row_end = mr_min_i64(src->OW, ow + (nc - j));
+                const int row_ok = ih >= 0 && ih < src->H;
+                const float *xr = xc + (row_ok ? ih * src->W : 0);
+                while (ow < row_end) {
+                    const int64_t off = j % NR;
+                    const int64_t len = mr_min_i64(NR - off, row_end - ow);
+                    float *restrict d = bp + ((j / NR) * kc + r) * NR + off;
+                    const int64_t za = row_ok ? mr_min_i64(len, lo > ow ? lo - ow : 0) : len;
+                    const int64_t zb = row_ok ? mr_min_i64(len, hi > ow ? hi - ow : 0) : len;
+                    for (t = 0; t < za; ++t) d[t] = 0.0f;
+                    if (zb > za) {
+                        /* xs[u*sw] = x[c, ih, (ow + za + u)*sw + woff], in range for u < zb-za */
+                        const float *restrict xs = xr + (ow + za) * src->sw + woff;
+                        if (src->sw == 1) {
+                            for (t = za; t < zb; ++t) d[t] = xs[t - za];
+                        } else {
+                            for (t = za; t < zb; ++t) d[t] = xs[(t - za) * src->sw];
+                        }
+                    }
+                    for (t = zb > za ? zb : za; t < len; ++t) d[t] = 0.0f;
+                    j += len;
+                    ow += len;
+                }
+                ow = 0;
+                ++oh;
+            }
+            for (t = nc; t < padded; ++t) bp[((t / NR) * kc + r) * NR + t % NR] = 0.0f;
+            if (++kw == src->KW) {
+                kw = 0;
+                if (++kh == src->KH) {
+                    kh = 0;
+                    ++c;
+                }
+            }
+        }
+    }
+}
+
+/*
+ * mr_sgemm_pack_a: copies the mr x kc block of A at (row ic, column pc) into ap as kc
+ * columns of MR contiguous floats: ap[r*MR + i] = A[(ic+i)*a_rs + (pc+r)*a_cs] for
+ * i < mr, zero for mr <= i < MR.
+ */
+static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t ic,
+                            int64_t pc, int64_t mr, int64_t kc, float *ap)
+{
+    const int64_t MR = MR_SGEMM_MR;
+    int64_t i, r;
+    for (i = 0; i < mr; ++i) {
+        const float *s = A + (ic + i) * a_rs + pc * a_cs;
+        if (a_cs == 1) {
+            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r];
+        } else {
+            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r * a_cs];
+        }
+    }
+    for (; i < MR; ++i) {
+        for (r = 0; r < kc; ++r) ap[r * MR + i] = 0.0f;
+    }
+}
+
+/*
+ * mr_sgemm_micro: the register micro-kernel. For i < MR, j < NR:
+ *   out[i*NR + j] = sum_{r<kc} a[i*ars + r*acs] * b[r*NR + j], summed in increasing r,
+ * where b is a packed B micro-panel (kc rows of NR floats) and a is either a packed A
+ * sliver (ars = 1, acs = MR) or A itself when it has a unit stride (no copy needed).
+ * Each row of the tile is a separate accumulator array and every j loop has the
+ * compile-time bound NR, so the compiler vectorizes along j and keeps the MR x NR tile in
+ * registers; a[...] becomes one broadcast per row and step.
+ */
+static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                           const float *restrict b, float *restrict out)
+{
+    float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
+#if MR_SGEMM_MR > 4
+    float c4[MR_SGEMM_NR], c5[MR_SGEMM_NR];
+#endif
+#if MR_SGEMM_MR > 6
+    float c6[MR_SGEMM_NR], c7[MR_SGEMM_NR];
+#endif
+    int64_t r;
+    int j;
+    for (j = 0; j < MR_SGEMM_NR; ++j) {
+        c0[j] = 0.0f;
+        c1[j] = 0.0f;
+        c2[j] = 0.0f;
+        c3[j] = 0.0f;
+#if MR_SGEMM_MR > 4
+        c4[j] = 0.0f;
+        c5[j] = 0.0f;
+#endif
+#if MR_SGEMM_MR > 6
+        c6[j] = 0.0f;
+        c7[j] = 0.0f;
+#endif
+    }
+    for (r = 0; r < kc; ++r) {
+        const float a0 = a[0], a1 = a[ars], a2 = a[2 * ars], a3 = a[3 * ars];
+#if MR_SGEMM_MR > 4
+        const float a4 = a[4 * ars], a5 = a[5 * ars];
+#endif
+#if MR_SGEMM_MR > 6
+        const float a6 = a[6 * ars], a7 = a[7 * ars];
+#endif
+        for (j = 0; j < MR_SGEMM_NR; ++j) {
+            const float bj = b[j];
+            c0[j] = MR_MADD(a0, bj, c0[j]);
+            c1[j] = MR_MADD(a1, bj, c1[j]);
+            c2[j] = MR_MADD(a2, bj, c2[j]);
+            c3[j] = MR_MADD(a3, bj, c3[j]);
+#if MR_SGEMM_MR > 4
+            c4[j] = MR_MADD(a4, bj, c4[j]);
+            c5[j] = MR_MADD(a5, bj, c5[j]);
+#endif
+#if MR_SGEMM_MR > 6
+            c6[j] = MR_MADD(a6, bj, c6[j]);
+            c7[j] = MR_MADD(a7, bj, c7[j]);
+#endif
+        }
+        a += acs;
+        b += MR_SGEMM_NR;
+    }
+    for (j = 0; j < MR_SGEMM_NR; ++j) {
+        out[j] = c0[j];
+        out[MR_SGEMM_NR + j] = c1[j];
+        out[2 * MR_SGEMM_NR + j] = c2[j];
+        out[3 * MR_SGEMM_NR + j] = c3[j];
+#if MR_SGEMM_MR > 4
+        out[4 * MR_SGEMM_NR + j] = c4[j];
+        out[5 * MR_SGEMM_NR + j] = c5[j];
+#endif
+#if MR_SGEMM_MR > 6
+        out[6 * MR_SGEMM_NR + j] = c6[j];
+        out[7 * MR_SGEMM_NR + j] = c7[j];
+#endif
+    }
+}
+
+/*
+ * mr_sgemm_store: writes the top-left mr x nr part of the MR x NR tile t into C:
+ *   overwrite != 0: C[i*c_rs + j*c_cs] = alpha * t[i*NR + j]            (C not read)
+ *   overwrite == 0: C[i*c_rs + j*c_cs] = alpha * t[i*NR + j] + beta * C[...]
+ */
+static void mr_sgemm_store(const float *restrict t, int64_t mr, int64_t nr, float alpha,
+                           float beta, int overwrite, float *restrict C, int64_t c_rs,
+                           int64_t c_cs)
+{
+    int64_t i, j;
+    for (i = 0; i < mr; ++i) {
+        const float *ti = t + i * MR_SGEMM_NR;
+        float *ci = C + i * c_rs;
+        if (c_cs == 1) {
+            if (overwrite) {
+                for (j = 0; j < nr; ++j) ci[j] = alpha * ti[j];
+            } else if (beta == 1.0f) {
+                for (j = 0; j < nr; ++j) ci[j] = MR_MADD(alpha, ti[j], ci[j]);
+            } else {
+                for (j = 0; j < nr; ++j) ci[j] = MR_MADD(alpha, ti[j], beta * ci[j]);
+            }
+        } else {
+            if (overwrite) {
+                for (j = 0; j < nr; ++j) ci[j * c_cs] = alpha * ti[j];
+            } else {
+                for (j = 0; j < nr; ++j) ci[j * c_cs] = MR_MADD(alpha, ti[j], beta * ci[j * c_cs]);
+            }
+        }
+    }
+}
+
+/*
+ * mr_sgemm_driver: C = alpha * A * B + beta * C for an M x K matrix A (strided), a K x N
+ * matrix B described by src, and an M x N strided C; M, N, K >= 1. Loop nest (BLIS
+ * order, minus the MC loop): N in blocks of NC, K in blocks of KC (pack the KC x NC
+ * block of B onto the stack), M in blocks of MR (pack an MR x KC sliver of A, unless A
+ * has a unit row or column stride and the sliver is full: then the kernel reads A in
+ * place), then the NR-wide micro-panels of the packed B block.
+ */
+static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                            int64_t a_rs, int64_t a_cs, const mr_bsrc *src, float beta,
+                            float *C, int64_t c_rs, int64_t c_cs)
+{
+    float bp[MR_SGEMM_KC * MR_SGEMM_NC];
+    float ap[MR_SGEMM_MR * MR_SGEMM_KC];
+    float tile[MR_SGEMM_MR * MR_SGEMM_NR];
+    int64_t jc, pc, ic, jr;
+    for (jc = 0; jc < N; jc += MR_SGEMM_NC) {
+        const int64_t nc = mr_min_i64(MR_SGEMM_NC, N - jc);
+        for (pc = 0; pc < K; pc += MR_SGEMM_KC) {
+            const int64_t kc = mr_min_i64(MR_SGEMM_KC, K - pc);
+            const int first = pc == 0;
+            const float bet = first ? beta : 1.0f;
+            const int overwrite = first && beta == 0.0f;
+            mr_sgemm_pack_b(src, pc, jc, kc, nc, bp);
+            for (ic = 0; ic < M; ic += MR_SGEMM_MR) {
+                const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
+                const float *pa = ap;
+                int64_t ars = 1, acs = MR_SGEMM_MR;
+                if (mr == MR_SGEMM_MR && (a_cs == 1 || a_rs == 1)) {
+                    /* a full sliver with a unit stride: the kernel reads A in place */
+                    pa = A + ic * a_rs + pc * a_cs;
+                    ars = a_rs;
+                    acs = a_cs;
+                } else {
+                    mr_sgemm_pack_a(A, a_rs, a_cs, ic, pc, mr, kc, ap);
+                }
+                for (jr = 0; jr < nc; jr += MR_SGEMM_NR) {
+                    const int64_t nr = mr_min_i64(MR_SGEMM_NR, nc - jr);
+                    mr_sgemm_micro(kc, pa, ars, acs, bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR,
+                                   tile);
+                    mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite,
+                                   C + ic * c_rs + (jc + jr) * c_cs, c_rs, c_cs);
+                }
+            }
+        }
+    }
+}
+
+/*
+ * mr_sgemm: C[i*c_rs + j*c_cs] = alpha * sum_k A[i*a_rs + k*a_cs] * B[k*b_rs + j*b_cs]
+ *           + beta * C[i*c_rs + j*c_cs] for i < M, j < N (C not read when beta == 0;
+ *           C = beta*C, or 0 when beta == 0, if K == 0). Blocked and packed; see the
+ *           header for the full contract.
+ */
+void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, int64_t a_rs, int64_t a_cs,
+              const float *B, int64_t b_rs, int64_t b_cs,
+              float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_bsrc src;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        int64_t i, j;
+        for (i = 0; i < M; ++i) {
+            for (j = 0; j < N; ++j) {
+                float *c = C + i * c_rs + j * c_cs;
+                *c = beta == 0.0f ? 0.0f : beta * *c;
+            }
+        }
+        return;
+    }
+    memset(&src, 0, sizeof src);
+    src.kind = MR_BSRC_STRIDED;
+    src.p = B;
+    src.rs = b_rs;
+    src.cs = b_cs;
+    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Convolution                                                                          */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_conv2d_direct: the convolution of mr_conv2d_f32 for the output channels of one
+ * image n, computed with direct loops: for each output channel o, y[n,o] is zeroed, then
+ * for each (c, kh, kw) in row-major order the weight w[o,c,kh,kw] times the matching
+ * input row segment is added to each output row (the inner loop runs over ow, contiguous
+ * in y, and contiguous in x when stride_w == 1). Taps in the padding are skipped.
+ * xn = x + n*C*H*W, yn = y + n*O*OH*OW.
+ */
+static void mr_conv2d_direct(const float *xn, const float *w, float *yn, int64_t C,
+                             int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
+                             int64_t OH, int64_t OW, int64_t sh, int64_t sw, int64_t pt,
+                             int64_t pl, int64_t dh, int64_t dw, int64_t groups)
+{
+    const int64_t Cg = C / groups, Og = O / groups, P = OH * OW;
+    int64_t o, c, kh, kw, oh;
+    for (o = 0; o < O; ++o) {
+        const int64_t g = o / Og;
+        float *yo = yn + o * P;
+        memset(yo, 0, sizeof(float) * (size_t)P);
+        for (c = 0; c < Cg; ++c) {
+            const float *xc = xn + (g * Cg + c) * H * W;
+            const float *wc = w + (o * Cg + c) * KH * KW;
+            for (kh = 0; kh < KH; ++kh) {
+                for (kw = 0; kw < KW; ++kw) {
+                    const float wv = wc[kh * KW + kw];
+                    const int64_t woff = kw * dw - pl;
+                    int64_t lo, hi;
+                    mr_out_range(OW, sw, woff, W, &lo, &hi);
+                    if (lo >= hi) continue;
+                    for (oh = 0; oh < OH; ++oh) {
+                        const int64_t ih = oh * sh + kh * dh - pt;
+                        float *restrict yr;
+                        const float *restrict xr;
+                        int64_t t, cnt = hi - lo;
+                        if (ih < 0 || ih >= H) continue;
+                        /* xr[t*sw] is x[ih, (lo+t)*sw + woff], inside the row for t < cnt */
+                        xr = xc + ih * W + lo * sw + woff;
+                        yr = yo + oh * OW + lo;
+                        if (sw == 1) {
+                            for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t], yr[t]);
+                        } else {
+                            for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t * sw], yr[t]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/*
+ * mr_conv2d_f32: y[n,o,oh,ow] = sum_{c<C/groups, kh, kw} w[o,c,kh,kw] *
+ *   x[n, (o/(O/groups))*(C/groups) + c, oh*stride_h + kh*dil_h - pad_top,
+ *     ow*stride_w + kw*dil_w - pad_left], zero outside the input; NCHW, contiguous.
+ * Per (image, group): a GEMM y_g[Og, OH*OW] = w_g[Og, Cg*KH*KW] * im2col(x_g) whose B
+ * panels are gathered from x while packing (no scratch), a plain strided GEMM for
+ * unpadded stride-1 1x1 convolutions, or direct loops when Og < MR_CONV_DIRECT_OG.
+ */
+void mr_conv2d_f32(const float *x, const float *w, float *y,
+                   int64_t N, int64_t C, int64_t H, int64_t W,
+                   int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                   int64_t stride_h, int64_t stride_w,
+                   int64_t pad_top, int64_t pad_left,
+                   int64_t dil_h, int64_t dil_w, int64_t groups)
+{
+    const int64_t Cg = C / groups, Og = O / groups, P = OH * OW, Kd = Cg * KH * KW;
+    int64_t n, g;
+    if (N <= 0 || O <= 0 || P <= 0) return;
+    if (Kd <= 0) {
+        memset(y, 0, sizeof(float) * (size_t)(N * O * P));
+        return;
+    }
+    for (n = 0; n < N; ++n) {
+        const float *xn = x + n * C * H * W;
+        float *yn = y + n * O * P;
+        if (Og < MR_CONV_DIRECT_OG) {
+            mr_conv2d_direct(xn, w, yn, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w,
+                             pad_top, pad_left, dil_h, dil_w, groups);
+            continue;
+        }
+        for (g = 0; g < groups; ++g) {
+            mr_bsrc src;
+            memset(&src, 0, sizeof src);
+            src.p = xn + g * Cg * H * W;
+            if (KH == 1 && KW == 1 && pad_top == 0 && pad_left == 0 && stride_h == 1 &&
+                stride_w == 1 && OW == W && OH <= H) {
+                /* pointwise: im2col(x_g) is x_g itself viewed as [Cg, H*W] */
+                src.kind = MR_BSRC_STRIDED;
+                src.rs = H * W;
+                src.cs = 1;
+            } else {
+                src.kind = MR_BSRC_IM2COL;
+                src.H = H;
+                src.W = W;
+                src.KH = KH;
+                src.KW = KW;
+                src.OW = OW;
+                src.sh = stride_h;
+                src.sw = stride_w;
+                src.pt = pad_top;
+                src.pl = pad_left;
+                src.dh = dil_h;
+                src.dw = dil_w;
+            }
+            mr_sgemm_driver(Og, P, Kd, 1.0f, w + g * Og * Kd, Kd, 1, &src, 0.0f,
+                            yn + g * Og * P, P, 1);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Pooling                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_pool2d_f32: y[n,c,oh,ow] = max (is_max) or sum/(KH*KW) (average) over the taps
+ * x[n,c, oh*stride_h + kh*dil_h - pad_top, ow*stride_w + kw*dil_w - pad_left] that lie
+ * inside the input. Max: padded taps never win, an all-padding window is -INFINITY, NaN
+ * propagates. Average: padded taps count as zeros in the divisor KH*KW. NCHW contiguous.
+ * Each output row is initialised and then updated tap by tap, (kh, kw) in row-major
+ * order, with the inner loop over ow.
+ */
+void mr_pool2d_f32(const float *x, float *y,
+                   int64_t N, int64_t C, int64_t H, int64_t W,
+                   int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                   int64_t stride_h, int64_t stride_w,
+                   int64_t pad_top, int64_t pad_left,
+                   int64_t dil_h, int64_t dil_w, int is_max)
+{
+    const int64_t planes = N * C;
+    const float div = (float)(KH * KW);
+    int64_t pl, oh, ow, kh, kw;
+    for (pl = 0; pl < planes; ++pl) {
+        const float *xp = x + pl * H * W;
+        float *yp = y + pl * OH * OW;
+        for (oh = 0; oh < OH; ++oh) {
+            float *restrict yr = yp + oh * OW;
+            const float init = is_max ? -INFINITY : 0.0f;
+            for (ow = 0; ow < OW; ++ow) yr[ow] = init;
+            for (kh = 0; kh < KH; ++kh) {
+                const int64_t ih = oh * stride_h + kh * dil_h - pad_top;
+                if (ih < 0 || ih >= H) continue;
+                for (kw = 0; kw < KW; ++kw) {
+                    const int64_t woff = kw * dil_w - pad_left;
+                    const float *restrict xr = xp + ih * W;
+                    int64_t lo, hi;
+                    mr_out_range(OW, stride_w, woff, W, &lo, &hi);
+                    if (is_max) {
+                        for (ow = lo; ow < hi; ++ow) {
+                            const float v = xr[ow * stride_w + woff];
+                            const float m = yr[ow];
+                            yr[ow] = (v > m || v != v) ? v : m;
+                        }
+                    } else {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] += xr[ow * stride_w + woff];
+                    }
+                }
+            }
+            if (!is_max) {
+                for (ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] / div;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Softmax                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_softmax_row: softmax of one contiguous row of length n (n >= 1): m = max x (NaN-
+ * propagating), y[k] = expf(x[k] - m), s = sum y in MR_SOFTMAX_LANES interleaved float
+ * partial sums (lane k % LANES) combined pairwise, then y[k] = y[k] / s. y may equal x.
+ */
+static void mr_softmax_row(const float *x, float *y, int64_t n)
+{
+    float m = -INFINITY, s;
+    float lanes[MR_SOFTMAX_LANES];
+    int64_t k;
+    int l;
+    for (k = 0; k < n; ++k) {
+        const float v = x[k];
+        m = (v > m || v != v) ? v : m;
+    }
+    for (l = 0; l < MR_SOFTMAX_LANES; ++l) lanes[l] = 0.0f;
+    for (k = 0; k + MR_SOFTMAX_LANES <= n; k += MR_SOFTMAX_LANES) {
+        for (l = 0; l < MR_SOFTMAX_LANES; ++l) {
+            const float e = expf(x[k + l] - m);
+            y[k + l] = e;
+            lanes[l] += e;
+        }
+    }
+    for (l = 0; k < n; ++k, ++l) {
+        const float e = expf(x[k] - m);
+        y[k] = e;
+        lanes[l] += e;
+    }
+    for (l = MR_SOFTMAX_LANES / 2; l >= 1; l /= 2) {
+        int t;
+        for (t = 0; t < l; ++t) lanes[t] += lanes[t + l];
+    }
+    s = lanes[0];
+    for (k = 0; k < n; ++k) y[k] = y[k] / s;
+}
+
+/*
+ * mr_softmax_f32: y[o,k,i] = expf(x[o,k,i] - m) / sum_k' expf(x[o,k',i] - m), with
+ * m = max_k x[o,k,i] (NaN-propagating), for x, y contiguous [outer, n, inner]; all in
+ * float. inner == 1 uses mr_softmax_row; otherwise tiles of MR_SOFTMAX_TILE columns of
+ * inner are processed together (per-column max and sum in stack arrays, sum in
+ * increasing k), so the inner loops run over contiguous memory. y may equal x.
+ */
+void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t inner)
+{
+    int64_t o, k, i0, i;
+    if (outer <= 0 || n <= 0 || inner <= 0) return;
+    if (inner == 1) {
+        for (o = 0; o < outer; ++o) mr_softmax_row(x + o * n, y + o * n, n);
+        return;
+    }
+    for (o = 0; o < outer; ++o) {
+        const float *xo = x + o * n * inner;
+        float *yo = y + o * n * inner;
+        for (i0 = 0; i0 < inner; i0 += MR_SOFTMAX_TILE) {
+            const int64_t t = mr_min_i64(MR_SOFTMAX_TILE, inner - i0);
+            float mx[MR_SOFTMAX_TILE], sm[MR_SOFTMAX_TILE];
+            for (i = 0; i < t; ++i) {
+                mx[i] = -INFINITY;
+                sm[i] = 0.0f;
+            }
+            for (k = 0; k < n; ++k) {
+                const float *xr = xo + k * inner + i0;
+                for (i = 0; i < t; ++i) {
+                    const float v = xr[i];
+                    mx[i] = (v > mx[i] || v != v) ? v : mx[i];
+                }
+            }
+            for (k = 0; k < n; ++k) {
+                const float *xr = xo + k * inner + i0;
+                float *yr = yo + k * inner + i0;
+                for (i = 0; i < t; ++i) {
+                    const float e = expf(xr[i] - mx[i]);
+                    yr[i] = e;
+                    sm[i] += e;
+                }
+            }
+            for (k = 0; k < n; ++k) {
+                float *yr = yo + k * inner + i0;
+                for (i = 0; i < t; ++i) yr[i] = yr[i] / sm[i];
+            }
+        }
+    }
+}

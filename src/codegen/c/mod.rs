@@ -1,0 +1,452 @@
+//! The C target: a [`Program`] as portable C99 with no allocation, plus the runtime,
+//! a Makefile and a demo program.
+//!
+//! Limits: shapes must be static (symbolic dimensions are a later addition); f16/bf16
+//! have no C arithmetic yet; weights come from a file the caller loads
+//! (`weights.bin`, the layout of `<NAME>_WEIGHT_<i>_OFFSET`).
+//!
+//! Files written (for a model named `mlp`): `mlp.h`, `mlp.c`, `mithril_runtime.h`,
+//! `mithril_runtime.c`, `mlp_demo.c`, `Makefile`, and `weights.bin` when parameter
+//! values were given.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::cstyle::{pad, Dialect, Renderer, C, C_OPS_HEADER};
+use crate::error::{Error, Result};
+use crate::ir::{Dtype, PoolKind};
+use crate::lower::{Kernel, Program, Storage, View};
+use crate::tensor::Tensor;
+
+/// The runtime's sources, copied into every output directory.
+const RUNTIME_H: &str = include_str!("../../../runtime-c/mithril_runtime.h");
+const RUNTIME_C: &str = include_str!("../../../runtime-c/mithril_runtime.c");
+
+/// Everything that changes what the C target writes.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The model file, named in generated comments.
+    pub source: String,
+    /// Parameter values by name, written to `weights.bin` when given.
+    pub weights: Option<std::collections::BTreeMap<String, Tensor>>,
+}
+
+/// A C identifier from a model name: legal, lower case, never a keyword.
+pub fn identifier(name: &str) -> String {
+    let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) || s.starts_with('_') {
+        s.insert_str(0, "m");
+    }
+    s
+}
+
+/// The files of the C target, by name, in a fixed order.
+pub fn emit(p: &Program, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
+    let name = identifier(&p.name);
+    let upper = name.to_uppercase();
+    let ctx = TemplateContext::new(p, &name, &upper, opts)?;
+    let mut tera = tera::Tera::default();
+    let templates = [
+        ("model.h", include_str!("../../../templates/c/model.h.tera")),
+        ("Makefile", include_str!("../../../templates/c/Makefile.tera")),
+        ("demo.c", include_str!("../../../templates/c/demo.c.tera")),
+    ];
+    for (n, t) in templates {
+        tera.add_raw_template(n, t).map_err(|e| Error::internal(format!("template {n}: {e}")))?;
+    }
+    let context = tera::Context::from_serialize(&ctx).map_err(|e| Error::internal(format!("template context: {e}")))?;
+    let render = |n: &str| tera.render(n, &context).map_err(|e| Error::internal(format!("template {n}: {e:?}")));
+    let mut files = vec![
+        (format!("{name}.h"), render("model.h")?.into_bytes()),
+        (format!("{name}.c"), model_c(p, &name, opts)?.into_bytes()),
+        ("mithril_ops.h".to_string(), C_OPS_HEADER.as_bytes().to_vec()),
+        ("mithril_runtime.h".to_string(), RUNTIME_H.as_bytes().to_vec()),
+        ("mithril_runtime.c".to_string(), RUNTIME_C.as_bytes().to_vec()),
+        (format!("{name}_demo.c"), render("demo.c")?.into_bytes()),
+        ("Makefile".to_string(), render("Makefile")?.into_bytes()),
+    ];
+    if let Some(values) = &opts.weights {
+        files.push(("weights.bin".to_string(), weights_blob(p, values)?));
+    }
+    Ok(files)
+}
+
+/// The weights blob in the layout of the program's weight offsets.
+pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
+    let mut blob = vec![0u8; p.weights_size as usize];
+    for (name, buf, shape) in &p.weights {
+        let t = values.get(name).ok_or_else(|| Error::user(format!("no value for the parameter `{name}`")))?;
+        if &t.shape != shape {
+            return Err(Error::user(format!("parameter `{name}` has shape {:?}, the model needs {:?}", t.shape, shape)));
+        }
+        let b = &p.buffers[buf.0];
+        let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
+        let bytes = element_bytes(t, b.dtype);
+        blob[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
+    }
+    Ok(blob)
+}
+
+/// Little-endian bytes of a tensor's elements as `dtype`.
+pub fn element_bytes(t: &Tensor, dtype: Dtype) -> Vec<u8> {
+    let mut out = Vec::with_capacity(t.numel() * dtype.size());
+    for &x in &t.data {
+        match dtype {
+            Dtype::F32 | Dtype::F16 | Dtype::Bf16 => out.extend((x as f32).to_le_bytes()),
+            Dtype::F64 => out.extend(x.to_le_bytes()),
+            Dtype::I32 => out.extend((x as i32).to_le_bytes()),
+            Dtype::I64 => out.extend((x as i64).to_le_bytes()),
+            Dtype::Bool => out.push(u8::from(x != 0.0)),
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct TensorInfo {
+    name: String,
+    name_c: String,
+    ctype: &'static str,
+    descr: &'static str,
+    elem: usize,
+    size: u64,
+    rank: usize,
+    shape_text: String,
+    shape_list: String,
+    shape_list_or0: String,
+    offset: u64,
+}
+
+#[derive(Serialize)]
+struct TemplateContext {
+    name: String,
+    #[serde(rename = "NAME")]
+    upper: String,
+    version: &'static str,
+    source: String,
+    weights_size: u64,
+    arena_size: u64,
+    weights_default: String,
+    inputs: Vec<TensorInfo>,
+    outputs: Vec<TensorInfo>,
+    weights: Vec<TensorInfo>,
+}
+
+impl TemplateContext {
+    fn new(p: &Program, name: &str, upper: &str, opts: &Options) -> Result<TemplateContext> {
+        let info = |n: &str, buf: crate::lower::BufId, shape: &[u64]| {
+            let b = &p.buffers[buf.0];
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            TensorInfo {
+                name: comment_safe(n),
+                name_c: c_string(n),
+                ctype: C_TYPE.ty(b.dtype),
+                descr: npy_descr(b.dtype),
+                elem: b.dtype.size(),
+                size: shape.iter().product(),
+                rank: shape.len(),
+                shape_text: format!("[{}]", dims.join(", ")),
+                shape_list: dims.join(", "),
+                shape_list_or0: if dims.is_empty() { "0".into() } else { dims.join(", ") },
+                offset: match b.storage {
+                    Storage::Weight { offset } => offset,
+                    _ => 0,
+                },
+            }
+        };
+        Ok(TemplateContext {
+            name: name.to_string(),
+            upper: upper.to_string(),
+            version: env!("CARGO_PKG_VERSION"),
+            source: comment_safe(&opts.source),
+            weights_size: p.weights_size,
+            arena_size: p.arena_size,
+            weights_default: if opts.weights.is_some() { "\"weights.bin\"".into() } else { "NULL".into() },
+            inputs: p.inputs.iter().map(|(n, b, s)| info(n, *b, s)).collect(),
+            outputs: p.outputs.iter().map(|(n, b, s)| info(n, *b, s)).collect(),
+            weights: p.weights.iter().map(|(n, b, s)| info(n, *b, s)).collect(),
+        })
+    }
+}
+
+const C_TYPE: C = C;
+
+fn npy_descr(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "<f4",
+        Dtype::F64 => "<f8",
+        Dtype::I32 => "<i4",
+        Dtype::I64 => "<i8",
+        Dtype::Bool => "|b1",
+    }
+}
+
+/// A model name inside a C comment: no `*/`, printable ASCII only.
+fn comment_safe(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect::<String>().replace("*/", "*?")
+}
+
+/// A model name as the body of a C string literal.
+fn c_string(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_ascii_graphic() || c == ' ' => out.push(c),
+            c => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    let _ = write!(out, "\\{b:03o}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `model.c`: constants, the scalar helpers and the forward function.
+fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
+    let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
+    let r = Renderer { p, d: &C, names: &names };
+    let mut s = String::new();
+    let _ = writeln!(s, "/* {name}.c: generated by mithrilc {} from {}. Do not edit. */", env!("CARGO_PKG_VERSION"), comment_safe(&opts.source));
+    let _ = writeln!(s, "#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n");
+    let _ = writeln!(s, "#include \"{name}.h\"\n#include \"mithril_ops.h\"\n#include \"mithril_runtime.h\"\n");
+    for (i, t) in p.consts.iter().enumerate() {
+        let ty = C.ty(t.dtype);
+        let items: Vec<String> = t.data.iter().map(|&x| r.literal(x, t.dtype)).collect();
+        let _ = writeln!(s, "static const {ty} const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
+    }
+    let _ = writeln!(s, "\nvoid {name}_forward(const void *weights, const void *const inputs[], void *const outputs[], void *arena)\n{{");
+    let _ = writeln!(s, "    const unsigned char *w = (const unsigned char *)weights;\n    unsigned char *a = (unsigned char *)arena;");
+    // A model without inputs (or weights) leaves a parameter unused.
+    let _ = writeln!(s, "    (void)inputs;\n    (void)outputs;");
+    // Buffers as typed pointers (those some kernel touches).
+    let mut used = vec![false; p.buffers.len()];
+    for step in &p.steps {
+        used[crate::lower::kernel_writes(&step.kernel).0] = true;
+        for b in crate::lower::kernel_reads(&step.kernel) {
+            used[b.0] = true;
+        }
+    }
+    let mut uses_w = false;
+    let mut uses_a = false;
+    for (i, b) in p.buffers.iter().enumerate() {
+        if !used[i] {
+            continue;
+        }
+        let ty = C.ty(b.dtype);
+        let n = &names[i];
+        let _ = match b.storage {
+            Storage::Input(k) => writeln!(s, "    const {ty} *{n} = (const {ty} *)inputs[{k}];"),
+            Storage::Output(k) => writeln!(s, "    {ty} *{n} = ({ty} *)outputs[{k}];"),
+            Storage::Weight { offset } => {
+                uses_w = true;
+                writeln!(s, "    const {ty} *{n} = (const {ty} *)(const void *)(w + {offset});")
+            }
+            Storage::Const(k) => writeln!(s, "    const {ty} *{n} = const{k};"),
+            Storage::Arena { offset } => {
+                uses_a = true;
+                writeln!(s, "    {ty} *{n} = ({ty} *)(void *)(a + {offset});")
+            }
+        };
+    }
+    if !uses_w {
+        s.push_str("    (void)w;\n");
+    }
+    if !uses_a {
+        s.push_str("    (void)a;\n");
+    }
+    for (k, step) in p.steps.iter().enumerate() {
+        let _ = writeln!(s, "\n    /* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
+        s.push_str("    {\n");
+        kernel(&r, &step.kernel, &mut s)?;
+        s.push_str("    }\n");
+    }
+    s.push_str("}\n");
+    Ok(s)
+}
+
+/// `ptr + offset` for a view's first element.
+fn base(r: &Renderer<C>, v: &View) -> String {
+    if v.offset == 0 {
+        r.names[v.buf.0].clone()
+    } else {
+        format!("({} + {})", r.names[v.buf.0], v.offset)
+    }
+}
+
+fn kernel(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
+    match k {
+        Kernel::Map { out, expr } => {
+            let depth = r.open_loops(s, &out.shape, 0, 2);
+            let vars: Vec<usize> = (0..out.shape.len()).collect();
+            let t = r.p.buffers[out.buf.0].dtype;
+            let value = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), t));
+            let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
+            r.close_loops(s, out.shape.len(), 2);
+        }
+        Kernel::Reduce { out, reduced, kind, expr, scale } => {
+            let t = r.p.buffers[out.buf.0].dtype;
+            // Sums accumulate in double, as the interpreter does.
+            let acc_ty = if t.is_float() && matches!(kind, crate::ir::ReduceKind::Sum | crate::ir::ReduceKind::Prod) { Dtype::F64 } else { t };
+            let depth = r.open_loops(s, &out.shape, 0, 2);
+            let (init, step) = r.reduce_parts(*kind, acc_ty);
+            let _ = writeln!(s, "{}{} acc = {init};", pad(depth), C.ty(acc_ty));
+            let inner = r.open_loops(s, reduced, out.shape.len(), depth);
+            let v = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), acc_ty));
+            let _ = writeln!(s, "{}{} v = {v};", pad(inner), C.ty(acc_ty));
+            let _ = writeln!(s, "{}acc = {step};", pad(inner));
+            r.close_loops(s, reduced.len(), depth);
+            let vars: Vec<usize> = (0..out.shape.len()).collect();
+            let value = match scale {
+                Some(f) => format!("({}) (acc * {})", C.ty(t), r.literal(*f, Dtype::F64)),
+                None => format!("({}) acc", C.ty(t)),
+            };
+            let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
+            r.close_loops(s, out.shape.len(), 2);
+        }
+        Kernel::ArgReduce { out, reduced, kind, expr } => {
+            let t = r.dtype(expr);
+            let depth = r.open_loops(s, &out.shape, 0, 2);
+            let _ = writeln!(s, "{}{} best = 0;\n{}int64_t at = -1;", pad(depth), C.ty(t), pad(depth));
+            let r_var = out.shape.len();
+            let inner = r.open_loops(s, &[*reduced], r_var, depth);
+            let _ = writeln!(s, "{}{} v = {};", pad(inner), C.ty(t), r.expr(expr));
+            let _ = writeln!(s, "{}if (at < 0 || {}) {{ best = v; at = i{r_var}; }}", pad(inner), r.arg_better(*kind, t));
+            r.close_loops(s, 1, depth);
+            let vars: Vec<usize> = (0..out.shape.len()).collect();
+            let _ = writeln!(s, "{}{}[{}] = at;", pad(depth), r.names[out.buf.0], r.index(out, &vars));
+            r.close_loops(s, out.shape.len(), 2);
+        }
+        Kernel::Gemm { a, b, c } => gemm(r, a, b, c, s)?,
+        Kernel::Conv { x, w, out, attrs } => {
+            require_f32(r, &[x, w, out], "convolution")?;
+            let (n, ch) = (x.shape[0], x.shape[1]);
+            let spatial = |v: &View| -> (u64, u64) { if v.shape.len() == 4 { (v.shape[2], v.shape[3]) } else { (1, v.shape[2]) } };
+            let ((h, wd), (kh, kw), (oh, ow)) = (spatial(x), spatial(w), spatial(out));
+            let two = attrs.stride.len() == 2;
+            let pick = |v: &[u64], i: usize| if two { v[i] } else if i == 0 { 1 } else { v[0] };
+            let (pt, pl) = if two { (attrs.padding[0].0, attrs.padding[1].0) } else { (0, attrs.padding[0].0) };
+            let _ = writeln!(
+                s,
+                "        mr_conv2d_f32({}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
+                base(r, x),
+                base(r, w),
+                base(r, out),
+                w.shape[0],
+                pick(&attrs.stride, 0),
+                pick(&attrs.stride, 1),
+                pick(&attrs.dilation, 0),
+                pick(&attrs.dilation, 1),
+                attrs.groups
+            );
+        }
+        Kernel::Pool { x, out, attrs } => {
+            require_f32(r, &[x, out], "pooling")?;
+            let two = attrs.kernel.len() == 2;
+            let lead: u64 = x.shape[..x.shape.len() - attrs.kernel.len()].iter().product();
+            let spatial = |v: &View| -> (u64, u64) {
+                let n = v.shape.len();
+                if two { (v.shape[n - 2], v.shape[n - 1]) } else { (1, v.shape[n - 1]) }
+            };
+            let ((h, wd), (oh, ow)) = (spatial(x), spatial(out));
+            let pick = |v: &[u64], i: usize| if two { v[i] } else if i == 0 { 1 } else { v[0] };
+            let (pt, pl) = if two { (attrs.padding[0].0, attrs.padding[1].0) } else { (0, attrs.padding[0].0) };
+            let _ = writeln!(
+                s,
+                "        mr_pool2d_f32({}, {}, 1, {lead}, {h}, {wd}, {}, {}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
+                base(r, x),
+                base(r, out),
+                pick(&attrs.kernel, 0),
+                pick(&attrs.kernel, 1),
+                pick(&attrs.stride, 0),
+                pick(&attrs.stride, 1),
+                pick(&attrs.dilation, 0),
+                pick(&attrs.dilation, 1),
+                i32::from(attrs.kind == PoolKind::Max)
+            );
+        }
+        Kernel::Softmax { x, out, axis } => {
+            require_f32(r, &[x, out], "softmax")?;
+            let outer: u64 = x.shape[..*axis].iter().product();
+            let inner: u64 = x.shape[axis + 1..].iter().product();
+            let _ = writeln!(s, "        mr_softmax_f32({}, {}, {outer}, {}, {inner});", base(r, x), base(r, out), x.shape[*axis]);
+        }
+    }
+    Ok(())
+}
+
+fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
+    for v in views {
+        let d = r.p.buffers[v.buf.0].dtype;
+        if d != Dtype::F32 {
+            return Err(Error::user(format!("the C target's {what} supports f32 only, got {d}")));
+        }
+    }
+    Ok(())
+}
+
+/// A batched matrix product: one `mr_sgemm` per batch index (f32), or plain loops.
+fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, s: &mut String) -> Result<()> {
+    let rank = c.shape.len();
+    let (m, n) = (c.shape[rank - 2], c.shape[rank - 1]);
+    let k = a.shape[rank - 1];
+    let batch = &c.shape[..rank - 2];
+    let depth = r.open_loops(s, batch, 0, 2);
+    let off = |v: &View| {
+        let mut terms = vec![v.offset.to_string()];
+        for (d, st) in v.strides[..rank - 2].iter().enumerate() {
+            if *st != 0 {
+                terms.push(format!("i{d} * {st}"));
+            }
+        }
+        terms.join(" + ")
+    };
+    let (ta, tb, tc) = (r.p.buffers[a.buf.0].dtype, r.p.buffers[b.buf.0].dtype, r.p.buffers[c.buf.0].dtype);
+    if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
+        let _ = writeln!(
+            s,
+            "{}mr_sgemm({m}, {n}, {k}, 1.0f, {} + {}, {}, {}, {} + {}, {}, {}, 0.0f, {} + {}, {}, {});",
+            pad(depth),
+            r.names[a.buf.0],
+            off(a),
+            a.strides[rank - 2],
+            a.strides[rank - 1],
+            r.names[b.buf.0],
+            off(b),
+            b.strides[rank - 2],
+            b.strides[rank - 1],
+            r.names[c.buf.0],
+            off(c),
+            c.strides[rank - 2],
+            c.strides[rank - 1]
+        );
+    } else {
+        // Other element types: plain loops, accumulating in double.
+        let (i, j, l) = (rank, rank + 1, rank + 2);
+        let _ = writeln!(s, "{}for (int64_t i{i} = 0; i{i} < {m}; ++i{i}) for (int64_t i{j} = 0; i{j} < {n}; ++i{j}) {{", pad(depth));
+        let _ = writeln!(s, "{}double acc = 0;", pad(depth + 1));
+        let _ = writeln!(
+            s,
+            "{}for (int64_t i{l} = 0; i{l} < {k}; ++i{l}) acc += (double){}[{} + i{i} * {} + i{l} * {}] * (double){}[{} + i{l} * {} + i{j} * {}];",
+            pad(depth + 1),
+            r.names[a.buf.0],
+            off(a),
+            a.strides[rank - 2],
+            a.strides[rank - 1],
+            r.names[b.buf.0],
+            off(b),
+            b.strides[rank - 2],
+            b.strides[rank - 1]
+        );
+        let _ = writeln!(s, "{}{}[{} + i{i} * {} + i{j} * {}] = ({})acc;", pad(depth + 1), r.names[c.buf.0], off(c), c.strides[rank - 2], c.strides[rank - 1], C.ty(tc));
+        let _ = writeln!(s, "{}}}", pad(depth));
+    }
+    r.close_loops(s, batch.len(), 2);
+    Ok(())
+}

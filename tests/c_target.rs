@@ -1,0 +1,168 @@
+//! The C target on real toolchains: every conformance case and every benchmark model is
+//! compiled, built with gcc (and clang when installed) under
+//! `-std=c99 -pedantic -Wall -Wextra -Werror`, run, and compared with the interpreter
+//! within 1e-4 absolute + 1e-4 relative; once more under AddressSanitizer and UBSan.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mithrilc::cli::{self, BuildConfig};
+use mithrilc::data::{self, ArrayFile};
+use mithrilc::frontend::mithril;
+use mithrilc::ir::{Graph, Shape, TensorType};
+use mithrilc::passes;
+use mithrilc::tensor::Tensor;
+
+fn shared() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
+    dir.join("testdata/manifest.json").exists().then_some(dir)
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// A model with its data: the graph, its feeds, and the model file.
+struct Case {
+    label: String,
+    graph: Graph,
+    feeds: BTreeMap<String, Tensor>,
+    source: PathBuf,
+}
+
+fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>, label: String) -> Case {
+    let mut opts = mithril::Options { set, ..Default::default() };
+    for f in files {
+        for (key, t) in &f.arrays {
+            let name = key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")).unwrap_or(key);
+            if !name.contains('/') {
+                opts.known_types.insert(name.to_string(), TensorType::new(t.dtype, Shape::known(&t.shape)));
+            }
+        }
+    }
+    let mut graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
+    passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {}).unwrap();
+    let feeds = cli::feeds(&graph, files).unwrap_or_else(|e| panic!("{label}: {e}"));
+    Case { label, graph, feeds, source: json.to_path_buf() }
+}
+
+fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/latent").join(format!("{case}.json"));
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["set"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// Every testdata variant and every bench model at every batch size.
+fn cases(dir: &Path) -> Vec<Case> {
+    let mut out = Vec::new();
+    let text = std::fs::read_to_string(dir.join("testdata/manifest.json")).unwrap();
+    let text = text.replace(": Infinity", ": null").replace(": NaN", ": null");
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (case, entry) in manifest.as_object().unwrap() {
+        let Some(vars) = entry["variants"].as_array() else { continue };
+        for v in vars {
+            let npz = v["npz"].as_str().unwrap();
+            let file = data::read_arrays(&dir.join("testdata").join(npz)).unwrap();
+            let json = dir.join("testdata").join(entry["json"].as_str().unwrap());
+            out.push(load(&json, &[&file], latent(case), npz.to_string()));
+        }
+    }
+    for (model, batches) in [("mlp", [1, 32]), ("lenet", [1, 32]), ("cnn", [1, 32]), ("gpt_block", [1, 8])] {
+        let params = data::read_arrays(&dir.join(format!("bench/{model}.safetensors"))).unwrap();
+        for b in batches {
+            let input = data::read_arrays(&dir.join(format!("bench/{model}_b{b}_input.npy"))).unwrap();
+            let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
+            out.push(load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![], format!("{model} b{b}")));
+        }
+    }
+    out
+}
+
+/// Builds and runs every case with `build`; compares with the interpreter.
+fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
+    let Some(dir) = shared() else {
+        println!("skipped: ../shared is not present");
+        return;
+    };
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let mut worst = (0.0f64, String::new());
+    for case in cases(&dir).iter().filter(|c| filter(c)) {
+        let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
+        match cli::run_target(&case.graph, &case.feeds, &case.source, build) {
+            Err(e) => failures.push(format!("{}: {e}", case.label)),
+            Ok(got) => {
+                checked += 1;
+                for ((name, g), (_, w)) in got.iter().zip(&want) {
+                    if g.shape != w.shape {
+                        failures.push(format!("{}: {name}: shape {:?}, interpreter {:?}", case.label, g.shape, w.shape));
+                        continue;
+                    }
+                    for (x, y) in g.data.iter().zip(&w.data) {
+                        let err = if x == y || (x.is_nan() && y.is_nan()) { 0.0 } else { (x - y).abs() };
+                        if !(err <= 1e-4 + 1e-4 * y.abs()) {
+                            failures.push(format!("{}: {name}: got {x}, interpreter {y}", case.label));
+                            break;
+                        }
+                        if err > worst.0 {
+                            worst = (err, format!("{}: {name}", case.label));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("{} with {}: {checked} models match the interpreter; worst abs error {:.2e} ({})", build.cc, build.cflags, worst.0, worst.1);
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn every_model_with_gcc() {
+    if !have("gcc") {
+        println!("skipped: gcc is not installed (apt-get install gcc)");
+        return;
+    }
+    check_all(&BuildConfig { cc: "gcc".into(), cflags: "-O2".into() }, |_| true);
+}
+
+#[test]
+fn every_model_with_clang() {
+    if !have("clang") {
+        println!("skipped: clang is not installed (apt-get install clang)");
+        return;
+    }
+    check_all(&BuildConfig { cc: "clang".into(), cflags: "-O2".into() }, |_| true);
+}
+
+#[test]
+fn every_conformance_case_under_sanitizers() {
+    if !have("gcc") {
+        println!("skipped: gcc is not installed (apt-get install gcc)");
+        return;
+    }
+    let flags = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer";
+    // The bench models at small batch sizes too; the large ones take long under ASan.
+    check_all(&BuildConfig { cc: "gcc".into(), cflags: flags.into() }, |c| !c.label.ends_with("b32") && !c.label.ends_with("b8"));
+}
+
+#[test]
+fn generated_files_are_deterministic() {
+    let Some(dir) = shared() else {
+        println!("skipped: ../shared is not present");
+        return;
+    };
+    let json = dir.join("bench/gpt_block.json");
+    let params = data::read_arrays(&dir.join("bench/gpt_block.safetensors")).unwrap();
+    let emit = || {
+        let mut opts = mithril::Options::default();
+        opts.shapes.insert("input".into(), Shape::known(&[1, 128, 768]));
+        let mut g = mithril::load(&json, &opts).unwrap();
+        passes::run_pipeline(&mut g, passes::PIPELINE, |_, _| {}).unwrap();
+        let p = mithrilc::lower::lower(&g).unwrap();
+        let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        mithrilc::codegen::c::emit(&p, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights) }).unwrap()
+    };
+    assert_eq!(emit(), emit());
+}

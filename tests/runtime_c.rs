@@ -1,0 +1,29 @@
+//! The C runtime's own test program (`runtime-c/test_runtime.c`: every kernel against
+//! double-precision reference loops at awkward sizes), built and run by `make`, plain
+//! and under AddressSanitizer + UBSan.
+
+use std::path::Path;
+use std::process::Command;
+
+fn make(target: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-c");
+    if Command::new("make").arg("--version").output().is_err() || Command::new("gcc").arg("--version").output().is_err() {
+        println!("skipped: make and gcc are needed (apt-get install make gcc)");
+        return;
+    }
+    let out = Command::new("make").arg("-s").arg("-C").arg(&dir).arg(target).arg("CC=gcc").output().expect("make runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success(), "make {target} failed:\n{text}");
+    assert!(text.contains(" passed, 0 failed"), "make {target} printed no summary:\n{text}");
+}
+
+#[test]
+fn runtime_kernels() {
+    make("test");
+}
+
+#[test]
+fn runtime_kernels_under_sanitizers() {
+    make("test-asan");
+}
