@@ -398,6 +398,46 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
  *           C = beta*C, or 0 when beta == 0, if K == 0). Blocked and packed; see the
  *           header for the full contract.
  */
+#ifndef MR_SGEMV_MAX_M
+#define MR_SGEMV_MAX_M 4
+#endif
+
+/*
+ * mr_sgemm_dots: C[i,j] = alpha * dot(A[i,:], B[:,j]) + beta * C[i,j] for rows A[i,:]
+ * and columns B[:,j] that are contiguous (a_cs == 1, b_rs == 1). Sixteen partial sums
+ * per dot product let the compiler vectorize the loop over k; they are added pairwise
+ * at the end.
+ */
+static void mr_sgemm_dots(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                          const float *B, int64_t b_cs, float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    int64_t i, j, k, l;
+    for (i = 0; i < M; ++i) {
+        const float *a = A + i * a_rs;
+        for (j = 0; j < N; ++j) {
+            const float *b = B + j * b_cs;
+            float part[16] = { 0 };
+            float sum = 0.0f;
+            float *c = C + i * c_rs + j * c_cs;
+            for (k = 0; k + 16 <= K; k += 16) {
+                for (l = 0; l < 16; ++l) {
+                    part[l] += a[k + l] * b[k + l];
+                }
+            }
+            for (; k < K; ++k) {
+                part[k & 15] += a[k] * b[k];
+            }
+            for (l = 8; l > 0; l >>= 1) {
+                for (k = 0; k < l; ++k) {
+                    part[k] += part[k + l];
+                }
+            }
+            sum = alpha * part[0];
+            *c = beta == 0.0f ? sum : sum + beta * *c;
+        }
+    }
+}
+
 void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t a_rs, int64_t a_cs,
               const float *B, int64_t b_rs, int64_t b_cs,
@@ -413,6 +453,13 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
                 *c = beta == 0.0f ? 0.0f : beta * *c;
             }
         }
+        return;
+    }
+    /* A few rows against a B whose columns are contiguous (B = W^T, a Linear layer's
+     * weight [N, K]): dot products read both operands in order and pack nothing, where
+     * packing B would cost more than the product itself. */
+    if (M <= MR_SGEMV_MAX_M && b_rs == 1 && a_cs == 1) {
+        mr_sgemm_dots(M, N, K, alpha, A, a_rs, B, b_cs, beta, C, c_rs, c_cs);
         return;
     }
     memset(&src, 0, sizeof src);

@@ -313,7 +313,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         Some(p) => Some(param_values(&graph, p)?),
         None => None,
     };
-    let opts = crate::codegen::c::Options { source: args.model.model.display().to_string(), weights };
+    let opts = crate::codegen::c::Options { source: file_name(&args.model.model), weights };
     let files = crate::codegen::c::emit(&program, &opts)?;
     let build = args.emit == "build";
     crate::build::write_dir_atomically(out, &files, |dir| {
@@ -327,6 +327,12 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         report.push_str(&memory_report(&program));
     }
     Ok(report)
+}
+
+/// The file name alone: generated files name their source without the directory,
+/// so they do not depend on where the compiler ran.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 fn memory_report(p: &crate::lower::Program) -> String {
@@ -371,7 +377,7 @@ pub fn run_target(graph: &Graph, feeds: &BTreeMap<String, Tensor>, source: &Path
     let program = crate::lower::lower(graph)?;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let opts = crate::codegen::c::Options { source: source.display().to_string(), weights: Some(weights) };
+    let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights) };
     let files = crate::codegen::c::emit(&program, &opts)?;
     let scratch = tempfile::tempdir().map_err(|e| Error::user(format!("cannot create a scratch directory: {e}")))?;
     let dir = scratch.path().join("build");

@@ -166,3 +166,34 @@ fn generated_files_are_deterministic() {
     };
     assert_eq!(emit(), emit());
 }
+
+/// The README's embedding example compiles against the example model's library and runs.
+#[test]
+fn readme_embedding_example_runs() {
+    if !have("gcc") || !have("make") {
+        println!("skipped: gcc and make are needed (apt-get install gcc make)");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme.find("```c\n#include <stdio.h>").expect("README has the embedding example") + 5;
+    let code = &readme[start..start + readme[start..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp-c");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        target: cli::Target::C,
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(out.clone()),
+        emit: "build".into(),
+        report: false,
+    };
+    cli::compile(&args).unwrap();
+    std::fs::write(out.join("main.c"), code).unwrap();
+    let cc = Command::new("gcc").current_dir(&out).args(["-std=gnu99", "-Wall", "-Wextra", "-Werror", "main.c", "libmlp.a", "-lm", "-o", "main"]).output().unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(out.join("main")).current_dir(&out).output().unwrap();
+    assert!(run.status.success());
+    let y: f64 = String::from_utf8_lossy(&run.stdout).trim().parse().unwrap();
+    assert!(y.is_finite() && y > 0.0 && y < 1.0, "a sigmoid output, got {y}");
+}
