@@ -292,7 +292,14 @@ pub struct CompileArgs {
     /// `build` (default), `source` (no build) or `ir` (print the IR after passes).
     pub emit: String,
     pub report: bool,
+    /// How the library gets its weights.
+    pub weights: crate::codegen::c::WeightsMode,
+    /// C compiler flags for the build (default: optimized for this machine).
+    pub cflags: Option<String>,
 }
+
+/// Flags for a build that runs on the machine that built it.
+pub const HOST_CFLAGS: &str = "-O3 -march=native";
 
 /// Compiles a model for a target; returns the report to print.
 pub fn compile(args: &CompileArgs) -> Result<String> {
@@ -313,12 +320,12 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         Some(p) => Some(param_values(&graph, p)?),
         None => None,
     };
-    let opts = crate::codegen::c::Options { source: file_name(&args.model.model), weights };
+    let opts = crate::codegen::c::Options { source: file_name(&args.model.model), weights, mode: args.weights };
     let files = crate::codegen::c::emit(&program, &opts)?;
     let build = args.emit == "build";
     crate::build::write_dir_atomically(out, &files, |dir| {
         if build {
-            crate::build::make(dir, &crate::build::c_compiler(), "-O2")?;
+            crate::build::make(dir, &crate::build::c_compiler(), args.cflags.as_deref().unwrap_or(HOST_CFLAGS))?;
         }
         Ok(())
     })?;
@@ -367,7 +374,7 @@ pub struct BuildConfig {
 
 impl Default for BuildConfig {
     fn default() -> BuildConfig {
-        BuildConfig { cc: crate::build::c_compiler(), cflags: "-O2".to_string() }
+        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string() }
     }
 }
 
@@ -377,7 +384,7 @@ pub fn run_target(graph: &Graph, feeds: &BTreeMap<String, Tensor>, source: &Path
     let program = crate::lower::lower(graph)?;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights) };
+    let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights), mode: Default::default() };
     let files = crate::codegen::c::emit(&program, &opts)?;
     let scratch = tempfile::tempdir().map_err(|e| Error::user(format!("cannot create a scratch directory: {e}")))?;
     let dir = scratch.path().join("build");

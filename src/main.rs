@@ -83,6 +83,14 @@ enum Command {
         /// Print the kernel count, weights size, arena size and its peak-live lower bound
         #[arg(long)]
         report: bool,
+        /// file: write weights.bin (default); embed: also assemble it into the library;
+        /// safetensors: the demo reads the parameters from a safetensors file
+        #[arg(long, default_value = "file", value_name = "MODE")]
+        weights: String,
+        /// C compiler flags for the build (default "-O3 -march=native": for this machine;
+        /// give portable flags for artifacts that run elsewhere). CC picks the compiler.
+        #[arg(long, value_name = "FLAGS")]
+        cflags: Option<String>,
     },
 }
 
@@ -93,9 +101,12 @@ fn main() -> ExitCode {
         Command::Run { model, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
             cli::run(&cli::RunArgs { model: model.into_args(), target, check, data, params, output }).map(|(_, report)| report)
         }),
-        Command::Compile { model, target, params, output, emit, report } => cli::Target::parse(&target).and_then(|target| {
-            cli::compile(&cli::CompileArgs { model: model.into_args(), target, params, out: output, emit, report })
-        }),
+        Command::Compile { model, target, params, output, emit, report, weights, cflags } => {
+            cli::Target::parse(&target).and_then(|target| {
+                let weights = mithrilc::codegen::c::WeightsMode::parse(&weights)?;
+                cli::compile(&cli::CompileArgs { model: model.into_args(), target, params, out: output, emit, report, weights, cflags })
+            })
+        }
     };
     match result {
         Ok(text) => {

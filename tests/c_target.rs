@@ -162,7 +162,7 @@ fn generated_files_are_deterministic() {
         passes::run_pipeline(&mut g, passes::PIPELINE, |_, _| {}).unwrap();
         let p = mithrilc::lower::lower(&g).unwrap();
         let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
-        mithrilc::codegen::c::emit(&p, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights) }).unwrap()
+        mithrilc::codegen::c::emit(&p, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), mode: Default::default() }).unwrap()
     };
     assert_eq!(emit(), emit());
 }
@@ -187,6 +187,8 @@ fn readme_embedding_example_runs() {
         out: Some(out.clone()),
         emit: "build".into(),
         report: false,
+        weights: Default::default(),
+        cflags: None,
     };
     cli::compile(&args).unwrap();
     std::fs::write(out.join("main.c"), code).unwrap();
@@ -196,4 +198,54 @@ fn readme_embedding_example_runs() {
     assert!(run.status.success());
     let y: f64 = String::from_utf8_lossy(&run.stdout).trim().parse().unwrap();
     assert!(y.is_finite() && y > 0.0 && y < 1.0, "a sigmoid output, got {y}");
+}
+
+/// The three ways to give the weights (a file, embedded with .incbin, a safetensors file
+/// read by the demo) compute the same outputs as the interpreter.
+#[test]
+fn every_weights_mode_runs_lenet() {
+    let Some(dir) = shared() else {
+        println!("skipped: ../shared is not present");
+        return;
+    };
+    if !have("gcc") || !have("make") {
+        println!("skipped: gcc and make are needed (apt-get install gcc make)");
+        return;
+    }
+    let params_path = dir.join("bench/lenet.safetensors");
+    let input_path = dir.join("bench/lenet_b1_input.npy");
+    let params = data::read_arrays(&params_path).unwrap();
+    let input = data::read_arrays(&input_path).unwrap();
+    let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
+    let case = load(&dir.join("bench/lenet.json"), &[&params, &input], vec![], "lenet b1".into());
+    let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
+    for mode in ["file", "embed", "safetensors"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("lenet-c");
+        let args = cli::CompileArgs {
+            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], set: vec![] },
+            target: cli::Target::C,
+            params: Some(params_path.clone()),
+            out: Some(out.clone()),
+            emit: "build".into(),
+            report: false,
+            weights: mithrilc::codegen::c::WeightsMode::parse(mode).unwrap(),
+            cflags: Some("-O2".into()),
+        };
+        cli::compile(&args).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let mut demo = Command::new(out.join("lenet_demo"));
+        demo.current_dir(&out).arg("--input").arg(format!("input={}", input_path.display())).arg("--out").arg(&out);
+        match mode {
+            "file" => demo.arg("--weights").arg(out.join("weights.bin")),
+            "safetensors" => demo.arg("--safetensors").arg(&params_path),
+            _ => &mut demo,
+        };
+        let run = demo.output().unwrap();
+        assert!(run.status.success(), "{mode}: {}", String::from_utf8_lossy(&run.stderr));
+        let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
+        let got = got.arrays.values().next().unwrap();
+        for (x, y) in got.data.iter().zip(&want[0].1.data) {
+            assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{mode}: got {x}, interpreter {y}");
+        }
+    }
 }
