@@ -1,0 +1,51 @@
+"""The C target's benchmark against ONNX Runtime on ../shared/bench.
+
+For every model and batch size: compiles the model with mithrilc (embedded weights,
+built for this machine), runs its demo on the reference input and takes the median
+latency of N calls; runs ONNX Runtime on the same model and weights with 1 and 2
+threads (ort_peer.py, which first checks ORT reproduces the reference output); and
+prints the ratio mithrilc / best ORT. Run through benches/run.sh, which installs the
+peer's packages.
+
+Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N]
+"""
+
+import json
+import re
+import subprocess
+import sys
+
+
+def main():
+    mithrilc, bench, work = sys.argv[1:4]
+    repeat = sys.argv[sys.argv.index("--repeat") + 1] if "--repeat" in sys.argv else "100"
+    manifest = json.load(open(f"{bench}/MANIFEST.json"))
+    ours = {}
+    for name in ("mlp", "lenet", "cnn", "gpt_block"):
+        for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
+            shape = ",".join(str(d) for d in info["input_shape"])
+            out = f"{work}/{name}_b{batch}"
+            subprocess.run([mithrilc, "compile", f"{bench}/{name}.json", "--target", "c", "--shape", f"input={shape}",
+                            "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out],
+                           check=True, stdout=subprocess.DEVNULL)
+            runs = repeat if info["flops"] < 5e9 else str(max(5, int(repeat) // 10))
+            demo = subprocess.run([f"{out}/{name}_demo", "--input", f"input={bench}/{info['input']}", "--repeat", runs],
+                                  check=True, capture_output=True, text=True).stdout
+            ours[(name, batch)] = float(re.search(r"median ([0-9.]+) us", demo).group(1))
+    peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat],
+                          check=True, capture_output=True, text=True).stdout
+    ort = {}
+    for line in peer.splitlines():
+        _, name, batch, threads, us = line.split()
+        ort[(name, batch, int(threads))] = float(us)
+    print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}")
+    for (name, batch), us in ours.items():
+        o1, o2 = ort[(name, batch, 1)], ort[(name, batch, 2)]
+        best = min(o1, o2)
+        print(f"{name + ' b' + batch:<14} {us:>10.1f}us {'n/a':>12} {o1:>8.1f}us {o2:>8.1f}us {us / best:>7.2f}")
+    print("ratio = mithrilc (1 thread) / the faster ORT run; median latency of one call, measured in this run.")
+    print("mithrilc 2t: n/a until the generated library takes a parallel-for hook.")
+
+
+if __name__ == "__main__":
+    main()
