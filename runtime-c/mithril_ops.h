@@ -11,6 +11,46 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
+
+/* exp(x) in float without a libm call, so loops over it vectorize: exp(x) = 2^n exp(r)
+ * with n = round(x / ln 2) and r = x - n ln 2 in two parts (Cody-Waite), exp(r) by
+ * Cephes' degree-6 polynomial (about 1 ulp), 2^n built in the exponent bits. Inputs
+ * below -87.33 (where float exp goes subnormal) give the smallest normal instead, an
+ * absolute error under 1.2e-38; above 88.72 give +inf; NaN stays NaN. */
+static inline float mr_fast_expf(float x) {
+    /* Clamped, and NaN replaced, before the float-to-int conversion below. */
+    float c = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : (x != x ? 0.0f : x));
+    float n = floorf(c * 1.44269504088896341f + 0.5f);
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    float y;
+    /* 2^n for n up to 128: 2^min(n, 127), doubled again below when n is 128. */
+    uint32_t bits = (uint32_t)((int32_t)(n > 127.0f ? 127.0f : n) + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    y = (p * r * r + r + 1.0f) * scale;
+    y = n > 127.0f ? y * 2.0f : y;
+    y = x > 88.72283f ? INFINITY : y;
+    return x != x ? x : y;
+}
+
+/* tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); near 0 its Taylor series
+ * x - x^3/3 + 2x^5/15 (error under 2e-10 for |x| < 1/16) avoids the cancellation. */
+static inline float mr_fast_tanhf(float x) {
+    float ax = x < 0.0f ? -x : x;
+    float e = mr_fast_expf(-2.0f * ax);
+    float t = (1.0f - e) / (1.0f + e);
+    float x2 = x * x;
+    float small = x * (1.0f - x2 * (0.33333333333f - x2 * 0.13333333333f));
+    t = x < 0.0f ? -t : t;
+    return ax < 0.0625f ? small : t;
+}
 
 static inline float mr_maxf(float a, float b) { return (a != a || a > b) ? a : b; }
 static inline float mr_minf(float a, float b) { return (a != a || a < b) ? a : b; }
@@ -21,8 +61,9 @@ static inline float mr_reluf(float x) { return x > 0.0f || x != x ? x : 0.0f; }
 static inline float mr_signf(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
 static inline double mr_sign(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
 static inline float mr_sigmoidf(float x) {
-    if (x >= 0.0f) { return 1.0f / (1.0f + expf(-x)); }
-    { float e = expf(x); return e / (1.0f + e); }
+    /* Stable on both sides: e = exp(-|x|) never overflows. */
+    float e = mr_fast_expf(x < 0.0f ? x : -x);
+    return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
 }
 static inline double mr_sigmoid(double x) {
     if (x >= 0.0) { return 1.0 / (1.0 + exp(-x)); }
@@ -31,7 +72,7 @@ static inline double mr_sigmoid(double x) {
 static inline float mr_geluf(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752440f); }
 static inline double mr_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
 static inline float mr_gelu_tanhf(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + mr_fast_tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
 }
 static inline double mr_gelu_tanh(double x) {
     return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
