@@ -727,3 +727,99 @@ void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t 
         }
     }
 }
+
+/* ------------------------------------------------------------------------------------ */
+/* Work split through the caller's parallel-for hook                                    */
+/* ------------------------------------------------------------------------------------ */
+
+/* Columns of C per task: a multiple of the packed block width keeps each task's
+ * packing identical to the serial call's. */
+#define MR_MT_COLS (4 * MR_SGEMM_NC)
+
+typedef struct {
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    int64_t a_rs, a_cs, b_rs, b_cs, c_rs, c_cs;
+} mr_sgemm_job;
+
+/* mr_sgemm_task: columns [begin, end) * MR_MT_COLS of a mr_sgemm_job. */
+static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_sgemm_job *j = (const mr_sgemm_job *)ctx;
+    int64_t j0 = begin * MR_MT_COLS;
+    int64_t j1 = end * MR_MT_COLS < j->N ? end * MR_MT_COLS : j->N;
+    if (j1 > j0) {
+        mr_sgemm(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B + j0 * j->b_cs, j->b_rs,
+                 j->b_cs, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs);
+    }
+}
+
+void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t a_rs, int64_t a_cs,
+                 const float *B, int64_t b_rs, int64_t b_cs,
+                 float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_sgemm_job job;
+    int64_t tasks = (N + MR_MT_COLS - 1) / MR_MT_COLS;
+    /* Below about two million multiply-adds (tens of microseconds) waking threads
+     * costs more than it saves. */
+    if (!threads || !threads->parallel_for || tasks < 2 || (double)M * (double)N * (double)K < 2097152.0) {
+        mr_sgemm(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs);
+        return;
+    }
+    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
+    job.A = A; job.B = B; job.C = C;
+    job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = b_rs; job.b_cs = b_cs; job.c_rs = c_rs; job.c_cs = c_cs;
+    threads->parallel_for(threads->user, mr_sgemm_task, &job, tasks);
+}
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, chunks, per_chunk;
+} mr_conv_job;
+
+/* mr_conv_task: items [begin, end) of a mr_conv_job, item = image * chunks + chunk; a
+ * chunk is a range of output channels (today always all of them). */
+static void mr_conv_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_conv_job *j = (const mr_conv_job *)ctx;
+    int64_t item;
+    for (item = begin; item < end; ++item) {
+        int64_t n = item / j->chunks, c = item % j->chunks;
+        int64_t o0 = c * j->per_chunk;
+        int64_t o1 = o0 + j->per_chunk < j->O ? o0 + j->per_chunk : j->O;
+        const float *xn = j->x + n * j->C * j->H * j->W;
+        float *yn = j->y + n * j->O * j->OH * j->OW + o0 * j->OH * j->OW;
+        const float *wc = j->w + o0 * (j->C / j->groups) * j->KH * j->KW;
+        if (o1 > o0) {
+            mr_conv2d_f32(xn, wc, yn, 1, j->C, j->H, j->W, o1 - o0, j->KH, j->KW, j->OH, j->OW, j->sh, j->sw,
+                          j->pt, j->pl, j->dh, j->dw, j->groups);
+        }
+    }
+}
+
+void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
+                      int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                      int64_t stride_h, int64_t stride_w,
+                      int64_t pad_top, int64_t pad_left,
+                      int64_t dil_h, int64_t dil_w, int64_t groups)
+{
+    mr_conv_job job;
+    if (!threads || !threads->parallel_for || N <= 1) {
+        mr_conv2d_f32(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
+                      groups);
+        return;
+    }
+    job.x = x; job.w = w; job.y = y; job.N = N; job.C = C; job.H = H; job.W = W; job.O = O;
+    job.KH = KH; job.KW = KW; job.OH = OH; job.OW = OW; job.sh = stride_h; job.sw = stride_w;
+    job.pt = pad_top; job.pl = pad_left; job.dh = dil_h; job.dw = dil_w; job.groups = groups;
+    /* Split by image only: a call for part of the output channels would repeat the
+     * packing of the whole input, which costs more than a second thread saves. */
+    job.per_chunk = O;
+    job.chunks = (O + job.per_chunk - 1) / job.per_chunk;
+    threads->parallel_for(threads->user, mr_conv_task, &job, N * job.chunks);
+}

@@ -55,6 +55,19 @@ extern "C" {
 #endif
 
 /*
+ * Threading: the runtime starts no threads, but it can split its work through a hook
+ * the caller provides. parallel_for(user, task, ctx, n) must call task(ctx, begin, end)
+ * on disjoint ranges that together cover [0, n), in any order and on any threads, and
+ * return when every call has returned. A NULL mr_threads (or a NULL parallel_for) runs
+ * everything on the calling thread. Results do not depend on how the range is split.
+ */
+typedef void (*mr_task)(void *ctx, int64_t begin, int64_t end);
+typedef struct mr_threads {
+    void (*parallel_for)(void *user, mr_task task, void *ctx, int64_t n);
+    void *user;
+} mr_threads;
+
+/*
  * mr_sgemm: general matrix multiply with arbitrary strides (BLIS-style), f32.
  *
  *   for 0 <= i < M, 0 <= j < N:
@@ -141,6 +154,24 @@ void mr_pool2d_f32(const float *x, float *y,
  * otherwise they must not overlap.
  */
 void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t inner);
+
+/*
+ * mr_sgemm_mt, mr_conv2d_f32_mt: mr_sgemm and mr_conv2d_f32 with their work split
+ * through `threads` (see mr_threads; NULL runs serially). mr_sgemm_mt splits the
+ * columns of C into blocks (for products of two million multiply-adds or more);
+ * mr_conv2d_f32_mt splits the images of a batch. Each piece computes exactly what the
+ * serial call computes for it.
+ */
+void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t a_rs, int64_t a_cs,
+                 const float *B, int64_t b_rs, int64_t b_cs,
+                 float beta, float *C, int64_t c_rs, int64_t c_cs);
+void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
+                      int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                      int64_t stride_h, int64_t stride_w,
+                      int64_t pad_top, int64_t pad_left,
+                      int64_t dil_h, int64_t dil_w, int64_t groups);
 
 #ifdef __cplusplus
 }

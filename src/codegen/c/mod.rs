@@ -304,9 +304,14 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
         let _ = writeln!(s, "static const {ty} const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
     }
     let _ = writeln!(s, "\nvoid {name}_forward(const void *weights, const void *const inputs[], void *const outputs[], void *arena)\n{{");
+    let _ = writeln!(s, "    {name}_forward_threaded(weights, inputs, outputs, arena, NULL);\n}}");
+    let _ = writeln!(
+        s,
+        "\nvoid {name}_forward_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads)\n{{"
+    );
     let _ = writeln!(s, "    const unsigned char *w = (const unsigned char *)weights;\n    unsigned char *a = (unsigned char *)arena;");
-    // A model without inputs (or weights) leaves a parameter unused.
-    let _ = writeln!(s, "    (void)inputs;\n    (void)outputs;");
+    // A model without inputs (or weights, or large kernels) leaves a parameter unused.
+    let _ = writeln!(s, "    (void)inputs;\n    (void)outputs;\n    (void)threads;");
     // Buffers as typed pointers (those some kernel touches).
     let mut used = vec![false; p.buffers.len()];
     for step in &p.steps {
@@ -416,7 +421,7 @@ fn kernel(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
             let (pt, pl) = if two { (attrs.padding[0].0, attrs.padding[1].0) } else { (0, attrs.padding[0].0) };
             let _ = writeln!(
                 s,
-                "        mr_conv2d_f32({}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
+                "        mr_conv2d_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
                 base(r, x),
                 base(r, w),
                 base(r, out),
@@ -493,7 +498,7 @@ fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, s: &mut String) -> Result
     if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
         let _ = writeln!(
             s,
-            "{}mr_sgemm({m}, {n}, {k}, 1.0f, {} + {}, {}, {}, {} + {}, {}, {}, 0.0f, {} + {}, {}, {});",
+            "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {} + {}, {}, {}, {} + {}, {}, {}, 0.0f, {} + {}, {}, {});",
             pad(depth),
             r.names[a.buf.0],
             off(a),
