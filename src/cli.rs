@@ -24,6 +24,8 @@ pub struct ModelArgs {
     pub shapes: Vec<String>,
     /// `PATH.KEY=VALUE` (VALUE is JSON; a bare word is a string).
     pub set: Vec<String>,
+    /// Passes after which the IR is printed (to stderr).
+    pub print_after: Vec<String>,
 }
 
 /// Parses `NAME=D0,D1,...`: sizes or symbols; `NAME=` is a scalar.
@@ -77,8 +79,18 @@ pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
             opts.known_types.entry(name.to_string()).or_insert(ty);
         }
     }
+    for p in &args.print_after {
+        if !passes::PIPELINE.iter().any(|(n, _)| n == p) {
+            let names: Vec<&str> = passes::PIPELINE.iter().map(|(n, _)| *n).collect();
+            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", names.join(", "))));
+        }
+    }
     let mut graph = mithril::load(&args.model, &opts)?;
-    passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {})?;
+    passes::run_pipeline(&mut graph, passes::PIPELINE, |name, g| {
+        if args.print_after.iter().any(|p| p == name) {
+            eprint!("// after {name}\n{}", ir::print::print(g));
+        }
+    })?;
     Ok(graph)
 }
 

@@ -24,11 +24,14 @@ struct ModelOpts {
     /// (PATH as in error messages, e.g. submodels.m_2.index=0; VALUE is JSON)
     #[arg(long = "set", value_name = "PATH.KEY=VALUE")]
     set: Vec<String>,
+    /// Print the IR after this pass (to stderr); repeatable (passes: shape, simplify)
+    #[arg(long = "print-after", value_name = "PASS")]
+    print_after: Vec<String>,
 }
 
 impl ModelOpts {
     fn into_args(self) -> cli::ModelArgs {
-        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set }
+        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set, print_after: self.print_after }
     }
 }
 

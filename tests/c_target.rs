@@ -223,7 +223,7 @@ fn every_weights_mode_runs_lenet() {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("lenet-c");
         let args = cli::CompileArgs {
-            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], set: vec![] },
+            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], set: vec![], print_after: vec![] },
             target: cli::Target::C,
             params: Some(params_path.clone()),
             out: Some(out.clone()),

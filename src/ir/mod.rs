@@ -7,6 +7,7 @@
 //! the frontend and after every pass.
 
 mod op;
+pub mod parse;
 pub mod print;
 pub mod stats;
 mod types;

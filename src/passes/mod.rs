@@ -2,6 +2,7 @@
 //! file; the pipeline is a plain list, and the verifier runs after each pass.
 
 pub mod shape;
+pub mod simplify;
 
 use crate::error::Result;
 use crate::ir::{verify::verify, Graph};
@@ -10,7 +11,7 @@ use crate::ir::{verify::verify, Graph};
 pub type Pass = (&'static str, fn(&mut Graph) -> Result<()>);
 
 /// The passes run after the frontend, in order.
-pub const PIPELINE: &[Pass] = &[("shape", shape::run)];
+pub const PIPELINE: &[Pass] = &[("shape", shape::run), ("simplify", simplify::run)];
 
 /// Runs `passes` in order, verifying the graph after each; `after` sees the graph
 /// after every pass (for `--print-after`).

@@ -1,0 +1,264 @@
+//! Reads the text form of the IR back (what [`super::print`] writes), so passes can be
+//! tested on small hand-written graphs: `tests/passes/*.ir`.
+//!
+//! Constants must be written with their values (`{value = [..]}`); the `// ...`
+//! comments are read back as names (`"name"`) and origins (`from ...`).
+
+use super::*;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Parses a whole `graph NAME { ... }`.
+pub fn parse(text: &str) -> Result<Graph> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("//")).enumerate();
+    let err = |n: usize, msg: String| Error::user(format!("IR line {}: {msg}", n + 1));
+    let (n0, head) = lines.next().ok_or_else(|| Error::user("empty IR text".to_string()))?;
+    let name = head
+        .strip_prefix("graph ")
+        .and_then(|h| h.strip_suffix('{'))
+        .map(str::trim)
+        .ok_or_else(|| err(n0, format!("expected `graph NAME {{`, got `{head}`")))?;
+    let mut g = Graph::new(name);
+    for (n, line) in lines {
+        if line == "}" {
+            return Ok(g);
+        }
+        if let Some(rest) = line.strip_prefix("output ") {
+            let (out_name, value) = rest.split_once(" = ").ok_or_else(|| err(n, "expected `output \"NAME\" = %N`".into()))?;
+            let out_name: String = serde_json::from_str(out_name).map_err(|e| err(n, format!("output name: {e}")))?;
+            let value = value_id(value).ok_or_else(|| err(n, format!("bad value `{value}`")))?;
+            g.outputs.push(Output { name: out_name, value });
+            continue;
+        }
+        node(&mut g, line).map_err(|m| err(n, m))?;
+    }
+    Err(Error::user("IR text ends without `}`".to_string()))
+}
+
+fn value_id(s: &str) -> Option<ValueId> {
+    s.trim().trim_end_matches(',').strip_prefix('%')?.parse().ok().map(ValueId)
+}
+
+fn node(g: &mut Graph, line: &str) -> Result<(), String> {
+    let (code, comment) = match line.split_once("  // ") {
+        Some((c, m)) => (c.trim(), Some(m)),
+        None => (line, None),
+    };
+    let (lhs, rhs) = code.split_once(" = ").ok_or("expected `%N = op ...`")?;
+    let id = value_id(lhs).ok_or(format!("bad value `{lhs}`"))?;
+    if id.index() != g.nodes.len() {
+        return Err(format!("values must be numbered in order: expected %{}, got %{}", g.nodes.len(), id.0));
+    }
+    let (body, ty) = rhs.rsplit_once(" : ").ok_or("expected ` : TYPE` at the end")?;
+    let ty = parse_type(ty)?;
+    let (before_attrs, attrs) = match body.find(" {") {
+        Some(i) => (&body[..i], body[i + 2..].strip_suffix('}').ok_or("unclosed `{`")?),
+        None => (body, ""),
+    };
+    let mut words = before_attrs.splitn(2, ' ');
+    let opname = words.next().unwrap_or_default();
+    let rest = words.next().unwrap_or_default().trim();
+    let attr = |key: &str| -> Result<&str, String> { find_attr(attrs, key).ok_or(format!("{opname} needs `{key} = ...`")) };
+    let mut name = None;
+    let args: Vec<ValueId> = if matches!(opname, "input" | "param") {
+        name = Some(serde_json::from_str::<String>(rest).map_err(|e| format!("name: {e}"))?);
+        Vec::new()
+    } else if rest.is_empty() {
+        Vec::new()
+    } else {
+        rest.split(", ").map(|a| value_id(a).ok_or(format!("bad argument `{a}`"))).collect::<Result<_, _>>()?
+    };
+    let op = match opname {
+        "input" => Op::Input,
+        "param" => Op::Param,
+        "constant" => {
+            let values = list_f64(attr("value")?)?;
+            let shape = ty.shape.as_known().ok_or("a constant needs a static shape")?;
+            let t = Tensor::new(ty.dtype, shape, values);
+            let cid = ConstId(g.consts.len() as u32);
+            g.consts.push(t);
+            Op::Constant(cid)
+        }
+        "where" => Op::Where,
+        "matmul" => Op::MatMul,
+        "stop_gradient" => Op::StopGradient,
+        "cast" => Op::Cast { to: Dtype::from_name(attr("to")?).ok_or("bad dtype")? },
+        "conv" => Op::Conv(ConvAttrs {
+            stride: list_u64(attr("stride")?)?,
+            padding: pairs(attr("padding")?)?,
+            dilation: list_u64(attr("dilation")?)?,
+            groups: attr("groups")?.parse().map_err(|_| "bad groups")?,
+        }),
+        "max_pool" | "avg_pool" => Op::Pool(PoolAttrs {
+            kind: if opname == "max_pool" { PoolKind::Max } else { PoolKind::Avg },
+            kernel: list_u64(attr("kernel")?)?,
+            stride: list_u64(attr("stride")?)?,
+            padding: pairs(attr("padding")?)?,
+            dilation: list_u64(attr("dilation")?)?,
+        }),
+        "variance" => Op::Variance {
+            axes: list_usize(attr("axes")?)?,
+            keepdim: attr("keepdim")? == "true",
+            correction: attr("correction")?.parse().map_err(|_| "bad correction")?,
+        },
+        "argmax" | "argmin" => Op::ArgReduce {
+            kind: if opname == "argmax" { ArgKind::ArgMax } else { ArgKind::ArgMin },
+            axis: match attr("axis")? {
+                "none" => None,
+                a => Some(a.parse().map_err(|_| "bad axis")?),
+            },
+            keepdim: attr("keepdim")? == "true",
+        },
+        "softmax" => Op::Softmax { axis: attr("axis")?.parse().map_err(|_| "bad axis")? },
+        "concat" => Op::Concat { axis: attr("axis")?.parse().map_err(|_| "bad axis")? },
+        "gather" => Op::Gather { axis: attr("axis")?.parse().map_err(|_| "bad axis")? },
+        "reshape" => Op::Reshape { shape: ty.shape.clone() },
+        "broadcast_to" => Op::BroadcastTo { shape: ty.shape.clone() },
+        "transpose" => Op::Transpose { perm: list_usize(attr("perm")?)? },
+        "iota" => Op::Iota { shape: ty.shape.clone(), axis: attr("axis")?.parse().map_err(|_| "bad axis")?, dtype: ty.dtype },
+        "pad" => Op::Pad { pads: pairs(attr("pads")?)?, value: attr("value")?.parse().map_err(|_| "bad value")? },
+        "slice" => Op::Slice { ranges: ranges(attr("ranges")?)? },
+        other => {
+            if let Some(u) = UnaryOp::ALL.into_iter().find(|u| u.name() == other) {
+                Op::Unary(u)
+            } else if let Some(b) = BinaryOp::ALL.into_iter().find(|b| b.name() == other) {
+                Op::Binary(b)
+            } else if let Some(k) = ReduceKind::ALL.into_iter().find(|k| k.name() == other) {
+                Op::Reduce { kind: k, axes: list_usize(attr("axes")?)?, keepdim: attr("keepdim")? == "true" }
+            } else {
+                return Err(format!("unknown op `{other}`"));
+            }
+        }
+    };
+    let v = g.push(op, args, ty);
+    let n = &mut g.nodes[v.index()];
+    n.name = name;
+    // `// "name", from origin`, `// "name"` or `// from origin`.
+    if let Some(c) = comment {
+        let (named, origin) = match c.strip_prefix("from ") {
+            Some(o) => (None, Some(o)),
+            None => match c.find("\", from ") {
+                Some(i) => (Some(&c[..=i]), Some(&c[i + 8..])),
+                None => (Some(c), None),
+            },
+        };
+        if let Some(nm) = named {
+            n.name = Some(serde_json::from_str(nm).map_err(|e| format!("name in comment: {e}"))?);
+        }
+        n.origin = origin.map(str::to_string);
+    }
+    Ok(())
+}
+
+/// `key = value` inside `{...}`; values may hold brackets with commas.
+fn find_attr<'a>(attrs: &'a str, key: &str) -> Option<&'a str> {
+    let mut depth = 0;
+    let mut start = 0;
+    let bytes = attrs.as_bytes();
+    for i in 0..=attrs.len() {
+        let end = i == attrs.len();
+        let c = if end { b',' } else { bytes[i] };
+        match c {
+            b'[' | b'(' => depth += 1,
+            b']' | b')' => depth -= 1,
+            b',' if depth == 0 => {
+                let item = attrs[start..i].trim();
+                if let Some((k, v)) = item.split_once(" = ") {
+                    if k == key {
+                        return Some(v.trim());
+                    }
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn items(s: &str) -> Result<Vec<&str>, String> {
+    let inner = s.strip_prefix('[').and_then(|s| s.strip_suffix(']')).ok_or(format!("expected a list, got `{s}`"))?;
+    Ok(if inner.trim().is_empty() { Vec::new() } else { split_top(inner) })
+}
+
+/// Splits at commas outside parentheses.
+fn split_top(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(s[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(s[start..].trim());
+    out
+}
+
+fn list_f64(s: &str) -> Result<Vec<f64>, String> {
+    items(s)?
+        .into_iter()
+        .map(|x| match x {
+            "inf" => Ok(f64::INFINITY),
+            "-inf" => Ok(f64::NEG_INFINITY),
+            "NaN" | "nan" => Ok(f64::NAN),
+            x => x.parse().map_err(|_| format!("bad number `{x}`")),
+        })
+        .collect()
+}
+
+fn list_u64(s: &str) -> Result<Vec<u64>, String> {
+    items(s)?.into_iter().map(|x| x.parse().map_err(|_| format!("bad size `{x}`"))).collect()
+}
+
+fn list_usize(s: &str) -> Result<Vec<usize>, String> {
+    items(s)?.into_iter().map(|x| x.parse().map_err(|_| format!("bad index `{x}`"))).collect()
+}
+
+fn pairs(s: &str) -> Result<Vec<(u64, u64)>, String> {
+    items(s)?
+        .into_iter()
+        .map(|p| {
+            let inner = p.strip_prefix('(').and_then(|p| p.strip_suffix(')')).ok_or(format!("bad pair `{p}`"))?;
+            let (a, b) = inner.split_once(',').ok_or(format!("bad pair `{p}`"))?;
+            Ok((a.trim().parse().map_err(|_| "bad pair")?, b.trim().parse().map_err(|_| "bad pair")?))
+        })
+        .collect()
+}
+
+fn ranges(s: &str) -> Result<Vec<SliceRange>, String> {
+    items(s)?
+        .into_iter()
+        .map(|r| {
+            let parts: Vec<&str> = r.split(':').collect();
+            let opt = |x: &str| -> Result<Option<i64>, String> {
+                if x.is_empty() { Ok(None) } else { x.parse().map(Some).map_err(|_| format!("bad slice `{r}`")) }
+            };
+            match parts.as_slice() {
+                [a, b] => Ok(SliceRange { start: opt(a)?, stop: opt(b)?, step: 1 }),
+                [a, b, c] => Ok(SliceRange { start: opt(a)?, stop: opt(b)?, step: c.parse().map_err(|_| "bad step")? }),
+                _ => Err(format!("bad slice `{r}`")),
+            }
+        })
+        .collect()
+}
+
+/// `f32[2, B, 4]`.
+pub fn parse_type(s: &str) -> Result<TensorType, String> {
+    let s = s.trim();
+    let open = s.find('[').ok_or(format!("bad type `{s}`"))?;
+    let dtype = Dtype::from_name(&s[..open]).ok_or(format!("bad element type in `{s}`"))?;
+    let dims = items(&s[open..])?
+        .into_iter()
+        .map(|d| match d.parse::<u64>() {
+            Ok(n) => Dim::Known(n),
+            Err(_) => Dim::Sym(d.to_string()),
+        })
+        .collect();
+    Ok(TensorType::new(dtype, Shape(dims)))
+}

@@ -1,0 +1,171 @@
+//! `simplify`: algebraic identities, constant folding, common-subexpression
+//! elimination and dead-code elimination, in one walk over the graph plus a sweep.
+//!
+//! Each identity is a named rule with its equation; a rule applies only where it
+//! keeps the value's type exactly (dtype and shape, broadcasting included). Inputs and
+//! parameters are never removed: they are the model's interface.
+
+use std::collections::HashMap;
+
+use crate::error::Result;
+use crate::ir::*;
+use crate::tensor::Tensor;
+
+/// Results up to this many elements are folded into constants (bigger ones, such as
+/// an attention mask, are cheaper computed than stored).
+const FOLD_LIMIT: u64 = 4096;
+
+pub fn run(g: &mut Graph) -> Result<()> {
+    let mut out = Graph::new(g.name.clone());
+    let mut map: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
+    let mut seen: HashMap<String, ValueId> = HashMap::new();
+    for node in &g.nodes {
+        let args: Vec<ValueId> = node.args.iter().map(|a| map[a.index()]).collect();
+        let mut new = Node { op: node.op.clone(), args, ty: node.ty.clone(), name: node.name.clone(), origin: node.origin.clone() };
+        if let Op::Constant(c) = new.op {
+            // Constants are re-interned in the new graph.
+            let t = g.consts[c.0 as usize].clone();
+            new.op = Op::Constant(intern(&mut out, t));
+        }
+        if let Some(v) = identity(&out, &new) {
+            map.push(v);
+            continue;
+        }
+        if let Some(t) = fold(&out, &new)? {
+            new.op = Op::Constant(intern(&mut out, t));
+            new.args.clear();
+        }
+        // Inputs and parameters are distinct by name even when alike.
+        let key = match new.op {
+            Op::Input | Op::Param => None,
+            _ => Some(format!("{:?} {:?} {}", new.op, new.args, new.ty)),
+        };
+        if let Some(&v) = key.as_ref().and_then(|k| seen.get(k)) {
+            map.push(v);
+            continue;
+        }
+        let v = ValueId(out.nodes.len() as u32);
+        out.nodes.push(new);
+        if let Some(k) = key {
+            seen.insert(k, v);
+        }
+        map.push(v);
+    }
+    out.outputs = g.outputs.iter().map(|o| Output { name: o.name.clone(), value: map[o.value.index()] }).collect();
+    *g = sweep(out);
+    Ok(())
+}
+
+/// The constant's id, reusing an equal one.
+fn intern(g: &mut Graph, t: Tensor) -> ConstId {
+    if let Some(i) = g.consts.iter().position(|c| c.dtype == t.dtype && c.shape == t.shape && same_bits(&c.data, &t.data)) {
+        return ConstId(i as u32);
+    }
+    g.consts.push(t);
+    ConstId(g.consts.len() as u32 - 1)
+}
+
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Every element of `v` equals `x` (a constant).
+fn is_splat(g: &Graph, v: ValueId, x: f64) -> bool {
+    match g.node(v).op {
+        Op::Constant(c) => g.consts[c.0 as usize].data.iter().all(|&y| y == x),
+        _ => false,
+    }
+}
+
+/// An existing value equal to `n`, by a named rule.
+fn identity(g: &Graph, n: &Node) -> Option<ValueId> {
+    let same_type = |v: ValueId| *g.ty(v) == n.ty;
+    match &n.op {
+        // x * 1 == x, 1 * x == x
+        Op::Binary(BinaryOp::Mul) => {
+            let (a, b) = (n.args[0], n.args[1]);
+            if is_splat(g, b, 1.0) && same_type(a) {
+                Some(a)
+            } else if is_splat(g, a, 1.0) && same_type(b) {
+                Some(b)
+            } else {
+                None
+            }
+        }
+        // x + 0 == x, 0 + x == x
+        Op::Binary(BinaryOp::Add) => {
+            let (a, b) = (n.args[0], n.args[1]);
+            if is_splat(g, b, 0.0) && same_type(a) {
+                Some(a)
+            } else if is_splat(g, a, 0.0) && same_type(b) {
+                Some(b)
+            } else {
+                None
+            }
+        }
+        // x - 0 == x, x / 1 == x
+        Op::Binary(BinaryOp::Sub) if is_splat(g, n.args[1], 0.0) && same_type(n.args[0]) => Some(n.args[0]),
+        Op::Binary(BinaryOp::Div) if is_splat(g, n.args[1], 1.0) && same_type(n.args[0]) => Some(n.args[0]),
+        // cast(x: T) to T == x; reshape(x) to x's shape == x; transpose by the identity == x
+        Op::Cast { .. } | Op::Reshape { .. } | Op::BroadcastTo { .. } if same_type(n.args[0]) => Some(n.args[0]),
+        Op::Transpose { perm } if perm.iter().enumerate().all(|(i, &p)| i == p) => Some(n.args[0]),
+        // slice taking everything == x
+        Op::Slice { ranges } if same_type(n.args[0]) && ranges.iter().all(|r| r.step == 1) => Some(n.args[0]),
+        _ => None,
+    }
+}
+
+/// `n` evaluated at compile time, when all its arguments are constants and the result
+/// is small.
+fn fold(g: &Graph, n: &Node) -> Result<Option<Tensor>> {
+    let foldable = match n.op {
+        Op::Input | Op::Param | Op::Constant(_) | Op::StopGradient => false,
+        _ => !n.args.is_empty() && n.args.iter().all(|a| matches!(g.node(*a).op, Op::Constant(_))),
+    };
+    if !foldable || n.ty.shape.numel().is_none_or(|k| k > FOLD_LIMIT) {
+        return Ok(None);
+    }
+    let args: Vec<&Tensor> = n
+        .args
+        .iter()
+        .map(|a| match g.node(*a).op {
+            Op::Constant(c) => &g.consts[c.0 as usize],
+            _ => unreachable!("checked above: every argument is a constant"),
+        })
+        .collect();
+    Ok(Some(crate::interp::eval_op(&n.op, &args, &n.ty, &g.consts)?))
+}
+
+/// Keeps what the outputs need (plus every input and parameter), renumbered in order.
+fn sweep(g: Graph) -> Graph {
+    let mut live = vec![false; g.nodes.len()];
+    for o in &g.outputs {
+        live[o.value.index()] = true;
+    }
+    for i in (0..g.nodes.len()).rev() {
+        if matches!(g.nodes[i].op, Op::Input | Op::Param) {
+            live[i] = true;
+        }
+        if live[i] {
+            for a in &g.nodes[i].args {
+                live[a.index()] = true;
+            }
+        }
+    }
+    let mut out = Graph::new(g.name.clone());
+    let mut map = vec![ValueId(0); g.nodes.len()];
+    for (i, node) in g.nodes.into_iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        let mut node = node;
+        node.args = node.args.iter().map(|a| map[a.index()]).collect();
+        if let Op::Constant(c) = node.op {
+            node.op = Op::Constant(intern(&mut out, g.consts[c.0 as usize].clone()));
+        }
+        map[i] = ValueId(out.nodes.len() as u32);
+        out.nodes.push(node);
+    }
+    out.outputs = g.outputs.iter().map(|o| Output { name: o.name.clone(), value: map[o.value.index()] }).collect();
+    out
+}

@@ -1,0 +1,49 @@
+//! Text filetests for the passes: each `tests/passes/*.ir` holds a `// run: PASS` line,
+//! an input graph, and the expected graph after `// expect:`. The input is parsed,
+//! verified, run through the pass, verified again and printed; the text must match.
+//! `UPDATE_EXPECT=1 cargo test --test passes` rewrites the expectations.
+
+use std::path::Path;
+
+use mithrilc::ir::{parse::parse, print::print, verify::verify};
+use mithrilc::passes::PIPELINE;
+
+#[test]
+fn pass_filetests() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/passes");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "ir")).collect();
+    files.sort();
+    assert!(!files.is_empty(), "no filetests in {}", dir.display());
+    let mut failures = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (input, expected) = text.split_once("// expect:\n").unwrap_or((&text, ""));
+        let pass_name = input.lines().find_map(|l| l.strip_prefix("// run: ")).expect("a `// run: PASS` line").trim();
+        let (_, pass) = PIPELINE.iter().find(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("{}: no pass {pass_name}", path.display()));
+        let mut g = parse(input).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        verify(&g).unwrap_or_else(|e| panic!("{}: input: {e}", path.display()));
+        pass(&mut g).unwrap();
+        verify(&g).unwrap_or_else(|e| panic!("{}: after {pass_name}: {e}", path.display()));
+        let got = print(&g);
+        if std::env::var_os("UPDATE_EXPECT").is_some() {
+            std::fs::write(path, format!("{input}// expect:\n{got}")).unwrap();
+        } else if got != expected {
+            failures.push(format!("{}:\n--- expected\n{expected}--- got\n{got}", path.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The printer's output parses back to the same graph, for every snapshot model.
+#[test]
+fn printed_ir_parses_back() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let graph_text = &text[..text.find("\n}\n").map_or(text.len(), |i| i + 3)];
+        let g = parse(graph_text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        verify(&g).unwrap();
+        assert_eq!(print(&g), graph_text, "{}", path.display());
+    }
+}
