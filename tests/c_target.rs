@@ -249,3 +249,45 @@ fn every_weights_mode_runs_lenet() {
         }
     }
 }
+
+/// Two compiles of the same model (with the build) give byte-identical directories.
+#[test]
+fn output_directories_are_byte_identical() {
+    let Some(dir) = shared() else {
+        println!("skipped: ../shared is not present");
+        return;
+    };
+    if !have("make") || !have("cc") {
+        println!("skipped: make and cc are needed (apt-get install make gcc)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let compile = |out: &Path| {
+        let args = cli::CompileArgs {
+            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], set: vec![], print_after: vec![] },
+            target: cli::Target::C,
+            params: Some(dir.join("bench/lenet.safetensors")),
+            out: Some(out.to_path_buf()),
+            emit: "build".into(),
+            report: false,
+            weights: mithrilc::codegen::c::WeightsMode::Embed,
+            cflags: Some("-O2".into()),
+        };
+        cli::compile(&args).unwrap();
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(out)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let (a, b) = (compile(&tmp.path().join("a")), compile(&tmp.path().join("b")));
+    let names: Vec<&String> = a.iter().map(|(n, _)| n).collect();
+    assert_eq!(names, b.iter().map(|(n, _)| n).collect::<Vec<_>>());
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        assert!(x == y, "{name} differs between two compiles");
+    }
+}
