@@ -48,7 +48,7 @@ def main():
         ratio = min(us, m2) / min(o1, o2)
         print(f"{name + ' b' + batch:<14} {us:>10.1f}us {m2:>10.1f}us {o1:>8.1f}us {o2:>8.1f}us {ratio:>7.2f}")
     print("ratio = the faster mithrilc run / the faster ORT run; median latency of one call, measured in this run.")
-    print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (GEMMs and batched convolutions split).")
+    print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
 
 
 if __name__ == "__main__":

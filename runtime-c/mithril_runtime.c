@@ -823,3 +823,13 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
     job.chunks = (O + job.per_chunk - 1) / job.per_chunk;
     threads->parallel_for(threads->user, mr_conv_task, &job, N * job.chunks);
 }
+
+void mr_run(const mr_threads *threads, mr_task task, void *ctx, int64_t n, double cost)
+{
+    /* About 64k operations (tens of microseconds) pay for waking the other threads. */
+    if (threads && threads->parallel_for && n >= 2 && cost >= 65536.0) {
+        threads->parallel_for(threads->user, task, ctx, n);
+    } else {
+        task(ctx, 0, n);
+    }
+}

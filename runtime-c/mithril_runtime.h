@@ -68,6 +68,13 @@ typedef struct mr_threads {
 } mr_threads;
 
 /*
+ * mr_run: task(ctx, 0, n) on the calling thread, or split through `threads` when it is
+ * given, n >= 2 and `cost` (a rough count of operations) is worth waking threads for.
+ * Generated code runs its loop kernels through it.
+ */
+void mr_run(const mr_threads *threads, mr_task task, void *ctx, int64_t n, double cost);
+
+/*
  * mr_sgemm: general matrix multiply with arbitrary strides (BLIS-style), f32.
  *
  *   for 0 <= i < M, 0 <= j < N:

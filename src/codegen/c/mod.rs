@@ -290,7 +290,9 @@ fn c_string(s: &str) -> String {
     out
 }
 
-/// `model.c`: constants, the scalar helpers and the forward function.
+/// `model.c`: constants, one function per loop kernel (a task over a range of its
+/// outermost non-trivial dimension, so the caller's threads can split it), and the
+/// forward function that runs the kernels in order.
 fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d: &C, names: &names };
@@ -303,59 +305,96 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
         let items: Vec<String> = t.data.iter().map(|&x| r.literal(x, t.dtype)).collect();
         let _ = writeln!(s, "static const {ty} const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
     }
+    let _ = writeln!(s, "\n/* What every kernel reads its buffers from. */");
+    let _ = writeln!(
+        s,
+        "struct {name}_ctx {{\n    const unsigned char *w;\n    unsigned char *a;\n    const void *const *inputs;\n    void *const *outputs;\n}};"
+    );
+    // Loop kernels as tasks.
+    let mut calls: Vec<String> = Vec::new();
+    for (k, step) in p.steps.iter().enumerate() {
+        let comment = format!("/* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
+        match &step.kernel {
+            Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => {
+                let split = out.shape.iter().position(|&n| n > 1);
+                let extent = split.map_or(1, |d| out.shape[d]);
+                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
+                declare(&mut s, p, &names, &buffers_of(&step.kernel), "ctx->");
+                if split.is_none() {
+                    s.push_str("    (void)begin;\n    (void)end;\n");
+                }
+                loop_kernel(&r, &step.kernel, split, &mut s)?;
+                s.push_str("}\n");
+                let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
+                calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
+            }
+            other => {
+                let mut body = String::new();
+                runtime_call(&r, other, &mut body)?;
+                calls.push(format!("\n    {comment}\n    {{\n{body}    }}"));
+            }
+        }
+    }
     let _ = writeln!(s, "\nvoid {name}_forward(const void *weights, const void *const inputs[], void *const outputs[], void *arena)\n{{");
     let _ = writeln!(s, "    {name}_forward_threaded(weights, inputs, outputs, arena, NULL);\n}}");
     let _ = writeln!(
         s,
         "\nvoid {name}_forward_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads)\n{{"
     );
-    let _ = writeln!(s, "    const unsigned char *w = (const unsigned char *)weights;\n    unsigned char *a = (unsigned char *)arena;");
-    // A model without inputs (or weights, or large kernels) leaves a parameter unused.
-    let _ = writeln!(s, "    (void)inputs;\n    (void)outputs;\n    (void)threads;");
-    // Buffers as typed pointers (those some kernel touches).
-    let mut used = vec![false; p.buffers.len()];
+    let _ = writeln!(s, "    struct {name}_ctx ctx;");
+    let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
+    let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    (void)threads;");
+    // Buffers the runtime calls use directly.
+    let mut direct = Vec::new();
     for step in &p.steps {
-        used[crate::lower::kernel_writes(&step.kernel).0] = true;
-        for b in crate::lower::kernel_reads(&step.kernel) {
-            used[b.0] = true;
+        if !matches!(step.kernel, Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. }) {
+            direct.extend(buffers_of(&step.kernel));
         }
     }
-    let mut uses_w = false;
-    let mut uses_a = false;
-    for (i, b) in p.buffers.iter().enumerate() {
-        if !used[i] {
-            continue;
-        }
-        let ty = C.ty(b.dtype);
-        let n = &names[i];
-        let _ = match b.storage {
-            Storage::Input(k) => writeln!(s, "    const {ty} *{n} = (const {ty} *)inputs[{k}];"),
-            Storage::Output(k) => writeln!(s, "    {ty} *{n} = ({ty} *)outputs[{k}];"),
-            Storage::Weight { offset } => {
-                uses_w = true;
-                writeln!(s, "    const {ty} *{n} = (const {ty} *)(const void *)(w + {offset});")
-            }
-            Storage::Const(k) => writeln!(s, "    const {ty} *{n} = const{k};"),
-            Storage::Arena { offset } => {
-                uses_a = true;
-                writeln!(s, "    {ty} *{n} = ({ty} *)(void *)(a + {offset});")
-            }
-        };
-    }
-    if !uses_w {
-        s.push_str("    (void)w;\n");
-    }
-    if !uses_a {
-        s.push_str("    (void)a;\n");
-    }
-    for (k, step) in p.steps.iter().enumerate() {
-        let _ = writeln!(s, "\n    /* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
-        s.push_str("    {\n");
-        kernel(&r, &step.kernel, &mut s)?;
-        s.push_str("    }\n");
+    direct.sort();
+    direct.dedup();
+    declare(&mut s, p, &names, &direct, "ctx.");
+    for c in calls {
+        s.push_str(&c);
+        s.push('\n');
     }
     s.push_str("}\n");
     Ok(s)
+}
+
+/// The buffers a kernel touches.
+fn buffers_of(k: &Kernel) -> Vec<crate::lower::BufId> {
+    let mut v = crate::lower::kernel_reads(k);
+    v.push(crate::lower::kernel_writes(k));
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Typed pointers to `bufs`, from a filled context through `via` (`ctx->` or `ctx.`).
+fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::lower::BufId], via: &str) {
+    for b in bufs {
+        let buf = &p.buffers[b.0];
+        let ty = C.ty(buf.dtype);
+        let n = &names[b.0];
+        let _ = match buf.storage {
+            Storage::Input(k) => writeln!(s, "    const {ty} *{n} = (const {ty} *){via}inputs[{k}];"),
+            Storage::Output(k) => writeln!(s, "    {ty} *{n} = ({ty} *){via}outputs[{k}];"),
+            Storage::Weight { offset } => writeln!(s, "    const {ty} *{n} = (const {ty} *)(const void *)({via}w + {offset});"),
+            Storage::Arena { offset } => writeln!(s, "    {ty} *{n} = ({ty} *)(void *)({via}a + {offset});"),
+            Storage::Const(k) => writeln!(s, "    const {ty} *{n} = const{k};"),
+        };
+    }
+}
+
+/// A rough count of operations per output element, for the threading threshold.
+fn work_per_element(k: &Kernel) -> u64 {
+    match k {
+        Kernel::Reduce { reduced, .. } => reduced.iter().product::<u64>().max(1),
+        Kernel::ArgReduce { reduced, .. } => (*reduced).max(1),
+        _ => 4,
+    }
 }
 
 /// `ptr + offset` for a view's first element.
@@ -367,21 +406,43 @@ fn base(r: &Renderer<C>, v: &View) -> String {
     }
 }
 
-fn kernel(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
+/// Loops over the output dimensions of a task: dimension `split` runs over
+/// `[begin, end)`, the size-1 dimensions before it are fixed at 0. Returns the depth.
+fn open_outer(s: &mut String, shape: &[u64], split: Option<usize>, indent: usize) -> usize {
+    let mut depth = indent;
+    for (d, &n) in shape.iter().enumerate() {
+        match split {
+            Some(k) if d == k => {
+                let _ = writeln!(s, "{}for (int64_t i{d} = begin; i{d} < end; ++i{d}) {{", pad(depth));
+            }
+            Some(k) if d > k => {
+                let _ = writeln!(s, "{}for (int64_t i{d} = 0; i{d} < {n}; ++i{d}) {{", pad(depth));
+            }
+            _ => {
+                let _ = writeln!(s, "{}{{\n{}const int64_t i{d} = 0;\n{}(void)i{d};", pad(depth), pad(depth + 1), pad(depth + 1));
+            }
+        }
+        depth += 1;
+    }
+    depth
+}
+
+/// A loop kernel's body as a task over `[begin, end)` of dimension `split`.
+fn loop_kernel(r: &Renderer<C>, k: &Kernel, split: Option<usize>, s: &mut String) -> Result<()> {
     match k {
         Kernel::Map { out, expr } => {
-            let depth = r.open_loops(s, &out.shape, 0, 2);
+            let depth = open_outer(s, &out.shape, split, 1);
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let t = r.p.buffers[out.buf.0].dtype;
             let value = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), t));
             let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
-            r.close_loops(s, out.shape.len(), 2);
+            r.close_loops(s, out.shape.len(), 1);
         }
         Kernel::Reduce { out, reduced, kind, expr, scale } => {
             let t = r.p.buffers[out.buf.0].dtype;
             // Sums accumulate in double, as the interpreter does.
             let acc_ty = if t.is_float() && matches!(kind, crate::ir::ReduceKind::Sum | crate::ir::ReduceKind::Prod) { Dtype::F64 } else { t };
-            let depth = r.open_loops(s, &out.shape, 0, 2);
+            let depth = open_outer(s, &out.shape, split, 1);
             let (init, step) = r.reduce_parts(*kind, acc_ty);
             let _ = writeln!(s, "{}{} acc = {init};", pad(depth), C.ty(acc_ty));
             let inner = r.open_loops(s, reduced, out.shape.len(), depth);
@@ -395,11 +456,11 @@ fn kernel(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
                 None => format!("({}) acc", C.ty(t)),
             };
             let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
-            r.close_loops(s, out.shape.len(), 2);
+            r.close_loops(s, out.shape.len(), 1);
         }
         Kernel::ArgReduce { out, reduced, kind, expr } => {
             let t = r.dtype(expr);
-            let depth = r.open_loops(s, &out.shape, 0, 2);
+            let depth = open_outer(s, &out.shape, split, 1);
             let _ = writeln!(s, "{}{} best = 0;\n{}int64_t at = -1;", pad(depth), C.ty(t), pad(depth));
             let r_var = out.shape.len();
             let inner = r.open_loops(s, &[*reduced], r_var, depth);
@@ -408,7 +469,18 @@ fn kernel(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
             r.close_loops(s, 1, depth);
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let _ = writeln!(s, "{}{}[{}] = at;", pad(depth), r.names[out.buf.0], r.index(out, &vars));
-            r.close_loops(s, out.shape.len(), 2);
+            r.close_loops(s, out.shape.len(), 1);
+        }
+        other => return Err(Error::internal(format!("not a loop kernel: {other:?}"))),
+    }
+    Ok(())
+}
+
+/// A kernel that calls the runtime, inline in the forward function.
+fn runtime_call(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
+    match k {
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
+            return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
         Kernel::Gemm { a, b, c } => gemm(r, a, b, c, s)?,
         Kernel::Conv { x, w, out, attrs } => {
