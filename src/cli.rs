@@ -327,7 +327,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         return Err(Error::usage("compile needs --target c (the interpreter is run with `mithrilc run`)".to_string()));
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
-    let program = crate::lower::lower(&graph)?;
+    let program = crate::lower::lower(&graph).map_err(|e| e.context(file_name(&args.model.model)))?;
     let weights = match &params {
         Some(p) => Some(param_values(&graph, p)?),
         None => None,

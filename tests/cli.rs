@@ -430,3 +430,36 @@ fn run_mlp_with_npy_input_and_safetensors_params() {
     assert_eq!((code, stderr.as_str()), (0, ""));
     assert!(stdout.starts_with("output: f32[1, 10]"), "stdout:\n{stdout}");
 }
+
+/// `compile` errors: a symbolic shape is the model's (1), a missing -o is usage (2), a
+/// failing C compiler is a toolchain error (3) and leaves no output directory.
+#[test]
+fn compile_error_exit_codes() {
+    let Some(shared) = shared() else { return };
+    let testdata = shared.join("testdata");
+    let (code, _, stderr) = mithrilc(&["compile", "symbolic_batch_mlp.json", "--target", "c", "-o", "/nonexistent/x"], &testdata);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            1,
+            "error: symbolic_batch_mlp.json: `input` has the symbolic shape [batch, 4], and compiled code needs static shapes for now\n  \
+             note: give it with --shape input=D0,D1,...\n"
+        )
+    );
+    let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "c", "--shape", "input=3,4"], &testdata);
+    assert_eq!((code, stderr.as_str()), (2, "error: compile needs -o OUTDIR\n"));
+    let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "cuda", "--shape", "input=3,4", "-o", "x"], &testdata);
+    assert_eq!((code, stderr.as_str()), (2, "error: the cuda target is not implemented yet (available: c, interp)\n"));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+        .current_dir(&testdata)
+        .env("CC", "false")
+        .args(["compile", "linear.json", "--target", "c", "--shape", "input=3,4", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(3), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(String::from_utf8_lossy(&status.stderr).starts_with("error: make failed"));
+    assert!(!out.exists(), "a failed build leaves no output directory");
+}

@@ -219,11 +219,19 @@ impl<'g> Lowerer<'g> {
 
     fn shape(&self, v: ValueId) -> Result<Vec<u64>> {
         self.graph.ty(v).shape.as_known().ok_or_else(|| {
-            Error::user(format!(
-                "{} has the symbolic shape {}: give every dimension with --shape to compile",
-                crate::passes::shape::describe_node(self.graph, v),
+            let node = self.graph.node(v);
+            let what = match (&node.op, &node.name) {
+                (Op::Input | Op::Param, Some(n)) => format!("`{n}`"),
+                _ => crate::passes::shape::describe_node(self.graph, v),
+            };
+            let err = Error::user(format!(
+                "{what} has the symbolic shape {}, and compiled code needs static shapes for now",
                 self.graph.ty(v).shape
-            ))
+            ));
+            match (&node.op, &node.name) {
+                (Op::Input | Op::Param, Some(n)) => err.note(format!("give it with --shape {n}=D0,D1,...")),
+                _ => err.note("give every input's shape with --shape NAME=D0,D1,..."),
+            }
         })
     }
 
