@@ -21,7 +21,11 @@
 static inline float mr_fast_expf(float x) {
     /* Clamped, and NaN replaced, before the float-to-int conversion below. */
     float c = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : (x != x ? 0.0f : x));
-    float n = floorf(c * 1.44269504088896341f + 0.5f);
+    /* n = round(c / ln 2) by adding and removing 1.5 * 2^23 (float addition rounds to
+     * nearest), not floorf: compilers vectorize this but not a floorf call without
+     * -fno-trapping-math. Needs float arithmetic in float precision
+     * (FLT_EVAL_METHOD 0: every SSE, NEON and Cortex-M FPU target). */
+    float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = c - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     float y;
