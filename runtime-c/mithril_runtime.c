@@ -438,6 +438,33 @@ static void mr_sgemm_dots(int64_t M, int64_t N, int64_t K, float alpha, const fl
     }
 }
 
+/*
+ * mr_sgemm_axpy: C[i,:] = alpha * sum_k A[i,k] * B[k,:] + beta * C[i,:] for a row-major
+ * B (b_cs == 1) and C (c_cs == 1): for each k, every row i adds A[i,k] times row k of B,
+ * a contiguous loop the compiler vectorizes. C's rows stay in cache while B streams.
+ */
+static void mr_sgemm_axpy(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                          int64_t a_cs, const float *B, int64_t b_rs, float beta, float *C, int64_t c_rs)
+{
+    int64_t i, j, k;
+    for (i = 0; i < M; ++i) {
+        float *restrict c = C + i * c_rs;
+        for (j = 0; j < N; ++j) {
+            c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+        }
+    }
+    for (k = 0; k < K; ++k) {
+        const float *restrict b = B + k * b_rs;
+        for (i = 0; i < M; ++i) {
+            float *restrict c = C + i * c_rs;
+            const float a = alpha * A[i * a_rs + k * a_cs];
+            for (j = 0; j < N; ++j) {
+                c[j] += a * b[j];
+            }
+        }
+    }
+}
+
 void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t a_rs, int64_t a_cs,
               const float *B, int64_t b_rs, int64_t b_cs,
@@ -460,6 +487,12 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
      * packing B would cost more than the product itself. */
     if (M <= MR_SGEMV_MAX_M && b_rs == 1 && a_cs == 1) {
         mr_sgemm_dots(M, N, K, alpha, A, a_rs, B, b_cs, beta, C, c_rs, c_cs);
+        return;
+    }
+    /* A few rows against a row-major B (a weight stored transposed): rows of C as sums
+     * of rows of B, reading B once and in order, again without packing. */
+    if (M <= MR_SGEMV_MAX_M && b_cs == 1 && c_cs == 1) {
+        mr_sgemm_axpy(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, beta, C, c_rs);
         return;
     }
     memset(&src, 0, sizeof src);

@@ -161,6 +161,10 @@ pub struct Program {
     pub outputs: Vec<(String, BufId, Vec<u64>)>,
     /// Parameters: name, buffer, shape, in weights-blob order.
     pub weights: Vec<(String, BufId, Vec<u64>)>,
+    /// Matrix parameters stored transposed in the blob (`[K, N]` for a `[N, K]`
+    /// parameter) because every use transposes them: a Linear layer's weight then
+    /// reaches the GEMM row-major, which it packs with plain copies.
+    pub transposed: Vec<BufId>,
     /// Size of the weights blob in bytes.
     pub weights_size: u64,
     /// Size of the arena in bytes (set by [`memory::plan`]).
@@ -206,6 +210,7 @@ impl<'g> Lowerer<'g> {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 weights: Vec::new(),
+                transposed: Vec::new(),
                 weights_size: 0,
                 arena_size: 0,
                 peak_live: 0,
@@ -394,7 +399,19 @@ impl<'g> Lowerer<'g> {
                 let buf = self.buffer(name.clone(), dtype, len.max(1), Storage::Weight { offset });
                 self.p.weights_size = align(offset + len * dtype.size() as u64);
                 self.p.weights.push((name, buf, shape.clone()));
-                self.views.insert(v, View::contiguous(buf, &shape));
+                let users: Vec<&Node> = self.graph.nodes.iter().filter(|n| n.args.contains(&v)).collect();
+                let only_transposed = shape.len() == 2
+                    && dtype == Dtype::F32
+                    && !users.is_empty()
+                    && users.iter().all(|n| matches!(&n.op, Op::Transpose { perm } if perm == &[1, 0]))
+                    && !outputs.contains(&v);
+                if only_transposed {
+                    // Stored as [K, N]; the parameter itself is its transposed view.
+                    self.p.transposed.push(buf);
+                    self.views.insert(v, View { buf, shape: shape.clone(), strides: vec![1, shape[0] as i64], offset: 0 });
+                } else {
+                    self.views.insert(v, View::contiguous(buf, &shape));
+                }
             }
             Op::Constant(c) => {
                 let t = &self.graph.consts[c.0 as usize];

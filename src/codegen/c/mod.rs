@@ -147,10 +147,29 @@ pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Ten
         }
         let b = &p.buffers[buf.0];
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
+        let stored;
+        let t = if p.transposed.contains(buf) {
+            stored = transpose2(t);
+            &stored
+        } else {
+            t
+        };
         let bytes = element_bytes(t, b.dtype);
         blob[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
     }
     Ok(blob)
+}
+
+/// A matrix transposed (`[N, K]` to `[K, N]`).
+fn transpose2(t: &Tensor) -> Tensor {
+    let (n, k) = (t.shape[0] as usize, t.shape[1] as usize);
+    let mut data = vec![0.0; n * k];
+    for i in 0..n {
+        for j in 0..k {
+            data[j * n + i] = t.data[i * k + j];
+        }
+    }
+    Tensor { dtype: t.dtype, shape: vec![t.shape[1], t.shape[0]], data }
 }
 
 /// Little-endian bytes of a tensor's elements as `dtype`.
@@ -185,6 +204,10 @@ struct TensorInfo {
     /// The name as a JSON string's body (a safetensors key), as a C string's body.
     json_key_c: String,
     st_dtype: &'static str,
+    /// Stored transposed in the blob (a matrix `[rows, cols]` kept as `[cols, rows]`).
+    transposed: bool,
+    rows: u64,
+    cols: u64,
 }
 
 #[derive(Serialize)]
@@ -233,6 +256,9 @@ impl TemplateContext {
                     Dtype::I64 => "I64",
                     Dtype::Bool => "BOOL",
                 },
+                transposed: p.transposed.contains(&buf),
+                rows: shape.first().copied().unwrap_or(1),
+                cols: shape.get(1).copied().unwrap_or(1),
             }
         };
         Ok(TemplateContext {
