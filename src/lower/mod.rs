@@ -585,7 +585,8 @@ impl<'g> Lowerer<'g> {
                 self.p.steps.push(Step { kernel: Kernel::Softmax { x, out: out.clone(), axis: *axis }, origins: vec![self.origin(v)] });
                 self.views.insert(v, out);
             }
-            Op::Reduce { kind, axes, keepdim } => {
+            // keepdim only changes the value's shape, not the memory the kernel writes.
+            Op::Reduce { kind, axes, .. } => {
                 let in_shape = self.shape(arg(0))?;
                 let (expr, reduced) = self.reduction_input(arg(0), &in_shape, axes)?;
                 let n: u64 = reduced.iter().product();
@@ -595,7 +596,6 @@ impl<'g> Lowerer<'g> {
                 let kept: Vec<u64> = kept_shape(&in_shape, axes);
                 let out = View::contiguous(buf, &kept);
                 self.p.steps.push(Step { kernel: Kernel::Reduce { out, reduced, kind, expr, scale }, origins: vec![self.origin(v)] });
-                let _ = keepdim;
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::ArgReduce { kind, axis, .. } => {
@@ -709,13 +709,14 @@ fn rebase(e: Expr, own: &[u64], target: &[u64]) -> Expr {
     if own == target {
         return e;
     }
-    let shift = target.len() - own.len();
-    let map = |var: usize| var + shift;
-    map_vars(e, &|var| map(var), own, shift)
+    shift_vars(e, own, target.len() - own.len())
 }
 
-fn map_vars(e: Expr, f: &dyn Fn(usize) -> usize, own: &[u64], shift: usize) -> Expr {
-    let rec = |x: Box<Expr>| Box::new(map_vars(*x, f, own, shift));
+/// Renumbers loop variable `v` to `v + shift` (the operand's dimensions align with the
+/// end of the target's), zeroing strides and indices of its size-1 dimensions.
+fn shift_vars(e: Expr, own: &[u64], shift: usize) -> Expr {
+    let f = |v: usize| v + shift;
+    let rec = |x: Box<Expr>| Box::new(shift_vars(*x, own, shift));
     match e {
         Expr::Const(..) => e,
         // A size-1 dimension's index is always 0, wherever it repeats.

@@ -65,7 +65,7 @@ pub struct Options {
 pub fn identifier(name: &str) -> String {
     let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) || s.starts_with('_') {
-        s.insert_str(0, "m");
+        s.insert(0, 'm');
     }
     s
 }
