@@ -583,33 +583,23 @@ fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, s: &mut String) -> Result
     let k = a.shape[rank - 1];
     let batch = &c.shape[..rank - 2];
     let depth = r.open_loops(s, batch, 0, 2);
-    let off = |v: &View| {
+    // An operand as (pointer + batch offset, row stride, column stride).
+    let operand = |v: &View| {
         let mut terms = vec![v.offset.to_string()];
         for (d, st) in v.strides[..rank - 2].iter().enumerate() {
             if *st != 0 {
                 terms.push(format!("i{d} * {st}"));
             }
         }
-        terms.join(" + ")
+        (format!("{} + {}", r.names[v.buf.0], terms.join(" + ")), v.strides[rank - 2], v.strides[rank - 1])
     };
+    let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
     let (ta, tb, tc) = (r.p.buffers[a.buf.0].dtype, r.p.buffers[b.buf.0].dtype, r.p.buffers[c.buf.0].dtype);
     if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
         let _ = writeln!(
             s,
-            "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {} + {}, {}, {}, {} + {}, {}, {}, 0.0f, {} + {}, {}, {});",
-            pad(depth),
-            r.names[a.buf.0],
-            off(a),
-            a.strides[rank - 2],
-            a.strides[rank - 1],
-            r.names[b.buf.0],
-            off(b),
-            b.strides[rank - 2],
-            b.strides[rank - 1],
-            r.names[c.buf.0],
-            off(c),
-            c.strides[rank - 2],
-            c.strides[rank - 1]
+            "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, 0.0f, {pc}, {rc}, {cc});",
+            pad(depth)
         );
     } else {
         // Other element types: plain loops, accumulating in double.
@@ -618,18 +608,10 @@ fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, s: &mut String) -> Result
         let _ = writeln!(s, "{}double acc = 0;", pad(depth + 1));
         let _ = writeln!(
             s,
-            "{}for (int64_t i{l} = 0; i{l} < {k}; ++i{l}) acc += (double){}[{} + i{i} * {} + i{l} * {}] * (double){}[{} + i{l} * {} + i{j} * {}];",
-            pad(depth + 1),
-            r.names[a.buf.0],
-            off(a),
-            a.strides[rank - 2],
-            a.strides[rank - 1],
-            r.names[b.buf.0],
-            off(b),
-            b.strides[rank - 2],
-            b.strides[rank - 1]
+            "{}for (int64_t i{l} = 0; i{l} < {k}; ++i{l}) acc += (double)({pa})[i{i} * {ra} + i{l} * {ca}] * (double)({pb})[i{l} * {rb} + i{j} * {cb}];",
+            pad(depth + 1)
         );
-        let _ = writeln!(s, "{}{}[{} + i{i} * {} + i{j} * {}] = ({})acc;", pad(depth + 1), r.names[c.buf.0], off(c), c.strides[rank - 2], c.strides[rank - 1], C.ty(tc));
+        let _ = writeln!(s, "{}({pc})[i{i} * {rc} + i{j} * {cc}] = ({})acc;", pad(depth + 1), C.ty(tc));
         let _ = writeln!(s, "{}}}", pad(depth));
     }
     r.close_loops(s, batch.len(), 2);
