@@ -352,9 +352,24 @@ static void mr_sgemm_store(const float *restrict t, int64_t mr, int64_t nr, floa
  * has a unit row or column stride and the sliver is full: then the kernel reads A in
  * place), then the NR-wide micro-panels of the packed B block.
  */
+/* Where a block of a product lies in the epilogue's coordinates: (n, i + row, j + col). */
+typedef struct {
+    const mr_epilogue *ep;
+    int64_t n, i, j;
+} mr_epi_at;
+
+static void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    if (at && at->ep && at->ep->fn && i1 > i0 && j1 > j0) {
+        at->ep->fn(at->ep->ctx, at->n, at->i + i0, at->i + i1, at->j + j0, at->j + j1);
+    }
+}
+
+/* The packed product; the epilogue runs on each column panel once its last depth block
+ * is added. */
 static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                             int64_t a_rs, int64_t a_cs, const mr_bsrc *src, float beta,
-                            float *C, int64_t c_rs, int64_t c_cs)
+                            float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
     float bp[MR_SGEMM_KC * MR_SGEMM_NC];
     float ap[MR_SGEMM_MR * MR_SGEMM_KC];
@@ -389,6 +404,7 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
                 }
             }
         }
+        mr_epi_call(at, 0, M, jc, jc + nc);
     }
 }
 
@@ -465,10 +481,11 @@ static void mr_sgemm_axpy(int64_t M, int64_t N, int64_t K, float alpha, const fl
     }
 }
 
-void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
-              const float *A, int64_t a_rs, int64_t a_cs,
-              const float *B, int64_t b_rs, int64_t b_cs,
-              float beta, float *C, int64_t c_rs, int64_t c_cs)
+/* mr_sgemm with an epilogue at `at` (NULL: none). */
+static void mr_sgemm_at(int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t a_rs, int64_t a_cs,
+                        const float *B, int64_t b_rs, int64_t b_cs,
+                        float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
     mr_bsrc src;
     if (M <= 0 || N <= 0) return;
@@ -480,6 +497,7 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
                 *c = beta == 0.0f ? 0.0f : beta * *c;
             }
         }
+        mr_epi_call(at, 0, M, 0, N);
         return;
     }
     /* A few rows against a B whose columns are contiguous (B = W^T, a Linear layer's
@@ -487,12 +505,14 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
      * packing B would cost more than the product itself. */
     if (M <= MR_SGEMV_MAX_M && b_rs == 1 && a_cs == 1) {
         mr_sgemm_dots(M, N, K, alpha, A, a_rs, B, b_cs, beta, C, c_rs, c_cs);
+        mr_epi_call(at, 0, M, 0, N);
         return;
     }
     /* A few rows against a row-major B (a weight stored transposed): rows of C as sums
      * of rows of B, reading B once and in order, again without packing. */
     if (M <= MR_SGEMV_MAX_M && b_cs == 1 && c_cs == 1) {
         mr_sgemm_axpy(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, beta, C, c_rs);
+        mr_epi_call(at, 0, M, 0, N);
         return;
     }
     memset(&src, 0, sizeof src);
@@ -500,7 +520,15 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
     src.p = B;
     src.rs = b_rs;
     src.cs = b_cs;
-    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
+}
+
+void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, int64_t a_rs, int64_t a_cs,
+              const float *B, int64_t b_rs, int64_t b_cs,
+              float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_sgemm_at(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs, NULL);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -565,26 +593,36 @@ static void mr_conv2d_direct(const float *xn, const float *w, float *yn, int64_t
  * panels are gathered from x while packing (no scratch), a plain strided GEMM for
  * unpadded stride-1 1x1 convolutions, or direct loops when Og < MR_CONV_DIRECT_OG.
  */
-void mr_conv2d_f32(const float *x, const float *w, float *y,
-                   int64_t N, int64_t C, int64_t H, int64_t W,
-                   int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
-                   int64_t stride_h, int64_t stride_w,
-                   int64_t pad_top, int64_t pad_left,
-                   int64_t dil_h, int64_t dil_w, int64_t groups)
+/* mr_conv2d_f32 with an epilogue; image n, channel o of y are the epilogue's image
+ * n0 + n, channel o0 + o. */
+static void mr_conv2d_at(const float *x, const float *w, float *y,
+                         int64_t N, int64_t C, int64_t H, int64_t W,
+                         int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                         int64_t stride_h, int64_t stride_w,
+                         int64_t pad_top, int64_t pad_left,
+                         int64_t dil_h, int64_t dil_w, int64_t groups,
+                         const mr_epilogue *ep, int64_t n0, int64_t o0)
 {
     const int64_t Cg = C / groups, Og = O / groups, P = OH * OW, Kd = Cg * KH * KW;
     int64_t n, g;
     if (N <= 0 || O <= 0 || P <= 0) return;
-    if (Kd <= 0) {
-        memset(y, 0, sizeof(float) * (size_t)(N * O * P));
-        return;
-    }
     for (n = 0; n < N; ++n) {
         const float *xn = x + n * C * H * W;
         float *yn = y + n * O * P;
+        mr_epi_at at;
+        at.ep = ep;
+        at.n = (ep ? ep->n : 0) + n0 + n;
+        at.i = o0;
+        at.j = 0;
+        if (Kd <= 0) {
+            memset(yn, 0, sizeof(float) * (size_t)(O * P));
+            mr_epi_call(&at, 0, O, 0, P);
+            continue;
+        }
         if (Og < MR_CONV_DIRECT_OG) {
             mr_conv2d_direct(xn, w, yn, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w,
                              pad_top, pad_left, dil_h, dil_w, groups);
+            mr_epi_call(&at, 0, O, 0, P);
             continue;
         }
         for (g = 0; g < groups; ++g) {
@@ -611,10 +649,22 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
                 src.dh = dil_h;
                 src.dw = dil_w;
             }
+            at.i = o0 + g * Og;
             mr_sgemm_driver(Og, P, Kd, 1.0f, w + g * Og * Kd, Kd, 1, &src, 0.0f,
-                            yn + g * Og * P, P, 1);
+                            yn + g * Og * P, P, 1, &at);
         }
     }
+}
+
+void mr_conv2d_f32(const float *x, const float *w, float *y,
+                   int64_t N, int64_t C, int64_t H, int64_t W,
+                   int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                   int64_t stride_h, int64_t stride_w,
+                   int64_t pad_top, int64_t pad_left,
+                   int64_t dil_h, int64_t dil_w, int64_t groups)
+{
+    mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
+                 groups, NULL, 0, 0);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -775,6 +825,7 @@ typedef struct {
     const float *A, *B;
     float *C;
     int64_t a_rs, a_cs, b_rs, b_cs, c_rs, c_cs;
+    const mr_epilogue *ep;
 } mr_sgemm_job;
 
 /* mr_sgemm_task: columns [begin, end) * MR_MT_COLS of a mr_sgemm_job. */
@@ -784,27 +835,33 @@ static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
     int64_t j0 = begin * MR_MT_COLS;
     int64_t j1 = end * MR_MT_COLS < j->N ? end * MR_MT_COLS : j->N;
     if (j1 > j0) {
-        mr_sgemm(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B + j0 * j->b_cs, j->b_rs,
-                 j->b_cs, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs);
+        mr_epi_at at;
+        at.ep = j->ep;
+        at.n = j->ep ? j->ep->n : 0;
+        at.i = 0;
+        at.j = j0;
+        mr_sgemm_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B + j0 * j->b_cs, j->b_rs,
+                    j->b_cs, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
     }
 }
 
 void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t a_rs, int64_t a_cs,
                  const float *B, int64_t b_rs, int64_t b_cs,
-                 float beta, float *C, int64_t c_rs, int64_t c_cs)
+                 float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep)
 {
     mr_sgemm_job job;
     int64_t tasks = (N + MR_MT_COLS - 1) / MR_MT_COLS;
-    /* Below about two million multiply-adds (tens of microseconds) waking threads
-     * costs more than it saves. */
-    if (!threads || !threads->parallel_for || tasks < 2 || (double)M * (double)N * (double)K < 2097152.0) {
-        mr_sgemm(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs);
-        return;
-    }
     job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
     job.A = A; job.B = B; job.C = C;
     job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = b_rs; job.b_cs = b_cs; job.c_rs = c_rs; job.c_cs = c_cs;
+    job.ep = ep;
+    /* Below about two million multiply-adds (tens of microseconds) waking threads
+     * costs more than it saves. */
+    if (!threads || !threads->parallel_for || tasks < 2 || (double)M * (double)N * (double)K < 2097152.0) {
+        mr_sgemm_task(&job, 0, tasks > 0 ? tasks : 1);
+        return;
+    }
     threads->parallel_for(threads->user, mr_sgemm_task, &job, tasks);
 }
 
@@ -812,6 +869,7 @@ typedef struct {
     const float *x, *w;
     float *y;
     int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, chunks, per_chunk;
+    const mr_epilogue *ep;
 } mr_conv_job;
 
 /* mr_conv_task: items [begin, end) of a mr_conv_job, item = image * chunks + chunk; a
@@ -828,8 +886,8 @@ static void mr_conv_task(void *ctx, int64_t begin, int64_t end)
         float *yn = j->y + n * j->O * j->OH * j->OW + o0 * j->OH * j->OW;
         const float *wc = j->w + o0 * (j->C / j->groups) * j->KH * j->KW;
         if (o1 > o0) {
-            mr_conv2d_f32(xn, wc, yn, 1, j->C, j->H, j->W, o1 - o0, j->KH, j->KW, j->OH, j->OW, j->sh, j->sw,
-                          j->pt, j->pl, j->dh, j->dw, j->groups);
+            mr_conv2d_at(xn, wc, yn, 1, j->C, j->H, j->W, o1 - o0, j->KH, j->KW, j->OH, j->OW, j->sh, j->sw,
+                         j->pt, j->pl, j->dh, j->dw, j->groups, j->ep, n, o0);
         }
     }
 }
@@ -839,17 +897,18 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                       int64_t stride_h, int64_t stride_w,
                       int64_t pad_top, int64_t pad_left,
-                      int64_t dil_h, int64_t dil_w, int64_t groups)
+                      int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep)
 {
     mr_conv_job job;
     if (!threads || !threads->parallel_for || N <= 1) {
-        mr_conv2d_f32(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
-                      groups);
+        mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
+                     groups, ep, 0, 0);
         return;
     }
     job.x = x; job.w = w; job.y = y; job.N = N; job.C = C; job.H = H; job.W = W; job.O = O;
     job.KH = KH; job.KW = KW; job.OH = OH; job.OW = OW; job.sh = stride_h; job.sw = stride_w;
     job.pt = pad_top; job.pl = pad_left; job.dh = dil_h; job.dw = dil_w; job.groups = groups;
+    job.ep = ep;
     /* Split by image only: a call for part of the output channels would repeat the
      * packing of the whole input, which costs more than a second thread saves. */
     job.per_chunk = O;

@@ -163,22 +163,40 @@ void mr_pool2d_f32(const float *x, float *y,
 void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t inner);
 
 /*
+ * Epilogues: work fused into a product, run on each block of the result as soon as the
+ * block is final and still in cache (a bias and an activation, say). The runtime calls
+ * fn(ctx, n, i0, i1, j0, j1) on disjoint blocks that together cover the result once:
+ *  - for mr_sgemm_mt, rows [i0, i1) and columns [j0, j1) of C, and n = the epilogue's n
+ *    (the caller's batch index, passed through);
+ *  - for mr_conv2d_f32_mt, output channels [i0, i1) and flattened output positions
+ *    [j0, j1) (oh * OW + ow) of image n (the epilogue's n plus the image index).
+ * fn may read and rewrite exactly those elements; calls may run on any thread (through
+ * `threads`), in any order.
+ */
+typedef void (*mr_epilogue_fn)(const void *ctx, int64_t n, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+typedef struct mr_epilogue {
+    mr_epilogue_fn fn;
+    const void *ctx;
+    int64_t n;
+} mr_epilogue;
+
+/*
  * mr_sgemm_mt, mr_conv2d_f32_mt: mr_sgemm and mr_conv2d_f32 with their work split
- * through `threads` (see mr_threads; NULL runs serially). mr_sgemm_mt splits the
- * columns of C into blocks (for products of two million multiply-adds or more);
- * mr_conv2d_f32_mt splits the images of a batch. Each piece computes exactly what the
- * serial call computes for it.
+ * through `threads` (see mr_threads; NULL runs serially) and an optional epilogue (NULL:
+ * none). mr_sgemm_mt splits the columns of C into blocks (for products of two million
+ * multiply-adds or more); mr_conv2d_f32_mt splits the images of a batch. Each piece
+ * computes exactly what the serial call computes for it.
  */
 void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t a_rs, int64_t a_cs,
                  const float *B, int64_t b_rs, int64_t b_cs,
-                 float beta, float *C, int64_t c_rs, int64_t c_cs);
+                 float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
 void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
                       int64_t N, int64_t C, int64_t H, int64_t W,
                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                       int64_t stride_h, int64_t stride_w,
                       int64_t pad_top, int64_t pad_left,
-                      int64_t dil_h, int64_t dil_w, int64_t groups);
+                      int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* test_threads.c: mr_sgemm_mt and mr_conv2d_f32_mt through a parallel_for that splits
  * the range into single items run in reverse order (as an unlucky scheduler might)
- * give exactly the serial results. Prints "N passed, M failed". Not part of the runtime. */
+ * give exactly the serial results, and their epilogues see every element exactly once,
+ * after it is final. Prints "N passed, M failed". Not part of the runtime. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,42 @@ static void same(const char *what, const float *a, const float *b, size_t n) {
     if (memcmp(a, b, n * sizeof *a) == 0) { ++passed; } else { ++failed; printf("FAIL %s\n", what); }
 }
 
+/* An epilogue adding a per-row bias, then ReLU, and counting visits per element. */
+typedef struct {
+    float *y;
+    int64_t rows, cols;
+    const float *bias;
+    int *visits;
+} bias_relu_ctx;
+
+static void bias_relu(const void *vctx, int64_t n, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    const bias_relu_ctx *e = (const bias_relu_ctx *)vctx;
+    int64_t i, j;
+    for (i = i0; i < i1; ++i) {
+        for (j = j0; j < j1; ++j) {
+            int64_t at = (n * e->rows + i) * e->cols + j;
+            float v = e->y[at] + e->bias[i];
+            e->y[at] = v > 0.0f ? v : 0.0f;
+            e->visits[at] += 1;
+        }
+    }
+}
+
+/* y after the epilogue, computed separately: the expected result. */
+static void apply_bias_relu(float *y, int64_t images, int64_t rows, int64_t cols, const float *bias) {
+    int64_t i;
+    for (i = 0; i < images * rows * cols; ++i) {
+        float v = y[i] + bias[(i / cols) % rows];
+        y[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+
+static void once_each(const char *what, const int *visits, size_t n) {
+    size_t i;
+    for (i = 0; i < n && visits[i] == 1; ++i) {}
+    if (i == n) { ++passed; } else { ++failed; printf("FAIL %s: element %zu visited %d times\n", what, i, visits[i]); }
+}
+
 int main(void) {
     mr_threads threads = { reverse_items, NULL };
     int64_t dims[][3] = { { 1, 512, 784 }, { 32, 513, 100 }, { 7, 2304, 64 }, { 128, 300, 17 }, { 3, 1, 5 } };
@@ -35,13 +72,28 @@ int main(void) {
         fill(A, (size_t)(M * K), 1u + (unsigned)k);
         fill(B, (size_t)(K * N), 7u + (unsigned)k);
         /* B as the transpose of a row-major [N, K] weight, as Linear layers use it. */
+        float *bias = malloc(sizeof(float) * (size_t)M);
+        int *visits = calloc((size_t)(M * N), sizeof(int));
+        bias_relu_ctx ectx = { NULL, 0, 0, NULL, NULL };
+        mr_epilogue ep = { bias_relu, NULL, 0 };
+        int t;
+        fill(bias, (size_t)M, 11u + (unsigned)k);
+        ectx.y = C2; ectx.rows = M; ectx.cols = N; ectx.bias = bias; ectx.visits = visits;
+        ep.ctx = &ectx;
         mr_sgemm(M, N, K, 1.0f, A, K, 1, B, 1, K, 0.0f, C1, N, 1);
-        mr_sgemm_mt(&threads, M, N, K, 1.0f, A, K, 1, B, 1, K, 0.0f, C2, N, 1);
+        mr_sgemm_mt(&threads, M, N, K, 1.0f, A, K, 1, B, 1, K, 0.0f, C2, N, 1, NULL);
         same("mr_sgemm_mt, transposed B", C1, C2, (size_t)(M * N));
         mr_sgemm(M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C1, N, 1);
-        mr_sgemm_mt(&threads, M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C2, N, 1);
+        mr_sgemm_mt(&threads, M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C2, N, 1, NULL);
         same("mr_sgemm_mt, row-major B", C1, C2, (size_t)(M * N));
-        free(A); free(B); free(C1); free(C2);
+        apply_bias_relu(C1, 1, M, N, bias);
+        for (t = 0; t < 2; ++t) {
+            memset(visits, 0, sizeof(int) * (size_t)(M * N));
+            mr_sgemm_mt(t ? &threads : NULL, M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C2, N, 1, &ep);
+            same("mr_sgemm_mt with an epilogue", C1, C2, (size_t)(M * N));
+            once_each("mr_sgemm_mt's epilogue", visits, (size_t)(M * N));
+        }
+        free(A); free(B); free(C1); free(C2); free(bias); free(visits);
     }
     {
         /* N, C, H, W, O, KH, KW, stride, pad, groups */
@@ -56,10 +108,25 @@ int main(void) {
             float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
             fill(x, nx, 3u + (unsigned)k);
             fill(w, nw, 5u + (unsigned)k);
+            float *bias = malloc(sizeof(float) * (size_t)c[4]);
+            int *visits = calloc(ny, sizeof(int));
+            bias_relu_ctx ectx = { NULL, 0, 0, NULL, NULL };
+            mr_epilogue ep = { bias_relu, NULL, 0 };
+            int t;
+            fill(bias, (size_t)c[4], 13u + (unsigned)k);
+            ectx.y = y2; ectx.rows = c[4]; ectx.cols = OH * OW; ectx.bias = bias; ectx.visits = visits;
+            ep.ctx = &ectx;
             mr_conv2d_f32(x, w, y1, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9]);
-            mr_conv2d_f32_mt(&threads, x, w, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9]);
+            mr_conv2d_f32_mt(&threads, x, w, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], NULL);
             same("mr_conv2d_f32_mt", y1, y2, ny);
-            free(x); free(w); free(y1); free(y2);
+            apply_bias_relu(y1, c[0], c[4], OH * OW, bias);
+            for (t = 0; t < 2; ++t) {
+                memset(visits, 0, sizeof(int) * ny);
+                mr_conv2d_f32_mt(t ? &threads : NULL, x, w, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], &ep);
+                same("mr_conv2d_f32_mt with an epilogue", y1, y2, ny);
+                once_each("mr_conv2d_f32_mt's epilogue", visits, ny);
+            }
+            free(x); free(w); free(y1); free(y2); free(bias); free(visits);
         }
     }
     printf("%d passed, %d failed\n", passed, failed);

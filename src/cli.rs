@@ -80,9 +80,8 @@ pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
         }
     }
     for p in &args.print_after {
-        if !passes::PIPELINE.iter().any(|(n, _)| n == p) {
-            let names: Vec<&str> = passes::PIPELINE.iter().map(|(n, _)| *n).collect();
-            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", names.join(", "))));
+        if !passes::names().contains(&p.as_str()) {
+            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", passes::names().join(", "))));
         }
     }
     let mut graph = mithril::load(&args.model, &opts)?;
@@ -197,7 +196,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     let outputs = match args.target {
         Target::Interp => interp()?,
         Target::C => {
-            let outputs = run_target(&graph, &feeds, &args.model.model, &BuildConfig::default())?;
+            let outputs = run_target(&graph, &feeds, &args.model.model, &BuildConfig::default(), &args.model.print_after)?;
             if args.check {
                 for (name, diff) in compare(&outputs, &interp()?) {
                     let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e}");
@@ -313,6 +312,16 @@ pub struct CompileArgs {
 /// Flags for a build that runs on the machine that built it.
 pub const HOST_CFLAGS: &str = "-O3 -march=native";
 
+/// Lowers the graph and runs the program passes, printing the program after those
+/// named in `print_after`.
+fn lower(graph: &Graph, print_after: &[String]) -> Result<crate::lower::Program> {
+    passes::compile(graph, |name, p| {
+        if print_after.iter().any(|n| n == name) {
+            eprint!("// after {name}\n{}", crate::lower::print::print(p));
+        }
+    })
+}
+
 /// Compiles a model for a target; returns the report to print.
 pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
@@ -327,7 +336,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         return Err(Error::usage("compile needs --target c (the interpreter is run with `mithrilc run`)".to_string()));
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
-    let program = crate::lower::lower(&graph).map_err(|e| e.context(file_name(&args.model.model)))?;
+    let program = lower(&graph, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
     let weights = match &params {
         Some(p) => Some(param_values(&graph, p)?),
         None => None,
@@ -391,9 +400,16 @@ impl Default for BuildConfig {
 }
 
 /// Runs the model through a compiled target: builds it in a scratch directory, runs
-/// its demo on the data, and reads the outputs back.
-pub fn run_target(graph: &Graph, feeds: &BTreeMap<String, Tensor>, source: &Path, build: &BuildConfig) -> Result<Vec<(String, Tensor)>> {
-    let program = crate::lower::lower(graph)?;
+/// its demo on the data, and reads the outputs back. Prints the program after the
+/// passes named in `print_after`.
+pub fn run_target(
+    graph: &Graph,
+    feeds: &BTreeMap<String, Tensor>,
+    source: &Path,
+    build: &BuildConfig,
+    print_after: &[String],
+) -> Result<Vec<(String, Tensor)>> {
+    let program = lower(graph, print_after)?;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
     let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights), mode: Default::default() };

@@ -91,7 +91,7 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
     let mut worst = (0.0f64, String::new());
     for case in cases(&dir).iter().filter(|c| filter(c)) {
         let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
-        match cli::run_target(&case.graph, &case.feeds, &case.source, build) {
+        match cli::run_target(&case.graph, &case.feeds, &case.source, build, &[]) {
             Err(e) => failures.push(format!("{}: {e}", case.label)),
             Ok(got) => {
                 checked += 1;
@@ -160,7 +160,7 @@ fn generated_files_are_deterministic() {
         opts.shapes.insert("input".into(), Shape::known(&[1, 128, 768]));
         let mut g = mithril::load(&json, &opts).unwrap();
         passes::run_pipeline(&mut g, passes::PIPELINE, |_, _| {}).unwrap();
-        let p = mithrilc::lower::lower(&g).unwrap();
+        let p = mithrilc::passes::compile(&g, |_, _| {}).unwrap();
         let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         mithrilc::codegen::c::emit(&p, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), mode: Default::default() }).unwrap()
     };

@@ -1,12 +1,14 @@
 //! Text filetests for the passes: each `tests/passes/*.ir` holds a `// run: PASS` line,
-//! an input graph, and the expected graph after `// expect:`. The input is parsed,
-//! verified, run through the pass, verified again and printed; the text must match.
+//! an input graph, and the expected output after `// expect:`. The input is parsed and
+//! verified. A graph pass runs on it, the graph is verified again and printed; for a
+//! program pass (`fuse`, `memory`) the graph is lowered, the program passes up to and
+//! including PASS run, and the program is printed. The text must match.
 //! `UPDATE_EXPECT=1 cargo test --test passes` rewrites the expectations.
 
 use std::path::Path;
 
 use mithrilc::ir::{parse::parse, print::print, verify::verify};
-use mithrilc::passes::PIPELINE;
+use mithrilc::passes::{PIPELINE, PROGRAM_PIPELINE};
 
 #[test]
 fn pass_filetests() {
@@ -19,12 +21,20 @@ fn pass_filetests() {
         let text = std::fs::read_to_string(path).unwrap();
         let (input, expected) = text.split_once("// expect:\n").unwrap_or((&text, ""));
         let pass_name = input.lines().find_map(|l| l.strip_prefix("// run: ")).expect("a `// run: PASS` line").trim();
-        let (_, pass) = PIPELINE.iter().find(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("{}: no pass {pass_name}", path.display()));
         let mut g = parse(input).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         verify(&g).unwrap_or_else(|e| panic!("{}: input: {e}", path.display()));
-        pass(&mut g).unwrap();
-        verify(&g).unwrap_or_else(|e| panic!("{}: after {pass_name}: {e}", path.display()));
-        let got = print(&g);
+        let got = if let Some((_, pass)) = PIPELINE.iter().find(|(n, _)| *n == pass_name) {
+            pass(&mut g).unwrap();
+            verify(&g).unwrap_or_else(|e| panic!("{}: after {pass_name}: {e}", path.display()));
+            print(&g)
+        } else {
+            let last = PROGRAM_PIPELINE.iter().position(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("{}: no pass {pass_name}", path.display()));
+            let mut p = mithrilc::lower::lower(&g).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for (_, pass) in &PROGRAM_PIPELINE[..=last] {
+                pass(&mut p).unwrap();
+            }
+            mithrilc::lower::print::print(&p)
+        };
         if std::env::var_os("UPDATE_EXPECT").is_some() {
             std::fs::write(path, format!("{input}// expect:\n{got}")).unwrap();
         } else if got != expected {

@@ -49,10 +49,7 @@ pub struct Renderer<'a, D: Dialect> {
 impl<D: Dialect> Renderer<'_, D> {
     /// The element type an expression evaluates to.
     pub fn dtype(&self, e: &Expr) -> Dtype {
-        match e {
-            Expr::Load { view, .. } | Expr::Gather { view, .. } => self.p.buffers[view.buf.0].dtype,
-            other => other.dtype(),
-        }
+        self.p.expr_dtype(e)
     }
 
     /// `off + i0*s0 + i1*s1` for a view read at loop variables `vars`.

@@ -38,7 +38,7 @@ fn npy_bytes(dict: &str, data: &[u8]) -> Vec<u8> {
     let v1 = dict.len() < 60000;
     let prefix = if v1 { 10 } else { 12 };
     let mut text = dict.to_string();
-    while (prefix + text.len() + 1) % 64 != 0 {
+    while !(prefix + text.len() + 1).is_multiple_of(64) {
         text.push(' ');
     }
     text.push('\n');
@@ -269,11 +269,11 @@ fn fortran_order_is_transposed_to_row_major() {
 
     // Rank 3: element (i, j, k) = 100i + 10j + k, stored with i fastest.
     let shape = [2u64, 3, 4];
-    let mut fdata = Vec::new();
+    let mut fdata: Vec<i32> = Vec::new();
     for k in 0..4 {
         for j in 0..3 {
             for i in 0..2 {
-                fdata.push((100 * i + 10 * j + k) as i32);
+                fdata.push(100 * i + 10 * j + k);
             }
         }
     }

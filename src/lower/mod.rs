@@ -3,15 +3,19 @@
 //! generators render.
 //!
 //! Layout ops cost nothing here: reshape, transpose, slice and broadcast become
-//! *views* (offset + strides over an existing buffer). Elementwise ops become `Map`
-//! kernels whose body is a scalar expression reading views; reductions become
+//! *views* (offset + strides over an existing buffer). Each elementwise op becomes a
+//! `Map` kernel whose body is a scalar expression reading views; reductions become
 //! `Reduce` kernels; matmul, convolution, pooling and softmax become calls into the
 //! runtime. Every kernel records the model ops it came from.
 //!
+//! Lowering makes one kernel per op and one arena buffer per value; the `fuse` pass
+//! then merges kernels and `memory` places the buffers (`passes::PROGRAM_PIPELINE`).
+//!
 //! **Architecture Invariant:** kernels run in list order; a kernel reads only buffers
-//! written by earlier kernels, inputs, weights or constants.
+//! written by earlier kernels, inputs, weights or constants. Until `memory` runs,
+//! every arena buffer is written by exactly one kernel.
 
-pub mod memory;
+pub mod print;
 
 use std::collections::HashMap;
 
@@ -112,6 +116,43 @@ pub enum Expr {
 }
 
 impl Expr {
+    /// Calls `f` on this expression and every subexpression, parents first.
+    pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}
+            Expr::Gather { index: a, .. } | Expr::Unary(_, a, _) | Expr::Cast(a, _) => a.walk(f),
+            Expr::Binary(_, a, b, _) => {
+                a.walk(f);
+                b.walk(f);
+            }
+            Expr::Select(c, a, b, _) => {
+                c.walk(f);
+                a.walk(f);
+                b.walk(f);
+            }
+        }
+    }
+
+    /// [`Expr::walk`] with mutable access; `f` may replace a node, and the walk then
+    /// goes on into the replacement's subexpressions.
+    pub fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
+        f(self);
+        match self {
+            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}
+            Expr::Gather { index: a, .. } | Expr::Unary(_, a, _) | Expr::Cast(a, _) => a.walk_mut(f),
+            Expr::Binary(_, a, b, _) => {
+                a.walk_mut(f);
+                b.walk_mut(f);
+            }
+            Expr::Select(c, a, b, _) => {
+                c.walk_mut(f);
+                a.walk_mut(f);
+                b.walk_mut(f);
+            }
+        }
+    }
+
     pub fn dtype(&self) -> Dtype {
         match self {
             Expr::Const(_, d) | Expr::Unary(_, _, d) | Expr::Binary(_, _, _, d) | Expr::Select(_, _, _, d) | Expr::Cast(_, d) => *d,
@@ -131,9 +172,12 @@ pub enum Kernel {
     ArgReduce { out: View, reduced: u64, kind: ArgKind, expr: Expr },
     /// Batched `c[b] = a[b] @ b[b]`: `a` is `[batch..., m, k]`, `b` `[batch..., k, n]`
     /// views (broadcast batch strides allowed), `c` contiguous `[batch..., m, n]`.
-    Gemm { a: View, b: View, c: View },
-    /// NCHW convolution (1-d as H = 1) into contiguous `out`; input and weight contiguous.
-    Conv { x: View, w: View, out: View, attrs: ConvAttrs },
+    /// The epilogue, an expression over `c`'s index space that reads the product
+    /// through a load of `c` itself, replaces each element once it is final.
+    Gemm { a: View, b: View, c: View, epilogue: Option<Expr> },
+    /// NCHW convolution (1-d as H = 1) into contiguous `out`; input and weight
+    /// contiguous; an epilogue as for `Gemm`.
+    Conv { x: View, w: View, out: View, attrs: ConvAttrs, epilogue: Option<Expr> },
     /// NCHW pooling (1-d as H = 1) into contiguous `out`; input contiguous.
     Pool { x: View, out: View, attrs: PoolAttrs },
     /// Softmax along `axis` of a contiguous input into contiguous `out`.
@@ -173,15 +217,112 @@ pub struct Program {
     pub peak_live: u64,
 }
 
+impl Program {
+    /// Whether the view is all of its buffer, row-major.
+    pub fn is_whole(&self, v: &View) -> bool {
+        v.is_contiguous() && v.offset == 0 && v.numel() == self.buffers[v.buf.0].len
+    }
+
+    /// Whether a load of `view` at `vars`, at each point of an iteration space of
+    /// `shape`, reads its buffer at that point's row-major position.
+    pub fn is_identity_load(&self, view: &View, vars: &[usize], shape: &[u64]) -> bool {
+        self.is_whole(view) && view.shape == shape && vars.iter().enumerate().all(|(d, &v)| view.shape[d] == 1 || v == d)
+    }
+    /// The element type of an expression (loads have their buffer's).
+    pub fn expr_dtype(&self, e: &Expr) -> Dtype {
+        match e {
+            Expr::Load { view, .. } | Expr::Gather { view, .. } => self.buffers[view.buf.0].dtype,
+            other => other.dtype(),
+        }
+    }
+
+    /// Every use of buffer `from` becomes a use of `to`, which must have the same
+    /// element type and length.
+    pub fn rename_buffer(&mut self, from: BufId, to: BufId) {
+        for step in &mut self.steps {
+            visit_views(&mut step.kernel, &mut |v| {
+                if v.buf == from {
+                    v.buf = to;
+                }
+            });
+        }
+    }
+
+    /// Drops arena buffers no kernel uses, renumbering the rest.
+    pub fn sweep_buffers(&mut self) {
+        let mut used = vec![false; self.buffers.len()];
+        for step in &mut self.steps {
+            visit_views(&mut step.kernel, &mut |v| used[v.buf.0] = true);
+        }
+        let mut new_id = vec![BufId(usize::MAX); self.buffers.len()];
+        let mut kept = Vec::new();
+        for (i, b) in std::mem::take(&mut self.buffers).into_iter().enumerate() {
+            if used[i] || !matches!(b.storage, Storage::Arena { .. }) {
+                new_id[i] = BufId(kept.len());
+                kept.push(b);
+            }
+        }
+        self.buffers = kept;
+        for step in &mut self.steps {
+            visit_views(&mut step.kernel, &mut |v| v.buf = new_id[v.buf.0]);
+        }
+        for (_, b, _) in self.inputs.iter_mut().chain(self.outputs.iter_mut()).chain(self.weights.iter_mut()) {
+            *b = new_id[b.0];
+        }
+        for b in &mut self.transposed {
+            *b = new_id[b.0];
+        }
+    }
+}
+
+/// Calls `f` on every view a kernel reads or writes, those inside its expressions
+/// included.
+pub fn visit_views(k: &mut Kernel, f: &mut dyn FnMut(&mut View)) {
+    match k {
+        Kernel::Map { out, expr } | Kernel::Reduce { out, expr, .. } | Kernel::ArgReduce { out, expr, .. } => {
+            f(out);
+            visit_expr_views(expr, f);
+        }
+        Kernel::Gemm { a, b, c, epilogue } => {
+            f(a);
+            f(b);
+            f(c);
+            if let Some(e) = epilogue {
+                visit_expr_views(e, f);
+            }
+        }
+        Kernel::Conv { x, w, out, epilogue, .. } => {
+            f(x);
+            f(w);
+            f(out);
+            if let Some(e) = epilogue {
+                visit_expr_views(e, f);
+            }
+        }
+        Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => {
+            f(x);
+            f(out);
+        }
+    }
+}
+
+pub fn visit_expr_views(e: &mut Expr, f: &mut dyn FnMut(&mut View)) {
+    e.walk_mut(&mut |e| {
+        if let Expr::Load { view, .. } | Expr::Gather { view, .. } = e {
+            f(view);
+        }
+    });
+}
+
 /// Alignment of every buffer in the weights blob and the arena.
 pub const ALIGN: u64 = 64;
 
-fn align(x: u64) -> u64 {
+pub fn align(x: u64) -> u64 {
     x.div_ceil(ALIGN) * ALIGN
 }
 
-/// Lowers a shape-static graph. `supports` rejects what a target cannot run; every
-/// op it rejects is listed in one error.
+/// Lowers a shape-static graph, one kernel per op; every unsupported op is listed in
+/// one error.
 pub fn lower(graph: &Graph) -> Result<Program> {
     Lowerer::new(graph).run()
 }
@@ -192,10 +333,6 @@ struct Lowerer<'g> {
     views: HashMap<ValueId, View>,
     /// Scalar constants are inlined into expressions.
     scalars: HashMap<ValueId, (f64, Dtype)>,
-    /// Elementwise values are kept as expressions until something needs memory.
-    exprs: HashMap<ValueId, Expr>,
-    /// The model ops folded into each pending expression.
-    expr_origins: HashMap<ValueId, Vec<String>>,
 }
 
 impl<'g> Lowerer<'g> {
@@ -217,8 +354,6 @@ impl<'g> Lowerer<'g> {
             },
             views: HashMap::new(),
             scalars: HashMap::new(),
-            exprs: HashMap::new(),
-            expr_origins: HashMap::new(),
         }
     }
 
@@ -270,14 +405,8 @@ impl<'g> Lowerer<'g> {
             )));
         }
         let outputs: Vec<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
-        let mut uses = vec![0usize; graph.nodes.len()];
-        for n in &graph.nodes {
-            for a in &n.args {
-                uses[a.index()] += 1;
-            }
-        }
         for v in graph.ids() {
-            self.lower_node(v, &uses, &outputs)?;
+            self.lower_node(v, &outputs)?;
         }
         for (i, o) in graph.outputs.iter().enumerate() {
             let shape = self.shape(o.value)?;
@@ -289,47 +418,12 @@ impl<'g> Lowerer<'g> {
             self.p.steps.push(Step { kernel: Kernel::Map { out, expr }, origins: vec![format!("output {:?}", o.name)] });
             self.p.outputs.push((o.name.clone(), buf, shape));
         }
-        self.redirect_outputs();
-        memory::plan(&mut self.p)?;
         Ok(self.p)
-    }
-
-    /// An output copied from a kernel's arena result is written by that kernel
-    /// directly when nothing else reads the arena buffer.
-    fn redirect_outputs(&mut self) {
-        let n = self.p.steps.len();
-        for i in 0..n {
-            let Kernel::Map { out, expr } = &self.p.steps[i].kernel else { continue };
-            let Storage::Output(_) = self.p.buffers[out.buf.0].storage else { continue };
-            let Expr::Load { view: src, .. } = expr else { continue };
-            let whole = src.is_contiguous() && src.offset == 0 && src.numel() == self.p.buffers[src.buf.0].len;
-            if !whole || src.shape != out.shape || !matches!(self.p.buffers[src.buf.0].storage, Storage::Arena { .. }) {
-                continue;
-            }
-            let (src_buf, out_buf) = (src.buf, out.buf);
-            if self.p.buffers[src_buf.0].dtype != self.p.buffers[out_buf.0].dtype {
-                continue;
-            }
-            let readers = self.p.steps.iter().filter(|s| kernel_reads(&s.kernel).contains(&src_buf)).count();
-            let writer = self.p.steps.iter().position(|s| kernel_writes(&s.kernel) == src_buf);
-            if readers != 1 || writer.is_none() {
-                continue;
-            }
-            let w = writer.unwrap_or(0);
-            retarget(&mut self.p.steps[w].kernel, out_buf);
-            let copied = self.p.steps[i].origins.join(", ");
-            self.p.steps[w].origins.push(copied);
-            self.p.steps[i].origins.clear(); // marked for removal
-        }
-        self.p.steps.retain(|s| !s.origins.is_empty());
     }
 
     /// The value as an expression over the iteration space of its own shape
     /// (loop variable d indexes dimension d).
     fn expr_of(&mut self, v: ValueId) -> Result<Expr> {
-        if let Some(e) = self.exprs.get(&v) {
-            return Ok(e.clone());
-        }
         if let Some(&(x, d)) = self.scalars.get(&v) {
             return Ok(Expr::Const(x, d));
         }
@@ -338,24 +432,26 @@ impl<'g> Lowerer<'g> {
         Ok(Expr::Load { view, vars })
     }
 
-    /// The value in memory (a view), running its pending expression into a buffer.
+    /// The value in memory (a view); a scalar constant is written into a buffer.
     fn view_of(&mut self, v: ValueId) -> Result<View> {
         if let Some(view) = self.views.get(&v) {
             return Ok(view.clone());
         }
-        let shape = self.shape(v)?;
-        let dtype = self.graph.ty(v).dtype;
-        let expr = match (self.exprs.get(&v), self.scalars.get(&v)) {
-            (Some(e), _) => e.clone(),
-            (None, Some(&(x, d))) => Expr::Const(x, d),
-            _ => return Err(Error::internal(format!("lowering: value %{} has no view", v.0))),
+        let Some(&(x, d)) = self.scalars.get(&v) else {
+            return Err(Error::internal(format!("lowering: value %{} has no view", v.0)));
         };
-        let buf = self.arena(v, dtype, &shape);
+        self.map(v, Expr::Const(x, d))?;
+        self.view_of(v)
+    }
+
+    /// Computes the elementwise value `v` into a new buffer.
+    fn map(&mut self, v: ValueId, expr: Expr) -> Result<()> {
+        let shape = self.shape(v)?;
+        let buf = self.arena(v, self.graph.ty(v).dtype, &shape);
         let out = View::contiguous(buf, &shape);
-        let origins = self.expr_origins.remove(&v).unwrap_or_else(|| vec![self.origin(v)]);
-        self.p.steps.push(Step { kernel: Kernel::Map { out: out.clone(), expr }, origins });
-        self.views.insert(v, out.clone());
-        Ok(out)
+        self.p.steps.push(Step { kernel: Kernel::Map { out: out.clone(), expr }, origins: vec![self.origin(v)] });
+        self.views.insert(v, out);
+        Ok(())
     }
 
     /// A contiguous view of the value, copying if its view is strided.
@@ -379,7 +475,7 @@ impl<'g> Lowerer<'g> {
         self.buffer(name, dtype, shape.iter().product::<u64>().max(1), Storage::Arena { offset: 0 })
     }
 
-    fn lower_node(&mut self, v: ValueId, uses: &[usize], outputs: &[ValueId]) -> Result<()> {
+    fn lower_node(&mut self, v: ValueId, outputs: &[ValueId]) -> Result<()> {
         let node = self.graph.node(v);
         let shape = self.shape(v)?;
         let dtype = node.ty.dtype;
@@ -426,34 +522,46 @@ impl<'g> Lowerer<'g> {
             }
             Op::Unary(u) => {
                 let x = self.expr_at(arg(0), &shape)?;
-                self.pending(v, Expr::Unary(*u, Box::new(x), dtype), uses, outputs)?;
+                self.map(v, Expr::Unary(*u, Box::new(x), dtype))?;
             }
             Op::Binary(b) => {
                 let l = self.expr_at(arg(0), &shape)?;
                 let r = self.expr_at(arg(1), &shape)?;
-                self.pending(v, Expr::Binary(*b, Box::new(l), Box::new(r), dtype), uses, outputs)?;
+                self.map(v, Expr::Binary(*b, Box::new(l), Box::new(r), dtype))?;
             }
             Op::Where => {
                 let c = self.expr_at(arg(0), &shape)?;
                 let a = self.expr_at(arg(1), &shape)?;
                 let b = self.expr_at(arg(2), &shape)?;
-                self.pending(v, Expr::Select(Box::new(c), Box::new(a), Box::new(b), dtype), uses, outputs)?;
+                self.map(v, Expr::Select(Box::new(c), Box::new(a), Box::new(b), dtype))?;
             }
             Op::Cast { to } => {
                 let x = self.expr_at(arg(0), &shape)?;
-                self.pending(v, Expr::Cast(Box::new(x), *to), uses, outputs)?;
+                self.map(v, Expr::Cast(Box::new(x), *to))?;
             }
-            Op::StopGradient => {
-                let x = self.expr_at(arg(0), &shape)?;
-                self.pending(v, x, uses, outputs)?;
-            }
+            // The same value; only differentiation tells them apart.
+            Op::StopGradient => match self.scalars.get(&arg(0)) {
+                Some(&c) => {
+                    self.scalars.insert(v, c);
+                }
+                None => {
+                    let view = self.view_of(arg(0))?;
+                    self.views.insert(v, view);
+                }
+            },
             Op::Iota { axis, dtype, .. } => {
-                self.pending(v, Expr::Cast(Box::new(Expr::Index(*axis)), *dtype), uses, outputs)?;
+                self.map(v, Expr::Cast(Box::new(Expr::Index(*axis)), *dtype))?;
             }
             Op::Reshape { .. } => {
                 let src = self.view_of(arg(0))?;
-                let src = if src.is_contiguous() { src } else { self.contiguous(arg(0))? };
-                self.views.insert(v, View { buf: src.buf, shape: shape.clone(), strides: contiguous_strides(&shape), offset: src.offset });
+                let view = match reshape_view(&src, &shape) {
+                    Some(view) => view,
+                    None => {
+                        let src = self.contiguous(arg(0))?;
+                        View { buf: src.buf, shape: shape.clone(), strides: contiguous_strides(&shape), offset: src.offset }
+                    }
+                };
+                self.views.insert(v, view);
             }
             Op::Transpose { perm } => {
                 let src = self.view_of(arg(0))?;
@@ -500,7 +608,7 @@ impl<'g> Lowerer<'g> {
                     None => load,
                     Some(c) => Expr::Select(Box::new(c), Box::new(load), Box::new(Expr::Const(*value, dtype)), dtype),
                 };
-                self.pending(v, e, uses, outputs)?;
+                self.map(v, e)?;
             }
             Op::Concat { axis } => {
                 // Piecewise: out[.., i, ..] = i < n0 ? a[.., i, ..] : i < n0 + n1 ? b[.., i - n0, ..] : ...
@@ -519,7 +627,7 @@ impl<'g> Lowerer<'g> {
                     let c = Expr::Binary(BinaryOp::Lt, Box::new(Expr::Index(*axis)), Box::new(Expr::Const(end as f64, Dtype::I64)), Dtype::Bool);
                     e = Expr::Select(Box::new(c), Box::new(piece), Box::new(e), dtype);
                 }
-                self.pending(v, e, uses, outputs)?;
+                self.map(v, e)?;
             }
             Op::Gather { axis } => {
                 // out[pre..., idx..., post...] = data[pre..., indices[idx...], post...]
@@ -532,7 +640,7 @@ impl<'g> Lowerer<'g> {
                 for d in 0..data.shape.len() {
                     vars.push(if d < *axis { d } else if d == *axis { usize::MAX } else { d - 1 + idx_rank });
                 }
-                self.pending(v, Expr::Gather { view: data, vars, axis: *axis, index: Box::new(index) }, uses, outputs)?;
+                self.map(v, Expr::Gather { view: data, vars, axis: *axis, index: Box::new(index) })?;
             }
             Op::MatMul => {
                 let mut a = self.view_of(arg(0))?;
@@ -553,7 +661,7 @@ impl<'g> Lowerer<'g> {
                 let b = batch_view(&b, &batch);
                 let buf = self.arena(v, dtype, &shape);
                 let c = View::contiguous(buf, &full);
-                self.p.steps.push(Step { kernel: Kernel::Gemm { a, b, c }, origins: vec![self.origin(v)] });
+                self.p.steps.push(Step { kernel: Kernel::Gemm { a, b, c, epilogue: None }, origins: vec![self.origin(v)] });
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Conv(attrs) => {
@@ -561,15 +669,18 @@ impl<'g> Lowerer<'g> {
                 let w = self.contiguous(arg(1))?;
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &shape);
-                self.p.steps.push(Step { kernel: Kernel::Conv { x, w, out: out.clone(), attrs: attrs.clone() }, origins: vec![self.origin(v)] });
+                self.p.steps.push(Step { kernel: Kernel::Conv { x, w, out: out.clone(), attrs: attrs.clone(), epilogue: None }, origins: vec![self.origin(v)] });
+                self.views.insert(v, out.clone());
                 if let Some(&bias) = node.args.get(2) {
-                    // The bias as an epilogue: out += bias (broadcast), in place.
+                    // out + bias (broadcast), which `fuse` makes the convolution's epilogue.
                     let b = self.expr_at(bias, &shape)?;
-                    let load = Expr::Load { view: out.clone(), vars: (0..shape.len()).collect() };
-                    let e = Expr::Binary(BinaryOp::Add, Box::new(load), Box::new(b), dtype);
-                    self.p.steps.push(Step { kernel: Kernel::Map { out: out.clone(), expr: e }, origins: vec![format!("bias of {}", self.origin(v))] });
+                    let load = Expr::Load { view: out, vars: (0..shape.len()).collect() };
+                    self.map(v, Expr::Binary(BinaryOp::Add, Box::new(load), Box::new(b), dtype))?;
+                    let origin = format!("bias of {}", self.origin(v));
+                    if let Some(step) = self.p.steps.last_mut() {
+                        step.origins = vec![origin];
+                    }
                 }
-                self.views.insert(v, out);
             }
             Op::Pool(attrs) => {
                 let x = self.contiguous(arg(0))?;
@@ -669,37 +780,13 @@ impl<'g> Lowerer<'g> {
         let own = self.shape(v)?;
         Ok(rebase(e, &own, shape))
     }
-
-    /// Keeps an elementwise result as an expression when it is used once (so it fuses
-    /// into its user); otherwise computes it into a buffer.
-    fn pending(&mut self, v: ValueId, e: Expr, uses: &[usize], outputs: &[ValueId]) -> Result<()> {
-        // The ops folded into this expression: its operands' pending ones, then itself.
-        let mut origins = Vec::new();
-        for a in &self.graph.node(v).args {
-            if self.exprs.contains_key(a) {
-                origins.extend(self.expr_origins.remove(a).unwrap_or_default());
-            }
-        }
-        origins.push(self.origin(v));
-        self.expr_origins.insert(v, origins);
-        self.exprs.insert(v, e);
-        if uses[v.index()] != 1 || outputs.contains(&v) || expr_size(self.exprs.get(&v).expect("just inserted")) > 64 {
-            let view = self.view_of(v)?;
-            self.exprs.remove(&v);
-            self.views.insert(v, view);
-        }
-        Ok(())
-    }
 }
 
-fn expr_size(e: &Expr) -> usize {
-    match e {
-        Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => 1,
-        Expr::Unary(_, a, _) | Expr::Cast(a, _) => 1 + expr_size(a),
-        Expr::Binary(_, a, b, _) => 1 + expr_size(a) + expr_size(b),
-        Expr::Select(c, a, b, _) => 1 + expr_size(c) + expr_size(a) + expr_size(b),
-        Expr::Gather { index, .. } => 1 + expr_size(index),
-    }
+/// The number of nodes in an expression.
+pub fn expr_size(e: &Expr) -> usize {
+    let mut n = 0;
+    e.walk(&mut |_| n += 1);
+    n
 }
 
 /// Re-indexes an expression written over `own` dims so it reads at positions of
@@ -746,6 +833,46 @@ fn shift_vars(e: Expr, own: &[u64], shift: usize) -> Expr {
     }
 }
 
+/// The view reshaped to `shape` without a copy, when its elements are laid out so
+/// that is possible: each group of old dimensions that multiplies out to a group of new
+/// ones must be contiguous within itself (NumPy's rule for reshape without a copy).
+fn reshape_view(src: &View, shape: &[u64]) -> Option<View> {
+    if src.is_contiguous() || src.numel() == 0 {
+        return Some(View { buf: src.buf, shape: shape.to_vec(), strides: contiguous_strides(shape), offset: src.offset });
+    }
+    // Size-1 dimensions do not constrain anything; they get stride 0.
+    let old: Vec<(u64, i64)> = src.shape.iter().zip(&src.strides).filter(|(&n, _)| n != 1).map(|(&n, &s)| (n, s)).collect();
+    let new: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    let mut strides = vec![0i64; shape.len()];
+    let (mut oi, mut ni) = (0, 0);
+    while oi < old.len() && ni < new.len() {
+        let (mut oj, mut nj) = (oi + 1, ni + 1);
+        let (mut op, mut np) = (old[oi].0, shape[new[ni]]);
+        while op != np {
+            if op < np {
+                op *= old.get(oj)?.0;
+                oj += 1;
+            } else {
+                np *= shape[*new.get(nj)?];
+                nj += 1;
+            }
+        }
+        // The old group must be one strided run...
+        if (oi..oj - 1).any(|k| old[k].1 != old[k + 1].1 * old[k + 1].0 as i64) {
+            return None;
+        }
+        // ...which the new group splits row-major.
+        let mut stride = old[oj - 1].1;
+        for k in (ni..nj).rev() {
+            strides[new[k]] = stride;
+            stride *= shape[new[k]] as i64;
+        }
+        oi = oj;
+        ni = nj;
+    }
+    Some(View { buf: src.buf, shape: shape.to_vec(), strides, offset: src.offset })
+}
+
 /// A view broadcast to `shape` (NumPy alignment; broadcast dims get stride 0).
 fn broadcast_view(src: &View, shape: &[u64]) -> View {
     let shift = shape.len() - src.shape.len();
@@ -768,34 +895,35 @@ fn kept_shape(shape: &[u64], axes: &[usize]) -> Vec<u64> {
     shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect()
 }
 
-/// Buffers a kernel reads.
-pub fn kernel_reads(k: &Kernel) -> Vec<BufId> {
-    fn expr_bufs(e: &Expr, out: &mut Vec<BufId>) {
-        match e {
-            Expr::Const(..) | Expr::Index(_) => {}
-            Expr::Load { view, .. } => out.push(view.buf),
-            Expr::Gather { view, index, .. } => {
-                out.push(view.buf);
-                expr_bufs(index, out);
-            }
-            Expr::Unary(_, a, _) | Expr::Cast(a, _) => expr_bufs(a, out),
-            Expr::Binary(_, a, b, _) => {
-                expr_bufs(a, out);
-                expr_bufs(b, out);
-            }
-            Expr::Select(c, a, b, _) => {
-                expr_bufs(c, out);
-                expr_bufs(a, out);
-                expr_bufs(b, out);
-            }
+/// Buffers an expression reads, with repeats.
+pub fn expr_bufs(e: &Expr, out: &mut Vec<BufId>) {
+    e.walk(&mut |e| {
+        if let Expr::Load { view, .. } | Expr::Gather { view, .. } = e {
+            out.push(view.buf);
         }
+    });
+}
+
+/// A kernel's expressions (a loop body or an epilogue).
+pub fn kernel_exprs(k: &Kernel) -> Vec<&Expr> {
+    match k {
+        Kernel::Map { expr, .. } | Kernel::Reduce { expr, .. } | Kernel::ArgReduce { expr, .. } => vec![expr],
+        Kernel::Gemm { epilogue, .. } | Kernel::Conv { epilogue, .. } => epilogue.iter().collect(),
+        Kernel::Pool { .. } | Kernel::Softmax { .. } => vec![],
     }
+}
+
+/// Buffers a kernel reads (an epilogue's read of the kernel's own output included).
+pub fn kernel_reads(k: &Kernel) -> Vec<BufId> {
     let mut out = Vec::new();
     match k {
-        Kernel::Map { expr, .. } | Kernel::Reduce { expr, .. } | Kernel::ArgReduce { expr, .. } => expr_bufs(expr, &mut out),
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
         Kernel::Gemm { a, b, .. } => out.extend([a.buf, b.buf]),
         Kernel::Conv { x, w, .. } => out.extend([x.buf, w.buf]),
         Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => out.push(x.buf),
+    }
+    for e in kernel_exprs(k) {
+        expr_bufs(e, &mut out);
     }
     out.sort();
     out.dedup();
@@ -815,7 +943,8 @@ pub fn kernel_writes(k: &Kernel) -> BufId {
     }
 }
 
-fn retarget(k: &mut Kernel, to: BufId) {
+/// Makes the kernel write buffer `to` instead (its output view keeps its shape).
+pub fn retarget(k: &mut Kernel, to: BufId) {
     match k {
         Kernel::Map { out, .. }
         | Kernel::Reduce { out, .. }

@@ -1,11 +1,17 @@
-//! Passes over the IR. Each pass is a function `&mut Graph -> Result<()>` in its own
-//! file; the pipeline is a plain list, and the verifier runs after each pass.
+//! Passes. Each pass is one function in its own file, and each pipeline is a plain
+//! list. Graph passes (`&mut Graph -> Result<()>`) run first, with the verifier after
+//! each; the graph is then lowered to a [`Program`] (one kernel per op), and program
+//! passes fuse its kernels and plan its memory. Fusion and planning work on the
+//! program because they decide about buffers and views, which only exist there.
 
+pub mod fuse;
+pub mod memory;
 pub mod shape;
 pub mod simplify;
 
 use crate::error::Result;
 use crate::ir::{verify::verify, Graph};
+use crate::lower::Program;
 
 /// A named pass, as listed by `--print-after`.
 pub type Pass = (&'static str, fn(&mut Graph) -> Result<()>);
@@ -23,4 +29,26 @@ pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], mut after: impl FnMut(&s
         after(name, graph);
     }
     Ok(())
+}
+
+/// A named pass over a lowered program.
+pub type ProgramPass = (&'static str, fn(&mut Program) -> Result<()>);
+
+/// The passes run after lowering, in order.
+pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", fuse::run), ("memory", memory::run)];
+
+/// Every pass name, in the order they run (for `--print-after`).
+pub fn names() -> Vec<&'static str> {
+    PIPELINE.iter().map(|(n, _)| *n).chain(PROGRAM_PIPELINE.iter().map(|(n, _)| *n)).collect()
+}
+
+/// Lowers a shape-static graph and runs the program passes; `after` sees the program
+/// after every pass.
+pub fn compile(graph: &Graph, mut after: impl FnMut(&str, &Program)) -> Result<Program> {
+    let mut p = crate::lower::lower(graph)?;
+    for (name, pass) in PROGRAM_PIPELINE {
+        pass(&mut p)?;
+        after(name, &p);
+    }
+    Ok(p)
 }

@@ -357,7 +357,13 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
             }
             other => {
                 let mut body = String::new();
-                runtime_call(&r, other, &mut body)?;
+                let ep = if epilogue_fn(&r, name, k, other, &mut s)? {
+                    let _ = writeln!(body, "        mr_epilogue ep;\n        ep.fn = {name}_e{k};\n        ep.ctx = &ctx;\n        ep.n = 0;");
+                    Some("&ep")
+                } else {
+                    None
+                };
+                runtime_call(&r, other, ep, &mut body)?;
                 calls.push(format!("\n    {comment}\n    {{\n{body}    }}"));
             }
         }
@@ -374,8 +380,11 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
     // Buffers the runtime calls use directly.
     let mut direct = Vec::new();
     for step in &p.steps {
-        if !matches!(step.kernel, Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. }) {
-            direct.extend(buffers_of(&step.kernel));
+        match &step.kernel {
+            Kernel::Gemm { a, b, c, .. } => direct.extend([a.buf, b.buf, c.buf]),
+            Kernel::Conv { x, w, out, .. } => direct.extend([x.buf, w.buf, out.buf]),
+            Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => direct.extend([x.buf, out.buf]),
+            Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
         }
     }
     direct.sort();
@@ -502,14 +511,79 @@ fn loop_kernel(r: &Renderer<C>, k: &Kernel, split: Option<usize>, s: &mut String
     Ok(())
 }
 
-/// A kernel that calls the runtime, inline in the forward function.
-fn runtime_call(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
+/// Kernel `k`'s epilogue as an `mr_epilogue_fn` named `<name>_e<k>` that rewrites a
+/// block of the result (see `mithril_runtime.h`); false when the kernel has none.
+fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut String) -> Result<bool> {
+    let f32 = |v: &View| r.p.buffers[v.buf.0].dtype == Dtype::F32;
+    let (out, expr, conv) = match kernel {
+        // Other element types run the epilogue inside their plain loops.
+        Kernel::Gemm { a, b, c, epilogue: Some(e) } if f32(a) && f32(b) && f32(c) => (c, e, false),
+        Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, true),
+        _ => return Ok(false),
+    };
+    let rank = out.shape.len();
+    let _ = writeln!(s, "\n/* the epilogue of kernel {k} */");
+    let _ = writeln!(s, "static void {name}_e{k}(const void *vctx, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1)\n{{");
+    let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
+    let mut bufs = crate::lower::kernel_exprs(kernel).iter().flat_map(|e| {
+        let mut v = Vec::new();
+        crate::lower::expr_bufs(e, &mut v);
+        v
+    }).collect::<Vec<_>>();
+    bufs.push(out.buf);
+    bufs.sort();
+    bufs.dedup();
+    declare(s, r.p, r.names, &bufs, "ctx->");
+    // Rows, columns and n in the runtime's coordinates become the loop variables.
+    let (row, lead) = if conv { (1, 1) } else { (rank - 2, rank - 2) };
+    if conv {
+        s.push_str("    const int64_t i0 = n;\n    (void)i0;\n");
+    } else {
+        let mut inner = 1u64;
+        for d in (0..lead).rev() {
+            let _ = writeln!(s, "    const int64_t i{d} = n / {inner} % {};\n    (void)i{d};", out.shape[d]);
+            inner *= out.shape[d];
+        }
+        if lead == 0 {
+            s.push_str("    (void)n;\n");
+        }
+    }
+    let _ = writeln!(s, "    for (int64_t i{row} = r0; i{row} < r1; ++i{row}) {{");
+    let depth = match (conv, rank) {
+        (true, 4) => {
+            // Flattened positions [c0, c1) as rows of the output image.
+            let ow = out.shape[3];
+            let _ = writeln!(s, "        for (int64_t i2 = c0 / {ow}; i2 * {ow} < c1; ++i2) {{");
+            let _ = writeln!(s, "            const int64_t lo = c0 > i2 * {ow} ? c0 - i2 * {ow} : 0;");
+            let _ = writeln!(s, "            const int64_t hi = c1 < (i2 + 1) * {ow} ? c1 - i2 * {ow} : {ow};");
+            let _ = writeln!(s, "            for (int64_t i3 = lo; i3 < hi; ++i3) {{");
+            4
+        }
+        _ => {
+            let col = row + 1;
+            let _ = writeln!(s, "        for (int64_t i{col} = c0; i{col} < c1; ++i{col}) {{");
+            3
+        }
+    };
+    let t = r.p.buffers[out.buf.0].dtype;
+    let value = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), t));
+    let vars: Vec<usize> = (0..rank).collect();
+    let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
+    r.close_loops(s, depth - 1, 1);
+    s.push_str("}\n");
+    Ok(true)
+}
+
+/// A kernel that calls the runtime, inline in the forward function; `ep` is the
+/// address of its `mr_epilogue`, if it has one.
+fn runtime_call(r: &Renderer<C>, k: &Kernel, ep: Option<&str>, s: &mut String) -> Result<()> {
+    let ep_arg = ep.unwrap_or("NULL");
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
-        Kernel::Gemm { a, b, c } => gemm(r, a, b, c, s)?,
-        Kernel::Conv { x, w, out, attrs } => {
+        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, epilogue.as_ref(), ep, s)?,
+        Kernel::Conv { x, w, out, attrs, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (x.shape[0], x.shape[1]);
             let spatial = |v: &View| -> (u64, u64) { if v.shape.len() == 4 { (v.shape[2], v.shape[3]) } else { (1, v.shape[2]) } };
@@ -519,7 +593,7 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, s: &mut String) -> Result<()> {
             let (pt, pl) = if two { (attrs.padding[0].0, attrs.padding[1].0) } else { (0, attrs.padding[0].0) };
             let _ = writeln!(
                 s,
-                "        mr_conv2d_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
+                "        mr_conv2d_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {}, {ep_arg});",
                 base(r, x),
                 base(r, w),
                 base(r, out),
@@ -576,13 +650,20 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
     Ok(())
 }
 
-/// A batched matrix product: one `mr_sgemm` per batch index (f32), or plain loops.
-fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, s: &mut String) -> Result<()> {
+/// A batched matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops;
+/// `at` is the address of the `mr_epilogue` that runs `epilogue` for the runtime.
+fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, epilogue: Option<&crate::lower::Expr>, at: Option<&str>, s: &mut String) -> Result<()> {
     let rank = c.shape.len();
     let (m, n) = (c.shape[rank - 2], c.shape[rank - 1]);
     let k = a.shape[rank - 1];
     let batch = &c.shape[..rank - 2];
     let depth = r.open_loops(s, batch, 0, 2);
+    if at.is_some() && !batch.is_empty() {
+        // The epilogue's n is the flattened batch index.
+        let strides = crate::lower::contiguous_strides(batch);
+        let terms: Vec<String> = strides.iter().enumerate().map(|(d, st)| format!("i{d} * {st}")).collect();
+        let _ = writeln!(s, "{}ep.n = {};", pad(depth), terms.join(" + "));
+    }
     // An operand as (pointer + batch offset, row stride, column stride).
     let operand = |v: &View| {
         let mut terms = vec![v.offset.to_string()];
@@ -598,12 +679,14 @@ fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, s: &mut String) -> Result
     if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
         let _ = writeln!(
             s,
-            "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, 0.0f, {pc}, {rc}, {cc});",
-            pad(depth)
+            "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, 0.0f, {pc}, {rc}, {cc}, {});",
+            pad(depth),
+            at.unwrap_or("NULL")
         );
     } else {
-        // Other element types: plain loops, accumulating in double.
-        let (i, j, l) = (rank, rank + 1, rank + 2);
+        // Other element types: plain loops, accumulating in double; the epilogue (over
+        // c's loop variables) follows each element.
+        let (i, j, l) = (rank - 2, rank - 1, rank);
         let _ = writeln!(s, "{}for (int64_t i{i} = 0; i{i} < {m}; ++i{i}) for (int64_t i{j} = 0; i{j} < {n}; ++i{j}) {{", pad(depth));
         let _ = writeln!(s, "{}double acc = 0;", pad(depth + 1));
         let _ = writeln!(
@@ -612,6 +695,11 @@ fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, s: &mut String) -> Result
             pad(depth + 1)
         );
         let _ = writeln!(s, "{}({pc})[i{i} * {rc} + i{j} * {cc}] = ({})acc;", pad(depth + 1), C.ty(tc));
+        if let Some(e) = epilogue {
+            let vars: Vec<usize> = (0..rank).collect();
+            let value = r.expr(&crate::lower::Expr::Cast(Box::new(e.clone()), tc));
+            let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth + 1), r.names[c.buf.0], r.index(c, &vars));
+        }
         let _ = writeln!(s, "{}}}", pad(depth));
     }
     r.close_loops(s, batch.len(), 2);

@@ -2,13 +2,68 @@
 //! whose size is known at compile time. Buffers whose lifetimes do not overlap share
 //! memory.
 //!
+//! First, an elementwise kernel writes in place over an input it reads only at the
+//! element it writes, when nothing reads that input afterwards (`x = x + y` for a
+//! residual). Then offsets are planned.
+//!
 //! A buffer lives from the first step that writes it to the last step that reads it.
 //! Offsets are assigned largest buffer first, each at the lowest aligned offset that
 //! overlaps no buffer already placed with an overlapping lifetime (greedy best-fit by
 //! size, as TFLite Micro and others do). `peak_live` is the largest total size of
 //! buffers live at one step: no assignment can use less.
 
-use super::*;
+use crate::error::{Error, Result};
+use crate::lower::*;
+
+pub fn run(p: &mut Program) -> Result<()> {
+    in_place(p);
+    p.sweep_buffers();
+    plan(p)
+}
+
+/// Makes each `Map` that may write over one of its inputs do so.
+fn in_place(p: &mut Program) {
+    for k in 0..p.steps.len() {
+        let Kernel::Map { out, expr } = &p.steps[k].kernel else { continue };
+        if !matches!(p.buffers[out.buf.0].storage, Storage::Arena { .. }) || !p.is_whole(out) {
+            continue;
+        }
+        let mut read = Vec::new();
+        expr_bufs(expr, &mut read);
+        let reused = read.iter().copied().find(|&x| {
+            let loads = identity_loads(p, expr, x, &out.shape);
+            x != out.buf
+                && matches!(p.buffers[x.0].storage, Storage::Arena { .. })
+                && p.buffers[x.0].dtype == p.buffers[out.buf.0].dtype
+                && p.buffers[x.0].len == p.buffers[out.buf.0].len
+                && loads == Some(read.iter().filter(|&&b| b == x).count())
+                && p.steps[k + 1..].iter().all(|s| !kernel_reads(&s.kernel).contains(&x))
+        });
+        if let Some(x) = reused {
+            let o = out.buf;
+            p.rename_buffer(o, x);
+        }
+    }
+}
+
+/// How many loads of `x` the expression makes, all whole and at the element being
+/// written; `None` when some load (or a gather) reads elsewhere.
+fn identity_loads(p: &Program, e: &Expr, x: BufId, shape: &[u64]) -> Option<usize> {
+    let mut n = 0;
+    let mut ok = true;
+    e.walk(&mut |e| match e {
+        Expr::Load { view, vars } if view.buf == x => {
+            if p.is_identity_load(view, vars, shape) {
+                n += 1;
+            } else {
+                ok = false;
+            }
+        }
+        Expr::Gather { view, .. } if view.buf == x => ok = false,
+        _ => {}
+    });
+    ok.then_some(n)
+}
 
 /// Plans the arena of `p`: sets every arena buffer's offset, `arena_size` and
 /// `peak_live`.

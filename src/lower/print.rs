@@ -1,0 +1,116 @@
+//! The text form of a [`Program`], printed by `--print-after fuse|memory` and compared
+//! by the filetests in `tests/passes/`. One line per buffer, one per kernel:
+//!
+//! ```text
+//! program mlp {
+//!   %b0 = input 0 "x" : f32[2, 4]
+//!   %b2 = arena @0 "t3" : f32[2, 3]
+//!   k0: %b2 = gemm %b0, %b1<4x3:1,4> then max(%b2[i0, i1], 0f32)  // matmul (m (Linear)); relu
+//! }
+//! ```
+//!
+//! A view prints as its buffer when it is the whole buffer, row-major, and otherwise as
+//! `%bN<shape:strides+offset>`; a load prints the loop variable of each view dimension
+//! (`_` for none).
+
+use std::fmt::Write;
+
+use super::*;
+
+pub fn print(p: &Program) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "program {} {{", p.name);
+    for (i, b) in p.buffers.iter().enumerate() {
+        let storage = match &b.storage {
+            Storage::Input(k) => format!("input {k}"),
+            Storage::Output(k) => format!("output {k}"),
+            Storage::Weight { offset } if p.transposed.contains(&BufId(i)) => format!("weight @{offset} transposed"),
+            Storage::Weight { offset } => format!("weight @{offset}"),
+            Storage::Const(k) => format!("const {k}"),
+            // Offsets exist once `memory` has planned the arena.
+            Storage::Arena { offset } if p.arena_size > 0 => format!("arena @{offset}"),
+            Storage::Arena { .. } => "arena".to_string(),
+        };
+        let _ = writeln!(s, "  %b{i} = {storage} {:?} : {}[{}]", b.name, b.dtype.name(), b.len);
+    }
+    for (i, step) in p.steps.iter().enumerate() {
+        let _ = writeln!(s, "  k{i}: {}  // {}", kernel(p, &step.kernel), step.origins.join("; "));
+    }
+    let _ = writeln!(s, "}}");
+    if p.arena_size > 0 || p.peak_live > 0 {
+        let _ = writeln!(s, "// arena {} bytes, peak live {} bytes", p.arena_size, p.peak_live);
+    }
+    s
+}
+
+fn dims(v: &[u64]) -> String {
+    v.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+}
+
+pub fn view(p: &Program, v: &View) -> String {
+    let whole = v.is_contiguous() && v.offset == 0 && v.numel() == p.buffers[v.buf.0].len;
+    if whole {
+        return format!("%b{}", v.buf.0);
+    }
+    let strides = v.strides.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+    let offset = if v.offset == 0 { String::new() } else { format!("{:+}", v.offset) };
+    format!("%b{}<{}:{strides}{offset}>", v.buf.0, dims(&v.shape))
+}
+
+fn var(v: usize) -> String {
+    if v == usize::MAX { "_".into() } else { format!("i{v}") }
+}
+
+pub fn expr(p: &Program, e: &Expr) -> String {
+    match e {
+        Expr::Const(x, d) => format!("{x:?}{}", d.name()),
+        Expr::Load { view: v, vars } => format!("{}[{}]", view(p, v), vars.iter().map(|&v| var(v)).collect::<Vec<_>>().join(", ")),
+        Expr::Index(v) => var(*v),
+        Expr::Unary(u, a, _) => format!("{}({})", u.name(), expr(p, a)),
+        Expr::Binary(b, l, r, _) => format!("{}({}, {})", b.name(), expr(p, l), expr(p, r)),
+        Expr::Select(c, a, b, _) => format!("select({}, {}, {})", expr(p, c), expr(p, a), expr(p, b)),
+        Expr::Cast(a, d) => format!("cast<{}>({})", d.name(), expr(p, a)),
+        Expr::Gather { view: v, vars, axis, index } => {
+            let vars: Vec<String> = vars.iter().enumerate().map(|(d, &x)| if d == *axis { expr(p, index) } else { var(x) }).collect();
+            format!("gather {}[{}]", view(p, v), vars.join(", "))
+        }
+    }
+}
+
+fn epilogue(p: &Program, e: &Option<Expr>) -> String {
+    e.as_ref().map_or(String::new(), |e| format!(" then {}", expr(p, e)))
+}
+
+pub fn kernel(p: &Program, k: &Kernel) -> String {
+    match k {
+        Kernel::Map { out, expr: e } => format!("{} = map {}", view(p, out), expr(p, e)),
+        Kernel::Reduce { out, reduced, kind, expr: e, scale } => {
+            let scale = scale.map_or(String::new(), |f| format!(" * {f:?}"));
+            format!("{} = {} over [{}] {}{scale}", view(p, out), kind.name(), dims(reduced), expr(p, e))
+        }
+        Kernel::ArgReduce { out, reduced, kind, expr: e } => format!("{} = {} over [{reduced}] {}", view(p, out), kind.name(), expr(p, e)),
+        Kernel::Gemm { a, b, c, epilogue: ep } => format!("{} = gemm {}, {}{}", view(p, c), view(p, a), view(p, b), epilogue(p, ep)),
+        Kernel::Conv { x, w, out, attrs, epilogue: ep } => format!(
+            "{} = conv {}, {} {{stride = {:?}, padding = {:?}, dilation = {:?}, groups = {}}}{}",
+            view(p, out),
+            view(p, x),
+            view(p, w),
+            attrs.stride,
+            attrs.padding,
+            attrs.dilation,
+            attrs.groups,
+            epilogue(p, ep)
+        ),
+        Kernel::Pool { x, out, attrs } => format!(
+            "{} = {} {} {{kernel = {:?}, stride = {:?}, padding = {:?}, dilation = {:?}}}",
+            view(p, out),
+            attrs.kind.name(),
+            view(p, x),
+            attrs.kernel,
+            attrs.stride,
+            attrs.padding,
+            attrs.dilation
+        ),
+        Kernel::Softmax { x, out, axis } => format!("{} = softmax {} {{axis = {axis}}}", view(p, out), view(p, x)),
+    }
+}
