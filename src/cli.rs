@@ -307,6 +307,25 @@ pub struct CompileArgs {
     pub weights: crate::codegen::c::WeightsMode,
     /// C compiler flags for the build (default: optimized for this machine).
     pub cflags: Option<String>,
+    /// `NAME=N`: the largest run-time value of symbolic dimension NAME.
+    pub max: Vec<String>,
+}
+
+/// Parses `--max NAME=N` arguments.
+pub fn parse_max_args(args: &[String]) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for arg in args {
+        let parsed = arg.split_once('=').and_then(|(n, v)| Some((n.trim(), v.trim().parse::<u64>().ok()?)));
+        match parsed {
+            Some((name, n)) if !name.is_empty() && n >= 1 => {
+                if out.insert(name.to_string(), n).is_some() {
+                    return Err(Error::usage(format!("--max {arg}: {name} is given twice")));
+                }
+            }
+            _ => return Err(Error::usage(format!("--max {arg}: expected NAME=N with N >= 1 (e.g. --max B=64)"))),
+        }
+    }
+    Ok(out)
 }
 
 /// Flags for a build that runs on the machine that built it.
@@ -314,8 +333,8 @@ pub const HOST_CFLAGS: &str = "-O3 -march=native";
 
 /// Lowers the graph and runs the program passes, printing the program after those
 /// named in `print_after`.
-fn lower(graph: &Graph, print_after: &[String]) -> Result<crate::lower::Program> {
-    passes::compile(graph, |name, p| {
+fn lower(graph: &Graph, max: &BTreeMap<String, u64>, print_after: &[String]) -> Result<crate::lower::Program> {
+    passes::compile(graph, max, |name, p| {
         if print_after.iter().any(|n| n == name) {
             eprint!("// after {name}\n{}", crate::lower::print::print(p));
         }
@@ -336,7 +355,8 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         return Err(Error::usage("compile needs --target c (the interpreter is run with `mithrilc run`)".to_string()));
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
-    let program = lower(&graph, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
+    let max = parse_max_args(&args.max)?;
+    let program = lower(&graph, &max, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
     let weights = match &params {
         Some(p) => Some(param_values(&graph, p)?),
         None => None,
@@ -409,7 +429,7 @@ pub fn run_target(
     build: &BuildConfig,
     print_after: &[String],
 ) -> Result<Vec<(String, Tensor)>> {
-    let program = lower(graph, print_after)?;
+    let program = lower(graph, &BTreeMap::new(), print_after)?;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
     let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights), mode: Default::default() };
@@ -420,7 +440,7 @@ pub fn run_target(
     let name = crate::codegen::c::identifier(&program.name);
     let mut cmd = std::process::Command::new(dir.join(format!("{name}_demo")));
     cmd.current_dir(&dir).arg("--out").arg(&dir);
-    for (i, (input, _, _)) in program.inputs.iter().enumerate() {
+    for (i, crate::lower::Port { name: input, .. }) in program.inputs.iter().enumerate() {
         let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
         let path = dir.join(format!("input_{i}.npy"));
         data::write_npy(&path, t)?;
@@ -430,7 +450,7 @@ pub fn run_target(
     }
     crate::build::run_tool(cmd, "the compiled model", "the build above should have produced it")?;
     let mut outputs = Vec::new();
-    for (i, (name, _, _)) in program.outputs.iter().enumerate() {
+    for (i, crate::lower::Port { name, .. }) in program.outputs.iter().enumerate() {
         let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
         let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
         outputs.push((name.clone(), t));

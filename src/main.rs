@@ -24,7 +24,8 @@ struct ModelOpts {
     /// (PATH as in error messages, e.g. submodels.m_2.index=0; VALUE is JSON)
     #[arg(long = "set", value_name = "PATH.KEY=VALUE")]
     set: Vec<String>,
-    /// Print the IR after this pass (to stderr); repeatable (passes: shape, simplify)
+    /// Print the IR (or, after fuse and memory, the program) after this pass, to stderr;
+    /// repeatable (passes: shape, simplify, fuse, memory)
     #[arg(long = "print-after", value_name = "PASS")]
     print_after: Vec<String>,
 }
@@ -94,6 +95,11 @@ enum Command {
         /// give portable flags for artifacts that run elsewhere). CC picks the compiler.
         #[arg(long, value_name = "FLAGS")]
         cflags: Option<String>,
+        /// The largest run-time value of a symbolic dimension, as NAME=N (e.g. --shape
+        /// input=B,784 --max B=64): the library takes B as an argument and its arena is
+        /// sized for N; repeatable
+        #[arg(long = "max", value_name = "NAME=N")]
+        max: Vec<String>,
     },
 }
 
@@ -104,10 +110,10 @@ fn main() -> ExitCode {
         Command::Run { model, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
             cli::run(&cli::RunArgs { model: model.into_args(), target, check, data, params, output }).map(|(_, report)| report)
         }),
-        Command::Compile { model, target, params, output, emit, report, weights, cflags } => {
+        Command::Compile { model, target, params, output, emit, report, weights, cflags, max } => {
             cli::Target::parse(&target).and_then(|target| {
                 let weights = mithrilc::codegen::c::WeightsMode::parse(&weights)?;
-                cli::compile(&cli::CompileArgs { model: model.into_args(), target, params, out: output, emit, report, weights, cflags })
+                cli::compile(&cli::CompileArgs { model: model.into_args(), target, params, out: output, emit, report, weights, cflags, max })
             })
         }
     };

@@ -23,6 +23,20 @@ fn have(tool: &str) -> bool {
     Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
+/// `../shared`, when it and a C build (make, cc) are present; otherwise says why the
+/// test is skipped.
+fn shared_with_build() -> Option<PathBuf> {
+    let Some(dir) = shared() else {
+        println!("skipped: ../shared is not present");
+        return None;
+    };
+    if !have("make") || !have("cc") {
+        println!("skipped: make and cc are needed (apt-get install make gcc)");
+        return None;
+    }
+    Some(dir)
+}
+
 /// A model with its data: the graph, its feeds, and the model file.
 struct Case {
     label: String,
@@ -160,7 +174,7 @@ fn generated_files_are_deterministic() {
         opts.shapes.insert("input".into(), Shape::known(&[1, 128, 768]));
         let mut g = mithril::load(&json, &opts).unwrap();
         passes::run_pipeline(&mut g, passes::PIPELINE, |_, _| {}).unwrap();
-        let p = mithrilc::passes::compile(&g, |_, _| {}).unwrap();
+        let p = mithrilc::passes::compile(&g, &Default::default(), |_, _| {}).unwrap();
         let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         mithrilc::codegen::c::emit(&p, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), mode: Default::default() }).unwrap()
     };
@@ -189,6 +203,7 @@ fn readme_embedding_example_runs() {
         report: false,
         weights: Default::default(),
         cflags: None,
+        max: vec![],
     };
     cli::compile(&args).unwrap();
     std::fs::write(out.join("main.c"), code).unwrap();
@@ -231,6 +246,7 @@ fn every_weights_mode_runs_lenet() {
             report: false,
             weights: mithrilc::codegen::c::WeightsMode::parse(mode).unwrap(),
             cflags: Some("-O2".into()),
+            max: vec![],
         };
         cli::compile(&args).unwrap_or_else(|e| panic!("{mode}: {e}"));
         let mut demo = Command::new(out.join("lenet_demo"));
@@ -253,14 +269,7 @@ fn every_weights_mode_runs_lenet() {
 /// Two compiles of the same model (with the build) give byte-identical directories.
 #[test]
 fn output_directories_are_byte_identical() {
-    let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
-        return;
-    };
-    if !have("make") || !have("cc") {
-        println!("skipped: make and cc are needed (apt-get install make gcc)");
-        return;
-    }
+    let Some(dir) = shared_with_build() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let compile = |out: &Path| {
         let args = cli::CompileArgs {
@@ -272,6 +281,7 @@ fn output_directories_are_byte_identical() {
             report: false,
             weights: mithrilc::codegen::c::WeightsMode::Embed,
             cflags: Some("-O2".into()),
+            max: vec![],
         };
         cli::compile(&args).unwrap();
         let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(out)
@@ -289,5 +299,77 @@ fn output_directories_are_byte_identical() {
     assert_eq!(names, b.iter().map(|(n, _)| n).collect::<Vec<_>>());
     for ((name, x), (_, y)) in a.iter().zip(&b) {
         assert!(x == y, "{name} differs between two compiles");
+    }
+}
+
+/// A symbolic batch size: each bench model compiled once with `--shape input=B,...
+/// --max B=N` runs at batch 1, 3 and N through its demo (which takes B from the input
+/// file) and matches the interpreter run at that static batch.
+#[test]
+fn symbolic_batch_runs_at_every_size() {
+    let Some(dir) = shared_with_build() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for (model, max) in [("mlp", 32u64), ("lenet", 32), ("cnn", 32), ("gpt_block", 8)] {
+        let params_path = dir.join(format!("bench/{model}.safetensors"));
+        let params = data::read_arrays(&params_path).unwrap();
+        let big = data::read_arrays(&dir.join(format!("bench/{model}_b{max}_input.npy"))).unwrap();
+        let big = big.arrays.values().next().unwrap().clone();
+        let row: Vec<String> = big.shape[1..].iter().map(|d| d.to_string()).collect();
+        let out = tmp.path().join(model);
+        let args = cli::CompileArgs {
+            model: cli::ModelArgs {
+                model: dir.join(format!("bench/{model}.json")),
+                shapes: vec![format!("input=B,{}", row.join(","))],
+                set: vec![],
+                print_after: vec![],
+            },
+            target: cli::Target::C,
+            params: Some(params_path.clone()),
+            out: Some(out.clone()),
+            emit: "build".into(),
+            report: false,
+            weights: mithrilc::codegen::c::WeightsMode::File,
+            cflags: Some("-O2".into()),
+            max: vec![format!("B={max}")],
+        };
+        cli::compile(&args).unwrap_or_else(|e| panic!("{model}: {e}"));
+        for n in [1, 3, max] {
+            let per: usize = big.shape[1..].iter().product::<u64>() as usize;
+            let mut shape = big.shape.clone();
+            shape[0] = n;
+            let input = Tensor { dtype: big.dtype, shape, data: big.data[..per * n as usize].to_vec() };
+            let input_path = tmp.path().join(format!("{model}_in{n}.npy"));
+            data::write_npy(&input_path, &input).unwrap();
+            let run = Command::new(out.join(format!("{model}_demo")))
+                .current_dir(&out)
+                .arg("--input")
+                .arg(format!("input={}", input_path.display()))
+                .arg("--out")
+                .arg(&out)
+                .args(["--threads", "2"])
+                .output()
+                .unwrap();
+            assert!(run.status.success(), "{model} at B={n}: {}", String::from_utf8_lossy(&run.stderr));
+            let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
+            let got = got.arrays.values().next().unwrap();
+            let file = ArrayFile { path: input_path.clone(), arrays: [("input".to_string(), input)].into_iter().collect() };
+            let case = load(&dir.join(format!("bench/{model}.json")), &[&params, &file], vec![], format!("{model} B={n}"));
+            let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
+            assert_eq!(got.shape, want[0].1.shape, "{model} at B={n}");
+            for (x, y) in got.data.iter().zip(&want[0].1.data) {
+                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} at B={n}: got {x}, interpreter {y}");
+            }
+        }
+        // Past the maximum, the demo (and the library) refuse.
+        let mut shape = big.shape.clone();
+        shape[0] = max + 1;
+        let per: usize = big.shape[1..].iter().product::<u64>() as usize;
+        let mut too_big = big.data.clone();
+        too_big.extend_from_slice(&big.data[..per]);
+        let path = tmp.path().join(format!("{model}_too_big.npy"));
+        data::write_npy(&path, &Tensor { dtype: big.dtype, shape, data: too_big }).unwrap();
+        let run = Command::new(out.join(format!("{model}_demo"))).current_dir(&out).arg("--input").arg(format!("input={}", path.display())).output().unwrap();
+        assert!(!run.status.success(), "{model}: batch {} past --max {max} was accepted", max + 1);
+        assert!(String::from_utf8_lossy(&run.stderr).contains("out of range"), "{}", String::from_utf8_lossy(&run.stderr));
     }
 }

@@ -431,8 +431,9 @@ fn run_mlp_with_npy_input_and_safetensors_params() {
     assert!(stdout.starts_with("output: f32[1, 10]"), "stdout:\n{stdout}");
 }
 
-/// `compile` errors: a symbolic shape is the model's (1), a missing -o is usage (2), a
-/// failing C compiler is a toolchain error (3) and leaves no output directory.
+/// `compile` errors: a symbolic shape without --max, or with a symbol after a static
+/// dimension, is the model's (1); a missing -o or a bad --max is usage (2); a failing C
+/// compiler is a toolchain error (3) and leaves no output directory.
 #[test]
 fn compile_error_exit_codes() {
     let Some(shared) = shared() else { return };
@@ -442,8 +443,20 @@ fn compile_error_exit_codes() {
         (code, stderr.as_str()),
         (
             1,
-            "error: symbolic_batch_mlp.json: `input` has the symbolic shape [batch, 4], and compiled code needs static shapes for now\n  \
-             note: give it with --shape input=D0,D1,...\n"
+            "error: symbolic_batch_mlp.json: `input` has the symbolic shape [batch, 4]: compiled code takes batch at run time, up to a \
+             maximum given at compile time\n  note: give it with --max batch=N (or a static size with --shape)\n"
+        )
+    );
+    let (code, _, stderr) = mithrilc(&["compile", "symbolic_batch_mlp.json", "--target", "c", "--max", "batch=0", "-o", "x"], &testdata);
+    assert_eq!((code, stderr.as_str()), (2, "error: --max batch=0: expected NAME=N with N >= 1 (e.g. --max B=64)\n"));
+    let (code, _, stderr) =
+        mithrilc(&["compile", "linear.json", "--target", "c", "--shape", "input=3,T", "--max", "T=8", "-o", "/nonexistent/x"], &testdata);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            1,
+            "error: linear.json: `input` (shape [3, T]): compiled code does not support a model input with a symbolic dimension after \
+             a static one yet\n  note: give the dimension a static size with --shape\n"
         )
     );
     let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "c", "--shape", "input=3,4"], &testdata);

@@ -34,6 +34,7 @@ fn lenet_cross_compiles_for_cortex_m4() {
         report: true,
         weights: mithrilc::codegen::c::WeightsMode::Embed,
         cflags: None,
+        max: vec![],
     };
     let report = cli::compile(&args).unwrap();
     // Small GEMM blocks keep the runtime's stack use to a few KiB.

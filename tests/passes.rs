@@ -2,7 +2,8 @@
 //! an input graph, and the expected output after `// expect:`. The input is parsed and
 //! verified. A graph pass runs on it, the graph is verified again and printed; for a
 //! program pass (`fuse`, `memory`) the graph is lowered, the program passes up to and
-//! including PASS run, and the program is printed. The text must match.
+//! including PASS run (with symbolic dimensions bounded by `// max: NAME=N` lines),
+//! and the program is printed. The text must match.
 //! `UPDATE_EXPECT=1 cargo test --test passes` rewrites the expectations.
 
 use std::path::Path;
@@ -29,7 +30,10 @@ fn pass_filetests() {
             print(&g)
         } else {
             let last = PROGRAM_PIPELINE.iter().position(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("{}: no pass {pass_name}", path.display()));
-            let mut p = mithrilc::lower::lower(&g).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            // `// max: B=4` lines bound symbolic dimensions.
+            let max: Vec<String> = input.lines().filter_map(|l| l.strip_prefix("// max: ")).map(str::to_string).collect();
+            let max = mithrilc::cli::parse_max_args(&max).unwrap();
+            let mut p = mithrilc::lower::lower(&g, &max).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             for (_, pass) in &PROGRAM_PIPELINE[..=last] {
                 pass(&mut p).unwrap();
             }

@@ -220,9 +220,9 @@ impl<D: Dialect> Renderer<'_, D> {
 
     /// `for (int64_t iK = 0; iK < n; ++iK) {` lines for loop variables `first..`, one
     /// per dimension of `shape`, indented from `indent`.
-    pub fn open_loops(&self, out: &mut String, shape: &[u64], first: usize, indent: usize) -> usize {
+    pub fn open_loops(&self, out: &mut String, extents: &[String], first: usize, indent: usize) -> usize {
         let mut depth = indent;
-        for (k, &n) in shape.iter().enumerate() {
+        for (k, n) in extents.iter().enumerate() {
             let _ = writeln!(out, "{}for (int64_t i{v} = 0; i{v} < {n}; ++i{v}) {{", pad(depth), v = first + k);
             depth += 1;
         }

@@ -17,7 +17,7 @@
 
 pub mod print;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::error::{Error, Result};
 use crate::ir::*;
@@ -190,6 +190,36 @@ pub struct Step {
     pub kernel: Kernel,
     /// `transpose (submodels.m_0 (Linear))`, for the comment above the kernel.
     pub origins: Vec<String>,
+    /// For each dimension of the kernel's domain ([`Kernel::domain`]), the symbol (an
+    /// index into [`Program::symbols`]) whose run-time value is its extent; `None` for
+    /// a static extent.
+    pub dims: Vec<Option<usize>>,
+}
+
+/// A model input, output or parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    pub name: String,
+    pub buf: BufId,
+    /// The shape, symbolic dimensions at their maximum.
+    pub shape: Vec<u64>,
+    /// The symbol of each dimension, if it has one (see [`Step::dims`]).
+    pub dims: Vec<Option<usize>>,
+}
+
+impl Kernel {
+    /// The extents of the loops a kernel runs: a loop kernel's output dimensions (then
+    /// the reduced ones); a matmul's `[batch..., m, n, k]`; the output's dimensions for
+    /// the other runtime calls.
+    pub fn domain(&self) -> Vec<u64> {
+        match self {
+            Kernel::Map { out, .. } => out.shape.clone(),
+            Kernel::Reduce { out, reduced, .. } => out.shape.iter().chain(reduced).copied().collect(),
+            Kernel::ArgReduce { out, reduced, .. } => out.shape.iter().copied().chain([*reduced]).collect(),
+            Kernel::Gemm { a, c, .. } => c.shape.iter().copied().chain([a.shape[a.shape.len() - 1]]).collect(),
+            Kernel::Conv { out, .. } | Kernel::Pool { out, .. } | Kernel::Softmax { out, .. } => out.shape.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -199,12 +229,17 @@ pub struct Program {
     pub steps: Vec<Step>,
     /// Constants emitted into the source, by [`Storage::Const`] index.
     pub consts: Vec<Tensor>,
-    /// Model inputs: name and buffer (the caller's `inputs[i]`), with shapes.
-    pub inputs: Vec<(String, BufId, Vec<u64>)>,
-    /// Model outputs: name, buffer (the caller's `outputs[i]`), shape.
-    pub outputs: Vec<(String, BufId, Vec<u64>)>,
-    /// Parameters: name, buffer, shape, in weights-blob order.
-    pub weights: Vec<(String, BufId, Vec<u64>)>,
+    /// Symbolic dimensions (a batch size) with the largest value each may take at run
+    /// time. Buffers are laid out for the maxima, so only loop extents change with
+    /// them; symbols must be outermost in inputs and outputs, whose row-major layout
+    /// then does not depend on them.
+    pub symbols: Vec<(String, u64)>,
+    /// Model inputs (the caller's `inputs[i]`).
+    pub inputs: Vec<Port>,
+    /// Model outputs (the caller's `outputs[i]`).
+    pub outputs: Vec<Port>,
+    /// Parameters, in weights-blob order.
+    pub weights: Vec<Port>,
     /// Matrix parameters stored transposed in the blob (`[K, N]` for a `[N, K]`
     /// parameter) because every use transposes them: a Linear layer's weight then
     /// reaches the GEMM row-major, which it packs with plain copies.
@@ -266,8 +301,8 @@ impl Program {
         for step in &mut self.steps {
             visit_views(&mut step.kernel, &mut |v| v.buf = new_id[v.buf.0]);
         }
-        for (_, b, _) in self.inputs.iter_mut().chain(self.outputs.iter_mut()).chain(self.weights.iter_mut()) {
-            *b = new_id[b.0];
+        for port in self.inputs.iter_mut().chain(self.outputs.iter_mut()).chain(self.weights.iter_mut()) {
+            port.buf = new_id[port.buf.0];
         }
         for b in &mut self.transposed {
             *b = new_id[b.0];
@@ -314,6 +349,10 @@ pub fn visit_expr_views(e: &mut Expr, f: &mut dyn FnMut(&mut View)) {
     });
 }
 
+/// The largest buffer compiled code may use (2^48 bytes): sizes, offsets and strides
+/// then fit in int64_t with room to add them.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 48;
+
 /// Alignment of every buffer in the weights blob and the arena.
 pub const ALIGN: u64 = 64;
 
@@ -321,14 +360,14 @@ pub fn align(x: u64) -> u64 {
     x.div_ceil(ALIGN) * ALIGN
 }
 
-/// Lowers a shape-static graph, one kernel per op; every unsupported op is listed in
-/// one error.
-pub fn lower(graph: &Graph) -> Result<Program> {
-    Lowerer::new(graph).run()
+/// Lowers a graph, one kernel per op; `max` bounds each symbolic dimension.
+pub fn lower(graph: &Graph, max: &BTreeMap<String, u64>) -> Result<Program> {
+    Lowerer::new(graph, max).run()
 }
 
 struct Lowerer<'g> {
     graph: &'g Graph,
+    max: &'g BTreeMap<String, u64>,
     p: Program,
     views: HashMap<ValueId, View>,
     /// Scalar constants are inlined into expressions.
@@ -336,14 +375,16 @@ struct Lowerer<'g> {
 }
 
 impl<'g> Lowerer<'g> {
-    fn new(graph: &'g Graph) -> Lowerer<'g> {
+    fn new(graph: &'g Graph, max: &'g BTreeMap<String, u64>) -> Lowerer<'g> {
         Lowerer {
             graph,
+            max,
             p: Program {
                 name: graph.name.clone(),
                 buffers: Vec::new(),
                 steps: Vec::new(),
                 consts: Vec::new(),
+                symbols: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 weights: Vec::new(),
@@ -357,22 +398,78 @@ impl<'g> Lowerer<'g> {
         }
     }
 
+    /// The value's shape with each symbolic dimension at its maximum.
     fn shape(&self, v: ValueId) -> Result<Vec<u64>> {
-        self.graph.ty(v).shape.as_known().ok_or_else(|| {
-            let node = self.graph.node(v);
-            let what = match (&node.op, &node.name) {
-                (Op::Input | Op::Param, Some(n)) => format!("`{n}`"),
-                _ => crate::passes::shape::describe_node(self.graph, v),
-            };
-            let err = Error::user(format!(
-                "{what} has the symbolic shape {}, and compiled code needs static shapes for now",
+        let mut out = Vec::new();
+        for d in self.graph.ty(v).shape.dims() {
+            out.push(match d {
+                Dim::Known(n) => *n,
+                Dim::Sym(s) => *self.max.get(s).ok_or_else(|| {
+                    Error::user(format!(
+                        "{} has the symbolic shape {}: compiled code takes {s} at run time, up to a maximum given at compile time",
+                        self.describe(v),
+                        self.graph.ty(v).shape
+                    ))
+                    .note(format!("give it with --max {s}=N (or a static size with --shape)"))
+                })?,
+            });
+        }
+        // Sizes come from the user: products must not overflow.
+        let bytes = out.iter().try_fold(self.graph.ty(v).dtype.size() as u64, |acc, &n| acc.checked_mul(n));
+        if bytes.is_none_or(|b| b > MAX_BUFFER_BYTES) {
+            return Err(Error::user(format!(
+                "{} (shape {}, with symbols at their --max) would need more than {MAX_BUFFER_BYTES} bytes",
+                self.describe(v),
                 self.graph.ty(v).shape
-            ));
-            match (&node.op, &node.name) {
-                (Op::Input | Op::Param, Some(n)) => err.note(format!("give it with --shape {n}=D0,D1,...")),
-                _ => err.note("give every input's shape with --shape NAME=D0,D1,..."),
-            }
-        })
+            )));
+        }
+        Ok(out)
+    }
+
+    fn describe(&self, v: ValueId) -> String {
+        match (&self.graph.node(v).op, &self.graph.node(v).name) {
+            (Op::Input | Op::Param, Some(n)) => format!("`{n}`"),
+            _ => crate::passes::shape::describe_node(self.graph, v),
+        }
+    }
+
+    /// The symbol of each of the value's dimensions (see [`Step::dims`]).
+    fn dims(&mut self, v: ValueId) -> Result<Vec<Option<usize>>> {
+        self.shape(v)?; // every symbol has a maximum
+        let mut out = Vec::new();
+        for d in self.graph.ty(v).shape.dims() {
+            out.push(match d {
+                Dim::Known(_) => None,
+                Dim::Sym(s) => Some(match self.p.symbols.iter().position(|(n, _)| n == s) {
+                    Some(i) => i,
+                    None => {
+                        self.p.symbols.push((s.clone(), self.max[s]));
+                        self.p.symbols.len() - 1
+                    }
+                }),
+            });
+        }
+        Ok(out)
+    }
+
+    /// An error for a use of a symbolic dimension compiled code does not support.
+    fn unsupported_symbolic(&self, v: ValueId, what: &str) -> Error {
+        Error::user(format!("{} (shape {}): compiled code does not support {what} yet", self.describe(v), self.graph.ty(v).shape))
+        .note("give the dimension a static size with --shape")
+    }
+
+    /// Symbolic dimensions must come before every static dimension larger than 1, so a
+    /// row-major layout for the maxima is also one for smaller values (a prefix).
+    fn require_leading(&self, v: ValueId, dims: &[Option<usize>], shape: &[u64], what: &str) -> Result<()> {
+        let first_static = dims.iter().zip(shape).position(|(d, &n)| d.is_none() && n > 1).unwrap_or(dims.len());
+        if dims[first_static..].iter().any(Option::is_some) {
+            return Err(self.unsupported_symbolic(v, &format!("{what} with a symbolic dimension after a static one")));
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, kernel: Kernel, origins: Vec<String>, dims: Vec<Option<usize>>) {
+        self.p.steps.push(Step { kernel, origins, dims });
     }
 
     fn buffer(&mut self, name: String, dtype: Dtype, len: u64, storage: Storage) -> BufId {
@@ -412,11 +509,13 @@ impl<'g> Lowerer<'g> {
             let shape = self.shape(o.value)?;
             let len = shape.iter().product();
             let dtype = graph.ty(o.value).dtype;
+            let dims = self.dims(o.value)?;
+            self.require_leading(o.value, &dims, &shape, &format!("the model output {:?}", o.name))?;
             let buf = self.buffer(format!("out_{}", i), dtype, len, Storage::Output(i));
             let out = View::contiguous(buf, &shape);
             let expr = self.expr_of(o.value)?;
-            self.p.steps.push(Step { kernel: Kernel::Map { out, expr }, origins: vec![format!("output {:?}", o.name)] });
-            self.p.outputs.push((o.name.clone(), buf, shape));
+            self.step(Kernel::Map { out, expr }, vec![format!("output {:?}", o.name)], dims.clone());
+            self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims });
         }
         Ok(self.p)
     }
@@ -449,7 +548,8 @@ impl<'g> Lowerer<'g> {
         let shape = self.shape(v)?;
         let buf = self.arena(v, self.graph.ty(v).dtype, &shape);
         let out = View::contiguous(buf, &shape);
-        self.p.steps.push(Step { kernel: Kernel::Map { out: out.clone(), expr }, origins: vec![self.origin(v)] });
+        let dims = self.dims(v)?;
+        self.step(Kernel::Map { out: out.clone(), expr }, vec![self.origin(v)], dims);
         self.views.insert(v, out);
         Ok(())
     }
@@ -463,7 +563,8 @@ impl<'g> Lowerer<'g> {
         let buf = self.arena(v, self.graph.ty(v).dtype, &view.shape);
         let out = View::contiguous(buf, &view.shape);
         let vars = (0..view.shape.len()).collect();
-        self.p.steps.push(Step { kernel: Kernel::Map { out: out.clone(), expr: Expr::Load { view, vars } }, origins: vec![format!("layout copy for {}", self.origin(v))] });
+        let dims = self.dims(v)?;
+        self.step(Kernel::Map { out: out.clone(), expr: Expr::Load { view, vars } }, vec![format!("layout copy for {}", self.origin(v))], dims);
         Ok(out)
     }
 
@@ -484,17 +585,23 @@ impl<'g> Lowerer<'g> {
             Op::Input => {
                 let idx = self.p.inputs.len();
                 let name = node.name.clone().unwrap_or_default();
+                let dims = self.dims(v)?;
+                self.require_leading(v, &dims, &shape, "a model input")?;
                 let buf = self.buffer(name.clone(), dtype, shape.iter().product::<u64>().max(1), Storage::Input(idx));
-                self.p.inputs.push((name, buf, shape.clone()));
+                self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims });
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Param => {
                 let name = node.name.clone().unwrap_or_default();
                 let len = shape.iter().product::<u64>();
                 let offset = self.p.weights_size;
+                let dims = self.dims(v)?;
+                if dims.iter().any(Option::is_some) {
+                    return Err(self.unsupported_symbolic(v, "a parameter with a symbolic dimension"));
+                }
                 let buf = self.buffer(name.clone(), dtype, len.max(1), Storage::Weight { offset });
                 self.p.weights_size = align(offset + len * dtype.size() as u64);
-                self.p.weights.push((name, buf, shape.clone()));
+                self.p.weights.push(Port { name, buf, shape: shape.clone(), dims });
                 let users: Vec<&Node> = self.graph.nodes.iter().filter(|n| n.args.contains(&v)).collect();
                 let only_transposed = shape.len() == 2
                     && dtype == Dtype::F32
@@ -553,6 +660,13 @@ impl<'g> Lowerer<'g> {
                 self.map(v, Expr::Cast(Box::new(Expr::Index(*axis)), *dtype))?;
             }
             Op::Reshape { .. } => {
+                let (from, to) = (self.dims(arg(0))?, self.dims(v)?);
+                let in_shape = self.shape(arg(0))?;
+                self.require_leading(arg(0), &from, &in_shape, "a reshape")?;
+                self.require_leading(v, &to, &shape, "a reshape")?;
+                if from.iter().flatten().ne(to.iter().flatten()) {
+                    return Err(self.unsupported_symbolic(v, "a reshape that changes the symbolic dimensions"));
+                }
                 let src = self.view_of(arg(0))?;
                 let view = match reshape_view(&src, &shape) {
                     Some(view) => view,
@@ -574,16 +688,24 @@ impl<'g> Lowerer<'g> {
             }
             Op::Slice { ranges } => {
                 let src = self.view_of(arg(0))?;
+                let dims = self.dims(arg(0))?;
                 let mut offset = src.offset;
                 let mut strides = Vec::new();
                 for (d, r) in ranges.iter().enumerate() {
-                    let (start, step, _) = r.resolve(src.shape[d]).map_err(Error::internal)?;
+                    let (start, step, len) = r.resolve(src.shape[d]).map_err(Error::internal)?;
+                    if dims[d].is_some() && (start, step, len) != (0, 1, src.shape[d]) {
+                        return Err(self.unsupported_symbolic(v, "slicing along a symbolic dimension"));
+                    }
                     offset += start * src.strides[d];
                     strides.push(step * src.strides[d]);
                 }
                 self.views.insert(v, View { buf: src.buf, shape, strides, offset });
             }
             Op::Pad { pads, value } => {
+                let dims = self.dims(arg(0))?;
+                if dims.iter().zip(pads).any(|(d, &p)| d.is_some() && p != (0, 0)) {
+                    return Err(self.unsupported_symbolic(v, "padding along a symbolic dimension"));
+                }
                 let src = self.view_of(arg(0))?;
                 // out[i] = all(lo <= i_d < lo + n_d) ? x[i - lo] : value
                 let mut cond: Option<Expr> = None;
@@ -612,6 +734,9 @@ impl<'g> Lowerer<'g> {
             }
             Op::Concat { axis } => {
                 // Piecewise: out[.., i, ..] = i < n0 ? a[.., i, ..] : i < n0 + n1 ? b[.., i - n0, ..] : ...
+                if self.dims(v)?[*axis].is_some() {
+                    return Err(self.unsupported_symbolic(v, "concatenating along a symbolic dimension"));
+                }
                 let mut pieces = Vec::new();
                 let mut start = 0u64;
                 for &a in &node.args {
@@ -631,6 +756,9 @@ impl<'g> Lowerer<'g> {
             }
             Op::Gather { axis } => {
                 // out[pre..., idx..., post...] = data[pre..., indices[idx...], post...]
+                if self.dims(arg(0))?[*axis].is_some() {
+                    return Err(self.unsupported_symbolic(v, "indexing along a symbolic dimension"));
+                }
                 let data = self.view_of(arg(0))?;
                 let idx_rank = self.graph.ty(arg(1)).rank();
                 let index_vars: Vec<usize> = (*axis..axis + idx_rank).collect();
@@ -659,17 +787,31 @@ impl<'g> Lowerer<'g> {
                 full.extend([m, n]);
                 let a = batch_view(&a, &batch);
                 let b = batch_view(&b, &batch);
+                // The domain [batch..., m, n, k], with rank-1 operands promoted as above.
+                let (mut da, mut db) = (self.dims(arg(0))?, self.dims(arg(1))?);
+                if da.len() == 1 {
+                    da.insert(0, None);
+                }
+                if db.len() == 1 {
+                    db.push(None);
+                }
+                let mut dims = self.dims(v)?[..batch.len()].to_vec();
+                dims.extend([da[da.len() - 2], db[db.len() - 1], da[da.len() - 1]]);
                 let buf = self.arena(v, dtype, &shape);
                 let c = View::contiguous(buf, &full);
-                self.p.steps.push(Step { kernel: Kernel::Gemm { a, b, c, epilogue: None }, origins: vec![self.origin(v)] });
+                self.step(Kernel::Gemm { a, b, c, epilogue: None }, vec![self.origin(v)], dims);
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Conv(attrs) => {
+                let dims = self.dims(v)?;
+                if self.dims(arg(0))?[1..].iter().any(Option::is_some) {
+                    return Err(self.unsupported_symbolic(arg(0), "a convolution with symbolic channels or spatial size"));
+                }
                 let x = self.contiguous(arg(0))?;
                 let w = self.contiguous(arg(1))?;
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &shape);
-                self.p.steps.push(Step { kernel: Kernel::Conv { x, w, out: out.clone(), attrs: attrs.clone(), epilogue: None }, origins: vec![self.origin(v)] });
+                self.step(Kernel::Conv { x, w, out: out.clone(), attrs: attrs.clone(), epilogue: None }, vec![self.origin(v)], dims);
                 self.views.insert(v, out.clone());
                 if let Some(&bias) = node.args.get(2) {
                     // out + bias (broadcast), which `fuse` makes the convolution's epilogue.
@@ -683,22 +825,35 @@ impl<'g> Lowerer<'g> {
                 }
             }
             Op::Pool(attrs) => {
+                // The runtime flattens the leading dimensions.
+                let dims = self.dims(v)?;
+                if dims[dims.len() - attrs.kernel.len()..].iter().any(Option::is_some) {
+                    return Err(self.unsupported_symbolic(v, "pooling over a symbolic spatial size"));
+                }
+                self.require_leading(v, &dims, &shape, "pooling")?;
                 let x = self.contiguous(arg(0))?;
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &shape);
-                self.p.steps.push(Step { kernel: Kernel::Pool { x, out: out.clone(), attrs: attrs.clone() }, origins: vec![self.origin(v)] });
+                self.step(Kernel::Pool { x, out: out.clone(), attrs: attrs.clone() }, vec![self.origin(v)], dims);
                 self.views.insert(v, out);
             }
             Op::Softmax { axis } => {
+                // The runtime flattens the dimensions before the axis.
+                let dims = self.dims(v)?;
+                if dims[*axis..].iter().any(Option::is_some) {
+                    return Err(self.unsupported_symbolic(v, "softmax along or inside a symbolic dimension"));
+                }
+                self.require_leading(v, &dims, &shape, "softmax")?;
                 let x = self.contiguous(arg(0))?;
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &shape);
-                self.p.steps.push(Step { kernel: Kernel::Softmax { x, out: out.clone(), axis: *axis }, origins: vec![self.origin(v)] });
+                self.step(Kernel::Softmax { x, out: out.clone(), axis: *axis }, vec![self.origin(v)], dims);
                 self.views.insert(v, out);
             }
             // keepdim only changes the value's shape, not the memory the kernel writes.
             Op::Reduce { kind, axes, .. } => {
                 let in_shape = self.shape(arg(0))?;
+                let dims = self.reduce_dims(arg(0), axes, *kind == ReduceKind::Mean)?;
                 let (expr, reduced) = self.reduction_input(arg(0), &in_shape, axes)?;
                 let n: u64 = reduced.iter().product();
                 let scale = (*kind == ReduceKind::Mean).then(|| 1.0 / n as f64);
@@ -706,7 +861,7 @@ impl<'g> Lowerer<'g> {
                 let buf = self.arena(v, dtype, &shape);
                 let kept: Vec<u64> = kept_shape(&in_shape, axes);
                 let out = View::contiguous(buf, &kept);
-                self.p.steps.push(Step { kernel: Kernel::Reduce { out, reduced, kind, expr, scale }, origins: vec![self.origin(v)] });
+                self.step(Kernel::Reduce { out, reduced, kind, expr, scale }, vec![self.origin(v)], dims);
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::ArgReduce { kind, axis, .. } => {
@@ -715,6 +870,13 @@ impl<'g> Lowerer<'g> {
                     Some(a) => vec![*a],
                     None => (0..in_shape.len()).collect(),
                 };
+                let mut dims = self.reduce_dims(arg(0), &axes, false)?;
+                if axis.is_none() {
+                    if dims.iter().any(Option::is_some) {
+                        return Err(self.unsupported_symbolic(arg(0), "the flattened argmax/argmin of a symbolic shape"));
+                    }
+                    dims = vec![None];
+                }
                 // Over the flattened tensor, the index is the row-major position.
                 let (expr, reduced) = if axis.is_none() {
                     let flat = self.contiguous(arg(0))?;
@@ -727,32 +889,47 @@ impl<'g> Lowerer<'g> {
                 let buf = self.arena(v, dtype, &shape);
                 let kept = if axis.is_none() { vec![] } else { kept_shape(&in_shape, &axes) };
                 let out = View::contiguous(buf, &kept);
-                self.p.steps.push(Step { kernel: Kernel::ArgReduce { out, reduced: reduced[0], kind: *kind, expr }, origins: vec![self.origin(v)] });
+                self.step(Kernel::ArgReduce { out, reduced: reduced[0], kind: *kind, expr }, vec![self.origin(v)], dims);
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Variance { axes, correction, .. } => {
                 // Two passes, as the interpreter: mean, then Σ(x - mean)² / (n - correction).
                 let in_shape = self.shape(arg(0))?;
+                let dims = self.reduce_dims(arg(0), axes, true)?;
                 let (expr, reduced) = self.reduction_input(arg(0), &in_shape, axes)?;
                 let n: u64 = reduced.iter().product();
                 let kept = kept_shape(&in_shape, axes);
                 let mean_buf = self.arena(v, dtype, &kept);
                 let mean = View::contiguous(mean_buf, &kept);
-                self.p.steps.push(Step {
-                    kernel: Kernel::Reduce { out: mean.clone(), reduced: reduced.clone(), kind: ReduceKind::Sum, expr: expr.clone(), scale: Some(1.0 / n as f64) },
-                    origins: vec![format!("mean for {}", self.origin(v))],
-                });
+                self.step(
+                    Kernel::Reduce { out: mean.clone(), reduced: reduced.clone(), kind: ReduceKind::Sum, expr: expr.clone(), scale: Some(1.0 / n as f64) },
+                    vec![format!("mean for {}", self.origin(v))],
+                    dims.clone(),
+                );
                 let mean_vars: Vec<usize> = (0..kept.len()).collect();
                 let centered = Expr::Binary(BinaryOp::Sub, Box::new(expr), Box::new(Expr::Load { view: mean, vars: mean_vars }), dtype);
                 let sq = Expr::Binary(BinaryOp::Mul, Box::new(centered.clone()), Box::new(centered), dtype);
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &kept);
                 let denom = (n as f64 - correction).max(0.0);
-                self.p.steps.push(Step { kernel: Kernel::Reduce { out, reduced, kind: ReduceKind::Sum, expr: sq, scale: Some(1.0 / denom) }, origins: vec![self.origin(v)] });
+                self.step(Kernel::Reduce { out, reduced, kind: ReduceKind::Sum, expr: sq, scale: Some(1.0 / denom) }, vec![self.origin(v)], dims);
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
         }
         Ok(())
+    }
+
+    /// The domain symbols of a reduction of `x` over `axes`: kept dimensions, then
+    /// reduced ones. A mean's count must be static.
+    fn reduce_dims(&mut self, x: ValueId, axes: &[usize], mean: bool) -> Result<Vec<Option<usize>>> {
+        let dims = self.dims(x)?;
+        let reduced: Vec<Option<usize>> = axes.iter().map(|&a| dims[a]).collect();
+        if mean && reduced.iter().any(Option::is_some) {
+            return Err(self.unsupported_symbolic(x, "a mean or variance over a symbolic dimension"));
+        }
+        let mut out: Vec<Option<usize>> = (0..dims.len()).filter(|d| !axes.contains(d)).map(|d| dims[d]).collect();
+        out.extend(reduced);
+        Ok(out)
     }
 
     /// The input of a reduction as an expression over (kept dims..., reduced dims...).

@@ -11,7 +11,8 @@
 //!
 //! A view prints as its buffer when it is the whole buffer, row-major, and otherwise as
 //! `%bN<shape:strides+offset>`; a load prints the loop variable of each view dimension
-//! (`_` for none).
+//! (`_` for none). Symbolic dimensions print at their maxima; `[d0=B]` after a kernel
+//! says which loops run to a symbol's run-time value.
 
 use std::fmt::Write;
 
@@ -19,7 +20,9 @@ use super::*;
 
 pub fn print(p: &Program) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "program {} {{", p.name);
+    let symbols: Vec<String> = p.symbols.iter().map(|(n, max)| format!("{n} <= {max}")).collect();
+    let symbols = if symbols.is_empty() { String::new() } else { format!(" ({})", symbols.join(", ")) };
+    let _ = writeln!(s, "program {}{symbols} {{", p.name);
     for (i, b) in p.buffers.iter().enumerate() {
         let storage = match &b.storage {
             Storage::Input(k) => format!("input {k}"),
@@ -34,7 +37,11 @@ pub fn print(p: &Program) -> String {
         let _ = writeln!(s, "  %b{i} = {storage} {:?} : {}[{}]", b.name, b.dtype.name(), b.len);
     }
     for (i, step) in p.steps.iter().enumerate() {
-        let _ = writeln!(s, "  k{i}: {}  // {}", kernel(p, &step.kernel), step.origins.join("; "));
+        // Loops whose extent is a symbol's run-time value.
+        let dynamic: Vec<String> =
+            step.dims.iter().enumerate().filter_map(|(d, sym)| sym.map(|x| format!("d{d}={}", p.symbols[x].0))).collect();
+        let dynamic = if dynamic.is_empty() { String::new() } else { format!(" [{}]", dynamic.join(", ")) };
+        let _ = writeln!(s, "  k{i}: {}{dynamic}  // {}", kernel(p, &step.kernel), step.origins.join("; "));
     }
     let _ = writeln!(s, "}}");
     if p.arena_size > 0 || p.peak_live > 0 {

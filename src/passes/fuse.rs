@@ -81,7 +81,7 @@ fn inline_maps(p: &mut Program) {
             // recomputation.
             // recomputation, unless the value reads no memory (an iota mask).
             let used: Vec<usize> = map.iter().flatten().copied().collect();
-            let broadcast = domain(&p.steps[k].kernel).iter().enumerate().any(|(v, &n)| n > 1 && !used.contains(&v));
+            let broadcast = p.steps[k].kernel.domain().iter().enumerate().any(|(v, &n)| n > 1 && !used.contains(&v));
             let mut reads = Vec::new();
             expr_bufs(expr, &mut reads);
             if broadcast && (!reads.is_empty() || expr_size(expr) > 8) {
@@ -104,16 +104,6 @@ fn inline_maps(p: &mut Program) {
         origins.append(&mut consumer.origins);
         consumer.origins = origins;
         k -= 1; // the consumer moved up one place; look at it again
-    }
-}
-
-/// The extent of each loop variable of a kernel's expressions.
-fn domain(k: &Kernel) -> Vec<u64> {
-    match k {
-        Kernel::Map { out, .. } => out.shape.clone(),
-        Kernel::Reduce { out, reduced, .. } => out.shape.iter().chain(reduced).copied().collect(),
-        Kernel::ArgReduce { out, reduced, .. } => out.shape.iter().copied().chain([*reduced]).collect(),
-        Kernel::Gemm { c: out, .. } | Kernel::Conv { out, .. } | Kernel::Pool { out, .. } | Kernel::Softmax { out, .. } => out.shape.clone(),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The C target: a [`Program`] as portable C99 with no allocation, plus the runtime,
 //! a Makefile and a demo program.
 //!
-//! Limits: shapes must be static (symbolic dimensions are a later addition); f16/bf16
+//! Symbolic dimensions (bounded by `--max`) are `int64_t` arguments of the forward
+//! functions, stored in the kernels' context as `dims[i]`; loops over them run to the
+//! run-time value while every buffer keeps the layout of the maxima. Limits: f16/bf16
 //! have no C arithmetic yet.
 //!
 //! Weights ([`WeightsMode`]): `file` writes `weights.bin` (the layout of
@@ -140,7 +142,7 @@ _{name}_weights_data:\n\
 /// The weights blob in the layout of the program's weight offsets.
 pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
     let mut blob = vec![0u8; p.weights_size as usize];
-    for (name, buf, shape) in &p.weights {
+    for crate::lower::Port { name, buf, shape, .. } in &p.weights {
         let t = values.get(name).ok_or_else(|| Error::user(format!("no value for the parameter `{name}`")))?;
         if &t.shape != shape {
             return Err(Error::user(format!("parameter `{name}` has shape {:?}, the model needs {:?}", t.shape, shape)));
@@ -190,6 +192,9 @@ pub fn element_bytes(t: &Tensor, dtype: Dtype) -> Vec<u8> {
 #[derive(Serialize)]
 struct TensorInfo {
     name: String,
+    /// The symbol index of each dimension, -1 for a static one (`0` for a scalar, as
+    /// C has no empty initializers).
+    dim_syms_or0: String,
     name_c: String,
     ctype: &'static str,
     descr: &'static str,
@@ -225,14 +230,44 @@ struct TemplateContext {
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
     weights: Vec<TensorInfo>,
+    /// Symbolic dimensions, each a run-time argument of the forward functions.
+    dims: Vec<DimInfo>,
+}
+
+#[derive(Serialize)]
+struct DimInfo {
+    name: String,
+    /// The argument's C name.
+    param: String,
+    max: u64,
+}
+
+/// The C parameter of each symbolic dimension: `dim_<name>`, numbered as well if two
+/// names would collide.
+fn dim_params(p: &Program) -> Vec<String> {
+    let plain: Vec<String> = p.symbols.iter().map(|(n, _)| format!("dim_{}", identifier(n))).collect();
+    let unique = plain.iter().collect::<std::collections::BTreeSet<_>>().len() == plain.len();
+    if unique {
+        plain
+    } else {
+        plain.iter().enumerate().map(|(i, n)| format!("{n}_{i}")).collect()
+    }
 }
 
 impl TemplateContext {
     fn new(p: &Program, name: &str, upper: &str, opts: &Options) -> Result<TemplateContext> {
-        let info = |n: &str, buf: crate::lower::BufId, shape: &[u64]| {
+        let info = |port: &crate::lower::Port| {
+            let (n, buf, shape) = (port.name.as_str(), port.buf, port.shape.as_slice());
             let b = &p.buffers[buf.0];
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            let symbolic: Vec<String> =
+                shape.iter().zip(&port.dims).map(|(n, d)| d.map_or(n.to_string(), |s| p.symbols[s].0.clone())).collect();
             TensorInfo {
+                dim_syms_or0: if shape.is_empty() {
+                    "0".into()
+                } else {
+                    port.dims.iter().map(|d| d.map_or(-1, |s| s as i64).to_string()).collect::<Vec<_>>().join(", ")
+                },
                 name: comment_safe(n),
                 name_c: c_string(n),
                 ctype: C_TYPE.ty(b.dtype),
@@ -240,7 +275,7 @@ impl TemplateContext {
                 elem: b.dtype.size(),
                 size: shape.iter().product(),
                 rank: shape.len(),
-                shape_text: format!("[{}]", dims.join(", ")),
+                shape_text: format!("[{}]", symbolic.join(", ")),
                 shape_list: dims.join(", "),
                 shape_list_or0: if dims.is_empty() { "0".into() } else { dims.join(", ") },
                 offset: match b.storage {
@@ -271,9 +306,10 @@ impl TemplateContext {
             weights_default: if opts.weights.is_some() && opts.mode == WeightsMode::File { "\"weights.bin\"".into() } else { "NULL".into() },
             embedded: opts.mode == WeightsMode::Embed && p.weights_size > 0,
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
-            inputs: p.inputs.iter().map(|(n, b, s)| info(n, *b, s)).collect(),
-            outputs: p.outputs.iter().map(|(n, b, s)| info(n, *b, s)).collect(),
-            weights: p.weights.iter().map(|(n, b, s)| info(n, *b, s)).collect(),
+            inputs: p.inputs.iter().map(info).collect(),
+            outputs: p.outputs.iter().map(info).collect(),
+            weights: p.weights.iter().map(info).collect(),
+            dims: p.symbols.iter().zip(dim_params(p)).map(|((n, max), param)| DimInfo { name: comment_safe(n), param, max: *max }).collect(),
         })
     }
 }
@@ -332,9 +368,15 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
         let _ = writeln!(s, "static const {ty} const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
     }
     let _ = writeln!(s, "\n/* What every kernel reads its buffers from. */");
+    let dims_field = if p.symbols.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<String> = p.symbols.iter().map(|(n, _)| comment_safe(n)).collect();
+        format!("    int64_t dims[{}]; /* run-time sizes: {} */\n", p.symbols.len(), names.join(", "))
+    };
     let _ = writeln!(
         s,
-        "struct {name}_ctx {{\n    const unsigned char *w;\n    unsigned char *a;\n    const void *const *inputs;\n    void *const *outputs;\n}};"
+        "struct {name}_ctx {{\n    const unsigned char *w;\n    unsigned char *a;\n    const void *const *inputs;\n    void *const *outputs;\n{dims_field}}};"
     );
     // Loop kernels as tasks.
     let mut calls: Vec<String> = Vec::new();
@@ -342,15 +384,17 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
         let comment = format!("/* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
         match &step.kernel {
             Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => {
-                let split = out.shape.iter().position(|&n| n > 1);
-                let extent = split.map_or(1, |d| out.shape[d]);
+                let ext = extents(step, "ctx->");
+                // Tasks split the outermost loop that can run more than once.
+                let split = ext[..out.shape.len()].iter().position(|e| e != "1");
+                let extent = split.map_or("1".to_string(), |d| extents(step, "ctx.")[d].clone());
                 let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 declare(&mut s, p, &names, &buffers_of(&step.kernel), "ctx->");
                 if split.is_none() {
                     s.push_str("    (void)begin;\n    (void)end;\n");
                 }
-                loop_kernel(&r, &step.kernel, split, &mut s)?;
+                loop_kernel(&r, &step.kernel, &ext, split, &mut s)?;
                 s.push_str("}\n");
                 let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
@@ -363,18 +407,27 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
                 } else {
                     None
                 };
-                runtime_call(&r, other, ep, &mut body)?;
+                runtime_call(&r, other, &extents(step, "ctx."), ep, &mut body)?;
                 calls.push(format!("\n    {comment}\n    {{\n{body}    }}"));
             }
         }
     }
-    let _ = writeln!(s, "\nvoid {name}_forward(const void *weights, const void *const inputs[], void *const outputs[], void *arena)\n{{");
-    let _ = writeln!(s, "    {name}_forward_threaded(weights, inputs, outputs, arena, NULL);\n}}");
+    // Symbolic dimensions are trailing arguments, checked against their maxima.
+    let params = dim_params(p);
+    let (ret, done) = if p.symbols.is_empty() { ("void", "") } else { ("int", "    return 0;\n") };
+    let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
+    let args: String = params.iter().map(|n| format!(", {n}")).collect();
+    let _ = writeln!(s, "\n{ret} {name}_forward(const void *weights, const void *const inputs[], void *const outputs[], void *arena{decl})\n{{");
+    let call = format!("{name}_forward_threaded(weights, inputs, outputs, arena, NULL{args})");
+    let _ = writeln!(s, "    {}{call};\n}}", if p.symbols.is_empty() { "" } else { "return " });
     let _ = writeln!(
         s,
-        "\nvoid {name}_forward_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads)\n{{"
+        "\n{ret} {name}_forward_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads{decl})\n{{"
     );
     let _ = writeln!(s, "    struct {name}_ctx ctx;");
+    for (i, (param, (_, max))) in params.iter().zip(&p.symbols).enumerate() {
+        let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return -1;\n    }}\n    ctx.dims[{i}] = {param};");
+    }
     let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
     let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    (void)threads;");
     // Buffers the runtime calls use directly.
@@ -394,8 +447,26 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
         s.push_str(&c);
         s.push('\n');
     }
+    s.push_str(done);
     s.push_str("}\n");
     Ok(s)
+}
+
+/// The extents of a step's loops ([`Kernel::domain`]): static sizes, or a symbol's
+/// run-time value read through `via` (`ctx->` or `ctx.`).
+fn extents(step: &crate::lower::Step, via: &str) -> Vec<String> {
+    let domain = step.kernel.domain();
+    domain.iter().enumerate().map(|(d, n)| step.dims.get(d).copied().flatten().map_or(n.to_string(), |s| format!("{via}dims[{s}]"))).collect()
+}
+
+/// `a * b * ...` for extents (`1` for none).
+fn product(ext: &[String]) -> String {
+    let factors: Vec<&str> = ext.iter().map(String::as_str).filter(|e| *e != "1").collect();
+    match factors.len() {
+        0 => "1".to_string(),
+        1 => factors[0].to_string(),
+        _ => format!("({})", factors.join(" * ")),
+    }
 }
 
 /// The buffers a kernel touches.
@@ -441,11 +512,12 @@ fn base(r: &Renderer<C>, v: &View) -> String {
     }
 }
 
-/// Loops over the output dimensions of a task: dimension `split` runs over
-/// `[begin, end)`, the size-1 dimensions before it are fixed at 0. Returns the depth.
-fn open_outer(s: &mut String, shape: &[u64], split: Option<usize>, indent: usize) -> usize {
+/// Loops over the output dimensions of a task (extents `ext`): dimension `split` runs
+/// over `[begin, end)`, the size-1 dimensions before it are fixed at 0. Returns the
+/// depth.
+fn open_outer(s: &mut String, ext: &[String], split: Option<usize>, indent: usize) -> usize {
     let mut depth = indent;
-    for (d, &n) in shape.iter().enumerate() {
+    for (d, n) in ext.iter().enumerate() {
         match split {
             Some(k) if d == k => {
                 let _ = writeln!(s, "{}for (int64_t i{d} = begin; i{d} < end; ++i{d}) {{", pad(depth));
@@ -462,11 +534,12 @@ fn open_outer(s: &mut String, shape: &[u64], split: Option<usize>, indent: usize
     depth
 }
 
-/// A loop kernel's body as a task over `[begin, end)` of dimension `split`.
-fn loop_kernel(r: &Renderer<C>, k: &Kernel, split: Option<usize>, s: &mut String) -> Result<()> {
+/// A loop kernel's body as a task over `[begin, end)` of dimension `split`; `ext` are
+/// the extents of its domain.
+fn loop_kernel(r: &Renderer<C>, k: &Kernel, ext: &[String], split: Option<usize>, s: &mut String) -> Result<()> {
     match k {
         Kernel::Map { out, expr } => {
-            let depth = open_outer(s, &out.shape, split, 1);
+            let depth = open_outer(s, &ext[..out.shape.len()], split, 1);
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let t = r.p.buffers[out.buf.0].dtype;
             let value = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), t));
@@ -477,10 +550,10 @@ fn loop_kernel(r: &Renderer<C>, k: &Kernel, split: Option<usize>, s: &mut String
             let t = r.p.buffers[out.buf.0].dtype;
             // Sums accumulate in double, as the interpreter does.
             let acc_ty = if t.is_float() && matches!(kind, crate::ir::ReduceKind::Sum | crate::ir::ReduceKind::Prod) { Dtype::F64 } else { t };
-            let depth = open_outer(s, &out.shape, split, 1);
+            let depth = open_outer(s, &ext[..out.shape.len()], split, 1);
             let (init, step) = r.reduce_parts(*kind, acc_ty);
             let _ = writeln!(s, "{}{} acc = {init};", pad(depth), C.ty(acc_ty));
-            let inner = r.open_loops(s, reduced, out.shape.len(), depth);
+            let inner = r.open_loops(s, &ext[out.shape.len()..], out.shape.len(), depth);
             let v = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), acc_ty));
             let _ = writeln!(s, "{}{} v = {v};", pad(inner), C.ty(acc_ty));
             let _ = writeln!(s, "{}acc = {step};", pad(inner));
@@ -493,12 +566,12 @@ fn loop_kernel(r: &Renderer<C>, k: &Kernel, split: Option<usize>, s: &mut String
             let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
             r.close_loops(s, out.shape.len(), 1);
         }
-        Kernel::ArgReduce { out, reduced, kind, expr } => {
+        Kernel::ArgReduce { out, kind, expr, .. } => {
             let t = r.dtype(expr);
-            let depth = open_outer(s, &out.shape, split, 1);
+            let depth = open_outer(s, &ext[..out.shape.len()], split, 1);
             let _ = writeln!(s, "{}{} best = 0;\n{}int64_t at = -1;", pad(depth), C.ty(t), pad(depth));
             let r_var = out.shape.len();
-            let inner = r.open_loops(s, &[*reduced], r_var, depth);
+            let inner = r.open_loops(s, &ext[r_var..], r_var, depth);
             let _ = writeln!(s, "{}{} v = {};", pad(inner), C.ty(t), r.expr(expr));
             let _ = writeln!(s, "{}if (at < 0 || {}) {{ best = v; at = i{r_var}; }}", pad(inner), r.arg_better(*kind, t));
             r.close_loops(s, 1, depth);
@@ -574,18 +647,18 @@ fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut S
     Ok(true)
 }
 
-/// A kernel that calls the runtime, inline in the forward function; `ep` is the
-/// address of its `mr_epilogue`, if it has one.
-fn runtime_call(r: &Renderer<C>, k: &Kernel, ep: Option<&str>, s: &mut String) -> Result<()> {
+/// A kernel that calls the runtime, inline in the forward function; `ext` are the
+/// extents of its domain, `ep` the address of its `mr_epilogue`, if it has one.
+fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s: &mut String) -> Result<()> {
     let ep_arg = ep.unwrap_or("NULL");
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
-        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, epilogue.as_ref(), ep, s)?,
+        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, ext, epilogue.as_ref(), ep, s)?,
         Kernel::Conv { x, w, out, attrs, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
-            let (n, ch) = (x.shape[0], x.shape[1]);
+            let (n, ch) = (&ext[0], x.shape[1]);
             let spatial = |v: &View| -> (u64, u64) { if v.shape.len() == 4 { (v.shape[2], v.shape[3]) } else { (1, v.shape[2]) } };
             let ((h, wd), (kh, kw), (oh, ow)) = (spatial(x), spatial(w), spatial(out));
             let two = attrs.stride.len() == 2;
@@ -608,7 +681,7 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ep: Option<&str>, s: &mut String) -
         Kernel::Pool { x, out, attrs } => {
             require_f32(r, &[x, out], "pooling")?;
             let two = attrs.kernel.len() == 2;
-            let lead: u64 = x.shape[..x.shape.len() - attrs.kernel.len()].iter().product();
+            let lead = product(&ext[..x.shape.len() - attrs.kernel.len()]);
             let spatial = |v: &View| -> (u64, u64) {
                 let n = v.shape.len();
                 if two { (v.shape[n - 2], v.shape[n - 1]) } else { (1, v.shape[n - 1]) }
@@ -632,7 +705,7 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ep: Option<&str>, s: &mut String) -
         }
         Kernel::Softmax { x, out, axis } => {
             require_f32(r, &[x, out], "softmax")?;
-            let outer: u64 = x.shape[..*axis].iter().product();
+            let outer = product(&ext[..*axis]);
             let inner: u64 = x.shape[axis + 1..].iter().product();
             let _ = writeln!(s, "        mr_softmax_f32({}, {}, {outer}, {}, {inner});", base(r, x), base(r, out), x.shape[*axis]);
         }
@@ -652,15 +725,24 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
 
 /// A batched matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops;
 /// `at` is the address of the `mr_epilogue` that runs `epilogue` for the runtime.
-fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, epilogue: Option<&crate::lower::Expr>, at: Option<&str>, s: &mut String) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn gemm(
+    r: &Renderer<C>,
+    a: &View,
+    b: &View,
+    c: &View,
+    ext: &[String],
+    epilogue: Option<&crate::lower::Expr>,
+    at: Option<&str>,
+    s: &mut String,
+) -> Result<()> {
     let rank = c.shape.len();
-    let (m, n) = (c.shape[rank - 2], c.shape[rank - 1]);
-    let k = a.shape[rank - 1];
-    let batch = &c.shape[..rank - 2];
-    let depth = r.open_loops(s, batch, 0, 2);
-    if at.is_some() && !batch.is_empty() {
-        // The epilogue's n is the flattened batch index.
-        let strides = crate::lower::contiguous_strides(batch);
+    let (m, n, k) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
+    let depth = r.open_loops(s, &ext[..rank - 2], 0, 2);
+    if at.is_some() && rank > 2 {
+        // The epilogue's n is the flattened batch index (for the maximal shape, as the
+        // epilogue unflattens it).
+        let strides = crate::lower::contiguous_strides(&c.shape[..rank - 2]);
         let terms: Vec<String> = strides.iter().enumerate().map(|(d, st)| format!("i{d} * {st}")).collect();
         let _ = writeln!(s, "{}ep.n = {};", pad(depth), terms.join(" + "));
     }
@@ -702,6 +784,6 @@ fn gemm(r: &Renderer<C>, a: &View, b: &View, c: &View, epilogue: Option<&crate::
         }
         let _ = writeln!(s, "{}}}", pad(depth));
     }
-    r.close_loops(s, batch.len(), 2);
+    r.close_loops(s, rank - 2, 2);
     Ok(())
 }
