@@ -128,6 +128,7 @@ typedef struct mr_bsrc {
     const float *p;
     int64_t rs, cs;
     int64_t H, W, KH, KW, OW, sh, sw, pt, pl, dh, dw;
+    int64_t j0; /* im2col: the block's column j is output position j0 + j */
 } mr_bsrc;
 
 /*
@@ -162,7 +163,7 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
         }
     } else {
         const int64_t padded = npanels * NR;
-        const int64_t oh0 = jc / src->OW, ow0 = jc % src->OW;
+        const int64_t oh0 = (src->j0 + jc) / src->OW, ow0 = (src->j0 + jc) % src->OW;
         /* (c, kh, kw) of block row r, advanced incrementally instead of divided out */
         int64_t c = pc / (src->KH * src->KW), kh = (pc / src->KW) % src->KH, kw = pc % src->KW;
         for (r = 0; r < kc; ++r) {
@@ -593,33 +594,40 @@ static void mr_conv2d_direct(const float *xn, const float *w, float *yn, int64_t
  * panels are gathered from x while packing (no scratch), a plain strided GEMM for
  * unpadded stride-1 1x1 convolutions, or direct loops when Og < MR_CONV_DIRECT_OG.
  */
-/* mr_conv2d_f32 with an epilogue; image n, channel o of y are the epilogue's image
- * n0 + n, channel o0 + o. */
+/* Whether mr_conv2d_at computes a convolution with direct loops (see mr_conv2d_f32). */
+static int mr_conv_direct(int64_t O, int64_t groups)
+{
+    return O / groups < MR_CONV_DIRECT_OG;
+}
+
+/* mr_conv2d_f32 with an epilogue, for output positions [p0, p1) only (all of them on
+ * the direct path); image n of y is the epilogue's image n0 + n. */
 static void mr_conv2d_at(const float *x, const float *w, float *y,
                          int64_t N, int64_t C, int64_t H, int64_t W,
                          int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                          int64_t stride_h, int64_t stride_w,
                          int64_t pad_top, int64_t pad_left,
                          int64_t dil_h, int64_t dil_w, int64_t groups,
-                         const mr_epilogue *ep, int64_t n0, int64_t o0)
+                         const mr_epilogue *ep, int64_t n0, int64_t p0, int64_t p1)
 {
     const int64_t Cg = C / groups, Og = O / groups, P = OH * OW, Kd = Cg * KH * KW;
     int64_t n, g;
-    if (N <= 0 || O <= 0 || P <= 0) return;
+    if (N <= 0 || O <= 0 || P <= 0 || p1 <= p0) return;
     for (n = 0; n < N; ++n) {
         const float *xn = x + n * C * H * W;
         float *yn = y + n * O * P;
         mr_epi_at at;
         at.ep = ep;
         at.n = (ep ? ep->n : 0) + n0 + n;
-        at.i = o0;
+        at.i = 0;
         at.j = 0;
         if (Kd <= 0) {
-            memset(yn, 0, sizeof(float) * (size_t)(O * P));
-            mr_epi_call(&at, 0, O, 0, P);
+            int64_t o;
+            for (o = 0; o < O; ++o) memset(yn + o * P + p0, 0, sizeof(float) * (size_t)(p1 - p0));
+            mr_epi_call(&at, 0, O, p0, p1);
             continue;
         }
-        if (Og < MR_CONV_DIRECT_OG) {
+        if (mr_conv_direct(O, groups)) {
             mr_conv2d_direct(xn, w, yn, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w,
                              pad_top, pad_left, dil_h, dil_w, groups);
             mr_epi_call(&at, 0, O, 0, P);
@@ -629,10 +637,12 @@ static void mr_conv2d_at(const float *x, const float *w, float *y,
             mr_bsrc src;
             memset(&src, 0, sizeof src);
             src.p = xn + g * Cg * H * W;
+            src.j0 = p0;
             if (KH == 1 && KW == 1 && pad_top == 0 && pad_left == 0 && stride_h == 1 &&
                 stride_w == 1 && OW == W && OH <= H) {
                 /* pointwise: im2col(x_g) is x_g itself viewed as [Cg, H*W] */
                 src.kind = MR_BSRC_STRIDED;
+                src.p += p0;
                 src.rs = H * W;
                 src.cs = 1;
             } else {
@@ -649,9 +659,10 @@ static void mr_conv2d_at(const float *x, const float *w, float *y,
                 src.dh = dil_h;
                 src.dw = dil_w;
             }
-            at.i = o0 + g * Og;
-            mr_sgemm_driver(Og, P, Kd, 1.0f, w + g * Og * Kd, Kd, 1, &src, 0.0f,
-                            yn + g * Og * P, P, 1, &at);
+            at.i = g * Og;
+            at.j = p0;
+            mr_sgemm_driver(Og, p1 - p0, Kd, 1.0f, w + g * Og * Kd, Kd, 1, &src, 0.0f,
+                            yn + g * Og * P + p0, P, 1, &at);
         }
     }
 }
@@ -664,7 +675,7 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
                    int64_t dil_h, int64_t dil_w, int64_t groups)
 {
     mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
-                 groups, NULL, 0, 0);
+                 groups, NULL, 0, 0, OH * OW);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -818,6 +829,9 @@ void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t 
 /* Columns of C per task: a multiple of the packed block width keeps each task's
  * packing identical to the serial call's. */
 #define MR_MT_COLS (4 * MR_SGEMM_NC)
+#ifndef MR_MT_MIN_MACS
+#define MR_MT_MIN_MACS 262144.0
+#endif
 
 typedef struct {
     int64_t M, N, K;
@@ -856,9 +870,8 @@ void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, flo
     job.A = A; job.B = B; job.C = C;
     job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = b_rs; job.b_cs = b_cs; job.c_rs = c_rs; job.c_cs = c_cs;
     job.ep = ep;
-    /* Below about two million multiply-adds (tens of microseconds) waking threads
-     * costs more than it saves. */
-    if (!threads || !threads->parallel_for || tasks < 2 || (double)M * (double)N * (double)K < 2097152.0) {
+    /* Below MR_MT_MIN_MACS multiply-adds splitting costs more than it saves. */
+    if (!threads || !threads->parallel_for || tasks < 2 || (double)M * (double)N * (double)K < MR_MT_MIN_MACS) {
         mr_sgemm_task(&job, 0, tasks > 0 ? tasks : 1);
         return;
     }
@@ -873,22 +886,19 @@ typedef struct {
 } mr_conv_job;
 
 /* mr_conv_task: items [begin, end) of a mr_conv_job, item = image * chunks + chunk; a
- * chunk is a range of output channels (today always all of them). */
+ * chunk is a range of per_chunk output positions (each packs only its own columns of
+ * the implicit im2col matrix, so splitting repeats no work). */
 static void mr_conv_task(void *ctx, int64_t begin, int64_t end)
 {
     const mr_conv_job *j = (const mr_conv_job *)ctx;
+    const int64_t P = j->OH * j->OW;
     int64_t item;
     for (item = begin; item < end; ++item) {
         int64_t n = item / j->chunks, c = item % j->chunks;
-        int64_t o0 = c * j->per_chunk;
-        int64_t o1 = o0 + j->per_chunk < j->O ? o0 + j->per_chunk : j->O;
-        const float *xn = j->x + n * j->C * j->H * j->W;
-        float *yn = j->y + n * j->O * j->OH * j->OW + o0 * j->OH * j->OW;
-        const float *wc = j->w + o0 * (j->C / j->groups) * j->KH * j->KW;
-        if (o1 > o0) {
-            mr_conv2d_at(xn, wc, yn, 1, j->C, j->H, j->W, o1 - o0, j->KH, j->KW, j->OH, j->OW, j->sh, j->sw,
-                         j->pt, j->pl, j->dh, j->dw, j->groups, j->ep, n, o0);
-        }
+        int64_t p0 = c * j->per_chunk;
+        int64_t p1 = p0 + j->per_chunk < P ? p0 + j->per_chunk : P;
+        mr_conv2d_at(j->x + n * j->C * j->H * j->W, j->w, j->y + n * j->O * P, 1, j->C, j->H, j->W, j->O, j->KH,
+                     j->KW, j->OH, j->OW, j->sh, j->sw, j->pt, j->pl, j->dh, j->dw, j->groups, j->ep, n, p0, p1);
     }
 }
 
@@ -900,19 +910,21 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
                       int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep)
 {
     mr_conv_job job;
-    if (!threads || !threads->parallel_for || N <= 1) {
+    const int64_t P = OH * OW;
+    const double macs = (double)N * (double)O * (double)P * (double)(C / (groups > 0 ? groups : 1)) * (double)(KH * KW);
+    if (!threads || !threads->parallel_for || macs < MR_MT_MIN_MACS || (N <= 1 && mr_conv_direct(O, groups))) {
         mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
-                     groups, ep, 0, 0);
+                     groups, ep, 0, 0, P);
         return;
     }
     job.x = x; job.w = w; job.y = y; job.N = N; job.C = C; job.H = H; job.W = W; job.O = O;
     job.KH = KH; job.KW = KW; job.OH = OH; job.OW = OW; job.sh = stride_h; job.sw = stride_w;
     job.pt = pad_top; job.pl = pad_left; job.dh = dil_h; job.dw = dil_w; job.groups = groups;
     job.ep = ep;
-    /* Split by image only: a call for part of the output channels would repeat the
-     * packing of the whole input, which costs more than a second thread saves. */
-    job.per_chunk = O;
-    job.chunks = (O + job.per_chunk - 1) / job.per_chunk;
+    /* Split images, and for the implicit GEMM their output positions too (blocks of
+     * MR_MT_COLS); the direct path takes whole images. */
+    job.per_chunk = mr_conv_direct(O, groups) ? P : MR_MT_COLS;
+    job.chunks = (P + job.per_chunk - 1) / job.per_chunk;
     threads->parallel_for(threads->user, mr_conv_task, &job, N * job.chunks);
 }
 

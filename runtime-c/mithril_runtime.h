@@ -37,6 +37,8 @@
  *    MR_SGEMM_NC [64]   width of a packed block; a multiple of MR_SGEMM_NR
  *    MR_CONV_DIRECT_OG [4]  convolutions with fewer output channels per group than this
  *                           use direct loops instead of the implicit GEMM
+ *    MR_MT_MIN_MACS [262144.0]  mr_sgemm_mt splits products of at least this many
+ *                               multiply-adds (a few microseconds of work)
  * mr_sgemm and mr_conv2d_f32 put KC*NC + MR*KC + MR*NR floats on the stack (about
  * 73 KiB with the AVX-512 defaults, 70 KiB otherwise); for small firmware stacks shrink
  * them, e.g. -DMR_SGEMM_MR=4 -DMR_SGEMM_NR=4 -DMR_SGEMM_KC=64 -DMR_SGEMM_NC=16 (about
@@ -183,9 +185,10 @@ typedef struct mr_epilogue {
 /*
  * mr_sgemm_mt, mr_conv2d_f32_mt: mr_sgemm and mr_conv2d_f32 with their work split
  * through `threads` (see mr_threads; NULL runs serially) and an optional epilogue (NULL:
- * none). mr_sgemm_mt splits the columns of C into blocks (for products of two million
- * multiply-adds or more); mr_conv2d_f32_mt splits the images of a batch. Each piece
- * computes exactly what the serial call computes for it.
+ * none). Both split work of MR_MT_MIN_MACS multiply-adds or more: mr_sgemm_mt into
+ * blocks of columns of C, mr_conv2d_f32_mt into images and blocks of output positions
+ * (whole images on the direct path). Each piece computes exactly what the serial call
+ * computes for it.
  */
 void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t a_rs, int64_t a_cs,
