@@ -36,6 +36,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__AVX512F__) && !defined(MR_NO_INTRINSICS)
+#include <immintrin.h>
+#define MR_AVX512 1
+#endif
+
 /* Register tile: 8 x 32 fills AVX-512's 32 registers (16 accumulators of 16 floats);
  * 6 x 16 suits 16-register AVX2 and 128-bit NEON. Both are plain C that the compiler
  * vectorizes along NR. */
@@ -131,6 +136,28 @@ typedef struct mr_bsrc {
     int64_t j0; /* im2col: the block's column j is output position j0 + j */
 } mr_bsrc;
 
+#ifdef MR_AVX512
+/* The lanes [a, b) of 16, clamped, as a bit mask. */
+static unsigned mr_lanes(int64_t a, int64_t b)
+{
+    const int64_t lo = a < 0 ? 0 : (a > 16 ? 16 : a), hi = b < 0 ? 0 : (b > 16 ? 16 : b);
+    return hi <= lo ? 0u : ((1u << hi) - 1u) & ~((1u << lo) - 1u);
+}
+
+/* d[0..len) = zeros in [0, za), xs[0..zb-za) in [za, zb), zeros in [zb, len), with
+ * masked expanding loads: no scalar loops, and nothing outside xs[0..zb-za) is read. */
+static void mr_pack_piece_avx512(float *d, int64_t len, int64_t za, int64_t zb, const float *xs)
+{
+    int64_t t0;
+    for (t0 = 0; t0 < len; t0 += 16) {
+        const unsigned keep = mr_lanes(za - t0, zb - t0);
+        const __m512 v = _mm512_maskz_expandloadu_ps((__mmask16)keep, xs);
+        _mm512_mask_storeu_ps(d + t0, (__mmask16)mr_lanes(0, len - t0), v);
+        xs += __builtin_popcount(keep);
+    }
+}
+#endif
+
 /*
  * mr_sgemm_pack_b: copies the kc x nc block of B starting at (row pc, column jc) into bp,
  * laid out as ceil(nc/NR) consecutive micro-panels; micro-panel q holds columns
@@ -185,6 +212,14 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
                     float *restrict d = bp + ((j / NR) * kc + r) * NR + off;
                     const int64_t za = row_ok ? mr_min_i64(len, lo > ow ? lo - ow : 0) : len;
                     const int64_t zb = row_ok ? mr_min_i64(len, hi > ow ? hi - ow : 0) : len;
+#ifdef MR_AVX512
+                    if (src->sw == 1) {
+                        mr_pack_piece_avx512(d, len, za, zb, xr + (zb > za ? ow + za + woff : 0));
+                        j += len;
+                        ow += len;
+                        continue;
+                    }
+#endif
                     for (t = 0; t < za; ++t) d[t] = 0.0f;
                     if (zb > za) {
                         /* xs[u*sw] = x[c, ih, (ow + za + u)*sw + woff], in range for u < zb-za */

@@ -3,7 +3,8 @@
  *
  * Portable C99. The runtime never allocates (no malloc), never prints, keeps no mutable
  * global state and starts no threads, so it can be compiled into firmware. It includes
- * only <math.h>, <stdint.h>, <stddef.h> and <string.h>; link with -lm.
+ * only <math.h>, <stdint.h>, <stddef.h> and <string.h> (and <immintrin.h> when built
+ * for AVX-512, unless -DMR_NO_INTRINSICS); link with -lm.
  *
  * Conventions, shared by every function:
  *

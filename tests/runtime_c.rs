@@ -1,6 +1,6 @@
 //! The C runtime's own test program (`runtime-c/test_runtime.c`: every kernel against
 //! double-precision reference loops at awkward sizes), built and run by `make`, plain
-//! and under AddressSanitizer + UBSan.
+//! with -march=native, and under AddressSanitizer + UBSan.
 
 use std::path::Path;
 use std::process::Command;
@@ -21,6 +21,12 @@ fn make(target: &str) {
 #[test]
 fn runtime_kernels() {
     make("test");
+}
+
+/// With the host's vector extensions: the intrinsic paths (AVX-512 here).
+#[test]
+fn runtime_kernels_native() {
+    make("test-native");
 }
 
 #[test]
