@@ -127,14 +127,28 @@ static void mr_out_range(int64_t out_len, int64_t stride, int64_t off, int64_t i
  * j = oh*OW + ow, element = x[c, oh*sh + kh*dh - pt, ow*sw + kw*dw - pl] or 0 when that
  * lies outside [0,H) x [0,W); x points at the group's first channel of the image.
  */
-enum { MR_BSRC_STRIDED = 0, MR_BSRC_IM2COL = 1 };
+enum { MR_BSRC_STRIDED = 0, MR_BSRC_IM2COL = 1, MR_BSRC_PANELS = 2 };
 typedef struct mr_bsrc {
     int kind;
     const float *p;
     int64_t rs, cs;
     int64_t H, W, KH, KW, OW, sh, sw, pt, pl, dh, dw;
-    int64_t j0; /* im2col: the block's column j is output position j0 + j */
+    int64_t j0; /* im2col, panels: the block's column j is column j0 + j of the source */
+    int64_t depth; /* panels: rows of B (a panel holds depth * MR_PANEL floats) */
 } mr_bsrc;
+
+/* Panel layout: B(k, j) is at p[(j / MR_PANEL) * depth * MR_PANEL + k * MR_PANEL + j % MR_PANEL]. */
+static const float *mr_panel_at(const mr_bsrc *src, int64_t k, int64_t j)
+{
+    j += src->j0;
+    return src->p + (j / MR_PANEL) * src->depth * MR_PANEL + k * MR_PANEL + j % MR_PANEL;
+}
+
+/* Whether the micro-kernel can read B's panels in place (its panels split them). */
+static int mr_panels_in_place(const mr_bsrc *src)
+{
+    return src->kind == MR_BSRC_PANELS && MR_PANEL % MR_SGEMM_NR == 0 && src->j0 % MR_SGEMM_NR == 0;
+}
 
 #ifdef MR_AVX512
 /* The lanes [a, b) of 16, clamped, as a bit mask. */
@@ -170,7 +184,31 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
     const int64_t NR = MR_SGEMM_NR;
     const int64_t npanels = (nc + NR - 1) / NR;
     int64_t q, r, t;
-    if (src->kind == MR_BSRC_STRIDED) {
+    if (src->kind == MR_BSRC_PANELS) {
+        for (q = 0; q < npanels; ++q) {
+            const int64_t nv = mr_min_i64(NR, nc - q * NR);
+            for (r = 0; r < kc; ++r) {
+                float *d = bp + (q * kc + r) * NR;
+                for (t = 0; t < nv; ++t) d[t] = *mr_panel_at(src, pc + r, jc + q * NR + t);
+                for (; t < NR; ++t) d[t] = 0.0f;
+            }
+        }
+    } else if (src->kind == MR_BSRC_STRIDED && src->cs == 1 && nc % NR == 0) {
+        /* Row-major B in whole panels (a weight stored transposed): each row's nc floats
+         * are read in one contiguous sweep, and rows a few ahead are prefetched (the
+         * rows are far apart, which defeats the hardware prefetcher). */
+        for (r = 0; r < kc; ++r) {
+            const float *s = src->p + (pc + r) * src->rs + jc;
+#if defined(__GNUC__)
+            if (r + 8 < kc) {
+                for (t = 0; t < nc; t += 16) __builtin_prefetch(s + 8 * src->rs + t);
+            }
+#endif
+            for (q = 0; q < npanels; ++q) {
+                memcpy(bp + (q * kc + r) * NR, s + q * NR, sizeof(float) * (size_t)NR);
+            }
+        }
+    } else if (src->kind == MR_BSRC_STRIDED) {
         for (q = 0; q < npanels; ++q) {
             const int64_t nv = mr_min_i64(NR, nc - q * NR);
             float *dst = bp + q * kc * NR;
@@ -282,7 +320,7 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
  * registers; a[...] becomes one broadcast per row and step.
  */
 static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                           const float *restrict b, float *restrict out)
+                           const float *restrict b, int64_t bs, float *restrict out)
 {
     float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
 #if MR_SGEMM_MR > 4
@@ -331,7 +369,7 @@ static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int
 #endif
         }
         a += acs;
-        b += MR_SGEMM_NR;
+        b += bs;
     }
     for (j = 0; j < MR_SGEMM_NR; ++j) {
         out[j] = c0[j];
@@ -418,7 +456,8 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
             const int first = pc == 0;
             const float bet = first ? beta : 1.0f;
             const int overwrite = first && beta == 0.0f;
-            mr_sgemm_pack_b(src, pc, jc, kc, nc, bp);
+            const int in_place = mr_panels_in_place(src);
+            if (!in_place) mr_sgemm_pack_b(src, pc, jc, kc, nc, bp);
             for (ic = 0; ic < M; ic += MR_SGEMM_MR) {
                 const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
                 const float *pa = ap;
@@ -433,8 +472,14 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
                 }
                 for (jr = 0; jr < nc; jr += MR_SGEMM_NR) {
                     const int64_t nr = mr_min_i64(MR_SGEMM_NR, nc - jr);
-                    mr_sgemm_micro(kc, pa, ars, acs, bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR,
-                                   tile);
+                    /* B's micro-panel: packed, or in place in B's panels (which are
+                     * zero-padded to whole panels, so a partial one reads zeros) */
+                    if (in_place) {
+                        mr_sgemm_micro(kc, pa, ars, acs, mr_panel_at(src, pc, jc + jr), MR_PANEL, tile);
+                    } else {
+                        mr_sgemm_micro(kc, pa, ars, acs, bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR,
+                                       MR_SGEMM_NR, tile);
+                    }
                     mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite,
                                    C + ic * c_rs + (jc + jr) * c_cs, c_rs, c_cs);
                 }
@@ -565,6 +610,66 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
               float beta, float *C, int64_t c_rs, int64_t c_cs)
 {
     mr_sgemm_at(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs, NULL);
+}
+
+/*
+ * mr_sgemm_panels_gemv: a few rows of A against B in panels: for each panel, MR_PANEL
+ * sums per row stay in registers while the panel streams past once, in order.
+ */
+static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                                 int64_t a_cs, const mr_bsrc *src, float beta, float *C, int64_t c_rs,
+                                 int64_t c_cs)
+{
+    int64_t j0, i, k, t;
+    for (j0 = 0; j0 < N; j0 += MR_PANEL) {
+        const float *b = mr_panel_at(src, 0, j0);
+        const int64_t nv = mr_min_i64(MR_PANEL, N - j0);
+        for (i = 0; i < M; ++i) {
+            const float *a = A + i * a_rs;
+            float acc[MR_PANEL];
+            float *c = C + i * c_rs + j0 * c_cs;
+            for (t = 0; t < MR_PANEL; ++t) acc[t] = 0.0f;
+            for (k = 0; k < K; ++k) {
+                const float ak = a[k * a_cs];
+                const float *bk = b + k * MR_PANEL;
+                for (t = 0; t < MR_PANEL; ++t) acc[t] = MR_MADD(ak, bk[t], acc[t]);
+            }
+            for (t = 0; t < nv; ++t) {
+                c[t * c_cs] = beta == 0.0f ? alpha * acc[t] : MR_MADD(alpha, acc[t], beta * c[t * c_cs]);
+            }
+        }
+    }
+}
+
+/* mr_sgemm_panels with an epilogue at `at`; B's column j is column j0 + j of the panels. */
+static void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                               int64_t a_cs, const float *Bp, int64_t j0, float beta, float *C, int64_t c_rs,
+                               int64_t c_cs, const mr_epi_at *at)
+{
+    mr_bsrc src;
+    if (M <= 0 || N <= 0) return;
+    memset(&src, 0, sizeof src);
+    src.kind = MR_BSRC_PANELS;
+    src.p = Bp;
+    src.j0 = j0;
+    src.depth = K;
+    if (K <= 0) {
+        mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, Bp, 0, 0, beta, C, c_rs, c_cs, at);
+        return;
+    }
+    if (M <= MR_SGEMV_MAX_M && j0 % MR_PANEL == 0) {
+        mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+        mr_epi_call(at, 0, M, 0, N);
+        return;
+    }
+    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
+}
+
+void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
+                     float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_sgemm_panels_at(M, N, K, alpha, A, a_rs, a_cs, Bp, 0, beta, C, c_rs, c_cs, NULL);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -875,6 +980,7 @@ typedef struct {
     float *C;
     int64_t a_rs, a_cs, b_rs, b_cs, c_rs, c_cs;
     const mr_epilogue *ep;
+    int panels; /* B is in panels (mr_sgemm_panels_mt); b_rs, b_cs unused */
 } mr_sgemm_job;
 
 /* mr_sgemm_task: columns [begin, end) * MR_MT_COLS of a mr_sgemm_job. */
@@ -889,9 +995,26 @@ static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
         at.n = j->ep ? j->ep->n : 0;
         at.i = 0;
         at.j = j0;
-        mr_sgemm_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B + j0 * j->b_cs, j->b_rs,
-                    j->b_cs, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
+        if (j->panels) {
+            mr_sgemm_panels_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B, j0, j->beta,
+                               j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
+        } else {
+            mr_sgemm_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B + j0 * j->b_cs, j->b_rs,
+                        j->b_cs, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
+        }
     }
+}
+
+static void mr_sgemm_run(const mr_threads *threads, mr_sgemm_job *job)
+{
+    int64_t tasks = (job->N + MR_MT_COLS - 1) / MR_MT_COLS;
+    /* Below MR_MT_MIN_MACS multiply-adds splitting costs more than it saves. */
+    if (!threads || !threads->parallel_for || tasks < 2 ||
+        (double)job->M * (double)job->N * (double)job->K < MR_MT_MIN_MACS) {
+        mr_sgemm_task(job, 0, tasks > 0 ? tasks : 1);
+        return;
+    }
+    threads->parallel_for(threads->user, mr_sgemm_task, job, tasks);
 }
 
 void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
@@ -900,17 +1023,25 @@ void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, flo
                  float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep)
 {
     mr_sgemm_job job;
-    int64_t tasks = (N + MR_MT_COLS - 1) / MR_MT_COLS;
     job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
     job.A = A; job.B = B; job.C = C;
     job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = b_rs; job.b_cs = b_cs; job.c_rs = c_rs; job.c_cs = c_cs;
     job.ep = ep;
-    /* Below MR_MT_MIN_MACS multiply-adds splitting costs more than it saves. */
-    if (!threads || !threads->parallel_for || tasks < 2 || (double)M * (double)N * (double)K < MR_MT_MIN_MACS) {
-        mr_sgemm_task(&job, 0, tasks > 0 ? tasks : 1);
-        return;
-    }
-    threads->parallel_for(threads->user, mr_sgemm_task, &job, tasks);
+    job.panels = 0;
+    mr_sgemm_run(threads, &job);
+}
+
+void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
+                        float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep)
+{
+    mr_sgemm_job job;
+    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
+    job.A = A; job.B = Bp; job.C = C;
+    job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = 0; job.b_cs = 0; job.c_rs = c_rs; job.c_cs = c_cs;
+    job.ep = ep;
+    job.panels = 1;
+    mr_sgemm_run(threads, &job);
 }
 
 typedef struct {

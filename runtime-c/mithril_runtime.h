@@ -97,6 +97,19 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
               float beta, float *C, int64_t c_rs, int64_t c_cs);
 
 /*
+ * mr_sgemm_panels: mr_sgemm for a B stored in column panels of MR_PANEL columns, the
+ * layout mithrilc gives weights that are only ever a matmul's right operand: panel
+ * q holds columns [q*MR_PANEL, q*MR_PANEL + MR_PANEL) as K rows of MR_PANEL floats,
+ *   B(k, j) = Bp[(j / MR_PANEL) * K * MR_PANEL + k * MR_PANEL + j % MR_PANEL],
+ * and the last panel is zero-padded to full width (Bp holds ceil(N / MR_PANEL) * K *
+ * MR_PANEL floats). The GEMM then reads B in place, in order, with nothing to pack.
+ */
+#define MR_PANEL 32
+void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
+                     float beta, float *C, int64_t c_rs, int64_t c_cs);
+
+/*
  * mr_conv2d_f32: 2-d cross-correlation (no kernel flip), NCHW, f32, no bias.
  *
  *   x: [N, C, H, W]          input, contiguous row-major
@@ -184,17 +197,20 @@ typedef struct mr_epilogue {
 } mr_epilogue;
 
 /*
- * mr_sgemm_mt, mr_conv2d_f32_mt: mr_sgemm and mr_conv2d_f32 with their work split
- * through `threads` (see mr_threads; NULL runs serially) and an optional epilogue (NULL:
- * none). Both split work of MR_MT_MIN_MACS multiply-adds or more: mr_sgemm_mt into
- * blocks of columns of C, mr_conv2d_f32_mt into images and blocks of output positions
- * (whole images on the direct path). Each piece computes exactly what the serial call
- * computes for it.
+ * mr_sgemm_mt, mr_sgemm_panels_mt, mr_conv2d_f32_mt: mr_sgemm, mr_sgemm_panels and
+ * mr_conv2d_f32 with their work split through `threads` (see mr_threads; NULL runs
+ * serially) and an optional epilogue (NULL: none). They split work of MR_MT_MIN_MACS
+ * multiply-adds or more: the GEMMs into blocks of columns of C, mr_conv2d_f32_mt into
+ * images and blocks of output positions (whole images on the direct path). Each piece
+ * computes exactly what the serial call computes for it.
  */
 void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t a_rs, int64_t a_cs,
                  const float *B, int64_t b_rs, int64_t b_cs,
                  float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
+void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
+                        float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
 void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
                       int64_t N, int64_t C, int64_t H, int64_t W,
                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,

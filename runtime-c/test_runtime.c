@@ -147,6 +147,19 @@ static view make_view(int64_t rows, int64_t cols, int layout)
     return v;
 }
 
+/* Whether every element of C not marked in `touched` still equals C0 (says where not). */
+static int untouched_outside(const char *name, const float *C, const float *C0, const char *touched, int64_t size)
+{
+    int64_t i;
+    for (i = 0; i < size; ++i) {
+        if (!touched[i] && memcmp(&C[i], &C0[i], sizeof(float)) != 0) {
+            printf("FAIL %s: wrote outside C at buffer offset %lld\n", name, (long long)i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /*
  * One GEMM case: checks C = alpha*A*B + beta*C over every element of C and checks that
  * the C buffer outside the view is untouched. beta == 0 fills C with NaN first.
@@ -191,13 +204,29 @@ static void test_gemm_case(int64_t M, int64_t N, int64_t K, int la, int lb, int 
     snprintf(name, sizeof name, "sgemm M=%lld N=%lld K=%lld layouts=%d%d%d alpha=%g beta=%g",
              (long long)M, (long long)N, (long long)K, la, lb, lc, alpha, beta);
     ok = compare(name, got, ref, mag, M * N, 0);
-    for (i = 0; ok && i < vc.size; ++i) {
-        if (!touched[i] && memcmp(&C[i], &C0[i], sizeof(float)) != 0) {
-            printf("FAIL %s: wrote outside C at buffer offset %lld\n", name, (long long)i);
-            ok = 0;
-        }
-    }
+    ok = ok && untouched_outside(name, C, C0, touched, vc.size);
     record(ok);
+    /* The same product with B in column panels (mr_sgemm_panels), from the same C. */
+    {
+        const int64_t panels = (N + MR_PANEL - 1) / MR_PANEL;
+        float *Bp = (float *)calloc((size_t)(panels * K * MR_PANEL + 1), sizeof(float));
+        memcpy(C, C0, sizeof(float) * (size_t)vc.size);
+        for (k = 0; k < K; ++k) {
+            for (j = 0; j < N; ++j) {
+                Bp[(j / MR_PANEL) * K * MR_PANEL + k * MR_PANEL + j % MR_PANEL] = b[k * vb.rs + j * vb.cs];
+            }
+        }
+        mr_sgemm_panels(M, N, K, alpha, a, va.rs, va.cs, Bp, beta, c, vc.rs, vc.cs);
+        for (i = 0; i < M; ++i) {
+            for (j = 0; j < N; ++j) got[i * N + j] = c[i * vc.rs + j * vc.cs];
+        }
+        snprintf(name, sizeof name, "sgemm_panels M=%lld N=%lld K=%lld layouts=%d%d alpha=%g beta=%g",
+                 (long long)M, (long long)N, (long long)K, la, lc, alpha, beta);
+        ok = compare(name, got, ref, mag, M * N, 0);
+        ok = ok && untouched_outside(name, C, C0, touched, vc.size);
+        record(ok);
+        free(Bp);
+    }
     free(A); free(B); free(C); free(C0); free(ref); free(mag); free(got); free(touched);
 }
 

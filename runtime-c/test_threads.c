@@ -86,6 +86,20 @@ int main(void) {
         mr_sgemm(M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C1, N, 1);
         mr_sgemm_mt(&threads, M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C2, N, 1, NULL);
         same("mr_sgemm_mt, row-major B", C1, C2, (size_t)(M * N));
+        {
+            /* B in panels: threaded equals serial, bit for bit. */
+            const int64_t panels = (N + MR_PANEL - 1) / MR_PANEL;
+            float *Bp = calloc((size_t)(panels * K * MR_PANEL), sizeof(float));
+            int64_t r, c;
+            for (r = 0; r < K; ++r) {
+                for (c = 0; c < N; ++c) Bp[(c / MR_PANEL) * K * MR_PANEL + r * MR_PANEL + c % MR_PANEL] = B[r * N + c];
+            }
+            mr_sgemm_panels(M, N, K, 1.0f, A, K, 1, Bp, 0.0f, C1, N, 1);
+            mr_sgemm_panels_mt(&threads, M, N, K, 1.0f, A, K, 1, Bp, 0.0f, C2, N, 1, NULL);
+            same("mr_sgemm_panels_mt", C1, C2, (size_t)(M * N));
+            free(Bp);
+        }
+        mr_sgemm(M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C1, N, 1);
         apply_bias_relu(C1, 1, M, N, bias);
         for (t = 0; t < 2; ++t) {
             memset(visits, 0, sizeof(int) * (size_t)(M * N));

@@ -205,6 +205,37 @@ pub struct Port {
     pub shape: Vec<u64>,
     /// The symbol of each dimension, if it has one (see [`Step::dims`]).
     pub dims: Vec<Option<usize>>,
+    /// How a parameter is stored in the weights blob (inputs and outputs are row-major).
+    pub layout: Layout,
+}
+
+/// How a parameter's values are laid out in the weights blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Row-major, in the parameter's shape.
+    RowMajor,
+    /// A matrix `[N, K]` stored as its transpose `[K, N]`, because every use transposes
+    /// it: a Linear layer's weight then reaches the GEMM row-major.
+    Transposed,
+    /// A matrix `[N, K]` whose every use is the right operand of an f32 matmul through
+    /// its transpose, stored as that `[K, N]` operand in column panels of
+    /// [`PANEL`] columns, the last one zero-padded: the runtime's GEMM reads it in place
+    /// and in order, with no packing (`mr_sgemm_panels` in `mithril_runtime.h`).
+    Panels,
+}
+
+/// The width of a weight's column panels (`MR_PANEL` in the runtime).
+pub const PANEL: u64 = 32;
+
+impl Port {
+    /// Elements the parameter takes in the weights blob.
+    pub fn stored_len(&self) -> u64 {
+        let n: u64 = self.shape.iter().product();
+        match self.layout {
+            Layout::RowMajor | Layout::Transposed => n,
+            Layout::Panels => self.shape[0].div_ceil(PANEL) * PANEL * self.shape[1],
+        }
+    }
 }
 
 impl Kernel {
@@ -240,10 +271,6 @@ pub struct Program {
     pub outputs: Vec<Port>,
     /// Parameters, in weights-blob order.
     pub weights: Vec<Port>,
-    /// Matrix parameters stored transposed in the blob (`[K, N]` for a `[N, K]`
-    /// parameter) because every use transposes them: a Linear layer's weight then
-    /// reaches the GEMM row-major, which it packs with plain copies.
-    pub transposed: Vec<BufId>,
     /// Size of the weights blob in bytes.
     pub weights_size: u64,
     /// Size of the arena in bytes (set by [`memory::plan`]).
@@ -303,9 +330,6 @@ impl Program {
         }
         for port in self.inputs.iter_mut().chain(self.outputs.iter_mut()).chain(self.weights.iter_mut()) {
             port.buf = new_id[port.buf.0];
-        }
-        for b in &mut self.transposed {
-            *b = new_id[b.0];
         }
     }
 }
@@ -388,7 +412,6 @@ impl<'g> Lowerer<'g> {
                 inputs: Vec::new(),
                 outputs: Vec::new(),
                 weights: Vec::new(),
-                transposed: Vec::new(),
                 weights_size: 0,
                 arena_size: 0,
                 peak_live: 0,
@@ -450,6 +473,38 @@ impl<'g> Lowerer<'g> {
             });
         }
         Ok(out)
+    }
+
+    fn users(&self, v: ValueId) -> Vec<ValueId> {
+        self.graph.ids().filter(|&u| self.graph.node(u).args.contains(&v)).collect()
+    }
+
+    /// How parameter `v` (of `shape`) is stored: see [`Layout`].
+    fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &[ValueId]) -> Layout {
+        let g = self.graph;
+        let users = self.users(v);
+        let only_transposed = shape.len() == 2
+            && g.ty(v).dtype == Dtype::F32
+            && !users.is_empty()
+            && users.iter().all(|&t| matches!(&g.node(t).op, Op::Transpose { perm } if perm == &[1, 0]))
+            && !outputs.contains(&v);
+        if !only_transposed {
+            return Layout::RowMajor;
+        }
+        let f32_gemm_operand = |t: ValueId| {
+            let users = self.users(t);
+            !outputs.contains(&t)
+                && !users.is_empty()
+                && users.iter().all(|&m| {
+                    let n = g.node(m);
+                    matches!(n.op, Op::MatMul) && n.args[1] == t && n.args[0] != t && n.ty.dtype == Dtype::F32 && g.ty(n.args[0]).dtype == Dtype::F32
+                })
+        };
+        if users.iter().all(|&t| f32_gemm_operand(t)) {
+            Layout::Panels
+        } else {
+            Layout::Transposed
+        }
     }
 
     /// An error for a use of a symbolic dimension compiled code does not support.
@@ -515,7 +570,7 @@ impl<'g> Lowerer<'g> {
             let out = View::contiguous(buf, &shape);
             let expr = self.expr_of(o.value)?;
             self.step(Kernel::Map { out, expr }, vec![format!("output {:?}", o.name)], dims.clone());
-            self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims });
+            self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims, layout: Layout::RowMajor });
         }
         Ok(self.p)
     }
@@ -588,32 +643,29 @@ impl<'g> Lowerer<'g> {
                 let dims = self.dims(v)?;
                 self.require_leading(v, &dims, &shape, "a model input")?;
                 let buf = self.buffer(name.clone(), dtype, shape.iter().product::<u64>().max(1), Storage::Input(idx));
-                self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims });
+                self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor });
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Param => {
                 let name = node.name.clone().unwrap_or_default();
-                let len = shape.iter().product::<u64>();
                 let offset = self.p.weights_size;
                 let dims = self.dims(v)?;
                 if dims.iter().any(Option::is_some) {
                     return Err(self.unsupported_symbolic(v, "a parameter with a symbolic dimension"));
                 }
-                let buf = self.buffer(name.clone(), dtype, len.max(1), Storage::Weight { offset });
-                self.p.weights_size = align(offset + len * dtype.size() as u64);
-                self.p.weights.push(Port { name, buf, shape: shape.clone(), dims });
-                let users: Vec<&Node> = self.graph.nodes.iter().filter(|n| n.args.contains(&v)).collect();
-                let only_transposed = shape.len() == 2
-                    && dtype == Dtype::F32
-                    && !users.is_empty()
-                    && users.iter().all(|n| matches!(&n.op, Op::Transpose { perm } if perm == &[1, 0]))
-                    && !outputs.contains(&v);
-                if only_transposed {
-                    // Stored as [K, N]; the parameter itself is its transposed view.
-                    self.p.transposed.push(buf);
-                    self.views.insert(v, View { buf, shape: shape.clone(), strides: vec![1, shape[0] as i64], offset: 0 });
-                } else {
+                let layout = self.weight_layout(v, &shape, outputs);
+                let mut port = Port { name, buf: BufId(self.p.buffers.len()), shape: shape.clone(), dims, layout };
+                let stored = port.stored_len();
+                port.buf = self.buffer(port.name.clone(), dtype, stored.max(1), Storage::Weight { offset });
+                self.p.weights_size = align(offset + stored * dtype.size() as u64);
+                let buf = port.buf;
+                self.p.weights.push(port);
+                if layout == Layout::RowMajor {
                     self.views.insert(v, View::contiguous(buf, &shape));
+                } else {
+                    // Stored as [K, N] (in panels, addressed only by the GEMM); the
+                    // parameter itself is its transposed view.
+                    self.views.insert(v, View { buf, shape: shape.clone(), strides: vec![1, shape[0] as i64], offset: 0 });
                 }
             }
             Op::Constant(c) => {

@@ -27,8 +27,11 @@ pub fn print(p: &Program) -> String {
         let storage = match &b.storage {
             Storage::Input(k) => format!("input {k}"),
             Storage::Output(k) => format!("output {k}"),
-            Storage::Weight { offset } if p.transposed.contains(&BufId(i)) => format!("weight @{offset} transposed"),
-            Storage::Weight { offset } => format!("weight @{offset}"),
+            Storage::Weight { offset } => match p.weights.iter().find(|w| w.buf == BufId(i)).map(|w| w.layout) {
+                Some(Layout::Transposed) => format!("weight @{offset} transposed"),
+                Some(Layout::Panels) => format!("weight @{offset} panels"),
+                _ => format!("weight @{offset}"),
+            },
             Storage::Const(k) => format!("const {k}"),
             // Offsets exist once `memory` has planned the arena.
             Storage::Arena { offset } if p.arena_size > 0 => format!("arena @{offset}"),

@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::cstyle::{pad, Dialect, Renderer, C, C_OPS_HEADER};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, PoolKind};
-use crate::lower::{Kernel, Program, Storage, View};
+use crate::lower::{Kernel, Layout, Program, Storage, View, PANEL};
 use crate::tensor::Tensor;
 
 /// The runtime's sources, copied into every output directory.
@@ -142,36 +142,41 @@ _{name}_weights_data:\n\
 /// The weights blob in the layout of the program's weight offsets.
 pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
     let mut blob = vec![0u8; p.weights_size as usize];
-    for crate::lower::Port { name, buf, shape, .. } in &p.weights {
+    for port in &p.weights {
+        let (name, shape) = (&port.name, &port.shape);
         let t = values.get(name).ok_or_else(|| Error::user(format!("no value for the parameter `{name}`")))?;
         if &t.shape != shape {
             return Err(Error::user(format!("parameter `{name}` has shape {:?}, the model needs {:?}", t.shape, shape)));
         }
-        let b = &p.buffers[buf.0];
+        let b = &p.buffers[port.buf.0];
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
-        let stored;
-        let t = if p.transposed.contains(buf) {
-            stored = transpose2(t);
-            &stored
-        } else {
-            t
-        };
-        let bytes = element_bytes(t, b.dtype);
+        let stored = stored_values(t, port.layout);
+        let bytes = element_bytes(&stored, b.dtype);
         blob[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
     }
     Ok(blob)
 }
 
-/// A matrix transposed (`[N, K]` to `[K, N]`).
-fn transpose2(t: &Tensor) -> Tensor {
-    let (n, k) = (t.shape[0] as usize, t.shape[1] as usize);
-    let mut data = vec![0.0; n * k];
-    for i in 0..n {
-        for j in 0..k {
-            data[j * n + i] = t.data[i * k + j];
+/// A parameter's values in the order its layout stores them.
+fn stored_values(t: &Tensor, layout: Layout) -> Tensor {
+    let (n, k) = (t.shape.first().copied().unwrap_or(1) as usize, t.shape.get(1).copied().unwrap_or(1) as usize);
+    let data = match layout {
+        Layout::RowMajor => return t.clone(),
+        // [N, K] as [K, N]: element (j, i) of the transpose is t[i, j].
+        Layout::Transposed => (0..k * n).map(|x| t.data[(x % n) * k + x / n]).collect(),
+        // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l.
+        Layout::Panels => {
+            let w = PANEL as usize;
+            let mut data = vec![0.0; n.div_ceil(w) * w * k];
+            for i in 0..n {
+                for j in 0..k {
+                    data[(i / w) * k * w + j * w + i % w] = t.data[i * k + j];
+                }
+            }
+            data
         }
-    }
-    Tensor { dtype: t.dtype, shape: vec![t.shape[1], t.shape[0]], data }
+    };
+    Tensor { dtype: t.dtype, shape: vec![data.len() as u64], data }
 }
 
 /// Little-endian bytes of a tensor's elements as `dtype`.
@@ -209,8 +214,9 @@ struct TensorInfo {
     /// The name as a JSON string's body (a safetensors key), as a C string's body.
     json_key_c: String,
     st_dtype: &'static str,
-    /// Stored transposed in the blob (a matrix `[rows, cols]` kept as `[cols, rows]`).
-    transposed: bool,
+    /// How the blob stores it: 0 row-major, 1 transposed (a matrix `[rows, cols]` kept
+    /// as `[cols, rows]`), 2 that transpose in column panels (see `Layout`).
+    layout: u8,
     rows: u64,
     cols: u64,
 }
@@ -291,7 +297,11 @@ impl TemplateContext {
                     Dtype::I64 => "I64",
                     Dtype::Bool => "BOOL",
                 },
-                transposed: p.transposed.contains(&buf),
+                layout: match port.layout {
+                    Layout::RowMajor => 0,
+                    Layout::Transposed => 1,
+                    Layout::Panels => 2,
+                },
                 rows: shape.first().copied().unwrap_or(1),
                 cols: shape.get(1).copied().unwrap_or(1),
             }
@@ -758,7 +768,21 @@ fn gemm(
     };
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
     let (ta, tb, tc) = (r.p.buffers[a.buf.0].dtype, r.p.buffers[b.buf.0].dtype, r.p.buffers[c.buf.0].dtype);
-    if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
+    let panels = r.p.weights.iter().any(|w| w.buf == b.buf && w.layout == Layout::Panels);
+    if panels {
+        // A weight in column panels: the whole [K, N] matrix, the same for every batch
+        // index (lowering stores a weight so only when every use is such an operand).
+        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) || ta != Dtype::F32 || tc != Dtype::F32 {
+            return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
+        }
+        let _ = writeln!(
+            s,
+            "{}mr_sgemm_panels_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {}, 0.0f, {pc}, {rc}, {cc}, {});",
+            pad(depth),
+            r.names[b.buf.0],
+            at.unwrap_or("NULL")
+        );
+    } else if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
         let _ = writeln!(
             s,
             "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, 0.0f, {pc}, {rc}, {cc}, {});",
