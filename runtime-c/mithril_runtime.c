@@ -158,16 +158,16 @@ static unsigned mr_lanes(int64_t a, int64_t b)
     return hi <= lo ? 0u : ((1u << hi) - 1u) & ~((1u << lo) - 1u);
 }
 
-/* d[0..len) = zeros in [0, za), xs[0..zb-za) in [za, zb), zeros in [zb, len), with
- * masked expanding loads: no scalar loops, and nothing outside xs[0..zb-za) is read. */
-static void mr_pack_piece_avx512(float *d, int64_t len, int64_t za, int64_t zb, const float *xs)
+/* d[0..len) = zeros in [0, za), lane t = the float at address `at` + 4t in [za, zb),
+ * zeros in [zb, len), with masked loads and stores: no scalar loops. Lanes outside
+ * [za, zb) are masked off, so their addresses (which may lie outside the input, hence
+ * the integer address) are never read. */
+static void mr_pack_piece_avx512(float *d, int64_t len, int64_t za, int64_t zb, uintptr_t at)
 {
     int64_t t0;
     for (t0 = 0; t0 < len; t0 += 16) {
-        const unsigned keep = mr_lanes(za - t0, zb - t0);
-        const __m512 v = _mm512_maskz_expandloadu_ps((__mmask16)keep, xs);
+        const __m512 v = _mm512_maskz_loadu_ps((__mmask16)mr_lanes(za - t0, zb - t0), (const void *)(at + 4u * (uintptr_t)t0));
         _mm512_mask_storeu_ps(d + t0, (__mmask16)mr_lanes(0, len - t0), v);
-        xs += __builtin_popcount(keep);
     }
 }
 #endif
@@ -252,7 +252,7 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
                     const int64_t zb = row_ok ? mr_min_i64(len, hi > ow ? hi - ow : 0) : len;
 #ifdef MR_AVX512
                     if (src->sw == 1) {
-                        mr_pack_piece_avx512(d, len, za, zb, xr + (zb > za ? ow + za + woff : 0));
+                        mr_pack_piece_avx512(d, len, za, zb, (uintptr_t)xr + 4u * (uintptr_t)(ow + woff));
                         j += len;
                         ow += len;
                         continue;
