@@ -15,6 +15,9 @@
 //! 3. **Outputs.** A copy of a buffer into a model output is dropped, and the kernel
 //!    that computed the buffer writes the output directly.
 //!
+//! First, a kernel that computes exactly what an earlier one computed (LayerNorm's mean
+//! and its variance's mean) is dropped, its readers reading the earlier result.
+//!
 //! Relies on lowering's invariant that each arena buffer has one writer.
 
 use crate::error::Result;
@@ -26,11 +29,43 @@ use crate::lower::*;
 const MAX_EXPR: usize = 64;
 
 pub fn run(p: &mut Program) -> Result<()> {
+    merge_identical(p);
     inline_maps(p);
     epilogues(p);
     write_outputs_directly(p);
     p.sweep_buffers();
     Ok(())
+}
+
+/// Drops kernels identical to an earlier one but for the arena buffer they write.
+fn merge_identical(p: &mut Program) {
+    let mut k = 0;
+    while k < p.steps.len() {
+        let out = kernel_writes(&p.steps[k].kernel);
+        let same = arena(p, out)
+            .then(|| {
+                (0..k).find(|&e| {
+                    let earlier = kernel_writes(&p.steps[e].kernel);
+                    let mut renamed = p.steps[e].kernel.clone();
+                    retarget(&mut renamed, out);
+                    arena(p, earlier)
+                        && p.buffers[earlier.0].len == p.buffers[out.0].len
+                        && p.buffers[earlier.0].dtype == p.buffers[out.0].dtype
+                        && renamed == p.steps[k].kernel
+                        && p.steps[e].dims == p.steps[k].dims
+                })
+            })
+            .flatten();
+        match same {
+            Some(e) => {
+                let step = p.steps.remove(k);
+                let earlier = kernel_writes(&p.steps[e].kernel);
+                p.rename_buffer(out, earlier);
+                p.steps[e].origins.extend(step.origins);
+            }
+            None => k += 1,
+        }
+    }
 }
 
 /// How many loads of each buffer all kernels make (a runtime operand counts as one).
