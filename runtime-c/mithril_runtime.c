@@ -24,12 +24,14 @@
  *    reference order up to the KC blocking.
  *  - Max pooling and softmax's max propagate NaN (numpy semantics); average pooling sums
  *    in float in (kh, kw) order and divides by KH*KW (one correctly rounded division).
- *  - Softmax uses expf(x - max) and a float sum, then divides (not multiplies by a
+ *  - Softmax uses mr_fast_expf(x - max) (mithril_ops.h: about 1 ulp, and it vectorizes,
+ *    unlike a call to expf) and a float sum, then divides (not multiplies by a
  *    reciprocal). For contiguous rows (inner == 1) the sum is kept in MR_SOFTMAX_LANES
  *    interleaved partial sums, which both vectorizes and shortens the error chains.
  *  - No -ffast-math assumptions: the code relies on IEEE NaN/Inf behaviour.
  */
 #include "mithril_runtime.h"
+#include "mithril_ops.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -319,9 +321,46 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
  * compile-time bound NR, so the compiler vectorizes along j and keeps the MR x NR tile in
  * registers; a[...] becomes one broadcast per row and step.
  */
+#if defined(MR_AVX512) && MR_SGEMM_MR == 8 && MR_SGEMM_NR == 32
+/* The 8 x 32 tile in 16 zmm accumulators, written out with intrinsics: the same sums in
+ * the same order (fused multiply-adds) as the portable kernel below. */
+#define MR_MICRO_AVX512 1
+static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                  const float *restrict b, int64_t bs, float *restrict out)
+{
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    int64_t r;
+/* Row i of the tile: its A element times both halves of B's row. */
+#define MR_ROW_FMA(i)                                   \
+    x = _mm512_set1_ps(a[(i) * ars]);                   \
+    c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);          \
+    c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1)
+#define MR_ROW_STORE(i)                                 \
+    _mm512_storeu_ps(out + (i) * 32, c##i##0);          \
+    _mm512_storeu_ps(out + (i) * 32 + 16, c##i##1)
+    for (r = 0; r < kc; ++r) {
+        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        __m512 x;
+        MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);
+        MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);
+        a += acs;
+        b += bs;
+    }
+    MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3);
+    MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7);
+#undef MR_ROW_FMA
+#undef MR_ROW_STORE
+}
+#endif
+
 static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                            const float *restrict b, int64_t bs, float *restrict out)
 {
+#ifdef MR_MICRO_AVX512
+    mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out);
+    return;
+#endif
     float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
 #if MR_SGEMM_MR > 4
     float c4[MR_SGEMM_NR], c5[MR_SGEMM_NR];
@@ -877,9 +916,16 @@ void mr_pool2d_f32(const float *x, float *y,
 /* Softmax                                                                              */
 /* ------------------------------------------------------------------------------------ */
 
+/* exp(d) for softmax: exactly 0 for a masked-out -inf (mr_fast_expf would give the
+ * smallest normal float). */
+static float mr_softmax_exp(float d)
+{
+    return d == -INFINITY ? 0.0f : mr_fast_expf(d);
+}
+
 /*
  * mr_softmax_row: softmax of one contiguous row of length n (n >= 1): m = max x (NaN-
- * propagating), y[k] = expf(x[k] - m), s = sum y in MR_SOFTMAX_LANES interleaved float
+ * propagating), y[k] = mr_fast_expf(x[k] - m), s = sum y in MR_SOFTMAX_LANES interleaved float
  * partial sums (lane k % LANES) combined pairwise, then y[k] = y[k] / s. y may equal x.
  */
 static void mr_softmax_row(const float *x, float *y, int64_t n)
@@ -895,13 +941,13 @@ static void mr_softmax_row(const float *x, float *y, int64_t n)
     for (l = 0; l < MR_SOFTMAX_LANES; ++l) lanes[l] = 0.0f;
     for (k = 0; k + MR_SOFTMAX_LANES <= n; k += MR_SOFTMAX_LANES) {
         for (l = 0; l < MR_SOFTMAX_LANES; ++l) {
-            const float e = expf(x[k + l] - m);
+            const float e = mr_softmax_exp(x[k + l] - m);
             y[k + l] = e;
             lanes[l] += e;
         }
     }
     for (l = 0; k < n; ++k, ++l) {
-        const float e = expf(x[k] - m);
+        const float e = mr_softmax_exp(x[k] - m);
         y[k] = e;
         lanes[l] += e;
     }
@@ -914,7 +960,7 @@ static void mr_softmax_row(const float *x, float *y, int64_t n)
 }
 
 /*
- * mr_softmax_f32: y[o,k,i] = expf(x[o,k,i] - m) / sum_k' expf(x[o,k',i] - m), with
+ * mr_softmax_f32: y[o,k,i] = exp(x[o,k,i] - m) / sum_k' exp(x[o,k',i] - m), with
  * m = max_k x[o,k,i] (NaN-propagating), for x, y contiguous [outer, n, inner]; all in
  * float. inner == 1 uses mr_softmax_row; otherwise tiles of MR_SOFTMAX_TILE columns of
  * inner are processed together (per-column max and sum in stack arrays, sum in
@@ -949,7 +995,7 @@ void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t 
                 const float *xr = xo + k * inner + i0;
                 float *yr = yo + k * inner + i0;
                 for (i = 0; i < t; ++i) {
-                    const float e = expf(xr[i] - mx[i]);
+                    const float e = mr_softmax_exp(xr[i] - mx[i]);
                     yr[i] = e;
                     sm[i] += e;
                 }
@@ -1092,6 +1138,31 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
     job.per_chunk = mr_conv_direct(O, groups) ? P : MR_MT_COLS;
     job.chunks = (P + job.per_chunk - 1) / job.per_chunk;
     threads->parallel_for(threads->user, mr_conv_task, &job, N * job.chunks);
+}
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n, inner;
+} mr_softmax_job;
+
+/* mr_softmax_task: outer slices [begin, end) of a mr_softmax_job. */
+static void mr_softmax_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_softmax_job *j = (const mr_softmax_job *)ctx;
+    const int64_t slice = j->n * j->inner;
+    mr_softmax_f32(j->x + begin * slice, j->y + begin * slice, end - begin, j->n, j->inner);
+}
+
+void mr_softmax_f32_mt(const mr_threads *threads, const float *x, float *y, int64_t outer, int64_t n, int64_t inner)
+{
+    mr_softmax_job job;
+    job.x = x;
+    job.y = y;
+    job.n = n;
+    job.inner = inner;
+    /* About ten operations per element (max, exp, sum, divide). */
+    mr_run(threads, mr_softmax_task, &job, outer, 10.0 * (double)outer * (double)n * (double)inner);
 }
 
 void mr_run(const mr_threads *threads, mr_task task, void *ctx, int64_t n, double cost)

@@ -171,12 +171,16 @@ void mr_pool2d_f32(const float *x, float *y,
  *   m = max_k x[o,k,i]   (NaN-propagating)
  *   y[o,k,i] = exp(x[o,k,i] - m) / sum_k' exp(x[o,k',i] - m)
  *
- * The max, the exponentials and the sum are all computed in float (expf; the sum uses
+ * The max, the exponentials and the sum are all computed in float (mr_fast_expf from
+ * mithril_ops.h, about 1 ulp; the sum uses
  * several interleaved float partial sums when inner == 1). Any NaN along the axis, or a
  * +Inf, or an axis that is all -Inf makes that whole slice NaN. y may equal x (in place);
  * otherwise they must not overlap.
  */
 void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t inner);
+
+/* mr_softmax_f32 with the outer slices split through `threads` (see mr_run). */
+void mr_softmax_f32_mt(const mr_threads *threads, const float *x, float *y, int64_t outer, int64_t n, int64_t inner);
 
 /*
  * Epilogues: work fused into a product, run on each block of the result as soon as the

@@ -386,7 +386,7 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
     };
     let _ = writeln!(
         s,
-        "struct {name}_ctx {{\n    const unsigned char *w;\n    unsigned char *a;\n    const void *const *inputs;\n    void *const *outputs;\n{dims_field}}};"
+        "struct {name}_ctx {{\n    const unsigned char *w;\n    unsigned char *a;\n    const void *const *inputs;\n    void *const *outputs;\n    const mr_threads *threads;\n{dims_field}}};"
     );
     // Loop kernels as tasks.
     let mut calls: Vec<String> = Vec::new();
@@ -408,6 +408,34 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
                 s.push_str("}\n");
                 let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
+            }
+            Kernel::Gemm { a, b, c, epilogue } if c.shape.len() > 2 => {
+                // Batched: a task over the flattened batch, split across threads when it
+                // pays; a task that gets the whole batch splits each product instead.
+                let has_ep = epilogue_fn(&r, name, k, &step.kernel, &mut s)?;
+                let rank = c.shape.len();
+                let ext = extents(step, "ctx->");
+                let count = product(&ext[..rank - 2]);
+                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
+                let _ = writeln!(s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
+                let mut bufs = vec![a.buf, b.buf, c.buf];
+                bufs.sort();
+                bufs.dedup();
+                declare(&mut s, p, &names, &bufs, "ctx->");
+                s.push_str("    (void)threads;\n");
+                if has_ep {
+                    let _ = writeln!(s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
+                }
+                s.push_str("    for (int64_t bi = begin; bi < end; ++bi) {\n");
+                for d in 0..rank - 2 {
+                    let _ = writeln!(s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
+                }
+                gemm(&r, a, b, c, &ext, epilogue.as_ref(), has_ep.then_some("&ep"), false, &mut s)?;
+                s.push_str("    }\n}\n");
+                let cost = step.kernel.domain().iter().product::<u64>() * 2;
+                let total = product(&extents(step, "ctx.")[..rank - 2]);
+                calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {total}, {cost}.0);"));
             }
             other => {
                 let mut body = String::new();
@@ -439,12 +467,14 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
         let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return -1;\n    }}\n    ctx.dims[{i}] = {param};");
     }
     let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
-    let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    (void)threads;");
+    let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
     // Buffers the runtime calls use directly.
     let mut direct = Vec::new();
     for step in &p.steps {
         match &step.kernel {
-            Kernel::Gemm { a, b, c, .. } => direct.extend([a.buf, b.buf, c.buf]),
+            // (A batched product is a task of its own.)
+            Kernel::Gemm { a, b, c, .. } if c.shape.len() == 2 => direct.extend([a.buf, b.buf, c.buf]),
+            Kernel::Gemm { .. } => {}
             Kernel::Conv { x, w, out, .. } => direct.extend([x.buf, w.buf, out.buf]),
             Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => direct.extend([x.buf, out.buf]),
             Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
@@ -665,7 +695,7 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
-        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, ext, epilogue.as_ref(), ep, s)?,
+        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, ext, epilogue.as_ref(), ep, true, s)?,
         Kernel::Conv { x, w, out, attrs, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (&ext[0], x.shape[1]);
@@ -717,7 +747,7 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s
             require_f32(r, &[x, out], "softmax")?;
             let outer = product(&ext[..*axis]);
             let inner: u64 = x.shape[axis + 1..].iter().product();
-            let _ = writeln!(s, "        mr_softmax_f32({}, {}, {outer}, {}, {inner});", base(r, x), base(r, out), x.shape[*axis]);
+            let _ = writeln!(s, "        mr_softmax_f32_mt(threads, {}, {}, {outer}, {}, {inner});", base(r, x), base(r, out), x.shape[*axis]);
         }
     }
     Ok(())
@@ -733,8 +763,10 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
     Ok(())
 }
 
-/// A batched matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops;
-/// `at` is the address of the `mr_epilogue` that runs `epilogue` for the runtime.
+/// A matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops; `at` is
+/// the address of the `mr_epilogue` that runs `epilogue` for the runtime. With
+/// `batch_loops`, loops over the batch dimensions come first; without, the caller has
+/// set the batch loop variables.
 #[allow(clippy::too_many_arguments)]
 fn gemm(
     r: &Renderer<C>,
@@ -744,11 +776,12 @@ fn gemm(
     ext: &[String],
     epilogue: Option<&crate::lower::Expr>,
     at: Option<&str>,
+    batch_loops: bool,
     s: &mut String,
 ) -> Result<()> {
     let rank = c.shape.len();
     let (m, n, k) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
-    let depth = r.open_loops(s, &ext[..rank - 2], 0, 2);
+    let depth = if batch_loops { r.open_loops(s, &ext[..rank - 2], 0, 2) } else { 2 };
     if at.is_some() && rank > 2 {
         // The epilogue's n is the flattened batch index (for the maximal shape, as the
         // epilogue unflattens it).
@@ -808,6 +841,8 @@ fn gemm(
         }
         let _ = writeln!(s, "{}}}", pad(depth));
     }
-    r.close_loops(s, rank - 2, 2);
+    if batch_loops {
+        r.close_loops(s, rank - 2, 2);
+    }
     Ok(())
 }
