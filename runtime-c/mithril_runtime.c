@@ -174,6 +174,90 @@ static void mr_pack_piece_avx512(float *d, int64_t len, int64_t za, int64_t zb, 
 }
 #endif
 
+#if defined(MR_AVX512) && MR_SGEMM_NR == 32
+/* Segments of one output row a 32-column panel can span, and taps per filter, that the
+ * fast im2col packing handles. */
+#define MR_IM2COL_SEGS 6
+#define MR_IM2COL_TAPS 49
+
+/*
+ * mr_pack_im2col_fast: the im2col block of mr_sgemm_pack_b for stride 1 and dilation 1,
+ * panel by panel. A panel's 32 columns are pieces (segments) of consecutive output
+ * rows; for tap (kh, kw) segment s reads one run of input row oh_s + kh - pt, so every
+ * depth row of the panel is, per segment and half, one masked load at an offset, with
+ * masks and offsets that depend only on the tap: computed once per panel. Returns 0
+ * (packing nothing) outside that case.
+ */
+static int mr_pack_im2col_fast(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t kc, int64_t nc, float *bp)
+{
+    const int64_t NR = 32, taps = src->KH * src->KW, HW = src->H * src->W;
+    int64_t q;
+    if (src->kind != MR_BSRC_IM2COL || src->sh != 1 || src->sw != 1 || src->dh != 1 || src->dw != 1 ||
+        taps > MR_IM2COL_TAPS || (NR + src->OW - 1) / src->OW + 1 > MR_IM2COL_SEGS) {
+        return 0;
+    }
+    for (q = 0; q * NR < nc; ++q) {
+        int64_t off[MR_IM2COL_TAPS][MR_IM2COL_SEGS];
+        unsigned mask[MR_IM2COL_TAPS][MR_IM2COL_SEGS];
+        int64_t seg_start[MR_IM2COL_SEGS], seg_oh[MR_IM2COL_SEGS], seg_ow[MR_IM2COL_SEGS];
+        const int64_t nv = mr_min_i64(NR, nc - q * NR), p0 = src->j0 + jc + q * NR;
+        int64_t nseg = 0, t = 0, tap, r, c;
+        float *dst = bp + q * kc * NR;
+        /* the panel's lanes [0, nv) as runs of output rows */
+        while (t < nv) {
+            const int64_t p = p0 + t;
+            seg_start[nseg] = t;
+            seg_oh[nseg] = p / src->OW;
+            seg_ow[nseg] = p % src->OW;
+            t += mr_min_i64(nv - t, src->OW - seg_ow[nseg]);
+            ++nseg;
+        }
+        for (tap = 0; tap < taps; ++tap) {
+            const int64_t th = tap / src->KW, tw = tap % src->KW;
+            int64_t s;
+            for (s = 0; s < nseg; ++s) {
+                const int64_t end = s + 1 < nseg ? seg_start[s + 1] : nv;
+                const int64_t ih = seg_oh[s] + th - src->pt;
+                /* lane u of the segment reads column seg_ow + u + tw - pl of row ih */
+                const int64_t shift = seg_ow[s] + tw - src->pl;
+                const int64_t lo = mr_min_i64(end - seg_start[s], shift < 0 ? -shift : 0);
+                const int64_t hi = mr_min_i64(end - seg_start[s], src->W - shift);
+                const int row_ok = ih >= 0 && ih < src->H;
+                mask[tap][s] = row_ok && hi > lo ? (unsigned)((((uint64_t)1 << hi) - 1u) & ~(((uint64_t)1 << lo) - 1u))
+                                                       << seg_start[s]
+                                                 : 0u;
+                off[tap][s] = ih * src->W + shift - seg_start[s];
+            }
+        }
+        c = pc / taps;
+        tap = pc % taps;
+        for (r = 0; r < kc; ++r) {
+            const uintptr_t xc = (uintptr_t)(src->p + c * HW);
+            __m512 lo = _mm512_setzero_ps(), hi = lo;
+            int64_t s;
+            for (s = 0; s < nseg; ++s) {
+                const uintptr_t at = xc + 4u * (uintptr_t)off[tap][s];
+                lo = _mm512_mask_loadu_ps(lo, (__mmask16)(mask[tap][s] & 0xffffu), (const void *)at);
+                hi = _mm512_mask_loadu_ps(hi, (__mmask16)(mask[tap][s] >> 16), (const void *)(at + 64u));
+            }
+            _mm512_storeu_ps(dst + r * NR, lo);
+            _mm512_storeu_ps(dst + r * NR + 16, hi);
+            if (++tap == taps) {
+                tap = 0;
+                ++c;
+            }
+        }
+    }
+    return 1;
+}
+#else
+static int mr_pack_im2col_fast(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t kc, int64_t nc, float *bp)
+{
+    (void)src; (void)pc; (void)jc; (void)kc; (void)nc; (void)bp;
+    return 0;
+}
+#endif
+
 /*
  * mr_sgemm_pack_b: copies the kc x nc block of B starting at (row pc, column jc) into bp,
  * laid out as ceil(nc/NR) consecutive micro-panels; micro-panel q holds columns
@@ -228,6 +312,8 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
                 }
             }
         }
+    } else if (mr_pack_im2col_fast(src, pc, jc, kc, nc, bp)) {
+        /* done */
     } else {
         const int64_t padded = npanels * NR;
         const int64_t oh0 = (src->j0 + jc) / src->OW, ow0 = (src->j0 + jc) % src->OW;
