@@ -955,6 +955,12 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
  * Each output row is initialised and then updated tap by tap, (kh, kw) in row-major
  * order, with the inner loop over ow.
  */
+/* The running max of pooling: v wins if larger or NaN (NaN propagates). */
+static float mr_pool_max(float m, float v)
+{
+    return (v > m || v != v) ? v : m;
+}
+
 void mr_pool2d_f32(const float *x, float *y,
                    int64_t N, int64_t C, int64_t H, int64_t W,
                    int64_t KH, int64_t KW, int64_t OH, int64_t OW,
@@ -965,6 +971,25 @@ void mr_pool2d_f32(const float *x, float *y,
     const int64_t planes = N * C;
     const float div = (float)(KH * KW);
     int64_t pl, oh, ow, kh, kw;
+    if (KH == 2 && KW == 2 && stride_h == 2 && stride_w == 2 && pad_top == 0 && pad_left == 0 && dil_h == 1 &&
+        dil_w == 1 && 2 * OH <= H && 2 * OW <= W) {
+        /* The common 2x2, stride-2 window in one pass per output row: the same updates,
+         * in the same (kh, kw) order, as the general loops below. */
+        for (pl = 0; pl < planes * OH; ++pl) {
+            const float *restrict x0 = x + (pl / OH) * H * W + (pl % OH) * 2 * W, *restrict x1 = x0 + W;
+            float *restrict yr = y + pl * OW;
+            if (is_max) {
+                for (ow = 0; ow < OW; ++ow) {
+                    yr[ow] = mr_pool_max(mr_pool_max(mr_pool_max(mr_pool_max(-INFINITY, x0[2 * ow]), x0[2 * ow + 1]),
+                                                     x1[2 * ow]),
+                                         x1[2 * ow + 1]);
+                }
+            } else {
+                for (ow = 0; ow < OW; ++ow) yr[ow] = (((0.0f + x0[2 * ow]) + x0[2 * ow + 1]) + x1[2 * ow] + x1[2 * ow + 1]) / div;
+            }
+        }
+        return;
+    }
     for (pl = 0; pl < planes; ++pl) {
         const float *xp = x + pl * H * W;
         float *yp = y + pl * OH * OW;
@@ -980,12 +1005,16 @@ void mr_pool2d_f32(const float *x, float *y,
                     const float *restrict xr = xp + ih * W;
                     int64_t lo, hi;
                     mr_out_range(OW, stride_w, woff, W, &lo, &hi);
-                    if (is_max) {
-                        for (ow = lo; ow < hi; ++ow) {
-                            const float v = xr[ow * stride_w + woff];
-                            const float m = yr[ow];
-                            yr[ow] = (v > m || v != v) ? v : m;
-                        }
+                    /* Strides 1 and 2 (almost every pooling) with constant strides, which
+                     * the compiler vectorizes; the same updates as the general loop. */
+                    if (is_max && stride_w == 2) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_pool_max(yr[ow], xr[ow * 2 + woff]);
+                    } else if (is_max && stride_w == 1) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_pool_max(yr[ow], xr[ow + woff]);
+                    } else if (is_max) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_pool_max(yr[ow], xr[ow * stride_w + woff]);
+                    } else if (stride_w == 2) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] += xr[ow * 2 + woff];
                     } else {
                         for (ow = lo; ow < hi; ++ow) yr[ow] += xr[ow * stride_w + woff];
                     }
