@@ -1258,6 +1258,35 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
 typedef struct {
     const float *x;
     float *y;
+    int64_t H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw;
+    int is_max;
+} mr_pool_job;
+
+/* mr_pool_task: planes [begin, end) of a mr_pool_job. */
+static void mr_pool_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_pool_job *j = (const mr_pool_job *)ctx;
+    mr_pool2d_f32(j->x + begin * j->H * j->W, j->y + begin * j->OH * j->OW, 1, end - begin, j->H, j->W, j->KH, j->KW,
+                  j->OH, j->OW, j->sh, j->sw, j->pt, j->pl, j->dh, j->dw, j->is_max);
+}
+
+void mr_pool2d_f32_mt(const mr_threads *threads, const float *x, float *y,
+                      int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                      int64_t stride_h, int64_t stride_w,
+                      int64_t pad_top, int64_t pad_left,
+                      int64_t dil_h, int64_t dil_w, int is_max)
+{
+    mr_pool_job job;
+    job.x = x; job.y = y; job.H = H; job.W = W; job.KH = KH; job.KW = KW; job.OH = OH; job.OW = OW;
+    job.sh = stride_h; job.sw = stride_w; job.pt = pad_top; job.pl = pad_left; job.dh = dil_h; job.dw = dil_w;
+    job.is_max = is_max;
+    mr_run(threads, mr_pool_task, &job, N * C, (double)(N * C) * (double)(OH * OW) * (double)(KH * KW));
+}
+
+typedef struct {
+    const float *x;
+    float *y;
     int64_t n, inner;
 } mr_softmax_job;
 

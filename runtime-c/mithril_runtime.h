@@ -162,6 +162,14 @@ void mr_pool2d_f32(const float *x, float *y,
                    int64_t pad_top, int64_t pad_left,
                    int64_t dil_h, int64_t dil_w, int is_max);
 
+/* mr_pool2d_f32 with the N*C planes split through `threads` (see mr_run). */
+void mr_pool2d_f32_mt(const mr_threads *threads, const float *x, float *y,
+                      int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                      int64_t stride_h, int64_t stride_w,
+                      int64_t pad_top, int64_t pad_left,
+                      int64_t dil_h, int64_t dil_w, int is_max);
+
 /*
  * mr_softmax_f32: softmax along one axis, f32.
  *

@@ -662,8 +662,19 @@ fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut S
         }
     }
     let _ = writeln!(s, "    for (int64_t i{row} = r0; i{row} < r1; ++i{row}) {{");
-    let depth = match (conv, rank) {
-        (true, 4) => {
+    // A 2-d convolution's output positions are [c0, c1) flattened: one loop over them
+    // when every load can be indexed by the flat position (i3), else rows of them.
+    let flat = match (conv, rank) {
+        (true, 4) => flatten_spatial(&crate::lower::Expr::Load { view: out.clone(), vars: (0..4).collect() }, out.shape[3])
+            .zip(flatten_spatial(expr, out.shape[3])),
+        _ => None,
+    };
+    let depth = match (conv, rank, &flat) {
+        (true, 4, Some(_)) => {
+            let _ = writeln!(s, "        for (int64_t i3 = c0; i3 < c1; ++i3) {{");
+            3
+        }
+        (true, 4, None) => {
             // Flattened positions [c0, c1) as rows of the output image.
             let ow = out.shape[3];
             let _ = writeln!(s, "        for (int64_t i2 = c0 / {ow}; i2 * {ow} < c1; ++i2) {{");
@@ -679,12 +690,41 @@ fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut S
         }
     };
     let t = r.p.buffers[out.buf.0].dtype;
-    let value = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), t));
-    let vars: Vec<usize> = (0..rank).collect();
-    let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
+    let (target, expr) = match flat {
+        Some((target, e)) => (target, e),
+        None => (crate::lower::Expr::Load { view: out.clone(), vars: (0..rank).collect() }, expr.clone()),
+    };
+    let value = r.expr(&crate::lower::Expr::Cast(Box::new(expr), t));
+    let _ = writeln!(s, "{}{} = {value};", pad(depth), r.expr(&target));
     r.close_loops(s, depth - 1, 1);
     s.push_str("}\n");
     Ok(true)
+}
+
+/// The expression with loop variable 3 running over flattened positions `i2 * ow + i3`
+/// of the last two dimensions (and 2 unused), when every load reads them that way: its
+/// strides for the two are `(ow * s, s)` (or both 0) and nothing else uses i2 or i3.
+fn flatten_spatial(e: &crate::lower::Expr, ow: u64) -> Option<crate::lower::Expr> {
+    use crate::lower::Expr;
+    let mut ok = true;
+    let mut out = e.clone();
+    out.walk_mut(&mut |e| match e {
+        Expr::Index(2 | 3) => ok = false,
+        Expr::Load { view, vars } | Expr::Gather { view, vars, .. } => {
+            let at = |v: usize| vars.iter().position(|&x| x == v);
+            match (at(2), at(3)) {
+                (None, None) => {}
+                (Some(d2), Some(d3)) if view.strides[d2] == view.strides[d3] * ow as i64 => {
+                    view.strides[d2] = 0;
+                    vars[d2] = usize::MAX;
+                    view.shape[d3] *= view.shape[d2];
+                }
+                _ => ok = false,
+            }
+        }
+        _ => {}
+    });
+    ok.then_some(out)
 }
 
 /// A kernel that calls the runtime, inline in the forward function; `ext` are the
@@ -731,7 +771,7 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s
             let (pt, pl) = if two { (attrs.padding[0].0, attrs.padding[1].0) } else { (0, attrs.padding[0].0) };
             let _ = writeln!(
                 s,
-                "        mr_pool2d_f32({}, {}, 1, {lead}, {h}, {wd}, {}, {}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
+                "        mr_pool2d_f32_mt(threads, {}, {}, 1, {lead}, {h}, {wd}, {}, {}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
                 base(r, x),
                 base(r, out),
                 pick(&attrs.kernel, 0),
