@@ -955,10 +955,39 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
  * Each output row is initialised and then updated tap by tap, (kh, kw) in row-major
  * order, with the inner loop over ow.
  */
+#ifdef MR_AVX512
+/* mr_pool_max on 16 lanes. */
+static __m512 mr_pool_max16(__m512 m, __m512 v)
+{
+    const __mmask16 wins = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(wins, m, v);
+}
+
+/* One output row (OW <= 16) of a 2x2, stride-2 max pool over input rows x0 and x1: the
+ * even and odd taps of each row gathered into lanes with permutes, then the same
+ * updates in the same order as the scalar loop. */
+static void mr_max_pool_2x2_row_avx512(const float *x0, const float *x1, float *y, int64_t OW)
+{
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const int64_t n = 2 * OW;
+    const __mmask16 lo = (__mmask16)(n >= 16 ? 0xffffu : ((1u << n) - 1u));
+    const __mmask16 hi = (__mmask16)(n <= 16 ? 0u : ((1u << (n - 16)) - 1u));
+    const __m512 a0 = _mm512_maskz_loadu_ps(lo, x0), a1 = _mm512_maskz_loadu_ps(hi, x0 + 16);
+    const __m512 b0 = _mm512_maskz_loadu_ps(lo, x1), b1 = _mm512_maskz_loadu_ps(hi, x1 + 16);
+    __m512 m = _mm512_permutex2var_ps(a0, even, a1);
+    m = mr_pool_max16(m, _mm512_permutex2var_ps(a0, odd, a1));
+    m = mr_pool_max16(m, _mm512_permutex2var_ps(b0, even, b1));
+    m = mr_pool_max16(m, _mm512_permutex2var_ps(b0, odd, b1));
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << OW) - 1u), m);
+}
+#endif
+
 /* The running max of pooling: v wins if larger or NaN (NaN propagates). */
 static float mr_pool_max(float m, float v)
 {
-    return (v > m || v != v) ? v : m;
+    /* `|`, not `||`: no branch, so loops of it vectorize. */
+    return ((v > m) | (v != v)) ? v : m;
 }
 
 void mr_pool2d_f32(const float *x, float *y,
@@ -978,11 +1007,16 @@ void mr_pool2d_f32(const float *x, float *y,
         for (pl = 0; pl < planes * OH; ++pl) {
             const float *restrict x0 = x + (pl / OH) * H * W + (pl % OH) * 2 * W, *restrict x1 = x0 + W;
             float *restrict yr = y + pl * OW;
+#ifdef MR_AVX512
+            if (is_max && OW <= 16) {
+                mr_max_pool_2x2_row_avx512(x0, x1, yr, OW);
+                continue;
+            }
+#endif
             if (is_max) {
                 for (ow = 0; ow < OW; ++ow) {
-                    yr[ow] = mr_pool_max(mr_pool_max(mr_pool_max(mr_pool_max(-INFINITY, x0[2 * ow]), x0[2 * ow + 1]),
-                                                     x1[2 * ow]),
-                                         x1[2 * ow + 1]);
+                    /* the running max starts at -inf, which the first tap always replaces */
+                    yr[ow] = mr_pool_max(mr_pool_max(mr_pool_max(x0[2 * ow], x0[2 * ow + 1]), x1[2 * ow]), x1[2 * ow + 1]);
                 }
             } else {
                 for (ow = 0; ow < OW; ++ow) yr[ow] = (((0.0f + x0[2 * ow]) + x0[2 * ow + 1]) + x1[2 * ow] + x1[2 * ow + 1]) / div;
