@@ -399,10 +399,12 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
 }
 
 /*
- * mr_sgemm_micro: the register micro-kernel. For i < MR, j < NR:
- *   out[i*NR + j] = sum_{r<kc} a[i*ars + r*acs] * b[r*NR + j], summed in increasing r,
- * where b is a packed B micro-panel (kc rows of NR floats) and a is either a packed A
- * sliver (ars = 1, acs = MR) or A itself when it has a unit stride (no copy needed).
+ * mr_sgemm_micro: the register micro-kernel. For i < MR, j < NR, with
+ *   s = sum_{r<kc} a[i*ars + r*acs] * b[r*bs + j], summed in increasing r:
+ *   out[i*out_rs + j] = s, or out[i*out_rs + j] + s when `add`,
+ * where b is a B micro-panel (kc rows of NR floats bs apart: packed, or a weight's
+ * panel in place) and a is either a packed A sliver (ars = 1, acs = MR) or A itself when
+ * it has a unit stride (no copy needed). out is the MR x NR tile or C itself.
  * Each row of the tile is a separate accumulator array and every j loop has the
  * compile-time bound NR, so the compiler vectorizes along j and keeps the MR x NR tile in
  * registers; a[...] becomes one broadcast per row and step.
@@ -412,7 +414,7 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
  * the same order (fused multiply-adds) as the portable kernel below. */
 #define MR_MICRO_AVX512 1
 static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                                  const float *restrict b, int64_t bs, float *restrict out)
+                                  const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
 {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
@@ -422,9 +424,13 @@ static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t a
     x = _mm512_set1_ps(a[(i) * ars]);                   \
     c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);          \
     c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1)
-#define MR_ROW_STORE(i)                                 \
-    _mm512_storeu_ps(out + (i) * 32, c##i##0);          \
-    _mm512_storeu_ps(out + (i) * 32 + 16, c##i##1)
+#define MR_ROW_STORE(i)                                                                              \
+    if (add) {                                                                                       \
+        c##i##0 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs), c##i##0);                      \
+        c##i##1 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs + 16), c##i##1);                 \
+    }                                                                                                \
+    _mm512_storeu_ps(out + (i) * out_rs, c##i##0);                                                   \
+    _mm512_storeu_ps(out + (i) * out_rs + 16, c##i##1)
     for (r = 0; r < kc; ++r) {
         const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         __m512 x;
@@ -441,10 +447,10 @@ static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t a
 #endif
 
 static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                           const float *restrict b, int64_t bs, float *restrict out)
+                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
 {
 #ifdef MR_MICRO_AVX512
-    mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out);
+    mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out, out_rs, add);
     return;
 #endif
     float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
@@ -497,17 +503,17 @@ static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int
         b += bs;
     }
     for (j = 0; j < MR_SGEMM_NR; ++j) {
-        out[j] = c0[j];
-        out[MR_SGEMM_NR + j] = c1[j];
-        out[2 * MR_SGEMM_NR + j] = c2[j];
-        out[3 * MR_SGEMM_NR + j] = c3[j];
+        out[j] = add ? out[j] + c0[j] : c0[j];
+        out[out_rs + j] = add ? out[out_rs + j] + c1[j] : c1[j];
+        out[2 * out_rs + j] = add ? out[2 * out_rs + j] + c2[j] : c2[j];
+        out[3 * out_rs + j] = add ? out[3 * out_rs + j] + c3[j] : c3[j];
 #if MR_SGEMM_MR > 4
-        out[4 * MR_SGEMM_NR + j] = c4[j];
-        out[5 * MR_SGEMM_NR + j] = c5[j];
+        out[4 * out_rs + j] = add ? out[4 * out_rs + j] + c4[j] : c4[j];
+        out[5 * out_rs + j] = add ? out[5 * out_rs + j] + c5[j] : c5[j];
 #endif
 #if MR_SGEMM_MR > 6
-        out[6 * MR_SGEMM_NR + j] = c6[j];
-        out[7 * MR_SGEMM_NR + j] = c7[j];
+        out[6 * out_rs + j] = add ? out[6 * out_rs + j] + c6[j] : c6[j];
+        out[7 * out_rs + j] = add ? out[7 * out_rs + j] + c7[j] : c7[j];
 #endif
     }
 }
@@ -599,14 +605,17 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
                     const int64_t nr = mr_min_i64(MR_SGEMM_NR, nc - jr);
                     /* B's micro-panel: packed, or in place in B's panels (which are
                      * zero-padded to whole panels, so a partial one reads zeros) */
-                    if (in_place) {
-                        mr_sgemm_micro(kc, pa, ars, acs, mr_panel_at(src, pc, jc + jr), MR_PANEL, tile);
+                    const float *pb = in_place ? mr_panel_at(src, pc, jc + jr) : bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR;
+                    const int64_t bs = in_place ? MR_PANEL : MR_SGEMM_NR;
+                    float *cij = C + ic * c_rs + (jc + jr) * c_cs;
+                    if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {
+                        /* a whole tile of a row-major C: written (or added to) directly, the
+                         * same values as through the tile and mr_sgemm_store */
+                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite);
                     } else {
-                        mr_sgemm_micro(kc, pa, ars, acs, bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR,
-                                       MR_SGEMM_NR, tile);
+                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0);
+                        mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
                     }
-                    mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite,
-                                   C + ic * c_rs + (jc + jr) * c_cs, c_rs, c_cs);
                 }
             }
         }
