@@ -965,8 +965,8 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
  * order, with the inner loop over ow.
  */
 #ifdef MR_AVX512
-/* mr_pool_max on 16 lanes. */
-static __m512 mr_pool_max16(__m512 m, __m512 v)
+/* mr_max_nan on 16 lanes. */
+static __m512 mr_max_nan16(__m512 m, __m512 v)
 {
     const __mmask16 wins = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     return _mm512_mask_blend_ps(wins, m, v);
@@ -985,15 +985,15 @@ static void mr_max_pool_2x2_row_avx512(const float *x0, const float *x1, float *
     const __m512 a0 = _mm512_maskz_loadu_ps(lo, x0), a1 = _mm512_maskz_loadu_ps(hi, x0 + 16);
     const __m512 b0 = _mm512_maskz_loadu_ps(lo, x1), b1 = _mm512_maskz_loadu_ps(hi, x1 + 16);
     __m512 m = _mm512_permutex2var_ps(a0, even, a1);
-    m = mr_pool_max16(m, _mm512_permutex2var_ps(a0, odd, a1));
-    m = mr_pool_max16(m, _mm512_permutex2var_ps(b0, even, b1));
-    m = mr_pool_max16(m, _mm512_permutex2var_ps(b0, odd, b1));
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(a0, odd, a1));
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(b0, even, b1));
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(b0, odd, b1));
     _mm512_mask_storeu_ps(y, (__mmask16)((1u << OW) - 1u), m);
 }
 #endif
 
-/* The running max of pooling: v wins if larger or NaN (NaN propagates). */
-static float mr_pool_max(float m, float v)
+/* A running max: v wins if larger or NaN (NaN propagates, as numpy's max). */
+static float mr_max_nan(float m, float v)
 {
     /* `|`, not `||`: no branch, so loops of it vectorize. */
     return ((v > m) | (v != v)) ? v : m;
@@ -1025,7 +1025,7 @@ void mr_pool2d_f32(const float *x, float *y,
             if (is_max) {
                 for (ow = 0; ow < OW; ++ow) {
                     /* the running max starts at -inf, which the first tap always replaces */
-                    yr[ow] = mr_pool_max(mr_pool_max(mr_pool_max(x0[2 * ow], x0[2 * ow + 1]), x1[2 * ow]), x1[2 * ow + 1]);
+                    yr[ow] = mr_max_nan(mr_max_nan(mr_max_nan(x0[2 * ow], x0[2 * ow + 1]), x1[2 * ow]), x1[2 * ow + 1]);
                 }
             } else {
                 for (ow = 0; ow < OW; ++ow) yr[ow] = (((0.0f + x0[2 * ow]) + x0[2 * ow + 1]) + x1[2 * ow] + x1[2 * ow + 1]) / div;
@@ -1051,11 +1051,11 @@ void mr_pool2d_f32(const float *x, float *y,
                     /* Strides 1 and 2 (almost every pooling) with constant strides, which
                      * the compiler vectorizes; the same updates as the general loop. */
                     if (is_max && stride_w == 2) {
-                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_pool_max(yr[ow], xr[ow * 2 + woff]);
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_max_nan(yr[ow], xr[ow * 2 + woff]);
                     } else if (is_max && stride_w == 1) {
-                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_pool_max(yr[ow], xr[ow + woff]);
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_max_nan(yr[ow], xr[ow + woff]);
                     } else if (is_max) {
-                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_pool_max(yr[ow], xr[ow * stride_w + woff]);
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_max_nan(yr[ow], xr[ow * stride_w + woff]);
                     } else if (stride_w == 2) {
                         for (ow = lo; ow < hi; ++ow) yr[ow] += xr[ow * 2 + woff];
                     } else {
@@ -1088,14 +1088,18 @@ static float mr_softmax_exp(float d)
  */
 static void mr_softmax_row(const float *x, float *y, int64_t n)
 {
-    float m = -INFINITY, s;
+    float m, s;
     float lanes[MR_SOFTMAX_LANES];
     int64_t k;
     int l;
-    for (k = 0; k < n; ++k) {
-        const float v = x[k];
-        m = (v > m || v != v) ? v : m;
+    /* The max in lanes too (exact: any NaN gives NaN, else the largest value). */
+    for (l = 0; l < MR_SOFTMAX_LANES; ++l) lanes[l] = -INFINITY;
+    for (k = 0; k + MR_SOFTMAX_LANES <= n; k += MR_SOFTMAX_LANES) {
+        for (l = 0; l < MR_SOFTMAX_LANES; ++l) lanes[l] = mr_max_nan(lanes[l], x[k + l]);
     }
+    for (l = 0; k < n; ++k, ++l) lanes[l] = mr_max_nan(lanes[l], x[k]);
+    m = lanes[0];
+    for (l = 1; l < MR_SOFTMAX_LANES; ++l) m = mr_max_nan(m, lanes[l]);
     for (l = 0; l < MR_SOFTMAX_LANES; ++l) lanes[l] = 0.0f;
     for (k = 0; k + MR_SOFTMAX_LANES <= n; k += MR_SOFTMAX_LANES) {
         for (l = 0; l < MR_SOFTMAX_LANES; ++l) {
