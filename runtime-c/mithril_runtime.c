@@ -201,7 +201,7 @@ static int mr_pack_im2col_fast(const mr_bsrc *src, int64_t pc, int64_t jc, int64
         unsigned mask[MR_IM2COL_TAPS][MR_IM2COL_SEGS];
         int64_t seg_start[MR_IM2COL_SEGS], seg_oh[MR_IM2COL_SEGS], seg_ow[MR_IM2COL_SEGS];
         const int64_t nv = mr_min_i64(NR, nc - q * NR), p0 = src->j0 + jc + q * NR;
-        int64_t nseg = 0, t = 0, tap, r, c;
+        int64_t nseg = 0, t = 0, tap, r, c, th, tw;
         float *dst = bp + q * kc * NR;
         /* the panel's lanes [0, nv) as runs of output rows */
         while (t < nv) {
@@ -212,8 +212,7 @@ static int mr_pack_im2col_fast(const mr_bsrc *src, int64_t pc, int64_t jc, int64
             t += mr_min_i64(nv - t, src->OW - seg_ow[nseg]);
             ++nseg;
         }
-        for (tap = 0; tap < taps; ++tap) {
-            const int64_t th = tap / src->KW, tw = tap % src->KW;
+        for (tap = 0, th = 0, tw = 0; tap < taps; ++tap) {
             int64_t s;
             for (s = 0; s < nseg; ++s) {
                 const int64_t end = s + 1 < nseg ? seg_start[s + 1] : nv;
@@ -227,6 +226,11 @@ static int mr_pack_im2col_fast(const mr_bsrc *src, int64_t pc, int64_t jc, int64
                                                        << seg_start[s]
                                                  : 0u;
                 off[tap][s] = ih * src->W + shift - seg_start[s];
+            }
+            /* (th, tw) = (tap / KW, tap % KW), stepped instead of divided out */
+            if (++tw == src->KW) {
+                tw = 0;
+                ++th;
             }
         }
         c = pc / taps;
