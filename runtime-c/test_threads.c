@@ -97,6 +97,13 @@ int main(void) {
             mr_sgemm_panels(M, N, K, 1.0f, A, K, 1, Bp, 0.0f, C1, N, 1);
             mr_sgemm_panels_mt(&threads, M, N, K, 1.0f, A, K, 1, Bp, 0.0f, C2, N, 1, NULL);
             same("mr_sgemm_panels_mt", C1, C2, (size_t)(M * N));
+            apply_bias_relu(C1, 1, M, N, bias);
+            for (t = 0; t < 2; ++t) {
+                memset(visits, 0, sizeof(int) * (size_t)(M * N));
+                mr_sgemm_panels_mt(t ? &threads : NULL, M, N, K, 1.0f, A, K, 1, Bp, 0.0f, C2, N, 1, &ep);
+                same("mr_sgemm_panels_mt with an epilogue", C1, C2, (size_t)(M * N));
+                once_each("mr_sgemm_panels_mt's epilogue", visits, (size_t)(M * N));
+            }
             free(Bp);
         }
         mr_sgemm(M, N, K, 1.0f, A, K, 1, B, N, 1, 0.0f, C1, N, 1);
