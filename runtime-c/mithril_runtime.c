@@ -779,60 +779,6 @@ static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, c
     }
 }
 
-#ifndef MR_SGEMM_MC
-#define MR_SGEMM_MC 128
-#endif
-
-/*
- * mr_sgemm_panels_driver: the product for B in panels read in place, with A read in
- * place too (a unit stride). Loop nest: K in blocks of KC, M in blocks of MC rows (whose
- * KC-wide slab of A stays in L2), every B micro-panel, then the MR-row slivers of the
- * block: each B panel streams once per MC rows and A comes from memory once per KC
- * block, where the packing driver's order re-reads all of A for every NC columns (which
- * costs when M is large). A last partial sliver is packed. The epilogue runs on each MC
- * x NR block in the last KC block, once final.
- */
-static void mr_sgemm_panels_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                                   int64_t a_rs, int64_t a_cs, const mr_bsrc *src, float beta,
-                                   float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
-{
-    float ap[MR_SGEMM_MR * MR_SGEMM_KC];
-    float tile[MR_SGEMM_MR * MR_SGEMM_NR];
-    int64_t pc, ic0, jr, ic;
-    for (pc = 0; pc < K; pc += MR_SGEMM_KC) {
-        const int64_t kc = mr_min_i64(MR_SGEMM_KC, K - pc);
-        const int first = pc == 0, last = pc + kc >= K;
-        const float bet = first ? beta : 1.0f;
-        const int overwrite = first && beta == 0.0f;
-        for (ic0 = 0; ic0 < M; ic0 += MR_SGEMM_MC) {
-            const int64_t mc = mr_min_i64(MR_SGEMM_MC, M - ic0);
-            for (jr = 0; jr < N; jr += MR_SGEMM_NR) {
-                const int64_t nr = mr_min_i64(MR_SGEMM_NR, N - jr);
-                const float *pb = mr_panel_at(src, pc, jr);
-                for (ic = ic0; ic < ic0 + mc; ic += MR_SGEMM_MR) {
-                    const int64_t mr = mr_min_i64(MR_SGEMM_MR, ic0 + mc - ic);
-                    const float *pa = A + ic * a_rs + pc * a_cs;
-                    int64_t ars = a_rs, acs = a_cs;
-                    float *cij = C + ic * c_rs + jr * c_cs;
-                    if (mr < MR_SGEMM_MR) {
-                        mr_sgemm_pack_a(A, a_rs, a_cs, ic, pc, mr, kc, ap);
-                        pa = ap;
-                        ars = 1;
-                        acs = MR_SGEMM_MR;
-                    }
-                    if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {
-                        mr_sgemm_micro(kc, pa, ars, acs, pb, MR_PANEL, cij, c_rs, !overwrite);
-                    } else {
-                        mr_sgemm_micro(kc, pa, ars, acs, pb, MR_PANEL, tile, MR_SGEMM_NR, 0);
-                        mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
-                    }
-                }
-                if (last) mr_epi_call(at, ic0, ic0 + mc, jr, jr + nr);
-            }
-        }
-    }
-}
-
 /* mr_sgemm_panels with an epilogue at `at`; B's column j is column j0 + j of the panels. */
 static void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
                                int64_t a_cs, const float *Bp, int64_t j0, float beta, float *C, int64_t c_rs,
@@ -852,10 +798,6 @@ static void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, con
     if (M <= MR_SGEMV_MAX_M && j0 % MR_PANEL == 0) {
         mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
         mr_epi_call(at, 0, M, 0, N);
-        return;
-    }
-    if (mr_panels_in_place(&src) && (a_cs == 1 || a_rs == 1)) {
-        mr_sgemm_panels_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
         return;
     }
     mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);

@@ -36,7 +36,6 @@
  *                                                dimension the compiler vectorizes)
  *    MR_SGEMM_KC [256]  depth of a packed block
  *    MR_SGEMM_NC [64]   width of a packed block; a multiple of MR_SGEMM_NR
- *    MR_SGEMM_MC [128]  rows per block when B is in panels (mr_sgemm_panels)
  *    MR_CONV_DIRECT_OG [4]  convolutions with fewer output channels per group than this
  *                           use direct loops instead of the implicit GEMM
  *    MR_MT_MIN_MACS [262144.0]  mr_sgemm_mt splits products of at least this many
