@@ -34,7 +34,10 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             cases.append((name, batch, info, out))
     ours, ort = {}, {}
-    keep = lambda table, key, us: table.__setitem__(key, min(us, table.get(key, us)))
+
+    def keep(table, key, us):
+        table[key] = min(us, table.get(key, us))
+
     for _ in range(rounds):
         for name, batch, info, out in cases:
             runs = repeat if info["flops"] < 5e9 else str(max(5, int(repeat) // 10))

@@ -450,13 +450,16 @@ static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t a
 }
 #endif
 
+#ifdef MR_MICRO_AVX512
 static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                            const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
 {
-#ifdef MR_MICRO_AVX512
     mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out, out_rs, add);
-    return;
-#endif
+}
+#else
+static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
+{
     float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
 #if MR_SGEMM_MR > 4
     float c4[MR_SGEMM_NR], c5[MR_SGEMM_NR];
@@ -521,6 +524,7 @@ static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int
 #endif
     }
 }
+#endif
 
 /*
  * mr_sgemm_store: writes the top-left mr x nr part of the MR x NR tile t into C:

@@ -132,22 +132,23 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
-#[test]
-fn every_model_with_gcc() {
-    if !have("gcc") {
-        println!("skipped: gcc is not installed (apt-get install gcc)");
+/// Every model built by `cc` at -O2, when it is installed.
+fn every_model_with(cc: &str) {
+    if !have(cc) {
+        println!("skipped: {cc} is not installed (apt-get install {cc})");
         return;
     }
-    check_all(&BuildConfig { cc: "gcc".into(), cflags: "-O2".into() }, |_| true);
+    check_all(&BuildConfig { cc: cc.into(), cflags: "-O2".into() }, |_| true);
+}
+
+#[test]
+fn every_model_with_gcc() {
+    every_model_with("gcc");
 }
 
 #[test]
 fn every_model_with_clang() {
-    if !have("clang") {
-        println!("skipped: clang is not installed (apt-get install clang)");
-        return;
-    }
-    check_all(&BuildConfig { cc: "clang".into(), cflags: "-O2".into() }, |_| true);
+    every_model_with("clang");
 }
 
 #[test]

@@ -1144,6 +1144,15 @@ pub fn kernel_exprs(k: &Kernel) -> Vec<&Expr> {
 
 /// Buffers a kernel reads (an epilogue's read of the kernel's own output included).
 pub fn kernel_reads(k: &Kernel) -> Vec<BufId> {
+    let mut out = kernel_read_uses(k);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Each read a kernel makes, with repeats: a runtime call's operands, then every load
+/// of its expressions.
+pub fn kernel_read_uses(k: &Kernel) -> Vec<BufId> {
     let mut out = Vec::new();
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
@@ -1154,8 +1163,6 @@ pub fn kernel_reads(k: &Kernel) -> Vec<BufId> {
     for e in kernel_exprs(k) {
         expr_bufs(e, &mut out);
     }
-    out.sort();
-    out.dedup();
     out
 }
 

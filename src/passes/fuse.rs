@@ -72,17 +72,7 @@ fn merge_identical(p: &mut Program) {
 fn read_counts(p: &Program) -> Vec<usize> {
     let mut n = vec![0usize; p.buffers.len()];
     for step in &p.steps {
-        let mut bufs = Vec::new();
-        match &step.kernel {
-            Kernel::Gemm { a, b, .. } => bufs.extend([a.buf, b.buf]),
-            Kernel::Conv { x, w, .. } => bufs.extend([x.buf, w.buf]),
-            Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => bufs.push(x.buf),
-            _ => {}
-        }
-        for e in kernel_exprs(&step.kernel) {
-            expr_bufs(e, &mut bufs);
-        }
-        for b in bufs {
+        for b in kernel_read_uses(&step.kernel) {
             n[b.0] += 1;
         }
     }

@@ -80,29 +80,22 @@ fn is_splat(g: &Graph, v: ValueId, x: f64) -> bool {
 /// An existing value equal to `n`, by a named rule.
 fn identity(g: &Graph, n: &Node) -> Option<ValueId> {
     let same_type = |v: ValueId| *g.ty(v) == n.ty;
+    // The operand of a commutative op whose other operand is the op's unit.
+    let beside_unit = |unit: f64| {
+        let (a, b) = (n.args[0], n.args[1]);
+        if is_splat(g, b, unit) && same_type(a) {
+            Some(a)
+        } else if is_splat(g, a, unit) && same_type(b) {
+            Some(b)
+        } else {
+            None
+        }
+    };
     match &n.op {
         // x * 1 == x, 1 * x == x
-        Op::Binary(BinaryOp::Mul) => {
-            let (a, b) = (n.args[0], n.args[1]);
-            if is_splat(g, b, 1.0) && same_type(a) {
-                Some(a)
-            } else if is_splat(g, a, 1.0) && same_type(b) {
-                Some(b)
-            } else {
-                None
-            }
-        }
+        Op::Binary(BinaryOp::Mul) => beside_unit(1.0),
         // x + 0 == x, 0 + x == x
-        Op::Binary(BinaryOp::Add) => {
-            let (a, b) = (n.args[0], n.args[1]);
-            if is_splat(g, b, 0.0) && same_type(a) {
-                Some(a)
-            } else if is_splat(g, a, 0.0) && same_type(b) {
-                Some(b)
-            } else {
-                None
-            }
-        }
+        Op::Binary(BinaryOp::Add) => beside_unit(0.0),
         // x - 0 == x, x / 1 == x
         Op::Binary(BinaryOp::Sub) if is_splat(g, n.args[1], 0.0) && same_type(n.args[0]) => Some(n.args[0]),
         Op::Binary(BinaryOp::Div) if is_splat(g, n.args[1], 1.0) && same_type(n.args[0]) => Some(n.args[0]),

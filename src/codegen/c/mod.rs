@@ -739,47 +739,30 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s
         Kernel::Conv { x, w, out, attrs, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (&ext[0], x.shape[1]);
-            let spatial = |v: &View| -> (u64, u64) { if v.shape.len() == 4 { (v.shape[2], v.shape[3]) } else { (1, v.shape[2]) } };
-            let ((h, wd), (kh, kw), (oh, ow)) = (spatial(x), spatial(w), spatial(out));
-            let two = attrs.stride.len() == 2;
-            let pick = |v: &[u64], i: usize| if two { v[i] } else if i == 0 { 1 } else { v[0] };
-            let (pt, pl) = if two { (attrs.padding[0].0, attrs.padding[1].0) } else { (0, attrs.padding[0].0) };
+            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
+            let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
             let _ = writeln!(
                 s,
-                "        mr_conv2d_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {}, {ep_arg});",
+                "        mr_conv2d_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {ep_arg});",
                 base(r, x),
                 base(r, w),
                 base(r, out),
                 w.shape[0],
-                pick(&attrs.stride, 0),
-                pick(&attrs.stride, 1),
-                pick(&attrs.dilation, 0),
-                pick(&attrs.dilation, 1),
+                win.args(),
                 attrs.groups
             );
         }
         Kernel::Pool { x, out, attrs } => {
             require_f32(r, &[x, out], "pooling")?;
-            let two = attrs.kernel.len() == 2;
             let lead = product(&ext[..x.shape.len() - attrs.kernel.len()]);
-            let spatial = |v: &View| -> (u64, u64) {
-                let n = v.shape.len();
-                if two { (v.shape[n - 2], v.shape[n - 1]) } else { (1, v.shape[n - 1]) }
-            };
-            let ((h, wd), (oh, ow)) = (spatial(x), spatial(out));
-            let pick = |v: &[u64], i: usize| if two { v[i] } else if i == 0 { 1 } else { v[0] };
-            let (pt, pl) = if two { (attrs.padding[0].0, attrs.padding[1].0) } else { (0, attrs.padding[0].0) };
+            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
+            let ((h, wd), (oh, ow), (kh, kw)) = (win.spatial(x), win.spatial(out), win.pair(&attrs.kernel, 1));
             let _ = writeln!(
                 s,
-                "        mr_pool2d_f32_mt(threads, {}, {}, 1, {lead}, {h}, {wd}, {}, {}, {oh}, {ow}, {}, {}, {pt}, {pl}, {}, {}, {});",
+                "        mr_pool2d_f32_mt(threads, {}, {}, 1, {lead}, {h}, {wd}, {kh}, {kw}, {oh}, {ow}, {}, {});",
                 base(r, x),
                 base(r, out),
-                pick(&attrs.kernel, 0),
-                pick(&attrs.kernel, 1),
-                pick(&attrs.stride, 0),
-                pick(&attrs.stride, 1),
-                pick(&attrs.dilation, 0),
-                pick(&attrs.dilation, 1),
+                win.args(),
                 i32::from(attrs.kind == PoolKind::Max)
             );
         }
@@ -791,6 +774,46 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s
         }
     }
     Ok(())
+}
+
+/// A 1-d or 2-d window (convolution, pooling) in the runtime's 2-d terms: a 1-d window
+/// is one of height 1.
+struct Window2d {
+    two: bool,
+    stride: (u64, u64),
+    /// Top and left padding (the bottom and right follow from the output size).
+    pad: (u64, u64),
+    dilation: (u64, u64),
+}
+
+impl Window2d {
+    fn new(stride: &[u64], padding: &[(u64, u64)], dilation: &[u64]) -> Window2d {
+        let two = stride.len() == 2;
+        let w = Window2d { two, stride: (0, 0), pad: (0, 0), dilation: (0, 0) };
+        let before: Vec<u64> = padding.iter().map(|p| p.0).collect();
+        Window2d { stride: w.pair(stride, 1), pad: w.pair(&before, 0), dilation: w.pair(dilation, 1), ..w }
+    }
+
+    /// (height, width) of a per-dimension parameter; a 1-d window's height is `one`.
+    fn pair(&self, v: &[u64], one: u64) -> (u64, u64) {
+        if self.two {
+            (v[0], v[1])
+        } else {
+            (one, v[0])
+        }
+    }
+
+    /// The runtime's `stride_h, stride_w, pad_top, pad_left, dil_h, dil_w` arguments.
+    fn args(&self) -> String {
+        let (s, p, d) = (self.stride, self.pad, self.dilation);
+        format!("{}, {}, {}, {}, {}, {}", s.0, s.1, p.0, p.1, d.0, d.1)
+    }
+
+    /// (height, width) of a view's trailing spatial dimensions.
+    fn spatial(&self, v: &View) -> (u64, u64) {
+        let n = v.shape.len();
+        self.pair(&v.shape[n - 1 - usize::from(self.two)..], 1)
+    }
 }
 
 fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
