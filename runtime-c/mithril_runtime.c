@@ -417,6 +417,9 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
 /* The 8 x 32 tile in 16 zmm accumulators, written out with intrinsics: the same sums in
  * the same order (fused multiply-adds) as the portable kernel below. */
 #define MR_MICRO_AVX512 1
+#ifndef MR_B_AHEAD
+#define MR_B_AHEAD 16
+#endif
 static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                   const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
 {
@@ -435,18 +438,31 @@ static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t a
     }                                                                                                \
     _mm512_storeu_ps(out + (i) * out_rs, c##i##0);                                                   \
     _mm512_storeu_ps(out + (i) * out_rs + 16, c##i##1)
-    for (r = 0; r < kc; ++r) {
-        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        __m512 x;
-        MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);
-        MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);
-        a += acs;
-        b += bs;
+/* One step of k: B's row (both halves) against the tile's eight A elements. */
+#define MR_K_STEP                                                           \
+    {                                                                       \
+        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16); \
+        __m512 x;                                                           \
+        MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);         \
+        MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);         \
+        a += acs;                                                           \
+        b += bs;                                                            \
     }
+    /* B streams from L2 (its micro-panel is re-read once per row tile); the hardware
+     * prefetcher alone leaves the FMAs waiting on it, so fetch MR_B_AHEAD rows ahead
+     * (gpt_block b1: 16.0 -> 15.1 ms). The last rows run without, so no prefetch
+     * address lies past the panel. */
+    for (r = 0; r + MR_B_AHEAD < kc; ++r) {
+        _mm_prefetch((const char *)(b + MR_B_AHEAD * bs), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + MR_B_AHEAD * bs + 16), _MM_HINT_T0);
+        MR_K_STEP
+    }
+    for (; r < kc; ++r) MR_K_STEP
     MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3);
     MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7);
 #undef MR_ROW_FMA
 #undef MR_ROW_STORE
+#undef MR_K_STEP
 }
 #endif
 
