@@ -94,6 +94,7 @@
 
 /* mr_min_i64: the smaller of a and b. */
 static int64_t mr_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t mr_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /*
  * mr_out_range: the output positions t in [0, out_len) whose input coordinate
@@ -420,12 +421,6 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
 #ifndef MR_B_AHEAD
 #define MR_B_AHEAD 16
 #endif
-static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                                  const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
-{
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
-    int64_t r;
 /* Row i of the tile: its A element times both halves of B's row. */
 #define MR_ROW_FMA(i)                                   \
     x = _mm512_set1_ps(a[(i) * ars]);                   \
@@ -438,32 +433,79 @@ static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t a
     }                                                                                                \
     _mm512_storeu_ps(out + (i) * out_rs, c##i##0);                                                   \
     _mm512_storeu_ps(out + (i) * out_rs + 16, c##i##1)
-/* One step of k: B's row (both halves) against the tile's eight A elements. */
-#define MR_K_STEP                                                           \
-    {                                                                       \
-        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16); \
-        __m512 x;                                                           \
-        MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);         \
-        MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);         \
-        a += acs;                                                           \
-        b += bs;                                                            \
+/* One step of k: B's row at `row` (both halves) against the tile's eight A elements. */
+#define MR_K_STEP(row)                                                            \
+    {                                                                             \
+        const float *bq = (row);                                                  \
+        const __m512 b0 = _mm512_loadu_ps(bq), b1 = _mm512_loadu_ps(bq + 16);     \
+        __m512 x;                                                                 \
+        MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);               \
+        MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);               \
+        a += acs;                                                                 \
     }
+#define MR_TILE_ZERO                                                                                       \
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00
+#define MR_TILE_STORE                                                   \
+    MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3); \
+    MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7)
+static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                  const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
+{
+    MR_TILE_ZERO;
+    int64_t r;
     /* B streams from L2 (its micro-panel is re-read once per row tile); the hardware
      * prefetcher alone leaves the FMAs waiting on it, so fetch MR_B_AHEAD rows ahead
      * (gpt_block b1: 16.0 -> 15.1 ms). The last rows run without, so no prefetch
      * address lies past the panel. */
-    for (r = 0; r + MR_B_AHEAD < kc; ++r) {
+    for (r = 0; r + MR_B_AHEAD < kc; ++r, b += bs) {
         _mm_prefetch((const char *)(b + MR_B_AHEAD * bs), _MM_HINT_T0);
         _mm_prefetch((const char *)(b + MR_B_AHEAD * bs + 16), _MM_HINT_T0);
-        MR_K_STEP
+        MR_K_STEP(b)
     }
-    for (; r < kc; ++r) MR_K_STEP
-    MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3);
-    MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7);
+    for (; r < kc; ++r, b += bs) MR_K_STEP(b)
+    MR_TILE_STORE;
+}
+
+/* mr_conv2d_taps_gemm's kernel: the 8 x 32 tile whose B row r is the 32 floats at
+ * base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are stored to
+ * out (row i at out + i*out_rs), or added to it when `add`. */
+/* Not inlined: inside its caller's loops the compiler runs out of registers for the
+ * eight row offsets of A and spills them (cnn b1: 2.2 -> 1.8 ms). */
+__attribute__((noinline)) static void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                const float *restrict base, const int64_t *off, float *restrict out,
+                                int64_t out_rs, int64_t mr, int64_t nr, int add)
+{
+    MR_TILE_ZERO;
+    const __mmask16 m0 = (__mmask16)mr_lanes(0, nr), m1 = (__mmask16)mr_lanes(0, nr - 16);
+    int64_t r;
+    for (r = 0; r + MR_B_AHEAD < kc; ++r) {
+        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
+        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD] + 16), _MM_HINT_T0);
+        MR_K_STEP(base + off[r])
+    }
+    for (; r < kc; ++r) MR_K_STEP(base + off[r])
+/* Row i's columns [0, nr): masked loads and stores touch no lane past nr, and the
+ * second half's address is formed only when it has lanes. */
+#define MR_ROW_STORE_MASKED(i)                                                               \
+    if ((i) < mr) {                                                                          \
+        float *o = out + (i) * out_rs;                                                       \
+        if (add) c##i##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), c##i##0);             \
+        _mm512_mask_storeu_ps(o, m0, c##i##0);                                               \
+        if (nr > 16) {                                                                       \
+            if (add) c##i##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), c##i##1);    \
+            _mm512_mask_storeu_ps(o + 16, m1, c##i##1);                                      \
+        }                                                                                    \
+    }
+    MR_ROW_STORE_MASKED(0) MR_ROW_STORE_MASKED(1) MR_ROW_STORE_MASKED(2) MR_ROW_STORE_MASKED(3)
+    MR_ROW_STORE_MASKED(4) MR_ROW_STORE_MASKED(5) MR_ROW_STORE_MASKED(6) MR_ROW_STORE_MASKED(7)
+#undef MR_ROW_STORE_MASKED
+}
 #undef MR_ROW_FMA
 #undef MR_ROW_STORE
 #undef MR_K_STEP
-}
+#undef MR_TILE_ZERO
+#undef MR_TILE_STORE
 #endif
 
 #ifdef MR_MICRO_AVX512
@@ -898,6 +940,142 @@ static int mr_conv_direct(int64_t O, int64_t groups)
     return O / groups < MR_CONV_DIRECT_OG;
 }
 
+/*
+ * Stride-1 convolutions with no padding (the compiler pads the input first) as a GEMM
+ * that reads B in place: output position (oh, ow) reads x[c, oh + kh*dh, ow + kw*dw],
+ * which is x + q + off(k) for the "wide" column q = oh*W + ow and the depth row
+ * k = (c*KH + kh)*KW + kw at off(k) = c*H*W + kh*dh*W + kw*dw. So each depth row of a
+ * 32-column panel is 32 consecutive floats of x: no im2col copy. Wide columns with
+ * ow >= OW are computed and dropped at the store (KW - 1 of every W columns).
+ */
+static int mr_conv_taps(int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t sh,
+                        int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw)
+{
+    /* pt == pl == 0 with these sizes also means no bottom or right padding */
+    return sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH + (KH - 1) * dh <= H && OW + (KW - 1) * dw <= W;
+}
+
+/* The wide column of output position p, and the first output position at or after wide column q. */
+static int64_t mr_wide(int64_t p, int64_t W, int64_t OW) { return p / OW * W + p % OW; }
+static int64_t mr_compact(int64_t q, int64_t W, int64_t OW) { return q / W * OW + mr_min_i64(q % W, OW); }
+
+/* bp[r*NR + t] = base[off[r] + t] for r < kc, t < nr; zero for t in [nr, NR). */
+static void mr_gather_rows(const float *base, const int64_t *off, int64_t kc, int64_t nr, float *bp)
+{
+    int64_t r, t;
+    for (r = 0; r < kc; ++r) {
+        for (t = 0; t < MR_SGEMM_NR; ++t) bp[r * MR_SGEMM_NR + t] = t < nr ? base[off[r] + t] : 0.0f;
+    }
+}
+
+/* Rows [0, mr) of the tile (wide columns [q, q + nr)) into y's output positions, row i
+ * at y + i*P, dropping the columns with ow >= OW; added to y when `add`. */
+static void mr_store_wide(const float *tile, int64_t mr, int64_t q, int64_t nr, int64_t W, int64_t OW,
+                          float *y, int64_t P, int add)
+{
+    int64_t j = 0, i, t;
+    while (j < nr) {
+        const int64_t ow = (q + j) % W, run = mr_min_i64(nr - j, W - ow);
+        if (ow < OW) {
+            const int64_t n = mr_min_i64(run, OW - ow), p = (q + j) / W * OW + ow;
+            for (i = 0; i < mr; ++i) {
+                const float *restrict src = tile + i * MR_SGEMM_NR + j;
+                float *restrict dst = y + i * P + p;
+                if (add) {
+                    for (t = 0; t < n; ++t) dst[t] += src[t];
+                } else {
+                    memcpy(dst, src, sizeof(float) * (size_t)n);
+                }
+            }
+        }
+        j += run;
+    }
+}
+
+/*
+ * mr_conv2d_taps_gemm: output positions [p0, p1) of one image and group (see
+ * mr_conv_taps): y[o*P + p] = sum_k w[o*Kd + k] * x[off(k) + wide(p)] for o < Og,
+ * summed in blocks of MR_SGEMM_KC as mr_sgemm does, with the epilogue on each block of
+ * positions once final.
+ *
+ * A panel is up to 32 wide columns from a position's. When a row's valid columns fill
+ * its panels no worse than the wide grid does (32 * ceil(OW / 32) <= W, e.g. OW = 32,
+ * W = 34), panels start at row starts and so never span two rows ("row mode": each
+ * tile is stored straight from registers); otherwise they run on across rows, and a
+ * tile that spans two rows is stored through mr_store_wide.
+ */
+static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_t Cg, int64_t H, int64_t W,
+                                int64_t Og, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t dh,
+                                int64_t dw, int64_t p0, int64_t p1, mr_epi_at *at)
+{
+    const int64_t NR = MR_SGEMM_NR, Kd = Cg * KH * KW, P = OH * OW, span = (OW + NR - 1) / NR * NR;
+    const int row_mode = span <= W;
+    float bp[MR_SGEMM_KC * MR_SGEMM_NR];
+    float ap[MR_SGEMM_MR * MR_SGEMM_KC];
+    float tile[MR_SGEMM_MR * MR_SGEMM_NR];
+    int64_t off[MR_SGEMM_KC];
+    int64_t b0, b1, pc, ic, p, pn, r;
+    at->j = 0;
+    /* blocks of positions (whole rows in row mode) of about MR_SGEMM_NC columns */
+    for (b0 = p0; b0 < p1; b0 = b1) {
+        const int64_t rows = mr_max_i64(1, MR_SGEMM_NC / span);
+        int64_t c = 0, kh = 0, kw = 0; /* depth row pc + r's channel and tap */
+        b1 = mr_min_i64(p1, row_mode ? (b0 / OW + rows) * OW : mr_compact(mr_wide(b0, W, OW) + MR_SGEMM_NC, W, OW));
+        for (pc = 0; pc < Kd; pc += MR_SGEMM_KC) {
+            const int64_t kc = mr_min_i64(MR_SGEMM_KC, Kd - pc);
+            for (r = 0; r < kc; ++r) {
+                off[r] = c * H * W + kh * dh * W + kw * dw;
+                if (++kw == KW) {
+                    kw = 0;
+                    if (++kh == KH) {
+                        kh = 0;
+                        ++c;
+                    }
+                }
+            }
+            for (ic = 0; ic < Og; ic += MR_SGEMM_MR) {
+                const int64_t mr = mr_min_i64(MR_SGEMM_MR, Og - ic);
+                const float *pa = w + ic * Kd + pc;
+                int64_t ars = Kd, acs = 1;
+                if (mr < MR_SGEMM_MR) {
+                    mr_sgemm_pack_a(w, Kd, 1, ic, pc, mr, kc, ap);
+                    pa = ap;
+                    ars = 1;
+                    acs = MR_SGEMM_MR;
+                }
+                for (p = b0; p < b1; p = pn) {
+                    const int64_t q = mr_wide(p, W, OW), ow = p % OW;
+                    int64_t nq = mr_min_i64(NR, mr_wide(b1 - 1, W, OW) + 1 - q); /* wide columns stored */
+                    if (row_mode) nq = mr_min_i64(nq, OW - ow);
+                    pn = mr_compact(q + nq, W, OW);
+#ifdef MR_MICRO_AVX512
+                    /* qmax: the end of the image's wide columns; a panel that ends by
+                     * it reads inside x */
+                    const int64_t qmax = mr_wide(P - 1, W, OW) + 1;
+                    if (q + NR <= qmax && ow + nq <= OW) {
+                        /* one run of y: stored from registers */
+                        mr_sgemm_micro_taps(kc, pa, ars, acs, x + q, off, y + ic * P + p, P, mr, nq, pc > 0);
+                        continue;
+                    }
+                    if (qmax >= NR) {
+                        /* A panel past qmax is moved back to end there; its first
+                         * columns (stored by the previous panel, or not ours) are dropped. */
+                        const int64_t qs = mr_min_i64(q, qmax - NR);
+                        mr_sgemm_micro_taps(kc, pa, ars, acs, x + qs, off, tile, NR, MR_SGEMM_MR, NR, 0);
+                        mr_store_wide(tile + (q - qs), mr, q, nq, W, OW, y + ic * P, P, pc > 0);
+                        continue;
+                    }
+#endif
+                    mr_gather_rows(x + q, off, kc, nq, bp);
+                    mr_sgemm_micro(kc, pa, ars, acs, bp, NR, tile, NR, 0);
+                    mr_store_wide(tile, mr, q, nq, W, OW, y + ic * P, P, pc > 0);
+                }
+            }
+        }
+        mr_epi_call(at, 0, Og, b0, b1);
+    }
+}
+
 /* mr_conv2d_f32 with an epilogue, for output positions [p0, p1) only (all of them on
  * the direct path); image n of y is the epilogue's image n0 + n. */
 static void mr_conv2d_at(const float *x, const float *w, float *y,
@@ -933,18 +1111,25 @@ static void mr_conv2d_at(const float *x, const float *w, float *y,
         }
         for (g = 0; g < groups; ++g) {
             mr_bsrc src;
+            const float *xg = xn + g * Cg * H * W, *wg = w + g * Og * Kd;
+            float *yg = yn + g * Og * P;
+            at.i = g * Og;
+            at.j = p0;
             memset(&src, 0, sizeof src);
-            src.p = xn + g * Cg * H * W;
-            src.j0 = p0;
             if (KH == 1 && KW == 1 && pad_top == 0 && pad_left == 0 && stride_h == 1 &&
                 stride_w == 1 && OW == W && OH <= H) {
                 /* pointwise: im2col(x_g) is x_g itself viewed as [Cg, H*W] */
                 src.kind = MR_BSRC_STRIDED;
-                src.p += p0;
+                src.p = xg + p0;
                 src.rs = H * W;
                 src.cs = 1;
+            } else if (mr_conv_taps(H, W, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)) {
+                mr_conv2d_taps_gemm(xg, wg, yg, Cg, H, W, Og, KH, KW, OH, OW, dil_h, dil_w, p0, p1, &at);
+                continue;
             } else {
                 src.kind = MR_BSRC_IM2COL;
+                src.p = xg;
+                src.j0 = p0;
                 src.H = H;
                 src.W = W;
                 src.KH = KH;
@@ -957,10 +1142,7 @@ static void mr_conv2d_at(const float *x, const float *w, float *y,
                 src.dh = dil_h;
                 src.dw = dil_w;
             }
-            at.i = g * Og;
-            at.j = p0;
-            mr_sgemm_driver(Og, p1 - p0, Kd, 1.0f, w + g * Og * Kd, Kd, 1, &src, 0.0f,
-                            yn + g * Og * P + p0, P, 1, &at);
+            mr_sgemm_driver(Og, p1 - p0, Kd, 1.0f, wg, Kd, 1, &src, 0.0f, yg + p0, P, 1, &at);
         }
     }
 }
@@ -1287,16 +1469,18 @@ typedef struct {
 
 /* mr_conv_task: items [begin, end) of a mr_conv_job, item = image * chunks + chunk; a
  * chunk is a range of per_chunk output positions (each packs only its own columns of
- * the implicit im2col matrix, so splitting repeats no work). */
+ * the implicit im2col matrix, so splitting repeats no work). Consecutive chunks of one
+ * image are one call. */
 static void mr_conv_task(void *ctx, int64_t begin, int64_t end)
 {
     const mr_conv_job *j = (const mr_conv_job *)ctx;
     const int64_t P = j->OH * j->OW;
-    int64_t item;
-    for (item = begin; item < end; ++item) {
-        int64_t n = item / j->chunks, c = item % j->chunks;
-        int64_t p0 = c * j->per_chunk;
-        int64_t p1 = p0 + j->per_chunk < P ? p0 + j->per_chunk : P;
+    int64_t item, next;
+    for (item = begin; item < end; item = next) {
+        const int64_t n = item / j->chunks, p0 = item % j->chunks * j->per_chunk;
+        int64_t p1;
+        next = mr_min_i64(end, (n + 1) * j->chunks);
+        p1 = mr_min_i64(P, (next - n * j->chunks) * j->per_chunk);
         mr_conv2d_at(j->x + n * j->C * j->H * j->W, j->w, j->y + n * j->O * P, 1, j->C, j->H, j->W, j->O, j->KH,
                      j->KW, j->OH, j->OW, j->sh, j->sw, j->pt, j->pl, j->dh, j->dw, j->groups, j->ep, n, p0, p1);
     }

@@ -128,7 +128,8 @@ void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
  * Accumulation is in float. Needs no scratch memory: the common case runs as an implicit
  * GEMM (y_g[Og, OH*OW] = w_g[Og, Cg*KH*KW] * im2col(x_g)) whose im2col panels are
  * gathered straight from x into mr_sgemm's stack packing buffer (unpadded stride-1 1x1
- * convolutions need no gather: a plain GEMM on x). Groups with few output channels
+ * convolutions need no gather: a plain GEMM on x; other unpadded stride-1 ones read
+ * each panel's depth rows in place from x, as runs over "wide" columns oh*W + ow). Groups with few output channels
  * (Og < MR_CONV_DIRECT_OG, default 4; e.g. depthwise) use direct loops instead, with the
  * inner loop over ow. Both paths sum over (c, kh, kw) in row-major order.
  */

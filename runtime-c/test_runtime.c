@@ -410,6 +410,14 @@ static void test_conv(void)
         {1, 4, 5, 6, 5, 1, 1, 1, 1, 0, 0, -1, -2, 1, 1, 1},   /* 1x1, OW < W */
         {1, 4, 5, 6, 8, 1, 1, 1, 1, 0, 0, 0, -1, 1, 1, 1},    /* 1x1, OW < W, OH == H */
         {2, 3, 9, 8, 5, 3, 3, 2, 1, 1, 1, -2, -3, 1, 1, 1},   /* 3x3 cropped */
+        /* stride 1, no padding: B read in place from x over wide columns */
+        {1, 3, 30, 34, 64, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* 3x3 valid, many panels */
+        {2, 33, 10, 12, 17, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1}, /* K > KC, a partial row tile */
+        {1, 4, 12, 14, 9, 3, 2, 1, 1, 0, 0, 0, 0, 2, 3, 1},   /* dilated */
+        {1, 6, 12, 12, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 2},  /* groups = 2, Og = 8 */
+        {1, 3, 12, 40, 8, 3, 3, 1, 1, 0, 0, -2, -3, 1, 1, 1}, /* cropped: OW < W - 2 */
+        {2, 3, 1, 70, 8, 1, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},    /* 1-d */
+        {1, 2, 5, 5, 8, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},     /* one output position */
     };
     int i;
     for (i = 0; i < (int)(sizeof fixed / sizeof fixed[0]); ++i) test_conv_case(&fixed[i]);
@@ -433,6 +441,10 @@ static void test_conv(void)
         c.pl = rng_int(0, 3);
         c.pb = rng_int(0, 3);
         c.pr = rng_int(0, 3);
+        if (rng_int(0, 3) == 0) { /* the in-place path for unpadded stride-1 convolutions */
+            c.sh = c.sw = 1;
+            c.pt = c.pl = c.pb = c.pr = 0;
+        }
         if (out_len(c.H, c.KH, c.sh, c.pt, c.pb, c.dh) < 1 ||
             out_len(c.W, c.KW, c.sw, c.pl, c.pr, c.dw) < 1) {
             --i;

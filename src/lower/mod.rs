@@ -437,9 +437,7 @@ impl<'g> Lowerer<'g> {
                 })?,
             });
         }
-        // Sizes come from the user: products must not overflow.
-        let bytes = out.iter().try_fold(self.graph.ty(v).dtype.size() as u64, |acc, &n| acc.checked_mul(n));
-        if bytes.is_none_or(|b| b > MAX_BUFFER_BYTES) {
+        if buffer_bytes(&out, self.graph.ty(v).dtype).is_none() {
             return Err(Error::user(format!(
                 "{} (shape {}, with symbols at their --max) would need more than {MAX_BUFFER_BYTES} bytes",
                 self.describe(v),
@@ -631,6 +629,31 @@ impl<'g> Lowerer<'g> {
         self.buffer(name, dtype, shape.iter().product::<u64>().max(1), Storage::Arena { offset: 0 })
     }
 
+    /// For a stride-1 convolution `v` with padding, a kernel that copies its input `x`
+    /// into a zero-padded buffer, returned; the convolution then needs no padding.
+    /// runtime-c reads an unpadded stride-1 convolution's input in place (each depth row
+    /// of a GEMM panel is a run of the input) where padding would need an im2col copy
+    /// KH*KW times the input's size. `None` when that does not apply (or the padded
+    /// input would be too large).
+    fn pad_for_conv(&mut self, v: ValueId, x: &View, attrs: &ConvAttrs) -> Result<Option<View>> {
+        if attrs.stride.iter().any(|&s| s != 1) || attrs.padding.iter().all(|&p| p == (0, 0)) {
+            return Ok(None);
+        }
+        let pads: Vec<(u64, u64)> = [(0, 0), (0, 0)].into_iter().chain(attrs.padding.iter().copied()).collect();
+        let dtype = self.graph.ty(v).dtype;
+        let full: Option<Vec<u64>> = x.shape.iter().zip(&pads).map(|(&n, &(lo, hi))| n.checked_add(lo)?.checked_add(hi)).collect();
+        let Some(full) = full.filter(|f| buffer_bytes(f, dtype).is_some()) else {
+            return Ok(None);
+        };
+        let x_value = self.graph.node(v).args[0];
+        let buf = self.arena(x_value, dtype, &full);
+        let out = View::contiguous(buf, &full);
+        let expr = padded(x.clone(), &pads, &full, 0.0, dtype);
+        let dims = self.dims(x_value)?;
+        self.step(Kernel::Map { out: out.clone(), expr }, vec![format!("padding of {}", self.origin(v))], dims);
+        Ok(Some(out))
+    }
+
     fn lower_node(&mut self, v: ValueId, outputs: &[ValueId]) -> Result<()> {
         let node = self.graph.node(v);
         let shape = self.shape(v)?;
@@ -759,29 +782,7 @@ impl<'g> Lowerer<'g> {
                     return Err(self.unsupported_symbolic(v, "padding along a symbolic dimension"));
                 }
                 let src = self.view_of(arg(0))?;
-                // out[i] = all(lo <= i_d < lo + n_d) ? x[i - lo] : value
-                let mut cond: Option<Expr> = None;
-                let mut shifted = src.clone();
-                for (d, &(lo, _)) in pads.iter().enumerate() {
-                    shifted.offset -= lo as i64 * src.strides[d];
-                    if lo == 0 && pads[d].1 == 0 {
-                        continue;
-                    }
-                    let i = Expr::Index(d);
-                    let ge = Expr::Binary(BinaryOp::Ge, Box::new(i.clone()), Box::new(Expr::Const(lo as f64, Dtype::I64)), Dtype::Bool);
-                    let lt = Expr::Binary(BinaryOp::Lt, Box::new(i), Box::new(Expr::Const((lo + src.shape[d]) as f64, Dtype::I64)), Dtype::Bool);
-                    let both = Expr::Binary(BinaryOp::And, Box::new(ge), Box::new(lt), Dtype::Bool);
-                    cond = Some(match cond {
-                        None => both,
-                        Some(c) => Expr::Binary(BinaryOp::And, Box::new(c), Box::new(both), Dtype::Bool),
-                    });
-                }
-                shifted.shape = shape.clone();
-                let load = Expr::Load { view: shifted, vars: (0..shape.len()).collect() };
-                let e = match cond {
-                    None => load,
-                    Some(c) => Expr::Select(Box::new(c), Box::new(load), Box::new(Expr::Const(*value, dtype)), dtype),
-                };
+                let e = padded(src, pads, &shape, *value, dtype);
                 self.map(v, e)?;
             }
             Op::Concat { axis } => {
@@ -859,11 +860,16 @@ impl<'g> Lowerer<'g> {
                 if self.dims(arg(0))?[1..].iter().any(Option::is_some) {
                     return Err(self.unsupported_symbolic(arg(0), "a convolution with symbolic channels or spatial size"));
                 }
-                let x = self.contiguous(arg(0))?;
+                let mut x = self.contiguous(arg(0))?;
+                let mut attrs = attrs.clone();
+                if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
+                    x = padded;
+                    attrs.padding.iter_mut().for_each(|p| *p = (0, 0));
+                }
                 let w = self.contiguous(arg(1))?;
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &shape);
-                self.step(Kernel::Conv { x, w, out: out.clone(), attrs: attrs.clone(), epilogue: None }, vec![self.origin(v)], dims);
+                self.step(Kernel::Conv { x, w, out: out.clone(), attrs, epilogue: None }, vec![self.origin(v)], dims);
                 self.views.insert(v, out.clone());
                 if let Some(&bias) = node.args.get(2) {
                     // out + bias (broadcast), which `fuse` makes the convolution's epilogue.
@@ -1059,6 +1065,39 @@ fn shift_vars(e: Expr, own: &[u64], shift: usize) -> Expr {
         Expr::Binary(b, l, r, d) => Expr::Binary(b, rec(l), rec(r), d),
         Expr::Select(c, a, b, d) => Expr::Select(rec(c), rec(a), rec(b), d),
         Expr::Cast(a, d) => Expr::Cast(rec(a), d),
+    }
+}
+
+/// The bytes a buffer of `shape` takes, `None` past [`MAX_BUFFER_BYTES`] (sizes come
+/// from the user: products must not overflow).
+fn buffer_bytes(shape: &[u64], dtype: Dtype) -> Option<u64> {
+    shape.iter().try_fold(dtype.size() as u64, |acc, &n| acc.checked_mul(n)).filter(|&b| b <= MAX_BUFFER_BYTES)
+}
+
+/// `out[i] = all(lo_d <= i_d < lo_d + n_d) ? src[i - lo] : value` over the padded
+/// `shape`: `src` padded by `pads` (`(lo, hi)` per dimension).
+fn padded(src: View, pads: &[(u64, u64)], shape: &[u64], value: f64, dtype: Dtype) -> Expr {
+    let mut cond: Option<Expr> = None;
+    let mut shifted = src.clone();
+    for (d, &(lo, hi)) in pads.iter().enumerate() {
+        shifted.offset -= lo as i64 * src.strides[d];
+        if (lo, hi) == (0, 0) {
+            continue;
+        }
+        let i = Expr::Index(d);
+        let ge = Expr::Binary(BinaryOp::Ge, Box::new(i.clone()), Box::new(Expr::Const(lo as f64, Dtype::I64)), Dtype::Bool);
+        let lt = Expr::Binary(BinaryOp::Lt, Box::new(i), Box::new(Expr::Const((lo + src.shape[d]) as f64, Dtype::I64)), Dtype::Bool);
+        let both = Expr::Binary(BinaryOp::And, Box::new(ge), Box::new(lt), Dtype::Bool);
+        cond = Some(match cond {
+            None => both,
+            Some(c) => Expr::Binary(BinaryOp::And, Box::new(c), Box::new(both), Dtype::Bool),
+        });
+    }
+    shifted.shape = shape.to_vec();
+    let load = Expr::Load { view: shifted, vars: (0..shape.len()).collect() };
+    match cond {
+        None => load,
+        Some(c) => Expr::Select(Box::new(c), Box::new(load), Box::new(Expr::Const(value, dtype)), dtype),
     }
 }
 
