@@ -26,6 +26,8 @@ pub struct ModelArgs {
     pub set: Vec<String>,
     /// Passes after which the IR is printed (to stderr).
     pub print_after: Vec<String>,
+    /// The gradients to derive (`--grad`).
+    pub grad: passes::autodiff::Wrt,
 }
 
 /// Parses `NAME=D0,D1,...`: sizes or symbols; `NAME=` is a scalar.
@@ -85,7 +87,8 @@ pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
         }
     }
     let mut graph = mithril::load(&args.model, &opts)?;
-    passes::run_pipeline(&mut graph, passes::PIPELINE, |name, g| {
+    let options = passes::Options { grad: args.grad.clone() };
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &options, |name, g| {
         if args.print_after.iter().any(|p| p == name) {
             eprint!("// after {name}\n{}", ir::print::print(g));
         }
@@ -220,7 +223,8 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
 }
 
 /// The tensors for every input and parameter of the graph, looked up by name
-/// (`NAME`, `input/NAME` or `param/NAME`) in the files, in order.
+/// (`NAME`, `input/NAME` or `param/NAME`) in the files, in order; output cotangents
+/// (`output_grad/NAME`, see `--grad`) that no file holds are ones.
 pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Tensor>> {
     let mut feeds = BTreeMap::new();
     let mut missing = Vec::new();
@@ -228,9 +232,14 @@ pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Ten
         let node = graph.node(v);
         let name = node.name.clone().unwrap_or_default();
         let found = files.iter().find_map(|f| f.lookup(&name, &["input", "param"]));
-        match found {
-            Some((_, t)) => {
-                feeds.insert(name, t.clone());
+        // An output's cotangent defaults to ones (the gradient of the output's sum).
+        let ones = || {
+            let shape = node.ty.shape.as_known()?;
+            name.starts_with("output_grad/").then(|| Tensor::new(node.ty.dtype, shape.clone(), vec![1.0; shape.iter().product::<u64>() as usize]))
+        };
+        match found.map(|(_, t)| t.clone()).or_else(ones) {
+            Some(t) => {
+                feeds.insert(name, t);
             }
             None => missing.push(format!(
                 "`{name}` {} ({})",

@@ -29,8 +29,9 @@ pub fn ops_markdown() -> String {
     s.push_str("Any other class is reported, all at once, with the JSON path of each node that uses it.\n\n");
     s.push_str("## IR operations\n\n");
     s.push_str("Every IR op has a shape rule (`passes/shape.rs`) and a meaning in the reference interpreter (`interp`), ");
-    s.push_str("both exhaustive matches over `ir::Op`. Target columns join this table as the targets land.\n\n");
-    s.push_str("| op | arguments | elementwise |\n|---|---|---|\n");
+    s.push_str("both exhaustive matches over `ir::Op`, and a vector-Jacobian product in other ops (`passes/autodiff.rs`; an op ");
+    s.push_str("outside what it covers is an error naming the node, never a wrong gradient). Target columns join this table as the targets land.\n\n");
+    s.push_str("| op | arguments | elementwise | gradient |\n|---|---|---|---|\n");
     let mut seen = std::collections::BTreeSet::new();
     for op in Op::catalogue() {
         if !seen.insert(op.name()) {
@@ -42,7 +43,8 @@ pub fn ops_markdown() -> String {
             Some(m) => format!("{min}–{m}"),
             None => format!("{min}+"),
         };
-        let _ = writeln!(s, "| `{}` | {args} | {} |", op.name(), if op.is_elementwise() { "yes" } else { "" });
+        let grad = crate::passes::autodiff::support(&op);
+        let _ = writeln!(s, "| `{}` | {args} | {} | {grad} |", op.name(), if op.is_elementwise() { "yes" } else { "" });
     }
     s
 }

@@ -25,15 +25,41 @@ struct ModelOpts {
     #[arg(long = "set", value_name = "PATH.KEY=VALUE")]
     set: Vec<String>,
     /// Print the IR (or, after fuse and memory, the program) after this pass, to stderr;
-    /// repeatable (passes: shape, simplify, fuse, memory)
+    /// repeatable (passes: shape, autodiff, simplify, fuse, memory)
     #[arg(long = "print-after", value_name = "PASS")]
     print_after: Vec<String>,
 }
 
 impl ModelOpts {
     fn into_args(self) -> cli::ModelArgs {
-        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set, print_after: self.print_after }
+        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set, print_after: self.print_after, grad: Default::default() }
     }
+}
+
+/// `--grad` or `--grad NAME,...`.
+#[derive(Args)]
+struct GradOpts {
+    /// Also derive gradients: of every parameter (bare --grad), or of the named ones.
+    /// Output cotangents come from arrays output_grad/NAME in the data (ones where
+    /// absent); each gradient is an output grad/NAME
+    #[arg(long, value_name = "NAMES", num_args = 0..=1, default_missing_value = "", require_equals = false)]
+    grad: Option<String>,
+}
+
+impl GradOpts {
+    fn wrt(&self) -> mithrilc::passes::autodiff::Wrt {
+        use mithrilc::passes::autodiff::Wrt;
+        match self.grad.as_deref() {
+            None => Wrt::None,
+            Some("") => Wrt::AllParams,
+            Some(names) => Wrt::Params(names.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect()),
+        }
+    }
+}
+
+/// The model arguments with the gradients asked for.
+fn with_grad(model: ModelOpts, grad: &GradOpts) -> cli::ModelArgs {
+    cli::ModelArgs { grad: grad.wrt(), ..model.into_args() }
 }
 
 #[derive(Subcommand)]
@@ -42,6 +68,8 @@ enum Command {
     Inspect {
         #[command(flatten)]
         model: ModelOpts,
+        #[command(flatten)]
+        grad: GradOpts,
         /// Parameters (.safetensors or .npz) whose shapes complete the model's
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,
@@ -50,6 +78,8 @@ enum Command {
     Run {
         #[command(flatten)]
         model: ModelOpts,
+        #[command(flatten)]
+        grad: GradOpts,
         /// Inputs: FILE (.npz, .npy or .safetensors; arrays named NAME or input/NAME),
         /// or NAME=FILE for a file holding the one array of input NAME
         #[arg(long, value_name = "FILE", required = true)]
@@ -106,9 +136,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Inspect { model, params } => cli::inspect(&model.into_args(), params.as_deref()),
-        Command::Run { model, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
-            cli::run(&cli::RunArgs { model: model.into_args(), target, check, data, params, output }).map(|(_, report)| report)
+        Command::Inspect { model, grad, params } => cli::inspect(&with_grad(model, &grad), params.as_deref()),
+        Command::Run { model, grad, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
+            cli::run(&cli::RunArgs { model: with_grad(model, &grad), target, check, data, params, output }).map(|(_, report)| report)
         }),
         Command::Compile { model, target, params, output, emit, report, weights, cflags, max } => {
             cli::Target::parse(&target).and_then(|target| {

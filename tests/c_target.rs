@@ -12,6 +12,7 @@ use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
 use mithrilc::ir::{Graph, Shape, TensorType};
 use mithrilc::passes;
+use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
 fn shared() -> Option<PathBuf> {
@@ -45,7 +46,8 @@ struct Case {
     source: PathBuf,
 }
 
-fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>, label: String) -> Case {
+/// `grad`: the gradients autodiff appends (outputs `grad/NAME`, checked like the others).
+fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>, grad: Wrt, label: String) -> Case {
     let mut opts = mithril::Options { set, ..Default::default() };
     for f in files {
         for (key, t) in &f.arrays {
@@ -56,7 +58,7 @@ fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>
         }
     }
     let mut graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
-    passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {}).unwrap();
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &passes::Options { grad }, |_, _| {}).unwrap();
     let feeds = cli::feeds(&graph, files).unwrap_or_else(|e| panic!("{label}: {e}"));
     Case { label, graph, feeds, source: json.to_path_buf() }
 }
@@ -68,7 +70,8 @@ fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
     v["set"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-/// Every testdata variant and every bench model at every batch size.
+/// Every testdata variant (with the gradients of all its parameters) and every bench
+/// model at every batch size.
 fn cases(dir: &Path) -> Vec<Case> {
     let mut out = Vec::new();
     let text = std::fs::read_to_string(dir.join("testdata/manifest.json")).unwrap();
@@ -80,7 +83,7 @@ fn cases(dir: &Path) -> Vec<Case> {
             let npz = v["npz"].as_str().unwrap();
             let file = data::read_arrays(&dir.join("testdata").join(npz)).unwrap();
             let json = dir.join("testdata").join(entry["json"].as_str().unwrap());
-            out.push(load(&json, &[&file], latent(case), npz.to_string()));
+            out.push(load(&json, &[&file], latent(case), Wrt::AllParams, npz.to_string()));
         }
     }
     for (model, batches) in [("mlp", [1, 32]), ("lenet", [1, 32]), ("cnn", [1, 32]), ("gpt_block", [1, 8])] {
@@ -88,7 +91,7 @@ fn cases(dir: &Path) -> Vec<Case> {
         for b in batches {
             let input = data::read_arrays(&dir.join(format!("bench/{model}_b{b}_input.npy"))).unwrap();
             let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
-            out.push(load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![], format!("{model} b{b}")));
+            out.push(load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![], Wrt::None, format!("{model} b{b}")));
         }
     }
     out
@@ -174,7 +177,7 @@ fn generated_files_are_deterministic() {
         let mut opts = mithril::Options::default();
         opts.shapes.insert("input".into(), Shape::known(&[1, 128, 768]));
         let mut g = mithril::load(&json, &opts).unwrap();
-        passes::run_pipeline(&mut g, passes::PIPELINE, |_, _| {}).unwrap();
+        passes::run_pipeline(&mut g, passes::PIPELINE, &Default::default(), |_, _| {}).unwrap();
         let p = mithrilc::passes::compile(&g, &Default::default(), |_, _| {}).unwrap();
         let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         mithrilc::codegen::c::emit(&p, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), mode: Default::default() }).unwrap()
@@ -233,13 +236,13 @@ fn every_weights_mode_runs_lenet() {
     let params = data::read_arrays(&params_path).unwrap();
     let input = data::read_arrays(&input_path).unwrap();
     let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
-    let case = load(&dir.join("bench/lenet.json"), &[&params, &input], vec![], "lenet b1".into());
+    let case = load(&dir.join("bench/lenet.json"), &[&params, &input], vec![], Wrt::None, "lenet b1".into());
     let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
     for mode in ["file", "embed", "safetensors"] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("lenet-c");
         let args = cli::CompileArgs {
-            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], set: vec![], print_after: vec![] },
+            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
             target: cli::Target::C,
             params: Some(params_path.clone()),
             out: Some(out.clone()),
@@ -274,7 +277,7 @@ fn output_directories_are_byte_identical() {
     let tmp = tempfile::tempdir().unwrap();
     let compile = |out: &Path| {
         let args = cli::CompileArgs {
-            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], set: vec![], print_after: vec![] },
+            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
             target: cli::Target::C,
             params: Some(dir.join("bench/lenet.safetensors")),
             out: Some(out.to_path_buf()),
@@ -321,8 +324,7 @@ fn symbolic_batch_runs_at_every_size() {
             model: cli::ModelArgs {
                 model: dir.join(format!("bench/{model}.json")),
                 shapes: vec![format!("input=B,{}", row.join(","))],
-                set: vec![],
-                print_after: vec![],
+                ..Default::default()
             },
             target: cli::Target::C,
             params: Some(params_path.clone()),
@@ -354,7 +356,7 @@ fn symbolic_batch_runs_at_every_size() {
             let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
             let got = got.arrays.values().next().unwrap();
             let file = ArrayFile { path: input_path.clone(), arrays: [("input".to_string(), input)].into_iter().collect() };
-            let case = load(&dir.join(format!("bench/{model}.json")), &[&params, &file], vec![], format!("{model} B={n}"));
+            let case = load(&dir.join(format!("bench/{model}.json")), &[&params, &file], vec![], Wrt::None, format!("{model} B={n}"));
             let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
             assert_eq!(got.shape, want[0].1.shape, "{model} at B={n}");
             for (x, y) in got.data.iter().zip(&want[0].1.data) {

@@ -476,3 +476,38 @@ fn compile_error_exit_codes() {
     assert!(String::from_utf8_lossy(&status.stderr).starts_with("error: make failed"));
     assert!(!out.exists(), "a failed build leaves no output directory");
 }
+
+#[test]
+fn run_grad_writes_gradients_and_defaults_cotangents_to_ones() {
+    let Some(shared) = shared() else { return };
+    let dir = tempdir_with(&[]);
+    std::fs::copy(shared.join("testdata/linear.json"), dir.path().join("linear.json")).expect("copy linear.json");
+    let w = halves(&[5, 4]);
+    let arrays = [("input".to_string(), halves(&[3, 4])), ("weight".to_string(), w.clone()), ("bias".to_string(), halves(&[5]))];
+    data::write_npz(&dir.path().join("in.npz"), &arrays).expect("write in.npz");
+    let (code, stdout, stderr) = mithrilc(&["run", "linear.json", "--data", "in.npz", "--grad", "-o", "out.npz"], dir.path());
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote 3 output(s) to out.npz\n", ""));
+    let out = data::read_arrays(&dir.path().join("out.npz")).expect("read out.npz");
+    let names: Vec<&str> = out.arrays.keys().map(String::as_str).collect();
+    assert_eq!(names, ["output", "grad/weight", "grad/bias"]);
+    // With ones as the output's cotangent, d bias = the batch size, d weight[o, i] = sum of input[:, i].
+    assert_eq!(out.arrays["grad/bias"].data, vec![3.0; 5]);
+    let x = halves(&[3, 4]);
+    let col: Vec<f64> = (0..4).map(|i| (0..3).map(|n| x.data[n * 4 + i]).sum()).collect();
+    let want: Vec<f64> = (0..5).flat_map(|_| col.clone()).collect();
+    assert_eq!(out.arrays["grad/weight"].data, want);
+}
+
+#[test]
+fn run_grad_of_an_unknown_parameter() {
+    let Some(shared) = shared() else { return };
+    let dir = tempdir_with(&[]);
+    std::fs::copy(shared.join("testdata/linear.json"), dir.path().join("linear.json")).expect("copy linear.json");
+    data::write_npz(&dir.path().join("in.npz"), &[("input".to_string(), halves(&[3, 4]))]).expect("write in.npz");
+    let args = ["run", "linear.json", "--data", "in.npz", "--shape", "weight=5,4", "--shape", "bias=5", "--grad", "weights"];
+    let (code, stdout, stderr) = mithrilc(&args, dir.path());
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (1, "", "error: --grad weights: the model has no parameter `weights`\n  note: its parameters: weight, bias\n")
+    );
+}

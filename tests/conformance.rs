@@ -1,7 +1,10 @@
 //! Conformance: every case and variant of `../shared/testdata/manifest.json` through
-//! the frontend and the interpreter, compared with Mithril's own outputs.
+//! the frontend and the interpreter, compared with Mithril's own outputs, and (through
+//! `autodiff`, every parameter differentiated) with Mithril's gradients for the case's
+//! output cotangents.
 //!
-//! Tolerance: |got - want| <= 1e-5 + 1e-5 * |want| (f32 data). Constructor values that
+//! Tolerance: |got - want| <= 1e-5 + 1e-5 * |want| (f32 data); gradients of the deep
+//! cases (see `DEEP`) 1e-4 + 1e-3 * |want|, as the testdata README says. Constructor values that
 //! Mithril's serializer dropped from a JSON come from `tests/conformance/latent/`.
 
 use std::collections::BTreeMap;
@@ -12,9 +15,16 @@ use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
 use mithrilc::ir::{Op, Shape, TensorType};
 use mithrilc::passes;
+use mithrilc::passes::autodiff::Wrt;
 
 const ATOL: f64 = 1e-5;
 const RTOL: f64 = 1e-5;
+
+/// The cases whose gradients the testdata README compares with atol 1e-4, rtol 1e-3:
+/// deep enough that Mithril's float32 summation order changes the last bits (our
+/// interpreter sums in f64). attention_block needs it (2.2e-5 off at 1.13); the others
+/// are within 1e-5 anyway.
+const DEEP: &[&str] = &["lenet", "mlp", "mlp_in_model", "gpt_tiny", "attention_block", "layernorm", "layernorm_3d"];
 
 fn testdata() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/testdata");
@@ -45,7 +55,8 @@ fn check_variant(dir: &Path, case: &str, json: &str, npz: &str, variant: &serde_
     let text = std::fs::read_to_string(dir.join(json)).map_err(|e| e.to_string())?;
     let (mut graph, formulas) = mithril::expand(&text, json, case, &opts).map_err(|e| e.to_string())?;
     compare_expansion(&formulas, variant)?;
-    passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {}).map_err(|e| e.to_string())?;
+    let options = passes::Options { grad: Wrt::AllParams };
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &options, |_, _| {}).map_err(|e| e.to_string())?;
     let args = |kind: &str| -> BTreeMap<String, Vec<u64>> {
         variant[kind]
             .as_object()
@@ -58,6 +69,7 @@ fn check_variant(dir: &Path, case: &str, json: &str, npz: &str, variant: &serde_
             .iter()
             .filter(|n| n.op == op)
             .map(|n| (n.name.clone().unwrap(), n.ty.shape.as_known().unwrap()))
+            .filter(|(name, _)| !name.starts_with("output_grad/"))
             .collect()
     };
     if ours(Op::Input) != args("inputs") || ours(Op::Param) != args("params") {
@@ -71,9 +83,14 @@ fn check_variant(dir: &Path, case: &str, json: &str, npz: &str, variant: &serde_
     }
     let feeds = cli::feeds(&graph, &[&file]).map_err(|e| e.to_string())?;
     let outputs = mithrilc::interp::run(&graph, &feeds).map_err(|e| e.to_string())?;
-    let want: BTreeMap<&str, _> =
-        file.arrays.iter().filter_map(|(k, t)| k.strip_prefix("output/").map(|n| (n, t))).collect();
-    let got_names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
+    // Outputs are `output/NAME` in the file, gradients `grad/NAME` under their own names.
+    let want: BTreeMap<&str, _> = file
+        .arrays
+        .iter()
+        .filter_map(|(k, t)| k.strip_prefix("output/").map(|n| (n, t)).or_else(|| k.starts_with("grad/").then_some((k.as_str(), t))))
+        .collect();
+    let mut got_names: Vec<&str> = outputs.iter().map(|(n, _)| n.as_str()).collect();
+    got_names.sort_unstable();
     let want_names: Vec<&str> = want.keys().copied().collect();
     if got_names != want_names {
         return Err(format!("outputs {got_names:?}, Mithril has {want_names:?}"));
@@ -84,10 +101,11 @@ fn check_variant(dir: &Path, case: &str, json: &str, npz: &str, variant: &serde_
         if got.shape != want.shape {
             return Err(format!("output {name}: shape {:?}, Mithril has {:?}", got.shape, want.shape));
         }
+        let (atol, rtol) = if name.starts_with("grad/") && DEEP.contains(&case) { (1e-4, 1e-3) } else { (ATOL, RTOL) };
         let (mut worst_abs, mut worst_ratio) = (0.0f64, 0.0f64);
         for (g, w) in got.data.iter().zip(&want.data) {
             let err = (g - w).abs();
-            let ratio = err / (ATOL + RTOL * w.abs());
+            let ratio = err / (atol + rtol * w.abs());
             if !(ratio <= 1.0) {
                 return Err(format!("output {name}: got {g}, Mithril has {w} (error {err:.3e})"));
             }

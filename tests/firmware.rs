@@ -26,7 +26,7 @@ fn lenet_cross_compiles_for_cortex_m4() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("lenet-m4");
     let args = cli::CompileArgs {
-        model: cli::ModelArgs { model: shared.join("lenet.json"), shapes: vec!["input=1,1,28,28".into()], set: vec![], print_after: vec![] },
+        model: cli::ModelArgs { model: shared.join("lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
         target: cli::Target::C,
         params: Some(shared.join("lenet.safetensors")),
         out: Some(out.clone()),

@@ -22,7 +22,7 @@ fn check(snapshot: &str, model: &Path, shapes: &[&str], set: Vec<String>) {
         println!("skipped: {} is not present", model.display());
         return;
     }
-    let args = ModelArgs { model: model.to_path_buf(), shapes: shapes.iter().map(|s| s.to_string()).collect(), set, print_after: vec![] };
+    let args = ModelArgs { model: model.to_path_buf(), shapes: shapes.iter().map(|s| s.to_string()).collect(), set, ..Default::default() };
     let got = cli::inspect(&args, None).unwrap_or_else(|e| panic!("{snapshot}: {e}"));
     // The model path differs between checkouts; the graph name is the file stem.
     let path = root().join("tests/snapshots").join(snapshot);

@@ -1,4 +1,5 @@
-//! Text filetests for the passes: each `tests/passes/*.ir` holds a `// run: PASS` line,
+//! Text filetests for the passes: each `tests/passes/*.ir` holds a `// run: PASS` line
+//! (for `autodiff`, a `// grad: all` or `// grad: NAME,...` line too),
 //! an input graph, and the expected output after `// expect:`. The input is parsed and
 //! verified. A graph pass runs on it, the graph is verified again and printed; for a
 //! program pass (`fuse`, `memory`) the graph is lowered, the program passes up to and
@@ -9,7 +10,8 @@
 use std::path::Path;
 
 use mithrilc::ir::{parse::parse, print::print, verify::verify};
-use mithrilc::passes::{PIPELINE, PROGRAM_PIPELINE};
+use mithrilc::passes::autodiff::Wrt;
+use mithrilc::passes::{Options, PIPELINE, PROGRAM_PIPELINE};
 
 #[test]
 fn pass_filetests() {
@@ -25,7 +27,13 @@ fn pass_filetests() {
         let mut g = parse(input).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         verify(&g).unwrap_or_else(|e| panic!("{}: input: {e}", path.display()));
         let got = if let Some((_, pass)) = PIPELINE.iter().find(|(n, _)| *n == pass_name) {
-            pass(&mut g).unwrap();
+            // `// grad: all` or `// grad: NAME,...`: the parameters autodiff differentiates.
+            let grad = match input.lines().find_map(|l| l.strip_prefix("// grad: ")).map(str::trim) {
+                None => Wrt::None,
+                Some("all") => Wrt::AllParams,
+                Some(names) => Wrt::Params(names.split(',').map(|n| n.trim().to_string()).collect()),
+            };
+            pass(&mut g, &Options { grad }).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             verify(&g).unwrap_or_else(|e| panic!("{}: after {pass_name}: {e}", path.display()));
             print(&g)
         } else {

@@ -364,7 +364,7 @@ fn run(model: &Value, feeds: &[(&str, Tensor)]) -> Result<BTreeMap<String, Tenso
         opts.known_types.insert(name.to_string(), TensorType::new(t.dtype, shape));
     }
     let mut graph = mithril::load_str(&text, "t.json", "t", &opts)?;
-    passes::run_pipeline(&mut graph, passes::PIPELINE, |_, _| {})?;
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &Default::default(), |_, _| {})?;
     let feeds: BTreeMap<String, Tensor> = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
     Ok(mithrilc::interp::run(&graph, &feeds)?.into_iter().collect())
 }

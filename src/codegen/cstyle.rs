@@ -169,6 +169,7 @@ impl<D: Dialect> Renderer<'_, D> {
                     UnaryOp::Gelu => format!("mr_gelu{sfx}({a})"),
                     UnaryOp::GeluTanh => format!("mr_gelu_tanh{sfx}({a})"),
                     UnaryOp::Softplus => format!("mr_softplus{sfx}({a})"),
+                    UnaryOp::Erf => f("erf"),
                     UnaryOp::Not => format!("((uint8_t)!({a}))"),
                     UnaryOp::IsNan => {
                         let x = self.expr(x);

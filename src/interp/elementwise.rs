@@ -4,7 +4,7 @@
 //! rather than wrap as NumPy's fixed-width integers would.
 
 use super::index::{broadcast_strides, Offsets};
-use super::special::erfc;
+use super::special::{erf, erfc};
 use crate::error::Result;
 use crate::ir::{BinaryOp, Dtype, UnaryOp};
 use crate::tensor::Tensor;
@@ -51,6 +51,7 @@ fn unary_fn(op: UnaryOp, x: f64) -> f64 {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
         }
+        UnaryOp::Erf => erf(x),
         UnaryOp::Softplus => (-x.abs()).exp().ln_1p() + max_nan(x, 0.0),
         UnaryOp::Floor => x.floor(),
         UnaryOp::Not => bool_f64(x == 0.0),

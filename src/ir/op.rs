@@ -84,6 +84,8 @@ pub enum UnaryOp {
     GeluTanh,
     /// `log(1 + exp(x))`, computed stably.
     Softplus,
+    /// The error function (exact GELU's derivative needs it).
+    Erf,
     Floor,
     /// Logical not of a bool tensor.
     Not,
@@ -200,7 +202,7 @@ impl SliceRange {
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 17] = [
+    pub const ALL: [UnaryOp; 18] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Sign,
@@ -215,6 +217,7 @@ impl UnaryOp {
         UnaryOp::Gelu,
         UnaryOp::GeluTanh,
         UnaryOp::Softplus,
+        UnaryOp::Erf,
         UnaryOp::Floor,
         UnaryOp::Not,
         UnaryOp::IsNan,
@@ -236,6 +239,7 @@ impl UnaryOp {
             UnaryOp::Gelu => "gelu",
             UnaryOp::GeluTanh => "gelu_tanh",
             UnaryOp::Softplus => "softplus",
+            UnaryOp::Erf => "erf",
             UnaryOp::Floor => "floor",
             UnaryOp::Not => "not",
             UnaryOp::IsNan => "isnan",

@@ -4,6 +4,7 @@
 //! passes fuse its kernels and plan its memory. Fusion and planning work on the
 //! program because they decide about buffers and views, which only exist there.
 
+pub mod autodiff;
 pub mod fuse;
 pub mod memory;
 pub mod shape;
@@ -15,18 +16,30 @@ use crate::error::Result;
 use crate::ir::{verify::verify, Graph};
 use crate::lower::Program;
 
-/// A named pass, as listed by `--print-after`.
-pub type Pass = (&'static str, fn(&mut Graph) -> Result<()>);
+/// What the graph passes are asked to do beyond their fixed job (most take nothing).
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The gradients `autodiff` appends (none by default).
+    pub grad: autodiff::Wrt,
+}
 
-/// The passes run after the frontend, in order.
-pub const PIPELINE: &[Pass] = &[("shape", shape::run), ("simplify", simplify::run)];
+/// A named pass, as listed by `--print-after`.
+pub type Pass = (&'static str, fn(&mut Graph, &Options) -> Result<()>);
+
+/// The passes run after the frontend, in order. `autodiff` runs on checked shapes, and
+/// the backward graph it appends is simplified with the forward one.
+pub const PIPELINE: &[Pass] = &[
+    ("shape", |g, _| shape::run(g)),
+    ("autodiff", |g, o| autodiff::run(g, &o.grad)),
+    ("simplify", |g, _| simplify::run(g)),
+];
 
 /// Runs `passes` in order, verifying the graph after each; `after` sees the graph
 /// after every pass (for `--print-after`).
-pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], mut after: impl FnMut(&str, &Graph)) -> Result<()> {
+pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], options: &Options, mut after: impl FnMut(&str, &Graph)) -> Result<()> {
     verify(graph)?;
     for (name, pass) in passes {
-        pass(graph)?;
+        pass(graph, options)?;
         verify(graph)?;
         after(name, graph);
     }

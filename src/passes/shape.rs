@@ -65,7 +65,8 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Ten
                 | UnaryOp::Sigmoid
                 | UnaryOp::Gelu
                 | UnaryOp::GeluTanh
-                | UnaryOp::Softplus => float_result(x.dtype),
+                | UnaryOp::Softplus
+                | UnaryOp::Erf => float_result(x.dtype),
             };
             Ok(TensorType::new(dtype, x.shape.clone()))
         }

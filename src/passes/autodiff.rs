@@ -1,0 +1,736 @@
+//! Reverse-mode automatic differentiation: appends the backward graph.
+//!
+//! For every float model output `NAME` the graph gains an input `output_grad/NAME` (the
+//! output's cotangent, as Mithril's `evaluate(..., output_gradients=...)` takes it), and
+//! for every parameter differentiated an output `grad/NAME`: the sum over outputs of
+//! the vector-Jacobian products. The backward graph is made of ordinary IR ops, so it
+//! runs through the same passes and targets as the forward graph.
+//!
+//! [`vjp`] is the one place that says how each op differentiates, in terms of other
+//! ops. An op it cannot differentiate is an error naming the node, never a wrong
+//! gradient; ops with no gradient (comparisons, `floor`, indices) pass none on.
+
+use std::collections::BTreeSet;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::ir::*;
+use crate::passes::shape::{describe_node, infer};
+use crate::tensor::Tensor;
+
+/// Which parameters to differentiate with respect to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Wrt {
+    /// No gradients: the pass does nothing.
+    #[default]
+    None,
+    /// Every parameter (what Mithril marks differentiable).
+    AllParams,
+    /// These parameters, by name.
+    Params(Vec<String>),
+}
+
+/// The input that carries output `name`'s cotangent.
+pub fn output_grad_name(name: &str) -> String {
+    format!("output_grad/{name}")
+}
+
+/// The output that carries parameter `name`'s gradient.
+pub fn grad_name(name: &str) -> String {
+    format!("grad/{name}")
+}
+
+/// Appends the backward graph for `wrt` (see the module documentation).
+pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
+    let targets: Vec<ValueId> = match wrt {
+        Wrt::None => return Ok(()),
+        Wrt::AllParams => graph.params().collect(),
+        Wrt::Params(names) => {
+            let mut out = Vec::new();
+            for name in names {
+                let v = graph.find_arg(name).filter(|&v| graph.node(v).op == Op::Param).ok_or_else(|| {
+                    let params: Vec<String> = graph.params().filter_map(|p| graph.node(p).name.clone()).collect();
+                    Error::user(format!("--grad {name}: the model has no parameter `{name}`"))
+                        .note(format!("its parameters: {}", if params.is_empty() { "none".to_string() } else { params.join(", ") }))
+                })?;
+                out.push(v);
+            }
+            out
+        }
+    };
+    // Values that depend on a target: only they carry gradients.
+    let mut active = vec![false; graph.nodes.len()];
+    for &t in &targets {
+        active[t.index()] = true;
+    }
+    for v in graph.ids() {
+        let n = graph.node(v);
+        if n.op != Op::StopGradient && n.ty.dtype.is_float() && n.args.iter().any(|a| active[a.index()]) {
+            active[v.index()] = true;
+        }
+    }
+    let forward = graph.nodes.len();
+    let mut b = Builder { g: graph, origin: None };
+    let mut cot: Vec<Option<ValueId>> = vec![None; forward];
+    let outputs = b.g.outputs.clone();
+    for out in &outputs {
+        let ty = b.g.ty(out.value).clone();
+        if !ty.dtype.is_float() {
+            continue;
+        }
+        let seed = b.g.push(Op::Input, Vec::new(), ty);
+        b.g.nodes[seed.index()].name = Some(output_grad_name(&out.name));
+        if active[out.value.index()] {
+            b.accumulate(&mut cot, out.value, seed)?;
+        }
+    }
+    for i in (0..forward).rev() {
+        let v = ValueId(i as u32);
+        let Some(dy) = cot[i] else { continue };
+        let node = b.g.node(v).clone();
+        if !node.args.iter().any(|a| active[a.index()]) {
+            continue;
+        }
+        let needs: Vec<bool> = node.args.iter().map(|a| active[a.index()]).collect();
+        b.origin = Some(match &node.origin {
+            Some(o) => format!("gradient of {} ({o})", node.op.name()),
+            None => format!("gradient of {}", node.op.name()),
+        });
+        let grads = vjp(&mut b, v, &node, dy, &needs).map_err(|e| match e.kind {
+            ErrorKind::Internal => e,
+            _ => e.context(format!("cannot differentiate {}", describe_node(b.g, v))),
+        })?;
+        for ((&a, g), need) in node.args.iter().zip(grads).zip(needs) {
+            if let (Some(g), true) = (g, need) {
+                b.accumulate(&mut cot, a, g)?;
+            }
+        }
+    }
+    b.origin = None;
+    let mut seen = BTreeSet::new();
+    for &t in &targets {
+        if !seen.insert(t) {
+            continue;
+        }
+        let name = b.g.node(t).name.clone().unwrap_or_default();
+        let g = match cot[t.index()] {
+            Some(g) => g,
+            // A parameter no output depends on: its gradient is zero.
+            None => {
+                let ty = b.g.ty(t).clone();
+                let zero = b.scalar(0.0, ty.dtype);
+                b.op(Op::BroadcastTo { shape: ty.shape }, vec![zero])?
+            }
+        };
+        b.g.outputs.push(Output { name: grad_name(&name), value: g });
+    }
+    Ok(())
+}
+
+/// What [`vjp`] does for `op`, for the docs' op table: `yes`, `zero` (no gradient
+/// flows through it), or the cases it does not cover yet.
+pub fn support(op: &Op) -> &'static str {
+    match op {
+        Op::Input | Op::Param | Op::Constant(_) | Op::Iota { .. } | Op::StopGradient | Op::ArgReduce { .. } => "zero",
+        Op::Unary(UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Not | UnaryOp::IsNan) => "zero",
+        Op::Binary(b) if !matches!(b, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Pow | BinaryOp::Max | BinaryOp::Min) => "zero",
+        Op::Conv(_) => "yes (groups = 1)",
+        Op::Pool(_) => "yes (windows that tile the input: stride = kernel, no padding or dilation)",
+        Op::Slice { .. } => "yes (step 1)",
+        Op::Gather { .. } => "yes (axis 0)",
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::MatMul | Op::Reduce { .. } | Op::Variance { .. } => "yes",
+        Op::Softmax { .. } | Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Concat { .. } | Op::Pad { .. } => "yes",
+    }
+}
+
+/// Appends typed nodes to the graph; every node it makes is marked with `origin`.
+struct Builder<'g> {
+    g: &'g mut Graph,
+    origin: Option<String>,
+}
+
+impl Builder<'_> {
+    fn op(&mut self, op: Op, args: Vec<ValueId>) -> Result<ValueId> {
+        let tys: Vec<&TensorType> = args.iter().map(|&a| self.g.ty(a)).collect();
+        let declared = TensorType::new(Dtype::F32, Shape::scalar());
+        let ty = infer(&op, &tys, &declared, &self.g.consts)
+            .map_err(|msg| Error::internal(format!("autodiff built an ill-typed {}: {msg}", op.name())))?;
+        let v = self.g.push(op, args, ty);
+        self.g.nodes[v.index()].origin = self.origin.clone();
+        Ok(v)
+    }
+
+    fn scalar(&mut self, x: f64, dtype: Dtype) -> ValueId {
+        let v = self.g.add_const(Tensor::scalar(dtype, x));
+        self.g.nodes[v.index()].origin = self.origin.clone();
+        v
+    }
+
+    fn unary(&mut self, u: UnaryOp, x: ValueId) -> Result<ValueId> {
+        self.op(Op::Unary(u), vec![x])
+    }
+
+    fn binary(&mut self, op: BinaryOp, x: ValueId, y: ValueId) -> Result<ValueId> {
+        self.op(Op::Binary(op), vec![x, y])
+    }
+
+    fn mul(&mut self, x: ValueId, y: ValueId) -> Result<ValueId> {
+        self.binary(BinaryOp::Mul, x, y)
+    }
+
+    /// `x * c` for a constant `c` of `x`'s type.
+    fn scale(&mut self, x: ValueId, c: f64) -> Result<ValueId> {
+        let c = self.scalar(c, self.g.ty(x).dtype);
+        self.mul(x, c)
+    }
+
+    /// `cond ? x : 0`.
+    fn mask(&mut self, cond: ValueId, x: ValueId) -> Result<ValueId> {
+        let zero = self.scalar(0.0, self.g.ty(x).dtype);
+        self.op(Op::Where, vec![cond, x, zero])
+    }
+
+    fn reshape(&mut self, x: ValueId, shape: Shape) -> Result<ValueId> {
+        if self.g.ty(x).shape == shape {
+            return Ok(x);
+        }
+        self.op(Op::Reshape { shape }, vec![x])
+    }
+
+    fn transpose(&mut self, x: ValueId, perm: Vec<usize>) -> Result<ValueId> {
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(x);
+        }
+        self.op(Op::Transpose { perm }, vec![x])
+    }
+
+    fn sum(&mut self, x: ValueId, axes: Vec<usize>, keepdim: bool) -> Result<ValueId> {
+        if axes.is_empty() {
+            return Ok(x);
+        }
+        self.op(Op::Reduce { kind: ReduceKind::Sum, axes, keepdim }, vec![x])
+    }
+
+    fn shape(&self, v: ValueId) -> Shape {
+        self.g.ty(v).shape.clone()
+    }
+
+    /// Sums `dy` down to `shape`, undoing NumPy broadcasting (the VJP of a broadcast).
+    fn unbroadcast(&mut self, dy: ValueId, shape: &Shape) -> Result<ValueId> {
+        let from = self.shape(dy);
+        if &from == shape {
+            return Ok(dy);
+        }
+        let lead = from.rank() - shape.rank();
+        let axes: Vec<usize> = (0..from.rank())
+            .filter(|&i| i < lead || (shape.dims()[i - lead].is_one() && !from.dims()[i].is_one()))
+            .collect();
+        let summed = self.sum(dy, axes, true)?;
+        self.reshape(summed, shape.clone())
+    }
+
+    /// `dy` (shaped like a reduction of `shape` over `axes`) broadcast back to `shape`.
+    fn expand(&mut self, dy: ValueId, shape: &Shape, axes: &[usize]) -> Result<ValueId> {
+        let kept = Shape(shape.dims().iter().enumerate().map(|(i, d)| if axes.contains(&i) { Dim::Known(1) } else { d.clone() }).collect());
+        let r = self.reshape(dy, kept)?;
+        if self.shape(r) == *shape {
+            return Ok(r);
+        }
+        self.op(Op::BroadcastTo { shape: shape.clone() }, vec![r])
+    }
+
+    /// Adds `g` to `v`'s cotangent.
+    fn accumulate(&mut self, cot: &mut [Option<ValueId>], v: ValueId, g: ValueId) -> Result<()> {
+        let shape = self.shape(v);
+        let mut g = self.unbroadcast(g, &shape)?;
+        let dtype = self.g.ty(v).dtype;
+        if self.g.ty(g).dtype != dtype {
+            g = self.op(Op::Cast { to: dtype }, vec![g])?;
+        }
+        cot[v.index()] = Some(match cot[v.index()] {
+            None => g,
+            Some(prev) => self.binary(BinaryOp::Add, prev, g)?,
+        });
+        Ok(())
+    }
+
+    /// Pads (positive) or crops (negative) `x` along `axis` by `lo` before and `hi` after.
+    fn pad_or_crop(&mut self, x: ValueId, axis: usize, lo: i64, hi: i64) -> Result<ValueId> {
+        let rank = self.g.ty(x).rank();
+        let mut x = x;
+        if lo > 0 || hi > 0 {
+            let mut pads = vec![(0, 0); rank];
+            pads[axis] = (lo.max(0) as u64, hi.max(0) as u64);
+            x = self.op(Op::Pad { pads, value: 0.0 }, vec![x])?;
+        }
+        if lo < 0 || hi < 0 {
+            let mut ranges = vec![SliceRange::FULL; rank];
+            ranges[axis] = SliceRange { start: Some((-lo).max(0)), stop: if hi < 0 { Some(hi) } else { None }, step: 1 };
+            x = self.op(Op::Slice { ranges }, vec![x])?;
+        }
+        Ok(x)
+    }
+
+    /// `x` with `s - 1` zeros inserted between neighbours along each trailing spatial
+    /// axis (`strides[i]` for axis `2 + i`): the VJP of a strided window's sampling.
+    fn dilate(&mut self, x: ValueId, strides: &[u64]) -> Result<ValueId> {
+        if strides.iter().all(|&s| s == 1) {
+            return Ok(x);
+        }
+        let shape = known(&self.shape(x))?;
+        let n = strides.len();
+        // [N, C, L0, 1, L1, 1, ...] padded to [N, C, L0, s0, L1, s1, ...], flattened, cropped.
+        let mut split = shape[..2].to_vec();
+        for i in 0..n {
+            split.extend([shape[2 + i], 1]);
+        }
+        let r = self.reshape(x, Shape::known(&split))?;
+        let mut pads = vec![(0, 0); split.len()];
+        for (i, &s) in strides.iter().enumerate() {
+            pads[3 + 2 * i] = (0, s - 1);
+        }
+        let p = self.op(Op::Pad { pads, value: 0.0 }, vec![r])?;
+        let mut flat = shape[..2].to_vec();
+        flat.extend((0..n).map(|i| shape[2 + i] * strides[i]));
+        let mut y = self.reshape(p, Shape::known(&flat))?;
+        for (i, &s) in strides.iter().enumerate() {
+            y = self.pad_or_crop(y, 2 + i, 0, -(s as i64 - 1))?;
+        }
+        Ok(y)
+    }
+}
+
+fn known(shape: &Shape) -> Result<Vec<u64>> {
+    shape.as_known().ok_or_else(|| Error::user(format!("its gradient needs static shapes here, not {shape}")))
+}
+
+/// How many elements a reduction of `shape` over `axes` combines.
+fn reduced_count(shape: &Shape, axes: &[usize]) -> Result<u64> {
+    axes.iter().map(|&i| shape.dims()[i].known().ok_or_else(|| Error::user(format!("its gradient needs a static size along axis {i} of {shape}")))).product()
+}
+
+fn unsupported(what: &str) -> Error {
+    Error::user(format!("{what} has no gradient rule yet"))
+}
+
+/// The vector-Jacobian product of node `v` (`node`): given `dy`, the cotangent of its
+/// value, the cotangent of each argument (`None`: zero, or not needed). Only arguments
+/// with `needs[i]` are computed.
+fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) -> Result<Vec<Option<ValueId>>> {
+    let x = |i: usize| node.args[i];
+    let y = v;
+    Ok(match &node.op {
+        Op::Input | Op::Param | Op::Constant(_) | Op::Iota { .. } | Op::StopGradient | Op::ArgReduce { .. } => {
+            vec![None; node.args.len()]
+        }
+        Op::Unary(u) => {
+            let a = x(0);
+            let g = match u {
+                UnaryOp::Neg => b.unary(UnaryOp::Neg, dy)?,
+                UnaryOp::Abs => {
+                    let s = b.unary(UnaryOp::Sign, a)?;
+                    b.mul(dy, s)?
+                }
+                UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Not | UnaryOp::IsNan => return Ok(vec![None]),
+                UnaryOp::Exp => b.mul(dy, y)?,
+                UnaryOp::Log => b.binary(BinaryOp::Div, dy, a)?,
+                UnaryOp::Sqrt => {
+                    let h = b.scale(dy, 0.5)?;
+                    b.binary(BinaryOp::Div, h, y)?
+                }
+                UnaryOp::Sin => {
+                    let c = b.unary(UnaryOp::Cos, a)?;
+                    b.mul(dy, c)?
+                }
+                UnaryOp::Cos => {
+                    let s = b.unary(UnaryOp::Sin, a)?;
+                    let n = b.unary(UnaryOp::Neg, s)?;
+                    b.mul(dy, n)?
+                }
+                UnaryOp::Tanh => {
+                    // dy * (1 - y^2)
+                    let y2 = b.mul(y, y)?;
+                    let one = b.scalar(1.0, b.g.ty(y).dtype);
+                    let d = b.binary(BinaryOp::Sub, one, y2)?;
+                    b.mul(dy, d)?
+                }
+                UnaryOp::Sigmoid => {
+                    let one = b.scalar(1.0, b.g.ty(y).dtype);
+                    let c = b.binary(BinaryOp::Sub, one, y)?;
+                    let d = b.mul(y, c)?;
+                    b.mul(dy, d)?
+                }
+                UnaryOp::Relu => {
+                    let zero = b.scalar(0.0, b.g.ty(a).dtype);
+                    let pos = b.binary(BinaryOp::Gt, a, zero)?;
+                    b.mask(pos, dy)?
+                }
+                UnaryOp::Gelu => {
+                    // Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+                    let t = b.scale(a, std::f64::consts::FRAC_1_SQRT_2)?;
+                    let e = b.unary(UnaryOp::Erf, t)?;
+                    let one = b.scalar(1.0, b.g.ty(a).dtype);
+                    let e1 = b.binary(BinaryOp::Add, e, one)?;
+                    let cdf = b.scale(e1, 0.5)?;
+                    let x2 = b.mul(a, a)?;
+                    let m = b.scale(x2, -0.5)?;
+                    let ex = b.unary(UnaryOp::Exp, m)?;
+                    let pdf = b.scale(ex, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                    let xp = b.mul(a, pdf)?;
+                    let d = b.binary(BinaryOp::Add, cdf, xp)?;
+                    b.mul(dy, d)?
+                }
+                UnaryOp::GeluTanh => {
+                    // u = c (x + k x^3), t = tanh u:
+                    // d = (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2
+                    let (c, k) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
+                    let dt = b.g.ty(a).dtype;
+                    let x2 = b.mul(a, a)?;
+                    let x3 = b.mul(x2, a)?;
+                    let kx3 = b.scale(x3, k)?;
+                    let inner = b.binary(BinaryOp::Add, a, kx3)?;
+                    let u = b.scale(inner, c)?;
+                    let t = b.unary(UnaryOp::Tanh, u)?;
+                    let one = b.scalar(1.0, dt);
+                    let t1 = b.binary(BinaryOp::Add, one, t)?;
+                    let first = b.scale(t1, 0.5)?;
+                    let t2 = b.mul(t, t)?;
+                    let sech2 = b.binary(BinaryOp::Sub, one, t2)?;
+                    let kx2 = b.scale(x2, 3.0 * k)?;
+                    let du = b.binary(BinaryOp::Add, one, kx2)?;
+                    let du = b.scale(du, 0.5 * c)?;
+                    let xs = b.mul(a, sech2)?;
+                    let second = b.mul(xs, du)?;
+                    let d = b.binary(BinaryOp::Add, first, second)?;
+                    b.mul(dy, d)?
+                }
+                UnaryOp::Softplus => {
+                    let s = b.unary(UnaryOp::Sigmoid, a)?;
+                    b.mul(dy, s)?
+                }
+                UnaryOp::Erf => {
+                    // 2 / sqrt(pi) exp(-x^2)
+                    let x2 = b.mul(a, a)?;
+                    let n = b.unary(UnaryOp::Neg, x2)?;
+                    let e = b.unary(UnaryOp::Exp, n)?;
+                    let d = b.scale(e, 2.0 / std::f64::consts::PI.sqrt())?;
+                    b.mul(dy, d)?
+                }
+            };
+            vec![Some(g)]
+        }
+        Op::Binary(op) => {
+            let (l, r) = (x(0), x(1));
+            let (gl, gr) = match op {
+                BinaryOp::Add => (Some(dy), Some(dy)),
+                BinaryOp::Sub => (Some(dy), if needs[1] { Some(b.unary(UnaryOp::Neg, dy)?) } else { None }),
+                BinaryOp::Mul => (
+                    if needs[0] { Some(b.mul(dy, r)?) } else { None },
+                    if needs[1] { Some(b.mul(dy, l)?) } else { None },
+                ),
+                BinaryOp::Div => {
+                    let gl = b.binary(BinaryOp::Div, dy, r)?;
+                    let gr = if needs[1] {
+                        // -dy * l / r^2 = -(dy / r) * y
+                        let t = b.mul(gl, y)?;
+                        Some(b.unary(UnaryOp::Neg, t)?)
+                    } else {
+                        None
+                    };
+                    (Some(gl), gr)
+                }
+                BinaryOp::Pow => {
+                    let gl = if needs[0] {
+                        // dy * r * l^(r - 1)
+                        let one = b.scalar(1.0, b.g.ty(r).dtype);
+                        let rm1 = b.binary(BinaryOp::Sub, r, one)?;
+                        let p = b.binary(BinaryOp::Pow, l, rm1)?;
+                        let d = b.mul(r, p)?;
+                        Some(b.mul(dy, d)?)
+                    } else {
+                        None
+                    };
+                    let gr = if needs[1] {
+                        // dy * y * log(l)
+                        let lg = b.unary(UnaryOp::Log, l)?;
+                        let d = b.mul(y, lg)?;
+                        Some(b.mul(dy, d)?)
+                    } else {
+                        None
+                    };
+                    (gl, gr)
+                }
+                BinaryOp::Max | BinaryOp::Min => {
+                    // The larger (smaller) argument gets it; ties go to the left one.
+                    let cmp = if *op == BinaryOp::Max { BinaryOp::Ge } else { BinaryOp::Le };
+                    let left = b.binary(cmp, l, r)?;
+                    let zero = b.scalar(0.0, b.g.ty(dy).dtype);
+                    let gl = if needs[0] { Some(b.op(Op::Where, vec![left, dy, zero])?) } else { None };
+                    let gr = if needs[1] { Some(b.op(Op::Where, vec![left, zero, dy])?) } else { None };
+                    (gl, gr)
+                }
+                _ => (None, None),
+            };
+            vec![gl, gr]
+        }
+        Op::Where => {
+            let c = x(0);
+            let zero = b.scalar(0.0, b.g.ty(dy).dtype);
+            let ga = if needs[1] { Some(b.op(Op::Where, vec![c, dy, zero])?) } else { None };
+            let gb = if needs[2] { Some(b.op(Op::Where, vec![c, zero, dy])?) } else { None };
+            vec![None, ga, gb]
+        }
+        Op::Cast { .. } => {
+            let from = b.g.ty(x(0)).dtype;
+            vec![if from.is_float() { Some(b.op(Op::Cast { to: from }, vec![dy])?) } else { None }]
+        }
+        Op::MatMul => matmul_vjp(b, x(0), x(1), dy, needs)?,
+        Op::Conv(attrs) => conv_vjp(b, node, attrs, dy, needs)?,
+        Op::Pool(attrs) => vec![Some(pool_vjp(b, x(0), y, attrs, dy)?)],
+        Op::Reduce { kind, axes, .. } => {
+            let a = x(0);
+            let shape = b.shape(a);
+            let spread = |b: &mut Builder, t: ValueId| b.expand(t, &shape, axes);
+            let g = match kind {
+                ReduceKind::Sum => spread(b, dy)?,
+                ReduceKind::Mean => {
+                    let s = b.scale(dy, 1.0 / reduced_count(&shape, axes)? as f64)?;
+                    spread(b, s)?
+                }
+                ReduceKind::Max | ReduceKind::Min => {
+                    // To the elements equal to the extreme (the arg-max when it is unique).
+                    let dyb = spread(b, dy)?;
+                    let yb = spread(b, y)?;
+                    let hit = b.binary(BinaryOp::Eq, a, yb)?;
+                    b.mask(hit, dyb)?
+                }
+                ReduceKind::Prod => {
+                    let dyb = spread(b, dy)?;
+                    let yb = spread(b, y)?;
+                    let d = b.binary(BinaryOp::Div, yb, a)?;
+                    b.mul(dyb, d)?
+                }
+            };
+            vec![Some(g)]
+        }
+        Op::Variance { axes, correction, .. } => {
+            // dy * 2 (x - mean) / (n - correction)
+            let a = x(0);
+            let shape = b.shape(a);
+            let n = reduced_count(&shape, axes)?;
+            let mean = b.op(Op::Reduce { kind: ReduceKind::Mean, axes: axes.clone(), keepdim: true }, vec![a])?;
+            let centered = b.binary(BinaryOp::Sub, a, mean)?;
+            let s = b.scale(centered, 2.0 / (n as f64 - correction))?;
+            let dyb = b.expand(dy, &shape, axes)?;
+            vec![Some(b.mul(dyb, s)?)]
+        }
+        Op::Softmax { axis } => {
+            // y * (dy - sum(dy * y, axis))
+            let p = b.mul(dy, y)?;
+            let s = b.sum(p, vec![*axis], true)?;
+            let d = b.binary(BinaryOp::Sub, dy, s)?;
+            vec![Some(b.mul(y, d)?)]
+        }
+        Op::Reshape { .. } => {
+            let shape = b.shape(x(0));
+            vec![Some(b.reshape(dy, shape)?)]
+        }
+        Op::Transpose { perm } => {
+            let mut inv = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            vec![Some(b.transpose(dy, inv)?)]
+        }
+        Op::BroadcastTo { .. } => vec![Some(dy)], // summed back by `accumulate`
+        Op::Slice { ranges } => {
+            let shape = known(&b.shape(x(0)))?;
+            let mut g = dy;
+            for (axis, r) in ranges.iter().enumerate() {
+                let (start, step, len) = r.resolve(shape[axis]).map_err(Error::internal)?;
+                if r.is_full() {
+                    continue;
+                }
+                if step != 1 {
+                    return Err(unsupported("a slice with a step other than 1"));
+                }
+                let hi = shape[axis] as i64 - start - len as i64;
+                g = b.pad_or_crop(g, axis, start, hi)?;
+            }
+            vec![Some(g)]
+        }
+        Op::Pad { pads, .. } => {
+            let mut g = dy;
+            for (axis, &(lo, hi)) in pads.iter().enumerate() {
+                if (lo, hi) != (0, 0) {
+                    g = b.pad_or_crop(g, axis, -(lo as i64), -(hi as i64))?;
+                }
+            }
+            vec![Some(g)]
+        }
+        Op::Concat { axis } => {
+            let mut out = Vec::new();
+            let mut start = 0i64;
+            let total = known(&b.shape(dy))?[*axis] as i64;
+            for (i, &a) in node.args.iter().enumerate() {
+                let n = known(&b.shape(a))?[*axis] as i64;
+                out.push(if needs[i] { Some(b.pad_or_crop(dy, *axis, -start, -(total - start - n))?) } else { None });
+                start += n;
+            }
+            out
+        }
+        Op::Gather { axis } => {
+            if *axis != 0 {
+                return Err(unsupported("a gather along an axis other than 0"));
+            }
+            // d data = one_hot(indices)^T @ dy, over the flattened indices.
+            let (data, idx) = (x(0), x(1));
+            let dshape = known(&b.shape(data))?;
+            let count = known(&b.shape(idx))?.iter().product::<u64>();
+            let rest: u64 = dshape[1..].iter().product();
+            let flat_idx = b.reshape(idx, Shape::known(&[count, 1]))?;
+            let idx_dtype = b.g.ty(idx).dtype;
+            let iota = b.op(Op::Iota { shape: Shape::known(&[count, dshape[0]]), axis: 1, dtype: idx_dtype }, vec![])?;
+            let hit = b.binary(BinaryOp::Eq, iota, flat_idx)?;
+            let dt = b.g.ty(dy).dtype;
+            let onehot = b.op(Op::Cast { to: dt }, vec![hit])?;
+            let oh_t = b.transpose(onehot, vec![1, 0])?;
+            let dy2 = b.reshape(dy, Shape::known(&[count, rest]))?;
+            let g = b.op(Op::MatMul, vec![oh_t, dy2])?;
+            vec![Some(b.reshape(g, Shape::known(&dshape))?), None]
+        }
+    })
+}
+
+/// NumPy matmul's VJP: `da = dy @ b^T`, `db = a^T @ dy`, with rank-1 operands promoted
+/// to matrices and broadcast batch dimensions summed back (by `accumulate`).
+fn matmul_vjp(b: &mut Builder, a: ValueId, m: ValueId, dy: ValueId, needs: &[bool]) -> Result<Vec<Option<ValueId>>> {
+    let (sa, sm) = (b.shape(a), b.shape(m));
+    let a2 = if sa.rank() == 1 { b.reshape(a, Shape(vec![Dim::Known(1), sa.dims()[0].clone()]))? } else { a };
+    let m2 = if sm.rank() == 1 { b.reshape(m, Shape(vec![sm.dims()[0].clone(), Dim::Known(1)]))? } else { m };
+    // dy with the promoted dimensions back
+    let mut dshape = b.shape(dy).0;
+    if sa.rank() == 1 {
+        let at = dshape.len() - if sm.rank() == 1 { 0 } else { 1 };
+        dshape.insert(at, Dim::Known(1));
+    }
+    if sm.rank() == 1 {
+        dshape.push(Dim::Known(1));
+    }
+    let dy2 = b.reshape(dy, Shape(dshape))?;
+    let swap = |rank: usize| -> Vec<usize> {
+        let mut p: Vec<usize> = (0..rank).collect();
+        p.swap(rank - 2, rank - 1);
+        p
+    };
+    // lhs @ rhs, summed back over `like`'s broadcast batch dimensions, in `shape`
+    let product = |b: &mut Builder, lhs: ValueId, rhs: ValueId, like: ValueId, shape: Shape| -> Result<ValueId> {
+        let g = b.op(Op::MatMul, vec![lhs, rhs])?;
+        let g = b.unbroadcast(g, &b.shape(like))?;
+        b.reshape(g, shape)
+    };
+    let ga = if needs[0] {
+        let mt = b.transpose(m2, swap(b.g.ty(m2).rank()))?;
+        Some(product(b, dy2, mt, a2, sa)?)
+    } else {
+        None
+    };
+    let gm = if needs[1] {
+        let at = b.transpose(a2, swap(b.g.ty(a2).rank()))?;
+        Some(product(b, at, dy2, m2, sm)?)
+    } else {
+        None
+    };
+    Ok(vec![ga, gm])
+}
+
+/// Convolution's VJP, as convolutions (groups = 1):
+/// - input: the full correlation of `dy` (zeros inserted for the stride) with the
+///   flipped, channel-transposed weight, padded or cropped back to the input's size;
+/// - weight: the correlation of the (padded) input with `dy`, batch and channels
+///   swapped, stride and dilation swapped, cropped to the kernel's size;
+/// - bias: `dy` summed over everything but the channels.
+fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs: &[bool]) -> Result<Vec<Option<ValueId>>> {
+    let (x, w) = (node.args[0], node.args[1]);
+    let n = attrs.stride.len();
+    if attrs.groups != 1 && (needs[0] || needs[1]) {
+        return Err(unsupported("a grouped convolution"));
+    }
+    let xs = known(&b.shape(x))?;
+    let ws = known(&b.shape(w))?;
+    let ys = known(&b.shape(dy))?;
+    let spatial_perm = |first: [usize; 2]| -> Vec<usize> { first.into_iter().chain(2..2 + n).collect() };
+    let mut out = vec![None; node.args.len()];
+    if needs[0] {
+        let mut g = b.dilate(dy, &attrs.stride)?;
+        for i in 0..n {
+            let (k, d, s) = (ws[2 + i] as i64, attrs.dilation[i] as i64, attrs.stride[i] as i64);
+            let (p_lo, h, oh) = (attrs.padding[i].0 as i64, xs[2 + i] as i64, ys[2 + i] as i64);
+            let lo = d * (k - 1) - p_lo;
+            let hi = h - 1 + p_lo - (oh - 1) * s;
+            g = b.pad_or_crop(g, 2 + i, lo, hi)?;
+        }
+        // w [O, C, k...] -> flipped, [C, O, k...]
+        let mut ranges = vec![SliceRange::FULL; 2];
+        ranges.extend((0..n).map(|_| SliceRange { start: None, stop: None, step: -1 }));
+        let flipped = b.op(Op::Slice { ranges }, vec![w])?;
+        let wt = b.transpose(flipped, spatial_perm([1, 0]))?;
+        let full = ConvAttrs { stride: vec![1; n], padding: vec![(0, 0); n], dilation: attrs.dilation.clone(), groups: 1 };
+        out[0] = Some(b.op(Op::Conv(full), vec![g, wt])?);
+    }
+    if needs[1] {
+        // x^T [C, N, H...] (padded) correlated with dy^T [O, N, OH...]: [C, O, >= k...]
+        let xt = b.transpose(x, spatial_perm([1, 0]))?;
+        let dyt = b.transpose(dy, spatial_perm([1, 0]))?;
+        let swapped = ConvAttrs { stride: attrs.dilation.clone(), padding: attrs.padding.clone(), dilation: attrs.stride.clone(), groups: 1 };
+        let mut g = b.op(Op::Conv(swapped), vec![xt, dyt])?;
+        let gs = known(&b.shape(g))?;
+        for i in 0..n {
+            g = b.pad_or_crop(g, 2 + i, 0, ws[2 + i] as i64 - gs[2 + i] as i64)?;
+        }
+        out[1] = Some(b.transpose(g, spatial_perm([1, 0]))?);
+    }
+    if node.args.len() > 2 && needs[2] {
+        out[2] = Some(dy); // summed to the bias's shape by `accumulate`
+    }
+    Ok(out)
+}
+
+/// Pooling's VJP, for windows that tile the input (stride = kernel, no padding, no
+/// dilation): each window's cotangent goes to its maximum (max) or is spread evenly
+/// (average); rows and columns past the last window get zero.
+fn pool_vjp(b: &mut Builder, x: ValueId, y: ValueId, attrs: &PoolAttrs, dy: ValueId) -> Result<ValueId> {
+    let n = attrs.kernel.len();
+    if attrs.stride != attrs.kernel || attrs.padding.iter().any(|&p| p != (0, 0)) || attrs.dilation.iter().any(|&d| d != 1) {
+        return Err(unsupported("pooling whose windows overlap, are padded or dilated"));
+    }
+    let xs = known(&b.shape(x))?;
+    let ys = known(&b.shape(y))?;
+    // [N, C, OH, k, OW, k] views of the covered input, and y/dy as [N, C, OH, 1, OW, 1]
+    let mut split = xs[..2].to_vec();
+    let mut ones = xs[..2].to_vec();
+    let mut covered = x;
+    for i in 0..n {
+        let k = attrs.kernel[i];
+        covered = b.pad_or_crop(covered, 2 + i, 0, -((xs[2 + i] - ys[2 + i] * k) as i64))?;
+        split.extend([ys[2 + i], k]);
+        ones.extend([ys[2 + i], 1]);
+    }
+    let xr = b.reshape(covered, Shape::known(&split))?;
+    let dyr = b.reshape(dy, Shape::known(&ones))?;
+    let dyb = b.op(Op::BroadcastTo { shape: Shape::known(&split) }, vec![dyr])?;
+    let g = match attrs.kind {
+        PoolKind::Max => {
+            let yr = b.reshape(y, Shape::known(&ones))?;
+            let hit = b.binary(BinaryOp::Eq, xr, yr)?;
+            b.mask(hit, dyb)?
+        }
+        PoolKind::Avg => b.scale(dyb, 1.0 / attrs.kernel.iter().product::<u64>() as f64)?,
+    };
+    let mut flat = xs[..2].to_vec();
+    flat.extend((0..n).map(|i| ys[2 + i] * attrs.kernel[i]));
+    let mut g = b.reshape(g, Shape::known(&flat))?;
+    for i in 0..n {
+        g = b.pad_or_crop(g, 2 + i, 0, (xs[2 + i] - flat[2 + i]) as i64)?;
+    }
+    Ok(g)
+}
