@@ -92,7 +92,7 @@
 /* Small helpers                                                                        */
 /* ------------------------------------------------------------------------------------ */
 
-/* mr_min_i64: the smaller of a and b. */
+/* mr_min_i64, mr_max_i64: the smaller, the larger of a and b. */
 static int64_t mr_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t mr_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
@@ -469,9 +469,9 @@ static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t a
 
 /* mr_conv2d_taps_gemm's kernel: the 8 x 32 tile whose B row r is the 32 floats at
  * base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are stored to
- * out (row i at out + i*out_rs), or added to it when `add`. */
-/* Not inlined: inside its caller's loops the compiler runs out of registers for the
- * eight row offsets of A and spills them (cnn b1: 2.2 -> 1.8 ms). */
+ * out (row i at out + i*out_rs), or added to it when `add`. Not inlined: inside its
+ * caller's loops the compiler runs out of registers for the eight row offsets of A and
+ * spills them (cnn b1 1t: 2.23 -> 2.09 ms). */
 __attribute__((noinline)) static void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                 const float *restrict base, const int64_t *off, float *restrict out,
                                 int64_t out_rs, int64_t mr, int64_t nr, int add)
@@ -1015,12 +1015,17 @@ static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_
     float tile[MR_SGEMM_MR * MR_SGEMM_NR];
     int64_t off[MR_SGEMM_KC];
     int64_t b0, b1, pc, ic, p, pn, r;
+#ifdef MR_MICRO_AVX512
+    /* the end of the image's wide columns: a panel that ends by it reads inside x */
+    const int64_t qmax = mr_wide(P - 1, W, OW) + 1;
+#endif
     at->j = 0;
     /* blocks of positions (whole rows in row mode) of about MR_SGEMM_NC columns */
     for (b0 = p0; b0 < p1; b0 = b1) {
         const int64_t rows = mr_max_i64(1, MR_SGEMM_NC / span);
-        int64_t c = 0, kh = 0, kw = 0; /* depth row pc + r's channel and tap */
+        int64_t c = 0, kh = 0, kw = 0, qend; /* depth row pc + r's channel and tap; the block's end */
         b1 = mr_min_i64(p1, row_mode ? (b0 / OW + rows) * OW : mr_compact(mr_wide(b0, W, OW) + MR_SGEMM_NC, W, OW));
+        qend = mr_wide(b1 - 1, W, OW) + 1;
         for (pc = 0; pc < Kd; pc += MR_SGEMM_KC) {
             const int64_t kc = mr_min_i64(MR_SGEMM_KC, Kd - pc);
             for (r = 0; r < kc; ++r) {
@@ -1045,13 +1050,10 @@ static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_
                 }
                 for (p = b0; p < b1; p = pn) {
                     const int64_t q = mr_wide(p, W, OW), ow = p % OW;
-                    int64_t nq = mr_min_i64(NR, mr_wide(b1 - 1, W, OW) + 1 - q); /* wide columns stored */
+                    int64_t nq = mr_min_i64(NR, qend - q); /* wide columns stored */
                     if (row_mode) nq = mr_min_i64(nq, OW - ow);
                     pn = mr_compact(q + nq, W, OW);
 #ifdef MR_MICRO_AVX512
-                    /* qmax: the end of the image's wide columns; a panel that ends by
-                     * it reads inside x */
-                    const int64_t qmax = mr_wide(P - 1, W, OW) + 1;
                     if (q + NR <= qmax && ow + nq <= OW) {
                         /* one run of y: stored from registers */
                         mr_sgemm_micro_taps(kc, pa, ars, acs, x + q, off, y + ic * P + p, P, mr, nq, pc > 0);

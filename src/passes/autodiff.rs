@@ -87,10 +87,10 @@ pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
         let v = ValueId(i as u32);
         let Some(dy) = cot[i] else { continue };
         let node = b.g.node(v).clone();
-        if !node.args.iter().any(|a| active[a.index()]) {
+        let needs: Vec<bool> = node.args.iter().map(|a| active[a.index()]).collect();
+        if !needs.contains(&true) {
             continue;
         }
-        let needs: Vec<bool> = node.args.iter().map(|a| active[a.index()]).collect();
         b.origin = Some(match &node.origin {
             Some(o) => format!("gradient of {} ({o})", node.op.name()),
             None => format!("gradient of {}", node.op.name()),
