@@ -472,7 +472,7 @@ fn tiny_graph() -> Graph {
     let m = g.push(Op::MatMul, vec![x, w], f32s(&[2, 2]));
     let y = g.push(Op::Binary(BinaryOp::Add), vec![m, c], f32s(&[2, 2]));
     let total = g.push(Op::Reduce { kind: ReduceKind::Sum, axes: vec![0, 1], keepdim: false }, vec![y], f32s(&[]));
-    g.outputs = vec![Output { name: "y".into(), value: y }, Output { name: "total".into(), value: total }];
+    g.outputs = vec![Output { name: "y".into(), value: y, loss: false }, Output { name: "total".into(), value: total, loss: false }];
     verify(&g).unwrap();
     g
 }
@@ -526,7 +526,7 @@ fn run_refuses_symbolic_dims_and_names_failing_nodes() {
     let mut g = Graph::new("sym");
     let x = g.push(Op::Input, vec![], TensorType::new(Dtype::F32, Shape(vec![Dim::Sym("B".into()), Dim::Known(4)])));
     g.nodes[x.index()].name = Some("x".into());
-    g.outputs = vec![Output { name: "x".into(), value: x }];
+    g.outputs = vec![Output { name: "x".into(), value: x, loss: false }];
     let e = run(&g, &BTreeMap::new()).unwrap_err();
     assert_eq!(e.to_string(), "graph has symbolic dimension B; bind it first");
 
@@ -535,7 +535,7 @@ fn run_refuses_symbolic_dims_and_names_failing_nodes() {
     let idx = g.push(Op::Input, vec![], TensorType::new(Dtype::I64, Shape::known(&[1])));
     g.nodes[idx.index()].name = Some("idx".into());
     let out = g.push(Op::Gather { axis: 0 }, vec![table, idx], TensorType::new(Dtype::F64, Shape::known(&[1])));
-    g.outputs = vec![Output { name: "out".into(), value: out }];
+    g.outputs = vec![Output { name: "out".into(), value: out, loss: false }];
     verify(&g).unwrap();
     let e = run(&g, &feeds(&[("idx", i64t(&[1], &[5.0]))])).unwrap_err();
     assert_eq!(e.to_string(), "%2 = gather: gather index 5 is out of range for axis 0 of size 3");
@@ -553,7 +553,7 @@ fn f32_graphs_round_every_result_to_f32() {
     g.nodes[b.index()].name = Some("b".into());
     let sum = g.push(Op::Binary(BinaryOp::Add), vec![a, b], f32s.clone());
     let third = g.push(Op::Binary(BinaryOp::Div), vec![a, b], f32s);
-    g.outputs = vec![Output { name: "sum".into(), value: sum }, Output { name: "third".into(), value: third }];
+    g.outputs = vec![Output { name: "sum".into(), value: sum, loss: false }, Output { name: "third".into(), value: third, loss: false }];
     let av = t(Dtype::F32, &[2], &[1.0, 1.0]);
     let bv = t(Dtype::F32, &[2], &[1e-8, 3.0]);
     let out = run(&g, &feeds(&[("a", av), ("b", bv)])).unwrap();

@@ -44,6 +44,9 @@ pub struct Node {
 pub struct Output {
     pub name: String,
     pub value: ValueId,
+    /// A scalar the model is trained to minimize (Mithril's `final_cost`): the
+    /// autodiff pass differentiates it with a cotangent of one, not a given one.
+    pub loss: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

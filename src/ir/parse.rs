@@ -23,11 +23,12 @@ pub fn parse(text: &str) -> Result<Graph> {
         if line == "}" {
             return Ok(g);
         }
-        if let Some(rest) = line.strip_prefix("output ") {
-            let (out_name, value) = rest.split_once(" = ").ok_or_else(|| err(n, "expected `output \"NAME\" = %N`".into()))?;
+        let loss = line.starts_with("loss ");
+        if let Some(rest) = line.strip_prefix("output ").or_else(|| line.strip_prefix("loss ")) {
+            let (out_name, value) = rest.split_once(" = ").ok_or_else(|| err(n, "expected `output \"NAME\" = %N` or `loss \"NAME\" = %N`".into()))?;
             let out_name: String = serde_json::from_str(out_name).map_err(|e| err(n, format!("output name: {e}")))?;
             let value = value_id(value).ok_or_else(|| err(n, format!("bad value `{value}`")))?;
-            g.outputs.push(Output { name: out_name, value });
+            g.outputs.push(Output { name: out_name, value, loss });
             continue;
         }
         node(&mut g, line).map_err(|m| err(n, m))?;

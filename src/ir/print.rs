@@ -17,7 +17,7 @@ pub fn print(graph: &Graph) -> String {
         out.push('\n');
     }
     for o in &graph.outputs {
-        let _ = writeln!(out, "  output {:?} = %{}", o.name, o.value.0);
+        let _ = writeln!(out, "  {} {:?} = %{}", if o.loss { "loss" } else { "output" }, o.name, o.value.0);
     }
     out.push_str("}\n");
     out

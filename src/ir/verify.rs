@@ -41,6 +41,10 @@ pub fn verify(graph: &Graph) -> Result<()> {
         if !out_names.insert(&o.name) {
             return Err(Error::internal(format!("IR verifier: output name {:?} is used twice", o.name)));
         }
+        let ty = graph.ty(o.value);
+        if o.loss && (!ty.dtype.is_float() || ty.shape.rank() != 0) {
+            return Err(Error::internal(format!("IR verifier: loss {:?} is {ty}, not a float scalar", o.name)));
+        }
     }
     Ok(())
 }

@@ -3,7 +3,9 @@
 //! For every float model output `NAME` the graph gains an input `output_grad/NAME` (the
 //! output's cotangent, as Mithril's `evaluate(..., output_gradients=...)` takes it), and
 //! for every parameter differentiated an output `grad/NAME`: the sum over outputs of
-//! the vector-Jacobian products. The backward graph is made of ordinary IR ops, so it
+//! the vector-Jacobian products. A model with a loss output (a Mithril TrainModel's
+//! `final_cost`) is differentiated through the loss alone, with a cotangent of one,
+//! and takes no `output_grad` inputs. The backward graph is made of ordinary IR ops, so it
 //! runs through the same passes and targets as the forward graph.
 //!
 //! [`vjp`] is the one place that says how each op differentiates, in terms of other
@@ -71,14 +73,23 @@ pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
     let forward = graph.nodes.len();
     let mut b = Builder { g: graph, origin: None };
     let mut cot: Vec<Option<ValueId>> = vec![None; forward];
+    // A model with a loss is differentiated through its loss alone, with a cotangent
+    // of one (Mithril's TrainModel); otherwise every float output's cotangent is an
+    // input, like Mithril's `output_gradients`.
     let outputs = b.g.outputs.clone();
+    let has_loss = outputs.iter().any(|o| o.loss);
     for out in &outputs {
         let ty = b.g.ty(out.value).clone();
-        if !ty.dtype.is_float() {
+        if !ty.dtype.is_float() || has_loss && !out.loss {
             continue;
         }
-        let seed = b.g.push(Op::Input, Vec::new(), ty);
-        b.g.nodes[seed.index()].name = Some(output_grad_name(&out.name));
+        let seed = if out.loss {
+            b.scalar(1.0, ty.dtype)
+        } else {
+            let seed = b.g.push(Op::Input, Vec::new(), ty);
+            b.g.nodes[seed.index()].name = Some(output_grad_name(&out.name));
+            seed
+        };
         if active[out.value.index()] {
             b.accumulate(&mut cot, out.value, seed)?;
         }
@@ -121,7 +132,7 @@ pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
                 b.op(Op::BroadcastTo { shape: ty.shape }, vec![zero])?
             }
         };
-        b.g.outputs.push(Output { name: grad_name(&name), value: g });
+        b.g.outputs.push(Output { name: grad_name(&name), value: g, loss: false });
     }
     Ok(())
 }

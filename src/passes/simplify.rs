@@ -51,7 +51,7 @@ pub fn run(g: &mut Graph) -> Result<()> {
         }
         map.push(v);
     }
-    out.outputs = g.outputs.iter().map(|o| Output { name: o.name.clone(), value: map[o.value.index()] }).collect();
+    out.outputs = g.outputs.iter().map(|o| Output { name: o.name.clone(), value: map[o.value.index()], loss: o.loss }).collect();
     *g = sweep(out);
     Ok(())
 }
@@ -159,6 +159,6 @@ fn sweep(g: Graph) -> Graph {
         map[i] = ValueId(out.nodes.len() as u32);
         out.nodes.push(node);
     }
-    out.outputs = g.outputs.iter().map(|o| Output { name: o.name.clone(), value: map[o.value.index()] }).collect();
+    out.outputs = g.outputs.iter().map(|o| Output { name: o.name.clone(), value: map[o.value.index()], loss: o.loss }).collect();
     out
 }

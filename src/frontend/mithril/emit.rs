@@ -52,14 +52,26 @@ pub fn load_str(text: &str, file: &str, name: &str, opts: &Options) -> Result<Gr
 /// computed a tensor, in emission order: the flattened primitive graph as Mithril would
 /// have it (the conformance tests compare it with Mithril's own).
 pub fn expand(text: &str, file: &str, name: &str, opts: &Options) -> Result<(Graph, Vec<&'static str>)> {
-    let mut root = json::parse_file(text, file)?;
+    let parsed = json::parse_file(text, file)?;
     (|| {
-        apply_set(&mut root, &opts.set)?;
         let mut net = Net::default();
-        let inst = net.instantiate(&root, 0)?;
-        check_supported(&net)?;
+        let (inst, outputs, loss) = match parsed {
+            json::File::Model(mut root) => {
+                apply_set(&mut root, &opts.set)?;
+                let inst = net.instantiate(&root, 0)?;
+                check_supported(&net)?;
+                let outputs = net.outputs(&root, &inst)?;
+                (inst, outputs, None)
+            }
+            json::File::Train(mut train) => {
+                apply_set(&mut train.model, &opts.set)?;
+                let (inst, outputs) = net.train(&train)?;
+                check_supported(&net)?;
+                (inst, outputs, Some("final_cost"))
+            }
+        };
         let mut emitter = Emitter::new(&net, opts, name);
-        let graph = emitter.run(&root, &inst)?;
+        let graph = emitter.run(&inst, &outputs, loss)?;
         Ok((graph, emitter.tensor_formulas))
     })()
     .map_err(|e: Error| e.context(file))
@@ -205,46 +217,25 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    fn run(&mut self, root: &ModelNode, inst: &Instance) -> Result<Graph> {
-        let outputs = self.outputs(root, inst)?;
+    /// Emits the graph of `outputs`; the one named `loss`, if any, is the loss.
+    fn run(&mut self, inst: &Instance, outputs: &[(String, SlotId)], loss: Option<&str>) -> Result<Graph> {
         self.name_inputs(inst);
         let order = self.order(&outputs)?;
         for n in order {
             self.emit_node(&self.net.nodes[n])?;
         }
-        for (name, slot) in &outputs {
+        for (name, slot) in outputs {
             let v = self.value(*slot)?;
             let id = self.tensor(&v, None).map_err(|e| e.context(format!("output `{name}`")))?;
-            self.graph.outputs.push(Output { name: name.clone(), value: id });
+            let loss = loss == Some(name.as_str());
+            if loss && (self.rank(id) != 0 || !self.graph.ty(id).dtype.is_float()) {
+                return Err(Error::user(format!("the loss `{name}` is {}, not a float scalar", self.graph.ty(id)))
+                    .note("give each loss a reduce step that reduces it to a scalar (Mithril's default is Mean)"));
+            }
+            self.graph.outputs.push(Output { name: name.clone(), value: id, loss });
         }
         self.check_templates()?;
         Ok(std::mem::take(&mut self.graph))
-    }
-
-    /// The model's outputs: named top-level keys that some primitive produces and
-    /// nothing consumes, or that the file exposes (`ml.compile`'s rule).
-    pub(super) fn outputs(&self, root: &ModelNode, inst: &Instance) -> Result<Vec<(String, SlotId)>> {
-        let consumed: BTreeSet<SlotId> =
-            self.net.nodes.iter().flat_map(|n| n.inputs.iter().map(|(_, s)| self.net.find(*s))).collect();
-        let mut outs = Vec::new();
-        for (key, &slot) in &inst.keys {
-            let r = self.net.find(slot);
-            if key.starts_with('$') || self.net.slot(r).producer.is_none() {
-                continue;
-            }
-            let exposed = root.exposed_keys.iter().any(|k| k == key);
-            if exposed || !consumed.contains(&r) || !root.is_composite() && key == "output" {
-                outs.push((key.clone(), r));
-            }
-        }
-        if outs.is_empty() {
-            return Err(Error::user(format!(
-                "{} has no outputs: no named key is produced and left unconsumed",
-                root.describe()
-            ))
-            .note("name the output key in the parent's connections, e.g. \"output\": {\"key\": {\"name\": \"output\"}}"));
-        }
-        Ok(outs)
     }
 
     /// Mithril's physical names: a key named at the top level keeps its name; other

@@ -75,8 +75,36 @@ pub enum TemplateDim {
     Any,
 }
 
+/// A whole file: a model, or a Mithril `TrainModel` (a model with losses).
+#[derive(Debug, Clone)]
+pub enum File {
+    Model(ModelNode),
+    Train(TrainNode),
+}
+
+/// `{"is_train_model": true, "model": node, "losses": [...], "regularizations": [...]}`.
+#[derive(Debug, Clone)]
+pub struct TrainNode {
+    pub model: ModelNode,
+    pub losses: Vec<LossNode>,
+}
+
+/// One entry of a TrainModel's `losses`: `{"model": node, "reduce_steps": [node, ...],
+/// "args": {loss key: model key}, "coef"?: number}`.
+#[derive(Debug, Clone)]
+pub struct LossNode {
+    pub model: ModelNode,
+    /// Reductions applied in turn to the loss model's output (Mithril's default, when
+    /// empty: one `Mean` over everything).
+    pub reduce_steps: Vec<ModelNode>,
+    /// The loss model's keys, each wired to a key of the model by name (a name the
+    /// model lacks, such as `target`, becomes a new input).
+    pub args: IndexMap<String, String>,
+    pub coef: Option<f64>,
+}
+
 /// Parses the text of a model file. `file` names it in messages.
-pub fn parse_file(text: &str, file: &str) -> Result<ModelNode> {
+pub fn parse_file(text: &str, file: &str) -> Result<File> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
         Error::user(format!(
             "{file}:{}:{}: malformed JSON: {}",
@@ -85,13 +113,46 @@ pub fn parse_file(text: &str, file: &str) -> Result<ModelNode> {
             strip_position(&e.to_string())
         ))
     })?;
-    if value.get("is_train_model").is_some() {
-        return Err(Error::user(format!(
-            "{file}: this is a Mithril TrainModel (losses and regularizations around a model); compile its inner model instead"
-        ))
-        .note("TrainModel files are out of scope for inference compilation; the model is under the \"model\" field"));
+    let parsed = if value.get("is_train_model").is_some() { parse_train(&value).map(File::Train) } else { parse_node(&value, "").map(File::Model) };
+    parsed.map_err(|e| e.context(file))
+}
+
+fn parse_train(v: &Value) -> Result<TrainNode> {
+    let model = parse_node(v.get("model").ok_or_else(|| field_err("", "model", "is missing: a TrainModel wraps a model"))?, "model")?;
+    if let Some(regs) = v.get("regularizations").and_then(Value::as_array).filter(|r| !r.is_empty()) {
+        return Err(field_err("", "regularizations", &format!("{} regularization(s): TrainModel regularizations are not supported yet", regs.len()))
+            .note("add the penalty to the model as a loss instead, or remove it"));
     }
-    parse_node(&value, "").map_err(|e| e.context(file))
+    let losses = match v.get("losses") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        _ => return Err(field_err("", "losses", "must be a non-empty array: a TrainModel needs at least one loss")),
+    };
+    let mut out = Vec::new();
+    for (i, loss) in losses.iter().enumerate() {
+        let at = format!("losses[{i}]");
+        let node = parse_node(loss.get("model").ok_or_else(|| field_err(&at, "model", "is missing"))?, &format!("{at}.model"))?;
+        let reduce_steps = match loss.get("reduce_steps") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(steps)) => {
+                steps.iter().enumerate().map(|(j, st)| parse_node(st, &format!("{at}.reduce_steps[{j}]"))).collect::<Result<_>>()?
+            }
+            Some(_) => return Err(field_err(&at, "reduce_steps", "must be an array of model nodes")),
+        };
+        let mut args = IndexMap::new();
+        if let Some(a) = loss.get("args") {
+            let a = a.as_object().ok_or_else(|| field_err(&at, "args", "must be an object of key names"))?;
+            for (k, name) in a {
+                let name = name.as_str().ok_or_else(|| field_err(&at, &format!("args.{k}"), "must name a key of the model"))?;
+                args.insert(k.clone(), name.to_string());
+            }
+        }
+        let coef = match loss.get("coef") {
+            None | Some(Value::Null) => None,
+            Some(c) => Some(c.as_f64().ok_or_else(|| field_err(&at, "coef", "must be a number"))?),
+        };
+        out.push(LossNode { model: node, reduce_steps, args, coef });
+    }
+    Ok(TrainNode { model, losses: out })
 }
 
 /// Parses a model node given as a JSON value (a model-valued argument) at `path`.

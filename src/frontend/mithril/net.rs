@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use indexmap::IndexMap;
 
-use super::json::{describe, Conn, KeyRef, ModelNode, TemplateDim};
+use super::json::{self, describe, Conn, KeyRef, ModelNode, TemplateDim, TrainNode};
 use super::library::{self, Formula, Keys};
 use super::value::Static;
 use crate::error::{Error, Result};
@@ -188,6 +188,107 @@ impl Net {
         Ok(())
     }
 
+    /// Instantiates a Mithril `TrainModel` as `TrainModel.add_loss` builds it: the
+    /// model, then each loss model wired to the model's keys by name (a name the model
+    /// lacks, like `target`, becomes an input), reduced by its reduce steps (default:
+    /// `Mean` of everything) and scaled by its `coef`; the losses' sum is the output
+    /// `final_cost`. Returns the instance and its outputs: the model's, then
+    /// `final_cost` (last).
+    pub fn train(&mut self, t: &TrainNode) -> Result<(Instance, Vec<(String, SlotId)>)> {
+        let mut inst = self.instantiate(&t.model, 0)?;
+        let mut outputs = self.outputs(&t.model, &inst)?;
+        let mut total: Option<SlotId> = None;
+        for (i, loss) in t.losses.iter().enumerate() {
+            let at = format!("losses[{i}]");
+            let li = self.instantiate(&loss.model, 1)?;
+            if li.unsupported {
+                continue; // reported with the other unsupported classes
+            }
+            for (key, name) in &loss.args {
+                let what = format!("{at}.args.{key}");
+                let slot = *li.keys.get(key).ok_or_else(|| {
+                    Error::user(format!(
+                        "{what}: {} has no key `{key}` (its keys: {})",
+                        loss.model.describe(),
+                        li.keys.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ))
+                })?;
+                match inst.keys.get(name) {
+                    Some(&s) => self.union(s, slot, &what)?,
+                    None => {
+                        self.name_slot(slot, name, 0);
+                        inst.keys.insert(name.to_string(), slot);
+                    }
+                }
+            }
+            let missing = || Error::user(format!("{at}: {} has no single output", loss.model.describe()));
+            let mut out = li.cout.ok_or_else(missing)?;
+            let mean;
+            let steps: Vec<&ModelNode> = if loss.reduce_steps.is_empty() {
+                mean = json::parse_value(&serde_json::json!({"name": "Mean"}), &format!("{at}.reduce_steps[0]"))?;
+                vec![&mean]
+            } else {
+                loss.reduce_steps.iter().collect()
+            };
+            for step in steps {
+                let si = self.instantiate(step, 1)?;
+                let bad = || Error::user(format!("{}: a reduce step needs one input and one output", step.describe()));
+                self.union(si.cin.ok_or_else(bad)?, out, &step.describe())?;
+                out = si.cout.ok_or_else(bad)?;
+            }
+            if let Some(c) = loss.coef {
+                out = self.combine("Multiply", out, None, Some(c), &format!("{at}.coef"))?;
+            }
+            total = Some(match total {
+                None => out,
+                Some(sum) => self.combine("Add", sum, Some(out), None, "final_cost")?,
+            });
+        }
+        let cost = total.ok_or_else(|| Error::user("losses: no loss could be built".to_string()))?;
+        self.name_slot(cost, "final_cost", 0);
+        inst.keys.insert("final_cost".into(), cost);
+        outputs.push(("final_cost".into(), self.find(cost)));
+        Ok((inst, outputs))
+    }
+
+    /// `left (class) right` for a binary library class, `right` a slot or a constant.
+    fn combine(&mut self, class: &str, left: SlotId, right: Option<SlotId>, constant: Option<f64>, path: &str) -> Result<SlotId> {
+        let node = json::parse_value(&serde_json::json!({"name": class}), path)?;
+        let inst = self.instantiate(&node, 1)?;
+        self.union(inst.keys["left"], left, path)?;
+        match (right, constant) {
+            (Some(r), _) => self.union(inst.keys["right"], r, path)?,
+            (None, Some(c)) => self.set_value(inst.keys["right"], Static::Float(c), path.to_string(), false)?,
+            (None, None) => return Err(Error::internal(format!("{path}: {class} without a right operand"))),
+        }
+        Ok(inst.keys["output"])
+    }
+
+    /// The model's outputs: named top-level keys that some primitive produces and
+    /// nothing consumes, or that the file exposes (`ml.compile`'s rule).
+    pub fn outputs(&self, root: &ModelNode, inst: &Instance) -> Result<Vec<(String, SlotId)>> {
+        let consumed: BTreeSet<SlotId> = self.nodes.iter().flat_map(|n| n.inputs.iter().map(|(_, s)| self.find(*s))).collect();
+        let mut outs = Vec::new();
+        for (key, &slot) in &inst.keys {
+            let r = self.find(slot);
+            if key.starts_with('$') || self.slot(r).producer.is_none() {
+                continue;
+            }
+            let exposed = root.exposed_keys.iter().any(|k| k == key);
+            if exposed || !consumed.contains(&r) || !root.is_composite() && key == "output" {
+                outs.push((key.clone(), r));
+            }
+        }
+        if outs.is_empty() {
+            return Err(Error::user(format!(
+                "{} has no outputs: no named key is produced and left unconsumed",
+                root.describe()
+            ))
+            .note("name the output key in the parent's connections, e.g. \"output\": {\"key\": {\"name\": \"output\"}}"));
+        }
+        Ok(outs)
+    }
+
     /// Instantiates a model node (and its subtree) at `depth`.
     pub fn instantiate(&mut self, node: &ModelNode, depth: usize) -> Result<Instance> {
         if node.is_composite() {
@@ -277,6 +378,12 @@ impl Net {
                         if node.path.is_empty() { String::new() } else { format!("{}.", node.path) }
                     ));
                 }
+            }
+        }
+        // Categorical cross entropy (the default) takes class indices.
+        if formula == Formula::CrossEntropyWithLogits && node.args.get("categorical").and_then(|v| v.as_bool()) != Some(false) {
+            if let Some(&s) = keys.get("target") {
+                self.slot_mut(s).dtype.get_or_insert(Dtype::I32);
             }
         }
         if formula == Formula::Embedding {
