@@ -1336,6 +1336,21 @@ static void mr_softmax_row(const float *x, float *y, int64_t n)
  * inner are processed together (per-column max and sum in stack arrays, sum in
  * increasing k), so the inner loops run over contiguous memory. y may equal x.
  */
+void mr_sgd_f32(float *w, const float *g, float *v, int64_t n, float lr, float momentum)
+{
+    int64_t i;
+    if (momentum == 0.0f) {
+        for (i = 0; i < n; ++i) {
+            w[i] -= lr * g[i];
+        }
+        return;
+    }
+    for (i = 0; i < n; ++i) {
+        v[i] = momentum * v[i] + g[i];
+        w[i] -= lr * v[i];
+    }
+}
+
 void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t inner)
 {
     int64_t o, k, i0, i;

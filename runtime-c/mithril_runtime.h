@@ -192,6 +192,13 @@ void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t 
 void mr_softmax_f32_mt(const mr_threads *threads, const float *x, float *y, int64_t outer, int64_t n, int64_t inner);
 
 /*
+ * mr_sgd_f32: one step of stochastic gradient descent with momentum on n weights w
+ * with gradients g: v = momentum * v + g, then w -= lr * v. With momentum 0 this is
+ * plain SGD (w -= lr * g) and v is neither read nor written (it may be NULL).
+ */
+void mr_sgd_f32(float *w, const float *g, float *v, int64_t n, float lr, float momentum);
+
+/*
  * Epilogues: work fused into a product, run on each block of the result as soon as the
  * block is final and still in cache (a bias and an activation, say). The runtime calls
  * fn(ctx, n, i0, i1, j0, j1) on disjoint blocks that together cover the result once:

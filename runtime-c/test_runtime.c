@@ -660,12 +660,35 @@ static void test_softmax(void)
     test_softmax_case(0, 5, 5, 0, 0);
 }
 
+/* SGD with momentum against the update written out, over two steps; momentum 0
+ * leaves the velocity untouched (NULL). */
+static void test_sgd(void)
+{
+    float w[3] = { 1.0f, -2.0f, 0.5f }, v[3] = { 0.0f, 0.0f, 0.0f };
+    const float g[3] = { 0.5f, 1.0f, -4.0f };
+    const float w1[3] = { 0.95f, -2.1f, 0.9f };       /* w - 0.1 g */
+    const float w2[3] = { 0.855f, -2.29f, 1.66f };     /* v = 0.9 g + g; w1 - 0.1 v */
+    float p[3] = { 1.0f, -2.0f, 0.5f };
+    int ok = 1, i;
+    mr_sgd_f32(w, g, v, 3, 0.1f, 0.9f);
+    mr_sgd_f32(w, g, v, 3, 0.1f, 0.9f);
+    mr_sgd_f32(p, g, NULL, 3, 0.1f, 0.0f);
+    for (i = 0; i < 3; ++i) {
+        ok &= fabsf(w[i] - w2[i]) < 1e-6f && fabsf(p[i] - w1[i]) < 1e-6f && fabsf(v[i] - 1.9f * g[i]) < 1e-6f;
+    }
+    if (!ok) {
+        printf("FAIL sgd: w = %g %g %g\n", w[0], w[1], w[2]);
+    }
+    record(ok);
+}
+
 int main(void)
 {
     test_gemm();
     test_conv();
     test_pool();
     test_softmax();
+    test_sgd();
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }

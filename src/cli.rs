@@ -12,6 +12,7 @@ use crate::data::{self, ArrayFile};
 use crate::error::{Error, Result};
 use crate::frontend::mithril;
 use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
+use crate::lower::Program;
 
 use crate::passes;
 use crate::tensor::Tensor;
@@ -60,9 +61,42 @@ fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
     Ok((path.trim().to_string(), value))
 }
 
-/// Reads the model into verified IR after the pass pipeline. `files` supply the
-/// types of inputs and parameters they hold.
+/// Reads the model into verified IR after the pass pipeline: with `--grad`, the graph
+/// with its backward pass. `files` supply the types of inputs and parameters they hold.
 pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
+    let graphs = load_graphs(args, files)?;
+    Ok(graphs.backward.unwrap_or(graphs.forward))
+}
+
+/// What a compiled library is built from: the model's graph and, with `--grad`, the
+/// same graph with its backward pass appended. Both are after the pass pipeline.
+pub struct Graphs {
+    pub forward: Graph,
+    pub backward: Option<Graph>,
+}
+
+impl Graphs {
+    /// The two pipelines over one frontend graph; `after` sees the passes of the
+    /// backward graph when there is one, else of the forward graph.
+    pub fn new(graph: Graph, grad: &passes::autodiff::Wrt, mut after: impl FnMut(&str, &Graph)) -> Result<Graphs> {
+        let training = *grad != passes::autodiff::Wrt::None;
+        let mut forward = graph.clone();
+        let quiet = |_: &str, _: &Graph| {};
+        let none = passes::Options::default();
+        if training {
+            passes::run_pipeline(&mut forward, passes::PIPELINE, &none, quiet)?;
+            let mut backward = graph;
+            passes::run_pipeline(&mut backward, passes::PIPELINE, &passes::Options { grad: grad.clone() }, after)?;
+            Ok(Graphs { forward, backward: Some(backward) })
+        } else {
+            passes::run_pipeline(&mut forward, passes::PIPELINE, &none, &mut after)?;
+            Ok(Graphs { forward, backward: None })
+        }
+    }
+}
+
+/// [`load_model`], keeping the forward graph too.
+pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
     let mut opts = mithril::Options::default();
     for s in &args.shapes {
         let (name, shape) = parse_shape_arg(s)?;
@@ -86,14 +120,12 @@ pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
             return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", passes::names().join(", "))));
         }
     }
-    let mut graph = mithril::load(&args.model, &opts)?;
-    let options = passes::Options { grad: args.grad.clone() };
-    passes::run_pipeline(&mut graph, passes::PIPELINE, &options, |name, g| {
+    let graph = mithril::load(&args.model, &opts)?;
+    Graphs::new(graph, &args.grad, |name, g| {
         if args.print_after.iter().any(|p| p == name) {
             eprint!("// after {name}\n{}", ir::print::print(g));
         }
-    })?;
-    Ok(graph)
+    })
 }
 
 /// `mithrilc inspect`: the IR after shape inference and a summary.
@@ -192,14 +224,15 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         files.push(p);
     }
     files.extend(data.iter());
-    let graph = load_model(&args.model, &files)?;
-    let feeds = feeds(&graph, &files).map_err(|e| e.context(args.model.model.display()))?;
-    let interp = || crate::interp::run(&graph, &feeds).map_err(|e| e.context(args.model.model.display()));
+    let graphs = load_graphs(&args.model, &files)?;
+    let graph = graphs.backward.as_ref().unwrap_or(&graphs.forward);
+    let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
+    let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = String::new();
     let outputs = match args.target {
         Target::Interp => interp()?,
         Target::C => {
-            let outputs = run_target(&graph, &feeds, &args.model.model, &BuildConfig::default(), &args.model.print_after)?;
+            let outputs = run_target(&graphs, &feeds, &args.model.model, &BuildConfig::default(), &args.model.print_after)?;
             if args.check {
                 for (name, diff) in compare(&outputs, &interp()?) {
                     let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e}");
@@ -340,22 +373,27 @@ pub fn parse_max_args(args: &[String]) -> Result<BTreeMap<String, u64>> {
 /// Flags for a build that runs on the machine that built it.
 pub const HOST_CFLAGS: &str = "-O3 -march=native";
 
-/// Lowers the graph and runs the program passes, printing the program after those
-/// named in `print_after`.
-fn lower(graph: &Graph, max: &BTreeMap<String, u64>, print_after: &[String]) -> Result<crate::lower::Program> {
-    passes::compile(graph, max, |name, p| {
-        if print_after.iter().any(|n| n == name) {
-            eprint!("// after {name}\n{}", crate::lower::print::print(p));
-        }
-    })
+/// The programs of a C library: the forward pass and, with `--grad`, the backward pass
+/// (both after the program passes, printed after those named in `print_after`).
+/// Training stores the weights row-major, so both programs share one blob layout.
+fn lower(graphs: &Graphs, max: BTreeMap<String, u64>, print_after: &[String]) -> Result<(Program, Option<Program>)> {
+    let opts = crate::lower::Options { max, row_major_weights: graphs.backward.is_some() };
+    let lower = |g: &Graph| {
+        passes::compile(g, &opts, |name, p| {
+            if print_after.iter().any(|n| n == name) {
+                eprint!("// after {name}\n{}", crate::lower::print::print(p));
+            }
+        })
+    };
+    Ok((lower(&graphs.forward)?, graphs.backward.as_ref().map(lower).transpose()?))
 }
 
 /// Compiles a model for a target; returns the report to print.
 pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
-    let graph = load_model(&args.model, &params.iter().collect::<Vec<_>>())?;
+    let graphs = load_graphs(&args.model, &params.iter().collect::<Vec<_>>())?;
     if args.emit == "ir" {
-        return Ok(ir::print::print(&graph));
+        return Ok(ir::print::print(graphs.backward.as_ref().unwrap_or(&graphs.forward)));
     }
     if !matches!(args.emit.as_str(), "build" | "source") {
         return Err(Error::usage(format!("--emit {}: expected build, source or ir", args.emit)));
@@ -365,13 +403,13 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
     let max = parse_max_args(&args.max)?;
-    let program = lower(&graph, &max, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
+    let (forward, backward) = lower(&graphs, max, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
     let weights = match &params {
-        Some(p) => Some(param_values(&graph, p)?),
+        Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
     };
     let opts = crate::codegen::c::Options { source: file_name(&args.model.model), weights, mode: args.weights };
-    let files = crate::codegen::c::emit(&program, &opts)?;
+    let files = crate::codegen::c::emit(&forward, backward.as_ref(), &opts)?;
     let build = args.emit == "build";
     crate::build::write_dir_atomically(out, &files, |dir| {
         if build {
@@ -381,7 +419,11 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     })?;
     let mut report = format!("wrote {} ({} files{})\n", out.display(), files.len(), if build { ", built" } else { "" });
     if args.report {
-        report.push_str(&memory_report(&program));
+        report.push_str(&memory_report(&forward));
+        if let Some(b) = &backward {
+            report.push_str("backward pass:\n");
+            report.push_str(&memory_report(b));
+        }
     }
     Ok(report)
 }
@@ -429,20 +471,22 @@ impl Default for BuildConfig {
 }
 
 /// Runs the model through a compiled target: builds it in a scratch directory, runs
-/// its demo on the data, and reads the outputs back. Prints the program after the
-/// passes named in `print_after`.
+/// its demo on the data (the backward pass, when there is one), and reads the outputs
+/// back. Prints the program after the passes named in `print_after`.
 pub fn run_target(
-    graph: &Graph,
+    graphs: &Graphs,
     feeds: &BTreeMap<String, Tensor>,
     source: &Path,
     build: &BuildConfig,
     print_after: &[String],
 ) -> Result<Vec<(String, Tensor)>> {
-    let program = lower(graph, &BTreeMap::new(), print_after)?;
+    let (forward, backward) = lower(graphs, BTreeMap::new(), print_after)?;
+    let graph = &graphs.forward;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
     let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights), mode: Default::default() };
-    let files = crate::codegen::c::emit(&program, &opts)?;
+    let files = crate::codegen::c::emit(&forward, backward.as_ref(), &opts)?;
+    let program = backward.as_ref().unwrap_or(&forward);
     let scratch = tempfile::tempdir().map_err(|e| Error::user(format!("cannot create a scratch directory: {e}")))?;
     let dir = scratch.path().join("build");
     crate::build::write_dir_atomically(&dir, &files, |d| crate::build::make(d, &build.cc, &build.cflags))?;

@@ -41,7 +41,9 @@ impl ModelOpts {
 struct GradOpts {
     /// Also derive gradients: of every parameter (bare --grad), or of the named ones.
     /// Output cotangents come from arrays output_grad/NAME in the data (ones where
-    /// absent); each gradient is an output grad/NAME
+    /// absent; a model with a loss is differentiated through the loss); each gradient is
+    /// an output grad/NAME. compile adds <name>_backward and, with a loss,
+    /// <name>_train_step
     #[arg(long, value_name = "NAMES", num_args = 0..=1, default_missing_value = "", require_equals = false)]
     grad: Option<String>,
 }
@@ -101,6 +103,8 @@ enum Command {
     Compile {
         #[command(flatten)]
         model: ModelOpts,
+        #[command(flatten)]
+        grad: GradOpts,
         /// The target: c
         #[arg(long, value_name = "TARGET")]
         target: String,
@@ -140,10 +144,10 @@ fn main() -> ExitCode {
         Command::Run { model, grad, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
             cli::run(&cli::RunArgs { model: with_grad(model, &grad), target, check, data, params, output }).map(|(_, report)| report)
         }),
-        Command::Compile { model, target, params, output, emit, report, weights, cflags, max } => {
+        Command::Compile { model, grad, target, params, output, emit, report, weights, cflags, max } => {
             cli::Target::parse(&target).and_then(|target| {
                 let weights = mithrilc::codegen::c::WeightsMode::parse(&weights)?;
-                cli::compile(&cli::CompileArgs { model: model.into_args(), target, params, out: output, emit, report, weights, cflags, max })
+                cli::compile(&cli::CompileArgs { model: with_grad(model, &grad), target, params, out: output, emit, report, weights, cflags, max })
             })
         }
     };

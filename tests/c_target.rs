@@ -38,12 +38,19 @@ fn shared_with_build() -> Option<PathBuf> {
     Some(dir)
 }
 
-/// A model with its data: the graph, its feeds, and the model file.
+/// A model with its data: the graphs, the feeds, and the model file.
 struct Case {
     label: String,
-    graph: Graph,
+    graphs: cli::Graphs,
     feeds: BTreeMap<String, Tensor>,
     source: PathBuf,
+}
+
+impl Case {
+    /// What the library's demo runs: the backward pass when there is one.
+    fn graph(&self) -> &Graph {
+        self.graphs.backward.as_ref().unwrap_or(&self.graphs.forward)
+    }
 }
 
 /// `grad`: the gradients autodiff appends (outputs `grad/NAME`, checked like the others).
@@ -57,10 +64,10 @@ fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>
             }
         }
     }
-    let mut graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
-    passes::run_pipeline(&mut graph, passes::PIPELINE, &passes::Options { grad }, |_, _| {}).unwrap();
-    let feeds = cli::feeds(&graph, files).unwrap_or_else(|e| panic!("{label}: {e}"));
-    Case { label, graph, feeds, source: json.to_path_buf() }
+    let graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let graphs = cli::Graphs::new(graph, &grad, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let feeds = cli::feeds(graphs.backward.as_ref().unwrap_or(&graphs.forward), files).unwrap_or_else(|e| panic!("{label}: {e}"));
+    Case { label, graphs, feeds, source: json.to_path_buf() }
 }
 
 fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
@@ -107,8 +114,8 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
     let mut checked = 0;
     let mut worst = (0.0f64, String::new());
     for case in cases(&dir).iter().filter(|c| filter(c)) {
-        let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
-        match cli::run_target(&case.graph, &case.feeds, &case.source, build, &[]) {
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
+        match cli::run_target(&case.graphs, &case.feeds, &case.source, build, &[]) {
             Err(e) => failures.push(format!("{}: {e}", case.label)),
             Ok(got) => {
                 checked += 1;
@@ -180,7 +187,7 @@ fn generated_files_are_deterministic() {
         passes::run_pipeline(&mut g, passes::PIPELINE, &Default::default(), |_, _| {}).unwrap();
         let p = mithrilc::passes::compile(&g, &Default::default(), |_, _| {}).unwrap();
         let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
-        mithrilc::codegen::c::emit(&p, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), mode: Default::default() }).unwrap()
+        mithrilc::codegen::c::emit(&p, None, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), mode: Default::default() }).unwrap()
     };
     assert_eq!(emit(), emit());
 }
@@ -237,7 +244,7 @@ fn every_weights_mode_runs_lenet() {
     let input = data::read_arrays(&input_path).unwrap();
     let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
     let case = load(&dir.join("bench/lenet.json"), &[&params, &input], vec![], Wrt::None, "lenet b1".into());
-    let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
+    let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
     for mode in ["file", "embed", "safetensors"] {
         let tmp = tempfile::tempdir().unwrap();
         let out = tmp.path().join("lenet-c");
@@ -357,7 +364,7 @@ fn symbolic_batch_runs_at_every_size() {
             let got = got.arrays.values().next().unwrap();
             let file = ArrayFile { path: input_path.clone(), arrays: [("input".to_string(), input)].into_iter().collect() };
             let case = load(&dir.join(format!("bench/{model}.json")), &[&params, &file], vec![], Wrt::None, format!("{model} B={n}"));
-            let want = mithrilc::interp::run(&case.graph, &case.feeds).unwrap();
+            let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
             assert_eq!(got.shape, want[0].1.shape, "{model} at B={n}");
             for (x, y) in got.data.iter().zip(&want[0].1.data) {
                 assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} at B={n}: got {x}, interpreter {y}");

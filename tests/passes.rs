@@ -41,7 +41,7 @@ fn pass_filetests() {
             // `// max: B=4` lines bound symbolic dimensions.
             let max: Vec<String> = input.lines().filter_map(|l| l.strip_prefix("// max: ")).map(str::to_string).collect();
             let max = mithrilc::cli::parse_max_args(&max).unwrap();
-            let mut p = mithrilc::lower::lower(&g, &max).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let mut p = mithrilc::lower::lower(&g, &mithrilc::lower::Options { max, ..Default::default() }).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             for (_, pass) in &PROGRAM_PIPELINE[..=last] {
                 pass(&mut p).unwrap();
             }

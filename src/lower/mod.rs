@@ -269,6 +269,8 @@ pub struct Program {
     pub inputs: Vec<Port>,
     /// Model outputs (the caller's `outputs[i]`).
     pub outputs: Vec<Port>,
+    /// The output that is the model's loss, if any.
+    pub loss: Option<usize>,
     /// Parameters, in weights-blob order.
     pub weights: Vec<Port>,
     /// Size of the weights blob in bytes.
@@ -384,14 +386,26 @@ pub fn align(x: u64) -> u64 {
     x.div_ceil(ALIGN) * ALIGN
 }
 
-/// Lowers a graph, one kernel per op; `max` bounds each symbolic dimension.
-pub fn lower(graph: &Graph, max: &BTreeMap<String, u64>) -> Result<Program> {
-    Lowerer::new(graph, max).run()
+/// What lowering takes beyond the graph.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The largest run-time value of each symbolic dimension.
+    pub max: BTreeMap<String, u64>,
+    /// Store every parameter row-major: a training step updates the weights in place
+    /// with gradients in that layout, and a forward and a backward program share one
+    /// blob.
+    pub row_major_weights: bool,
+}
+
+/// Lowers a graph, one kernel per op.
+pub fn lower(graph: &Graph, opts: &Options) -> Result<Program> {
+    Lowerer::new(graph, opts).run()
 }
 
 struct Lowerer<'g> {
     graph: &'g Graph,
     max: &'g BTreeMap<String, u64>,
+    row_major_weights: bool,
     p: Program,
     views: HashMap<ValueId, View>,
     /// Scalar constants are inlined into expressions.
@@ -399,10 +413,11 @@ struct Lowerer<'g> {
 }
 
 impl<'g> Lowerer<'g> {
-    fn new(graph: &'g Graph, max: &'g BTreeMap<String, u64>) -> Lowerer<'g> {
+    fn new(graph: &'g Graph, opts: &'g Options) -> Lowerer<'g> {
         Lowerer {
             graph,
-            max,
+            max: &opts.max,
+            row_major_weights: opts.row_major_weights,
             p: Program {
                 name: graph.name.clone(),
                 buffers: Vec::new(),
@@ -411,6 +426,7 @@ impl<'g> Lowerer<'g> {
                 symbols: Vec::new(),
                 inputs: Vec::new(),
                 outputs: Vec::new(),
+                loss: None,
                 weights: Vec::new(),
                 weights_size: 0,
                 arena_size: 0,
@@ -481,7 +497,8 @@ impl<'g> Lowerer<'g> {
     fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &[ValueId]) -> Layout {
         let g = self.graph;
         let users = self.users(v);
-        let only_transposed = shape.len() == 2
+        let only_transposed = !self.row_major_weights
+            && shape.len() == 2
             && g.ty(v).dtype == Dtype::F32
             && !users.is_empty()
             && users.iter().all(|&t| matches!(&g.node(t).op, Op::Transpose { perm } if perm == &[1, 0]))
@@ -569,6 +586,9 @@ impl<'g> Lowerer<'g> {
             let expr = self.expr_of(o.value)?;
             self.step(Kernel::Map { out, expr }, vec![format!("output {:?}", o.name)], dims.clone());
             self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims, layout: Layout::RowMajor });
+            if o.loss {
+                self.p.loss = Some(i);
+            }
         }
         Ok(self.p)
     }

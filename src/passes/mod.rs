@@ -10,7 +10,6 @@ pub mod memory;
 pub mod shape;
 pub mod simplify;
 
-use std::collections::BTreeMap;
 
 use crate::error::Result;
 use crate::ir::{verify::verify, Graph};
@@ -57,10 +56,10 @@ pub fn names() -> Vec<&'static str> {
     PIPELINE.iter().map(|(n, _)| *n).chain(PROGRAM_PIPELINE.iter().map(|(n, _)| *n)).collect()
 }
 
-/// Lowers a graph (`max` bounds its symbolic dimensions) and runs the program passes;
-/// `after` sees the program after every pass.
-pub fn compile(graph: &Graph, max: &BTreeMap<String, u64>, mut after: impl FnMut(&str, &Program)) -> Result<Program> {
-    let mut p = crate::lower::lower(graph, max)?;
+/// Lowers a graph and runs the program passes; `after` sees the program after every
+/// pass.
+pub fn compile(graph: &Graph, opts: &crate::lower::Options, mut after: impl FnMut(&str, &Program)) -> Result<Program> {
+    let mut p = crate::lower::lower(graph, opts)?;
     for (name, pass) in PROGRAM_PIPELINE {
         pass(&mut p)?;
         after(name, &p);

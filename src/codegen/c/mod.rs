@@ -73,10 +73,16 @@ pub fn identifier(name: &str) -> String {
 }
 
 /// The files of the C target, by name, in a fixed order.
-pub fn emit(p: &Program, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
+/// `backward` (from `--grad`) adds `<name>_backward` and, when it has a loss,
+/// `<name>_train_step`; the demo then runs the backward pass.
+pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     let name = identifier(&p.name);
     let upper = name.to_uppercase();
-    let ctx = TemplateContext::new(p, &name, &upper, opts)?;
+    let train = match backward {
+        Some(b) => TrainLayout::new(p, b)?,
+        None => None,
+    };
+    let ctx = TemplateContext::new(p, backward, train.as_ref(), &name, &upper, opts)?;
     let mut tera = tera::Tera::default();
     let templates = [
         ("model.h", include_str!("../../../templates/c/model.h.tera")),
@@ -86,16 +92,19 @@ pub fn emit(p: &Program, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     for (n, t) in templates {
         tera.add_raw_template(n, t).map_err(|e| Error::internal(format!("template {n}: {e}")))?;
     }
-    let context = tera::Context::from_serialize(&ctx).map_err(|e| Error::internal(format!("template context: {e}")))?;
-    let render = |n: &str| tera.render(n, &context).map_err(|e| Error::internal(format!("template {n}: {e:?}")));
+    let render = |n: &str, ctx: &TemplateContext| {
+        let context = tera::Context::from_serialize(ctx).map_err(|e| Error::internal(format!("template context: {e}")))?;
+        tera.render(n, &context).map_err(|e| Error::internal(format!("template {n}: {e:?}")))
+    };
+    let demo = ctx.for_demo();
     let mut files = vec![
-        (format!("{name}.h"), render("model.h")?.into_bytes()),
-        (format!("{name}.c"), model_c(p, &name, opts)?.into_bytes()),
+        (format!("{name}.h"), render("model.h", &ctx)?.into_bytes()),
+        (format!("{name}.c"), model_c(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
         ("mithril_ops.h".to_string(), C_OPS_HEADER.as_bytes().to_vec()),
         ("mithril_runtime.h".to_string(), RUNTIME_H.as_bytes().to_vec()),
         ("mithril_runtime.c".to_string(), RUNTIME_C.as_bytes().to_vec()),
-        (format!("{name}_demo.c"), render("demo.c")?.into_bytes()),
-        ("Makefile".to_string(), render("Makefile")?.into_bytes()),
+        (format!("{name}_demo.c"), render("demo.c", &demo)?.into_bytes()),
+        ("Makefile".to_string(), render("Makefile", &ctx)?.into_bytes()),
     ];
     match (opts.mode, &opts.weights) {
         (WeightsMode::Safetensors, _) => {}
@@ -194,7 +203,7 @@ pub fn element_bytes(t: &Tensor, dtype: Dtype) -> Vec<u8> {
     out
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Clone)]
 struct TensorInfo {
     name: String,
     /// The symbol index of each dimension, -1 for a static one (`0` for a scalar, as
@@ -221,7 +230,7 @@ struct TensorInfo {
     cols: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Clone)]
 struct TemplateContext {
     name: String,
     #[serde(rename = "NAME")]
@@ -238,9 +247,30 @@ struct TemplateContext {
     weights: Vec<TensorInfo>,
     /// Symbolic dimensions, each a run-time argument of the forward functions.
     dims: Vec<DimInfo>,
+    /// The function the demo runs: `forward`, or `backward` (whose ports `inputs` and
+    /// `outputs` then are, in the demo's context).
+    entry: &'static str,
+    backward: Option<Ports>,
+    train: Option<TrainInfo>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Clone)]
+struct Ports {
+    inputs: Vec<TensorInfo>,
+    outputs: Vec<TensorInfo>,
+}
+
+#[derive(Serialize, Clone)]
+struct TrainInfo {
+    state_size: u64,
+    /// The loss: its name and its index among the backward pass's outputs.
+    loss: String,
+    loss_index: usize,
+    /// The parameters the step updates, by name.
+    params: Vec<String>,
+}
+
+#[derive(Serialize, Clone)]
 struct DimInfo {
     name: String,
     /// The argument's C name.
@@ -261,8 +291,8 @@ fn dim_params(p: &Program) -> Vec<String> {
 }
 
 impl TemplateContext {
-    fn new(p: &Program, name: &str, upper: &str, opts: &Options) -> Result<TemplateContext> {
-        let info = |port: &crate::lower::Port| {
+    fn new(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>, name: &str, upper: &str, opts: &Options) -> Result<TemplateContext> {
+        let info = |p: &Program, port: &crate::lower::Port| {
             let (n, buf, shape) = (port.name.as_str(), port.buf, port.shape.as_slice());
             let b = &p.buffers[buf.0];
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
@@ -312,16 +342,141 @@ impl TemplateContext {
             version: env!("CARGO_PKG_VERSION"),
             source: comment_safe(&opts.source),
             weights_size: p.weights_size,
-            arena_size: p.arena_size,
+            arena_size: [Some(p.arena_size), backward.map(|b| b.arena_size), train.map(|t| t.arena_size)].into_iter().flatten().max().unwrap_or(0),
             weights_default: if opts.weights.is_some() && opts.mode == WeightsMode::File { "\"weights.bin\"".into() } else { "NULL".into() },
             embedded: opts.mode == WeightsMode::Embed && p.weights_size > 0,
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
-            inputs: p.inputs.iter().map(info).collect(),
-            outputs: p.outputs.iter().map(info).collect(),
-            weights: p.weights.iter().map(info).collect(),
+            inputs: p.inputs.iter().map(|port| info(p, port)).collect(),
+            outputs: p.outputs.iter().map(|port| info(p, port)).collect(),
+            weights: p.weights.iter().map(|port| info(p, port)).collect(),
             dims: p.symbols.iter().zip(dim_params(p)).map(|((n, max), param)| DimInfo { name: comment_safe(n), param, max: *max }).collect(),
+            entry: "forward",
+            backward: backward.map(|b| Ports {
+                inputs: b.inputs.iter().map(|port| info(b, port)).collect(),
+                outputs: b.outputs.iter().map(|port| info(b, port)).collect(),
+            }),
+            train: train.zip(backward).map(|(t, b)| TrainInfo {
+                state_size: t.state_size,
+                loss: comment_safe(&b.outputs[t.loss].name),
+                loss_index: t.loss,
+                params: t.updates.iter().map(|u| comment_safe(&p.weights[u.weight].name)).collect(),
+            }),
         })
     }
+
+    /// The demo's context: it runs the backward pass when there is one.
+    fn for_demo(&self) -> TemplateContext {
+        let mut demo = self.clone();
+        if let Some(b) = &self.backward {
+            demo.entry = "backward";
+            demo.inputs = b.inputs.clone();
+            demo.outputs = b.outputs.clone();
+        }
+        demo
+    }
+}
+
+/// Where `<name>_train_step` keeps things: the backward pass's outputs in the arena
+/// after the backward pass's own buffers, and one velocity per trained parameter in the
+/// caller's optimizer state.
+struct TrainLayout {
+    /// The loss among the backward pass's outputs.
+    loss: usize,
+    /// The arena offset of each backward output.
+    outputs: Vec<u64>,
+    /// The arena the step needs.
+    arena_size: u64,
+    updates: Vec<Update>,
+    state_size: u64,
+}
+
+/// One parameter's SGD update.
+struct Update {
+    /// Its index among the weights.
+    weight: usize,
+    /// The index of its gradient among the backward pass's outputs.
+    grad: usize,
+    /// The offset of its velocity in the optimizer state, in bytes.
+    state: u64,
+    len: u64,
+}
+
+impl TrainLayout {
+    /// `None` when the backward pass has no loss to descend.
+    fn new(forward: &Program, backward: &Program) -> Result<Option<TrainLayout>> {
+        // One blob serves both passes (and the step updates it in place).
+        let same = |a: &crate::lower::Port, b: &crate::lower::Port| {
+            a.name == b.name && a.shape == b.shape && a.layout == b.layout && forward.buffers[a.buf.0].storage == backward.buffers[b.buf.0].storage
+        };
+        if forward.weights.len() != backward.weights.len() || !forward.weights.iter().zip(&backward.weights).all(|(a, b)| same(a, b)) {
+            return Err(Error::internal("the forward and backward programs lay out the weights differently"));
+        }
+        let Some(loss) = backward.loss else { return Ok(None) };
+        let mut outputs = Vec::new();
+        let mut cursor = align(backward.arena_size);
+        for port in &backward.outputs {
+            outputs.push(cursor);
+            let bytes = port.shape.iter().product::<u64>() * backward.buffers[port.buf.0].dtype.size() as u64;
+            cursor = align(cursor + bytes);
+        }
+        let mut updates = Vec::new();
+        let mut state = 0;
+        for (weight, w) in backward.weights.iter().enumerate() {
+            let Some(grad) = backward.outputs.iter().position(|o| o.name == crate::passes::autodiff::grad_name(&w.name)) else { continue };
+            let dtype = backward.buffers[w.buf.0].dtype;
+            if dtype != Dtype::F32 || w.layout != Layout::RowMajor {
+                return Err(Error::user(format!("the training step updates f32 parameters only; `{}` is {dtype}", w.name)));
+            }
+            let len = w.shape.iter().product::<u64>();
+            updates.push(Update { weight, grad, state, len });
+            state = align(state + len * 4);
+        }
+        Ok(Some(TrainLayout { loss, outputs, arena_size: cursor, updates, state_size: state }))
+    }
+}
+
+fn align(x: u64) -> u64 {
+    crate::lower::align(x)
+}
+
+/// `<name>_train_step` (and `_threaded`): the backward pass into the arena, then an SGD
+/// step with momentum on each trained parameter; returns the loss before the step.
+fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
+    let params = dim_params(b);
+    let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
+    let args: String = params.iter().map(|n| format!(", {n}")).collect();
+    let _ = writeln!(s, "\nfloat {name}_train_step(void *weights, const void *const inputs[], float lr, float momentum, void *state, void *arena{decl})\n{{");
+    let _ = writeln!(s, "    return {name}_train_step_threaded(weights, inputs, lr, momentum, state, arena, NULL{args});\n}}");
+    let _ = writeln!(
+        s,
+        "\nfloat {name}_train_step_threaded(void *weights, const void *const inputs[], float lr, float momentum, void *state, void *arena,\n    const mr_threads *threads{decl})\n{{"
+    );
+    let _ = writeln!(s, "    unsigned char *w = (unsigned char *)weights;\n    unsigned char *a = (unsigned char *)arena;");
+    let _ = writeln!(s, "    unsigned char *v = (unsigned char *)state;\n    void *outputs[{}];", b.outputs.len());
+    let _ = writeln!(s, "    (void)v;");
+    for (i, off) in t.outputs.iter().enumerate() {
+        let _ = writeln!(s, "    outputs[{i}] = a + {off};");
+    }
+    let call = format!("{name}_backward_threaded(weights, inputs, outputs, arena, threads{args})");
+    if params.is_empty() {
+        let _ = writeln!(s, "    {call};");
+    } else {
+        let _ = writeln!(s, "    if ({call} != 0) {{\n        return NAN;\n    }}");
+    }
+    for u in &t.updates {
+        let wp = &b.weights[u.weight];
+        let offset = match b.buffers[wp.buf.0].storage {
+            Storage::Weight { offset } => offset,
+            _ => 0,
+        };
+        let _ = writeln!(s, "    /* {} */", comment_safe(&wp.name));
+        let _ = writeln!(
+            s,
+            "    mr_sgd_f32((float *)(void *)(w + {offset}), (const float *)outputs[{}], momentum != 0.0f ? (float *)(void *)(v + {}) : NULL, {}, lr, momentum);",
+            u.grad, u.state, u.len
+        );
+    }
+    let _ = writeln!(s, "    return *(const float *)outputs[{}];\n}}", t.loss);
 }
 
 const C_TYPE: C = C;
@@ -362,22 +517,37 @@ fn c_string(s: &str) -> String {
     out
 }
 
-/// `model.c`: constants, one function per loop kernel (a task over a range of its
-/// outermost non-trivial dimension, so the caller's threads can split it), and the
-/// forward function that runs the kernels in order.
-fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
-    let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
-    let r = Renderer { p, d: &C, names: &names };
+/// `model.c`: the forward pass, and with `--grad` the backward pass and the training
+/// step.
+fn model_c(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>, name: &str, opts: &Options) -> Result<String> {
     let mut s = String::new();
     let _ = writeln!(s, "/* {name}.c: generated by mithrilc {} from {}. Do not edit. */", env!("CARGO_PKG_VERSION"), comment_safe(&opts.source));
     let _ = writeln!(s, "#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <string.h>\n");
     let _ = writeln!(s, "#include \"{name}.h\"\n#include \"mithril_ops.h\"\n#include \"mithril_runtime.h\"\n");
+    program_c(p, name, &format!("{name}_forward"), &mut s)?;
+    if let Some(b) = backward {
+        let _ = writeln!(s, "\n/* The backward pass: the forward pass again, then the gradients. */");
+        program_c(b, &format!("{name}_bwd"), &format!("{name}_backward"), &mut s)?;
+        if let Some(t) = train {
+            train_step_c(b, t, name, &mut s);
+        }
+    }
+    Ok(s)
+}
+
+/// One program as C: constants, one function per loop kernel (a task over a range of
+/// its outermost non-trivial dimension, so the caller's threads can split it), and the
+/// function `entry` (and `entry`_threaded) that runs the kernels in order. File-scope
+/// names start with `name`.
+fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()> {
+    let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
+    let r = Renderer { p, d: &C, names: &names };
     for (i, t) in p.consts.iter().enumerate() {
         let ty = C.ty(t.dtype);
         let items: Vec<String> = t.data.iter().map(|&x| r.literal(x, t.dtype)).collect();
-        let _ = writeln!(s, "static const {ty} const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
+        let _ = writeln!(*s, "static const {ty} {name}_const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
     }
-    let _ = writeln!(s, "\n/* What every kernel reads its buffers from. */");
+    let _ = writeln!(*s, "\n/* What every kernel reads its buffers from. */");
     let dims_field = if p.symbols.is_empty() {
         String::new()
     } else {
@@ -398,13 +568,13 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
                 // Tasks split the outermost loop that can run more than once.
                 let split = ext[..out.shape.len()].iter().position(|e| e != "1");
                 let extent = split.map_or("1".to_string(), |d| extents(step, "ctx.")[d].clone());
-                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
-                let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
-                declare(&mut s, p, &names, &buffers_of(&step.kernel), "ctx->");
+                let _ = writeln!(*s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(*s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
+                declare(s, p, &names, &buffers_of(&step.kernel), "ctx->", name);
                 if split.is_none() {
                     s.push_str("    (void)begin;\n    (void)end;\n");
                 }
-                loop_kernel(&r, &step.kernel, &ext, split, &mut s)?;
+                loop_kernel(&r, &step.kernel, &ext, split, s)?;
                 s.push_str("}\n");
                 let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
@@ -412,26 +582,26 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
             Kernel::Gemm { a, b, c, epilogue } if c.shape.len() > 2 => {
                 // Batched: a task over the flattened batch, split across threads when it
                 // pays; a task that gets the whole batch splits each product instead.
-                let has_ep = epilogue_fn(&r, name, k, &step.kernel, &mut s)?;
+                let has_ep = epilogue_fn(&r, name, k, &step.kernel, s)?;
                 let rank = c.shape.len();
                 let ext = extents(step, "ctx->");
                 let count = product(&ext[..rank - 2]);
-                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
-                let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
-                let _ = writeln!(s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
+                let _ = writeln!(*s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(*s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
+                let _ = writeln!(*s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
                 let mut bufs = vec![a.buf, b.buf, c.buf];
                 bufs.sort();
                 bufs.dedup();
-                declare(&mut s, p, &names, &bufs, "ctx->");
+                declare(s, p, &names, &bufs, "ctx->", name);
                 s.push_str("    (void)threads;\n");
                 if has_ep {
-                    let _ = writeln!(s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
+                    let _ = writeln!(*s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
                 }
                 s.push_str("    for (int64_t bi = begin; bi < end; ++bi) {\n");
                 for d in 0..rank - 2 {
-                    let _ = writeln!(s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
+                    let _ = writeln!(*s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
                 }
-                gemm(&r, a, b, c, &ext, epilogue.as_ref(), has_ep.then_some("&ep"), false, &mut s)?;
+                gemm(&r, a, b, c, &ext, epilogue.as_ref(), has_ep.then_some("&ep"), false, s)?;
                 s.push_str("    }\n}\n");
                 let cost = step.kernel.domain().iter().product::<u64>() * 2;
                 let total = product(&extents(step, "ctx.")[..rank - 2]);
@@ -439,7 +609,7 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
             }
             other => {
                 let mut body = String::new();
-                let ep = if epilogue_fn(&r, name, k, other, &mut s)? {
+                let ep = if epilogue_fn(&r, name, k, other, s)? {
                     let _ = writeln!(body, "        mr_epilogue ep;\n        ep.fn = {name}_e{k};\n        ep.ctx = &ctx;\n        ep.n = 0;");
                     Some("&ep")
                 } else {
@@ -455,19 +625,19 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
     let (ret, done) = if p.symbols.is_empty() { ("void", "") } else { ("int", "    return 0;\n") };
     let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
     let args: String = params.iter().map(|n| format!(", {n}")).collect();
-    let _ = writeln!(s, "\n{ret} {name}_forward(const void *weights, const void *const inputs[], void *const outputs[], void *arena{decl})\n{{");
-    let call = format!("{name}_forward_threaded(weights, inputs, outputs, arena, NULL{args})");
-    let _ = writeln!(s, "    {}{call};\n}}", if p.symbols.is_empty() { "" } else { "return " });
+    let _ = writeln!(*s, "\n{ret} {entry}(const void *weights, const void *const inputs[], void *const outputs[], void *arena{decl})\n{{");
+    let call = format!("{entry}_threaded(weights, inputs, outputs, arena, NULL{args})");
+    let _ = writeln!(*s, "    {}{call};\n}}", if p.symbols.is_empty() { "" } else { "return " });
     let _ = writeln!(
         s,
-        "\n{ret} {name}_forward_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads{decl})\n{{"
+        "\n{ret} {entry}_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads{decl})\n{{"
     );
-    let _ = writeln!(s, "    struct {name}_ctx ctx;");
+    let _ = writeln!(*s, "    struct {name}_ctx ctx;");
     for (i, (param, (_, max))) in params.iter().zip(&p.symbols).enumerate() {
-        let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return -1;\n    }}\n    ctx.dims[{i}] = {param};");
+        let _ = writeln!(*s, "    if ({param} < 1 || {param} > {max}) {{\n        return -1;\n    }}\n    ctx.dims[{i}] = {param};");
     }
-    let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
-    let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
+    let _ = writeln!(*s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
+    let _ = writeln!(*s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
     // Buffers the runtime calls use directly.
     let mut direct = Vec::new();
     for step in &p.steps {
@@ -482,14 +652,14 @@ fn model_c(p: &Program, name: &str, opts: &Options) -> Result<String> {
     }
     direct.sort();
     direct.dedup();
-    declare(&mut s, p, &names, &direct, "ctx.");
+    declare(s, p, &names, &direct, "ctx.", name);
     for c in calls {
         s.push_str(&c);
         s.push('\n');
     }
     s.push_str(done);
     s.push_str("}\n");
-    Ok(s)
+    Ok(())
 }
 
 /// The extents of a step's loops ([`Kernel::domain`]): static sizes, or a symbol's
@@ -519,7 +689,7 @@ fn buffers_of(k: &Kernel) -> Vec<crate::lower::BufId> {
 }
 
 /// Typed pointers to `bufs`, from a filled context through `via` (`ctx->` or `ctx.`).
-fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::lower::BufId], via: &str) {
+fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::lower::BufId], via: &str, prefix: &str) {
     for b in bufs {
         let buf = &p.buffers[b.0];
         let ty = C.ty(buf.dtype);
@@ -529,7 +699,7 @@ fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::lower::
             Storage::Output(k) => writeln!(s, "    {ty} *{n} = ({ty} *){via}outputs[{k}];"),
             Storage::Weight { offset } => writeln!(s, "    const {ty} *{n} = (const {ty} *)(const void *)({via}w + {offset});"),
             Storage::Arena { offset } => writeln!(s, "    {ty} *{n} = ({ty} *)(void *)({via}a + {offset});"),
-            Storage::Const(k) => writeln!(s, "    const {ty} *{n} = const{k};"),
+            Storage::Const(k) => writeln!(s, "    const {ty} *{n} = {prefix}_const{k};"),
         };
     }
 }
@@ -646,7 +816,7 @@ fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut S
     bufs.push(out.buf);
     bufs.sort();
     bufs.dedup();
-    declare(s, r.p, r.names, &bufs, "ctx->");
+    declare(s, r.p, r.names, &bufs, "ctx->", name);
     // Rows, columns and n in the runtime's coordinates become the loop variables.
     let (row, lead) = if conv { (1, 1) } else { (rank - 2, rank - 2) };
     if conv {
