@@ -511,3 +511,73 @@ fn run_grad_of_an_unknown_parameter() {
         (1, "", "error: --grad weights: the model has no parameter `weights`\n  note: its parameters: weight, bias\n")
     );
 }
+
+/// A TrainModel: squared error on a Linear layer's output, mean-reduced, scaled by 2.
+const TRAIN_LINEAR: &str = r#"{"is_train_model": true,
+ "model": {"name": "Linear", "args": {"dimension": 2}},
+ "losses": [{"model": {"name": "SquaredError"}, "reduce_steps": [{"name": "Mean"}],
+             "args": {"input": "output", "target": "target"}, "coef": 2.0}],
+ "regularizations": []}"#;
+
+#[test]
+fn run_grad_of_a_train_model_differentiates_its_loss() {
+    let dir = tempdir_with(&[("train.json", TRAIN_LINEAR)]);
+    // input [1, 1] = 1, weight [2, 1] = [1, 2], bias 0, target [3, 3]:
+    // output [1, 2], loss = 2 * mean((output - target)^2) = 2 * (4 + 1) / 2 = 5.
+    let arrays = [
+        ("input".to_string(), Tensor::new(Dtype::F32, vec![1, 1], vec![1.0])),
+        ("weight".to_string(), Tensor::new(Dtype::F32, vec![2, 1], vec![1.0, 2.0])),
+        ("bias".to_string(), Tensor::new(Dtype::F32, vec![2], vec![0.0, 0.0])),
+        ("target".to_string(), Tensor::new(Dtype::F32, vec![1, 2], vec![3.0, 3.0])),
+    ];
+    data::write_npz(&dir.path().join("in.npz"), &arrays).expect("write in.npz");
+    let (code, stdout, stderr) = mithrilc(&["run", "train.json", "--data", "in.npz", "--grad", "-o", "out.npz"], dir.path());
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote 4 output(s) to out.npz\n", ""));
+    let out = data::read_arrays(&dir.path().join("out.npz")).expect("read out.npz");
+    let names: Vec<&str> = out.arrays.keys().map(String::as_str).collect();
+    assert_eq!(names, ["output", "final_cost", "grad/weight", "grad/bias"]);
+    assert_eq!(out.arrays["final_cost"].data, vec![5.0]);
+    // d loss / d output = 2 * 2 (output - target) / 2 = [-4, -2]; input is 1.
+    assert_eq!(out.arrays["grad/bias"].data, vec![-4.0, -2.0]);
+    assert_eq!(out.arrays["grad/weight"].data, vec![-4.0, -2.0]);
+}
+
+#[test]
+fn compile_grad_emits_backward_and_a_train_step_only_with_a_loss() {
+    if Command::new("cc").arg("--version").output().is_err() {
+        println!("skipped: cc is not installed (apt-get install gcc)");
+        return;
+    }
+    let Some(shared) = shared() else { return };
+    let dir = tempdir_with(&[("train.json", TRAIN_LINEAR)]);
+    std::fs::copy(shared.join("testdata/linear.json"), dir.path().join("linear.json")).expect("copy linear.json");
+    let shapes = ["--shape", "input=4,3", "--shape", "target=4,2"];
+    let (code, _, stderr) = mithrilc(&[&["compile", "train.json", "--target", "c", "--grad", "-o", "train"][..], &shapes].concat(), dir.path());
+    assert_eq!(code, 0, "{stderr}");
+    let header = std::fs::read_to_string(dir.path().join("train/train.h")).unwrap();
+    for decl in ["void train_backward(", "float train_train_step(", "#define TRAIN_TRAIN_STATE_SIZE 128u", "#define TRAIN_LOSS_OUTPUT 1"] {
+        assert!(header.contains(decl), "train.h lacks {decl}");
+    }
+    let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "c", "--grad", "--shape", "input=4,3", "-o", "lin"], dir.path());
+    assert_eq!(code, 0, "{stderr}");
+    let header = std::fs::read_to_string(dir.path().join("lin/linear.h")).unwrap();
+    assert!(header.contains("void linear_backward(") && !header.contains("train_step"));
+    assert!(header.contains("/* backward input 1: \"output_grad/output\", float, shape [4, 5] */"), "{header}");
+}
+
+#[test]
+fn train_model_errors() {
+    let regs = TRAIN_LINEAR.replace(r#""regularizations": []"#, r#""regularizations": [{"model": {"name": "L2"}, "coef": 0.1}]"#);
+    let no_losses = r#"{"is_train_model": true, "model": {"name": "Linear", "args": {"dimension": 2}}, "losses": []}"#;
+    let bad_key = TRAIN_LINEAR.replace(r#""target": "target""#, r#""label": "target""#);
+    let dir = tempdir_with(&[("regs.json", &regs), ("none.json", no_losses), ("key.json", &bad_key)]);
+    let cases = [
+        ("regs.json", "error: regs.json: regularizations: 1 regularization(s): TrainModel regularizations are not supported yet\n  note: add the penalty to the model as a loss instead, or remove it\n"),
+        ("none.json", "error: none.json: losses: must be a non-empty array: a TrainModel needs at least one loss\n"),
+        ("key.json", "error: key.json: losses[0].args.label: losses[0].model (SquaredError) has no key `label` (its keys: input, target, output)\n"),
+    ];
+    for (file, want) in cases {
+        let (code, stdout, stderr) = mithrilc(&["inspect", file, "--shape", "input=1,3"], dir.path());
+        assert_eq!((code, stdout.as_str(), stderr.as_str()), (1, "", want), "{file}");
+    }
+}
