@@ -306,7 +306,7 @@ fn reductions_variance_and_softmax() {
 
 #[test]
 fn data_movement() {
-    for seed in 0..CASES * 3 {
+    for seed in 0..CASES * 6 {
         let mut c = Case::new(seed);
         let rank = 1 + c.rng.below(3) as usize;
         let shape = c.rng.shape(rank, 4);
@@ -343,22 +343,25 @@ fn data_movement() {
                 (format!("pad {shape:?} {pads:?}"), c.op(Op::Pad { pads, value: 0.5 }, vec![x]))
             }
             5 => {
+                // Steps from -3 to 3, open ends included; some axes take nothing.
                 let ranges: Vec<SliceRange> = shape
                     .iter()
                     .map(|&d| {
-                        let start = c.rng.below(d) as i64;
-                        let stop = start + 1 + c.rng.below(d - start as u64) as i64;
-                        SliceRange { start: Some(start), stop: Some(stop), step: 1 }
+                        let step = [1, 1, 2, 3, -1, -2][c.rng.below(6) as usize];
+                        let mut bound = || if c.rng.below(4) == 0 { None } else { Some(c.rng.below(d + 1) as i64 - c.rng.below(2) as i64 * d as i64) };
+                        SliceRange { start: bound(), stop: bound(), step }
                     })
                     .collect();
                 (format!("slice {shape:?} {ranges:?}"), c.op(Op::Slice { ranges }, vec![x]))
             }
             _ => {
-                // Gather rows (axis 0), repeats included.
-                let count = 1 + c.rng.below(4);
-                let idx: Vec<f64> = (0..count).map(|_| c.rng.below(shape[0]) as f64).collect();
-                let i = c.data(Dtype::I32, &[count], idx);
-                (format!("gather {shape:?} rows"), c.op(Op::Gather { axis: 0 }, vec![x, i]))
+                // Gather along any axis, with 1-d or 2-d indices, repeats included.
+                let axis = c.rng.below(rank as u64) as usize;
+                let irank = 1 + c.rng.below(2) as usize;
+                let ishape = c.rng.shape(irank, 3);
+                let idx: Vec<f64> = (0..ishape.iter().product::<u64>()).map(|_| c.rng.below(shape[axis]) as f64).collect();
+                let i = c.data(Dtype::I32, &ishape, idx);
+                (format!("gather {shape:?} axis {axis} indices {ishape:?}"), c.op(Op::Gather { axis }, vec![x, i]))
             }
         };
         check(&label, c, y);

@@ -146,10 +146,9 @@ pub fn support(op: &Op) -> &'static str {
         Op::Binary(b) if !matches!(b, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Pow | BinaryOp::Max | BinaryOp::Min) => "zero",
         Op::Conv(_) => "yes (groups = 1)",
         Op::Pool(_) => "yes (windows that tile the input: stride = kernel, no padding or dilation)",
-        Op::Slice { .. } => "yes (step 1)",
-        Op::Gather { .. } => "yes (axis 0)",
         Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::MatMul | Op::Reduce { .. } | Op::Variance { .. } => "yes",
         Op::Softmax { .. } | Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Concat { .. } | Op::Pad { .. } => "yes",
+        Op::Slice { .. } | Op::Gather { .. } => "yes",
     }
 }
 
@@ -287,26 +286,30 @@ impl Builder<'_> {
         if strides.iter().all(|&s| s == 1) {
             return Ok(x);
         }
-        let shape = known(&self.shape(x))?;
-        let n = strides.len();
-        // [N, C, L0, 1, L1, 1, ...] padded to [N, C, L0, s0, L1, s1, ...], flattened, cropped.
-        let mut split = shape[..2].to_vec();
-        for i in 0..n {
-            split.extend([shape[2 + i], 1]);
-        }
-        let r = self.reshape(x, Shape::known(&split))?;
-        let mut pads = vec![(0, 0); split.len()];
+        let mut y = x;
         for (i, &s) in strides.iter().enumerate() {
-            pads[3 + 2 * i] = (0, s - 1);
-        }
-        let p = self.op(Op::Pad { pads, value: 0.0 }, vec![r])?;
-        let mut flat = shape[..2].to_vec();
-        flat.extend((0..n).map(|i| shape[2 + i] * strides[i]));
-        let mut y = self.reshape(p, Shape::known(&flat))?;
-        for (i, &s) in strides.iter().enumerate() {
-            y = self.pad_or_crop(y, 2 + i, 0, -(s as i64 - 1))?;
+            y = self.spread(y, 2 + i, s)?;
         }
         Ok(y)
+    }
+
+    /// `x` with `s - 1` zeros between neighbours along `axis` (length L to (L-1)s + 1):
+    /// [.., L, ..] as [.., L, 1, ..], padded to [.., L, s, ..], flattened and cropped.
+    fn spread(&mut self, x: ValueId, axis: usize, s: u64) -> Result<ValueId> {
+        let shape = known(&self.shape(x))?;
+        if s == 1 || shape[axis] == 0 {
+            return Ok(x);
+        }
+        let mut split = shape.clone();
+        split.insert(axis + 1, 1);
+        let r = self.reshape(x, Shape::known(&split))?;
+        let mut pads = vec![(0, 0); split.len()];
+        pads[axis + 1] = (0, s - 1);
+        let p = self.op(Op::Pad { pads, value: 0.0 }, vec![r])?;
+        let mut flat = shape;
+        flat[axis] *= s;
+        let y = self.reshape(p, Shape::known(&flat))?;
+        self.pad_or_crop(y, axis, 0, -(s as i64 - 1))
     }
 }
 
@@ -561,11 +564,27 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                 if r.is_full() {
                     continue;
                 }
-                if step != 1 {
-                    return Err(unsupported("a slice with a step other than 1"));
+                if len == 0 {
+                    // Nothing taken: the gradient is zero.
+                    let ty = b.g.ty(x(0)).clone();
+                    let zero = b.scalar(0.0, ty.dtype);
+                    g = b.op(Op::BroadcastTo { shape: ty.shape }, vec![zero])?;
+                    break;
                 }
-                let hi = shape[axis] as i64 - start - len as i64;
-                g = b.pad_or_crop(g, axis, start, hi)?;
+                // A negative step takes elements in reverse: reverse the cotangent, so it
+                // runs forwards from the last element taken.
+                let first = if step < 0 {
+                    let mut ranges = vec![SliceRange::FULL; shape.len()];
+                    ranges[axis] = SliceRange { start: None, stop: None, step: -1 };
+                    g = b.op(Op::Slice { ranges }, vec![g])?;
+                    start + step * (len as i64 - 1)
+                } else {
+                    start
+                };
+                let s = step.unsigned_abs();
+                g = b.spread(g, axis, s)?;
+                let hi = shape[axis] as i64 - first - ((len as i64 - 1) * s as i64 + 1);
+                g = b.pad_or_crop(g, axis, first, hi)?;
             }
             vec![Some(g)]
         }
@@ -590,22 +609,21 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
             out
         }
         Op::Gather { axis } => {
-            if *axis != 0 {
-                return Err(unsupported("a gather along an axis other than 0"));
-            }
-            // d data = one_hot(indices)^T @ dy, over the flattened indices.
+            // d data = one_hot(indices)^T @ dy, over the flattened indices, batched over
+            // the dimensions before `axis`.
             let (data, idx) = (x(0), x(1));
             let dshape = known(&b.shape(data))?;
             let count = known(&b.shape(idx))?.iter().product::<u64>();
-            let rest: u64 = dshape[1..].iter().product();
+            let before: u64 = dshape[..*axis].iter().product();
+            let rest: u64 = dshape[axis + 1..].iter().product();
             let flat_idx = b.reshape(idx, Shape::known(&[count, 1]))?;
             let idx_dtype = b.g.ty(idx).dtype;
-            let iota = b.op(Op::Iota { shape: Shape::known(&[count, dshape[0]]), axis: 1, dtype: idx_dtype }, vec![])?;
+            let iota = b.op(Op::Iota { shape: Shape::known(&[count, dshape[*axis]]), axis: 1, dtype: idx_dtype }, vec![])?;
             let hit = b.binary(BinaryOp::Eq, iota, flat_idx)?;
             let dt = b.g.ty(dy).dtype;
             let onehot = b.op(Op::Cast { to: dt }, vec![hit])?;
             let oh_t = b.transpose(onehot, vec![1, 0])?;
-            let dy2 = b.reshape(dy, Shape::known(&[count, rest]))?;
+            let dy2 = if *axis == 0 { b.reshape(dy, Shape::known(&[count, rest]))? } else { b.reshape(dy, Shape::known(&[before, count, rest]))? };
             let g = b.op(Op::MatMul, vec![oh_t, dy2])?;
             vec![Some(b.reshape(g, Shape::known(&dshape))?), None]
         }
