@@ -380,17 +380,10 @@ impl Net {
                 }
             }
         }
-        // Cross entropy's logits are [N, C]; categorical targets (the default) are N class
-        // indices, others N rows of C probabilities.
-        if formula == Formula::CrossEntropyWithLogits {
-            let categorical = node.args.get("categorical").and_then(|v| v.as_bool()) != Some(false);
-            if let (Some(&x), Some(&t)) = (keys.get("input"), keys.get("target")) {
-                let (n, c) = (TemplateDim::Sym("N".into()), TemplateDim::Sym("C".into()));
-                let target = if categorical { vec![n.clone()] } else { vec![n.clone(), c.clone()] };
-                self.templates.push(Template { origin: origin.clone(), user: false, entries: vec![(x, vec![n, c]), (t, target)] });
-                if categorical {
-                    self.slot_mut(t).dtype.get_or_insert(Dtype::I32);
-                }
+        // Categorical cross entropy (the default) takes class indices.
+        if formula == Formula::CrossEntropyWithLogits && node.args.get("categorical").and_then(|v| v.as_bool()) != Some(false) {
+            if let Some(&s) = keys.get("target") {
+                self.slot_mut(s).dtype.get_or_insert(Dtype::I32);
             }
         }
         if formula == Formula::Embedding {
