@@ -76,6 +76,12 @@ pub struct Graphs {
 }
 
 impl Graphs {
+    /// The graph that computes everything asked for: the backward graph when there is
+    /// one (it computes the outputs too).
+    pub fn main(&self) -> &Graph {
+        self.backward.as_ref().unwrap_or(&self.forward)
+    }
+
     /// The two pipelines over one frontend graph; `after` sees the passes of the
     /// backward graph when there is one, else of the forward graph.
     pub fn new(graph: Graph, grad: &passes::autodiff::Wrt, mut after: impl FnMut(&str, &Graph)) -> Result<Graphs> {
@@ -225,7 +231,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     }
     files.extend(data.iter());
     let graphs = load_graphs(&args.model, &files)?;
-    let graph = graphs.backward.as_ref().unwrap_or(&graphs.forward);
+    let graph = graphs.main();
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = String::new();
@@ -393,7 +399,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
     let graphs = load_graphs(&args.model, &params.iter().collect::<Vec<_>>())?;
     if args.emit == "ir" {
-        return Ok(ir::print::print(graphs.backward.as_ref().unwrap_or(&graphs.forward)));
+        return Ok(ir::print::print(graphs.main()));
     }
     if !matches!(args.emit.as_str(), "build" | "source") {
         return Err(Error::usage(format!("--emit {}: expected build, source or ir", args.emit)));
@@ -486,7 +492,7 @@ pub fn run_target(
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
     let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights), mode: Default::default() };
     let files = crate::codegen::c::emit(&forward, backward.as_ref(), &opts)?;
-    let program = backward.as_ref().unwrap_or(&forward);
+    let program = backward.as_ref().unwrap_or(&forward); // what the demo runs
     let scratch = tempfile::tempdir().map_err(|e| Error::user(format!("cannot create a scratch directory: {e}")))?;
     let dir = scratch.path().join("build");
     crate::build::write_dir_atomically(&dir, &files, |d| crate::build::make(d, &build.cc, &build.cflags))?;

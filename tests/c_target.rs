@@ -49,7 +49,7 @@ struct Case {
 impl Case {
     /// What the library's demo runs: the backward pass when there is one.
     fn graph(&self) -> &Graph {
-        self.graphs.backward.as_ref().unwrap_or(&self.graphs.forward)
+        self.graphs.main()
     }
 }
 
@@ -66,7 +66,7 @@ fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>
     }
     let graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
     let graphs = cli::Graphs::new(graph, &grad, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
-    let feeds = cli::feeds(graphs.backward.as_ref().unwrap_or(&graphs.forward), files).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let feeds = cli::feeds(graphs.main(), files).unwrap_or_else(|e| panic!("{label}: {e}"));
     Case { label, graphs, feeds, source: json.to_path_buf() }
 }
 

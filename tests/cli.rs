@@ -570,10 +570,13 @@ fn train_model_errors() {
     let regs = TRAIN_LINEAR.replace(r#""regularizations": []"#, r#""regularizations": [{"model": {"name": "L2"}, "coef": 0.1}]"#);
     let no_losses = r#"{"is_train_model": true, "model": {"name": "Linear", "args": {"dimension": 2}}, "losses": []}"#;
     let bad_key = TRAIN_LINEAR.replace(r#""target": "target""#, r#""label": "target""#);
-    let dir = tempdir_with(&[("regs.json", &regs), ("none.json", no_losses), ("key.json", &bad_key)]);
+    let unknown = TRAIN_LINEAR.replace(r#""name": "Linear""#, r#""name": "Lineer""#);
+    let dir = tempdir_with(&[("regs.json", &regs), ("none.json", no_losses), ("key.json", &bad_key), ("unknown.json", &unknown)]);
     let cases = [
         ("regs.json", "error: regs.json: regularizations: 1 regularization(s): TrainModel regularizations are not supported yet\n  note: add the penalty to the model as a loss instead, or remove it\n"),
         ("none.json", "error: none.json: losses: must be a non-empty array: a TrainModel needs at least one loss\n"),
+        // The model's unknown class, not a consequence of it (no outputs), is reported.
+        ("unknown.json", "error: unknown.json: model (Lineer): unknown model class 'Lineer' (did you mean 'Linear'?)\n  note: a user-defined Model subclass is written under its class name and cannot be rebuilt without its Python code\n"),
         ("key.json", "error: key.json: losses[0].args.label: losses[0].model (SquaredError) has no key `label` (its keys: input, target, output)\n"),
     ];
     for (file, want) in cases {

@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::cstyle::{pad, Dialect, Renderer, C, C_OPS_HEADER};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, PoolKind};
-use crate::lower::{Kernel, Layout, Program, Storage, View, PANEL};
+use crate::lower::{align, Kernel, Layout, Program, Storage, View, PANEL};
 use crate::tensor::Tensor;
 
 /// The runtime's sources, copied into every output directory.
@@ -359,7 +359,7 @@ impl TemplateContext {
                 state_size: t.state_size,
                 loss: comment_safe(&b.outputs[t.loss].name),
                 loss_index: t.loss,
-                params: t.updates.iter().map(|u| comment_safe(&p.weights[u.weight].name)).collect(),
+                params: t.updates.iter().map(|u| comment_safe(&u.name)).collect(),
             }),
         })
     }
@@ -392,8 +392,9 @@ struct TrainLayout {
 
 /// One parameter's SGD update.
 struct Update {
-    /// Its index among the weights.
-    weight: usize,
+    name: String,
+    /// Its offset in the weights blob, in bytes.
+    offset: u64,
     /// The index of its gradient among the backward pass's outputs.
     grad: usize,
     /// The offset of its velocity in the optimizer state, in bytes.
@@ -421,22 +422,21 @@ impl TrainLayout {
         }
         let mut updates = Vec::new();
         let mut state = 0;
-        for (weight, w) in backward.weights.iter().enumerate() {
+        for w in &backward.weights {
             let Some(grad) = backward.outputs.iter().position(|o| o.name == crate::passes::autodiff::grad_name(&w.name)) else { continue };
-            let dtype = backward.buffers[w.buf.0].dtype;
-            if dtype != Dtype::F32 || w.layout != Layout::RowMajor {
-                return Err(Error::user(format!("the training step updates f32 parameters only; `{}` is {dtype}", w.name)));
+            let buf = &backward.buffers[w.buf.0];
+            if buf.dtype != Dtype::F32 {
+                return Err(Error::user(format!("the training step updates f32 parameters only; `{}` is {}", w.name, buf.dtype)));
             }
+            let (Storage::Weight { offset }, Layout::RowMajor) = (&buf.storage, w.layout) else {
+                return Err(Error::internal(format!("trained parameter `{}` is not a row-major weight", w.name)));
+            };
             let len = w.shape.iter().product::<u64>();
-            updates.push(Update { weight, grad, state, len });
+            updates.push(Update { name: w.name.clone(), offset: *offset, grad, state, len });
             state = align(state + len * 4);
         }
         Ok(Some(TrainLayout { loss, outputs, arena_size: cursor, updates, state_size: state }))
     }
-}
-
-fn align(x: u64) -> u64 {
-    crate::lower::align(x)
 }
 
 /// `<name>_train_step` (and `_threaded`): the backward pass into the arena, then an SGD
@@ -464,16 +464,11 @@ fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
         let _ = writeln!(s, "    if ({call} != 0) {{\n        return NAN;\n    }}");
     }
     for u in &t.updates {
-        let wp = &b.weights[u.weight];
-        let offset = match b.buffers[wp.buf.0].storage {
-            Storage::Weight { offset } => offset,
-            _ => 0,
-        };
-        let _ = writeln!(s, "    /* {} */", comment_safe(&wp.name));
+        let _ = writeln!(s, "    /* {} */", comment_safe(&u.name));
         let _ = writeln!(
             s,
-            "    mr_sgd_f32((float *)(void *)(w + {offset}), (const float *)outputs[{}], momentum != 0.0f ? (float *)(void *)(v + {}) : NULL, {}, lr, momentum);",
-            u.grad, u.state, u.len
+            "    mr_sgd_f32((float *)(void *)(w + {}), (const float *)outputs[{}], momentum != 0.0f ? (float *)(void *)(v + {}) : NULL, {}, lr, momentum);",
+            u.offset, u.grad, u.state, u.len
         );
     }
     let _ = writeln!(s, "    return *(const float *)outputs[{}];\n}}", t.loss);
@@ -545,9 +540,9 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
     for (i, t) in p.consts.iter().enumerate() {
         let ty = C.ty(t.dtype);
         let items: Vec<String> = t.data.iter().map(|&x| r.literal(x, t.dtype)).collect();
-        let _ = writeln!(*s, "static const {ty} {name}_const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
+        let _ = writeln!(s, "static const {ty} {name}_const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
     }
-    let _ = writeln!(*s, "\n/* What every kernel reads its buffers from. */");
+    let _ = writeln!(s, "\n/* What every kernel reads its buffers from. */");
     let dims_field = if p.symbols.is_empty() {
         String::new()
     } else {
@@ -568,8 +563,8 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
                 // Tasks split the outermost loop that can run more than once.
                 let split = ext[..out.shape.len()].iter().position(|e| e != "1");
                 let extent = split.map_or("1".to_string(), |d| extents(step, "ctx.")[d].clone());
-                let _ = writeln!(*s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
-                let _ = writeln!(*s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
+                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 declare(s, p, &names, &buffers_of(&step.kernel), "ctx->", name);
                 if split.is_none() {
                     s.push_str("    (void)begin;\n    (void)end;\n");
@@ -586,20 +581,20 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
                 let rank = c.shape.len();
                 let ext = extents(step, "ctx->");
                 let count = product(&ext[..rank - 2]);
-                let _ = writeln!(*s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
-                let _ = writeln!(*s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
-                let _ = writeln!(*s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
+                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
+                let _ = writeln!(s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
                 let mut bufs = vec![a.buf, b.buf, c.buf];
                 bufs.sort();
                 bufs.dedup();
                 declare(s, p, &names, &bufs, "ctx->", name);
                 s.push_str("    (void)threads;\n");
                 if has_ep {
-                    let _ = writeln!(*s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
+                    let _ = writeln!(s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
                 }
                 s.push_str("    for (int64_t bi = begin; bi < end; ++bi) {\n");
                 for d in 0..rank - 2 {
-                    let _ = writeln!(*s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
+                    let _ = writeln!(s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
                 }
                 gemm(&r, a, b, c, &ext, epilogue.as_ref(), has_ep.then_some("&ep"), false, s)?;
                 s.push_str("    }\n}\n");
@@ -625,19 +620,19 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
     let (ret, done) = if p.symbols.is_empty() { ("void", "") } else { ("int", "    return 0;\n") };
     let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
     let args: String = params.iter().map(|n| format!(", {n}")).collect();
-    let _ = writeln!(*s, "\n{ret} {entry}(const void *weights, const void *const inputs[], void *const outputs[], void *arena{decl})\n{{");
+    let _ = writeln!(s, "\n{ret} {entry}(const void *weights, const void *const inputs[], void *const outputs[], void *arena{decl})\n{{");
     let call = format!("{entry}_threaded(weights, inputs, outputs, arena, NULL{args})");
-    let _ = writeln!(*s, "    {}{call};\n}}", if p.symbols.is_empty() { "" } else { "return " });
+    let _ = writeln!(s, "    {}{call};\n}}", if p.symbols.is_empty() { "" } else { "return " });
     let _ = writeln!(
         s,
         "\n{ret} {entry}_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads{decl})\n{{"
     );
-    let _ = writeln!(*s, "    struct {name}_ctx ctx;");
+    let _ = writeln!(s, "    struct {name}_ctx ctx;");
     for (i, (param, (_, max))) in params.iter().zip(&p.symbols).enumerate() {
-        let _ = writeln!(*s, "    if ({param} < 1 || {param} > {max}) {{\n        return -1;\n    }}\n    ctx.dims[{i}] = {param};");
+        let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return -1;\n    }}\n    ctx.dims[{i}] = {param};");
     }
-    let _ = writeln!(*s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
-    let _ = writeln!(*s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
+    let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
+    let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
     // Buffers the runtime calls use directly.
     let mut direct = Vec::new();
     for step in &p.steps {

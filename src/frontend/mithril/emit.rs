@@ -54,21 +54,21 @@ pub fn load_str(text: &str, file: &str, name: &str, opts: &Options) -> Result<Gr
 pub fn expand(text: &str, file: &str, name: &str, opts: &Options) -> Result<(Graph, Vec<&'static str>)> {
     let parsed = json::parse_file(text, file)?;
     (|| {
+        let (mut root, losses) = match parsed {
+            json::File::Model(root) => (root, Vec::new()),
+            json::File::Train(train) => (train.model, train.losses),
+        };
+        apply_set(&mut root, &opts.set)?;
         let mut net = Net::default();
-        let (inst, outputs, loss) = match parsed {
-            json::File::Model(mut root) => {
-                apply_set(&mut root, &opts.set)?;
-                let inst = net.instantiate(&root, 0)?;
-                check_supported(&net)?;
-                let outputs = net.outputs(&root, &inst)?;
-                (inst, outputs, None)
-            }
-            json::File::Train(mut train) => {
-                apply_set(&mut train.model, &opts.set)?;
-                let (inst, outputs) = net.train(&train)?;
-                check_supported(&net)?;
-                (inst, outputs, Some("final_cost"))
-            }
+        let mut inst = net.instantiate(&root, 0)?;
+        check_supported(&net)?;
+        let mut outputs = net.outputs(&root, &inst)?;
+        let loss = if losses.is_empty() {
+            None
+        } else {
+            net.add_losses(&mut inst, &mut outputs, &losses)?;
+            check_supported(&net)?;
+            Some("final_cost")
         };
         let mut emitter = Emitter::new(&net, opts, name);
         let graph = emitter.run(&inst, &outputs, loss)?;

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use indexmap::IndexMap;
 
-use super::json::{self, describe, Conn, KeyRef, ModelNode, TemplateDim, TrainNode};
+use super::json::{self, describe, Conn, KeyRef, LossNode, ModelNode, TemplateDim};
 use super::library::{self, Formula, Keys};
 use super::value::Static;
 use crate::error::{Error, Result};
@@ -188,17 +188,14 @@ impl Net {
         Ok(())
     }
 
-    /// Instantiates a Mithril `TrainModel` as `TrainModel.add_loss` builds it: the
-    /// model, then each loss model wired to the model's keys by name (a name the model
-    /// lacks, like `target`, becomes an input), reduced by its reduce steps (default:
-    /// `Mean` of everything) and scaled by its `coef`; the losses' sum is the output
-    /// `final_cost`. Returns the instance and its outputs: the model's, then
-    /// `final_cost` (last).
-    pub fn train(&mut self, t: &TrainNode) -> Result<(Instance, Vec<(String, SlotId)>)> {
-        let mut inst = self.instantiate(&t.model, 0)?;
-        let mut outputs = self.outputs(&t.model, &inst)?;
+    /// Adds a Mithril `TrainModel`'s losses to its instantiated model, as
+    /// `TrainModel.add_loss` builds them: each loss model wired to the model's keys by
+    /// name (a name the model lacks, like `target`, becomes an input), reduced by its
+    /// reduce steps (default: `Mean` of everything) and scaled by its `coef`; the
+    /// losses' sum is the output `final_cost`, appended to `outputs`.
+    pub fn add_losses(&mut self, inst: &mut Instance, outputs: &mut Vec<(String, SlotId)>, losses: &[LossNode]) -> Result<()> {
         let mut total: Option<SlotId> = None;
-        for (i, loss) in t.losses.iter().enumerate() {
+        for (i, loss) in losses.iter().enumerate() {
             let at = format!("losses[{i}]");
             let li = self.instantiate(&loss.model, 1)?;
             if li.unsupported {
@@ -248,7 +245,7 @@ impl Net {
         self.name_slot(cost, "final_cost", 0);
         inst.keys.insert("final_cost".into(), cost);
         outputs.push(("final_cost".into(), self.find(cost)));
-        Ok((inst, outputs))
+        Ok(())
     }
 
     /// `left (class) right` for a binary library class, `right` a slot or a constant.
