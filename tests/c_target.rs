@@ -101,7 +101,41 @@ fn cases(dir: &Path) -> Vec<Case> {
             out.push(load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![], Wrt::None, format!("{model} b{b}")));
         }
     }
+    out.extend(own_cases());
     out
+}
+
+/// Our own models, for gradients no conformance case has: grouped convolutions (their
+/// input and weight gradients) and pooling whose windows overlap, stride and are
+/// padded. Fed values on a 1/64 grid, so every forward value is exact in f32 and max
+/// pooling sees the same ties as the interpreter.
+fn own_cases() -> Vec<Case> {
+    let json = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/grouped_conv_pools.json");
+    let mut opts = mithril::Options::default();
+    for (name, shape) in [("input", [2, 4, 7, 7]), ("conv1_w", [6, 2, 3, 3]), ("conv2_w", [6, 2, 3, 3])] {
+        opts.shapes.insert(name.into(), Shape::known(&shape));
+    }
+    let graph = mithril::load(&json, &opts).unwrap();
+    let graphs = cli::Graphs::new(graph, &Wrt::AllParams, |_, _| {}).unwrap();
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % 129) as f64 / 64.0 - 1.0
+    };
+    let g = graphs.main();
+    let feeds = g
+        .inputs()
+        .chain(g.params())
+        .map(|v| {
+            let ty = &g.node(v).ty;
+            let shape = ty.shape.as_known().unwrap();
+            let data = (0..shape.iter().product::<u64>()).map(|_| next()).collect();
+            (g.node(v).name.clone().unwrap(), Tensor::new(ty.dtype, shape, data))
+        })
+        .collect();
+    vec![Case { label: "grouped_conv_pools (gradients)".into(), graphs, feeds, source: json }]
 }
 
 /// Builds and runs every case with `build`; compares with the interpreter.

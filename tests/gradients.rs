@@ -232,7 +232,14 @@ fn convolutions() {
     for seed in 0..CASES * 2 {
         let mut c = Case::new(seed);
         let spatial = 1 + c.rng.below(2) as usize;
-        let (n, ci, co) = (1 + c.rng.below(2), 1 + c.rng.below(2), 1 + c.rng.below(3));
+        // One case in three grouped, with these channels per group (in, out): depthwise,
+        // and groups that mix channels (where a wrong regrouping shows).
+        let (groups, per_group) = if seed % 3 == 0 {
+            (2 + c.rng.below(2), [(1, 1), (2, 2), (1, 2), (2, 3)][(seed / 3 % 4) as usize])
+        } else {
+            (1, (1 + c.rng.below(2), 1 + c.rng.below(3)))
+        };
+        let (n, ci, co) = (1 + c.rng.below(2), groups * per_group.0, groups * per_group.1);
         let kernel: Vec<u64> = (0..spatial).map(|_| 1 + c.rng.below(3)).collect();
         let stride: Vec<u64> = (0..spatial).map(|_| 1 + c.rng.below(2)).collect();
         let dilation: Vec<u64> = (0..spatial).map(|_| 1 + c.rng.below(2)).collect();
@@ -240,11 +247,11 @@ fn convolutions() {
         let size: Vec<u64> = kernel.iter().zip(&dilation).map(|(k, d)| (k - 1) * d + 1 + c.rng.below(4)).collect();
         let mut xs = vec![n, ci];
         xs.extend(&size);
-        let mut ws = vec![co, ci];
+        let mut ws = vec![co, ci / groups];
         ws.extend(&kernel);
         let x = c.param(&xs, -1.0, 1.0);
         let w = c.param(&ws, -1.0, 1.0);
-        let attrs = ConvAttrs { stride, padding, dilation, groups: 1 };
+        let attrs = ConvAttrs { stride, padding, dilation, groups };
         let label = format!("conv {xs:?} {ws:?} {attrs:?}");
         let y = c.op(Op::Conv(attrs), vec![x, w]);
         check(&label, c, y);
@@ -252,14 +259,23 @@ fn convolutions() {
 }
 
 #[test]
-fn pooling_over_tiling_windows() {
+fn pooling() {
     for kind in [PoolKind::Max, PoolKind::Avg] {
-        for seed in 0..CASES {
+        for seed in 0..CASES * 2 {
             let mut c = Case::new(seed);
-            let kernel = vec![1 + c.rng.below(2), 1 + c.rng.below(3)];
-            let xs = vec![1 + c.rng.below(2), 1 + c.rng.below(2), kernel[0] * (1 + c.rng.below(3)), kernel[1] * (1 + c.rng.below(2))];
+            let spatial = 1 + c.rng.below(2) as usize;
+            let kernel: Vec<u64> = (0..spatial).map(|_| 1 + c.rng.below(3)).collect();
+            // Half the cases tile the input (stride = kernel); the rest overlap or
+            // skip, with padding of at most half a window (a window wholly in the
+            // padding has no maximum) and dilation.
+            let tiling = c.rng.coin();
+            let stride: Vec<u64> = if tiling { kernel.clone() } else { kernel.iter().map(|_| 1 + c.rng.below(3)).collect() };
+            let padding: Vec<(u64, u64)> = kernel.iter().map(|&k| if tiling { (0, 0) } else { (c.rng.below(k / 2 + 1), c.rng.below(k / 2 + 1)) }).collect();
+            let dilation: Vec<u64> = kernel.iter().map(|_| if tiling { 1 } else { 1 + c.rng.below(2) }).collect();
+            let mut xs = vec![1 + c.rng.below(2); 3 - spatial];
+            xs.extend(kernel.iter().zip(&dilation).map(|(k, d)| (k - 1) * d + 1 + c.rng.below(5)));
             let x = c.param(&xs, -1.0, 1.0);
-            let attrs = PoolAttrs { kind, kernel: kernel.clone(), stride: kernel, padding: vec![(0, 0); 2], dilation: vec![1, 1] };
+            let attrs = PoolAttrs { kind, kernel, stride, padding, dilation };
             let label = format!("pool {xs:?} {attrs:?}");
             let y = c.op(Op::Pool(attrs), vec![x]);
             check(&label, c, y);

@@ -144,9 +144,8 @@ pub fn support(op: &Op) -> &'static str {
         Op::Input | Op::Param | Op::Constant(_) | Op::Iota { .. } | Op::StopGradient | Op::ArgReduce { .. } => "zero",
         Op::Unary(UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Not | UnaryOp::IsNan) => "zero",
         Op::Binary(b) if !matches!(b, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Pow | BinaryOp::Max | BinaryOp::Min) => "zero",
-        Op::Conv(_) => "yes (groups = 1)",
-        Op::Pool(_) => "yes (windows that tile the input: stride = kernel, no padding or dilation)",
-        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::MatMul | Op::Reduce { .. } | Op::Variance { .. } => "yes",
+        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::MatMul | Op::Conv(_) | Op::Pool(_) => "yes",
+        Op::Reduce { .. } | Op::Variance { .. } => "yes",
         Op::Softmax { .. } | Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Concat { .. } | Op::Pad { .. } => "yes",
         Op::Slice { .. } | Op::Gather { .. } => "yes",
     }
@@ -211,6 +210,15 @@ impl Builder<'_> {
             return Ok(x);
         }
         self.op(Op::Transpose { perm }, vec![x])
+    }
+
+    /// `x` reshaped to [split..., rest...], its first `perm.len()` axes permuted, and
+    /// reshaped to [joined..., rest...]: channels regrouped.
+    fn regroup(&mut self, x: ValueId, split: &[u64], perm: &[usize], joined: &[u64], rest: &[u64]) -> Result<ValueId> {
+        let with_rest = |head: &[u64]| Shape::known(&[head, rest].concat());
+        let r = self.reshape(x, with_rest(split))?;
+        let t = self.transpose(r, perm.iter().copied().chain(perm.len()..perm.len() + rest.len()).collect())?;
+        self.reshape(t, with_rest(joined))
     }
 
     fn sum(&mut self, x: ValueId, axes: Vec<usize>, keepdim: bool) -> Result<ValueId> {
@@ -311,6 +319,39 @@ impl Builder<'_> {
         let y = self.reshape(p, Shape::known(&flat))?;
         self.pad_or_crop(y, axis, 0, -(s as i64 - 1))
     }
+
+    /// The VJP of a slice of a `shape`d value: `g` put back where `ranges` took it
+    /// from, zeros elsewhere.
+    fn unslice(&mut self, g: ValueId, ranges: &[SliceRange], shape: &[u64]) -> Result<ValueId> {
+        let mut g = g;
+        for (axis, r) in ranges.iter().enumerate() {
+            let (start, step, len) = r.resolve(shape[axis]).map_err(Error::internal)?;
+            if r.is_full() {
+                continue;
+            }
+            if len == 0 {
+                // Nothing taken: the gradient is zero.
+                let dtype = self.g.ty(g).dtype;
+                let zero = self.scalar(0.0, dtype);
+                return self.op(Op::BroadcastTo { shape: Shape::known(shape) }, vec![zero]);
+            }
+            // A negative step takes elements in reverse: reverse the cotangent, so it
+            // runs forwards from the last element taken.
+            let first = if step < 0 {
+                let mut ranges = vec![SliceRange::FULL; shape.len()];
+                ranges[axis] = SliceRange { start: None, stop: None, step: -1 };
+                g = self.op(Op::Slice { ranges }, vec![g])?;
+                start + step * (len as i64 - 1)
+            } else {
+                start
+            };
+            let s = step.unsigned_abs();
+            g = self.spread(g, axis, s)?;
+            let hi = shape[axis] as i64 - first - ((len as i64 - 1) * s as i64 + 1);
+            g = self.pad_or_crop(g, axis, first, hi)?;
+        }
+        Ok(g)
+    }
 }
 
 fn known(shape: &Shape) -> Result<Vec<u64>> {
@@ -320,10 +361,6 @@ fn known(shape: &Shape) -> Result<Vec<u64>> {
 /// How many elements a reduction of `shape` over `axes` combines.
 fn reduced_count(shape: &Shape, axes: &[usize]) -> Result<u64> {
     axes.iter().map(|&i| shape.dims()[i].known().ok_or_else(|| Error::user(format!("its gradient needs a static size along axis {i} of {shape}")))).product()
-}
-
-fn unsupported(what: &str) -> Error {
-    Error::user(format!("{what} has no gradient rule yet"))
 }
 
 /// The vector-Jacobian product of node `v` (`node`): given `dy`, the cotangent of its
@@ -558,35 +595,7 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
         Op::BroadcastTo { .. } => vec![Some(dy)], // summed back by `accumulate`
         Op::Slice { ranges } => {
             let shape = known(&b.shape(x(0)))?;
-            let mut g = dy;
-            for (axis, r) in ranges.iter().enumerate() {
-                let (start, step, len) = r.resolve(shape[axis]).map_err(Error::internal)?;
-                if r.is_full() {
-                    continue;
-                }
-                if len == 0 {
-                    // Nothing taken: the gradient is zero.
-                    let ty = b.g.ty(x(0)).clone();
-                    let zero = b.scalar(0.0, ty.dtype);
-                    g = b.op(Op::BroadcastTo { shape: ty.shape }, vec![zero])?;
-                    break;
-                }
-                // A negative step takes elements in reverse: reverse the cotangent, so it
-                // runs forwards from the last element taken.
-                let first = if step < 0 {
-                    let mut ranges = vec![SliceRange::FULL; shape.len()];
-                    ranges[axis] = SliceRange { start: None, stop: None, step: -1 };
-                    g = b.op(Op::Slice { ranges }, vec![g])?;
-                    start + step * (len as i64 - 1)
-                } else {
-                    start
-                };
-                let s = step.unsigned_abs();
-                g = b.spread(g, axis, s)?;
-                let hi = shape[axis] as i64 - first - ((len as i64 - 1) * s as i64 + 1);
-                g = b.pad_or_crop(g, axis, first, hi)?;
-            }
-            vec![Some(g)]
+            vec![Some(b.unslice(dy, ranges, &shape)?)]
         }
         Op::Pad { pads, .. } => {
             let mut g = dy;
@@ -672,22 +681,23 @@ fn matmul_vjp(b: &mut Builder, a: ValueId, m: ValueId, dy: ValueId, needs: &[boo
     Ok(vec![ga, gm])
 }
 
-/// Convolution's VJP, as convolutions (groups = 1):
+/// Convolution's VJP, as convolutions with the same groups:
 /// - input: the full correlation of `dy` (zeros inserted for the stride) with the
-///   flipped, channel-transposed weight, padded or cropped back to the input's size;
+///   flipped weight, its channels transposed within each group, padded or cropped
+///   back to the input's size;
 /// - weight: the correlation of the (padded) input with `dy`, batch and channels
-///   swapped, stride and dilation swapped, cropped to the kernel's size;
+///   swapped (the batch joins each group's channels), stride and dilation swapped,
+///   cropped to the kernel's size;
 /// - bias: `dy` summed over everything but the channels.
 fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs: &[bool]) -> Result<Vec<Option<ValueId>>> {
     let (x, w) = (node.args[0], node.args[1]);
     let n = attrs.stride.len();
-    if attrs.groups != 1 && (needs[0] || needs[1]) {
-        return Err(unsupported("a grouped convolution"));
-    }
+    let groups = attrs.groups;
     let xs = known(&b.shape(x))?;
     let ws = known(&b.shape(w))?;
     let ys = known(&b.shape(dy))?;
-    let spatial_perm = |first: [usize; 2]| -> Vec<usize> { first.into_iter().chain(2..2 + n).collect() };
+    let (o_per, c_per) = (ws[0] / groups, ws[1]);
+    let swap01: Vec<usize> = [1, 0].into_iter().chain(2..2 + n).collect();
     let mut out = vec![None; node.args.len()];
     if needs[0] {
         let mut g = b.dilate(dy, &attrs.stride)?;
@@ -698,25 +708,34 @@ fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs:
             let hi = h - 1 + p_lo - (oh - 1) * s;
             g = b.pad_or_crop(g, 2 + i, lo, hi)?;
         }
-        // w [O, C, k...] -> flipped, [C, O, k...]
+        // w [O, C/G, k...] flipped, as [G, O/G, C/G, k...] -> [G, C/G, O/G, k...] -> [C, O/G, k...]
         let mut ranges = vec![SliceRange::FULL; 2];
         ranges.extend((0..n).map(|_| SliceRange { start: None, stop: None, step: -1 }));
         let flipped = b.op(Op::Slice { ranges }, vec![w])?;
-        let wt = b.transpose(flipped, spatial_perm([1, 0]))?;
-        let full = ConvAttrs { stride: vec![1; n], padding: vec![(0, 0); n], dilation: attrs.dilation.clone(), groups: 1 };
+        let wt = if groups == 1 {
+            b.transpose(flipped, swap01.clone())?
+        } else {
+            b.regroup(flipped, &[groups, o_per, c_per], &[0, 2, 1], &[groups * c_per, o_per], &ws[2..])?
+        };
+        let full = ConvAttrs { stride: vec![1; n], padding: vec![(0, 0); n], dilation: attrs.dilation.clone(), groups };
         out[0] = Some(b.op(Op::Conv(full), vec![g, wt])?);
     }
     if needs[1] {
-        // x^T [C, N, H...] (padded) correlated with dy^T [O, N, OH...]: [C, O, >= k...]
-        let xt = b.transpose(x, spatial_perm([1, 0]))?;
-        let dyt = b.transpose(dy, spatial_perm([1, 0]))?;
-        let swapped = ConvAttrs { stride: attrs.dilation.clone(), padding: attrs.padding.clone(), dilation: attrs.stride.clone(), groups: 1 };
+        // x [N, C, H...] as [N, G, C/G, H...] -> [C/G, G, N, H...] -> [C/G, G*N, H...]
+        // (padded), correlated in G groups with dy^T [O, N, OH...]: [C/G, O, >= k...]
+        let xt = if groups == 1 {
+            b.transpose(x, swap01.clone())?
+        } else {
+            b.regroup(x, &[xs[0], groups, c_per], &[2, 1, 0], &[c_per, groups * xs[0]], &xs[2..])?
+        };
+        let dyt = b.transpose(dy, swap01.clone())?;
+        let swapped = ConvAttrs { stride: attrs.dilation.clone(), padding: attrs.padding.clone(), dilation: attrs.stride.clone(), groups };
         let mut g = b.op(Op::Conv(swapped), vec![xt, dyt])?;
         let gs = known(&b.shape(g))?;
         for i in 0..n {
             g = b.pad_or_crop(g, 2 + i, 0, ws[2 + i] as i64 - gs[2 + i] as i64)?;
         }
-        out[1] = Some(b.transpose(g, spatial_perm([1, 0]))?);
+        out[1] = Some(b.transpose(g, swap01)?);
     }
     if node.args.len() > 2 && needs[2] {
         out[2] = Some(dy); // summed to the bias's shape by `accumulate`
@@ -724,25 +743,82 @@ fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs:
     Ok(out)
 }
 
-/// Pooling's VJP, for windows that tile the input (stride = kernel, no padding, no
-/// dilation): each window's cotangent goes to its maximum (max) or is spread evenly
-/// (average); rows and columns past the last window get zero.
+/// Pooling's VJP: each window's cotangent goes to its maximum (max pooling: to every
+/// element equal to it, as for a max reduction) or is spread evenly over the whole
+/// window, padding included (average pooling). Windows that tile the input are a
+/// reshape away from a reduction; any other window is taken one kernel tap at a time:
+/// a tap reads a strided slice of the padded input, so its share of the cotangent goes
+/// back through that slice's VJP.
 fn pool_vjp(b: &mut Builder, x: ValueId, y: ValueId, attrs: &PoolAttrs, dy: ValueId) -> Result<ValueId> {
-    let n = attrs.kernel.len();
-    if attrs.stride != attrs.kernel || attrs.padding.iter().any(|&p| p != (0, 0)) || attrs.dilation.iter().any(|&d| d != 1) {
-        return Err(unsupported("pooling whose windows overlap, are padded or dilated"));
+    if attrs.stride == attrs.kernel && attrs.padding.iter().all(|&p| p == (0, 0)) && attrs.dilation.iter().all(|&d| d == 1) {
+        return tiled_pool_vjp(b, x, y, attrs, dy);
     }
+    let n = attrs.kernel.len();
     let xs = known(&b.shape(x))?;
     let ys = known(&b.shape(y))?;
-    // [N, C, OH, k, OW, k] views of the covered input, and y/dy as [N, C, OH, 1, OW, 1]
-    let mut split = xs[..2].to_vec();
-    let mut ones = xs[..2].to_vec();
+    let lead = xs.len() - n;
+    let mut padded = xs.clone();
+    for i in 0..n {
+        padded[lead + i] += attrs.padding[i].0 + attrs.padding[i].1;
+    }
+    let mut pads = vec![(0, 0); lead];
+    pads.extend(&attrs.padding);
+    let taps: u64 = attrs.kernel.iter().product();
+    let share = match attrs.kind {
+        // Padding never wins a max.
+        PoolKind::Max => b.op(Op::Pad { pads, value: f64::NEG_INFINITY }, vec![x])?,
+        PoolKind::Avg => b.scale(dy, 1.0 / taps as f64)?,
+    };
+    let mut g: Option<ValueId> = None;
+    for tap in 0..taps {
+        // the tap's position in the window, last axis fastest
+        let mut at = tap;
+        let mut ranges = vec![SliceRange::FULL; lead + n];
+        for i in (0..n).rev() {
+            let (k, d, s) = (attrs.kernel[i], attrs.dilation[i], attrs.stride[i]);
+            let start = (at % k * d) as i64;
+            at /= k;
+            let stop = start + ((ys[lead + i] - 1) * s) as i64 + 1;
+            ranges[lead + i] = SliceRange { start: Some(start), stop: Some(stop), step: s as i64 };
+        }
+        let part = match attrs.kind {
+            PoolKind::Max => {
+                let seen = b.op(Op::Slice { ranges: ranges.clone() }, vec![share])?;
+                let hit = b.binary(BinaryOp::Eq, seen, y)?;
+                b.mask(hit, dy)?
+            }
+            PoolKind::Avg => share,
+        };
+        let part = b.unslice(part, &ranges, &padded)?;
+        g = Some(match g {
+            None => part,
+            Some(sum) => b.binary(BinaryOp::Add, sum, part)?,
+        });
+    }
+    let mut g = g.ok_or_else(|| Error::internal("a pooling window with no taps"))?;
+    for i in 0..n {
+        let (lo, hi) = attrs.padding[i];
+        g = b.pad_or_crop(g, lead + i, -(lo as i64), -(hi as i64))?;
+    }
+    Ok(g)
+}
+
+/// Pooling's VJP for windows that tile the input (stride = kernel, no padding or
+/// dilation): the input viewed as [.., OH, k, OW, k] against y and dy as
+/// [.., OH, 1, OW, 1]; rows and columns past the last window get zero.
+fn tiled_pool_vjp(b: &mut Builder, x: ValueId, y: ValueId, attrs: &PoolAttrs, dy: ValueId) -> Result<ValueId> {
+    let n = attrs.kernel.len();
+    let xs = known(&b.shape(x))?;
+    let ys = known(&b.shape(y))?;
+    let lead = xs.len() - n;
+    let mut split = xs[..lead].to_vec();
+    let mut ones = xs[..lead].to_vec();
     let mut covered = x;
     for i in 0..n {
         let k = attrs.kernel[i];
-        covered = b.pad_or_crop(covered, 2 + i, 0, -((xs[2 + i] - ys[2 + i] * k) as i64))?;
-        split.extend([ys[2 + i], k]);
-        ones.extend([ys[2 + i], 1]);
+        covered = b.pad_or_crop(covered, lead + i, 0, -((xs[lead + i] - ys[lead + i] * k) as i64))?;
+        split.extend([ys[lead + i], k]);
+        ones.extend([ys[lead + i], 1]);
     }
     let xr = b.reshape(covered, Shape::known(&split))?;
     let dyr = b.reshape(dy, Shape::known(&ones))?;
@@ -755,11 +831,11 @@ fn pool_vjp(b: &mut Builder, x: ValueId, y: ValueId, attrs: &PoolAttrs, dy: Valu
         }
         PoolKind::Avg => b.scale(dyb, 1.0 / attrs.kernel.iter().product::<u64>() as f64)?,
     };
-    let mut flat = xs[..2].to_vec();
-    flat.extend((0..n).map(|i| ys[2 + i] * attrs.kernel[i]));
+    let mut flat = xs[..lead].to_vec();
+    flat.extend((0..n).map(|i| ys[lead + i] * attrs.kernel[i]));
     let mut g = b.reshape(g, Shape::known(&flat))?;
     for i in 0..n {
-        g = b.pad_or_crop(g, 2 + i, 0, (xs[2 + i] - flat[2 + i]) as i64)?;
+        g = b.pad_or_crop(g, lead + i, 0, (xs[lead + i] - flat[lead + i]) as i64)?;
     }
     Ok(g)
 }
