@@ -1161,6 +1161,167 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Winograd convolution                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+ * 2016). A 2x2 block of outputs ("tile") of one channel pair is
+ *   A^T [(G g G^T) . (B^T d B)] A
+ * for the 3x3 kernel g and the 4x4 input patch d under the tile, so the sum over input
+ * channels becomes, for each of the 16 positions xi of a transformed patch, one GEMM
+ *   M[xi] = U[xi] V[xi]:  [O, C] x [C, T] for the T = (OH/2)(OW/2) tiles,
+ * 16 multiply-adds per tile and channel pair where direct convolution needs 36. The
+ * scratch holds V, in the column panels mr_sgemm_panels reads in place (16 blocks of
+ * ceil(T / MR_PANEL) * MR_PANEL * C floats, each followed by MR_PANEL unused ones),
+ * then M (16 x O x T floats).
+ */
+typedef struct {
+    const float *x, *u;
+    float *y, *v, *m;
+    int64_t C, H, W, O, OH, OW, T, vstride;
+    mr_epi_at at;
+} mr_wino_job;
+
+/* Tiles processed together along a row (the width of the transforms' stack arrays). */
+#define MR_WINO_RUN 32
+
+/* V for channels [c0, c1), a run of up to MR_WINO_RUN tiles of a tile row at a time. */
+static void mr_wino_input_task(void *ctx, int64_t c0, int64_t c1)
+{
+    const mr_wino_job *j = (const mr_wino_job *)ctx;
+    const int64_t TW = j->OW / 2, TH = j->OH / 2, Tp = (j->T + MR_PANEL - 1) / MR_PANEL * MR_PANEL;
+    float r[4][4][MR_WINO_RUN];
+    int64_t c, th, tw0, i, k, xi;
+    for (c = c0; c < c1; ++c) {
+        for (th = 0; th < TH; ++th) {
+            for (tw0 = 0; tw0 < TW; tw0 += MR_WINO_RUN) {
+                const int64_t n = mr_min_i64(MR_WINO_RUN, TW - tw0), t0 = th * TW + tw0;
+                int64_t done;
+                /* d B along each row, then B^T (d B) down the columns, stored straight
+                 * into the panels: tile t0 + k is column (t0 + k) % MR_PANEL of panel
+                 * (t0 + k) / MR_PANEL. Each loop runs over tiles, contiguously, so it
+                 * vectorizes. */
+                for (i = 0; i < 4; ++i) {
+                    const float *row = j->x + (c * j->H + 2 * th + i) * j->W + 2 * tw0;
+                    for (k = 0; k < n; ++k) {
+                        r[i][0][k] = row[2 * k] - row[2 * k + 2];
+                        r[i][1][k] = row[2 * k + 1] + row[2 * k + 2];
+                        r[i][2][k] = row[2 * k + 2] - row[2 * k + 1];
+                        r[i][3][k] = row[2 * k + 1] - row[2 * k + 3];
+                    }
+                }
+                for (done = 0; done < n;) {
+                    const int64_t at = t0 + done, col = at % MR_PANEL, vs = j->vstride;
+                    const int64_t len = mr_min_i64(n - done, MR_PANEL - col);
+                    float *restrict d = j->v + (at - col) * j->C + c * MR_PANEL + col;
+                    for (i = 0; i < 4; ++i) {
+                        const float *r0 = r[0][i] + done, *r1 = r[1][i] + done, *r2 = r[2][i] + done, *r3 = r[3][i] + done;
+                        for (k = 0; k < len; ++k) {
+                            d[(0 + i) * vs + k] = r0[k] - r2[k];
+                            d[(4 + i) * vs + k] = r1[k] + r2[k];
+                            d[(8 + i) * vs + k] = r2[k] - r1[k];
+                            d[(12 + i) * vs + k] = r1[k] - r3[k];
+                        }
+                    }
+                    done += len;
+                }
+            }
+        }
+        /* the last panel's columns past T: zeros, so the GEMM reads only numbers */
+        if (Tp > j->T) {
+            for (xi = 0; xi < 16; ++xi) {
+                memset(j->v + xi * j->vstride + (Tp - MR_PANEL) * j->C + c * MR_PANEL + j->T % MR_PANEL, 0,
+                       sizeof(float) * (size_t)(Tp - j->T));
+            }
+        }
+    }
+}
+
+/* M[xi] = U[xi] V[xi] for xi in [x0, x1). */
+static void mr_wino_gemm_task(void *ctx, int64_t x0, int64_t x1)
+{
+    const mr_wino_job *j = (const mr_wino_job *)ctx;
+    int64_t xi;
+    for (xi = x0; xi < x1; ++xi) {
+        mr_sgemm_panels(j->O, j->T, j->C, 1.0f, j->u + xi * j->O * j->C, j->C, 1, j->v + xi * j->vstride, 0.0f,
+                        j->m + xi * j->O * j->T, j->T, 1);
+    }
+}
+
+/* y for output channels [o0, o1): A^T M A per tile, then the epilogue on them. */
+static void mr_wino_output_task(void *ctx, int64_t o0, int64_t o1)
+{
+    const mr_wino_job *j = (const mr_wino_job *)ctx;
+    const int64_t TW = j->OW / 2, TH = j->OH / 2, s = j->O * j->T;
+    float y0e[MR_WINO_RUN], y0o[MR_WINO_RUN], y1e[MR_WINO_RUN], y1o[MR_WINO_RUN];
+    int64_t o, th, tw0, k;
+    for (o = o0; o < o1; ++o) {
+        for (th = 0; th < TH; ++th) {
+            for (tw0 = 0; tw0 < TW; tw0 += MR_WINO_RUN) {
+                const int64_t n = mr_min_i64(MR_WINO_RUN, TW - tw0);
+                const float *p = j->m + o * j->T + th * TW + tw0;
+                float *row0 = j->y + (o * j->OH + 2 * th) * j->OW + 2 * tw0, *row1 = row0 + j->OW;
+                for (k = 0; k < n; ++k) {
+                    const float *q = p + k;
+                    /* m A along each row, then A^T (m A) down the columns */
+                    const float a0 = q[0] + q[s] + q[2 * s], a1 = q[s] - q[2 * s] - q[3 * s];
+                    const float b0 = q[4 * s] + q[5 * s] + q[6 * s], b1 = q[5 * s] - q[6 * s] - q[7 * s];
+                    const float c0 = q[8 * s] + q[9 * s] + q[10 * s], c1 = q[9 * s] - q[10 * s] - q[11 * s];
+                    const float d0 = q[12 * s] + q[13 * s] + q[14 * s], d1 = q[13 * s] - q[14 * s] - q[15 * s];
+                    y0e[k] = a0 + b0 + c0;
+                    y0o[k] = a1 + b1 + c1;
+                    y1e[k] = b0 - c0 - d0;
+                    y1o[k] = b1 - c1 - d1;
+                }
+                for (k = 0; k < n; ++k) {
+                    row0[2 * k] = y0e[k];
+                    row0[2 * k + 1] = y0o[k];
+                    row1[2 * k] = y1e[k];
+                    row1[2 * k + 1] = y1o[k];
+                }
+            }
+        }
+    }
+    mr_epi_call(&j->at, o0, o1, 0, j->OH * j->OW);
+}
+
+void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const float *u, float *y,
+                               int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
+                               float *scratch, const mr_epilogue *ep)
+{
+    mr_wino_job job;
+    const int64_t T = OH / 2 * (OW / 2);
+    int64_t n;
+    if (N <= 0 || O <= 0 || T <= 0) return;
+    job.u = u;
+    job.C = C; job.H = H; job.W = W; job.O = O; job.OH = OH; job.OW = OW; job.T = T;
+    /* one panel row more than V[xi] needs: 16 blocks a power of two apart would all
+     * map to the same cache sets (cnn's input transform: 103 -> 66 us) */
+    job.vstride = (T + MR_PANEL - 1) / MR_PANEL * MR_PANEL * C + MR_PANEL;
+    job.v = scratch;
+    job.m = scratch + 16 * job.vstride;
+    job.at.ep = ep;
+    job.at.i = 0;
+    job.at.j = 0;
+    /* image by image, so V and M stay the size of one image's */
+    for (n = 0; n < N; ++n) {
+        job.x = x + n * C * H * W;
+        job.y = y + n * O * OH * OW;
+        job.at.n = (ep ? ep->n : 0) + n;
+        mr_run(threads, mr_wino_input_task, &job, C, 64.0 * (double)C * (double)T);
+        mr_run(threads, mr_wino_gemm_task, &job, 16, 32.0 * (double)O * (double)C * (double)T);
+        mr_run(threads, mr_wino_output_task, &job, O, 32.0 * (double)O * (double)T);
+    }
+}
+
+void mr_conv2d_winograd_f32(const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
+                            int64_t O, int64_t OH, int64_t OW, float *scratch)
+{
+    mr_conv2d_winograd_f32_mt(NULL, x, u, y, N, C, H, W, O, OH, OW, scratch, NULL);
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* Pooling                                                                              */
 /* ------------------------------------------------------------------------------------ */
 

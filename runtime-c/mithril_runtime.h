@@ -141,6 +141,24 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
                    int64_t dil_h, int64_t dil_w, int64_t groups);
 
 /*
+ * mr_conv2d_winograd_f32: mr_conv2d_f32 for a 3x3 kernel at stride 1, dilation 1, one
+ * group and no padding (pad x first), with OH = H - 2 and OW = W - 2 both even, by
+ * Winograd's F(2x2, 3x3): 16 multiply-adds per 2x2 outputs and channel pair instead
+ * of 36, the rest in additions. The weights come transformed,
+ *   u[xi][o][c] = (G w[o,c] G^T)[xi / 4][xi % 4],  xi < 16,
+ *   G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]
+ * (mithrilc stores convolution weights this way when it picks this path). scratch
+ * holds MR_WINOGRAD_SCRATCH(C, O, OH, OW) floats, and must not overlap x, u or y.
+ * Sums run in a different order from mr_conv2d_f32's, so results differ by rounding.
+ */
+#define MR_WINOGRAD_TILES(OH, OW) (((OH) / 2) * ((OW) / 2))
+#define MR_WINOGRAD_SCRATCH(C, O, OH, OW) \
+    (16 * (((MR_WINOGRAD_TILES(OH, OW) + MR_PANEL - 1) / MR_PANEL * MR_PANEL) * (C) + MR_PANEL + \
+           (O) * MR_WINOGRAD_TILES(OH, OW)))
+void mr_conv2d_winograd_f32(const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
+                            int64_t O, int64_t OH, int64_t OW, float *scratch);
+
+/*
  * mr_pool2d_f32: 2-d max or average pooling, NCHW, f32.
  *
  *   x: [N, C, H, W] input, y: [N, C, OH, OW] output (contiguous row-major).
@@ -217,11 +235,12 @@ typedef struct mr_epilogue {
 } mr_epilogue;
 
 /*
- * mr_sgemm_mt, mr_sgemm_panels_mt, mr_conv2d_f32_mt: mr_sgemm, mr_sgemm_panels and
- * mr_conv2d_f32 with their work split through `threads` (see mr_threads; NULL runs
- * serially) and an optional epilogue (NULL: none). They split work of MR_MT_MIN_MACS
+ * mr_sgemm_mt, mr_sgemm_panels_mt, mr_conv2d_f32_mt, mr_conv2d_winograd_f32_mt: mr_sgemm,
+ * mr_sgemm_panels, mr_conv2d_f32 and mr_conv2d_winograd_f32 with their work split
+ * through `threads` (see mr_threads; NULL runs serially) and an optional epilogue (NULL: none). They split work of MR_MT_MIN_MACS
  * multiply-adds or more: the GEMMs into blocks of columns of C, mr_conv2d_f32_mt into
- * images and blocks of output positions (whole images on the direct path). Each piece
+ * images and blocks of output positions (whole images on the direct path), and
+ * mr_conv2d_winograd_f32_mt each image's transforms and its 16 GEMMs. Each piece
  * computes exactly what the serial call computes for it.
  */
 void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
@@ -237,6 +256,9 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
                       int64_t stride_h, int64_t stride_w,
                       int64_t pad_top, int64_t pad_left,
                       int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep);
+void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const float *u, float *y,
+                               int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
+                               float *scratch, const mr_epilogue *ep);
 
 #ifdef __cplusplus
 }

@@ -323,20 +323,12 @@ static int64_t out_len(int64_t in, int64_t k, int64_t s, int64_t p0, int64_t p1,
     return span < 0 ? 0 : span / s + 1;
 }
 
-static void test_conv_case(const conv_cfg *c)
+/* The convolution of c over x and w in double: ref, and the magnitudes mag. */
+static void conv_reference(const conv_cfg *c, int64_t OH, int64_t OW, const float *x, const float *w, double *ref,
+                           double *mag)
 {
-    const int64_t OH = out_len(c->H, c->KH, c->sh, c->pt, c->pb, c->dh);
-    const int64_t OW = out_len(c->W, c->KW, c->sw, c->pl, c->pr, c->dw);
     const int64_t Cg = c->C / c->groups, Og = c->O / c->groups;
-    const int64_t ny = c->N * c->O * OH * OW;
-    float *x = rand_floats(c->N * c->C * c->H * c->W);
-    float *w = rand_floats(c->O * Cg * c->KH * c->KW);
-    float *y = nan_floats(ny + 1);
-    double *ref = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
-    double *mag = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
     int64_t n, o, oh, ow, ci, kh, kw;
-    char name[256];
-    int ok;
     for (n = 0; n < c->N; ++n) {
         for (o = 0; o < c->O; ++o) {
             const int64_t g = o / Og;
@@ -363,6 +355,22 @@ static void test_conv_case(const conv_cfg *c)
             }
         }
     }
+}
+
+static void test_conv_case(const conv_cfg *c)
+{
+    const int64_t OH = out_len(c->H, c->KH, c->sh, c->pt, c->pb, c->dh);
+    const int64_t OW = out_len(c->W, c->KW, c->sw, c->pl, c->pr, c->dw);
+    const int64_t Cg = c->C / c->groups;
+    const int64_t ny = c->N * c->O * OH * OW;
+    float *x = rand_floats(c->N * c->C * c->H * c->W);
+    float *w = rand_floats(c->O * Cg * c->KH * c->KW);
+    float *y = nan_floats(ny + 1);
+    double *ref = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
+    double *mag = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
+    char name[256];
+    int ok;
+    conv_reference(c, OH, OW, x, w, ref, mag);
     mr_conv2d_f32(x, w, y, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, OH, OW, c->sh, c->sw,
                   c->pt, c->pl, c->dh, c->dw, c->groups);
     snprintf(name, sizeof name,
@@ -380,6 +388,57 @@ static void test_conv_case(const conv_cfg *c)
     }
     record(ok);
     free(x); free(w); free(y); free(ref); free(mag);
+}
+
+/* mr_conv2d_winograd_f32 on an unpadded 3x3 convolution of N images of C x H x W into
+ * O channels, its weights transformed here in double. The transforms add up to 16
+ * terms of both signs, so the bound is four times the magnitude's. */
+static void test_winograd_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O)
+{
+    const conv_cfg c = {N, C, H, W, O, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1};
+    const int64_t OH = H - 2, OW = W - 2, ny = N * O * OH * OW;
+    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    float *x = rand_floats(N * C * H * W), *w = rand_floats(O * C * 9), *u = rand_floats(16 * O * C);
+    float *y = nan_floats(ny + 1), *scratch = nan_floats(MR_WINOGRAD_SCRATCH(C, O, OH, OW) + 1);
+    double *ref = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
+    double *mag = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
+    int64_t o, ci, i, j, a, b, k;
+    char name[128];
+    int ok;
+    for (o = 0; o < O; ++o) {
+        for (ci = 0; ci < C; ++ci) {
+            for (i = 0; i < 4; ++i) {
+                for (j = 0; j < 4; ++j) {
+                    double s = 0.0;
+                    for (a = 0; a < 3; ++a) {
+                        for (b = 0; b < 3; ++b) s += G[i][a] * (double)w[(o * C + ci) * 9 + a * 3 + b] * G[j][b];
+                    }
+                    u[((i * 4 + j) * O + o) * C + ci] = (float)s;
+                }
+            }
+        }
+    }
+    conv_reference(&c, OH, OW, x, w, ref, mag);
+    for (k = 0; k < ny; ++k) mag[k] *= 4.0;
+    mr_conv2d_winograd_f32(x, u, y, N, C, H, W, O, OH, OW, scratch);
+    snprintf(name, sizeof name, "conv2d_winograd N=%lld C=%lld H=%lld W=%lld O=%lld", (long long)N, (long long)C,
+             (long long)H, (long long)W, (long long)O);
+    ok = compare(name, y, ref, mag, ny, 0);
+    if (ok && (!isnan(y[ny]) || !isnan(scratch[MR_WINOGRAD_SCRATCH(C, O, OH, OW)]))) {
+        printf("FAIL %s: wrote past the end of y or the scratch\n", name);
+        ok = 0;
+    }
+    record(ok);
+    free(x); free(w); free(u); free(y); free(scratch); free(ref); free(mag);
+}
+
+static void test_winograd(void)
+{
+    test_winograd_case(1, 1, 4, 4, 1);     /* one tile */
+    test_winograd_case(2, 3, 10, 6, 5);    /* T = 8 < MR_PANEL, odd channel counts */
+    test_winograd_case(1, 16, 34, 34, 64); /* T = 256: whole panels */
+    test_winograd_case(1, 7, 12, 72, 9);   /* tile rows longer than MR_WINO_RUN, panels split rows */
+    test_winograd_case(3, 33, 14, 10, 17); /* T = 24, a partial row tile */
 }
 
 static void test_conv(void)
@@ -686,6 +745,7 @@ int main(void)
 {
     test_gemm();
     test_conv();
+    test_winograd();
     test_pool();
     test_softmax();
     test_sgd();
