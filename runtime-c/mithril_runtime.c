@@ -1315,6 +1315,26 @@ void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const 
     }
 }
 
+void mr_winograd_weights_f32(const float *w, float *u, int64_t O, int64_t C)
+{
+    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    int64_t o, c, i, k, a, b;
+    for (o = 0; o < O; ++o) {
+        for (c = 0; c < C; ++c) {
+            const float *g = w + (o * C + c) * 9;
+            for (i = 0; i < 4; ++i) {
+                for (k = 0; k < 4; ++k) {
+                    double s = 0.0;
+                    for (a = 0; a < 3; ++a) {
+                        for (b = 0; b < 3; ++b) s += G[i][a] * (double)g[a * 3 + b] * G[k][b];
+                    }
+                    u[((i * 4 + k) * O + o) * C + c] = (float)s;
+                }
+            }
+        }
+    }
+}
+
 void mr_conv2d_winograd_f32(const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
                             int64_t O, int64_t OH, int64_t OW, float *scratch)
 {

@@ -147,7 +147,8 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
  * of 36, the rest in additions. The weights come transformed,
  *   u[xi][o][c] = (G w[o,c] G^T)[xi / 4][xi % 4],  xi < 16,
  *   G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]
- * (mithrilc stores convolution weights this way when it picks this path). scratch
+ * (mithrilc stores convolution weights this way when it picks this path;
+ * mr_winograd_weights_f32 computes u from w [O, C, 3, 3], in double). scratch
  * holds MR_WINOGRAD_SCRATCH(C, O, OH, OW) floats, and must not overlap x, u or y.
  * Sums run in a different order from mr_conv2d_f32's, so results differ by rounding.
  */
@@ -157,6 +158,7 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
            (O) * MR_WINOGRAD_TILES(OH, OW)))
 void mr_conv2d_winograd_f32(const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
                             int64_t O, int64_t OH, int64_t OW, float *scratch);
+void mr_winograd_weights_f32(const float *w, float *u, int64_t O, int64_t C);
 
 /*
  * mr_pool2d_f32: 2-d max or average pooling, NCHW, f32.

@@ -391,33 +391,20 @@ static void test_conv_case(const conv_cfg *c)
 }
 
 /* mr_conv2d_winograd_f32 on an unpadded 3x3 convolution of N images of C x H x W into
- * O channels, its weights transformed here in double. The transforms add up to 16
+ * O channels, its weights transformed by mr_winograd_weights_f32. The transforms add up to 16
  * terms of both signs, so the bound is four times the magnitude's. */
 static void test_winograd_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O)
 {
     const conv_cfg c = {N, C, H, W, O, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1};
     const int64_t OH = H - 2, OW = W - 2, ny = N * O * OH * OW;
-    static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
     float *x = rand_floats(N * C * H * W), *w = rand_floats(O * C * 9), *u = rand_floats(16 * O * C);
     float *y = nan_floats(ny + 1), *scratch = nan_floats(MR_WINOGRAD_SCRATCH(C, O, OH, OW) + 1);
     double *ref = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
     double *mag = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
-    int64_t o, ci, i, j, a, b, k;
+    int64_t k;
     char name[128];
     int ok;
-    for (o = 0; o < O; ++o) {
-        for (ci = 0; ci < C; ++ci) {
-            for (i = 0; i < 4; ++i) {
-                for (j = 0; j < 4; ++j) {
-                    double s = 0.0;
-                    for (a = 0; a < 3; ++a) {
-                        for (b = 0; b < 3; ++b) s += G[i][a] * (double)w[(o * C + ci) * 9 + a * 3 + b] * G[j][b];
-                    }
-                    u[((i * 4 + j) * O + o) * C + ci] = (float)s;
-                }
-            }
-        }
-    }
+    mr_winograd_weights_f32(w, u, O, C);
     conv_reference(&c, OH, OW, x, w, ref, mag);
     for (k = 0; k < ny; ++k) mag[k] *= 4.0;
     mr_conv2d_winograd_f32(x, u, y, N, C, H, W, O, OH, OW, scratch);

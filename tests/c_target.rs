@@ -261,9 +261,10 @@ fn readme_embedding_example_runs() {
 }
 
 /// The three ways to give the weights (a file, embedded with .incbin, a safetensors file
-/// read by the demo) compute the same outputs as the interpreter.
+/// read by the demo) compute the same outputs as the interpreter: for lenet, and for cnn,
+/// whose 3x3 convolution weights the demo's safetensors loader transforms for Winograd.
 #[test]
-fn every_weights_mode_runs_lenet() {
+fn every_weights_mode_runs_lenet_and_cnn() {
     let Some(dir) = shared() else {
         println!("skipped: ../shared is not present");
         return;
@@ -272,41 +273,44 @@ fn every_weights_mode_runs_lenet() {
         println!("skipped: gcc and make are needed (apt-get install gcc make)");
         return;
     }
-    let params_path = dir.join("bench/lenet.safetensors");
-    let input_path = dir.join("bench/lenet_b1_input.npy");
-    let params = data::read_arrays(&params_path).unwrap();
-    let input = data::read_arrays(&input_path).unwrap();
-    let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
-    let case = load(&dir.join("bench/lenet.json"), &[&params, &input], vec![], Wrt::None, "lenet b1".into());
-    let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-    for mode in ["file", "embed", "safetensors"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("lenet-c");
-        let args = cli::CompileArgs {
-            model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
-            target: cli::Target::C,
-            params: Some(params_path.clone()),
-            out: Some(out.clone()),
-            emit: "build".into(),
-            report: false,
-            weights: mithrilc::codegen::c::WeightsMode::parse(mode).unwrap(),
-            cflags: Some("-O2".into()),
-            max: vec![],
-        };
-        cli::compile(&args).unwrap_or_else(|e| panic!("{mode}: {e}"));
-        let mut demo = Command::new(out.join("lenet_demo"));
-        demo.current_dir(&out).arg("--input").arg(format!("input={}", input_path.display())).arg("--out").arg(&out);
-        match mode {
-            "file" => demo.arg("--weights").arg(out.join("weights.bin")),
-            "safetensors" => demo.arg("--safetensors").arg(&params_path),
-            _ => &mut demo,
-        };
-        let run = demo.output().unwrap();
-        assert!(run.status.success(), "{mode}: {}", String::from_utf8_lossy(&run.stderr));
-        let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
-        let got = got.arrays.values().next().unwrap();
-        for (x, y) in got.data.iter().zip(&want[0].1.data) {
-            assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{mode}: got {x}, interpreter {y}");
+    for (model, shape) in [("lenet", "input=1,1,28,28"), ("cnn", "input=1,3,32,32")] {
+        let params_path = dir.join(format!("bench/{model}.safetensors"));
+        let input_path = dir.join(format!("bench/{model}_b1_input.npy"));
+        let params = data::read_arrays(&params_path).unwrap();
+        let input = data::read_arrays(&input_path).unwrap();
+        let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
+        let json = dir.join(format!("bench/{model}.json"));
+        let case = load(&json, &[&params, &input], vec![], Wrt::None, format!("{model} b1"));
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
+        for mode in ["file", "embed", "safetensors"] {
+            let tmp = tempfile::tempdir().unwrap();
+            let out = tmp.path().join(format!("{model}-c"));
+            let args = cli::CompileArgs {
+                model: cli::ModelArgs { model: json.clone(), shapes: vec![shape.into()], ..Default::default() },
+                target: cli::Target::C,
+                params: Some(params_path.clone()),
+                out: Some(out.clone()),
+                emit: "build".into(),
+                report: false,
+                weights: mithrilc::codegen::c::WeightsMode::parse(mode).unwrap(),
+                cflags: Some("-O2".into()),
+                max: vec![],
+            };
+            cli::compile(&args).unwrap_or_else(|e| panic!("{model} {mode}: {e}"));
+            let mut demo = Command::new(out.join(format!("{model}_demo")));
+            demo.current_dir(&out).arg("--input").arg(format!("input={}", input_path.display())).arg("--out").arg(&out);
+            match mode {
+                "file" => demo.arg("--weights").arg(out.join("weights.bin")),
+                "safetensors" => demo.arg("--safetensors").arg(&params_path),
+                _ => &mut demo,
+            };
+            let run = demo.output().unwrap();
+            assert!(run.status.success(), "{model} {mode}: {}", String::from_utf8_lossy(&run.stderr));
+            let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
+            let got = got.arrays.values().next().unwrap();
+            for (x, y) in got.data.iter().zip(&want[0].1.data) {
+                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} {mode}: got {x}, interpreter {y}");
+            }
         }
     }
 }

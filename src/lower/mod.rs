@@ -176,8 +176,10 @@ pub enum Kernel {
     /// through a load of `c` itself, replaces each element once it is final.
     Gemm { a: View, b: View, c: View, epilogue: Option<Expr> },
     /// NCHW convolution (1-d as H = 1) into contiguous `out`; input and weight
-    /// contiguous; an epilogue as for `Gemm`.
-    Conv { x: View, w: View, out: View, attrs: ConvAttrs, epilogue: Option<Expr> },
+    /// contiguous; an epilogue as for `Gemm`. With `scratch` (an arena buffer of
+    /// [`winograd`]'s size), by Winograd's F(2x2, 3x3), its weight in
+    /// [`Layout::Winograd`] and its padding already applied to `x`.
+    Conv { x: View, w: View, out: View, attrs: ConvAttrs, epilogue: Option<Expr>, scratch: Option<View> },
     /// NCHW pooling (1-d as H = 1) into contiguous `out`; input contiguous.
     Pool { x: View, out: View, attrs: PoolAttrs },
     /// Softmax along `axis` of a contiguous input into contiguous `out`.
@@ -222,10 +224,38 @@ pub enum Layout {
     /// [`PANEL`] columns, the last one zero-padded: the runtime's GEMM reads it in place
     /// and in order, with no packing (`mr_sgemm_panels` in `mithril_runtime.h`).
     Panels,
+    /// A convolution weight `[O, C, 3, 3]` whose every use is a convolution that runs
+    /// by Winograd's F(2x2, 3x3) ([`winograd`]), stored transformed as `[16, O, C]`
+    /// (`mr_conv2d_winograd_f32` in `mithril_runtime.h`).
+    Winograd,
 }
 
 /// The width of a weight's column panels (`MR_PANEL` in the runtime).
 pub const PANEL: u64 = 32;
+
+/// When a convolution runs by Winograd's F(2x2, 3x3) (`mr_conv2d_winograd_f32`), and
+/// the floats of scratch it then needs: f32, 2-d, a 3x3 kernel at stride 1 and
+/// dilation 1, one group, an even output size, and at least 16 input and output
+/// channels (with fewer, its 16 small GEMMs gain little over the direct product).
+/// `x` and `w` are the input and weight shapes, `out` the output's.
+pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<u64> {
+    let fits = attrs.stride == [1, 1]
+        && attrs.dilation == [1, 1]
+        && attrs.groups == 1
+        && w.len() == 4
+        && w[2..] == [3, 3]
+        && x[1] >= 16
+        && w[0] >= 16
+        && out[2] % 2 == 0
+        && out[3] % 2 == 0;
+    if !fits {
+        return None;
+    }
+    // MR_WINOGRAD_SCRATCH(C, O, OH, OW)
+    let tiles = (out[2] / 2).checked_mul(out[3] / 2)?;
+    let v = tiles.div_ceil(PANEL).checked_mul(PANEL)?.checked_mul(x[1])?.checked_add(PANEL)?;
+    v.checked_add(w[0].checked_mul(tiles)?)?.checked_mul(16)
+}
 
 impl Port {
     /// Elements the parameter takes in the weights blob.
@@ -234,6 +264,7 @@ impl Port {
         match self.layout {
             Layout::RowMajor | Layout::Transposed => n,
             Layout::Panels => self.shape[0].div_ceil(PANEL) * PANEL * self.shape[1],
+            Layout::Winograd => 16 * self.shape[0] * self.shape[1],
         }
     }
 }
@@ -352,10 +383,13 @@ pub fn visit_views(k: &mut Kernel, f: &mut dyn FnMut(&mut View)) {
                 visit_expr_views(e, f);
             }
         }
-        Kernel::Conv { x, w, out, epilogue, .. } => {
+        Kernel::Conv { x, w, out, epilogue, scratch, .. } => {
             f(x);
             f(w);
             f(out);
+            if let Some(scratch) = scratch {
+                f(scratch);
+            }
             if let Some(e) = epilogue {
                 visit_expr_views(e, f);
             }
@@ -497,6 +531,16 @@ impl<'g> Lowerer<'g> {
     fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &[ValueId]) -> Layout {
         let g = self.graph;
         let users = self.users(v);
+        let winograd_weight = |&conv: &ValueId| {
+            let n = g.node(conv);
+            // static sizes; a symbolic batch (0 here) does not matter
+            let sizes = |x: ValueId| -> Vec<u64> { g.ty(x).shape.dims().iter().map(|d| d.known().unwrap_or(0)).collect() };
+            matches!(&n.op, Op::Conv(attrs) if n.args[1] == v && n.args[0] != v && n.ty.dtype == Dtype::F32
+                && g.ty(n.args[0]).dtype == Dtype::F32 && winograd(attrs, &sizes(n.args[0]), shape, &sizes(conv)).is_some())
+        };
+        if !self.row_major_weights && g.ty(v).dtype == Dtype::F32 && !users.is_empty() && !outputs.contains(&v) && users.iter().all(winograd_weight) {
+            return Layout::Winograd;
+        }
         let only_transposed = !self.row_major_weights
             && shape.len() == 2
             && g.ty(v).dtype == Dtype::F32
@@ -703,7 +747,8 @@ impl<'g> Lowerer<'g> {
                 self.p.weights_size = align(offset + stored * dtype.size() as u64);
                 let buf = port.buf;
                 self.p.weights.push(port);
-                if layout == Layout::RowMajor {
+                if matches!(layout, Layout::RowMajor | Layout::Winograd) {
+                    // (a Winograd weight is addressed only by its convolutions' runtime call)
                     self.views.insert(v, View::contiguous(buf, &shape));
                 } else {
                     // Stored as [K, N] (in panels, addressed only by the GEMM); the
@@ -889,7 +934,15 @@ impl<'g> Lowerer<'g> {
                 let w = self.contiguous(arg(1))?;
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &shape);
-                self.step(Kernel::Conv { x, w, out: out.clone(), attrs, epilogue: None }, vec![self.origin(v)], dims);
+                let scratch = if self.p.weights.iter().any(|p| p.buf == w.buf && p.layout == Layout::Winograd) {
+                    let floats = winograd(&attrs, &x.shape, &w.shape, &shape).filter(|_| attrs.padding.iter().all(|&p| p == (0, 0)));
+                    let floats = floats.ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", self.describe(v))))?;
+                    let buf = self.buffer("winograd_scratch".into(), Dtype::F32, floats, Storage::Arena { offset: 0 });
+                    Some(View::contiguous(buf, &[floats]))
+                } else {
+                    None
+                };
+                self.step(Kernel::Conv { x, w, out: out.clone(), attrs, epilogue: None, scratch }, vec![self.origin(v)], dims);
                 self.views.insert(v, out.clone());
                 if let Some(&bias) = node.args.get(2) {
                     // out + bias (broadcast), which `fuse` makes the convolution's epilogue.
@@ -1216,7 +1269,8 @@ pub fn kernel_read_uses(k: &Kernel) -> Vec<BufId> {
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
         Kernel::Gemm { a, b, .. } => out.extend([a.buf, b.buf]),
-        Kernel::Conv { x, w, .. } => out.extend([x.buf, w.buf]),
+        // the scratch too, so it lives (only) while the kernel runs
+        Kernel::Conv { x, w, scratch, .. } => out.extend([x.buf, w.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
         Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => out.push(x.buf),
     }
     for e in kernel_exprs(k) {
@@ -1248,5 +1302,31 @@ pub fn retarget(k: &mut Kernel, to: BufId) {
         | Kernel::Pool { out, .. }
         | Kernel::Softmax { out, .. } => out.buf = to,
         Kernel::Gemm { c, .. } => c.buf = to,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn winograd_takes_unpadded_stride_1_3x3_convolutions_with_enough_channels() {
+        let attrs = |stride: u64, dilation: u64, groups: u64| ConvAttrs { stride: vec![stride; 2], padding: vec![(0, 0); 2], dilation: vec![dilation; 2], groups };
+        // cnn's: 64 -> 64 channels at 32x32 (input padded to 34x34), 256 tiles
+        let scratch = winograd(&attrs(1, 1, 1), &[1, 64, 34, 34], &[64, 64, 3, 3], &[1, 64, 32, 32]);
+        assert_eq!(scratch, Some(16 * (256 * 64 + 32 + 64 * 256)));
+        // 5 tiles fill one zero-padded panel
+        assert_eq!(winograd(&attrs(1, 1, 1), &[2, 16, 12, 4], &[20, 16, 3, 3], &[2, 20, 10, 2]), Some(16 * (32 * 16 + 32 + 20 * 5)));
+        for (a, x, w, out) in [
+            (attrs(2, 1, 1), [1, 64, 34, 34], [64, 64, 3, 3], [1, 64, 16, 16]),
+            (attrs(1, 2, 1), [1, 64, 36, 36], [64, 64, 3, 3], [1, 64, 32, 32]),
+            (attrs(1, 1, 2), [1, 64, 34, 34], [64, 32, 3, 3], [1, 64, 32, 32]),
+            (attrs(1, 1, 1), [1, 64, 35, 35], [64, 64, 5, 5], [1, 64, 31, 31]),
+            (attrs(1, 1, 1), [1, 64, 33, 34], [64, 64, 3, 3], [1, 64, 31, 32]),
+            (attrs(1, 1, 1), [1, 3, 34, 34], [64, 3, 3, 3], [1, 64, 32, 32]),
+            (attrs(1, 1, 1), [1, 64, 34, 34], [8, 64, 3, 3], [1, 8, 32, 32]),
+        ] {
+            assert_eq!(winograd(&a, &x, &w, &out), None, "{a:?} {x:?} {w:?}");
+        }
     }
 }

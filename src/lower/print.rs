@@ -30,6 +30,7 @@ pub fn print(p: &Program) -> String {
             Storage::Weight { offset } => match p.weights.iter().find(|w| w.buf == BufId(i)).map(|w| w.layout) {
                 Some(Layout::Transposed) => format!("weight @{offset} transposed"),
                 Some(Layout::Panels) => format!("weight @{offset} panels"),
+                Some(Layout::Winograd) => format!("weight @{offset} winograd"),
                 _ => format!("weight @{offset}"),
             },
             Storage::Const(k) => format!("const {k}"),
@@ -100,8 +101,8 @@ pub fn kernel(p: &Program, k: &Kernel) -> String {
         }
         Kernel::ArgReduce { out, reduced, kind, expr: e } => format!("{} = {} over [{reduced}] {}", view(p, out), kind.name(), expr(p, e)),
         Kernel::Gemm { a, b, c, epilogue: ep } => format!("{} = gemm {}, {}{}", view(p, c), view(p, a), view(p, b), epilogue(p, ep)),
-        Kernel::Conv { x, w, out, attrs, epilogue: ep } => format!(
-            "{} = conv {}, {} {{stride = {:?}, padding = {:?}, dilation = {:?}, groups = {}}}{}",
+        Kernel::Conv { x, w, out, attrs, epilogue: ep, scratch } => format!(
+            "{} = conv {}, {} {{stride = {:?}, padding = {:?}, dilation = {:?}, groups = {}}}{}{}",
             view(p, out),
             view(p, x),
             view(p, w),
@@ -109,6 +110,7 @@ pub fn kernel(p: &Program, k: &Kernel) -> String {
             attrs.padding,
             attrs.dilation,
             attrs.groups,
+            scratch.as_ref().map_or(String::new(), |b| format!(" winograd, scratch {}", view(p, b))),
             epilogue(p, ep)
         ),
         Kernel::Pool { x, out, attrs } => format!(

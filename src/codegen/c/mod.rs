@@ -184,6 +184,19 @@ fn stored_values(t: &Tensor, layout: Layout) -> Tensor {
             }
             data
         }
+        // [O, C, 3, 3] as [16, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32.
+        Layout::Winograd => {
+            const G: [[f64; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
+            let (o, c) = (n, k);
+            let mut data = vec![0.0; 16 * o * c];
+            for (oc, g) in t.data.chunks_exact(9).enumerate() {
+                for (xi, u) in data.iter_mut().skip(oc).step_by(o * c).enumerate() {
+                    let (i, j) = (xi / 4, xi % 4);
+                    *u = (0..9).map(|ab| G[i][ab / 3] * g[ab] * G[j][ab % 3]).sum();
+                }
+            }
+            data
+        }
     };
     Tensor { dtype: t.dtype, shape: vec![data.len() as u64], data }
 }
@@ -331,6 +344,7 @@ impl TemplateContext {
                     Layout::RowMajor => 0,
                     Layout::Transposed => 1,
                     Layout::Panels => 2,
+                    Layout::Winograd => 3,
                 },
                 rows: shape.first().copied().unwrap_or(1),
                 cols: shape.get(1).copied().unwrap_or(1),
@@ -640,7 +654,7 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
             // (A batched product is a task of its own.)
             Kernel::Gemm { a, b, c, .. } if c.shape.len() == 2 => direct.extend([a.buf, b.buf, c.buf]),
             Kernel::Gemm { .. } => {}
-            Kernel::Conv { x, w, out, .. } => direct.extend([x.buf, w.buf, out.buf]),
+            Kernel::Conv { x, w, out, scratch, .. } => direct.extend([x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
             Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => direct.extend([x.buf, out.buf]),
             Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
         }
@@ -901,11 +915,23 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
         Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, ext, epilogue.as_ref(), ep, true, s)?,
-        Kernel::Conv { x, w, out, attrs, .. } => {
+        Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (&ext[0], x.shape[1]);
             let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
             let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
+            if let Some(scratch) = scratch {
+                let _ = writeln!(
+                    s,
+                    "        mr_conv2d_winograd_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {oh}, {ow}, {}, {ep_arg});",
+                    base(r, x),
+                    base(r, w),
+                    base(r, out),
+                    w.shape[0],
+                    base(r, scratch)
+                );
+                return Ok(());
+            }
             let _ = writeln!(
                 s,
                 "        mr_conv2d_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {ep_arg});",
