@@ -15,13 +15,12 @@ use mithrilc::passes;
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
+mod common;
+use common::have;
+
 fn shared() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
     dir.join("testdata/manifest.json").exists().then_some(dir)
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
 /// `../shared`, when it and a C build (make, cc) are present; otherwise says why the
@@ -118,12 +117,7 @@ fn own_cases() -> Vec<Case> {
     let graph = mithril::load(&json, &opts).unwrap();
     let graphs = cli::Graphs::new(graph, &Wrt::AllParams, |_, _| {}).unwrap();
     let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % 129) as f64 / 64.0 - 1.0
-    };
+    let mut next = move || (common::xorshift64(&mut state) % 129) as f64 / 64.0 - 1.0;
     let g = graphs.main();
     let feeds = g
         .inputs()

@@ -12,15 +12,14 @@ use mithrilc::passes::autodiff::{self, grad_name, output_grad_name, Wrt};
 use mithrilc::passes::shape::infer;
 use mithrilc::tensor::Tensor;
 
-/// xorshift64: deterministic cases.
+mod common;
+
+/// Deterministic cases, from xorshift64.
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        common::xorshift64(&mut self.0)
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n

@@ -10,6 +10,9 @@ use mithrilc::ir::Dtype;
 use mithrilc::passes::autodiff::{grad_name, Wrt};
 use mithrilc::tensor::Tensor;
 
+mod common;
+use common::have;
+
 // As in train.c.
 const POINTS: usize = 96;
 const STEPS: usize = 300;
@@ -22,15 +25,8 @@ struct Rng(u64);
 
 impl Rng {
     fn uniform(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / 8388608.0 - 1.0
+        (common::xorshift64(&mut self.0) >> 40) as f32 / 8388608.0 - 1.0
     }
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
 /// `step K  loss L` lines of train.c's output.
