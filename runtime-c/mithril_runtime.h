@@ -141,23 +141,31 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
                    int64_t dil_h, int64_t dil_w, int64_t groups);
 
 /*
- * mr_conv2d_winograd_f32: mr_conv2d_f32 for a 3x3 kernel at stride 1, dilation 1, one
- * group and no padding (pad x first), with OH = H - 2 and OW = W - 2 both even, by
- * Winograd's F(2x2, 3x3): 16 multiply-adds per 2x2 outputs and channel pair instead
- * of 36, the rest in additions. The weights come transformed,
- *   u[xi][o][c] = (G w[o,c] G^T)[xi / 4][xi % 4],  xi < 16,
- *   G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]
+ * mr_conv2d_winograd_f32: mr_conv2d_f32 for a 3x3 kernel at stride 1, dilation 1 and
+ * one group, by Winograd's F(4x4, 3x3): 36 multiply-adds per 4x4 outputs and channel
+ * pair instead of 144, the rest in additions. Input positions in the padding
+ * (pad_top, pad_left, and whatever bottom and right padding OH, OW imply) read as
+ * zeros. The weights come transformed,
+ *   u[xi][o][c] = (G w[o,c] G^T)[xi / 6][xi % 6],  xi < 36,
+ *   G = [[1/4, 0, 0], [-1/6, -1/6, -1/6], [-1/6, 1/6, -1/6],
+ *        [1/24, 1/12, 1/6], [1/24, -1/12, 1/6], [0, 0, 1]]
  * (mithrilc stores convolution weights this way when it picks this path;
- * mr_winograd_weights_f32 computes u from w [O, C, 3, 3], in double). scratch
- * holds MR_WINOGRAD_SCRATCH(C, O, OH, OW) floats, and must not overlap x, u or y.
- * Sums run in a different order from mr_conv2d_f32's, so results differ by rounding.
+ * mr_winograd_weights_f32 computes u from w [O, C, 3, 3], in double). scratch holds
+ * MR_WINOGRAD_SCRATCH(N, C, O, OH, OW) floats and must not overlap x, u or y: a slot
+ * of MR_WINOGRAD_SLOT(C, O) for each chunk of the blocks of MR_PANEL tiles that
+ * threads run at once, up to MR_WINOGRAD_SLOTS (fewer when there are fewer blocks).
+ * Sums run in a different order from mr_conv2d_f32's, and the transforms scale terms
+ * by up to 8 and 1/24, so results differ by more than rounding in the last place.
  */
-#define MR_WINOGRAD_TILES(OH, OW) (((OH) / 2) * ((OW) / 2))
-#define MR_WINOGRAD_SCRATCH(C, O, OH, OW) \
-    (16 * (((MR_WINOGRAD_TILES(OH, OW) + MR_PANEL - 1) / MR_PANEL * MR_PANEL) * (C) + MR_PANEL + \
-           (O) * MR_WINOGRAD_TILES(OH, OW)))
+#define MR_WINOGRAD_SLOTS 8
+#define MR_WINOGRAD_TILES(OH, OW) ((((OH) + 3) / 4) * (((OW) + 3) / 4))
+#define MR_WINOGRAD_BLOCKS(N, OH, OW) (((N) * MR_WINOGRAD_TILES(OH, OW) + MR_PANEL - 1) / MR_PANEL)
+#define MR_WINOGRAD_SLOT(C, O) (36 * MR_PANEL * ((C) + (O) + 2))
+#define MR_WINOGRAD_SCRATCH(N, C, O, OH, OW)                                                       \
+    ((MR_WINOGRAD_BLOCKS(N, OH, OW) < MR_WINOGRAD_SLOTS ? MR_WINOGRAD_BLOCKS(N, OH, OW) : MR_WINOGRAD_SLOTS) * \
+     MR_WINOGRAD_SLOT(C, O))
 void mr_conv2d_winograd_f32(const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
-                            int64_t O, int64_t OH, int64_t OW, float *scratch);
+                            int64_t O, int64_t OH, int64_t OW, int64_t pad_top, int64_t pad_left, float *scratch);
 void mr_winograd_weights_f32(const float *w, float *u, int64_t O, int64_t C);
 
 /*
@@ -242,7 +250,7 @@ typedef struct mr_epilogue {
  * through `threads` (see mr_threads; NULL runs serially) and an optional epilogue (NULL: none). They split work of MR_MT_MIN_MACS
  * multiply-adds or more: the GEMMs into blocks of columns of C, mr_conv2d_f32_mt into
  * images and blocks of output positions (whole images on the direct path), and
- * mr_conv2d_winograd_f32_mt each image's transforms and its 16 GEMMs. Each piece
+ * mr_conv2d_winograd_f32_mt into chunks of its blocks of tiles (see above). Each piece
  * computes exactly what the serial call computes for it.
  */
 void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
@@ -260,7 +268,7 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
                       int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep);
 void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const float *u, float *y,
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
-                               float *scratch, const mr_epilogue *ep);
+                               int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep);
 
 #ifdef __cplusplus
 }

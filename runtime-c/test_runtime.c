@@ -390,28 +390,32 @@ static void test_conv_case(const conv_cfg *c)
     free(x); free(w); free(y); free(ref); free(mag);
 }
 
-/* mr_conv2d_winograd_f32 on an unpadded 3x3 convolution of N images of C x H x W into
- * O channels, its weights transformed by mr_winograd_weights_f32. The transforms add up to 16
- * terms of both signs, so the bound is four times the magnitude's. */
-static void test_winograd_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O)
+/* mr_conv2d_winograd_f32 on a 3x3 convolution of N images of C x H x W into O channels,
+ * padded by pt, pl, pb, pr, its weights transformed by mr_winograd_weights_f32. The
+ * transforms add up terms of both signs scaled by up to 8, so the bound is four times
+ * the magnitude's (the errors seen stay within a quarter of that). */
+static void test_winograd_case(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t pt, int64_t pl,
+                               int64_t pb, int64_t pr)
 {
-    const conv_cfg c = {N, C, H, W, O, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1};
-    const int64_t OH = H - 2, OW = W - 2, ny = N * O * OH * OW;
-    float *x = rand_floats(N * C * H * W), *w = rand_floats(O * C * 9), *u = rand_floats(16 * O * C);
-    float *y = nan_floats(ny + 1), *scratch = nan_floats(MR_WINOGRAD_SCRATCH(C, O, OH, OW) + 1);
+    const conv_cfg c = {N, C, H, W, O, 3, 3, 1, 1, pt, pl, pb, pr, 1, 1, 1};
+    const int64_t OH = H + pt + pb - 2, OW = W + pl + pr - 2, ny = N * O * OH * OW;
+    const int64_t ns = MR_WINOGRAD_SCRATCH(N, C, O, OH, OW);
+    float *x = rand_floats(N * C * H * W), *w = rand_floats(O * C * 9), *u = rand_floats(36 * O * C);
+    float *y = nan_floats(ny + 1), *scratch = nan_floats(ns + 1);
     double *ref = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
     double *mag = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
     int64_t k;
-    char name[128];
+    char name[160];
     int ok;
     mr_winograd_weights_f32(w, u, O, C);
     conv_reference(&c, OH, OW, x, w, ref, mag);
     for (k = 0; k < ny; ++k) mag[k] *= 4.0;
-    mr_conv2d_winograd_f32(x, u, y, N, C, H, W, O, OH, OW, scratch);
-    snprintf(name, sizeof name, "conv2d_winograd N=%lld C=%lld H=%lld W=%lld O=%lld", (long long)N, (long long)C,
-             (long long)H, (long long)W, (long long)O);
+    mr_conv2d_winograd_f32(x, u, y, N, C, H, W, O, OH, OW, pt, pl, scratch);
+    snprintf(name, sizeof name, "conv2d_winograd N=%lld C=%lld H=%lld W=%lld O=%lld pad=%lld,%lld,%lld,%lld",
+             (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, (long long)pt, (long long)pl,
+             (long long)pb, (long long)pr);
     ok = compare(name, y, ref, mag, ny, 0);
-    if (ok && (!isnan(y[ny]) || !isnan(scratch[MR_WINOGRAD_SCRATCH(C, O, OH, OW)]))) {
+    if (ok && (!isnan(y[ny]) || !isnan(scratch[ns]))) {
         printf("FAIL %s: wrote past the end of y or the scratch\n", name);
         ok = 0;
     }
@@ -421,11 +425,17 @@ static void test_winograd_case(int64_t N, int64_t C, int64_t H, int64_t W, int64
 
 static void test_winograd(void)
 {
-    test_winograd_case(1, 1, 4, 4, 1);     /* one tile */
-    test_winograd_case(2, 3, 10, 6, 5);    /* T = 8 < MR_PANEL, odd channel counts */
-    test_winograd_case(1, 16, 34, 34, 64); /* T = 256: whole panels */
-    test_winograd_case(1, 7, 12, 72, 9);   /* tile rows longer than MR_WINO_RUN, panels split rows */
-    test_winograd_case(3, 33, 14, 10, 17); /* T = 24, a partial row tile */
+    test_winograd_case(1, 1, 6, 6, 1, 0, 0, 0, 0);      /* one tile */
+    test_winograd_case(1, 1, 3, 3, 1, 0, 0, 0, 0);      /* one output of one tile */
+    test_winograd_case(2, 3, 10, 18, 5, 0, 0, 0, 0);    /* 8 tiles < MR_PANEL, odd channel counts */
+    test_winograd_case(1, 16, 34, 34, 64, 0, 0, 0, 0);  /* 64 tiles: whole blocks of whole tile rows */
+    test_winograd_case(1, 7, 10, 162, 9, 0, 0, 0, 0);   /* tile rows of 40: blocks split rows */
+    test_winograd_case(3, 33, 14, 10, 17, 0, 0, 0, 0);  /* tiles sticking out of a 12x8 output */
+    test_winograd_case(2, 16, 32, 32, 16, 1, 1, 1, 1);  /* "same" padding */
+    test_winograd_case(1, 5, 7, 9, 3, 2, 0, 1, 1);      /* uneven padding, odd sizes */
+    test_winograd_case(1, 2, 1, 3, 2, 2, 1, 1, 2);      /* an input smaller than its padding */
+    test_winograd_case(5, 4, 9, 9, 4, 0, 0, 0, 0);      /* runs that end at images' ends */
+    test_winograd_case(70, 4, 6, 6, 4, 0, 0, 0, 0);     /* more blocks than MR_WINOGRAD_SLOTS */
 }
 
 static void test_conv(void)

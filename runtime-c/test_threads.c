@@ -152,14 +152,14 @@ int main(void) {
         }
     }
     {
-        /* Winograd: N, C, H, W, O (any u will do: threaded must equal serial) */
-        int64_t convs[][5] = { { 1, 64, 34, 34, 64 }, { 3, 5, 10, 72, 7 } };
+        /* Winograd: N, C, H, W, O, padding (any u will do: threaded must equal serial) */
+        int64_t convs[][6] = { { 1, 64, 34, 34, 64, 0 }, { 3, 5, 10, 72, 7, 0 }, { 13, 3, 8, 9, 5, 1 }, { 40, 2, 5, 5, 3, 1 } };
         for (k = 0; k < sizeof convs / sizeof convs[0]; ++k) {
-            int64_t *c = convs[k], OH = c[2] - 2, OW = c[3] - 2;
-            size_t nx = (size_t)(c[0] * c[1] * c[2] * c[3]), nu = (size_t)(16 * c[4] * c[1]), ny = (size_t)(c[0] * c[4] * OH * OW);
+            int64_t *c = convs[k], p = c[5], OH = c[2] + 2 * p - 2, OW = c[3] + 2 * p - 2;
+            size_t nx = (size_t)(c[0] * c[1] * c[2] * c[3]), nu = (size_t)(36 * c[4] * c[1]), ny = (size_t)(c[0] * c[4] * OH * OW);
             float *x = malloc(sizeof(float) * nx), *u = malloc(sizeof(float) * nu);
             float *y1 = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny);
-            float *scratch = malloc(sizeof(float) * (size_t)MR_WINOGRAD_SCRATCH(c[1], c[4], OH, OW));
+            float *scratch = malloc(sizeof(float) * (size_t)MR_WINOGRAD_SCRATCH(c[0], c[1], c[4], OH, OW));
             float *bias = malloc(sizeof(float) * (size_t)c[4]);
             int *visits = calloc(ny, sizeof(int));
             bias_relu_ctx ectx = { NULL, 0, 0, NULL, NULL };
@@ -170,13 +170,13 @@ int main(void) {
             fill(bias, (size_t)c[4], 23u + (unsigned)k);
             ectx.y = y2; ectx.rows = c[4]; ectx.cols = OH * OW; ectx.bias = bias; ectx.visits = visits;
             ep.ctx = &ectx;
-            mr_conv2d_winograd_f32(x, u, y1, c[0], c[1], c[2], c[3], c[4], OH, OW, scratch);
-            mr_conv2d_winograd_f32_mt(&threads, x, u, y2, c[0], c[1], c[2], c[3], c[4], OH, OW, scratch, NULL);
+            mr_conv2d_winograd_f32(x, u, y1, c[0], c[1], c[2], c[3], c[4], OH, OW, p, p, scratch);
+            mr_conv2d_winograd_f32_mt(&threads, x, u, y2, c[0], c[1], c[2], c[3], c[4], OH, OW, p, p, scratch, NULL);
             same("mr_conv2d_winograd_f32_mt", y1, y2, ny);
             apply_bias_relu(y1, c[0], c[4], OH * OW, bias);
             for (t = 0; t < 2; ++t) {
                 memset(visits, 0, sizeof(int) * ny);
-                mr_conv2d_winograd_f32_mt(t ? &threads : NULL, x, u, y2, c[0], c[1], c[2], c[3], c[4], OH, OW, scratch, &ep);
+                mr_conv2d_winograd_f32_mt(t ? &threads : NULL, x, u, y2, c[0], c[1], c[2], c[3], c[4], OH, OW, p, p, scratch, &ep);
                 same("mr_conv2d_winograd_f32_mt with an epilogue", y1, y2, ny);
                 once_each("mr_conv2d_winograd_f32_mt's epilogue", visits, ny);
             }

@@ -177,8 +177,8 @@ pub enum Kernel {
     Gemm { a: View, b: View, c: View, epilogue: Option<Expr> },
     /// NCHW convolution (1-d as H = 1) into contiguous `out`; input and weight
     /// contiguous; an epilogue as for `Gemm`. With `scratch` (an arena buffer of
-    /// [`winograd`]'s size), by Winograd's F(2x2, 3x3), its weight in
-    /// [`Layout::Winograd`] and its padding already applied to `x`.
+    /// [`winograd`]'s size), by Winograd's F(4x4, 3x3), its weight in
+    /// [`Layout::Winograd`].
     Conv { x: View, w: View, out: View, attrs: ConvAttrs, epilogue: Option<Expr>, scratch: Option<View> },
     /// NCHW pooling (1-d as H = 1) into contiguous `out`; input contiguous.
     Pool { x: View, out: View, attrs: PoolAttrs },
@@ -225,7 +225,7 @@ pub enum Layout {
     /// and in order, with no packing (`mr_sgemm_panels` in `mithril_runtime.h`).
     Panels,
     /// A convolution weight `[O, C, 3, 3]` whose every use is a convolution that runs
-    /// by Winograd's F(2x2, 3x3) ([`winograd`]), stored transformed as `[16, O, C]`
+    /// by Winograd's F(4x4, 3x3) ([`winograd`]), stored transformed as `[36, O, C]`
     /// (`mr_conv2d_winograd_f32` in `mithril_runtime.h`).
     Winograd,
 }
@@ -233,29 +233,33 @@ pub enum Layout {
 /// The width of a weight's column panels (`MR_PANEL` in the runtime).
 pub const PANEL: u64 = 32;
 
-/// When a convolution runs by Winograd's F(2x2, 3x3) (`mr_conv2d_winograd_f32`), and
+/// When a convolution runs by Winograd's F(4x4, 3x3) (`mr_conv2d_winograd_f32`), and
 /// the floats of scratch it then needs: f32, 2-d, a 3x3 kernel at stride 1 and
-/// dilation 1, one group, an even output size, and at least 16 input and output
-/// channels (with fewer, its 16 small GEMMs gain little over the direct product).
-/// `x` and `w` are the input and weight shapes, `out` the output's.
+/// dilation 1, one group, at least 16 input and output channels (with fewer, its 36
+/// small GEMMs gain little over the direct product), and at least half the
+/// multiply-adds of direct convolution saved (36 per tile of 4x4 outputs, the tiles
+/// taken in whole blocks of `PANEL`, against 9 per output; small images lose to the
+/// tiles that stick out). `x` and `w` are the input and weight shapes (the input
+/// unpadded: the runtime reads padding as zeros), `out` the output's.
 pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<u64> {
-    let fits = attrs.stride == [1, 1]
-        && attrs.dilation == [1, 1]
-        && attrs.groups == 1
-        && w.len() == 4
-        && w[2..] == [3, 3]
-        && x[1] >= 16
-        && w[0] >= 16
-        && out[2] % 2 == 0
-        && out[3] % 2 == 0;
+    let fits = attrs.stride == [1, 1] && attrs.dilation == [1, 1] && attrs.groups == 1 && w.len() == 4 && w[2..] == [3, 3] && x[1] >= 16 && w[0] >= 16;
     if !fits {
         return None;
     }
-    // MR_WINOGRAD_SCRATCH(C, O, OH, OW)
-    let tiles = (out[2] / 2).checked_mul(out[3] / 2)?;
-    let v = tiles.div_ceil(PANEL).checked_mul(PANEL)?.checked_mul(x[1])?.checked_add(PANEL)?;
-    v.checked_add(w[0].checked_mul(tiles)?)?.checked_mul(16)
+    // MR_WINOGRAD_SCRATCH(N, C, O, OH, OW)
+    let (n, c, o) = (x[0], x[1], w[0]);
+    let tiles = out[2].div_ceil(4).checked_mul(out[3].div_ceil(4))?.checked_mul(n)?;
+    let blocks = tiles.div_ceil(PANEL);
+    if blocks.checked_mul(PANEL * 8)? > n.checked_mul(out[2])?.checked_mul(out[3])? {
+        return None;
+    }
+    let slot = c.checked_add(o)?.checked_add(2)?.checked_mul(36 * PANEL)?;
+    blocks.min(WINOGRAD_SLOTS).checked_mul(slot)
 }
+
+/// Chunks of a Winograd convolution's blocks that threads run at once, each with its
+/// own slot of scratch (`MR_WINOGRAD_SLOTS` in the runtime).
+pub const WINOGRAD_SLOTS: u64 = 8;
 
 impl Port {
     /// Elements the parameter takes in the weights blob.
@@ -264,7 +268,7 @@ impl Port {
         match self.layout {
             Layout::RowMajor | Layout::Transposed => n,
             Layout::Panels => self.shape[0].div_ceil(PANEL) * PANEL * self.shape[1],
-            Layout::Winograd => 16 * self.shape[0] * self.shape[1],
+            Layout::Winograd => 36 * self.shape[0] * self.shape[1],
         }
     }
 }
@@ -533,10 +537,11 @@ impl<'g> Lowerer<'g> {
         let users = self.users(v);
         let winograd_weight = |&conv: &ValueId| {
             let n = g.node(conv);
-            // static sizes; a symbolic batch (0 here) does not matter
-            let sizes = |x: ValueId| -> Vec<u64> { g.ty(x).shape.dims().iter().map(|d| d.known().unwrap_or(0)).collect() };
+            // sizes as lowered (a symbolic batch at its maximum)
+            let sizes = |x: ValueId| self.shape(x).unwrap_or_default();
             matches!(&n.op, Op::Conv(attrs) if n.args[1] == v && n.args[0] != v && n.ty.dtype == Dtype::F32
-                && g.ty(n.args[0]).dtype == Dtype::F32 && winograd(attrs, &sizes(n.args[0]), shape, &sizes(conv)).is_some())
+                && g.ty(n.args[0]).dtype == Dtype::F32 && sizes(n.args[0]).len() == 4
+                && winograd(attrs, &sizes(n.args[0]), shape, &sizes(conv)).is_some())
         };
         if !self.row_major_weights && g.ty(v).dtype == Dtype::F32 && !users.is_empty() && !outputs.contains(&v) && users.iter().all(winograd_weight) {
             return Layout::Winograd;
@@ -927,15 +932,18 @@ impl<'g> Lowerer<'g> {
                 }
                 let mut x = self.contiguous(arg(0))?;
                 let mut attrs = attrs.clone();
-                if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
-                    x = padded;
-                    attrs.padding.iter_mut().for_each(|p| *p = (0, 0));
+                let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.p.weights.iter().any(|p| p.buf == w.buf && p.layout == Layout::Winograd));
+                if !by_winograd {
+                    if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
+                        x = padded;
+                        attrs.padding.iter_mut().for_each(|p| *p = (0, 0));
+                    }
                 }
                 let w = self.contiguous(arg(1))?;
                 let buf = self.arena(v, dtype, &shape);
                 let out = View::contiguous(buf, &shape);
-                let scratch = if self.p.weights.iter().any(|p| p.buf == w.buf && p.layout == Layout::Winograd) {
-                    let floats = winograd(&attrs, &x.shape, &w.shape, &shape).filter(|_| attrs.padding.iter().all(|&p| p == (0, 0)));
+                let scratch = if by_winograd {
+                    let floats = winograd(&attrs, &x.shape, &w.shape, &shape);
                     let floats = floats.ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", self.describe(v))))?;
                     let buf = self.buffer("winograd_scratch".into(), Dtype::F32, floats, Storage::Arena { offset: 0 });
                     Some(View::contiguous(buf, &[floats]))
@@ -1310,21 +1318,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn winograd_takes_unpadded_stride_1_3x3_convolutions_with_enough_channels() {
-        let attrs = |stride: u64, dilation: u64, groups: u64| ConvAttrs { stride: vec![stride; 2], padding: vec![(0, 0); 2], dilation: vec![dilation; 2], groups };
-        // cnn's: 64 -> 64 channels at 32x32 (input padded to 34x34), 256 tiles
-        let scratch = winograd(&attrs(1, 1, 1), &[1, 64, 34, 34], &[64, 64, 3, 3], &[1, 64, 32, 32]);
-        assert_eq!(scratch, Some(16 * (256 * 64 + 32 + 64 * 256)));
-        // 5 tiles fill one zero-padded panel
-        assert_eq!(winograd(&attrs(1, 1, 1), &[2, 16, 12, 4], &[20, 16, 3, 3], &[2, 20, 10, 2]), Some(16 * (32 * 16 + 32 + 20 * 5)));
+    fn winograd_takes_stride_1_3x3_convolutions_with_enough_channels_and_outputs() {
+        let attrs = |stride: u64, dilation: u64, groups: u64| ConvAttrs { stride: vec![stride; 2], padding: vec![(1, 1); 2], dilation: vec![dilation; 2], groups };
+        // cnn's: 64 -> 64 channels at 32x32, 64 tiles an image: 2 blocks, 2 slots
+        let slot = 36 * 32 * (64 + 64 + 2);
+        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 64, 32, 32], &[64, 64, 3, 3], &[1, 64, 32, 32]), Some(2 * slot));
+        // at batch 32, 64 blocks in at most 8 slots
+        assert_eq!(winograd(&attrs(1, 1, 1), &[32, 64, 32, 32], &[64, 64, 3, 3], &[32, 64, 32, 32]), Some(8 * slot));
+        // 4 tiles of 4x4 in one block of 32 columns: no, but 8 images of them fill it
+        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 64, 8, 8], &[64, 64, 3, 3], &[1, 64, 8, 8]), None);
+        assert_eq!(winograd(&attrs(1, 1, 1), &[8, 64, 8, 8], &[64, 64, 3, 3], &[8, 64, 8, 8]), Some(36 * 32 * 130));
+        // 16 x 17 outputs: 20 tiles, some sticking out
+        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 16, 18, 19], &[20, 16, 3, 3], &[1, 20, 16, 17]), Some(36 * 32 * (16 + 20 + 2)));
         for (a, x, w, out) in [
-            (attrs(2, 1, 1), [1, 64, 34, 34], [64, 64, 3, 3], [1, 64, 16, 16]),
-            (attrs(1, 2, 1), [1, 64, 36, 36], [64, 64, 3, 3], [1, 64, 32, 32]),
-            (attrs(1, 1, 2), [1, 64, 34, 34], [64, 32, 3, 3], [1, 64, 32, 32]),
-            (attrs(1, 1, 1), [1, 64, 35, 35], [64, 64, 5, 5], [1, 64, 31, 31]),
-            (attrs(1, 1, 1), [1, 64, 33, 34], [64, 64, 3, 3], [1, 64, 31, 32]),
-            (attrs(1, 1, 1), [1, 3, 34, 34], [64, 3, 3, 3], [1, 64, 32, 32]),
-            (attrs(1, 1, 1), [1, 64, 34, 34], [8, 64, 3, 3], [1, 8, 32, 32]),
+            (attrs(2, 1, 1), [1, 64, 32, 32], [64, 64, 3, 3], [1, 64, 16, 16]),
+            (attrs(1, 2, 1), [1, 64, 32, 32], [64, 64, 3, 3], [1, 64, 30, 30]),
+            (attrs(1, 1, 2), [1, 64, 32, 32], [64, 32, 3, 3], [1, 64, 32, 32]),
+            (attrs(1, 1, 1), [1, 64, 32, 32], [64, 64, 5, 5], [1, 64, 30, 30]),
+            (attrs(1, 1, 1), [1, 3, 32, 32], [64, 3, 3, 3], [1, 64, 32, 32]),
+            (attrs(1, 1, 1), [1, 64, 32, 32], [8, 64, 3, 3], [1, 8, 32, 32]),
         ] {
             assert_eq!(winograd(&a, &x, &w, &out), None, "{a:?} {x:?} {w:?}");
         }

@@ -184,14 +184,21 @@ fn stored_values(t: &Tensor, layout: Layout) -> Tensor {
             }
             data
         }
-        // [O, C, 3, 3] as [16, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32.
+        // [O, C, 3, 3] as [36, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32.
         Layout::Winograd => {
-            const G: [[f64; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
+            const G: [[f64; 3]; 6] = [
+                [1.0 / 4.0, 0.0, 0.0],
+                [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+                [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+                [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+                [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+                [0.0, 0.0, 1.0],
+            ];
             let (o, c) = (n, k);
-            let mut data = vec![0.0; 16 * o * c];
+            let mut data = vec![0.0; 36 * o * c];
             for (oc, g) in t.data.chunks_exact(9).enumerate() {
                 for (xi, u) in data.iter_mut().skip(oc).step_by(o * c).enumerate() {
-                    let (i, j) = (xi / 4, xi % 4);
+                    let (i, j) = (xi / 6, xi % 6);
                     *u = (0..9).map(|ab| G[i][ab / 3] * g[ab] * G[j][ab % 3]).sum();
                 }
             }
@@ -923,11 +930,13 @@ fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s
             if let Some(scratch) = scratch {
                 let _ = writeln!(
                     s,
-                    "        mr_conv2d_winograd_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {oh}, {ow}, {}, {ep_arg});",
+                    "        mr_conv2d_winograd_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {oh}, {ow}, {}, {}, {}, {ep_arg});",
                     base(r, x),
                     base(r, w),
                     base(r, out),
                     w.shape[0],
+                    attrs.padding[0].0,
+                    attrs.padding[1].0,
                     base(r, scratch)
                 );
                 return Ok(());
