@@ -1712,19 +1712,14 @@ static void mr_softmax_row(const float *x, float *y, int64_t n)
     for (l = 0; k < n; ++k, ++l) lanes[l] = mr_max_nan(lanes[l], x[k]);
     m = lanes[0];
     for (l = 1; l < MR_SOFTMAX_LANES; ++l) m = mr_max_nan(m, lanes[l]);
+    /* the exponentials in a loop of their own, which vectorizes (with the sums in it,
+     * gcc did not: gpt_block's attention, 2.27 -> 1.71 ns an element) */
+    for (k = 0; k < n; ++k) y[k] = mr_softmax_exp(x[k] - m);
     for (l = 0; l < MR_SOFTMAX_LANES; ++l) lanes[l] = 0.0f;
     for (k = 0; k + MR_SOFTMAX_LANES <= n; k += MR_SOFTMAX_LANES) {
-        for (l = 0; l < MR_SOFTMAX_LANES; ++l) {
-            const float e = mr_softmax_exp(x[k + l] - m);
-            y[k + l] = e;
-            lanes[l] += e;
-        }
+        for (l = 0; l < MR_SOFTMAX_LANES; ++l) lanes[l] += y[k + l];
     }
-    for (l = 0; k < n; ++k, ++l) {
-        const float e = mr_softmax_exp(x[k] - m);
-        y[k] = e;
-        lanes[l] += e;
-    }
+    for (l = 0; k < n; ++k, ++l) lanes[l] += y[k];
     for (l = MR_SOFTMAX_LANES / 2; l >= 1; l /= 2) {
         int t;
         for (t = 0; t < l; ++t) lanes[t] += lanes[t + l];
