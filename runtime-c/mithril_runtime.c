@@ -620,8 +620,9 @@ static void mr_sgemm_store(const float *restrict t, int64_t mr, int64_t nr, floa
  * matrix B described by src, and an M x N strided C; M, N, K >= 1. Loop nest (BLIS
  * order, minus the MC loop): N in blocks of NC, K in blocks of KC (pack the KC x NC
  * block of B onto the stack, unless it is in panels), the NR-wide micro-panels of the
- * B block, then M in blocks of MR (pack an MR x KC sliver of A, unless A has a unit row
- * or column stride and the sliver is full: then the kernel reads A in place).
+ * B block, then M in blocks of MR (the kernel reads a full MR x KC sliver of A in place
+ * when A has a unit row or column stride; a partial one is packed once per KC block, and
+ * with no unit stride, each sliver is packed for each micro-panel).
  */
 /* Where a block of a product lies in the epilogue's coordinates: (n, i + row, j + col). */
 typedef struct {
@@ -654,7 +655,12 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
             const float bet = first ? beta : 1.0f;
             const int overwrite = first && beta == 0.0f;
             const int in_place = mr_panels_in_place(src);
+            /* with a unit stride, A's full slivers are read in place and only a partial
+             * last one (rows [tail, M)) is packed, once for every micro-panel of B */
+            const int a_unit = a_cs == 1 || a_rs == 1;
+            const int64_t tail = M - M % MR_SGEMM_MR;
             if (!in_place) mr_sgemm_pack_b(src, pc, jc, kc, nc, bp);
+            if (a_unit && tail < M) mr_sgemm_pack_a(A, a_rs, a_cs, tail, pc, M - tail, kc, ap);
             /* B's micro-panel outside, so it stays in L1 while every sliver of A passes
              * it (A's slivers stream from L2, 32 bytes a step where B's panel would take
              * 128: gpt_block's 128 x 768 x 2304 GEMM, 139 -> 158 GFLOP/s) */
@@ -669,12 +675,11 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
                     const float *pa = ap;
                     int64_t ars = 1, acs = MR_SGEMM_MR;
                     float *cij = C + ic * c_rs + (jc + jr) * c_cs;
-                    if (mr == MR_SGEMM_MR && (a_cs == 1 || a_rs == 1)) {
-                        /* a full sliver with a unit stride: the kernel reads A in place */
+                    if (a_unit && mr == MR_SGEMM_MR) {
                         pa = A + ic * a_rs + pc * a_cs;
                         ars = a_rs;
                         acs = a_cs;
-                    } else {
+                    } else if (!a_unit) {
                         mr_sgemm_pack_a(A, a_rs, a_cs, ic, pc, mr, kc, ap);
                     }
                     if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {

@@ -242,7 +242,7 @@ pub const PANEL: u64 = 32;
 /// tiles that stick out). `x` and `w` are the input and weight shapes (the input
 /// unpadded: the runtime reads padding as zeros), `out` the output's.
 pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<u64> {
-    let fits = attrs.stride == [1, 1] && attrs.dilation == [1, 1] && attrs.groups == 1 && w.len() == 4 && w[2..] == [3, 3] && x[1] >= 16 && w[0] >= 16;
+    let fits = attrs.stride == [1, 1] && attrs.dilation == [1, 1] && attrs.groups == 1 && [x.len(), w.len(), out.len()] == [4; 3] && w[2..] == [3, 3] && x[1] >= 16 && w[0] >= 16;
     if !fits {
         return None;
     }
@@ -540,8 +540,7 @@ impl<'g> Lowerer<'g> {
             // sizes as lowered (a symbolic batch at its maximum)
             let sizes = |x: ValueId| self.shape(x).unwrap_or_default();
             matches!(&n.op, Op::Conv(attrs) if n.args[1] == v && n.args[0] != v && n.ty.dtype == Dtype::F32
-                && g.ty(n.args[0]).dtype == Dtype::F32 && sizes(n.args[0]).len() == 4
-                && winograd(attrs, &sizes(n.args[0]), shape, &sizes(conv)).is_some())
+                && g.ty(n.args[0]).dtype == Dtype::F32 && winograd(attrs, &sizes(n.args[0]), shape, &sizes(conv)).is_some())
         };
         if !self.row_major_weights && g.ty(v).dtype == Dtype::F32 && !users.is_empty() && !outputs.contains(&v) && users.iter().all(winograd_weight) {
             return Layout::Winograd;
