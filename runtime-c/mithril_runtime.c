@@ -410,6 +410,8 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
  * where b is a B micro-panel (kc rows of NR floats bs apart: packed, or a weight's
  * panel in place) and a is either a packed A sliver (ars = 1, acs = MR) or A itself when
  * it has a unit stride (no copy needed). out is the MR x NR tile or C itself.
+ * While it runs, the kernel may prefetch into L2 the pf_rows rows of NR floats (bs apart)
+ * that start at pf (none when pf_rows == 0); it reads nothing there.
  * Each row of the tile is a separate accumulator array and every j loop has the
  * compile-time bound NR, so the compiler vectorizes along j and keeps the MR x NR tile in
  * registers; a[...] becomes one broadcast per row and step.
@@ -449,23 +451,41 @@ static void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t 
 #define MR_TILE_STORE                                                   \
     MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3); \
     MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7)
+/* Row r >> shift of the pf region into L2, while there are rows left. */
+#define MR_PF_STEP(r)                                                            \
+    if (((r) >> shift) < pf_rows) {                                              \
+        const float *q = pf + ((r) >> shift) * bs;                               \
+        _mm_prefetch((const char *)q, _MM_HINT_T1);                              \
+        _mm_prefetch((const char *)(q + 16), _MM_HINT_T1);                       \
+    }
 static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                                  const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
+                                  const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                                  const float *pf, int64_t pf_rows)
 {
     MR_TILE_ZERO;
     int64_t r;
-    /* B streams from L2 (its micro-panel is re-read once per row tile); the hardware
-     * prefetcher alone leaves the FMAs waiting on it, so fetch MR_B_AHEAD rows ahead
-     * (gpt_block b1: 16.0 -> 15.1 ms). The last rows run without, so no prefetch
-     * address lies past the panel. */
+    int shift = 0;
+    /* the pf rows spread evenly over the kc steps: one every 2^shift steps */
+    while (pf_rows > 0 && (kc >> (shift + 1)) >= pf_rows) ++shift;
+    /* Every sliver after the first finds the micro-panel in L1, but the first streams it
+     * from L3, about 3.5 times slower: there the FMAs wait on B. The hardware prefetcher
+     * alone leaves them waiting, so fetch MR_B_AHEAD rows ahead (gpt_block b1: 16.0 ->
+     * 15.1 ms), and let each sliver bring its share of the next micro-panel into L2 (pf)
+     * (its 128 x 3072 x 768 GEMM, 5980 -> 1965 cycles for the first sliver). The last rows
+     * run without the first, so no prefetch address lies past the panel. */
     for (r = 0; r + MR_B_AHEAD < kc; ++r, b += bs) {
         _mm_prefetch((const char *)(b + MR_B_AHEAD * bs), _MM_HINT_T0);
         _mm_prefetch((const char *)(b + MR_B_AHEAD * bs + 16), _MM_HINT_T0);
+        MR_PF_STEP(r)
         MR_K_STEP(b)
     }
-    for (; r < kc; ++r, b += bs) MR_K_STEP(b)
+    for (; r < kc; ++r, b += bs) {
+        MR_PF_STEP(r)
+        MR_K_STEP(b)
+    }
     MR_TILE_STORE;
 }
+#undef MR_PF_STEP
 
 /* mr_conv2d_taps_gemm's kernel: the 8 x 32 tile whose B row r is the 32 floats at
  * base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are stored to
@@ -510,14 +530,18 @@ __attribute__((noinline)) static void mr_sgemm_micro_taps(int64_t kc, const floa
 
 #ifdef MR_MICRO_AVX512
 static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
+                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                           const float *pf, int64_t pf_rows)
 {
-    mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out, out_rs, add);
+    mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out, out_rs, add, pf, pf_rows);
 }
 #else
 static void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add)
+                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                           const float *pf, int64_t pf_rows)
 {
+    (void)pf; /* portable C has no prefetch */
+    (void)pf_rows;
     float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
 #if MR_SGEMM_MR > 4
     float c4[MR_SGEMM_NR], c5[MR_SGEMM_NR];
@@ -637,6 +661,26 @@ static void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int64_t j0,
     }
 }
 
+/* For the driver's prefetch: the in-place micro-panel it visits after the one at depth
+ * pc and column j (the next NR columns of the column block [jc, jc + nc), else the next
+ * depth block's first, else the next column block's first), with its depth in *kc;
+ * NULL (and *kc = 0) after the last. */
+static const float *mr_next_panel(const mr_bsrc *src, int64_t N, int64_t K, int64_t jc, int64_t nc,
+                                  int64_t pc, int64_t j, int64_t *kc)
+{
+    j += MR_SGEMM_NR;
+    if (j >= jc + nc) {
+        j = jc;
+        pc += MR_SGEMM_KC;
+        if (pc >= K) {
+            pc = 0;
+            j = jc + nc;
+        }
+    }
+    *kc = j < N ? mr_min_i64(MR_SGEMM_KC, K - pc) : 0;
+    return j < N ? mr_panel_at(src, pc, j) : NULL;
+}
+
 /* The packed product; the epilogue runs on each column panel once its last depth block
  * is added. */
 static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -646,6 +690,7 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
     float bp[MR_SGEMM_KC * MR_SGEMM_NC];
     float ap[MR_SGEMM_MR * MR_SGEMM_KC];
     float tile[MR_SGEMM_MR * MR_SGEMM_NR];
+    const int64_t slivers = (M + MR_SGEMM_MR - 1) / MR_SGEMM_MR;
     int64_t jc, pc, ic, jr;
     for (jc = 0; jc < N; jc += MR_SGEMM_NC) {
         const int64_t nc = mr_min_i64(MR_SGEMM_NC, N - jc);
@@ -670,8 +715,16 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
                  * zero-padded to whole panels, so a partial one reads zeros) */
                 const float *pb = in_place ? mr_panel_at(src, pc, jc + jr) : bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR;
                 const int64_t bs = in_place ? MR_PANEL : MR_SGEMM_NR;
+                /* in place, B comes from memory: the slivers share out the next
+                 * micro-panel's rows to prefetch (per each) */
+                int64_t next_kc = 0;
+                const float *next = in_place ? mr_next_panel(src, N, K, jc, nc, pc, jc + jr, &next_kc) : NULL;
+                const int64_t per = (next_kc + slivers - 1) / slivers;
                 for (ic = 0; ic < M; ic += MR_SGEMM_MR) {
                     const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
+                    const int64_t pf0 = ic / MR_SGEMM_MR * per;
+                    const float *pf = pf0 < next_kc ? next + pf0 * bs : NULL;
+                    const int64_t pf_rows = pf ? mr_min_i64(per, next_kc - pf0) : 0;
                     const float *pa = ap;
                     int64_t ars = 1, acs = MR_SGEMM_MR;
                     float *cij = C + ic * c_rs + (jc + jr) * c_cs;
@@ -685,9 +738,9 @@ static void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const 
                     if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {
                         /* a whole tile of a row-major C: written (or added to) directly, the
                          * same values as through the tile and mr_sgemm_store */
-                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite);
+                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
                     } else {
-                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0);
+                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
                         mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
                     }
                 }
@@ -1077,7 +1130,7 @@ static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_
                     }
 #endif
                     mr_gather_rows(x + q, off, kc, nq, bp);
-                    mr_sgemm_micro(kc, pa, ars, acs, bp, NR, tile, NR, 0);
+                    mr_sgemm_micro(kc, pa, ars, acs, bp, NR, tile, NR, 0, NULL, 0);
                     mr_store_wide(tile, mr, q, nq, W, OW, y + ic * P, P, pc > 0);
                 }
             }
