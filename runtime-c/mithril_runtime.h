@@ -208,9 +208,9 @@ void mr_pool2d_f32_mt(const mr_threads *threads, const float *x, float *y,
  *   m = max_k x[o,k,i]   (NaN-propagating)
  *   y[o,k,i] = exp(x[o,k,i] - m) / sum_k' exp(x[o,k',i] - m)
  *
- * The max, the exponentials and the sum are all computed in float (mr_fast_expf from
- * mithril_ops.h, about 1 ulp; the sum uses
- * several interleaved float partial sums when inner == 1). Any NaN along the axis, or a
+ * The max, the exponentials and the sum are all computed in float (mr_fast_expf's
+ * reduction and polynomial from mithril_ops.h, about 1 ulp, and 0 where x - m < -87.34;
+ * the sum uses several interleaved float partial sums when inner == 1). Any NaN along the axis, or a
  * +Inf, or an axis that is all -Inf makes that whole slice NaN. y may equal x (in place);
  * otherwise they must not overlap.
  */

@@ -699,11 +699,11 @@ static void test_softmax_case(int64_t outer, int64_t n, int64_t inner, int kind,
 static void test_softmax(void)
 {
     static const int64_t outers[] = {1, 3};
-    static const int64_t ns[] = {1, 3, 7, 8, 17, 33, 1000};
+    static const int64_t ns[] = {1, 3, 7, 8, 16, 17, 33, 128, 1000};
     static const int64_t inners[] = {1, 3, 17, 64, 65, 130};
     int a, b, c, kind;
     for (a = 0; a < 2; ++a) {
-        for (b = 0; b < 7; ++b) {
+        for (b = 0; b < (int)(sizeof ns / sizeof ns[0]); ++b) {
             for (c = 0; c < 6; ++c) {
                 for (kind = 0; kind < 5; ++kind) {
                     if (ns[b] * inners[c] > 20000 && kind > 1) continue;

@@ -47,9 +47,11 @@ fn unary_fn(op: UnaryOp, x: f64) -> f64 {
         // x * Phi(x) with Phi(x) = (1 + erf(x/sqrt2))/2 = erfc(-x/sqrt2)/2; the erfc form
         // keeps full relative precision for large negative x, where 1 + erf cancels.
         UnaryOp::Gelu => x * erfc(-x / std::f64::consts::SQRT_2) / 2.0,
+        // 0.5 x (1 + tanh(u)) written as the equal x / (1 + exp(-2u)), which keeps full
+        // relative precision for large negative x, where 1 + tanh cancels.
         UnaryOp::GeluTanh => {
             let c = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            x / (1.0 + (-2.0 * c * (x + 0.044715 * x * x * x)).exp())
         }
         UnaryOp::Erf => erf(x),
         UnaryOp::Softplus => (-x.abs()).exp().ln_1p() + max_nan(x, 0.0),
