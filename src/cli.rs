@@ -353,10 +353,34 @@ pub struct CompileArgs {
     pub report: bool,
     /// How the library gets its weights.
     pub weights: crate::codegen::c::WeightsMode,
+    /// How the weights blob stores the parameters.
+    pub layout: WeightLayout,
     /// C compiler flags for the build (default: optimized for this machine).
     pub cflags: Option<String>,
     /// `NAME=N`: the largest run-time value of symbolic dimension NAME.
     pub max: Vec<String>,
+}
+
+/// How the weights blob stores the parameters (`--weight-layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightLayout {
+    /// In the layouts the kernels read fastest ([`crate::lower::Layout`]).
+    #[default]
+    Fast,
+    /// Every parameter row-major, as the model declares it: the blob holds the
+    /// parameters file's values unchanged, and 3x3 convolution weights take a quarter
+    /// of their Winograd-transformed size.
+    Plain,
+}
+
+impl WeightLayout {
+    pub fn parse(s: &str) -> Result<WeightLayout> {
+        match s {
+            "fast" => Ok(WeightLayout::Fast),
+            "plain" => Ok(WeightLayout::Plain),
+            other => Err(Error::usage(format!("--weight-layout {other}: expected fast or plain"))),
+        }
+    }
 }
 
 /// Parses `--max NAME=N` arguments.
@@ -382,8 +406,8 @@ pub const HOST_CFLAGS: &str = "-O3 -march=native";
 /// The programs of a C library: the forward pass and, with `--grad`, the backward pass
 /// (both after the program passes, printed after those named in `print_after`).
 /// Training stores the weights row-major, so both programs share one blob layout.
-fn lower(graphs: &Graphs, max: BTreeMap<String, u64>, print_after: &[String]) -> Result<(Program, Option<Program>)> {
-    let opts = crate::lower::Options { max, row_major_weights: graphs.backward.is_some() };
+fn lower(graphs: &Graphs, max: BTreeMap<String, u64>, layout: WeightLayout, print_after: &[String]) -> Result<(Program, Option<Program>)> {
+    let opts = crate::lower::Options { max, row_major_weights: layout == WeightLayout::Plain || graphs.backward.is_some() };
     let lower = |g: &Graph| {
         passes::compile(g, &opts, |name, p| {
             if print_after.iter().any(|n| n == name) {
@@ -409,7 +433,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
     let max = parse_max_args(&args.max)?;
-    let (forward, backward) = lower(&graphs, max, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
+    let (forward, backward) = lower(&graphs, max, args.layout, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
@@ -486,7 +510,7 @@ pub fn run_target(
     build: &BuildConfig,
     print_after: &[String],
 ) -> Result<Vec<(String, Tensor)>> {
-    let (forward, backward) = lower(graphs, BTreeMap::new(), print_after)?;
+    let (forward, backward) = lower(graphs, BTreeMap::new(), WeightLayout::Fast, print_after)?;
     let graph = &graphs.forward;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();

@@ -125,6 +125,12 @@ enum Command {
         /// safetensors: the demo reads the parameters from a safetensors file
         #[arg(long, default_value = "file", value_name = "MODE")]
         weights: String,
+        /// fast: store parameters in the layouts the kernels read fastest (default:
+        /// transposed, in column panels, 3x3 convolutions Winograd-transformed); plain:
+        /// every parameter row-major as the model declares it (a smaller blob where
+        /// Winograd applies, the same values as the parameters file; slower)
+        #[arg(long = "weight-layout", default_value = "fast", value_name = "LAYOUT")]
+        weight_layout: String,
         /// C compiler flags for the build (default "-O3 -march=native": for this machine;
         /// give portable flags for artifacts that run elsewhere). CC picks the compiler.
         #[arg(long, value_name = "FLAGS")]
@@ -144,10 +150,11 @@ fn main() -> ExitCode {
         Command::Run { model, grad, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
             cli::run(&cli::RunArgs { model: with_grad(model, &grad), target, check, data, params, output }).map(|(_, report)| report)
         }),
-        Command::Compile { model, grad, target, params, output, emit, report, weights, cflags, max } => {
+        Command::Compile { model, grad, target, params, output, emit, report, weights, weight_layout, cflags, max } => {
             cli::Target::parse(&target).and_then(|target| {
                 let weights = mithrilc::codegen::c::WeightsMode::parse(&weights)?;
-                cli::compile(&cli::CompileArgs { model: with_grad(model, &grad), target, params, out: output, emit, report, weights, cflags, max })
+                let layout = cli::WeightLayout::parse(&weight_layout)?;
+                cli::compile(&cli::CompileArgs { model: with_grad(model, &grad), target, params, out: output, emit, report, weights, layout, cflags, max })
             })
         }
     };

@@ -241,6 +241,7 @@ fn readme_embedding_example_runs() {
         emit: "build".into(),
         report: false,
         weights: Default::default(),
+        layout: Default::default(),
         cflags: None,
         max: vec![],
     };
@@ -255,10 +256,12 @@ fn readme_embedding_example_runs() {
 }
 
 /// The three ways to give the weights (a file, embedded with .incbin, a safetensors file
-/// read by the demo) compute the same outputs as the interpreter: for lenet, and for cnn,
-/// whose 3x3 convolution weights the demo's safetensors loader transforms for Winograd.
+/// read by the demo), in either weight layout, compute the same outputs as the
+/// interpreter: for lenet, and for cnn, whose 3x3 convolution weights the demo's
+/// safetensors loader transforms for Winograd in the fast layout. In the plain layout
+/// weights.bin holds every parameter's values unchanged, at the offsets model.h gives.
 #[test]
-fn every_weights_mode_runs_lenet_and_cnn() {
+fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
     let Some(dir) = shared() else {
         println!("skipped: ../shared is not present");
         return;
@@ -276,7 +279,8 @@ fn every_weights_mode_runs_lenet_and_cnn() {
         let json = dir.join(format!("bench/{model}.json"));
         let case = load(&json, &[&params, &input], vec![], Wrt::None, format!("{model} b1"));
         let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-        for mode in ["file", "embed", "safetensors"] {
+        let modes = [("file", "fast"), ("embed", "fast"), ("safetensors", "fast"), ("file", "plain"), ("safetensors", "plain")];
+        for (mode, layout) in modes {
             let tmp = tempfile::tempdir().unwrap();
             let out = tmp.path().join(format!("{model}-c"));
             let args = cli::CompileArgs {
@@ -287,10 +291,14 @@ fn every_weights_mode_runs_lenet_and_cnn() {
                 emit: "build".into(),
                 report: false,
                 weights: mithrilc::codegen::c::WeightsMode::parse(mode).unwrap(),
+                layout: cli::WeightLayout::parse(layout).unwrap(),
                 cflags: Some("-O2".into()),
                 max: vec![],
             };
-            cli::compile(&args).unwrap_or_else(|e| panic!("{model} {mode}: {e}"));
+            cli::compile(&args).unwrap_or_else(|e| panic!("{model} {mode} {layout}: {e}"));
+            if (mode, layout) == ("file", "plain") {
+                plain_blob_holds_the_parameters(&out, model, &params);
+            }
             let mut demo = Command::new(out.join(format!("{model}_demo")));
             demo.current_dir(&out).arg("--input").arg(format!("input={}", input_path.display())).arg("--out").arg(&out);
             match mode {
@@ -299,14 +307,33 @@ fn every_weights_mode_runs_lenet_and_cnn() {
                 _ => &mut demo,
             };
             let run = demo.output().unwrap();
-            assert!(run.status.success(), "{model} {mode}: {}", String::from_utf8_lossy(&run.stderr));
+            assert!(run.status.success(), "{model} {mode} {layout}: {}", String::from_utf8_lossy(&run.stderr));
             let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
             let got = got.arrays.values().next().unwrap();
             for (x, y) in got.data.iter().zip(&want[0].1.data) {
-                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} {mode}: got {x}, interpreter {y}");
+                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} {mode} {layout}: got {x}, interpreter {y}");
             }
         }
     }
+}
+
+/// Every parameter's little-endian f32 values lie unchanged in `out`/weights.bin at the
+/// offset that model.h's comment and macro give (`/* weight I: "NAME", ... */` then
+/// `#define <MODEL>_WEIGHT_I_OFFSET Nu`).
+fn plain_blob_holds_the_parameters(out: &Path, model: &str, params: &ArrayFile) {
+    let header = std::fs::read_to_string(out.join(format!("{model}.h"))).unwrap();
+    let blob = std::fs::read(out.join("weights.bin")).unwrap();
+    let mut lines = header.lines();
+    let mut seen = 0;
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix("/* weight ") else { continue };
+        let name = rest.split('"').nth(1).unwrap();
+        let offset: usize = lines.next().unwrap().rsplit(' ').next().unwrap().trim_end_matches('u').parse().unwrap();
+        let want: Vec<u8> = params.arrays[name].data.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect();
+        assert_eq!(&blob[offset..offset + want.len()], &want[..], "{model}: parameter {name} at {offset}");
+        seen += 1;
+    }
+    assert_eq!(seen, params.arrays.len(), "{model}: parameters listed in {model}.h");
 }
 
 /// Two compiles of the same model (with the build) give byte-identical directories.
@@ -323,6 +350,7 @@ fn output_directories_are_byte_identical() {
             emit: "build".into(),
             report: false,
             weights: mithrilc::codegen::c::WeightsMode::Embed,
+            layout: cli::WeightLayout::Fast,
             cflags: Some("-O2".into()),
             max: vec![],
         };
@@ -371,6 +399,7 @@ fn symbolic_batch_runs_at_every_size() {
             emit: "build".into(),
             report: false,
             weights: mithrilc::codegen::c::WeightsMode::File,
+            layout: cli::WeightLayout::Fast,
             cflags: Some("-O2".into()),
             max: vec![format!("B={max}")],
         };

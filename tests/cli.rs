@@ -256,6 +256,15 @@ fn set_arg_without_a_value_is_a_usage_error() {
 }
 
 #[test]
+fn unknown_weight_layout_is_a_usage_error() {
+    let dir = tempdir_with(&[("relu.json", FIXED_RELU)]);
+    let (code, stdout, stderr) = mithrilc(&["compile", "relu.json", "--target", "c", "--weight-layout", "packed", "-o", "out"], dir.path());
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (2, "", "error: --weight-layout packed: expected fast or plain
+"));
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
 fn run_without_data_is_a_usage_error() {
     let dir = tempdir_with(&[("relu.json", FIXED_RELU)]);
     let (code, stdout, stderr) = mithrilc(&["run", "relu.json"], dir.path());
@@ -344,6 +353,10 @@ fn help_lists_commands_and_options() {
         (
             &["run", "--help"],
             &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <OUT.npz>"],
+        ),
+        (
+            &["compile", "--help"],
+            &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report"],
         ),
     ];
     for (args, options) in cases {

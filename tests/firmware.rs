@@ -33,6 +33,7 @@ fn lenet_cross_compiles_for_cortex_m4() {
         emit: "source".into(),
         report: true,
         weights: mithrilc::codegen::c::WeightsMode::Embed,
+        layout: cli::WeightLayout::Fast,
         cflags: None,
         max: vec![],
     };

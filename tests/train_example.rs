@@ -62,6 +62,7 @@ fn training_in_c_matches_the_interpreter_and_learns() {
         emit: "build".into(),
         report: false,
         weights: Default::default(),
+        layout: Default::default(),
         cflags: Some("-O2".into()),
         max: vec![],
     };

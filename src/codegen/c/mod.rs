@@ -262,6 +262,8 @@ struct TemplateContext {
     weights_default: String,
     embedded: bool,
     safetensors: bool,
+    /// Whether some parameter is stored in a layout other than row-major.
+    relaid: bool,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
     weights: Vec<TensorInfo>,
@@ -367,6 +369,7 @@ impl TemplateContext {
             weights_default: if opts.weights.is_some() && opts.mode == WeightsMode::File { "\"weights.bin\"".into() } else { "NULL".into() },
             embedded: opts.mode == WeightsMode::Embed && p.weights_size > 0,
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
+            relaid: p.weights.iter().any(|w| w.layout != Layout::RowMajor),
             inputs: p.inputs.iter().map(|port| info(p, port)).collect(),
             outputs: p.outputs.iter().map(|port| info(p, port)).collect(),
             weights: p.weights.iter().map(|port| info(p, port)).collect(),
