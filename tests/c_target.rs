@@ -106,15 +106,28 @@ fn cases(dir: &Path) -> Vec<Case> {
 
 /// Our own models, for gradients no conformance case has: grouped convolutions (their
 /// input and weight gradients) and pooling whose windows overlap, stride and are
-/// padded. Fed values on a 1/64 grid, so every forward value is exact in f32 and max
-/// pooling sees the same ties as the interpreter.
+/// padded; and LayerNorm over 45 and 16 features, whose sums run in partial sums (with
+/// and without a tail; the conformance cases reduce fewer than 16 elements).
 fn own_cases() -> Vec<Case> {
-    let json = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/grouped_conv_pools.json");
-    let mut opts = mithril::Options::default();
-    for (name, shape) in [("input", [2, 4, 7, 7]), ("conv1_w", [6, 2, 3, 3]), ("conv2_w", [6, 2, 3, 3])] {
-        opts.shapes.insert(name.into(), Shape::known(&shape));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cases = vec![own_case(&root.join("tests/models/grouped_conv_pools.json"), &[("input", &[2, 4, 7, 7]), ("conv1_w", &[6, 2, 3, 3]), ("conv2_w", &[6, 2, 3, 3])], "grouped_conv_pools")];
+    if let Some(dir) = shared() {
+        for d in [45, 16] {
+            cases.push(own_case(&dir.join("testdata/layernorm.json"), &[("input", &[2, 3, d])], &format!("layernorm over {d}")));
+        }
     }
-    let graph = mithril::load(&json, &opts).unwrap();
+    cases
+}
+
+/// The model at `json` with the given input and parameter shapes, its gradients, and
+/// values on a 1/64 grid, so every forward value is exact in f32 and max pooling sees
+/// the same ties as the interpreter.
+fn own_case(json: &Path, shapes: &[(&str, &[u64])], label: &str) -> Case {
+    let mut opts = mithril::Options::default();
+    for (name, shape) in shapes {
+        opts.shapes.insert((*name).into(), Shape::known(shape));
+    }
+    let graph = mithril::load(json, &opts).unwrap();
     let graphs = cli::Graphs::new(graph, &Wrt::AllParams, |_, _| {}).unwrap();
     let mut state = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || (common::xorshift64(&mut state) % 129) as f64 / 64.0 - 1.0;
@@ -129,7 +142,7 @@ fn own_cases() -> Vec<Case> {
             (g.node(v).name.clone().unwrap(), Tensor::new(ty.dtype, shape, data))
         })
         .collect();
-    vec![Case { label: "grouped_conv_pools (gradients)".into(), graphs, feeds, source: json }]
+    Case { label: format!("{label} (gradients)"), graphs, feeds, source: json.to_path_buf() }
 }
 
 /// Builds and runs every case with `build`; compares with the interpreter.

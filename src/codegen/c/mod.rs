@@ -781,12 +781,20 @@ fn loop_kernel(r: &Renderer<C>, k: &Kernel, ext: &[String], split: Option<usize>
             let acc_ty = if t.is_float() && matches!(kind, crate::ir::ReduceKind::Sum | crate::ir::ReduceKind::Prod) { Dtype::F64 } else { t };
             let depth = open_outer(s, &ext[..out.shape.len()], split, 1);
             let (init, step) = r.reduce_parts(*kind, acc_ty);
-            let _ = writeln!(s, "{}{} acc = {init};", pad(depth), C.ty(acc_ty));
-            let inner = r.open_loops(s, &ext[out.shape.len()..], out.shape.len(), depth);
             let v = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), acc_ty));
-            let _ = writeln!(s, "{}{} v = {v};", pad(inner), C.ty(acc_ty));
-            let _ = writeln!(s, "{}acc = {step};", pad(inner));
-            r.close_loops(s, reduced.len(), depth);
+            let rv = out.shape.len(); // the first reduced loop variable
+            match &ext[rv..] {
+                [n] if acc_ty == Dtype::F64 && *kind == crate::ir::ReduceKind::Sum && n.parse::<usize>().is_ok_and(|n| n >= 2 * SUM_LANES) => {
+                    lane_sum(s, n.parse().unwrap_or_default(), rv, &v, depth);
+                }
+                _ => {
+                    let _ = writeln!(s, "{}{} acc = {init};", pad(depth), C.ty(acc_ty));
+                    let inner = r.open_loops(s, &ext[rv..], rv, depth);
+                    let _ = writeln!(s, "{}{} v = {v};", pad(inner), C.ty(acc_ty));
+                    let _ = writeln!(s, "{}acc = {step};", pad(inner));
+                    r.close_loops(s, reduced.len(), depth);
+                }
+            }
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let value = match scale {
                 Some(f) => format!("({}) (acc * {})", C.ty(t), r.literal(*f, Dtype::F64)),
@@ -811,6 +819,30 @@ fn loop_kernel(r: &Renderer<C>, k: &Kernel, ext: &[String], split: Option<usize>
         other => return Err(Error::internal(format!("not a loop kernel: {other:?}"))),
     }
     Ok(())
+}
+
+/// Partial sums of a long reduction: see [`lane_sum`].
+const SUM_LANES: usize = 8;
+
+/// `double acc = sum of v over i<rv> in [0, n)` (n static, at least 2 * SUM_LANES) in
+/// SUM_LANES interleaved partial sums added pairwise at the end. A single running sum
+/// waits on each addition's latency; the lanes' loop vectorizes (gpt_block's LayerNorm
+/// mean and variance over 768: 65 -> 15 us each), and its rounding errors are smaller.
+fn lane_sum(s: &mut String, n: usize, rv: usize, v: &str, depth: usize) {
+    let (p, q, l) = (pad(depth), pad(depth + 1), pad(depth + 2));
+    let zeros = vec!["0"; SUM_LANES].join(", ");
+    let body = n - n % SUM_LANES;
+    let _ = writeln!(s, "{p}double part[{SUM_LANES}] = {{{zeros}}};\n{p}int64_t i{rv};");
+    let _ = writeln!(s, "{p}for (int64_t base = 0; base < {body}; base += {SUM_LANES}) {{");
+    let _ = writeln!(s, "{q}for (i{rv} = base; i{rv} < base + {SUM_LANES}; ++i{rv}) {{\n{l}double v = {v};\n{l}part[i{rv} - base] += v;\n{q}}}\n{p}}}");
+    if body < n {
+        let _ = writeln!(s, "{p}for (i{rv} = {body}; i{rv} < {n}; ++i{rv}) {{\n{q}double v = {v};\n{q}part[i{rv} - {body}] += v;\n{p}}}");
+    }
+    let mut terms: Vec<String> = (0..SUM_LANES).map(|i| format!("part[{i}]")).collect();
+    while terms.len() > 1 {
+        terms = terms.chunks(2).map(|c| format!("({} + {})", c[0], c[1])).collect();
+    }
+    let _ = writeln!(s, "{p}double acc = {};", terms[0]);
 }
 
 /// Kernel `k`'s epilogue as an `mr_epilogue_fn` named `<name>_e<k>` that rewrites a
