@@ -128,7 +128,8 @@ enum Command {
         /// fast: store parameters in the layouts the kernels read fastest (default:
         /// transposed, in column panels, 3x3 convolutions Winograd-transformed); plain:
         /// every parameter row-major as the model declares it (a smaller blob where
-        /// Winograd applies, the same values as the parameters file; slower)
+        /// Winograd applies, the same values as the parameters file; slower). With
+        /// --grad the weights are always plain: training updates them in place
         #[arg(long = "weight-layout", default_value = "fast", value_name = "LAYOUT")]
         weight_layout: String,
         /// C compiler flags for the build (default "-O3 -march=native": for this machine;

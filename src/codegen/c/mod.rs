@@ -830,7 +830,7 @@ const SUM_LANES: usize = 8;
 /// mean and variance over 768: 65 -> 15 us each), and its rounding errors are smaller.
 fn lane_sum(s: &mut String, n: usize, rv: usize, v: &str, depth: usize) {
     let (p, q, l) = (pad(depth), pad(depth + 1), pad(depth + 2));
-    let zeros = vec!["0"; SUM_LANES].join(", ");
+    let zeros = ["0"; SUM_LANES].join(", ");
     let body = n - n % SUM_LANES;
     let _ = writeln!(s, "{p}double part[{SUM_LANES}] = {{{zeros}}};\n{p}int64_t i{rv};");
     let _ = writeln!(s, "{p}for (int64_t base = 0; base < {body}; base += {SUM_LANES}) {{");
