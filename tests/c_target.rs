@@ -120,8 +120,8 @@ fn own_cases() -> Vec<Case> {
 }
 
 /// The model at `json` with the given input and parameter shapes, its gradients, and
-/// values on a 1/64 grid, so every forward value is exact in f32 and max pooling sees
-/// the same ties as the interpreter.
+/// values on a 1/64 grid (exact in f32, so max pooling sees the same ties as the
+/// interpreter).
 fn own_case(json: &Path, shapes: &[(&str, &[u64])], label: &str) -> Case {
     let mut opts = mithril::Options::default();
     for (name, shape) in shapes {

@@ -783,10 +783,13 @@ fn loop_kernel(r: &Renderer<C>, k: &Kernel, ext: &[String], split: Option<usize>
             let (init, step) = r.reduce_parts(*kind, acc_ty);
             let v = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), acc_ty));
             let rv = out.shape.len(); // the first reduced loop variable
-            match &ext[rv..] {
-                [n] if acc_ty == Dtype::F64 && *kind == crate::ir::ReduceKind::Sum && n.parse::<usize>().is_ok_and(|n| n >= 2 * SUM_LANES) => {
-                    lane_sum(s, n.parse().unwrap_or_default(), rv, &v, depth);
-                }
+            // one static reduced extent, long enough for partial sums
+            let long = match &ext[rv..] {
+                [n] => n.parse::<usize>().ok().filter(|&n| n >= 2 * SUM_LANES),
+                _ => None,
+            };
+            match long {
+                Some(n) if acc_ty == Dtype::F64 && *kind == crate::ir::ReduceKind::Sum => lane_sum(s, n, rv, &v, depth),
                 _ => {
                     let _ = writeln!(s, "{}{} acc = {init};", pad(depth), C.ty(acc_ty));
                     let inner = r.open_loops(s, &ext[rv..], rv, depth);
