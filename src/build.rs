@@ -1,45 +1,13 @@
-//! Running external toolchains and writing output directories.
+//! Running external toolchains.
 //!
 //! A missing toolchain is an error of kind [`ErrorKind::Toolchain`] (exit 3) that says
-//! how to install it; a failing one reports its output. Output directories are written
-//! atomically: into a temporary sibling, then renamed into place, so a failure leaves
-//! nothing half-written.
+//! how to install it; a failing one reports its output. Where their output goes is
+//! `outdir`'s business.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::error::{io_message, Error, ErrorKind, Result};
-
-/// Writes `files` into `dir` atomically (replacing a previous `dir`), then runs
-/// `prepare` (e.g. the build) inside the temporary directory before the rename, so a
-/// failed build leaves `dir` as it was.
-pub fn write_dir_atomically(dir: &Path, files: &[(String, Vec<u8>)], prepare: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).map_err(|e| Error::user(format!("cannot create {}: {}", parent.display(), io_message(&e))))?;
-    let tmp = tempfile::Builder::new()
-        .prefix(".mithrilc-")
-        .tempdir_in(&parent)
-        .map_err(|e| Error::user(format!("cannot create a directory in {}: {}", parent.display(), io_message(&e))))?;
-    for (name, bytes) in files {
-        let path = tmp.path().join(name);
-        std::fs::write(&path, bytes).map_err(|e| Error::user(format!("cannot write {}: {}", path.display(), io_message(&e))))?;
-    }
-    prepare(tmp.path())?;
-    let staged = tmp.keep();
-    if dir.exists() {
-        let old = parent.join(format!(".mithrilc-old-{}", std::process::id()));
-        std::fs::rename(dir, &old).map_err(|e| Error::user(format!("cannot replace {}: {}", dir.display(), io_message(&e))))?;
-        let moved = std::fs::rename(&staged, dir);
-        let _ = std::fs::remove_dir_all(&old);
-        moved.map_err(|e| Error::user(format!("cannot write {}: {}", dir.display(), io_message(&e))))?;
-    } else {
-        std::fs::rename(&staged, dir).map_err(|e| Error::user(format!("cannot write {}: {}", dir.display(), io_message(&e))))?;
-    }
-    Ok(())
-}
 
 /// The C compiler: `$CC`, else `cc`.
 pub fn c_compiler() -> String {

@@ -41,7 +41,13 @@ pub fn parse_shape_arg(arg: &str) -> Result<(String, Shape)> {
         return Err(Error::usage(format!("--shape {arg}: the name is empty")));
     }
     let mut out = Vec::new();
-    for d in dims.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+    if dims.trim().is_empty() {
+        return Ok((name.to_string(), Shape(out)));
+    }
+    for d in dims.split(',').map(str::trim) {
+        if d.is_empty() {
+            return Err(Error::usage(format!("--shape {arg}: a dimension is empty (expected sizes or symbols separated by single commas)")));
+        }
         out.push(match d.parse::<u64>() {
             Ok(n) => Dim::Known(n),
             Err(_) if d.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !d.starts_with(|c: char| c.is_ascii_digit()) => {
@@ -111,14 +117,10 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
     for s in &args.set {
         opts.set.push(parse_set_arg(s)?);
     }
-    for f in files {
-        for (key, t) in &f.arrays {
-            let name = key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")).unwrap_or(key);
-            if key.contains('/') && name == key {
-                continue; // output/, grad/, output_grad/: not model arguments
-            }
-            let ty = TensorType::new(t.dtype, Shape::known(&t.shape));
-            opts.known_types.entry(name.to_string()).or_insert(ty);
+    for (name, found) in arrays_by_name(files)? {
+        if !name.contains('/') {
+            // output/, grad/, output_grad/ arrays are not model arguments.
+            opts.known_types.insert(name, TensorType::new(found.tensor.dtype, Shape::known(&found.tensor.shape)));
         }
     }
     for p in &args.print_after {
@@ -203,7 +205,8 @@ pub struct RunArgs {
 }
 
 /// Reads a `--data` argument: `FILE`, or `NAME=FILE` for a file holding one array.
-pub fn read_data_arg(arg: &str) -> Result<ArrayFile> {
+/// Returns the name a `NAME=FILE` binds, with the file.
+pub fn read_data_arg(arg: &str) -> Result<(Option<String>, ArrayFile)> {
     match arg.split_once('=') {
         Some((_, "")) => Err(Error::usage(format!("--data {arg}: the file name is empty (expected NAME=FILE)"))),
         Some((name, path)) if !name.is_empty() && !Path::new(arg).exists() => {
@@ -215,21 +218,85 @@ pub fn read_data_arg(arg: &str) -> Result<ArrayFile> {
                 )));
             }
             let t = file.arrays.into_values().next().expect("one array");
-            Ok(ArrayFile { path: file.path, arrays: [(name.to_string(), t)].into_iter().collect() })
+            Ok((Some(name.to_string()), ArrayFile { path: file.path, arrays: [(name.to_string(), t)].into_iter().collect() }))
         }
-        _ => data::read_arrays(Path::new(arg)),
+        _ => Ok((None, data::read_arrays(Path::new(arg))?)),
     }
+}
+
+/// The data and parameters files of `run`, each array given once. A `--data NAME=FILE`
+/// binding is the user saying which array is NAME: it wins over arrays found under
+/// that name (`NAME`, `input/NAME`, `param/NAME`) in the other files, which are dropped.
+/// Any other array given twice is refused by [`arrays_by_name`].
+fn run_files(args: &RunArgs) -> Result<Vec<ArrayFile>> {
+    let mut files = Vec::new();
+    if let Some(p) = args.params.as_deref() {
+        files.push((None, data::read_arrays(p)?));
+    }
+    let mut bound: BTreeMap<String, &str> = BTreeMap::new();
+    for arg in &args.data {
+        let (name, file) = read_data_arg(arg)?;
+        if let Some(name) = &name {
+            if let Some(first) = bound.insert(name.clone(), arg) {
+                return Err(Error::usage(format!("--data {arg}: input {name} is already given by --data {first}")));
+            }
+        }
+        files.push((name, file));
+    }
+    for (binds, file) in &mut files {
+        if binds.is_none() {
+            file.arrays.retain(|key, _| !bound.contains_key(argument_name(key)));
+        }
+    }
+    Ok(files.into_iter().map(|(_, f)| f).collect())
+}
+
+/// The model argument an array's key names: `NAME`, `input/NAME` and `param/NAME` all
+/// name `NAME`; any other key (`output/NAME`, `output_grad/NAME`) names itself.
+fn argument_name(key: &str) -> &str {
+    key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")).unwrap_or(key)
+}
+
+/// One array of the data, where it was found.
+pub struct Found<'a> {
+    pub path: &'a Path,
+    pub key: &'a str,
+    pub tensor: &'a Tensor,
+}
+
+/// Every array of the files by the model argument it names ([`argument_name`]). A name
+/// given by two arrays (in two files, or as `x` and `input/x` in one) is an error naming
+/// both, whatever their values: a run must never quietly pick one. The same file given
+/// twice is one source.
+pub fn arrays_by_name<'a>(files: &[&'a ArrayFile]) -> Result<BTreeMap<String, Found<'a>>> {
+    let mut out: BTreeMap<String, Found<'a>> = BTreeMap::new();
+    let mut seen_files: Vec<PathBuf> = Vec::new();
+    for f in files {
+        let canonical = f.path.canonicalize().unwrap_or_else(|_| f.path.clone());
+        if seen_files.contains(&canonical) {
+            continue;
+        }
+        seen_files.push(canonical);
+        for (key, tensor) in &f.arrays {
+            let name = argument_name(key);
+            let found = Found { path: &f.path, key, tensor };
+            if let Some(first) = out.get(name) {
+                let place = |x: &Found| {
+                    if x.key == name { x.path.display().to_string() } else { format!("{} (as {})", x.path.display(), x.key) }
+                };
+                return Err(Error::user(format!("`{name}` is given twice: in {} and in {}", place(first), place(&found)))
+                    .note(format!("give each array once, or say which one is `{name}` with --data {name}=FILE (a file holding that one array)")));
+            }
+            out.insert(name.to_string(), found);
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the model; returns the outputs and a printable report.
 pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
-    let data: Vec<ArrayFile> = args.data.iter().map(|d| read_data_arg(d)).collect::<Result<_>>()?;
-    let params = args.params.as_deref().map(data::read_arrays).transpose()?;
-    let mut files: Vec<&ArrayFile> = Vec::new();
-    if let Some(p) = &params {
-        files.push(p);
-    }
-    files.extend(data.iter());
+    let owned = run_files(args)?;
+    let files: Vec<&ArrayFile> = owned.iter().collect();
     let graphs = load_graphs(&args.model, &files)?;
     let graph = graphs.main();
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
@@ -251,6 +318,12 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         Some(path) => {
             data::write_npz(path, &outputs)?;
             let _ = writeln!(report, "wrote {} output(s) to {}", outputs.len(), path.display());
+            for (name, _) in &outputs {
+                let key = data::npz_key(name);
+                if key != *name {
+                    let _ = writeln!(report, "note: output `{name}` is the array `{key}` (a name safe to unzip)");
+                }
+            }
         }
         None => {
             for (name, t) in &outputs {
@@ -262,15 +335,16 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
 }
 
 /// The tensors for every input and parameter of the graph, looked up by name
-/// (`NAME`, `input/NAME` or `param/NAME`) in the files, in order; output cotangents
+/// (`NAME`, `input/NAME` or `param/NAME`, given once: [`arrays_by_name`]); output cotangents
 /// (`output_grad/NAME`, see `--grad`) that no file holds are ones.
 pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Tensor>> {
+    let arrays = arrays_by_name(files)?;
     let mut feeds = BTreeMap::new();
     let mut missing = Vec::new();
     for v in graph.inputs().chain(graph.params()) {
         let node = graph.node(v);
         let name = node.name.clone().unwrap_or_default();
-        let found = files.iter().find_map(|f| f.lookup(&name, &["input", "param"]));
+        let found = arrays.get(&name).map(|f| (f.key, f.tensor));
         // An output's cotangent defaults to ones (the gradient of the output's sum).
         let ones = || {
             let shape = node.ty.shape.as_known()?;
@@ -359,6 +433,8 @@ pub struct CompileArgs {
     pub cflags: Option<String>,
     /// `NAME=N`: the largest run-time value of symbolic dimension NAME.
     pub max: Vec<String>,
+    /// Replace a previous output of mithrilc even where its files were changed since.
+    pub force: bool,
 }
 
 /// How the weights blob stores the parameters (`--weight-layout`).
@@ -400,6 +476,22 @@ pub fn parse_max_args(args: &[String]) -> Result<BTreeMap<String, u64>> {
     Ok(out)
 }
 
+/// Every `--max` names a symbolic dimension of the model.
+fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
+    let symbols: std::collections::BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.ty.shape.symbols()).collect();
+    for (name, n) in max {
+        if !symbols.contains(name.as_str()) {
+            let known = if symbols.is_empty() {
+                "it has none; make one with --shape, e.g. --shape input=B,784".to_string()
+            } else {
+                format!("its symbols: {}", symbols.iter().copied().collect::<Vec<_>>().join(", "))
+            };
+            return Err(Error::usage(format!("--max {name}={n}: the model has no symbolic dimension {name} ({known})")));
+        }
+    }
+    Ok(())
+}
+
 /// Flags for a build that runs on the machine that built it.
 pub const HOST_CFLAGS: &str = "-O3 -march=native";
 
@@ -433,6 +525,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
     let max = parse_max_args(&args.max)?;
+    check_max_symbols(&max, graphs.main())?;
     let (forward, backward) = lower(&graphs, max, args.layout, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
@@ -441,7 +534,10 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     let opts = crate::codegen::c::Options { source: file_name(&args.model.model), weights, mode: args.weights };
     let files = crate::codegen::c::emit(&forward, backward.as_ref(), &opts)?;
     let build = args.emit == "build";
-    crate::build::write_dir_atomically(out, &files, |dir| {
+    let mut inputs = vec![args.model.model.clone()];
+    inputs.extend(args.params.clone());
+    let guard = crate::outdir::Guard { inputs, force: args.force };
+    crate::outdir::write_atomically(out, &files, &guard, |dir| {
         if build {
             crate::build::make(dir, &crate::build::c_compiler(), args.cflags.as_deref().unwrap_or(HOST_CFLAGS))?;
         }
@@ -477,11 +573,12 @@ fn memory_report(p: &crate::lower::Program) -> String {
 
 /// Parameter values by name, from a parameters file.
 fn param_values(graph: &Graph, file: &ArrayFile) -> Result<BTreeMap<String, Tensor>> {
+    let arrays = arrays_by_name(&[file])?;
     let mut out = BTreeMap::new();
     for v in graph.params() {
         let name = graph.node(v).name.clone().unwrap_or_default();
-        if let Some((_, t)) = file.lookup(&name, &["param"]) {
-            out.insert(name, t.clone());
+        if let Some(found) = arrays.get(&name) {
+            out.insert(name, found.tensor.clone());
         }
     }
     Ok(out)
@@ -517,9 +614,9 @@ pub fn run_target(
     let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights), mode: Default::default() };
     let files = crate::codegen::c::emit(&forward, backward.as_ref(), &opts)?;
     let program = backward.as_ref().unwrap_or(&forward); // what the demo runs
-    let scratch = tempfile::tempdir().map_err(|e| Error::user(format!("cannot create a scratch directory: {e}")))?;
+    let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");
-    crate::build::write_dir_atomically(&dir, &files, |d| crate::build::make(d, &build.cc, &build.cflags))?;
+    crate::outdir::write_atomically(&dir, &files, &Default::default(), |d| crate::build::make(d, &build.cc, &build.cflags))?;
     let name = crate::codegen::c::identifier(&program.name);
     let mut cmd = std::process::Command::new(dir.join(format!("{name}_demo")));
     cmd.current_dir(&dir).arg("--out").arg(&dir);

@@ -14,6 +14,7 @@ pub mod frontend;
 pub mod interp;
 pub mod ir;
 pub mod lower;
+pub mod outdir;
 pub mod passes;
 pub mod tensor;
 

@@ -49,19 +49,28 @@ struct GradOpts {
 }
 
 impl GradOpts {
-    fn wrt(&self) -> mithrilc::passes::autodiff::Wrt {
+    fn wrt(&self) -> Result<mithrilc::passes::autodiff::Wrt, mithrilc::Error> {
         use mithrilc::passes::autodiff::Wrt;
         match self.grad.as_deref() {
-            None => Wrt::None,
-            Some("") => Wrt::AllParams,
-            Some(names) => Wrt::Params(names.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect()),
+            None => Ok(Wrt::None),
+            Some("") => Ok(Wrt::AllParams),
+            Some(names) => {
+                let names: Vec<String> = names.split(',').map(|n| n.trim().to_string()).collect();
+                if names.iter().any(String::is_empty) {
+                    return Err(mithrilc::Error::usage(format!(
+                        "--grad {}: a parameter name is empty (give NAME,NAME,... or a bare --grad for every parameter)",
+                        self.grad.as_deref().unwrap_or_default()
+                    )));
+                }
+                Ok(Wrt::Params(names))
+            }
         }
     }
 }
 
 /// The model arguments with the gradients asked for.
-fn with_grad(model: ModelOpts, grad: &GradOpts) -> cli::ModelArgs {
-    cli::ModelArgs { grad: grad.wrt(), ..model.into_args() }
+fn with_grad(model: ModelOpts, grad: &GradOpts) -> Result<cli::ModelArgs, mithrilc::Error> {
+    Ok(cli::ModelArgs { grad: grad.wrt()?, ..model.into_args() })
 }
 
 #[derive(Subcommand)]
@@ -112,9 +121,14 @@ enum Command {
         /// values are written to weights.bin
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,
-        /// Output directory (written atomically: nothing is left on failure)
+        /// Output directory, written atomically (nothing is left on failure): a new or
+        /// empty directory, or one mithrilc wrote before (listed in its .mithrilc-output)
         #[arg(short, long, value_name = "OUTDIR")]
         output: Option<PathBuf>,
+        /// Replace a previous output of mithrilc even where its files were changed since
+        /// it wrote them (a directory holding files mithrilc did not write is never replaced)
+        #[arg(long)]
+        force: bool,
         /// build: write and build (default); source: write only; ir: print the IR after passes
         #[arg(long, default_value = "build", value_name = "WHAT")]
         emit: String,
@@ -134,7 +148,7 @@ enum Command {
         weight_layout: String,
         /// C compiler flags for the build (default "-O3 -march=native": for this machine;
         /// give portable flags for artifacts that run elsewhere). CC picks the compiler.
-        #[arg(long, value_name = "FLAGS")]
+        #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
         cflags: Option<String>,
         /// The largest run-time value of a symbolic dimension, as NAME=N (e.g. --shape
         /// input=B,784 --max B=64): the library takes B as an argument and its arena is
@@ -146,16 +160,17 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
-        Command::Inspect { model, grad, params } => cli::inspect(&with_grad(model, &grad), params.as_deref()),
+        Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
         Command::Run { model, grad, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
-            cli::run(&cli::RunArgs { model: with_grad(model, &grad), target, check, data, params, output }).map(|(_, report)| report)
+            cli::run(&cli::RunArgs { model: with_grad(model, &grad)?, target, check, data, params, output }).map(|(_, report)| report)
         }),
-        Command::Compile { model, grad, target, params, output, emit, report, weights, weight_layout, cflags, max } => {
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max } => {
             cli::Target::parse(&target).and_then(|target| {
                 let weights = mithrilc::codegen::c::WeightsMode::parse(&weights)?;
                 let layout = cli::WeightLayout::parse(&weight_layout)?;
-                cli::compile(&cli::CompileArgs { model: with_grad(model, &grad), target, params, out: output, emit, report, weights, layout, cflags, max })
+                cli::compile(&cli::CompileArgs { model: with_grad(model, &grad)?, target, params, out: output, emit, report, weights, layout, cflags, max, force })
             })
         }
     };

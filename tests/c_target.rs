@@ -257,6 +257,7 @@ fn readme_embedding_example_runs() {
         layout: Default::default(),
         cflags: None,
         max: vec![],
+        force: false,
     };
     cli::compile(&args).unwrap();
     std::fs::write(out.join("main.c"), code).unwrap();
@@ -307,6 +308,7 @@ fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
                 layout: cli::WeightLayout::parse(layout).unwrap(),
                 cflags: Some("-O2".into()),
                 max: vec![],
+                force: false,
             };
             cli::compile(&args).unwrap_or_else(|e| panic!("{model} {mode} {layout}: {e}"));
             if (mode, layout) == ("file", "plain") {
@@ -366,6 +368,7 @@ fn output_directories_are_byte_identical() {
             layout: cli::WeightLayout::Fast,
             cflags: Some("-O2".into()),
             max: vec![],
+            force: false,
         };
         cli::compile(&args).unwrap();
         let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(out)
@@ -415,6 +418,7 @@ fn symbolic_batch_runs_at_every_size() {
             layout: cli::WeightLayout::Fast,
             cflags: Some("-O2".into()),
             max: vec![format!("B={max}")],
+            force: false,
         };
         cli::compile(&args).unwrap_or_else(|e| panic!("{model}: {e}"));
         for n in [1, 3, max] {

@@ -12,6 +12,8 @@ use mithrilc::data;
 use mithrilc::ir::Dtype;
 use mithrilc::tensor::Tensor;
 
+mod common;
+
 /// `../shared`, or `None` after printing why the test skips.
 fn shared() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
@@ -596,4 +598,201 @@ fn train_model_errors() {
         let (code, stdout, stderr) = mithrilc(&["inspect", file, "--shape", "input=1,3"], dir.path());
         assert_eq!((code, stdout.as_str(), stderr.as_str()), (1, "", want), "{file}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Careless and hostile inputs: nothing of the user's is lost, nothing is guessed.
+
+/// The names in `dir` that mithrilc's temporary directories take.
+fn scratch_left_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".mithrilc-"))
+        .collect()
+}
+
+/// A directory holding a copy of `linear.json` and `linear.npz` from the test data.
+fn linear_dir(shared: &Path) -> tempfile::TempDir {
+    let dir = tempdir_with(&[]);
+    for f in ["linear.json", "linear.npz"] {
+        std::fs::copy(shared.join("testdata").join(f), dir.path().join(f)).expect("copy test data");
+    }
+    dir
+}
+
+/// `-o` never replaces what mithrilc did not write: a directory of the user's, a file,
+/// the current directory or its parents, or the directory holding the model. Its own
+/// output it rewrites, unless its files were edited (then only with --force).
+#[test]
+fn compile_never_replaces_what_it_did_not_write() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let compile = |out: &str, extra: &[&str]| {
+        let args = [&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "-o", out][..], extra].concat();
+        mithrilc(&args, dir.path())
+    };
+    std::fs::create_dir(dir.path().join("mine")).unwrap();
+    std::fs::write(dir.path().join("mine/thesis.tex"), "years of work").unwrap();
+    assert_eq!(
+        compile("mine", &[]),
+        (
+            1,
+            String::new(),
+            "error: -o mine: is not empty and was not written by mithrilc (it has no .mithrilc-output); it would be replaced as a whole\n  \
+             note: give a new or empty directory, or remove this one first\n"
+                .into()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(dir.path().join("mine/thesis.tex")).unwrap(), "years of work");
+    assert_eq!(compile("linear.npz", &[]).2, "error: -o linear.npz: is an input of this command\n  note: name a new directory, e.g. -o out\n");
+    std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+    assert_eq!(compile("notes.txt", &[]).2, "error: -o notes.txt: is a file, not a directory; mithrilc writes a directory of files there\n");
+    assert_eq!(std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(), "mine");
+    for parent in [".", "..", "/"] {
+        let (code, _, stderr) = compile(parent, &[]);
+        assert_eq!(
+            (code, stderr),
+            (
+                1,
+                format!(
+                    "error: -o {parent}: the current directory and its parents cannot be an output directory (it is replaced as a whole)\n  \
+                     note: name a new directory, e.g. -o out\n"
+                )
+            )
+        );
+    }
+    // The model's own directory, named from outside it.
+    std::fs::create_dir(dir.path().join("proj")).unwrap();
+    std::fs::copy(dir.path().join("linear.json"), dir.path().join("proj/model.json")).unwrap();
+    let (code, _, stderr) = mithrilc(&["compile", "proj/model.json", "--target", "c", "--params", "linear.npz", "-o", "proj"], dir.path());
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            1,
+            "error: -o proj: holds proj/model.json, an input of this command; the output directory is replaced as a whole\n  \
+             note: name a new directory, e.g. -o out\n"
+        )
+    );
+
+    assert_eq!(compile("out", &[]).0, 0);
+    assert_eq!(compile("out", &[]), (0, "wrote out (8 files)\n".into(), String::new()), "its own output is rewritten");
+    std::fs::write(dir.path().join("out/linear.c"), "/* edited */").unwrap();
+    let (code, _, stderr) = compile("out", &[]);
+    assert_eq!((code, stderr.as_str()), (1, "error: -o out: 1 file(s) were changed since mithrilc wrote them: linear.c\n  note: --force replaces them\n"));
+    assert_eq!(compile("out", &["--force"]).0, 0);
+    std::fs::write(dir.path().join("out/keep.txt"), "mine").unwrap();
+    let (code, _, stderr) = compile("out", &["--force"]);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (1, "error: -o out: holds 1 file(s) mithrilc did not write: keep.txt\n  note: move them elsewhere, or give another directory\n"),
+        "--force never replaces a user's file"
+    );
+    assert!(dir.path().join("out/keep.txt").exists());
+    assert_eq!(scratch_left_in(dir.path()), Vec::<String>::new());
+}
+
+/// SIGTERM during a build removes the temporary directory and exits 130.
+#[test]
+fn a_signal_during_the_build_leaves_nothing_behind() {
+    let Some(shared) = shared() else { return };
+    if !cfg!(unix) || !common::have("make") {
+        println!("skipped: needs a Unix shell and make");
+        return;
+    }
+    let dir = linear_dir(&shared);
+    let slow_cc = dir.path().join("slow-cc");
+    std::fs::write(&slow_cc, "#!/bin/sh\nsleep 5\nexit 1\n").unwrap();
+    std::fs::set_permissions(&slow_cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+        .current_dir(dir.path())
+        .env("CC", &slow_cc)
+        .args(["compile", "linear.json", "--target", "c", "--params", "linear.npz", "-o", "out"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while scratch_left_in(dir.path()).is_empty() && start.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!scratch_left_in(dir.path()).is_empty(), "the build started");
+    std::thread::sleep(std::time::Duration::from_millis(200)); // make is running the compiler
+    Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "error: interrupted; temporary files removed\n");
+    assert_eq!(scratch_left_in(dir.path()), Vec::<String>::new());
+    assert!(!dir.path().join("out").exists());
+}
+
+/// An array given by two files is refused, naming both; `--data NAME=FILE` says which
+/// one is NAME and wins.
+#[test]
+fn run_takes_each_array_from_one_place() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let params = data::read_arrays(&dir.path().join("linear.npz")).unwrap();
+    let zeros = Tensor::new(Dtype::F32, vec![3, 4], vec![0.0; 12]);
+    data::write_npy(&dir.path().join("x.npy"), &zeros).unwrap();
+    data::write_npz(&dir.path().join("other.npz"), &[("input".to_string(), zeros)]).unwrap();
+
+    let (code, _, stderr) = mithrilc(&["run", "linear.json", "--data", "other.npz", "--params", "linear.npz"], dir.path());
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            1,
+            "error: `input` is given twice: in linear.npz (as input/input) and in other.npz\n  \
+             note: give each array once, or say which one is `input` with --data input=FILE (a file holding that one array)\n"
+        )
+    );
+    // The binding wins over the parameters file's input/input: with a zero input, each
+    // output row is the bias.
+    let (code, _, stderr) = mithrilc(&["run", "linear.json", "--data", "input=x.npy", "--params", "linear.npz", "-o", "y.npz"], dir.path());
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let y = data::read_arrays(&dir.path().join("y.npz")).unwrap();
+    let bias = &params.arrays["param/bias"].data;
+    assert_eq!(y.arrays["output"].data, [bias.as_slice(), bias, bias].concat());
+    let (code, _, stderr) = mithrilc(&["run", "linear.json", "--data", "input=x.npy", "--data", "input=x.npy", "--params", "linear.npz"], dir.path());
+    assert_eq!((code, stderr.as_str()), (2, "error: --data input=x.npy: input input is already given by --data input=x.npy\n"));
+    // The same file twice is one source.
+    assert_eq!(mithrilc(&["run", "linear.json", "--data", "linear.npz", "--params", "linear.npz"], dir.path()).0, 0);
+}
+
+/// Arguments and attributes that used to be accepted and quietly mean something else.
+#[test]
+fn strict_arguments_and_attributes() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let sum = std::fs::read_to_string(shared.join("testdata/sum_axis1.json")).unwrap();
+    std::fs::write(dir.path().join("dup_axes.json"), sum.replace("\"axis\": 1", "\"axis\": [1, 1, -1]")).unwrap();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (
+            &["inspect", "linear.json", "--shape", "input=3,,4"],
+            2,
+            "error: --shape input=3,,4: a dimension is empty (expected sizes or symbols separated by single commas)\n",
+        ),
+        (
+            &["run", "linear.json", "--data", "linear.npz", "--grad", ",,,"],
+            2,
+            "error: --grad ,,,: a parameter name is empty (give NAME,NAME,... or a bare --grad for every parameter)\n",
+        ),
+        (
+            &["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--max", "C=5", "-o", "out"],
+            2,
+            "error: --max C=5: the model has no symbolic dimension C (it has none; make one with --shape, e.g. --shape input=B,784)\n",
+        ),
+        (
+            &["inspect", "dup_axes.json", "--shape", "input=2,3,4"],
+            1,
+            "error: dup_axes.json: submodels.m_0 (Sum): `axis` (1, 1, -1) names axis 1 more than once (rank 3)\n  \
+             note: inputs: input = `input` f32[2, 3, 4]\n",
+        ),
+    ];
+    for (args, code, stderr) in cases {
+        assert_eq!(mithrilc(args, dir.path()), (*code, String::new(), stderr.to_string()), "{args:?}");
+    }
+    // A flags value that starts with `-` and holds a space is the flags, not an option.
+    let (code, stdout, stderr) =
+        mithrilc(&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "--cflags", "-O1 -g", "-o", "out"], dir.path());
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote out (8 files)\n", ""));
 }

@@ -36,6 +36,7 @@ fn lenet_cross_compiles_for_cortex_m4() {
         layout: cli::WeightLayout::Fast,
         cflags: None,
         max: vec![],
+        force: false,
     };
     let report = cli::compile(&args).unwrap();
     // Small GEMM blocks keep the runtime's stack use to a few KiB.

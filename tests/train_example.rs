@@ -65,6 +65,7 @@ fn training_in_c_matches_the_interpreter_and_learns() {
         layout: Default::default(),
         cflags: Some("-O2".into()),
         max: vec![],
+        force: false,
     };
     cli::compile(&args).unwrap();
     let exe = out.join("train");

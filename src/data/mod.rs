@@ -29,19 +29,6 @@ pub struct ArrayFile {
     pub arrays: IndexMap<String, Tensor>,
 }
 
-impl ArrayFile {
-    /// Looks an array up by its exact name, else by `prefix/name` for each prefix given,
-    /// in order (e.g. prefixes `["input", "param"]`); returns the key it was found under.
-    pub fn lookup(&self, name: &str, prefixes: &[&str]) -> Option<(&str, &Tensor)> {
-        if let Some((k, t)) = self.arrays.get_key_value(name) {
-            return Some((k.as_str(), t));
-        }
-        prefixes.iter().find_map(|prefix| {
-            self.arrays.get_key_value(&format!("{prefix}/{name}")).map(|(k, t)| (k.as_str(), t))
-        })
-    }
-}
-
 /// The file formats, chosen by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -161,14 +148,14 @@ fn check_tensor(path: &Path, name: &str, t: &Tensor) -> Result<()> {
 /// contain `/`, as NumPy allows). Dtypes are preserved (f32 `<f4`, f64 `<f8`, f16 `<f2`,
 /// i32 `<i4`, i64 `<i8`, bool `|b1`), except bf16: NumPy has no bf16 dtype, so bf16
 /// arrays are written as f32 (`<f4`), which holds every bf16 value exactly.
+/// Each array is the member `npz_key(name).npy`: `numpy.load` gives it back under
+/// [`npz_key`]`(name)`, which is `name` itself for every name that is safe to unzip.
 pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
-    let mut seen = std::collections::HashSet::with_capacity(arrays.len());
+    let mut seen = std::collections::HashMap::with_capacity(arrays.len());
     for (name, _) in arrays {
-        if !seen.insert(name.as_str()) {
-            return Err(crate::user_error!(
-                "cannot write {}: array name '{name}' is used twice",
-                path.display()
-            ));
+        if let Some(first) = seen.insert(npz_key(name), name.as_str()) {
+            let how = if first == name { "is used twice".to_string() } else { format!("and '{first}' are both written as '{}'", npz_key(name)) };
+            return Err(crate::user_error!("cannot write {}: array name '{name}' {how}", path.display()));
         }
     }
     for (name, t) in arrays {
@@ -188,11 +175,32 @@ pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
             .last_modified_time(zip::DateTime::default())
             .unix_permissions(0o644)
             .large_file(large);
-        zip.start_file(format!("{name}.npy"), options).map_err(zip_error)?;
+        zip.start_file(format!("{}.npy", npz_key(name)), options).map_err(zip_error)?;
         npy::encode(&mut zip, t).map_err(|e| write_error(path, &e))?;
     }
     let mut out = zip.finish().map_err(zip_error)?;
     out.flush().map_err(|e| write_error(path, &e))
+}
+
+/// The key an array named `name` is written under in an npz: `name` with every part
+/// that a tool unzipping the file could take for a path outside its directory made
+/// plain. Parts between `/` are kept (`grad/w` stays `grad/w`, a folder in the zip as
+/// NumPy writes it), but an empty part, `.` or `..` has its dots made `_`, and `\`,
+/// `:` and control characters become `_`, so no member is absolute, climbs out, or
+/// names a drive.
+pub fn npz_key(name: &str) -> String {
+    let parts: Vec<String> = name
+        .split('/')
+        .map(|part| {
+            let part: String = part.chars().map(|c| if c == '\\' || c == ':' || c.is_control() { '_' } else { c }).collect();
+            match part.as_str() {
+                "" => "_".to_string(),
+                "." | ".." => part.replace('.', "_"),
+                _ => part,
+            }
+        })
+        .collect();
+    parts.join("/")
 }
 
 /// Writes one tensor as a `.npy` file (bf16 as f32, as in [`write_npz`]).

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use npyz::{WriteOptions, WriterBuilder};
 
-use super::{read_arrays, write_npy, write_npz, ArrayFile};
+use super::{npz_key, read_arrays, write_npy, write_npz};
 use crate::ir::Dtype;
 use crate::tensor::Tensor;
 
@@ -241,23 +241,6 @@ fn missing_file_and_unknown_extension() {
 }
 
 #[test]
-fn lookup_by_name_then_prefixes() {
-    let arrays = [("x", 1.0), ("input/x", 2.0), ("param/w", 3.0), ("input/w", 4.0), ("param/b", 5.0)]
-        .into_iter()
-        .map(|(n, v)| (n.to_string(), Tensor::scalar(Dtype::F32, v)))
-        .collect();
-    let file = ArrayFile { path: PathBuf::from("t.npz"), arrays };
-    let found = |name: &str, prefixes: &[&str]| file.lookup(name, prefixes).map(|(k, t)| (k, t.data[0]));
-    assert_eq!(found("x", &["input"]), Some(("x", 1.0)), "an exact name wins");
-    assert_eq!(found("w", &["input", "param"]), Some(("input/w", 4.0)));
-    assert_eq!(found("w", &["param", "input"]), Some(("param/w", 3.0)), "prefixes are tried in order");
-    assert_eq!(found("b", &["input", "param"]), Some(("param/b", 5.0)));
-    assert_eq!(found("b", &["input"]), None);
-    assert_eq!(found("input/w", &[]), Some(("input/w", 4.0)));
-    assert_eq!(found("missing", &["input", "param"]), None);
-}
-
-#[test]
 fn fortran_order_is_transposed_to_row_major() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("f.npy");
@@ -466,6 +449,32 @@ fn npz_entries_must_be_npy_arrays() {
         read_error(&path),
         format!("cannot read {}: entry 'notes.txt' is not a .npy array", path.display())
     );
+}
+
+#[test]
+fn npz_members_never_leave_the_unzip_directory() {
+    let cases = [
+        ("output", "output"),
+        ("grad/w", "grad/w"),
+        ("../../x", "__/__/x"),
+        ("/etc/passwd", "_/etc/passwd"),
+        ("a//b/./c", "a/_/b/_/c"),
+        ("C:\\evil\nname", "C__evil_name"),
+        ("..hidden", "..hidden"),
+    ];
+    for (name, key) in cases {
+        assert_eq!(npz_key(name), key, "{name:?}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("out.npz");
+    let arrays: Vec<(String, Tensor)> =
+        cases.iter().enumerate().map(|(i, (name, _))| (name.to_string(), Tensor::scalar(Dtype::F32, i as f64))).collect();
+    write_npz(&path, &arrays).expect("write_npz");
+    let back = read_arrays(&path).expect("read back");
+    let keys: Vec<&str> = back.arrays.keys().map(String::as_str).collect();
+    assert_eq!(keys, cases.iter().map(|(_, key)| *key).collect::<Vec<_>>());
+    let clash = write_npz(&path, &[("a/..".into(), Tensor::scalar(Dtype::F32, 0.0)), ("a/__".into(), Tensor::scalar(Dtype::F32, 0.0))]);
+    assert_eq!(clash.unwrap_err().to_string(), format!("cannot write {}: array name 'a/__' and 'a/..' are both written as 'a/__'", path.display()));
 }
 
 #[test]

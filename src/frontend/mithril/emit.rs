@@ -681,7 +681,11 @@ impl<'a> Emitter<'a> {
             }
         };
         v.sort();
-        v.dedup();
+        // NumPy refuses a repeated axis (`sum(axis=(1, 1))`, or 1 and -1 of a rank-2
+        // tensor) rather than reducing it once; so does Mithril's numpy backend.
+        if let Some(w) = v.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::user(format!("`axis` {s} names axis {} more than once (rank {rank})", w[0])));
+        }
         Ok(v)
     }
 

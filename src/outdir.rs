@@ -1,0 +1,365 @@
+//! Output and scratch directories: mithrilc never loses a user's files.
+//!
+//! An output directory is written whole: into a temporary sibling, then renamed into
+//! place, so a failure leaves nothing half-written. Because the rename replaces the
+//! whole directory, mithrilc only writes where that loses nothing: a path that does not
+//! exist, an empty directory, or a directory it wrote before. It knows its own by a
+//! marker file ([`MARKER`]) listing every file it wrote with a hash of its contents:
+//! a directory holding any file that is not listed is refused, and one whose listed
+//! files were changed since is replaced only with `--force`. The current directory, its
+//! parents and any directory holding the command's own input files are refused too.
+//!
+//! Every temporary directory is registered while it lives, and removed on failure (its
+//! guard is dropped) and on SIGINT, SIGTERM or SIGHUP ([`remove_scratch_on_signals`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::error::{io_message, Error, Result};
+
+/// The marker file in every output directory mithrilc writes: one line per file it
+/// wrote, `HASH PATH` (FNV-1a 64 of the contents in hex, the path relative to the
+/// directory), sorted by path.
+pub const MARKER: &str = ".mithrilc-output";
+
+/// The exit code after an interrupting signal (128 + SIGINT, as shells report it).
+pub const INTERRUPTED_EXIT: i32 = 130;
+
+/// Temporary directories alive now, removed if a signal ends the process.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Installs the handler that removes every live temporary directory when SIGINT,
+/// SIGTERM or SIGHUP arrives, then exits with [`INTERRUPTED_EXIT`]. Called once by the
+/// binary; a library user keeps its own signal handling.
+pub fn remove_scratch_on_signals() {
+    let _ = ctrlc::set_handler(|| {
+        let dirs = match LIVE.lock() {
+            Ok(dirs) => dirs.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        for dir in dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        eprintln!("error: interrupted; temporary files removed");
+        std::process::exit(INTERRUPTED_EXIT);
+    });
+}
+
+/// A temporary directory that is removed when dropped, or by the signal handler.
+pub struct Scratch {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Scratch {
+    /// A new directory named `.mithrilc-*` inside `parent`.
+    pub fn new_in(parent: &Path) -> Result<Scratch> {
+        let dir = tempfile::Builder::new()
+            .prefix(".mithrilc-")
+            .tempdir_in(parent)
+            .map_err(|e| Error::user(format!("cannot create a directory in {}: {}", parent.display(), io_message(&e))))?;
+        Ok(Scratch::register(dir))
+    }
+
+    /// A new directory in the system's temporary directory.
+    pub fn new() -> Result<Scratch> {
+        let dir = tempfile::Builder::new()
+            .prefix("mithrilc-")
+            .tempdir()
+            .map_err(|e| Error::user(format!("cannot create a scratch directory: {}", io_message(&e))))?;
+        Ok(Scratch::register(dir))
+    }
+
+    fn register(dir: tempfile::TempDir) -> Scratch {
+        lock_live().push(dir.path().to_path_buf());
+        Scratch { dir: Some(dir) }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.as_ref().map_or(Path::new(""), |d| d.path())
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            lock_live().retain(|p| p != dir.path());
+            // TempDir's own drop removes it.
+        }
+    }
+}
+
+fn lock_live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What may not be replaced by an output directory.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    /// Files the command reads (the model, parameters, data): a directory holding one
+    /// of them is never an output directory.
+    pub inputs: Vec<PathBuf>,
+    /// Replace a previous output of mithrilc even where its files were changed since.
+    pub force: bool,
+}
+
+/// Writes `files` into `dir` atomically, then runs `prepare` (e.g. the build) inside
+/// the temporary directory before the rename, so a failed build leaves `dir` as it was.
+/// Refuses a `dir` whose replacement could lose anything that mithrilc did not write
+/// (see the module doc).
+pub fn write_atomically(dir: &Path, files: &[(String, Vec<u8>)], guard: &Guard, prepare: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    check_replaceable(dir, guard)?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| Error::user(format!("cannot create {}: {}", parent.display(), io_message(&e))))?;
+    let staged = Scratch::new_in(&parent)?;
+    for (name, bytes) in files {
+        let path = staged.path().join(name);
+        std::fs::write(&path, bytes).map_err(|e| Error::user(format!("cannot write {}: {}", path.display(), io_message(&e))))?;
+    }
+    prepare(staged.path())?;
+    let listing = hash_files(staged.path())?;
+    let marker = listing.iter().map(|(path, hash)| format!("{hash:016x} {path}\n")).collect::<String>();
+    std::fs::write(staged.path().join(MARKER), marker).map_err(|e| Error::user(format!("cannot write {}: {}", dir.display(), io_message(&e))))?;
+    let cannot = |e: std::io::Error| Error::user(format!("cannot write {}: {}", dir.display(), io_message(&e)));
+    if dir.exists() {
+        // The previous output, checked above to hold only mithrilc's files, moves aside
+        // (a scratch directory of its own, so a signal removes it too) and is dropped.
+        let old = Scratch::new_in(&parent)?;
+        let aside = old.path().join("old");
+        std::fs::rename(dir, &aside).map_err(|e| Error::user(format!("cannot replace {}: {}", dir.display(), io_message(&e))))?;
+        if let Err(e) = std::fs::rename(staged.path(), dir) {
+            let _ = std::fs::rename(&aside, dir); // put the previous output back
+            return Err(cannot(e));
+        }
+    } else {
+        std::fs::rename(staged.path(), dir).map_err(cannot)?;
+    }
+    Ok(())
+}
+
+/// Whether replacing `dir` as a whole loses nothing mithrilc did not write.
+pub fn check_replaceable(dir: &Path, guard: &Guard) -> Result<()> {
+    let refuse = |why: String| Error::user(format!("-o {}: {why}", dir.display()));
+    let named = dir.file_name().is_some() && !dir.ends_with(".");
+    let absolute = absolute(dir).map_err(|e| refuse(format!("cannot resolve the path: {}", io_message(&e))))?;
+    let cwd = std::env::current_dir().ok().and_then(|c| c.canonicalize().ok());
+    if !named || cwd.as_ref().is_some_and(|cwd| cwd.starts_with(&absolute)) {
+        return Err(refuse("the current directory and its parents cannot be an output directory (it is replaced as a whole)".into())
+            .note("name a new directory, e.g. -o out"));
+    }
+    for input in &guard.inputs {
+        if let Ok(file) = input.canonicalize() {
+            if file == absolute {
+                return Err(refuse("is an input of this command".into()).note("name a new directory, e.g. -o out"));
+            }
+            if file.starts_with(&absolute) {
+                return Err(refuse(format!("holds {}, an input of this command; the output directory is replaced as a whole", input.display()))
+                    .note("name a new directory, e.g. -o out"));
+            }
+        }
+    }
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(refuse(io_message(&e))),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(refuse("is a symbolic link; name the directory itself".into()));
+    }
+    if !meta.is_dir() {
+        return Err(refuse("is a file, not a directory; mithrilc writes a directory of files there".into()));
+    }
+    let present = hash_files(dir).map_err(|e| e.context(format!("-o {}", dir.display())))?;
+    if present.is_empty() {
+        return Ok(());
+    }
+    let marker = dir.join(MARKER);
+    let Ok(text) = std::fs::read_to_string(&marker) else {
+        return Err(refuse(format!("is not empty and was not written by mithrilc (it has no {MARKER}); it would be replaced as a whole"))
+            .note("give a new or empty directory, or remove this one first"));
+    };
+    let written: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once(' ')).map(|(hash, path)| (path, hash)).collect();
+    let foreign: Vec<&str> = present.keys().map(String::as_str).filter(|p| *p != MARKER && !written.contains_key(p)).collect();
+    if !foreign.is_empty() {
+        return Err(refuse(format!("holds {} file(s) mithrilc did not write: {}", foreign.len(), sample(&foreign)))
+            .note("move them elsewhere, or give another directory"));
+    }
+    let changed: Vec<&str> = present
+        .iter()
+        .filter(|(p, hash)| *p != MARKER && written.get(p.as_str()).is_some_and(|w| *w != format!("{hash:016x}")))
+        .map(|(p, _)| p.as_str())
+        .collect();
+    if !changed.is_empty() && !guard.force {
+        return Err(refuse(format!("{} file(s) were changed since mithrilc wrote them: {}", changed.len(), sample(&changed)))
+            .note("--force replaces them"));
+    }
+    Ok(())
+}
+
+/// The first few names, then how many more.
+fn sample(names: &[&str]) -> String {
+    let shown: Vec<&str> = names.iter().take(5).copied().collect();
+    match names.len() - shown.len() {
+        0 => shown.join(", "),
+        more => format!("{}, and {more} more", shown.join(", ")),
+    }
+}
+
+/// The absolute path with every existing component resolved (a path that does not
+/// exist yet resolves its nearest existing ancestor).
+fn absolute(path: &Path) -> std::io::Result<PathBuf> {
+    let joined = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir()?.join(path) };
+    let mut rest = Vec::new();
+    let mut base = joined.as_path();
+    loop {
+        if let Ok(found) = base.canonicalize() {
+            let mut out = found;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return Ok(out);
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                base = parent;
+            }
+            _ => return Ok(joined),
+        }
+    }
+}
+
+/// Every file under `dir` (recursively), by its `/`-separated relative path, with the
+/// FNV-1a 64 hash of its contents.
+fn hash_files(dir: &Path) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        let here = dir.join(&rel);
+        let entries = std::fs::read_dir(&here).map_err(|e| Error::user(format!("cannot read {}: {}", here.display(), io_message(&e))))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::user(format!("cannot read {}: {}", here.display(), io_message(&e))))?;
+            let path = rel.join(entry.file_name());
+            let kind = entry.file_type().map_err(|e| Error::user(format!("cannot read {}: {}", path.display(), io_message(&e))))?;
+            if kind.is_dir() {
+                pending.push(path);
+            } else {
+                let name = path.to_string_lossy().replace('\\', "/");
+                let hash = if kind.is_file() {
+                    let bytes = std::fs::read(dir.join(&path)).map_err(|e| Error::user(format!("cannot read {}: {}", path.display(), io_message(&e))))?;
+                    fnv1a(&bytes)
+                } else {
+                    0 // a link or device: never listed as written, so always foreign
+                };
+                out.insert(name, hash);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// FNV-1a, 64 bits: a stable content hash for the marker (not a security measure).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, files: &[(&str, &str)]) -> Result<()> {
+        let files: Vec<(String, Vec<u8>)> = files.iter().map(|(n, b)| (n.to_string(), b.as_bytes().to_vec())).collect();
+        write_atomically(dir, &files, &Guard::default(), |_| Ok(()))
+    }
+
+    fn leftovers(parent: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(parent).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".mithrilc")).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn rewrites_its_own_output_and_lists_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write(&out, &[("a.c", "one"), ("b.h", "two")]).unwrap();
+        write(&out, &[("a.c", "three")]).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("a.c")).unwrap(), "three");
+        assert!(!out.join("b.h").exists());
+        assert_eq!(std::fs::read_to_string(out.join(MARKER)).unwrap(), format!("{:016x} a.c\n", fnv1a(b"three")));
+        assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn refuses_directories_it_did_not_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("thesis.tex"), "mine").unwrap();
+        let err = write(&out, &[("a.c", "x")]).unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::User);
+        assert!(err.message.ends_with("is not empty and was not written by mithrilc (it has no .mithrilc-output); it would be replaced as a whole"), "{err}");
+        assert_eq!(std::fs::read_to_string(out.join("thesis.tex")).unwrap(), "mine");
+        assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn refuses_its_own_output_once_a_user_file_is_added() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write(&out, &[("a.c", "x")]).unwrap();
+        std::fs::create_dir(out.join("notes")).unwrap();
+        std::fs::write(out.join("notes/todo.txt"), "mine").unwrap();
+        let err = write(&out, &[("a.c", "y")]).unwrap_err();
+        assert!(err.message.ends_with("holds 1 file(s) mithrilc did not write: notes/todo.txt"), "{err}");
+        assert!(out.join("notes/todo.txt").exists());
+    }
+
+    #[test]
+    fn changed_files_are_replaced_only_with_force() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write(&out, &[("a.c", "x")]).unwrap();
+        std::fs::write(out.join("a.c"), "edited by hand").unwrap();
+        let err = write(&out, &[("a.c", "y")]).unwrap_err();
+        assert!(err.message.ends_with("1 file(s) were changed since mithrilc wrote them: a.c"), "{err}");
+        assert_eq!(err.notes, vec!["--force replaces them".to_string()]);
+        let forced = Guard { force: true, ..Guard::default() };
+        write_atomically(&out, &[("a.c".into(), b"y".to_vec())], &forced, |_| Ok(())).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("a.c")).unwrap(), "y");
+    }
+
+    #[test]
+    fn refuses_files_parents_and_input_directories() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("notes.txt");
+        std::fs::write(&file, "mine").unwrap();
+        let err = write(&file, &[("a.c", "x")]).unwrap_err();
+        assert!(err.message.ends_with("is a file, not a directory; mithrilc writes a directory of files there"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+        for dir in [".", "..", "/", "./"] {
+            let err = write(Path::new(dir), &[("a.c", "x")]).unwrap_err();
+            assert!(err.message.contains("the current directory and its parents cannot be an output directory"), "{dir}: {err}");
+        }
+        let guard = Guard { inputs: vec![file.clone()], force: false };
+        let err = write_atomically(tmp.path(), &[], &guard, |_| Ok(())).unwrap_err();
+        assert!(err.message.contains("holds") && err.message.contains("notes.txt, an input of this command"), "{err}");
+        assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_failed_build_leaves_the_previous_output_and_no_scratch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write(&out, &[("a.c", "x")]).unwrap();
+        let err = write_atomically(&out, &[("a.c".into(), b"y".to_vec())], &Guard::default(), |_| Err(Error::user("boom"))).unwrap_err();
+        assert_eq!(err.message, "boom");
+        assert_eq!(std::fs::read_to_string(out.join("a.c")).unwrap(), "x");
+        assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+        assert!(lock_live().iter().all(|p| !p.starts_with(tmp.path())));
+    }
+}
