@@ -125,6 +125,8 @@ static inline int64_t mr_pow_i64(int64_t base, int64_t e) {
 }
 static inline int64_t mr_shl_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? 0 : (int64_t)((uint64_t)a << s); }
 static inline int64_t mr_shr_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? (a < 0 ? -1 : 0) : a >> s; }
+/* A gather index in [-n, n) (generated code checks every index before the kernel
+ * runs) as an offset in [0, n); the clamp only keeps a read in bounds regardless. */
 static inline int64_t mr_wrap_index(int64_t i, int64_t n) {
     if (i < 0) { i += n; }
     return i < 0 ? 0 : (i >= n ? n - 1 : i);

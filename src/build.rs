@@ -22,11 +22,28 @@ pub fn make(dir: &Path, cc: &str, cflags: &str) -> Result<()> {
 }
 
 /// Runs a toolchain command; its failure is an error of kind `Toolchain`.
-pub fn run_tool(mut cmd: Command, tool: &str, install: &str) -> Result<()> {
+pub fn run_tool(cmd: Command, tool: &str, install: &str) -> Result<()> {
+    run_checked(cmd, tool, install, None)
+}
+
+/// Runs a program built from the user's model: exit status `rejects` is the program
+/// saying the user's data is wrong (an error of kind `User` with its message); any
+/// other failure is the toolchain's.
+pub fn run_program(cmd: Command, tool: &str, install: &str, rejects: i32) -> Result<()> {
+    run_checked(cmd, tool, install, Some(rejects))
+}
+
+fn run_checked(mut cmd: Command, tool: &str, install: &str, rejects: Option<i32>) -> Result<()> {
     let shown = format!("{cmd:?}");
     let out = cmd.output().map_err(|e| {
         Error::new(ErrorKind::Toolchain, format!("cannot run {tool}: {}", io_message(&e))).note(format!("install it: {install}"))
     })?;
+    if rejects.is_some() && out.status.code() == rejects {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let message = text.lines().last().unwrap_or_default();
+        let message = message.split_once(": ").map_or(message, |(_, m)| m);
+        return Err(Error::user(format!("{tool}: {message}")));
+    }
     if !out.status.success() {
         let mut text = String::from_utf8_lossy(&out.stderr).into_owned();
         text.push_str(&String::from_utf8_lossy(&out.stdout));

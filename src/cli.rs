@@ -118,7 +118,7 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
         opts.set.push(parse_set_arg(s)?);
     }
     for (name, found) in arrays_by_name(files)? {
-        if !name.contains('/') {
+        if found.key != name || !name.contains('/') {
             // output/, grad/, output_grad/ arrays are not model arguments.
             opts.known_types.insert(name, TensorType::new(found.tensor.dtype, Shape::known(&found.tensor.shape)));
         }
@@ -624,11 +624,11 @@ pub fn run_target(
         let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
         let path = dir.join(format!("input_{i}.npy"));
         data::write_npy(&path, t)?;
-        let mut spec = std::ffi::OsString::from(format!("{input}="));
+        let mut spec = std::ffi::OsString::from(format!("{}=", crate::codegen::c::port_label(input)));
         spec.push(&path);
         cmd.arg("--input").arg(spec);
     }
-    crate::build::run_tool(cmd, "the compiled model", "the build above should have produced it")?;
+    crate::build::run_program(cmd, "the compiled model", "the build above should have produced it", crate::codegen::c::DEMO_REJECTED_EXIT)?;
     let mut outputs = Vec::new();
     for (i, crate::lower::Port { name, .. }) in program.outputs.iter().enumerate() {
         let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;

@@ -570,13 +570,13 @@ fn compile_grad_emits_backward_and_a_train_step_only_with_a_loss() {
     let (code, _, stderr) = mithrilc(&[&["compile", "train.json", "--target", "c", "--grad", "-o", "train"][..], &shapes].concat(), dir.path());
     assert_eq!(code, 0, "{stderr}");
     let header = std::fs::read_to_string(dir.path().join("train/train.h")).unwrap();
-    for decl in ["void train_backward(", "float train_train_step(", "#define TRAIN_TRAIN_STATE_SIZE 128u", "#define TRAIN_LOSS_OUTPUT 1"] {
+    for decl in ["int train_backward(", "float train_train_step(", "#define TRAIN_TRAIN_STATE_SIZE 128u", "#define TRAIN_LOSS_OUTPUT 1"] {
         assert!(header.contains(decl), "train.h lacks {decl}");
     }
     let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "c", "--grad", "--shape", "input=4,3", "-o", "lin"], dir.path());
     assert_eq!(code, 0, "{stderr}");
     let header = std::fs::read_to_string(dir.path().join("lin/linear.h")).unwrap();
-    assert!(header.contains("void linear_backward(") && !header.contains("train_step"));
+    assert!(header.contains("int linear_backward(") && !header.contains("train_step"));
     assert!(header.contains("/* backward input 1: \"output_grad/output\", float, shape [4, 5] */"), "{header}");
 }
 
@@ -795,4 +795,91 @@ fn strict_arguments_and_attributes() {
     let (code, stdout, stderr) =
         mithrilc(&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "--cflags", "-O1 -g", "-o", "out"], dir.path());
     assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote out (8 files)\n", ""));
+}
+
+/// A gather index out of range is an error in compiled code as in the interpreter,
+/// never clamped; indices in [-n, n) (negative ones count from the end) agree.
+#[test]
+fn compiled_code_reports_an_out_of_range_index() {
+    if !common::have("cc") || !common::have("make") {
+        println!("skipped: cc and make are needed (apt-get install gcc make)");
+        return;
+    }
+    let model = r#"{"name": "Model", "args": {},
+        "connections": {"m_0": {"input": {"key": {"name": "input"}}, "weight": {"key": {"name": "weight"}}, "output": {"key": {"name": "output"}}}},
+        "submodels": {"m_0": {"name": "Embedding", "args": {}, "exposed_keys": ["output"], "assigned_shapes": [], "assigned_types": [],
+            "assigned_differentiabilities": [], "assigned_constraints": [], "assigned_cins": [], "assigned_couts": []}},
+        "exposed_keys": [], "assigned_shapes": [], "assigned_types": [], "assigned_differentiabilities": [], "assigned_constraints": [],
+        "assigned_cins": [], "assigned_couts": []}"#;
+    let dir = tempdir_with(&[("emb.json", model)]);
+    let weight = Tensor::new(Dtype::F32, vec![11, 4], (0..44).map(f64::from).collect());
+    for (file, index) in [("ok.npz", [0, 1, 10, -11, -1, 4]), ("high.npz", [0, 1, 11, 2, 3, 4]), ("low.npz", [0, -12, 1, 2, 3, 4])] {
+        let index = Tensor::new(Dtype::I32, vec![2, 3], index.iter().map(|&i| f64::from(i)).collect());
+        data::write_npz(&dir.path().join(file), &[("input".into(), index), ("weight".into(), weight.clone())]).unwrap();
+    }
+    let (code, stdout, stderr) = mithrilc(&["run", "emb.json", "--data", "ok.npz", "--target", "c", "--check"], dir.path());
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert!(stdout.starts_with("check output: largest difference from the interpreter 0.000e0\n"), "{stdout}");
+    for (file, index) in [("high.npz", 11), ("low.npz", -12)] {
+        let (code, _, stderr) = mithrilc(&["run", "emb.json", "--data", file, "--target", "c"], dir.path());
+        assert_eq!(
+            (code, stderr.as_str()),
+            (1, "error: the compiled model: a gather or embedding index is out of range (outside [-n, n) for an axis of size n)\n")
+        );
+        let (code, _, stderr) = mithrilc(&["run", "emb.json", "--data", file], dir.path());
+        assert_eq!(
+            (code, stderr),
+            (1, format!("error: emb.json: %2 = gather (submodels.m_0 (Embedding)): gather index {index} is out of range for axis 0 of size 11\n"))
+        );
+    }
+    let (code, _, stderr) = mithrilc(&["compile", "emb.json", "--target", "c", "--shape", "input=2,3", "--shape", "weight=11,4", "--emit", "source", "-o", "out"], dir.path());
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let header = std::fs::read_to_string(dir.path().join("out/emb.h")).unwrap();
+    assert!(header.contains("#define EMB_ERROR_INDEX (-2)\n") && header.contains("int emb_forward("), "{header}");
+}
+
+/// Names that used to make generated C that does not compile (blamed on the
+/// toolchain), or files that collide with the runtime's: comment openers and closers,
+/// trigraphs, backslashes, very long names, and models named like the runtime.
+#[test]
+fn hostile_names_make_code_that_compiles() {
+    if !common::have("cc") || !common::have("make") {
+        println!("skipped: cc and make are needed (apt-get install gcc make)");
+        return;
+    }
+    let long = "n".repeat(5000);
+    let cases: &[(&str, &str, &str)] = &[
+        ("comments", "in/*put", "out*/put"),
+        ("trigraphs", "in??/put", "out??=put\\"),
+        ("long", &long, "y"),
+        ("mithril_runtime", "x", "y"),
+        ("MITHRIL_RUNTIME", "x", "y"),
+        ("mithril_ops", "x", "y"),
+        ("mr", "x", "mr_run"),
+    ];
+    for (model, input, output) in cases {
+        let json = serde_json::json!({
+            "name": "Model", "args": {},
+            "connections": {"m_0": {"input": {"key": {"name": input}}, "output": {"key": {"name": output}}}},
+            "submodels": {"m_0": {"name": "Absolute", "args": {}, "exposed_keys": ["output"], "assigned_shapes": [],
+                "assigned_types": [], "assigned_differentiabilities": [], "assigned_constraints": [], "assigned_cins": [], "assigned_couts": []}},
+            "exposed_keys": [], "assigned_shapes": [], "assigned_types": [], "assigned_differentiabilities": [],
+            "assigned_constraints": [], "assigned_cins": [], "assigned_couts": []
+        });
+        let dir = tempdir_with(&[]);
+        let file = format!("{model}.json");
+        std::fs::write(dir.path().join(&file), json.to_string()).unwrap();
+        let x = Tensor::new(Dtype::F32, vec![2, 3], vec![-1.5, 2.0, -0.25, 0.0, 3.0, -7.0]);
+        data::write_npz(&dir.path().join("d.npz"), &[(format!("input/{input}"), x)]).unwrap();
+        let (code, stdout, stderr) = mithrilc(&["run", &file, "--data", "d.npz", "--target", "c", "--check"], dir.path());
+        assert_eq!((code, stderr.as_str()), (0, ""), "{model}");
+        assert!(stdout.contains(": largest difference from the interpreter 0.000e0\n"), "{model}: {stdout}");
+        let (code, _, stderr) = mithrilc(&["compile", &file, "--target", "c", "--shape", &format!("{input}=2,3"), "--emit", "source", "-o", "out"], dir.path());
+        assert_eq!((code, stderr.as_str()), (0, ""), "{model}");
+        let mut files: Vec<String> =
+            std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        files.sort();
+        assert_eq!(files.len(), 8, "{model}: no file replaced another: {files:?}");
+        assert!(files.iter().all(|f| f.len() <= 64), "{model}: {files:?}");
+    }
 }

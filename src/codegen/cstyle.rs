@@ -104,7 +104,7 @@ impl<D: Dialect> Renderer<'_, D> {
     }
 
     /// The expression converted to `to` (no-op when it already has that type).
-    fn as_type(&self, e: &Expr, to: Dtype) -> String {
+    pub fn as_type(&self, e: &Expr, to: Dtype) -> String {
         let from = self.dtype(e);
         let s = self.expr(e);
         if from == to {

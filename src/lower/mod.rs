@@ -110,8 +110,8 @@ pub enum Expr {
     Select(Box<Expr>, Box<Expr>, Box<Expr>, Dtype),
     Cast(Box<Expr>, Dtype),
     /// `view[..., idx, ...]` along `axis`, other dimensions indexed by `vars`
-    /// (`vars[axis]` unused); a negative index counts from the end, and an index out
-    /// of range is clamped (generated code cannot report errors).
+    /// (`vars[axis]` unused); a negative index counts from the end. An index out of
+    /// range is an error: code generators check every index before the kernel runs.
     Gather { view: View, vars: Vec<usize>, axis: usize, index: Box<Expr> },
 }
 

@@ -63,13 +63,50 @@ pub struct Options {
     pub mode: WeightsMode,
 }
 
-/// A C identifier from a model name: legal, lower case, never a keyword.
+/// The longest identifier [`identifier`] makes (file names are built from it too).
+const MAX_IDENTIFIER: usize = 48;
+
+/// A C identifier (and file-name stem) from a model name: legal, lower case, at most
+/// [`MAX_IDENTIFIER`] characters (a longer one keeps its start and gains a hash of the
+/// whole name, so distinct names stay distinct), and never one of the runtime's names
+/// (`mithril_runtime`, `mithril_ops`, `mr_*`: their files, include guards and symbols).
+/// Callers that need uniqueness among several names add a number
+/// ([`dim_params`], buffer names).
 pub fn identifier(name: &str) -> String {
     let mut s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
     if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) || s.starts_with('_') {
         s.insert(0, 'm');
     }
+    if s == "mr" || s.starts_with("mr_") || s.starts_with("mithril_") {
+        s.insert_str(0, "model_");
+    }
+    if s.len() > MAX_IDENTIFIER {
+        s.truncate(MAX_IDENTIFIER - 17);
+        let _ = write!(s, "_{:016x}", fnv1a(name.as_bytes()));
+    }
     s
+}
+
+/// The longest name, in bytes, that generated code spells out in a string literal
+/// (C99 promises literals of 4,095 characters; escapes only shorten the count).
+const MAX_LABEL: usize = 1000;
+
+/// A port's name as the demo spells it (`--input NAME=`, its messages): the name, or
+/// for one over [`MAX_LABEL`] bytes its start, `~` and a hash of the whole name.
+pub fn port_label(name: &str) -> String {
+    if name.len() <= MAX_LABEL {
+        return name.to_string();
+    }
+    let mut end = MAX_LABEL - 17;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}~{:016x}", &name[..end], fnv1a(name.as_bytes()))
+}
+
+/// FNV-1a, 64 bits: a stable hash for shortened names.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The files of the C target, by name, in a fixed order.
@@ -274,6 +311,10 @@ struct TemplateContext {
     entry: &'static str,
     backward: Option<Ports>,
     train: Option<TrainInfo>,
+    error_size: i32,
+    error_index: i32,
+    /// The demo's exit status when the model returns an error for its inputs.
+    rejected_exit: i32,
 }
 
 #[derive(Serialize, Clone)]
@@ -327,7 +368,7 @@ impl TemplateContext {
                     port.dims.iter().map(|d| d.map_or(-1, |s| s as i64).to_string()).collect::<Vec<_>>().join(", ")
                 },
                 name: comment_safe(n),
-                name_c: c_string(n),
+                name_c: c_string(&port_label(n)),
                 ctype: C_TYPE.ty(b.dtype),
                 descr: npy_descr(b.dtype),
                 elem: b.dtype.size(),
@@ -341,7 +382,7 @@ impl TemplateContext {
                     _ => 0,
                 },
                 bytes: shape.iter().product::<u64>() * b.dtype.size() as u64,
-                json_key_c: c_string(serde_json::to_string(n).unwrap_or_default().trim_matches('"')),
+                json_key_c: c_string(&port_label(serde_json::to_string(n).unwrap_or_default().trim_matches('"'))),
                 st_dtype: match b.dtype {
                     Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "F32",
                     Dtype::F64 => "F64",
@@ -385,6 +426,9 @@ impl TemplateContext {
                 loss_index: t.loss,
                 params: t.updates.iter().map(|u| comment_safe(&u.name)).collect(),
             }),
+            error_size: ERROR_SIZE,
+            error_index: ERROR_INDEX,
+            rejected_exit: DEMO_REJECTED_EXIT,
         })
     }
 
@@ -482,11 +526,7 @@ fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
         let _ = writeln!(s, "    outputs[{i}] = a + {off};");
     }
     let call = format!("{name}_backward_threaded(weights, inputs, outputs, arena, threads{args})");
-    if params.is_empty() {
-        let _ = writeln!(s, "    {call};");
-    } else {
-        let _ = writeln!(s, "    if ({call} != 0) {{\n        return NAN;\n    }}");
-    }
+    let _ = writeln!(s, "    if ({call} != 0) {{\n        return NAN;\n    }}");
     for u in &t.updates {
         let _ = writeln!(s, "    /* {} */", comment_safe(&u.name));
         let _ = writeln!(
@@ -511,16 +551,36 @@ fn npy_descr(d: Dtype) -> &'static str {
 }
 
 /// A model name inside a C comment: no `*/`, printable ASCII only.
+/// Text from the model as it may stand in a C comment (or a Makefile's): printable
+/// ASCII, with `_` for anything else, for a backslash, and for the second character of
+/// any pair that could end or open a comment (`*/`, `/*`) or start a trigraph (`??`).
+/// Long text keeps its start (a comment of a few thousand characters helps no one).
 fn comment_safe(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect::<String>().replace("*/", "*?")
+    let mut out = String::with_capacity(s.len().min(MAX_LABEL));
+    let mut prev = ' ';
+    for c in s.chars() {
+        if out.len() >= MAX_LABEL {
+            out.push_str("...");
+            break;
+        }
+        let c = if (c.is_ascii_graphic() || c == ' ') && c != '\\' { c } else { '_' };
+        let c = match (prev, c) {
+            ('*', '/') | ('/', '*') | ('?', '?') => '_',
+            _ => c,
+        };
+        out.push(c);
+        prev = c;
+    }
+    out
 }
 
-/// A model name as the body of a C string literal.
+/// A model name as the body of a C string literal (`?` escaped, so no `??x` is read
+/// as a trigraph).
 fn c_string(s: &str) -> String {
     let mut out = String::new();
     for c in s.chars() {
         match c {
-            '"' | '\\' => {
+            '"' | '\\' | '?' => {
                 out.push('\\');
                 out.push(c);
             }
@@ -581,6 +641,9 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
     let mut calls: Vec<String> = Vec::new();
     for (k, step) in p.steps.iter().enumerate() {
         let comment = format!("/* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
+        if index_checks(&r, name, k, step, s) {
+            calls.push(format!("\n    if ({name}_check{k}(&ctx) != 0) {{\n        return {ERROR_INDEX};\n    }}"));
+        }
         match &step.kernel {
             Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => {
                 let ext = extents(step, "ctx->");
@@ -641,19 +704,17 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
     }
     // Symbolic dimensions are trailing arguments, checked against their maxima.
     let params = dim_params(p);
-    let (ret, done) = if p.symbols.is_empty() { ("void", "") } else { ("int", "    return 0;\n") };
     let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
     let args: String = params.iter().map(|n| format!(", {n}")).collect();
-    let _ = writeln!(s, "\n{ret} {entry}(const void *weights, const void *const inputs[], void *const outputs[], void *arena{decl})\n{{");
-    let call = format!("{entry}_threaded(weights, inputs, outputs, arena, NULL{args})");
-    let _ = writeln!(s, "    {}{call};\n}}", if p.symbols.is_empty() { "" } else { "return " });
+    let _ = writeln!(s, "\nint {entry}(const void *weights, const void *const inputs[], void *const outputs[], void *arena{decl})\n{{");
+    let _ = writeln!(s, "    return {entry}_threaded(weights, inputs, outputs, arena, NULL{args});\n}}");
     let _ = writeln!(
         s,
-        "\n{ret} {entry}_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads{decl})\n{{"
+        "\nint {entry}_threaded(const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    const mr_threads *threads{decl})\n{{"
     );
     let _ = writeln!(s, "    struct {name}_ctx ctx;");
     for (i, (param, (_, max))) in params.iter().zip(&p.symbols).enumerate() {
-        let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return -1;\n    }}\n    ctx.dims[{i}] = {param};");
+        let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return {ERROR_SIZE};\n    }}\n    ctx.dims[{i}] = {param};");
     }
     let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
     let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
@@ -676,9 +737,70 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
         s.push_str(&c);
         s.push('\n');
     }
-    s.push_str(done);
-    s.push_str("}\n");
+    s.push_str("    return 0;\n}\n");
     Ok(())
+}
+
+/// What a model's functions return when a run-time size is outside 1 to its maximum
+/// (nothing is computed): `<NAME>_ERROR_SIZE` in the header.
+pub const ERROR_SIZE: i32 = -1;
+/// What they return when a gather or embedding index is outside `[-n, n)` (as the
+/// interpreter, which reports it, and NumPy define it): `<NAME>_ERROR_INDEX`. The
+/// kernels before it have run; outputs are unspecified.
+pub const ERROR_INDEX: i32 = -2;
+/// The demo's exit status when the model returns an error for the inputs it was given
+/// (its message says which), as opposed to 1 for the demo's own failures.
+pub const DEMO_REJECTED_EXIT: i32 = 4;
+
+/// For a kernel that gathers, `name_check<k>`: checks every index it will use before it
+/// runs (the kernel itself then wraps negative indices and never reads out of bounds),
+/// evaluating each index expression over the loop variables it depends on. Returns
+/// whether there is one.
+fn index_checks(r: &Renderer<C>, name: &str, k: usize, step: &crate::lower::Step, s: &mut String) -> bool {
+    let mut gathers: Vec<(u64, crate::lower::Expr)> = Vec::new();
+    for e in crate::lower::kernel_exprs(&step.kernel) {
+        e.walk(&mut |e| {
+            if let crate::lower::Expr::Gather { view, axis, index, .. } = e {
+                gathers.push((view.shape[*axis], (**index).clone()));
+            }
+        });
+    }
+    if gathers.is_empty() {
+        return false;
+    }
+    let ext = extents(step, "ctx->");
+    let _ = writeln!(s, "\n/* kernel {k}'s gather indices, each in [-n, n) for an axis of size n: {} */", comment_safe(&step.origins.join("; ")));
+    let _ = writeln!(s, "static int {name}_check{k}(const struct {name}_ctx *ctx)\n{{");
+    let mut bufs = Vec::new();
+    for (_, index) in &gathers {
+        crate::lower::expr_bufs(index, &mut bufs);
+    }
+    bufs.sort();
+    bufs.dedup();
+    declare(s, r.p, r.names, &bufs, "ctx->", name);
+    s.push_str("    (void)ctx;\n");
+    for (n, index) in gathers {
+        let mut vars = Vec::new();
+        index.walk(&mut |e| match e {
+            crate::lower::Expr::Load { vars: v, .. } | crate::lower::Expr::Gather { vars: v, .. } => vars.extend(v.iter().copied().filter(|&v| v != usize::MAX)),
+            crate::lower::Expr::Index(v) => vars.push(*v),
+            _ => {}
+        });
+        vars.sort();
+        vars.dedup();
+        let mut depth = 1;
+        for &v in &vars {
+            let _ = writeln!(s, "{}for (int64_t i{v} = 0; i{v} < {}; ++i{v}) {{", pad(depth), ext[v]);
+            depth += 1;
+        }
+        let _ = writeln!(s, "{}const int64_t j = {};", pad(depth), r.as_type(&index, Dtype::I64));
+        let _ = writeln!(s, "{}if (j < -INT64_C({n}) || j >= INT64_C({n})) {{\n{}return 1;\n{}}}", pad(depth), pad(depth + 1), pad(depth));
+        for d in (1..depth).rev() {
+            let _ = writeln!(s, "{}}}", pad(d));
+        }
+    }
+    s.push_str("    return 0;\n}\n");
+    true
 }
 
 /// The extents of a step's loops ([`Kernel::domain`]): static sizes, or a symbol's
