@@ -2,9 +2,10 @@
  *
  * The IR's semantics for the cases C leaves open or undefined: NaN-propagating
  * max/min (NumPy's maximum/minimum), saturating float-to-int conversion, Python's
- * floor division and shifts, stable sigmoid and softplus, GELU in both forms, and
- * index wrapping for gathers. All `static inline`: a header, so unused ones cost
- * nothing and raise no warning. C99, <math.h> and <stdint.h> only.
+ * floor division and shifts, stable sigmoid and softplus, GELU in both forms, index
+ * wrapping for gathers, and `where` with both sides evaluated. All `static inline`: a
+ * header, so unused ones cost nothing and raise no warning. C99, <math.h> and
+ * <stdint.h> only.
  */
 #ifndef MITHRIL_OPS_H
 #define MITHRIL_OPS_H
@@ -131,5 +132,15 @@ static inline int64_t mr_wrap_index(int64_t i, int64_t n) {
     if (i < 0) { i += n; }
     return i < 0 ? 0 : (i >= n ? n - 1 : i);
 }
+
+/* where(c, a, b): both sides are arguments, so both are evaluated before the choice and
+ * none of their loads is conditional. A conditional load is vectorized as a masked
+ * load, and GCC 12 at -O3 with AVX2 or AVX-512 miscompiles some of those (seen with the
+ * mask read through a strided view in a short inner loop; the family of GCC PR 114375). */
+static inline float mr_wheref(uint8_t c, float a, float b) { return c ? a : b; }
+static inline double mr_where(uint8_t c, double a, double b) { return c ? a : b; }
+static inline int32_t mr_where_i32(uint8_t c, int32_t a, int32_t b) { return c ? a : b; }
+static inline int64_t mr_where_i64(uint8_t c, int64_t a, int64_t b) { return c ? a : b; }
+static inline uint8_t mr_where_u8(uint8_t c, uint8_t a, uint8_t b) { return c ? a : b; }
 
 #endif /* MITHRIL_OPS_H */

@@ -461,3 +461,95 @@ fn symbolic_batch_runs_at_every_size() {
         assert!(String::from_utf8_lossy(&run.stderr).contains("out of range"), "{}", String::from_utf8_lossy(&run.stderr));
     }
 }
+
+/// Pooling's gradients on the C target at input sizes its stride does not divide,
+/// against the interpreter, built as `run --target c` builds (the host's flags: -O3
+/// -march=native). Each case is convolution, ReLU and pooling, as in a CNN: the rows
+/// and columns past the last window get their zero gradient from a pad that fuses with
+/// ReLU's gradient, a `where`, which GCC 12 miscompiled at -O3 with AVX2 or AVX-512
+/// while the `where` left its loads conditional. Tiling windows (stride = kernel) and
+/// overlapping, strided, padded and dilated ones, in 1-d and 2-d, max and average.
+#[test]
+fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
+    use mithrilc::ir::{ConvAttrs, Dtype, Op, Output, PoolAttrs, PoolKind, UnaryOp};
+    if !have("make") || !have("cc") {
+        println!("skipped: make and cc are needed (apt-get install make gcc)");
+        return;
+    }
+    // (kind, input shape, kernel, stride, padding, dilation)
+    type Config = (PoolKind, &'static [u64], &'static [u64], &'static [u64], &'static [(u64, u64)], &'static [u64]);
+    let configs: &[Config] = &[
+        (PoolKind::Max, &[2, 3, 5, 5], &[2, 2], &[2, 2], &[(0, 0); 2], &[1, 1]),
+        (PoolKind::Max, &[1, 2, 7, 5], &[2, 2], &[2, 2], &[(0, 0); 2], &[1, 1]),
+        (PoolKind::Max, &[1, 2, 9, 7], &[3, 3], &[3, 3], &[(0, 0); 2], &[1, 1]),
+        (PoolKind::Max, &[1, 2, 5, 7], &[3, 2], &[3, 2], &[(0, 0); 2], &[1, 1]),
+        (PoolKind::Max, &[2, 2, 7, 7], &[3, 3], &[2, 2], &[(0, 0); 2], &[1, 1]),
+        (PoolKind::Max, &[1, 2, 9, 9], &[2, 2], &[3, 3], &[(0, 0); 2], &[1, 1]),
+        (PoolKind::Max, &[1, 2, 6, 8], &[3, 3], &[3, 3], &[(1, 1); 2], &[1, 1]),
+        (PoolKind::Max, &[1, 2, 9, 9], &[2, 2], &[2, 2], &[(0, 0); 2], &[2, 2]),
+        (PoolKind::Max, &[2, 3, 7], &[2], &[2], &[(0, 0)], &[1]),
+        (PoolKind::Max, &[2, 3, 9], &[3], &[2], &[(1, 1)], &[1]),
+        (PoolKind::Avg, &[2, 3, 5, 5], &[2, 2], &[2, 2], &[(0, 0); 2], &[1, 1]),
+        (PoolKind::Avg, &[1, 2, 7, 9], &[3, 3], &[2, 2], &[(1, 1); 2], &[1, 1]),
+        (PoolKind::Avg, &[2, 3, 7], &[2], &[2], &[(0, 0)], &[1]),
+    ];
+    let build = BuildConfig::default();
+    let mut failures = Vec::new();
+    for &(kind, xs, kernel, stride, padding, dilation) in configs {
+        let attrs = PoolAttrs { kind, kernel: kernel.to_vec(), stride: stride.to_vec(), padding: padding.to_vec(), dilation: dilation.to_vec() };
+        let label = format!("pool {xs:?} {attrs:?}");
+        let mut g = Graph::new("pool");
+        let param = |g: &mut Graph, name: &str, shape: &[u64]| {
+            let v = g.push(Op::Param, vec![], TensorType::new(Dtype::F32, Shape::known(shape)));
+            g.nodes[v.index()].name = Some(name.into());
+            v
+        };
+        let node = |g: &mut Graph, op: Op, args: Vec<_>| {
+            let tys: Vec<&TensorType> = args.iter().map(|&a| g.ty(a)).collect();
+            let ty = passes::shape::infer(&op, &tys, &TensorType::new(Dtype::F32, Shape::scalar()), &g.consts).unwrap_or_else(|e| panic!("{label}: {e}"));
+            g.push(op, args, ty)
+        };
+        // The convolution keeps the size (3 wide, padded by 1).
+        let n = kernel.len();
+        let x = param(&mut g, "x", xs);
+        let w = param(&mut g, "w", &[&[xs[1], xs[1]][..], &vec![3; n]].concat());
+        let conv = ConvAttrs { stride: vec![1; n], padding: vec![(1, 1); n], dilation: vec![1; n], groups: 1 };
+        let c = node(&mut g, Op::Conv(conv), vec![x, w]);
+        let r = node(&mut g, Op::Unary(UnaryOp::Relu), vec![c]);
+        let y = node(&mut g, Op::Pool(attrs), vec![r]);
+        g.outputs.push(Output { name: "y".into(), value: y, loss: false });
+        let graphs = cli::Graphs::new(g, &Wrt::AllParams, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
+        // Values on a 1/64 grid: the convolution is exact in f32, so the C code sees the
+        // interpreter's ties.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || (common::xorshift64(&mut state) % 129) as f64 / 64.0 - 1.0;
+        let main = graphs.main();
+        let feeds: BTreeMap<String, Tensor> = main
+            .inputs()
+            .chain(main.params())
+            .map(|v| {
+                let ty = &main.node(v).ty;
+                let shape = ty.shape.as_known().unwrap();
+                let data = (0..shape.iter().product::<u64>()).map(|_| next()).collect();
+                (main.node(v).name.clone().unwrap(), Tensor::new(ty.dtype, shape, data))
+            })
+            .collect();
+        let want = mithrilc::interp::run(main, &feeds).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let got = match cli::run_target(&graphs, &feeds, Path::new("pool.json"), &build, &[]) {
+            Ok(got) => got,
+            Err(e) => {
+                failures.push(format!("{label}: {e}"));
+                continue;
+            }
+        };
+        for ((name, g), (_, w)) in got.iter().zip(&want) {
+            if g.shape != w.shape {
+                failures.push(format!("{label}: {name}: shape {:?}, interpreter {:?}", g.shape, w.shape));
+            } else if let Some((i, (a, b))) = g.data.iter().zip(&w.data).enumerate().find(|(_, (a, b))| !((*a - *b).abs() <= 1e-4 + 1e-4 * b.abs())) {
+                failures.push(format!("{label}: {name}[{i}]: got {a}, interpreter {b}"));
+            }
+        }
+    }
+    println!("{} with {}: {} pooling configurations checked", build.cc, build.cflags, configs.len());
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}

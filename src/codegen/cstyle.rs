@@ -142,6 +142,17 @@ impl<D: Dialect> Renderer<'_, D> {
             Expr::Select(c, a, b, t) => {
                 format!("({} ? {} : {})", self.as_type(c, Dtype::Bool), self.as_type(a, *t), self.as_type(b, *t))
             }
+            // A call evaluates both sides, so neither side's loads become conditional.
+            Expr::Where(c, a, b, t) => {
+                let f = match t {
+                    Dtype::F64 => "mr_where",
+                    Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "mr_wheref",
+                    Dtype::I32 => "mr_where_i32",
+                    Dtype::I64 => "mr_where_i64",
+                    Dtype::Bool => "mr_where_u8",
+                };
+                format!("{f}({}, {}, {})", self.as_type(c, Dtype::Bool), self.as_type(a, *t), self.as_type(b, *t))
+            }
             Expr::Unary(u, x, t) => {
                 let a = self.as_type(x, *t);
                 let f = |name: &str| format!("{}({a})", d.math(name, *t));

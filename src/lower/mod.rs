@@ -106,8 +106,14 @@ pub enum Expr {
     Index(usize),
     Unary(UnaryOp, Box<Expr>, Dtype),
     Binary(BinaryOp, Box<Expr>, Box<Expr>, Dtype),
-    /// `cond ? a : b` (only the chosen side is evaluated).
+    /// `cond ? a : b`, only the chosen side evaluated: a guard for a load that is valid
+    /// only where `cond` holds (padding, concatenation), so `cond` reads indices only.
     Select(Box<Expr>, Box<Expr>, Box<Expr>, Dtype),
+    /// `cond ? a : b` with both sides evaluated (`Op::Where`), so no load in them is
+    /// conditional: vectorizers make conditional loads masked loads, and GCC 12 gets
+    /// some of those wrong (see `docs/architecture.md`). Both sides must be safe to
+    /// evaluate everywhere.
+    Where(Box<Expr>, Box<Expr>, Box<Expr>, Dtype),
     Cast(Box<Expr>, Dtype),
     /// `view[..., idx, ...]` along `axis`, other dimensions indexed by `vars`
     /// (`vars[axis]` unused); a negative index counts from the end. An index out of
@@ -126,7 +132,7 @@ impl Expr {
                 a.walk(f);
                 b.walk(f);
             }
-            Expr::Select(c, a, b, _) => {
+            Expr::Select(c, a, b, _) | Expr::Where(c, a, b, _) => {
                 c.walk(f);
                 a.walk(f);
                 b.walk(f);
@@ -145,7 +151,7 @@ impl Expr {
                 a.walk_mut(f);
                 b.walk_mut(f);
             }
-            Expr::Select(c, a, b, _) => {
+            Expr::Select(c, a, b, _) | Expr::Where(c, a, b, _) => {
                 c.walk_mut(f);
                 a.walk_mut(f);
                 b.walk_mut(f);
@@ -155,7 +161,7 @@ impl Expr {
 
     pub fn dtype(&self) -> Dtype {
         match self {
-            Expr::Const(_, d) | Expr::Unary(_, _, d) | Expr::Binary(_, _, _, d) | Expr::Select(_, _, _, d) | Expr::Cast(_, d) => *d,
+            Expr::Const(_, d) | Expr::Unary(_, _, d) | Expr::Binary(_, _, _, d) | Expr::Select(_, _, _, d) | Expr::Where(_, _, _, d) | Expr::Cast(_, d) => *d,
             Expr::Load { .. } | Expr::Gather { .. } => Dtype::F32, // overwritten by the program's buffer dtype; see `Program::expr_dtype`
             Expr::Index(_) => Dtype::I64,
         }
@@ -784,7 +790,7 @@ impl<'g> Lowerer<'g> {
                 let c = self.expr_at(arg(0), &shape)?;
                 let a = self.expr_at(arg(1), &shape)?;
                 let b = self.expr_at(arg(2), &shape)?;
-                self.map(v, Expr::Select(Box::new(c), Box::new(a), Box::new(b), dtype))?;
+                self.map(v, Expr::Where(Box::new(c), Box::new(a), Box::new(b), dtype))?;
             }
             Op::Cast { to } => {
                 let x = self.expr_at(arg(0), &shape)?;
@@ -1144,6 +1150,7 @@ fn shift_vars(e: Expr, own: &[u64], shift: usize) -> Expr {
         Expr::Unary(u, a, d) => Expr::Unary(u, rec(a), d),
         Expr::Binary(b, l, r, d) => Expr::Binary(b, rec(l), rec(r), d),
         Expr::Select(c, a, b, d) => Expr::Select(rec(c), rec(a), rec(b), d),
+        Expr::Where(c, a, b, d) => Expr::Where(rec(c), rec(a), rec(b), d),
         Expr::Cast(a, d) => Expr::Cast(rec(a), d),
     }
 }

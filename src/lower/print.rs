@@ -80,6 +80,7 @@ pub fn expr(p: &Program, e: &Expr) -> String {
         Expr::Unary(u, a, _) => format!("{}({})", u.name(), expr(p, a)),
         Expr::Binary(b, l, r, _) => format!("{}({}, {})", b.name(), expr(p, l), expr(p, r)),
         Expr::Select(c, a, b, _) => format!("select({}, {}, {})", expr(p, c), expr(p, a), expr(p, b)),
+        Expr::Where(c, a, b, _) => format!("where({}, {}, {})", expr(p, c), expr(p, a), expr(p, b)),
         Expr::Cast(a, d) => format!("cast<{}>({})", d.name(), expr(p, a)),
         Expr::Gather { view: v, vars, axis, index } => {
             let vars: Vec<String> = vars.iter().enumerate().map(|(d, &x)| if d == *axis { expr(p, index) } else { var(x) }).collect();

@@ -194,6 +194,7 @@ fn reindex(e: &Expr, map: &[Option<usize>]) -> Expr {
         Expr::Unary(u, a, d) => Expr::Unary(*u, rec(a), *d),
         Expr::Binary(b, l, r, d) => Expr::Binary(*b, rec(l), rec(r), *d),
         Expr::Select(c, a, b, d) => Expr::Select(rec(c), rec(a), rec(b), *d),
+        Expr::Where(c, a, b, d) => Expr::Where(rec(c), rec(a), rec(b), *d),
         Expr::Cast(a, d) => Expr::Cast(rec(a), *d),
     }
 }
