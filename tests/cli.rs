@@ -704,7 +704,7 @@ fn a_signal_during_the_build_leaves_nothing_behind() {
     let slow_cc = dir.path().join("slow-cc");
     std::fs::write(&slow_cc, "#!/bin/sh\nsleep 5\nexit 1\n").unwrap();
     std::fs::set_permissions(&slow_cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+    let child = Command::new(env!("CARGO_BIN_EXE_mithrilc"))
         .current_dir(dir.path())
         .env("CC", &slow_cc)
         .args(["compile", "linear.json", "--target", "c", "--params", "linear.npz", "-o", "out"])
