@@ -18,6 +18,7 @@
 pub mod print;
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 
 use crate::error::{Error, Result};
 use crate::ir::*;
@@ -60,7 +61,7 @@ impl Buffer {
 
 /// A strided view of a buffer: element `idx` of a tensor of `shape` is
 /// `buf[offset + Σ idx[d] * strides[d]]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct View {
     pub buf: BufId,
     pub shape: Vec<u64>,
@@ -158,6 +159,109 @@ impl Expr {
             Expr::Const(_, d) | Expr::Unary(_, _, d) | Expr::Binary(_, _, _, d) | Expr::Select(_, _, _, d) | Expr::Cast(_, d) => *d,
             Expr::Load { .. } | Expr::Gather { .. } => Dtype::F32, // overwritten by the program's buffer dtype; see `Program::expr_dtype`
             Expr::Index(_) => Dtype::I64,
+        }
+    }
+}
+
+// Hashes agree with `PartialEq` (equal values hash alike; 0.0 and -0.0 compare equal,
+// so they hash alike too), so a pass can find equal kernels through a hash table and
+// confirm with `==` instead of comparing every pair.
+fn hash_f64<H: Hasher>(x: f64, h: &mut H) {
+    (if x == 0.0 { 0 } else { x.to_bits() }).hash(h);
+}
+
+impl Hash for Expr {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Expr::Const(x, d) => {
+                hash_f64(*x, h);
+                d.hash(h);
+            }
+            Expr::Load { view, vars } => {
+                view.hash(h);
+                vars.hash(h);
+            }
+            Expr::Index(v) => v.hash(h),
+            Expr::Unary(u, a, d) => {
+                u.hash(h);
+                a.hash(h);
+                d.hash(h);
+            }
+            Expr::Binary(b, l, r, d) => {
+                b.hash(h);
+                l.hash(h);
+                r.hash(h);
+                d.hash(h);
+            }
+            Expr::Select(c, a, b, d) => {
+                c.hash(h);
+                a.hash(h);
+                b.hash(h);
+                d.hash(h);
+            }
+            Expr::Cast(a, d) => {
+                a.hash(h);
+                d.hash(h);
+            }
+            Expr::Gather { view, vars, axis, index } => {
+                view.hash(h);
+                vars.hash(h);
+                axis.hash(h);
+                index.hash(h);
+            }
+        }
+    }
+}
+
+impl Hash for Kernel {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Kernel::Map { out, expr } => {
+                out.hash(h);
+                expr.hash(h);
+            }
+            Kernel::Reduce { out, reduced, kind, expr, scale } => {
+                out.hash(h);
+                reduced.hash(h);
+                kind.hash(h);
+                expr.hash(h);
+                scale.is_some().hash(h);
+                if let Some(x) = scale {
+                    hash_f64(*x, h);
+                }
+            }
+            Kernel::ArgReduce { out, reduced, kind, expr } => {
+                out.hash(h);
+                reduced.hash(h);
+                kind.hash(h);
+                expr.hash(h);
+            }
+            Kernel::Gemm { a, b, c, epilogue } => {
+                a.hash(h);
+                b.hash(h);
+                c.hash(h);
+                epilogue.hash(h);
+            }
+            Kernel::Conv { x, w, out, attrs, epilogue, scratch } => {
+                x.hash(h);
+                w.hash(h);
+                out.hash(h);
+                attrs.hash(h);
+                epilogue.hash(h);
+                scratch.hash(h);
+            }
+            Kernel::Pool { x, out, attrs } => {
+                x.hash(h);
+                out.hash(h);
+                attrs.hash(h);
+            }
+            Kernel::Softmax { x, out, axis } => {
+                x.hash(h);
+                out.hash(h);
+                axis.hash(h);
+            }
         }
     }
 }
