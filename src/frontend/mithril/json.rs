@@ -1,6 +1,8 @@
 //! Parsing Mithril's model JSON into [`ModelNode`]s: structure only, with the JSON
 //! path of every node kept for error messages. No Mithril semantics here.
 
+use std::collections::HashSet;
+
 use indexmap::IndexMap;
 use serde_json::Value;
 
@@ -215,7 +217,8 @@ fn parse_node(v: &Value, path: &str) -> Result<ModelNode> {
         }
     }
     if class == "Model" || !connections.is_empty() || !submodels.is_empty() {
-        let sub_ids: Vec<&String> = submodels.iter().map(|(id, _)| id).collect();
+        // A set: a model may have tens of thousands of children.
+        let sub_ids: HashSet<&String> = submodels.iter().map(|(id, _)| id).collect();
         for id in connections.keys() {
             if !sub_ids.contains(&id) {
                 return Err(field_err(
@@ -225,7 +228,7 @@ fn parse_node(v: &Value, path: &str) -> Result<ModelNode> {
                 ));
             }
         }
-        for id in sub_ids {
+        for (id, _) in &submodels {
             if !connections.contains_key(id) {
                 return Err(field_err(
                     path,
