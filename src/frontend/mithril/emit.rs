@@ -195,6 +195,9 @@ pub(super) struct Emitter<'a> {
     emitted: HashMap<String, Val>,
     /// Inputs whose shapes are being resolved from templates (breaks cycles).
     pub(super) resolving: BTreeSet<SlotId>,
+    /// For each value (a slot root), the templates that mention it, in order (the net
+    /// no longer changes once emission starts).
+    templates_of: HashMap<SlotId, Vec<usize>>,
     /// Why a related input could not be created while resolving templates: when an
     /// input's shape cannot be found, this is the error worth reporting.
     pub(super) root_cause: Option<Error>,
@@ -213,6 +216,7 @@ impl<'a> Emitter<'a> {
             tensor_formulas: Vec::new(),
             emitted: HashMap::new(),
             resolving: BTreeSet::new(),
+            templates_of: templates_by_slot(net),
             root_cause: None,
         }
     }
@@ -403,7 +407,8 @@ impl<'a> Emitter<'a> {
         }
         let net = self.net;
         let mut found = None;
-        for t in &net.templates {
+        let mentioning = self.templates_of.get(&r).cloned().unwrap_or_default();
+        for t in mentioning.into_iter().map(|i| &net.templates[i]) {
             let Some((_, mine)) = t.entries.iter().find(|(s, _)| net.find(*s) == r) else { continue };
             for (s, _) in &t.entries {
                 let o = net.find(*s);
@@ -463,11 +468,8 @@ impl<'a> Emitter<'a> {
     /// Checks the templates that mention slot `r` (a new input), so a wrong shape is
     /// reported against the model node that requires it.
     pub(super) fn check_templates_of(&self, r: SlotId) -> Result<()> {
-        self.net
-            .templates
-            .iter()
-            .filter(|t| t.entries.iter().any(|(s, _)| self.net.find(*s) == r))
-            .try_for_each(|t| self.check_template(t))
+        let mentioning = self.templates_of.get(&r).map_or(&[][..], Vec::as_slice);
+        mentioning.iter().try_for_each(|&i| self.check_template(&self.net.templates[i]))
     }
 
     pub(super) fn slot_label(&self, s: SlotId) -> String {
@@ -781,6 +783,21 @@ impl<'a> Emitter<'a> {
         }
     }
 
+}
+
+/// For each value (a slot root), the indices of the templates that mention it, in
+/// order, each once.
+fn templates_by_slot(net: &Net) -> HashMap<SlotId, Vec<usize>> {
+    let mut out: HashMap<SlotId, Vec<usize>> = HashMap::new();
+    for (i, t) in net.templates.iter().enumerate() {
+        for (s, _) in &t.entries {
+            let list = out.entry(net.find(*s)).or_default();
+            if list.last() != Some(&i) {
+                list.push(i);
+            }
+        }
+    }
+    out
 }
 
 /// A `--shape` with symbols that the data's concrete shape instantiates
