@@ -17,7 +17,7 @@
 
 pub mod print;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
 use crate::error::{Error, Result};
@@ -552,6 +552,9 @@ struct Lowerer<'g> {
     views: HashMap<ValueId, View>,
     /// Scalar constants are inlined into expressions.
     scalars: HashMap<ValueId, (f64, Dtype)>,
+    /// The nodes that take each value as an argument, in order, each once (listed
+    /// once for the graph: a weight's layout looks at its users).
+    users: Vec<Vec<ValueId>>,
 }
 
 impl<'g> Lowerer<'g> {
@@ -576,6 +579,7 @@ impl<'g> Lowerer<'g> {
             },
             views: HashMap::new(),
             scalars: HashMap::new(),
+            users: users(graph),
         }
     }
 
@@ -631,12 +635,12 @@ impl<'g> Lowerer<'g> {
         Ok(out)
     }
 
-    fn users(&self, v: ValueId) -> Vec<ValueId> {
-        self.graph.ids().filter(|&u| self.graph.node(u).args.contains(&v)).collect()
+    fn users(&self, v: ValueId) -> &[ValueId] {
+        &self.users[v.index()]
     }
 
     /// How parameter `v` (of `shape`) is stored: see [`Layout`].
-    fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &[ValueId]) -> Layout {
+    fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &HashSet<ValueId>) -> Layout {
         let g = self.graph;
         let users = self.users(v);
         let winograd_weight = |&conv: &ValueId| {
@@ -723,7 +727,7 @@ impl<'g> Lowerer<'g> {
                 unsupported.join("; ")
             )));
         }
-        let outputs: Vec<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
+        let outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
         for v in graph.ids() {
             self.lower_node(v, &outputs)?;
         }
@@ -826,7 +830,7 @@ impl<'g> Lowerer<'g> {
         Ok(Some(out))
     }
 
-    fn lower_node(&mut self, v: ValueId, outputs: &[ValueId]) -> Result<()> {
+    fn lower_node(&mut self, v: ValueId, outputs: &HashSet<ValueId>) -> Result<()> {
         let node = self.graph.node(v);
         let shape = self.shape(v)?;
         let dtype = node.ty.dtype;
@@ -1199,6 +1203,20 @@ impl<'g> Lowerer<'g> {
         let own = self.shape(v)?;
         Ok(rebase(e, &own, shape))
     }
+}
+
+/// For each value, the nodes that take it as an argument, in order, each once.
+fn users(graph: &Graph) -> Vec<Vec<ValueId>> {
+    let mut users: Vec<Vec<ValueId>> = vec![Vec::new(); graph.nodes.len()];
+    for u in graph.ids() {
+        for a in &graph.node(u).args {
+            let list = &mut users[a.index()];
+            if list.last() != Some(&u) {
+                list.push(u);
+            }
+        }
+    }
+    users
 }
 
 /// The number of nodes in an expression.
