@@ -5,7 +5,9 @@
 //! keeps the value's type exactly (dtype and shape, broadcasting included). Inputs and
 //! parameters are never removed: they are the model's interface.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use crate::error::Result;
 use crate::ir::*;
@@ -19,20 +21,20 @@ pub fn run(g: &mut Graph) -> Result<()> {
     let mut out = Graph::new(g.name.clone());
     let mut map: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
     let mut seen: HashMap<String, ValueId> = HashMap::new();
+    let mut consts = Consts::new(std::mem::take(&mut g.consts));
     for node in &g.nodes {
         let args: Vec<ValueId> = node.args.iter().map(|a| map[a.index()]).collect();
         let mut new = Node { op: node.op.clone(), args, ty: node.ty.clone(), name: node.name.clone(), origin: node.origin.clone() };
         if let Op::Constant(c) = new.op {
             // Constants are re-interned in the new graph.
-            let t = g.consts[c.0 as usize].clone();
-            new.op = Op::Constant(intern(&mut out, t));
+            new.op = Op::Constant(consts.carry(c, &mut out));
         }
         if let Some(v) = identity(&out, &new) {
             map.push(v);
             continue;
         }
         if let Some(t) = fold(&out, &new)? {
-            new.op = Op::Constant(intern(&mut out, t));
+            new.op = Op::Constant(consts.interner.intern(&mut out, t));
             new.args.clear();
         }
         // Inputs and parameters are distinct by name even when alike.
@@ -56,13 +58,56 @@ pub fn run(g: &mut Graph) -> Result<()> {
     Ok(())
 }
 
-/// The constant's id, reusing an equal one.
-fn intern(g: &mut Graph, t: Tensor) -> ConstId {
-    if let Some(i) = g.consts.iter().position(|c| c.dtype == t.dtype && c.shape == t.shape && same_bits(&c.data, &t.data)) {
-        return ConstId(i as u32);
+/// The constants of a graph being rebuilt: each old constant is moved (not copied)
+/// into the new graph the first time a node uses it, and interned there.
+struct Consts {
+    old: Vec<Option<Tensor>>,
+    moved: Vec<Option<ConstId>>,
+    interner: Interner,
+}
+
+impl Consts {
+    fn new(old: Vec<Tensor>) -> Consts {
+        let moved = vec![None; old.len()];
+        Consts { old: old.into_iter().map(Some).collect(), moved, interner: Interner::default() }
     }
-    g.consts.push(t);
-    ConstId(g.consts.len() as u32 - 1)
+
+    /// The id in `g` of the old graph's constant `c`.
+    fn carry(&mut self, c: ConstId, g: &mut Graph) -> ConstId {
+        let i = c.0 as usize;
+        if let Some(id) = self.moved[i] {
+            return id;
+        }
+        let t = self.old[i].take().unwrap_or_else(|| unreachable!("a constant is moved once"));
+        let id = self.interner.intern(g, t);
+        self.moved[i] = Some(id);
+        id
+    }
+}
+
+/// Finds a graph's constants by value through a hash of their bits, so interning is
+/// not a scan of every constant (a model may have one per node).
+#[derive(Default)]
+struct Interner {
+    by_hash: HashMap<u64, Vec<ConstId>>,
+}
+
+impl Interner {
+    /// The constant's id, reusing an equal one.
+    fn intern(&mut self, g: &mut Graph, t: Tensor) -> ConstId {
+        let mut h = DefaultHasher::new();
+        (t.dtype, &t.shape).hash(&mut h);
+        t.data.iter().for_each(|x| x.to_bits().hash(&mut h));
+        let bucket = self.by_hash.entry(h.finish()).or_default();
+        let same = |c: &Tensor| c.dtype == t.dtype && c.shape == t.shape && same_bits(&c.data, &t.data);
+        if let Some(&id) = bucket.iter().find(|id| same(&g.consts[id.0 as usize])) {
+            return id;
+        }
+        let id = ConstId(g.consts.len() as u32);
+        g.consts.push(t);
+        bucket.push(id);
+        id
+    }
 }
 
 fn same_bits(a: &[f64], b: &[f64]) -> bool {
@@ -147,6 +192,7 @@ fn sweep(g: Graph) -> Graph {
     }
     let mut out = Graph::new(g.name.clone());
     let mut map = vec![ValueId(0); g.nodes.len()];
+    let mut consts = Consts::new(g.consts);
     for (i, node) in g.nodes.into_iter().enumerate() {
         if !live[i] {
             continue;
@@ -154,7 +200,7 @@ fn sweep(g: Graph) -> Graph {
         let mut node = node;
         node.args = node.args.iter().map(|a| map[a.index()]).collect();
         if let Op::Constant(c) = node.op {
-            node.op = Op::Constant(intern(&mut out, g.consts[c.0 as usize].clone()));
+            node.op = Op::Constant(consts.carry(c, &mut out));
         }
         map[i] = ValueId(out.nodes.len() as u32);
         out.nodes.push(node);
