@@ -22,7 +22,7 @@ use std::hash::{Hash, Hasher};
 
 use crate::error::{Error, Result};
 use crate::ir::*;
-use crate::tensor::Tensor;
+use crate::tensor::Constant;
 
 /// Index of a buffer in [`Program::buffers`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -398,7 +398,7 @@ pub struct Program {
     pub buffers: Vec<Buffer>,
     pub steps: Vec<Step>,
     /// Constants emitted into the source, by [`Storage::Const`] index.
-    pub consts: Vec<Tensor>,
+    pub consts: Vec<Constant>,
     /// Symbolic dimensions (a batch size) with the largest value each may take at run
     /// time. Buffers are laid out for the maxima, so only loop extents change with
     /// them; symbols must be outermost in inputs and outputs, whose row-major layout
@@ -871,11 +871,11 @@ impl<'g> Lowerer<'g> {
             Op::Constant(c) => {
                 let t = &self.graph.consts[c.0 as usize];
                 if t.numel() == 1 {
-                    self.scalars.insert(v, (t.data[0], t.dtype));
+                    self.scalars.insert(v, (t.get(0).unwrap_or_default(), t.dtype()));
                 } else {
                     let idx = self.p.consts.len();
                     self.p.consts.push(t.clone());
-                    let buf = self.buffer(format!("const{idx}"), t.dtype, t.numel().max(1) as u64, Storage::Const(idx));
+                    let buf = self.buffer(format!("const{idx}"), t.dtype(), t.numel().max(1) as u64, Storage::Const(idx));
                     self.views.insert(v, View::contiguous(buf, &shape));
                 }
             }

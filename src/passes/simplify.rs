@@ -7,11 +7,11 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 
 use crate::error::Result;
 use crate::ir::*;
-use crate::tensor::Tensor;
+use crate::tensor::{Constant, Tensor};
 
 /// Results up to this many elements are folded into constants (bigger ones, such as
 /// an attention mask, are cheaper computed than stored).
@@ -34,7 +34,7 @@ pub fn run(g: &mut Graph) -> Result<()> {
             continue;
         }
         if let Some(t) = fold(&out, &new)? {
-            new.op = Op::Constant(consts.interner.intern(&mut out, t));
+            new.op = Op::Constant(consts.interner.intern(&mut out, Constant::from(t)));
             new.args.clear();
         }
         // Inputs and parameters are distinct by name even when alike.
@@ -58,29 +58,28 @@ pub fn run(g: &mut Graph) -> Result<()> {
     Ok(())
 }
 
-/// The constants of a graph being rebuilt: each old constant is moved (not copied)
-/// into the new graph the first time a node uses it, and interned there.
+/// The constants of a graph being rebuilt: each old constant is interned in the new
+/// graph the first time a node uses it (a clone shares its elements).
 struct Consts {
-    old: Vec<Option<Tensor>>,
-    moved: Vec<Option<ConstId>>,
+    old: Vec<Constant>,
+    carried: Vec<Option<ConstId>>,
     interner: Interner,
 }
 
 impl Consts {
-    fn new(old: Vec<Tensor>) -> Consts {
-        let moved = vec![None; old.len()];
-        Consts { old: old.into_iter().map(Some).collect(), moved, interner: Interner::default() }
+    fn new(old: Vec<Constant>) -> Consts {
+        let carried = vec![None; old.len()];
+        Consts { old, carried, interner: Interner::default() }
     }
 
     /// The id in `g` of the old graph's constant `c`.
     fn carry(&mut self, c: ConstId, g: &mut Graph) -> ConstId {
         let i = c.0 as usize;
-        if let Some(id) = self.moved[i] {
+        if let Some(id) = self.carried[i] {
             return id;
         }
-        let t = self.old[i].take().unwrap_or_else(|| unreachable!("a constant is moved once"));
-        let id = self.interner.intern(g, t);
-        self.moved[i] = Some(id);
+        let id = self.interner.intern(g, self.old[i].clone());
+        self.carried[i] = Some(id);
         id
     }
 }
@@ -93,14 +92,12 @@ struct Interner {
 }
 
 impl Interner {
-    /// The constant's id, reusing an equal one.
-    fn intern(&mut self, g: &mut Graph, t: Tensor) -> ConstId {
+    /// The constant's id, reusing one with the same bits.
+    fn intern(&mut self, g: &mut Graph, t: Constant) -> ConstId {
         let mut h = DefaultHasher::new();
-        (t.dtype, &t.shape).hash(&mut h);
-        t.data.iter().for_each(|x| x.to_bits().hash(&mut h));
+        t.hash_bits(&mut h);
         let bucket = self.by_hash.entry(h.finish()).or_default();
-        let same = |c: &Tensor| c.dtype == t.dtype && c.shape == t.shape && same_bits(&c.data, &t.data);
-        if let Some(&id) = bucket.iter().find(|id| same(&g.consts[id.0 as usize])) {
+        if let Some(&id) = bucket.iter().find(|id| g.consts[id.0 as usize].same_bits(&t)) {
             return id;
         }
         let id = ConstId(g.consts.len() as u32);
@@ -110,14 +107,10 @@ impl Interner {
     }
 }
 
-fn same_bits(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-}
-
 /// Every element of `v` equals `x` (a constant).
 fn is_splat(g: &Graph, v: ValueId, x: f64) -> bool {
     match g.node(v).op {
-        Op::Constant(c) => g.consts[c.0 as usize].data.iter().all(|&y| y == x),
+        Op::Constant(c) => g.consts[c.0 as usize].values().all(|y| y == x),
         _ => false,
     }
 }
@@ -163,14 +156,16 @@ fn fold(g: &Graph, n: &Node) -> Result<Option<Tensor>> {
     if !foldable || n.ty.shape.numel().is_none_or(|k| k > FOLD_LIMIT) {
         return Ok(None);
     }
-    let args: Vec<&Tensor> = n
+    // Widened to f64 tensors, as the interpreter computes.
+    let args: Vec<Tensor> = n
         .args
         .iter()
         .map(|a| match g.node(*a).op {
-            Op::Constant(c) => &g.consts[c.0 as usize],
+            Op::Constant(c) => g.consts[c.0 as usize].to_tensor(),
             _ => unreachable!("checked above: every argument is a constant"),
         })
         .collect();
+    let args: Vec<&Tensor> = args.iter().collect();
     Ok(Some(crate::interp::eval_op(&n.op, &args, &n.ty, &g.consts)?))
 }
 

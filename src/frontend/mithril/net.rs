@@ -463,8 +463,12 @@ impl Net {
                             self.set_value(slot, v, what.clone(), false)?;
                         }
                     }
-                    Conn::Const { value, tensor } => {
-                        let v = Static::from_json(value, *tensor).map_err(|e| Error::user(format!("{what}: {e}")))?;
+                    Conn::Const(value) => {
+                        let v = Static::from_json(value, false).map_err(|e| Error::user(format!("{what}: {e}")))?;
+                        self.set_value(slot, v, what.clone(), false)?;
+                    }
+                    Conn::Tensor(value) => {
+                        let v = Static::tensor_from_json(value).map_err(|e| Error::user(format!("{what}: {e}")))?;
                         self.set_value(slot, v, what.clone(), false)?;
                     }
                 }
