@@ -444,10 +444,12 @@ impl TrainLayout {
             let bytes = port.shape.iter().product::<u64>() * backward.buffers[port.buf.0].dtype.size() as u64;
             cursor = align(cursor + bytes);
         }
+        // Each weight's gradient among the outputs, found by name (not by a scan per weight).
+        let output_index: std::collections::HashMap<&str, usize> = backward.outputs.iter().enumerate().rev().map(|(i, o)| (o.name.as_str(), i)).collect();
         let mut updates = Vec::new();
         let mut state = 0;
         for w in &backward.weights {
-            let Some(grad) = backward.outputs.iter().position(|o| o.name == crate::passes::autodiff::grad_name(&w.name)) else { continue };
+            let Some(&grad) = output_index.get(crate::passes::autodiff::grad_name(&w.name).as_str()) else { continue };
             let buf = &backward.buffers[w.buf.0];
             if buf.dtype != Dtype::F32 {
                 return Err(Error::user(format!("the training step updates f32 parameters only; `{}` is {}", w.name, buf.dtype)));
