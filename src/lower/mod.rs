@@ -118,7 +118,7 @@ pub enum Expr {
 
 impl Expr {
     /// Calls `f` on this expression and every subexpression, parents first.
-    pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
+    pub fn walk<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
         f(self);
         match self {
             Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}

@@ -138,7 +138,17 @@ fn inline_maps(p: &mut Program) {
             k += 1;
             continue;
         };
-        let candidate = kernel_loads(&consumer.kernel).into_iter().find_map(|(view, vars)| {
+        let mut loads: Vec<(&View, &[usize])> = Vec::new();
+        for e in kernel_exprs(&consumer.kernel) {
+            e.walk(&mut |e| {
+                if let Expr::Load { view, vars } = e {
+                    loads.push((view, vars));
+                }
+            });
+        }
+        let size: usize = kernel_exprs(&consumer.kernel).iter().map(|e| expr_size(e)).sum();
+        let domain = consumer.kernel.domain();
+        let candidate = loads.into_iter().find_map(|(view, vars)| {
             let buf = view.buf;
             if !arena(p, buf) || reads[buf.0] != 1 {
                 return None;
@@ -148,17 +158,16 @@ fn inline_maps(p: &mut Program) {
             if out.offset != 0 || !out.is_contiguous() {
                 return None;
             }
-            let map = index_map(&view, &vars, &out.shape)?;
+            let map = index_map(view, vars, &out.shape)?;
             // Every point of the consumer's loops reads a different element: no
             // recomputation, unless the value reads no memory (an iota mask).
             let used: Vec<usize> = map.iter().flatten().copied().collect();
-            let broadcast = consumer.kernel.domain().iter().enumerate().any(|(v, &n)| n > 1 && !used.contains(&v));
+            let broadcast = domain.iter().enumerate().any(|(v, &n)| n > 1 && !used.contains(&v));
             let mut reads = Vec::new();
             expr_bufs(expr, &mut reads);
             if broadcast && (!reads.is_empty() || expr_size(expr) > 8) {
                 return None;
             }
-            let size: usize = kernel_exprs(&consumer.kernel).iter().map(|e| expr_size(e)).sum();
             (size + expr_size(expr) <= MAX_EXPR).then_some((w, buf, map))
         });
         let Some((w, buf, map)) = candidate else {
