@@ -92,19 +92,18 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
     for (n, t) in templates {
         tera.add_raw_template(n, t).map_err(|e| Error::internal(format!("template {n}: {e}")))?;
     }
-    let render = |n: &str, ctx: &TemplateContext| {
-        let context = tera::Context::from_serialize(ctx).map_err(|e| Error::internal(format!("template context: {e}")))?;
-        tera.render(n, &context).map_err(|e| Error::internal(format!("template {n}: {e:?}")))
-    };
-    let demo = ctx.for_demo();
+    // (Each context is serialized once: it lists every parameter.)
+    let context = |ctx: &TemplateContext| tera::Context::from_serialize(ctx).map_err(|e| Error::internal(format!("template context: {e}")));
+    let render = |n: &str, context: &tera::Context| tera.render(n, context).map_err(|e| Error::internal(format!("template {n}: {e:?}")));
+    let (main, demo) = (context(&ctx)?, context(&ctx.for_demo())?);
     let mut files = vec![
-        (format!("{name}.h"), render("model.h", &ctx)?.into_bytes()),
+        (format!("{name}.h"), render("model.h", &main)?.into_bytes()),
         (format!("{name}.c"), model_c(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
         ("mithril_ops.h".to_string(), C_OPS_HEADER.as_bytes().to_vec()),
         ("mithril_runtime.h".to_string(), RUNTIME_H.as_bytes().to_vec()),
         ("mithril_runtime.c".to_string(), RUNTIME_C.as_bytes().to_vec()),
         (format!("{name}_demo.c"), render("demo.c", &demo)?.into_bytes()),
-        ("Makefile".to_string(), render("Makefile", &ctx)?.into_bytes()),
+        ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
     ];
     match (opts.mode, &opts.weights) {
         (WeightsMode::Safetensors, _) => {}
