@@ -555,6 +555,8 @@ struct Lowerer<'g> {
     /// The nodes that take each value as an argument, in order, each once (listed
     /// once for the graph: a weight's layout looks at its users).
     users: Vec<Vec<ValueId>>,
+    /// The weights stored for Winograd's convolution (their convolutions skip padding).
+    winograd: HashSet<BufId>,
 }
 
 impl<'g> Lowerer<'g> {
@@ -580,6 +582,7 @@ impl<'g> Lowerer<'g> {
             views: HashMap::new(),
             scalars: HashMap::new(),
             users: users(graph),
+            winograd: HashSet::new(),
         }
     }
 
@@ -859,6 +862,9 @@ impl<'g> Lowerer<'g> {
                 self.p.weights_size = align(offset + stored * dtype.size() as u64);
                 let buf = port.buf;
                 self.p.weights.push(port);
+                if layout == Layout::Winograd {
+                    self.winograd.insert(buf);
+                }
                 if matches!(layout, Layout::RowMajor | Layout::Winograd) {
                     // (a Winograd weight is addressed only by its convolutions' runtime call)
                     self.views.insert(v, View::contiguous(buf, &shape));
@@ -1039,7 +1045,7 @@ impl<'g> Lowerer<'g> {
                 }
                 let mut x = self.contiguous(arg(0))?;
                 let mut attrs = attrs.clone();
-                let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.p.weights.iter().any(|p| p.buf == w.buf && p.layout == Layout::Winograd));
+                let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.winograd.contains(&w.buf));
                 if !by_winograd {
                     if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
                         x = padded;

@@ -8,7 +8,7 @@
 //! input of the whole model.
 
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use indexmap::IndexMap;
 
@@ -276,13 +276,14 @@ impl Net {
     /// nothing consumes, or that the file exposes (`ml.compile`'s rule).
     pub fn outputs(&self, root: &ModelNode, inst: &Instance) -> Result<Vec<(String, SlotId)>> {
         let consumed: BTreeSet<SlotId> = self.nodes.iter().flat_map(|n| n.inputs.iter().map(|(_, s)| self.find(*s))).collect();
+        let exposed_keys: HashSet<&str> = root.exposed_keys.iter().map(String::as_str).collect();
         let mut outs = Vec::new();
         for (key, &slot) in &inst.keys {
             let r = self.find(slot);
             if key.starts_with('$') || self.slot(r).producer.is_none() {
                 continue;
             }
-            let exposed = root.exposed_keys.iter().any(|k| k == key);
+            let exposed = exposed_keys.contains(key.as_str());
             if exposed || !consumed.contains(&r) || !root.is_composite() && key == "output" {
                 outs.push((key.clone(), r));
             }
