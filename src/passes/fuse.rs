@@ -163,9 +163,9 @@ fn inline_maps(p: &mut Program) {
             // recomputation, unless the value reads no memory (an iota mask).
             let used: Vec<usize> = map.iter().flatten().copied().collect();
             let broadcast = domain.iter().enumerate().any(|(v, &n)| n > 1 && !used.contains(&v));
-            let mut reads = Vec::new();
-            expr_bufs(expr, &mut reads);
-            if broadcast && (!reads.is_empty() || expr_size(expr) > 8) {
+            let mut loaded = Vec::new();
+            expr_bufs(expr, &mut loaded);
+            if broadcast && (!loaded.is_empty() || expr_size(expr) > 8) {
                 return None;
             }
             (size + expr_size(expr) <= MAX_EXPR).then_some((w, buf, map))
@@ -425,15 +425,16 @@ fn write_outputs_directly(p: &mut Program) {
             _ => None,
         };
         let Some((from, to)) = copy else { continue };
-        let Some(w) = ix.writer[from.0] else { continue };
+        let Some(w) = ix.writer[from.0].filter(|&w| steps[w].is_some()) else { continue };
         let Some(copy) = steps[i].take() else { continue };
-        let Some(writer) = steps[w].as_mut() else { unreachable!("a writer is present") };
-        visit_views(&mut writer.kernel, &mut |v| {
-            if v.buf == from {
-                v.buf = to;
-            }
-        });
-        writer.origins.extend(copy.origins);
+        if let Some(writer) = steps[w].as_mut() {
+            visit_views(&mut writer.kernel, &mut |v| {
+                if v.buf == from {
+                    v.buf = to;
+                }
+            });
+            writer.origins.extend(copy.origins);
+        }
         ix.reads[from.0] = 0;
         ix.writer[from.0] = None;
         ix.writer[to.0] = Some(w);
