@@ -92,15 +92,16 @@ impl Graphs {
     /// backward graph when there is one, else of the forward graph.
     pub fn new(graph: Graph, grad: &passes::autodiff::Wrt, mut after: impl FnMut(&str, &Graph)) -> Result<Graphs> {
         let training = *grad != passes::autodiff::Wrt::None;
-        let mut forward = graph.clone();
         let quiet = |_: &str, _: &Graph| {};
         let none = passes::Options::default();
         if training {
+            let mut forward = graph.clone();
             passes::run_pipeline(&mut forward, passes::PIPELINE, &none, quiet)?;
             let mut backward = graph;
             passes::run_pipeline(&mut backward, passes::PIPELINE, &passes::Options { grad: grad.clone() }, after)?;
             Ok(Graphs { forward, backward: Some(backward) })
         } else {
+            let mut forward = graph;
             passes::run_pipeline(&mut forward, passes::PIPELINE, &none, &mut after)?;
             Ok(Graphs { forward, backward: None })
         }

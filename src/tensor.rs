@@ -1,8 +1,17 @@
-//! Host tensors: concrete arrays used for constants, the interpreter and data files.
+//! Host tensors: concrete arrays used for the interpreter and data files, and the
+//! constants of the IR and of compiled programs.
 //!
-//! Elements are stored as `f64` whatever the dtype: every f32/f16/bf16/i32/bool value,
-//! and every i64 up to 2^53, is exact in f64. Values are rounded to their dtype when a
-//! tensor is made with [`Tensor::new`], so an f32 tensor holds exactly f32 values.
+//! A [`Tensor`] stores its elements as `f64` whatever the dtype: every f32/f16/bf16/
+//! i32/bool value, and every i64 up to 2^53, is exact in f64. Values are rounded to
+//! their dtype when a tensor is made with [`Tensor::new`], so an f32 tensor holds
+//! exactly f32 values. A [`Constant`] holds the same values in their own dtype (an f32
+//! constant takes 4 bytes per element, not 8) and shares them between clones: a model
+//! may embed constants of many megabytes, which the graph, its copies and the program
+//! all hold.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use crate::ir::Dtype;
 
@@ -71,5 +80,178 @@ pub fn round_to(dtype: Dtype, x: f64) -> f64 {
         Dtype::Bool => {
             if x != 0.0 { 1.0 } else { 0.0 }
         }
+    }
+}
+
+/// A constant tensor of the IR ([`crate::ir::Graph::consts`]) or of a compiled
+/// program: its elements in its own dtype, shared by its clones. Made from a
+/// [`Tensor`] (whose values are already rounded to the dtype), so it holds exactly
+/// the same values; [`Constant::to_tensor`] widens them back for the interpreter.
+#[derive(Clone)]
+pub struct Constant {
+    shape: Vec<u64>,
+    data: Arc<Elements>,
+}
+
+/// Elements in their own type (the variant is the dtype).
+enum Elements {
+    F64(Vec<f64>),
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
+    Bf16(Vec<half::bf16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+impl Constant {
+    /// A constant of `dtype` with the given values, each rounded to `dtype` as
+    /// [`Tensor::new`] rounds it. The caller guarantees `data.len()` is the product of
+    /// `shape` (checked in debug).
+    pub fn from_values(dtype: Dtype, shape: Vec<u64>, data: impl ExactSizeIterator<Item = f64>) -> Constant {
+        debug_assert_eq!(Some(data.len() as u64), shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)));
+        let data = match dtype {
+            Dtype::F64 => Elements::F64(data.collect()),
+            Dtype::F32 => Elements::F32(data.map(|x| x as f32).collect()),
+            Dtype::F16 => Elements::F16(data.map(half::f16::from_f64).collect()),
+            Dtype::Bf16 => Elements::Bf16(data.map(half::bf16::from_f64).collect()),
+            // Through `round_to`: truncation toward zero, saturation, NaN as 0.
+            Dtype::I32 => Elements::I32(data.map(|x| round_to(Dtype::I32, x) as i32).collect()),
+            Dtype::I64 => Elements::I64(data.map(|x| round_to(Dtype::I64, x) as i64).collect()),
+            Dtype::Bool => Elements::Bool(data.map(|x| x != 0.0).collect()),
+        };
+        Constant { shape, data: Arc::new(data) }
+    }
+
+    pub fn scalar(dtype: Dtype, value: f64) -> Constant {
+        Constant::from_values(dtype, Vec::new(), std::iter::once(value))
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        match &*self.data {
+            Elements::F64(_) => Dtype::F64,
+            Elements::F32(_) => Dtype::F32,
+            Elements::F16(_) => Dtype::F16,
+            Elements::Bf16(_) => Dtype::Bf16,
+            Elements::I32(_) => Dtype::I32,
+            Elements::I64(_) => Dtype::I64,
+            Elements::Bool(_) => Dtype::Bool,
+        }
+    }
+
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    pub fn numel(&self) -> usize {
+        match &*self.data {
+            Elements::F64(v) => v.len(),
+            Elements::F32(v) => v.len(),
+            Elements::F16(v) => v.len(),
+            Elements::Bf16(v) => v.len(),
+            Elements::I32(v) => v.len(),
+            Elements::I64(v) => v.len(),
+            Elements::Bool(v) => v.len(),
+        }
+    }
+
+    /// Element `i` (row-major), as the f64 a [`Tensor`] would hold.
+    pub fn get(&self, i: usize) -> Option<f64> {
+        Some(match &*self.data {
+            Elements::F64(v) => *v.get(i)?,
+            Elements::F32(v) => f64::from(*v.get(i)?),
+            Elements::F16(v) => v.get(i)?.to_f64(),
+            Elements::Bf16(v) => v.get(i)?.to_f64(),
+            Elements::I32(v) => f64::from(*v.get(i)?),
+            Elements::I64(v) => *v.get(i)? as f64,
+            Elements::Bool(v) => f64::from(u8::from(*v.get(i)?)),
+        })
+    }
+
+    /// Every element in row-major order, as the f64s a [`Tensor`] would hold.
+    pub fn values(&self) -> Box<dyn Iterator<Item = f64> + '_> {
+        match &*self.data {
+            Elements::F64(v) => Box::new(v.iter().copied()),
+            Elements::F32(v) => Box::new(v.iter().map(|&x| f64::from(x))),
+            Elements::F16(v) => Box::new(v.iter().map(|x| x.to_f64())),
+            Elements::Bf16(v) => Box::new(v.iter().map(|x| x.to_f64())),
+            Elements::I32(v) => Box::new(v.iter().map(|&x| f64::from(x))),
+            Elements::I64(v) => Box::new(v.iter().map(|&x| x as f64)),
+            Elements::Bool(v) => Box::new(v.iter().map(|&x| f64::from(u8::from(x)))),
+        }
+    }
+
+    /// The values widened to a [`Tensor`] (for the interpreter and constant folding).
+    pub fn to_tensor(&self) -> Tensor {
+        Tensor { dtype: self.dtype(), shape: self.shape.clone(), data: self.values().collect() }
+    }
+
+    /// The same dtype, shape and element bits (NaNs with the same payload are the
+    /// same; 0.0 and -0.0 are not).
+    pub fn same_bits(&self, other: &Constant) -> bool {
+        if self.shape != other.shape {
+            return false;
+        }
+        match (&*self.data, &*other.data) {
+            (Elements::F64(a), Elements::F64(b)) => a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits())),
+            (Elements::F32(a), Elements::F32(b)) => a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits())),
+            (Elements::F16(a), Elements::F16(b)) => a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits())),
+            (Elements::Bf16(a), Elements::Bf16(b)) => a.iter().map(|x| x.to_bits()).eq(b.iter().map(|x| x.to_bits())),
+            (Elements::I32(a), Elements::I32(b)) => a == b,
+            (Elements::I64(a), Elements::I64(b)) => a == b,
+            (Elements::Bool(a), Elements::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Hashes what [`Constant::same_bits`] compares.
+    pub fn hash_bits<H: Hasher>(&self, h: &mut H) {
+        self.dtype().hash(h);
+        self.shape.hash(h);
+        match &*self.data {
+            Elements::F64(v) => v.iter().for_each(|x| x.to_bits().hash(h)),
+            Elements::F32(v) => v.iter().for_each(|x| x.to_bits().hash(h)),
+            Elements::F16(v) => v.iter().for_each(|x| x.to_bits().hash(h)),
+            Elements::Bf16(v) => v.iter().for_each(|x| x.to_bits().hash(h)),
+            Elements::I32(v) => v.hash(h),
+            Elements::I64(v) => v.hash(h),
+            Elements::Bool(v) => v.hash(h),
+        }
+    }
+
+    /// The same dtype, shape, and elements that print alike with `{:?}` (bit for bit,
+    /// or both NaN): what comparing two tensors by their debug text decided.
+    pub fn same_text(&self, other: &Constant) -> bool {
+        self.dtype() == other.dtype()
+            && self.shape == other.shape
+            && self.values().zip(other.values()).all(|(a, b)| a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan())
+    }
+}
+
+impl From<Tensor> for Constant {
+    fn from(t: Tensor) -> Constant {
+        Constant::from_values(t.dtype, t.shape, t.data.into_iter())
+    }
+}
+
+impl From<&Tensor> for Constant {
+    fn from(t: &Tensor) -> Constant {
+        Constant::from_values(t.dtype, t.shape.clone(), t.data.iter().copied())
+    }
+}
+
+/// Equal as tensors are: the same dtype and shape, and elements equal as f64
+/// (so 0.0 == -0.0 and NaN != NaN).
+impl PartialEq for Constant {
+    fn eq(&self, other: &Constant) -> bool {
+        self.dtype() == other.dtype() && self.shape == other.shape && self.values().eq(other.values())
+    }
+}
+
+/// A summary, not the elements: constants can be large, and a debug string of every
+/// element is never what a message or a lookup key wants.
+impl fmt::Debug for Constant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Constant({}{:?})", self.dtype(), self.shape)
     }
 }

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use crate::error::Result;
 use crate::ir::{Graph, Op, Shape, TensorType, ValueId};
 use crate::passes::shape::{describe_node, infer};
-use crate::tensor::Tensor;
+use crate::tensor::{Constant, Tensor};
 use crate::{internal_error, user_error};
 
 pub use special::{erf, erfc};
@@ -39,7 +39,7 @@ pub const MAX_ELEMENTS: u64 = 1 << 30;
 /// Evaluates one op on concrete tensors. `ty` is the node's result type (fully static
 /// shape); `consts` is `graph.consts`. Inputs and parameters have no meaning here (their
 /// values come from the caller; see [`run`]).
-pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Tensor]) -> Result<Tensor> {
+pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Constant]) -> Result<Tensor> {
     let out = check_operands(op, args, ty, consts)?;
     let data = match op {
         Op::Input | Op::Param => {
@@ -47,7 +47,7 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Tensor]) ->
         }
         Op::Constant(c) => {
             let t = consts.get(c.0 as usize).ok_or_else(|| internal_error!("constant #{} does not exist", c.0))?;
-            return Ok(t.clone());
+            return Ok(t.to_tensor());
         }
         Op::Unary(u) => elementwise::unary(*u, args[0]),
         Op::Binary(b) => elementwise::binary(*b, args[0], args[1], &out, ty.dtype)?,
@@ -76,7 +76,7 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Tensor]) ->
 /// Checks that the kernels' assumptions hold: every argument's data matches its shape,
 /// and the shape rule applied to the arguments gives exactly `ty`, which is static.
 /// Returns the result shape. A failure is a bug in whoever built the graph or the call.
-fn check_operands(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Tensor]) -> Result<Vec<u64>> {
+fn check_operands(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Constant]) -> Result<Vec<u64>> {
     let out = ty
         .shape
         .as_known()
@@ -137,12 +137,12 @@ pub fn run(graph: &Graph, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(Strin
         let value = if matches!(node.op, Op::Input | Op::Param) {
             feed(graph, v, feeds)?
         } else if let Op::Constant(c) = node.op {
-            // Borrowed, like the feeds: weights folded into constants are not copied.
+            // Widened from the constant's own dtype to f64, as the kernels compute.
             let t = graph.consts.get(c.0 as usize).ok_or_else(|| internal_error!("constant #{} does not exist", c.0))?;
-            if t.dtype != node.ty.dtype || Shape::known(&t.shape) != node.ty.shape {
-                return Err(internal_error!("interp: constant #{} is {}{} but %{} says {}", c.0, t.dtype, Shape::known(&t.shape), v.0, node.ty));
+            if t.dtype() != node.ty.dtype || Shape::known(t.shape()) != node.ty.shape {
+                return Err(internal_error!("interp: constant #{} is {}{} but %{} says {}", c.0, t.dtype(), Shape::known(t.shape()), v.0, node.ty));
             }
-            Cow::Borrowed(t)
+            Cow::Owned(t.to_tensor())
         } else {
             let args = node
                 .args

@@ -449,7 +449,7 @@ fn iota_and_pad() {
 fn constants_inputs_and_inconsistent_types() {
     let c = f64t(&[2], &[1.0, 2.0]);
     let ty = TensorType::new(Dtype::F64, Shape::known(&[2]));
-    let out = eval_op(&Op::Constant(ConstId(0)), &[], &ty, std::slice::from_ref(&c)).unwrap();
+    let out = eval_op(&Op::Constant(ConstId(0)), &[], &ty, &[Constant::from(&c)]).unwrap();
     assert_eq!(out, c);
     let input = eval_op(&Op::Input, &[], &ty, &[]).unwrap_err();
     assert_eq!(input.kind, ErrorKind::Internal);

@@ -16,7 +16,7 @@ pub mod verify;
 pub use op::*;
 pub use types::*;
 
-use crate::tensor::Tensor;
+use crate::tensor::{Constant, Tensor};
 
 /// A value of the graph: the index of the node that defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,7 +53,7 @@ pub struct Output {
 pub struct Graph {
     pub name: String,
     pub nodes: Vec<Node>,
-    pub consts: Vec<Tensor>,
+    pub consts: Vec<Constant>,
     pub outputs: Vec<Output>,
 }
 
@@ -79,9 +79,13 @@ impl Graph {
     }
 
     pub fn add_const(&mut self, t: Tensor) -> ValueId {
+        self.add_constant(Constant::from(t))
+    }
+
+    pub fn add_constant(&mut self, c: Constant) -> ValueId {
         let cid = ConstId(self.consts.len() as u32);
-        let ty = TensorType::new(t.dtype, Shape::known(&t.shape));
-        self.consts.push(t);
+        let ty = TensorType::new(c.dtype(), Shape::known(c.shape()));
+        self.consts.push(c);
         self.push(Op::Constant(cid), Vec::new(), ty)
     }
 

@@ -77,7 +77,7 @@ fn node(g: &mut Graph, line: &str) -> Result<(), String> {
             let shape = ty.shape.as_known().ok_or("a constant needs a static shape")?;
             let t = Tensor::new(ty.dtype, shape, values);
             let cid = ConstId(g.consts.len() as u32);
-            g.consts.push(t);
+            g.consts.push(t.into());
             Op::Constant(cid)
         }
         "where" => Op::Where,

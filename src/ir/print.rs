@@ -77,9 +77,8 @@ fn attributes(graph: &Graph, op: &Op) -> Vec<String> {
             Some(t) if t.numel() <= 8 => {
                 // Shortest text that reads back as the same value of the constant's dtype.
                 let items: Vec<String> = t
-                    .data
-                    .iter()
-                    .map(|&x| match t.dtype {
+                    .values()
+                    .map(|x| match t.dtype() {
                         Dtype::F64 => format!("{x:?}"),
                         d if d.is_float() => format!("{:?}", x as f32),
                         _ => format!("{x}"),

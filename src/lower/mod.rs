@@ -17,11 +17,12 @@
 
 pub mod print;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use crate::error::{Error, Result};
 use crate::ir::*;
-use crate::tensor::Tensor;
+use crate::tensor::Constant;
 
 /// Index of a buffer in [`Program::buffers`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,7 +61,7 @@ impl Buffer {
 
 /// A strided view of a buffer: element `idx` of a tensor of `shape` is
 /// `buf[offset + Σ idx[d] * strides[d]]`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Hash)]
 pub struct View {
     pub buf: BufId,
     pub shape: Vec<u64>,
@@ -123,7 +124,7 @@ pub enum Expr {
 
 impl Expr {
     /// Calls `f` on this expression and every subexpression, parents first.
-    pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
+    pub fn walk<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
         f(self);
         match self {
             Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}
@@ -164,6 +165,109 @@ impl Expr {
             Expr::Const(_, d) | Expr::Unary(_, _, d) | Expr::Binary(_, _, _, d) | Expr::Select(_, _, _, d) | Expr::Where(_, _, _, d) | Expr::Cast(_, d) => *d,
             Expr::Load { .. } | Expr::Gather { .. } => Dtype::F32, // overwritten by the program's buffer dtype; see `Program::expr_dtype`
             Expr::Index(_) => Dtype::I64,
+        }
+    }
+}
+
+// Hashes agree with `PartialEq` (equal values hash alike; 0.0 and -0.0 compare equal,
+// so they hash alike too), so a pass can find equal kernels through a hash table and
+// confirm with `==` instead of comparing every pair.
+fn hash_f64<H: Hasher>(x: f64, h: &mut H) {
+    (if x == 0.0 { 0 } else { x.to_bits() }).hash(h);
+}
+
+impl Hash for Expr {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Expr::Const(x, d) => {
+                hash_f64(*x, h);
+                d.hash(h);
+            }
+            Expr::Load { view, vars } => {
+                view.hash(h);
+                vars.hash(h);
+            }
+            Expr::Index(v) => v.hash(h),
+            Expr::Unary(u, a, d) => {
+                u.hash(h);
+                a.hash(h);
+                d.hash(h);
+            }
+            Expr::Binary(b, l, r, d) => {
+                b.hash(h);
+                l.hash(h);
+                r.hash(h);
+                d.hash(h);
+            }
+            Expr::Select(c, a, b, d) => {
+                c.hash(h);
+                a.hash(h);
+                b.hash(h);
+                d.hash(h);
+            }
+            Expr::Cast(a, d) => {
+                a.hash(h);
+                d.hash(h);
+            }
+            Expr::Gather { view, vars, axis, index } => {
+                view.hash(h);
+                vars.hash(h);
+                axis.hash(h);
+                index.hash(h);
+            }
+        }
+    }
+}
+
+impl Hash for Kernel {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Kernel::Map { out, expr } => {
+                out.hash(h);
+                expr.hash(h);
+            }
+            Kernel::Reduce { out, reduced, kind, expr, scale } => {
+                out.hash(h);
+                reduced.hash(h);
+                kind.hash(h);
+                expr.hash(h);
+                scale.is_some().hash(h);
+                if let Some(x) = scale {
+                    hash_f64(*x, h);
+                }
+            }
+            Kernel::ArgReduce { out, reduced, kind, expr } => {
+                out.hash(h);
+                reduced.hash(h);
+                kind.hash(h);
+                expr.hash(h);
+            }
+            Kernel::Gemm { a, b, c, epilogue } => {
+                a.hash(h);
+                b.hash(h);
+                c.hash(h);
+                epilogue.hash(h);
+            }
+            Kernel::Conv { x, w, out, attrs, epilogue, scratch } => {
+                x.hash(h);
+                w.hash(h);
+                out.hash(h);
+                attrs.hash(h);
+                epilogue.hash(h);
+                scratch.hash(h);
+            }
+            Kernel::Pool { x, out, attrs } => {
+                x.hash(h);
+                out.hash(h);
+                attrs.hash(h);
+            }
+            Kernel::Softmax { x, out, axis } => {
+                x.hash(h);
+                out.hash(h);
+                axis.hash(h);
+            }
         }
     }
 }
@@ -300,7 +404,7 @@ pub struct Program {
     pub buffers: Vec<Buffer>,
     pub steps: Vec<Step>,
     /// Constants emitted into the source, by [`Storage::Const`] index.
-    pub consts: Vec<Tensor>,
+    pub consts: Vec<Constant>,
     /// Symbolic dimensions (a batch size) with the largest value each may take at run
     /// time. Buffers are laid out for the maxima, so only loop extents change with
     /// them; symbols must be outermost in inputs and outputs, whose row-major layout
@@ -454,6 +558,11 @@ struct Lowerer<'g> {
     views: HashMap<ValueId, View>,
     /// Scalar constants are inlined into expressions.
     scalars: HashMap<ValueId, (f64, Dtype)>,
+    /// The nodes that take each value as an argument, in order, each once (listed
+    /// once for the graph: a weight's layout looks at its users).
+    users: Vec<Vec<ValueId>>,
+    /// The weights stored for Winograd's convolution (their convolutions skip padding).
+    winograd: HashSet<BufId>,
 }
 
 impl<'g> Lowerer<'g> {
@@ -478,6 +587,8 @@ impl<'g> Lowerer<'g> {
             },
             views: HashMap::new(),
             scalars: HashMap::new(),
+            users: users(graph),
+            winograd: HashSet::new(),
         }
     }
 
@@ -533,12 +644,12 @@ impl<'g> Lowerer<'g> {
         Ok(out)
     }
 
-    fn users(&self, v: ValueId) -> Vec<ValueId> {
-        self.graph.ids().filter(|&u| self.graph.node(u).args.contains(&v)).collect()
+    fn users(&self, v: ValueId) -> &[ValueId] {
+        &self.users[v.index()]
     }
 
     /// How parameter `v` (of `shape`) is stored: see [`Layout`].
-    fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &[ValueId]) -> Layout {
+    fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &HashSet<ValueId>) -> Layout {
         let g = self.graph;
         let users = self.users(v);
         let winograd_weight = |&conv: &ValueId| {
@@ -625,7 +736,7 @@ impl<'g> Lowerer<'g> {
                 unsupported.join("; ")
             )));
         }
-        let outputs: Vec<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
+        let outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
         for v in graph.ids() {
             self.lower_node(v, &outputs)?;
         }
@@ -728,7 +839,7 @@ impl<'g> Lowerer<'g> {
         Ok(Some(out))
     }
 
-    fn lower_node(&mut self, v: ValueId, outputs: &[ValueId]) -> Result<()> {
+    fn lower_node(&mut self, v: ValueId, outputs: &HashSet<ValueId>) -> Result<()> {
         let node = self.graph.node(v);
         let shape = self.shape(v)?;
         let dtype = node.ty.dtype;
@@ -757,6 +868,9 @@ impl<'g> Lowerer<'g> {
                 self.p.weights_size = align(offset + stored * dtype.size() as u64);
                 let buf = port.buf;
                 self.p.weights.push(port);
+                if layout == Layout::Winograd {
+                    self.winograd.insert(buf);
+                }
                 if matches!(layout, Layout::RowMajor | Layout::Winograd) {
                     // (a Winograd weight is addressed only by its convolutions' runtime call)
                     self.views.insert(v, View::contiguous(buf, &shape));
@@ -769,11 +883,11 @@ impl<'g> Lowerer<'g> {
             Op::Constant(c) => {
                 let t = &self.graph.consts[c.0 as usize];
                 if t.numel() == 1 {
-                    self.scalars.insert(v, (t.data[0], t.dtype));
+                    self.scalars.insert(v, (t.get(0).unwrap_or_default(), t.dtype()));
                 } else {
                     let idx = self.p.consts.len();
                     self.p.consts.push(t.clone());
-                    let buf = self.buffer(format!("const{idx}"), t.dtype, t.numel().max(1) as u64, Storage::Const(idx));
+                    let buf = self.buffer(format!("const{idx}"), t.dtype(), t.numel().max(1) as u64, Storage::Const(idx));
                     self.views.insert(v, View::contiguous(buf, &shape));
                 }
             }
@@ -937,7 +1051,7 @@ impl<'g> Lowerer<'g> {
                 }
                 let mut x = self.contiguous(arg(0))?;
                 let mut attrs = attrs.clone();
-                let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.p.weights.iter().any(|p| p.buf == w.buf && p.layout == Layout::Winograd));
+                let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.winograd.contains(&w.buf));
                 if !by_winograd {
                     if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
                         x = padded;
@@ -1101,6 +1215,20 @@ impl<'g> Lowerer<'g> {
         let own = self.shape(v)?;
         Ok(rebase(e, &own, shape))
     }
+}
+
+/// For each value, the nodes that take it as an argument, in order, each once.
+fn users(graph: &Graph) -> Vec<Vec<ValueId>> {
+    let mut users: Vec<Vec<ValueId>> = vec![Vec::new(); graph.nodes.len()];
+    for u in graph.ids() {
+        for a in &graph.node(u).args {
+            let list = &mut users[a.index()];
+            if list.last() != Some(&u) {
+                list.push(u);
+            }
+        }
+    }
+    users
 }
 
 /// The number of nodes in an expression.

@@ -23,11 +23,15 @@ pub fn print(p: &Program) -> String {
     let symbols: Vec<String> = p.symbols.iter().map(|(n, max)| format!("{n} <= {max}")).collect();
     let symbols = if symbols.is_empty() { String::new() } else { format!(" ({})", symbols.join(", ")) };
     let _ = writeln!(s, "program {}{symbols} {{", p.name);
+    let mut layouts: HashMap<BufId, Layout> = HashMap::new();
+    for w in &p.weights {
+        layouts.entry(w.buf).or_insert(w.layout);
+    }
     for (i, b) in p.buffers.iter().enumerate() {
         let storage = match &b.storage {
             Storage::Input(k) => format!("input {k}"),
             Storage::Output(k) => format!("output {k}"),
-            Storage::Weight { offset } => match p.weights.iter().find(|w| w.buf == BufId(i)).map(|w| w.layout) {
+            Storage::Weight { offset } => match layouts.get(&BufId(i)) {
                 Some(Layout::Transposed) => format!("weight @{offset} transposed"),
                 Some(Layout::Panels) => format!("weight @{offset} panels"),
                 Some(Layout::Winograd) => format!("weight @{offset} winograd"),

@@ -12,7 +12,7 @@
 //! ops. An op it cannot differentiate is an error naming the node, never a wrong
 //! gradient; ops with no gradient (comparisons, `floor`, indices) pass none on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::*;
@@ -47,9 +47,16 @@ pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
         Wrt::None => return Ok(()),
         Wrt::AllParams => graph.params().collect(),
         Wrt::Params(names) => {
+            // The parameters by name, looked up once per name asked for.
+            let mut params: HashMap<&str, ValueId> = HashMap::new();
+            for v in graph.params() {
+                if let Some(name) = &graph.node(v).name {
+                    params.entry(name.as_str()).or_insert(v);
+                }
+            }
             let mut out = Vec::new();
             for name in names {
-                let v = graph.find_arg(name).filter(|&v| graph.node(v).op == Op::Param).ok_or_else(|| {
+                let v = params.get(name.as_str()).copied().ok_or_else(|| {
                     let params: Vec<String> = graph.params().filter_map(|p| graph.node(p).name.clone()).collect();
                     Error::user(format!("--grad {name}: the model has no parameter `{name}`"))
                         .note(format!("its parameters: {}", if params.is_empty() { "none".to_string() } else { params.join(", ") }))

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::ir::*;
-use crate::tensor::Tensor;
+use crate::tensor::Constant;
 
 /// Re-infers the type of every node from its arguments, replacing stale types.
 /// Inputs and parameters keep their declared types.
@@ -35,14 +35,14 @@ pub fn describe_node(graph: &Graph, v: ValueId) -> String {
 
 /// The result type of `op` applied to arguments of types `args`. `declared` is the
 /// node's current type, which inputs and parameters keep.
-pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Tensor]) -> Result<TensorType, String> {
+pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Constant]) -> Result<TensorType, String> {
     check_arity(op, args.len())?;
     let a = |i: usize| args[i];
     match op {
         Op::Input | Op::Param => Ok(declared.clone()),
         Op::Constant(c) => {
             let t = consts.get(c.0 as usize).ok_or_else(|| format!("constant #{} does not exist", c.0))?;
-            Ok(TensorType::new(t.dtype, Shape::known(&t.shape)))
+            Ok(TensorType::new(t.dtype(), Shape::known(t.shape())))
         }
         Op::Unary(u) => {
             let x = a(0);

@@ -5,11 +5,13 @@
 //! keeps the value's type exactly (dtype and shape, broadcasting included). Inputs and
 //! parameters are never removed: they are the model's interface.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
+use std::hash::Hasher;
 
 use crate::error::Result;
 use crate::ir::*;
-use crate::tensor::Tensor;
+use crate::tensor::{Constant, Tensor};
 
 /// Results up to this many elements are folded into constants (bigger ones, such as
 /// an attention mask, are cheaper computed than stored).
@@ -19,20 +21,20 @@ pub fn run(g: &mut Graph) -> Result<()> {
     let mut out = Graph::new(g.name.clone());
     let mut map: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
     let mut seen: HashMap<String, ValueId> = HashMap::new();
+    let mut consts = Consts::new(std::mem::take(&mut g.consts));
     for node in &g.nodes {
         let args: Vec<ValueId> = node.args.iter().map(|a| map[a.index()]).collect();
         let mut new = Node { op: node.op.clone(), args, ty: node.ty.clone(), name: node.name.clone(), origin: node.origin.clone() };
         if let Op::Constant(c) = new.op {
             // Constants are re-interned in the new graph.
-            let t = g.consts[c.0 as usize].clone();
-            new.op = Op::Constant(intern(&mut out, t));
+            new.op = Op::Constant(consts.carry(c, &mut out));
         }
         if let Some(v) = identity(&out, &new) {
             map.push(v);
             continue;
         }
         if let Some(t) = fold(&out, &new)? {
-            new.op = Op::Constant(intern(&mut out, t));
+            new.op = Op::Constant(consts.interner.intern(&mut out, Constant::from(t)));
             new.args.clear();
         }
         // Inputs and parameters are distinct by name even when alike.
@@ -56,23 +58,59 @@ pub fn run(g: &mut Graph) -> Result<()> {
     Ok(())
 }
 
-/// The constant's id, reusing an equal one.
-fn intern(g: &mut Graph, t: Tensor) -> ConstId {
-    if let Some(i) = g.consts.iter().position(|c| c.dtype == t.dtype && c.shape == t.shape && same_bits(&c.data, &t.data)) {
-        return ConstId(i as u32);
-    }
-    g.consts.push(t);
-    ConstId(g.consts.len() as u32 - 1)
+/// The constants of a graph being rebuilt: each old constant is interned in the new
+/// graph the first time a node uses it (a clone shares its elements).
+struct Consts {
+    old: Vec<Constant>,
+    carried: Vec<Option<ConstId>>,
+    interner: Interner,
 }
 
-fn same_bits(a: &[f64], b: &[f64]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+impl Consts {
+    fn new(old: Vec<Constant>) -> Consts {
+        let carried = vec![None; old.len()];
+        Consts { old, carried, interner: Interner::default() }
+    }
+
+    /// The id in `g` of the old graph's constant `c`.
+    fn carry(&mut self, c: ConstId, g: &mut Graph) -> ConstId {
+        let i = c.0 as usize;
+        if let Some(id) = self.carried[i] {
+            return id;
+        }
+        let id = self.interner.intern(g, self.old[i].clone());
+        self.carried[i] = Some(id);
+        id
+    }
+}
+
+/// Finds a graph's constants by value through a hash of their bits, so interning is
+/// not a scan of every constant (a model may have one per node).
+#[derive(Default)]
+struct Interner {
+    by_hash: HashMap<u64, Vec<ConstId>>,
+}
+
+impl Interner {
+    /// The constant's id, reusing one with the same bits.
+    fn intern(&mut self, g: &mut Graph, t: Constant) -> ConstId {
+        let mut h = DefaultHasher::new();
+        t.hash_bits(&mut h);
+        let bucket = self.by_hash.entry(h.finish()).or_default();
+        if let Some(&id) = bucket.iter().find(|id| g.consts[id.0 as usize].same_bits(&t)) {
+            return id;
+        }
+        let id = ConstId(g.consts.len() as u32);
+        g.consts.push(t);
+        bucket.push(id);
+        id
+    }
 }
 
 /// Every element of `v` equals `x` (a constant).
 fn is_splat(g: &Graph, v: ValueId, x: f64) -> bool {
     match g.node(v).op {
-        Op::Constant(c) => g.consts[c.0 as usize].data.iter().all(|&y| y == x),
+        Op::Constant(c) => g.consts[c.0 as usize].values().all(|y| y == x),
         _ => false,
     }
 }
@@ -118,14 +156,16 @@ fn fold(g: &Graph, n: &Node) -> Result<Option<Tensor>> {
     if !foldable || n.ty.shape.numel().is_none_or(|k| k > FOLD_LIMIT) {
         return Ok(None);
     }
-    let args: Vec<&Tensor> = n
+    // Widened to f64 tensors, as the interpreter computes.
+    let args: Vec<Tensor> = n
         .args
         .iter()
         .map(|a| match g.node(*a).op {
-            Op::Constant(c) => &g.consts[c.0 as usize],
+            Op::Constant(c) => g.consts[c.0 as usize].to_tensor(),
             _ => unreachable!("checked above: every argument is a constant"),
         })
         .collect();
+    let args: Vec<&Tensor> = args.iter().collect();
     Ok(Some(crate::interp::eval_op(&n.op, &args, &n.ty, &g.consts)?))
 }
 
@@ -147,6 +187,7 @@ fn sweep(g: Graph) -> Graph {
     }
     let mut out = Graph::new(g.name.clone());
     let mut map = vec![ValueId(0); g.nodes.len()];
+    let mut consts = Consts::new(g.consts);
     for (i, node) in g.nodes.into_iter().enumerate() {
         if !live[i] {
             continue;
@@ -154,7 +195,7 @@ fn sweep(g: Graph) -> Graph {
         let mut node = node;
         node.args = node.args.iter().map(|a| map[a.index()]).collect();
         if let Op::Constant(c) = node.op {
-            node.op = Op::Constant(intern(&mut out, g.consts[c.0 as usize].clone()));
+            node.op = Op::Constant(consts.carry(c, &mut out));
         }
         map[i] = ValueId(out.nodes.len() as u32);
         out.nodes.push(node);

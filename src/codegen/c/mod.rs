@@ -129,19 +129,18 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
     for (n, t) in templates {
         tera.add_raw_template(n, t).map_err(|e| Error::internal(format!("template {n}: {e}")))?;
     }
-    let render = |n: &str, ctx: &TemplateContext| {
-        let context = tera::Context::from_serialize(ctx).map_err(|e| Error::internal(format!("template context: {e}")))?;
-        tera.render(n, &context).map_err(|e| Error::internal(format!("template {n}: {e:?}")))
-    };
-    let demo = ctx.for_demo();
+    // (Each context is serialized once: it lists every parameter.)
+    let context = |ctx: &TemplateContext| tera::Context::from_serialize(ctx).map_err(|e| Error::internal(format!("template context: {e}")));
+    let render = |n: &str, context: &tera::Context| tera.render(n, context).map_err(|e| Error::internal(format!("template {n}: {e:?}")));
+    let (main, demo) = (context(&ctx)?, context(&ctx.for_demo())?);
     let mut files = vec![
-        (format!("{name}.h"), render("model.h", &ctx)?.into_bytes()),
+        (format!("{name}.h"), render("model.h", &main)?.into_bytes()),
         (format!("{name}.c"), model_c(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
         ("mithril_ops.h".to_string(), C_OPS_HEADER.as_bytes().to_vec()),
         ("mithril_runtime.h".to_string(), RUNTIME_H.as_bytes().to_vec()),
         ("mithril_runtime.c".to_string(), RUNTIME_C.as_bytes().to_vec()),
         (format!("{name}_demo.c"), render("demo.c", &demo)?.into_bytes()),
-        ("Makefile".to_string(), render("Makefile", &ctx)?.into_bytes()),
+        ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
     ];
     match (opts.mode, &opts.weights) {
         (WeightsMode::Safetensors, _) => {}
@@ -488,10 +487,12 @@ impl TrainLayout {
             let bytes = port.shape.iter().product::<u64>() * backward.buffers[port.buf.0].dtype.size() as u64;
             cursor = align(cursor + bytes);
         }
+        // Each weight's gradient among the outputs, found by name (not by a scan per weight).
+        let output_index: std::collections::HashMap<&str, usize> = backward.outputs.iter().enumerate().rev().map(|(i, o)| (o.name.as_str(), i)).collect();
         let mut updates = Vec::new();
         let mut state = 0;
         for w in &backward.weights {
-            let Some(grad) = backward.outputs.iter().position(|o| o.name == crate::passes::autodiff::grad_name(&w.name)) else { continue };
+            let Some(&grad) = output_index.get(crate::passes::autodiff::grad_name(&w.name).as_str()) else { continue };
             let buf = &backward.buffers[w.buf.0];
             if buf.dtype != Dtype::F32 {
                 return Err(Error::user(format!("the training step updates f32 parameters only; `{}` is {}", w.name, buf.dtype)));
@@ -621,10 +622,23 @@ fn model_c(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>,
 fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()> {
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d: &C, names: &names };
+    // Weights stored in column panels, by buffer (looked up at each matmul).
+    let mut panels = vec![false; p.buffers.len()];
+    for w in p.weights.iter().filter(|w| w.layout == Layout::Panels) {
+        panels[w.buf.0] = true;
+    }
     for (i, t) in p.consts.iter().enumerate() {
-        let ty = C.ty(t.dtype);
-        let items: Vec<String> = t.data.iter().map(|&x| r.literal(x, t.dtype)).collect();
-        let _ = writeln!(s, "static const {ty} {name}_const{i}[{}] = {{ {} }};", t.numel().max(1), items.join(", "));
+        let ty = C.ty(t.dtype());
+        // Written straight into the file: a large constant's literals are never held
+        // as strings of their own.
+        let _ = write!(s, "static const {ty} {name}_const{i}[{}] = {{ ", t.numel().max(1));
+        for (j, x) in t.values().enumerate() {
+            if j > 0 {
+                s.push_str(", ");
+            }
+            s.push_str(&r.literal(x, t.dtype()));
+        }
+        s.push_str(" };\n");
     }
     let _ = writeln!(s, "\n/* What every kernel reads its buffers from. */");
     let dims_field = if p.symbols.is_empty() {
@@ -683,7 +697,7 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
                 for d in 0..rank - 2 {
                     let _ = writeln!(s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
                 }
-                gemm(&r, a, b, c, &ext, epilogue.as_ref(), has_ep.then_some("&ep"), false, s)?;
+                gemm(&r, a, b, c, &ext, epilogue.as_ref(), has_ep.then_some("&ep"), false, &panels, s)?;
                 s.push_str("    }\n}\n");
                 let cost = step.kernel.domain().iter().product::<u64>() * 2;
                 let total = product(&extents(step, "ctx.")[..rank - 2]);
@@ -697,7 +711,7 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
                 } else {
                     None
                 };
-                runtime_call(&r, other, &extents(step, "ctx."), ep, &mut body)?;
+                runtime_call(&r, other, &extents(step, "ctx."), ep, &panels, &mut body)?;
                 calls.push(format!("\n    {comment}\n    {{\n{body}    }}"));
             }
         }
@@ -1074,14 +1088,15 @@ fn flatten_spatial(e: &crate::lower::Expr, ow: u64) -> Option<crate::lower::Expr
 }
 
 /// A kernel that calls the runtime, inline in the forward function; `ext` are the
-/// extents of its domain, `ep` the address of its `mr_epilogue`, if it has one.
-fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, s: &mut String) -> Result<()> {
+/// extents of its domain, `ep` the address of its `mr_epilogue`, if it has one;
+/// `panels` marks the weights stored in column panels.
+fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, panels: &[bool], s: &mut String) -> Result<()> {
     let ep_arg = ep.unwrap_or("NULL");
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
-        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, ext, epilogue.as_ref(), ep, true, s)?,
+        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, ext, epilogue.as_ref(), ep, true, panels, s)?,
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (&ext[0], x.shape[1]);
@@ -1189,7 +1204,7 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
 /// A matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops; `at` is
 /// the address of the `mr_epilogue` that runs `epilogue` for the runtime. With
 /// `batch_loops`, loops over the batch dimensions come first; without, the caller has
-/// set the batch loop variables.
+/// set the batch loop variables. `panels` marks the weights stored in column panels.
 #[allow(clippy::too_many_arguments)]
 fn gemm(
     r: &Renderer<C>,
@@ -1200,6 +1215,7 @@ fn gemm(
     epilogue: Option<&crate::lower::Expr>,
     at: Option<&str>,
     batch_loops: bool,
+    panels: &[bool],
     s: &mut String,
 ) -> Result<()> {
     let rank = c.shape.len();
@@ -1224,8 +1240,7 @@ fn gemm(
     };
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
     let (ta, tb, tc) = (r.p.buffers[a.buf.0].dtype, r.p.buffers[b.buf.0].dtype, r.p.buffers[c.buf.0].dtype);
-    let panels = r.p.weights.iter().any(|w| w.buf == b.buf && w.layout == Layout::Panels);
-    if panels {
+    if panels[b.buf.0] {
         // A weight in column panels: the whole [K, N] matrix, the same for every batch
         // index (lowering stores a weight so only when every use is such an operand).
         if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) || ta != Dtype::F32 || tc != Dtype::F32 {

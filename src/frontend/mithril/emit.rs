@@ -17,7 +17,7 @@ use super::value::Static;
 use crate::error::{Error, Result};
 use crate::ir::*;
 use crate::passes::shape;
-use crate::tensor::Tensor;
+use crate::tensor::{Constant, Tensor};
 
 /// What the caller knows beyond the model file.
 #[derive(Debug, Clone, Default)]
@@ -40,7 +40,9 @@ pub fn load(path: &Path, opts: &Options) -> Result<Graph> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::user(format!("cannot read {file}: {}", crate::error::io_message(&e))))?;
     let name = path.file_stem().map_or("model".to_string(), |s| s.to_string_lossy().into_owned());
-    load_str(&text, &file, &name, opts)
+    let parsed = json::parse_file(&text, &file)?;
+    drop(text); // a large model's text is not kept while it compiles
+    Ok(expand_parsed(parsed, &file, &name, opts)?.0)
 }
 
 /// Compiles the text of a model file; `file` names it in messages.
@@ -52,7 +54,10 @@ pub fn load_str(text: &str, file: &str, name: &str, opts: &Options) -> Result<Gr
 /// computed a tensor, in emission order: the flattened primitive graph as Mithril would
 /// have it (the conformance tests compare it with Mithril's own).
 pub fn expand(text: &str, file: &str, name: &str, opts: &Options) -> Result<(Graph, Vec<&'static str>)> {
-    let parsed = json::parse_file(text, file)?;
+    expand_parsed(json::parse_file(text, file)?, file, name, opts)
+}
+
+fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> Result<(Graph, Vec<&'static str>)> {
     (|| {
         let (mut root, losses) = match parsed {
             json::File::Model(root) => (root, Vec::new()),
@@ -70,6 +75,9 @@ pub fn expand(text: &str, file: &str, name: &str, opts: &Options) -> Result<(Gra
             check_supported(&net)?;
             Some("final_cost")
         };
+        // The net holds what emission needs (tensor constants included): the model
+        // nodes can go.
+        drop((root, losses));
         let mut emitter = Emitter::new(&net, opts, name);
         let graph = emitter.run(&inst, &outputs, loss)?;
         Ok((graph, emitter.tensor_formulas))
@@ -192,9 +200,14 @@ pub(super) struct Emitter<'a> {
     pub(super) tensor_formulas: Vec<&'static str>,
     /// Primitives already emitted, by formula and inputs: a second identical one (the
     /// transpose of a weight two Linears share) reuses the first, as Mithril does.
-    emitted: HashMap<String, Val>,
+    /// The key is the inputs' debug text, which shows a tensor constant's shape only,
+    /// so each entry keeps its tensor constants to compare.
+    emitted: HashMap<String, Vec<(Vec<Constant>, Val)>>,
     /// Inputs whose shapes are being resolved from templates (breaks cycles).
     pub(super) resolving: BTreeSet<SlotId>,
+    /// For each value (a slot root), the templates that mention it, in order (the net
+    /// no longer changes once emission starts).
+    templates_of: HashMap<SlotId, Vec<usize>>,
     /// Why a related input could not be created while resolving templates: when an
     /// input's shape cannot be found, this is the error worth reporting.
     pub(super) root_cause: Option<Error>,
@@ -213,6 +226,7 @@ impl<'a> Emitter<'a> {
             tensor_formulas: Vec::new(),
             emitted: HashMap::new(),
             resolving: BTreeSet::new(),
+            templates_of: templates_by_slot(net),
             root_cause: None,
         }
     }
@@ -403,7 +417,8 @@ impl<'a> Emitter<'a> {
         }
         let net = self.net;
         let mut found = None;
-        for t in &net.templates {
+        let mentioning = self.templates_of.get(&r).cloned().unwrap_or_default();
+        for t in mentioning.into_iter().map(|i| &net.templates[i]) {
             let Some((_, mine)) = t.entries.iter().find(|(s, _)| net.find(*s) == r) else { continue };
             for (s, _) in &t.entries {
                 let o = net.find(*s);
@@ -463,11 +478,8 @@ impl<'a> Emitter<'a> {
     /// Checks the templates that mention slot `r` (a new input), so a wrong shape is
     /// reported against the model node that requires it.
     pub(super) fn check_templates_of(&self, r: SlotId) -> Result<()> {
-        self.net
-            .templates
-            .iter()
-            .filter(|t| t.entries.iter().any(|(s, _)| self.net.find(*s) == r))
-            .try_for_each(|t| self.check_template(t))
+        let mentioning = self.templates_of.get(&r).map_or(&[][..], Vec::as_slice);
+        mentioning.iter().try_for_each(|&i| self.check_template(&self.net.templates[i]))
     }
 
     pub(super) fn slot_label(&self, s: SlotId) -> String {
@@ -487,7 +499,12 @@ impl<'a> Emitter<'a> {
             ins.push((k.clone(), self.value(*s)?));
         }
         let identity = format!("{:?} {ins:?}", node.formula);
-        if let Some(v) = self.emitted.get(&identity) {
+        let mut constants = Vec::new();
+        for (_, v) in &ins {
+            tensor_constants(v, &mut constants);
+        }
+        let same = |(c, _): &&(Vec<Constant>, Val)| c.len() == constants.len() && c.iter().zip(&constants).all(|(a, b)| a.same_text(b));
+        if let Some((_, v)) = self.emitted.get(&identity).and_then(|earlier| earlier.iter().find(same)) {
             let v = v.clone();
             self.vals.insert(self.net.find(node.output), v);
             return Ok(());
@@ -528,7 +545,7 @@ impl<'a> Emitter<'a> {
                 self.tensor_formulas.push(node.formula.key());
             }
         }
-        self.emitted.insert(identity, out.clone());
+        self.emitted.entry(identity).or_default().push((constants, out.clone()));
         self.vals.insert(self.net.find(node.output), out);
         Ok(())
     }
@@ -560,8 +577,8 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    pub(super) fn constant(&mut self, t: Tensor) -> ValueId {
-        let id = self.graph.add_const(t);
+    pub(super) fn constant(&mut self, t: impl Into<Constant>) -> ValueId {
+        let id = self.graph.add_constant(t.into());
         self.graph.nodes[id.index()].origin = Some(self.origin.clone());
         id
     }
@@ -579,8 +596,8 @@ impl<'a> Emitter<'a> {
                 let float = like.filter(|d| d.is_float()).unwrap_or(Dtype::F32);
                 let int = like.unwrap_or(Dtype::I32);
                 let t = match s {
-                    Static::Float(_) if like.is_some_and(|d| !d.is_float()) => s.to_tensor(Dtype::F32, int),
-                    _ => s.to_tensor(float, int),
+                    Static::Float(_) if like.is_some_and(|d| !d.is_float()) => s.to_constant(Dtype::F32, int),
+                    _ => s.to_constant(float, int),
                 }
                 .ok_or_else(|| Error::user(format!("expected a tensor, got the value {s}")))?;
                 Ok(self.constant(t))
@@ -787,6 +804,37 @@ impl<'a> Emitter<'a> {
 
 }
 
+/// The tensor constants in a value, in order.
+fn tensor_constants(v: &Val, out: &mut Vec<Constant>) {
+    fn of_static(s: &Static, out: &mut Vec<Constant>) {
+        match s {
+            Static::Tensor(t) => out.push(t.clone()),
+            Static::Seq { items, .. } => items.iter().for_each(|s| of_static(s, out)),
+            _ => {}
+        }
+    }
+    match v {
+        Val::S(s) => of_static(s, out),
+        Val::T(_) => {}
+        Val::Seq(items, _) => items.iter().for_each(|v| tensor_constants(v, out)),
+    }
+}
+
+/// For each value (a slot root), the indices of the templates that mention it, in
+/// order, each once.
+fn templates_by_slot(net: &Net) -> HashMap<SlotId, Vec<usize>> {
+    let mut out: HashMap<SlotId, Vec<usize>> = HashMap::new();
+    for (i, t) in net.templates.iter().enumerate() {
+        for (s, _) in &t.entries {
+            let list = out.entry(net.find(*s)).or_default();
+            if list.last() != Some(&i) {
+                list.push(i);
+            }
+        }
+    }
+    out
+}
+
 /// A `--shape` with symbols that the data's concrete shape instantiates
 /// (`B,784` and `[1, 784]`): the data decides.
 fn binds_to(template: &Shape, concrete: &Shape) -> bool {
@@ -815,4 +863,28 @@ mod tests {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
+    #[test]
+    fn primitives_are_shared_only_with_equal_tensor_constants() {
+        // Three adds of the same input: the first and last with equal constants (one
+        // add), the middle one with a constant of the same shape but other values.
+        let add = |t: &str, out: &str| format!(r#"{{"left": {{"key": {{"name": "x"}}}}, "right": {{"tensor": {t}}}, "output": {{"key": {{"name": "{out}"}}}}}}"#);
+        let text = format!(
+            r#"{{"name": "Model", "connections": {{"m_0": {}, "m_1": {}, "m_2": {}}},
+                "submodels": {{"m_0": {{"name": "Add"}}, "m_1": {{"name": "Add"}}, "m_2": {{"name": "Add"}}}}}}"#,
+            add("[1.5, 2.0]", "a"),
+            add("[1.5, 3.0]", "b"),
+            add("[1.5, 2.0]", "c")
+        );
+        let opts = Options { shapes: [("x".to_string(), Shape::known(&[2]))].into_iter().collect(), ..Options::default() };
+        let (graph, formulas) = expand(&text, "three_adds.json", "three_adds", &opts).unwrap();
+        assert_eq!(formulas, ["add", "add"]);
+        let outputs: Vec<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
+        assert_eq!(outputs[0], outputs[2]);
+        assert_ne!(outputs[0], outputs[1]);
+        let constant = |o: usize| match graph.node(graph.node(outputs[o]).args[1]).op {
+            Op::Constant(c) => graph.consts[c.0 as usize].values().collect::<Vec<f64>>(),
+            _ => Vec::new(),
+        };
+        assert_eq!((constant(0), constant(1)), (vec![1.5, 2.0], vec![1.5, 3.0]));
+    }
 }

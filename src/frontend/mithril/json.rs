@@ -1,8 +1,18 @@
 //! Parsing Mithril's model JSON into [`ModelNode`]s: structure only, with the JSON
 //! path of every node kept for error messages. No Mithril semantics here.
+//!
+//! The file is parsed into [`Json`], serde_json's `Value` but for arrays of only
+//! integers or only floats (the rows of a tensor constant), which keep their numbers
+//! in a vector: a `Value` takes about 80 bytes per number, so a 24 MB constant would
+//! take half a gigabyte as `Value`s. A node is taken apart by value, so a tensor
+//! constant moves into its connection instead of being copied.
+
+use std::collections::HashSet;
+use std::fmt;
 
 use indexmap::IndexMap;
-use serde_json::Value;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Number, Value};
 
 use crate::error::{Error, Result};
 
@@ -50,8 +60,10 @@ pub fn describe(path: &str, class: &str) -> String {
 pub enum Conn {
     /// `{"key": {"name": n, "value"?: v}}`, or `{"key": {"connect": [...], "name"?: n}}`.
     Key { name: Option<String>, value: Option<Value>, connect: Vec<(String, String)> },
-    /// A bare constant (number, bool, array, string, null) or `{"tensor": v}`.
-    Const { value: Value, tensor: bool },
+    /// A bare constant (number, bool, array, string, null).
+    Const(Value),
+    /// `{"tensor": v}`: `v` as parsed (its rows compact).
+    Tensor(Json),
 }
 
 /// A reference to a key in `assigned_*` lists.
@@ -105,7 +117,8 @@ pub struct LossNode {
 
 /// Parses the text of a model file. `file` names it in messages.
 pub fn parse_file(text: &str, file: &str) -> Result<File> {
-    let value: Value = serde_json::from_str(text).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = Json::deserialize(&mut de).and_then(|v| de.end().map(|()| v)).map_err(|e| {
         Error::user(format!(
             "{file}:{}:{}: malformed JSON: {}",
             e.line(),
@@ -113,40 +126,47 @@ pub fn parse_file(text: &str, file: &str) -> Result<File> {
             strip_position(&e.to_string())
         ))
     })?;
-    let parsed = if value.get("is_train_model").is_some() { parse_train(&value).map(File::Train) } else { parse_node(&value, "").map(File::Model) };
+    let parsed = if value.get("is_train_model").is_some() { parse_train(value).map(File::Train) } else { parse_node(value, "").map(File::Model) };
     parsed.map_err(|e| e.context(file))
 }
 
-fn parse_train(v: &Value) -> Result<TrainNode> {
-    let model = parse_node(v.get("model").ok_or_else(|| field_err("", "model", "is missing: a TrainModel wraps a model"))?, "model")?;
-    if let Some(regs) = v.get("regularizations").and_then(Value::as_array).filter(|r| !r.is_empty()) {
+fn parse_train(v: Json) -> Result<TrainNode> {
+    let Json::Object(mut v) = v else { return Err(field_err("", "model", "is missing: a TrainModel wraps a model")) };
+    let model = parse_node(v.swap_remove("model").ok_or_else(|| field_err("", "model", "is missing: a TrainModel wraps a model"))?, "model")?;
+    if let Some(regs) = v.get("regularizations").map(Json::to_value).and_then(|r| r.as_array().cloned()).filter(|r| !r.is_empty()) {
         return Err(field_err("", "regularizations", &format!("{} regularization(s): TrainModel regularizations are not supported yet", regs.len()))
             .note("add the penalty to the model as a loss instead, or remove it"));
     }
-    let losses = match v.get("losses") {
-        Some(Value::Array(a)) if !a.is_empty() => a,
+    let losses = match v.swap_remove("losses").and_then(Json::into_items) {
+        Some(a) if !a.is_empty() => a,
         _ => return Err(field_err("", "losses", "must be a non-empty array: a TrainModel needs at least one loss")),
     };
     let mut out = Vec::new();
-    for (i, loss) in losses.iter().enumerate() {
+    for (i, loss) in losses.into_iter().enumerate() {
         let at = format!("losses[{i}]");
-        let node = parse_node(loss.get("model").ok_or_else(|| field_err(&at, "model", "is missing"))?, &format!("{at}.model"))?;
-        let reduce_steps = match loss.get("reduce_steps") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(steps)) => {
-                steps.iter().enumerate().map(|(j, st)| parse_node(st, &format!("{at}.reduce_steps[{j}]"))).collect::<Result<_>>()?
-            }
-            Some(_) => return Err(field_err(&at, "reduce_steps", "must be an array of model nodes")),
+        let mut loss = match loss {
+            Json::Object(o) => o,
+            _ => IndexMap::new(),
+        };
+        let node = parse_node(loss.swap_remove("model").ok_or_else(|| field_err(&at, "model", "is missing"))?, &format!("{at}.model"))?;
+        let reduce_steps = match loss.swap_remove("reduce_steps") {
+            None | Some(Json::Null) => Vec::new(),
+            Some(steps) => match steps.into_items() {
+                Some(steps) => {
+                    steps.into_iter().enumerate().map(|(j, st)| parse_node(st, &format!("{at}.reduce_steps[{j}]"))).collect::<Result<_>>()?
+                }
+                None => return Err(field_err(&at, "reduce_steps", "must be an array of model nodes")),
+            },
         };
         let mut args = IndexMap::new();
-        if let Some(a) = loss.get("args") {
+        if let Some(a) = loss.get("args").map(Json::to_value) {
             let a = a.as_object().ok_or_else(|| field_err(&at, "args", "must be an object of key names"))?;
             for (k, name) in a {
                 let name = name.as_str().ok_or_else(|| field_err(&at, &format!("args.{k}"), "must name a key of the model"))?;
                 args.insert(k.clone(), name.to_string());
             }
         }
-        let coef = match loss.get("coef") {
+        let coef = match loss.get("coef").map(Json::to_value) {
             None | Some(Value::Null) => None,
             Some(c) => Some(c.as_f64().ok_or_else(|| field_err(&at, "coef", "must be a number"))?),
         };
@@ -157,7 +177,7 @@ fn parse_train(v: &Value) -> Result<TrainNode> {
 
 /// Parses a model node given as a JSON value (a model-valued argument) at `path`.
 pub fn parse_value(v: &Value, path: &str) -> Result<ModelNode> {
-    parse_node(v, path)
+    parse_node(Json::from_value(v.clone()), path)
 }
 
 /// serde_json appends " at line L column C"; the position is already in front.
@@ -173,49 +193,50 @@ fn field_err(path: &str, field: &str, what: &str) -> Error {
     Error::user(format!("{at}: {what}"))
 }
 
-fn parse_node(v: &Value, path: &str) -> Result<ModelNode> {
-    let obj = v.as_object().ok_or_else(|| {
-        Error::user(format!("{}: a model node must be a JSON object", if path.is_empty() { "top level" } else { path }))
-    })?;
+fn parse_node(v: Json, path: &str) -> Result<ModelNode> {
+    let Json::Object(mut obj) = v else {
+        return Err(Error::user(format!("{}: a model node must be a JSON object", if path.is_empty() { "top level" } else { path })));
+    };
     let raw_class = match obj.get("name") {
-        Some(Value::String(s)) => s.clone(),
+        Some(Json::String(s)) => s.clone(),
         Some(_) => return Err(field_err(path, "name", "must be a string")),
         None => return Err(field_err(path, "name", "is missing: every model node names its class")),
     };
     let class = normalize_class(&raw_class);
     let args = match obj.get("args") {
-        None | Some(Value::Null) => IndexMap::new(),
-        Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        None | Some(Json::Null) => IndexMap::new(),
+        Some(Json::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.to_value())).collect(),
         Some(_) => return Err(field_err(path, "args", "must be an object")),
     };
     let sub_path = |id: &str| if path.is_empty() { format!("submodels.{id}") } else { format!("{path}.submodels.{id}") };
 
     let mut submodels = Vec::new();
-    if let Some(s) = obj.get("submodels") {
-        let m = s.as_object().ok_or_else(|| field_err(path, "submodels", "must be an object"))?;
+    if let Some(s) = obj.swap_remove("submodels") {
+        let Json::Object(m) = s else { return Err(field_err(path, "submodels", "must be an object")) };
         for (id, child) in m {
-            submodels.push((id.clone(), parse_node(child, &sub_path(id))?));
+            let child = parse_node(child, &sub_path(&id))?;
+            submodels.push((id, child));
         }
         // Ids are m_<i>; their number is the order children were added.
         submodels.sort_by_key(|(id, _)| child_index(id).unwrap_or(usize::MAX));
     }
     let mut connections = IndexMap::new();
-    if let Some(c) = obj.get("connections") {
-        let m = c.as_object().ok_or_else(|| field_err(path, "connections", "must be an object"))?;
+    if let Some(c) = obj.swap_remove("connections") {
+        let Json::Object(m) = c else { return Err(field_err(path, "connections", "must be an object")) };
         for (id, keys) in m {
-            let keys = keys
-                .as_object()
-                .ok_or_else(|| field_err(path, &format!("connections.{id}"), "must be an object"))?;
+            let Json::Object(keys) = keys else { return Err(field_err(path, &format!("connections.{id}"), "must be an object")) };
             let mut conns = IndexMap::new();
             for (key, conn) in keys {
                 let at = format!("connections.{id}.{key}");
-                conns.insert(key.clone(), parse_conn(conn).map_err(|what| field_err(path, &at, &what))?);
+                let conn = parse_conn(conn).map_err(|what| field_err(path, &at, &what))?;
+                conns.insert(key, conn);
             }
-            connections.insert(id.clone(), conns);
+            connections.insert(id, conns);
         }
     }
     if class == "Model" || !connections.is_empty() || !submodels.is_empty() {
-        let sub_ids: Vec<&String> = submodels.iter().map(|(id, _)| id).collect();
+        // A set: a model may have tens of thousands of children.
+        let sub_ids: HashSet<&String> = submodels.iter().map(|(id, _)| id).collect();
         for id in connections.keys() {
             if !sub_ids.contains(&id) {
                 return Err(field_err(
@@ -225,7 +246,7 @@ fn parse_node(v: &Value, path: &str) -> Result<ModelNode> {
                 ));
             }
         }
-        for id in sub_ids {
+        for (id, _) in &submodels {
             if !connections.contains_key(id) {
                 return Err(field_err(
                     path,
@@ -235,6 +256,7 @@ fn parse_node(v: &Value, path: &str) -> Result<ModelNode> {
             }
         }
     }
+    let obj: IndexMap<&str, Value> = obj.iter().map(|(k, v)| (k.as_str(), v.to_value())).collect();
     let exposed_keys = match obj.get("exposed_keys") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a
@@ -337,14 +359,15 @@ fn parse_template(v: &Value) -> Result<Vec<TemplateDim>, String> {
         .collect()
 }
 
-fn parse_conn(v: &Value) -> Result<Conn, String> {
-    let obj = match v {
-        Value::Object(o) => o,
-        other => return Ok(Conn::Const { value: other.clone(), tensor: false }),
+fn parse_conn(v: Json) -> Result<Conn, String> {
+    let mut obj = match v {
+        Json::Object(o) => o,
+        other => return Ok(Conn::Const(other.to_value())),
     };
-    if let Some(t) = obj.get("tensor") {
-        return Ok(Conn::Const { value: t.clone(), tensor: true });
+    if let Some(t) = obj.swap_remove("tensor") {
+        return Ok(Conn::Tensor(t));
     }
+    let obj: IndexMap<&str, Value> = obj.iter().map(|(k, v)| (k.as_str(), v.to_value())).collect();
     let key = obj
         .get("key")
         .and_then(Value::as_object)
@@ -373,4 +396,195 @@ fn parse_conn(v: &Value) -> Result<Conn, String> {
         Some(v) => Some(v.clone()),
     };
     Ok(Conn::Key { name, value, connect })
+}
+
+/// A parsed JSON value: serde_json's `Value`, except that an array of only integers
+/// (that fit i64) or only floats is kept as a vector of them (see the module
+/// documentation). [`Json::to_value`] gives the `Value` the text would have parsed to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    /// An array of anything else, or an empty one.
+    Array(Vec<Json>),
+    Ints(Vec<i64>),
+    Floats(Vec<f64>),
+    Object(IndexMap<String, Json>),
+}
+
+impl Json {
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Json::Object(m) => m.get(key),
+            _ => None,
+        }
+    }
+
+    /// The items of an array, whatever its kind.
+    pub fn into_items(self) -> Option<Vec<Json>> {
+        match self {
+            Json::Array(items) => Some(items),
+            Json::Ints(v) => Some(v.into_iter().map(|i| Json::Number(i.into())).collect()),
+            Json::Floats(v) => Some(v.into_iter().map(float).collect()),
+            Json::Null | Json::Bool(_) | Json::Number(_) | Json::String(_) | Json::Object(_) => None,
+        }
+    }
+
+    pub fn to_value(&self) -> Value {
+        match self {
+            Json::Null => Value::Null,
+            Json::Bool(b) => Value::Bool(*b),
+            Json::Number(n) => Value::Number(n.clone()),
+            Json::String(s) => Value::String(s.clone()),
+            Json::Array(items) => Value::Array(items.iter().map(Json::to_value).collect()),
+            Json::Ints(v) => Value::Array(v.iter().map(|&i| Value::Number(i.into())).collect()),
+            Json::Floats(v) => Value::Array(v.iter().map(|&x| float(x).to_value()).collect()),
+            Json::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), v.to_value())).collect()),
+        }
+    }
+
+    pub fn from_value(v: Value) -> Json {
+        match v {
+            Value::Null => Json::Null,
+            Value::Bool(b) => Json::Bool(b),
+            Value::Number(n) => Json::Number(n),
+            Value::String(s) => Json::String(s),
+            Value::Array(items) => Json::Array(items.into_iter().map(Json::from_value).collect()),
+            Value::Object(m) => Json::Object(m.into_iter().map(|(k, v)| (k, Json::from_value(v))).collect()),
+        }
+    }
+}
+
+/// A float as serde_json holds it (JSON text has no NaN or infinity).
+fn float(x: f64) -> Json {
+    Number::from_f64(x).map_or(Json::Null, Json::Number)
+}
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Json, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
+
+/// Builds [`Json`] as serde_json's own visitor builds `Value`.
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> std::result::Result<Json, E> {
+        Ok(Json::Bool(b))
+    }
+
+    fn visit_i64<E>(self, i: i64) -> std::result::Result<Json, E> {
+        Ok(Json::Number(i.into()))
+    }
+
+    fn visit_u64<E>(self, u: u64) -> std::result::Result<Json, E> {
+        Ok(Json::Number(u.into()))
+    }
+
+    fn visit_f64<E>(self, x: f64) -> std::result::Result<Json, E> {
+        Ok(float(x))
+    }
+
+    fn visit_str<E>(self, s: &str) -> std::result::Result<Json, E> {
+        Ok(Json::String(s.to_string()))
+    }
+
+    fn visit_string<E>(self, s: String) -> std::result::Result<Json, E> {
+        Ok(Json::String(s))
+    }
+
+    fn visit_none<E>(self) -> std::result::Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_unit<E>(self) -> std::result::Result<Json, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Json, D::Error> {
+        Json::deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Json, A::Error> {
+        let mut items = Items::Empty;
+        while let Some(item) = seq.next_element::<Json>()? {
+            items.push(item);
+        }
+        Ok(items.finish())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Json, A::Error> {
+        let mut obj = IndexMap::new();
+        while let Some((key, value)) = map.next_entry::<String, Json>()? {
+            obj.insert(key, value);
+        }
+        Ok(Json::Object(obj))
+    }
+}
+
+/// An array being parsed: compact while its items are all integers or all floats.
+enum Items {
+    Empty,
+    Ints(Vec<i64>),
+    Floats(Vec<f64>),
+    Mixed(Vec<Json>),
+}
+
+impl Items {
+    fn push(&mut self, item: Json) {
+        let (int, float) = match &item {
+            Json::Number(n) if n.is_f64() => (None, n.as_f64()),
+            Json::Number(n) => (n.as_i64(), None),
+            _ => (None, None),
+        };
+        match (&mut *self, int, float) {
+            (Items::Empty, Some(i), _) => *self = Items::Ints(vec![i]),
+            (Items::Empty, _, Some(x)) => *self = Items::Floats(vec![x]),
+            (Items::Ints(v), Some(i), _) => v.push(i),
+            (Items::Floats(v), _, Some(x)) => v.push(x),
+            (Items::Mixed(v), _, _) => v.push(item),
+            (Items::Empty | Items::Ints(_) | Items::Floats(_), _, _) => {
+                let mut v = std::mem::replace(self, Items::Empty).finish().into_items().unwrap_or_default();
+                v.push(item);
+                *self = Items::Mixed(v);
+            }
+        }
+    }
+
+    fn finish(self) -> Json {
+        match self {
+            Items::Empty => Json::Array(Vec::new()),
+            Items::Ints(v) => Json::Ints(v),
+            Items::Floats(v) => Json::Floats(v),
+            Items::Mixed(v) => Json::Array(v),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrays_of_one_kind_of_number_are_compact_and_read_back_the_same() {
+        let text = r#"{"a": [1, -2, 3], "b": [0.5, 1e30], "c": [1, 2.5], "d": [18446744073709551615, 1],
+                       "e": [], "f": [[1.5], [true, null, "x"]], "g": {"h": 7}}"#;
+        let json: Json = serde_json::from_str(text).unwrap();
+        assert!(matches!(json.get("a"), Some(Json::Ints(v)) if v == &[1, -2, 3]));
+        assert!(matches!(json.get("b"), Some(Json::Floats(v)) if v == &[0.5, 1e30]));
+        assert!(matches!(json.get("c"), Some(Json::Array(_))));
+        assert!(matches!(json.get("d"), Some(Json::Array(_))));
+        let value: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(json.to_value(), value);
+        assert_eq!(Json::from_value(value.clone()).to_value(), value);
+    }
 }

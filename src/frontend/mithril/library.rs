@@ -596,7 +596,7 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             let x = s.key("input");
             let n = s.prim(Formula::Negate, ins![("input", x)])?;
             let e = s.prim(Formula::Exp, ins![("input", n)])?;
-            let one = Static::Tensor(crate::tensor::Tensor::scalar(Dtype::I32, 1.0));
+            let one = Static::Tensor(crate::tensor::Constant::scalar(Dtype::I32, 1.0));
             let a = s.prim(Formula::Add, ins![("left", one), ("right", e)])?;
             let out = s.key("output");
             s.prim_into(Formula::Divide, ins![("numerator", x), ("denominator", a)], out)?;

@@ -7,7 +7,8 @@
 //! primitive whose `output` it is, and a slot with no producer and no value is an
 //! input of the whole model.
 
-use std::collections::BTreeSet;
+use std::cell::Cell;
+use std::collections::{BTreeSet, HashSet};
 
 use indexmap::IndexMap;
 
@@ -77,7 +78,12 @@ pub struct Instance {
 
 #[derive(Debug, Default)]
 pub struct Net {
-    parent: Vec<SlotId>,
+    /// The union-find forest. `find` halves the paths it walks (through `Cell`s, so
+    /// it can while the emitter holds the net shared); that never changes a root, so
+    /// which slot stands for a value is the same as without it, and a value fanned
+    /// out to thousands of keys does not make every later `find` walk thousands of
+    /// links.
+    parent: Vec<Cell<SlotId>>,
     slots: Vec<Slot>,
     pub nodes: Vec<PNode>,
     pub templates: Vec<Template>,
@@ -88,16 +94,21 @@ pub struct Net {
 impl Net {
     pub fn new_slot(&mut self) -> SlotId {
         let id = self.slots.len();
-        self.parent.push(id);
+        self.parent.push(Cell::new(id));
         self.slots.push(Slot { seq: id, ..Slot::default() });
         id
     }
 
     pub fn find(&self, mut s: SlotId) -> SlotId {
-        while self.parent[s] != s {
-            s = self.parent[s];
+        loop {
+            let p = self.parent[s].get();
+            if p == s {
+                return s;
+            }
+            let grandparent = self.parent[p].get();
+            self.parent[s].set(grandparent);
+            s = grandparent;
         }
-        s
     }
 
     pub fn slot(&self, s: SlotId) -> &Slot {
@@ -149,7 +160,7 @@ impl Net {
         sa.differentiable = sa.differentiable.or(sb.differentiable);
         sa.dtype = sa.dtype.or(sb.dtype);
         sa.seq = sa.seq.min(sb.seq);
-        self.parent[rb] = ra;
+        self.parent[rb].set(ra);
         Ok(())
     }
 
@@ -265,13 +276,14 @@ impl Net {
     /// nothing consumes, or that the file exposes (`ml.compile`'s rule).
     pub fn outputs(&self, root: &ModelNode, inst: &Instance) -> Result<Vec<(String, SlotId)>> {
         let consumed: BTreeSet<SlotId> = self.nodes.iter().flat_map(|n| n.inputs.iter().map(|(_, s)| self.find(*s))).collect();
+        let exposed_keys: HashSet<&str> = root.exposed_keys.iter().map(String::as_str).collect();
         let mut outs = Vec::new();
         for (key, &slot) in &inst.keys {
             let r = self.find(slot);
             if key.starts_with('$') || self.slot(r).producer.is_none() {
                 continue;
             }
-            let exposed = root.exposed_keys.iter().any(|k| k == key);
+            let exposed = exposed_keys.contains(key.as_str());
             if exposed || !consumed.contains(&r) || !root.is_composite() && key == "output" {
                 outs.push((key.clone(), r));
             }
@@ -296,7 +308,7 @@ impl Net {
             let keys = library::expand_composite(self, node, depth)?;
             let cin = keys.get("input").copied();
             let cout = keys.get("output").copied();
-            self.apply_assigned(node, &keys, &[])?;
+            self.apply_assigned(node, &keys, &IndexMap::new())?;
             Ok(Instance { keys, cin, cout, unsupported: false })
         } else {
             self.unsupported.push((node.describe(), node.class.clone()));
@@ -409,7 +421,7 @@ impl Net {
         self.add_node(formula, inputs, out, origin)?;
         let cin = input_keys.first().map(|k| keys[k]);
         keys.insert("output".into(), out);
-        self.apply_assigned(node, &keys, &[])?;
+        self.apply_assigned(node, &keys, &IndexMap::new())?;
         Ok(Instance { keys, cin, cout: Some(out), unsupported: false })
     }
 
@@ -452,8 +464,12 @@ impl Net {
                             self.set_value(slot, v, what.clone(), false)?;
                         }
                     }
-                    Conn::Const { value, tensor } => {
-                        let v = Static::from_json(value, *tensor).map_err(|e| Error::user(format!("{what}: {e}")))?;
+                    Conn::Const(value) => {
+                        let v = Static::from_json(value, false).map_err(|e| Error::user(format!("{what}: {e}")))?;
+                        self.set_value(slot, v, what.clone(), false)?;
+                    }
+                    Conn::Tensor(value) => {
+                        let v = Static::tensor_from_json(value).map_err(|e| Error::user(format!("{what}: {e}")))?;
                         self.set_value(slot, v, what.clone(), false)?;
                     }
                 }
@@ -472,8 +488,7 @@ impl Net {
             .values()
             .filter_map(|(inst, _)| inst.cin)
             .find(|&s| self.slot(s).producer.is_none());
-        let refs: Vec<(String, Instance)> = children.iter().map(|(id, (inst, _))| (id.clone(), inst.clone())).collect();
-        self.apply_assigned(node, &named, &refs)?;
+        self.apply_assigned(node, &named, &children)?;
         Ok(Instance { keys: named, cin, cout, unsupported: false })
     }
 
@@ -507,14 +522,14 @@ impl Net {
     }
 
     /// `assigned_shapes`, `assigned_types` and `assigned_differentiabilities` of a node.
-    fn apply_assigned(&mut self, node: &ModelNode, own: &Keys, children: &[(String, Instance)]) -> Result<()> {
+    fn apply_assigned(&mut self, node: &ModelNode, own: &Keys, children: &IndexMap<String, (Instance, &ModelNode)>) -> Result<()> {
         let resolve = |r: &KeyRef| -> Result<SlotId> {
             let bad = || Error::user(format!("{}: assigned info refers to a missing key {r:?}", node.describe()));
             match r {
                 KeyRef::Named(n) => own.get(n).copied().ok_or_else(bad),
                 KeyRef::Child(m, i) if m == "self" => own.get_index(*i).map(|(_, s)| *s).ok_or_else(bad),
                 KeyRef::Child(m, i) => {
-                    let inst = children.iter().find(|(id, _)| id == m).map(|(_, inst)| inst).ok_or_else(bad)?;
+                    let (inst, _) = children.get(m).ok_or_else(bad)?;
                     inst.keys.get_index(*i).map(|(_, s)| *s).ok_or_else(bad)
                 }
             }

@@ -5,8 +5,9 @@ use std::fmt;
 
 use serde_json::Value;
 
+use super::json::Json;
 use crate::ir::Dtype;
-use crate::tensor::Tensor;
+use crate::tensor::{Constant, Tensor};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Static {
@@ -23,7 +24,8 @@ pub enum Static {
     Slice { start: Option<i64>, stop: Option<i64>, step: Option<i64> },
     /// A Mithril constant such as `Constant.MIN_POSITIVE_NORMAL`.
     Named(String),
-    Tensor(Tensor),
+    /// A tensor constant (`{"tensor": ...}`), shared by the slots that hold it.
+    Tensor(Constant),
 }
 
 impl Static {
@@ -81,7 +83,7 @@ impl Static {
             Static::Float(f) => Some(*f),
             Static::Bool(b) => Some(*b as u8 as f64),
             Static::Named(n) => named_constant(n, Dtype::F32),
-            Static::Tensor(t) if t.numel() == 1 => Some(t.data[0]),
+            Static::Tensor(t) if t.numel() == 1 => t.get(0),
             _ => None,
         }
     }
@@ -99,7 +101,7 @@ impl Static {
     /// the tensor they meet).
     pub fn to_tensor(&self, float_dtype: Dtype, int_dtype: Dtype) -> Option<Tensor> {
         match self {
-            Static::Tensor(t) => Some(t.clone()),
+            Static::Tensor(t) => Some(t.to_tensor()),
             Static::Bool(b) => Some(Tensor::scalar(Dtype::Bool, *b as u8 as f64)),
             Static::Int(i) => Some(Tensor::scalar(int_dtype, *i as f64)),
             Static::Float(f) => Some(Tensor::scalar(float_dtype, *f)),
@@ -113,6 +115,17 @@ impl Static {
                 Some(Tensor::new(dtype, shape, data))
             }
             _ => None,
+        }
+    }
+}
+
+impl Static {
+    /// [`Static::to_tensor`] as a constant of the IR: a tensor constant as it is (not
+    /// widened to f64 and back).
+    pub fn to_constant(&self, float_dtype: Dtype, int_dtype: Dtype) -> Option<Constant> {
+        match self {
+            Static::Tensor(t) => Some(t.clone()),
+            other => other.to_tensor(float_dtype, int_dtype).map(Constant::from),
         }
     }
 }
@@ -143,9 +156,54 @@ fn flatten(s: &Static, depth: usize, shape: &mut Vec<u64>, data: &mut Vec<f64>, 
     }
 }
 
-fn json_tensor(v: &Value) -> Result<Tensor, String> {
+impl Static {
+    /// `{"tensor": v}` as parsed: a nested array of integer or float rows is read
+    /// straight into a constant (never a `Static` per element); anything else (bools,
+    /// named constants, a scalar, ragged nesting) as [`Static::from_json`] reads it.
+    pub fn tensor_from_json(v: &Json) -> Result<Static, String> {
+        let (mut shape, mut data, mut any_float) = (Vec::new(), Vec::new(), false);
+        if rows(v, 0, &mut shape, &mut data, &mut any_float) {
+            // As `to_tensor(F32, I32)` types a nested sequence.
+            let dtype = if any_float { Dtype::F32 } else { Dtype::I32 };
+            return Ok(Static::Tensor(Constant::from_values(dtype, shape, data.into_iter())));
+        }
+        Static::from_json(&v.to_value(), true)
+    }
+}
+
+/// [`flatten`] for arrays whose innermost items are compact rows; `false` for any
+/// other shape of JSON.
+fn rows(v: &Json, depth: usize, shape: &mut Vec<u64>, data: &mut Vec<f64>, any_float: &mut bool) -> bool {
+    let len = match v {
+        Json::Array(items) => items.len(),
+        Json::Ints(row) => row.len(),
+        Json::Floats(row) => row.len(),
+        Json::Null | Json::Bool(_) | Json::Number(_) | Json::String(_) | Json::Object(_) => return false,
+    } as u64;
+    if shape.len() == depth {
+        shape.push(len);
+    } else if shape.get(depth) != Some(&len) {
+        return false; // ragged
+    }
+    match v {
+        Json::Array(items) => items.iter().all(|it| rows(it, depth + 1, shape, data, any_float)),
+        // The items are scalars at depth + 1: no deeper dimension may have been seen.
+        Json::Ints(row) if shape.len() == depth + 1 => {
+            data.extend(row.iter().map(|&i| i as f64));
+            true
+        }
+        Json::Floats(row) if shape.len() == depth + 1 => {
+            *any_float = true;
+            data.extend(row);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn json_tensor(v: &Value) -> Result<Constant, String> {
     let s = Static::from_json(v, false)?;
-    s.to_tensor(Dtype::F32, Dtype::I32).ok_or_else(|| format!("{v} is not a tensor constant"))
+    s.to_constant(Dtype::F32, Dtype::I32).ok_or_else(|| format!("{v} is not a tensor constant"))
 }
 
 /// Values of Mithril's `Constant` enum (`mithril/types.py`), which depend on the
@@ -196,7 +254,7 @@ impl fmt::Display for Static {
                 write!(f, "slice({}, {}, {})", o(start), o(stop), o(step))
             }
             Static::Named(n) => write!(f, "Constant.{n}"),
-            Static::Tensor(t) => write!(f, "tensor{:?}", t.shape),
+            Static::Tensor(t) => write!(f, "tensor{:?}", t.shape()),
         }
     }
 }
@@ -220,7 +278,7 @@ mod tests {
     #[test]
     fn nested_sequences_become_tensors() {
         let t = Static::from_json(&serde_json::json!([[1, 2], [3, 4]]), true).unwrap();
-        assert_eq!(t, Static::Tensor(Tensor::new(Dtype::I32, vec![2, 2], vec![1.0, 2.0, 3.0, 4.0])));
+        assert_eq!(t, Static::Tensor(Tensor::new(Dtype::I32, vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).into()));
         let f = Static::from_json(&serde_json::json!([1, 2.5]), false).unwrap().to_tensor(Dtype::F32, Dtype::I32).unwrap();
         assert_eq!(f.dtype, Dtype::F32);
         // Ragged nesting is not a tensor.
