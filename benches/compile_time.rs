@@ -61,7 +61,7 @@ fn main() {
             return fail(&format!("cannot write {}: {e}", model.display()));
         }
         let mut best = f64::INFINITY;
-        for _ in 0..runs {
+        for run in 0..runs {
             let args = cli::CompileArgs {
                 model: cli::ModelArgs {
                     model: model.clone(),
@@ -71,13 +71,15 @@ fn main() {
                 },
                 target: cli::Target::C,
                 params: None,
-                out: Some(dir.path().join("out")),
+                // A fresh directory each run: replacing the last one would time its check too.
+                out: Some(dir.path().join(format!("out_{n}_{run}"))),
                 emit: "source".into(),
                 report: false,
                 weights: Default::default(),
                 layout: Default::default(),
                 cflags: None,
                 max: vec![],
+                force: false,
             };
             let start = Instant::now();
             if let Err(e) = cli::compile(&args) {

@@ -33,6 +33,7 @@ fn compile(kind: Kind, n: usize, grad: bool) -> (String, String) {
         layout: Default::default(),
         cflags: None,
         max: vec![],
+        force: false,
     };
     let report = cli::compile(&args).unwrap();
     let source = std::fs::read_to_string(dir.path().join("out/big.c")).unwrap();

@@ -200,7 +200,7 @@ impl Hash for Expr {
                 r.hash(h);
                 d.hash(h);
             }
-            Expr::Select(c, a, b, d) => {
+            Expr::Select(c, a, b, d) | Expr::Where(c, a, b, d) => {
                 c.hash(h);
                 a.hash(h);
                 b.hash(h);
