@@ -555,15 +555,10 @@ fn npy_descr(d: Dtype) -> &'static str {
 /// Text from the model as it may stand in a C comment (or a Makefile's): printable
 /// ASCII, with `_` for anything else, for a backslash, and for the second character of
 /// any pair that could end or open a comment (`*/`, `/*`) or start a trigraph (`??`).
-/// Long text keeps its start (a comment of a few thousand characters helps no one).
 fn comment_safe(s: &str) -> String {
-    let mut out = String::with_capacity(s.len().min(MAX_LABEL));
+    let mut out = String::with_capacity(s.len());
     let mut prev = ' ';
     for c in s.chars() {
-        if out.len() >= MAX_LABEL {
-            out.push_str("...");
-            break;
-        }
         let c = if (c.is_ascii_graphic() || c == ' ') && c != '\\' { c } else { '_' };
         let c = match (prev, c) {
             ('*', '/') | ('/', '*') | ('?', '?') => '_',
