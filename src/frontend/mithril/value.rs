@@ -110,7 +110,7 @@ impl Static {
                 let mut shape = Vec::new();
                 let mut data = Vec::new();
                 let mut any_float = false;
-                flatten(self, 0, &mut shape, &mut data, &mut any_float)?;
+                flatten(self, 0, &mut shape, &mut None, &mut data, &mut any_float)?;
                 let dtype = if any_float { float_dtype } else { int_dtype };
                 Some(Tensor::new(dtype, shape, data))
             }
@@ -130,27 +130,36 @@ impl Static {
     }
 }
 
-fn flatten(s: &Static, depth: usize, shape: &mut Vec<u64>, data: &mut Vec<f64>, any_float: &mut bool) -> Option<()> {
+/// Appends the scalars of nested sequence `s` (at nesting `depth`) to `data`, row-major,
+/// and its sizes to `shape`; `None` when it is ragged. `leaf` is the depth of the first
+/// scalar: every scalar must sit there and every sequence above it (`[1, [2]]` has
+/// consistent lengths but is ragged).
+fn flatten(s: &Static, depth: usize, shape: &mut Vec<u64>, leaf: &mut Option<usize>, data: &mut Vec<f64>, any_float: &mut bool) -> Option<()> {
     match s {
         Static::Seq { items, .. } => {
+            if leaf.is_some_and(|l| depth >= l) {
+                return None; // ragged: a sequence beside a scalar
+            }
             if shape.len() == depth {
                 shape.push(items.len() as u64);
             } else if shape.get(depth) != Some(&(items.len() as u64)) {
                 return None; // ragged
             }
             for it in items {
-                flatten(it, depth + 1, shape, data, any_float)?;
+                flatten(it, depth + 1, shape, leaf, data, any_float)?;
             }
             Some(())
         }
-        _ if shape.len() != depth => None,
-        Static::Float(f) => {
-            *any_float = true;
-            data.push(*f);
-            Some(())
-        }
-        other => {
-            data.push(other.as_f64()?);
+        _ if shape.len() != depth || leaf.is_some_and(|l| l != depth) => None,
+        scalar => {
+            *leaf = Some(depth);
+            match scalar {
+                Static::Float(f) => {
+                    *any_float = true;
+                    data.push(*f);
+                }
+                other => data.push(other.as_f64()?),
+            }
             Some(())
         }
     }
@@ -281,7 +290,15 @@ mod tests {
         assert_eq!(t, Static::Tensor(Tensor::new(Dtype::I32, vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).into()));
         let f = Static::from_json(&serde_json::json!([1, 2.5]), false).unwrap().to_tensor(Dtype::F32, Dtype::I32).unwrap();
         assert_eq!(f.dtype, Dtype::F32);
-        // Ragged nesting is not a tensor.
+        // Ragged nesting is not a tensor, whether the lengths differ or a scalar sits
+        // beside a sequence (found by tests/fuzz: the second made a tensor of shape
+        // [2, 3] holding 4 values).
         assert!(Static::from_json(&serde_json::json!([[1], [2, 3]]), true).is_err());
+        assert!(Static::from_json(&serde_json::json!([1, [2]]), true).is_err());
+        assert!(Static::from_json(&serde_json::json!([-1, [0.5, 2, 3]]), true).is_err());
+        assert!(Static::from_json(&serde_json::json!([[1], 2]), true).is_err());
+        assert!(Static::from_json(&serde_json::json!([[[1]], [2]]), true).is_err());
+        let empty = Static::from_json(&serde_json::json!([[], []]), true).unwrap();
+        assert_eq!(empty, Static::Tensor(Tensor::new(Dtype::I32, vec![2, 0], vec![]).into()));
     }
 }
