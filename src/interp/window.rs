@@ -66,6 +66,9 @@ pub fn conv(attrs: &ConvAttrs, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, ou
     let (in_size, k_size, out_size) = (numel(&x.shape[2..]), numel(&w.shape[2..]), numel(&out[2..]));
 
     let mut result = vec![0.0; numel(out)];
+    if result.is_empty() {
+        return result; // an empty batch: its positions may still be many
+    }
     let mut taps = Vec::new();
     for pos in 0..out_size {
         window.taps(&unravel(pos, &out[2..]), &mut taps);
@@ -108,6 +111,9 @@ pub fn pool(attrs: &PoolAttrs, x: &Tensor, out: &[u64]) -> Vec<f64> {
     let kernel_size = numel(&attrs.kernel) as f64;
 
     let mut result = vec![0.0; numel(out)];
+    if result.is_empty() {
+        return result; // no planes: their positions may still be many
+    }
     let mut taps = Vec::new();
     for pos in 0..out_size {
         window.taps(&unravel(pos, &out[lead..]), &mut taps);

@@ -960,8 +960,10 @@ impl<'g> Lowerer<'g> {
                     if dims[d].is_some() && (start, step, len) != (0, 1, src.shape[d]) {
                         return Err(self.unsupported_symbolic(v, "slicing along a symbolic dimension"));
                     }
-                    offset += start * src.strides[d];
-                    strides.push(step * src.strides[d]);
+                    // A huge stride (a pooling VJP's strided slice) must not wrap.
+                    let too_large = || Error::user(format!("{}: a slice's strides do not fit in 64 bits", self.origin(v)));
+                    offset = start.checked_mul(src.strides[d]).and_then(|o| offset.checked_add(o)).ok_or_else(too_large)?;
+                    strides.push(step.checked_mul(src.strides[d]).ok_or_else(too_large)?);
                 }
                 self.views.insert(v, View { buf: src.buf, shape, strides, offset });
             }

@@ -367,7 +367,10 @@ fn known(shape: &Shape) -> Result<Vec<u64>> {
 
 /// How many elements a reduction of `shape` over `axes` combines.
 fn reduced_count(shape: &Shape, axes: &[usize]) -> Result<u64> {
-    axes.iter().map(|&i| shape.dims()[i].known().ok_or_else(|| Error::user(format!("its gradient needs a static size along axis {i} of {shape}")))).product()
+    axes.iter().try_fold(1u64, |n, &i| {
+        let d = shape.dims()[i].known().ok_or_else(|| Error::user(format!("its gradient needs a static size along axis {i} of {shape}")))?;
+        n.checked_mul(d).ok_or_else(|| Error::user(format!("{shape} has more elements than a 64-bit index can count")))
+    })
 }
 
 /// The vector-Jacobian product of node `v` (`node`): given `dy`, the cotangent of its
@@ -706,7 +709,12 @@ fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs:
     let (o_per, c_per) = (ws[0] / groups, ws[1]);
     let swap01: Vec<usize> = [1, 0].into_iter().chain(2..2 + n).collect();
     let mut out = vec![None; node.args.len()];
-    if needs[0] {
+    if needs[0] && xs.contains(&0) {
+        // An empty input (its windows lie in the padding) has an empty gradient; the
+        // full convolution below would have no window to run.
+        let zero = b.scalar(0.0, b.g.ty(x).dtype);
+        out[0] = Some(b.op(Op::BroadcastTo { shape: Shape::known(&xs) }, vec![zero])?);
+    } else if needs[0] {
         let mut g = b.dilate(dy, &attrs.stride)?;
         for i in 0..n {
             let (k, d, s) = (ws[2 + i] as i64, attrs.dilation[i] as i64, attrs.stride[i] as i64);
@@ -770,7 +778,15 @@ fn pool_vjp(b: &mut Builder, x: ValueId, y: ValueId, attrs: &PoolAttrs, dy: Valu
     }
     let mut pads = vec![(0, 0); lead];
     pads.extend(&attrs.padding);
-    let taps: u64 = attrs.kernel.iter().product();
+    // One strided slice and pad per tap: a window past a few thousand taps would build
+    // a graph larger than any model's, so it is refused rather than unrolled.
+    const MAX_TAPS: u64 = 1 << 12;
+    let taps = attrs.kernel.iter().try_fold(1u64, |n, &k| n.checked_mul(k)).filter(|&t| t <= MAX_TAPS).ok_or_else(|| {
+        Error::user(format!(
+            "the gradient of a pooling window of kernel {:?} with stride {:?}, padding or dilation is not supported beyond {MAX_TAPS} taps",
+            attrs.kernel, attrs.stride
+        ))
+    })?;
     let share = match attrs.kind {
         // Padding never wins a max.
         PoolKind::Max => b.op(Op::Pad { pads, value: f64::NEG_INFINITY }, vec![x])?,

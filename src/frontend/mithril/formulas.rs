@@ -279,8 +279,8 @@ impl Emitter<'_> {
                 let len = self.shape(x).0[axis]
                     .known()
                     .ok_or_else(|| Error::user(format!("cannot split the symbolic dimension of {}", self.shape(x))))?;
-                if n <= 0 {
-                    return Err(Error::user(format!("split_size must be positive, got {n}")));
+                if n <= 0 || n as u64 > len {
+                    return Err(Error::user(format!("split_size must be from 1 to the size of axis {axis} ({len}), got {n}")));
                 }
                 let chunk = len as i64 / n;
                 let mut parts = Vec::new();

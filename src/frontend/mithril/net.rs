@@ -327,6 +327,12 @@ impl Net {
                 let n = arg_int("n").unwrap_or_else(|| {
                     node.exposed_keys.iter().filter(|k| k.starts_with("input")).count().max(1) as u64
                 });
+                // Each input is a key to build and connect; a count past any real model's
+                // is refused before building them (4e9 keys would exhaust memory).
+                const MAX_INPUTS: u64 = 1 << 16;
+                if n > MAX_INPUTS {
+                    return Err(Error::user(format!("{origin}: n = {n} inputs is more than {MAX_INPUTS}")));
+                }
                 input_keys = (1..=n).map(|i| format!("input{i}")).collect();
             }
             // `robust=True` selects Mithril's guarded formula, which takes a threshold.
