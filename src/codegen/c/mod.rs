@@ -196,17 +196,21 @@ pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Ten
         let b = &p.buffers[port.buf.0];
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
         let stored = stored_values(t, port.layout);
-        let bytes = element_bytes(&stored, b.dtype);
-        blob[offset as usize..offset as usize + bytes.len()].copy_from_slice(&bytes);
+        let end = offset as usize + stored.data.len() * b.dtype.size();
+        let Some(slot) = blob.get_mut(offset as usize..end) else {
+            return Err(Error::internal(format!("weight {name} does not fit the blob")));
+        };
+        write_elements(&stored.data, b.dtype, slot);
     }
     Ok(blob)
 }
 
-/// A parameter's values in the order its layout stores them.
-fn stored_values(t: &Tensor, layout: Layout) -> Tensor {
+/// A parameter's values in the order its layout stores them (row-major ones as they
+/// are: a large parameter is not copied).
+fn stored_values(t: &Tensor, layout: Layout) -> std::borrow::Cow<'_, Tensor> {
     let (n, k) = (t.shape.first().copied().unwrap_or(1) as usize, t.shape.get(1).copied().unwrap_or(1) as usize);
     let data = match layout {
-        Layout::RowMajor => return t.clone(),
+        Layout::RowMajor => return std::borrow::Cow::Borrowed(t),
         // [N, K] as [K, N]: element (j, i) of the transpose is t[i, j].
         Layout::Transposed => (0..k * n).map(|x| t.data[(x % n) * k + x / n]).collect(),
         // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l.
@@ -241,22 +245,24 @@ fn stored_values(t: &Tensor, layout: Layout) -> Tensor {
             data
         }
     };
-    Tensor { dtype: t.dtype, shape: vec![data.len() as u64], data }
+    std::borrow::Cow::Owned(Tensor { dtype: t.dtype, shape: vec![data.len() as u64], data })
 }
 
-/// Little-endian bytes of a tensor's elements as `dtype`.
-pub fn element_bytes(t: &Tensor, dtype: Dtype) -> Vec<u8> {
-    let mut out = Vec::with_capacity(t.numel() * dtype.size());
-    for &x in &t.data {
-        match dtype {
-            Dtype::F32 | Dtype::F16 | Dtype::Bf16 => out.extend((x as f32).to_le_bytes()),
-            Dtype::F64 => out.extend(x.to_le_bytes()),
-            Dtype::I32 => out.extend((x as i32).to_le_bytes()),
-            Dtype::I64 => out.extend((x as i64).to_le_bytes()),
-            Dtype::Bool => out.push(u8::from(x != 0.0)),
+/// Writes `values` as little-endian elements of `dtype` at the start of `out` (which
+/// the weights' layout sized for them).
+fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
+    fn put<const N: usize>(values: &[f64], out: &mut [u8], bytes: impl Fn(f64) -> [u8; N]) {
+        for (&x, slot) in values.iter().zip(out.chunks_exact_mut(N)) {
+            slot.copy_from_slice(&bytes(x));
         }
     }
-    out
+    match dtype {
+        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => put(values, out, |x| (x as f32).to_le_bytes()),
+        Dtype::F64 => put(values, out, f64::to_le_bytes),
+        Dtype::I32 => put(values, out, |x| (x as i32).to_le_bytes()),
+        Dtype::I64 => put(values, out, |x| (x as i64).to_le_bytes()),
+        Dtype::Bool => put(values, out, |x| [u8::from(x != 0.0)]),
+    }
 }
 
 #[derive(Serialize, Clone)]

@@ -146,7 +146,7 @@ fn parse_train(v: Json) -> Result<TrainNode> {
         let at = format!("losses[{i}]");
         let mut loss = match loss {
             Json::Object(o) => o,
-            _ => IndexMap::new(),
+            _ => Fields::default(),
         };
         let node = parse_node(loss.swap_remove("model").ok_or_else(|| field_err(&at, "model", "is missing"))?, &format!("{at}.model"))?;
         let reduce_steps = match loss.swap_remove("reduce_steps") {
@@ -411,7 +411,63 @@ pub enum Json {
     Array(Vec<Json>),
     Ints(Vec<i64>),
     Floats(Vec<f64>),
-    Object(IndexMap<String, Json>),
+    Object(Fields),
+}
+
+/// An object's fields in file order, each key once (a later duplicate's value replaces
+/// the first's, as serde_json's map does). A vector, not a map: a node has about ten
+/// fields, looked up by name a few times, and a model has tens of thousands of nodes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Fields(Vec<(String, Json)>);
+
+impl Fields {
+    /// From fields as written, duplicates included.
+    fn from_written(mut fields: Vec<(String, Json)>) -> Fields {
+        let unique = if fields.len() <= 16 {
+            fields.iter().enumerate().all(|(i, (k, _))| fields[..i].iter().all(|(e, _)| e != k))
+        } else {
+            let mut seen = std::collections::HashSet::with_capacity(fields.len());
+            fields.iter().all(|(k, _)| seen.insert(k.as_str()))
+        };
+        if !unique {
+            let mut first: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+            let mut out: Vec<(String, Json)> = Vec::new();
+            for (k, v) in fields {
+                match first.get(&k) {
+                    Some(&i) => out[i].1 = v,
+                    None => {
+                        first.insert(k.clone(), out.len());
+                        out.push((k, v));
+                    }
+                }
+            }
+            fields = out;
+        }
+        fields.shrink_to_fit();
+        Fields(fields)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Takes the field out (the others' order may change).
+    pub fn swap_remove(&mut self, key: &str) -> Option<Json> {
+        let i = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.swap_remove(i).1)
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, (String, Json)> {
+        self.0.iter()
+    }
+}
+
+impl IntoIterator for Fields {
+    type Item = (String, Json);
+    type IntoIter = std::vec::IntoIter<(String, Json)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
 }
 
 impl Json {
@@ -452,7 +508,7 @@ impl Json {
             Value::Number(n) => Json::Number(n),
             Value::String(s) => Json::String(s),
             Value::Array(items) => Json::Array(items.into_iter().map(Json::from_value).collect()),
-            Value::Object(m) => Json::Object(m.into_iter().map(|(k, v)| (k, Json::from_value(v))).collect()),
+            Value::Object(m) => Json::Object(Fields(m.into_iter().map(|(k, v)| (k, Json::from_value(v))).collect())),
         }
     }
 }
@@ -523,11 +579,11 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Json, A::Error> {
-        let mut obj = IndexMap::new();
-        while let Some((key, value)) = map.next_entry::<String, Json>()? {
-            obj.insert(key, value);
+        let mut fields = Vec::new();
+        while let Some(field) = map.next_entry::<String, Json>()? {
+            fields.push(field);
         }
-        Ok(Json::Object(obj))
+        Ok(Json::Object(Fields::from_written(fields)))
     }
 }
 
@@ -577,14 +633,15 @@ mod tests {
     #[test]
     fn arrays_of_one_kind_of_number_are_compact_and_read_back_the_same() {
         let text = r#"{"a": [1, -2, 3], "b": [0.5, 1e30], "c": [1, 2.5], "d": [18446744073709551615, 1],
-                       "e": [], "f": [[1.5], [true, null, "x"]], "g": {"h": 7}}"#;
+                       "e": [], "f": [[1.5], [true, null, "x"]], "g": {"h": 7, "i": 8, "h": 9}}"#;
         let json: Json = serde_json::from_str(text).unwrap();
         assert!(matches!(json.get("a"), Some(Json::Ints(v)) if v == &[1, -2, 3]));
         assert!(matches!(json.get("b"), Some(Json::Floats(v)) if v == &[0.5, 1e30]));
         assert!(matches!(json.get("c"), Some(Json::Array(_))));
         assert!(matches!(json.get("d"), Some(Json::Array(_))));
         let value: Value = serde_json::from_str(text).unwrap();
-        assert_eq!(json.to_value(), value);
-        assert_eq!(Json::from_value(value.clone()).to_value(), value);
+        // (as text, so the order of fields counts: a repeated key keeps its first place)
+        assert_eq!(json.to_value().to_string(), value.to_string());
+        assert_eq!(Json::from_value(value.clone()).to_value().to_string(), value.to_string());
     }
 }
