@@ -15,8 +15,9 @@
 //! The compiler is `$CC` (default `cc`), with `run --target c`'s flags
 //! (`-O3 -march=native`) unless `MITHRILC_DIFF_CFLAGS` gives others.
 //! `MITHRILC_DIFF_MODELS=N` (default 64) sets how many random models run, from seed
-//! `MITHRILC_DIFF_SEED` (default 1) on; a failure prints its seed, the model's layers,
-//! its JSON and the largest difference.
+//! `MITHRILC_DIFF_SEED` (default 1) on (`MITHRILC_DIFF_LIST=1` prints each model's
+//! layers); a failure prints its seed, the model's layers, its JSON and the largest
+//! difference, and keeps its C sources under `target/differential/`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,50 @@ fn shared() -> Option<PathBuf> {
 struct Toolchain {
     dir: tempfile::TempDir,
     runtime: PathBuf,
+    /// Said under any failure: whether this compiler, with these flags, miscompiles
+    /// [`SELECT_PROBE`].
+    note: String,
+}
+
+/// The shape of the generated kernels for relu's and max pooling's VJPs (a select in a
+/// short nested loop, here in place), reduced to a program that checks itself. gcc 12.2
+/// at -O3 with AVX2 or AVX-512 (`-march=native` here) vectorizes it wrongly and exits 1;
+/// clang, and gcc at -O2 or with -fno-tree-loop-vectorize, exit 0.
+const SELECT_PROBE: &str = r#"
+#include <stdio.h>
+void k(float *x, const float *g, long n) {
+    for (long i = 0; i < n; ++i)
+        for (long j = 0; j < 10; ++j)
+            x[i * 10 + j] = x[i * 10 + j] > 0.0f ? g[i * 10 + j] : 0.0f;
+}
+int main(void) {
+    static float x[160], g[160];
+    int i, bad = 0;
+    for (i = 0; i < 160; i++) { x[i] = (float)(i % 3) - 1.0f; g[i] = (float)i; }
+    k(x, g, 16);
+    for (i = 0; i < 160; i++) { bad += x[i] != (i % 3 == 2 ? (float)i : 0.0f); }
+    printf("%d of 160 wrong\n", bad);
+    return bad != 0;
+}
+"#;
+
+/// Builds and runs [`SELECT_PROBE`] with the test's compiler and flags; a sentence for
+/// failure reports when it computes wrong results.
+fn probe_selects(dir: &Path) -> String {
+    let src = dir.join("select_probe.c");
+    std::fs::write(&src, SELECT_PROBE).unwrap();
+    let exe = dir.join("select_probe");
+    let built = Command::new(mithrilc::build::c_compiler()).args(cflags()).arg(&src).arg("-o").arg(&exe).output();
+    match built.map(|b| b.status.success()).ok().and_then(|ok| ok.then(|| Command::new(&exe).output().ok()).flatten()) {
+        Some(run) if !run.status.success() => format!(
+            "\nnote: {} {} miscompiles the select loop of tests/differential.rs's SELECT_PROBE ({}); mismatches in \
+             VJP select kernels may be the compiler's (try MITHRILC_DIFF_CFLAGS=\"-O3 -march=native -fno-tree-loop-vectorize\" or CC=clang)",
+            mithrilc::build::c_compiler(),
+            cflags().join(" "),
+            String::from_utf8_lossy(&run.stdout).trim()
+        ),
+        _ => String::new(),
+    }
 }
 
 /// The process's one [`Toolchain`], built on first use; `None` (after printing why)
@@ -65,7 +110,9 @@ fn toolchain() -> Option<&'static Toolchain> {
         if !have(&mithrilc::build::c_compiler()) {
             return None;
         }
-        let dir = tempfile::tempdir().expect("a scratch directory");
+        // Under target/tmp: a static's TempDir is never dropped, so `cargo clean` is
+        // what removes it.
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a scratch directory");
         let runtime_dir = dir.path().join("runtime");
         std::fs::create_dir_all(&runtime_dir).unwrap();
         // The runtime's sources as the C target writes them into every library.
@@ -85,7 +132,8 @@ fn toolchain() -> Option<&'static Toolchain> {
             .output()
             .expect("cc runs");
         assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
-        Some(Toolchain { dir, runtime })
+        let note = probe_selects(dir.path());
+        Some(Toolchain { dir, runtime, note })
     });
     if tc.is_none() {
         println!("skipped: a C compiler is needed (apt-get install gcc, or set CC)");
@@ -361,10 +409,10 @@ fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
     v["set"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-fn finish(what: &str, c: Checked) {
+fn finish(what: &str, c: Checked, note: &str) {
     let (runs, failures) = (c.runs, &c.failures);
     println!("{what}: {} of {runs} runs match the interpreter; largest error {:.2} of its bound ({})", runs - failures.len(), c.worst.0, c.worst.1);
-    assert!(failures.is_empty(), "{} of {runs} runs differ:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(failures.is_empty(), "{} of {runs} runs differ:\n{}{note}", failures.len(), failures.join("\n\n"));
 }
 
 #[test]
@@ -386,7 +434,7 @@ fn every_testdata_case_forward_and_backward() {
             cases.extend(both(npz, graph, &[&file], ""));
         }
     }
-    finish("test data", check(tc, cases));
+    finish("test data", check(tc, cases), &tc.note);
 }
 
 /// Each benchmark model at batch 1 (tests/c_target.rs runs the larger batches forward).
@@ -405,7 +453,7 @@ fn every_bench_model_forward_and_backward() {
         let graph = load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![]);
         cases.extend(both(&format!("{model} b1"), graph, &[&params, &input], ""));
     }
-    finish("bench models", check(tc, cases));
+    finish("bench models", check(tc, cases), &tc.note);
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -436,5 +484,5 @@ fn random_models_forward_and_backward() {
         let graph = mithril::load_str(&m.json, "random.json", "random", &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}{repro}"));
         cases.extend(both(&format!("seed {seed}"), graph, &[], &repro));
     }
-    finish(&format!("random models (seeds {first}..{})", first + count), check(tc, cases));
+    finish(&format!("random models (seeds {first}..{})", first + count), check(tc, cases), &tc.note);
 }
