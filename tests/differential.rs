@@ -242,7 +242,7 @@ fn mismatch(label: &str, name: &str, got: &Tensor, want: &Tensor, worst: &Mutex<
     };
     let ratios: Vec<f64> = got.data.iter().zip(&want.data).map(ratio).collect();
     let i = (0..ratios.len()).fold(0, |w, i| if ratios[i] > ratios[w] { i } else { w });
-    let Some(&r) = ratios.get(i) else { return None };
+    let &r = ratios.get(i)?;
     {
         let mut worst = worst.lock().unwrap();
         if r > worst.0 {

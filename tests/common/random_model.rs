@@ -240,7 +240,7 @@ impl Builder {
             // Back to an image-like rank 4, when the features factor.
             let f = self.shape[1];
             for d in [1u64, 2, 3] {
-                if f % d == 0 {
+                if f.is_multiple_of(d) {
                     options.push((vec![first as i64, d as i64, 1, (f / d) as i64], vec![first, d, 1, f / d]));
                 }
             }

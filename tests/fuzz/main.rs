@@ -465,7 +465,7 @@ fn mutate_model(rng: &mut Rng, m: &mut Model, pool: &[Model]) {
 #[test]
 fn frontend() {
     quiet_panics();
-    let budget = Budget::from_env(15000);
+    let budget = Budget::from_env(25000);
     let corpus = frontend_corpus();
     assert!(!corpus.is_empty(), "tests/fuzz/corpus/frontend is empty");
     let watchdog = Watchdog::new("frontend");
@@ -645,7 +645,7 @@ fn data_run(dir: &Path, name: &str, bytes: &[u8]) -> Verdict {
 #[test]
 fn data_readers() {
     quiet_panics();
-    let budget = Budget::from_env(8000);
+    let budget = Budget::from_env(6000);
     let corpus = data_corpus();
     assert!(!corpus.is_empty(), "tests/fuzz/corpus/data is empty");
     let scratch = tempfile::tempdir().unwrap();
