@@ -11,6 +11,7 @@ pub mod data;
 pub mod docs;
 pub mod error;
 pub mod frontend;
+pub mod hash;
 pub mod interp;
 pub mod ir;
 pub mod lower;

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{io_message, Error, Result};
+use crate::hash::fnv1a;
 
 /// The marker file in every output directory mithrilc writes: one line per file it
 /// wrote, `HASH PATH` (FNV-1a 64 of the contents in hex, the path relative to the
@@ -261,10 +262,6 @@ fn hash_files(dir: &Path) -> Result<BTreeMap<String, u64>> {
     Ok(out)
 }
 
-/// FNV-1a, 64 bits: a stable content hash for the marker (not a security measure).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
 
 #[cfg(test)]
 mod tests {

@@ -208,6 +208,18 @@ fn blank(msg: &str) -> String {
     out
 }
 
+/// Prints what a target's run did, then fails on its findings.
+#[allow(clippy::too_many_arguments)]
+fn conclude(target: &str, corpus: usize, mutated: u64, started: Instant, seed: u64, outcomes: usize, stages: &Stages, findings: &[String]) {
+    println!(
+        "fuzz {target}: {corpus} corpus inputs, {mutated} mutated in {:.0} s (seed {seed}), {outcomes} outcomes seen, {} findings\n  ended at: {}",
+        started.elapsed().as_secs_f64(),
+        findings.len(),
+        stages.summary()
+    );
+    assert!(findings.is_empty(), "{} finding(s):\n{}", findings.len(), findings.join("\n"));
+}
+
 /// How many inputs ended at each stage (the part of their outcome before `:`).
 #[derive(Default)]
 struct Stages(BTreeMap<String, u64>);
@@ -523,16 +535,7 @@ fn frontend() {
             }
         }
     }
-    println!(
-        "fuzz frontend: {} corpus inputs, {i} mutated in {:.0} s (seed {}), {} outcomes seen, {} findings\n  ended at: {}",
-        corpus.len(),
-        started.elapsed().as_secs_f64(),
-        budget.seed,
-        pool.seen.len(),
-        findings.len(),
-        stages.summary()
-    );
-    assert!(findings.is_empty(), "{} finding(s):\n{}", findings.len(), findings.join("\n"));
+    conclude("frontend", corpus.len(), i, started, budget.seed, pool.seen.len(), &stages, &findings);
 }
 
 // ---------------------------------------------------------------- reported crashes
@@ -700,14 +703,5 @@ fn data_readers() {
             }
         }
     }
-    println!(
-        "fuzz data_readers: {} corpus inputs, {i} mutated in {:.0} s (seed {}), {} outcomes seen, {} findings\n  ended at: {}",
-        corpus.len(),
-        started.elapsed().as_secs_f64(),
-        budget.seed,
-        pool.seen.len(),
-        findings.len(),
-        stages.summary()
-    );
-    assert!(findings.is_empty(), "{} finding(s):\n{}", findings.len(), findings.join("\n"));
+    conclude("data_readers", corpus.len(), i, started, budget.seed, pool.seen.len(), &stages, &findings);
 }

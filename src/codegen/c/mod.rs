@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use super::cstyle::{pad, Dialect, Renderer, C, C_OPS_HEADER};
 use crate::error::{Error, Result};
+use crate::hash::fnv1a;
 use crate::ir::{Dtype, PoolKind};
 use crate::lower::{align, Kernel, Layout, Program, Storage, View, PANEL};
 use crate::tensor::Tensor;
@@ -104,10 +105,6 @@ pub fn port_label(name: &str) -> String {
     format!("{}~{:016x}", &name[..end], fnv1a(name.as_bytes()))
 }
 
-/// FNV-1a, 64 bits: a stable hash for shortened names.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
 
 /// The files of the C target, by name, in a fixed order.
 /// `backward` (from `--grad`) adds `<name>_backward` and, when it has a loss,
