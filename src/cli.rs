@@ -126,12 +126,7 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
     for s in &args.set {
         opts.set.push(parse_set_arg(s)?);
     }
-    for (name, found) in arrays_by_name(files)? {
-        if found.key != name || !name.contains('/') {
-            // output/, grad/, output_grad/ arrays are not model arguments.
-            opts.known_types.insert(name, TensorType::new(found.tensor.dtype, Shape::known(&found.tensor.shape)));
-        }
-    }
+    opts.known_types = known_types(files)?;
     for p in &args.print_after {
         if !passes::names().contains(&p.as_str()) {
             return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", passes::names().join(", "))));
@@ -264,6 +259,19 @@ fn run_files(args: &RunArgs) -> Result<Vec<ArrayFile>> {
 /// name `NAME`; any other key (`output/NAME`, `output_grad/NAME`) names itself.
 fn argument_name(key: &str) -> &str {
     key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")).unwrap_or(key)
+}
+
+/// The types of the model arguments the files hold ([`arrays_by_name`]), for the
+/// frontend to complete the model's shapes with.
+pub fn known_types(files: &[&ArrayFile]) -> Result<BTreeMap<String, TensorType>> {
+    let mut out = BTreeMap::new();
+    for (name, found) in arrays_by_name(files)? {
+        if found.key != name || !name.contains('/') {
+            // output/, grad/, output_grad/ arrays are not model arguments.
+            out.insert(name, TensorType::new(found.tensor.dtype, Shape::known(&found.tensor.shape)));
+        }
+    }
+    Ok(out)
 }
 
 /// One array of the data, where it was found.

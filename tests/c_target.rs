@@ -54,15 +54,8 @@ impl Case {
 
 /// `grad`: the gradients autodiff appends (outputs `grad/NAME`, checked like the others).
 fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>, grad: Wrt, label: String) -> Case {
-    let mut opts = mithril::Options { set, ..Default::default() };
-    for f in files {
-        for (key, t) in &f.arrays {
-            let name = key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")).unwrap_or(key);
-            if !name.contains('/') {
-                opts.known_types.insert(name.to_string(), TensorType::new(t.dtype, Shape::known(&t.shape)));
-            }
-        }
-    }
+    let known_types = cli::known_types(files).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let opts = mithril::Options { set, known_types, ..Default::default() };
     let graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
     let graphs = cli::Graphs::new(graph, &grad, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
     let feeds = cli::feeds(graphs.main(), files).unwrap_or_else(|e| panic!("{label}: {e}"));

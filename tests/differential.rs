@@ -28,7 +28,7 @@ use std::sync::{Mutex, OnceLock};
 use mithrilc::cli::Graphs;
 use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
-use mithrilc::ir::{Graph, Shape, TensorType};
+use mithrilc::ir::{Graph, Shape};
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
@@ -389,15 +389,8 @@ fn both(label: &str, graph: Graph, files: &[&ArrayFile], repro: &str) -> Vec<Cas
 
 /// Loads a model with the types of the arrays in `files` known.
 fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>) -> Graph {
-    let mut opts = mithril::Options { set, ..Default::default() };
-    for f in files {
-        for (key, t) in &f.arrays {
-            let name = key.strip_prefix("input/").or_else(|| key.strip_prefix("param/")).unwrap_or(key);
-            if !name.contains('/') {
-                opts.known_types.insert(name.to_string(), TensorType::new(t.dtype, Shape::known(&t.shape)));
-            }
-        }
-    }
+    let known_types = mithrilc::cli::known_types(files).expect("each array given once");
+    let opts = mithril::Options { set, known_types, ..Default::default() };
     mithril::load(json, &opts).unwrap_or_else(|e| panic!("{}: {e}", json.display()))
 }
 
