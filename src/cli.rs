@@ -25,6 +25,8 @@ pub struct ModelArgs {
     pub shapes: Vec<String>,
     /// `PATH.KEY=VALUE` (VALUE is JSON; a bare word is a string).
     pub set: Vec<String>,
+    /// `NAME=VALUE` (VALUE is JSON): a value for one of the model's keys.
+    pub constants: Vec<String>,
     /// Passes after which the IR is printed (to stderr).
     pub print_after: Vec<String>,
     /// The gradients to derive (`--grad`).
@@ -125,6 +127,14 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
     }
     for s in &args.set {
         opts.set.push(parse_set_arg(s)?);
+    }
+    for s in &args.constants {
+        let (name, value) = s
+            .split_once('=')
+            .ok_or_else(|| Error::usage(format!("--const {s}: expected NAME=VALUE, e.g. axis=1 or kernel=[[1.0,0.0],[0.0,1.0]]")))?;
+        let value = serde_json::from_str(value)
+            .map_err(|e| Error::usage(format!("--const {s}: the value is not JSON ({e})")))?;
+        opts.constants.push((name.trim().to_string(), value));
     }
     opts.known_types = known_types(files)?;
     for p in &args.print_after {

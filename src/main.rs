@@ -24,6 +24,10 @@ struct ModelOpts {
     /// (PATH as in error messages, e.g. submodels.m_2.index=0; VALUE is JSON)
     #[arg(long = "set", value_name = "PATH.KEY=VALUE")]
     set: Vec<String>,
+    /// A value for one of the model's keys fixed at compile time, as NAME=VALUE (VALUE
+    /// is JSON: a number, or a nested list for a tensor key; Mithril's constant_keys)
+    #[arg(long = "const", value_name = "NAME=VALUE")]
+    constants: Vec<String>,
     /// Print the IR (or, after fuse and memory, the program) after this pass, to stderr;
     /// repeatable (passes: shape, autodiff, simplify, fuse, memory)
     #[arg(long = "print-after", value_name = "PASS")]
@@ -32,7 +36,7 @@ struct ModelOpts {
 
 impl ModelOpts {
     fn into_args(self) -> cli::ModelArgs {
-        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set, print_after: self.print_after, grad: Default::default() }
+        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set, constants: self.constants, print_after: self.print_after, grad: Default::default() }
     }
 }
 

@@ -32,6 +32,11 @@ pub struct Options {
     /// Inputs that are data even if the file marks them differentiable (Mithril's
     /// `ml.compile(data_keys=...)`).
     pub data_keys: BTreeSet<String>,
+    /// Values of the model's own keys fixed at compile time (`--const NAME=VALUE`,
+    /// Mithril's `ml.compile(constant_keys=...)`): `(NAME, value)`, the value as a
+    /// connection's `"value"` is written (a scalar, a nested list that is a tensor
+    /// where the key is one, ...).
+    pub constants: Vec<(String, Value)>,
 }
 
 /// Reads and compiles a model file.
@@ -75,6 +80,15 @@ fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> 
             check_supported(&net)?;
             Some("final_cost")
         };
+        for (key, value) in &opts.constants {
+            let slot = *inst.keys.get(key).ok_or_else(|| {
+                let mut keys: Vec<&str> = inst.keys.keys().map(String::as_str).filter(|k| !k.starts_with('$')).collect();
+                keys.sort();
+                Error::user(format!("--const {key}: the model has no key `{key}` (its keys: {})", keys.join(", ")))
+            })?;
+            let v = Static::from_json(value, false).map_err(|e| Error::user(format!("--const {key}: {e}")))?;
+            net.set_value(slot, v, format!("--const {key}"), false)?;
+        }
         // The net holds what emission needs (tensor constants included): the model
         // nodes can go.
         drop((root, losses));
@@ -83,6 +97,15 @@ fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> 
         Ok((graph, emitter.tensor_formulas))
     })()
     .map_err(|e: Error| e.context(file))
+}
+
+/// The model's float type (see [`Emitter::float`]).
+fn model_float(opts: &Options) -> Dtype {
+    let floats: BTreeSet<Dtype> = opts.known_types.values().map(|t| t.dtype).filter(|d| d.is_float()).collect();
+    match floats.into_iter().collect::<Vec<_>>()[..] {
+        [only] => only,
+        _ => Dtype::F32,
+    }
 }
 
 /// Applies `--set PATH.KEY=VALUE` to the constructor args of the node at PATH.
@@ -211,6 +234,10 @@ pub(super) struct Emitter<'a> {
     /// Why a related input could not be created while resolving templates: when an
     /// input's shape cannot be found, this is the error worth reporting.
     pub(super) root_cause: Option<Error>,
+    /// The model's float type, which float constants take when no tensor operand gives
+    /// them one (Mithril: the backend's precision): that of the float inputs and
+    /// parameters whose types are known, when they agree; else f32.
+    pub(super) float: Dtype,
 }
 
 impl<'a> Emitter<'a> {
@@ -228,6 +255,7 @@ impl<'a> Emitter<'a> {
             resolving: BTreeSet::new(),
             templates_of: templates_by_slot(net),
             root_cause: None,
+            float: model_float(opts),
         }
     }
 
@@ -588,15 +616,21 @@ impl<'a> Emitter<'a> {
     }
 
     /// A tensor operand. A compile-time scalar takes `like`'s dtype when given
-    /// (NumPy's weak Python scalars), else f32 for floats and i32 for ints.
+    /// (NumPy's weak Python scalars), else the model's float type for floats and i32
+    /// for ints. A tensor constant of the file (`{"tensor": ...}`, read as f64) takes
+    /// the model's float type too: the file gives it no type of its own.
     pub(super) fn tensor(&mut self, v: &Val, like: Option<Dtype>) -> Result<ValueId> {
         match v {
             Val::T(id) => Ok(*id),
+            Val::S(Static::Tensor(c)) if c.dtype() == Dtype::F64 && self.float != Dtype::F64 => {
+                let t = c.to_tensor();
+                Ok(self.constant(Tensor::new(self.float, t.shape, t.data)))
+            }
             Val::S(s) => {
-                let float = like.filter(|d| d.is_float()).unwrap_or(Dtype::F32);
+                let float = like.filter(|d| d.is_float()).unwrap_or(self.float);
                 let int = like.unwrap_or(Dtype::I32);
                 let t = match s {
-                    Static::Float(_) if like.is_some_and(|d| !d.is_float()) => s.to_constant(Dtype::F32, int),
+                    Static::Float(_) if like.is_some_and(|d| !d.is_float()) => s.to_constant(self.float, int),
                     _ => s.to_constant(float, int),
                 }
                 .ok_or_else(|| Error::user(format!("expected a tensor, got the value {s}")))?;

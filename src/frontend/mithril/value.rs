@@ -111,7 +111,13 @@ impl Static {
                 let mut data = Vec::new();
                 let mut any_float = false;
                 flatten(self, 0, &mut shape, &mut None, &mut data, &mut any_float)?;
-                let dtype = if any_float { float_dtype } else { int_dtype };
+                let dtype = if any_float {
+                    float_dtype
+                } else if self.all_bools() {
+                    Dtype::Bool
+                } else {
+                    int_dtype
+                };
                 Some(Tensor::new(dtype, shape, data))
             }
             _ => None,
@@ -120,6 +126,15 @@ impl Static {
 }
 
 impl Static {
+    /// A nested sequence of bools only (a bool tensor, as NumPy types it).
+    fn all_bools(&self) -> bool {
+        match self {
+            Static::Bool(_) => true,
+            Static::Seq { items, .. } => !items.is_empty() && items.iter().all(Static::all_bools),
+            _ => false,
+        }
+    }
+
     /// [`Static::to_tensor`] as a constant of the IR: a tensor constant as it is (not
     /// widened to f64 and back).
     pub fn to_constant(&self, float_dtype: Dtype, int_dtype: Dtype) -> Option<Constant> {
@@ -172,8 +187,8 @@ impl Static {
     pub fn tensor_from_json(v: &Json) -> Result<Static, String> {
         let (mut shape, mut data, mut any_float) = (Vec::new(), Vec::new(), false);
         if rows(v, 0, &mut shape, &mut data, &mut any_float) {
-            // As `to_tensor(F32, I32)` types a nested sequence.
-            let dtype = if any_float { Dtype::F32 } else { Dtype::I32 };
+            // Floats exactly (emission gives them the model's float type), ints as i32.
+            let dtype = if any_float { Dtype::F64 } else { Dtype::I32 };
             return Ok(Static::Tensor(Constant::from_values(dtype, shape, data.into_iter())));
         }
         Static::from_json(&v.to_value(), true)
@@ -212,7 +227,7 @@ fn rows(v: &Json, depth: usize, shape: &mut Vec<u64>, data: &mut Vec<f64>, any_f
 
 fn json_tensor(v: &Value) -> Result<Constant, String> {
     let s = Static::from_json(v, false)?;
-    s.to_constant(Dtype::F32, Dtype::I32).ok_or_else(|| format!("{v} is not a tensor constant"))
+    s.to_constant(Dtype::F64, Dtype::I32).ok_or_else(|| format!("{v} is not a tensor constant"))
 }
 
 /// Values of Mithril's `Constant` enum (`mithril/types.py`), which depend on the

@@ -1,0 +1,130 @@
+//! Builds and runs models on the C target the way `cli::run_target` does (same lowering
+//! options, files and demo), except that the runtime is compiled once per test process
+//! and linked into every model: building the 2,000-line runtime per model would
+//! dominate a test's time. The compiler is `$CC` (default `cc`) with the warning flags
+//! every generated file must build under.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use mithrilc::cli::Graphs;
+use mithrilc::data;
+use mithrilc::frontend::mithril;
+use mithrilc::ir::{Graph, Shape};
+use mithrilc::passes::autodiff::Wrt;
+use mithrilc::tensor::Tensor;
+
+/// Flags every generated file must build under (as its Makefile gives them).
+pub const WARNINGS: &[&str] = &["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror"];
+
+/// A scratch directory with the runtime compiled once.
+pub struct Toolchain {
+    pub dir: tempfile::TempDir,
+    pub runtime: PathBuf,
+    pub cflags: Vec<String>,
+}
+
+/// The files the C target writes for a one-op model (only the runtime's are used).
+fn one_program_files() -> Vec<(String, Vec<u8>)> {
+    let text = r#"{"name": "Relu", "args": {}}"#;
+    let mut opts = mithril::Options::default();
+    opts.shapes.insert("input".into(), Shape::known(&[2]));
+    let g = mithril::load_str(text, "relu.json", "relu", &opts).unwrap();
+    let graphs = Graphs::new(g, &Wrt::None, |_, _| {}).unwrap();
+    let p = mithrilc::passes::compile(&graphs.forward, &Default::default(), |_, _| {}).unwrap();
+    mithrilc::codegen::c::emit(&p, None, &Default::default()).unwrap()
+}
+
+/// The process's one [`Toolchain`] for `cflags`, built on first use; `None` when there
+/// is no C compiler (the caller says why it skips).
+pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
+    static TOOLCHAIN: OnceLock<Option<Toolchain>> = OnceLock::new();
+    TOOLCHAIN
+        .get_or_init(|| {
+            if !crate::common::have(&mithrilc::build::c_compiler()) {
+                return None;
+            }
+            // Under target/tmp: a static's TempDir is never dropped, so `cargo clean` is
+            // what removes it.
+            let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a scratch directory");
+            let runtime_dir = dir.path().join("runtime");
+            std::fs::create_dir_all(&runtime_dir).unwrap();
+            // The runtime's sources as the C target writes them into every library.
+            for (name, bytes) in &one_program_files() {
+                if name.starts_with("mithril_") {
+                    std::fs::write(runtime_dir.join(name), bytes).unwrap();
+                }
+            }
+            let runtime = runtime_dir.join("mithril_runtime.o");
+            let out = Command::new(mithrilc::build::c_compiler())
+                .current_dir(&runtime_dir)
+                .args(WARNINGS)
+                .args(cflags)
+                .args(["-c", "mithril_runtime.c", "-o"])
+                .arg(&runtime)
+                .output()
+                .expect("cc runs");
+            assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
+            Some(Toolchain { dir, runtime, cflags: cflags.to_vec() })
+        })
+        .as_ref()
+}
+
+/// Builds `graphs` as a C library in `dir` and runs its demo (the backward pass when
+/// there is one) on `feeds`: the outputs in the program's order, by name.
+pub fn run_c(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, dir: &Path) -> Result<Vec<(String, Tensor)>, String> {
+    // As `cli::run_target`: the fast layouts forward; row-major when training.
+    let opts = mithrilc::lower::Options { max: BTreeMap::new(), row_major_weights: graphs.backward.is_some() };
+    let lower = |g: &Graph| mithrilc::passes::compile(g, &opts, |_, _| {}).map_err(|e| format!("lowering: {e}"));
+    let forward = lower(&graphs.forward)?;
+    let backward = graphs.backward.as_ref().map(lower).transpose()?;
+    let g = &graphs.forward;
+    let weights: BTreeMap<String, Tensor> =
+        g.params().filter_map(|v| g.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
+    let copts = mithrilc::codegen::c::Options { source: "model.json".into(), weights: Some(weights), mode: Default::default() };
+    let files = mithrilc::codegen::c::emit(&forward, backward.as_ref(), &copts).map_err(|e| format!("emit: {e}"))?;
+    let program = backward.as_ref().unwrap_or(&forward);
+    let name = mithrilc::codegen::c::identifier(&program.name);
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    for (file, bytes) in &files {
+        std::fs::write(dir.join(file), bytes).unwrap();
+    }
+    let demo = dir.join("demo");
+    let cc = Command::new(mithrilc::build::c_compiler())
+        .current_dir(dir)
+        .args(WARNINGS)
+        .args(&tc.cflags)
+        .arg("-pthread")
+        .arg(format!("{name}.c"))
+        .arg(format!("{name}_demo.c"))
+        .arg(&tc.runtime)
+        .args(["-lm", "-o"])
+        .arg(&demo)
+        .output()
+        .unwrap();
+    if !cc.status.success() {
+        return Err(format!("cc failed:\n{}", String::from_utf8_lossy(&cc.stderr)));
+    }
+    let mut run = Command::new(&demo);
+    run.current_dir(dir).arg("--out").arg(dir);
+    for (i, port) in program.inputs.iter().enumerate() {
+        let t = feeds.get(&port.name).ok_or_else(|| format!("no feed for {}", port.name))?;
+        let path = dir.join(format!("input_{i}.npy"));
+        data::write_npy(&path, t).unwrap();
+        run.arg("--input").arg(format!("{}={}", mithrilc::codegen::c::port_label(&port.name), path.display()));
+    }
+    let out = run.output().unwrap();
+    if !out.status.success() {
+        return Err(format!("the demo failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let mut outputs = Vec::new();
+    for (i, port) in program.outputs.iter().enumerate() {
+        let file = data::read_arrays(&dir.join(format!("output_{i}.npy"))).map_err(|e| e.to_string())?;
+        outputs.push((port.name.clone(), file.arrays.into_values().next().ok_or("an empty output file")?));
+    }
+    Ok(outputs)
+}

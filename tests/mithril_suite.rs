@@ -1,0 +1,621 @@
+//! Mithril's own test cases (`tests/mithril_suite/*.json`, from synnada-ai/mithril at
+//! the pinned commit; see its README) on the interpreter and on the C target, in
+//! float64 as Mithril runs them and cast to float32, compared with Mithril's numbers.
+//!
+//! Each case becomes what `mithrilc run` takes, following Mithril's harness
+//! (`tests/scripts/helper.py::evaluate_case` and `test_utils.py::finalize_model`):
+//! - `model` is the model file; `output_specs` (with `final_loss_combiner` and
+//!   `regularizations`) make it a TrainModel file as `train_model_to_dict` writes one.
+//! - Every entry of `inputs` that Mithril differentiates (a key of `results.grad`) is a
+//!   parameter, given as data; every other entry, and every `static_keys` entry, is a
+//!   value fixed at compile time (`--const`), as Mithril's `constant_keys` are.
+//! - `output_grads` are the output cotangents (`output_grad/NAME`); an output without
+//!   one gets zeros, as Mithril's `evaluate(output_gradients=...)` gives it. A
+//!   TrainModel is differentiated through its loss.
+//! - Every parameter's gradient is derived (`--grad`); the set of gradients must be
+//!   Mithril's, and each output and gradient of `results` must match.
+//! - `primitives_directed_test.json`'s older form (a class name, one `output_grad`, an
+//!   unnamed result) is read as a model of that one class whose inputs with a gradient
+//!   are differentiable; `error_test.json`'s cases pass when mithrilc refuses them.
+//!
+//! A case passes in a mode when its numbers are within 1e-10 absolute + 1e-10 relative
+//! of Mithril's in float64 (both compute in float64; only summation orders differ) and
+//! 1e-4 + 1e-3 relative in float32 (Mithril's float64 numbers against ours from
+//! rounded data). The report prints the pass rate per file and per class and every
+//! failure with its reason. `tests/mithril_suite/passing.txt` lists the cases that
+//! pass in each mode: one of them failing fails the test. A case that runs and gives
+//! numbers other than Mithril's (rather than being refused with an error) also fails
+//! the test unless `tests/mithril_suite/differs.txt` lists it with the reason.
+//!
+//! `MITHRILC_SUITE_UPDATE=1` rewrites `passing.txt`; `MITHRILC_SUITE_EXPORT=DIR` writes
+//! every case as a directory for `mithrilc run` (`model.json`, `data.npz`,
+//! `expected.npz`, `run.sh`); `MITHRILC_SUITE_ONLY=SUBSTRING` runs only matching cases.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::{json, Map, Value};
+
+use mithrilc::cli::Graphs;
+use mithrilc::data;
+use mithrilc::frontend::mithril;
+use mithrilc::ir::{Dtype, Op, Shape, TensorType};
+use mithrilc::passes::autodiff::Wrt;
+use mithrilc::tensor::Tensor;
+
+mod common;
+#[path = "common/c_build.rs"]
+mod c_build;
+
+const FILES: &[&str] = &[
+    "models_directed_test",
+    "integration_directed_test",
+    "no_grad_inference_test",
+    "primitives_directed_test",
+    "error_test",
+];
+
+fn suite_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mithril_suite")
+}
+
+/// One of Mithril's cases, converted.
+struct Case {
+    /// Every model class the case uses (for the per-class report).
+    classes: BTreeSet<String>,
+    /// The model file's JSON.
+    model: Value,
+    /// `--const NAME=VALUE`.
+    constants: Vec<(String, Value)>,
+    /// The differentiated inputs, in float64 (ints and bools as Mithril types them).
+    params: Vec<(String, Tensor)>,
+    /// Given output cotangents, by output name.
+    cotangents: BTreeMap<String, Tensor>,
+    /// Mithril's outputs and gradients (by parameter name).
+    outputs: Vec<(String, Tensor)>,
+    grads: Vec<(String, Tensor)>,
+    /// Mithril refuses the model (`error_test.json`).
+    expect_error: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Mode {
+    InterpF64,
+    InterpF32,
+    CF64,
+    CF32,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::InterpF64 => "interp-f64",
+            Mode::InterpF32 => "interp-f32",
+            Mode::CF64 => "c-f64",
+            Mode::CF32 => "c-f32",
+        }
+    }
+
+    fn dtype(self) -> Dtype {
+        match self {
+            Mode::InterpF64 | Mode::CF64 => Dtype::F64,
+            Mode::InterpF32 | Mode::CF32 => Dtype::F32,
+        }
+    }
+
+    /// (absolute, relative) tolerance.
+    fn tolerance(self) -> (f64, f64) {
+        if self.dtype() == Dtype::F64 {
+            (1e-10, 1e-10)
+        } else {
+            (1e-4, 1e-3)
+        }
+    }
+}
+
+/// A nested JSON list (or a scalar) as a tensor, typed as Mithril's `determine_dtype`
+/// types it at 64-bit precision: float64 if any element is a float, else int64 if any
+/// is an int, else bool.
+fn tensor(v: &Value) -> Result<Tensor, String> {
+    fn walk(v: &Value, depth: usize, shape: &mut Vec<u64>, data: &mut Vec<f64>, kind: &mut u8) -> Result<(), String> {
+        match v {
+            Value::Array(items) => {
+                if shape.len() == depth {
+                    shape.push(items.len() as u64);
+                } else if shape[depth] != items.len() as u64 {
+                    return Err("a ragged list".into());
+                }
+                items.iter().try_for_each(|it| walk(it, depth + 1, shape, data, kind))
+            }
+            _ if shape.len() != depth => Err("a ragged list".into()),
+            Value::Bool(b) => {
+                data.push(f64::from(u8::from(*b)));
+                Ok(())
+            }
+            Value::Number(n) => {
+                *kind = (*kind).max(if n.is_f64() { 2 } else { 1 });
+                data.push(n.as_f64().unwrap());
+                Ok(())
+            }
+            other => Err(format!("not a number: {other}")),
+        }
+    }
+    let (mut shape, mut data, mut kind) = (Vec::new(), Vec::new(), 0u8);
+    walk(v, 0, &mut shape, &mut data, &mut kind)?;
+    let dtype = [Dtype::Bool, Dtype::I64, Dtype::F64][kind as usize];
+    Ok(Tensor::new(dtype, shape, data))
+}
+
+/// A reference value: per-backend values (`{"numpy": ..., "torch": ...}`) give the
+/// NumPy backend's, whose formulas mithrilc follows.
+fn reference(v: &Value) -> &Value {
+    match v {
+        Value::Object(m) => m.get("numpy").unwrap_or(v),
+        _ => v,
+    }
+}
+
+/// Every class name in a model node (and its nested model-valued args).
+fn classes(v: &Value, out: &mut BTreeSet<String>) {
+    match v {
+        Value::String(s) => {
+            out.insert(s.clone());
+        }
+        Value::Object(m) => {
+            if let Some(Value::String(name)) = m.get("name") {
+                if name != "Model" {
+                    out.insert(name.clone());
+                }
+            }
+            for key in ["submodels", "args"] {
+                if let Some(Value::Object(children)) = m.get(key) {
+                    for c in children.values() {
+                        if c.get("name").is_some() || key == "submodels" {
+                            classes(c, out);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A loss or reduce step given as a class name or `{"fn": name, "params": {...}}`.
+fn model_node(spec: &Value) -> Result<Value, String> {
+    match spec {
+        Value::String(name) => Ok(json!({ "name": name })),
+        Value::Object(m) => {
+            if m.get("call_kwargs").is_some_and(|k| k.as_object().is_some_and(|k| !k.is_empty())) {
+                return Err("a loss with tensor call arguments".into());
+            }
+            let name = m.get("fn").and_then(Value::as_str).ok_or("a loss without `fn`")?;
+            Ok(json!({ "name": name, "args": m.get("params").cloned().unwrap_or(json!({})) }))
+        }
+        _ => Err(format!("a loss given as {spec}")),
+    }
+}
+
+/// `finalize_model`: the TrainModel file for a case with `output_specs`.
+fn train_model(case: &Map<String, Value>, model: Value) -> Result<Value, String> {
+    let specs = case["output_specs"].as_object().ok_or("output_specs is not an object")?;
+    let mut losses = Vec::new();
+    for (output, spec) in specs {
+        if spec.get("metrics").and_then(Value::as_array).is_some_and(|m| !m.is_empty()) {
+            return Err("metrics".into());
+        }
+        let Some(loss) = spec.get("loss") else { continue };
+        let mut args = Map::new();
+        args.insert("input".into(), json!(output));
+        if let Some(target) = spec.get("target_key").and_then(Value::as_str) {
+            args.insert("target".into(), json!(target));
+        }
+        let steps: Vec<Value> = spec.get("reduce_steps").and_then(Value::as_array).cloned().unwrap_or_default();
+        let steps = steps.iter().map(model_node).collect::<Result<Vec<_>, _>>()?;
+        losses.push(json!({ "model": model_node(loss)?, "reduce_steps": steps, "args": args }));
+    }
+    let mut regularizations = Vec::new();
+    for reg in case.get("regularizations").and_then(Value::as_array).into_iter().flatten() {
+        let reg = reg.as_object().ok_or("a regularization is not an object")?;
+        let mut args = Map::new();
+        for (k, v) in reg {
+            if !["model", "regex", "coef"].contains(&k.as_str()) {
+                let regex = reg.get("regex").and_then(Value::as_bool).unwrap_or(false);
+                args.insert(k.clone(), if regex { json!({ "pattern": v }) } else { v.clone() });
+            }
+        }
+        regularizations.push(json!({
+            "model": model_node(&reg["model"])?,
+            "coef": reg["coef"],
+            "reg_key": Value::Null,
+            "args": args,
+        }));
+    }
+    let mut file = json!({ "is_train_model": true, "model": model, "losses": losses, "regularizations": regularizations });
+    // `train_model_to_dict` does not write the combiner; mithrilc reads it when given.
+    if let Some(combiner) = case.get("final_loss_combiner").and_then(Value::as_str) {
+        file["loss_combiner"] = json!({ "name": combiner });
+    }
+    Ok(file)
+}
+
+/// Converts one case, or says why it cannot be run.
+fn convert(file: &str, name: &str, raw: &Value) -> Result<Case, String> {
+    let case = raw.as_object().ok_or("not an object")?;
+    for key in ["pre_gradient", "diag_zero", "constants", "train_context", "injected_static_keys"] {
+        if case.contains_key(key) {
+            return Err(format!("uses the harness option `{key}`, which configures Mithril's Python objects directly"));
+        }
+    }
+    let primitive = file == "primitives_directed_test";
+    let results = case.get("results").and_then(Value::as_object).ok_or("no results")?;
+    let want_grads: Map<String, Value> = results.get("grad").and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut model = match &case["model"] {
+        Value::String(class) => json!({ "name": class }),
+        m => m.clone(),
+    };
+    if primitive {
+        // The old per-primitive form differentiates the inputs it lists gradients for.
+        let diff: Vec<Value> = want_grads.keys().map(|k| json!([k, true])).collect();
+        if !diff.is_empty() {
+            model["assigned_differentiabilities"] = Value::Array(diff);
+        }
+    }
+    let mut found = BTreeSet::new();
+    classes(&model, &mut found);
+    let model = if case.contains_key("output_specs") { train_model(case, model)? } else { model };
+    if let Value::Object(m) = &model {
+        for loss in m.get("losses").and_then(Value::as_array).into_iter().flatten() {
+            classes(&loss["model"], &mut found);
+        }
+        for reg in m.get("regularizations").and_then(Value::as_array).into_iter().flatten() {
+            classes(&reg["model"], &mut found);
+        }
+    }
+    let mut inputs = case.get("inputs").and_then(Value::as_object).cloned().unwrap_or_default();
+    if primitive && found.contains("Concat") && inputs.contains_key("input1") {
+        return Err("the older Concat(n=...) with keys input1, input2, ...; Concat takes a list of tensors at this commit".into());
+    }
+    if inputs.remove("is_list").is_some_and(|v| v == json!(true)) {
+        return Err("its inputs are lists of tensors, which have no IR form".into());
+    }
+    let mut constants = Vec::new();
+    let mut params = Vec::new();
+    for (k, v) in &inputs {
+        if want_grads.contains_key(k) {
+            params.push((k.clone(), tensor(v).map_err(|e| format!("input {k}: {e}"))?));
+        } else {
+            constants.push((k.clone(), v.clone()));
+        }
+    }
+    for key in ["static_keys", "static_inputs"] {
+        for (k, v) in case.get(key).and_then(Value::as_object).into_iter().flatten() {
+            constants.push((k.clone(), v.clone()));
+        }
+    }
+    let mut cotangents = BTreeMap::new();
+    let mut outputs = Vec::new();
+    if primitive {
+        if let Some(g) = case.get("output_grad") {
+            cotangents.insert("output".to_string(), tensor(g)?);
+        }
+        outputs.push(("output".to_string(), tensor(reference(&results["eval"]))?));
+    } else {
+        for (k, g) in case.get("output_grads").and_then(Value::as_object).into_iter().flatten() {
+            cotangents.insert(k.clone(), tensor(g).map_err(|e| format!("output_grad {k}: {e}"))?);
+        }
+        for (k, v) in results.get("eval").and_then(Value::as_object).into_iter().flatten() {
+            outputs.push((k.clone(), tensor(reference(v)).map_err(|e| format!("result {k}: {e}"))?));
+        }
+    }
+    let mut grads = Vec::new();
+    for (k, v) in &want_grads {
+        if !v.is_null() {
+            grads.push((k.clone(), tensor(reference(v)).map_err(|e| format!("gradient {k}: {e}"))?));
+        }
+    }
+    Ok(Case {
+        classes: found,
+        model,
+        constants,
+        params,
+        cotangents,
+        outputs,
+        grads,
+        expect_error: file == "error_test",
+    })
+}
+
+/// Every case of every file: converted, or the reason it is skipped.
+fn cases() -> &'static Vec<(String, Result<Case, String>)> {
+    static CASES: OnceLock<Vec<(String, Result<Case, String>)>> = OnceLock::new();
+    CASES.get_or_init(|| {
+        let only = std::env::var("MITHRILC_SUITE_ONLY").unwrap_or_default();
+        let mut out = Vec::new();
+        for file in FILES {
+            let text = std::fs::read_to_string(suite_dir().join(format!("{file}.json"))).unwrap();
+            let all: Map<String, Value> = serde_json::from_str(&text).unwrap();
+            for (name, raw) in &all {
+                let id = format!("{file}/{name}");
+                if id.contains(&only) {
+                    out.push((id, convert(file, name, raw)));
+                }
+            }
+        }
+        out
+    })
+}
+
+/// Casts float64 data to `dtype` (other dtypes stay).
+fn cast(t: &Tensor, dtype: Dtype) -> Tensor {
+    if t.dtype == Dtype::F64 {
+        Tensor::new(dtype, t.shape.clone(), t.data.clone())
+    } else {
+        t.clone()
+    }
+}
+
+/// The frontend's graphs for a case and its feeds, in `mode`'s float type.
+fn prepare(case: &Case, mode: Mode) -> Result<(Graphs, BTreeMap<String, Tensor>), String> {
+    let dtype = mode.dtype();
+    let params: BTreeMap<String, Tensor> = case.params.iter().map(|(k, t)| (k.clone(), cast(t, dtype))).collect();
+    let mut opts = mithril::Options { constants: case.constants.clone(), ..Default::default() };
+    for (k, t) in &params {
+        opts.known_types.insert(k.clone(), TensorType::new(t.dtype, Shape::known(&t.shape)));
+    }
+    let text = case.model.to_string();
+    let graph = mithril::load_str(&text, "model.json", "model", &opts).map_err(|e| e.to_string())?;
+    let wrt = if graph.params().next().is_some() { Wrt::AllParams } else { Wrt::None };
+    let graphs = Graphs::new(graph, &wrt, |_, _| {}).map_err(|e| e.to_string())?;
+    let g = graphs.main();
+    let mut feeds = BTreeMap::new();
+    for v in g.inputs().chain(g.params()) {
+        let node = g.node(v);
+        let name = node.name.clone().unwrap_or_default();
+        let t = if let Some(out) = name.strip_prefix("output_grad/") {
+            let shape = node.ty.shape.as_known().ok_or_else(|| format!("output {out} has no static shape"))?;
+            match case.cotangents.get(out) {
+                Some(t) => Tensor::new(node.ty.dtype, t.shape.clone(), t.data.clone()),
+                None => Tensor::new(node.ty.dtype, shape.clone(), vec![0.0; shape.iter().product::<u64>() as usize]),
+            }
+        } else {
+            params.get(&name).cloned().ok_or_else(|| format!("the model's {} `{name}` {} is not in the case", if node.op == Op::Param { "parameter" } else { "input" }, node.ty))?
+        };
+        feeds.insert(name, t);
+    }
+    Ok((graphs, feeds))
+}
+
+/// How a case ended in one mode.
+enum Outcome {
+    Pass,
+    /// mithrilc refused it (an error, as a user would see).
+    Refused(String),
+    /// It ran and gave other numbers (or other outputs) than Mithril.
+    Differs(String),
+}
+
+/// Compares `got` with Mithril's value; the first bad element, if any.
+fn differs(name: &str, got: &Tensor, want: &Tensor, (atol, rtol): (f64, f64)) -> Option<String> {
+    if got.shape != want.shape {
+        return Some(format!("{name}: shape {:?}, Mithril {:?}", got.shape, want.shape));
+    }
+    let bad = got.data.iter().zip(&want.data).position(|(&g, &w)| !(g == w || (g - w).abs() <= atol + rtol * w.abs()));
+    bad.map(|i| format!("{name}{:?}: {} of {} differ; at flat index {i}: {}, Mithril {}", want.shape, got.data.iter().zip(&want.data).filter(|(g, w)| !(g == w || (*g - *w).abs() <= atol + rtol * w.abs())).count(), want.data.len(), got.data[i], want.data[i]))
+}
+
+fn judge(case: &Case, mode: Mode, got: Result<Vec<(String, Tensor)>, String>) -> Outcome {
+    let got = match got {
+        Err(e) if case.expect_error => return if e.is_empty() { Outcome::Differs("no error".into()) } else { Outcome::Pass },
+        Err(e) => return Outcome::Refused(e),
+        Ok(_) if case.expect_error => return Outcome::Differs("Mithril refuses this model; mithrilc ran it".into()),
+        Ok(g) => g,
+    };
+    let by_name: BTreeMap<&str, &Tensor> = got.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let mut problems = Vec::new();
+    for (name, want) in &case.outputs {
+        match by_name.get(name.as_str()) {
+            Some(t) => problems.extend(differs(name, t, want, mode.tolerance())),
+            None => problems.push(format!("no output `{name}` (outputs: {})", got.iter().map(|(n, _)| n.as_str()).filter(|n| !n.starts_with("grad/")).collect::<Vec<_>>().join(", "))),
+        }
+    }
+    let ours: BTreeSet<&str> = got.iter().filter_map(|(n, _)| n.strip_prefix("grad/")).collect();
+    let theirs: BTreeSet<&str> = case.grads.iter().map(|(n, _)| n.as_str()).collect();
+    if ours != theirs {
+        problems.push(format!("gradients of {ours:?}, Mithril {theirs:?}"));
+    }
+    for (name, want) in &case.grads {
+        if let Some(t) = by_name.get(format!("grad/{name}").as_str()) {
+            problems.extend(differs(&format!("grad/{name}"), t, want, mode.tolerance()));
+        }
+    }
+    if problems.is_empty() {
+        Outcome::Pass
+    } else {
+        Outcome::Differs(problems.join("; "))
+    }
+}
+
+/// Runs one case in one mode.
+fn run(case: &Case, mode: Mode, scratch: Option<(&c_build::Toolchain, &Path)>) -> Outcome {
+    let got = prepare(case, mode).and_then(|(graphs, feeds)| match scratch {
+        None => mithrilc::interp::run(graphs.main(), &feeds).map_err(|e| e.to_string()),
+        Some((tc, dir)) => {
+            let r = c_build::run_c(tc, &graphs, &feeds, dir);
+            let _ = std::fs::remove_dir_all(dir);
+            r
+        }
+    });
+    judge(case, mode, got)
+}
+
+/// `passing.txt`: `MODE FILE/CASE` lines.
+fn listed(file: &str) -> BTreeSet<(String, String)> {
+    let text = std::fs::read_to_string(suite_dir().join(file)).unwrap_or_default();
+    text.lines()
+        .map(|l| l.split('#').next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| l.split_once(' ').map(|(m, c)| (m.to_string(), c.trim().to_string())))
+        .collect()
+}
+
+/// Runs every case in `mode` (on every core) and checks the result against the lists.
+fn suite(mode: Mode) {
+    let c = matches!(mode, Mode::CF64 | Mode::CF32);
+    let tc = if c {
+        let flags: Vec<String> = "-O1".split_whitespace().map(String::from).collect();
+        match c_build::toolchain(&flags) {
+            Some(tc) => Some(tc),
+            None => {
+                println!("skipped: a C compiler is needed (apt-get install gcc, or set CC)");
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let all = cases();
+    let outcomes: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    let next = AtomicUsize::new(0);
+    let threads = if c { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { 1 };
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((_, converted)) = all.get(i) else { break };
+                let Ok(case) = converted else { continue };
+                let dir = tc.map(|tc| tc.dir.path().join(format!("{}-{i}", mode.name())));
+                let outcome = run(case, mode, tc.zip(dir.as_deref()));
+                outcomes.lock().unwrap().push((i, outcome));
+            });
+        }
+    });
+    let mut outcomes = outcomes.into_inner().unwrap();
+    outcomes.sort_by_key(|(i, _)| *i);
+    report(mode, all, &outcomes);
+}
+
+fn report(mode: Mode, all: &[(String, Result<Case, String>)], outcomes: &[(usize, Outcome)]) {
+    let mut text = String::new();
+    // Per file and per class: (passed, run).
+    let mut per_file: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    let mut per_class: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    let mut passing = BTreeSet::new();
+    let mut failures = Vec::new();
+    for (i, outcome) in outcomes {
+        let (id, Ok(case)) = &all[*i] else { continue };
+        let pass = matches!(outcome, Outcome::Pass);
+        let file = id.split('/').next().unwrap();
+        let e = per_file.entry(file).or_default();
+        e.0 += pass as usize;
+        e.1 += 1;
+        for class in &case.classes {
+            let e = per_class.entry(class).or_default();
+            e.0 += pass as usize;
+            e.1 += 1;
+        }
+        match outcome {
+            Outcome::Pass => {
+                passing.insert(id.clone());
+            }
+            Outcome::Refused(e) => failures.push((id.clone(), false, e.clone())),
+            Outcome::Differs(e) => failures.push((id.clone(), true, e.clone())),
+        }
+    }
+    let (passed, ran) = per_file.values().fold((0, 0), |(p, r), (a, b)| (p + a, r + b));
+    let _ = writeln!(text, "== Mithril's suite, {}: {passed} of {ran} cases pass ({:.1}%)", mode.name(), 100.0 * passed as f64 / ran.max(1) as f64);
+    for (file, (p, r)) in &per_file {
+        let _ = writeln!(text, "  {file}: {p}/{r}");
+    }
+    let _ = writeln!(text, "  per class:");
+    for (class, (p, r)) in &per_class {
+        if p != r {
+            let _ = writeln!(text, "    {class}: {p}/{r}");
+        }
+    }
+    let full: Vec<&str> = per_class.iter().filter(|(_, (p, r))| p == r).map(|(c, _)| *c).collect();
+    let _ = writeln!(text, "    all pass: {}", full.join(", "));
+    let skips: Vec<(&String, &String)> = all.iter().filter_map(|(id, c)| c.as_ref().err().map(|why| (id, why))).collect();
+    let _ = writeln!(text, "  skipped ({}):", skips.len());
+    for (id, why) in &skips {
+        let _ = writeln!(text, "    {id}: {why}");
+    }
+    let _ = writeln!(text, "  failing ({}):", failures.len());
+    for (id, wrong, why) in &failures {
+        let why: String = why.lines().next().unwrap_or("").chars().take(300).collect();
+        let _ = writeln!(text, "    {id} [{}]: {why}", if *wrong { "wrong numbers" } else { "refused" });
+    }
+    println!("{text}");
+
+    let name = mode.name();
+    if std::env::var_os("MITHRILC_SUITE_UPDATE").is_some() {
+        // The four modes run at once: write under a lock.
+        static WRITE: Mutex<()> = Mutex::new(());
+        let _guard = WRITE.lock().unwrap();
+        let mut merged = listed("passing.txt").into_iter().filter(|(m, _)| m != name).collect::<BTreeSet<_>>();
+        merged.extend(passing.iter().map(|id| (name.to_string(), id.clone())));
+        let mut out = String::from("# Cases of Mithril's suite that pass, per mode (tests/mithril_suite.rs; MITHRILC_SUITE_UPDATE=1 rewrites it)\n");
+        for (m, id) in merged {
+            let _ = writeln!(out, "{m} {id}");
+        }
+        std::fs::write(suite_dir().join("passing.txt"), out).unwrap();
+        return;
+    }
+    let only = std::env::var("MITHRILC_SUITE_ONLY").unwrap_or_default();
+    let regressions: Vec<String> =
+        listed("passing.txt").into_iter().filter(|(m, id)| m == name && id.contains(&only) && !passing.contains(id)).map(|(_, id)| id).collect();
+    let explained = listed("differs.txt");
+    let wrong: Vec<&String> = failures.iter().filter(|(id, w, _)| *w && !explained.contains(&(name.to_string(), id.clone()))).map(|(id, _, _)| id).collect();
+    let newly = passing.iter().filter(|id| !listed("passing.txt").contains(&(name.to_string(), (*id).clone()))).count();
+    if newly > 0 {
+        println!("{newly} case(s) pass that passing.txt does not list for {name}: MITHRILC_SUITE_UPDATE=1 records them");
+    }
+    assert!(regressions.is_empty(), "{name}: {} case(s) listed in passing.txt fail: {regressions:?}", regressions.len());
+    assert!(wrong.is_empty(), "{name}: {} case(s) give numbers other than Mithril's without an entry in differs.txt: {wrong:?}", wrong.len());
+}
+
+#[test]
+fn interpreter_f64() {
+    suite(Mode::InterpF64);
+}
+
+#[test]
+fn interpreter_f32() {
+    suite(Mode::InterpF32);
+}
+
+#[test]
+fn c_target_f64() {
+    suite(Mode::CF64);
+}
+
+#[test]
+fn c_target_f32() {
+    suite(Mode::CF32);
+}
+
+/// `MITHRILC_SUITE_EXPORT=DIR`: each case as a directory `mithrilc run` takes.
+#[test]
+fn export() {
+    let Some(dir) = std::env::var_os("MITHRILC_SUITE_EXPORT") else {
+        println!("skipped: set MITHRILC_SUITE_EXPORT=DIR to write every case for `mithrilc run`");
+        return;
+    };
+    for (id, converted) in cases() {
+        let Ok(case) = converted else { continue };
+        let out = Path::new(&dir).join(id);
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("model.json"), serde_json::to_string_pretty(&case.model).unwrap()).unwrap();
+        let mut arrays: Vec<(String, Tensor)> = case.params.clone();
+        arrays.extend(case.cotangents.iter().map(|(k, t)| (format!("output_grad/{k}"), t.clone())));
+        data::write_npz(&out.join("data.npz"), &arrays).unwrap();
+        let mut expected = case.outputs.clone();
+        expected.extend(case.grads.iter().map(|(k, t)| (format!("grad/{k}"), t.clone())));
+        data::write_npz(&out.join("expected.npz"), &expected).unwrap();
+        let consts: String = case.constants.iter().map(|(k, v)| format!(" --const '{k}={v}'")).collect();
+        std::fs::write(out.join("run.sh"), format!("mithrilc run model.json --data data.npz --grad{consts} -o out.npz\n")).unwrap();
+    }
+}
