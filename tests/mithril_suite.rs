@@ -12,11 +12,14 @@
 //! - `output_grads` are the output cotangents (`output_grad/NAME`); an output without
 //!   one gets zeros, as Mithril's `evaluate(output_gradients=...)` gives it. A
 //!   TrainModel is differentiated through its loss.
+//! - The outputs, less `discard_keys`, must be the case's outputs when it lists any
+//!   (the harness asserts it).
 //! - Every parameter's gradient is derived (`--grad`); the set of gradients must be
 //!   Mithril's, and each output and gradient of `results` must match.
 //! - `primitives_directed_test.json`'s older form (a class name, one `output_grad`, an
 //!   unnamed result) is read as a model of that one class whose inputs with a gradient
-//!   are differentiable; `error_test.json`'s cases pass when mithrilc refuses them.
+//!   are differentiable; `error_test.json`'s cases pass when the harness would raise
+//!   for them too (mithrilc refuses the model, or its outputs are not the case's).
 //!
 //! A case passes in a mode when its numbers are within 1e-10 absolute + 1e-10 relative
 //! of Mithril's in float64 (both compute in float64; only summation orders differ) and
@@ -79,6 +82,8 @@ struct Case {
     grads: Vec<(String, Tensor)>,
     /// Mithril refuses the model (`error_test.json`).
     expect_error: bool,
+    /// Outputs the case drops (Mithril's `compile(discard_keys=...)`).
+    discard: BTreeSet<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -326,6 +331,7 @@ fn convert(file: &str, name: &str, raw: &Value) -> Result<Case, String> {
         outputs,
         grads,
         expect_error: file == "error_test",
+        discard: case.get("discard_keys").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(String::from).collect(),
     })
 }
 
@@ -407,19 +413,32 @@ fn differs(name: &str, got: &Tensor, want: &Tensor, (atol, rtol): (f64, f64)) ->
     bad.map(|i| format!("{name}{:?}: {} of {} differ; at flat index {i}: {}, Mithril {}", want.shape, got.data.iter().zip(&want.data).filter(|(g, w)| !(g == w || (*g - *w).abs() <= atol + rtol * w.abs())).count(), want.data.len(), got.data[i], want.data[i]))
 }
 
+/// How a case ends; an `error_test.json` case passes when the harness would raise for
+/// it too: mithrilc refuses it, or its outputs are not the ones the case lists.
 fn judge(case: &Case, mode: Mode, got: Result<Vec<(String, Tensor)>, String>) -> Outcome {
+    match compare(case, mode, got) {
+        Outcome::Pass if case.expect_error => Outcome::Differs("Mithril's harness raises on this case; mithrilc ran it and matched".into()),
+        _ if case.expect_error => Outcome::Pass,
+        outcome => outcome,
+    }
+}
+
+fn compare(case: &Case, mode: Mode, got: Result<Vec<(String, Tensor)>, String>) -> Outcome {
     let got = match got {
-        Err(e) if case.expect_error => return if e.is_empty() { Outcome::Differs("no error".into()) } else { Outcome::Pass },
         Err(e) => return Outcome::Refused(e),
-        Ok(_) if case.expect_error => return Outcome::Differs("Mithril refuses this model; mithrilc ran it".into()),
         Ok(g) => g,
     };
     let by_name: BTreeMap<&str, &Tensor> = got.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut problems = Vec::new();
+    // The harness asserts that the model's outputs are the case's, when it lists any.
+    let ours: BTreeSet<&str> = got.iter().map(|(n, _)| n.as_str()).filter(|n| !n.starts_with("grad/") && !case.discard.contains(*n)).collect();
+    let theirs: BTreeSet<&str> = case.outputs.iter().map(|(n, _)| n.as_str()).collect();
+    if !theirs.is_empty() && ours != theirs {
+        problems.push(format!("outputs {ours:?}, Mithril {theirs:?}"));
+    }
     for (name, want) in &case.outputs {
-        match by_name.get(name.as_str()) {
-            Some(t) => problems.extend(differs(name, t, want, mode.tolerance())),
-            None => problems.push(format!("no output `{name}` (outputs: {})", got.iter().map(|(n, _)| n.as_str()).filter(|n| !n.starts_with("grad/")).collect::<Vec<_>>().join(", "))),
+        if let Some(t) = by_name.get(name.as_str()) {
+            problems.extend(differs(name, t, want, mode.tolerance()));
         }
     }
     let ours: BTreeSet<&str> = got.iter().filter_map(|(n, _)| n.strip_prefix("grad/")).collect();
