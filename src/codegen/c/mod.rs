@@ -683,10 +683,7 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
                 let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 let _ = writeln!(s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
-                let mut bufs = vec![a.buf, b.buf, c.buf];
-                bufs.sort();
-                bufs.dedup();
-                declare(s, p, &names, &bufs, "ctx->", name);
+                declare(s, p, &names, &call_buffers(&r, &step.kernel), "ctx->", name);
                 s.push_str("    (void)threads;\n");
                 if has_ep {
                     let _ = writeln!(s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
@@ -730,16 +727,13 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
     }
     let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
     let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
-    // Buffers the runtime calls use directly.
+    // Buffers the runtime calls use directly (a batched product is a task of its own).
     let mut direct = Vec::new();
     for step in &p.steps {
         match &step.kernel {
-            // (A batched product is a task of its own.)
-            Kernel::Gemm { a, b, c, .. } if c.shape.len() == 2 => direct.extend([a.buf, b.buf, c.buf]),
-            Kernel::Gemm { .. } => {}
-            Kernel::Conv { x, w, out, scratch, .. } => direct.extend([x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
-            Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => direct.extend([x.buf, out.buf]),
+            Kernel::Gemm { c, .. } if c.shape.len() > 2 => {}
             Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
+            call => direct.extend(call_buffers(&r, call)),
         }
     }
     direct.sort();
@@ -985,10 +979,9 @@ fn lane_sum(s: &mut String, n: usize, rv: usize, v: &str, depth: usize) {
 /// Kernel `k`'s epilogue as an `mr_epilogue_fn` named `<name>_e<k>` that rewrites a
 /// block of the result (see `mithril_runtime.h`); false when the kernel has none.
 fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut String) -> Result<bool> {
-    let f32 = |v: &View| r.p.buffers[v.buf.0].dtype == Dtype::F32;
     let (out, expr, conv) = match kernel {
         // Other element types run the epilogue inside their plain loops.
-        Kernel::Gemm { a, b, c, epilogue: Some(e) } if f32(a) && f32(b) && f32(c) => (c, e, false),
+        Kernel::Gemm { a, b, c, epilogue: Some(e) } if runtime_gemm(r, a, b, c) => (c, e, false),
         Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, true),
         _ => return Ok(false),
     };
@@ -1199,6 +1192,32 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether the runtime computes this matrix product (`mr_sgemm`, f32 throughout);
+/// other element types run as plain loops with the epilogue inline.
+fn runtime_gemm(r: &Renderer<C>, a: &View, b: &View, c: &View) -> bool {
+    [a, b, c].iter().all(|v| r.p.buffers[v.buf.0].dtype == Dtype::F32)
+}
+
+/// The buffers a kernel that calls the runtime names where it makes the call: the
+/// call's operands, and the buffers of an epilogue run inline (not by the runtime).
+fn call_buffers(r: &Renderer<C>, k: &Kernel) -> Vec<crate::lower::BufId> {
+    let mut bufs = match k {
+        Kernel::Gemm { a, b, c, epilogue } => {
+            let mut bufs = vec![a.buf, b.buf, c.buf];
+            if let Some(e) = epilogue.as_ref().filter(|_| !runtime_gemm(r, a, b, c)) {
+                crate::lower::expr_bufs(e, &mut bufs);
+            }
+            bufs
+        }
+        Kernel::Conv { x, w, out, scratch, .. } => [x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf)).collect(),
+        Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => vec![x.buf, out.buf],
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => vec![],
+    };
+    bufs.sort();
+    bufs.dedup();
+    bufs
+}
+
 /// A matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops; `at` is
 /// the address of the `mr_epilogue` that runs `epilogue` for the runtime. With
 /// `batch_loops`, loops over the batch dimensions come first; without, the caller has
@@ -1237,11 +1256,11 @@ fn gemm(
         (format!("{} + {}", r.names[v.buf.0], terms.join(" + ")), v.strides[rank - 2], v.strides[rank - 1])
     };
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
-    let (ta, tb, tc) = (r.p.buffers[a.buf.0].dtype, r.p.buffers[b.buf.0].dtype, r.p.buffers[c.buf.0].dtype);
+    let tc = r.p.buffers[c.buf.0].dtype;
     if panels[b.buf.0] {
         // A weight in column panels: the whole [K, N] matrix, the same for every batch
         // index (lowering stores a weight so only when every use is such an operand).
-        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) || ta != Dtype::F32 || tc != Dtype::F32 {
+        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) || !runtime_gemm(r, a, b, c) {
             return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
         }
         let _ = writeln!(
@@ -1251,7 +1270,7 @@ fn gemm(
             r.names[b.buf.0],
             at.unwrap_or("NULL")
         );
-    } else if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
+    } else if runtime_gemm(r, a, b, c) {
         let _ = writeln!(
             s,
             "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, 0.0f, {pc}, {rc}, {cc}, {});",
