@@ -328,6 +328,8 @@ struct Ports {
 #[derive(Serialize, Clone)]
 struct TrainInfo {
     state_size: u64,
+    /// The C type of the learning rate, momentum and loss.
+    scalar: String,
     /// The loss: its name and its index among the backward pass's outputs.
     loss: String,
     loss_index: usize,
@@ -424,6 +426,7 @@ impl TemplateContext {
             }),
             train: train.zip(backward).map(|(t, b)| TrainInfo {
                 state_size: t.state_size,
+                scalar: C.ty(t.scalar).to_string(),
                 loss: comment_safe(&b.outputs[t.loss].name),
                 loss_index: t.loss,
                 params: t.updates.iter().map(|u| comment_safe(&u.name)).collect(),
@@ -458,6 +461,8 @@ struct TrainLayout {
     arena_size: u64,
     updates: Vec<Update>,
     state_size: u64,
+    /// The loss's type: the step's learning rate, momentum and result have it.
+    scalar: Dtype,
 }
 
 /// One parameter's SGD update.
@@ -470,6 +475,8 @@ struct Update {
     /// The offset of its velocity in the optimizer state, in bytes.
     state: u64,
     len: u64,
+    /// The parameter's (and its gradient's and velocity's) type: f32 or f64.
+    dtype: Dtype,
 }
 
 impl TrainLayout {
@@ -497,17 +504,21 @@ impl TrainLayout {
         for w in &backward.weights {
             let Some(&grad) = output_index.get(crate::passes::autodiff::grad_name(&w.name).as_str()) else { continue };
             let buf = &backward.buffers[w.buf.0];
-            if buf.dtype != Dtype::F32 {
-                return Err(Error::user(format!("the training step updates f32 parameters only; `{}` is {}", w.name, buf.dtype)));
+            if !matches!(buf.dtype, Dtype::F32 | Dtype::F64) || backward.buffers[backward.outputs[grad].buf.0].dtype != buf.dtype {
+                return Err(Error::user(format!("the training step updates f32 and f64 parameters only; `{}` is {}", w.name, buf.dtype)));
             }
             let (Storage::Weight { offset }, Layout::RowMajor) = (&buf.storage, w.layout) else {
                 return Err(Error::internal(format!("trained parameter `{}` is not a row-major weight", w.name)));
             };
             let len = w.shape.iter().product::<u64>();
-            updates.push(Update { name: w.name.clone(), offset: *offset, grad, state, len });
-            state = align(state + len * 4);
+            updates.push(Update { name: w.name.clone(), offset: *offset, grad, state, len, dtype: buf.dtype });
+            state = align(state + len * buf.dtype.size() as u64);
         }
-        Ok(Some(TrainLayout { loss, outputs, arena_size: cursor, updates, state_size: state }))
+        let scalar = backward.buffers[backward.outputs[loss].buf.0].dtype;
+        if !matches!(scalar, Dtype::F32 | Dtype::F64) {
+            return Err(Error::user(format!("the training step descends an f32 or f64 loss; `{}` is {scalar}", backward.outputs[loss].name)));
+        }
+        Ok(Some(TrainLayout { loss, outputs, arena_size: cursor, updates, state_size: state, scalar }))
     }
 }
 
@@ -517,11 +528,12 @@ fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
     let params = dim_params(b);
     let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
     let args: String = params.iter().map(|n| format!(", {n}")).collect();
-    let _ = writeln!(s, "\nfloat {name}_train_step(void *weights, const void *const inputs[], float lr, float momentum, void *state, void *arena{decl})\n{{");
+    let ty = C.ty(t.scalar);
+    let _ = writeln!(s, "\n{ty} {name}_train_step(void *weights, const void *const inputs[], {ty} lr, {ty} momentum, void *state, void *arena{decl})\n{{");
     let _ = writeln!(s, "    return {name}_train_step_threaded(weights, inputs, lr, momentum, state, arena, NULL{args});\n}}");
     let _ = writeln!(
         s,
-        "\nfloat {name}_train_step_threaded(void *weights, const void *const inputs[], float lr, float momentum, void *state, void *arena,\n    const mr_threads *threads{decl})\n{{"
+        "\n{ty} {name}_train_step_threaded(void *weights, const void *const inputs[], {ty} lr, {ty} momentum, void *state, void *arena,\n    const mr_threads *threads{decl})\n{{"
     );
     let _ = writeln!(s, "    unsigned char *w = (unsigned char *)weights;\n    unsigned char *a = (unsigned char *)arena;");
     let _ = writeln!(s, "    unsigned char *v = (unsigned char *)state;\n    void *outputs[{}];", b.outputs.len());
@@ -532,14 +544,15 @@ fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
     let call = format!("{name}_backward_threaded(weights, inputs, outputs, arena, threads{args})");
     let _ = writeln!(s, "    if ({call} != 0) {{\n        return NAN;\n    }}");
     for u in &t.updates {
+        let (p, sfx) = (C.ty(u.dtype), if u.dtype == Dtype::F64 { "f64" } else { "f32" });
         let _ = writeln!(s, "    /* {} */", comment_safe(&u.name));
         let _ = writeln!(
             s,
-            "    mr_sgd_f32((float *)(void *)(w + {}), (const float *)outputs[{}], momentum != 0.0f ? (float *)(void *)(v + {}) : NULL, {}, lr, momentum);",
+            "    mr_sgd_{sfx}(({p} *)(void *)(w + {}), (const {p} *)outputs[{}], momentum != 0 ? ({p} *)(void *)(v + {}) : NULL, {}, ({p})lr, ({p})momentum);",
             u.offset, u.grad, u.state, u.len
         );
     }
-    let _ = writeln!(s, "    return *(const float *)outputs[{}];\n}}", t.loss);
+    let _ = writeln!(s, "    return *(const {ty} *)outputs[{}];\n}}", t.loss);
 }
 
 const C_TYPE: C = C;
