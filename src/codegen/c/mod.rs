@@ -3,8 +3,10 @@
 //!
 //! Symbolic dimensions (bounded by `--max`) are `int64_t` arguments of the forward
 //! functions, stored in the kernels' context as `dims[i]`; loops over them run to the
-//! run-time value while every buffer keeps the layout of the maxima. Limits: f16/bf16
-//! have no C arithmetic yet.
+//! run-time value while every buffer keeps the layout of the maxima. The runtime's
+//! kernels are f32; f64 products run as plain loops here (convolution, pooling and
+//! softmax already lowered to loops: `lower/loops.rs`). Limits: f16/bf16 have no C
+//! arithmetic yet.
 //!
 //! Weights ([`WeightsMode`]): `file` writes `weights.bin` (the layout of
 //! `<NAME>_WEIGHT_<i>_OFFSET`) for the caller to load or map; `embed` also assembles it
@@ -1199,7 +1201,8 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
     for v in views {
         let d = r.p.buffers[v.buf.0].dtype;
         if d != Dtype::F32 {
-            return Err(Error::user(format!("the C target's {what} supports f32 only, got {d}")));
+            // (lowering gives other element types loops: `lower::loops::runtime_kernel`)
+            return Err(Error::internal(format!("the runtime's {what} is f32, given {d}")));
         }
     }
     Ok(())
