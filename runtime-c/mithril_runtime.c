@@ -1862,21 +1862,25 @@ static void mr_softmax_row(const float *x, float *y, int64_t n)
 }
 #endif
 
-/* mr_sgd_f32: v = momentum * v + g, then w -= lr * v (v untouched when momentum is 0). */
-void mr_sgd_f32(float *w, const float *g, float *v, int64_t n, float lr, float momentum)
-{
-    int64_t i;
-    if (momentum == 0.0f) {
-        for (i = 0; i < n; ++i) {
-            w[i] -= lr * g[i];
-        }
-        return;
+/* mr_sgd_f32 and mr_sgd_f64, one body: v = momentum * v + g, then w -= lr * v (v
+ * untouched when momentum is 0). */
+#define MR_SGD(name, T)                                                  \
+    void name(T *w, const T *g, T *v, int64_t n, T lr, T momentum)       \
+    {                                                                    \
+        int64_t i;                                                       \
+        if (momentum == 0) {                                             \
+            for (i = 0; i < n; ++i) {                                    \
+                w[i] -= lr * g[i];                                       \
+            }                                                            \
+            return;                                                      \
+        }                                                                \
+        for (i = 0; i < n; ++i) {                                        \
+            v[i] = momentum * v[i] + g[i];                               \
+            w[i] -= lr * v[i];                                           \
+        }                                                                \
     }
-    for (i = 0; i < n; ++i) {
-        v[i] = momentum * v[i] + g[i];
-        w[i] -= lr * v[i];
-    }
-}
+MR_SGD(mr_sgd_f32, float)
+MR_SGD(mr_sgd_f64, double)
 
 /*
  * mr_softmax_f32: y[o,k,i] = exp(x[o,k,i] - m) / sum_k' exp(x[o,k',i] - m), with

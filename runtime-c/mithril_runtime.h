@@ -8,7 +8,8 @@
  *
  * Conventions, shared by every function:
  *
- *  - Element type: float is IEEE-754 binary32 (f32).
+ *  - Element type: float is IEEE-754 binary32 (f32), double binary64 (f64). The kernels
+ *    are f32 (mr_sgd also f64); mithrilc compiles other element types to plain loops.
  *  - Indices, sizes and strides are int64_t. Strides are counted in ELEMENTS, not bytes.
  *  - Tensors are dense and row-major (C order) unless a function takes explicit strides:
  *    a tensor of shape [D0, D1, ..., Dr-1] stores element (i0, ..., ir-1) at offset
@@ -223,8 +224,10 @@ void mr_softmax_f32_mt(const mr_threads *threads, const float *x, float *y, int6
  * mr_sgd_f32: one step of stochastic gradient descent with momentum on n weights w
  * with gradients g: v = momentum * v + g, then w -= lr * v. With momentum 0 this is
  * plain SGD (w -= lr * g) and v is neither read nor written (it may be NULL).
+ * mr_sgd_f64: the same in double.
  */
 void mr_sgd_f32(float *w, const float *g, float *v, int64_t n, float lr, float momentum);
+void mr_sgd_f64(double *w, const double *g, double *v, int64_t n, double lr, double momentum);
 
 /*
  * Epilogues: work fused into a product, run on each block of the result as soon as the

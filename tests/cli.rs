@@ -580,6 +580,64 @@ fn compile_grad_emits_backward_and_a_train_step_only_with_a_loss() {
     assert!(header.contains("/* backward input 1: \"output_grad/output\", float, shape [4, 5] */"), "{header}");
 }
 
+/// A driver for TRAIN_LINEAR compiled in f64: one step at lr 0.1 (inexact in binary, so
+/// an f32 step would show), then the loss and the updated weight and bias, each to 17 digits (exactly).
+const TRAIN_STEP_F64: &str = r#"#include <stdio.h>
+#include <string.h>
+#include "train.h"
+int main(void)
+{
+    static double weights[TRAIN_WEIGHTS_SIZE / 8], arena[TRAIN_ARENA_SIZE / 8], state[TRAIN_TRAIN_STATE_SIZE / 8 + 1];
+    const double input[1] = {1.0}, target[2] = {3.0, 3.0}, w[2] = {1.0, 2.0}, b[2] = {0.0, 0.0};
+    const void *inputs[2];
+    double *p = weights, loss;
+    inputs[0] = input;
+    inputs[1] = target;
+    memcpy((char *)weights + TRAIN_WEIGHT_0_OFFSET, w, sizeof w);
+    memcpy((char *)weights + TRAIN_WEIGHT_1_OFFSET, b, sizeof b);
+    loss = train_train_step(weights, inputs, 0.1, 0.0, state, arena);
+    printf("%.17g\n", loss);
+    p = (double *)(void *)((char *)weights + TRAIN_WEIGHT_0_OFFSET);
+    printf("%.17g %.17g\n", p[0], p[1]);
+    p = (double *)(void *)((char *)weights + TRAIN_WEIGHT_1_OFFSET);
+    printf("%.17g %.17g\n", p[0], p[1]);
+    return 0;
+}
+"#;
+
+#[test]
+fn an_f64_train_step_updates_in_f64() {
+    if Command::new("cc").arg("--version").output().is_err() {
+        println!("skipped: cc is not installed (apt-get install gcc)");
+        return;
+    }
+    let dir = tempdir_with(&[("train.json", TRAIN_LINEAR), ("step.c", TRAIN_STEP_F64)]);
+    let f64s = |shape: &[u64], v: &[f64]| Tensor::new(Dtype::F64, shape.to_vec(), v.to_vec());
+    let arrays = [
+        ("input".to_string(), f64s(&[1, 1], &[1.0])),
+        ("weight".to_string(), f64s(&[2, 1], &[1.0, 2.0])),
+        ("bias".to_string(), f64s(&[2], &[0.0, 0.0])),
+        ("target".to_string(), f64s(&[1, 2], &[3.0, 3.0])),
+    ];
+    data::write_npz(&dir.path().join("p.npz"), &arrays).expect("write p.npz");
+    let (code, _, stderr) = mithrilc(&["compile", "train.json", "--target", "c", "--grad", "--params", "p.npz", "-o", "train"], dir.path());
+    assert_eq!(code, 0, "{stderr}");
+    let header = std::fs::read_to_string(dir.path().join("train/train.h")).unwrap();
+    assert!(header.contains("double train_train_step(void *weights, const void *const inputs[], double lr, double momentum,"), "{header}");
+    let t = dir.path().join("train");
+    let cc = Command::new("cc")
+        .current_dir(&t)
+        .args(["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-I.", "../step.c", "train.c", "mithril_runtime.c", "-lm", "-o", "step"])
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(t.join("step")).output().unwrap();
+    let got: Vec<f64> = String::from_utf8_lossy(&run.stdout).split_whitespace().map(|w| w.parse().unwrap_or(f64::NAN)).collect();
+    // The gradients are [-4, -2] for both (run_grad_of_a_train_model_differentiates_its_loss).
+    let want = [5.0, 1.0 - 0.1 * -4.0, 2.0 - 0.1 * -2.0, 0.0 - 0.1 * -4.0, 0.0 - 0.1 * -2.0];
+    assert_eq!(got, want);
+}
+
 #[test]
 fn train_model_errors() {
     let regs = TRAIN_LINEAR.replace(r#""regularizations": []"#, r#""regularizations": [{"model": {"name": "L2"}, "coef": 0.1}]"#);

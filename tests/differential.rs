@@ -28,7 +28,7 @@ use std::sync::{Mutex, OnceLock};
 use mithrilc::cli::Graphs;
 use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
-use mithrilc::ir::{Graph, Shape};
+use mithrilc::ir::{Dtype, Graph, Shape, TensorType};
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
@@ -218,10 +218,21 @@ fn run_c(tc: &Toolchain, case: &Case, dir: &Path) -> Result<Vec<(String, Tensor)
     Ok(outputs)
 }
 
+/// The bound on an output's error, absolute and relative, by its type: f64 outputs are
+/// computed in f64 by both, so they may differ only by rounding in other orders of
+/// summation; f32 ones by [`mismatch`]'s argument.
+fn tolerance(dtype: Dtype) -> f64 {
+    if dtype == Dtype::F64 {
+        1e-10
+    } else {
+        1e-4
+    }
+}
+
 /// Where `got` differs from the interpreter's `want` for output `name`, if it does.
 ///
-/// Every output, gradients included, gets tests/c_target.rs's bound: 1e-4 absolute +
-/// 1e-4 relative. A gradient is a sum over everything its output depends on, which the
+/// Every f32 output, gradients included, gets tests/c_target.rs's bound: 1e-4 absolute +
+/// 1e-4 relative ([`tolerance`]). A gradient is a sum over everything its output depends on, which the
 /// C target accumulates in f32 in other orders (blocked GEMMs, partial sums) than the
 /// interpreter's f64, so it could need more; it has not: on every case here, with
 /// clang, and with gcc once its vectorizer bug is avoided (see `worst`), the largest
@@ -231,13 +242,14 @@ fn mismatch(label: &str, name: &str, got: &Tensor, want: &Tensor, worst: &Mutex<
         return Some(format!("{name}: shape {:?}, interpreter {:?}", got.shape, want.shape));
     }
     // Each element's error as a fraction of its bound (NaN against a number: infinite).
+    let tol = tolerance(want.dtype);
     let ratio = |(x, y): (&f64, &f64)| {
         if x == y || (x.is_nan() && y.is_nan()) {
             0.0
         } else if x.is_nan() || y.is_nan() {
             f64::INFINITY
         } else {
-            (x - y).abs() / (1e-4 + 1e-4 * y.abs())
+            (x - y).abs() / (tol + tol * y.abs())
         }
     };
     let ratios: Vec<f64> = got.data.iter().zip(&want.data).map(ratio).collect();
@@ -415,6 +427,23 @@ fn every_testdata_case_forward_and_backward() {
         return;
     };
     let Some(tc) = toolchain() else { return };
+    finish("test data", check(tc, testdata_cases(&dir, false)), &tc.note);
+}
+
+/// The test data with its f32 arrays widened to f64, as Mithril's own tests run.
+#[test]
+fn every_testdata_case_in_f64_forward_and_backward() {
+    let Some(dir) = shared() else {
+        println!("skipped: ../shared is not present");
+        return;
+    };
+    let Some(tc) = toolchain() else { return };
+    finish("test data in f64", check(tc, testdata_cases(&dir, true)), &tc.note);
+}
+
+/// Every variant of every test-data case, forward and backward; with `f64`, its f32
+/// arrays (and so the model's types) made f64.
+fn testdata_cases(dir: &Path, f64: bool) -> Vec<Case> {
     let text = std::fs::read_to_string(dir.join("testdata/manifest.json")).unwrap();
     let manifest: serde_json::Value = serde_json::from_str(&text.replace(": Infinity", ": null").replace(": NaN", ": null")).unwrap();
     let mut cases = Vec::new();
@@ -422,12 +451,15 @@ fn every_testdata_case_forward_and_backward() {
         let Some(variants) = entry["variants"].as_array() else { continue };
         for v in variants {
             let npz = v["npz"].as_str().unwrap();
-            let file = data::read_arrays(&dir.join("testdata").join(npz)).unwrap();
+            let mut file = data::read_arrays(&dir.join("testdata").join(npz)).unwrap();
+            if f64 {
+                file.arrays.values_mut().filter(|t| t.dtype == Dtype::F32).for_each(|t| t.dtype = Dtype::F64);
+            }
             let graph = load(&dir.join("testdata").join(entry["json"].as_str().unwrap()), &[&file], latent(case));
-            cases.extend(both(npz, graph, &[&file], ""));
+            cases.extend(both(&format!("{npz}{}", if f64 { " f64" } else { "" }), graph, &[&file], ""));
         }
     }
-    finish("test data", check(tc, cases), &tc.note);
+    cases
 }
 
 /// Each benchmark model at batch 1 (tests/c_target.rs runs the larger batches forward).
@@ -457,12 +489,28 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn random_models_forward_and_backward() {
     let Some(tc) = toolchain() else { return };
     let (first, count) = (env_u64("MITHRILC_DIFF_SEED", 1), env_u64("MITHRILC_DIFF_MODELS", 64));
+    finish(&format!("random models (seeds {first}..{})", first + count), check(tc, random_cases(first, count, false)), &tc.note);
+}
+
+/// The same random models with every input and parameter f64 (Mithril's own tests run
+/// in float64): the C target's f64 paths, forward and backward, at f64's bound.
+#[test]
+fn random_models_in_f64_forward_and_backward() {
+    let Some(tc) = toolchain() else { return };
+    let (first, count) = (env_u64("MITHRILC_DIFF_SEED", 1), env_u64("MITHRILC_DIFF_MODELS", 64));
+    finish(&format!("random f64 models (seeds {first}..{})", first + count), check(tc, random_cases(first, count, true)), &tc.note);
+}
+
+/// The forward and backward cases of the random models of seeds `first..first + count`,
+/// in f64 when `f64`.
+fn random_cases(first: u64, count: u64, f64: bool) -> Vec<Case> {
     let mut cases = Vec::new();
     for seed in first..first + count {
         let m = random_model::generate(seed, 8);
         let shapes: Vec<String> = m.shapes.iter().map(|(n, s)| format!("--shape {n}={}", s.iter().map(u64::to_string).collect::<Vec<_>>().join(","))).collect();
+        let test = if f64 { "random_models_in_f64" } else { "random_models_forward" };
         let repro = format!(
-            "\n  seed {seed}: {}\n  {}\n  rerun: MITHRILC_DIFF_SEED={seed} MITHRILC_DIFF_MODELS=1 cargo test --test differential random\n  model JSON:\n{}",
+            "\n  seed {seed}: {}\n  {}\n  rerun: MITHRILC_DIFF_SEED={seed} MITHRILC_DIFF_MODELS=1 cargo test --test differential {test}\n  model JSON:\n{}",
             m.summary,
             shapes.join(" "),
             m.json
@@ -474,8 +522,15 @@ fn random_models_forward_and_backward() {
         if std::env::var_os("MITHRILC_DIFF_LIST").is_some() {
             println!("seed {seed}: {}", m.summary);
         }
-        let graph = mithril::load_str(&m.json, "random.json", "random", &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}{repro}"));
-        cases.extend(both(&format!("seed {seed}"), graph, &[], &repro));
+        let load = |opts: &mithril::Options| mithril::load_str(&m.json, "random.json", "random", opts).unwrap_or_else(|e| panic!("seed {seed}: {e}{repro}"));
+        let mut graph = load(&opts);
+        if f64 {
+            // As data files of f64 arrays would type them.
+            opts.known_types = graph.inputs().chain(graph.params()).map(|v| (graph.node(v).name.clone().unwrap(), TensorType::new(Dtype::F64, graph.ty(v).shape.clone()))).collect();
+            graph = load(&opts);
+        }
+        let label = format!("seed {seed}{}", if f64 { " f64" } else { "" });
+        cases.extend(both(&label, graph, &[], &repro));
     }
-    finish(&format!("random models (seeds {first}..{})", first + count), check(tc, cases), &tc.note);
+    cases
 }

@@ -15,6 +15,7 @@
 //! written by earlier kernels, inputs, weights or constants. Until `memory` runs,
 //! every arena buffer is written by exactly one kernel.
 
+mod loops;
 pub mod print;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -723,18 +724,10 @@ impl<'g> Lowerer<'g> {
 
     fn run(mut self) -> Result<Program> {
         let graph = self.graph;
-        // Every op's element type must be one the generated C has.
-        let mut unsupported = Vec::new();
-        for v in graph.ids() {
-            if matches!(graph.ty(v).dtype, Dtype::F16 | Dtype::Bf16) {
-                unsupported.push(format!("{} of type {}", crate::passes::shape::describe_node(graph, v), graph.ty(v)));
-            }
-        }
+        // Every op the generated C cannot compute, listed at once.
+        let unsupported: Vec<String> = graph.ids().filter_map(|v| lacking(graph, v).map(|why| format!("{} ({why})", crate::passes::shape::describe_node(graph, v)))).collect();
         if !unsupported.is_empty() {
-            return Err(Error::user(format!(
-                "the C target has no f16/bf16 arithmetic yet; unsupported: {}",
-                unsupported.join("; ")
-            )));
+            return Err(Error::user(format!("the C target cannot compile {} of the model's ops yet: {}", unsupported.len(), unsupported.join("; "))));
         }
         let outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
         for v in graph.ids() {
@@ -837,6 +830,35 @@ impl<'g> Lowerer<'g> {
         let dims = self.dims(x_value)?;
         self.step(Kernel::Map { out: out.clone(), expr }, vec![format!("padding of {}", self.origin(v))], dims);
         Ok(Some(out))
+    }
+
+    /// Convolution `v` as a call to the runtime (see [`loops::runtime_kernel`]);
+    /// returns the output's view.
+    fn conv_call(&mut self, v: ValueId, attrs: &ConvAttrs, shape: &[u64]) -> Result<View> {
+        let arg = |i: usize| self.graph.node(v).args[i];
+        let dims = self.dims(v)?;
+        let mut x = self.contiguous(arg(0))?;
+        let mut attrs = attrs.clone();
+        let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.winograd.contains(&w.buf));
+        if !by_winograd {
+            if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
+                x = padded;
+                attrs.padding.iter_mut().for_each(|p| *p = (0, 0));
+            }
+        }
+        let w = self.contiguous(arg(1))?;
+        let buf = self.arena(v, self.graph.ty(v).dtype, shape);
+        let out = View::contiguous(buf, shape);
+        let scratch = if by_winograd {
+            let floats = winograd(&attrs, &x.shape, &w.shape, shape);
+            let floats = floats.ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", self.describe(v))))?;
+            let buf = self.buffer("winograd_scratch".into(), Dtype::F32, floats, Storage::Arena { offset: 0 });
+            Some(View::contiguous(buf, &[floats]))
+        } else {
+            None
+        };
+        self.step(Kernel::Conv { x, w, out: out.clone(), attrs, epilogue: None, scratch }, vec![self.origin(v)], dims);
+        Ok(out)
     }
 
     fn lower_node(&mut self, v: ValueId, outputs: &HashSet<ValueId>) -> Result<()> {
@@ -1047,31 +1069,14 @@ impl<'g> Lowerer<'g> {
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Conv(attrs) => {
-                let dims = self.dims(v)?;
                 if self.dims(arg(0))?[1..].iter().any(Option::is_some) {
                     return Err(self.unsupported_symbolic(arg(0), "a convolution with symbolic channels or spatial size"));
                 }
-                let mut x = self.contiguous(arg(0))?;
-                let mut attrs = attrs.clone();
-                let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.winograd.contains(&w.buf));
-                if !by_winograd {
-                    if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
-                        x = padded;
-                        attrs.padding.iter_mut().for_each(|p| *p = (0, 0));
-                    }
-                }
-                let w = self.contiguous(arg(1))?;
-                let buf = self.arena(v, dtype, &shape);
-                let out = View::contiguous(buf, &shape);
-                let scratch = if by_winograd {
-                    let floats = winograd(&attrs, &x.shape, &w.shape, &shape);
-                    let floats = floats.ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", self.describe(v))))?;
-                    let buf = self.buffer("winograd_scratch".into(), Dtype::F32, floats, Storage::Arena { offset: 0 });
-                    Some(View::contiguous(buf, &[floats]))
+                let out = if loops::runtime_kernel(self.graph.ty(arg(0)).dtype, dtype, attrs.stride.len()) {
+                    self.conv_call(v, attrs, &shape)?
                 } else {
-                    None
+                    self.conv_loops(v, attrs, &shape)?
                 };
-                self.step(Kernel::Conv { x, w, out: out.clone(), attrs, epilogue: None, scratch }, vec![self.origin(v)], dims);
                 self.views.insert(v, out.clone());
                 if let Some(&bias) = node.args.get(2) {
                     // out + bias (broadcast), which `fuse` makes the convolution's epilogue.
@@ -1085,30 +1090,38 @@ impl<'g> Lowerer<'g> {
                 }
             }
             Op::Pool(attrs) => {
-                // The runtime flattens the leading dimensions.
                 let dims = self.dims(v)?;
                 if dims[dims.len() - attrs.kernel.len()..].iter().any(Option::is_some) {
                     return Err(self.unsupported_symbolic(v, "pooling over a symbolic spatial size"));
                 }
-                self.require_leading(v, &dims, &shape, "pooling")?;
-                let x = self.contiguous(arg(0))?;
-                let buf = self.arena(v, dtype, &shape);
-                let out = View::contiguous(buf, &shape);
-                self.step(Kernel::Pool { x, out: out.clone(), attrs: attrs.clone() }, vec![self.origin(v)], dims);
+                let out = if loops::runtime_kernel(self.graph.ty(arg(0)).dtype, dtype, attrs.kernel.len()) {
+                    // The runtime flattens the leading dimensions.
+                    self.require_leading(v, &dims, &shape, "pooling")?;
+                    let x = self.contiguous(arg(0))?;
+                    let out = View::contiguous(self.arena(v, dtype, &shape), &shape);
+                    self.step(Kernel::Pool { x, out: out.clone(), attrs: attrs.clone() }, vec![self.origin(v)], dims);
+                    out
+                } else {
+                    self.pool_loops(v, attrs, &shape)?
+                };
                 self.views.insert(v, out);
             }
             Op::Softmax { axis } => {
-                // The runtime flattens the dimensions before the axis.
-                let dims = self.dims(v)?;
-                if dims[*axis..].iter().any(Option::is_some) {
-                    return Err(self.unsupported_symbolic(v, "softmax along or inside a symbolic dimension"));
+                if loops::runtime_kernel(self.graph.ty(arg(0)).dtype, dtype, 0) {
+                    // The runtime flattens the dimensions before the axis.
+                    let dims = self.dims(v)?;
+                    if dims[*axis..].iter().any(Option::is_some) {
+                        return Err(self.unsupported_symbolic(v, "softmax along or inside a symbolic dimension"));
+                    }
+                    self.require_leading(v, &dims, &shape, "softmax")?;
+                    let x = self.contiguous(arg(0))?;
+                    let out = View::contiguous(self.arena(v, dtype, &shape), &shape);
+                    self.step(Kernel::Softmax { x, out: out.clone(), axis: *axis }, vec![self.origin(v)], dims);
+                    self.views.insert(v, out);
+                } else {
+                    let out = self.softmax_loops(v, *axis, &shape)?;
+                    self.views.insert(v, out);
                 }
-                self.require_leading(v, &dims, &shape, "softmax")?;
-                let x = self.contiguous(arg(0))?;
-                let buf = self.arena(v, dtype, &shape);
-                let out = View::contiguous(buf, &shape);
-                self.step(Kernel::Softmax { x, out: out.clone(), axis: *axis }, vec![self.origin(v)], dims);
-                self.views.insert(v, out);
             }
             // keepdim only changes the value's shape, not the memory the kernel writes.
             Op::Reduce { kind, axes, .. } => {
@@ -1216,6 +1229,20 @@ impl<'g> Lowerer<'g> {
         let e = self.expr_of(v)?;
         let own = self.shape(v)?;
         Ok(rebase(e, &own, shape))
+    }
+}
+
+/// Why the generated C cannot compute node `v`, if it cannot: f16/bf16 have no C
+/// arithmetic yet, and windows over integers no loop nest (their padding and the
+/// average's rounding would need definitions of their own).
+fn lacking(graph: &Graph, v: ValueId) -> Option<String> {
+    let ty = graph.ty(v);
+    if matches!(ty.dtype, Dtype::F16 | Dtype::Bf16) {
+        Some(format!("type {ty}: no f16/bf16 arithmetic"))
+    } else if matches!(graph.node(v).op, Op::Conv(_) | Op::Pool(_)) && !ty.dtype.is_float() {
+        Some(format!("type {ty}: convolution and pooling take floats"))
+    } else {
+        None
     }
 }
 

@@ -3,8 +3,10 @@
 //!
 //! Symbolic dimensions (bounded by `--max`) are `int64_t` arguments of the forward
 //! functions, stored in the kernels' context as `dims[i]`; loops over them run to the
-//! run-time value while every buffer keeps the layout of the maxima. Limits: f16/bf16
-//! have no C arithmetic yet.
+//! run-time value while every buffer keeps the layout of the maxima. The runtime's
+//! kernels are f32; f64 products run as plain loops here (convolution, pooling and
+//! softmax already lowered to loops: `lower/loops.rs`). Limits: f16/bf16 have no C
+//! arithmetic yet.
 //!
 //! Weights ([`WeightsMode`]): `file` writes `weights.bin` (the layout of
 //! `<NAME>_WEIGHT_<i>_OFFSET`) for the caller to load or map; `embed` also assembles it
@@ -328,6 +330,8 @@ struct Ports {
 #[derive(Serialize, Clone)]
 struct TrainInfo {
     state_size: u64,
+    /// The C type of the learning rate, momentum and loss.
+    scalar: String,
     /// The loss: its name and its index among the backward pass's outputs.
     loss: String,
     loss_index: usize,
@@ -424,6 +428,7 @@ impl TemplateContext {
             }),
             train: train.zip(backward).map(|(t, b)| TrainInfo {
                 state_size: t.state_size,
+                scalar: C.ty(t.scalar).to_string(),
                 loss: comment_safe(&b.outputs[t.loss].name),
                 loss_index: t.loss,
                 params: t.updates.iter().map(|u| comment_safe(&u.name)).collect(),
@@ -458,6 +463,8 @@ struct TrainLayout {
     arena_size: u64,
     updates: Vec<Update>,
     state_size: u64,
+    /// The loss's type: the step's learning rate, momentum and result have it.
+    scalar: Dtype,
 }
 
 /// One parameter's SGD update.
@@ -470,6 +477,8 @@ struct Update {
     /// The offset of its velocity in the optimizer state, in bytes.
     state: u64,
     len: u64,
+    /// The parameter's (and its gradient's and velocity's) type: f32 or f64.
+    dtype: Dtype,
 }
 
 impl TrainLayout {
@@ -497,17 +506,21 @@ impl TrainLayout {
         for w in &backward.weights {
             let Some(&grad) = output_index.get(crate::passes::autodiff::grad_name(&w.name).as_str()) else { continue };
             let buf = &backward.buffers[w.buf.0];
-            if buf.dtype != Dtype::F32 {
-                return Err(Error::user(format!("the training step updates f32 parameters only; `{}` is {}", w.name, buf.dtype)));
+            if !matches!(buf.dtype, Dtype::F32 | Dtype::F64) || backward.buffers[backward.outputs[grad].buf.0].dtype != buf.dtype {
+                return Err(Error::user(format!("the training step updates f32 and f64 parameters only; `{}` is {}", w.name, buf.dtype)));
             }
             let (Storage::Weight { offset }, Layout::RowMajor) = (&buf.storage, w.layout) else {
                 return Err(Error::internal(format!("trained parameter `{}` is not a row-major weight", w.name)));
             };
             let len = w.shape.iter().product::<u64>();
-            updates.push(Update { name: w.name.clone(), offset: *offset, grad, state, len });
-            state = align(state + len * 4);
+            updates.push(Update { name: w.name.clone(), offset: *offset, grad, state, len, dtype: buf.dtype });
+            state = align(state + len * buf.dtype.size() as u64);
         }
-        Ok(Some(TrainLayout { loss, outputs, arena_size: cursor, updates, state_size: state }))
+        let scalar = backward.buffers[backward.outputs[loss].buf.0].dtype;
+        if !matches!(scalar, Dtype::F32 | Dtype::F64) {
+            return Err(Error::user(format!("the training step descends an f32 or f64 loss; `{}` is {scalar}", backward.outputs[loss].name)));
+        }
+        Ok(Some(TrainLayout { loss, outputs, arena_size: cursor, updates, state_size: state, scalar }))
     }
 }
 
@@ -517,11 +530,12 @@ fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
     let params = dim_params(b);
     let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
     let args: String = params.iter().map(|n| format!(", {n}")).collect();
-    let _ = writeln!(s, "\nfloat {name}_train_step(void *weights, const void *const inputs[], float lr, float momentum, void *state, void *arena{decl})\n{{");
+    let ty = C.ty(t.scalar);
+    let _ = writeln!(s, "\n{ty} {name}_train_step(void *weights, const void *const inputs[], {ty} lr, {ty} momentum, void *state, void *arena{decl})\n{{");
     let _ = writeln!(s, "    return {name}_train_step_threaded(weights, inputs, lr, momentum, state, arena, NULL{args});\n}}");
     let _ = writeln!(
         s,
-        "\nfloat {name}_train_step_threaded(void *weights, const void *const inputs[], float lr, float momentum, void *state, void *arena,\n    const mr_threads *threads{decl})\n{{"
+        "\n{ty} {name}_train_step_threaded(void *weights, const void *const inputs[], {ty} lr, {ty} momentum, void *state, void *arena,\n    const mr_threads *threads{decl})\n{{"
     );
     let _ = writeln!(s, "    unsigned char *w = (unsigned char *)weights;\n    unsigned char *a = (unsigned char *)arena;");
     let _ = writeln!(s, "    unsigned char *v = (unsigned char *)state;\n    void *outputs[{}];", b.outputs.len());
@@ -532,14 +546,15 @@ fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
     let call = format!("{name}_backward_threaded(weights, inputs, outputs, arena, threads{args})");
     let _ = writeln!(s, "    if ({call} != 0) {{\n        return NAN;\n    }}");
     for u in &t.updates {
+        let (p, sfx) = (C.ty(u.dtype), if u.dtype == Dtype::F64 { "f64" } else { "f32" });
         let _ = writeln!(s, "    /* {} */", comment_safe(&u.name));
         let _ = writeln!(
             s,
-            "    mr_sgd_f32((float *)(void *)(w + {}), (const float *)outputs[{}], momentum != 0.0f ? (float *)(void *)(v + {}) : NULL, {}, lr, momentum);",
+            "    mr_sgd_{sfx}(({p} *)(void *)(w + {}), (const {p} *)outputs[{}], momentum != 0 ? ({p} *)(void *)(v + {}) : NULL, {}, ({p})lr, ({p})momentum);",
             u.offset, u.grad, u.state, u.len
         );
     }
-    let _ = writeln!(s, "    return *(const float *)outputs[{}];\n}}", t.loss);
+    let _ = writeln!(s, "    return *(const {ty} *)outputs[{}];\n}}", t.loss);
 }
 
 const C_TYPE: C = C;
@@ -683,10 +698,7 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
                 let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 let _ = writeln!(s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
-                let mut bufs = vec![a.buf, b.buf, c.buf];
-                bufs.sort();
-                bufs.dedup();
-                declare(s, p, &names, &bufs, "ctx->", name);
+                declare(s, p, &names, &call_buffers(&r, &step.kernel), "ctx->", name);
                 s.push_str("    (void)threads;\n");
                 if has_ep {
                     let _ = writeln!(s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
@@ -730,16 +742,13 @@ fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()>
     }
     let _ = writeln!(s, "    ctx.w = (const unsigned char *)weights;\n    ctx.a = (unsigned char *)arena;");
     let _ = writeln!(s, "    ctx.inputs = inputs;\n    ctx.outputs = outputs;\n    ctx.threads = threads;");
-    // Buffers the runtime calls use directly.
+    // Buffers the runtime calls use directly (a batched product is a task of its own).
     let mut direct = Vec::new();
     for step in &p.steps {
         match &step.kernel {
-            // (A batched product is a task of its own.)
-            Kernel::Gemm { a, b, c, .. } if c.shape.len() == 2 => direct.extend([a.buf, b.buf, c.buf]),
-            Kernel::Gemm { .. } => {}
-            Kernel::Conv { x, w, out, scratch, .. } => direct.extend([x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
-            Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => direct.extend([x.buf, out.buf]),
+            Kernel::Gemm { c, .. } if c.shape.len() > 2 => {}
             Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
+            call => direct.extend(call_buffers(&r, call)),
         }
     }
     direct.sort();
@@ -985,10 +994,9 @@ fn lane_sum(s: &mut String, n: usize, rv: usize, v: &str, depth: usize) {
 /// Kernel `k`'s epilogue as an `mr_epilogue_fn` named `<name>_e<k>` that rewrites a
 /// block of the result (see `mithril_runtime.h`); false when the kernel has none.
 fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut String) -> Result<bool> {
-    let f32 = |v: &View| r.p.buffers[v.buf.0].dtype == Dtype::F32;
     let (out, expr, conv) = match kernel {
         // Other element types run the epilogue inside their plain loops.
-        Kernel::Gemm { a, b, c, epilogue: Some(e) } if f32(a) && f32(b) && f32(c) => (c, e, false),
+        Kernel::Gemm { a, b, c, epilogue: Some(e) } if runtime_gemm(r, a, b, c) => (c, e, false),
         Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, true),
         _ => return Ok(false),
     };
@@ -1193,10 +1201,37 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
     for v in views {
         let d = r.p.buffers[v.buf.0].dtype;
         if d != Dtype::F32 {
-            return Err(Error::user(format!("the C target's {what} supports f32 only, got {d}")));
+            // (lowering gives other element types loops: `lower::loops::runtime_kernel`)
+            return Err(Error::internal(format!("the runtime's {what} is f32, given {d}")));
         }
     }
     Ok(())
+}
+
+/// Whether the runtime computes this matrix product (`mr_sgemm`, f32 throughout);
+/// other element types run as plain loops with the epilogue inline.
+fn runtime_gemm(r: &Renderer<C>, a: &View, b: &View, c: &View) -> bool {
+    [a, b, c].iter().all(|v| r.p.buffers[v.buf.0].dtype == Dtype::F32)
+}
+
+/// The buffers a kernel that calls the runtime names where it makes the call: the
+/// call's operands, and the buffers of an epilogue run inline (not by the runtime).
+fn call_buffers(r: &Renderer<C>, k: &Kernel) -> Vec<crate::lower::BufId> {
+    let mut bufs = match k {
+        Kernel::Gemm { a, b, c, epilogue } => {
+            let mut bufs = vec![a.buf, b.buf, c.buf];
+            if let Some(e) = epilogue.as_ref().filter(|_| !runtime_gemm(r, a, b, c)) {
+                crate::lower::expr_bufs(e, &mut bufs);
+            }
+            bufs
+        }
+        Kernel::Conv { x, w, out, scratch, .. } => [x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf)).collect(),
+        Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => vec![x.buf, out.buf],
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => vec![],
+    };
+    bufs.sort();
+    bufs.dedup();
+    bufs
 }
 
 /// A matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops; `at` is
@@ -1237,11 +1272,11 @@ fn gemm(
         (format!("{} + {}", r.names[v.buf.0], terms.join(" + ")), v.strides[rank - 2], v.strides[rank - 1])
     };
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
-    let (ta, tb, tc) = (r.p.buffers[a.buf.0].dtype, r.p.buffers[b.buf.0].dtype, r.p.buffers[c.buf.0].dtype);
+    let tc = r.p.buffers[c.buf.0].dtype;
     if panels[b.buf.0] {
         // A weight in column panels: the whole [K, N] matrix, the same for every batch
         // index (lowering stores a weight so only when every use is such an operand).
-        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) || ta != Dtype::F32 || tc != Dtype::F32 {
+        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) || !runtime_gemm(r, a, b, c) {
             return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
         }
         let _ = writeln!(
@@ -1251,7 +1286,7 @@ fn gemm(
             r.names[b.buf.0],
             at.unwrap_or("NULL")
         );
-    } else if ta == Dtype::F32 && tb == Dtype::F32 && tc == Dtype::F32 {
+    } else if runtime_gemm(r, a, b, c) {
         let _ = writeln!(
             s,
             "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, 0.0f, {pc}, {rc}, {cc}, {});",
