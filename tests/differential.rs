@@ -21,9 +21,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use mithrilc::cli::Graphs;
 use mithrilc::data::{self, ArrayFile};
@@ -33,13 +32,13 @@ use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
 mod common;
+#[path = "common/c_build.rs"]
+mod c_build;
 #[path = "common/random_model.rs"]
 mod random_model;
 
-use common::have;
+use c_build::Toolchain;
 
-/// Flags every generated file must build under (as its Makefile gives them).
-const WARNINGS: &[&str] = &["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror"];
 /// The C compiler's optimization flags: `run --target c`'s default (the runtime's
 /// vector paths for this machine), or `MITHRILC_DIFF_CFLAGS`.
 fn cflags() -> Vec<String> {
@@ -52,170 +51,14 @@ fn shared() -> Option<PathBuf> {
     dir.join("testdata/manifest.json").exists().then_some(dir)
 }
 
-/// A scratch directory with the runtime compiled once, or why the tests skip.
-struct Toolchain {
-    dir: tempfile::TempDir,
-    runtime: PathBuf,
-    /// Said under any failure: whether this compiler, with these flags, miscompiles
-    /// [`SELECT_PROBE`].
-    note: String,
-}
-
-/// The shape of the generated kernels for relu's and max pooling's VJPs (a select in a
-/// short nested loop, here in place), reduced to a program that checks itself. gcc 12.2
-/// at -O3 with AVX2 or AVX-512 (`-march=native` here) vectorizes it wrongly and exits 1;
-/// clang, and gcc at -O2 or with -fno-tree-loop-vectorize, exit 0.
-const SELECT_PROBE: &str = r#"
-#include <stdio.h>
-void k(float *x, const float *g, long n) {
-    for (long i = 0; i < n; ++i)
-        for (long j = 0; j < 10; ++j)
-            x[i * 10 + j] = x[i * 10 + j] > 0.0f ? g[i * 10 + j] : 0.0f;
-}
-int main(void) {
-    static float x[160], g[160];
-    int i, bad = 0;
-    for (i = 0; i < 160; i++) { x[i] = (float)(i % 3) - 1.0f; g[i] = (float)i; }
-    k(x, g, 16);
-    for (i = 0; i < 160; i++) { bad += x[i] != (i % 3 == 2 ? (float)i : 0.0f); }
-    printf("%d of 160 wrong\n", bad);
-    return bad != 0;
-}
-"#;
-
-/// Builds and runs [`SELECT_PROBE`] with the test's compiler and flags; a sentence for
-/// failure reports when it computes wrong results.
-fn probe_selects(dir: &Path) -> String {
-    let src = dir.join("select_probe.c");
-    std::fs::write(&src, SELECT_PROBE).unwrap();
-    let exe = dir.join("select_probe");
-    let built = Command::new(mithrilc::build::c_compiler()).args(cflags()).arg(&src).arg("-o").arg(&exe).output();
-    match built.map(|b| b.status.success()).ok().and_then(|ok| ok.then(|| Command::new(&exe).output().ok()).flatten()) {
-        Some(run) if !run.status.success() => format!(
-            "\nnote: {} {} miscompiles the select loop of tests/differential.rs's SELECT_PROBE ({}); mismatches in \
-             VJP select kernels may be the compiler's (try MITHRILC_DIFF_CFLAGS=\"-O3 -march=native -fno-tree-loop-vectorize\" or CC=clang)",
-            mithrilc::build::c_compiler(),
-            cflags().join(" "),
-            String::from_utf8_lossy(&run.stdout).trim()
-        ),
-        _ => String::new(),
-    }
-}
-
-/// The process's one [`Toolchain`], built on first use; `None` (after printing why)
-/// when there is no C compiler.
+/// The process's C toolchain (the runtime built once), or `None` after saying why
+/// the tests skip.
 fn toolchain() -> Option<&'static Toolchain> {
-    static TOOLCHAIN: OnceLock<Option<Toolchain>> = OnceLock::new();
-    let tc = TOOLCHAIN.get_or_init(|| {
-        if !have(&mithrilc::build::c_compiler()) {
-            return None;
-        }
-        // Under target/tmp: a static's TempDir is never dropped, so `cargo clean` is
-        // what removes it.
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a scratch directory");
-        let runtime_dir = dir.path().join("runtime");
-        std::fs::create_dir_all(&runtime_dir).unwrap();
-        // The runtime's sources as the C target writes them into every library.
-        let probe = one_program_files();
-        for (name, bytes) in &probe {
-            if name.starts_with("mithril_") {
-                std::fs::write(runtime_dir.join(name), bytes).unwrap();
-            }
-        }
-        let runtime = runtime_dir.join("mithril_runtime.o");
-        let out = Command::new(mithrilc::build::c_compiler())
-            .current_dir(&runtime_dir)
-            .args(WARNINGS)
-            .args(cflags())
-            .args(["-c", "mithril_runtime.c", "-o"])
-            .arg(&runtime)
-            .output()
-            .expect("cc runs");
-        assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
-        let note = probe_selects(dir.path());
-        Some(Toolchain { dir, runtime, note })
-    });
+    let tc = c_build::toolchain(&cflags());
     if tc.is_none() {
         println!("skipped: a C compiler is needed (apt-get install gcc, or set CC)");
     }
-    tc.as_ref()
-}
-
-/// The files the C target writes for a one-op model (only the runtime's are used).
-fn one_program_files() -> Vec<(String, Vec<u8>)> {
-    let text = r#"{"name": "Relu", "args": {}}"#;
-    let mut opts = mithril::Options::default();
-    opts.shapes.insert("input".into(), Shape::known(&[2]));
-    let g = mithril::load_str(text, "relu.json", "relu", &opts).unwrap();
-    let graphs = Graphs::new(g, &Wrt::None, |_, _| {}).unwrap();
-    let p = mithrilc::passes::compile(&graphs.forward, &Default::default(), |_, _| {}).unwrap();
-    mithrilc::codegen::c::emit(&p, None, &Default::default()).unwrap()
-}
-
-/// One model with its data, run forward or backward.
-struct Case {
-    label: String,
-    graphs: Graphs,
-    feeds: BTreeMap<String, Tensor>,
-    /// What a failure prints to reproduce it (the random model's seed and JSON).
-    repro: String,
-}
-
-/// Builds `case` as a C library and runs its demo (the backward pass when there is
-/// one): the outputs in the program's order, by name.
-fn run_c(tc: &Toolchain, case: &Case, dir: &Path) -> Result<Vec<(String, Tensor)>, String> {
-    let graphs = &case.graphs;
-    // As `cli::run_target`: the fast layouts forward; row-major when training.
-    let opts = mithrilc::lower::Options { max: BTreeMap::new(), row_major_weights: graphs.backward.is_some() };
-    let lower = |g: &Graph| mithrilc::passes::compile(g, &opts, |_, _| {}).map_err(|e| format!("lowering: {e}"));
-    let forward = lower(&graphs.forward)?;
-    let backward = graphs.backward.as_ref().map(lower).transpose()?;
-    let g = &graphs.forward;
-    let weights: BTreeMap<String, Tensor> =
-        g.params().filter_map(|v| g.node(v).name.clone()).filter_map(|n| case.feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let copts = mithrilc::codegen::c::Options { source: "model.json".into(), weights: Some(weights), mode: Default::default() };
-    let files = mithrilc::codegen::c::emit(&forward, backward.as_ref(), &copts).map_err(|e| format!("emit: {e}"))?;
-    let program = backward.as_ref().unwrap_or(&forward);
-    let name = mithrilc::codegen::c::identifier(&program.name);
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
-    for (file, bytes) in &files {
-        std::fs::write(dir.join(file), bytes).unwrap();
-    }
-    let demo = dir.join("demo");
-    let cc = Command::new(mithrilc::build::c_compiler())
-        .current_dir(dir)
-        .args(WARNINGS)
-        .args(cflags())
-        .arg("-pthread")
-        .arg(format!("{name}.c"))
-        .arg(format!("{name}_demo.c"))
-        .arg(&tc.runtime)
-        .args(["-lm", "-o"])
-        .arg(&demo)
-        .output()
-        .unwrap();
-    if !cc.status.success() {
-        return Err(format!("cc failed:\n{}", String::from_utf8_lossy(&cc.stderr)));
-    }
-    let mut run = Command::new(&demo);
-    run.current_dir(dir).arg("--out").arg(dir);
-    for (i, port) in program.inputs.iter().enumerate() {
-        let t = case.feeds.get(&port.name).ok_or_else(|| format!("no feed for {}", port.name))?;
-        let path = dir.join(format!("input_{i}.npy"));
-        data::write_npy(&path, t).unwrap();
-        run.arg("--input").arg(format!("{}={}", port.name, path.display()));
-    }
-    let out = run.output().unwrap();
-    if !out.status.success() {
-        return Err(format!("the demo failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
-    }
-    let mut outputs = Vec::new();
-    for (i, port) in program.outputs.iter().enumerate() {
-        let file = data::read_arrays(&dir.join(format!("output_{i}.npy"))).map_err(|e| e.to_string())?;
-        outputs.push((port.name.clone(), file.arrays.into_values().next().ok_or("an empty output file")?));
-    }
-    Ok(outputs)
+    tc
 }
 
 /// The bound on an output's error, absolute and relative, by its type: f64 outputs are
@@ -227,6 +70,15 @@ fn tolerance(dtype: Dtype) -> f64 {
     } else {
         1e-4
     }
+}
+
+/// One model with its data, run forward or backward.
+struct Case {
+    label: String,
+    graphs: Graphs,
+    feeds: BTreeMap<String, Tensor>,
+    /// What a failure prints to reproduce it (the random model's seed and JSON).
+    repro: String,
 }
 
 /// Where `got` differs from the interpreter's `want` for output `name`, if it does.
@@ -324,7 +176,7 @@ fn check(tc: &Toolchain, cases: Vec<Case>) -> Checked {
                     }
                 };
                 let dir = tc.dir.path().join(format!("case{id}"));
-                let failure = match run_c(tc, case, &dir) {
+                let failure = match c_build::run_c(tc, &case.graphs, &case.feeds, &dir) {
                     Err(e) => Some(e),
                     Ok(got) if got.len() != want.len() => Some(format!("{} outputs, the interpreter {}", got.len(), want.len())),
                     Ok(got) => {

@@ -248,7 +248,7 @@ fn train_model(case: &Map<String, Value>, model: Value) -> Result<Value, String>
 }
 
 /// Converts one case, or says why it cannot be run.
-fn convert(file: &str, name: &str, raw: &Value) -> Result<Case, String> {
+fn convert(file: &str, raw: &Value) -> Result<Case, String> {
     let case = raw.as_object().ok_or("not an object")?;
     for key in ["pre_gradient", "diag_zero", "constants", "train_context", "injected_static_keys"] {
         if case.contains_key(key) {
@@ -347,7 +347,7 @@ fn cases() -> &'static Vec<(String, Result<Case, String>)> {
             for (name, raw) in &all {
                 let id = format!("{file}/{name}");
                 if id.contains(&only) {
-                    out.push((id, convert(file, name, raw)));
+                    out.push((id, convert(file, raw)));
                 }
             }
         }

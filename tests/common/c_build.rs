@@ -25,7 +25,52 @@ pub struct Toolchain {
     pub dir: tempfile::TempDir,
     pub runtime: PathBuf,
     pub cflags: Vec<String>,
+    /// Said under any failure: whether this compiler, with these flags, miscompiles
+    /// [`SELECT_PROBE`].
+    pub note: String,
 }
+
+/// The shape of the generated kernels for relu's and max pooling's VJPs (a select in a
+/// short nested loop, here in place), reduced to a program that checks itself. gcc 12.2
+/// at -O3 with AVX2 or AVX-512 (`-march=native` here) vectorizes it wrongly and exits 1;
+/// clang, and gcc at -O2 or with -fno-tree-loop-vectorize, exit 0.
+const SELECT_PROBE: &str = r#"
+#include <stdio.h>
+void k(float *x, const float *g, long n) {
+    for (long i = 0; i < n; ++i)
+        for (long j = 0; j < 10; ++j)
+            x[i * 10 + j] = x[i * 10 + j] > 0.0f ? g[i * 10 + j] : 0.0f;
+}
+int main(void) {
+    static float x[160], g[160];
+    int i, bad = 0;
+    for (i = 0; i < 160; i++) { x[i] = (float)(i % 3) - 1.0f; g[i] = (float)i; }
+    k(x, g, 16);
+    for (i = 0; i < 160; i++) { bad += x[i] != (i % 3 == 2 ? (float)i : 0.0f); }
+    printf("%d of 160 wrong\n", bad);
+    return bad != 0;
+}
+"#;
+
+/// Builds and runs [`SELECT_PROBE`] with the test's compiler and flags; a sentence for
+/// failure reports when it computes wrong results.
+fn probe_selects(dir: &Path, cflags: &[String]) -> String {
+    let src = dir.join("select_probe.c");
+    std::fs::write(&src, SELECT_PROBE).unwrap();
+    let exe = dir.join("select_probe");
+    let built = Command::new(mithrilc::build::c_compiler()).args(cflags).arg(&src).arg("-o").arg(&exe).output();
+    match built.map(|b| b.status.success()).ok().and_then(|ok| ok.then(|| Command::new(&exe).output().ok()).flatten()) {
+        Some(run) if !run.status.success() => format!(
+            "\nnote: {} {} miscompiles the select loop of tests/differential.rs's SELECT_PROBE ({}); mismatches in \
+             VJP select kernels may be the compiler's (try MITHRILC_DIFF_CFLAGS=\"-O3 -march=native -fno-tree-loop-vectorize\" or CC=clang)",
+            mithrilc::build::c_compiler(),
+            cflags.join(" "),
+            String::from_utf8_lossy(&run.stdout).trim()
+        ),
+        _ => String::new(),
+    }
+}
+
 
 /// The files the C target writes for a one-op model (only the runtime's are used).
 fn one_program_files() -> Vec<(String, Vec<u8>)> {
@@ -68,7 +113,8 @@ pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
                 .output()
                 .expect("cc runs");
             assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
-            Some(Toolchain { dir, runtime, cflags: cflags.to_vec() })
+            let note = probe_selects(dir.path(), cflags);
+            Some(Toolchain { dir, runtime, cflags: cflags.to_vec(), note })
         })
         .as_ref()
 }
