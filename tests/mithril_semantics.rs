@@ -150,6 +150,39 @@ fn reduce_prod_at_zero() {
     )]);
 }
 
+/// A TrainModel's loss takes its class's `input_type` too: Linear into
+/// BinaryCrossEntropy on probabilities, mean-reduced. x = [0.25, 0.5], w = 1, b = 0.25
+/// give o = [0.5, 0.75]; with t = [1, 0], the loss is mean(-log 0.5, -log 0.25) and
+/// dL/do = [-1/0.5, 1/0.25] / 2 = [-1, 2], so dL/dw = -0.25 + 1 = 0.75, dL/db = 1.
+#[test]
+fn train_model_loss_on_probabilities() {
+    let text = r#"{"is_train_model": true, "model": {"name": "Linear", "args": {"dimension": 1}},
+        "losses": [{"model": {"name": "BinaryCrossEntropy", "args": {"input_type": "probs"}}, "reduce_steps": [{"name": "Mean"}],
+                    "args": {"input": "output", "target": "target"}}],
+        "regularizations": []}"#;
+    let feeds: BTreeMap<String, Tensor> = [
+        ("input", Tensor::new(Dtype::F64, vec![2, 1], vec![0.25, 0.5])),
+        ("weight", Tensor::new(Dtype::F64, vec![1, 1], vec![1.0])),
+        ("bias", Tensor::new(Dtype::F64, vec![1], vec![0.25])),
+        ("target", Tensor::new(Dtype::F64, vec![2, 1], vec![1.0, 0.0])),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_string(), t))
+    .collect();
+    let mut opts = Options::default();
+    for (k, t) in &feeds {
+        opts.known_types.insert(k.clone(), TensorType::new(t.dtype, Shape::known(&t.shape)));
+    }
+    let mut graph = mithril::load_str(text, "train.json", "train", &opts).unwrap_or_else(|e| panic!("{e}"));
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &passes::Options { grad: Wrt::AllParams }, |_, _| {}).unwrap_or_else(|e| panic!("{e}"));
+    let outs: BTreeMap<String, Tensor> = mithrilc::interp::run(&graph, &feeds).unwrap_or_else(|e| panic!("{e}")).into_iter().collect();
+    let loss = (-(0.5f64.ln()) - 0.25f64.ln()) / 2.0;
+    for (key, want) in [("final_cost", loss), ("grad/weight", 0.75), ("grad/bias", 1.0)] {
+        let got = outs[key].data[0];
+        assert!((got - want).abs() <= RTOL * want.abs(), "{key}: {got}, want {want}");
+    }
+}
+
 #[test]
 fn robust_ops_at_zero_and_thresholds() {
     check(ROBUST);
