@@ -1779,15 +1779,40 @@ fn attention_with_dropout() {
 }
 
 #[test]
-fn unsupported_loss_options() {
-    let m = one("BinaryCrossEntropy", json!({}), json!({"input": key("input"), "target": key("target"), "pos_weight": 2.0}));
-    let e = fails(&m, &[("input", f32t(&vals(&[2, 3], 1))), ("target", f32t(&pos(&[2, 3], 2)))]);
-    assert_user_error(&e, "t.json: submodels.m_0 (BinaryCrossEntropy): binary cross entropy with pos_weight 2.0 is not supported yet\n  \
-         note: inputs: input = `input` f32[2, 3], target = `target` f32[2, 3]");
-    let m = one("CrossEntropy", json!({}), json!({"input": key("input"), "target": key("target"), "weights": true}));
-    let e = fails(&m, &[("input", f32t(&vals(&[3, 4], 1))), ("target", i32t(&[3], &[0, 1, 2]))]);
-    assert_user_error(&e, "t.json: submodels.m_0 (CrossEntropy): cross entropy with weights=True (class weights computed from the batch) \
-         is not supported yet\n  note: inputs: input = `input` f32[3, 4], target = `target` i32[3]");
+fn balancing_weights_and_pos_weight() {
+    // weights="auto" (Mithril's `calculate_cross_entropy_class_weights`): class c
+    // weighs N / (C * count[c]) over the batch's targets.
+    let x = vals(&[4, 3], 108);
+    let lse = |r: usize| {
+        let m = (0..3).map(|j| x.get(&[r, j])).fold(f64::NEG_INFINITY, f64::max);
+        m + (0..3).map(|j| (x.get(&[r, j]) - m).exp()).sum::<f64>().ln()
+    };
+    let labels = [0i64, 2, 2, 1];
+    let count = |c: usize| labels.iter().filter(|&&l| l as usize == c).count() as f64;
+    let w = |c: usize| 4.0 / (3.0 * count(c));
+    let m = one("CrossEntropy", json!({"weights": "auto"}), json!({"input": key("input"), "target": key("target")}));
+    let got = out(&m, &[("input", f32t(&x)), ("target", i32t(&[4], &labels))]);
+    let want = A::from_fn(&[4], |i| (lse(i[0]) - x.get(&[i[0], labels[i[0]] as usize])) * w(labels[i[0]] as usize));
+    check("CrossEntropy weights='auto'", &got, Dtype::F32, &want);
+    // Probabilities with a numeric and a batch-balanced ("auto") pos_weight:
+    // -pw * t * log(x) - (1 - t) * log(1 - x), pw = (1 - mean(t)) / mean(t).
+    let p = A::new(&[2, 3], vec![0.125, 0.5, 0.75, 0.875, 0.25, 0.625]);
+    let t = A::new(&[2, 3], vec![0.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
+    let bce = |pw: f64| zip(&p, &t, move |a, b| -pw * b * a.ln() - (1.0 - b) * (1.0 - a).ln());
+    let feeds = [("input", f32t(&p)), ("target", f32t(&t))];
+    for (pw, arg) in [(2.0, json!(2.0)), (2.0, json!("auto"))] {
+        let m = one("BinaryCrossEntropy", json!({"input_type": "probs", "pos_weight": arg}), json!({"input": key("input"), "target": key("target")}));
+        check(&format!("BinaryCrossEntropy probs pos_weight={arg}"), &out(&m, &feeds), Dtype::F32, &bce(pw));
+    }
+    // Logits with pos_weight: (1 - t) * x - ((pw - 1) * t + 1) * log_sigmoid(x).
+    let y = vals(&[2, 3], 109);
+    let m = one("BinaryCrossEntropy", json!({"pos_weight": 2.0}), json!({"input": key("input"), "target": key("target")}));
+    let got = out(&m, &[("input", f32t(&y)), ("target", f32t(&t))]);
+    check("BinaryCrossEntropy logits pos_weight=2", &got, Dtype::F32, &zip(&y, &t, |a, b| (1.0 - b) * a - (b + 1.0) * sigmoid(a).ln()));
+    // An input_type Mithril does not define.
+    let m = one("BinaryCrossEntropy", json!({"input_type": "log_probs"}), json!({"input": key("input"), "target": key("target")}));
+    let e = fails(&m, &feeds);
+    assert_user_error(&e, "t.json: submodels.m_0 (BinaryCrossEntropy): input_type 'log_probs' is not one of 'logits' and 'probs'");
 }
 
 #[test]

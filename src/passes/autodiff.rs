@@ -521,12 +521,30 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                     (gl, gr)
                 }
                 BinaryOp::Max | BinaryOp::Min => {
-                    // The larger (smaller) argument gets it; ties go to the left one.
-                    let cmp = if *op == BinaryOp::Max { BinaryOp::Ge } else { BinaryOp::Le };
-                    let left = b.binary(cmp, l, r)?;
+                    // The larger (smaller) argument gets it; a tie splits it evenly, as
+                    // JAX and Torch do (Mithril's NumPy backend has no gradient for
+                    // these), which gives Mithril's subgradients of the losses built on
+                    // them: 0.5 for a hinge at its margin, q - 0.5 for a quantile loss.
+                    let cmp = if *op == BinaryOp::Max { BinaryOp::Gt } else { BinaryOp::Lt };
+                    let tie = b.binary(BinaryOp::Eq, l, r)?;
+                    let half = b.scale(dy, 0.5)?;
                     let zero = b.scalar(0.0, b.g.ty(dy).dtype);
-                    let gl = if needs[0] { Some(b.op(Op::Where, vec![left, dy, zero])?) } else { None };
-                    let gr = if needs[1] { Some(b.op(Op::Where, vec![left, zero, dy])?) } else { None };
+                    let side = |b: &mut Builder, win: ValueId| -> Result<ValueId> {
+                        let lose = b.op(Op::Where, vec![tie, half, zero])?;
+                        b.op(Op::Where, vec![win, dy, lose])
+                    };
+                    let gl = if needs[0] {
+                        let win = b.binary(cmp, l, r)?;
+                        Some(side(b, win)?)
+                    } else {
+                        None
+                    };
+                    let gr = if needs[1] {
+                        let win = b.binary(cmp, r, l)?;
+                        Some(side(b, win)?)
+                    } else {
+                        None
+                    };
                     (gl, gr)
                 }
                 _ => (None, None),
@@ -547,7 +565,7 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
         Op::MatMul => matmul_vjp(b, x(0), x(1), dy, needs)?,
         Op::Conv(attrs) => conv_vjp(b, node, attrs, dy, needs)?,
         Op::Pool(attrs) => vec![Some(pool_vjp(b, x(0), y, attrs, dy)?)],
-        Op::Reduce { kind, axes, .. } => {
+        Op::Reduce { kind, axes, keepdim } => {
             let a = x(0);
             let shape = b.shape(a);
             let spread = |b: &mut Builder, t: ValueId| b.expand(t, &shape, axes);
@@ -558,16 +576,33 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                     spread(b, s)?
                 }
                 ReduceKind::Max | ReduceKind::Min => {
-                    // To the elements equal to the extreme (the arg-max when it is unique).
-                    let dyb = spread(b, dy)?;
+                    // Split evenly among the elements equal to the extreme, as Mithril's
+                    // `reduce_max_grad` (and JAX and Torch) do.
                     let yb = spread(b, y)?;
                     let hit = b.binary(BinaryOp::Eq, a, yb)?;
-                    b.mask(hit, dyb)?
+                    let ones = b.op(Op::Cast { to: b.g.ty(dy).dtype }, vec![hit])?;
+                    let count = b.op(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keepdim: *keepdim }, vec![ones])?;
+                    let share = b.binary(BinaryOp::Div, dy, count)?;
+                    let shareb = spread(b, share)?;
+                    b.mask(hit, shareb)?
                 }
                 ReduceKind::Prod => {
+                    // The product of the other elements: y / x, except at a zero, where
+                    // it is the product of the rest (zero when another element is zero too).
+                    let dt = b.g.ty(a).dtype;
+                    let zero = b.scalar(0.0, dt);
+                    let one = b.scalar(1.0, dt);
+                    let is_zero = b.binary(BinaryOp::Eq, a, zero)?;
+                    let nonzero = b.op(Op::Where, vec![is_zero, one, a])?;
+                    let flags = b.op(Op::Cast { to: dt }, vec![is_zero])?;
+                    let zeros = b.op(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keepdim: *keepdim }, vec![flags])?;
+                    let lone = b.binary(BinaryOp::Eq, zeros, one)?;
+                    let rest = b.op(Op::Reduce { kind: ReduceKind::Prod, axes: axes.clone(), keepdim: *keepdim }, vec![nonzero])?;
+                    let rest = b.mask(lone, rest)?;
+                    let (yb, restb) = (spread(b, y)?, spread(b, rest)?);
+                    let others = b.binary(BinaryOp::Div, yb, nonzero)?;
+                    let d = b.op(Op::Where, vec![is_zero, restb, others])?;
                     let dyb = spread(b, dy)?;
-                    let yb = spread(b, y)?;
-                    let d = b.binary(BinaryOp::Div, yb, a)?;
                     b.mul(dyb, d)?
                 }
             };

@@ -41,15 +41,16 @@ impl Emitter<'_> {
                 Val::T(self.tbin(x, x, B::Mul)?)
             }
             F::LeakyRelu => {
-                // Mithril: max(0, x) + slope * min(0, x).
+                // Mithril's max(0, x) + slope * min(0, x), as x > 0 ? x : slope * x: the
+                // same values, and Mithril's gradient (slope at 0, not the two halves of
+                // a tie between max and min).
                 let x = self.t(ins, "input")?;
-                let d = self.graph.ty(x).dtype;
-                let zero = self.scalar(d, 0.0);
-                let pos = self.tbin(zero, x, B::Max)?;
-                let neg = self.tbin(zero, x, B::Min)?;
+                let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
+                let pos = self.tbin(x, zero, B::Gt)?;
                 let slope = self.arg(ins, "slope")?.clone();
-                let scaled = self.binary(&slope, &Val::T(neg), B::Mul)?;
-                self.binary(&Val::T(pos), &scaled, B::Add)?
+                let scaled = self.binary(&slope, &Val::T(x), B::Mul)?;
+                let scaled = self.tensor(&scaled, None)?;
+                Val::T(self.op(Op::Where, vec![pos, x, scaled])?)
             }
             F::StopGradient => {
                 let x = self.t(ins, "input")?;
@@ -445,21 +446,24 @@ impl Emitter<'_> {
                 let q1e = self.binary(&q1, &e, B::Mul)?;
                 self.binary(&qe, &q1e, B::Max)?
             }
-            F::CrossEntropyWithLogits => self.cross_entropy(ins)?,
+            F::CrossEntropyWithLogits | F::CrossEntropy | F::CrossEntropyWithLogProbs => self.cross_entropy(node.formula, ins)?,
+            F::BinaryCrossEntropyWithLogits | F::BinaryCrossEntropy => self.binary_cross_entropy(node.formula, ins)?,
             F::RobustLog => {
                 let x = self.t(ins, "input")?;
                 let t = self.arg(ins, "threshold")?.clone();
                 Val::T(self.robust_log(x, &t)?)
             }
             F::RobustSqrt => {
-                // |x| < t ? |x| / sqrt(t) : sqrt(|x|)
+                // |x| < t ? |x| * (1 / sqrt(t)) : sqrt(|x|)
                 let x = self.t(ins, "input")?;
                 let t = self.threshold(ins, x)?;
                 let a = self.op(Op::Unary(U::Abs), vec![x])?;
                 let small = self.tbin(a, t, B::Lt)?;
                 let st = self.op(Op::Unary(U::Sqrt), vec![t])?;
-                let lin = self.tbin(a, st, B::Div)?;
-                let sq = self.op(Op::Unary(U::Sqrt), vec![a])?;
+                let rst = self.reciprocal(st)?;
+                let lin = self.tbin(a, rst, B::Mul)?;
+                let safe = self.untaken(small, a)?;
+                let sq = self.op(Op::Unary(U::Sqrt), vec![safe])?;
                 Val::T(self.op(Op::Where, vec![small, lin, sq])?)
             }
             F::RobustPower => {
@@ -469,20 +473,30 @@ impl Emitter<'_> {
                 let e = self.arg(ins, "exponent")?.clone();
                 let e = self.tensor(&e, Some(self.graph.ty(base).dtype))?;
                 let t = self.threshold(ins, base)?;
+                let d = self.graph.ty(base).dtype;
                 let a = self.op(Op::Unary(U::Abs), vec![base])?;
                 let (lt, la) = (self.op(Op::Unary(U::Log), vec![t])?, self.op(Op::Unary(U::Log), vec![a])?);
                 let ratio = self.tbin(lt, la, B::Div)?;
-                let one = self.scalar(self.graph.ty(a).dtype, 1.0);
+                let one = self.scalar(d, 1.0);
                 let bound = self.tbin(one, ratio, B::Sub)?;
                 let c1 = self.tbin(e, bound, B::Lt)?;
                 let c2 = self.tbin(a, t, B::Lt)?;
                 let cond = self.tbin(c1, c2, B::And)?;
-                let lin = self.tbin(a, t, B::Div)?;
-                let pw = self.tbin(a, e, B::Pow)?;
-                Val::T(self.op(Op::Where, vec![cond, lin, pw])?)
+                let rt = self.reciprocal(t)?;
+                let lin = self.tbin(rt, a, B::Mul)?;
+                // Outside `cond` a zero base has exponent >= 1 (log 0 = -inf makes the
+                // bound 1), so its power is 0; written as 0, the exponent's gradient
+                // there is Mithril's 0 rather than 0 * log 0.
+                let zero = self.scalar(d, 0.0);
+                let at_zero = self.tbin(a, zero, B::Eq)?;
+                let guard = self.tbin(cond, at_zero, B::Or)?;
+                let safe = self.untaken(guard, a)?;
+                let pw = self.tbin(safe, e, B::Pow)?;
+                let rest = self.op(Op::Where, vec![at_zero, zero, pw])?;
+                Val::T(self.op(Op::Where, vec![cond, lin, rest])?)
             }
             F::StableReciprocal => {
-                // |x| < t ? (sign(x) + (1 - sign(|x|))) * 2/t - x/t² : 1/x
+                // |x| < t ? (sign(x) + (1 - sign(|x|))) * 2 * (1/t) + (-x / t²) : 1/x
                 let x = self.t(ins, "input")?;
                 let t = self.threshold(ins, x)?;
                 let d = self.graph.ty(x).dtype;
@@ -495,11 +509,14 @@ impl Emitter<'_> {
                 let not_a = self.tbin(one, sa, B::Sub)?;
                 let s = self.tbin(sx, not_a, B::Add)?;
                 let s2 = self.tbin(s, two, B::Mul)?;
-                let lin0 = self.tbin(s2, t, B::Div)?;
+                let rt = self.reciprocal(t)?;
+                let lin0 = self.tbin(s2, rt, B::Mul)?;
                 let t2 = self.tbin(t, t, B::Mul)?;
-                let xt = self.tbin(x, t2, B::Div)?;
-                let lin = self.tbin(lin0, xt, B::Sub)?;
-                let rec = self.tbin(one, x, B::Div)?;
+                let nx = self.op(Op::Unary(U::Neg), vec![x])?;
+                let xt = self.tbin(nx, t2, B::Div)?;
+                let lin = self.tbin(lin0, xt, B::Add)?;
+                let safe = self.untaken(small, x)?;
+                let rec = self.reciprocal(safe)?;
                 Val::T(self.op(Op::Where, vec![small, lin, rec])?)
             }
             F::KlDivergence => {
@@ -540,21 +557,6 @@ impl Emitter<'_> {
                 let isnan = self.op(Op::Unary(U::IsNan), vec![x])?;
                 let w = self.scalar(d, nan);
                 Val::T(self.op(Op::Where, vec![isnan, w, y])?)
-            }
-            F::BinaryCrossEntropyWithLogits => {
-                // (1 - target) * input - log_sigmoid(input), log_sigmoid(x) = -softplus(-x).
-                // `robust` guards log(1 + e^-|x|) >= log 1, where it changes nothing.
-                let pw = self.s(ins, "pos_weight")?;
-                if pw.as_f64() != Some(1.0) {
-                    return Err(Error::user(format!("binary cross entropy with pos_weight {pw} is not supported yet")));
-                }
-                let x = self.t(ins, "input")?;
-                let target = self.arg(ins, "target")?.clone();
-                let one_minus = self.binary(&Val::S(Static::Float(1.0)), &target, B::Sub)?;
-                let a = self.binary(&one_minus, &Val::T(x), B::Mul)?;
-                let nx = self.op(Op::Unary(U::Neg), vec![x])?;
-                let sp = self.op(Op::Unary(U::Softplus), vec![nx])?;
-                self.binary(&a, &Val::T(sp), B::Add)?
             }
         })
     }
@@ -641,79 +643,240 @@ impl Emitter<'_> {
         }
     }
 
-    /// Mithril's `robust_log`: `|x| < t ? log(t) + |x|/t - 1 : log(|x|)`.
+    /// `cond ? 1 : x`: the operand of a `where`'s branch that `cond` does not take. The
+    /// untaken branch then sees a harmless input, so its derivative is finite and the
+    /// zero cotangent the `where` sends it stays zero (not 0 · inf = NaN).
+    pub(super) fn untaken(&mut self, cond: ValueId, x: ValueId) -> Result<ValueId> {
+        let one = self.scalar(self.graph.ty(x).dtype, 1.0);
+        self.op(Op::Where, vec![cond, one, x])
+    }
+
+    /// `1 / x` (NumPy's `reciprocal`).
+    pub(super) fn reciprocal(&mut self, x: ValueId) -> Result<ValueId> {
+        let one = self.scalar(self.graph.ty(x).dtype, 1.0);
+        self.tbin(one, x, BinaryOp::Div)
+    }
+
+    /// Mithril's `robust_log`: `|x| < t ? log(t) + |x|/t - 1 : log(|x|)`. `|x|` is
+    /// `x < 0 ? -x : x`, whose derivative at 0 is 1, as in Mithril's `robust_log_grad`
+    /// (1/t at 0).
     pub(super) fn robust_log(&mut self, x: ValueId, t: &Val) -> Result<ValueId> {
         use BinaryOp as B;
         let t = self.threshold_of(t, x)?;
-        let a = self.op(Op::Unary(UnaryOp::Abs), vec![x])?;
+        let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
+        let neg = self.tbin(x, zero, B::Lt)?;
+        let nx = self.op(Op::Unary(UnaryOp::Neg), vec![x])?;
+        let a = self.op(Op::Where, vec![neg, nx, x])?;
         let small = self.tbin(a, t, B::Lt)?;
         let lt = self.op(Op::Unary(UnaryOp::Log), vec![t])?;
         let at = self.tbin(a, t, B::Div)?;
         let one = self.scalar(self.graph.ty(a).dtype, 1.0);
         let s = self.tbin(lt, at, B::Add)?;
         let lin = self.tbin(s, one, B::Sub)?;
-        let la = self.op(Op::Unary(UnaryOp::Log), vec![a])?;
+        let safe = self.untaken(small, a)?;
+        let la = self.op(Op::Unary(UnaryOp::Log), vec![safe])?;
         self.op(Op::Where, vec![small, lin, la])
     }
 
-    /// Mithril's `cross_entropy_with_logits` (categorical: integer class targets).
-    /// `robust` only guards the log of a sum that is at least 1, so it changes nothing.
-    pub(super) fn cross_entropy(&mut self, ins: &[(String, Val)]) -> Result<Val> {
+    /// The log a loss takes of a probability: `robust_log` with the `threshold` input
+    /// when `robust` is set, else `np.log`.
+    fn loss_log(&mut self, ins: &[(String, Val)], x: ValueId) -> Result<ValueId> {
+        if self.flag(ins, "robust")? {
+            let t = self.arg(ins, "threshold")?.clone();
+            self.robust_log(x, &t)
+        } else {
+            self.op(Op::Unary(UnaryOp::Log), vec![x])
+        }
+    }
+
+    /// `take_along_axis(x, target[:, None], axis=1)[:, 0]`, as a masked sum over the
+    /// class axis (the IR has no take-along-axis; the mask's gradient is the one-hot).
+    fn pick_class(&mut self, x: ValueId, target: ValueId) -> Result<ValueId> {
+        let xs = self.shape(x);
+        let mut t_shape = self.shape(target).0;
+        t_shape.insert(1.min(t_shape.len()), Dim::Known(1));
+        let t2 = self.op(Op::Reshape { shape: Shape(t_shape) }, vec![target])?;
+        let cls = self.op(Op::Iota { shape: xs, axis: 1, dtype: self.graph.ty(target).dtype }, vec![])?;
+        let hit = self.tbin(cls, t2, BinaryOp::Eq)?;
+        let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
+        let picked = self.op(Op::Where, vec![hit, x, zero])?;
+        self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![picked])
+    }
+
+    /// Logits over the class axis 1, shifted by their maximum, and the log of the sum
+    /// of their exponentials (kept as a size-1 axis).
+    fn log_normalizer(&mut self, x: ValueId) -> Result<(ValueId, ValueId)> {
+        let mx = self.op(Op::Reduce { kind: ReduceKind::Max, axes: vec![1], keepdim: true }, vec![x])?;
+        let norm = self.tbin(x, mx, BinaryOp::Sub)?;
+        let e = self.op(Op::Unary(UnaryOp::Exp), vec![norm])?;
+        let se = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: true }, vec![e])?;
+        Ok((norm, self.op(Op::Unary(UnaryOp::Log), vec![se])?))
+    }
+
+    /// Mithril's `calculate_cross_entropy_class_weights` for `weights="auto"`: the
+    /// balancing weights `total / (C · count[c])` of the batch's targets (one-hot
+    /// counts of class indices when `categorical`), held constant in the gradient as
+    /// Mithril caches them.
+    fn auto_class_weights(&mut self, x: ValueId, target: ValueId, categorical: bool) -> Result<ValueId> {
         use BinaryOp as B;
+        let xs = self.shape(x);
+        let dtype = self.graph.ty(x).dtype;
+        let classes = xs.0[1].known().ok_or_else(|| Error::user(format!("cross entropy with weights='auto' needs a known class count, got {xs}")))?;
+        let labels = if categorical {
+            if self.rank(target) != 1 {
+                return Err(Error::user(format!("cross entropy with weights='auto' needs class targets of shape [N], got {}", self.shape(target))));
+            }
+            let one_hot_shape = Shape(vec![xs.0[0].clone(), xs.0[1].clone()]);
+            let n = self.shape(target).0[0].clone();
+            let t2 = self.op(Op::Reshape { shape: Shape(vec![n, Dim::Known(1)]) }, vec![target])?;
+            let cls = self.op(Op::Iota { shape: one_hot_shape, axis: 1, dtype: self.graph.ty(target).dtype }, vec![])?;
+            let hit = self.tbin(cls, t2, B::Eq)?;
+            self.op(Op::Cast { to: dtype }, vec![hit])?
+        } else {
+            target
+        };
+        let rank = self.rank(labels);
+        let others: Vec<usize> = (0..rank).filter(|&i| i != 1).collect();
+        let counts = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: others, keepdim: false }, vec![labels])?;
+        let total = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: (0..rank).collect(), keepdim: false }, vec![labels])?;
+        let inv = self.reciprocal(counts)?;
+        let scaled = self.tbin(inv, total, B::Mul)?;
+        let c = self.scalar(dtype, classes as f64);
+        let w = self.tbin(scaled, c, B::Div)?;
+        self.op(Op::StopGradient, vec![w])
+    }
+
+    /// Mithril's `cross_entropy_with_logits`, `cross_entropy` (probabilities) and
+    /// `cross_entropy_with_log_probs`, for input `[N, C, ...]`: with `categorical`
+    /// (integer class targets `[N, ...]`) the picked class's loss times its weight,
+    /// else `-sum(target * log_p * weights, axis=1)`. For logits, `robust` only guards
+    /// the log of a sum that is at least 1, so it changes nothing.
+    pub(super) fn cross_entropy(&mut self, formula: Formula, ins: &[(String, Val)]) -> Result<Val> {
+        use BinaryOp as B;
+        use Formula as F;
         let x = self.t(ins, "input")?;
         let xs = self.shape(x);
-        if xs.rank() != 2 {
-            return Err(Error::user(format!("cross entropy needs logits of shape [N, C], got {xs}")));
+        if xs.rank() < 2 {
+            return Err(Error::user(format!("cross entropy needs input of shape [N, C, ...], got {xs}")));
         }
         let dtype = self.graph.ty(x).dtype;
-        let class_weights = match self.s(ins, "weights")? {
-            Static::Bool(false) | Static::Str(_) | Static::None => None,
-            Static::Bool(true) => {
-                return Err(Error::user("cross entropy with weights=True (class weights computed from the batch) is not supported yet".to_string()))
-            }
-            w => Some(w.to_tensor(dtype, dtype).ok_or_else(|| Error::user(format!("cross entropy weights must be a list of numbers, got {w}")))?),
-        };
-        let mx = self.op(Op::Reduce { kind: ReduceKind::Max, axes: vec![1], keepdim: true }, vec![x])?;
-        let norm = self.tbin(x, mx, B::Sub)?;
-        let e = self.op(Op::Unary(UnaryOp::Exp), vec![norm])?;
-        let se = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![e])?;
-        let lse = self.op(Op::Unary(UnaryOp::Log), vec![se])?;
         let target = self.t(ins, "target")?;
-        let weights = match class_weights {
-            Some(w) => Some(self.constant(Tensor::new(dtype, vec![w.numel() as u64], w.data))),
-            None => None,
+        let categorical = self.flag(ins, "categorical")?;
+        let weights = match self.s(ins, "weights")? {
+            Static::Bool(false) | Static::None => None,
+            Static::Str(s) if s.is_empty() => None,
+            Static::Bool(true) => Some(self.auto_class_weights(x, target, categorical)?),
+            Static::Str(s) if s == "auto" => Some(self.auto_class_weights(x, target, categorical)?),
+            w => {
+                let w = w.to_tensor(dtype, dtype).ok_or_else(|| Error::user(format!("cross entropy weights must be a list of numbers or 'auto', got {w}")))?;
+                Some(self.constant(Tensor::new(dtype, vec![w.numel() as u64], w.data)))
+            }
         };
-        if self.flag(ins, "categorical")? {
-            // label_logits = norm[i, target[i]], as a masked sum (no take_along_axis op).
+        if categorical {
             let td = self.graph.ty(target).dtype;
             if !td.is_int() {
                 return Err(Error::user(format!("categorical cross entropy needs integer targets, got {td}")));
             }
-            let t2 = self.op(Op::Reshape { shape: Shape(vec![xs.0[0].clone(), Dim::Known(1)]) }, vec![target])?;
-            let cls = self.op(Op::Iota { shape: xs.clone(), axis: 1, dtype: td }, vec![])?;
-            let hit = self.tbin(cls, t2, B::Eq)?;
-            let zero = self.scalar(dtype, 0.0);
-            let picked = self.op(Op::Where, vec![hit, norm, zero])?;
-            let label = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![picked])?;
-            let loss = self.tbin(lse, label, B::Sub)?;
-            Ok(Val::T(match weights {
+            let loss = if formula == F::CrossEntropyWithLogits {
+                // log(sum(exp(x - max))) - (x - max)[target]
+                let (norm, lse) = self.log_normalizer(x)?;
+                let label = self.pick_class(norm, target)?;
+                let lse = self.op(Op::Reshape { shape: self.shape(label) }, vec![lse])?;
+                self.tbin(lse, label, B::Sub)?
+            } else {
+                // -log(x[target]) (the log of the picked probability only), -x[target]
+                let p = self.pick_class(x, target)?;
+                let lp = if formula == F::CrossEntropy { self.loss_log(ins, p)? } else { p };
+                self.op(Op::Unary(UnaryOp::Neg), vec![lp])?
+            };
+            return Ok(Val::T(match weights {
                 Some(w) => {
                     let wt = self.op(Op::Gather { axis: 0 }, vec![w, target])?;
                     self.tbin(loss, wt, B::Mul)?
                 }
                 None => loss,
-            }))
-        } else {
-            // -sum(target * log_softmax(input) * weights, axis=1)
-            let lse2 = self.op(Op::Reshape { shape: Shape(vec![xs.0[0].clone(), Dim::Known(1)]) }, vec![lse])?;
-            let ls = self.tbin(norm, lse2, B::Sub)?;
-            let mut prod = self.tbin(target, ls, B::Mul)?;
-            if let Some(w) = weights {
-                prod = self.tbin(prod, w, B::Mul)?;
-            }
-            let s = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![prod])?;
-            Ok(Val::T(self.op(Op::Unary(UnaryOp::Neg), vec![s])?))
+            }));
         }
+        let log_p = match formula {
+            F::CrossEntropyWithLogits => {
+                // log_softmax(x) = (x - max) - log(sum(exp(x - max)))
+                let (norm, lse) = self.log_normalizer(x)?;
+                self.tbin(norm, lse, B::Sub)?
+            }
+            F::CrossEntropy => self.loss_log(ins, x)?,
+            _ => x,
+        };
+        let mut prod = self.tbin(target, log_p, B::Mul)?;
+        if let Some(w) = weights {
+            // weights along the class axis: [1, C, 1, ...]
+            let mut ws = vec![Dim::Known(1); xs.rank()];
+            ws[1] = xs.0[1].clone();
+            let w = self.op(Op::Reshape { shape: Shape(ws) }, vec![w])?;
+            prod = self.tbin(prod, w, B::Mul)?;
+        }
+        let s = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![prod])?;
+        Ok(Val::T(self.op(Op::Unary(UnaryOp::Neg), vec![s])?))
+    }
+
+    /// Mithril's `binary_cross_entropy` (probabilities):
+    /// `-pos_weight * target * log(input) - (1 - target) * log(1 - input)`, and
+    /// `binary_cross_entropy_with_logits`: `(1 - target) * input - w * log_sigmoid(input)`
+    /// with `w = (pos_weight - 1) * target + 1` and `log_sigmoid(x) = -softplus(-x)`
+    /// (`robust` guards log(1 + e^-|x|) >= log 1 there, where it changes nothing).
+    /// `pos_weight="auto"` is Mithril's batch balance `(1 - mean) / mean` of the
+    /// targets (of `sigmoid(target)` for logits, as Mithril has it), held constant in
+    /// the gradient.
+    pub(super) fn binary_cross_entropy(&mut self, formula: Formula, ins: &[(String, Val)]) -> Result<Val> {
+        use BinaryOp as B;
+        let x = self.t(ins, "input")?;
+        let dtype = self.graph.ty(x).dtype;
+        let mut target = self.t(ins, "target")?;
+        if !self.graph.ty(target).dtype.is_float() {
+            target = self.op(Op::Cast { to: dtype }, vec![target])?;
+        }
+        let probs = formula == Formula::BinaryCrossEntropy;
+        let pos_weight = match self.s(ins, "pos_weight")? {
+            Static::Bool(true) => None,
+            Static::Str(s) if s == "auto" => None,
+            // Mithril multiplies by False (0) for probabilities and ignores it for logits.
+            Static::Bool(false) => Some(if probs { 0.0 } else { 1.0 }),
+            s => Some(s.as_f64().ok_or_else(|| Error::user(format!("pos_weight must be a number or 'auto', got {s}")))?),
+        };
+        let one = self.scalar(dtype, 1.0);
+        let pw = match pos_weight {
+            Some(w) => self.scalar(dtype, w),
+            None => {
+                let labels = if probs { target } else { self.op(Op::Unary(UnaryOp::Sigmoid), vec![target])? };
+                let axes = (0..self.rank(labels)).collect();
+                let m = self.op(Op::Reduce { kind: ReduceKind::Mean, axes, keepdim: false }, vec![labels])?;
+                let om = self.tbin(one, m, B::Sub)?;
+                let w = self.tbin(om, m, B::Div)?;
+                self.op(Op::StopGradient, vec![w])?
+            }
+        };
+        let one_minus_t = self.tbin(one, target, B::Sub)?;
+        if probs {
+            let npw = self.op(Op::Unary(UnaryOp::Neg), vec![pw])?;
+            let wt = self.tbin(npw, target, B::Mul)?;
+            let lx = self.loss_log(ins, x)?;
+            let pos = self.tbin(wt, lx, B::Mul)?;
+            let one_minus_x = self.tbin(one, x, B::Sub)?;
+            let l1x = self.loss_log(ins, one_minus_x)?;
+            let neg = self.tbin(one_minus_t, l1x, B::Mul)?;
+            return Ok(Val::T(self.tbin(pos, neg, B::Sub)?));
+        }
+        let a = self.tbin(one_minus_t, x, B::Mul)?;
+        let nx = self.op(Op::Unary(UnaryOp::Neg), vec![x])?;
+        let sp = self.op(Op::Unary(UnaryOp::Softplus), vec![nx])?;
+        let sp = if pos_weight == Some(1.0) {
+            sp
+        } else {
+            let pw1 = self.tbin(pw, one, B::Sub)?;
+            let lw = self.tbin(pw1, target, B::Mul)?;
+            let lw = self.tbin(lw, one, B::Add)?;
+            self.tbin(lw, sp, B::Mul)?
+        };
+        Ok(Val::T(self.tbin(a, sp, B::Add)?))
     }
 
     /// The optional `dtype` input (None when not given).

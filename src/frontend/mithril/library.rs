@@ -123,8 +123,12 @@ pub enum Formula {
     HingeLoss,
     QuadHingeLoss,
     QuantileLoss,
+    // Cross entropies: the class's `input_type` picks one (see `Formula::for_input_type`).
     CrossEntropyWithLogits,
+    CrossEntropy,
+    CrossEntropyWithLogProbs,
     BinaryCrossEntropyWithLogits,
+    BinaryCrossEntropy,
     KlDivergence,
 }
 
@@ -366,7 +370,10 @@ impl Formula {
             Formula::QuadHingeLoss => "quad_hinge_loss",
             Formula::QuantileLoss => "quantile_loss",
             Formula::CrossEntropyWithLogits => "cross_entropy_with_logits",
+            Formula::CrossEntropy => "cross_entropy",
+            Formula::CrossEntropyWithLogProbs => "cross_entropy_with_log_probs",
             Formula::BinaryCrossEntropyWithLogits => "binary_cross_entropy_with_logits",
+            Formula::BinaryCrossEntropy => "binary_cross_entropy",
             Formula::KlDivergence => "kl_divergence",
             Formula::RobustLog => "robust_log",
             Formula::RobustSqrt => "robust_sqrt",
@@ -374,6 +381,30 @@ impl Formula {
             Formula::StableReciprocal => "stable_reciprocal",
             Formula::NanToNum => "nan_to_num",
         }
+    }
+}
+
+impl Formula {
+    /// The formula `CrossEntropy(input_type=...)` or `BinaryCrossEntropy(input_type=...)`
+    /// computes (`formula` is the class's logits formula), as Mithril's constructors
+    /// choose it; `None` (no `input_type` in the file) is Mithril's default, logits.
+    pub fn for_input_type(self, input_type: Option<&Value>) -> std::result::Result<Formula, String> {
+        let binary = self == Formula::BinaryCrossEntropyWithLogits;
+        Ok(match input_type.map(|v| v.as_str().ok_or_else(|| format!("`input_type` must be a string, got {v}"))).transpose()? {
+            None | Some("logits") => self,
+            Some("probs") if binary => Formula::BinaryCrossEntropy,
+            Some("probs") => Formula::CrossEntropy,
+            Some("log_probs") if !binary => Formula::CrossEntropyWithLogProbs,
+            Some(other) => {
+                let known = if binary { "'logits' and 'probs'" } else { "'logits', 'probs' and 'log_probs'" };
+                return Err(format!("input_type '{other}' is not one of {known}"));
+            }
+        })
+    }
+
+    /// Categorical or not, the cross entropies that take class targets.
+    pub fn is_cross_entropy(self) -> bool {
+        matches!(self, Formula::CrossEntropyWithLogits | Formula::CrossEntropy | Formula::CrossEntropyWithLogProbs)
     }
 }
 

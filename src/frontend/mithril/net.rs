@@ -344,6 +344,13 @@ impl Net {
                 };
                 input_keys.push("threshold".into());
             }
+            // `input_type` picks the formula; log-probabilities take no threshold.
+            Formula::CrossEntropyWithLogits | Formula::BinaryCrossEntropyWithLogits => {
+                formula = formula.for_input_type(node.args.get("input_type")).map_err(|e| Error::user(format!("{origin}: {e}")))?;
+                if formula == Formula::CrossEntropyWithLogProbs {
+                    input_keys.retain(|k| k != "threshold" && k != "robust");
+                }
+            }
             Formula::Conv2dBias | Formula::Conv1dBias if node.args.get("use_bias").and_then(|v| v.as_bool()) == Some(false) => {
                 input_keys.retain(|k| k != "bias");
                 formula = if formula == Formula::Conv2dBias { Formula::Conv2d } else { Formula::Conv1d };
@@ -396,7 +403,7 @@ impl Net {
             }
         }
         // Categorical cross entropy (the default) takes class indices.
-        if formula == Formula::CrossEntropyWithLogits && node.args.get("categorical").and_then(|v| v.as_bool()) != Some(false) {
+        if formula.is_cross_entropy() && node.args.get("categorical").and_then(|v| v.as_bool()) != Some(false) {
             if let Some(&s) = keys.get("target") {
                 self.slot_mut(s).dtype.get_or_insert(Dtype::I32);
             }
