@@ -85,7 +85,7 @@ fn check(name: &str) {
         }
     }
     let wanted = case["results"]["grad"].as_object().unwrap();
-    let popts = passes::Options { grad: Wrt::Params(wanted.keys().cloned().collect()), ..Default::default() };
+    let popts = passes::Options { grad: Wrt::Params(wanted.keys().cloned().collect()) };
     let outputs: Vec<(String, TensorType)> = graph.outputs.iter().map(|o| (o.name.clone(), graph.ty(o.value).clone())).collect();
     passes::run_pipeline(&mut graph, passes::PIPELINE, &popts, |_, _| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut inputs: BTreeMap<String, Tensor> =
@@ -143,4 +143,45 @@ cases! {
     logistic_regression_l1 => "train/test_logistic_6";
     two_regularizations => "train/test_linear_with_2_reg";
     two_regularized_keys => "train/test_linear_11_two_key_reg";
+}
+
+/// The forms `dict_to_model` reads that `model_to_dict` does not write: a bare class
+/// name for a child, lower-case class names, child ids other than `m_<i>`, a bare
+/// string connection (a key name), and an IOKey's `differentiable`.
+#[test]
+fn dict_to_model_forms() {
+    let model = r#"{"name": "Model",
+        "submodels": {"m1": {"name": "linear", "args": {"dimension": 2}}, "m2": "Tanh"},
+        "connections": {"m1": {"input": "x", "weight": {"key": {"name": "w", "differentiable": true}}, "output": "h"},
+                        "m2": {"input": "h", "output": "y"}}}"#;
+    let mut opts = Options::default();
+    opts.known_types.insert("x".into(), TensorType::new(Dtype::F64, Shape::known(&[1, 3])));
+    opts.known_types.insert("w".into(), TensorType::new(Dtype::F64, Shape::known(&[2, 3])));
+    opts.known_types.insert("bias".into(), TensorType::new(Dtype::F64, Shape::known(&[2])));
+    let graph = mithril::load_str(model, "forms.json", "forms", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let params: Vec<String> = graph.params().filter_map(|p| graph.node(p).name.clone()).collect();
+    assert_eq!(params, ["w", "bias"]);
+    let feeds = BTreeMap::from([
+        ("x".to_string(), Tensor::new(Dtype::F64, vec![1, 3], vec![1.0, 2.0, 3.0])),
+        ("w".to_string(), Tensor::new(Dtype::F64, vec![2, 3], vec![0.1, 0.2, 0.3, -0.3, 0.2, -0.1])),
+        ("bias".to_string(), Tensor::new(Dtype::F64, vec![2], vec![0.5, -0.5])),
+    ]);
+    let outs: BTreeMap<String, Tensor> = interp::run(&graph, &feeds).unwrap().into_iter().collect();
+    let want = [(1.4f64 + 0.5).tanh(), (-0.2f64 - 0.5).tanh()];
+    close("y", &outs["y"].data, &want);
+}
+
+/// A class of Mithril's library that cannot be compiled is named as not supported,
+/// with its node's path and the reason, never as unknown.
+#[test]
+fn unsupported_classes_give_their_reason() {
+    let model = r#"{"name": "Model", "submodels": {"m_0": {"name": "TSNE"}, "m_1": {"name": "randn"}}, "connections": {"m_0": {}, "m_1": {}}}"#;
+    let e = mithril::load_str(model, "t.json", "t", &Options::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "t.json: 2 model classes cannot be compiled:\n  \
+         submodels.m_0 (TSNE): Mithril's TSNE is not supported: it needs TsnePJoint, whose binary search runs a data-dependent number of steps\n  \
+         submodels.m_1 (Randn): Mithril's Randn is not supported: random numbers: the IR has no random source\n  \
+         note: a user-defined Model subclass is written under its class name and cannot be rebuilt without its Python code"
+    );
 }
