@@ -728,8 +728,8 @@ impl<'a> Emitter<'a> {
         };
         // The feature count is C(d + degree, degree) - 1; past this, no real model.
         const MAX_FEATURES: f64 = 65536.0;
-        let count = (1..=degree.max(0)).fold(1.0, |c, k| c * (d as f64 + k as f64) / k as f64) - 1.0;
-        if degree < 1 || count > MAX_FEATURES {
+        let count = |degree: i64| (1..=degree).fold(1.0, |c, k| c * (d as f64 + k as f64) / k as f64) - 1.0;
+        if degree < 1 || degree as f64 > MAX_FEATURES || count(degree) > MAX_FEATURES {
             return Err(Error::user(format!("polynomial features of degree {degree} over {d} columns: the degree must be 1 or more and give at most {MAX_FEATURES} features")));
         }
         let all = Static::Slice { start: None, stop: None, step: None };
