@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::frontend::mithril::{known_classes, COMPOSITES, PRIMITIVES};
+use crate::frontend::mithril::{known_classes, COMPOSITES, MITHRIL_UNSUPPORTED, PRIMITIVES};
 use crate::ir::Op;
 
 /// The contents of `docs/ops.md`.
@@ -26,7 +26,15 @@ pub fn ops_markdown() -> String {
     s.push_str("\nNamed composite models, expanded into primitives as Mithril's `models.py` builds them:\n\n");
     let _ = writeln!(s, "{}\n", COMPOSITES.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "));
     let _ = writeln!(s, "`Model` (a composite of submodels) and every class above are accepted; {} class names in all. ", known_classes().len());
-    s.push_str("Any other class is reported, all at once, with the JSON path of each node that uses it.\n\n");
+    s.push_str("Class names are matched as Mithril's `dict_to_model` matches them, ignoring case.\n\n");
+    s.push_str("The other classes of Mithril's model library (`models.py`, `primitives.py`) are reported as not supported, with the reason:\n\n");
+    s.push_str("| class | why not |\n|---|---|\n");
+    let mut unsupported: Vec<_> = MITHRIL_UNSUPPORTED.iter().collect();
+    unsupported.sort();
+    for (class, why) in unsupported {
+        let _ = writeln!(s, "| {class} | {why} |");
+    }
+    s.push_str("\nAny other class is reported as unknown; all such nodes are reported at once, with the JSON path of each.\n\n");
     s.push_str("## IR operations\n\n");
     s.push_str("Every IR op has a shape rule (`passes/shape.rs`) and a meaning in the reference interpreter (`interp`), ");
     s.push_str("both exhaustive matches over `ir::Op`, and a vector-Jacobian product in other ops (`passes/autodiff.rs`; an op ");

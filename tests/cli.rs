@@ -640,13 +640,18 @@ fn an_f64_train_step_updates_in_f64() {
 
 #[test]
 fn train_model_errors() {
-    let regs = TRAIN_LINEAR.replace(r#""regularizations": []"#, r#""regularizations": [{"model": {"name": "L2"}, "coef": 0.1}]"#);
+    let reg = |r: &str| TRAIN_LINEAR.replace(r#""regularizations": []"#, &format!(r#""regularizations": [{r}]"#));
+    let regs = reg(r#"{"model": {"name": "L2"}, "args": {"input": "weight"}}"#);
+    let reg_key = reg(r#"{"model": "l2", "coef": 0.1, "args": {"x": "weight"}}"#);
+    let reg_pattern = reg(r#"{"model": "QuadraticFormRegularizer", "coef": 0.1, "args": {"input": {"pattern": "w"}, "kernel": "k"}}"#);
     let no_losses = r#"{"is_train_model": true, "model": {"name": "Linear", "args": {"dimension": 2}}, "losses": []}"#;
     let bad_key = TRAIN_LINEAR.replace(r#""target": "target""#, r#""label": "target""#);
     let unknown = TRAIN_LINEAR.replace(r#""name": "Linear""#, r#""name": "Lineer""#);
-    let dir = tempdir_with(&[("regs.json", &regs), ("none.json", no_losses), ("key.json", &bad_key), ("unknown.json", &unknown)]);
+    let dir = tempdir_with(&[("regs.json", &regs), ("reg_key.json", &reg_key), ("reg_pattern.json", &reg_pattern), ("none.json", no_losses), ("key.json", &bad_key), ("unknown.json", &unknown)]);
     let cases = [
-        ("regs.json", "error: regs.json: regularizations: 1 regularization(s): TrainModel regularizations are not supported yet\n  note: add the penalty to the model as a loss instead, or remove it\n"),
+        ("regs.json", "error: regs.json: regularizations[0].coef: is missing: a regularization needs a coefficient\n"),
+        ("reg_key.json", "error: reg_key.json: regularizations[0].args.x: regularizations[0].model (L2) has no key `x` (its keys: input, output)\n"),
+        ("reg_pattern.json", "error: reg_pattern.json: regularizations[0].args: a pattern is only allowed as a regularizer's single argument\n"),
         ("none.json", "error: none.json: losses: must be a non-empty array: a TrainModel needs at least one loss\n"),
         // The model's unknown class, not a consequence of it (no outputs), is reported.
         ("unknown.json", "error: unknown.json: model (Lineer): unknown model class 'Lineer' (did you mean 'Linear'?)\n  note: a user-defined Model subclass is written under its class name and cannot be rebuilt without its Python code\n"),

@@ -65,20 +65,21 @@ pub fn expand(text: &str, file: &str, name: &str, opts: &Options) -> Result<(Gra
 fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> Result<(Graph, Vec<&'static str>)> {
     (|| {
         let (mut root, losses) = match parsed {
-            json::File::Model(root) => (root, Vec::new()),
-            json::File::Train(train) => (train.model, train.losses),
+            json::File::Model(root) => (root, None),
+            json::File::Train(train) => (train.model, Some((train.losses, train.regularizations))),
         };
         apply_set(&mut root, &opts.set)?;
         let mut net = Net::default();
         let mut inst = net.instantiate(&root, 0)?;
         check_supported(&net)?;
         let mut outputs = net.outputs(&root, &inst)?;
-        let loss = if losses.is_empty() {
-            None
-        } else {
-            net.add_losses(&mut inst, &mut outputs, &losses)?;
-            check_supported(&net)?;
-            Some("final_cost")
+        let loss = match &losses {
+            None => None,
+            Some((losses, regs)) => {
+                net.add_train(&mut inst, &mut outputs, losses, regs)?;
+                check_supported(&net)?;
+                Some("final_cost")
+            }
         };
         for (key, value) in &opts.constants {
             let slot = *inst.keys.get(key).ok_or_else(|| {
@@ -161,8 +162,8 @@ fn check_supported(net: &Net) -> Result<()> {
     let known = library::known_classes();
     let mut lines = Vec::new();
     for (at, class) in &net.unsupported {
-        if library::MITHRIL_UNSUPPORTED.contains(&class.as_str()) {
-            lines.push(format!("{at}: Mithril's {class} is not supported yet"));
+        if let Some(why) = library::unsupported_reason(class) {
+            lines.push(format!("{at}: Mithril's {class} is not supported: {why}"));
         } else {
             let mut line = format!("{at}: unknown model class '{class}'");
             let close = closest(class, &known);
@@ -745,6 +746,50 @@ impl<'a> Emitter<'a> {
         let axes = self.axes(&self.s(ins, "axis")?, self.rank(x))?;
         let keepdim = self.flag(ins, "keepdim")?;
         Ok(Val::T(self.op(Op::Reduce { kind, axes, keepdim }, vec![x])?))
+    }
+
+    /// Mithril's `polynomial_features` of `input [N, d]`: every monomial of degree 1
+    /// to `degree` in the columns, in the order `combinations_with_replacement` gives
+    /// over `[1, x_1, ..., x_d]` (the first, all ones, dropped), each a product of
+    /// column slices, concatenated along axis 1.
+    pub(super) fn polynomial_features(&mut self, ins: &[(String, Val)]) -> Result<Val> {
+        let x = self.t(ins, "input")?;
+        let degree = self.int(ins, "degree")?;
+        let shape = self.shape(x);
+        let d = match shape.0.as_slice() {
+            [_, Dim::Known(d)] => *d as usize,
+            _ => return Err(Error::user(format!("polynomial features need an input [N, d] with d known, got {shape}"))),
+        };
+        // The feature count is C(d + degree, degree) - 1; past this, no real model.
+        const MAX_FEATURES: f64 = 65536.0;
+        let count = |degree: i64| (1..=degree).fold(1.0, |c, k| c * (d as f64 + k as f64) / k as f64) - 1.0;
+        if degree < 1 || degree as f64 > MAX_FEATURES || count(degree) > MAX_FEATURES {
+            return Err(Error::user(format!("polynomial features of degree {degree} over {d} columns: the degree must be 1 or more and give at most {MAX_FEATURES} features")));
+        }
+        let all = Static::Slice { start: None, stop: None, step: None };
+        let mut cols = Vec::new();
+        for j in 0..d as i64 {
+            let col = Static::tuple(vec![all.clone(), Static::Slice { start: Some(j), stop: Some(j + 1), step: None }]);
+            cols.push(self.index_tensor(x, &col)?);
+        }
+        let degree = degree as usize;
+        let mut combo = vec![0usize; degree];
+        let mut features = Vec::new();
+        loop {
+            let mut product: Option<ValueId> = None;
+            for &c in combo.iter().filter(|&&c| c > 0) {
+                product = Some(match product {
+                    None => cols[c - 1],
+                    Some(p) => self.tbin(p, cols[c - 1], BinaryOp::Mul)?,
+                });
+            }
+            features.extend(product);
+            // The next combination: raise the last entry below d, and all after it to match.
+            let Some(i) = (0..degree).rev().find(|&i| combo[i] < d) else { break };
+            let v = combo[i] + 1;
+            combo[i..].iter_mut().for_each(|c| *c = v);
+        }
+        Ok(Val::T(self.op(Op::Concat { axis: 1 }, features)?))
     }
 
     pub(super) fn reshape(&mut self, x: ValueId, target: &Static) -> Result<ValueId> {

@@ -529,6 +529,7 @@ impl Emitter<'_> {
                 let diff = self.tbin(lt, lx, B::Sub)?;
                 Val::T(self.tbin(target, diff, B::Mul)?)
             }
+            F::PolynomialFeatures => self.polynomial_features(ins)?,
             F::NanToNum => {
                 // NaN -> nan, +inf -> posinf (default: the largest finite value), -inf -> neginf.
                 let x = self.t(ins, "input")?;

@@ -58,8 +58,10 @@ pub fn describe(path: &str, class: &str) -> String {
 /// How one key of a child is wired in its parent (section 3).
 #[derive(Debug, Clone)]
 pub enum Conn {
-    /// `{"key": {"name": n, "value"?: v}}`, or `{"key": {"connect": [...], "name"?: n}}`.
-    Key { name: Option<String>, value: Option<Value>, connect: Vec<(String, String)> },
+    /// `{"key": {"name": n, "value"?: v}}`, or `{"key": {"connect": [...], "name"?: n}}`,
+    /// with the IOKey fields `type` and `differentiable` that `dict_to_model` reads
+    /// too; a bare string that is not a Constant or Dtype is `{"key": {"name": s}}`.
+    Key { name: Option<String>, value: Option<Value>, connect: Vec<(String, String)>, differentiable: Option<bool>, ty: Option<Value> },
     /// A bare constant (number, bool, array, string, null).
     Const(Value),
     /// `{"tensor": v}`: `v` as parsed (its rows compact).
@@ -99,6 +101,31 @@ pub enum File {
 pub struct TrainNode {
     pub model: ModelNode,
     pub losses: Vec<LossNode>,
+    pub regularizations: Vec<RegNode>,
+}
+
+/// One entry of a TrainModel's `regularizations`, as `train_model_to_dict` writes
+/// `TrainModel.add_regularization`'s arguments: `{"model": node, "coef": number or
+/// {"tensor": v}, "reg_key": key or null, "args": {reg key: model key or
+/// {"pattern": regex}}}`.
+#[derive(Debug, Clone)]
+pub struct RegNode {
+    pub model: ModelNode,
+    /// The coefficient: a number, or a tensor constant.
+    pub coef: Value,
+    pub coef_is_tensor: bool,
+    /// The regularizer's key that names what is regularized (default: its canonical input).
+    pub reg_key: Option<String>,
+    pub args: IndexMap<String, RegArg>,
+}
+
+/// What one key of a regularizer is wired to.
+#[derive(Debug, Clone)]
+pub enum RegArg {
+    /// A key of the model, by name.
+    Key(String),
+    /// Every input key of the train model that the (Python `re.search`) pattern finds.
+    Pattern(String),
 }
 
 /// One entry of a TrainModel's `losses`: `{"model": node, "reduce_steps": [node, ...],
@@ -133,10 +160,6 @@ pub fn parse_file(text: &str, file: &str) -> Result<File> {
 fn parse_train(v: Json) -> Result<TrainNode> {
     let Json::Object(mut v) = v else { return Err(field_err("", "model", "is missing: a TrainModel wraps a model")) };
     let model = parse_node(v.swap_remove("model").ok_or_else(|| field_err("", "model", "is missing: a TrainModel wraps a model"))?, "model")?;
-    if let Some(regs) = v.get("regularizations").map(Json::to_value).and_then(|r| r.as_array().cloned()).filter(|r| !r.is_empty()) {
-        return Err(field_err("", "regularizations", &format!("{} regularization(s): TrainModel regularizations are not supported yet", regs.len()))
-            .note("add the penalty to the model as a loss instead, or remove it"));
-    }
     let losses = match v.swap_remove("losses").and_then(Json::into_items) {
         Some(a) if !a.is_empty() => a,
         _ => return Err(field_err("", "losses", "must be a non-empty array: a TrainModel needs at least one loss")),
@@ -172,7 +195,44 @@ fn parse_train(v: Json) -> Result<TrainNode> {
         };
         out.push(LossNode { model: node, reduce_steps, args, coef });
     }
-    Ok(TrainNode { model, losses: out })
+    let regularizations = match v.swap_remove("regularizations") {
+        None | Some(Json::Null) => Vec::new(),
+        Some(regs) => regs.into_items().ok_or_else(|| field_err("", "regularizations", "must be an array"))?,
+    };
+    let regularizations = regularizations.into_iter().enumerate().map(|(i, r)| parse_reg(r, &format!("regularizations[{i}]"))).collect::<Result<_>>()?;
+    Ok(TrainNode { model, losses: out, regularizations })
+}
+
+fn parse_reg(r: Json, at: &str) -> Result<RegNode> {
+    let Json::Object(mut r) = r else { return Err(Error::user(format!("{at}: a regularization must be an object"))) };
+    let model = parse_node(r.swap_remove("model").ok_or_else(|| field_err(at, "model", "is missing"))?, &format!("{at}.model"))?;
+    let (coef, coef_is_tensor) = match r.get("coef").map(Json::to_value) {
+        None | Some(Value::Null) => return Err(field_err(at, "coef", "is missing: a regularization needs a coefficient")),
+        Some(Value::Object(t)) => (t.get("tensor").cloned().ok_or_else(|| field_err(at, "coef", "must be a number or {\"tensor\": value}"))?, true),
+        Some(c) if c.is_number() => (c, false),
+        Some(c) => return Err(field_err(at, "coef", &format!("must be a number or {{\"tensor\": value}}, got {c}"))),
+    };
+    let reg_key = match r.get("reg_key").map(Json::to_value) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) => Some(k),
+        Some(k) => return Err(field_err(at, "reg_key", &format!("must name a key of the regularizer, got {k}"))),
+    };
+    let mut args = IndexMap::new();
+    if let Some(a) = r.get("args").map(Json::to_value) {
+        let a = a.as_object().ok_or_else(|| field_err(at, "args", "must be an object"))?;
+        for (k, v) in a {
+            let arg = match v {
+                Value::String(name) => RegArg::Key(name.clone()),
+                Value::Object(p) => match p.get("pattern") {
+                    Some(Value::String(pat)) => RegArg::Pattern(pat.clone()),
+                    _ => return Err(field_err(at, &format!("args.{k}"), "must be a key name or {\"pattern\": regex}")),
+                },
+                other => return Err(field_err(at, &format!("args.{k}"), &format!("must be a key name or {{\"pattern\": regex}}, got {other}"))),
+            };
+            args.insert(k.clone(), arg);
+        }
+    }
+    Ok(RegNode { model, coef, coef_is_tensor, reg_key, args })
 }
 
 /// Parses a model node given as a JSON value (a model-valued argument) at `path`.
@@ -194,6 +254,11 @@ fn field_err(path: &str, field: &str, what: &str) -> Error {
 }
 
 fn parse_node(v: Json, path: &str) -> Result<ModelNode> {
+    // dict_to_model takes a bare class name for a model with no arguments.
+    let v = match v {
+        Json::String(name) => Json::Object(Fields(vec![("name".to_string(), Json::String(name))])),
+        other => other,
+    };
     let Json::Object(mut obj) = v else {
         return Err(Error::user(format!("{}: a model node must be a JSON object", if path.is_empty() { "top level" } else { path })));
     };
@@ -217,9 +282,14 @@ fn parse_node(v: Json, path: &str) -> Result<ModelNode> {
             let child = parse_node(child, &sub_path(&id))?;
             submodels.push((id, child));
         }
-        // Ids are m_<i>; their number is the order children were added.
-        submodels.sort_by_key(|(id, _)| child_index(id).unwrap_or(usize::MAX));
+        // dict_to_model adds the children in the file's order, whatever their ids
+        // (`m_0`, `m1`, `encoder`...).
     }
+    // dict_to_model leaves out a bare-string connection listed in `unnamed_keys`.
+    let unnamed: Vec<String> = match obj.get("unnamed_keys").map(Json::to_value) {
+        Some(Value::Array(a)) => a.into_iter().filter_map(|k| k.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
+    };
     let mut connections = IndexMap::new();
     if let Some(c) = obj.swap_remove("connections") {
         let Json::Object(m) = c else { return Err(field_err(path, "connections", "must be an object")) };
@@ -227,6 +297,9 @@ fn parse_node(v: Json, path: &str) -> Result<ModelNode> {
             let Json::Object(keys) = keys else { return Err(field_err(path, &format!("connections.{id}"), "must be an object")) };
             let mut conns = IndexMap::new();
             for (key, conn) in keys {
+                if matches!(&conn, Json::String(n) if unnamed.contains(n)) {
+                    continue;
+                }
                 let at = format!("connections.{id}.{key}");
                 let conn = parse_conn(conn).map_err(|what| field_err(path, &at, &what))?;
                 conns.insert(key, conn);
@@ -312,18 +385,22 @@ fn parse_node(v: Json, path: &str) -> Result<ModelNode> {
     })
 }
 
-/// `IndexerOp` → `Indexer`: implicit operators are serialized under their operator
-/// class, which has the same keys and formula as the model class without `Op`.
+/// The class a name stands for. dict_to_model looks classes up by `name.lower()`,
+/// so `linear` is `Linear`; `IndexerOp` → `Indexer`: implicit operators are
+/// serialized under their operator class, which has the same keys and formula as the
+/// model class without `Op`. Other names are kept (and reported as unknown).
 fn normalize_class(name: &str) -> String {
-    match name.strip_suffix("Op") {
-        Some(base) if super::library::known_classes().contains(&base) => base.to_string(),
-        _ => name.to_string(),
+    use super::library::{known_classes, MITHRIL_UNSUPPORTED};
+    let known = known_classes();
+    if known.contains(&name) {
+        return name.to_string();
     }
-}
-
-/// The number in `m_<i>`.
-pub fn child_index(id: &str) -> Option<usize> {
-    id.strip_prefix("m_")?.parse().ok()
+    let lower = name.to_lowercase();
+    let find = |n: &str| known.iter().copied().chain(MITHRIL_UNSUPPORTED.iter().map(|(c, _)| *c)).find(|c| c.to_lowercase() == n);
+    match find(&lower).or_else(|| lower.strip_suffix("op").and_then(find)) {
+        Some(class) => class.to_string(),
+        None => name.to_string(),
+    }
 }
 
 fn pair(v: &Value) -> Option<(&Value, &Value)> {
@@ -362,6 +439,9 @@ fn parse_template(v: &Value) -> Result<Vec<TemplateDim>, String> {
 fn parse_conn(v: Json) -> Result<Conn, String> {
     let mut obj = match v {
         Json::Object(o) => o,
+        // dict_to_model passes a string on as a key name unless it names a Constant
+        // (`Constant.EPSILON`) or a Dtype (its `str`, the digit of its value).
+        Json::String(s) if !is_constant_name(&s) => return Ok(Conn::Key { name: Some(s), value: None, connect: Vec::new(), differentiable: None, ty: None }),
         other => return Ok(Conn::Const(other.to_value())),
     };
     if let Some(t) = obj.swap_remove("tensor") {
@@ -395,7 +475,19 @@ fn parse_conn(v: Json) -> Result<Conn, String> {
         Some(Value::Object(t)) if t.contains_key("tensor") => t.get("tensor").cloned(),
         Some(v) => Some(v.clone()),
     };
-    Ok(Conn::Key { name, value, connect })
+    let differentiable = match key.get("differentiable") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return Err("\"differentiable\" must be true, false or null".into()),
+    };
+    let ty = key.get("type").filter(|t| !t.is_null()).cloned();
+    Ok(Conn::Key { name, value, connect, differentiable, ty })
+}
+
+/// Strings `dict_to_model` reads as values (its `value_dict`): `str()` of a Constant
+/// or of a Dtype (an IntEnum, whose `str` is its number).
+fn is_constant_name(s: &str) -> bool {
+    s.starts_with("Constant.") || s.starts_with("<Constant.") || matches!(s.as_bytes(), [b'0'..=b'9'])
 }
 
 /// A parsed JSON value: serde_json's `Value`, except that an array of only integers

@@ -130,6 +130,8 @@ pub enum Formula {
     BinaryCrossEntropyWithLogits,
     BinaryCrossEntropy,
     KlDivergence,
+    // Feature maps.
+    PolynomialFeatures,
 }
 
 /// A primitive class: its formula, input keys in Mithril's external key order (the
@@ -240,6 +242,7 @@ prims! {
     "Arange" => Arange ["stop", "start", "step", "dtype"] r#"{"start": 0, "step": 1, "dtype": null}"#;
     "Eye" => Eye ["N", "M", "dtype"] r#"{"M": null, "dtype": null}"#;
     "Ones" => Ones ["shape", "dtype"] r#"{"dtype": null}"#;
+    "PolynomialFeatures" => PolynomialFeatures ["input", "degree"] "{}";
     "SquaredError" => SquaredError ["input", "target"] "{}";
     "AbsoluteError" => AbsoluteError ["input", "target"] "{}";
     "HingeLoss" => HingeLoss ["input", "target"] "{}";
@@ -267,6 +270,21 @@ pub const COMPOSITES: &[&str] = &[
     "MaxPool1D",
     "MaxPool2D",
     "AvgPool2D",
+    "L1",
+    "L2",
+    "QuadraticFormRegularizer",
+    "RBFKernel",
+    "PolynomialKernel",
+    "KernelizedSVM",
+    "LinearSVM",
+    "LogisticRegression",
+    "PolynomialRegression",
+    "DistanceMatrix",
+    "NormModifier",
+    "EncoderDistanceMatrix",
+    "RNNCell",
+    "LSTMCell",
+    "LSTMCellBody",
 ];
 
 impl Formula {
@@ -380,6 +398,7 @@ impl Formula {
             Formula::RobustPower => "robust_power",
             Formula::StableReciprocal => "stable_reciprocal",
             Formula::NanToNum => "nan_to_num",
+            Formula::PolynomialFeatures => "polynomial_features",
         }
     }
 }
@@ -421,21 +440,78 @@ pub fn known_classes() -> Vec<&'static str> {
     v
 }
 
-/// Classes Mithril defines that this frontend does not expand yet (named in errors
-/// as "not supported" rather than "unknown").
-pub const MITHRIL_UNSUPPORTED: &[&str] = &[
-    "CustomPrimitiveModel", "SupervisedLoss", "Activation",
-    "PrimitivePool2D", "NormModifier", "DistanceMatrix",
-    "PolynomialFeatures", "TsnePJoint", "EyeComplement", "Cholesky", "GPRAlpha", "GPRVOuter",
-    "TransposedDiagonal", "PrimitiveRandn", "PrimitiveRandInt", "Eigvalsh", "AUCCore",
-    "PositionalEncoding", "Unique", "Trapezoid", "Item", "TensorToList",
-    "L1", "L2", "QuadraticFormRegularizer", "RBFKernel", "PolynomialKernel", "KernelizedSVM",
-    "LinearSVM", "LogisticRegression", "Cell", "RNNCell", "LSTMCell", "LSTMCellBody", "RNN",
-    "OneToMany", "OneToManyInference", "ManyToOne", "EncoderDecoder", "EncoderDecoderInference",
-    "EncoderDistanceMatrix", "PolynomialRegression", "MDSCore", "MDS", "TSNE",
-    "GaussProcessRegressionCore", "GPRLoss", "Metric", "Accuracy", "Precision", "Recall", "F1",
-    "AUC", "Randn", "RandInt",
+/// Classes of Mithril's model library (`models.py`, `primitives.py`) that this
+/// frontend does not compile, each with the reason (named in errors as "not
+/// supported" rather than "unknown").
+pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
+    ("CustomPrimitiveModel", "an abstract base class, not a model"),
+    ("SupervisedLoss", "an abstract base class, not a model"),
+    ("Activation", "an abstract base class, not a model"),
+    ("ArithmeticOperation", "an abstract base class, not a model"),
+    ("Reduce", "an abstract base class, not a model"),
+    ("SingleInputModel", "an abstract base class, not a model"),
+    ("RelationalModel", "an abstract base class, not a model"),
+    ("BitwiseOperators", "an abstract base class, not a model"),
+    ("PrimitivePool2D", "an abstract base class, not a model"),
+    ("Pool1D", "an abstract base class, not a model"),
+    ("Pool2D", "an abstract base class, not a model"),
+    ("Cell", "an abstract base class, not a model"),
+    ("RNN", "an abstract base class, not a model"),
+    ("DistanceEncoder", "an abstract base class, not a model"),
+    ("Metric", "an abstract base class, not a model"),
+    ("TrainModel", "a TrainModel is read only as a whole file (`is_train_model`), not nested in a model"),
+    ("TsnePJoint", "its binary search for each row's perplexity runs a data-dependent number of steps"),
+    ("TSNECore", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
+    ("TSNE", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
+    ("MDSCore", "not expanded yet"),
+    ("MDS", "not expanded yet"),
+    ("EyeComplement", "not expanded yet"),
+    ("Cholesky", "the IR has no matrix decomposition"),
+    ("GPRAlpha", "it solves with a Cholesky factor; the IR has no triangular solve"),
+    ("GPRVOuter", "it solves with a Cholesky factor; the IR has no triangular solve"),
+    ("Eigvalsh", "the IR has no eigenvalue decomposition"),
+    ("GaussProcessRegressionCore", "it needs a Cholesky decomposition, which the IR lacks"),
+    ("GPRLoss", "it needs eigenvalues of a Cholesky factor, which the IR lacks"),
+    ("TransposedDiagonal", "not expanded yet"),
+    ("PrimitiveRandn", "random numbers: the IR has no random source"),
+    ("PrimitiveRandInt", "random numbers: the IR has no random source"),
+    ("Randn", "random numbers: the IR has no random source"),
+    ("RandInt", "random numbers: the IR has no random source"),
+    ("AUCCore", "it sorts and keeps the unique thresholds: the output's shape depends on the data"),
+    ("AUC", "it sorts and keeps the unique thresholds: the output's shape depends on the data"),
+    ("Unique", "the output's shape depends on the data"),
+    ("Trapezoid", "not expanded yet"),
+    ("Item", "a tensor's element as a Python scalar is a run-time value, not a compile-time one"),
+    ("TensorToList", "a tensor as a Python list is a run-time value, not a compile-time one"),
+    ("PositionalEncoding", "not expanded yet"),
+    ("OneToMany", "not expanded yet"),
+    ("OneToManyInference", "it runs the cell until it emits an end token: a data-dependent number of steps"),
+    ("ManyToOne", "not expanded yet"),
+    ("EncoderDecoder", "not expanded yet"),
+    ("EncoderDecoderInference", "it runs the decoder for a data-dependent number of steps"),
+    ("Accuracy", "not expanded yet"),
+    ("Precision", "not expanded yet"),
+    ("Recall", "not expanded yet"),
+    ("F1", "not expanded yet"),
 ];
+
+/// The keys a library class exposes besides `output` (`expose_keys` in models.py):
+/// outputs of the model even where another of its primitives reads them.
+pub fn exposed_outputs(class: &str) -> &'static [&'static str] {
+    match class {
+        "RNNCell" => &["hidden", "hidden_compl"],
+        "LSTMCell" => &["hidden", "cell", "hidden_compl"],
+        "KernelizedSVM" => &["kernel"],
+        "LinearSVM" => &["decision_output"],
+        "LogisticRegression" => &["probs_output"],
+        _ => &[],
+    }
+}
+
+/// Why Mithril's class `class` is not supported, if it is one this frontend knows of.
+pub fn unsupported_reason(class: &str) -> Option<&'static str> {
+    MITHRIL_UNSUPPORTED.iter().find(|(c, _)| *c == class).map(|(_, why)| *why)
+}
 
 /// The interface of an instantiated model: its external keys, in Mithril's order.
 pub type Keys = indexmap::IndexMap<String, SlotId>;
@@ -663,6 +739,162 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             s.prim_into(Formula::MaxPool1d, ins![("input", x), ("kernel_size", k), ("stride", sc), ("padding", pc), ("dilation", d)], out)?;
             s.order(&["stride", "kernel_size", "padding", "input", "dilation", "output"]);
         }
+        "L1" => {
+            // Absolute, then Sum of everything.
+            let x = s.key("input");
+            let a = s.prim(Formula::Abs, ins![("input", x)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::ReduceSum, reduce_all(a), out)?;
+            s.order(&["input", "output"]);
+        }
+        "L2" => {
+            // Square, Sum of everything, times 0.5.
+            let x = s.key("input");
+            let sq = s.prim(Formula::Square, ins![("input", x)])?;
+            let sum = s.prim(Formula::ReduceSum, reduce_all(sq))?;
+            let out = s.key("output");
+            s.prim_into(Formula::Multiplication, ins![("left", sum), ("right", Static::Float(0.5))], out)?;
+            s.order(&["input", "output"]);
+        }
+        "QuadraticFormRegularizer" => {
+            // 0.5 * (input @ kernel) @ input^T, input a row [1, N].
+            let x = s.key("input");
+            let k = s.key("kernel");
+            let t = s.prim(Formula::Transpose, ins![("input", x), ("axes", Static::None)])?;
+            let m1 = s.prim(Formula::MatrixMultiplication, ins![("left", x), ("right", k)])?;
+            let m2 = s.prim(Formula::MatrixMultiplication, ins![("left", m1), ("right", t)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Multiplication, ins![("left", m2), ("right", Static::Float(0.5))], out)?;
+            s.template(vec![(x, vec![known(1), sym("N")]), (k, dims(&["N", "N"]))]);
+            s.order(&["input", "kernel", "output"]);
+        }
+        "RBFKernel" => {
+            // l_scale^2 * exp(-0.5 * sum((x1_i - x2_j)^2) / sigma^2).
+            let (x1, x2) = (s.key("input1"), s.key("input2"));
+            let diff = s.prim(Formula::CartesianDiff, ins![("left", x1), ("right", x2)])?;
+            let sq = s.prim(Formula::Square, ins![("input", diff)])?;
+            let sum = s.prim(Formula::ReduceSum, ins![("input", sq), ("axis", int(2)), ("keepdim", Static::Bool(false))])?;
+            let scaled = s.prim(Formula::Multiplication, ins![("left", sum), ("right", Static::Float(-0.5))])?;
+            let sigma = s.key("sigma");
+            let sigma2 = s.prim(Formula::Square, ins![("input", sigma)])?;
+            let div = s.prim(Formula::Divide, ins![("numerator", scaled), ("denominator", sigma2)])?;
+            let e = s.prim(Formula::Exp, ins![("input", div)])?;
+            let l = s.key("l_scale");
+            let l2 = s.prim(Formula::Multiplication, ins![("left", l), ("right", l)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Multiplication, ins![("left", l2), ("right", e)], out)?;
+            s.template(vec![
+                (x1, dims(&["N", "dim"])),
+                (x2, dims(&["M", "dim"])),
+                (l, vec![known(1)]),
+                (sigma, vec![known(1)]),
+                (out, dims(&["N", "M"])),
+            ]);
+            s.order(&["input1", "input2", "sigma", "l_scale", "output"]);
+        }
+        "PolynomialKernel" => {
+            // (input1 @ input2^T + poly_coef) ** degree, a robust power by default.
+            let robust = args.bool_or("robust", true)?;
+            let x2 = s.key("input2");
+            let t = s.prim(Formula::Transpose, ins![("input", x2), ("axes", Static::None)])?;
+            let x1 = s.key("input1");
+            let mm = s.prim(Formula::MatrixMultiplication, ins![("left", x1), ("right", t)])?;
+            let c = s.key("poly_coef");
+            let sum = s.prim(Formula::Add, ins![("left", mm), ("right", c)])?;
+            let degree = s.key("degree");
+            let out = s.key("output");
+            power_into(&mut s, sum, degree, robust, out)?;
+            s.template(vec![(x1, dims(&["N", "d"])), (x2, dims(&["M", "d"])), (out, dims(&["N", "M"]))]);
+            s.order(&["input2", "input1", "poly_coef", "degree", "output"]);
+        }
+        "KernelizedSVM" => {
+            // The kernel model's tensor inputs become this model's keys of the same
+            // names, its output the exposed key `kernel`, which a Linear maps to `output`.
+            let kernel = args.model("kernel")?;
+            let keys = s.instantiate(&kernel)?;
+            let kout = s.key("kernel");
+            for (k, slot) in keys {
+                if k == "output" {
+                    s.union(slot, kout)?;
+                } else if !k.starts_with('$') {
+                    let own = s.key(&k);
+                    s.union(slot, own)?;
+                }
+            }
+            let y = linear(&mut s, kout, None, true, "weight", "bias")?;
+            let out = s.key("output");
+            s.union(y, out)?;
+            let (x1, x2, w, b) = (s.key("input1"), s.key("input2"), s.key("weight"), s.key("bias"));
+            s.template(vec![
+                (x1, dims(&["N", "d_in"])),
+                (x2, dims(&["M", "d_in"])),
+                (w, vec![known(1), sym("M")]),
+                (b, vec![known(1)]),
+                (out, vec![sym("N"), known(1)]),
+                (kout, dims(&["N", "M"])),
+            ]);
+        }
+        "LinearSVM" | "LogisticRegression" => {
+            // Linear(dimension=1) to `output`, then Sign (`decision_output`) or
+            // Sigmoid (`probs_output`) of it.
+            let x = s.key("input");
+            let y = linear(&mut s, x, Some(1), true, "weight", "bias")?;
+            let out = s.key("output");
+            s.union(y, out)?;
+            let (f, second) = if node.class == "LinearSVM" { (Formula::Sign, "decision_output") } else { (Formula::Sigmoid, "probs_output") };
+            let o2 = s.key(second);
+            s.prim_into(f, ins![("input", out)], o2)?;
+            s.order(&["input", "weight", "bias", "output", second]);
+        }
+        "PolynomialRegression" => {
+            let degree = args.value("degree")?;
+            let dim = args.opt_int("dimension")?;
+            let x = s.key("input");
+            let f = s.prim(Formula::PolynomialFeatures, ins![("input", x), ("degree", degree)])?;
+            let y = linear(&mut s, f, dim, true, "weight", "bias")?;
+            let out = s.key("output");
+            s.union(y, out)?;
+            s.order(&["input", "weight", "bias", "output"]);
+        }
+        "DistanceMatrix" => {
+            let (l, r, n) = (s.key("left"), s.key("right"), s.key("norm"));
+            let out = s.key("output");
+            let d = distance_matrix(&mut s, l, r, n)?;
+            s.union(d, out)?;
+            s.order(&["left", "right", "norm", "output"]);
+        }
+        "NormModifier" => {
+            let x = s.key("input");
+            let out = s.key("output");
+            let m = norm_modifier(&mut s, x)?;
+            s.union(m, out)?;
+            s.order(&["input", "output"]);
+        }
+        "EncoderDistanceMatrix" => {
+            // distance_matrix(input1, input2, p) with p = NormModifier(norm), then (by
+            // default) its 1/p-th power, robust by default.
+            let norm = s.key("norm");
+            let p = norm_modifier(&mut s, norm)?;
+            let (x1, x2) = (s.key("input1"), s.key("input2"));
+            let d = distance_matrix(&mut s, x1, x2, p)?;
+            let out = s.key("output");
+            if args.bool_or("get_final_distance", true)? {
+                let rec = s.prim(Formula::Divide, ins![("numerator", Static::Float(1.0)), ("denominator", p)])?;
+                power_into(&mut s, d, rec, args.bool_or("robust", true)?, out)?;
+            } else {
+                s.union(d, out)?;
+            }
+            s.order(&["norm", "input1", "input2", "output"]);
+        }
+        "RNNCell" => rnn_cell(&mut s)?,
+        "LSTMCell" => lstm_cell(&mut s)?,
+        "LSTMCellBody" => {
+            let (x, h, c) = (s.key("input"), s.key("prev_hidden"), s.key("prev_cell"));
+            let out = s.key("output");
+            let y = lstm_body(&mut s, x, h, c)?;
+            s.union(y, out)?;
+            s.template(vec![(x, cell_dims("N", "d_in")), (h, cell_dims("N", "d_hid")), (c, cell_dims("N", "d_hid"))]);
+        }
         other => return Err(Error::internal(format!("{other} is listed as a composite but has no expansion"))),
     }
     Ok(s.finish())
@@ -756,6 +988,166 @@ fn linear(s: &mut Scope, x: SlotId, dim: Option<u64>, use_bias: bool, w: &str, b
     let bias = s.param(b);
     s.template(vec![(bias, vec![d])]);
     s.prim(Formula::Add, ins![("left", mm), ("right", bias)])
+}
+
+/// `Sum` over everything (Mithril's `Sum()` defaults).
+fn reduce_all(x: SlotId) -> Vec<(&'static str, In)> {
+    ins![("input", x), ("axis", Static::None), ("keepdim", Static::Bool(false))]
+}
+
+/// `Power(robust=...)` of `base` and `exponent` into `out`.
+fn power_into(s: &mut Scope, base: SlotId, exponent: SlotId, robust: bool, out: SlotId) -> Result<()> {
+    if robust {
+        let t = Static::Named("MIN_POSITIVE_NORMAL".into());
+        s.prim_into(Formula::RobustPower, ins![("base", base), ("exponent", exponent), ("threshold", t)], out)
+    } else {
+        s.prim_into(Formula::Power, ins![("base", base), ("exponent", exponent)], out)
+    }
+}
+
+/// Mithril's `distance_matrix` primitive: `sum(|l_i - r_j| ** norm, axis=2)`.
+/// Mithril's gradient for `norm` takes `0 ** norm * log(0)` as 0 (`nan_to_num` of
+/// the log), so a zero difference is raised as 1 and its power masked back to 0
+/// (the norm, from NormModifier, is at least 1).
+fn distance_matrix(s: &mut Scope, l: SlotId, r: SlotId, norm: SlotId) -> Result<SlotId> {
+    let diff = s.prim(Formula::CartesianDiff, ins![("left", l), ("right", r)])?;
+    let a = s.prim(Formula::Abs, ins![("input", diff)])?;
+    let zero = s.prim(Formula::Equal, ins![("left", a), ("right", Static::Float(0.0))])?;
+    let safe = s.prim(Formula::Where, ins![("cond", zero), ("input1", Static::Float(1.0)), ("input2", a)])?;
+    let p = s.prim(Formula::Power, ins![("base", safe), ("exponent", norm)])?;
+    let masked = s.prim(Formula::Where, ins![("cond", zero), ("input1", Static::Float(0.0)), ("input2", p)])?;
+    s.prim(Formula::ReduceSum, ins![("input", masked), ("axis", int(2)), ("keepdim", Static::Bool(false))])
+}
+
+/// Mithril's `norm_modifier` primitive, which maps any norm into [1, 5]:
+/// `4 * (1 - 2 * |((x - 1) % 8) / 8 - 0.5|) + 1`, Python's float `%` being
+/// `a - 8 * floor(a / 8)`.
+fn norm_modifier(s: &mut Scope, x: SlotId) -> Result<SlotId> {
+    let f = |v: f64| Static::Float(v);
+    let a = s.prim(Formula::Subtract, ins![("left", x), ("right", f(1.0))])?;
+    let q = s.prim(Formula::FloorDivide, ins![("numerator", a), ("denominator", f(8.0))])?;
+    let q8 = s.prim(Formula::Multiplication, ins![("left", q), ("right", f(8.0))])?;
+    let m = s.prim(Formula::Subtract, ins![("left", a), ("right", q8)])?;
+    let d = s.prim(Formula::Divide, ins![("numerator", m), ("denominator", f(8.0))])?;
+    let inner = s.prim(Formula::Subtract, ins![("left", d), ("right", f(0.5))])?;
+    let ab = s.prim(Formula::Abs, ins![("input", inner)])?;
+    let t = s.prim(Formula::Multiplication, ins![("left", ab), ("right", f(2.0))])?;
+    let u = s.prim(Formula::Subtract, ins![("left", f(1.0)), ("right", t)])?;
+    let v = s.prim(Formula::Multiplication, ins![("left", u), ("right", f(4.0))])?;
+    s.prim(Formula::Add, ins![("left", v), ("right", f(1.0))])
+}
+
+/// A recurrent cell's `[first, 1, last]` template (one time step).
+fn cell_dims(first: &str, last: &str) -> Vec<TemplateDim> {
+    vec![sym(first), known(1), sym(last)]
+}
+
+/// `x[start:stop]` along the first axis, the bounds slots or `None`.
+fn rows(s: &mut Scope, x: SlotId, start: Option<SlotId>, stop: Option<SlotId>) -> Result<SlotId> {
+    let bound = |b: Option<SlotId>| b.map_or(In::Const(Static::None), In::Slot);
+    let sl = s.prim(Formula::Slice, vec![("start", bound(start)), ("stop", bound(stop)), ("step", In::Const(Static::None))])?;
+    s.prim(Formula::Indexer, ins![("input", x), ("index", sl)])
+}
+
+/// `input.shape[0]`: the batch a recurrent cell steps, whose first rows of the
+/// previous state it reads (the rest pass on as `hidden_compl`).
+fn batch_of(s: &mut Scope, x: SlotId) -> Result<SlotId> {
+    let shape = s.prim(Formula::Shape, ins![("input", x)])?;
+    s.prim(Formula::Indexer, ins![("input", shape), ("index", int(0))])
+}
+
+/// RNNCell as models.py builds it: `hidden = tanh(h[:N] w_hh^T + x w_ih^T + bias_h)`,
+/// `output = hidden w_ho^T + bias_o`, `hidden_compl = h[N:]`.
+fn rnn_cell(s: &mut Scope) -> Result<()> {
+    let x = s.key("input");
+    let n = batch_of(s, x)?;
+    let h = s.key("prev_hidden");
+    let compl = rows(s, h, Some(n), None)?;
+    let hc = s.key("hidden_compl");
+    s.union(compl, hc)?;
+    let h0 = rows(s, h, None, Some(n))?;
+    let m1 = linear(s, h0, None, false, "w_hh", "")?;
+    let m2 = linear(s, x, None, false, "w_ih", "")?;
+    let a1 = s.prim(Formula::Add, ins![("left", m1), ("right", m2)])?;
+    let bh = s.param("bias_h");
+    let a2 = s.prim(Formula::Add, ins![("left", a1), ("right", bh)])?;
+    let hidden = s.key("hidden");
+    s.prim_into(Formula::Tanh, ins![("input", a2)], hidden)?;
+    let m3 = linear(s, hidden, None, false, "w_ho", "")?;
+    let bo = s.param("bias_o");
+    let out = s.key("output");
+    s.prim_into(Formula::Add, ins![("left", m3), ("right", bo)], out)?;
+    let (wih, whh, who) = (s.key("w_ih"), s.key("w_hh"), s.key("w_ho"));
+    s.template(vec![
+        (x, cell_dims("N", "d_in")),
+        (h, cell_dims("M", "d_hid")),
+        (wih, dims(&["d_hid", "d_in"])),
+        (whh, dims(&["d_hid", "d_hid"])),
+        (who, dims(&["d_out", "d_hid"])),
+        (bh, dims(&["d_hid"])),
+        (bo, dims(&["d_out"])),
+    ]);
+    s.order(&["input", "prev_hidden", "hidden_compl", "w_hh", "w_ih", "bias_h", "hidden", "w_ho", "bias_o", "output"]);
+    Ok(())
+}
+
+/// LSTMCell as models.py builds it: the body on the first N rows of the previous
+/// hidden and cell states, its output split into `cell` (first N rows) and `hidden`,
+/// and `output = Linear(hidden)` with `w_out`, `bias_out`.
+fn lstm_cell(s: &mut Scope) -> Result<()> {
+    let x = s.key("input");
+    let n = batch_of(s, x)?;
+    let (c, h) = (s.key("prev_cell"), s.key("prev_hidden"));
+    let c0 = rows(s, c, None, Some(n))?;
+    let h0 = rows(s, h, None, Some(n))?;
+    let body = lstm_body(s, x, h0, c0)?;
+    let hidden = rows(s, body, Some(n), None)?;
+    let hk = s.key("hidden");
+    s.union(hidden, hk)?;
+    let cell = rows(s, body, None, Some(n))?;
+    let ck = s.key("cell");
+    s.union(cell, ck)?;
+    let compl = rows(s, h, Some(n), None)?;
+    let hc = s.key("hidden_compl");
+    s.union(compl, hc)?;
+    let y = linear(s, hk, None, true, "w_out", "bias_out")?;
+    let out = s.key("output");
+    s.union(y, out)?;
+    let mut shapes = vec![
+        (x, cell_dims("N", "d_in")),
+        (h, cell_dims("M", "d_hid")),
+        (c, cell_dims("M", "d_hid")),
+        (hk, cell_dims("N", "d_hid")),
+        (ck, cell_dims("N", "d_hid")),
+    ];
+    for w in ["w_i", "w_f", "w_c", "w_o"] {
+        let k = s.key(w);
+        shapes.push((k, dims(&["d_hid", "d_sum"])));
+    }
+    s.template(shapes);
+    Ok(())
+}
+
+/// LSTMCellBody: gates from `concat([input, prev_hidden], -1)`; its output stacks the
+/// new cell state over the new hidden state (`concat(axis=0)`).
+fn lstm_body(s: &mut Scope, x: SlotId, h: SlotId, c: SlotId) -> Result<SlotId> {
+    let list = s.prim(Formula::ToList, ins![("input1", x), ("input2", h)])?;
+    let cat = s.prim(Formula::Concat, ins![("input", list), ("axis", int(-1))])?;
+    let gate = |s: &mut Scope, w: &str, b: &str, f: Formula| -> Result<SlotId> {
+        let y = linear(s, cat, None, true, w, b)?;
+        s.prim(f, ins![("input", y)])
+    };
+    let forget = gate(s, "w_f", "bias_f", Formula::Sigmoid)?;
+    let m1 = s.prim(Formula::Multiplication, ins![("left", c), ("right", forget)])?;
+    let input_gate = gate(s, "w_i", "bias_i", Formula::Sigmoid)?;
+    let candidate = gate(s, "w_c", "bias_c", Formula::Tanh)?;
+    let m2 = s.prim(Formula::Multiplication, ins![("left", input_gate), ("right", candidate)])?;
+    let cell = s.prim(Formula::Add, ins![("left", m1), ("right", m2)])?;
+    let t = s.prim(Formula::Tanh, ins![("input", cell)])?;
+    let out_gate = gate(s, "w_o", "bias_o", Formula::Sigmoid)?;
+    let hidden = s.prim(Formula::Multiplication, ins![("left", t), ("right", out_gate)])?;
+    let both = s.prim(Formula::ToList, ins![("input1", cell), ("input2", hidden)])?;
+    s.prim(Formula::Concat, ins![("input", both), ("axis", int(0))])
 }
 
 /// Connects an activation model (a nested node, or a bare class name) from `x` to `out`.

@@ -15,4 +15,4 @@ mod template;
 mod value;
 
 pub use emit::{expand, load, load_str, Options};
-pub use library::{known_classes, Formula, COMPOSITES, PRIMITIVES};
+pub use library::{known_classes, Formula, COMPOSITES, MITHRIL_UNSUPPORTED, PRIMITIVES};

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use indexmap::IndexMap;
 
-use super::json::{self, describe, Conn, KeyRef, LossNode, ModelNode, TemplateDim};
+use super::json::{self, describe, Conn, KeyRef, LossNode, ModelNode, RegArg, RegNode, TemplateDim};
 use super::library::{self, Formula, Keys};
 use super::value::Static;
 use crate::error::{Error, Result};
@@ -199,13 +199,22 @@ impl Net {
         Ok(())
     }
 
-    /// Adds a Mithril `TrainModel`'s losses to its instantiated model, as
-    /// `TrainModel.add_loss` builds them: each loss model wired to the model's keys by
-    /// name (a name the model lacks, like `target`, becomes an input), reduced by its
-    /// reduce steps (default: `Mean` of everything) and scaled by its `coef`; the
-    /// losses' sum is the output `final_cost`, appended to `outputs`.
-    pub fn add_losses(&mut self, inst: &mut Instance, outputs: &mut Vec<(String, SlotId)>, losses: &[LossNode]) -> Result<()> {
-        let mut total: Option<SlotId> = None;
+    /// Adds a Mithril `TrainModel`'s losses and regularizations to its instantiated
+    /// model, as `TrainModel.add_loss`, `add_regularization` and `finalize` build them,
+    /// and appends the output `final_cost`:
+    ///
+    /// - each loss model is wired to the model's keys by name (a name the model lacks,
+    ///   like `target`, becomes an input), reduced by its reduce steps (default: `Mean`
+    ///   of everything) and scaled by its `coef`; the losses are summed (Mithril's
+    ///   default loss combiner, `Sum` over their `Concat`);
+    /// - each regularizer is wired the same way (a `{"pattern": p}` argument makes one
+    ///   regularizer per input key that `p` finds); its output is divided by the
+    ///   geometric mean, over the losses that depend on the regularized key, of the
+    ///   number of elements each loss's `Mean`/`Min`/`Max` steps reduce; then summed,
+    ///   times its `coef`, summed again and added to the losses.
+    pub fn add_train(&mut self, inst: &mut Instance, outputs: &mut Vec<(String, SlotId)>, losses: &[LossNode], regs: &[RegNode]) -> Result<()> {
+        // Each loss's value and the (input, axis) of its reductions that count elements.
+        let mut built: Vec<(SlotId, Vec<(SlotId, SlotId)>)> = Vec::new();
         for (i, loss) in losses.iter().enumerate() {
             let at = format!("losses[{i}]");
             let li = self.instantiate(&loss.model, 1)?;
@@ -213,21 +222,7 @@ impl Net {
                 continue; // reported with the other unsupported classes
             }
             for (key, name) in &loss.args {
-                let what = format!("{at}.args.{key}");
-                let slot = *li.keys.get(key).ok_or_else(|| {
-                    Error::user(format!(
-                        "{what}: {} has no key `{key}` (its keys: {})",
-                        loss.model.describe(),
-                        li.keys.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ))
-                })?;
-                match inst.keys.get(name) {
-                    Some(&s) => self.union(s, slot, &what)?,
-                    None => {
-                        self.name_slot(slot, name, 0);
-                        inst.keys.insert(name.to_string(), slot);
-                    }
-                }
+                self.wire_train_arg(inst, &loss.model, &li, key, name, &format!("{at}.args.{key}"))?;
             }
             let missing = || Error::user(format!("{at}: {} has no single output", loss.model.describe()));
             let mut out = li.cout.ok_or_else(missing)?;
@@ -238,38 +233,173 @@ impl Net {
             } else {
                 loss.reduce_steps.iter().collect()
             };
+            let mut reduced = Vec::new();
             for step in steps {
                 let si = self.instantiate(step, 1)?;
                 let bad = || Error::user(format!("{}: a reduce step needs one input and one output", step.describe()));
                 self.union(si.cin.ok_or_else(bad)?, out, &step.describe())?;
+                if matches!(step.class.as_str(), "Mean" | "Min" | "Max") {
+                    let axis = *si.keys.get("axis").ok_or_else(bad)?;
+                    reduced.push((out, axis));
+                }
                 out = si.cout.ok_or_else(bad)?;
             }
             if let Some(c) = loss.coef {
-                out = self.combine("Multiply", out, None, Some(c), &format!("{at}.coef"))?;
+                out = self.apply("Multiply", vec![("left", In::Slot(out)), ("right", In::Const(Static::Float(c)))], &format!("{at}.coef"))?;
             }
+            built.push((out, reduced));
+        }
+        let mut total: Option<SlotId> = None;
+        for &(out, _) in &built {
             total = Some(match total {
                 None => out,
-                Some(sum) => self.combine("Add", sum, Some(out), None, "final_cost")?,
+                Some(sum) => self.apply("Add", vec![("left", In::Slot(sum)), ("right", In::Slot(out))], "final_cost")?,
             });
         }
-        let cost = total.ok_or_else(|| Error::user("losses: no loss could be built".to_string()))?;
+        let Some(mut cost) = total else { return Err(Error::user("losses: no loss could be built".to_string())) };
+        for (i, reg) in regs.iter().enumerate() {
+            for term in self.add_regularization(inst, reg, &built, &format!("regularizations[{i}]"))? {
+                cost = self.apply("Add", vec![("left", In::Slot(cost)), ("right", In::Slot(term))], "final_cost")?;
+            }
+        }
         self.name_slot(cost, "final_cost", 0);
         inst.keys.insert("final_cost".into(), cost);
         outputs.push(("final_cost".into(), self.find(cost)));
         Ok(())
     }
 
-    /// `left (class) right` for a binary library class, `right` a slot or a constant.
-    fn combine(&mut self, class: &str, left: SlotId, right: Option<SlotId>, constant: Option<f64>, path: &str) -> Result<SlotId> {
+    /// One regularization entry: its terms `sum(coef * sum(reg / size))`, one per
+    /// regularized key (see [`Net::add_train`]).
+    fn add_regularization(&mut self, inst: &mut Instance, reg: &RegNode, losses: &[(SlotId, Vec<(SlotId, SlotId)>)], at: &str) -> Result<Vec<SlotId>> {
+        // The key that names what is regularized: `reg_key`, else the canonical input.
+        let reg_str = match &reg.reg_key {
+            Some(k) => k.clone(),
+            None => {
+                let probe = self.instantiate(&reg.model, 1)?;
+                let cin = probe.cin.map(|c| self.find(c));
+                probe.keys.iter().find(|(_, &s)| Some(self.find(s)) == cin).map(|(k, _)| k.clone()).ok_or_else(|| {
+                    Error::user(format!("{at}: {} has no canonical input; give `reg_key`", reg.model.describe()))
+                })?
+            }
+        };
+        // One set of arguments per regularized key: a pattern selects the train
+        // model's input keys it finds (Python's `re.search`).
+        let mut arg_sets: Vec<IndexMap<String, String>> = Vec::new();
+        let patterns: Vec<&String> = reg.args.values().filter_map(|a| match a { RegArg::Pattern(p) => Some(p), RegArg::Key(_) => None }).collect();
+        match patterns.as_slice() {
+            [] => arg_sets.push(reg.args.iter().map(|(k, a)| (k.clone(), match a { RegArg::Key(n) | RegArg::Pattern(n) => n.clone() })).collect()),
+            [p] if reg.args.len() == 1 => {
+                let re = regex::Regex::new(p).map_err(|e| Error::user(format!("{at}.args: pattern {p:?}: {e}")))?;
+                for (key, &slot) in &inst.keys {
+                    let slot = self.slot(slot);
+                    if slot.producer.is_none() && slot.value.is_none() && !key.starts_with('$') && re.is_match(key) {
+                        arg_sets.push(IndexMap::from([(reg_str.clone(), key.clone())]));
+                    }
+                }
+            }
+            _ => return Err(Error::user(format!("{at}.args: a pattern is only allowed as a regularizer's single argument"))),
+        }
+        // A one-element tensor coefficient acts as a Python float: Mithril makes it a
+        // tensor of the backend's float type, which a weak scalar takes too.
+        let scalar = if reg.coef_is_tensor { reg.coef.as_f64().or_else(|| reg.coef.as_array().filter(|a| a.len() == 1).and_then(|a| a[0].as_f64())) } else { None };
+        let coef = match scalar {
+            Some(c) => Static::Float(c),
+            None => Static::from_json(&reg.coef, reg.coef_is_tensor).map_err(|e| Error::user(format!("{at}.coef: {e}")))?,
+        };
+        let mut terms = Vec::new();
+        for args in arg_sets {
+            let ri = self.instantiate(&reg.model, 1)?;
+            if ri.unsupported {
+                continue; // reported with the other unsupported classes
+            }
+            for (key, name) in &args {
+                self.wire_train_arg(inst, &reg.model, &ri, key, name, &format!("{at}.args.{key}"))?;
+            }
+            let mut out = *ri.keys.get("output").ok_or_else(|| Error::user(format!("{at}: {} has no `output` key", reg.model.describe())))?;
+            let outer = args.get(&reg_str).and_then(|n| inst.keys.get(n)).copied();
+            // The element counts of the losses that depend on the regularized key.
+            let mut sizes = Vec::new();
+            for (loss, reduced) in losses {
+                if !outer.is_some_and(|k| self.depends_on(*loss, k)) {
+                    continue;
+                }
+                let mut size = In::Const(Static::Int(1));
+                for &(input, axis) in reduced {
+                    let n = self.apply("Size", vec![("input", In::Slot(input)), ("dim", In::Slot(axis))], &format!("{at}: reduce size"))?;
+                    size = In::Slot(self.apply("Multiply", vec![("left", size), ("right", In::Slot(n))], &format!("{at}: reduce size"))?);
+                }
+                sizes.push(size);
+            }
+            if let Some(first) = sizes.first() {
+                let n = sizes.len();
+                let mut mean = match first { In::Slot(s) => In::Slot(*s), In::Const(v) => In::Const(v.clone()) };
+                for size in sizes.into_iter().skip(1) {
+                    mean = In::Slot(self.apply("Multiply", vec![("left", mean), ("right", size)], &format!("{at}: geometric mean"))?);
+                }
+                if n > 1 {
+                    mean = In::Slot(self.apply("Power", vec![("base", mean), ("exponent", In::Const(Static::Float(1.0 / n as f64)))], &format!("{at}: geometric mean"))?);
+                }
+                out = self.apply("Divide", vec![("numerator", In::Slot(out)), ("denominator", mean)], &format!("{at}: geometric mean"))?;
+            }
+            let sum = self.apply("Sum", vec![("input", In::Slot(out))], &format!("{at}: sum"))?;
+            let scaled = self.apply("Multiply", vec![("left", In::Slot(sum)), ("right", In::Const(coef.clone()))], &format!("{at}.coef"))?;
+            terms.push(self.apply("Sum", vec![("input", In::Slot(scaled))], &format!("{at}: sum"))?);
+        }
+        Ok(terms)
+    }
+
+    /// Wires key `key` of an instantiated loss or regularizer to the train model's key
+    /// `name` (a name the model lacks becomes a new input, like a loss's `target`).
+    fn wire_train_arg(&mut self, inst: &mut Instance, model: &ModelNode, mi: &Instance, key: &str, name: &str, what: &str) -> Result<()> {
+        let slot = *mi.keys.get(key).ok_or_else(|| {
+            Error::user(format!(
+                "{what}: {} has no key `{key}` (its keys: {})",
+                model.describe(),
+                mi.keys.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        match inst.keys.get(name) {
+            Some(&s) => self.union(s, slot, what),
+            None => {
+                self.name_slot(slot, name, 0);
+                inst.keys.insert(name.to_string(), slot);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether value `from` is computed from value `target`.
+    fn depends_on(&self, from: SlotId, target: SlotId) -> bool {
+        let target = self.find(target);
+        let mut seen = HashSet::new();
+        let mut stack = vec![self.find(from)];
+        while let Some(s) = stack.pop() {
+            if s == target {
+                return true;
+            }
+            if !seen.insert(s) {
+                continue;
+            }
+            if let Some(p) = self.slot(s).producer {
+                stack.extend(self.nodes[p].inputs.iter().map(|(_, i)| self.find(*i)));
+            }
+        }
+        false
+    }
+
+    /// Instantiates library class `class` with the given inputs (slots or constants)
+    /// and returns its `output`.
+    fn apply(&mut self, class: &str, inputs: Vec<(&str, In)>, path: &str) -> Result<SlotId> {
         let node = json::parse_value(&serde_json::json!({"name": class}), path)?;
         let inst = self.instantiate(&node, 1)?;
-        self.union(inst.keys["left"], left, path)?;
-        match (right, constant) {
-            (Some(r), _) => self.union(inst.keys["right"], r, path)?,
-            (None, Some(c)) => self.set_value(inst.keys["right"], Static::Float(c), path.to_string(), false)?,
-            (None, None) => return Err(Error::internal(format!("{path}: {class} without a right operand"))),
+        for (key, input) in inputs {
+            let slot = *inst.keys.get(key).ok_or_else(|| Error::internal(format!("{path}: {class} has no key `{key}`")))?;
+            match input {
+                In::Slot(s) => self.union(slot, s, path)?,
+                In::Const(v) => self.set_value(slot, v, path.to_string(), false)?,
+            }
         }
-        Ok(inst.keys["output"])
+        inst.keys.get("output").copied().ok_or_else(|| Error::internal(format!("{path}: {class} has no output")))
     }
 
     /// The model's outputs: named top-level keys that some primitive produces and
@@ -283,7 +413,7 @@ impl Net {
             if key.starts_with('$') || self.slot(r).producer.is_none() {
                 continue;
             }
-            let exposed = exposed_keys.contains(key.as_str());
+            let exposed = exposed_keys.contains(key.as_str()) || library::exposed_outputs(&root.class).contains(&key.as_str());
             if exposed || !consumed.contains(&r) || !root.is_composite() && key == "output" {
                 outs.push((key.clone(), r));
             }
@@ -452,7 +582,13 @@ impl Net {
                 let what = format!("{}: connections.{id}.{key}", node.describe());
                 let slot = self.child_key(&children, id, key, &what)?;
                 match conn {
-                    Conn::Key { name, value, connect } => {
+                    Conn::Key { name, value, connect, differentiable, ty } => {
+                        if let Some(d) = differentiable {
+                            self.slot_mut(slot).differentiable = Some(*d);
+                        }
+                        if let Some(d) = ty.as_ref().and_then(tensor_dtype) {
+                            self.slot_mut(slot).dtype = Some(d);
+                        }
                         for (other, other_key) in connect {
                             if !children.contains_key(other) {
                                 return Err(Error::user(format!(

@@ -1,0 +1,187 @@
+//! The classes of Mithril's model library and TrainModel regularizations against
+//! Mithril's own numbers: cases copied from Mithril's `models_directed_test.json`
+//! (a model, its outputs and gradients for given output cotangents) and
+//! `integration_directed_test.json` (a TrainModel's `final_cost` and gradients;
+//! the harness's `output_specs`/`regularizations` written as the TrainModel JSON that
+//! `train_model_to_dict` gives), in `tests/mithril_library/cases.json`. All in f64,
+//! compared at a relative tolerance of 1e-10.
+//!
+//! As in Mithril's harness, every entry of a case's `inputs` is a trainable parameter
+//! (`static_keys` are data); `output_grads` are the cotangents of the outputs, and an
+//! output without one gets a zero cotangent.
+
+use std::collections::BTreeMap;
+
+use mithrilc::frontend::mithril::{self, Options};
+use mithrilc::interp;
+use mithrilc::ir::{Dtype, Op, Shape, TensorType};
+use mithrilc::passes::{self, autodiff::{grad_name, output_grad_name, Wrt}};
+use mithrilc::tensor::Tensor;
+use serde_json::Value;
+
+fn cases() -> serde_json::Map<String, Value> {
+    let text = include_str!("mithril_library/cases.json");
+    serde_json::from_str(text).unwrap()
+}
+
+/// A nested JSON array (or a number) as shape and row-major elements.
+fn flatten(v: &Value, shape: &mut Vec<u64>, data: &mut Vec<f64>, depth: usize) {
+    match v {
+        Value::Array(items) => {
+            if shape.len() == depth {
+                shape.push(items.len() as u64);
+            }
+            for it in items {
+                flatten(it, shape, data, depth + 1);
+            }
+        }
+        other => data.push(other.as_f64().unwrap_or_else(|| panic!("not a number: {other}"))),
+    }
+}
+
+fn array(v: &Value) -> (Vec<u64>, Vec<f64>) {
+    let (mut shape, mut data) = (Vec::new(), Vec::new());
+    flatten(v, &mut shape, &mut data, 0);
+    (shape, data)
+}
+
+fn close(label: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{label}: {got:?} against Mithril's {want:?}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-10 * w.abs().max(1.0), "{label}[{i}]: {g} against Mithril's {w}\n got {got:?}\nwant {want:?}");
+    }
+}
+
+/// Runs case `name` and compares its outputs and gradients with Mithril's.
+fn check(name: &str) {
+    let all = cases();
+    let case = &all[name];
+    let model = serde_json::to_string(&case["model"]).unwrap();
+    let empty = serde_json::Map::new();
+    let trainable = case["inputs"].as_object().unwrap();
+    let data = case.get("static_keys").and_then(Value::as_object).unwrap_or(&empty);
+    let feeds: BTreeMap<String, (Vec<u64>, Vec<f64>)> = trainable.iter().chain(data).map(|(k, v)| (k.clone(), array(v))).collect();
+    // The frontend's dtype of each input (integer class indices stay integers), then
+    // floats as f64.
+    let mut opts = Options::default();
+    for (k, (shape, _)) in &feeds {
+        opts.shapes.insert(k.clone(), Shape::known(shape));
+    }
+    let probe = mithril::load_str(&model, "case.json", "case", &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut dtypes = BTreeMap::new();
+    for v in probe.inputs().chain(probe.params()) {
+        let n = probe.node(v);
+        let d = if n.ty.dtype.is_float() { Dtype::F64 } else { n.ty.dtype };
+        dtypes.insert(n.name.clone().unwrap(), d);
+    }
+    for (k, (shape, _)) in &feeds {
+        let dtype = dtypes.get(k).copied().unwrap_or(Dtype::F64);
+        opts.known_types.insert(k.clone(), TensorType::new(dtype, Shape::known(shape)));
+    }
+    let mut graph = mithril::load_str(&model, "case.json", "case", &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for node in &mut graph.nodes {
+        if node.op == Op::Input && node.name.as_ref().is_some_and(|n| trainable.contains_key(n)) {
+            node.op = Op::Param;
+        }
+    }
+    let wanted = case["results"]["grad"].as_object().unwrap();
+    let popts = passes::Options { grad: Wrt::Params(wanted.keys().cloned().collect()) };
+    let outputs: Vec<(String, TensorType)> = graph.outputs.iter().map(|o| (o.name.clone(), graph.ty(o.value).clone())).collect();
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &popts, |_, _| {}).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut inputs: BTreeMap<String, Tensor> =
+        feeds.iter().map(|(k, (shape, data))| (k.clone(), Tensor::new(dtypes.get(k).copied().unwrap_or(Dtype::F64), shape.clone(), data.clone()))).collect();
+    let cotangents = case.get("output_grads").and_then(Value::as_object).unwrap_or(&empty);
+    for (out, ty) in &outputs {
+        let shape = ty.shape.as_known().unwrap();
+        let r = match cotangents.get(out) {
+            Some(v) => array(v).1,
+            None => vec![0.0; shape.iter().product::<u64>() as usize],
+        };
+        inputs.insert(output_grad_name(out), Tensor::new(ty.dtype, shape, r));
+    }
+    let have: Vec<String> = graph.inputs().filter_map(|v| graph.node(v).name.clone()).collect();
+    inputs.retain(|k, _| have.contains(k) || graph.params().any(|p| graph.node(p).name.as_deref() == Some(k.as_str())));
+    let results: BTreeMap<String, Tensor> = interp::run(&graph, &inputs).unwrap_or_else(|e| panic!("{name}: {e}")).into_iter().collect();
+    for (out, want) in case["results"]["eval"].as_object().unwrap() {
+        let got = results.get(out).unwrap_or_else(|| panic!("{name}: no output {out} among {:?}", results.keys()));
+        close(&format!("{name}: {out}"), &got.data, &array(want).1);
+    }
+    for (key, want) in wanted {
+        let got = &results[&grad_name(key)];
+        close(&format!("{name}: gradient of {key}"), &got.data, &array(want).1);
+    }
+}
+
+macro_rules! cases {
+    ($($test:ident => $case:literal;)*) => {
+        $( #[test] fn $test() { check($case); } )*
+    };
+}
+
+cases! {
+    rbf_kernel => "models/test_RBFKernel_1";
+    rbf_kernel_2 => "models/test_RBFKernel_2";
+    polynomial_kernel => "models/test_PolynomialKernel";
+    logistic_regression => "models/test_logistic_2_no_ignore";
+    encoder_distance_matrix => "models/test_distance_matrix_1";
+    encoder_distance_matrix_4 => "models/test_distance_matrix_4";
+    polynomial_features => "models/test_poly_features_1";
+    polynomial_features_3 => "models/test_poly_features_3";
+    polynomial_features_4 => "models/test_poly_features_4";
+    polynomial_regression => "models/test_polynomial_2D_Degree_2";
+    rnn_cell => "models/test_rnn_cell_1";
+    rnn_cell_2 => "models/test_rnn_cell_2";
+    lstm_cell => "models/test_lstm_cell_1";
+    train_polynomial_regression => "train/test_polynomial_1";
+    l2_regularization => "train/test_linear_10";
+    l2_regularization_by_pattern => "train/pattern_weight_or_bias";
+    l1_regularization => "train/test_polynomial_9";
+    l2_regularization_polynomial => "train/test_polynomial_10";
+    quadratic_form_regularizer_kernelized_svm => "train/test_kernelizedSVM_1";
+    quadratic_form_regularizer_polynomial_kernel => "train/test_kernelizedSVM_2";
+    linear_svm_l2 => "train/test_linearSVM_1";
+    logistic_regression_l1 => "train/test_logistic_6";
+    two_regularizations => "train/test_linear_with_2_reg";
+    two_regularized_keys => "train/test_linear_11_two_key_reg";
+}
+
+/// The forms `dict_to_model` reads that `model_to_dict` does not write: a bare class
+/// name for a child, lower-case class names, child ids other than `m_<i>`, a bare
+/// string connection (a key name), and an IOKey's `differentiable`.
+#[test]
+fn dict_to_model_forms() {
+    let model = r#"{"name": "Model",
+        "submodels": {"m1": {"name": "linear", "args": {"dimension": 2}}, "m2": "Tanh"},
+        "connections": {"m1": {"input": "x", "weight": {"key": {"name": "w", "differentiable": true}}, "output": "h"},
+                        "m2": {"input": "h", "output": "y"}}}"#;
+    let mut opts = Options::default();
+    opts.known_types.insert("x".into(), TensorType::new(Dtype::F64, Shape::known(&[1, 3])));
+    opts.known_types.insert("w".into(), TensorType::new(Dtype::F64, Shape::known(&[2, 3])));
+    opts.known_types.insert("bias".into(), TensorType::new(Dtype::F64, Shape::known(&[2])));
+    let graph = mithril::load_str(model, "forms.json", "forms", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let params: Vec<String> = graph.params().filter_map(|p| graph.node(p).name.clone()).collect();
+    assert_eq!(params, ["w", "bias"]);
+    let feeds = BTreeMap::from([
+        ("x".to_string(), Tensor::new(Dtype::F64, vec![1, 3], vec![1.0, 2.0, 3.0])),
+        ("w".to_string(), Tensor::new(Dtype::F64, vec![2, 3], vec![0.1, 0.2, 0.3, -0.3, 0.2, -0.1])),
+        ("bias".to_string(), Tensor::new(Dtype::F64, vec![2], vec![0.5, -0.5])),
+    ]);
+    let outs: BTreeMap<String, Tensor> = interp::run(&graph, &feeds).unwrap().into_iter().collect();
+    let want = [(1.4f64 + 0.5).tanh(), (-0.2f64 - 0.5).tanh()];
+    close("y", &outs["y"].data, &want);
+}
+
+/// A class of Mithril's library that cannot be compiled is named as not supported,
+/// with its node's path and the reason, never as unknown.
+#[test]
+fn unsupported_classes_give_their_reason() {
+    let model = r#"{"name": "Model", "submodels": {"m_0": {"name": "TSNE"}, "m_1": {"name": "randn"}}, "connections": {"m_0": {}, "m_1": {}}}"#;
+    let e = mithril::load_str(model, "t.json", "t", &Options::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "t.json: 2 model classes cannot be compiled:\n  \
+         submodels.m_0 (TSNE): Mithril's TSNE is not supported: it needs TsnePJoint, whose binary search runs a data-dependent number of steps\n  \
+         submodels.m_1 (Randn): Mithril's Randn is not supported: random numbers: the IR has no random source\n  \
+         note: a user-defined Model subclass is written under its class name and cannot be rebuilt without its Python code"
+    );
+}
