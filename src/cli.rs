@@ -143,6 +143,10 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
         }
     }
     let graph = mithril::load(&args.model, &opts)?;
+    let training = args.grad != passes::autodiff::Wrt::None;
+    for w in graph.warnings.iter().filter(|w| training || !w.gradient_only) {
+        eprintln!("warning: {}: {}", args.model.display(), w.message);
+    }
     Graphs::new(graph, &args.grad, |name, g| {
         if args.print_after.iter().any(|p| p == name) {
             eprint!("// after {name}\n{}", ir::print::print(g));

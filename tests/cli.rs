@@ -946,3 +946,21 @@ fn hostile_names_make_code_that_compiles() {
         assert!(files.iter().all(|f| f.len() <= 64), "{model}: {files:?}");
     }
 }
+
+/// Where mithrilc deliberately differs from Mithril, it says so, naming the node: max
+/// pooling's padding always; `Clamp`'s tie-splitting gradient only with `--grad`.
+#[test]
+fn deliberate_differences_are_warned_about_with_the_node() {
+    let model = r#"{"name": "Model", "submodels": {"m_0": {"name": "Clamp"}, "m_1": {"name": "MaxPool2D", "args": {"kernel_size": 2, "padding": 1}}},
+        "connections": {"m_0": {"input": {"key": {"name": "x"}}, "min_val": {"key": {"name": "lo", "value": -1.0}}, "max_val": {"key": {"name": "hi", "value": 1.0}}, "output": {"key": {"name": "c"}}},
+                        "m_1": {"input": {"key": {"name": "y"}}, "output": {"key": {"name": "p"}}}},
+        "exposed_keys": ["c", "p"]}"#;
+    let dir = tempdir_with(&[("m.json", model)]);
+    let (code, _, err) = mithrilc(&["inspect", "m.json", "--shape", "x=2,3", "--shape", "y=1,1,4,4"], dir.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning: m.json: submodels.m_1 (MaxPool2D): max pooling pads with -inf"), "{err}");
+    assert!(!err.contains("Clamp"), "a gradient-only warning without --grad: {err}");
+    let (code, _, err) = mithrilc(&["inspect", "m.json", "--shape", "x=2,3", "--shape", "y=1,1,4,4", "--grad"], dir.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning: m.json: submodels.m_0 (Clamp): its gradient splits a tie evenly"), "{err}");
+}

@@ -55,6 +55,17 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub consts: Vec<Constant>,
     pub outputs: Vec<Output>,
+    /// Where this graph deliberately computes something other than the model's own
+    /// framework would (each names the model node); the command line prints them.
+    pub warnings: Vec<Warning>,
+}
+
+/// A deliberate difference from the source framework's semantics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub message: String,
+    /// It concerns gradients only: said when gradients are derived.
+    pub gradient_only: bool,
 }
 
 impl Graph {

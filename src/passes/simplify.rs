@@ -18,7 +18,7 @@ use crate::tensor::{Constant, Tensor};
 const FOLD_LIMIT: u64 = 4096;
 
 pub fn run(g: &mut Graph) -> Result<()> {
-    let mut out = Graph::new(g.name.clone());
+    let mut out = Graph { warnings: std::mem::take(&mut g.warnings), ..Graph::new(g.name.clone()) };
     let mut map: Vec<ValueId> = Vec::with_capacity(g.nodes.len());
     let mut seen: HashMap<String, ValueId> = HashMap::new();
     let mut consts = Consts::new(std::mem::take(&mut g.consts));
@@ -185,7 +185,7 @@ fn sweep(g: Graph) -> Graph {
             }
         }
     }
-    let mut out = Graph::new(g.name.clone());
+    let mut out = Graph { warnings: g.warnings, ..Graph::new(g.name.clone()) };
     let mut map = vec![ValueId(0); g.nodes.len()];
     let mut consts = Consts::new(g.consts);
     for (i, node) in g.nodes.into_iter().enumerate() {

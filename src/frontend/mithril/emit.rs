@@ -606,6 +606,15 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Records a deliberate difference from Mithril at the node being emitted.
+    pub(super) fn warn(&mut self, what: &str, gradient_only: bool) {
+        let message = format!("{}: {what}", self.origin);
+        let w = Warning { message, gradient_only };
+        if !self.graph.warnings.contains(&w) {
+            self.graph.warnings.push(w);
+        }
+    }
+
     pub(super) fn constant(&mut self, t: impl Into<Constant>) -> ValueId {
         let id = self.graph.add_constant(t.into());
         self.graph.nodes[id.index()].origin = Some(self.origin.clone());

@@ -11,6 +11,10 @@ use crate::error::{Error, Result};
 use crate::ir::*;
 use crate::tensor::Tensor;
 
+/// Said where a model differentiates through `Maximum`, `Minimum` or `Clamp`.
+const TIE_GRADIENT: &str = "its gradient splits a tie evenly between the two arguments (as JAX and Torch do); \
+     Mithril's NumPy backend defines no gradient for it";
+
 impl Emitter<'_> {
     pub(super) fn formula(&mut self, node: &PNode, ins: &[(String, Val)]) -> Result<Val> {
         use BinaryOp as B;
@@ -58,6 +62,7 @@ impl Emitter<'_> {
             }
             F::Buffer => self.arg(ins, "input")?.clone(),
             F::Clamp => {
+                self.warn(TIE_GRADIENT, true);
                 // np.clip: min(max(x, lo), hi), a None bound is no bound.
                 let mut v = self.arg(ins, "input")?.clone();
                 for (k, b) in [("min_val", B::Max), ("max_val", B::Min)] {
@@ -83,8 +88,10 @@ impl Emitter<'_> {
             F::Divide => self.bin(ins, "numerator", "denominator", B::Div)?,
             F::FloorDivide => self.bin(ins, "numerator", "denominator", B::FloorDiv)?,
             F::Power => self.bin(ins, "base", "exponent", B::Pow)?,
-            F::Minimum => self.bin(ins, "left", "right", B::Min)?,
-            F::Maximum => self.bin(ins, "left", "right", B::Max)?,
+            F::Minimum | F::Maximum => {
+                self.warn(TIE_GRADIENT, true);
+                self.bin(ins, "left", "right", if node.formula == F::Minimum { B::Min } else { B::Max })?
+            }
             F::Greater => self.bin(ins, "left", "right", B::Gt)?,
             F::GreaterEqual => self.bin(ins, "left", "right", B::Ge)?,
             F::Less => self.bin(ins, "left", "right", B::Lt)?,
@@ -137,6 +144,13 @@ impl Emitter<'_> {
                     padding: pad_pairs(&self.s(ins, "padding")?, n)?,
                     dilation: positive_list(&self.s(ins, "dilation")?, n, "dilation")?,
                 };
+                if attrs.kind == PoolKind::Max && attrs.padding.iter().any(|&(a, b)| a + b > 0) {
+                    self.warn(
+                        "max pooling pads with -inf (padding never wins); Mithril's NumPy backend pads with 0, which differs \
+                         where a padded window's real values are all negative",
+                        false,
+                    );
+                }
                 Val::T(self.op(Op::Pool(attrs), vec![x])?)
             }
             F::Embedding => {
