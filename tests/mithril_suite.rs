@@ -239,12 +239,13 @@ fn train_model(case: &Map<String, Value>, model: Value) -> Result<Value, String>
             "args": args,
         }));
     }
-    let mut file = json!({ "is_train_model": true, "model": model, "losses": losses, "regularizations": regularizations });
-    // `train_model_to_dict` does not write the combiner; mithrilc reads it when given.
-    if let Some(combiner) = case.get("final_loss_combiner").and_then(Value::as_str) {
-        file["loss_combiner"] = json!({ "name": combiner });
+    // `train_model_to_dict` does not write the loss combiner (Mithril's default is
+    // `Sum`); of one loss, `Mean` is the same.
+    let combiner = case.get("final_loss_combiner").and_then(Value::as_str).unwrap_or("Sum");
+    if combiner != "Sum" && losses.len() > 1 {
+        return Err(format!("a `{combiner}` loss combiner, which Mithril's TrainModel JSON cannot record"));
     }
-    Ok(file)
+    Ok(json!({ "is_train_model": true, "model": model, "losses": losses, "regularizations": regularizations }))
 }
 
 /// Converts one case, or says why it cannot be run.
