@@ -405,13 +405,16 @@ enum Outcome {
     Differs(String),
 }
 
-/// Compares `got` with Mithril's value; the first bad element, if any.
+/// Compares `got` with Mithril's value: how many elements are off, and the first.
+/// NaN matches NaN (an element is off unless it equals or is within the bound).
 fn differs(name: &str, got: &Tensor, want: &Tensor, (atol, rtol): (f64, f64)) -> Option<String> {
     if got.shape != want.shape {
         return Some(format!("{name}: shape {:?}, Mithril {:?}", got.shape, want.shape));
     }
-    let bad = got.data.iter().zip(&want.data).position(|(&g, &w)| !(g == w || (g - w).abs() <= atol + rtol * w.abs()));
-    bad.map(|i| format!("{name}{:?}: {} of {} differ; at flat index {i}: {}, Mithril {}", want.shape, got.data.iter().zip(&want.data).filter(|(g, w)| !(g == w || (*g - *w).abs() <= atol + rtol * w.abs())).count(), want.data.len(), got.data[i], want.data[i]))
+    let within = |(g, w): (&f64, &f64)| g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= atol + rtol * w.abs();
+    let off: Vec<usize> = got.data.iter().zip(&want.data).enumerate().filter(|&(_, p)| !within(p)).map(|(i, _)| i).collect();
+    let &i = off.first()?;
+    Some(format!("{name}{:?}: {} of {} differ; at flat index {i}: {}, Mithril {}", want.shape, off.len(), want.data.len(), got.data[i], want.data[i]))
 }
 
 /// How a case ends; an `error_test.json` case passes when the harness would raise for

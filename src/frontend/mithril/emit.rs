@@ -263,7 +263,7 @@ impl<'a> Emitter<'a> {
     /// Emits the graph of `outputs`; the one named `loss`, if any, is the loss.
     fn run(&mut self, inst: &Instance, outputs: &[(String, SlotId)], loss: Option<&str>) -> Result<Graph> {
         self.name_inputs(inst);
-        let order = self.order(&outputs)?;
+        let order = self.order(outputs)?;
         for n in order {
             self.emit_node(&self.net.nodes[n])?;
         }
