@@ -132,6 +132,13 @@ cases! {
     rnn_cell => "models/test_rnn_cell_1";
     rnn_cell_2 => "models/test_rnn_cell_2";
     lstm_cell => "models/test_lstm_cell_1";
+    mds_core => "models/test_mds_core_2";
+    mds_core_norm_3 => "models/test_mds_core_3";
+    mds_core_all_zero => "models/test_mds_core_4";
+    mds_powered_distances => "models/test_mds_2";
+    train_mds_points => "train/test_mds_1";
+    train_mds_core_tiny_distances => "train/test_mds_base_7";
+    train_mds_core_zero_predictions => "train/test_mds_base_2";
     train_polynomial_regression => "train/test_polynomial_1";
     l2_regularization => "train/test_linear_10";
     l2_regularization_by_pattern => "train/pattern_weight_or_bias";

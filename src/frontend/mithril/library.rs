@@ -285,6 +285,8 @@ pub const COMPOSITES: &[&str] = &[
     "RNNCell",
     "LSTMCell",
     "LSTMCellBody",
+    "MDSCore",
+    "MDS",
 ];
 
 impl Formula {
@@ -463,8 +465,6 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("TsnePJoint", "its binary search for each row's perplexity runs a data-dependent number of steps"),
     ("TSNECore", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
     ("TSNE", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
-    ("MDSCore", "not expanded yet"),
-    ("MDS", "not expanded yet"),
     ("EyeComplement", "not expanded yet"),
     ("Cholesky", "the IR has no matrix decomposition"),
     ("GPRAlpha", "it solves with a Cholesky factor; the IR has no triangular solve"),
@@ -886,6 +886,15 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             }
             s.order(&["norm", "input1", "input2", "output"]);
         }
+        "MDSCore" => {
+            let exact = args.bool_or("exact_distances", true)?;
+            let robust = args.bool_or("robust", true)?;
+            let (d, pd, n) = (s.key("distances"), s.key("pred_distances"), s.key("norm"));
+            let out = s.key("output");
+            mds_core(&mut s, d, pd, n, exact, robust, out)?;
+            s.order(&["distances", "pred_distances", "norm", "output"]);
+        }
+        "MDS" => mds(&mut s, &args)?,
         "RNNCell" => rnn_cell(&mut s)?,
         "LSTMCell" => lstm_cell(&mut s)?,
         "LSTMCellBody" => {
@@ -1035,6 +1044,78 @@ fn norm_modifier(s: &mut Scope, x: SlotId) -> Result<SlotId> {
     let u = s.prim(Formula::Subtract, ins![("left", f(1.0)), ("right", t)])?;
     let v = s.prim(Formula::Multiplication, ins![("left", u), ("right", f(4.0))])?;
     s.prim(Formula::Add, ins![("left", v), ("right", f(1.0))])
+}
+
+/// MDSCore as models.py builds it (the stress `(sum |d - p| ** q / sum d ** q) ** (1/q)`
+/// with `q = NormModifier(norm)`): with `exact` distances the predicted ones are first
+/// raised to `1/q`; otherwise both are taken as already powered, `d ** (1/q)` and
+/// `p ** (1/q)` compared and `sum d` the denominator. Every Power is `Power(robust)`,
+/// the reciprocals `StableReciprocal`.
+fn mds_core(s: &mut Scope, d: SlotId, pd: SlotId, norm: SlotId, exact: bool, robust: bool, out: SlotId) -> Result<()> {
+    let power = |s: &mut Scope, base: SlotId, exponent: SlotId| -> Result<SlotId> {
+        let o = s.net.new_slot();
+        power_into(s, base, exponent, robust, o)?;
+        Ok(o)
+    };
+    let reciprocal = |s: &mut Scope, x: SlotId| {
+        let t = Static::Named("STABLE_RECIPROCAL_THRESHOLD".into());
+        s.prim(Formula::StableReciprocal, ins![("input", x), ("threshold", t)])
+    };
+    let q = norm_modifier(s, norm)?;
+    let inv_q = reciprocal(s, q)?;
+    let (num, den) = if exact {
+        let p = power(s, pd, inv_q)?;
+        let diff = s.prim(Formula::Subtract, ins![("left", d), ("right", p)])?;
+        let a = s.prim(Formula::Abs, ins![("input", diff)])?;
+        let pa = power(s, a, q)?;
+        let num = s.prim(Formula::ReduceSum, reduce_all(pa))?;
+        let pd2 = power(s, d, q)?;
+        (num, s.prim(Formula::ReduceSum, reduce_all(pd2))?)
+    } else {
+        let p1 = power(s, d, inv_q)?;
+        let p4 = power(s, pd, inv_q)?;
+        let diff = s.prim(Formula::Subtract, ins![("left", p1), ("right", p4)])?;
+        let a = s.prim(Formula::Abs, ins![("input", diff)])?;
+        let pa = power(s, a, q)?;
+        let num = s.prim(Formula::ReduceSum, reduce_all(pa))?;
+        (num, s.prim(Formula::ReduceSum, reduce_all(d))?)
+    };
+    let inv_den = reciprocal(s, den)?;
+    let m = s.prim(Formula::Multiplication, ins![("left", num), ("right", inv_den)])?;
+    power_into(s, m, inv_q, robust, out)?;
+    s.template(vec![(d, dims(&["N", "N"])), (pd, dims(&["N", "N"]))]);
+    Ok(())
+}
+
+/// MDS as models.py's DistanceEncoder builds it: predicted distances are
+/// `EncoderDistanceMatrix(get_final_distance=False)` of `coords` with itself (so
+/// powered, hence `MDSCore(exact_distances=False)` unless `input_type` is
+/// `"distances"`); for `"points"` the input's distances are computed the same way.
+/// `predicted_coords` is a Buffer of `coords`.
+fn mds(s: &mut Scope, args: &Args) -> Result<()> {
+    let dim = args.opt_int("prediction_dim")?;
+    let input_type = match args.get("input_type") {
+        None => "distances".to_string(),
+        Some(Value::String(t)) => t.clone(),
+        Some(v) => return Err(args.err(&format!("argument `input_type` must be a string, got {v}"))),
+    };
+    if !["distances", "powered_distances", "points"].contains(&input_type.as_str()) {
+        return Err(args.err(&format!("input_type '{input_type}' is not one of 'distances', 'powered_distances' and 'points'")));
+    }
+    let (x, coords, norm) = (s.key("input"), s.key("coords"), s.key("norm"));
+    let encoder_distances = |s: &mut Scope, v: SlotId| -> Result<SlotId> {
+        let p = norm_modifier(s, norm)?;
+        distance_matrix(s, v, v, p)
+    };
+    let d = if input_type == "points" { encoder_distances(s, x)? } else { x };
+    let pd = encoder_distances(s, coords)?;
+    let out = s.key("output");
+    mds_core(s, d, pd, norm, input_type == "distances", true, out)?;
+    let pc = s.key("predicted_coords");
+    s.prim_into(Formula::Buffer, ins![("input", coords)], pc)?;
+    s.template(vec![(coords, vec![TemplateDim::Any, dim.map_or(TemplateDim::Any, known)])]);
+    s.order(&["input", "coords", "norm", "predicted_coords", "output"]);
+    Ok(())
 }
 
 /// A recurrent cell's `[first, 1, last]` template (one time step).
