@@ -137,6 +137,8 @@ cases! {
     mds_core_all_zero => "models/test_mds_core_4";
     mds_powered_distances => "models/test_mds_2";
     train_mds_points => "train/test_mds_1";
+    layer_norm_rank_2 => "models/test_layernorm_1";
+    layer_norm_rank_2_three_features => "models/test_layernorm_2";
     train_mds_core_tiny_distances => "train/test_mds_base_7";
     train_mds_core_zero_predictions => "train/test_mds_base_2";
     train_polynomial_regression => "train/test_polynomial_1";
@@ -191,4 +193,30 @@ fn unsupported_classes_give_their_reason() {
          submodels.m_1 (Randn): Mithril's Randn is not supported: random numbers: the IR has no random source\n  \
          note: a user-defined Model subclass is written under its class name and cannot be rebuilt without its Python code"
     );
+}
+
+/// LayerNorm normalizes the last axis of a `[B, ..., d]` input (Mithril's own cases
+/// run it on `[N, d]`); a rank-1 input, or a weight or bias other than `[d]`, is
+/// refused against the node.
+#[test]
+fn layer_norm_shapes() {
+    let load = |x: &[u64], w: &[u64], b: &[u64]| {
+        let mut opts = Options::default();
+        for (k, s) in [("input", x), ("weight", w), ("bias", b)] {
+            opts.known_types.insert(k.into(), TensorType::new(Dtype::F64, Shape::known(s)));
+        }
+        mithril::load_str(r#"{"name": "LayerNorm"}"#, "ln.json", "ln", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    for x in [&[3u64, 2][..], &[4, 3, 2], &[2, 4, 3, 2]] {
+        load(x, &[2], &[2]).unwrap_or_else(|e| panic!("{x:?}: {e}"));
+    }
+    assert_eq!(
+        load(&[2], &[2], &[2]).unwrap_err(),
+        "ln.json: top-level LayerNorm: `input` has shape [2], which does not match [B, C..., d] (rank 1 where 2 or more is needed)\n  \
+         note: the shape of `input` comes from the data"
+    );
+    let e = load(&[3, 2], &[3], &[2]).unwrap_err();
+    assert!(e.contains("top-level LayerNorm") && e.contains("`weight` has shape [3]"), "{e}");
+    let e = load(&[3, 2], &[2], &[2, 1]).unwrap_err();
+    assert!(e.contains("top-level LayerNorm") && e.contains("`bias` has shape [2, 1]"), "{e}");
 }

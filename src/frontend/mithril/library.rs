@@ -592,18 +592,22 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             let add = s.prim(Formula::Add, ins![("left", var), ("right", eps_key)])?;
             let den = s.prim(Formula::Sqrt, ins![("input", add)])?;
             let mut y = s.prim(Formula::Divide, ins![("numerator", num), ("denominator", den)])?;
-            s.template(vec![(x, dims(&["B", "C", "d"]))]);
+            // models.py sets `[B, C, d]` but says it expects `[B, ..., d]`, and
+            // Mithril's own cases (`test_layernorm_1`) run it on `[N, d]`: its
+            // arithmetic normalizes the last axis of any such input.
+            let xt = vec![sym("B"), TemplateDim::Variadic("C".into()), sym("d")];
+            s.template(vec![(x, xt.clone())]);
             let mut order = vec!["input", "eps"];
             if use_scale {
                 let w = s.param("weight");
                 y = s.prim(Formula::Multiplication, ins![("left", y), ("right", w)])?;
-                s.template(vec![(x, dims(&["B", "C", "d"])), (w, dims(&["d"]))]);
+                s.template(vec![(x, xt.clone()), (w, dims(&["d"]))]);
                 order.push("weight");
             }
             if use_bias {
                 let b = s.param("bias");
                 y = s.prim(Formula::Add, ins![("left", y), ("right", b)])?;
-                s.template(vec![(x, dims(&["B", "C", "d"])), (b, dims(&["d"]))]);
+                s.template(vec![(x, xt.clone()), (b, dims(&["d"]))]);
                 order.push("bias");
             }
             let out = s.key("output");
