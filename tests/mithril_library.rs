@@ -220,3 +220,22 @@ fn layer_norm_shapes() {
     let e = load(&[3, 2], &[2], &[2, 1]).unwrap_err();
     assert!(e.contains("top-level LayerNorm") && e.contains("`bias` has shape [2, 1]"), "{e}");
 }
+
+/// Convolution2D's bias has primitives.py's template `[1, out_channels, 1, 1]`.
+/// Mithril's `test_conv2d_4` feeds a `[1]` bias, which only its unchecked NumPy run
+/// broadcasts (the shape of a trainable input is never checked at `evaluate`); a
+/// compile that knows the shape refuses it, and so does mithrilc.
+#[test]
+fn convolution_2d_bias_template() {
+    let load = |b: &[u64]| {
+        let mut opts = Options::default();
+        for (k, s) in [("input", &[1u64, 1, 5, 5][..]), ("weight", &[1, 1, 3, 3]), ("bias", b)] {
+            opts.known_types.insert(k.into(), TensorType::new(Dtype::F64, Shape::known(s)));
+        }
+        let model = r#"{"name": "Convolution2D", "args": {"kernel_size": 3, "out_channels": 1}}"#;
+        mithril::load_str(model, "conv.json", "conv", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    load(&[1, 1, 1, 1]).unwrap();
+    let e = load(&[1]).unwrap_err();
+    assert!(e.starts_with("conv.json: top-level Convolution2D: `bias` has shape [1], which does not match [1, 1, 1, 1]"), "{e}");
+}
