@@ -239,3 +239,76 @@ fn convolution_2d_bias_template() {
     let e = load(&[1]).unwrap_err();
     assert!(e.starts_with("conv.json: top-level Convolution2D: `bias` has shape [1], which does not match [1, 1, 1, 1]"), "{e}");
 }
+
+/// Runs `model` with `constants` (Mithril's `constant_keys`) and f64 `feeds`; its outputs.
+fn run_with(model: &str, constants: &[(&str, Value)], feeds: &[(&str, Vec<u64>, Vec<f64>)]) -> BTreeMap<String, Tensor> {
+    let mut opts = Options::default();
+    opts.constants = constants.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    for (k, shape, _) in feeds {
+        opts.known_types.insert(k.to_string(), TensorType::new(Dtype::F64, Shape::known(shape)));
+    }
+    let graph = mithril::load_str(model, "m.json", "m", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let feeds = feeds.iter().map(|(k, shape, data)| (k.to_string(), Tensor::new(Dtype::F64, shape.clone(), data.clone()))).collect();
+    interp::run(&graph, &feeds).unwrap_or_else(|e| panic!("{e}")).into_iter().collect()
+}
+
+/// EyeComplement's `ones_with_zero_diag`, with Mithril's `test_eye_complement_1`..`_3`
+/// (`N` and `M` as constructor arguments or compile-time constants).
+#[test]
+fn eye_complement() {
+    let out = run_with(r#"{"name": "EyeComplement", "args": {"N": 2, "M": 2}}"#, &[], &[]);
+    assert_eq!(out["output"].shape, [2, 2]);
+    close("2x2", &out["output"].data, &[0.0, 1.0, 1.0, 0.0]);
+    let out = run_with(r#"{"name": "EyeComplement", "args": {"N": 3, "M": "TBD"}}"#, &[("M", serde_json::json!(4))], &[]);
+    assert_eq!(out["output"].shape, [3, 4]);
+    close("3x4", &out["output"].data, &[0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0]);
+    let out = run_with(r#"{"name": "EyeComplement", "args": {"N": "TBD"}}"#, &[("N", serde_json::json!(3))], &[]);
+    assert_eq!(out["output"].shape, [3, 3]);
+    close("3x3", &out["output"].data, &[0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
+}
+
+/// TransposedDiagonal (`diag(input)[:, None]`), non-finite values off the diagonal
+/// included, and its gradient, Mithril's `output_gradient * eye(N)`.
+#[test]
+fn transposed_diagonal() {
+    let x = vec![1.0, f64::INFINITY, 3.0, 4.0, 5.0, f64::NAN, 7.0, 8.0, 9.0];
+    let out = run_with(r#"{"name": "TransposedDiagonal"}"#, &[], &[("input", vec![3, 3], x.clone())]);
+    assert_eq!(out["output"].shape, [3, 1]);
+    close("diag", &out["output"].data, &[1.0, 5.0, 9.0]);
+    let model = r#"{"name": "TransposedDiagonal", "assigned_differentiabilities": [["input", true]]}"#;
+    let mut opts = Options::default();
+    opts.known_types.insert("input".into(), TensorType::new(Dtype::F64, Shape::known(&[3, 3])));
+    let mut graph = mithril::load_str(model, "m.json", "m", &opts).unwrap_or_else(|e| panic!("{e}"));
+    for node in &mut graph.nodes {
+        if node.op == Op::Input {
+            node.op = Op::Param;
+        }
+    }
+    let popts = passes::Options { grad: Wrt::Params(vec!["input".into()]) };
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &popts, |_, _| {}).unwrap();
+    let feeds = BTreeMap::from([
+        ("input".to_string(), Tensor::new(Dtype::F64, vec![3, 3], x)),
+        (output_grad_name("output"), Tensor::new(Dtype::F64, vec![3, 1], vec![2.0, -1.0, 0.5])),
+    ]);
+    let out: BTreeMap<String, Tensor> = interp::run(&graph, &feeds).unwrap().into_iter().collect();
+    close("gradient", &out[&grad_name("input")].data, &[2.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.5]);
+}
+
+/// Trapezoid (NumPy's `trapezoid(y, x)`), with Mithril's `test_trapezoid_*` values
+/// (integer constants give a float, as NumPy's `/ 2.0` does).
+#[test]
+fn trapezoid() {
+    let cases = [
+        ([1, 2, 3], [0, 1, 2], 4.0),
+        ([5, 5, 5], [0, 1, 2], 10.0),
+        ([1, 4, 9], [0, 1, 3], 15.5),
+    ];
+    for (y, x, want) in cases {
+        let consts = [("y", serde_json::json!(y)), ("x", serde_json::json!(x))];
+        let out = run_with(r#"{"name": "Trapezoid"}"#, &consts, &[]);
+        assert!(out["output"].dtype.is_float() && out["output"].shape.is_empty(), "{:?}", out["output"]);
+        close("trapezoid", &out["output"].data, &[want]);
+    }
+    let out = run_with(r#"{"name": "Trapezoid"}"#, &[], &[("y", vec![4], vec![1.0, -2.0, 0.5, 3.0]), ("x", vec![4], vec![0.0, 0.5, 2.0, 2.25])]);
+    close("floats", &out["output"].data, &[0.5 * (1.0 - 2.0) / 2.0 + 1.5 * (-2.0 + 0.5) / 2.0 + 0.25 * (0.5 + 3.0) / 2.0]);
+}

@@ -287,6 +287,9 @@ pub const COMPOSITES: &[&str] = &[
     "LSTMCellBody",
     "MDSCore",
     "MDS",
+    "EyeComplement",
+    "TransposedDiagonal",
+    "Trapezoid",
 ];
 
 impl Formula {
@@ -465,14 +468,12 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("TsnePJoint", "its binary search for each row's perplexity runs a data-dependent number of steps"),
     ("TSNECore", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
     ("TSNE", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
-    ("EyeComplement", "not expanded yet"),
     ("Cholesky", "the IR has no matrix decomposition"),
     ("GPRAlpha", "it solves with a Cholesky factor; the IR has no triangular solve"),
     ("GPRVOuter", "it solves with a Cholesky factor; the IR has no triangular solve"),
     ("Eigvalsh", "the IR has no eigenvalue decomposition"),
     ("GaussProcessRegressionCore", "it needs a Cholesky decomposition, which the IR lacks"),
     ("GPRLoss", "it needs eigenvalues of a Cholesky factor, which the IR lacks"),
-    ("TransposedDiagonal", "not expanded yet"),
     ("PrimitiveRandn", "random numbers: the IR has no random source"),
     ("PrimitiveRandInt", "random numbers: the IR has no random source"),
     ("Randn", "random numbers: the IR has no random source"),
@@ -480,7 +481,6 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("AUCCore", "it sorts and keeps the unique thresholds: the output's shape depends on the data"),
     ("AUC", "it sorts and keeps the unique thresholds: the output's shape depends on the data"),
     ("Unique", "the output's shape depends on the data"),
-    ("Trapezoid", "not expanded yet"),
     ("Item", "a tensor's element as a Python scalar is a run-time value, not a compile-time one"),
     ("TensorToList", "a tensor as a Python list is a run-time value, not a compile-time one"),
     ("PositionalEncoding", "not expanded yet"),
@@ -899,6 +899,52 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             s.order(&["distances", "pred_distances", "norm", "output"]);
         }
         "MDS" => mds(&mut s, &args)?,
+        "EyeComplement" => {
+            // `ones_with_zero_diag`: `ones((N, M)) - eye(N, M)` (`M` None: square).
+            let n = s.key("N");
+            if args.get("N").is_some() {
+                s.set_value(n, args.value("N")?, "N")?;
+            }
+            let m = arg_key(&mut s, &args, "M", Some(Static::None))?;
+            let dtype = arg_key(&mut s, &args, "dtype", Some(Static::None))?;
+            let eye = s.prim(Formula::Eye, ins![("N", n), ("M", m), ("dtype", dtype)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Subtract, ins![("left", int(1)), ("right", eye)], out)?;
+            s.order(&["N", "M", "dtype", "output"]);
+        }
+        "TransposedDiagonal" => {
+            // `diag(input)[:, None]`: every (N+1)-th element of the flattened [N, N]
+            // input, as a column (exact for any dtype; its gradient is Mithril's
+            // `output_gradient * eye`).
+            let x = s.key("input");
+            let n = batch_of(&mut s, x)?;
+            let flat = s.prim(Formula::Flatten, ins![("input", x), ("start_dim", int(0)), ("end_dim", int(-1))])?;
+            let step = s.prim(Formula::Add, ins![("left", n), ("right", int(1))])?;
+            let sl = s.prim(Formula::Slice, ins![("start", Static::None), ("stop", Static::None), ("step", step)])?;
+            let diag = s.prim(Formula::Indexer, ins![("input", flat), ("index", sl)])?;
+            let shape = s.prim(Formula::ToTuple, ins![("input1", n), ("input2", int(1))])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Reshape, ins![("input", diag), ("shape", shape)], out)?;
+            s.template(vec![(x, dims(&["N", "N"])), (out, vec![sym("N"), known(1)])]);
+            s.order(&["input", "output"]);
+        }
+        "Trapezoid" => {
+            // NumPy's `trapezoid(y, x)`: `sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2.0)`;
+            // the output is a scalar, so `y` and `x` are vectors.
+            let (y, x) = (s.key("y"), s.key("x"));
+            let one = s.prim(Formula::Slice, ins![("start", int(1)), ("stop", Static::None), ("step", Static::None)])?;
+            let but_last = s.prim(Formula::Slice, ins![("start", Static::None), ("stop", int(-1)), ("step", Static::None)])?;
+            let part = |s: &mut Scope, v: SlotId, sl: SlotId| s.prim(Formula::Indexer, ins![("input", v), ("index", sl)]);
+            let (x1, x0, y1, y0) = (part(&mut s, x, one)?, part(&mut s, x, but_last)?, part(&mut s, y, one)?, part(&mut s, y, but_last)?);
+            let d = s.prim(Formula::Subtract, ins![("left", x1), ("right", x0)])?;
+            let sum = s.prim(Formula::Add, ins![("left", y1), ("right", y0)])?;
+            let p = s.prim(Formula::Multiplication, ins![("left", d), ("right", sum)])?;
+            let h = s.prim(Formula::Divide, ins![("numerator", p), ("denominator", Static::Float(2.0))])?;
+            let out = s.key("output");
+            s.prim_into(Formula::ReduceSum, reduce_all(h), out)?;
+            s.template(vec![(y, dims(&["n"])), (x, dims(&["n"])), (out, vec![])]);
+            s.order(&["y", "x", "output"]);
+        }
         "RNNCell" => rnn_cell(&mut s)?,
         "LSTMCell" => lstm_cell(&mut s)?,
         "LSTMCellBody" => {
