@@ -312,3 +312,111 @@ fn trapezoid() {
     let out = run_with(r#"{"name": "Trapezoid"}"#, &[], &[("y", vec![4], vec![1.0, -2.0, 0.5, 3.0]), ("x", vec![4], vec![0.0, 0.5, 2.0, 2.25])]);
     close("floats", &out["output"].data, &[0.5 * (1.0 - 2.0) / 2.0 + 1.5 * (-2.0 + 0.5) / 2.0 + 0.25 * (0.5 + 3.0) / 2.0]);
 }
+
+/// `n` values in [-0.8, 0.8] from `seed`, for weights and data.
+fn values(seed: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| (((seed * 31 + i * 37) % 17) as f64 - 8.0) / 10.0).collect()
+}
+
+/// The first `n` rows of `t` (`[rows, 1, d]`).
+fn take_rows(t: &Tensor, n: u64) -> (Vec<u64>, Vec<f64>) {
+    let row = (t.shape[1] * t.shape[2]) as usize;
+    (vec![n, t.shape[1], t.shape[2]], t.data[..n as usize * row].to_vec())
+}
+
+/// OneToMany(RNNCell) unrolled over three steps against three runs of the RNNCell
+/// model (itself checked against Mithril's numbers): step `i` reads the first
+/// `target<i>.shape[0]` rows of the previous output (of `target<i-1>` with teacher
+/// forcing) and the previous hidden state.
+#[test]
+fn one_to_many_unrolls_the_cell() {
+    one_to_many(false);
+    one_to_many(true);
+}
+
+fn one_to_many(teacher_forcing: bool) {
+    let (d, h) = (2u64, 3u64);
+    let weights: Vec<(&str, Vec<u64>, Vec<f64>)> = vec![
+        ("w_ih", vec![h, d], values(1, 6)),
+        ("w_hh", vec![h, h], values(2, 9)),
+        ("w_ho", vec![d, h], values(3, 6)),
+        ("bias_h", vec![h], values(4, 3)),
+        ("bias_o", vec![d], values(5, 2)),
+    ];
+    let x = (vec![3, 1, d], values(6, 6));
+    let h0 = (vec![3, 1, h], values(7, 9));
+    let targets = [(vec![3u64, 1, d], values(8, 6)), (vec![2u64, 1, d], values(9, 4)), (vec![1, 1, d], values(10, 2))];
+    let model = format!(
+        r#"{{"name": "OneToMany", "args": {{"cell_type": {{"name": "RNNCell"}}, "max_sequence_length": 3, "teacher_forcing": {teacher_forcing}}}}}"#
+    );
+    let mut feeds = weights.clone();
+    feeds.push(("input", x.0.clone(), x.1.clone()));
+    feeds.push(("initial_hidden", h0.0.clone(), h0.1.clone()));
+    for (name, t) in ["target0", "target1", "target2"].into_iter().zip(&targets) {
+        if teacher_forcing || name != "target0" {
+            feeds.push((name, t.0.clone(), t.1.clone()));
+        }
+    }
+    let got = run_with(&model, &[], &feeds);
+    let (mut input, mut hidden) = (x, h0);
+    for step in 0..3 {
+        let mut feeds = weights.clone();
+        feeds.push(("input", input.0.clone(), input.1.clone()));
+        feeds.push(("prev_hidden", hidden.0.clone(), hidden.1.clone()));
+        let want = run_with(r#"{"name": "RNNCell"}"#, &[], &feeds);
+        let out = &got[&format!("output{step}")];
+        assert_eq!(out.shape, want["output"].shape, "output{step}");
+        close(&format!("output{step}"), &out.data, &want["output"].data);
+        if step < 2 {
+            let previous = if teacher_forcing { Tensor::new(Dtype::F64, targets[step].0.clone(), targets[step].1.clone()) } else { want["output"].clone() };
+            input = take_rows(&previous, targets[step + 1].0[0]);
+            hidden = (want["hidden"].shape.clone(), want["hidden"].data.clone());
+        }
+    }
+}
+
+/// ManyToOne(LSTMCell) over three steps against three runs of the LSTMCell model:
+/// both states pass on, and `hidden_concat` stacks step 1's `hidden_compl`, then the
+/// last step's `hidden` and `hidden_compl`.
+#[test]
+fn many_to_one_unrolls_the_cell() {
+    let (d, h, o) = (2u64, 3u64, 2u64);
+    let mut weights: Vec<(&str, Vec<u64>, Vec<f64>)> = Vec::new();
+    for (i, (w, b)) in [("w_i", "bias_i"), ("w_f", "bias_f"), ("w_c", "bias_c"), ("w_o", "bias_o")].into_iter().enumerate() {
+        weights.push((w, vec![h, d + h], values(10 + i, (h * (d + h)) as usize)));
+        weights.push((b, vec![h], values(20 + i, h as usize)));
+    }
+    weights.push(("w_out", vec![o, h], values(30, (o * h) as usize)));
+    weights.push(("bias_out", vec![o], values(31, o as usize)));
+    let inputs = [(vec![3u64, 1, d], values(40, 6)), (vec![2, 1, d], values(41, 4)), (vec![1, 1, d], values(42, 2))];
+    let (h0, c0) = ((vec![3u64, 1, h], values(43, 9)), (vec![3u64, 1, h], values(44, 9)));
+    let model = r#"{"name": "ManyToOne", "args": {"cell_type": "LSTMCell", "max_sequence_length": 3}}"#;
+    let names = ["input0", "input1", "input2"];
+    let mut feeds = weights.clone();
+    for (n, (shape, data)) in names.iter().zip(&inputs) {
+        feeds.push((n, shape.clone(), data.clone()));
+    }
+    feeds.push(("initial_hidden", h0.0.clone(), h0.1.clone()));
+    feeds.push(("initial_cell", c0.0.clone(), c0.1.clone()));
+    let got = run_with(model, &[], &feeds);
+    let (mut hidden, mut cell) = (h0, c0);
+    let mut concat = Vec::new();
+    for (step, input) in inputs.iter().enumerate() {
+        let mut feeds = weights.clone();
+        feeds.push(("input", input.0.clone(), input.1.clone()));
+        feeds.push(("prev_hidden", hidden.0.clone(), hidden.1.clone()));
+        feeds.push(("prev_cell", cell.0.clone(), cell.1.clone()));
+        let want = run_with(r#"{"name": "LSTMCell"}"#, &[], &feeds);
+        close(&format!("output{step}"), &got[&format!("output{step}")].data, &want["output"].data);
+        if step == 2 {
+            concat.extend(&want["hidden"].data);
+        }
+        if step > 0 {
+            concat.extend(&want["hidden_compl"].data);
+        }
+        hidden = (want["hidden"].shape.clone(), want["hidden"].data.clone());
+        cell = (want["cell"].shape.clone(), want["cell"].data.clone());
+    }
+    assert_eq!(got["hidden_concat"].shape, [3, 1, h]);
+    close("hidden_concat", &got["hidden_concat"].data, &concat);
+}

@@ -290,6 +290,8 @@ pub const COMPOSITES: &[&str] = &[
     "EyeComplement",
     "TransposedDiagonal",
     "Trapezoid",
+    "OneToMany",
+    "ManyToOne",
 ];
 
 impl Formula {
@@ -484,9 +486,7 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("Item", "a tensor's element as a Python scalar is a run-time value, not a compile-time one"),
     ("TensorToList", "a tensor as a Python list is a run-time value, not a compile-time one"),
     ("PositionalEncoding", "not expanded yet"),
-    ("OneToMany", "not expanded yet"),
     ("OneToManyInference", "it runs the cell until it emits an end token: a data-dependent number of steps"),
-    ("ManyToOne", "not expanded yet"),
     ("EncoderDecoder", "not expanded yet"),
     ("EncoderDecoderInference", "it runs the decoder for a data-dependent number of steps"),
     ("Accuracy", "not expanded yet"),
@@ -506,6 +506,16 @@ pub fn exposed_outputs(class: &str) -> &'static [&'static str] {
         "LogisticRegression" => &["probs_output"],
         _ => &[],
     }
+}
+
+/// Whether `key` is an output of a `class` model at the top level even where another
+/// of its primitives reads it: `exposed_outputs`, and the unrolled recurrent models'
+/// `output<i>` (and ManyToOne's `hidden_concat`).
+pub fn is_exposed_output(class: &str, key: &str) -> bool {
+    let step_output = key.strip_prefix("output").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
+    exposed_outputs(class).contains(&key)
+        || matches!(class, "OneToMany" | "ManyToOne") && step_output
+        || class == "ManyToOne" && key == "hidden_concat"
 }
 
 /// Why Mithril's class `class` is not supported, if it is one this frontend knows of.
@@ -945,6 +955,7 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             s.template(vec![(y, dims(&["n"])), (x, dims(&["n"])), (out, vec![])]);
             s.order(&["y", "x", "output"]);
         }
+        "OneToMany" | "ManyToOne" => unrolled(&mut s, &args, node.class == "OneToMany")?,
         "RNNCell" => rnn_cell(&mut s)?,
         "LSTMCell" => lstm_cell(&mut s)?,
         "LSTMCellBody" => {
@@ -1165,6 +1176,88 @@ fn mds(s: &mut Scope, args: &Args) -> Result<()> {
     s.prim_into(Formula::Buffer, ins![("input", coords)], pc)?;
     s.template(vec![(coords, vec![TemplateDim::Any, dim.map_or(TemplateDim::Any, known)])]);
     s.order(&["input", "coords", "norm", "predicted_coords", "output"]);
+    Ok(())
+}
+
+/// The keys a recurrent cell class shares across time steps and the states it
+/// passes on (`shared_keys`, `state_keys` in models.py), its output being `output`.
+fn cell_keys(class: &str) -> Option<(&'static [&'static str], &'static [&'static str])> {
+    match class {
+        "RNNCell" => Some((&["w_ih", "w_hh", "w_ho", "bias_h", "bias_o"], &["hidden"])),
+        "LSTMCell" => {
+            Some((&["w_f", "w_i", "w_o", "w_c", "w_out", "bias_f", "bias_i", "bias_o", "bias_c", "bias_out"], &["hidden", "cell"]))
+        }
+        _ => None,
+    }
+}
+
+/// OneToMany and ManyToOne as models.py unrolls them over `max_sequence_length`
+/// copies of `cell_type`, which share its weights (keys of the same names) and pass
+/// their states on (`prev_<state>` of step 0 is `initial_<state>`); step `i` writes
+/// `output<i>`.
+/// - OneToMany: step 0 reads `input`; step `i` reads the first `target<i>.shape[0]`
+///   rows of step `i-1`'s output (of `target<i-1>` with `teacher_forcing`).
+/// - ManyToOne: step `i` reads `input<i>`; `hidden_concat` stacks (axis 0) each later
+///   step's `hidden_compl` and the last step's `hidden` before its `hidden_compl`.
+fn unrolled(s: &mut Scope, args: &Args, one_to_many: bool) -> Result<()> {
+    let cell = args.model("cell_type")?;
+    let (shared, states) =
+        cell_keys(&cell.class).ok_or_else(|| args.err(&format!("`cell_type` must be RNNCell or LSTMCell, got {}", cell.class)))?;
+    let steps = args.value("max_sequence_length")?.as_int().filter(|&n| n >= 2).ok_or_else(|| {
+        args.err("`max_sequence_length` must be an integer of at least 2 (models.py leaves a shorter model without an output)")
+    })?;
+    let teacher_forcing = args.bool_or("teacher_forcing", false)?;
+    // Values given for the model's own keys (models.py's `**kwargs`).
+    let own = |s: &mut Scope, name: &str| -> Result<SlotId> {
+        let k = s.key(name);
+        if args.get(name).is_some() {
+            s.set_value(k, args.value(name)?, name)?;
+        }
+        Ok(k)
+    };
+    let mut prev: Option<Keys> = None;
+    let mut concat = Vec::new();
+    for i in 0..steps {
+        let keys = s.instantiate(&cell)?;
+        let key = |k: &str| keys.get(k).copied().ok_or_else(|| Error::internal(format!("{} has no key `{k}`", cell.class)));
+        let input = match (&prev, one_to_many) {
+            (None, true) => own(s, "input")?,
+            (_, false) => own(s, &format!("input{i}"))?,
+            (Some(p), true) => {
+                let target = s.key(&format!("target{i}"));
+                let n = batch_of(s, target)?;
+                let from = if teacher_forcing { s.key(&format!("target{}", i - 1)) } else { p["output"] };
+                rows(s, from, None, Some(n))?
+            }
+        };
+        s.union(input, key("input")?)?;
+        for k in shared {
+            let o = own(s, k)?;
+            s.union(o, key(k)?)?;
+        }
+        for st in states {
+            let from = match &prev {
+                None => own(s, &format!("initial_{st}"))?,
+                Some(p) => p[*st],
+            };
+            s.union(from, key(&format!("prev_{st}"))?)?;
+        }
+        let out = s.key(&format!("output{i}"));
+        s.union(key("output")?, out)?;
+        if !one_to_many && i > 0 {
+            if i + 1 == steps {
+                concat.push(key("hidden")?);
+            }
+            concat.push(key("hidden_compl")?);
+        }
+        prev = Some(keys);
+    }
+    if !one_to_many {
+        let names: Vec<String> = (1..=concat.len()).map(|j| format!("input{j}")).collect();
+        let list = s.prim(Formula::ToList, names.iter().zip(&concat).map(|(k, &c)| (k.as_str(), In::Slot(c))).collect())?;
+        let out = s.key("hidden_concat");
+        s.prim_into(Formula::Concat, ins![("input", list), ("axis", int(0))], out)?;
+    }
     Ok(())
 }
 
