@@ -420,3 +420,34 @@ fn many_to_one_unrolls_the_cell() {
     assert_eq!(got["hidden_concat"].shape, [3, 1, h]);
     close("hidden_concat", &got["hidden_concat"].data, &concat);
 }
+
+/// PositionalEncoding (Mithril's Torch-only `positional_encoding`): the sines and
+/// cosines of Torch's float32 table added to an f64 input (compared at float32's
+/// precision); `max_len` bounds the sequence and `hidden_dim` must be even.
+#[test]
+fn positional_encoding() {
+    let (b, l, h) = (2usize, 3usize, 4usize);
+    let x = values(50, b * l * h);
+    let model = r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 4, "max_len": 5}}"#;
+    let out = run_with(model, &[], &[("input", vec![b as u64, l as u64, h as u64], x.clone())]);
+    let rate = -(10000f32.ln()) / h as f32;
+    let mut want = x;
+    for (i, v) in want.iter_mut().enumerate() {
+        let (p, j) = ((i / h) % l, i % h);
+        let angle = p as f32 * ((2 * (j / 2)) as f32 * rate).exp();
+        *v += f64::from(if j % 2 == 0 { angle.sin() } else { angle.cos() });
+    }
+    assert_eq!(out["output"].shape, [2, 3, 4]);
+    for (i, (g, w)) in out["output"].data.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-6, "[{i}]: {g} against {w}");
+    }
+    let load = |model: &str, x: &[u64]| {
+        let mut opts = Options::default();
+        opts.known_types.insert("input".into(), TensorType::new(Dtype::F64, Shape::known(x)));
+        mithril::load_str(model, "pe.json", "pe", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let e = load(r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 4, "max_len": 2}}"#, &[2, 3, 4]).unwrap_err();
+    assert!(e.contains("top-level PositionalEncoding") && e.contains("[1, 2, 4]"), "{e}");
+    let e = load(r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 3}}"#, &[2, 3, 3]).unwrap_err();
+    assert!(e.contains("`hidden_dim` must be a positive even integer"), "{e}");
+}

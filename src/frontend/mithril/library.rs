@@ -292,6 +292,7 @@ pub const COMPOSITES: &[&str] = &[
     "Trapezoid",
     "OneToMany",
     "ManyToOne",
+    "PositionalEncoding",
 ];
 
 impl Formula {
@@ -485,7 +486,6 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("Unique", "the output's shape depends on the data"),
     ("Item", "a tensor's element as a Python scalar is a run-time value, not a compile-time one"),
     ("TensorToList", "a tensor as a Python list is a run-time value, not a compile-time one"),
-    ("PositionalEncoding", "not expanded yet"),
     ("OneToManyInference", "it runs the cell until it emits an end token: a data-dependent number of steps"),
     ("EncoderDecoder", "not expanded yet"),
     ("EncoderDecoderInference", "it runs the decoder for a data-dependent number of steps"),
@@ -956,6 +956,7 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             s.order(&["y", "x", "output"]);
         }
         "OneToMany" | "ManyToOne" => unrolled(&mut s, &args, node.class == "OneToMany")?,
+        "PositionalEncoding" => positional_encoding(&mut s, &args)?,
         "RNNCell" => rnn_cell(&mut s)?,
         "LSTMCell" => lstm_cell(&mut s)?,
         "LSTMCellBody" => {
@@ -1258,6 +1259,50 @@ fn unrolled(s: &mut Scope, args: &Args, one_to_many: bool) -> Result<()> {
         let out = s.key("hidden_concat");
         s.prim_into(Formula::Concat, ins![("input", list), ("axis", int(0))], out)?;
     }
+    Ok(())
+}
+
+/// PositionalEncoding as Mithril's (Torch-only) `positional_encoding` computes it:
+/// `input + pe[None, :L]` (`L = input.shape[1]`) with `pe[p, 2k] = sin(p * w_k)`,
+/// `pe[p, 2k+1] = cos(p * w_k)`, `w_k = exp(2k * -(ln 10000 / hidden_dim))`, all in
+/// float32 (Torch's default dtype, which Mithril leaves alone), then cast to the input's
+/// dtype as the sum promotes it. Only the first `min(L, max_len)` positions are built;
+/// `L > max_len` fails to broadcast, as in Torch.
+fn positional_encoding(s: &mut Scope, args: &Args) -> Result<()> {
+    let hidden = args.value("hidden_dim")?.as_int().filter(|h| *h > 0 && h % 2 == 0).ok_or_else(|| {
+        args.err("`hidden_dim` must be a positive even integer (Torch's `pe[:, 1::2] = cos(...)` fails for an odd one)")
+    })?;
+    let hk = s.key("hidden_dim");
+    s.set_value(hk, int(hidden), "hidden_dim")?;
+    let max_len = arg_key(s, args, "max_len", Some(int(5000)))?;
+    let x = s.key("input");
+    let f32 = || Static::Str("float32".into());
+    let shape = s.prim(Formula::Shape, ins![("input", x)])?;
+    let len = s.prim(Formula::Indexer, ins![("input", shape), ("index", int(1))])?;
+    let all = s.prim(Formula::Arange, ins![("stop", max_len), ("start", int(0)), ("step", int(1)), ("dtype", Static::None)])?;
+    let positions = rows(s, all, None, Some(len))?;
+    let pf = s.prim(Formula::Cast, ins![("input", positions), ("dtype", f32())])?;
+    let column = s.prim(Formula::Reshape, ins![("input", pf), ("shape", Static::tuple(vec![int(-1), int(1)]))])?;
+    let k2 = s.prim(Formula::Arange, ins![("stop", int(hidden)), ("start", int(0)), ("step", int(2)), ("dtype", Static::None)])?;
+    let k2f = s.prim(Formula::Cast, ins![("input", k2), ("dtype", f32())])?;
+    // `-torch.log(torch.tensor(10000.0)) / hidden_dim`, a float32 scalar.
+    let rate = -(10000f32.ln()) / hidden as f32;
+    let scaled = s.prim(Formula::Multiplication, ins![("left", k2f), ("right", Static::Float(f64::from(rate)))])?;
+    let w = s.prim(Formula::Exp, ins![("input", scaled)])?;
+    let angles = s.prim(Formula::Multiplication, ins![("left", column), ("right", w)])?;
+    let half = Static::tuple(vec![int(-1), int(hidden / 2), int(1)]);
+    let sin = s.prim(Formula::Sin, ins![("input", angles)])?;
+    let sin3 = s.prim(Formula::Reshape, ins![("input", sin), ("shape", half.clone())])?;
+    let cos = s.prim(Formula::Cos, ins![("input", angles)])?;
+    let cos3 = s.prim(Formula::Reshape, ins![("input", cos), ("shape", half)])?;
+    let pair = s.prim(Formula::ToList, ins![("input1", sin3), ("input2", cos3)])?;
+    let interleaved = s.prim(Formula::Concat, ins![("input", pair), ("axis", int(-1))])?;
+    let pe = s.prim(Formula::Reshape, ins![("input", interleaved), ("shape", Static::tuple(vec![int(1), int(-1), int(hidden)]))])?;
+    let dtype = s.prim(Formula::Dtype, ins![("input", x)])?;
+    let pe = s.prim(Formula::Cast, ins![("input", pe), ("dtype", dtype)])?;
+    let out = s.key("output");
+    s.prim_into(Formula::Add, ins![("left", x), ("right", pe)], out)?;
+    s.order(&["input", "hidden_dim", "max_len", "output"]);
     Ok(())
 }
 
