@@ -617,7 +617,7 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             if use_bias {
                 let b = s.param("bias");
                 y = s.prim(Formula::Add, ins![("left", y), ("right", b)])?;
-                s.template(vec![(x, xt.clone()), (b, dims(&["d"]))]);
+                s.template(vec![(x, xt), (b, dims(&["d"]))]);
                 order.push("bias");
             }
             let out = s.key("output");
