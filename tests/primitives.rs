@@ -1151,12 +1151,14 @@ fn slices() {
 #[test]
 fn cast_and_dtype() {
     let x = A::new(&[2, 3], vec![-1.75, 2.5, 0.0, 0.5, -0.25, 3.0]);
-    let m = one("Cast", json!({}), json!({"input": key("input"), "dtype": "int32"}));
+    // A dtype name is a constructor value (in a connection, a bare string names a key,
+    // as `dict_to_model` reads it).
+    let m = one("Cast", json!({"dtype": "int32"}), json!({"input": key("input")}));
     // astype(int32) truncates toward zero.
     check("Cast int32", &out(&m, &[("input", f32t(&x))]), Dtype::I32, &x.map(f64::trunc));
-    let m = one("Cast", json!({}), json!({"input": key("input"), "dtype": "Dtype.bool"}));
+    let m = one("Cast", json!({"dtype": "Dtype.bool"}), json!({"input": key("input")}));
     check("Cast bool", &out(&m, &[("input", f32t(&x))]), Dtype::Bool, &x.map(|v| b2f(v != 0.0)));
-    let m = one("Cast", json!({}), json!({"input": key("input"), "dtype": "float32"}));
+    let m = one("Cast", json!({"dtype": "float32"}), json!({"input": key("input")}));
     let got = out(&m, &[("input", i32t(&[3], &[-3, 0, 7]))]);
     check("Cast float32", &got, Dtype::F32, &A::new(&[3], vec![-3.0, 0.0, 7.0]));
     // y.astype(x.dtype)
@@ -1263,7 +1265,7 @@ fn converters_2d() {
     check("converters -> PrimitiveMaxPool2D", &out(&m, &[("input", f32t(&x))]), Dtype::F32, &want);
     // 'same' padding for a 3x3 kernel, explicit stride (1, 1); average pooling counts padding.
     let m = model(vec![
-        (node("PaddingConverter2D", json!({})), json!({"input": "PaddingType.SAME", "kernel_size": [3, 3]})),
+        (node("PaddingConverter2D", json!({"input": "PaddingType.SAME"})), json!({"kernel_size": [3, 3]})),
         (node("StrideConverter", json!({})), json!({"input": [1, 1], "kernel_size": [3, 3]})),
         (
             node("PrimitiveAvgPool2D", json!({})),
@@ -1291,7 +1293,7 @@ fn converters_1d() {
     let x = pos(&[1, 2, 5], 68).map(|v| -v);
     let pool = |padding: Value| {
         model(vec![
-            (node("PaddingConverter1D", json!({})), json!({"input": padding, "kernel_size": 3})),
+            (node("PaddingConverter1D", json!({"input": padding})), json!({"kernel_size": 3})),
             (node("StrideConverter", json!({})), json!({"input": 1, "kernel_size": 3})),
             (
                 node("PrimitiveMaxPool1D", json!({})),
@@ -1313,7 +1315,7 @@ fn to_tensor() {
     check("ToTensor ints", &out(&m, &[]), Dtype::I32, &A::from_fn(&[2, 3], |i| (i[0] * 3 + i[1] + 1) as f64));
     let m = one("ToTensor", json!({}), json!({"input": [0.5, -1.5]}));
     check("ToTensor floats", &out(&m, &[]), Dtype::F32, &A::new(&[2], vec![0.5, -1.5]));
-    let m = one("ToTensor", json!({}), json!({"input": [1, 2], "dtype": "float32"}));
+    let m = one("ToTensor", json!({"dtype": "float32"}), json!({"input": [1, 2]}));
     check("ToTensor ints as float32", &out(&m, &[]), Dtype::F32, &A::new(&[2], vec![1.0, 2.0]));
     // x + to_tensor(3.0) broadcasts a scalar tensor.
     let x = vals(&[2, 1], 69);
@@ -1343,9 +1345,9 @@ fn creation() {
 #[test]
 fn eye_and_ones_dtype() {
     // np.eye(N, M, dtype=dtype) and np.ones(shape, dtype=dtype) give the requested dtype.
-    let m = one("Eye", json!({}), json!({"N": 2, "M": 3, "dtype": "int32"}));
+    let m = one("Eye", json!({"dtype": "int32"}), json!({"N": 2, "M": 3}));
     check("eye(2, 3, dtype=int32)", &out(&m, &[]), Dtype::I32, &A::from_fn(&[2, 3], |i| b2f(i[0] == i[1])));
-    let m = one("Ones", json!({}), json!({"shape": [2, 1], "dtype": "bool"}));
+    let m = one("Ones", json!({"dtype": "bool"}), json!({"shape": [2, 1]}));
     check("ones((2, 1), dtype=bool)", &out(&m, &[]), Dtype::Bool, &A::new(&[2, 1], vec![1.0; 2]));
 }
 
