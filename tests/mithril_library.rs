@@ -137,6 +137,11 @@ cases! {
     mds_core_all_zero => "models/test_mds_core_4";
     mds_powered_distances => "models/test_mds_2";
     train_mds_points => "train/test_mds_1";
+    norm_modifier => "models/test_norm_modifier_1";
+    norm_modifier_falling => "models/test_norm_modifier_2";
+    norm_modifier_negative => "models/test_norm_modifier_3";
+    distance_matrix => "models/test_distance_matrix_1_as_DistanceMatrix";
+    lstm_cell_body => "models/test_lstm_cell_1_as_LSTMCellBody";
     layer_norm_rank_2 => "models/test_layernorm_1";
     layer_norm_rank_2_three_features => "models/test_layernorm_2";
     train_mds_core_tiny_distances => "train/test_mds_base_7";
@@ -152,6 +157,14 @@ cases! {
     logistic_regression_l1 => "train/test_logistic_6";
     two_regularizations => "train/test_linear_with_2_reg";
     two_regularized_keys => "train/test_linear_11_two_key_reg";
+}
+
+/// Every case of `cases.json` is run by a test above.
+#[test]
+fn every_case_runs() {
+    let src = include_str!("mithril_library.rs");
+    let missing: Vec<String> = cases().keys().filter(|k| !src.contains(&format!("=> \"{k}\";"))).cloned().collect();
+    assert!(missing.is_empty(), "cases.json cases no test runs: {missing:?}");
 }
 
 /// The forms `dict_to_model` reads that `model_to_dict` does not write: a bare class
