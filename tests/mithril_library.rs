@@ -132,6 +132,20 @@ cases! {
     rnn_cell => "models/test_rnn_cell_1";
     rnn_cell_2 => "models/test_rnn_cell_2";
     lstm_cell => "models/test_lstm_cell_1";
+    mds_core => "models/test_mds_core_2";
+    mds_core_norm_3 => "models/test_mds_core_3";
+    mds_core_all_zero => "models/test_mds_core_4";
+    mds_powered_distances => "models/test_mds_2";
+    train_mds_points => "train/test_mds_1";
+    norm_modifier => "models/test_norm_modifier_1";
+    norm_modifier_falling => "models/test_norm_modifier_2";
+    norm_modifier_negative => "models/test_norm_modifier_3";
+    distance_matrix => "models/test_distance_matrix_1_as_DistanceMatrix";
+    lstm_cell_body => "models/test_lstm_cell_1_as_LSTMCellBody";
+    layer_norm_rank_2 => "models/test_layernorm_1";
+    layer_norm_rank_2_three_features => "models/test_layernorm_2";
+    train_mds_core_tiny_distances => "train/test_mds_base_7";
+    train_mds_core_zero_predictions => "train/test_mds_base_2";
     train_polynomial_regression => "train/test_polynomial_1";
     l2_regularization => "train/test_linear_10";
     l2_regularization_by_pattern => "train/pattern_weight_or_bias";
@@ -143,6 +157,14 @@ cases! {
     logistic_regression_l1 => "train/test_logistic_6";
     two_regularizations => "train/test_linear_with_2_reg";
     two_regularized_keys => "train/test_linear_11_two_key_reg";
+}
+
+/// Every case of `cases.json` is run by a test above.
+#[test]
+fn every_case_runs() {
+    let src = include_str!("mithril_library.rs");
+    let missing: Vec<String> = cases().keys().filter(|k| !src.contains(&format!("=> \"{k}\";"))).cloned().collect();
+    assert!(missing.is_empty(), "cases.json cases no test runs: {missing:?}");
 }
 
 /// The forms `dict_to_model` reads that `model_to_dict` does not write: a bare class
@@ -184,4 +206,261 @@ fn unsupported_classes_give_their_reason() {
          submodels.m_1 (Randn): Mithril's Randn is not supported: random numbers: the IR has no random source\n  \
          note: a user-defined Model subclass is written under its class name and cannot be rebuilt without its Python code"
     );
+}
+
+/// LayerNorm normalizes the last axis of a `[B, ..., d]` input (Mithril's own cases
+/// run it on `[N, d]`); a rank-1 input, or a weight or bias other than `[d]`, is
+/// refused against the node.
+#[test]
+fn layer_norm_shapes() {
+    let load = |x: &[u64], w: &[u64], b: &[u64]| {
+        let mut opts = Options::default();
+        for (k, s) in [("input", x), ("weight", w), ("bias", b)] {
+            opts.known_types.insert(k.into(), TensorType::new(Dtype::F64, Shape::known(s)));
+        }
+        mithril::load_str(r#"{"name": "LayerNorm"}"#, "ln.json", "ln", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    for x in [&[3u64, 2][..], &[4, 3, 2], &[2, 4, 3, 2]] {
+        load(x, &[2], &[2]).unwrap_or_else(|e| panic!("{x:?}: {e}"));
+    }
+    assert_eq!(
+        load(&[2], &[2], &[2]).unwrap_err(),
+        "ln.json: top-level LayerNorm: `input` has shape [2], which does not match [B, C..., d] (rank 1 where 2 or more is needed)\n  \
+         note: the shape of `input` comes from the data"
+    );
+    let e = load(&[3, 2], &[3], &[2]).unwrap_err();
+    assert!(e.contains("top-level LayerNorm") && e.contains("`weight` has shape [3]"), "{e}");
+    let e = load(&[3, 2], &[2], &[2, 1]).unwrap_err();
+    assert!(e.contains("top-level LayerNorm") && e.contains("`bias` has shape [2, 1]"), "{e}");
+}
+
+/// Convolution2D's bias has primitives.py's template `[1, out_channels, 1, 1]`.
+/// Mithril's `test_conv2d_4` feeds a `[1]` bias, which only its unchecked NumPy run
+/// broadcasts (the shape of a trainable input is never checked at `evaluate`); a
+/// compile that knows the shape refuses it, and so does mithrilc.
+#[test]
+fn convolution_2d_bias_template() {
+    let load = |b: &[u64]| {
+        let mut opts = Options::default();
+        for (k, s) in [("input", &[1u64, 1, 5, 5][..]), ("weight", &[1, 1, 3, 3]), ("bias", b)] {
+            opts.known_types.insert(k.into(), TensorType::new(Dtype::F64, Shape::known(s)));
+        }
+        let model = r#"{"name": "Convolution2D", "args": {"kernel_size": 3, "out_channels": 1}}"#;
+        mithril::load_str(model, "conv.json", "conv", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    load(&[1, 1, 1, 1]).unwrap();
+    let e = load(&[1]).unwrap_err();
+    assert!(e.starts_with("conv.json: top-level Convolution2D: `bias` has shape [1], which does not match [1, 1, 1, 1]"), "{e}");
+}
+
+/// Runs `model` with `constants` (Mithril's `constant_keys`) and f64 `feeds`; its outputs.
+fn run_with(model: &str, constants: &[(&str, Value)], feeds: &[(&str, Vec<u64>, Vec<f64>)]) -> BTreeMap<String, Tensor> {
+    let mut opts = Options::default();
+    opts.constants = constants.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    for (k, shape, _) in feeds {
+        opts.known_types.insert(k.to_string(), TensorType::new(Dtype::F64, Shape::known(shape)));
+    }
+    let graph = mithril::load_str(model, "m.json", "m", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let feeds = feeds.iter().map(|(k, shape, data)| (k.to_string(), Tensor::new(Dtype::F64, shape.clone(), data.clone()))).collect();
+    interp::run(&graph, &feeds).unwrap_or_else(|e| panic!("{e}")).into_iter().collect()
+}
+
+/// EyeComplement's `ones_with_zero_diag`, with Mithril's `test_eye_complement_1`..`_3`
+/// (`N` and `M` as constructor arguments or compile-time constants).
+#[test]
+fn eye_complement() {
+    let out = run_with(r#"{"name": "EyeComplement", "args": {"N": 2, "M": 2}}"#, &[], &[]);
+    assert_eq!(out["output"].shape, [2, 2]);
+    close("2x2", &out["output"].data, &[0.0, 1.0, 1.0, 0.0]);
+    let out = run_with(r#"{"name": "EyeComplement", "args": {"N": 3, "M": "TBD"}}"#, &[("M", serde_json::json!(4))], &[]);
+    assert_eq!(out["output"].shape, [3, 4]);
+    close("3x4", &out["output"].data, &[0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0]);
+    let out = run_with(r#"{"name": "EyeComplement", "args": {"N": "TBD"}}"#, &[("N", serde_json::json!(3))], &[]);
+    assert_eq!(out["output"].shape, [3, 3]);
+    close("3x3", &out["output"].data, &[0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0]);
+}
+
+/// TransposedDiagonal (`diag(input)[:, None]`), non-finite values off the diagonal
+/// included, and its gradient, Mithril's `output_gradient * eye(N)`.
+#[test]
+fn transposed_diagonal() {
+    let x = vec![1.0, f64::INFINITY, 3.0, 4.0, 5.0, f64::NAN, 7.0, 8.0, 9.0];
+    let out = run_with(r#"{"name": "TransposedDiagonal"}"#, &[], &[("input", vec![3, 3], x.clone())]);
+    assert_eq!(out["output"].shape, [3, 1]);
+    close("diag", &out["output"].data, &[1.0, 5.0, 9.0]);
+    let model = r#"{"name": "TransposedDiagonal", "assigned_differentiabilities": [["input", true]]}"#;
+    let mut opts = Options::default();
+    opts.known_types.insert("input".into(), TensorType::new(Dtype::F64, Shape::known(&[3, 3])));
+    let mut graph = mithril::load_str(model, "m.json", "m", &opts).unwrap_or_else(|e| panic!("{e}"));
+    for node in &mut graph.nodes {
+        if node.op == Op::Input {
+            node.op = Op::Param;
+        }
+    }
+    let popts = passes::Options { grad: Wrt::Params(vec!["input".into()]) };
+    passes::run_pipeline(&mut graph, passes::PIPELINE, &popts, |_, _| {}).unwrap();
+    let feeds = BTreeMap::from([
+        ("input".to_string(), Tensor::new(Dtype::F64, vec![3, 3], x)),
+        (output_grad_name("output"), Tensor::new(Dtype::F64, vec![3, 1], vec![2.0, -1.0, 0.5])),
+    ]);
+    let out: BTreeMap<String, Tensor> = interp::run(&graph, &feeds).unwrap().into_iter().collect();
+    close("gradient", &out[&grad_name("input")].data, &[2.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0, 0.5]);
+}
+
+/// Trapezoid (NumPy's `trapezoid(y, x)`), with Mithril's `test_trapezoid_*` values
+/// (integer constants give a float, as NumPy's `/ 2.0` does).
+#[test]
+fn trapezoid() {
+    let cases = [
+        ([1, 2, 3], [0, 1, 2], 4.0),
+        ([5, 5, 5], [0, 1, 2], 10.0),
+        ([1, 4, 9], [0, 1, 3], 15.5),
+    ];
+    for (y, x, want) in cases {
+        let consts = [("y", serde_json::json!(y)), ("x", serde_json::json!(x))];
+        let out = run_with(r#"{"name": "Trapezoid"}"#, &consts, &[]);
+        assert!(out["output"].dtype.is_float() && out["output"].shape.is_empty(), "{:?}", out["output"]);
+        close("trapezoid", &out["output"].data, &[want]);
+    }
+    let out = run_with(r#"{"name": "Trapezoid"}"#, &[], &[("y", vec![4], vec![1.0, -2.0, 0.5, 3.0]), ("x", vec![4], vec![0.0, 0.5, 2.0, 2.25])]);
+    close("floats", &out["output"].data, &[0.5 * (1.0 - 2.0) / 2.0 + 1.5 * (-2.0 + 0.5) / 2.0 + 0.25 * (0.5 + 3.0) / 2.0]);
+}
+
+/// `n` values in [-0.8, 0.8] from `seed`, for weights and data.
+fn values(seed: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| (((seed * 31 + i * 37) % 17) as f64 - 8.0) / 10.0).collect()
+}
+
+/// The first `n` rows of `t` (`[rows, 1, d]`).
+fn take_rows(t: &Tensor, n: u64) -> (Vec<u64>, Vec<f64>) {
+    let row = (t.shape[1] * t.shape[2]) as usize;
+    (vec![n, t.shape[1], t.shape[2]], t.data[..n as usize * row].to_vec())
+}
+
+/// OneToMany(RNNCell) unrolled over three steps against three runs of the RNNCell
+/// model (itself checked against Mithril's numbers): step `i` reads the first
+/// `target<i>.shape[0]` rows of the previous output (of `target<i-1>` with teacher
+/// forcing) and the previous hidden state.
+#[test]
+fn one_to_many_unrolls_the_cell() {
+    one_to_many(false);
+    one_to_many(true);
+}
+
+fn one_to_many(teacher_forcing: bool) {
+    let (d, h) = (2u64, 3u64);
+    let weights: Vec<(&str, Vec<u64>, Vec<f64>)> = vec![
+        ("w_ih", vec![h, d], values(1, 6)),
+        ("w_hh", vec![h, h], values(2, 9)),
+        ("w_ho", vec![d, h], values(3, 6)),
+        ("bias_h", vec![h], values(4, 3)),
+        ("bias_o", vec![d], values(5, 2)),
+    ];
+    let x = (vec![3, 1, d], values(6, 6));
+    let h0 = (vec![3, 1, h], values(7, 9));
+    let targets = [(vec![3u64, 1, d], values(8, 6)), (vec![2u64, 1, d], values(9, 4)), (vec![1, 1, d], values(10, 2))];
+    let model = format!(
+        r#"{{"name": "OneToMany", "args": {{"cell_type": {{"name": "RNNCell"}}, "max_sequence_length": 3, "teacher_forcing": {teacher_forcing}}}}}"#
+    );
+    let mut feeds = weights.clone();
+    feeds.push(("input", x.0.clone(), x.1.clone()));
+    feeds.push(("initial_hidden", h0.0.clone(), h0.1.clone()));
+    for (name, t) in ["target0", "target1", "target2"].into_iter().zip(&targets) {
+        if teacher_forcing || name != "target0" {
+            feeds.push((name, t.0.clone(), t.1.clone()));
+        }
+    }
+    let got = run_with(&model, &[], &feeds);
+    let (mut input, mut hidden) = (x, h0);
+    for step in 0..3 {
+        let mut feeds = weights.clone();
+        feeds.push(("input", input.0.clone(), input.1.clone()));
+        feeds.push(("prev_hidden", hidden.0.clone(), hidden.1.clone()));
+        let want = run_with(r#"{"name": "RNNCell"}"#, &[], &feeds);
+        let out = &got[&format!("output{step}")];
+        assert_eq!(out.shape, want["output"].shape, "output{step}");
+        close(&format!("output{step}"), &out.data, &want["output"].data);
+        if step < 2 {
+            let previous = if teacher_forcing { Tensor::new(Dtype::F64, targets[step].0.clone(), targets[step].1.clone()) } else { want["output"].clone() };
+            input = take_rows(&previous, targets[step + 1].0[0]);
+            hidden = (want["hidden"].shape.clone(), want["hidden"].data.clone());
+        }
+    }
+}
+
+/// ManyToOne(LSTMCell) over three steps against three runs of the LSTMCell model:
+/// both states pass on, and `hidden_concat` stacks step 1's `hidden_compl`, then the
+/// last step's `hidden` and `hidden_compl`.
+#[test]
+fn many_to_one_unrolls_the_cell() {
+    let (d, h, o) = (2u64, 3u64, 2u64);
+    let mut weights: Vec<(&str, Vec<u64>, Vec<f64>)> = Vec::new();
+    for (i, (w, b)) in [("w_i", "bias_i"), ("w_f", "bias_f"), ("w_c", "bias_c"), ("w_o", "bias_o")].into_iter().enumerate() {
+        weights.push((w, vec![h, d + h], values(10 + i, (h * (d + h)) as usize)));
+        weights.push((b, vec![h], values(20 + i, h as usize)));
+    }
+    weights.push(("w_out", vec![o, h], values(30, (o * h) as usize)));
+    weights.push(("bias_out", vec![o], values(31, o as usize)));
+    let inputs = [(vec![3u64, 1, d], values(40, 6)), (vec![2, 1, d], values(41, 4)), (vec![1, 1, d], values(42, 2))];
+    let (h0, c0) = ((vec![3u64, 1, h], values(43, 9)), (vec![3u64, 1, h], values(44, 9)));
+    let model = r#"{"name": "ManyToOne", "args": {"cell_type": "LSTMCell", "max_sequence_length": 3}}"#;
+    let names = ["input0", "input1", "input2"];
+    let mut feeds = weights.clone();
+    for (n, (shape, data)) in names.iter().zip(&inputs) {
+        feeds.push((n, shape.clone(), data.clone()));
+    }
+    feeds.push(("initial_hidden", h0.0.clone(), h0.1.clone()));
+    feeds.push(("initial_cell", c0.0.clone(), c0.1.clone()));
+    let got = run_with(model, &[], &feeds);
+    let (mut hidden, mut cell) = (h0, c0);
+    let mut concat = Vec::new();
+    for (step, input) in inputs.iter().enumerate() {
+        let mut feeds = weights.clone();
+        feeds.push(("input", input.0.clone(), input.1.clone()));
+        feeds.push(("prev_hidden", hidden.0.clone(), hidden.1.clone()));
+        feeds.push(("prev_cell", cell.0.clone(), cell.1.clone()));
+        let want = run_with(r#"{"name": "LSTMCell"}"#, &[], &feeds);
+        close(&format!("output{step}"), &got[&format!("output{step}")].data, &want["output"].data);
+        if step == 2 {
+            concat.extend(&want["hidden"].data);
+        }
+        if step > 0 {
+            concat.extend(&want["hidden_compl"].data);
+        }
+        hidden = (want["hidden"].shape.clone(), want["hidden"].data.clone());
+        cell = (want["cell"].shape.clone(), want["cell"].data.clone());
+    }
+    assert_eq!(got["hidden_concat"].shape, [3, 1, h]);
+    close("hidden_concat", &got["hidden_concat"].data, &concat);
+}
+
+/// PositionalEncoding (Mithril's Torch-only `positional_encoding`): the sines and
+/// cosines of Torch's float32 table added to an f64 input (compared at float32's
+/// precision); `max_len` bounds the sequence and `hidden_dim` must be even.
+#[test]
+fn positional_encoding() {
+    let (b, l, h) = (2usize, 3usize, 4usize);
+    let x = values(50, b * l * h);
+    let model = r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 4, "max_len": 5}}"#;
+    let out = run_with(model, &[], &[("input", vec![b as u64, l as u64, h as u64], x.clone())]);
+    let rate = -(10000f32.ln()) / h as f32;
+    let mut want = x;
+    for (i, v) in want.iter_mut().enumerate() {
+        let (p, j) = ((i / h) % l, i % h);
+        let angle = p as f32 * ((2 * (j / 2)) as f32 * rate).exp();
+        *v += f64::from(if j % 2 == 0 { angle.sin() } else { angle.cos() });
+    }
+    assert_eq!(out["output"].shape, [2, 3, 4]);
+    for (i, (g, w)) in out["output"].data.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-6, "[{i}]: {g} against {w}");
+    }
+    let load = |model: &str, x: &[u64]| {
+        let mut opts = Options::default();
+        opts.known_types.insert("input".into(), TensorType::new(Dtype::F64, Shape::known(x)));
+        mithril::load_str(model, "pe.json", "pe", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let e = load(r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 4, "max_len": 2}}"#, &[2, 3, 4]).unwrap_err();
+    assert!(e.contains("top-level PositionalEncoding") && e.contains("[1, 2, 4]"), "{e}");
+    let e = load(r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 3}}"#, &[2, 3, 3]).unwrap_err();
+    assert!(e.contains("`hidden_dim` must be a positive even integer"), "{e}");
 }

@@ -285,6 +285,14 @@ pub const COMPOSITES: &[&str] = &[
     "RNNCell",
     "LSTMCell",
     "LSTMCellBody",
+    "MDSCore",
+    "MDS",
+    "EyeComplement",
+    "TransposedDiagonal",
+    "Trapezoid",
+    "OneToMany",
+    "ManyToOne",
+    "PositionalEncoding",
 ];
 
 impl Formula {
@@ -463,16 +471,12 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("TsnePJoint", "its binary search for each row's perplexity runs a data-dependent number of steps"),
     ("TSNECore", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
     ("TSNE", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
-    ("MDSCore", "not expanded yet"),
-    ("MDS", "not expanded yet"),
-    ("EyeComplement", "not expanded yet"),
     ("Cholesky", "the IR has no matrix decomposition"),
     ("GPRAlpha", "it solves with a Cholesky factor; the IR has no triangular solve"),
     ("GPRVOuter", "it solves with a Cholesky factor; the IR has no triangular solve"),
     ("Eigvalsh", "the IR has no eigenvalue decomposition"),
     ("GaussProcessRegressionCore", "it needs a Cholesky decomposition, which the IR lacks"),
     ("GPRLoss", "it needs eigenvalues of a Cholesky factor, which the IR lacks"),
-    ("TransposedDiagonal", "not expanded yet"),
     ("PrimitiveRandn", "random numbers: the IR has no random source"),
     ("PrimitiveRandInt", "random numbers: the IR has no random source"),
     ("Randn", "random numbers: the IR has no random source"),
@@ -480,13 +484,9 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("AUCCore", "it sorts and keeps the unique thresholds: the output's shape depends on the data"),
     ("AUC", "it sorts and keeps the unique thresholds: the output's shape depends on the data"),
     ("Unique", "the output's shape depends on the data"),
-    ("Trapezoid", "not expanded yet"),
     ("Item", "a tensor's element as a Python scalar is a run-time value, not a compile-time one"),
     ("TensorToList", "a tensor as a Python list is a run-time value, not a compile-time one"),
-    ("PositionalEncoding", "not expanded yet"),
-    ("OneToMany", "not expanded yet"),
     ("OneToManyInference", "it runs the cell until it emits an end token: a data-dependent number of steps"),
-    ("ManyToOne", "not expanded yet"),
     ("EncoderDecoder", "not expanded yet"),
     ("EncoderDecoderInference", "it runs the decoder for a data-dependent number of steps"),
     ("Accuracy", "not expanded yet"),
@@ -506,6 +506,16 @@ pub fn exposed_outputs(class: &str) -> &'static [&'static str] {
         "LogisticRegression" => &["probs_output"],
         _ => &[],
     }
+}
+
+/// Whether `key` is an output of a `class` model at the top level even where another
+/// of its primitives reads it: `exposed_outputs`, and the unrolled recurrent models'
+/// `output<i>` (and ManyToOne's `hidden_concat`).
+pub fn is_exposed_output(class: &str, key: &str) -> bool {
+    let step_output = key.strip_prefix("output").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
+    exposed_outputs(class).contains(&key)
+        || matches!(class, "OneToMany" | "ManyToOne") && step_output
+        || class == "ManyToOne" && key == "hidden_concat"
 }
 
 /// Why Mithril's class `class` is not supported, if it is one this frontend knows of.
@@ -592,18 +602,22 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             let add = s.prim(Formula::Add, ins![("left", var), ("right", eps_key)])?;
             let den = s.prim(Formula::Sqrt, ins![("input", add)])?;
             let mut y = s.prim(Formula::Divide, ins![("numerator", num), ("denominator", den)])?;
-            s.template(vec![(x, dims(&["B", "C", "d"]))]);
+            // models.py sets `[B, C, d]` but says it expects `[B, ..., d]`, and
+            // Mithril's own cases (`test_layernorm_1`) run it on `[N, d]`: its
+            // arithmetic normalizes the last axis of any such input.
+            let xt = vec![sym("B"), TemplateDim::Variadic("C".into()), sym("d")];
+            s.template(vec![(x, xt.clone())]);
             let mut order = vec!["input", "eps"];
             if use_scale {
                 let w = s.param("weight");
                 y = s.prim(Formula::Multiplication, ins![("left", y), ("right", w)])?;
-                s.template(vec![(x, dims(&["B", "C", "d"])), (w, dims(&["d"]))]);
+                s.template(vec![(x, xt.clone()), (w, dims(&["d"]))]);
                 order.push("weight");
             }
             if use_bias {
                 let b = s.param("bias");
                 y = s.prim(Formula::Add, ins![("left", y), ("right", b)])?;
-                s.template(vec![(x, dims(&["B", "C", "d"])), (b, dims(&["d"]))]);
+                s.template(vec![(x, xt), (b, dims(&["d"]))]);
                 order.push("bias");
             }
             let out = s.key("output");
@@ -886,6 +900,63 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             }
             s.order(&["norm", "input1", "input2", "output"]);
         }
+        "MDSCore" => {
+            let exact = args.bool_or("exact_distances", true)?;
+            let robust = args.bool_or("robust", true)?;
+            let (d, pd, n) = (s.key("distances"), s.key("pred_distances"), s.key("norm"));
+            let out = s.key("output");
+            mds_core(&mut s, d, pd, n, exact, robust, out)?;
+            s.order(&["distances", "pred_distances", "norm", "output"]);
+        }
+        "MDS" => mds(&mut s, &args)?,
+        "EyeComplement" => {
+            // `ones_with_zero_diag`: `ones((N, M)) - eye(N, M)` (`M` None: square).
+            let n = s.key("N");
+            if args.get("N").is_some() {
+                s.set_value(n, args.value("N")?, "N")?;
+            }
+            let m = arg_key(&mut s, &args, "M", Some(Static::None))?;
+            let dtype = arg_key(&mut s, &args, "dtype", Some(Static::None))?;
+            let eye = s.prim(Formula::Eye, ins![("N", n), ("M", m), ("dtype", dtype)])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Subtract, ins![("left", int(1)), ("right", eye)], out)?;
+            s.order(&["N", "M", "dtype", "output"]);
+        }
+        "TransposedDiagonal" => {
+            // `diag(input)[:, None]`: every (N+1)-th element of the flattened [N, N]
+            // input, as a column (exact for any dtype; its gradient is Mithril's
+            // `output_gradient * eye`).
+            let x = s.key("input");
+            let n = batch_of(&mut s, x)?;
+            let flat = s.prim(Formula::Flatten, ins![("input", x), ("start_dim", int(0)), ("end_dim", int(-1))])?;
+            let step = s.prim(Formula::Add, ins![("left", n), ("right", int(1))])?;
+            let sl = s.prim(Formula::Slice, ins![("start", Static::None), ("stop", Static::None), ("step", step)])?;
+            let diag = s.prim(Formula::Indexer, ins![("input", flat), ("index", sl)])?;
+            let shape = s.prim(Formula::ToTuple, ins![("input1", n), ("input2", int(1))])?;
+            let out = s.key("output");
+            s.prim_into(Formula::Reshape, ins![("input", diag), ("shape", shape)], out)?;
+            s.template(vec![(x, dims(&["N", "N"])), (out, vec![sym("N"), known(1)])]);
+            s.order(&["input", "output"]);
+        }
+        "Trapezoid" => {
+            // NumPy's `trapezoid(y, x)`: `sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2.0)`;
+            // the output is a scalar, so `y` and `x` are vectors.
+            let (y, x) = (s.key("y"), s.key("x"));
+            let one = s.prim(Formula::Slice, ins![("start", int(1)), ("stop", Static::None), ("step", Static::None)])?;
+            let but_last = s.prim(Formula::Slice, ins![("start", Static::None), ("stop", int(-1)), ("step", Static::None)])?;
+            let part = |s: &mut Scope, v: SlotId, sl: SlotId| s.prim(Formula::Indexer, ins![("input", v), ("index", sl)]);
+            let (x1, x0, y1, y0) = (part(&mut s, x, one)?, part(&mut s, x, but_last)?, part(&mut s, y, one)?, part(&mut s, y, but_last)?);
+            let d = s.prim(Formula::Subtract, ins![("left", x1), ("right", x0)])?;
+            let sum = s.prim(Formula::Add, ins![("left", y1), ("right", y0)])?;
+            let p = s.prim(Formula::Multiplication, ins![("left", d), ("right", sum)])?;
+            let h = s.prim(Formula::Divide, ins![("numerator", p), ("denominator", Static::Float(2.0))])?;
+            let out = s.key("output");
+            s.prim_into(Formula::ReduceSum, reduce_all(h), out)?;
+            s.template(vec![(y, dims(&["n"])), (x, dims(&["n"])), (out, vec![])]);
+            s.order(&["y", "x", "output"]);
+        }
+        "OneToMany" | "ManyToOne" => unrolled(&mut s, &args, node.class == "OneToMany")?,
+        "PositionalEncoding" => positional_encoding(&mut s, &args)?,
         "RNNCell" => rnn_cell(&mut s)?,
         "LSTMCell" => lstm_cell(&mut s)?,
         "LSTMCellBody" => {
@@ -1035,6 +1106,204 @@ fn norm_modifier(s: &mut Scope, x: SlotId) -> Result<SlotId> {
     let u = s.prim(Formula::Subtract, ins![("left", f(1.0)), ("right", t)])?;
     let v = s.prim(Formula::Multiplication, ins![("left", u), ("right", f(4.0))])?;
     s.prim(Formula::Add, ins![("left", v), ("right", f(1.0))])
+}
+
+/// MDSCore as models.py builds it (the stress `(sum |d - p| ** q / sum d ** q) ** (1/q)`
+/// with `q = NormModifier(norm)`): with `exact` distances the predicted ones are first
+/// raised to `1/q`; otherwise both are taken as already powered, `d ** (1/q)` and
+/// `p ** (1/q)` compared and `sum d` the denominator. Every Power is `Power(robust)`,
+/// the reciprocals `StableReciprocal`.
+fn mds_core(s: &mut Scope, d: SlotId, pd: SlotId, norm: SlotId, exact: bool, robust: bool, out: SlotId) -> Result<()> {
+    let power = |s: &mut Scope, base: SlotId, exponent: SlotId| -> Result<SlotId> {
+        let o = s.net.new_slot();
+        power_into(s, base, exponent, robust, o)?;
+        Ok(o)
+    };
+    let reciprocal = |s: &mut Scope, x: SlotId| {
+        let t = Static::Named("STABLE_RECIPROCAL_THRESHOLD".into());
+        s.prim(Formula::StableReciprocal, ins![("input", x), ("threshold", t)])
+    };
+    let q = norm_modifier(s, norm)?;
+    let inv_q = reciprocal(s, q)?;
+    let (num, den) = if exact {
+        let p = power(s, pd, inv_q)?;
+        let diff = s.prim(Formula::Subtract, ins![("left", d), ("right", p)])?;
+        let a = s.prim(Formula::Abs, ins![("input", diff)])?;
+        let pa = power(s, a, q)?;
+        let num = s.prim(Formula::ReduceSum, reduce_all(pa))?;
+        let pd2 = power(s, d, q)?;
+        (num, s.prim(Formula::ReduceSum, reduce_all(pd2))?)
+    } else {
+        let p1 = power(s, d, inv_q)?;
+        let p4 = power(s, pd, inv_q)?;
+        let diff = s.prim(Formula::Subtract, ins![("left", p1), ("right", p4)])?;
+        let a = s.prim(Formula::Abs, ins![("input", diff)])?;
+        let pa = power(s, a, q)?;
+        let num = s.prim(Formula::ReduceSum, reduce_all(pa))?;
+        (num, s.prim(Formula::ReduceSum, reduce_all(d))?)
+    };
+    let inv_den = reciprocal(s, den)?;
+    let m = s.prim(Formula::Multiplication, ins![("left", num), ("right", inv_den)])?;
+    power_into(s, m, inv_q, robust, out)?;
+    s.template(vec![(d, dims(&["N", "N"])), (pd, dims(&["N", "N"]))]);
+    Ok(())
+}
+
+/// MDS as models.py's DistanceEncoder builds it: predicted distances are
+/// `EncoderDistanceMatrix(get_final_distance=False)` of `coords` with itself (so
+/// powered, hence `MDSCore(exact_distances=False)` unless `input_type` is
+/// `"distances"`); for `"points"` the input's distances are computed the same way.
+/// `predicted_coords` is a Buffer of `coords`.
+fn mds(s: &mut Scope, args: &Args) -> Result<()> {
+    let dim = args.opt_int("prediction_dim")?;
+    let input_type = match args.get("input_type") {
+        None => "distances".to_string(),
+        Some(Value::String(t)) => t.clone(),
+        Some(v) => return Err(args.err(&format!("argument `input_type` must be a string, got {v}"))),
+    };
+    if !["distances", "powered_distances", "points"].contains(&input_type.as_str()) {
+        return Err(args.err(&format!("input_type '{input_type}' is not one of 'distances', 'powered_distances' and 'points'")));
+    }
+    let (x, coords, norm) = (s.key("input"), s.key("coords"), s.key("norm"));
+    let encoder_distances = |s: &mut Scope, v: SlotId| -> Result<SlotId> {
+        let p = norm_modifier(s, norm)?;
+        distance_matrix(s, v, v, p)
+    };
+    let d = if input_type == "points" { encoder_distances(s, x)? } else { x };
+    let pd = encoder_distances(s, coords)?;
+    let out = s.key("output");
+    mds_core(s, d, pd, norm, input_type == "distances", true, out)?;
+    let pc = s.key("predicted_coords");
+    s.prim_into(Formula::Buffer, ins![("input", coords)], pc)?;
+    s.template(vec![(coords, vec![TemplateDim::Any, dim.map_or(TemplateDim::Any, known)])]);
+    s.order(&["input", "coords", "norm", "predicted_coords", "output"]);
+    Ok(())
+}
+
+/// The keys a recurrent cell class shares across time steps and the states it
+/// passes on (`shared_keys`, `state_keys` in models.py), its output being `output`.
+fn cell_keys(class: &str) -> Option<(&'static [&'static str], &'static [&'static str])> {
+    match class {
+        "RNNCell" => Some((&["w_ih", "w_hh", "w_ho", "bias_h", "bias_o"], &["hidden"])),
+        "LSTMCell" => {
+            Some((&["w_f", "w_i", "w_o", "w_c", "w_out", "bias_f", "bias_i", "bias_o", "bias_c", "bias_out"], &["hidden", "cell"]))
+        }
+        _ => None,
+    }
+}
+
+/// OneToMany and ManyToOne as models.py unrolls them over `max_sequence_length`
+/// copies of `cell_type`, which share its weights (keys of the same names) and pass
+/// their states on (`prev_<state>` of step 0 is `initial_<state>`); step `i` writes
+/// `output<i>`.
+/// - OneToMany: step 0 reads `input`; step `i` reads the first `target<i>.shape[0]`
+///   rows of step `i-1`'s output (of `target<i-1>` with `teacher_forcing`).
+/// - ManyToOne: step `i` reads `input<i>`; `hidden_concat` stacks (axis 0) each later
+///   step's `hidden_compl` and the last step's `hidden` before its `hidden_compl`.
+fn unrolled(s: &mut Scope, args: &Args, one_to_many: bool) -> Result<()> {
+    let cell = args.model("cell_type")?;
+    let (shared, states) =
+        cell_keys(&cell.class).ok_or_else(|| args.err(&format!("`cell_type` must be RNNCell or LSTMCell, got {}", cell.class)))?;
+    let steps = args.value("max_sequence_length")?.as_int().filter(|&n| n >= 2).ok_or_else(|| {
+        args.err("`max_sequence_length` must be an integer of at least 2 (models.py leaves a shorter model without an output)")
+    })?;
+    let teacher_forcing = args.bool_or("teacher_forcing", false)?;
+    // Values given for the model's own keys (models.py's `**kwargs`).
+    let own = |s: &mut Scope, name: &str| -> Result<SlotId> {
+        let k = s.key(name);
+        if args.get(name).is_some() {
+            s.set_value(k, args.value(name)?, name)?;
+        }
+        Ok(k)
+    };
+    let mut prev: Option<Keys> = None;
+    let mut concat = Vec::new();
+    for i in 0..steps {
+        let keys = s.instantiate(&cell)?;
+        let key = |k: &str| keys.get(k).copied().ok_or_else(|| Error::internal(format!("{} has no key `{k}`", cell.class)));
+        let input = match (&prev, one_to_many) {
+            (None, true) => own(s, "input")?,
+            (_, false) => own(s, &format!("input{i}"))?,
+            (Some(p), true) => {
+                let target = s.key(&format!("target{i}"));
+                let n = batch_of(s, target)?;
+                let from = if teacher_forcing { s.key(&format!("target{}", i - 1)) } else { p["output"] };
+                rows(s, from, None, Some(n))?
+            }
+        };
+        s.union(input, key("input")?)?;
+        for k in shared {
+            let o = own(s, k)?;
+            s.union(o, key(k)?)?;
+        }
+        for st in states {
+            let from = match &prev {
+                None => own(s, &format!("initial_{st}"))?,
+                Some(p) => p[*st],
+            };
+            s.union(from, key(&format!("prev_{st}"))?)?;
+        }
+        let out = s.key(&format!("output{i}"));
+        s.union(key("output")?, out)?;
+        if !one_to_many && i > 0 {
+            if i + 1 == steps {
+                concat.push(key("hidden")?);
+            }
+            concat.push(key("hidden_compl")?);
+        }
+        prev = Some(keys);
+    }
+    if !one_to_many {
+        let names: Vec<String> = (1..=concat.len()).map(|j| format!("input{j}")).collect();
+        let list = s.prim(Formula::ToList, names.iter().zip(&concat).map(|(k, &c)| (k.as_str(), In::Slot(c))).collect())?;
+        let out = s.key("hidden_concat");
+        s.prim_into(Formula::Concat, ins![("input", list), ("axis", int(0))], out)?;
+    }
+    Ok(())
+}
+
+/// PositionalEncoding as Mithril's (Torch-only) `positional_encoding` computes it:
+/// `input + pe[None, :L]` (`L = input.shape[1]`) with `pe[p, 2k] = sin(p * w_k)`,
+/// `pe[p, 2k+1] = cos(p * w_k)`, `w_k = exp(2k * -(ln 10000 / hidden_dim))`, all in
+/// float32 (Torch's default dtype, which Mithril leaves alone), then cast to the input's
+/// dtype as the sum promotes it. Only the first `min(L, max_len)` positions are built;
+/// `L > max_len` fails to broadcast, as in Torch.
+fn positional_encoding(s: &mut Scope, args: &Args) -> Result<()> {
+    let hidden = args.value("hidden_dim")?.as_int().filter(|h| *h > 0 && h % 2 == 0).ok_or_else(|| {
+        args.err("`hidden_dim` must be a positive even integer (Torch's `pe[:, 1::2] = cos(...)` fails for an odd one)")
+    })?;
+    let hk = s.key("hidden_dim");
+    s.set_value(hk, int(hidden), "hidden_dim")?;
+    let max_len = arg_key(s, args, "max_len", Some(int(5000)))?;
+    let x = s.key("input");
+    let f32 = || Static::Str("float32".into());
+    let shape = s.prim(Formula::Shape, ins![("input", x)])?;
+    let len = s.prim(Formula::Indexer, ins![("input", shape), ("index", int(1))])?;
+    let all = s.prim(Formula::Arange, ins![("stop", max_len), ("start", int(0)), ("step", int(1)), ("dtype", Static::None)])?;
+    let positions = rows(s, all, None, Some(len))?;
+    let pf = s.prim(Formula::Cast, ins![("input", positions), ("dtype", f32())])?;
+    let column = s.prim(Formula::Reshape, ins![("input", pf), ("shape", Static::tuple(vec![int(-1), int(1)]))])?;
+    let k2 = s.prim(Formula::Arange, ins![("stop", int(hidden)), ("start", int(0)), ("step", int(2)), ("dtype", Static::None)])?;
+    let k2f = s.prim(Formula::Cast, ins![("input", k2), ("dtype", f32())])?;
+    // `-torch.log(torch.tensor(10000.0)) / hidden_dim`, a float32 scalar.
+    let rate = -(10000f32.ln()) / hidden as f32;
+    let scaled = s.prim(Formula::Multiplication, ins![("left", k2f), ("right", Static::Float(f64::from(rate)))])?;
+    let w = s.prim(Formula::Exp, ins![("input", scaled)])?;
+    let angles = s.prim(Formula::Multiplication, ins![("left", column), ("right", w)])?;
+    let half = Static::tuple(vec![int(-1), int(hidden / 2), int(1)]);
+    let sin = s.prim(Formula::Sin, ins![("input", angles)])?;
+    let sin3 = s.prim(Formula::Reshape, ins![("input", sin), ("shape", half.clone())])?;
+    let cos = s.prim(Formula::Cos, ins![("input", angles)])?;
+    let cos3 = s.prim(Formula::Reshape, ins![("input", cos), ("shape", half)])?;
+    let pair = s.prim(Formula::ToList, ins![("input1", sin3), ("input2", cos3)])?;
+    let interleaved = s.prim(Formula::Concat, ins![("input", pair), ("axis", int(-1))])?;
+    let pe = s.prim(Formula::Reshape, ins![("input", interleaved), ("shape", Static::tuple(vec![int(1), int(-1), int(hidden)]))])?;
+    let dtype = s.prim(Formula::Dtype, ins![("input", x)])?;
+    let pe = s.prim(Formula::Cast, ins![("input", pe), ("dtype", dtype)])?;
+    let out = s.key("output");
+    s.prim_into(Formula::Add, ins![("left", x), ("right", pe)], out)?;
+    s.order(&["input", "hidden_dim", "max_len", "output"]);
+    Ok(())
 }
 
 /// A recurrent cell's `[first, 1, last]` template (one time step).

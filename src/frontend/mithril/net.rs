@@ -413,7 +413,7 @@ impl Net {
             if key.starts_with('$') || self.slot(r).producer.is_none() {
                 continue;
             }
-            let exposed = exposed_keys.contains(key.as_str()) || library::exposed_outputs(&root.class).contains(&key.as_str());
+            let exposed = exposed_keys.contains(key.as_str()) || library::is_exposed_output(&root.class, key);
             if exposed || !consumed.contains(&r) || !root.is_composite() && key == "output" {
                 outs.push((key.clone(), r));
             }
