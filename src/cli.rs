@@ -27,6 +27,8 @@ pub struct ModelArgs {
     pub set: Vec<String>,
     /// `NAME=VALUE` (VALUE is JSON): a value for one of the model's keys.
     pub constants: Vec<String>,
+    /// `NAME=N`: key NAME is a list of N tensors.
+    pub lists: Vec<String>,
     /// Passes after which the IR is printed (to stderr).
     pub print_after: Vec<String>,
     /// The gradients to derive (`--grad`).
@@ -135,6 +137,13 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
         let value = serde_json::from_str(value)
             .map_err(|e| Error::usage(format!("--const {s}: the value is not JSON ({e})")))?;
         opts.constants.push((name.trim().to_string(), value));
+    }
+    for s in &args.lists {
+        let n = s
+            .split_once('=')
+            .and_then(|(name, n)| Some((name.trim().to_string(), n.trim().parse::<usize>().ok()?)))
+            .ok_or_else(|| Error::usage(format!("--list {s}: expected NAME=N, e.g. input=3")))?;
+        opts.list_inputs.push(n);
     }
     opts.known_types = known_types(files)?;
     for p in &args.print_after {

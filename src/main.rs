@@ -28,6 +28,10 @@ struct ModelOpts {
     /// is JSON: a number, or a nested list for a tensor key; Mithril's constant_keys)
     #[arg(long = "const", value_name = "NAME=VALUE")]
     constants: Vec<String>,
+    /// A key of the model that is a list of N tensors (a Concat's input), as NAME=N: it
+    /// becomes N inputs NAME_0 ... NAME_{N-1}
+    #[arg(long = "list", value_name = "NAME=N")]
+    lists: Vec<String>,
     /// Print the IR (or, after fuse and memory, the program) after this pass, to stderr;
     /// repeatable (passes: shape, autodiff, simplify, fuse, memory)
     #[arg(long = "print-after", value_name = "PASS")]
@@ -36,7 +40,7 @@ struct ModelOpts {
 
 impl ModelOpts {
     fn into_args(self) -> cli::ModelArgs {
-        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set, constants: self.constants, print_after: self.print_after, grad: Default::default() }
+        cli::ModelArgs { model: self.model, shapes: self.shapes, set: self.set, constants: self.constants, lists: self.lists, print_after: self.print_after, grad: Default::default() }
     }
 }
 

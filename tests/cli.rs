@@ -964,3 +964,21 @@ fn deliberate_differences_are_warned_about_with_the_node() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("warning: m.json: submodels.m_0 (Clamp): its gradient splits a tie evenly"), "{err}");
 }
+
+/// `--list NAME=N`: a key that is a list of tensors (Concat's input) becomes inputs
+/// NAME_0 .. NAME_{N-1}; a bad spec is a usage error, a key the model lacks a user error.
+#[test]
+fn list_inputs_become_numbered_inputs() {
+    let dir = tempdir_with(&[("cat.json", r#"{"name": "Concat", "args": {"axis": 0}}"#)]);
+    let parts = [halves(&[2, 3]), Tensor::new(Dtype::F32, vec![1, 3], vec![1.0, 2.0, 3.0])];
+    let arrays: Vec<(String, Tensor)> = parts.iter().enumerate().map(|(i, t)| (format!("input_{i}"), t.clone())).collect();
+    data::write_npz(&dir.path().join("in.npz"), &arrays).expect("write in.npz");
+    let (code, out, err) = mithrilc(&["run", "cat.json", "--list", "input=2", "--data", "in.npz"], dir.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("output: f32[3, 3]"), "{out}");
+    let (code, _, err) = mithrilc(&["run", "cat.json", "--list", "input", "--data", "in.npz"], dir.path());
+    assert_eq!((code, err.trim()), (2, "error: --list input: expected NAME=N, e.g. input=3"));
+    let (code, _, err) = mithrilc(&["run", "cat.json", "--list", "x=2", "--data", "in.npz"], dir.path());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--list x=2: the model has no key `x`"), "{err}");
+}

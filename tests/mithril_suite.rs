@@ -28,7 +28,8 @@
 //! failure with its reason. `tests/mithril_suite/passing.txt` lists the cases that
 //! pass in each mode: one of them failing fails the test. A case that runs and gives
 //! numbers other than Mithril's (rather than being refused with an error) also fails
-//! the test unless `tests/mithril_suite/differs.txt` lists it with the reason.
+//! the test unless `tests/mithril_suite/differs.txt` lists it with the reason (and an
+//! entry there that no longer differs fails it too).
 //!
 //! `MITHRILC_SUITE_UPDATE=1` rewrites `passing.txt`; `MITHRILC_SUITE_EXPORT=DIR` writes
 //! every case as a directory for `mithrilc run` (`model.json`, `data.npz`,
@@ -84,6 +85,8 @@ struct Case {
     expect_error: bool,
     /// Outputs the case drops (Mithril's `compile(discard_keys=...)`).
     discard: BTreeSet<String>,
+    /// `--list KEY=N`: inputs that are lists of tensors.
+    lists: Vec<(String, usize)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -250,15 +253,38 @@ fn train_model(case: &Map<String, Value>, model: Value) -> Result<Value, String>
 
 /// Converts one case, or says why it cannot be run.
 fn convert(file: &str, raw: &Value) -> Result<Case, String> {
-    let case = raw.as_object().ok_or("not an object")?;
-    for key in ["pre_gradient", "diag_zero", "constants", "train_context", "injected_static_keys"] {
-        if case.contains_key(key) {
-            return Err(format!("uses the harness option `{key}`, which configures Mithril's Python objects directly"));
+    let mut case = raw.as_object().ok_or("not an object")?.clone();
+    if let Some(Value::Object(train)) = case.remove("train_context") {
+        // An alternative spelling of a TrainModel: its losses name their model's output.
+        let mut specs = Map::new();
+        for loss in train.get("losses").and_then(Value::as_array).into_iter().flatten() {
+            let output = loss.get("input").and_then(Value::as_str).ok_or("a train_context loss without `input`")?;
+            specs.insert(
+                output.to_string(),
+                json!({ "loss": loss["model"], "reduce_steps": loss.get("reduces").cloned().unwrap_or(json!([])), "target_key": loss.get("target") }),
+            );
         }
+        case.insert("output_specs".into(), Value::Object(specs));
+        for key in ["model", "regularizations", "final_loss_combiner"] {
+            if let Some(v) = train.get(key) {
+                case.insert(key.into(), v.clone());
+            }
+        }
+    }
+    let case = &case;
+    // `pre_gradient` (an intermediate Jacobian the old per-primitive harness checked),
+    // `diag_zero: false` (the default) and `constants` (keys of the older classes,
+    // `input2`, that today's have not; the case still lists their gradients) change
+    // nothing that is compared here.
+    if case.get("diag_zero").is_some_and(|d| d != &json!(false)) {
+        return Err("uses `diag_zero`, an option of the older per-primitive harness".into());
+    }
+    if case.contains_key("injected_static_keys") {
+        return Err("uses the harness option `injected_static_keys`, which sets values inside Mithril's Python objects".into());
     }
     let primitive = file == "primitives_directed_test";
     let results = case.get("results").and_then(Value::as_object).ok_or("no results")?;
-    let want_grads: Map<String, Value> = results.get("grad").and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut want_grads: Map<String, Value> = results.get("grad").and_then(Value::as_object).cloned().unwrap_or_default();
     let mut model = match &case["model"] {
         Value::String(class) => json!({ "name": class }),
         m => m.clone(),
@@ -272,7 +298,7 @@ fn convert(file: &str, raw: &Value) -> Result<Case, String> {
     }
     let mut found = BTreeSet::new();
     classes(&model, &mut found);
-    let model = if case.contains_key("output_specs") { train_model(case, model)? } else { model };
+    let mut model = if case.contains_key("output_specs") { train_model(case, model)? } else { model };
     if let Value::Object(m) = &model {
         for loss in m.get("losses").and_then(Value::as_array).into_iter().flatten() {
             classes(&loss["model"], &mut found);
@@ -283,14 +309,44 @@ fn convert(file: &str, raw: &Value) -> Result<Case, String> {
     }
     let mut inputs = case.get("inputs").and_then(Value::as_object).cloned().unwrap_or_default();
     if primitive && found.contains("Concat") && inputs.contains_key("input1") {
-        return Err("the older Concat(n=...) with keys input1, input2, ...; Concat takes a list of tensors at this commit".into());
-    }
-    if inputs.remove("is_list").is_some_and(|v| v == json!(true)) {
-        return Err("its inputs are lists of tensors, which have no IR form".into());
+        // The older Concat(n=...) had keys input1 .. inputN: today's list input.
+        let n = inputs.len();
+        let item = |m: &Map<String, Value>, i: usize| m.get(&format!("input{i}")).cloned().ok_or(format!("Concat(n={n}) has no input{i}"));
+        let items = (1..=n).map(|i| item(&inputs, i)).collect::<Result<Vec<_>, _>>()?;
+        let grads = (1..=n).map(|i| item(&want_grads, i)).collect::<Result<Vec<_>, _>>()?;
+        inputs = Map::from_iter([("input".to_string(), Value::Array(items)), ("is_list".to_string(), json!(true))]);
+        want_grads = Map::from_iter([("input".to_string(), Value::Array(grads))]);
+        if let Some(args) = model.get_mut("args").and_then(Value::as_object_mut) {
+            args.remove("n");
+        }
     }
     let mut constants = Vec::new();
     let mut params = Vec::new();
+    let mut lists = Vec::new();
+    let mut grads = Vec::new();
+    if inputs.remove("is_list").is_some_and(|v| v == json!(true)) {
+        // Each input is a list of tensors, made differentiable by the harness
+        // (`set_values(key=[Tensor(differentiable=True), ...])`): `--list KEY=N`, its
+        // items inputs KEY_0, KEY_1, ... with a gradient each.
+        let mut differentiable = Vec::new();
+        for (k, v) in &inputs {
+            let items = v.as_array().ok_or_else(|| format!("list input {k} is not a list"))?;
+            lists.push((k.clone(), items.len()));
+            differentiable.push(json!([k, true]));
+            for (i, item) in items.iter().enumerate() {
+                params.push((format!("{k}_{i}"), tensor(item).map_err(|e| format!("input {k}[{i}]: {e}"))?));
+            }
+            let want: &[Value] = want_grads.get(k).and_then(Value::as_array).map_or(&[], Vec::as_slice);
+            for (i, g) in want.iter().enumerate() {
+                grads.push((format!("{k}_{i}"), tensor(reference(g)).map_err(|e| format!("gradient {k}[{i}]: {e}"))?));
+            }
+        }
+        model["assigned_differentiabilities"] = Value::Array(differentiable);
+    }
     for (k, v) in &inputs {
+        if !lists.is_empty() {
+            break;
+        }
         if want_grads.contains_key(k) {
             params.push((k.clone(), tensor(v).map_err(|e| format!("input {k}: {e}"))?));
         } else {
@@ -317,8 +373,7 @@ fn convert(file: &str, raw: &Value) -> Result<Case, String> {
             outputs.push((k.clone(), tensor(reference(v)).map_err(|e| format!("result {k}: {e}"))?));
         }
     }
-    let mut grads = Vec::new();
-    for (k, v) in &want_grads {
+    for (k, v) in want_grads.iter().filter(|_| lists.is_empty()) {
         if !v.is_null() {
             grads.push((k.clone(), tensor(reference(v)).map_err(|e| format!("gradient {k}: {e}"))?));
         }
@@ -332,6 +387,7 @@ fn convert(file: &str, raw: &Value) -> Result<Case, String> {
         outputs,
         grads,
         expect_error: file == "error_test",
+        lists,
         discard: case.get("discard_keys").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(String::from).collect(),
     })
 }
@@ -369,7 +425,7 @@ fn cast(t: &Tensor, dtype: Dtype) -> Tensor {
 fn prepare(case: &Case, mode: Mode) -> Result<(Graphs, BTreeMap<String, Tensor>), String> {
     let dtype = mode.dtype();
     let params: BTreeMap<String, Tensor> = case.params.iter().map(|(k, t)| (k.clone(), cast(t, dtype))).collect();
-    let mut opts = mithril::Options { constants: case.constants.clone(), ..Default::default() };
+    let mut opts = mithril::Options { constants: case.constants.clone(), list_inputs: case.lists.clone(), ..Default::default() };
     for (k, t) in &params {
         opts.known_types.insert(k.clone(), TensorType::new(t.dtype, Shape::known(&t.shape)));
     }
@@ -592,6 +648,11 @@ fn report(mode: Mode, all: &[(String, Result<Case, String>)], outcomes: &[(usize
         listed("passing.txt").into_iter().filter(|(m, id)| m == name && id.contains(&only) && !passing.contains(id)).map(|(_, id)| id).collect();
     let explained = listed("differs.txt");
     let wrong: Vec<&String> = failures.iter().filter(|(id, w, _)| *w && !explained.contains(&(name.to_string(), id.clone()))).map(|(id, _, _)| id).collect();
+    // An explanation of a difference that no longer happens is stale.
+    let differing: BTreeSet<&String> = failures.iter().filter(|(_, w, _)| *w).map(|(id, _, _)| id).collect();
+    let stale: Vec<&String> =
+        explained.iter().filter(|(m, id)| m == name && id.contains(&only) && !differing.contains(id)).map(|(_, id)| id).collect();
+    assert!(stale.is_empty(), "{name}: differs.txt explains {} case(s) that no longer differ: {stale:?}", stale.len());
     let newly = passing.iter().filter(|id| !listed("passing.txt").contains(&(name.to_string(), (*id).clone()))).count();
     if newly > 0 {
         println!("{newly} case(s) pass that passing.txt does not list for {name}: MITHRILC_SUITE_UPDATE=1 records them");

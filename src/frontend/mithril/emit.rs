@@ -37,6 +37,9 @@ pub struct Options {
     /// connection's `"value"` is written (a scalar, a nested list that is a tensor
     /// where the key is one, ...).
     pub constants: Vec<(String, Value)>,
+    /// Top-level keys that are lists of tensors (`--list NAME=N`): each becomes `N`
+    /// inputs `NAME_0`, `NAME_1`, ...
+    pub list_inputs: Vec<(String, usize)>,
 }
 
 /// Reads and compiles a model file.
@@ -81,6 +84,9 @@ fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> 
                 Some("final_cost")
             }
         };
+        for (key, n) in &opts.list_inputs {
+            net.list_input(&mut inst, key, *n)?;
+        }
         for (key, value) in &opts.constants {
             let slot = *inst.keys.get(key).ok_or_else(|| {
                 let mut keys: Vec<&str> = inst.keys.keys().map(String::as_str).filter(|k| !k.starts_with('$')).collect();

@@ -188,6 +188,35 @@ impl Net {
         }
     }
 
+    /// Makes top-level key `key` a list of `n` tensors, each an input of its own named
+    /// `key_0`, `key_1`, ... (differentiable when the key is), as Mithril's
+    /// `set_values(key=[Tensor(), ...])` does; the key becomes their `ToList`.
+    pub fn list_input(&mut self, inst: &mut Instance, key: &str, n: usize) -> Result<()> {
+        let what = format!("--list {key}={n}");
+        let slot = *inst.keys.get(key).ok_or_else(|| Error::user(format!("{what}: the model has no key `{key}`")))?;
+        let root = self.find(slot);
+        if self.slots[root].producer.is_some() || self.slots[root].value.is_some() {
+            return Err(Error::user(format!("{what}: `{key}` is not an input of the model")));
+        }
+        if n == 0 {
+            return Err(Error::user(format!("{what}: a list input needs at least one tensor")));
+        }
+        let differentiable = self.slots[root].differentiable;
+        let mut items = Vec::with_capacity(n);
+        for i in 0..n {
+            let name = format!("{key}_{i}");
+            if inst.keys.contains_key(&name) {
+                return Err(Error::user(format!("{what}: the model already has a key `{name}`")));
+            }
+            let item = self.new_slot();
+            self.slots[item].differentiable = differentiable;
+            self.name_slot(item, &name, 0);
+            inst.keys.insert(name, item);
+            items.push((format!("input{}", i + 1), item));
+        }
+        self.add_node(Formula::ToList, items, root, what)
+    }
+
     pub fn add_node(&mut self, formula: Formula, inputs: Vec<(String, SlotId)>, output: SlotId, origin: String) -> Result<()> {
         let idx = self.nodes.len();
         let out = self.slot_mut(output);
