@@ -464,3 +464,184 @@ fn positional_encoding() {
     let e = load(r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 3}}"#, &[2, 3, 3]).unwrap_err();
     assert!(e.contains("`hidden_dim` must be a positive even integer"), "{e}");
 }
+
+/// A `Model` of the metric classes, each as Mithril's `test_metrics_*` connects them
+/// (`pred`, `label` and an output named after it), `args` shared by all.
+fn metrics_model(args: &str, names: &[&str]) -> String {
+    let mut subs = Vec::new();
+    let mut conns = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let (class, average) = match name.split_once('_') {
+            Some((avg, class)) => (class, format!(r#", "average": "{}""#, avg.to_lowercase())),
+            None => (*name, String::new()),
+        };
+        let class = match class {
+            "Accuracy" => r#""name": "Accuracy""#,
+            "Precision" => r#""name": "Precision""#,
+            "Recall" => r#""name": "Recall""#,
+            "F1" => r#""name": "F1""#,
+            other => panic!("not a metric: {other}"),
+        };
+        subs.push(format!(r#""m_{i}": {{{class}, "args": {{{args}{average}}}}}"#));
+        conns.push(format!(r#""m_{i}": {{"pred": "pred", "label": "label", "output": {{"key": {{"name": "{name}", "expose": true}}}}}}"#));
+    }
+    format!(r#"{{"name": "Model", "submodels": {{{}}}, "connections": {{{}}}}}"#, subs.join(", "), conns.join(", "))
+}
+
+/// Runs `model` on `pred` and `label` of the given dtypes; its outputs.
+fn run_typed(model: &str, feeds: &[(&str, Dtype, Vec<u64>, Vec<f64>)]) -> BTreeMap<String, Tensor> {
+    let mut opts = Options::default();
+    for (k, dtype, shape, _) in feeds {
+        opts.known_types.insert(k.to_string(), TensorType::new(*dtype, Shape::known(shape)));
+    }
+    let graph = mithril::load_str(model, "m.json", "m", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let feeds = feeds.iter().map(|(k, dtype, shape, data)| (k.to_string(), Tensor::new(*dtype, shape.clone(), data.clone()))).collect();
+    interp::run(&graph, &feeds).unwrap_or_else(|e| panic!("{e}")).into_iter().collect()
+}
+
+const ALL_METRICS: [&str; 10] = [
+    "Accuracy",
+    "Micro_Precision",
+    "Macro_Precision",
+    "Weighted_Precision",
+    "Micro_Recall",
+    "Macro_Recall",
+    "Weighted_Recall",
+    "Micro_F1",
+    "Macro_F1",
+    "Weighted_F1",
+];
+
+/// Checks every metric of `ALL_METRICS` against `want` (in that order).
+fn check_metrics(label: &str, out: &BTreeMap<String, Tensor>, want: [f64; 10]) {
+    for (name, w) in ALL_METRICS.iter().zip(want) {
+        close_metric(&format!("{label} {name}"), &out[*name], w);
+    }
+}
+
+/// A metric (a float scalar) against Mithril's value: at 1e-10 in f64; a ratio of
+/// integer counts is float32 (the IR's integer division, Torch's default dtype, which
+/// Mithril's metric tests run on), compared at float32's precision.
+fn close_metric(label: &str, got: &Tensor, want: f64) {
+    assert!(got.shape.is_empty() && got.dtype.is_float(), "{label}: {got:?}");
+    if got.dtype == Dtype::F64 {
+        close(label, &got.data, &[want]);
+    } else {
+        assert!((got.data[0] - want).abs() <= 1e-6 * want.abs().max(1.0), "{label}: {} against Mithril's {want}", got.data[0]);
+    }
+}
+
+/// Accuracy, Precision, Recall and F1 with one-hot predictions and class labels, on
+/// Mithril's `test_metrics_1` .. `_5` (scikit-learn's numbers; `macro` divides by the
+/// number of distinct labels, so the single class of `_2` gives 1, not 1/3).
+#[test]
+fn metrics_one_hot_predictions() {
+    let model = metrics_model(r#""n_classes": 3, "is_label_one_hot": false, "is_pred_one_hot": true"#, &ALL_METRICS);
+    let t = 2.0 / 3.0;
+    let cases: [(&str, Vec<f64>, Vec<f64>, [f64; 10]); 5] = [
+        (
+            "test_metrics_1",
+            vec![0.4, 0.4, 0.2, 0.1, 0.6, 0.3, 0.2, 0.4, 0.4, 0.6, 0.3, 0.1, 0.2, 0.7, 0.1, 0.1, 0.3, 0.6],
+            vec![1.0, 1.0, 2.0, 0.0, 1.0, 2.0],
+            [t, t, 0.7222222222222222, 0.75, t, 0.7222222222222222, t, t, t, t],
+        ),
+        ("test_metrics_2", vec![0.9, 0.05, 0.05, 0.8, 0.1, 0.1, 0.7, 0.2, 0.1, 0.6, 0.2, 0.2, 0.95, 0.03, 0.02], vec![0.0; 5], [1.0; 10]),
+        (
+            "test_metrics_3",
+            vec![0.33; 15],
+            vec![0.0, 1.0, 2.0, 0.0, 1.0],
+            [0.4, 0.4, 0.13333333333333333, 0.16, 0.4, 0.3333333333333333, 0.4, 0.4, 0.19047619047619047, 0.22857142857142856],
+        ),
+        (
+            "test_metrics_4",
+            vec![0.9, 0.05, 0.05, 0.1, 0.85, 0.05, 0.1, 0.05, 0.85, 0.95, 0.03, 0.02, 0.05, 0.9, 0.05],
+            vec![0.0, 1.0, 2.0, 0.0, 1.0],
+            [1.0; 10],
+        ),
+        (
+            "test_metrics_5",
+            vec![0.05, 0.9, 0.05, 0.1, 0.05, 0.85, 0.85, 0.1, 0.05, 0.02, 0.95, 0.03, 0.05, 0.8, 0.15],
+            vec![0.0, 1.0, 2.0, 0.0, 1.0],
+            [0.2, 0.2, 0.1111111111111111, 0.13333333333333333, 0.2, 0.16666666666666666, 0.2, 0.2, 0.13333333333333333, 0.16],
+        ),
+    ];
+    for (name, pred, label, want) in cases {
+        let n = label.len() as u64;
+        let out = run_typed(&model, &[("pred", Dtype::F64, vec![n, 3], pred), ("label", Dtype::I64, vec![n], label)]);
+        check_metrics(name, &out, want);
+    }
+}
+
+/// The metrics on class-index predictions and labels (`is_pred_one_hot=False`),
+/// Mithril's `test_metrics_12` .. `_16`.
+#[test]
+fn metrics_class_predictions() {
+    let model = metrics_model(r#""n_classes": 3, "is_label_one_hot": false, "is_pred_one_hot": false"#, &ALL_METRICS);
+    let label = [0.0, 1.0, 0.0, 2.0, 0.0, 1.0, 0.0, 2.0];
+    let cases: [(&str, [f64; 8], [f64; 10]); 5] = [
+        (
+            "test_metrics_12",
+            [0.0, 0.0, 0.0, 2.0, 0.0, 2.0, 0.0, 0.0],
+            [0.625, 0.625, 0.38888888888888884, 0.4583333333333333, 0.625, 0.5, 0.625, 0.625, 0.43333333333333335, 0.525],
+        ),
+        ("test_metrics_13", [1.0, 2.0, 0.0, 2.0, 1.0, 2.0, 2.0, 1.0], [0.25, 0.25, 0.4166666666666667, 0.5625, 0.25, 0.25, 0.25, 0.25, 0.24444444444444446, 0.2833333333333333]),
+        (
+            "test_metrics_14",
+            [0.0; 8],
+            [0.5, 0.5, 0.16666666666666666, 0.25, 0.5, 0.3333333333333333, 0.5, 0.5, 0.2222222222222222, 0.3333333333333333],
+        ),
+        ("test_metrics_15", label, [1.0; 10]),
+        (
+            "test_metrics_16",
+            [0.0, 0.0, 0.0, 2.0, 0.0, 2.0, 0.0, 2.0],
+            [0.75, 0.75, 0.48888888888888893, 0.5666666666666667, 0.75, 0.6666666666666666, 0.75, 0.75, 0.562962962962963, 0.6444444444444444],
+        ),
+    ];
+    for (name, pred, want) in cases {
+        for dtype in [Dtype::I64, Dtype::F64] {
+            let out = run_typed(&model, &[("pred", dtype, vec![8], pred.to_vec()), ("label", dtype, vec![8], label.to_vec())]);
+            check_metrics(&format!("{name} ({dtype:?})"), &out, want);
+        }
+    }
+}
+
+/// Metric's formatting of predictions and labels, through Accuracy and micro
+/// Precision: `threshold` with `is_binary` (Mithril's `test_metrics_10`, `_11`: Metric
+/// gives `[0, 0, -1]`, so 2 of 3 right) and one-hot labels and predictions
+/// (`test_metrics_6`: `[0, 0, 1]`; `_7`: `[0, 1, -1]`). Variants models.py rejects are
+/// refused with the argument named.
+#[test]
+fn metrics_format_predictions_and_labels() {
+    let binary = r#""threshold": 0.3, "is_binary": true, "is_pred_one_hot": false"#;
+    let pred = ("pred", Dtype::F64, vec![3], vec![0.5, 0.2, 0.1]);
+    let labels = [
+        (r#", "is_label_one_hot": false"#, ("label", Dtype::I64, vec![3], vec![1.0, 0.0, 1.0])),
+        ("", ("label", Dtype::I64, vec![3, 2], vec![0.0, 1.0, 1.0, 0.0, 0.0, 1.0])),
+    ];
+    for (extra, label) in labels {
+        let model = metrics_model(&format!("{binary}{extra}"), &["Accuracy", "Micro_Precision"]);
+        let out = run_typed(&model, &[pred.clone(), label]);
+        close_metric("binary accuracy", &out["Accuracy"], 2.0 / 3.0);
+        close_metric("binary precision", &out["Micro_Precision"], 2.0 / 3.0);
+    }
+    let one_hot = metrics_model("", &["Accuracy"]);
+    let label = ("label", Dtype::I64, vec![3, 3], vec![0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+    for (pred, want) in [([0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0], 2.0 / 3.0), ([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], 1.0 / 3.0)] {
+        let out = run_typed(&one_hot, &[("pred", Dtype::F64, vec![3, 3], pred.to_vec()), label.clone()]);
+        close_metric("one-hot accuracy", &out["Accuracy"], want);
+    }
+    let load = |args: &str| {
+        let model = format!(r#"{{"name": "F1", "args": {{{args}}}}}"#);
+        let mut opts = Options::default();
+        opts.known_types.insert("pred".into(), TensorType::new(Dtype::F64, Shape::known(&[3, 2])));
+        opts.known_types.insert("label".into(), TensorType::new(Dtype::F64, Shape::known(&[3, 2])));
+        mithril::load_str(&model, "f1.json", "f1", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    load(r#""average": "macro", "n_classes": 2"#).unwrap();
+    let e = load(r#""is_binary": true"#).unwrap_err();
+    assert!(e.contains("top-level F1") && e.contains("`is_binary` needs a `threshold`"), "{e}");
+    let e = load(r#""average": "weighted""#).unwrap_err();
+    assert!(e.contains("`n_classes` must be given for average 'weighted'"), "{e}");
+    let e = load(r#""average": "mean""#).unwrap_err();
+    assert!(e.contains("`average` must be one of"), "{e}");
+}
