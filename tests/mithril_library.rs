@@ -645,3 +645,95 @@ fn metrics_format_predictions_and_labels() {
     let e = load(r#""average": "mean""#).unwrap_err();
     assert!(e.contains("`average` must be one of"), "{e}");
 }
+
+/// One RNNCell step by hand (models.py's formula): for rows `x` and the first
+/// `x.len()` rows of `h`, `hidden = tanh(h w_hh^T + x w_ih^T + bias_h)` and
+/// `output = hidden w_ho^T + bias_o`.
+fn rnn_step(w: &BTreeMap<&str, Vec<f64>>, x: &[Vec<f64>], h: &[Vec<f64>]) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let affine = |m: &[f64], v: &[f64]| -> Vec<f64> { m.chunks(v.len()).map(|row| row.iter().zip(v).map(|(a, b)| a * b).sum()).collect() };
+    let mut hidden = Vec::new();
+    let mut output = Vec::new();
+    for (xr, hr) in x.iter().zip(h) {
+        let (a, b) = (affine(&w["w_hh"], hr), affine(&w["w_ih"], xr));
+        let hn: Vec<f64> = a.iter().zip(&b).zip(&w["bias_h"]).map(|((a, b), c)| (a + b + c).tanh()).collect();
+        output.push(affine(&w["w_ho"], &hn).iter().zip(&w["bias_o"]).map(|(a, b)| a + b).collect());
+        hidden.push(hn);
+    }
+    (hidden, output)
+}
+
+/// EncoderDecoder(RNNCell) against a hand-written unrolling of models.py's graph: the
+/// ManyToOne encoder over two steps (each step's batch the rows of `input<i>`, the
+/// dropped rows passed on as `hidden_compl`), `hidden_concat` (step 1's `hidden`, then
+/// its `hidden_compl`) permuted by `indices` into the OneToMany decoder's initial
+/// state, whose step `i` reads the first `target<i>.shape[0]` rows of the previous
+/// output (of `target<i-1>` with teacher forcing). The decoder's keys are `decoder_*`.
+#[test]
+fn encoder_decoder() {
+    for teacher_forcing in [false, true] {
+        let (d, h) = (2usize, 3usize);
+        let names = ["w_ih", "w_hh", "w_ho", "bias_h", "bias_o"];
+        let sizes = [h * d, h * h, d * h, h, d];
+        let shapes = [vec![h as u64, d as u64], vec![h as u64, h as u64], vec![d as u64, h as u64], vec![h as u64], vec![d as u64]];
+        let enc: BTreeMap<&str, Vec<f64>> = names.iter().zip(sizes).enumerate().map(|(i, (n, k))| (*n, values(60 + i, k))).collect();
+        let dec: BTreeMap<&str, Vec<f64>> = names.iter().zip(sizes).enumerate().map(|(i, (n, k))| (*n, values(70 + i, k))).collect();
+        let rows = |v: Vec<f64>, w: usize| -> Vec<Vec<f64>> { v.chunks(w).map(<[f64]>::to_vec).collect() };
+        let inputs = [rows(values(80, 3 * d), d), rows(values(81, 2 * d), d)];
+        let h0 = rows(values(82, 3 * h), h);
+        let indices = [2.0, 0.0, 1.0];
+        let dec_input = rows(values(83, 3 * d), d);
+        let targets = [rows(values(84, 3 * d), d), rows(values(85, 2 * d), d), rows(values(86, d), d)];
+
+        let mut feeds: Vec<(String, Dtype, Vec<u64>, Vec<f64>)> = Vec::new();
+        let flat = |r: &[Vec<f64>]| -> (Vec<u64>, Vec<f64>) { (vec![r.len() as u64, 1, r[0].len() as u64], r.concat()) };
+        for (i, n) in names.iter().enumerate() {
+            feeds.push((n.to_string(), Dtype::F64, shapes[i].clone(), enc[n].clone()));
+            feeds.push((format!("decoder_{n}"), Dtype::F64, shapes[i].clone(), dec[n].clone()));
+        }
+        for (name, r) in [("input0", &inputs[0]), ("input1", &inputs[1]), ("initial_hidden", &h0), ("decoder_input", &dec_input)] {
+            let (shape, data) = flat(r);
+            feeds.push((name.to_string(), Dtype::F64, shape, data));
+        }
+        for (i, t) in targets.iter().enumerate() {
+            if teacher_forcing || i > 0 {
+                let (shape, data) = flat(t);
+                feeds.push((format!("target{i}"), Dtype::F64, shape, data));
+            }
+        }
+        feeds.push(("indices".into(), Dtype::I64, vec![3], indices.to_vec()));
+        let model = format!(
+            r#"{{"name": "EncoderDecoder", "args": {{"cell_type": {{"name": "RNNCell"}}, "max_input_sequence_length": 2, "max_target_sequence_length": 3, "teacher_forcing": {teacher_forcing}}}}}"#
+        );
+        let feeds: Vec<(&str, Dtype, Vec<u64>, Vec<f64>)> = feeds.iter().map(|(k, t, s, d)| (k.as_str(), *t, s.clone(), d.clone())).collect();
+        let got = run_typed(&model, &feeds);
+
+        let (hidden0, _) = rnn_step(&enc, &inputs[0], &h0);
+        let (hidden1, _) = rnn_step(&enc, &inputs[1], &hidden0);
+        let mut concat = hidden1.clone();
+        concat.extend(hidden0[inputs[1].len()..].iter().cloned());
+        let mut state: Vec<Vec<f64>> = indices.iter().map(|&i| concat[i as usize].clone()).collect();
+        let mut input = dec_input.clone();
+        let mut keys: Vec<&String> = got.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["output0", "output1", "output2"], "teacher_forcing {teacher_forcing}");
+        for step in 0..3 {
+            let (hidden, output) = rnn_step(&dec, &input, &state);
+            let (shape, want) = flat(&output);
+            let out = &got[&format!("output{step}")];
+            assert_eq!(out.shape, shape, "output{step}");
+            close(&format!("teacher_forcing {teacher_forcing}: output{step}"), &out.data, &want);
+            if step < 2 {
+                let n = targets[step + 1].len();
+                input = if teacher_forcing { targets[step][..n].to_vec() } else { output[..n].to_vec() };
+                state = hidden;
+            }
+        }
+    }
+    let mut opts = Options::default();
+    opts.known_types.insert("input0".into(), TensorType::new(Dtype::F64, Shape::known(&[1, 1, 2])));
+    let e = mithril::load_str(r#"{"name": "EncoderDecoder", "args": {"cell_type": "RNNCell", "max_input_sequence_length": 2}}"#, "ed.json", "ed", &opts)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("top-level EncoderDecoder") && e.contains("`max_target_sequence_length`"), "{e}");
+}

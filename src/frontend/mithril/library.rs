@@ -297,6 +297,7 @@ pub const COMPOSITES: &[&str] = &[
     "Precision",
     "Recall",
     "F1",
+    "EncoderDecoder",
 ];
 
 impl Formula {
@@ -491,7 +492,6 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("Item", "a tensor's element as a Python scalar is a run-time value, not a compile-time one"),
     ("TensorToList", "a tensor as a Python list is a run-time value, not a compile-time one"),
     ("OneToManyInference", "it runs the cell until it emits an end token: a data-dependent number of steps"),
-    ("EncoderDecoder", "not expanded yet"),
     ("EncoderDecoderInference", "it runs the decoder for a data-dependent number of steps"),
 ];
 
@@ -510,12 +510,16 @@ pub fn exposed_outputs(class: &str) -> &'static [&'static str] {
 
 /// Whether `key` is an output of a `class` model at the top level even where another
 /// of its primitives reads it: `exposed_outputs`, and the unrolled recurrent models'
-/// `output<i>` (and ManyToOne's `hidden_concat`).
+/// `output<i>` (and ManyToOne's `hidden_concat`), EncoderDecoder's decoder outputs.
 pub fn is_exposed_output(class: &str, key: &str) -> bool {
-    let step_output = key.strip_prefix("output").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
     exposed_outputs(class).contains(&key)
-        || matches!(class, "OneToMany" | "ManyToOne") && step_output
+        || matches!(class, "OneToMany" | "ManyToOne" | "EncoderDecoder") && is_step_output(key)
         || class == "ManyToOne" && key == "hidden_concat"
+}
+
+/// Whether `key` is an unrolled model's `output<i>`.
+fn is_step_output(key: &str) -> bool {
+    key.strip_prefix("output").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Why Mithril's class `class` is not supported, if it is one this frontend knows of.
@@ -956,6 +960,7 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             s.order(&["y", "x", "output"]);
         }
         "OneToMany" | "ManyToOne" => unrolled(&mut s, &args, node.class == "OneToMany")?,
+        "EncoderDecoder" => encoder_decoder(&mut s, &args)?,
         "PositionalEncoding" => positional_encoding(&mut s, &args)?,
         "Accuracy" | "Precision" | "Recall" | "F1" => metric_model(&mut s, &args, &node.class)?,
         "RNNCell" => rnn_cell(&mut s)?,
@@ -1259,6 +1264,55 @@ fn unrolled(s: &mut Scope, args: &Args, one_to_many: bool) -> Result<()> {
         let list = s.prim(Formula::ToList, names.iter().zip(&concat).map(|(k, &c)| (k.as_str(), In::Slot(c))).collect())?;
         let out = s.key("hidden_concat");
         s.prim_into(Formula::Concat, ins![("input", list), ("axis", int(0))], out)?;
+    }
+    Ok(())
+}
+
+/// EncoderDecoder as models.py builds it: a `ManyToOne` encoder over
+/// `max_input_sequence_length` steps (its keys keep their names: `input<i>`,
+/// `initial_<state>`, the cell's weights), `PermuteTensor(hidden_concat, indices)` as
+/// the decoder's `initial_hidden`, and a `OneToMany` decoder over
+/// `max_target_sequence_length` steps (with `teacher_forcing`) whose keys are prefixed
+/// `decoder_` (`decoder_input`, `decoder_w_ih`, ...) except `target<i>` and its
+/// outputs `output<i>`, the model's outputs.
+fn encoder_decoder(s: &mut Scope, args: &Args) -> Result<()> {
+    let cell = args.get("cell_type").cloned().ok_or_else(|| args.err("argument `cell_type` is missing"))?;
+    let mut part = |class: &str, length: &str, extra: Value| -> Result<Keys> {
+        let steps = args.value(length)?.as_int().filter(|&n| n >= 2).ok_or_else(|| {
+            args.err(&format!("`{length}` must be an integer of at least 2 (models.py leaves a shorter {class} without an output)"))
+        })?;
+        let mut node_args = serde_json::json!({"cell_type": cell.clone(), "max_sequence_length": steps});
+        if let (Value::Object(a), Value::Object(e)) = (&mut node_args, extra) {
+            a.extend(e);
+        }
+        let node = super::json::parse_value(&serde_json::json!({"name": class, "args": node_args}), &args.arg_path(length))?;
+        s.instantiate(&node)
+    };
+    let encoder = part("ManyToOne", "max_input_sequence_length", serde_json::json!({}))?;
+    let teacher_forcing = args.bool_or("teacher_forcing", false)?;
+    let decoder = part("OneToMany", "max_target_sequence_length", serde_json::json!({"teacher_forcing": teacher_forcing}))?;
+    let mut hidden_concat = None;
+    for (k, slot) in &encoder {
+        if k == "hidden_concat" {
+            hidden_concat = Some(*slot);
+        } else if !k.starts_with('$') && !is_step_output(k) {
+            let own = s.key(k);
+            s.union(*slot, own)?;
+        }
+    }
+    let hidden_concat = hidden_concat.ok_or_else(|| Error::internal("ManyToOne has no `hidden_concat`"))?;
+    let indices = s.key("indices");
+    let initial = s.prim(Formula::PermuteTensor, ins![("input", hidden_concat), ("indices", indices)])?;
+    for (k, slot) in &decoder {
+        if k.starts_with('$') {
+            continue;
+        }
+        let own = match k.as_str() {
+            "initial_hidden" => initial,
+            k if is_step_output(k) || k.contains("target") => s.key(k),
+            k => s.key(&format!("decoder_{k}")),
+        };
+        s.union(*slot, own)?;
     }
     Ok(())
 }
