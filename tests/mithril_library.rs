@@ -737,3 +737,46 @@ fn encoder_decoder() {
         .to_string();
     assert!(e.contains("top-level EncoderDecoder") && e.contains("`max_target_sequence_length`"), "{e}");
 }
+
+/// Metric itself (`pred - label` of the formatted class indices, which it exposes as
+/// `pred_formatted` and `label_formatted`), with Mithril's `test_metrics_6` .. `_11`.
+#[test]
+fn metric_formats_predictions_and_labels() {
+    let one_hot_pred = ("pred", vec![3, 3]);
+    let class_pred = ("pred", vec![3]);
+    let cases: [(&str, (&str, Vec<u64>), Vec<f64>, Vec<u64>, Vec<f64>, [f64; 3]); 6] = [
+        ("", one_hot_pred.clone(), vec![0., 1., 0., 1., 0., 0., 0., 0., 1.], vec![3, 3], vec![0., 1., 0., 1., 0., 0., 0., 1., 0.], [0., 0., 1.]),
+        ("", one_hot_pred.clone(), vec![0., 1., 0., 0., 1., 0., 1., 0., 0.], vec![3, 3], vec![0., 1., 0., 1., 0., 0., 0., 1., 0.], [0., 1., -1.]),
+        (r#""is_label_one_hot": false"#, one_hot_pred, vec![0., 1., 0., 0., 1., 0., 1., 0., 0.], vec![3], vec![1., 0., 1.], [0., 1., -1.]),
+        (r#""is_label_one_hot": false, "is_pred_one_hot": false"#, class_pred.clone(), vec![1., 1., 0.], vec![3], vec![1., 0., 1.], [0., 1., -1.]),
+        (
+            r#""threshold": 0.3, "is_binary": true, "is_label_one_hot": false, "is_pred_one_hot": false"#,
+            class_pred.clone(),
+            vec![0.5, 0.2, 0.1],
+            vec![3],
+            vec![1., 0., 1.],
+            [0., 0., -1.],
+        ),
+        (
+            r#""threshold": 0.3, "is_binary": true, "is_label_one_hot": true, "is_pred_one_hot": false"#,
+            class_pred,
+            vec![0.5, 0.2, 0.1],
+            vec![3, 2],
+            vec![0., 1., 1., 0., 0., 1.],
+            [0., 0., -1.],
+        ),
+    ];
+    for (i, (args, (pred, pred_shape), pred_data, label_shape, label_data, want)) in cases.into_iter().enumerate() {
+        let model = format!(r#"{{"name": "Metric", "args": {{{args}}}}}"#);
+        let binary = args.contains("threshold");
+        let pred_dtype = if binary { Dtype::F64 } else { Dtype::I64 };
+        let out = run_typed(&model, &[(pred, pred_dtype, pred_shape, pred_data), ("label", Dtype::I64, label_shape, label_data)]);
+        let label = format!("test_metrics_{}", i + 6);
+        assert!(!out["output"].dtype.is_float(), "{label}: {:?}", out["output"]);
+        close(&label, &out["output"].data, &want);
+        assert_eq!(out["pred_formatted"].shape, [3], "{label}");
+        assert_eq!(out["label_formatted"].shape, [3], "{label}");
+        let diff: Vec<f64> = out["pred_formatted"].data.iter().zip(&out["label_formatted"].data).map(|(p, l)| p - l).collect();
+        close(&format!("{label}: formatted"), &diff, &want);
+    }
+}

@@ -298,6 +298,7 @@ pub const COMPOSITES: &[&str] = &[
     "Recall",
     "F1",
     "EncoderDecoder",
+    "Metric",
 ];
 
 impl Formula {
@@ -471,7 +472,6 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("Cell", "an abstract base class, not a model"),
     ("RNN", "an abstract base class, not a model"),
     ("DistanceEncoder", "an abstract base class, not a model"),
-    ("Metric", "an abstract base class, not a model"),
     ("TrainModel", "a TrainModel is read only as a whole file (`is_train_model`), not nested in a model"),
     ("TsnePJoint", "its binary search for each row's perplexity runs a data-dependent number of steps"),
     ("TSNECore", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
@@ -504,6 +504,7 @@ pub fn exposed_outputs(class: &str) -> &'static [&'static str] {
         "KernelizedSVM" => &["kernel"],
         "LinearSVM" => &["decision_output"],
         "LogisticRegression" => &["probs_output"],
+        "Metric" => &["pred_formatted", "label_formatted"],
         _ => &[],
     }
 }
@@ -963,6 +964,14 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
         "EncoderDecoder" => encoder_decoder(&mut s, &args)?,
         "PositionalEncoding" => positional_encoding(&mut s, &args)?,
         "Accuracy" | "Precision" | "Recall" | "F1" => metric_model(&mut s, &args, &node.class)?,
+        "Metric" => {
+            let (diff, pred, label) = metric(&mut s, &args)?;
+            for (key, v) in [("pred_formatted", pred), ("label_formatted", label), ("output", diff)] {
+                let k = s.key(key);
+                s.prim_into(Formula::Buffer, ins![("input", v)], k)?;
+            }
+            s.order(&["pred", "label", "output", "pred_formatted", "label_formatted"]);
+        }
         "RNNCell" => rnn_cell(&mut s)?,
         "LSTMCell" => lstm_cell(&mut s)?,
         "LSTMCellBody" => {
