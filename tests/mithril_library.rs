@@ -10,7 +10,7 @@
 //! (`static_keys` are data); `output_grads` are the cotangents of the outputs, and an
 //! output without one gets a zero cotangent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use mithrilc::frontend::mithril::{self, Options};
 use mithrilc::interp;
@@ -736,6 +736,38 @@ fn encoder_decoder() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("top-level EncoderDecoder") && e.contains("`max_target_sequence_length`"), "{e}");
+    // With LSTMCell both of the encoder's states are inputs; the decoder's cell state
+    // is `decoder_initial_cell` (only its hidden state comes from the encoder).
+    let (d, h) = (2u64, 3u64);
+    let mut opts = Options::default();
+    let mut typed = vec![("indices", Dtype::I64, vec![3]), ("decoder_input", Dtype::F64, vec![3, 1, d]), ("target1", Dtype::F64, vec![2, 1, d])];
+    for (n, rows) in [("input0", 3), ("input1", 2)] {
+        typed.push((n, Dtype::F64, vec![rows, 1, d]));
+    }
+    for n in ["initial_hidden", "initial_cell", "decoder_initial_cell"] {
+        typed.push((n, Dtype::F64, vec![3, 1, h]));
+    }
+    for prefix in ["", "decoder_"] {
+        for g in ["i", "f", "c", "o"] {
+            opts.known_types.insert(format!("{prefix}w_{g}"), TensorType::new(Dtype::F64, Shape::known(&[h, d + h])));
+            opts.known_types.insert(format!("{prefix}bias_{g}"), TensorType::new(Dtype::F64, Shape::known(&[h])));
+        }
+        opts.known_types.insert(format!("{prefix}w_out"), TensorType::new(Dtype::F64, Shape::known(&[d, h])));
+        opts.known_types.insert(format!("{prefix}bias_out"), TensorType::new(Dtype::F64, Shape::known(&[d])));
+    }
+    for (n, dtype, shape) in typed {
+        opts.known_types.insert(n.into(), TensorType::new(dtype, Shape::known(&shape)));
+    }
+    let model = r#"{"name": "EncoderDecoder", "args": {"cell_type": "LSTMCell", "max_input_sequence_length": 2, "max_target_sequence_length": 2}}"#;
+    let graph = mithril::load_str(model, "ed.json", "ed", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let names: BTreeSet<String> = graph.inputs().chain(graph.params()).filter_map(|v| graph.node(v).name.clone()).collect();
+    // (The encoder's own outputs, and so its `w_out`, feed nothing.)
+    for n in ["initial_hidden", "initial_cell", "w_i", "decoder_initial_cell", "decoder_input", "indices", "decoder_w_out"] {
+        assert!(names.contains(n), "{n} not among {names:?}");
+    }
+    assert!(!names.contains("decoder_initial_hidden"), "{names:?}");
+    let outs: Vec<&str> = graph.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(outs, ["output0", "output1"]);
 }
 
 /// Metric itself (`pred - label` of the formatted class indices, which it exposes as

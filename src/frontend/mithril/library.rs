@@ -1286,7 +1286,8 @@ fn unrolled(s: &mut Scope, args: &Args, one_to_many: bool) -> Result<()> {
 /// outputs `output<i>`, the model's outputs.
 fn encoder_decoder(s: &mut Scope, args: &Args) -> Result<()> {
     let cell = args.get("cell_type").cloned().ok_or_else(|| args.err("argument `cell_type` is missing"))?;
-    let mut part = |class: &str, length: &str, extra: Value| -> Result<Keys> {
+    // The encoder and decoder are named as models.py names its locals.
+    let mut part = |class: &str, length: &str, name: &str, extra: Value| -> Result<Keys> {
         let steps = args.value(length)?.as_int().filter(|&n| n >= 2).ok_or_else(|| {
             args.err(&format!("`{length}` must be an integer of at least 2 (models.py leaves a shorter {class} without an output)"))
         })?;
@@ -1294,12 +1295,13 @@ fn encoder_decoder(s: &mut Scope, args: &Args) -> Result<()> {
         if let (Value::Object(a), Value::Object(e)) = (&mut node_args, extra) {
             a.extend(e);
         }
-        let node = super::json::parse_value(&serde_json::json!({"name": class, "args": node_args}), &args.arg_path(length))?;
+        let path = if args.node.path.is_empty() { name.to_string() } else { format!("{}.{name}", args.node.path) };
+        let node = super::json::parse_value(&serde_json::json!({"name": class, "args": node_args}), &path)?;
         s.instantiate(&node)
     };
-    let encoder = part("ManyToOne", "max_input_sequence_length", serde_json::json!({}))?;
+    let encoder = part("ManyToOne", "max_input_sequence_length", "encoder", serde_json::json!({}))?;
     let teacher_forcing = args.bool_or("teacher_forcing", false)?;
-    let decoder = part("OneToMany", "max_target_sequence_length", serde_json::json!({"teacher_forcing": teacher_forcing}))?;
+    let decoder = part("OneToMany", "max_target_sequence_length", "decoder", serde_json::json!({"teacher_forcing": teacher_forcing}))?;
     let mut hidden_concat = None;
     for (k, slot) in &encoder {
         if k == "hidden_concat" {
@@ -1311,6 +1313,9 @@ fn encoder_decoder(s: &mut Scope, args: &Args) -> Result<()> {
     }
     let hidden_concat = hidden_concat.ok_or_else(|| Error::internal("ManyToOne has no `hidden_concat`"))?;
     let indices = s.key("indices");
+    if args.get("indices").is_some() {
+        s.set_value(indices, args.value("indices")?, "indices")?;
+    }
     let initial = s.prim(Formula::PermuteTensor, ins![("input", hidden_concat), ("indices", indices)])?;
     for (k, slot) in &decoder {
         if k.starts_with('$') {
