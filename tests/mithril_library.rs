@@ -10,7 +10,7 @@
 //! (`static_keys` are data); `output_grads` are the cotangents of the outputs, and an
 //! output without one gets a zero cotangent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use mithrilc::frontend::mithril::{self, Options};
 use mithrilc::interp;
@@ -463,4 +463,352 @@ fn positional_encoding() {
     assert!(e.contains("top-level PositionalEncoding") && e.contains("[1, 2, 4]"), "{e}");
     let e = load(r#"{"name": "PositionalEncoding", "args": {"hidden_dim": 3}}"#, &[2, 3, 3]).unwrap_err();
     assert!(e.contains("`hidden_dim` must be a positive even integer"), "{e}");
+}
+
+/// A `Model` of the metric classes, each as Mithril's `test_metrics_*` connects them
+/// (`pred`, `label` and an output named after it), `args` shared by all.
+fn metrics_model(args: &str, names: &[&str]) -> String {
+    let mut subs = Vec::new();
+    let mut conns = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let (class, average) = match name.split_once('_') {
+            Some((avg, class)) => (class, format!(r#", "average": "{}""#, avg.to_lowercase())),
+            None => (*name, String::new()),
+        };
+        let class = match class {
+            "Accuracy" => r#""name": "Accuracy""#,
+            "Precision" => r#""name": "Precision""#,
+            "Recall" => r#""name": "Recall""#,
+            "F1" => r#""name": "F1""#,
+            other => panic!("not a metric: {other}"),
+        };
+        subs.push(format!(r#""m_{i}": {{{class}, "args": {{{args}{average}}}}}"#));
+        conns.push(format!(r#""m_{i}": {{"pred": "pred", "label": "label", "output": {{"key": {{"name": "{name}", "expose": true}}}}}}"#));
+    }
+    format!(r#"{{"name": "Model", "submodels": {{{}}}, "connections": {{{}}}}}"#, subs.join(", "), conns.join(", "))
+}
+
+/// Runs `model` on `pred` and `label` of the given dtypes; its outputs.
+fn run_typed(model: &str, feeds: &[(&str, Dtype, Vec<u64>, Vec<f64>)]) -> BTreeMap<String, Tensor> {
+    let mut opts = Options::default();
+    for (k, dtype, shape, _) in feeds {
+        opts.known_types.insert(k.to_string(), TensorType::new(*dtype, Shape::known(shape)));
+    }
+    let graph = mithril::load_str(model, "m.json", "m", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let feeds = feeds.iter().map(|(k, dtype, shape, data)| (k.to_string(), Tensor::new(*dtype, shape.clone(), data.clone()))).collect();
+    interp::run(&graph, &feeds).unwrap_or_else(|e| panic!("{e}")).into_iter().collect()
+}
+
+const ALL_METRICS: [&str; 10] = [
+    "Accuracy",
+    "Micro_Precision",
+    "Macro_Precision",
+    "Weighted_Precision",
+    "Micro_Recall",
+    "Macro_Recall",
+    "Weighted_Recall",
+    "Micro_F1",
+    "Macro_F1",
+    "Weighted_F1",
+];
+
+/// Checks every metric of `ALL_METRICS` against `want` (in that order).
+fn check_metrics(label: &str, out: &BTreeMap<String, Tensor>, want: [f64; 10]) {
+    for (name, w) in ALL_METRICS.iter().zip(want) {
+        close_metric(&format!("{label} {name}"), &out[*name], w);
+    }
+}
+
+/// A metric (a float scalar) against Mithril's value: at 1e-10 in f64; a ratio of
+/// integer counts is float32 (the IR's integer division, Torch's default dtype, which
+/// Mithril's metric tests run on), compared at float32's precision.
+fn close_metric(label: &str, got: &Tensor, want: f64) {
+    assert!(got.shape.is_empty() && got.dtype.is_float(), "{label}: {got:?}");
+    if got.dtype == Dtype::F64 {
+        close(label, &got.data, &[want]);
+    } else {
+        assert!((got.data[0] - want).abs() <= 1e-6 * want.abs().max(1.0), "{label}: {} against Mithril's {want}", got.data[0]);
+    }
+}
+
+/// Accuracy, Precision, Recall and F1 with one-hot predictions and class labels, on
+/// Mithril's `test_metrics_1` .. `_5` (scikit-learn's numbers; `macro` divides by the
+/// number of distinct labels, so the single class of `_2` gives 1, not 1/3).
+#[test]
+fn metrics_one_hot_predictions() {
+    let model = metrics_model(r#""n_classes": 3, "is_label_one_hot": false, "is_pred_one_hot": true"#, &ALL_METRICS);
+    let t = 2.0 / 3.0;
+    let cases: [(&str, Vec<f64>, Vec<f64>, [f64; 10]); 5] = [
+        (
+            "test_metrics_1",
+            vec![0.4, 0.4, 0.2, 0.1, 0.6, 0.3, 0.2, 0.4, 0.4, 0.6, 0.3, 0.1, 0.2, 0.7, 0.1, 0.1, 0.3, 0.6],
+            vec![1.0, 1.0, 2.0, 0.0, 1.0, 2.0],
+            [t, t, 0.7222222222222222, 0.75, t, 0.7222222222222222, t, t, t, t],
+        ),
+        ("test_metrics_2", vec![0.9, 0.05, 0.05, 0.8, 0.1, 0.1, 0.7, 0.2, 0.1, 0.6, 0.2, 0.2, 0.95, 0.03, 0.02], vec![0.0; 5], [1.0; 10]),
+        (
+            "test_metrics_3",
+            vec![0.33; 15],
+            vec![0.0, 1.0, 2.0, 0.0, 1.0],
+            [0.4, 0.4, 0.13333333333333333, 0.16, 0.4, 0.3333333333333333, 0.4, 0.4, 0.19047619047619047, 0.22857142857142856],
+        ),
+        (
+            "test_metrics_4",
+            vec![0.9, 0.05, 0.05, 0.1, 0.85, 0.05, 0.1, 0.05, 0.85, 0.95, 0.03, 0.02, 0.05, 0.9, 0.05],
+            vec![0.0, 1.0, 2.0, 0.0, 1.0],
+            [1.0; 10],
+        ),
+        (
+            "test_metrics_5",
+            vec![0.05, 0.9, 0.05, 0.1, 0.05, 0.85, 0.85, 0.1, 0.05, 0.02, 0.95, 0.03, 0.05, 0.8, 0.15],
+            vec![0.0, 1.0, 2.0, 0.0, 1.0],
+            [0.2, 0.2, 0.1111111111111111, 0.13333333333333333, 0.2, 0.16666666666666666, 0.2, 0.2, 0.13333333333333333, 0.16],
+        ),
+    ];
+    for (name, pred, label, want) in cases {
+        let n = label.len() as u64;
+        let out = run_typed(&model, &[("pred", Dtype::F64, vec![n, 3], pred), ("label", Dtype::I64, vec![n], label)]);
+        check_metrics(name, &out, want);
+    }
+}
+
+/// The metrics on class-index predictions and labels (`is_pred_one_hot=False`),
+/// Mithril's `test_metrics_12` .. `_16`.
+#[test]
+fn metrics_class_predictions() {
+    let model = metrics_model(r#""n_classes": 3, "is_label_one_hot": false, "is_pred_one_hot": false"#, &ALL_METRICS);
+    let label = [0.0, 1.0, 0.0, 2.0, 0.0, 1.0, 0.0, 2.0];
+    let cases: [(&str, [f64; 8], [f64; 10]); 5] = [
+        (
+            "test_metrics_12",
+            [0.0, 0.0, 0.0, 2.0, 0.0, 2.0, 0.0, 0.0],
+            [0.625, 0.625, 0.38888888888888884, 0.4583333333333333, 0.625, 0.5, 0.625, 0.625, 0.43333333333333335, 0.525],
+        ),
+        ("test_metrics_13", [1.0, 2.0, 0.0, 2.0, 1.0, 2.0, 2.0, 1.0], [0.25, 0.25, 0.4166666666666667, 0.5625, 0.25, 0.25, 0.25, 0.25, 0.24444444444444446, 0.2833333333333333]),
+        (
+            "test_metrics_14",
+            [0.0; 8],
+            [0.5, 0.5, 0.16666666666666666, 0.25, 0.5, 0.3333333333333333, 0.5, 0.5, 0.2222222222222222, 0.3333333333333333],
+        ),
+        ("test_metrics_15", label, [1.0; 10]),
+        (
+            "test_metrics_16",
+            [0.0, 0.0, 0.0, 2.0, 0.0, 2.0, 0.0, 2.0],
+            [0.75, 0.75, 0.48888888888888893, 0.5666666666666667, 0.75, 0.6666666666666666, 0.75, 0.75, 0.562962962962963, 0.6444444444444444],
+        ),
+    ];
+    for (name, pred, want) in cases {
+        for dtype in [Dtype::I64, Dtype::F64] {
+            let out = run_typed(&model, &[("pred", dtype, vec![8], pred.to_vec()), ("label", dtype, vec![8], label.to_vec())]);
+            check_metrics(&format!("{name} ({dtype:?})"), &out, want);
+        }
+    }
+}
+
+/// Metric's formatting of predictions and labels, through Accuracy and micro
+/// Precision: `threshold` with `is_binary` (Mithril's `test_metrics_10`, `_11`: Metric
+/// gives `[0, 0, -1]`, so 2 of 3 right) and one-hot labels and predictions
+/// (`test_metrics_6`: `[0, 0, 1]`; `_7`: `[0, 1, -1]`). Variants models.py rejects are
+/// refused with the argument named.
+#[test]
+fn metrics_format_predictions_and_labels() {
+    let binary = r#""threshold": 0.3, "is_binary": true, "is_pred_one_hot": false"#;
+    let pred = ("pred", Dtype::F64, vec![3], vec![0.5, 0.2, 0.1]);
+    let labels = [
+        (r#", "is_label_one_hot": false"#, ("label", Dtype::I64, vec![3], vec![1.0, 0.0, 1.0])),
+        ("", ("label", Dtype::I64, vec![3, 2], vec![0.0, 1.0, 1.0, 0.0, 0.0, 1.0])),
+    ];
+    for (extra, label) in labels {
+        let model = metrics_model(&format!("{binary}{extra}"), &["Accuracy", "Micro_Precision"]);
+        let out = run_typed(&model, &[pred.clone(), label]);
+        close_metric("binary accuracy", &out["Accuracy"], 2.0 / 3.0);
+        close_metric("binary precision", &out["Micro_Precision"], 2.0 / 3.0);
+    }
+    let one_hot = metrics_model("", &["Accuracy"]);
+    let label = ("label", Dtype::I64, vec![3, 3], vec![0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+    for (pred, want) in [([0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0], 2.0 / 3.0), ([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], 1.0 / 3.0)] {
+        let out = run_typed(&one_hot, &[("pred", Dtype::F64, vec![3, 3], pred.to_vec()), label.clone()]);
+        close_metric("one-hot accuracy", &out["Accuracy"], want);
+    }
+    let load = |args: &str| {
+        let model = format!(r#"{{"name": "F1", "args": {{{args}}}}}"#);
+        let mut opts = Options::default();
+        opts.known_types.insert("pred".into(), TensorType::new(Dtype::F64, Shape::known(&[3, 2])));
+        opts.known_types.insert("label".into(), TensorType::new(Dtype::F64, Shape::known(&[3, 2])));
+        mithril::load_str(&model, "f1.json", "f1", &opts).map(|_| ()).map_err(|e| e.to_string())
+    };
+    load(r#""average": "macro", "n_classes": 2"#).unwrap();
+    let e = load(r#""is_binary": true"#).unwrap_err();
+    assert!(e.contains("top-level F1") && e.contains("`is_binary` needs a `threshold`"), "{e}");
+    let e = load(r#""average": "weighted""#).unwrap_err();
+    assert!(e.contains("`n_classes` must be given for average 'weighted'"), "{e}");
+    let e = load(r#""average": "mean""#).unwrap_err();
+    assert!(e.contains("`average` must be one of"), "{e}");
+}
+
+/// One RNNCell step by hand (models.py's formula): for rows `x` and the first
+/// `x.len()` rows of `h`, `hidden = tanh(h w_hh^T + x w_ih^T + bias_h)` and
+/// `output = hidden w_ho^T + bias_o`.
+fn rnn_step(w: &BTreeMap<&str, Vec<f64>>, x: &[Vec<f64>], h: &[Vec<f64>]) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let affine = |m: &[f64], v: &[f64]| -> Vec<f64> { m.chunks(v.len()).map(|row| row.iter().zip(v).map(|(a, b)| a * b).sum()).collect() };
+    let mut hidden = Vec::new();
+    let mut output = Vec::new();
+    for (xr, hr) in x.iter().zip(h) {
+        let (a, b) = (affine(&w["w_hh"], hr), affine(&w["w_ih"], xr));
+        let hn: Vec<f64> = a.iter().zip(&b).zip(&w["bias_h"]).map(|((a, b), c)| (a + b + c).tanh()).collect();
+        output.push(affine(&w["w_ho"], &hn).iter().zip(&w["bias_o"]).map(|(a, b)| a + b).collect());
+        hidden.push(hn);
+    }
+    (hidden, output)
+}
+
+/// EncoderDecoder(RNNCell) against a hand-written unrolling of models.py's graph: the
+/// ManyToOne encoder over two steps (each step's batch the rows of `input<i>`, the
+/// dropped rows passed on as `hidden_compl`), `hidden_concat` (step 1's `hidden`, then
+/// its `hidden_compl`) permuted by `indices` into the OneToMany decoder's initial
+/// state, whose step `i` reads the first `target<i>.shape[0]` rows of the previous
+/// output (of `target<i-1>` with teacher forcing). The decoder's keys are `decoder_*`.
+#[test]
+fn encoder_decoder() {
+    for teacher_forcing in [false, true] {
+        let (d, h) = (2usize, 3usize);
+        let names = ["w_ih", "w_hh", "w_ho", "bias_h", "bias_o"];
+        let sizes = [h * d, h * h, d * h, h, d];
+        let shapes = [vec![h as u64, d as u64], vec![h as u64, h as u64], vec![d as u64, h as u64], vec![h as u64], vec![d as u64]];
+        let enc: BTreeMap<&str, Vec<f64>> = names.iter().zip(sizes).enumerate().map(|(i, (n, k))| (*n, values(60 + i, k))).collect();
+        let dec: BTreeMap<&str, Vec<f64>> = names.iter().zip(sizes).enumerate().map(|(i, (n, k))| (*n, values(70 + i, k))).collect();
+        let rows = |v: Vec<f64>, w: usize| -> Vec<Vec<f64>> { v.chunks(w).map(<[f64]>::to_vec).collect() };
+        let inputs = [rows(values(80, 3 * d), d), rows(values(81, 2 * d), d)];
+        let h0 = rows(values(82, 3 * h), h);
+        let indices = [2.0, 0.0, 1.0];
+        let dec_input = rows(values(83, 3 * d), d);
+        let targets = [rows(values(84, 3 * d), d), rows(values(85, 2 * d), d), rows(values(86, d), d)];
+
+        let mut feeds: Vec<(String, Dtype, Vec<u64>, Vec<f64>)> = Vec::new();
+        let flat = |r: &[Vec<f64>]| -> (Vec<u64>, Vec<f64>) { (vec![r.len() as u64, 1, r[0].len() as u64], r.concat()) };
+        for (i, n) in names.iter().enumerate() {
+            feeds.push((n.to_string(), Dtype::F64, shapes[i].clone(), enc[n].clone()));
+            feeds.push((format!("decoder_{n}"), Dtype::F64, shapes[i].clone(), dec[n].clone()));
+        }
+        for (name, r) in [("input0", &inputs[0]), ("input1", &inputs[1]), ("initial_hidden", &h0), ("decoder_input", &dec_input)] {
+            let (shape, data) = flat(r);
+            feeds.push((name.to_string(), Dtype::F64, shape, data));
+        }
+        for (i, t) in targets.iter().enumerate() {
+            if teacher_forcing || i > 0 {
+                let (shape, data) = flat(t);
+                feeds.push((format!("target{i}"), Dtype::F64, shape, data));
+            }
+        }
+        feeds.push(("indices".into(), Dtype::I64, vec![3], indices.to_vec()));
+        let model = format!(
+            r#"{{"name": "EncoderDecoder", "args": {{"cell_type": {{"name": "RNNCell"}}, "max_input_sequence_length": 2, "max_target_sequence_length": 3, "teacher_forcing": {teacher_forcing}}}}}"#
+        );
+        let feeds: Vec<(&str, Dtype, Vec<u64>, Vec<f64>)> = feeds.iter().map(|(k, t, s, d)| (k.as_str(), *t, s.clone(), d.clone())).collect();
+        let got = run_typed(&model, &feeds);
+
+        let (hidden0, _) = rnn_step(&enc, &inputs[0], &h0);
+        let (hidden1, _) = rnn_step(&enc, &inputs[1], &hidden0);
+        let mut concat = hidden1.clone();
+        concat.extend(hidden0[inputs[1].len()..].iter().cloned());
+        let mut state: Vec<Vec<f64>> = indices.iter().map(|&i| concat[i as usize].clone()).collect();
+        let mut input = dec_input.clone();
+        let mut keys: Vec<&String> = got.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["output0", "output1", "output2"], "teacher_forcing {teacher_forcing}");
+        for step in 0..3 {
+            let (hidden, output) = rnn_step(&dec, &input, &state);
+            let (shape, want) = flat(&output);
+            let out = &got[&format!("output{step}")];
+            assert_eq!(out.shape, shape, "output{step}");
+            close(&format!("teacher_forcing {teacher_forcing}: output{step}"), &out.data, &want);
+            if step < 2 {
+                let n = targets[step + 1].len();
+                input = if teacher_forcing { targets[step][..n].to_vec() } else { output[..n].to_vec() };
+                state = hidden;
+            }
+        }
+    }
+    let mut opts = Options::default();
+    opts.known_types.insert("input0".into(), TensorType::new(Dtype::F64, Shape::known(&[1, 1, 2])));
+    let e = mithril::load_str(r#"{"name": "EncoderDecoder", "args": {"cell_type": "RNNCell", "max_input_sequence_length": 2}}"#, "ed.json", "ed", &opts)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("top-level EncoderDecoder") && e.contains("`max_target_sequence_length`"), "{e}");
+    // With LSTMCell both of the encoder's states are inputs; the decoder's cell state
+    // is `decoder_initial_cell` (only its hidden state comes from the encoder).
+    let (d, h) = (2u64, 3u64);
+    let mut opts = Options::default();
+    let mut typed = vec![("indices", Dtype::I64, vec![3]), ("decoder_input", Dtype::F64, vec![3, 1, d]), ("target1", Dtype::F64, vec![2, 1, d])];
+    for (n, rows) in [("input0", 3), ("input1", 2)] {
+        typed.push((n, Dtype::F64, vec![rows, 1, d]));
+    }
+    for n in ["initial_hidden", "initial_cell", "decoder_initial_cell"] {
+        typed.push((n, Dtype::F64, vec![3, 1, h]));
+    }
+    for prefix in ["", "decoder_"] {
+        for g in ["i", "f", "c", "o"] {
+            opts.known_types.insert(format!("{prefix}w_{g}"), TensorType::new(Dtype::F64, Shape::known(&[h, d + h])));
+            opts.known_types.insert(format!("{prefix}bias_{g}"), TensorType::new(Dtype::F64, Shape::known(&[h])));
+        }
+        opts.known_types.insert(format!("{prefix}w_out"), TensorType::new(Dtype::F64, Shape::known(&[d, h])));
+        opts.known_types.insert(format!("{prefix}bias_out"), TensorType::new(Dtype::F64, Shape::known(&[d])));
+    }
+    for (n, dtype, shape) in typed {
+        opts.known_types.insert(n.into(), TensorType::new(dtype, Shape::known(&shape)));
+    }
+    let model = r#"{"name": "EncoderDecoder", "args": {"cell_type": "LSTMCell", "max_input_sequence_length": 2, "max_target_sequence_length": 2}}"#;
+    let graph = mithril::load_str(model, "ed.json", "ed", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let names: BTreeSet<String> = graph.inputs().chain(graph.params()).filter_map(|v| graph.node(v).name.clone()).collect();
+    // (The encoder's own outputs, and so its `w_out`, feed nothing.)
+    for n in ["initial_hidden", "initial_cell", "w_i", "decoder_initial_cell", "decoder_input", "indices", "decoder_w_out"] {
+        assert!(names.contains(n), "{n} not among {names:?}");
+    }
+    assert!(!names.contains("decoder_initial_hidden"), "{names:?}");
+    let outs: Vec<&str> = graph.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(outs, ["output0", "output1"]);
+}
+
+/// Metric itself (`pred - label` of the formatted class indices, which it exposes as
+/// `pred_formatted` and `label_formatted`), with Mithril's `test_metrics_6` .. `_11`.
+#[test]
+fn metric_formats_predictions_and_labels() {
+    let one_hot_pred = ("pred", vec![3, 3]);
+    let class_pred = ("pred", vec![3]);
+    let cases: [(&str, (&str, Vec<u64>), Vec<f64>, Vec<u64>, Vec<f64>, [f64; 3]); 6] = [
+        ("", one_hot_pred.clone(), vec![0., 1., 0., 1., 0., 0., 0., 0., 1.], vec![3, 3], vec![0., 1., 0., 1., 0., 0., 0., 1., 0.], [0., 0., 1.]),
+        ("", one_hot_pred.clone(), vec![0., 1., 0., 0., 1., 0., 1., 0., 0.], vec![3, 3], vec![0., 1., 0., 1., 0., 0., 0., 1., 0.], [0., 1., -1.]),
+        (r#""is_label_one_hot": false"#, one_hot_pred, vec![0., 1., 0., 0., 1., 0., 1., 0., 0.], vec![3], vec![1., 0., 1.], [0., 1., -1.]),
+        (r#""is_label_one_hot": false, "is_pred_one_hot": false"#, class_pred.clone(), vec![1., 1., 0.], vec![3], vec![1., 0., 1.], [0., 1., -1.]),
+        (
+            r#""threshold": 0.3, "is_binary": true, "is_label_one_hot": false, "is_pred_one_hot": false"#,
+            class_pred.clone(),
+            vec![0.5, 0.2, 0.1],
+            vec![3],
+            vec![1., 0., 1.],
+            [0., 0., -1.],
+        ),
+        (
+            r#""threshold": 0.3, "is_binary": true, "is_label_one_hot": true, "is_pred_one_hot": false"#,
+            class_pred,
+            vec![0.5, 0.2, 0.1],
+            vec![3, 2],
+            vec![0., 1., 1., 0., 0., 1.],
+            [0., 0., -1.],
+        ),
+    ];
+    for (i, (args, (pred, pred_shape), pred_data, label_shape, label_data, want)) in cases.into_iter().enumerate() {
+        let model = format!(r#"{{"name": "Metric", "args": {{{args}}}}}"#);
+        let binary = args.contains("threshold");
+        let pred_dtype = if binary { Dtype::F64 } else { Dtype::I64 };
+        let out = run_typed(&model, &[(pred, pred_dtype, pred_shape, pred_data), ("label", Dtype::I64, label_shape, label_data)]);
+        let label = format!("test_metrics_{}", i + 6);
+        assert!(!out["output"].dtype.is_float(), "{label}: {:?}", out["output"]);
+        close(&label, &out["output"].data, &want);
+        assert_eq!(out["pred_formatted"].shape, [3], "{label}");
+        assert_eq!(out["label_formatted"].shape, [3], "{label}");
+        let diff: Vec<f64> = out["pred_formatted"].data.iter().zip(&out["label_formatted"].data).map(|(p, l)| p - l).collect();
+        close(&format!("{label}: formatted"), &diff, &want);
+    }
 }

@@ -181,7 +181,18 @@ impl Emitter<'_> {
                 Val::T(self.op(Op::Softmax { axis }, vec![x])?)
             }
             F::ReduceMean => self.reduce(ins, ReduceKind::Mean)?,
-            F::ReduceSum => self.reduce(ins, ReduceKind::Sum)?,
+            F::ReduceSum => {
+                // NumPy (and Torch) sum bools as int64 counts.
+                let x = self.t(ins, "input")?;
+                if self.graph.ty(x).dtype == Dtype::Bool {
+                    let counts = self.op(Op::Cast { to: Dtype::I64 }, vec![x])?;
+                    let ins: Vec<(String, Val)> =
+                        ins.iter().map(|(k, v)| (k.clone(), if k == "input" { Val::T(counts) } else { v.clone() })).collect();
+                    self.reduce(&ins, ReduceKind::Sum)?
+                } else {
+                    self.reduce(ins, ReduceKind::Sum)?
+                }
+            }
             F::ReduceMax => self.reduce(ins, ReduceKind::Max)?,
             F::ReduceMin => self.reduce(ins, ReduceKind::Min)?,
             F::ReduceProd => self.reduce(ins, ReduceKind::Prod)?,

@@ -293,6 +293,12 @@ pub const COMPOSITES: &[&str] = &[
     "OneToMany",
     "ManyToOne",
     "PositionalEncoding",
+    "Accuracy",
+    "Precision",
+    "Recall",
+    "F1",
+    "EncoderDecoder",
+    "Metric",
 ];
 
 impl Formula {
@@ -466,7 +472,6 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("Cell", "an abstract base class, not a model"),
     ("RNN", "an abstract base class, not a model"),
     ("DistanceEncoder", "an abstract base class, not a model"),
-    ("Metric", "an abstract base class, not a model"),
     ("TrainModel", "a TrainModel is read only as a whole file (`is_train_model`), not nested in a model"),
     ("TsnePJoint", "its binary search for each row's perplexity runs a data-dependent number of steps"),
     ("TSNECore", "it needs TsnePJoint, whose binary search runs a data-dependent number of steps"),
@@ -487,12 +492,7 @@ pub const MITHRIL_UNSUPPORTED: &[(&str, &str)] = &[
     ("Item", "a tensor's element as a Python scalar is a run-time value, not a compile-time one"),
     ("TensorToList", "a tensor as a Python list is a run-time value, not a compile-time one"),
     ("OneToManyInference", "it runs the cell until it emits an end token: a data-dependent number of steps"),
-    ("EncoderDecoder", "not expanded yet"),
     ("EncoderDecoderInference", "it runs the decoder for a data-dependent number of steps"),
-    ("Accuracy", "not expanded yet"),
-    ("Precision", "not expanded yet"),
-    ("Recall", "not expanded yet"),
-    ("F1", "not expanded yet"),
 ];
 
 /// The keys a library class exposes besides `output` (`expose_keys` in models.py):
@@ -504,18 +504,23 @@ pub fn exposed_outputs(class: &str) -> &'static [&'static str] {
         "KernelizedSVM" => &["kernel"],
         "LinearSVM" => &["decision_output"],
         "LogisticRegression" => &["probs_output"],
+        "Metric" => &["pred_formatted", "label_formatted"],
         _ => &[],
     }
 }
 
 /// Whether `key` is an output of a `class` model at the top level even where another
 /// of its primitives reads it: `exposed_outputs`, and the unrolled recurrent models'
-/// `output<i>` (and ManyToOne's `hidden_concat`).
+/// `output<i>` (and ManyToOne's `hidden_concat`), EncoderDecoder's decoder outputs.
 pub fn is_exposed_output(class: &str, key: &str) -> bool {
-    let step_output = key.strip_prefix("output").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
     exposed_outputs(class).contains(&key)
-        || matches!(class, "OneToMany" | "ManyToOne") && step_output
+        || matches!(class, "OneToMany" | "ManyToOne" | "EncoderDecoder") && is_step_output(key)
         || class == "ManyToOne" && key == "hidden_concat"
+}
+
+/// Whether `key` is an unrolled model's `output<i>`.
+fn is_step_output(key: &str) -> bool {
+    key.strip_prefix("output").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Why Mithril's class `class` is not supported, if it is one this frontend knows of.
@@ -956,7 +961,17 @@ pub fn expand_composite(net: &mut Net, node: &ModelNode, depth: usize) -> Result
             s.order(&["y", "x", "output"]);
         }
         "OneToMany" | "ManyToOne" => unrolled(&mut s, &args, node.class == "OneToMany")?,
+        "EncoderDecoder" => encoder_decoder(&mut s, &args)?,
         "PositionalEncoding" => positional_encoding(&mut s, &args)?,
+        "Accuracy" | "Precision" | "Recall" | "F1" => metric_model(&mut s, &args, &node.class)?,
+        "Metric" => {
+            let (diff, pred, label) = metric(&mut s, &args)?;
+            for (key, v) in [("pred_formatted", pred), ("label_formatted", label), ("output", diff)] {
+                let k = s.key(key);
+                s.prim_into(Formula::Buffer, ins![("input", v)], k)?;
+            }
+            s.order(&["pred", "label", "output", "pred_formatted", "label_formatted"]);
+        }
         "RNNCell" => rnn_cell(&mut s)?,
         "LSTMCell" => lstm_cell(&mut s)?,
         "LSTMCellBody" => {
@@ -1262,6 +1277,60 @@ fn unrolled(s: &mut Scope, args: &Args, one_to_many: bool) -> Result<()> {
     Ok(())
 }
 
+/// EncoderDecoder as models.py builds it: a `ManyToOne` encoder over
+/// `max_input_sequence_length` steps (its keys keep their names: `input<i>`,
+/// `initial_<state>`, the cell's weights), `PermuteTensor(hidden_concat, indices)` as
+/// the decoder's `initial_hidden`, and a `OneToMany` decoder over
+/// `max_target_sequence_length` steps (with `teacher_forcing`) whose keys are prefixed
+/// `decoder_` (`decoder_input`, `decoder_w_ih`, ...) except `target<i>` and its
+/// outputs `output<i>`, the model's outputs.
+fn encoder_decoder(s: &mut Scope, args: &Args) -> Result<()> {
+    let cell = args.get("cell_type").cloned().ok_or_else(|| args.err("argument `cell_type` is missing"))?;
+    // The encoder and decoder are named as models.py names its locals.
+    let mut part = |class: &str, length: &str, name: &str, extra: Value| -> Result<Keys> {
+        let steps = args.value(length)?.as_int().filter(|&n| n >= 2).ok_or_else(|| {
+            args.err(&format!("`{length}` must be an integer of at least 2 (models.py leaves a shorter {class} without an output)"))
+        })?;
+        let mut node_args = serde_json::json!({"cell_type": cell.clone(), "max_sequence_length": steps});
+        if let (Value::Object(a), Value::Object(e)) = (&mut node_args, extra) {
+            a.extend(e);
+        }
+        let path = if args.node.path.is_empty() { name.to_string() } else { format!("{}.{name}", args.node.path) };
+        let node = super::json::parse_value(&serde_json::json!({"name": class, "args": node_args}), &path)?;
+        s.instantiate(&node)
+    };
+    let encoder = part("ManyToOne", "max_input_sequence_length", "encoder", serde_json::json!({}))?;
+    let teacher_forcing = args.bool_or("teacher_forcing", false)?;
+    let decoder = part("OneToMany", "max_target_sequence_length", "decoder", serde_json::json!({"teacher_forcing": teacher_forcing}))?;
+    let mut hidden_concat = None;
+    for (k, slot) in &encoder {
+        if k == "hidden_concat" {
+            hidden_concat = Some(*slot);
+        } else if !k.starts_with('$') && !is_step_output(k) {
+            let own = s.key(k);
+            s.union(*slot, own)?;
+        }
+    }
+    let hidden_concat = hidden_concat.ok_or_else(|| Error::internal("ManyToOne has no `hidden_concat`"))?;
+    let indices = s.key("indices");
+    if args.get("indices").is_some() {
+        s.set_value(indices, args.value("indices")?, "indices")?;
+    }
+    let initial = s.prim(Formula::PermuteTensor, ins![("input", hidden_concat), ("indices", indices)])?;
+    for (k, slot) in &decoder {
+        if k.starts_with('$') {
+            continue;
+        }
+        let own = match k.as_str() {
+            "initial_hidden" => initial,
+            k if is_step_output(k) || k.contains("target") => s.key(k),
+            k => s.key(&format!("decoder_{k}")),
+        };
+        s.union(*slot, own)?;
+    }
+    Ok(())
+}
+
 /// PositionalEncoding as Mithril's (Torch-only) `positional_encoding` computes it:
 /// `input + pe[None, :L]` (`L = input.shape[1]`) with `pe[p, 2k] = sin(p * w_k)`,
 /// `pe[p, 2k+1] = cos(p * w_k)`, `w_k = exp(2k * -(ln 10000 / hidden_dim))`, all in
@@ -1304,6 +1373,158 @@ fn positional_encoding(s: &mut Scope, args: &Args) -> Result<()> {
     s.prim_into(Formula::Add, ins![("left", x), ("right", pe)], out)?;
     s.order(&["input", "hidden_dim", "max_len", "output"]);
     Ok(())
+}
+
+/// Mithril's `Metric`, which the metric classes build on: `label` (its argmax over the
+/// last axis when `is_label_one_hot`) and `pred` (its argmax when `is_pred_one_hot`, or,
+/// for `is_binary` without one-hot predictions, `where(pred > threshold, 1, 0)`) as
+/// class indices; returns `(pred - label, pred, label)`.
+fn metric(s: &mut Scope, args: &Args) -> Result<(SlotId, SlotId, SlotId)> {
+    let threshold = args.value_or("threshold", Static::None)?;
+    let is_binary = args.bool_or("is_binary", false)?;
+    if is_binary && threshold == Static::None {
+        return Err(args.err("`is_binary` needs a `threshold` (models.py asserts it)"));
+    }
+    let argmax = |s: &mut Scope, x: SlotId| {
+        s.prim(Formula::ReduceArgmax, ins![("input", x), ("axis", int(-1)), ("keepdim", Static::Bool(false))])
+    };
+    let mut label = s.key("label");
+    if args.bool_or("is_label_one_hot", true)? {
+        label = argmax(s, label)?;
+    }
+    let mut pred = s.key("pred");
+    if args.bool_or("is_pred_one_hot", true)? {
+        pred = argmax(s, pred)?;
+    } else if is_binary {
+        let above = s.prim(Formula::Greater, ins![("left", pred), ("right", threshold)])?;
+        pred = s.prim(Formula::Where, ins![("cond", above), ("input1", int_tensor(1)), ("input2", int_tensor(0))])?;
+    }
+    let diff = s.prim(Formula::Subtract, ins![("left", pred), ("right", label)])?;
+    Ok((diff, pred, label))
+}
+
+/// `Tensor(i)`: an integer tensor constant (Mithril's int default, i32).
+fn int_tensor(i: i64) -> Static {
+    Static::Tensor(crate::tensor::Constant::scalar(Dtype::I32, i as f64))
+}
+
+/// `x.shape[0].tensor()`.
+fn rows_tensor(s: &mut Scope, x: SlotId) -> Result<SlotId> {
+    let n = batch_of(s, x)?;
+    s.prim(Formula::ToTensor, ins![("input", n), ("dtype", Static::None)])
+}
+
+/// The number of distinct values of `x` (of `Unique(x).shape[0]`): the elements of the
+/// flattened `x` equal to no earlier one, counted without a data-dependent shape.
+fn distinct_count(s: &mut Scope, x: SlotId) -> Result<SlotId> {
+    let flat = s.prim(Formula::Flatten, ins![("input", x), ("start_dim", int(0)), ("end_dim", int(-1))])?;
+    let n = batch_of(s, flat)?;
+    let column = Static::tuple(vec![int(-1), int(1)]);
+    let row = Static::tuple(vec![int(1), int(-1)]);
+    let reshape = |s: &mut Scope, v: SlotId, shape: &Static| s.prim(Formula::Reshape, ins![("input", v), ("shape", shape.clone())]);
+    let (xc, xr) = (reshape(s, flat, &column)?, reshape(s, flat, &row)?);
+    let same = s.prim(Formula::Equal, ins![("left", xc), ("right", xr)])?;
+    let idx = s.prim(Formula::Arange, ins![("stop", n), ("start", int(0)), ("step", int(1)), ("dtype", Static::None)])?;
+    let (ic, ir) = (reshape(s, idx, &column)?, reshape(s, idx, &row)?);
+    let earlier = s.prim(Formula::Less, ins![("left", ir), ("right", ic)])?;
+    let repeat = s.prim(Formula::LogicalAnd, ins![("left", same), ("right", earlier)])?;
+    let repeats = s.prim(Formula::ReduceSum, ins![("input", repeat), ("axis", int(1)), ("keepdim", Static::Bool(false))])?;
+    let first = s.prim(Formula::Equal, ins![("left", repeats), ("right", int(0))])?;
+    s.prim(Formula::ReduceSum, reduce_all(first))
+}
+
+/// Accuracy, Precision, Recall and F1 as models.py builds them on `Metric`.
+/// Accuracy is `sum(metric == 0) / label.shape[0]`; the others by `average`:
+/// - `micro`: `tp / (tp + fp)` with `tp = sum(metric == 0)`, `fp = sum(metric != 0)`
+///   (the same for all three);
+/// - `macro` and `weighted` (which need `n_classes`): per class `i < n_classes` the
+///   score `tp_i / den_i` (`den_i` `tp_i + fp_i` for Precision, `tp_i + fn_i` for
+///   Recall, `tp_i + 0.5 (fp_i + fn_i)` for F1, 1 where it is 0), summed and divided
+///   by the number of distinct labels (`macro`; models.py's `Unique(label).shape[0]`),
+///   or each times its class's count over `label.shape[0]`, summed (`weighted`).
+fn metric_model(s: &mut Scope, args: &Args, class: &str) -> Result<()> {
+    let (diff, pred, label) = metric(s, args)?;
+    let out = s.key("output");
+    s.order(&["pred", "label", "output"]);
+    let zero = int_tensor(0);
+    let correct = s.prim(Formula::Equal, ins![("left", diff), ("right", zero.clone())])?;
+    let sum = |s: &mut Scope, x: SlotId| s.prim(Formula::ReduceSum, reduce_all(x));
+    if class == "Accuracy" {
+        let right = sum(s, correct)?;
+        let n = rows_tensor(s, label)?;
+        return s.prim_into(Formula::Divide, ins![("numerator", right), ("denominator", n)], out);
+    }
+    let average = match args.get("average") {
+        None => "micro".to_string(),
+        Some(Value::String(a)) if ["micro", "macro", "weighted"].contains(&a.as_str()) => a.clone(),
+        Some(v) => return Err(args.err(&format!("`average` must be one of 'micro', 'macro' and 'weighted', got {v}"))),
+    };
+    if average == "micro" {
+        let wrong = s.prim(Formula::NotEqual, ins![("left", diff), ("right", zero)])?;
+        let (tp, fp) = (sum(s, correct)?, sum(s, wrong)?);
+        let den = s.prim(Formula::Add, ins![("left", tp), ("right", fp)])?;
+        let r = s.prim(Formula::Divide, ins![("numerator", tp), ("denominator", den)])?;
+        return s.prim_into(Formula::Buffer, ins![("input", r)], out);
+    }
+    let n_classes = args.opt_int("n_classes")?.ok_or_else(|| args.err(&format!("`n_classes` must be given for average '{average}'")))?;
+    if n_classes == 0 {
+        return Err(args.err(&format!("`n_classes` must be positive for average '{average}' (models.py leaves the model without an output)")));
+    }
+    let weighted = average == "weighted";
+    let n = if weighted { Some(rows_tensor(s, label)?) } else { None };
+    let mut total = None;
+    for i in 0..n_classes as i64 {
+        let class_i = s.prim(Formula::Equal, ins![("left", label), ("right", int_tensor(i))])?;
+        let hit = s.prim(Formula::LogicalAnd, ins![("left", correct), ("right", class_i)])?;
+        let tp = sum(s, hit)?;
+        let false_positives = |s: &mut Scope| -> Result<SlotId> {
+            let as_i = s.prim(Formula::Equal, ins![("left", pred), ("right", int_tensor(i))])?;
+            let other = s.prim(Formula::LogicalNot, ins![("input", class_i)])?;
+            let fp = s.prim(Formula::LogicalAnd, ins![("left", as_i), ("right", other)])?;
+            sum(s, fp)
+        };
+        let false_negatives = |s: &mut Scope| -> Result<SlotId> {
+            let not_i = s.prim(Formula::NotEqual, ins![("left", pred), ("right", int_tensor(i))])?;
+            let fnn = s.prim(Formula::LogicalAnd, ins![("left", not_i), ("right", class_i)])?;
+            sum(s, fnn)
+        };
+        let count = if weighted { Some(sum(s, class_i)?) } else { None };
+        let den = match class {
+            "Precision" => {
+                let fp = false_positives(s)?;
+                s.prim(Formula::Add, ins![("left", tp), ("right", fp)])?
+            }
+            "Recall" => {
+                let fnn = false_negatives(s)?;
+                s.prim(Formula::Add, ins![("left", tp), ("right", fnn)])?
+            }
+            _ => {
+                let fp = false_positives(s)?;
+                let fnn = false_negatives(s)?;
+                let errors = s.prim(Formula::Add, ins![("left", fp), ("right", fnn)])?;
+                let half = Static::Tensor(crate::tensor::Constant::scalar(Dtype::F64, 0.5));
+                let h = s.prim(Formula::Multiplication, ins![("left", half), ("right", errors)])?;
+                s.prim(Formula::Add, ins![("left", tp), ("right", h)])?
+            }
+        };
+        let empty = s.prim(Formula::Equal, ins![("left", den), ("right", int_tensor(0))])?;
+        let den = s.prim(Formula::Where, ins![("cond", empty), ("input1", int_tensor(1)), ("input2", den)])?;
+        let mut score = s.prim(Formula::Divide, ins![("numerator", tp), ("denominator", den)])?;
+        if let (Some(count), Some(n)) = (count, n) {
+            let w = s.prim(Formula::Multiplication, ins![("left", score), ("right", count)])?;
+            score = s.prim(Formula::Divide, ins![("numerator", w), ("denominator", n)])?;
+        }
+        total = Some(match total {
+            None => score,
+            Some(t) => s.prim(Formula::Add, ins![("left", t), ("right", score)])?,
+        });
+    }
+    let total = total.expect("n_classes > 0");
+    if weighted {
+        return s.prim_into(Formula::Buffer, ins![("input", total)], out);
+    }
+    let distinct = distinct_count(s, label)?;
+    s.prim_into(Formula::Divide, ins![("numerator", total), ("denominator", distinct)], out)
 }
 
 /// A recurrent cell's `[first, 1, last]` template (one time step).
