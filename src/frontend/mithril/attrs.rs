@@ -33,10 +33,12 @@ pub(super) fn index_seq(items: &[Val], list: bool, index: &Static) -> Result<Val
     match index {
         Static::Int(i) => {
             let j = if *i < 0 { i + n } else { *i };
-            items
-                .get(usize::try_from(j).map_err(|_| Error::user(format!("index {i} out of range for length {n}")))?)
-                .cloned()
-                .ok_or_else(|| Error::user(format!("index {i} out of range for length {n}")))
+            // Say what was indexed: usually a shape, as `shape[1]` of a rank-1 tensor.
+            let out_of_range = || {
+                let what = all_static(items).map_or_else(|| format!("a list of {n} tensors"), |s| format!("{s}"));
+                Error::user(format!("index {i} is out of range for {what}, of length {n}"))
+            };
+            usize::try_from(j).ok().and_then(|j| items.get(j)).cloned().ok_or_else(out_of_range)
         }
         Static::Slice { start, stop, step } => {
             let r = SliceRange { start: *start, stop: *stop, step: step.unwrap_or(1) };
