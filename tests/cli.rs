@@ -982,3 +982,23 @@ fn list_inputs_become_numbered_inputs() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("--list x=2: the model has no key `x`"), "{err}");
 }
+
+/// `--const NAME=VALUE` fixes an input at compile time (Mithril's constant_keys); a key
+/// the model computes, or lacks, is refused with the key named.
+#[test]
+fn const_fixes_an_input_and_refuses_others() {
+    let dir = tempdir_with(&[("add.json", r#"{"name": "Add"}"#)]);
+    data::write_npz(&dir.path().join("in.npz"), &[("left".to_string(), halves(&[2, 2]))]).expect("write in.npz");
+    let (code, out, err) = mithrilc(&["run", "add.json", "--data", "in.npz", "--const", "right=[[1.0,2.0],[3.0,4.0]]"], dir.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("output: f32[2, 2]  min 1.500000  max 4.500000"), "{out}");
+    let (code, _, err) = mithrilc(&["run", "add.json", "--data", "in.npz", "--const", "output=1.0"], dir.path());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--const output: `output` is computed by the model, not one of its inputs"), "{err}");
+    let (code, _, err) = mithrilc(&["run", "add.json", "--data", "in.npz", "--const", "nope=1"], dir.path());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--const nope: the model has no key `nope`"), "{err}");
+    let (code, _, err) = mithrilc(&["run", "add.json", "--data", "in.npz", "--const", "right=[1,"], dir.path());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--const right=[1,: the value is not JSON"), "{err}");
+}

@@ -93,6 +93,9 @@ fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> 
                 keys.sort();
                 Error::user(format!("--const {key}: the model has no key `{key}` (its keys: {})", keys.join(", ")))
             })?;
+            if net.slot(slot).producer.is_some() {
+                return Err(Error::user(format!("--const {key}: `{key}` is computed by the model, not one of its inputs")));
+            }
             let v = Static::from_json(value, false).map_err(|e| Error::user(format!("--const {key}: {e}")))?;
             net.set_value(slot, v, format!("--const {key}"), false)?;
         }
