@@ -378,6 +378,9 @@ fn convert(file: &str, raw: &Value) -> Result<Case, String> {
             grads.push((k.clone(), tensor(reference(v)).map_err(|e| format!("gradient {k}: {e}"))?));
         }
     }
+    // As Mithril matches them: ignoring case (`l2` is L2).
+    let canonical = mithril::known_classes();
+    let found = found.into_iter().map(|c| canonical.iter().find(|k| k.eq_ignore_ascii_case(&c)).map_or(c, |k| k.to_string())).collect();
     Ok(Case {
         classes: found,
         model,
