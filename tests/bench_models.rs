@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use mithrilc::cli::{self, ModelArgs, RunArgs};
 use mithrilc::data;
 
+mod common;
+
 fn bench_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bench");
     dir.join("MANIFEST.json").exists().then_some(dir)
@@ -14,7 +16,7 @@ fn bench_dir() -> Option<PathBuf> {
 
 fn check(model: &str, batches: &[u32]) {
     let Some(dir) = bench_dir() else {
-        println!("skipped: ../shared/bench is not present");
+        common::skip("../shared/bench is not present");
         return;
     };
     for b in batches {

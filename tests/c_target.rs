@@ -27,11 +27,11 @@ fn shared() -> Option<PathBuf> {
 /// test is skipped.
 fn shared_with_build() -> Option<PathBuf> {
     let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
+        common::skip("../shared is not present");
         return None;
     };
     if !have("make") || !have("cc") {
-        println!("skipped: make and cc are needed (apt-get install make gcc)");
+        common::skip("make and cc are needed (apt-get install make gcc)");
         return None;
     }
     Some(dir)
@@ -141,7 +141,7 @@ fn own_case(json: &Path, shapes: &[(&str, &[u64])], label: &str) -> Case {
 /// Builds and runs every case with `build`; compares with the interpreter.
 fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
     let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
+        common::skip("../shared is not present");
         return;
     };
     let mut failures = Vec::new();
@@ -179,7 +179,7 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
 /// Every model built by `cc` at -O2, when it is installed.
 fn every_model_with(cc: &str) {
     if !have(cc) {
-        println!("skipped: {cc} is not installed (apt-get install {cc})");
+        common::skip(&format!("{cc} is not installed (apt-get install {cc})"));
         return;
     }
     check_all(&BuildConfig { cc: cc.into(), cflags: "-O2".into() }, |_| true);
@@ -198,7 +198,7 @@ fn every_model_with_clang() {
 #[test]
 fn every_conformance_case_under_sanitizers() {
     if !have("gcc") {
-        println!("skipped: gcc is not installed (apt-get install gcc)");
+        common::skip("gcc is not installed (apt-get install gcc)");
         return;
     }
     let flags = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer";
@@ -209,7 +209,7 @@ fn every_conformance_case_under_sanitizers() {
 #[test]
 fn generated_files_are_deterministic() {
     let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
+        common::skip("../shared is not present");
         return;
     };
     let json = dir.join("bench/gpt_block.json");
@@ -230,7 +230,7 @@ fn generated_files_are_deterministic() {
 #[test]
 fn readme_embedding_example_runs() {
     if !have("gcc") || !have("make") {
-        println!("skipped: gcc and make are needed (apt-get install gcc make)");
+        common::skip("gcc and make are needed (apt-get install gcc make)");
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -270,11 +270,11 @@ fn readme_embedding_example_runs() {
 #[test]
 fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
     let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
+        common::skip("../shared is not present");
         return;
     };
     if !have("gcc") || !have("make") {
-        println!("skipped: gcc and make are needed (apt-get install gcc make)");
+        common::skip("gcc and make are needed (apt-get install gcc make)");
         return;
     }
     for (model, shape) in [("lenet", "input=1,1,28,28"), ("cnn", "input=1,3,32,32")] {
@@ -466,7 +466,7 @@ fn symbolic_batch_runs_at_every_size() {
 fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
     use mithrilc::ir::{ConvAttrs, Dtype, Op, Output, PoolAttrs, PoolKind, UnaryOp};
     if !have("make") || !have("cc") {
-        println!("skipped: make and cc are needed (apt-get install make gcc)");
+        common::skip("make and cc are needed (apt-get install make gcc)");
         return;
     }
     // (kind, input shape, kernel, stride, padding, dilation)

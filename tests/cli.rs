@@ -20,7 +20,7 @@ fn shared() -> Option<PathBuf> {
     if dir.join("testdata").is_dir() && dir.join("bench").is_dir() {
         Some(dir)
     } else {
-        println!("skipped: {} (the shared test data) is missing", dir.display());
+        common::skip(&format!("{} (the shared test data) is missing", dir.display()));
         None
     }
 }
@@ -560,7 +560,7 @@ fn run_grad_of_a_train_model_differentiates_its_loss() {
 #[test]
 fn compile_grad_emits_backward_and_a_train_step_only_with_a_loss() {
     if Command::new("cc").arg("--version").output().is_err() {
-        println!("skipped: cc is not installed (apt-get install gcc)");
+        common::skip("cc is not installed (apt-get install gcc)");
         return;
     }
     let Some(shared) = shared() else { return };
@@ -608,7 +608,7 @@ int main(void)
 #[test]
 fn an_f64_train_step_updates_in_f64() {
     if Command::new("cc").arg("--version").output().is_err() {
-        println!("skipped: cc is not installed (apt-get install gcc)");
+        common::skip("cc is not installed (apt-get install gcc)");
         return;
     }
     let dir = tempdir_with(&[("train.json", TRAIN_LINEAR), ("step.c", TRAIN_STEP_F64)]);
@@ -760,7 +760,7 @@ fn compile_never_replaces_what_it_did_not_write() {
 fn a_signal_during_the_build_leaves_nothing_behind() {
     let Some(shared) = shared() else { return };
     if !cfg!(unix) || !common::have("make") {
-        println!("skipped: needs a Unix shell and make");
+        common::skip("needs a Unix shell and make");
         return;
     }
     let dir = linear_dir(&shared);
@@ -865,7 +865,7 @@ fn strict_arguments_and_attributes() {
 #[test]
 fn compiled_code_reports_an_out_of_range_index() {
     if !common::have("cc") || !common::have("make") {
-        println!("skipped: cc and make are needed (apt-get install gcc make)");
+        common::skip("cc and make are needed (apt-get install gcc make)");
         return;
     }
     let model = r#"{"name": "Model", "args": {},
@@ -907,7 +907,7 @@ fn compiled_code_reports_an_out_of_range_index() {
 #[test]
 fn hostile_names_make_code_that_compiles() {
     if !common::have("cc") || !common::have("make") {
-        println!("skipped: cc and make are needed (apt-get install gcc make)");
+        common::skip("cc and make are needed (apt-get install gcc make)");
         return;
     }
     let long = "n".repeat(5000);

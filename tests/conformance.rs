@@ -17,6 +17,8 @@ use mithrilc::ir::{Op, Shape, TensorType};
 use mithrilc::passes;
 use mithrilc::passes::autodiff::Wrt;
 
+mod common;
+
 const ATOL: f64 = 1e-5;
 const RTOL: f64 = 1e-5;
 
@@ -143,7 +145,7 @@ fn compare_expansion(ours: &[&str], variant: &serde_json::Value) -> Result<(), S
 #[test]
 fn every_manifest_case_matches_mithril() {
     let Some(dir) = testdata() else {
-        println!("skipped: ../shared/testdata/manifest.json is not present");
+        common::skip("../shared/testdata/manifest.json is not present");
         return;
     };
     // Python's json writes Infinity/NaN, which JSON does not have.

@@ -56,7 +56,7 @@ fn shared() -> Option<PathBuf> {
 fn toolchain() -> Option<&'static Toolchain> {
     let tc = c_build::toolchain(&cflags());
     if tc.is_none() {
-        println!("skipped: a C compiler is needed (apt-get install gcc, or set CC)");
+        common::skip("a C compiler is needed (apt-get install gcc, or set CC)");
     }
     tc
 }
@@ -275,7 +275,7 @@ fn finish(what: &str, c: Checked, note: &str) {
 #[test]
 fn every_testdata_case_forward_and_backward() {
     let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
+        common::skip("../shared is not present");
         return;
     };
     let Some(tc) = toolchain() else { return };
@@ -286,7 +286,7 @@ fn every_testdata_case_forward_and_backward() {
 #[test]
 fn every_testdata_case_in_f64_forward_and_backward() {
     let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
+        common::skip("../shared is not present");
         return;
     };
     let Some(tc) = toolchain() else { return };
@@ -318,7 +318,7 @@ fn testdata_cases(dir: &Path, f64: bool) -> Vec<Case> {
 #[test]
 fn every_bench_model_forward_and_backward() {
     let Some(dir) = shared() else {
-        println!("skipped: ../shared is not present");
+        common::skip("../shared is not present");
         return;
     };
     let Some(tc) = toolchain() else { return };

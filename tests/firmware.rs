@@ -8,6 +8,8 @@ use std::process::Command;
 
 use mithrilc::cli;
 
+mod common;
+
 fn tool(name: &str) -> bool {
     Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success())
 }
@@ -16,11 +18,11 @@ fn tool(name: &str) -> bool {
 fn lenet_cross_compiles_for_cortex_m4() {
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bench");
     if !shared.join("lenet.json").exists() {
-        println!("skipped: ../shared/bench is not present");
+        common::skip("../shared/bench is not present");
         return;
     }
     if !tool("arm-none-eabi-gcc") {
-        println!("skipped: arm-none-eabi-gcc is not installed (apt-get install gcc-arm-none-eabi)");
+        common::skip("arm-none-eabi-gcc is not installed (apt-get install gcc-arm-none-eabi)");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use mithrilc::cli::{self, ModelArgs};
 
+mod common;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -19,7 +21,7 @@ fn latent_sets(case: &str) -> Vec<String> {
 
 fn check(snapshot: &str, model: &Path, shapes: &[&str], set: Vec<String>) {
     if !model.exists() {
-        println!("skipped: {} is not present", model.display());
+        common::skip(&format!("{} is not present", model.display()));
         return;
     }
     let args = ModelArgs { model: model.to_path_buf(), shapes: shapes.iter().map(|s| s.to_string()).collect(), set, ..Default::default() };

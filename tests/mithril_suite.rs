@@ -552,7 +552,7 @@ fn suite(mode: Mode) {
         match c_build::toolchain(&flags) {
             Some(tc) => Some(tc),
             None => {
-                println!("skipped: a C compiler is needed (apt-get install gcc, or set CC)");
+                common::skip("a C compiler is needed (apt-get install gcc, or set CC)");
                 return;
             }
         }

@@ -5,10 +5,12 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
 fn make(target: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-c");
     if Command::new("make").arg("--version").output().is_err() || Command::new("gcc").arg("--version").output().is_err() {
-        println!("skipped: make and gcc are needed (apt-get install make gcc)");
+        common::skip("make and gcc are needed (apt-get install make gcc)");
         return;
     }
     let out = Command::new("make").arg("-s").arg("-C").arg(&dir).arg(target).arg("CC=gcc").output().expect("make runs");

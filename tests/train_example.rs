@@ -46,7 +46,7 @@ fn printed_losses(stdout: &str) -> BTreeMap<usize, f64> {
 #[test]
 fn training_in_c_matches_the_interpreter_and_learns() {
     if !have("gcc") || !have("make") {
-        println!("skipped: gcc and make are needed (apt-get install gcc make)");
+        common::skip("gcc and make are needed (apt-get install gcc make)");
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

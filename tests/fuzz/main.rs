@@ -548,7 +548,7 @@ fn frontend() {
 #[test]
 fn crashes_exit_cleanly() {
     if !common::have("timeout") {
-        println!("skipped: coreutils' timeout is needed");
+        common::skip("coreutils' timeout is needed");
         return;
     }
     let dir = root().join("tests/fuzz/crashes");
