@@ -1,0 +1,104 @@
+//! The C target's generated sources, committed: every `../shared/bench` model at batch
+//! 1, and two of them with `--grad` (the backward pass and the training step), as
+//! `mithrilc compile --target c --emit source` writes them, under `tests/out/c/<case>/`.
+//! A change to lowering or codegen shows up as a diff of these files in review.
+//! The runtime's files (`mithril_*`, copied verbatim from `runtime-c/`) and `weights.bin` are not
+//! kept. `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mithrilc::cli;
+use mithrilc::data;
+use mithrilc::passes::autodiff::Wrt;
+
+mod common;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The generated files of one compile, by name (runtime copies and weights left out).
+fn generate(model: &str, grad: bool) -> BTreeMap<String, String> {
+    let bench = root().join("../shared/bench");
+    let input = data::read_arrays(&bench.join(format!("{model}_b1_input.npy"))).unwrap();
+    let shape = input.arrays.values().next().expect("one array").shape.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs {
+            model: bench.join(format!("{model}.json")),
+            shapes: vec![format!("input={shape}")],
+            grad: if grad { Wrt::AllParams } else { Wrt::None },
+            ..Default::default()
+        },
+        target: cli::Target::C,
+        params: Some(bench.join(format!("{model}.safetensors"))),
+        out: Some(out.clone()),
+        emit: "source".into(),
+        report: false,
+        weights: Default::default(),
+        layout: Default::default(),
+        cflags: None,
+        max: vec![],
+        force: false,
+    };
+    cli::compile(&args).unwrap_or_else(|e| panic!("{model}: {e}"));
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("mithril_") || name == "weights.bin" || name.starts_with('.') {
+            continue;
+        }
+        files.insert(name.clone(), std::fs::read_to_string(out.join(&name)).unwrap());
+    }
+    files
+}
+
+/// Where `got` and the committed files in `dir` differ: one line per file.
+fn compare(dir: &Path, got: &BTreeMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let committed: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    for name in committed.iter().filter(|n| !got.contains_key(*n)) {
+        problems.push(format!("{}: no longer generated", dir.join(name).display()));
+    }
+    for (name, text) in got {
+        let want = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        if *text != want {
+            let line = text.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or_else(|| text.lines().count().min(want.lines().count()));
+            let show = |s: &str| s.lines().nth(line).unwrap_or("(end of file)").to_string();
+            problems.push(format!("{}: line {}\n    now: {}\n    was: {}", dir.join(name).display(), line + 1, show(text), show(&want)));
+        }
+    }
+    problems
+}
+
+#[test]
+fn generated_c_matches_the_committed_files() {
+    if !root().join("../shared/bench").exists() {
+        common::skip("../shared/bench is not present");
+        return;
+    }
+    let cases = [("mlp", false), ("lenet", false), ("cnn", false), ("gpt_block", false), ("mlp", true), ("lenet", true)];
+    let mut problems = Vec::new();
+    for (model, grad) in cases {
+        let got = generate(model, grad);
+        let dir = root().join("tests/out/c").join(if grad { format!("{model}_grad") } else { model.to_string() });
+        if std::env::var_os("UPDATE_EXPECT").is_some() {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (name, text) in &got {
+                std::fs::write(dir.join(name), text).unwrap();
+            }
+            continue;
+        }
+        problems.extend(compare(&dir, &got));
+    }
+    assert!(
+        problems.is_empty(),
+        "the generated C differs from tests/out/c:\n{}\nrun `UPDATE_EXPECT=1 cargo test --test golden` if intended, and review `git diff tests/out`",
+        problems.join("\n")
+    );
+}
