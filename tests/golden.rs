@@ -2,7 +2,9 @@
 //! 1, two of them with `--grad` (the backward pass and the training step), and every
 //! test-data case, as `mithrilc compile --target c --emit source` writes them, under
 //! `tests/out/c/bench/<model>/` and `tests/out/c/testdata/<case>/`.
-//! A change to lowering or codegen shows up as a diff of these files in review.
+//! A change to lowering or codegen shows up as a diff of these files in review. Each is
+//! stored as `NAME.golden` (`mlp.c.golden`): generated code repeats itself by design,
+//! and the suffix keeps it out of the tree's duplicate-code reports.
 //! The runtime's files (`mithril_*`, copied verbatim from `runtime-c/`) and `weights.bin` are not
 //! kept. `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files.
 
@@ -85,21 +87,26 @@ fn testdata() -> Vec<(String, Result<BTreeMap<String, String>, String>)> {
     out
 }
 
+/// Where generated file `name` is kept.
+fn golden(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.golden"))
+}
+
 /// Where `got` and the committed files in `dir` differ: one line per file.
 fn compare(dir: &Path, got: &BTreeMap<String, String>) -> Vec<String> {
     let mut problems = Vec::new();
     let committed: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().trim_end_matches(".golden").to_string()).collect())
         .unwrap_or_default();
     for name in committed.iter().filter(|n| !got.contains_key(*n)) {
-        problems.push(format!("{}: no longer generated", dir.join(name).display()));
+        problems.push(format!("{}: no longer generated", golden(dir, name).display()));
     }
     for (name, text) in got {
-        let want = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        let want = std::fs::read_to_string(golden(dir, name)).unwrap_or_default();
         if *text != want {
             let line = text.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or_else(|| text.lines().count().min(want.lines().count()));
             let show = |s: &str| s.lines().nth(line).unwrap_or("(end of file)").to_string();
-            problems.push(format!("{}: line {}\n    now: {}\n    was: {}", dir.join(name).display(), line + 1, show(text), show(&want)));
+            problems.push(format!("{}: line {}\n    now: {}\n    was: {}", golden(dir, name).display(), line + 1, show(text), show(&want)));
         }
     }
     problems
@@ -130,7 +137,7 @@ fn generated_c_matches_the_committed_files() {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
             for (name, text) in &got {
-                std::fs::write(dir.join(name), text).unwrap();
+                std::fs::write(golden(&dir, name), text).unwrap();
             }
             continue;
         }
