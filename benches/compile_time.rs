@@ -69,17 +69,10 @@ fn main() {
                     grad: if grad { mithrilc::passes::autodiff::Wrt::AllParams } else { Default::default() },
                     ..Default::default()
                 },
-                target: cli::Target::C,
-                params: None,
                 // A fresh directory each run: replacing the last one would time its check too.
                 out: Some(dir.path().join(format!("out_{n}_{run}"))),
                 emit: "source".into(),
-                report: false,
-                weights: Default::default(),
-                layout: Default::default(),
-                cflags: None,
-                max: vec![],
-                force: false,
+                ..Default::default()
             };
             let start = Instant::now();
             if let Err(e) = cli::compile(&args) {

@@ -477,6 +477,25 @@ pub struct CompileArgs {
     pub force: bool,
 }
 
+impl Default for CompileArgs {
+    /// `compile --target c` of no model yet, built, with every other flag at its default.
+    fn default() -> CompileArgs {
+        CompileArgs {
+            model: ModelArgs::default(),
+            target: Target::C,
+            params: None,
+            out: None,
+            emit: "build".into(),
+            report: false,
+            weights: Default::default(),
+            layout: Default::default(),
+            cflags: None,
+            max: Vec::new(),
+            force: false,
+        }
+    }
+}
+
 /// How the weights blob stores the parameters (`--weight-layout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightLayout {

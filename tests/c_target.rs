@@ -241,16 +241,9 @@ fn readme_embedding_example_runs() {
     let out = dir.path().join("mlp-c");
     let args = cli::CompileArgs {
         model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
-        target: cli::Target::C,
         params: Some(root.join("examples/mlp/data.npz")),
         out: Some(out.clone()),
-        emit: "build".into(),
-        report: false,
-        weights: Default::default(),
-        layout: Default::default(),
-        cflags: None,
-        max: vec![],
-        force: false,
+        ..Default::default()
     };
     cli::compile(&args).unwrap();
     std::fs::write(out.join("main.c"), code).unwrap();
@@ -292,16 +285,12 @@ fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
             let out = tmp.path().join(format!("{model}-c"));
             let args = cli::CompileArgs {
                 model: cli::ModelArgs { model: json.clone(), shapes: vec![shape.into()], ..Default::default() },
-                target: cli::Target::C,
                 params: Some(params_path.clone()),
                 out: Some(out.clone()),
-                emit: "build".into(),
-                report: false,
                 weights: mithrilc::codegen::c::WeightsMode::parse(mode).unwrap(),
                 layout: cli::WeightLayout::parse(layout).unwrap(),
                 cflags: Some("-O2".into()),
-                max: vec![],
-                force: false,
+                ..Default::default()
             };
             cli::compile(&args).unwrap_or_else(|e| panic!("{model} {mode} {layout}: {e}"));
             if (mode, layout) == ("file", "plain") {
@@ -352,16 +341,12 @@ fn output_directories_are_byte_identical() {
     let compile = |out: &Path| {
         let args = cli::CompileArgs {
             model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
-            target: cli::Target::C,
             params: Some(dir.join("bench/lenet.safetensors")),
             out: Some(out.to_path_buf()),
-            emit: "build".into(),
-            report: false,
             weights: mithrilc::codegen::c::WeightsMode::Embed,
             layout: cli::WeightLayout::Fast,
             cflags: Some("-O2".into()),
-            max: vec![],
-            force: false,
+            ..Default::default()
         };
         cli::compile(&args).unwrap();
         let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(out)
@@ -402,16 +387,13 @@ fn symbolic_batch_runs_at_every_size() {
                 shapes: vec![format!("input=B,{}", row.join(","))],
                 ..Default::default()
             },
-            target: cli::Target::C,
             params: Some(params_path.clone()),
             out: Some(out.clone()),
-            emit: "build".into(),
-            report: false,
             weights: mithrilc::codegen::c::WeightsMode::File,
             layout: cli::WeightLayout::Fast,
             cflags: Some("-O2".into()),
             max: vec![format!("B={max}")],
-            force: false,
+            ..Default::default()
         };
         cli::compile(&args).unwrap_or_else(|e| panic!("{model}: {e}"));
         for n in [1, 3, max] {

@@ -29,16 +29,13 @@ fn lenet_cross_compiles_for_cortex_m4() {
     let out = tmp.path().join("lenet-m4");
     let args = cli::CompileArgs {
         model: cli::ModelArgs { model: shared.join("lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
-        target: cli::Target::C,
         params: Some(shared.join("lenet.safetensors")),
         out: Some(out.clone()),
         emit: "source".into(),
         report: true,
         weights: mithrilc::codegen::c::WeightsMode::Embed,
         layout: cli::WeightLayout::Fast,
-        cflags: None,
-        max: vec![],
-        force: false,
+        ..Default::default()
     };
     let report = cli::compile(&args).unwrap();
     // Small GEMM blocks keep the runtime's stack use to a few KiB.

@@ -27,16 +27,10 @@ fn generate(model: &Path, shapes: Vec<String>, set: Vec<String>, params: Option<
     let out = dir.path().join("out");
     let args = cli::CompileArgs {
         model: cli::ModelArgs { model: model.to_path_buf(), shapes, set, grad: if grad { Wrt::AllParams } else { Wrt::None }, ..Default::default() },
-        target: cli::Target::C,
         params,
         out: Some(out.clone()),
         emit: "source".into(),
-        report: false,
-        weights: Default::default(),
-        layout: Default::default(),
-        cflags: None,
-        max: vec![],
-        force: false,
+        ..Default::default()
     };
     cli::compile(&args).map_err(|e| format!("{}: {e}", model.display()))?;
     let mut files = BTreeMap::new();

@@ -24,16 +24,10 @@ fn compile(kind: Kind, n: usize, grad: bool) -> (String, String) {
             grad: if grad { Wrt::AllParams } else { Wrt::None },
             ..Default::default()
         },
-        target: cli::Target::C,
-        params: None,
         out: Some(dir.path().join("out")),
         emit: "source".into(),
         report: true,
-        weights: Default::default(),
-        layout: Default::default(),
-        cflags: None,
-        max: vec![],
-        force: false,
+        ..Default::default()
     };
     let report = cli::compile(&args).unwrap();
     let source = std::fs::read_to_string(dir.path().join("out/big.c")).unwrap();

@@ -255,8 +255,7 @@ fn convolution_2d_bias_template() {
 
 /// Runs `model` with `constants` (Mithril's `constant_keys`) and f64 `feeds`; its outputs.
 fn run_with(model: &str, constants: &[(&str, Value)], feeds: &[(&str, Vec<u64>, Vec<f64>)]) -> BTreeMap<String, Tensor> {
-    let mut opts = Options::default();
-    opts.constants = constants.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let mut opts = Options { constants: constants.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(), ..Default::default() };
     for (k, shape, _) in feeds {
         opts.known_types.insert(k.to_string(), TensorType::new(Dtype::F64, Shape::known(shape)));
     }

@@ -342,15 +342,16 @@ fn convert(file: &str, raw: &Value) -> Result<Case, String> {
             }
         }
         model["assigned_differentiabilities"] = Value::Array(differentiable);
-    }
-    for (k, v) in &inputs {
-        if !lists.is_empty() {
-            break;
+    } else {
+        for (k, v) in &inputs {
+            if want_grads.contains_key(k) {
+                params.push((k.clone(), tensor(v).map_err(|e| format!("input {k}: {e}"))?));
+            } else {
+                constants.push((k.clone(), v.clone()));
+            }
         }
-        if want_grads.contains_key(k) {
-            params.push((k.clone(), tensor(v).map_err(|e| format!("input {k}: {e}"))?));
-        } else {
-            constants.push((k.clone(), v.clone()));
+        for (k, v) in want_grads.iter().filter(|(_, v)| !v.is_null()) {
+            grads.push((k.clone(), tensor(reference(v)).map_err(|e| format!("gradient {k}: {e}"))?));
         }
     }
     for key in ["static_keys", "static_inputs"] {
@@ -371,11 +372,6 @@ fn convert(file: &str, raw: &Value) -> Result<Case, String> {
         }
         for (k, v) in results.get("eval").and_then(Value::as_object).into_iter().flatten() {
             outputs.push((k.clone(), tensor(reference(v)).map_err(|e| format!("result {k}: {e}"))?));
-        }
-    }
-    for (k, v) in want_grads.iter().filter(|_| lists.is_empty()) {
-        if !v.is_null() {
-            grads.push((k.clone(), tensor(reference(v)).map_err(|e| format!("gradient {k}: {e}"))?));
         }
     }
     // As Mithril matches them: ignoring case (`l2` is L2).
@@ -647,8 +643,8 @@ fn report(mode: Mode, all: &[(String, Result<Case, String>)], outcomes: &[(usize
         return;
     }
     let only = std::env::var("MITHRILC_SUITE_ONLY").unwrap_or_default();
-    let regressions: Vec<String> =
-        listed("passing.txt").into_iter().filter(|(m, id)| m == name && id.contains(&only) && !passing.contains(id)).map(|(_, id)| id).collect();
+    let listed_passing: BTreeSet<String> = listed("passing.txt").into_iter().filter(|(m, _)| m == name).map(|(_, id)| id).collect();
+    let regressions: Vec<&String> = listed_passing.iter().filter(|id| id.contains(&only) && !passing.contains(*id)).collect();
     let explained = listed("differs.txt");
     let wrong: Vec<&String> = failures.iter().filter(|(id, w, _)| *w && !explained.contains(&(name.to_string(), id.clone()))).map(|(id, _, _)| id).collect();
     // An explanation of a difference that no longer happens is stale.
@@ -656,7 +652,7 @@ fn report(mode: Mode, all: &[(String, Result<Case, String>)], outcomes: &[(usize
     let stale: Vec<&String> =
         explained.iter().filter(|(m, id)| m == name && id.contains(&only) && !differing.contains(id)).map(|(_, id)| id).collect();
     assert!(stale.is_empty(), "{name}: differs.txt explains {} case(s) that no longer differ: {stale:?}", stale.len());
-    let newly = passing.iter().filter(|id| !listed("passing.txt").contains(&(name.to_string(), (*id).clone()))).count();
+    let newly = passing.difference(&listed_passing).count();
     if newly > 0 {
         println!("{newly} case(s) pass that passing.txt does not list for {name}: MITHRILC_SUITE_UPDATE=1 records them");
     }

@@ -56,16 +56,9 @@ fn training_in_c_matches_the_interpreter_and_learns() {
     let margs = cli::ModelArgs { model: model.clone(), grad: Wrt::AllParams, ..Default::default() };
     let args = cli::CompileArgs {
         model: margs.clone(),
-        target: cli::Target::C,
-        params: None,
         out: Some(out.clone()),
-        emit: "build".into(),
-        report: false,
-        weights: Default::default(),
-        layout: Default::default(),
         cflags: Some("-O2".into()),
-        max: vec![],
-        force: false,
+        ..Default::default()
     };
     cli::compile(&args).unwrap();
     let exe = out.join("train");

@@ -83,11 +83,12 @@ fn one_program_files() -> Vec<(String, Vec<u8>)> {
     mithrilc::codegen::c::emit(&p, None, &Default::default()).unwrap()
 }
 
-/// The process's one [`Toolchain`] for `cflags`, built on first use; `None` when there
-/// is no C compiler (the caller says why it skips).
+/// The process's one [`Toolchain`], built on first use with `cflags` (every caller in a
+/// test process must ask for the same ones); `None` when there is no C compiler (the
+/// caller says why it skips).
 pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
     static TOOLCHAIN: OnceLock<Option<Toolchain>> = OnceLock::new();
-    TOOLCHAIN
+    let tc = TOOLCHAIN
         .get_or_init(|| {
             if !crate::common::have(&mithrilc::build::c_compiler()) {
                 return None;
@@ -116,7 +117,9 @@ pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
             let note = probe_selects(dir.path(), cflags);
             Some(Toolchain { dir, runtime, cflags: cflags.to_vec(), note })
         })
-        .as_ref()
+        .as_ref();
+    assert!(tc.is_none_or(|tc| tc.cflags == cflags), "the runtime was built with other flags in this process");
+    tc
 }
 
 /// Builds `graphs` as a C library in `dir` and runs its demo (the backward pass when

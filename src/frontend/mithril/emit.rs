@@ -112,8 +112,8 @@ fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> 
 /// The model's float type (see [`Emitter::float`]).
 fn model_float(opts: &Options) -> Dtype {
     let floats: BTreeSet<Dtype> = opts.known_types.values().map(|t| t.dtype).filter(|d| d.is_float()).collect();
-    match floats.into_iter().collect::<Vec<_>>()[..] {
-        [only] => only,
+    match (floats.len(), floats.first()) {
+        (1, Some(&only)) => only,
         _ => Dtype::F32,
     }
 }
