@@ -676,14 +676,14 @@ pub fn run_target(
     let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");
     crate::outdir::write_atomically(&dir, &files, &Default::default(), |d| crate::build::make(d, &build.cc, &build.cflags))?;
-    let name = crate::codegen::c::identifier(&program.name);
+    let name = crate::codegen::names::identifier(&program.name);
     let mut cmd = std::process::Command::new(dir.join(format!("{name}_demo")));
     cmd.current_dir(&dir).arg("--out").arg(&dir);
     for (i, crate::lower::Port { name: input, .. }) in program.inputs.iter().enumerate() {
         let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
         let path = dir.join(format!("input_{i}.npy"));
         data::write_npy(&path, t)?;
-        let mut spec = std::ffi::OsString::from(format!("{}=", crate::codegen::c::port_label(input)));
+        let mut spec = std::ffi::OsString::from(format!("{}=", crate::codegen::names::port_label(input)));
         spec.push(&path);
         cmd.arg("--input").arg(spec);
     }

@@ -1,5 +1,10 @@
 //! Code generators, one module per target, all shaped alike (Options, emit) and fed
-//! a lowered [`crate::lower::Program`]. `cstyle` is the renderer C-like targets share.
+//! a lowered [`crate::lower::Program`]. `cstyle` is the renderer C-like targets share;
+//! `names`, `weights` and `train` hold what every target writes alike (identifiers and
+//! labels, the weights blob, the training step's layout).
 
 pub mod c;
 pub mod cstyle;
+pub mod names;
+pub mod train;
+pub mod weights;

@@ -136,7 +136,7 @@ pub fn run_c(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, 
     let copts = mithrilc::codegen::c::Options { source: "model.json".into(), weights: Some(weights), mode: Default::default() };
     let files = mithrilc::codegen::c::emit(&forward, backward.as_ref(), &copts).map_err(|e| format!("emit: {e}"))?;
     let program = backward.as_ref().unwrap_or(&forward);
-    let name = mithrilc::codegen::c::identifier(&program.name);
+    let name = mithrilc::codegen::names::identifier(&program.name);
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
     for (file, bytes) in &files {
@@ -164,7 +164,7 @@ pub fn run_c(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, 
         let t = feeds.get(&port.name).ok_or_else(|| format!("no feed for {}", port.name))?;
         let path = dir.join(format!("input_{i}.npy"));
         data::write_npy(&path, t).unwrap();
-        run.arg("--input").arg(format!("{}={}", mithrilc::codegen::c::port_label(&port.name), path.display()));
+        run.arg("--input").arg(format!("{}={}", mithrilc::codegen::names::port_label(&port.name), path.display()));
     }
     let out = run.output().unwrap();
     if !out.status.success() {
