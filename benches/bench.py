@@ -10,7 +10,12 @@ machines are shared VMs whose load changes from minute to minute, so one round c
 catch one side at a bad moment. Run through benches/run.sh, which installs the peer's
 packages.
 
-Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R]
+With --baseline OTHER_MITHRILC (another build of mithrilc, e.g. of an earlier commit),
+every case is also compiled with it and timed in the same rounds, and a last column
+gives this build / the baseline (best of 1 and 2 threads each): a change's effect on
+latency, measured side by side.
+
+Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER]
 """
 
 import json
@@ -23,42 +28,52 @@ def main():
     mithrilc, bench, work = sys.argv[1:4]
     repeat = sys.argv[sys.argv.index("--repeat") + 1] if "--repeat" in sys.argv else "100"
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+    baseline = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
+    builds = [("new", mithrilc)] + ([("base", baseline)] if baseline else [])
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
     cases = []
     for name in ("mlp", "lenet", "cnn", "gpt_block"):
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
             shape = ",".join(str(d) for d in info["input_shape"])
-            out = f"{work}/{name}_b{batch}"
-            subprocess.run([mithrilc, "compile", f"{bench}/{name}.json", "--target", "c", "--shape", f"input={shape}",
-                            "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out],
-                           check=True, stdout=subprocess.DEVNULL)
-            cases.append((name, batch, info, out))
-    ours, ort = {}, {}
+            for build, compiler in builds:
+                out = f"{work}/{name}_b{batch}" + ("" if build == "new" else "_base")
+                subprocess.run([compiler, "compile", f"{bench}/{name}.json", "--target", "c", "--shape", f"input={shape}",
+                                "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out, "--force"],
+                               check=True, stdout=subprocess.DEVNULL)
+                cases.append((build, name, batch, info, out))
+    ours, base, ort = {}, {}, {}
 
     def keep(table, key, us):
         table[key] = min(us, table.get(key, us))
 
     for _ in range(rounds):
-        for name, batch, info, out in cases:
+        for build, name, batch, info, out in cases:
             runs = repeat if info["flops"] < 5e9 else str(max(5, int(repeat) // 10))
             for threads in (1, 2):
                 demo = subprocess.run([f"{out}/{name}_demo", "--input", f"input={bench}/{info['input']}", "--repeat", runs,
                                        "--threads", str(threads)], check=True, capture_output=True, text=True).stdout
-                keep(ours, (name, batch, threads), float(re.search(r"median ([0-9.]+) us", demo).group(1)))
+                keep(ours if build == "new" else base, (name, batch, threads), float(re.search(r"median ([0-9.]+) us", demo).group(1)))
         peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat],
                               check=True, capture_output=True, text=True).stdout
         for line in peer.splitlines():
             _, name, batch, threads, us = line.split()
             keep(ort, (name, batch, int(threads)), float(us))
-    print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}")
+    extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
+    print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}{extra}")
     for (name, batch, threads), us in ours.items():
         if threads != 1:
             continue
         m2 = ours[(name, batch, 2)]
         o1, o2 = ort[(name, batch, 1)], ort[(name, batch, 2)]
         ratio = min(us, m2) / min(o1, o2)
-        print(f"{name + ' b' + batch:<14} {us:>10.1f}us {m2:>10.1f}us {o1:>8.1f}us {o2:>8.1f}us {ratio:>7.2f}")
+        row = f"{name + ' b' + batch:<14} {us:>10.1f}us {m2:>10.1f}us {o1:>8.1f}us {o2:>8.1f}us {ratio:>7.2f}"
+        if baseline:
+            b1, b2 = base[(name, batch, 1)], base[(name, batch, 2)]
+            row += f" {b1:>8.1f}us {b2:>8.1f}us {min(us, m2) / min(b1, b2):>8.2f}"
+        print(row)
     print(f"ratio = the faster mithrilc run / the faster ORT run; median latency of one call, the best of {rounds} rounds in this run.")
+    if baseline:
+        print(f"vs base = the faster run of this build / the faster run of {baseline}, same rounds.")
     print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
 
 

@@ -2,7 +2,7 @@
 # The C target's benchmark against ONNX Runtime (not a test: it prints latencies and
 # ratios). Installs the peer (onnxruntime, onnx, numpy, safetensors from PyPI, pinned)
 # into target/bench-venv once, builds mithrilc, then runs benches/bench.py.
-#   bash benches/run.sh [--repeat N] [--rounds R]
+#   bash benches/run.sh [--repeat N] [--rounds R] [--baseline OTHER_MITHRILC]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/bench-venv

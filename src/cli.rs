@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+pub use crate::backend::{BuildConfig, WeightLayout, WeightsMode, HOST_CFLAGS};
+use crate::backend::{check_supported, Backend, EmitOptions};
 use crate::data::{self, ArrayFile};
 use crate::error::{Error, Result};
 use crate::frontend::mithril;
 use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
-use crate::lower::Program;
-
 use crate::passes;
 use crate::tensor::Tensor;
 
@@ -205,7 +205,7 @@ fn summary(graph: &Graph) -> String {
 }
 
 /// `1337344` → `1,337,344`.
-fn group(n: u64) -> String {
+pub(crate) fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -221,7 +221,7 @@ fn group(n: u64) -> String {
 /// compiled target.
 pub struct RunArgs {
     pub model: ModelArgs,
-    pub target: Target,
+    pub target: RunTarget,
     /// Also run the interpreter and report the largest difference per output.
     pub check: bool,
     /// Data files: `FILE` (arrays named by key) or `NAME=FILE` (a one-array file
@@ -343,9 +343,9 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = String::new();
     let outputs = match args.target {
-        Target::Interp => interp()?,
-        Target::C => {
-            let outputs = run_target(&graphs, &feeds, &args.model.model, &BuildConfig::default(), &args.model.print_after)?;
+        RunTarget::Interp => interp()?,
+        RunTarget::Compiled(target) => {
+            let outputs = run_target(target, &graphs, &feeds, &args.model.model, &BuildConfig::default(), &args.model.print_after)?;
             if args.check {
                 for (name, diff) in compare(&outputs, &interp()?) {
                     let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e}");
@@ -437,21 +437,18 @@ pub fn describe_tensor(name: &str, t: &Tensor) -> String {
     format!("{name}: {ty}  min {min:.6}  max {max:.6}  mean {mean:.6}  [{}{more}]", head.join(", "))
 }
 
-/// The targets `compile` and `run --target` know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// The reference interpreter (run only).
+/// Where `run` evaluates the model: the reference interpreter or a compiled target.
+#[derive(Clone, Copy)]
+pub enum RunTarget {
     Interp,
-    C,
+    Compiled(&'static dyn Backend),
 }
 
-impl Target {
-    pub fn parse(s: &str) -> Result<Target> {
-        match s {
-            "interp" => Ok(Target::Interp),
-            "c" => Ok(Target::C),
-            "cuda" | "metal" | "ggml" | "xla" => Err(Error::usage(format!("the {s} target is not implemented yet (available: c, interp)"))),
-            other => Err(Error::usage(format!("unknown target '{other}' (available: c, interp)"))),
+impl std::fmt::Debug for RunTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunTarget::Interp => write!(f, "interp"),
+            RunTarget::Compiled(b) => write!(f, "{}", b.name()),
         }
     }
 }
@@ -459,14 +456,14 @@ impl Target {
 /// `mithrilc compile`.
 pub struct CompileArgs {
     pub model: ModelArgs,
-    pub target: Target,
+    pub target: &'static dyn Backend,
     pub params: Option<PathBuf>,
     pub out: Option<PathBuf>,
     /// `build` (default), `source` (no build) or `ir` (print the IR after passes).
     pub emit: String,
     pub report: bool,
     /// How the library gets its weights.
-    pub weights: crate::codegen::c::WeightsMode,
+    pub weights: WeightsMode,
     /// How the weights blob stores the parameters.
     pub layout: WeightLayout,
     /// C compiler flags for the build (default: optimized for this machine).
@@ -482,7 +479,7 @@ impl Default for CompileArgs {
     fn default() -> CompileArgs {
         CompileArgs {
             model: ModelArgs::default(),
-            target: Target::C,
+            target: &crate::codegen::c::backend::CTarget,
             params: None,
             out: None,
             emit: "build".into(),
@@ -492,28 +489,6 @@ impl Default for CompileArgs {
             cflags: None,
             max: Vec::new(),
             force: false,
-        }
-    }
-}
-
-/// How the weights blob stores the parameters (`--weight-layout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WeightLayout {
-    /// In the layouts the kernels read fastest ([`crate::lower::Layout`]).
-    #[default]
-    Fast,
-    /// Every parameter row-major, as the model declares it: the blob holds the
-    /// parameters file's values unchanged, and 3x3 convolution weights take a quarter
-    /// of their Winograd-transformed size.
-    Plain,
-}
-
-impl WeightLayout {
-    pub fn parse(s: &str) -> Result<WeightLayout> {
-        match s {
-            "fast" => Ok(WeightLayout::Fast),
-            "plain" => Ok(WeightLayout::Plain),
-            other => Err(Error::usage(format!("--weight-layout {other}: expected fast or plain"))),
         }
     }
 }
@@ -551,24 +526,6 @@ fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
     Ok(())
 }
 
-/// Flags for a build that runs on the machine that built it.
-pub const HOST_CFLAGS: &str = "-O3 -march=native";
-
-/// The programs of a C library: the forward pass and, with `--grad`, the backward pass
-/// (both after the program passes, printed after those named in `print_after`).
-/// Training stores the weights row-major, so both programs share one blob layout.
-fn lower(graphs: &Graphs, max: BTreeMap<String, u64>, layout: WeightLayout, print_after: &[String]) -> Result<(Program, Option<Program>)> {
-    let opts = crate::lower::Options { max, row_major_weights: layout == WeightLayout::Plain || graphs.backward.is_some() };
-    let lower = |g: &Graph| {
-        passes::compile(g, &opts, |name, p| {
-            if print_after.iter().any(|n| n == name) {
-                eprint!("// after {name}\n{}", crate::lower::print::print(p));
-            }
-        })
-    };
-    Ok((lower(&graphs.forward)?, graphs.backward.as_ref().map(lower).transpose()?))
-}
-
 /// Compiles a model for a target; returns the report to print.
 pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
@@ -579,36 +536,26 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     if !matches!(args.emit.as_str(), "build" | "source") {
         return Err(Error::usage(format!("--emit {}: expected build, source or ir", args.emit)));
     }
-    if args.target != Target::C {
-        return Err(Error::usage("compile needs --target c (the interpreter is run with `mithrilc run`)".to_string()));
-    }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
     let max = parse_max_args(&args.max)?;
     check_max_symbols(&max, graphs.main())?;
-    let (forward, backward) = lower(&graphs, max, args.layout, &args.model.print_after).map_err(|e| e.context(file_name(&args.model.model)))?;
+    let source = file_name(&args.model.model);
+    check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
     };
-    let opts = crate::codegen::c::Options { source: file_name(&args.model.model), weights, mode: args.weights };
-    let files = crate::codegen::c::emit(&forward, backward.as_ref(), &opts)?;
+    let opts = EmitOptions { source: source.clone(), weights, weights_mode: args.weights, layout: args.layout, max, print_after: args.model.print_after.clone() };
+    let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
     let build = args.emit == "build";
     let mut inputs = vec![args.model.model.clone()];
     inputs.extend(args.params.clone());
     let guard = crate::outdir::Guard { inputs, force: args.force };
-    crate::outdir::write_atomically(out, &files, &guard, |dir| {
-        if build {
-            crate::build::make(dir, &crate::build::c_compiler(), args.cflags.as_deref().unwrap_or(HOST_CFLAGS))?;
-        }
-        Ok(())
-    })?;
-    let mut report = format!("wrote {} ({} files{})\n", out.display(), files.len(), if build { ", built" } else { "" });
+    let config = BuildConfig { cflags: args.cflags.clone().unwrap_or_else(|| HOST_CFLAGS.to_string()), ..Default::default() };
+    crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| if build { args.target.build(dir, &config) } else { Ok(()) })?;
+    let mut report = format!("wrote {} ({} files{})\n", out.display(), emitted.files.len(), if build { ", built" } else { "" });
     if args.report {
-        report.push_str(&memory_report(&forward));
-        if let Some(b) = &backward {
-            report.push_str("backward pass:\n");
-            report.push_str(&memory_report(b));
-        }
+        report.push_str(&emitted.report);
     }
     Ok(report)
 }
@@ -617,17 +564,6 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
 /// so they do not depend on where the compiler ran.
 fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
-}
-
-fn memory_report(p: &crate::lower::Program) -> String {
-    let ratio = if p.peak_live == 0 { 1.0 } else { p.arena_size as f64 / p.peak_live as f64 };
-    format!(
-        "kernels: {}\nweights: {} bytes\narena: {} bytes (peak live {} bytes, ratio {ratio:.3})\n",
-        p.steps.len(),
-        group(p.weights_size),
-        group(p.arena_size),
-        group(p.peak_live)
-    )
 }
 
 /// Parameter values by name, from a parameters file.
@@ -643,58 +579,27 @@ fn param_values(graph: &Graph, file: &ArrayFile) -> Result<BTreeMap<String, Tens
     Ok(out)
 }
 
-/// How `run --target c` builds: the C compiler and its flags.
-#[derive(Debug, Clone)]
-pub struct BuildConfig {
-    pub cc: String,
-    pub cflags: String,
-}
-
-impl Default for BuildConfig {
-    fn default() -> BuildConfig {
-        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string() }
-    }
-}
-
 /// Runs the model through a compiled target: builds it in a scratch directory, runs
-/// its demo on the data (the backward pass, when there is one), and reads the outputs
-/// back. Prints the program after the passes named in `print_after`.
+/// it on the data (the backward pass, when there is one), and reads the outputs back.
+/// Prints the program after the passes named in `print_after`.
 pub fn run_target(
+    target: &dyn Backend,
     graphs: &Graphs,
     feeds: &BTreeMap<String, Tensor>,
     source: &Path,
     build: &BuildConfig,
     print_after: &[String],
 ) -> Result<Vec<(String, Tensor)>> {
-    let (forward, backward) = lower(graphs, BTreeMap::new(), WeightLayout::Fast, print_after)?;
+    check_supported(target, graphs.main()).map_err(|e| e.context(file_name(source)))?;
     let graph = &graphs.forward;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let opts = crate::codegen::c::Options { source: file_name(source), weights: Some(weights), mode: Default::default() };
-    let files = crate::codegen::c::emit(&forward, backward.as_ref(), &opts)?;
-    let program = backward.as_ref().unwrap_or(&forward); // what the demo runs
+    let opts = EmitOptions { source: file_name(source), weights: Some(weights), print_after: print_after.to_vec(), ..Default::default() };
+    let emitted = target.emit(graphs, &opts)?;
     let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");
-    crate::outdir::write_atomically(&dir, &files, &Default::default(), |d| crate::build::make(d, &build.cc, &build.cflags))?;
-    let name = crate::codegen::names::identifier(&program.name);
-    let mut cmd = std::process::Command::new(dir.join(format!("{name}_demo")));
-    cmd.current_dir(&dir).arg("--out").arg(&dir);
-    for (i, crate::lower::Port { name: input, .. }) in program.inputs.iter().enumerate() {
-        let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
-        let path = dir.join(format!("input_{i}.npy"));
-        data::write_npy(&path, t)?;
-        let mut spec = std::ffi::OsString::from(format!("{}=", crate::codegen::names::port_label(input)));
-        spec.push(&path);
-        cmd.arg("--input").arg(spec);
-    }
-    crate::build::run_program(cmd, "the compiled model", "the build above should have produced it", crate::codegen::c::DEMO_REJECTED_EXIT)?;
-    let mut outputs = Vec::new();
-    for (i, crate::lower::Port { name, .. }) in program.outputs.iter().enumerate() {
-        let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
-        let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
-        outputs.push((name.clone(), t));
-    }
-    Ok(outputs)
+    crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build(d, build))?;
+    target.run(&dir, &emitted.entry, feeds)
 }
 
 /// The largest |a - b| between two runs' outputs, per output.

@@ -4,6 +4,7 @@
 //! `frontend` (model JSON → [`ir::Graph`]) → [`passes`] → targets, with [`interp`] as
 //! the reference semantics every target is tested against.
 
+pub mod backend;
 pub mod build;
 pub mod cli;
 pub mod codegen;

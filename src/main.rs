@@ -3,8 +3,27 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
+use mithrilc::backend::{self, Backend, WeightLayout, WeightsMode};
 use mithrilc::cli;
+
+/// `--target` of `compile`: a name from the backend table (`--help` lists them, with
+/// what each builds; any other name is a usage error that lists them).
+fn compile_target() -> impl TypedValueParser<Value = &'static dyn Backend> {
+    let values = backend::BACKENDS.iter().map(|b| PossibleValue::new(b.name()).help(b.about()));
+    PossibleValuesParser::new(values).map(|name| backend::find(&name).expect("a listed target"))
+}
+
+/// `--target` of `run`: the interpreter or a compiled target.
+fn run_target() -> impl TypedValueParser<Value = cli::RunTarget> {
+    let interp = PossibleValue::new("interp").help("the reference interpreter (default)");
+    let values = std::iter::once(interp).chain(backend::BACKENDS.iter().map(|b| PossibleValue::new(b.name()).help(b.about())));
+    PossibleValuesParser::new(values).map(|name| match backend::find(&name) {
+        Some(b) => cli::RunTarget::Compiled(b),
+        None => cli::RunTarget::Interp,
+    })
+}
 
 #[derive(Parser)]
 #[command(name = "mithrilc", version, about = "Ahead-of-time compiler for Mithril models", propagate_version = true)]
@@ -109,9 +128,9 @@ enum Command {
         /// Write the outputs to this .npz, one array per output named by its key
         #[arg(short, long, value_name = "OUT.npz")]
         output: Option<PathBuf>,
-        /// Where to run: interp (the reference interpreter) or c (compile, build and run)
-        #[arg(long, default_value = "interp", value_name = "TARGET")]
-        target: String,
+        /// Where to run: the reference interpreter, or a target (compiled, built and run)
+        #[arg(long, default_value = "interp", value_name = "TARGET", value_parser = run_target())]
+        target: cli::RunTarget,
         /// Also run the interpreter and print the largest difference per output
         #[arg(long)]
         check: bool,
@@ -122,9 +141,9 @@ enum Command {
         model: ModelOpts,
         #[command(flatten)]
         grad: GradOpts,
-        /// The target: c
-        #[arg(long, value_name = "TARGET")]
-        target: String,
+        /// The target
+        #[arg(long, value_name = "TARGET", value_parser = compile_target())]
+        target: &'static dyn Backend,
         /// Parameters (.safetensors or .npz): their shapes complete the model's, their
         /// values are written to weights.bin
         #[arg(long, value_name = "FILE")]
@@ -143,17 +162,13 @@ enum Command {
         /// Print the kernel count, weights size, arena size and its peak-live lower bound
         #[arg(long)]
         report: bool,
-        /// file: write weights.bin (default); embed: also assemble it into the library;
-        /// safetensors: the demo reads the parameters from a safetensors file
-        #[arg(long, default_value = "file", value_name = "MODE")]
-        weights: String,
-        /// fast: store parameters in the layouts the kernels read fastest (default:
-        /// transposed, in column panels, 3x3 convolutions Winograd-transformed); plain:
-        /// every parameter row-major as the model declares it (a smaller blob where
-        /// Winograd applies, the same values as the parameters file; slower). With
-        /// --grad the weights are always plain: training updates them in place
-        #[arg(long = "weight-layout", default_value = "fast", value_name = "LAYOUT")]
-        weight_layout: String,
+        /// How the library gets its weights
+        #[arg(long, value_enum, default_value_t, value_name = "MODE")]
+        weights: WeightsMode,
+        /// How the weights are stored. With --grad the weights are always plain:
+        /// training updates them in place
+        #[arg(long = "weight-layout", value_enum, default_value_t, value_name = "LAYOUT")]
+        weight_layout: WeightLayout,
         /// C compiler flags for the build (default "-O3 -march=native": for this machine;
         /// give portable flags for artifacts that run elsewhere). CC picks the compiler.
         #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
@@ -171,14 +186,11 @@ fn main() -> ExitCode {
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check } => cli::Target::parse(&target).and_then(|target| {
-            cli::run(&cli::RunArgs { model: with_grad(model, &grad)?, target, check, data, params, output }).map(|(_, report)| report)
-        }),
+        Command::Run { model, grad, data, params, output, target, check } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, data, params, output }).map(|(_, report)| report)),
         Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max } => {
-            cli::Target::parse(&target).and_then(|target| {
-                let weights = mithrilc::codegen::c::WeightsMode::parse(&weights)?;
-                let layout = cli::WeightLayout::parse(&weight_layout)?;
-                cli::compile(&cli::CompileArgs { model: with_grad(model, &grad)?, target, params, out: output, emit, report, weights, layout, cflags, max, force })
+            with_grad(model, &grad).and_then(|model| {
+                cli::compile(&cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force })
             })
         }
     };

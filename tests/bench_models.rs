@@ -22,7 +22,7 @@ fn check(model: &str, batches: &[u32]) {
     for b in batches {
         let input = dir.join(format!("{model}_b{b}_input.npy"));
         let args = RunArgs {
-            target: cli::Target::Interp,
+            target: cli::RunTarget::Interp,
             check: false,
             model: ModelArgs { model: dir.join(format!("{model}.json")), ..Default::default() },
             data: vec![format!("input={}", input.display())],

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use mithrilc::cli::{self, BuildConfig};
+use mithrilc::codegen::c::backend::CTarget;
 use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
 use mithrilc::ir::{Graph, Shape, TensorType};
@@ -149,7 +150,7 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
     let mut worst = (0.0f64, String::new());
     for case in cases(&dir).iter().filter(|c| filter(c)) {
         let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-        match cli::run_target(&case.graphs, &case.feeds, &case.source, build, &[]) {
+        match cli::run_target(&CTarget, &case.graphs, &case.feeds, &case.source, build, &[]) {
             Err(e) => failures.push(format!("{}: {e}", case.label)),
             Ok(got) => {
                 checked += 1;
@@ -279,7 +280,8 @@ fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
         let json = dir.join(format!("bench/{model}.json"));
         let case = load(&json, &[&params, &input], vec![], Wrt::None, format!("{model} b1"));
         let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-        let modes = [("file", "fast"), ("embed", "fast"), ("safetensors", "fast"), ("file", "plain"), ("safetensors", "plain")];
+        use mithrilc::backend::{WeightLayout::*, WeightsMode::*};
+        let modes = [(File, Fast), (Embed, Fast), (Safetensors, Fast), (File, Plain), (Safetensors, Plain)];
         for (mode, layout) in modes {
             let tmp = tempfile::tempdir().unwrap();
             let out = tmp.path().join(format!("{model}-c"));
@@ -287,28 +289,28 @@ fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
                 model: cli::ModelArgs { model: json.clone(), shapes: vec![shape.into()], ..Default::default() },
                 params: Some(params_path.clone()),
                 out: Some(out.clone()),
-                weights: mithrilc::codegen::c::WeightsMode::parse(mode).unwrap(),
-                layout: cli::WeightLayout::parse(layout).unwrap(),
+                weights: mode,
+                layout,
                 cflags: Some("-O2".into()),
                 ..Default::default()
             };
-            cli::compile(&args).unwrap_or_else(|e| panic!("{model} {mode} {layout}: {e}"));
-            if (mode, layout) == ("file", "plain") {
+            cli::compile(&args).unwrap_or_else(|e| panic!("{model} {mode:?} {layout:?}: {e}"));
+            if (mode, layout) == (File, Plain) {
                 plain_blob_holds_the_parameters(&out, model, &params);
             }
             let mut demo = Command::new(out.join(format!("{model}_demo")));
             demo.current_dir(&out).arg("--input").arg(format!("input={}", input_path.display())).arg("--out").arg(&out);
             match mode {
-                "file" => demo.arg("--weights").arg(out.join("weights.bin")),
-                "safetensors" => demo.arg("--safetensors").arg(&params_path),
-                _ => &mut demo,
+                File => demo.arg("--weights").arg(out.join("weights.bin")),
+                Safetensors => demo.arg("--safetensors").arg(&params_path),
+                Embed => &mut demo,
             };
             let run = demo.output().unwrap();
-            assert!(run.status.success(), "{model} {mode} {layout}: {}", String::from_utf8_lossy(&run.stderr));
+            assert!(run.status.success(), "{model} {mode:?} {layout:?}: {}", String::from_utf8_lossy(&run.stderr));
             let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
             let got = got.arrays.values().next().unwrap();
             for (x, y) in got.data.iter().zip(&want[0].1.data) {
-                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} {mode} {layout}: got {x}, interpreter {y}");
+                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} {mode:?} {layout:?}: got {x}, interpreter {y}");
             }
         }
     }
@@ -510,7 +512,7 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
             })
             .collect();
         let want = mithrilc::interp::run(main, &feeds).unwrap_or_else(|e| panic!("{label}: {e}"));
-        let got = match cli::run_target(&graphs, &feeds, Path::new("pool.json"), &build, &[]) {
+        let got = match cli::run_target(&CTarget, &graphs, &feeds, Path::new("pool.json"), &build, &[]) {
             Ok(got) => got,
             Err(e) => {
                 failures.push(format!("{label}: {e}"));

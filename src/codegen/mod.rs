@@ -1,10 +1,12 @@
-//! Code generators, one module per target, all shaped alike (Options, emit) and fed
-//! a lowered [`crate::lower::Program`]. `cstyle` is the renderer C-like targets share;
-//! `names`, `weights` and `train` hold what every target writes alike (identifiers and
-//! labels, the weights blob, the training step's layout).
+//! Code generators. Program targets (C; CUDA and Metal next) render a lowered
+//! [`crate::lower::Program`] through `cstyle`, the renderer C-like languages share;
+//! graph targets (ggml, XLA) write the IR graph through [`graph`]. `names`, `weights`
+//! and `train` hold what every target writes alike: identifiers and labels, the
+//! weights blob, the training step's layout. Each target is a `crate::backend::Backend`.
 
 pub mod c;
 pub mod cstyle;
+pub mod graph;
 pub mod names;
 pub mod train;
 pub mod weights;

@@ -1235,12 +1235,12 @@ impl<'g> Lowerer<'g> {
 /// Why the generated C cannot compute node `v`, if it cannot: f16/bf16 have no C
 /// arithmetic yet, and windows over integers no loop nest (their padding and the
 /// average's rounding would need definitions of their own).
-fn lacking(graph: &Graph, v: ValueId) -> Option<String> {
+pub fn lacking(graph: &Graph, v: ValueId) -> Option<String> {
     let ty = graph.ty(v);
     if matches!(ty.dtype, Dtype::F16 | Dtype::Bf16) {
-        Some(format!("type {ty}: no f16/bf16 arithmetic"))
+        Some(format!("no {} arithmetic", ty.dtype))
     } else if matches!(graph.node(v).op, Op::Conv(_) | Op::Pool(_)) && !ty.dtype.is_float() {
-        Some(format!("type {ty}: convolution and pooling take floats"))
+        Some("convolution and pooling take floats".to_string())
     } else {
         None
     }

@@ -18,6 +18,7 @@
 //! `mithril_runtime.h`, `mithril_runtime.c`, `mlp_demo.c`, `Makefile`, and
 //! `weights.bin` (+ `mlp_weights.S` when embedded) when parameter values were given.
 
+pub mod backend;
 mod library;
 mod program;
 
@@ -31,6 +32,7 @@ use super::cstyle::{Dialect, C, C_OPS_HEADER};
 use super::names::{c_string, comment_safe, dim_params, identifier, port_label};
 use super::train::TrainLayout;
 use super::weights::weights_blob;
+pub use crate::backend::WeightsMode;
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
 use crate::lower::{Layout, Program, Storage};
@@ -39,29 +41,6 @@ use crate::tensor::Tensor;
 /// The runtime's sources, copied into every output directory.
 const RUNTIME_H: &str = include_str!("../../../runtime-c/mithril_runtime.h");
 const RUNTIME_C: &str = include_str!("../../../runtime-c/mithril_runtime.c");
-
-/// How the generated library gets its weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WeightsMode {
-    /// `weights.bin`, loaded or mapped by the caller.
-    #[default]
-    File,
-    /// Assembled into the library (`<name>_weights_data`), for firmware.
-    Embed,
-    /// Read from a safetensors file at run time by the demo's loader.
-    Safetensors,
-}
-
-impl WeightsMode {
-    pub fn parse(s: &str) -> Result<WeightsMode> {
-        match s {
-            "file" => Ok(WeightsMode::File),
-            "embed" => Ok(WeightsMode::Embed),
-            "safetensors" => Ok(WeightsMode::Safetensors),
-            other => Err(Error::usage(format!("--weights {other}: expected file, embed or safetensors"))),
-        }
-    }
-}
 
 /// Everything that changes what the C target writes.
 #[derive(Debug, Clone, Default)]

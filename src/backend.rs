@@ -1,0 +1,182 @@
+//! Targets. A [`Backend`] is everything `--target NAME` means: which nodes it can
+//! compile, the files it writes, how it builds them and how `run --target` runs the
+//! result. [`BACKENDS`] is the one table the command line reads (its `--help`, the
+//! values `--target` accepts); a new target is one `impl Backend` and one entry there.
+//!
+//! Targets come in two shapes. Program targets (C; CUDA and Metal next) lower the graph
+//! to a [`Program`] with their kernel library's capabilities ([`lower_programs`]), run
+//! their own program passes, and render its kernels through the C-style renderer
+//! (`codegen::cstyle`). Graph targets (ggml, XLA) write one library call or instruction
+//! per node of the graph itself (`codegen::graph`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::cli::Graphs;
+use crate::error::{Error, Result};
+use crate::ir::{Graph, ValueId};
+use crate::lower::Program;
+use crate::passes;
+use crate::tensor::Tensor;
+
+/// One compile target.
+pub trait Backend: Sync {
+    /// The name `--target` takes.
+    fn name(&self) -> &'static str;
+    /// What it builds, in a line (for `--help`).
+    fn about(&self) -> &'static str;
+    /// Why the target cannot compile node `v` of a graph whose shapes are known, if it
+    /// cannot. [`check_supported`] asks this of every node before anything is written.
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String>;
+    /// The artifact's files, by name in a fixed order (what `--emit source` writes).
+    fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted>;
+    /// Builds the files `emit` wrote into `dir`.
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()>;
+    /// Runs the artifact built in `dir` on `feeds` (inputs and parameters by name) and
+    /// returns the entry's outputs, in order.
+    fn run(&self, dir: &Path, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>>;
+}
+
+/// Every target, in the order `--help` lists them.
+pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget];
+
+/// The target called `name`.
+pub fn find(name: &str) -> Option<&'static dyn Backend> {
+    BACKENDS.iter().copied().find(|b| b.name() == name)
+}
+
+/// The names of every target, for messages (`c, cuda`).
+pub fn names() -> String {
+    BACKENDS.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+}
+
+/// What every target's `emit` takes beyond the graphs.
+#[derive(Debug, Clone, Default)]
+pub struct EmitOptions {
+    /// The model file's name (without its directory), for generated comments.
+    pub source: String,
+    /// Parameter values by name, when given: the artifact's weights.
+    pub weights: Option<BTreeMap<String, Tensor>>,
+    /// How the artifact gets its weights.
+    pub weights_mode: WeightsMode,
+    /// How the weights are laid out.
+    pub layout: WeightLayout,
+    /// The largest run-time value of each symbolic dimension.
+    pub max: BTreeMap<String, u64>,
+    /// Passes after which the IR or program is printed (to stderr).
+    pub print_after: Vec<String>,
+}
+
+/// How the generated library gets its weights (`--weights`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WeightsMode {
+    /// Write weights.bin, loaded or mapped by the caller
+    #[default]
+    File,
+    /// Also assemble weights.bin into the library, for firmware
+    Embed,
+    /// The demo reads the parameters from a safetensors file at run time
+    Safetensors,
+}
+
+/// How the weights blob stores the parameters (`--weight-layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WeightLayout {
+    /// In the layouts the kernels read fastest (transposed, in column panels, 3x3
+    /// convolutions Winograd-transformed)
+    #[default]
+    Fast,
+    /// Every parameter row-major as the model declares it: the blob holds the parameters
+    /// file's values unchanged (smaller where Winograd applies; slower)
+    Plain,
+}
+
+/// What `emit` produced.
+#[derive(Debug, Clone)]
+pub struct Emitted {
+    pub files: Vec<(String, Vec<u8>)>,
+    /// What `run` runs: the backward pass when there is one, else the forward pass.
+    pub entry: Entry,
+    /// Sizes for `--report`.
+    pub report: String,
+}
+
+/// The function a built artifact's runner calls, by its ports.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The model's name as the artifact spells it (its files and symbols).
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+}
+
+/// How a target builds: the compiler and its flags (`$CC` and `--cflags` for C).
+#[derive(Debug, Clone)]
+pub struct BuildConfig {
+    pub cc: String,
+    pub cflags: String,
+}
+
+/// Flags for a build that runs on the machine that built it.
+pub const HOST_CFLAGS: &str = "-O3 -march=native";
+
+impl Default for BuildConfig {
+    fn default() -> BuildConfig {
+        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string() }
+    }
+}
+
+/// Every node of `graph` that `backend` cannot compile, all at once: one error with a
+/// line per node (its op, type and place in the model JSON, and why), and a note
+/// summing up the ops.
+pub fn check_supported(backend: &dyn Backend, graph: &Graph) -> Result<()> {
+    let mut lines = Vec::new();
+    let mut ops: Vec<&str> = Vec::new();
+    for v in graph.ids() {
+        let Some(why) = backend.lacks(graph, v) else { continue };
+        let node = graph.node(v);
+        let mut line = format!("  {} {}", node.op.name(), node.ty);
+        match (&node.name, &node.origin) {
+            (_, Some(origin)) => line.push_str(&format!(" at {origin}")),
+            (Some(name), None) => line.push_str(&format!(" `{name}`")),
+            (None, None) => {}
+        }
+        lines.push(format!("{line} (%{}): {why}", v.0));
+        if !ops.contains(&node.op.name()) {
+            ops.push(node.op.name());
+        }
+    }
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let count = lines.len();
+    let plural = if count == 1 { "" } else { "s" };
+    Err(Error::user(format!("the {} target cannot compile {count} node{plural} of the model:\n{}", backend.name(), lines.join("\n")))
+        .note(format!("ops it cannot compile here: {}", ops.join(", "))))
+}
+
+/// The programs of a program target: the forward pass and, with `--grad`, the backward
+/// pass, each lowered with `lower` and run through `target_passes` and the shared
+/// program passes, printed after those named in `print_after`.
+pub fn lower_programs(graphs: &Graphs, lower: &crate::lower::Options, print_after: &[String]) -> Result<(Program, Option<Program>)> {
+    let one = |g: &Graph| {
+        passes::compile(g, lower, |name, p| {
+            if print_after.iter().any(|n| n == name) {
+                eprint!("// after {name}\n{}", crate::lower::print::print(p));
+            }
+        })
+    };
+    Ok((one(&graphs.forward)?, graphs.backward.as_ref().map(one).transpose()?))
+}
+
+/// `kernels`, `weights`, `arena` lines of `--report` for one program.
+pub fn memory_report(p: &Program) -> String {
+    let ratio = if p.peak_live == 0 { 1.0 } else { p.arena_size as f64 / p.peak_live as f64 };
+    format!(
+        "kernels: {}\nweights: {} bytes\narena: {} bytes (peak live {} bytes, ratio {ratio:.3})\n",
+        p.steps.len(),
+        crate::cli::group(p.weights_size),
+        crate::cli::group(p.arena_size),
+        crate::cli::group(p.peak_live)
+    )
+}

@@ -1,0 +1,74 @@
+//! The C target as a [`Backend`]: lowers with runtime-c's kernels, writes the library's
+//! sources ([`super::emit`]), builds them with make and the C compiler, and runs the
+//! demo program for `run --target c`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::backend::{lower_programs, memory_report, Backend, BuildConfig, EmitOptions, Emitted, Entry, WeightLayout};
+use crate::cli::Graphs;
+use crate::data;
+use crate::error::{Error, Result};
+use crate::ir::{Graph, ValueId};
+use crate::tensor::Tensor;
+
+pub struct CTarget;
+
+impl Backend for CTarget {
+    fn name(&self) -> &'static str {
+        "c"
+    }
+
+    fn about(&self) -> &'static str {
+        "portable C99 with no allocation: a static library, a shared library, a header and a demo program"
+    }
+
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        crate::lower::lacking(graph, v)
+    }
+
+    fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
+        // Training updates the weights in place with row-major gradients, and the
+        // forward and backward programs share one blob: both store them row-major.
+        let row_major_weights = opts.layout == WeightLayout::Plain || graphs.backward.is_some();
+        let lower = crate::lower::Options { max: opts.max.clone(), row_major_weights };
+        let (forward, backward) = lower_programs(graphs, &lower, &opts.print_after)?;
+        let c = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
+        let files = super::emit(&forward, backward.as_ref(), &c)?;
+        let mut report = memory_report(&forward);
+        if let Some(b) = &backward {
+            report.push_str("backward pass:\n");
+            report.push_str(&memory_report(b));
+        }
+        // The demo runs the backward pass when there is one.
+        let program = backward.as_ref().unwrap_or(&forward);
+        let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
+        let entry = Entry { name: super::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs) };
+        Ok(Emitted { files, entry, report })
+    }
+
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
+        crate::build::make(dir, &build.cc, &build.cflags)
+    }
+
+    fn run(&self, dir: &Path, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
+        let mut cmd = std::process::Command::new(dir.join(format!("{}_demo", entry.name)));
+        cmd.current_dir(dir).arg("--out").arg(dir);
+        for (i, input) in entry.inputs.iter().enumerate() {
+            let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
+            let path = dir.join(format!("input_{i}.npy"));
+            data::write_npy(&path, t)?;
+            let mut spec = std::ffi::OsString::from(format!("{}=", super::port_label(input)));
+            spec.push(&path);
+            cmd.arg("--input").arg(spec);
+        }
+        crate::build::run_program(cmd, "the compiled model", "the build above should have produced it", super::DEMO_REJECTED_EXIT)?;
+        let mut outputs = Vec::new();
+        for (i, name) in entry.outputs.iter().enumerate() {
+            let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
+            let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
+            outputs.push((name.clone(), t));
+        }
+        Ok(outputs)
+    }
+}
