@@ -18,6 +18,7 @@
 //! `mithril_runtime.h`, `mithril_runtime.c`, `mlp_demo.c`, `Makefile`, and
 //! `weights.bin` (+ `mlp_weights.S` when embedded) when parameter values were given.
 
+pub mod dialect;
 mod library;
 mod program;
 
@@ -27,7 +28,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::cstyle::{Dialect, C, C_OPS_HEADER};
+use super::cstyle::{Dialect, C_OPS_HEADER};
+use dialect::C;
 use super::names::{c_string, comment_safe, dim_params, identifier, port_label};
 use super::train::TrainLayout;
 use super::weights::weights_blob;
