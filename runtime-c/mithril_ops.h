@@ -32,10 +32,12 @@ typedef long int64_t;
 typedef uint uint32_t;
 typedef ulong uint64_t;
 typedef uchar uint8_t;
+#ifndef INT32_MAX
 #define INT32_MAX 2147483647
 #define INT32_MIN (-2147483647 - 1)
 #define INT64_MAX 9223372036854775807L
 #define INT64_MIN (-9223372036854775807L - 1)
+#endif
 MR_OPS_FN float expf(float x) { return metal::exp(x); }
 MR_OPS_FN float fabsf(float x) { return metal::fabs(x); }
 /* log(1 + x) without losing x's digits near 0 (the rounding of 1 + x divided out). */
@@ -83,7 +85,7 @@ MR_OPS_FN float mr_expf_scaled(float c, float n, float m) {
     float scale;
     uint32_t bits = (uint32_t)((int32_t)m + 127) << 23;
 #if defined(__METAL_VERSION__)
-    scale = as_type<float>(bits);
+    scale = metal::as_type<float>(bits);
 #else
     memcpy(&scale, &bits, sizeof scale);
 #endif
