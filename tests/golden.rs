@@ -232,6 +232,27 @@ fn generated_code_matches_the_committed_files() {
     );
 }
 
+/// The committed files of a target (`cuda`), by path under `tests/out/<target>` without
+/// `.golden`, sorted.
+fn committed(target: &str) -> Vec<(String, String)> {
+    let top = root().join("tests/out").join(target);
+    let mut files = Vec::new();
+    let mut stack = vec![top.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Some(name) = path.strip_prefix(&top).unwrap().to_string_lossy().strip_suffix(".golden") {
+                files.push((name.to_string(), std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    assert!(!files.is_empty(), "no files under {}", top.display());
+    files.sort();
+    files
+}
+
 /// nvcc, found as the tests and `.ci/run` agree: `$MITHRILC_NVCC`, then `nvcc` on
 /// `PATH`, then the pip wheel's (`pip install nvidia-cuda-nvcc nvidia-cuda-runtime
 /// nvidia-cuda-cccl`) under the site-packages of the `python3` on `PATH`:
@@ -260,21 +281,7 @@ fn rendered_cuda_compiles_with_nvcc() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let top = root().join("tests/out/cuda");
-    let mut files = Vec::new();
-    let mut stack = vec![top.clone()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Some(name) = path.strip_prefix(&top).unwrap().to_string_lossy().strip_suffix(".golden") {
-                files.push((name.to_string(), std::fs::read_to_string(&path).unwrap()));
-            }
-        }
-    }
-    assert!(!files.is_empty(), "no CUDA files under tests/out/cuda");
-    files.sort();
+    let files = committed("cuda");
     let mut bundle = String::from("#include \"mithril_ops.h\"\n");
     let mut alone = Vec::new();
     for (i, (name, text)) in files.iter().enumerate() {
@@ -322,28 +329,16 @@ fn rendered_metal_parses_as_cpp() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let top = root().join("tests/out/metal");
     let mut inputs = Vec::new();
-    let mut stack = vec![top.clone()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let rel = path.strip_prefix(&top).unwrap().to_string_lossy().into_owned();
-            let text = std::fs::read_to_string(&path).unwrap();
-            if text.starts_with("refused: ") {
-                println!("not checked ({rel}): {}", text.trim_end());
-                continue;
-            }
-            let flat = dir.path().join(rel.trim_end_matches(".golden").replace('/', "__"));
-            std::fs::write(&flat, text).unwrap();
-            inputs.push(flat);
+    for (name, text) in committed("metal") {
+        if text.starts_with("refused: ") {
+            println!("not checked ({name}): {}", text.trim_end());
+            continue;
         }
+        let flat = dir.path().join(name.replace('/', "__"));
+        std::fs::write(&flat, text).unwrap();
+        inputs.push(flat);
     }
-    assert!(!inputs.is_empty(), "no Metal files under tests/out/metal");
     let out = Command::new("clang++")
         .args(["-x", "c++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-attributes"])
         .arg("-I")
