@@ -6,28 +6,89 @@
  * wrapping for gathers, and `where` with both sides evaluated. All `static inline`: a
  * header, so unused ones cost nothing and raise no warning. C99, <math.h> and
  * <stdint.h> only.
+ *
+ * The one definition of these semantics for every C-like target: it also compiles as
+ * CUDA (nvcc: the helpers become `__device__` functions) and as Metal (no f64, and the
+ * few C names the helpers call that Metal lacks are defined below). MR_OPS_FN is the
+ * helpers' qualifier; MR_OPS_F64 says whether the f64 helpers exist.
  */
 #ifndef MITHRIL_OPS_H
 #define MITHRIL_OPS_H
 
+#ifndef MR_OPS_FN
+#if defined(__CUDACC__)
+#define MR_OPS_FN static __device__ __forceinline__
+#else
+#define MR_OPS_FN static inline
+#endif
+#endif
+
+#if defined(__METAL_VERSION__)
+/* Metal Shading Language: <metal_stdlib> (included first) has float math in metal::,
+ * no double, and none of C's headers. */
+#define MR_OPS_F64 0
+typedef int int32_t;
+typedef long int64_t;
+typedef uint uint32_t;
+typedef ulong uint64_t;
+typedef uchar uint8_t;
+#ifndef INT32_MAX
+#define INT32_MAX 2147483647
+#define INT32_MIN (-2147483647 - 1)
+#define INT64_MAX 9223372036854775807L
+#define INT64_MIN (-9223372036854775807L - 1)
+#endif
+MR_OPS_FN float expf(float x) { return metal::exp(x); }
+MR_OPS_FN float fabsf(float x) { return metal::fabs(x); }
+/* log(1 + x) without losing x's digits near 0 (the rounding of 1 + x divided out). */
+MR_OPS_FN float log1pf(float x) {
+    float u = 1.0f + x;
+    return u == 1.0f ? x : metal::log(u) * (x / (u - 1.0f));
+}
+/* erfc by Numerical Recipes' Chebyshev fit (relative error under 1.2e-7). */
+MR_OPS_FN float erfcf(float x) {
+    float z = metal::fabs(x);
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = -0.82215223f + t * 0.17087277f;
+    p = 1.48851587f + t * p;
+    p = -1.13520398f + t * p;
+    p = 0.27886807f + t * p;
+    p = -0.18628806f + t * p;
+    p = 0.09678418f + t * p;
+    p = 0.37409196f + t * p;
+    p = 1.00002368f + t * p;
+    float r = t * metal::exp(-z * z - 1.26551223f + t * p);
+    return x >= 0.0f ? r : 2.0f - r;
+}
+MR_OPS_FN float erff(float x) { return 1.0f - erfcf(x); }
+#else
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#endif
+
+#ifndef MR_OPS_F64
+#define MR_OPS_F64 1
+#endif
 
 /* n = round(c / ln 2) for |c| < 2^22, by adding and removing 1.5 * 2^23 (float addition
  * rounds to nearest), not floorf: compilers vectorize this but not a floorf call
  * without -fno-trapping-math. Needs float arithmetic in float precision
  * (FLT_EVAL_METHOD 0: every SSE, NEON and Cortex-M FPU target). */
-static inline float mr_expf_n(float c) { return (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; }
+MR_OPS_FN float mr_expf_n(float c) { return (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f; }
 
 /* exp(c) / 2^(n - m) for n = mr_expf_n(c) and an integer m in [-126, 127]: exp(r) of
  * r = c - n ln 2 (|r| <= ln 2 / 2), times 2^m built in the exponent bits. */
-static inline float mr_expf_scaled(float c, float n, float m) {
+MR_OPS_FN float mr_expf_scaled(float c, float n, float m) {
     float r = c - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     float scale;
     uint32_t bits = (uint32_t)((int32_t)m + 127) << 23;
+#if defined(__METAL_VERSION__)
+    scale = metal::as_type<float>(bits);
+#else
     memcpy(&scale, &bits, sizeof scale);
+#endif
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
@@ -41,7 +102,7 @@ static inline float mr_expf_scaled(float c, float n, float m) {
  * Cephes' degree-6 polynomial (about 1 ulp), 2^n built in the exponent bits. Inputs
  * below -87.33 (where float exp goes subnormal) give the smallest normal instead, an
  * absolute error under 1.2e-38; above 88.72 give +inf; NaN stays NaN. */
-static inline float mr_fast_expf(float x) {
+MR_OPS_FN float mr_fast_expf(float x) {
     /* Clamped, and NaN replaced, before the float-to-int conversion; n is then at most
      * 128, and 2^128 (not a float) is 2^127 doubled. */
     float c = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : (x != x ? 0.0f : x));
@@ -54,7 +115,7 @@ static inline float mr_fast_expf(float x) {
 
 /* tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); near 0 its Taylor series
  * x - x^3/3 + 2x^5/15 (error under 2e-10 for |x| < 1/16) avoids the cancellation. */
-static inline float mr_fast_tanhf(float x) {
+MR_OPS_FN float mr_fast_tanhf(float x) {
     float ax = x < 0.0f ? -x : x;
     float e = mr_fast_expf(-2.0f * ax);
     float t = (1.0f - e) / (1.0f + e);
@@ -64,71 +125,59 @@ static inline float mr_fast_tanhf(float x) {
     return ax < 0.0625f ? small : t;
 }
 
-static inline float mr_maxf(float a, float b) { return (a != a || a > b) ? a : b; }
-static inline float mr_minf(float a, float b) { return (a != a || a < b) ? a : b; }
-static inline double mr_max(double a, double b) { return (a != a || a > b) ? a : b; }
-static inline double mr_min(double a, double b) { return (a != a || a < b) ? a : b; }
-static inline double mr_relu(double x) { return x > 0.0 || x != x ? x : 0.0; }
-static inline float mr_reluf(float x) { return x > 0.0f || x != x ? x : 0.0f; }
-static inline float mr_signf(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
-static inline double mr_sign(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
-static inline float mr_sigmoidf(float x) {
+MR_OPS_FN float mr_maxf(float a, float b) { return (a != a || a > b) ? a : b; }
+MR_OPS_FN float mr_minf(float a, float b) { return (a != a || a < b) ? a : b; }
+MR_OPS_FN float mr_reluf(float x) { return x > 0.0f || x != x ? x : 0.0f; }
+MR_OPS_FN float mr_signf(float x) { return x != x ? x : (float)((x > 0.0f) - (x < 0.0f)); }
+MR_OPS_FN float mr_sigmoidf(float x) {
     /* Stable on both sides: e = exp(-|x|) never overflows. */
     float e = mr_fast_expf(x < 0.0f ? x : -x);
     return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
 }
-static inline double mr_sigmoid(double x) {
-    if (x >= 0.0) { return 1.0 / (1.0 + exp(-x)); }
-    { double e = exp(x); return e / (1.0 + e); }
-}
-static inline float mr_geluf(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752440f); }
-static inline double mr_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
+MR_OPS_FN float mr_geluf(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752440f); }
 /* GELU's tanh form 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed as
  * the equal x / (1 + exp(-2u)): no cancellation where tanh(u) is near -1, and half the
  * work of a tanh (gpt_block's MLP epilogue: 1.15 -> 0.65 ns an element). Where
  * -2u > 88 (x below about -10.03), exp(-2u) > 1.6e38 and the result is flushed to -0
  * (an absolute error under 6.1e-38). */
-static inline float mr_gelu_tanhf(float x) {
+MR_OPS_FN float mr_gelu_tanhf(float x) {
     float t = x * (-1.59576912160573071176f - 0.07135481627159862f * (x * x)); /* -2u */
     float c = t < -87.0f ? -87.0f : (t > 88.0f ? 88.0f : (t != t ? 0.0f : t));
     float n = mr_expf_n(c); /* in [-126, 127] */
     float q = x / (1.0f + mr_expf_scaled(c, n, n));
     return t > 88.0f ? 0.0f * x : q;
 }
-static inline double mr_gelu_tanh(double x) {
-    return x / (1.0 + exp(-1.59576912160573071176 * (x + 0.044715 * x * x * x)));
-}
-static inline float mr_softplusf(float x) { return log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f); }
-static inline double mr_softplus(double x) { return log1p(exp(-fabs(x))) + (x > 0.0 ? x : 0.0); }
-static inline int64_t mr_abs_i64(int64_t x) { return x < 0 ? -x : x; }
-static inline int32_t mr_f2i32(double x) {
+MR_OPS_FN float mr_softplusf(float x) { return log1pf(expf(-fabsf(x))) + (x > 0.0f ? x : 0.0f); }
+MR_OPS_FN int64_t mr_abs_i64(int64_t x) { return x < 0 ? -x : x; }
+/* Float to int saturating, NaN to 0 (the limits as floats round to 2^31 and 2^63). */
+MR_OPS_FN int32_t mr_f2i32f(float x) {
     if (x != x) { return 0; }
-    if (x >= 2147483647.0) { return INT32_MAX; }
-    if (x <= -2147483648.0) { return INT32_MIN; }
+    if (x >= 2147483648.0f) { return INT32_MAX; }
+    if (x <= -2147483648.0f) { return INT32_MIN; }
     return (int32_t)x;
 }
-static inline int64_t mr_f2i64(double x) {
+MR_OPS_FN int64_t mr_f2i64f(float x) {
     if (x != x) { return 0; }
-    if (x >= 9223372036854775807.0) { return INT64_MAX; }
-    if (x <= -9223372036854775808.0) { return INT64_MIN; }
+    if (x >= 9223372036854775808.0f) { return INT64_MAX; }
+    if (x <= -9223372036854775808.0f) { return INT64_MIN; }
     return (int64_t)x;
 }
-static inline int64_t mr_floordiv_i64(int64_t a, int64_t b) {
+MR_OPS_FN int64_t mr_floordiv_i64(int64_t a, int64_t b) {
     int64_t q;
     if (b == 0) { return 0; }
     q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-static inline int64_t mr_pow_i64(int64_t base, int64_t e) {
+MR_OPS_FN int64_t mr_pow_i64(int64_t base, int64_t e) {
     int64_t r = 1;
     while (e > 0) { if (e & 1) { r *= base; } base *= base; e >>= 1; }
     return r;
 }
-static inline int64_t mr_shl_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? 0 : (int64_t)((uint64_t)a << s); }
-static inline int64_t mr_shr_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? (a < 0 ? -1 : 0) : a >> s; }
+MR_OPS_FN int64_t mr_shl_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? 0 : (int64_t)((uint64_t)a << s); }
+MR_OPS_FN int64_t mr_shr_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? (a < 0 ? -1 : 0) : a >> s; }
 /* A gather index in [-n, n) (generated code checks every index before the kernel
  * runs) as an offset in [0, n); the clamp only keeps a read in bounds regardless. */
-static inline int64_t mr_wrap_index(int64_t i, int64_t n) {
+MR_OPS_FN int64_t mr_wrap_index(int64_t i, int64_t n) {
     if (i < 0) { i += n; }
     return i < 0 ? 0 : (i >= n ? n - 1 : i);
 }
@@ -137,10 +186,38 @@ static inline int64_t mr_wrap_index(int64_t i, int64_t n) {
  * none of their loads is conditional. A conditional load is vectorized as a masked
  * load, and GCC 12 at -O3 with AVX2 or AVX-512 miscompiles some of those (seen with the
  * mask read through a strided view in a short inner loop; the family of GCC PR 114375). */
-static inline float mr_wheref(uint8_t c, float a, float b) { return c ? a : b; }
-static inline double mr_where(uint8_t c, double a, double b) { return c ? a : b; }
-static inline int32_t mr_where_i32(uint8_t c, int32_t a, int32_t b) { return c ? a : b; }
-static inline int64_t mr_where_i64(uint8_t c, int64_t a, int64_t b) { return c ? a : b; }
-static inline uint8_t mr_where_u8(uint8_t c, uint8_t a, uint8_t b) { return c ? a : b; }
+MR_OPS_FN float mr_wheref(uint8_t c, float a, float b) { return c ? a : b; }
+MR_OPS_FN int32_t mr_where_i32(uint8_t c, int32_t a, int32_t b) { return c ? a : b; }
+MR_OPS_FN int64_t mr_where_i64(uint8_t c, int64_t a, int64_t b) { return c ? a : b; }
+MR_OPS_FN uint8_t mr_where_u8(uint8_t c, uint8_t a, uint8_t b) { return c ? a : b; }
+
+#if MR_OPS_F64
+MR_OPS_FN double mr_max(double a, double b) { return (a != a || a > b) ? a : b; }
+MR_OPS_FN double mr_min(double a, double b) { return (a != a || a < b) ? a : b; }
+MR_OPS_FN double mr_relu(double x) { return x > 0.0 || x != x ? x : 0.0; }
+MR_OPS_FN double mr_sign(double x) { return x != x ? x : (double)((x > 0.0) - (x < 0.0)); }
+MR_OPS_FN double mr_sigmoid(double x) {
+    if (x >= 0.0) { return 1.0 / (1.0 + exp(-x)); }
+    { double e = exp(x); return e / (1.0 + e); }
+}
+MR_OPS_FN double mr_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752440); }
+MR_OPS_FN double mr_gelu_tanh(double x) {
+    return x / (1.0 + exp(-1.59576912160573071176 * (x + 0.044715 * x * x * x)));
+}
+MR_OPS_FN double mr_softplus(double x) { return log1p(exp(-fabs(x))) + (x > 0.0 ? x : 0.0); }
+MR_OPS_FN int32_t mr_f2i32(double x) {
+    if (x != x) { return 0; }
+    if (x >= 2147483647.0) { return INT32_MAX; }
+    if (x <= -2147483648.0) { return INT32_MIN; }
+    return (int32_t)x;
+}
+MR_OPS_FN int64_t mr_f2i64(double x) {
+    if (x != x) { return 0; }
+    if (x >= 9223372036854775807.0) { return INT64_MAX; }
+    if (x <= -9223372036854775808.0) { return INT64_MIN; }
+    return (int64_t)x;
+}
+MR_OPS_FN double mr_where(uint8_t c, double a, double b) { return c ? a : b; }
+#endif /* MR_OPS_F64 */
 
 #endif /* MITHRIL_OPS_H */

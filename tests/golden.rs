@@ -1,17 +1,28 @@
-//! The C target's generated sources, committed: every `../shared/bench` model at batch
-//! 1, two of them with `--grad` (the backward pass and the training step), and every
-//! test-data case, as `mithrilc compile --target c --emit source` writes them, under
-//! `tests/out/c/bench/<model>/` and `tests/out/c/testdata/<case>/`.
+//! Generated code, committed: the C target's sources and the CUDA and Metal loop
+//! kernels of every `../shared/bench` model at batch 1, two of them with `--grad` (the
+//! backward pass and the training step), and every test-data case.
+//! - `tests/out/c/{bench,testdata}/<case>/`: the C files as `mithrilc compile --target c
+//!   --emit source` writes them. The runtime's files (`mithril_*`, copied verbatim from
+//!   `runtime-c/`) and `weights.bin` are not kept.
+//! - `tests/out/cuda/.../<program>.cu` and `tests/out/metal/.../<program>.metal`: the
+//!   loop kernels of the same compiled programs (`<program>_backward` with `--grad`),
+//!   as `codegen::cuda::render_kernels` and `codegen::metal::render_kernels` write
+//!   them; a program a dialect refuses (Metal has no f64) keeps the refusal instead,
+//!   as a file starting `refused: `. `rendered_cuda_compiles_with_nvcc` compiles every
+//!   CUDA file with nvcc.
+//!
 //! A change to lowering or codegen shows up as a diff of these files in review. Each is
 //! stored as `NAME.golden` (`mlp.c.golden`): generated code repeats itself by design,
 //! and the suffix keeps it out of the tree's duplicate-code reports.
-//! The runtime's files (`mithril_*`, copied verbatim from `runtime-c/`) and `weights.bin` are not
-//! kept. `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files.
+//! `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files and prints what changed
+//! as a unified diff.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use mithrilc::cli;
+use mithrilc::codegen::{cuda, metal, names::identifier};
 use mithrilc::data;
 use mithrilc::passes::autodiff::Wrt;
 
@@ -21,18 +32,33 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The generated files of one compile, by name (runtime copies and weights left out).
-fn generate(model: &Path, shapes: Vec<String>, set: Vec<String>, params: Option<PathBuf>, grad: bool) -> Result<BTreeMap<String, String>, String> {
+/// Generated files by name, or why there are none.
+type Files = Result<BTreeMap<String, String>, String>;
+
+/// One model compiled for the golden files.
+struct Case {
+    /// `bench/<model>` or `testdata/<case>`: its directory under `tests/out/<target>`.
+    name: String,
+    model: PathBuf,
+    shapes: Vec<String>,
+    set: Vec<String>,
+    params: Option<PathBuf>,
+    grad: bool,
+}
+
+impl Case {
+    fn model_args(&self) -> cli::ModelArgs {
+        let grad = if self.grad { Wrt::AllParams } else { Wrt::None };
+        cli::ModelArgs { model: self.model.clone(), shapes: self.shapes.clone(), set: self.set.clone(), grad, ..Default::default() }
+    }
+}
+
+/// The generated C files of one compile, by name (runtime copies and weights left out).
+fn generate_c(case: &Case) -> Files {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let args = cli::CompileArgs {
-        model: cli::ModelArgs { model: model.to_path_buf(), shapes, set, grad: if grad { Wrt::AllParams } else { Wrt::None }, ..Default::default() },
-        params,
-        out: Some(out.clone()),
-        emit: "source".into(),
-        ..Default::default()
-    };
-    cli::compile(&args).map_err(|e| format!("{}: {e}", model.display()))?;
+    let args = cli::CompileArgs { model: case.model_args(), params: case.params.clone(), out: Some(out.clone()), emit: "source".into(), ..Default::default() };
+    cli::compile(&args).map_err(|e| format!("{}: {e}", case.model.display()))?;
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&out).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
@@ -44,17 +70,55 @@ fn generate(model: &Path, shapes: Vec<String>, set: Vec<String>, params: Option<
     Ok(files)
 }
 
+/// The loop kernels of a case's programs in CUDA and in Metal, as `compile --target c`
+/// compiles them (lowered, fused, memory-planned; parameters row-major with `--grad`,
+/// as `cli::compile` stores them at its default layout). A refused program keeps the
+/// refusal.
+fn generate_kernels(case: &Case) -> (Files, Files) {
+    let programs = || -> Result<Vec<mithrilc::lower::Program>, String> {
+        let err = |e: mithrilc::error::Error| format!("{}: {e}", case.model.display());
+        let params = case.params.as_deref().map(data::read_arrays).transpose().map_err(err)?;
+        let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).map_err(err)?;
+        let opts = mithrilc::lower::Options { row_major_weights: graphs.backward.is_some(), ..Default::default() };
+        let mut out = vec![mithrilc::passes::compile(&graphs.forward, &opts, |_, _| {}).map_err(err)?];
+        if let Some(b) = &graphs.backward {
+            out.push(mithrilc::passes::compile(b, &opts, |_, _| {}).map_err(err)?);
+        }
+        Ok(out)
+    };
+    let programs = match programs() {
+        Ok(p) => p,
+        Err(e) => return (Err(e.clone()), Err(e)),
+    };
+    let render = |ext: &str, f: fn(&mithrilc::lower::Program) -> mithrilc::error::Result<String>| {
+        let mut files = BTreeMap::new();
+        for (i, p) in programs.iter().enumerate() {
+            let name = format!("{}{}.{ext}", identifier(&programs[0].name), if i == 0 { "" } else { "_backward" });
+            files.insert(name, f(p).unwrap_or_else(|e| format!("refused: {e}\n")));
+        }
+        files
+    };
+    (Ok(render("cu", cuda::render_kernels)), Ok(render("metal", metal::render_kernels)))
+}
+
 /// A bench model at batch 1 (its parameters from its safetensors file).
-fn bench(model: &str, grad: bool) -> Result<BTreeMap<String, String>, String> {
+fn bench(model: &str, grad: bool) -> Case {
     let bench = root().join("../shared/bench");
-    let input = data::read_arrays(&bench.join(format!("{model}_b1_input.npy"))).map_err(|e| e.to_string())?;
+    let input = data::read_arrays(&bench.join(format!("{model}_b1_input.npy"))).unwrap();
     let shape = input.arrays.values().next().expect("one array").shape.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-    generate(&bench.join(format!("{model}.json")), vec![format!("input={shape}")], vec![], Some(bench.join(format!("{model}.safetensors"))), grad)
+    Case {
+        name: format!("bench/{model}{}", if grad { "_grad" } else { "" }),
+        model: bench.join(format!("{model}.json")),
+        shapes: vec![format!("input={shape}")],
+        set: vec![],
+        params: Some(bench.join(format!("{model}.safetensors"))),
+        grad,
+    }
 }
 
 /// Every test-data case of `../shared/testdata/manifest.json` (its first variant's
 /// shapes, and the constructor values its JSON lost from `tests/conformance/latent`).
-fn testdata() -> Vec<(String, Result<BTreeMap<String, String>, String>)> {
+fn testdata() -> Vec<Case> {
     let dir = root().join("../shared/testdata");
     let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
     let manifest: serde_json::Value = serde_json::from_str(&text.replace(": Infinity", ": null").replace(": NaN", ": null")).unwrap();
@@ -76,9 +140,19 @@ fn testdata() -> Vec<(String, Result<BTreeMap<String, String>, String>)> {
                 v["set"].as_object().unwrap().iter().map(|(k, v)| format!("{k}={v}")).collect()
             },
         );
-        out.push((format!("testdata/{case}"), generate(&dir.join(json), shapes, set, None, false)));
+        out.push(Case { name: format!("testdata/{case}"), model: dir.join(json), shapes, set, params: None, grad: false });
     }
     out
+}
+
+/// Every case: the bench models (two also with `--grad`), then the test data.
+fn cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = [("mlp", false), ("lenet", false), ("cnn", false), ("gpt_block", false), ("mlp", true), ("lenet", true)]
+        .into_iter()
+        .map(|(model, grad)| bench(model, grad))
+        .collect();
+    cases.extend(testdata());
+    cases
 }
 
 /// Where generated file `name` is kept.
@@ -106,40 +180,174 @@ fn compare(dir: &Path, got: &BTreeMap<String, String>) -> Vec<String> {
     problems
 }
 
+/// Rewrites the committed files of one case with `got`, printing a unified diff of
+/// what changed (through `diff -u`, where it is installed).
+fn rewrite(dir: &Path, got: &BTreeMap<String, String>) {
+    let old = tempfile::tempdir().unwrap();
+    if dir.exists() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), old.path().join(entry.file_name())).unwrap();
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, text) in got {
+        std::fs::write(golden(dir, name), text).unwrap();
+    }
+    if let Ok(o) = Command::new("diff").args(["-u", "-N", "-r"]).arg(old.path()).arg(dir).output() {
+        print!("{}", String::from_utf8_lossy(&o.stdout));
+    }
+}
+
 #[test]
-fn generated_c_matches_the_committed_files() {
+fn generated_code_matches_the_committed_files() {
     if !root().join("../shared/bench").exists() || !root().join("../shared/testdata").exists() {
         common::skip("../shared is not present");
         return;
     }
-    let mut cases: Vec<(String, Result<BTreeMap<String, String>, String>)> = Vec::new();
-    for (model, grad) in [("mlp", false), ("lenet", false), ("cnn", false), ("gpt_block", false), ("mlp", true), ("lenet", true)] {
-        cases.push((format!("bench/{model}{}", if grad { "_grad" } else { "" }), bench(model, grad)));
-    }
-    cases.extend(testdata());
     let mut problems = Vec::new();
-    for (case, got) in cases {
-        let got = match got {
-            Ok(g) => g,
-            Err(e) => {
-                problems.push(format!("{case}: {e}"));
-                continue;
+    for case in cases() {
+        let (cu, metal) = generate_kernels(&case);
+        for (target, got) in [("c", generate_c(&case)), ("cuda", cu), ("metal", metal)] {
+            let got = match got {
+                Ok(g) => g,
+                Err(e) => {
+                    problems.push(format!("{target}/{}: {e}", case.name));
+                    continue;
+                }
+            };
+            let dir = root().join("tests/out").join(target).join(&case.name);
+            if std::env::var_os("UPDATE_EXPECT").is_some() {
+                rewrite(&dir, &got);
+            } else {
+                problems.extend(compare(&dir, &got));
             }
-        };
-        let dir = root().join("tests/out/c").join(&case);
-        if std::env::var_os("UPDATE_EXPECT").is_some() {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            for (name, text) in &got {
-                std::fs::write(golden(&dir, name), text).unwrap();
-            }
-            continue;
         }
-        problems.extend(compare(&dir, &got));
     }
     assert!(
         problems.is_empty(),
-        "the generated C differs from tests/out/c:\n{}\nrun `UPDATE_EXPECT=1 cargo test --test golden` if intended, and review `git diff tests/out`",
+        "the generated code differs from tests/out:\n{}\nrun `UPDATE_EXPECT=1 cargo test --test golden` if intended, and review `git diff tests/out`",
         problems.join("\n")
     );
+}
+
+/// The committed files of a target (`cuda`), by path under `tests/out/<target>` without
+/// `.golden`, sorted.
+fn committed(target: &str) -> Vec<(String, String)> {
+    let top = root().join("tests/out").join(target);
+    let mut files = Vec::new();
+    let mut stack = vec![top.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Some(name) = path.strip_prefix(&top).unwrap().to_string_lossy().strip_suffix(".golden") {
+                files.push((name.to_string(), std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    assert!(!files.is_empty(), "no files under {}", top.display());
+    files.sort();
+    files
+}
+
+/// nvcc, found as the tests and `.ci/run` agree: `$MITHRILC_NVCC`, then `nvcc` on
+/// `PATH`, then the pip wheel's (`pip install nvidia-cuda-nvcc nvidia-cuda-runtime
+/// nvidia-cuda-cccl`) under the site-packages of the `python3` on `PATH`:
+/// `nvidia/cu13/bin/nvcc`.
+fn find_nvcc() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MITHRILC_NVCC").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    if common::have("nvcc") {
+        return Some(PathBuf::from("nvcc"));
+    }
+    let script = "import site, sys; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))";
+    let out = Command::new("python3").args(["-c", script]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().map(|dir| Path::new(dir).join("nvidia/cu13/bin/nvcc")).find(|p| p.is_file())
+}
+
+/// Every committed CUDA file compiles with nvcc for sm_80, every warning an error (the
+/// host compiler's too). One nvcc per file costs a few seconds of host compilation
+/// each, so the files compile as one translation unit, each inside a namespace of its
+/// own without its `extern "C"` (kernel names repeat between cases), after
+/// `mithril_ops.h`; beside it, the bench files compile alone exactly as committed.
+#[test]
+fn rendered_cuda_compiles_with_nvcc() {
+    let Some(nvcc) = find_nvcc() else {
+        common::skip("no nvcc (set MITHRILC_NVCC, put nvcc on PATH, or `pip install nvidia-cuda-nvcc==13.5.37 nvidia-cuda-runtime==13.5.37 nvidia-cuda-cccl==13.3.5.0.6`)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let files = committed("cuda");
+    let mut bundle = String::from("#include \"mithril_ops.h\"\n");
+    let mut alone = Vec::new();
+    for (i, (name, text)) in files.iter().enumerate() {
+        if text.starts_with("refused: ") {
+            println!("not compiled ({name}): {}", text.trim_end());
+            continue;
+        }
+        let flat = name.replace('/', "__");
+        std::fs::write(dir.path().join(format!("{flat}.inc")), text.replace("extern \"C\" __global__", "__global__")).unwrap();
+        bundle.push_str(&format!("namespace f{i} {{\n#include \"{flat}.inc\"\n}}\n"));
+        if name.starts_with("bench/") {
+            std::fs::write(dir.path().join(&flat), text).unwrap();
+            alone.push(flat);
+        }
+    }
+    std::fs::write(dir.path().join("all.cu"), bundle).unwrap();
+    let include = root().join("runtime-c");
+    let compile = |inputs: &[String]| {
+        let out = Command::new(&nvcc)
+            .args(["-c", "-std=c++17", "-arch=sm_80", "-Xcompiler", "-Wall,-Wextra,-Werror", "--Werror", "all-warnings"])
+            .arg("-I")
+            .arg(&include)
+            .args(inputs)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nvcc {} failed:\n{}{}", inputs.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    };
+    std::thread::scope(|s| {
+        let all = s.spawn(|| compile(&["all.cu".to_string()]));
+        compile(&alone);
+        all.join().unwrap();
+    });
+    println!("{} CUDA files compiled with {} ({} alone too)", files.len(), nvcc.display(), alone.len());
+}
+
+/// Every committed Metal file parses and type-checks as C++17 (clang++ -fsyntax-only,
+/// warnings as errors) against `tests/metal/metal_stdlib`, a stand-in for Metal's
+/// standard library: no Metal compiler runs on Linux, so this is a syntax and type
+/// check only (a macOS job would build them with `xcrun metal`).
+#[test]
+fn rendered_metal_parses_as_cpp() {
+    if !common::have("clang++") {
+        common::skip("clang++ is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut inputs = Vec::new();
+    for (name, text) in committed("metal") {
+        if text.starts_with("refused: ") {
+            println!("not checked ({name}): {}", text.trim_end());
+            continue;
+        }
+        let flat = dir.path().join(name.replace('/', "__"));
+        std::fs::write(&flat, text).unwrap();
+        inputs.push(flat);
+    }
+    let out = Command::new("clang++")
+        .args(["-x", "c++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-attributes"])
+        .arg("-I")
+        .arg(root().join("tests/metal"))
+        .arg("-I")
+        .arg(root().join("runtime-c"))
+        .args(&inputs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "clang++ failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    println!("{} Metal files checked", inputs.len());
 }

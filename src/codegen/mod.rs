@@ -1,12 +1,15 @@
 //! Code generators. Program targets (C; CUDA and Metal next) render a lowered
-//! [`crate::lower::Program`] through `cstyle`, the renderer C-like languages share;
+//! [`crate::lower::Program`] through `cstyle`, the renderer C-like languages share
+//! (`c`, and the kernels of `cuda` and `metal`, which are not compile targets yet);
 //! graph targets (ggml, XLA) write the IR graph through [`graph`]. `names`, `weights`
 //! and `train` hold what every target writes alike: identifiers and labels, the
 //! weights blob, the training step's layout. Each target is a `crate::backend::Backend`.
 
 pub mod c;
 pub mod cstyle;
+pub mod cuda;
 pub mod graph;
+pub mod metal;
 pub mod names;
 pub mod train;
 pub mod weights;

@@ -3,8 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::program::{base, declare, product};
-use crate::codegen::cstyle::{pad, Dialect, Renderer, C};
+use super::dialect::C;
+use super::program::{base, declare};
+use crate::codegen::cstyle::kernel::product;
+use crate::codegen::cstyle::{pad, Dialect, Renderer};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, PoolKind};
 use crate::lower::{Kernel, View};

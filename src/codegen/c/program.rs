@@ -5,10 +5,12 @@
 use std::fmt::Write as _;
 
 use super::{ERROR_INDEX, ERROR_SIZE};
+use super::dialect::C;
 use super::library::{call_buffers, epilogue_fn, gemm, runtime_call};
-use crate::codegen::cstyle::{pad, Dialect, Renderer, C};
+use crate::codegen::cstyle::kernel::{buffers_of, loop_kernel, product};
+use crate::codegen::cstyle::{pad, Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ir::Dtype;
 use crate::lower::{Kernel, Layout, Program, Storage, View};
 
@@ -61,13 +63,13 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 // Tasks split the outermost loop that can run more than once.
                 let split = ext[..out.shape.len()].iter().position(|e| e != "1");
                 let extent = split.map_or("1".to_string(), |d| extents(step, "ctx.")[d].clone());
-                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(s, "\n{comment}\n{}\n{{", C.kernel_signature(&format!("{name}_k{k}"), &[]));
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 declare(s, p, &names, &buffers_of(&step.kernel), "ctx->", name);
                 if split.is_none() {
                     s.push_str("    (void)begin;\n    (void)end;\n");
                 }
-                loop_kernel(&r, &step.kernel, &ext, split, s)?;
+                loop_kernel(&r, &step.kernel, &ext, s)?;
                 s.push_str("}\n");
                 let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
@@ -79,7 +81,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 let rank = c.shape.len();
                 let ext = extents(step, "ctx->");
                 let count = product(&ext[..rank - 2]);
-                let _ = writeln!(s, "\n{comment}\nstatic void {name}_k{k}(void *vctx, int64_t begin, int64_t end)\n{{");
+                let _ = writeln!(s, "\n{comment}\n{}\n{{", C.kernel_signature(&format!("{name}_k{k}"), &[]));
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 let _ = writeln!(s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
                 declare(s, p, &names, &call_buffers(&r, &step.kernel), "ctx->", name);
@@ -198,30 +200,10 @@ fn index_checks(r: &Renderer<C>, name: &str, k: usize, step: &crate::lower::Step
     true
 }
 
-/// The extents of a step's loops ([`Kernel::domain`]): static sizes, or a symbol's
-/// run-time value read through `via` (`ctx->` or `ctx.`).
+/// The extents of a step's loops, a symbol's run-time value read through `via`
+/// (`ctx->` or `ctx.`).
 fn extents(step: &crate::lower::Step, via: &str) -> Vec<String> {
-    let domain = step.kernel.domain();
-    domain.iter().enumerate().map(|(d, n)| step.dims.get(d).copied().flatten().map_or(n.to_string(), |s| format!("{via}dims[{s}]"))).collect()
-}
-
-/// `a * b * ...` for extents (`1` for none).
-pub fn product(ext: &[String]) -> String {
-    let factors: Vec<&str> = ext.iter().map(String::as_str).filter(|e| *e != "1").collect();
-    match factors.len() {
-        0 => "1".to_string(),
-        1 => factors[0].to_string(),
-        _ => format!("({})", factors.join(" * ")),
-    }
-}
-
-/// The buffers a kernel touches.
-fn buffers_of(k: &Kernel) -> Vec<crate::lower::BufId> {
-    let mut v = crate::lower::kernel_reads(k);
-    v.push(crate::lower::kernel_writes(k));
-    v.sort();
-    v.dedup();
-    v
+    crate::codegen::cstyle::kernel::extents(step, |s| format!("{via}dims[{s}]"))
 }
 
 /// Typed pointers to `bufs`, from a filled context through `via` (`ctx->` or `ctx.`).
@@ -256,111 +238,4 @@ pub fn base(r: &Renderer<C>, v: &View) -> String {
     } else {
         format!("({} + {})", r.names[v.buf.0], v.offset)
     }
-}
-
-/// Loops over the output dimensions of a task (extents `ext`): dimension `split` runs
-/// over `[begin, end)`, the size-1 dimensions before it are fixed at 0. Returns the
-/// depth.
-fn open_outer(s: &mut String, ext: &[String], split: Option<usize>, indent: usize) -> usize {
-    let mut depth = indent;
-    for (d, n) in ext.iter().enumerate() {
-        match split {
-            Some(k) if d == k => {
-                let _ = writeln!(s, "{}for (int64_t i{d} = begin; i{d} < end; ++i{d}) {{", pad(depth));
-            }
-            Some(k) if d > k => {
-                let _ = writeln!(s, "{}for (int64_t i{d} = 0; i{d} < {n}; ++i{d}) {{", pad(depth));
-            }
-            _ => {
-                let _ = writeln!(s, "{}{{\n{}const int64_t i{d} = 0;\n{}(void)i{d};", pad(depth), pad(depth + 1), pad(depth + 1));
-            }
-        }
-        depth += 1;
-    }
-    depth
-}
-
-/// A loop kernel's body as a task over `[begin, end)` of dimension `split`; `ext` are
-/// the extents of its domain.
-fn loop_kernel(r: &Renderer<C>, k: &Kernel, ext: &[String], split: Option<usize>, s: &mut String) -> Result<()> {
-    match k {
-        Kernel::Map { out, expr } => {
-            let depth = open_outer(s, &ext[..out.shape.len()], split, 1);
-            let vars: Vec<usize> = (0..out.shape.len()).collect();
-            let t = r.p.buffers[out.buf.0].dtype;
-            let value = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), t));
-            let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
-            r.close_loops(s, out.shape.len(), 1);
-        }
-        Kernel::Reduce { out, reduced, kind, expr, scale } => {
-            let t = r.p.buffers[out.buf.0].dtype;
-            // Sums accumulate in double, as the interpreter does.
-            let acc_ty = if t.is_float() && matches!(kind, crate::ir::ReduceKind::Sum | crate::ir::ReduceKind::Prod) { Dtype::F64 } else { t };
-            let depth = open_outer(s, &ext[..out.shape.len()], split, 1);
-            let (init, step) = r.reduce_parts(*kind, acc_ty);
-            let v = r.expr(&crate::lower::Expr::Cast(Box::new(expr.clone()), acc_ty));
-            let rv = out.shape.len(); // the first reduced loop variable
-            // one static reduced extent, long enough for partial sums
-            let long = match &ext[rv..] {
-                [n] => n.parse::<usize>().ok().filter(|&n| n >= 2 * SUM_LANES),
-                _ => None,
-            };
-            match long {
-                Some(n) if acc_ty == Dtype::F64 && *kind == crate::ir::ReduceKind::Sum => lane_sum(s, n, rv, &v, depth),
-                _ => {
-                    let _ = writeln!(s, "{}{} acc = {init};", pad(depth), C.ty(acc_ty));
-                    let inner = r.open_loops(s, &ext[rv..], rv, depth);
-                    let _ = writeln!(s, "{}{} v = {v};", pad(inner), C.ty(acc_ty));
-                    let _ = writeln!(s, "{}acc = {step};", pad(inner));
-                    r.close_loops(s, reduced.len(), depth);
-                }
-            }
-            let vars: Vec<usize> = (0..out.shape.len()).collect();
-            let value = match scale {
-                Some(f) => format!("({}) (acc * {})", C.ty(t), r.literal(*f, Dtype::F64)),
-                None => format!("({}) acc", C.ty(t)),
-            };
-            let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
-            r.close_loops(s, out.shape.len(), 1);
-        }
-        Kernel::ArgReduce { out, kind, expr, .. } => {
-            let t = r.dtype(expr);
-            let depth = open_outer(s, &ext[..out.shape.len()], split, 1);
-            let _ = writeln!(s, "{}{} best = 0;\n{}int64_t at = -1;", pad(depth), C.ty(t), pad(depth));
-            let r_var = out.shape.len();
-            let inner = r.open_loops(s, &ext[r_var..], r_var, depth);
-            let _ = writeln!(s, "{}{} v = {};", pad(inner), C.ty(t), r.expr(expr));
-            let _ = writeln!(s, "{}if (at < 0 || {}) {{ best = v; at = i{r_var}; }}", pad(inner), r.arg_better(*kind, t));
-            r.close_loops(s, 1, depth);
-            let vars: Vec<usize> = (0..out.shape.len()).collect();
-            let _ = writeln!(s, "{}{}[{}] = at;", pad(depth), r.names[out.buf.0], r.index(out, &vars));
-            r.close_loops(s, out.shape.len(), 1);
-        }
-        other => return Err(Error::internal(format!("not a loop kernel: {other:?}"))),
-    }
-    Ok(())
-}
-
-/// Partial sums of a long reduction: see [`lane_sum`].
-const SUM_LANES: usize = 8;
-
-/// `double acc = sum of v over i<rv> in [0, n)` (n static, at least 2 * SUM_LANES) in
-/// SUM_LANES interleaved partial sums added pairwise at the end. A single running sum
-/// waits on each addition's latency; the lanes' loop vectorizes (gpt_block's LayerNorm
-/// mean and variance over 768: 65 -> 15 us each), and its rounding errors are smaller.
-fn lane_sum(s: &mut String, n: usize, rv: usize, v: &str, depth: usize) {
-    let (p, q, l) = (pad(depth), pad(depth + 1), pad(depth + 2));
-    let zeros = ["0"; SUM_LANES].join(", ");
-    let body = n - n % SUM_LANES;
-    let _ = writeln!(s, "{p}double part[{SUM_LANES}] = {{{zeros}}};\n{p}int64_t i{rv};");
-    let _ = writeln!(s, "{p}for (int64_t base = 0; base < {body}; base += {SUM_LANES}) {{");
-    let _ = writeln!(s, "{q}for (i{rv} = base; i{rv} < base + {SUM_LANES}; ++i{rv}) {{\n{l}double v = {v};\n{l}part[i{rv} - base] += v;\n{q}}}\n{p}}}");
-    if body < n {
-        let _ = writeln!(s, "{p}for (i{rv} = {body}; i{rv} < {n}; ++i{rv}) {{\n{q}double v = {v};\n{q}part[i{rv} - {body}] += v;\n{p}}}");
-    }
-    let mut terms: Vec<String> = (0..SUM_LANES).map(|i| format!("part[{i}]")).collect();
-    while terms.len() > 1 {
-        terms = terms.chunks(2).map(|c| format!("({} + {})", c[0], c[1])).collect();
-    }
-    let _ = writeln!(s, "{p}double acc = {};", terms[0]);
 }

@@ -1,0 +1,384 @@
+//! The renderer shared by C-like targets: scalar expressions, index arithmetic and loop
+//! nests of a [`Program`]'s kernels. A [`Dialect`] says how one language spells what
+//! differs (types, literals, helpers, casts, the accumulator, kernel signatures, how an
+//! output loop becomes threads, address spaces, the prelude); C (`codegen::c::dialect`),
+//! CUDA (`codegen::cuda`) and Metal (`codegen::metal`) are dialects over this one
+//! renderer. `kernel.rs` renders a loop kernel's body, `device.rs` a file of GPU kernels.
+//! The scalar helpers the expressions call are defined once, in
+//! `runtime-c/mithril_ops.h`, which compiles as C99, CUDA and Metal.
+
+use std::fmt::Write as _;
+
+use crate::ir::{ArgKind, BinaryOp, Dtype, ReduceKind, UnaryOp};
+use crate::error::{Error, Result};
+use crate::lower::{Expr, Kernel, Program, View};
+
+pub mod device;
+pub mod kernel;
+
+/// How one C-like language spells what differs between them. The provided methods are
+/// C's spellings, which CUDA shares; a dialect overrides what its language spells
+/// otherwise.
+pub trait Dialect {
+    /// The language's name, for messages (`Metal has no f64`).
+    fn name(&self) -> &'static str;
+    /// Whether kernels may use element type `d` ([`Renderer::check`] refuses others).
+    fn supports(&self, d: Dtype) -> bool;
+    /// The scalar type of an element type (`uint8_t` holds a bool in C).
+    fn ty(&self, d: Dtype) -> &'static str;
+    /// A math function for `d` (`expf` for f32 and `exp` for f64 in C).
+    fn math(&self, name: &str, d: Dtype) -> String {
+        match d {
+            Dtype::F64 => name.to_string(),
+            _ => format!("{name}f"),
+        }
+    }
+    /// The scalar helper `op` of `mithril_ops.h` for `d`: the header's names end in `f`
+    /// for f32, nothing for f64, `_i32`, `_i64` and `_u8` for the others.
+    fn helper(&self, op: &str, d: Dtype) -> String {
+        match d {
+            Dtype::F32 | Dtype::F16 | Dtype::Bf16 => format!("mr_{op}f"),
+            Dtype::F64 => format!("mr_{op}"),
+            Dtype::I32 => format!("mr_{op}_i32"),
+            Dtype::I64 => format!("mr_{op}_i64"),
+            Dtype::Bool => format!("mr_{op}_u8"),
+        }
+    }
+    /// NaN of a float type.
+    fn nan(&self, d: Dtype) -> String {
+        if d == Dtype::F64 { "((double)NAN)".into() } else { "NAN".into() }
+    }
+    /// Infinity (or minus infinity) of a float type.
+    fn infinity(&self, d: Dtype, negative: bool) -> String {
+        match (d == Dtype::F64, negative) {
+            (true, false) => "((double)INFINITY)".into(),
+            (true, true) => "(-(double)INFINITY)".into(),
+            (false, false) => "INFINITY".into(),
+            (false, true) => "(-INFINITY)".into(),
+        }
+    }
+    /// An i64 literal.
+    fn i64_literal(&self, v: i64) -> String {
+        format!("INT64_C({v})")
+    }
+    /// The smallest or largest value of an integer type (reduction identities).
+    fn int_limit(&self, d: Dtype, max: bool) -> &'static str {
+        match (d == Dtype::I32, max) {
+            (true, false) => "INT32_MIN",
+            (true, true) => "INT32_MAX",
+            (false, false) => "INT64_MIN",
+            (false, true) => "INT64_MAX",
+        }
+    }
+    /// Float `s` (of type `from`) converted to integer type `to`, saturating with NaN
+    /// as 0 as the interpreter does (a plain C cast of an out-of-range float is
+    /// undefined).
+    fn float_to_int(&self, s: &str, _from: Dtype, to: Dtype) -> String {
+        let f = if to == Dtype::I32 { "mr_f2i32" } else { "mr_f2i64" };
+        format!("{f}((double)({s}))")
+    }
+    /// The type sums and products of floats accumulate in (the interpreter's is f64).
+    fn accumulator(&self) -> Dtype {
+        Dtype::F64
+    }
+    /// Whether long sums of static length accumulate in interleaved partial sums
+    /// ([`kernel::lane_sum`]: a CPU's vector lanes).
+    fn partial_sums(&self) -> bool {
+        false
+    }
+    /// Opens a loop kernel's loops over its output dimensions of extents `ext` as this
+    /// language runs them in parallel, declaring `i0..` at the returned depth.
+    fn open_outer(&self, s: &mut String, ext: &[String]) -> usize;
+    /// Closes what [`Dialect::open_outer`] opened.
+    fn close_outer(&self, s: &mut String, ext: &[String]);
+    /// A kernel function's signature (without the opening brace) over `params`.
+    fn kernel_signature(&self, name: &str, params: &[Param]) -> String;
+    /// A barrier between the threads of a block, where a kernel shares memory among
+    /// them (no loop kernel does yet).
+    fn barrier(&self) -> Option<&'static str>;
+    /// What a file of kernels starts with: includes, and the scalar helpers.
+    fn prelude(&self) -> &'static str;
+}
+
+/// A kernel argument.
+pub struct Param {
+    pub name: String,
+    /// Its element type (a dimension is an i64).
+    pub dtype: Dtype,
+    pub kind: ParamKind,
+}
+
+/// What a kernel does with an argument.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A buffer the kernel only reads.
+    Read,
+    /// A buffer the kernel writes (and may read).
+    Write,
+    /// The run-time value of a symbolic dimension.
+    Dim,
+}
+
+/// Renders expressions of one program.
+pub struct Renderer<'a, D: Dialect + ?Sized> {
+    pub p: &'a Program,
+    pub d: &'a D,
+    /// The C identifier of each buffer (a pointer to its first element).
+    pub names: &'a [String],
+}
+
+impl<D: Dialect + ?Sized> Renderer<'_, D> {
+    /// Refuses a kernel that uses an element type the dialect lacks: the message names
+    /// the kernel (`what`) and every such type.
+    pub fn check(&self, k: &Kernel, what: &str) -> Result<()> {
+        let mut types: Vec<Dtype> = crate::lower::kernel_reads(k).iter().chain([&crate::lower::kernel_writes(k)]).map(|b| self.p.buffers[b.0].dtype).collect();
+        for e in crate::lower::kernel_exprs(k) {
+            e.walk(&mut |e| {
+                types.push(self.dtype(e));
+                if let Expr::Cast(_, t) | Expr::Const(_, t) = e {
+                    types.push(*t);
+                }
+            });
+        }
+        if let Kernel::Reduce { out, kind, .. } = k {
+            types.push(self.acc_type(*kind, self.p.buffers[out.buf.0].dtype));
+        }
+        types.retain(|t| !self.d.supports(*t));
+        types.sort_by_key(|t| t.name());
+        types.dedup();
+        if types.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+        Err(Error::user(format!("{} has no {}: {what} computes in it", self.d.name(), names.join(" or "))))
+    }
+
+    /// The element type an expression evaluates to.
+    pub fn dtype(&self, e: &Expr) -> Dtype {
+        self.p.expr_dtype(e)
+    }
+
+    /// `off + i0*s0 + i1*s1` for a view read at loop variables `vars`.
+    pub fn index(&self, view: &View, vars: &[usize]) -> String {
+        let mut terms = Vec::new();
+        if view.offset != 0 {
+            terms.push(view.offset.to_string());
+        }
+        for (d, &var) in vars.iter().enumerate() {
+            if var == usize::MAX || view.strides[d] == 0 || view.shape.get(d) == Some(&1) {
+                continue;
+            }
+            terms.push(match view.strides[d] {
+                1 => format!("i{var}"),
+                s => format!("i{var} * {s}"),
+            });
+        }
+        if terms.is_empty() {
+            "0".to_string()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
+    pub fn literal(&self, x: f64, d: Dtype) -> String {
+        match d {
+            Dtype::F32 | Dtype::F16 | Dtype::Bf16 => {
+                if x.is_nan() {
+                    self.d.nan(d)
+                } else if x.is_infinite() {
+                    self.d.infinity(d, x < 0.0)
+                } else {
+                    let s = format!("{:?}", x as f32);
+                    let s = if s.contains(['.', 'e']) { s } else { format!("{s}.0") };
+                    if x < 0.0 { format!("({s}f)") } else { format!("{s}f") }
+                }
+            }
+            Dtype::F64 => {
+                if x.is_nan() {
+                    self.d.nan(d)
+                } else if x.is_infinite() {
+                    self.d.infinity(d, x < 0.0)
+                } else {
+                    let s = format!("{x:?}");
+                    if x < 0.0 { format!("({s})") } else { s }
+                }
+            }
+            Dtype::I32 => format!("(({}){})", self.d.ty(d), x as i64),
+            Dtype::I64 => self.d.i64_literal(x as i64),
+            Dtype::Bool => format!("(({}){})", self.d.ty(d), u8::from(x != 0.0)),
+        }
+    }
+
+    /// The expression converted to `to` (no-op when it already has that type).
+    pub fn as_type(&self, e: &Expr, to: Dtype) -> String {
+        let from = self.dtype(e);
+        let s = self.expr(e);
+        if from == to {
+            s
+        } else {
+            self.convert(&s, from, to)
+        }
+    }
+
+    fn convert(&self, s: &str, from: Dtype, to: Dtype) -> String {
+        match (from.is_float(), to) {
+            (true, Dtype::I32 | Dtype::I64) => self.d.float_to_int(s, from, to),
+            (_, Dtype::Bool) => format!("(({})(({s}) != 0))", self.d.ty(to)),
+            _ => format!("(({})({s}))", self.d.ty(to)),
+        }
+    }
+
+    pub fn expr(&self, e: &Expr) -> String {
+        let d = self.d;
+        match e {
+            Expr::Const(x, dt) => self.literal(*x, *dt),
+            Expr::Load { view, vars } => format!("{}[{}]", self.names[view.buf.0], self.index(view, vars)),
+            Expr::Index(v) => format!("i{v}"),
+            Expr::Gather { view, vars, axis, index } => {
+                let n = view.shape[*axis];
+                let base = self.index(view, vars);
+                let idx = self.as_type(index, Dtype::I64);
+                let stride = view.strides[*axis];
+                format!("{}[{base} + mr_wrap_index({idx}, {n}) * {stride}]", self.names[view.buf.0])
+            }
+            Expr::Cast(x, to) => self.as_type(x, *to),
+            Expr::Select(c, a, b, t) => {
+                format!("({} ? {} : {})", self.as_type(c, Dtype::Bool), self.as_type(a, *t), self.as_type(b, *t))
+            }
+            // A call evaluates both sides, so neither side's loads become conditional.
+            Expr::Where(c, a, b, t) => {
+                let f = d.helper("where", *t);
+                format!("{f}({}, {}, {})", self.as_type(c, Dtype::Bool), self.as_type(a, *t), self.as_type(b, *t))
+            }
+            Expr::Unary(u, x, t) => {
+                let a = self.as_type(x, *t);
+                let f = |name: &str| format!("{}({a})", d.math(name, *t));
+                let h = |name: &str| format!("{}({a})", d.helper(name, *t));
+                let fl = *t == Dtype::F32;
+                let b = d.ty(Dtype::Bool);
+                match u {
+                    UnaryOp::Neg => format!("(-{a})"),
+                    UnaryOp::Abs if t.is_float() => f("fabs"),
+                    UnaryOp::Abs => format!("{}({a})", d.helper("abs", Dtype::I64)),
+                    UnaryOp::Sign if t.is_float() => h("sign"),
+                    UnaryOp::Sign => format!("(({}){a} > 0) - (({}){a} < 0)", d.ty(*t), d.ty(*t)),
+                    UnaryOp::Exp if fl => h("fast_exp"),
+                    UnaryOp::Exp => f("exp"),
+                    UnaryOp::Log => f("log"),
+                    UnaryOp::Sqrt => f("sqrt"),
+                    UnaryOp::Sin => f("sin"),
+                    UnaryOp::Cos => f("cos"),
+                    UnaryOp::Tanh if fl => h("fast_tanh"),
+                    UnaryOp::Tanh => f("tanh"),
+                    UnaryOp::Floor if t.is_float() => f("floor"),
+                    UnaryOp::Floor => a,
+                    UnaryOp::Sigmoid => h("sigmoid"),
+                    UnaryOp::Relu if t.is_float() => h("relu"),
+                    UnaryOp::Relu => format!("(({a}) > 0 ? ({a}) : 0)"),
+                    UnaryOp::Gelu => h("gelu"),
+                    UnaryOp::GeluTanh => h("gelu_tanh"),
+                    UnaryOp::Softplus => h("softplus"),
+                    UnaryOp::Erf => f("erf"),
+                    UnaryOp::Not => format!("(({b})!({a}))"),
+                    UnaryOp::IsNan => {
+                        let x = self.expr(x);
+                        format!("(({b})(({x}) != ({x})))")
+                    }
+                }
+            }
+            Expr::Binary(b, l, r, t) => {
+                // Comparisons and logical ops work on their operands' common type;
+                // arithmetic converts both operands to the result type first.
+                let operand_ty = if b.is_comparison() {
+                    Dtype::promote(self.dtype(l), self.dtype(r))
+                } else if b.is_logical() {
+                    Dtype::Bool
+                } else {
+                    *t
+                };
+                let (x, y) = (self.as_type(l, operand_ty), self.as_type(r, operand_ty));
+                let h = |name: &str| format!("{}({x}, {y})", d.helper(name, *t));
+                let bt = d.ty(Dtype::Bool);
+                let i64h = |name: &str| d.helper(name, Dtype::I64);
+                match b {
+                    BinaryOp::Add => format!("({x} + {y})"),
+                    BinaryOp::Sub => format!("({x} - {y})"),
+                    BinaryOp::Mul => format!("({x} * {y})"),
+                    BinaryOp::Div => format!("({x} / {y})"),
+                    BinaryOp::Pow if t.is_float() => format!("{}({x}, {y})", d.math("pow", *t)),
+                    BinaryOp::Pow => format!("(({}){}({x}, {y}))", d.ty(*t), i64h("pow")),
+                    BinaryOp::Max if t.is_float() => h("max"),
+                    BinaryOp::Min if t.is_float() => h("min"),
+                    BinaryOp::Max => format!("(({x}) > ({y}) ? ({x}) : ({y}))"),
+                    BinaryOp::Min => format!("(({x}) < ({y}) ? ({x}) : ({y}))"),
+                    BinaryOp::FloorDiv if t.is_float() => format!("{}({x} / {y})", d.math("floor", *t)),
+                    BinaryOp::FloorDiv => format!("(({}){}({x}, {y}))", d.ty(*t), i64h("floordiv")),
+                    BinaryOp::Eq => format!("(({bt})({x} == {y}))"),
+                    BinaryOp::Ne => format!("(({bt})({x} != {y}))"),
+                    BinaryOp::Lt => format!("(({bt})({x} < {y}))"),
+                    BinaryOp::Le => format!("(({bt})({x} <= {y}))"),
+                    BinaryOp::Gt => format!("(({bt})({x} > {y}))"),
+                    BinaryOp::Ge => format!("(({bt})({x} >= {y}))"),
+                    BinaryOp::And => format!("(({bt})({x} && {y}))"),
+                    BinaryOp::Or => format!("(({bt})({x} || {y}))"),
+                    BinaryOp::Xor => format!("(({bt})(!({x}) != !({y})))"),
+                    BinaryOp::Shl => format!("(({}){}({x}, {y}, {}))", d.ty(*t), i64h("shl"), t.size() * 8),
+                    BinaryOp::Shr => format!("(({}){}({x}, {y}, {}))", d.ty(*t), i64h("shr"), t.size() * 8),
+                }
+            }
+        }
+    }
+
+    /// `for (int64_t iK = 0; iK < n; ++iK) {` lines for loop variables `first..`, one
+    /// per dimension of `shape`, indented from `indent`.
+    pub fn open_loops(&self, out: &mut String, extents: &[String], first: usize, indent: usize) -> usize {
+        let mut depth = indent;
+        for (k, n) in extents.iter().enumerate() {
+            let _ = writeln!(out, "{}for ({} i{v} = 0; i{v} < {n}; ++i{v}) {{", pad(depth), self.d.ty(Dtype::I64), v = first + k);
+            depth += 1;
+        }
+        depth
+    }
+
+    pub fn close_loops(&self, out: &mut String, count: usize, indent: usize) {
+        for k in (0..count).rev() {
+            let _ = writeln!(out, "{}}}", pad(indent + k));
+        }
+    }
+
+    /// The type a reduction into `t` accumulates in: sums and products of floats in
+    /// the dialect's accumulator, as the interpreter does in f64.
+    pub fn acc_type(&self, kind: ReduceKind, t: Dtype) -> Dtype {
+        if t.is_float() && matches!(kind, ReduceKind::Sum | ReduceKind::Prod) { self.d.accumulator() } else { t }
+    }
+
+    /// The reduction step `acc = combine(acc, v)` and its initial value.
+    pub fn reduce_parts(&self, kind: ReduceKind, t: Dtype) -> (String, String) {
+        match kind {
+            ReduceKind::Sum | ReduceKind::Mean => ("0".into(), "acc + v".into()),
+            ReduceKind::Prod => ("1".into(), "acc * v".into()),
+            ReduceKind::Max if t.is_float() => (self.literal(f64::NEG_INFINITY, t), format!("{}(acc, v)", self.d.helper("max", t))),
+            ReduceKind::Min if t.is_float() => (self.literal(f64::INFINITY, t), format!("{}(acc, v)", self.d.helper("min", t))),
+            ReduceKind::Max => (self.d.int_limit(t, false).into(), "(v > acc ? v : acc)".into()),
+            ReduceKind::Min => (self.d.int_limit(t, true).into(), "(v < acc ? v : acc)".into()),
+        }
+    }
+
+    /// `v better than best` for an arg-reduction (NaN counts as the extreme).
+    pub fn arg_better(&self, kind: ArgKind, t: Dtype) -> &'static str {
+        match (kind, t.is_float()) {
+            (ArgKind::ArgMax, true) => "(v > best || (v != v && best == best))",
+            (ArgKind::ArgMin, true) => "(v < best || (v != v && best == best))",
+            (ArgKind::ArgMax, false) => "(v > best)",
+            (ArgKind::ArgMin, false) => "(v < best)",
+        }
+    }
+}
+
+pub fn pad(depth: usize) -> String {
+    "    ".repeat(depth)
+}
+
+/// Scalar helpers the rendered expressions call (`runtime-c/mithril_ops.h`), in every
+/// dialect.
+pub const C_OPS_HEADER: &str = include_str!("../../../runtime-c/mithril_ops.h");
