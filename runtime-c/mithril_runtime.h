@@ -31,7 +31,8 @@
  *  - Results are deterministic: they depend only on the arguments (and on the block-size
  *    macros the runtime was compiled with), never on alignment or timing.
  *
- * Compile-time tuning (-D when compiling mithril_runtime.c; defaults in brackets):
+ * Compile-time tuning (-D when compiling the runtime's sources, the same for every mr_*.c;
+ * defaults in brackets):
  *    MR_SGEMM_MR [8 with __AVX512F__, else 6]    rows of the register tile: 4, 6 or 8
  *    MR_SGEMM_NR [32 with __AVX512F__, else 16]  columns of the register tile (the
  *                                                dimension the compiler vectorizes)
