@@ -102,11 +102,13 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
  * mr_sgemm_panels: mr_sgemm for a B stored in column panels of MR_PANEL columns, the
  * layout mithrilc gives weights that are only ever a matmul's right operand: panel
  * q holds columns [q*MR_PANEL, q*MR_PANEL + MR_PANEL) as K rows of MR_PANEL floats,
- *   B(k, j) = Bp[(j / MR_PANEL) * K * MR_PANEL + k * MR_PANEL + j % MR_PANEL],
+ *   B(k, j) = Bp[MR_PANEL_INDEX(k, j, K)],
  * and the last panel is zero-padded to full width (Bp holds ceil(N / MR_PANEL) * K *
  * MR_PANEL floats). The GEMM then reads B in place, in order, with nothing to pack.
+ * (mithrilc writes this layout too, and a test checks it writes what this reads.)
  */
 #define MR_PANEL 32
+#define MR_PANEL_INDEX(k, j, K) (((j) / MR_PANEL) * (K) * MR_PANEL + (k) * MR_PANEL + (j) % MR_PANEL)
 void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
                      float beta, float *C, int64_t c_rs, int64_t c_cs);

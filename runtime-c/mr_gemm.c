@@ -9,11 +9,11 @@
 /* GEMM                                                                                 */
 /* ------------------------------------------------------------------------------------ */
 
-/* Panel layout: B(k, j) is at p[(j / MR_PANEL) * depth * MR_PANEL + k * MR_PANEL + j % MR_PANEL]. */
+/* B(k, j) of a B in panels (mithril_runtime.h's layout). */
 static const float *mr_panel_at(const mr_bsrc *src, int64_t k, int64_t j)
 {
     j += src->j0;
-    return src->p + (j / MR_PANEL) * src->depth * MR_PANEL + k * MR_PANEL + j % MR_PANEL;
+    return src->p + MR_PANEL_INDEX(k, j, src->depth);
 }
 
 /* Whether the micro-kernel can read B's panels in place (its panels split them). */

@@ -51,6 +51,9 @@ pub fn runtime_sources() -> impl Iterator<Item = &'static str> {
     RUNTIME_FILES.iter().map(|(name, _)| *name).filter(|name| name.ends_with(".c"))
 }
 
+#[cfg(test)]
+mod runtime_facts;
+
 /// How the generated library gets its weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightsMode {
@@ -230,7 +233,8 @@ fn stored_values(t: &Tensor, layout: Layout) -> std::borrow::Cow<'_, Tensor> {
         Layout::RowMajor => return std::borrow::Cow::Borrowed(t),
         // [N, K] as [K, N]: element (j, i) of the transpose is t[i, j].
         Layout::Transposed => (0..k * n).map(|x| t.data[(x % n) * k + x / n]).collect(),
-        // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l.
+        // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l
+        // (MR_PANEL_INDEX; runtime_facts checks that the runtime reads what this writes).
         Layout::Panels => {
             let w = PANEL as usize;
             let mut data = vec![0.0; n.div_ceil(w) * w * k];
@@ -241,7 +245,8 @@ fn stored_values(t: &Tensor, layout: Layout) -> std::borrow::Cow<'_, Tensor> {
             }
             data
         }
-        // [O, C, 3, 3] as [36, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32.
+        // [O, C, 3, 3] as [36, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32
+        // (bit for bit: runtime_facts).
         Layout::Winograd => {
             const G: [[f64; 3]; 6] = [
                 [1.0 / 4.0, 0.0, 0.0],
