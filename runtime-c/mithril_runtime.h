@@ -31,7 +31,8 @@
  *  - Results are deterministic: they depend only on the arguments (and on the block-size
  *    macros the runtime was compiled with), never on alignment or timing.
  *
- * Compile-time tuning (-D when compiling mithril_runtime.c; defaults in brackets):
+ * Compile-time tuning (-D when compiling the runtime's sources, the same for every mr_*.c;
+ * defaults in brackets):
  *    MR_SGEMM_MR [8 with __AVX512F__, else 6]    rows of the register tile: 4, 6 or 8
  *    MR_SGEMM_NR [32 with __AVX512F__, else 16]  columns of the register tile (the
  *                                                dimension the compiler vectorizes)
@@ -101,11 +102,13 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
  * mr_sgemm_panels: mr_sgemm for a B stored in column panels of MR_PANEL columns, the
  * layout mithrilc gives weights that are only ever a matmul's right operand: panel
  * q holds columns [q*MR_PANEL, q*MR_PANEL + MR_PANEL) as K rows of MR_PANEL floats,
- *   B(k, j) = Bp[(j / MR_PANEL) * K * MR_PANEL + k * MR_PANEL + j % MR_PANEL],
+ *   B(k, j) = Bp[MR_PANEL_INDEX(k, j, K)],
  * and the last panel is zero-padded to full width (Bp holds ceil(N / MR_PANEL) * K *
  * MR_PANEL floats). The GEMM then reads B in place, in order, with nothing to pack.
+ * (mithrilc writes this layout too, and a test checks it writes what this reads.)
  */
 #define MR_PANEL 32
+#define MR_PANEL_INDEX(k, j, K) (((j) / MR_PANEL) * (K) * MR_PANEL + (k) * MR_PANEL + (j) % MR_PANEL)
 void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
                      float beta, float *C, int64_t c_rs, int64_t c_cs);

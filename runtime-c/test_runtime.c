@@ -1,5 +1,5 @@
 /*
- * test_runtime.c -- standalone test program for mithril_runtime.c (not part of the
+ * test_runtime.c -- standalone test program for the runtime's kernels (not part of the
  * runtime; it may use stdio and malloc). Every runtime function is checked against naive
  * reference loops in double on awkward sizes, strided and transposed operands, padding,
  * dilation and groups. A float result r is accepted against the double reference ref when

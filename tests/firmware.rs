@@ -44,14 +44,15 @@ fn lenet_cross_compiles_for_cortex_m4() {
         "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror",
         "-DMR_SGEMM_MR=4", "-DMR_SGEMM_NR=4", "-DMR_SGEMM_KC=64", "-DMR_SGEMM_NC=16",
     ];
-    for (src, obj) in [("lenet.c", "lenet.o"), ("mithril_runtime.c", "mithril_runtime.o"), ("lenet_weights.S", "lenet_weights.o")] {
+    let sources: Vec<&str> = ["lenet.c"].into_iter().chain(mithrilc::codegen::c::runtime_sources()).chain(["lenet_weights.S"]).collect();
+    let objs: Vec<String> = sources.iter().map(|src| src.replace(".c", ".o").replace(".S", ".o")).collect();
+    for (src, obj) in sources.iter().zip(&objs) {
         let cc = Command::new("arm-none-eabi-gcc").current_dir(&out).args(flags).args(["-c", src, "-o", obj]).output().unwrap();
         assert!(cc.status.success(), "{src}: {}", String::from_utf8_lossy(&cc.stderr));
     }
-    let objs = ["lenet.o", "mithril_runtime.o", "lenet_weights.o"];
-    let size = Command::new("arm-none-eabi-size").current_dir(&out).args(objs).output().unwrap();
+    let size = Command::new("arm-none-eabi-size").current_dir(&out).args(&objs).output().unwrap();
     println!("{}{}", String::from_utf8_lossy(&size.stdout), report);
-    let nm = Command::new("arm-none-eabi-nm").current_dir(&out).arg("-u").args(objs).output().unwrap();
+    let nm = Command::new("arm-none-eabi-nm").current_dir(&out).arg("-u").args(&objs).output().unwrap();
     let allowed = |s: &str| {
         s.starts_with("mr_") || s.starts_with("__aeabi_") || matches!(s, "memcpy" | "memset" | "memmove")
             || ["exp", "log", "sqrt", "tanh", "erf", "erfc", "sin", "cos", "pow", "floor", "fabs", "log1p"].iter().any(|m| s == *m || s == format!("{m}f"))

@@ -14,8 +14,9 @@
 //! A change to lowering or codegen shows up as a diff of these files in review. Each is
 //! stored as `NAME.golden` (`mlp.c.golden`): generated code repeats itself by design,
 //! and the suffix keeps it out of the tree's duplicate-code reports.
-//! `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files and prints what changed
-//! as a unified diff.
+//! The runtime's files (`codegen::c::RUNTIME_FILES`, copied verbatim from `runtime-c/`) and
+//! `weights.bin` are not kept. `UPDATE_EXPECT=1 cargo test --test golden` rewrites the
+//! files and prints what changed as a unified diff.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,7 +63,7 @@ fn generate_c(case: &Case) -> Files {
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&out).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if name.starts_with("mithril_") || name == "weights.bin" || name.starts_with('.') {
+        if mithrilc::codegen::c::RUNTIME_FILES.iter().any(|(file, _)| *file == name) || name == "weights.bin" || name.starts_with('.') {
             continue;
         }
         files.insert(name.clone(), std::fs::read_to_string(out.join(&name)).unwrap());

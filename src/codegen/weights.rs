@@ -30,13 +30,14 @@ pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Ten
 
 /// A parameter's values in the order its layout stores them (row-major ones as they
 /// are: a large parameter is not copied).
-fn stored_values(t: &Tensor, layout: Layout) -> std::borrow::Cow<'_, Tensor> {
+pub(crate) fn stored_values(t: &Tensor, layout: Layout) -> std::borrow::Cow<'_, Tensor> {
     let (n, k) = (t.shape.first().copied().unwrap_or(1) as usize, t.shape.get(1).copied().unwrap_or(1) as usize);
     let data = match layout {
         Layout::RowMajor => return std::borrow::Cow::Borrowed(t),
         // [N, K] as [K, N]: element (j, i) of the transpose is t[i, j].
         Layout::Transposed => (0..k * n).map(|x| t.data[(x % n) * k + x / n]).collect(),
-        // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l.
+        // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l
+        // (MR_PANEL_INDEX; runtime_facts checks that the runtime reads what this writes).
         Layout::Panels => {
             let w = PANEL as usize;
             let mut data = vec![0.0; n.div_ceil(w) * w * k];
@@ -47,7 +48,8 @@ fn stored_values(t: &Tensor, layout: Layout) -> std::borrow::Cow<'_, Tensor> {
             }
             data
         }
-        // [O, C, 3, 3] as [36, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32.
+        // [O, C, 3, 3] as [36, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32
+        // (bit for bit: runtime_facts).
         Layout::Winograd => {
             const G: [[f64; 3]; 6] = [
                 [1.0 / 4.0, 0.0, 0.0],
@@ -73,7 +75,7 @@ fn stored_values(t: &Tensor, layout: Layout) -> std::borrow::Cow<'_, Tensor> {
 
 /// Writes `values` as little-endian elements of `dtype` at the start of `out` (which
 /// the weights' layout sized for them).
-fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
+pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
     fn put<const N: usize>(values: &[f64], out: &mut [u8], bytes: impl Fn(f64) -> [u8; N]) {
         for (&x, slot) in values.iter().zip(out.chunks_exact_mut(N)) {
             slot.copy_from_slice(&bytes(x));

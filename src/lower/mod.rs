@@ -341,7 +341,8 @@ pub enum Layout {
     Winograd,
 }
 
-/// The width of a weight's column panels (`MR_PANEL` in the runtime).
+/// The width of a weight's column panels (`MR_PANEL` in the runtime; `codegen::c`'s
+/// `runtime_facts` tests check the two, and that the runtime reads the panels written).
 pub const PANEL: u64 = 32;
 
 /// When a convolution runs by Winograd's F(4x4, 3x3) (`mr_conv2d_winograd_f32`), and
@@ -357,7 +358,7 @@ pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<
     if !fits {
         return None;
     }
-    // MR_WINOGRAD_SCRATCH(N, C, O, OH, OW)
+    // MR_WINOGRAD_SCRATCH(N, C, O, OH, OW) (equal: `codegen::c`'s `runtime_facts` tests)
     let (n, c, o) = (x[0], x[1], w[0]);
     let tiles = out[2].div_ceil(4).checked_mul(out[3].div_ceil(4))?.checked_mul(n)?;
     let blocks = tiles.div_ceil(PANEL);
@@ -369,7 +370,7 @@ pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<
 }
 
 /// Chunks of a Winograd convolution's blocks that threads run at once, each with its
-/// own slot of scratch (`MR_WINOGRAD_SLOTS` in the runtime).
+/// own slot of scratch (`MR_WINOGRAD_SLOTS` in the runtime, checked equal by a test).
 pub const WINOGRAD_SLOTS: u64 = 8;
 
 impl Port {

@@ -1,6 +1,6 @@
 //! Builds and runs models on the C target the way `cli::run_target` does (same lowering
 //! options, files and demo), except that the runtime is compiled once per test process
-//! and linked into every model: building the 2,000-line runtime per model would
+//! and linked into every model: building the runtime's 2,000 lines per model would
 //! dominate a test's time. The compiler is `$CC` (default `cc`) with the warning flags
 //! every generated file must build under.
 #![allow(dead_code)]
@@ -12,9 +12,7 @@ use std::sync::OnceLock;
 
 use mithrilc::cli::Graphs;
 use mithrilc::data;
-use mithrilc::frontend::mithril;
-use mithrilc::ir::{Graph, Shape};
-use mithrilc::passes::autodiff::Wrt;
+use mithrilc::ir::Graph;
 use mithrilc::tensor::Tensor;
 
 /// Flags every generated file must build under (as its Makefile gives them).
@@ -23,7 +21,8 @@ pub const WARNINGS: &[&str] = &["-std=c99", "-pedantic", "-Wall", "-Wextra", "-W
 /// A scratch directory with the runtime compiled once.
 pub struct Toolchain {
     pub dir: tempfile::TempDir,
-    pub runtime: PathBuf,
+    /// The runtime's objects, one per source.
+    pub runtime: Vec<PathBuf>,
     pub cflags: Vec<String>,
     /// Said under any failure: whether this compiler, with these flags, miscompiles
     /// [`SELECT_PROBE`].
@@ -72,17 +71,6 @@ fn probe_selects(dir: &Path, cflags: &[String]) -> String {
 }
 
 
-/// The files the C target writes for a one-op model (only the runtime's are used).
-fn one_program_files() -> Vec<(String, Vec<u8>)> {
-    let text = r#"{"name": "Relu", "args": {}}"#;
-    let mut opts = mithril::Options::default();
-    opts.shapes.insert("input".into(), Shape::known(&[2]));
-    let g = mithril::load_str(text, "relu.json", "relu", &opts).unwrap();
-    let graphs = Graphs::new(g, &Wrt::None, |_, _| {}).unwrap();
-    let p = mithrilc::passes::compile(&graphs.forward, &Default::default(), |_, _| {}).unwrap();
-    mithrilc::codegen::c::emit(&p, None, &Default::default()).unwrap()
-}
-
 /// The process's one [`Toolchain`], built on first use with `cflags` (every caller in a
 /// test process must ask for the same ones); `None` when there is no C compiler (the
 /// caller says why it skips).
@@ -98,19 +86,19 @@ pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
             let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a scratch directory");
             let runtime_dir = dir.path().join("runtime");
             std::fs::create_dir_all(&runtime_dir).unwrap();
-            // The runtime's sources as the C target writes them into every library.
-            for (name, bytes) in &one_program_files() {
-                if name.starts_with("mithril_") {
-                    std::fs::write(runtime_dir.join(name), bytes).unwrap();
-                }
+            // The runtime's files as the C target writes them into every library, its
+            // sources compiled in one run (each to its own object).
+            for (name, text) in mithrilc::codegen::c::RUNTIME_FILES {
+                std::fs::write(runtime_dir.join(name), text).unwrap();
             }
-            let runtime = runtime_dir.join("mithril_runtime.o");
+            let sources: Vec<&str> = mithrilc::codegen::c::runtime_sources().collect();
+            let runtime = sources.iter().map(|c| runtime_dir.join(c.replace(".c", ".o"))).collect();
             let out = Command::new(mithrilc::build::c_compiler())
                 .current_dir(&runtime_dir)
                 .args(WARNINGS)
                 .args(cflags)
-                .args(["-c", "mithril_runtime.c", "-o"])
-                .arg(&runtime)
+                .arg("-c")
+                .args(&sources)
                 .output()
                 .expect("cc runs");
             assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
@@ -150,7 +138,7 @@ pub fn run_c(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, 
         .arg("-pthread")
         .arg(format!("{name}.c"))
         .arg(format!("{name}_demo.c"))
-        .arg(&tc.runtime)
+        .args(&tc.runtime)
         .args(["-lm", "-o"])
         .arg(&demo)
         .output()

@@ -14,9 +14,10 @@
 //! `<name>_weights_data`; `safetensors` writes no blob and the demo reads the
 //! parameters from a safetensors file at run time.
 //!
-//! Files written (for a model named `mlp`): `mlp.h`, `mlp.c`, `mithril_ops.h`,
-//! `mithril_runtime.h`, `mithril_runtime.c`, `mlp_demo.c`, `Makefile`, and
-//! `weights.bin` (+ `mlp_weights.S` when embedded) when parameter values were given.
+//! Files written (for a model named `mlp`): `mlp.h`, `mlp.c`, the runtime
+//! ([`RUNTIME_FILES`]: `mithril_ops.h`, `mithril_runtime.h` and the `mr_*` files),
+//! `mlp_demo.c`, `Makefile`, and `weights.bin` (+ `mlp_weights.S` when embedded) when
+//! parameter values were given.
 
 pub mod backend;
 pub mod dialect;
@@ -40,9 +41,29 @@ use crate::ir::Dtype;
 use crate::lower::{Layout, Program, Storage};
 use crate::tensor::Tensor;
 
-/// The runtime's sources, copied into every output directory.
-const RUNTIME_H: &str = include_str!("../../../runtime-c/mithril_runtime.h");
-const RUNTIME_C: &str = include_str!("../../../runtime-c/mithril_runtime.c");
+/// The runtime (`runtime-c/`), copied verbatim into every output directory: its
+/// headers, then its sources, which the generated Makefile builds and links, one
+/// file per concern (`mr_internal.h` is what they share).
+pub const RUNTIME_FILES: &[(&str, &str)] = &[
+    ("mithril_ops.h", C_OPS_HEADER),
+    ("mithril_runtime.h", include_str!("../../../runtime-c/mithril_runtime.h")),
+    ("mr_internal.h", include_str!("../../../runtime-c/mr_internal.h")),
+    ("mr_gemm.c", include_str!("../../../runtime-c/mr_gemm.c")),
+    ("mr_conv.c", include_str!("../../../runtime-c/mr_conv.c")),
+    ("mr_winograd.c", include_str!("../../../runtime-c/mr_winograd.c")),
+    ("mr_pool.c", include_str!("../../../runtime-c/mr_pool.c")),
+    ("mr_softmax.c", include_str!("../../../runtime-c/mr_softmax.c")),
+    ("mr_train.c", include_str!("../../../runtime-c/mr_train.c")),
+    ("mr_threads.c", include_str!("../../../runtime-c/mr_threads.c")),
+];
+
+/// The runtime's C sources (of [`RUNTIME_FILES`]), which every library compiles.
+pub fn runtime_sources() -> impl Iterator<Item = &'static str> {
+    RUNTIME_FILES.iter().map(|(name, _)| *name).filter(|name| name.ends_with(".c"))
+}
+
+#[cfg(test)]
+mod runtime_facts;
 
 /// Everything that changes what the C target writes.
 #[derive(Debug, Clone, Default)]
@@ -94,12 +115,12 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
     let mut files = vec![
         (format!("{name}.h"), render("model.h", &main)?.into_bytes()),
         (format!("{name}.c"), model_c(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
-        ("mithril_ops.h".to_string(), C_OPS_HEADER.as_bytes().to_vec()),
-        ("mithril_runtime.h".to_string(), RUNTIME_H.as_bytes().to_vec()),
-        ("mithril_runtime.c".to_string(), RUNTIME_C.as_bytes().to_vec()),
+    ];
+    files.extend(RUNTIME_FILES.iter().map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
+    files.extend([
         (format!("{name}_demo.c"), render("demo.c", &demo)?.into_bytes()),
         ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
-    ];
+    ]);
     match (opts.mode, &opts.weights) {
         (WeightsMode::Safetensors, _) => {}
         (WeightsMode::Embed, None) if p.weights_size > 0 => {
@@ -183,6 +204,9 @@ struct TemplateContext {
     safetensors: bool,
     /// Whether some parameter is stored in a layout other than row-major.
     relaid: bool,
+    /// The runtime's sources without `.c` (the Makefile's objects), and its headers.
+    runtime: Vec<&'static str>,
+    runtime_headers: String,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
     weights: Vec<TensorInfo>,
@@ -284,6 +308,8 @@ impl TemplateContext {
             embedded: opts.mode == WeightsMode::Embed && p.weights_size > 0,
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
             relaid: p.weights.iter().any(|w| w.layout != Layout::RowMajor),
+            runtime: runtime_sources().filter_map(|file| file.strip_suffix(".c")).collect(),
+            runtime_headers: RUNTIME_FILES.iter().map(|(file, _)| *file).filter(|file| file.ends_with(".h")).collect::<Vec<_>>().join(" "),
             inputs: p.inputs.iter().map(|port| info(p, port)).collect(),
             outputs: p.outputs.iter().map(|port| info(p, port)).collect(),
             weights: p.weights.iter().map(|port| info(p, port)).collect(),

@@ -1,0 +1,294 @@
+/*
+ * mr_conv.c -- mr_conv2d_f32: direct loops for few output channels, else per image and
+ * group a GEMM whose B is the input itself (pointwise), read in place (unpadded stride
+ * 1, mr_conv2d_taps_gemm) or gathered while packing (implicit im2col).
+ */
+#include "mr_internal.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Convolution                                                                          */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_conv2d_direct: the convolution of mr_conv2d_f32 for the output channels of one
+ * image n, computed with direct loops: for each output channel o, y[n,o] is zeroed, then
+ * for each (c, kh, kw) in row-major order the weight w[o,c,kh,kw] times the matching
+ * input row segment is added to each output row (the inner loop runs over ow, contiguous
+ * in y, and contiguous in x when stride_w == 1). Taps in the padding are skipped.
+ * xn = x + n*C*H*W, yn = y + n*O*OH*OW.
+ */
+static void mr_conv2d_direct(const float *xn, const float *w, float *yn, int64_t C,
+                             int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
+                             int64_t OH, int64_t OW, int64_t sh, int64_t sw, int64_t pt,
+                             int64_t pl, int64_t dh, int64_t dw, int64_t groups)
+{
+    const int64_t Cg = C / groups, Og = O / groups, P = OH * OW;
+    int64_t o, c, kh, kw, oh;
+    for (o = 0; o < O; ++o) {
+        const int64_t g = o / Og;
+        float *yo = yn + o * P;
+        memset(yo, 0, sizeof(float) * (size_t)P);
+        for (c = 0; c < Cg; ++c) {
+            const float *xc = xn + (g * Cg + c) * H * W;
+            const float *wc = w + (o * Cg + c) * KH * KW;
+            for (kh = 0; kh < KH; ++kh) {
+                for (kw = 0; kw < KW; ++kw) {
+                    const float wv = wc[kh * KW + kw];
+                    const int64_t woff = kw * dw - pl;
+                    int64_t lo, hi;
+                    mr_out_range(OW, sw, woff, W, &lo, &hi);
+                    if (lo >= hi) continue;
+                    for (oh = 0; oh < OH; ++oh) {
+                        const int64_t ih = oh * sh + kh * dh - pt;
+                        float *restrict yr;
+                        const float *restrict xr;
+                        int64_t t, cnt = hi - lo;
+                        if (ih < 0 || ih >= H) continue;
+                        /* xr[t*sw] is x[ih, (lo+t)*sw + woff], inside the row for t < cnt */
+                        xr = xc + ih * W + lo * sw + woff;
+                        yr = yo + oh * OW + lo;
+                        if (sw == 1) {
+                            for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t], yr[t]);
+                        } else {
+                            for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t * sw], yr[t]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/*
+ * mr_conv2d_f32: y[n,o,oh,ow] = sum_{c<C/groups, kh, kw} w[o,c,kh,kw] *
+ *   x[n, (o/(O/groups))*(C/groups) + c, oh*stride_h + kh*dil_h - pad_top,
+ *     ow*stride_w + kw*dil_w - pad_left], zero outside the input; NCHW, contiguous.
+ * Per (image, group): a GEMM y_g[Og, OH*OW] = w_g[Og, Cg*KH*KW] * im2col(x_g) whose B
+ * panels are gathered from x while packing (no scratch), a plain strided GEMM for
+ * unpadded stride-1 1x1 convolutions, or direct loops when Og < MR_CONV_DIRECT_OG.
+ */
+/* Whether mr_conv2d_at computes a convolution with direct loops (see mr_conv2d_f32). */
+int mr_conv_direct(int64_t O, int64_t groups)
+{
+    return O / groups < MR_CONV_DIRECT_OG;
+}
+
+/*
+ * Stride-1 convolutions with no padding (the compiler pads the input first) as a GEMM
+ * that reads B in place: output position (oh, ow) reads x[c, oh + kh*dh, ow + kw*dw],
+ * which is x + q + off(k) for the "wide" column q = oh*W + ow and the depth row
+ * k = (c*KH + kh)*KW + kw at off(k) = c*H*W + kh*dh*W + kw*dw. So each depth row of a
+ * 32-column panel is 32 consecutive floats of x: no im2col copy. Wide columns with
+ * ow >= OW are computed and dropped at the store (KW - 1 of every W columns).
+ */
+static int mr_conv_taps(int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t sh,
+                        int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw)
+{
+    /* pt == pl == 0 with these sizes also means no bottom or right padding */
+    return sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH + (KH - 1) * dh <= H && OW + (KW - 1) * dw <= W;
+}
+
+/* The wide column of output position p, and the first output position at or after wide column q. */
+static int64_t mr_wide(int64_t p, int64_t W, int64_t OW) { return p / OW * W + p % OW; }
+static int64_t mr_compact(int64_t q, int64_t W, int64_t OW) { return q / W * OW + mr_min_i64(q % W, OW); }
+
+/* bp[r*NR + t] = base[off[r] + t] for r < kc, t < nr; zero for t in [nr, NR). */
+static void mr_gather_rows(const float *base, const int64_t *off, int64_t kc, int64_t nr, float *bp)
+{
+    int64_t r, t;
+    for (r = 0; r < kc; ++r) {
+        for (t = 0; t < MR_SGEMM_NR; ++t) bp[r * MR_SGEMM_NR + t] = t < nr ? base[off[r] + t] : 0.0f;
+    }
+}
+
+/* Rows [0, mr) of the tile (wide columns [q, q + nr)) into y's output positions, row i
+ * at y + i*P, dropping the columns with ow >= OW; added to y when `add`. */
+static void mr_store_wide(const float *tile, int64_t mr, int64_t q, int64_t nr, int64_t W, int64_t OW,
+                          float *y, int64_t P, int add)
+{
+    int64_t j = 0, i, t;
+    while (j < nr) {
+        const int64_t ow = (q + j) % W, run = mr_min_i64(nr - j, W - ow);
+        if (ow < OW) {
+            const int64_t n = mr_min_i64(run, OW - ow), p = (q + j) / W * OW + ow;
+            for (i = 0; i < mr; ++i) {
+                const float *restrict src = tile + i * MR_SGEMM_NR + j;
+                float *restrict dst = y + i * P + p;
+                if (add) {
+                    for (t = 0; t < n; ++t) dst[t] += src[t];
+                } else {
+                    memcpy(dst, src, sizeof(float) * (size_t)n);
+                }
+            }
+        }
+        j += run;
+    }
+}
+
+/*
+ * mr_conv2d_taps_gemm: output positions [p0, p1) of one image and group (see
+ * mr_conv_taps): y[o*P + p] = sum_k w[o*Kd + k] * x[off(k) + wide(p)] for o < Og,
+ * summed in blocks of MR_SGEMM_KC as mr_sgemm does, with the epilogue on each block of
+ * positions once final.
+ *
+ * A panel is up to 32 wide columns from a position's. When a row's valid columns fill
+ * its panels no worse than the wide grid does (32 * ceil(OW / 32) <= W, e.g. OW = 32,
+ * W = 34), panels start at row starts and so never span two rows ("row mode": each
+ * tile is stored straight from registers); otherwise they run on across rows, and a
+ * tile that spans two rows is stored through mr_store_wide.
+ */
+static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_t Cg, int64_t H, int64_t W,
+                                int64_t Og, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t dh,
+                                int64_t dw, int64_t p0, int64_t p1, mr_epi_at *at)
+{
+    const int64_t NR = MR_SGEMM_NR, Kd = Cg * KH * KW, P = OH * OW, span = (OW + NR - 1) / NR * NR;
+    const int row_mode = span <= W;
+    float bp[MR_SGEMM_KC * MR_SGEMM_NR];
+    float ap[MR_SGEMM_MR * MR_SGEMM_KC];
+    float tile[MR_SGEMM_MR * MR_SGEMM_NR];
+    int64_t off[MR_SGEMM_KC];
+    int64_t b0, b1, pc, ic, p, pn, r;
+#ifdef MR_MICRO_AVX512
+    /* the end of the image's wide columns: a panel that ends by it reads inside x */
+    const int64_t qmax = mr_wide(P - 1, W, OW) + 1;
+#endif
+    at->j = 0;
+    /* blocks of positions (whole rows in row mode) of about MR_SGEMM_NC columns */
+    for (b0 = p0; b0 < p1; b0 = b1) {
+        const int64_t rows = mr_max_i64(1, MR_SGEMM_NC / span);
+        int64_t c = 0, kh = 0, kw = 0, qend; /* depth row pc + r's channel and tap; the block's end */
+        b1 = mr_min_i64(p1, row_mode ? (b0 / OW + rows) * OW : mr_compact(mr_wide(b0, W, OW) + MR_SGEMM_NC, W, OW));
+        qend = mr_wide(b1 - 1, W, OW) + 1;
+        for (pc = 0; pc < Kd; pc += MR_SGEMM_KC) {
+            const int64_t kc = mr_min_i64(MR_SGEMM_KC, Kd - pc);
+            for (r = 0; r < kc; ++r) {
+                off[r] = c * H * W + kh * dh * W + kw * dw;
+                if (++kw == KW) {
+                    kw = 0;
+                    if (++kh == KH) {
+                        kh = 0;
+                        ++c;
+                    }
+                }
+            }
+            for (ic = 0; ic < Og; ic += MR_SGEMM_MR) {
+                const int64_t mr = mr_min_i64(MR_SGEMM_MR, Og - ic);
+                const float *pa = w + ic * Kd + pc;
+                int64_t ars = Kd, acs = 1;
+                if (mr < MR_SGEMM_MR) {
+                    mr_sgemm_pack_a(w, Kd, 1, ic, pc, mr, kc, ap);
+                    pa = ap;
+                    ars = 1;
+                    acs = MR_SGEMM_MR;
+                }
+                for (p = b0; p < b1; p = pn) {
+                    const int64_t q = mr_wide(p, W, OW), ow = p % OW;
+                    int64_t nq = mr_min_i64(NR, qend - q); /* wide columns stored */
+                    if (row_mode) nq = mr_min_i64(nq, OW - ow);
+                    pn = mr_compact(q + nq, W, OW);
+#ifdef MR_MICRO_AVX512
+                    if (q + NR <= qmax && ow + nq <= OW) {
+                        /* one run of y: stored from registers */
+                        mr_sgemm_micro_taps(kc, pa, ars, acs, x + q, off, y + ic * P + p, P, mr, nq, pc > 0);
+                        continue;
+                    }
+                    if (qmax >= NR) {
+                        /* A panel past qmax is moved back to end there; its first
+                         * columns (stored by the previous panel, or not ours) are dropped. */
+                        const int64_t qs = mr_min_i64(q, qmax - NR);
+                        mr_sgemm_micro_taps(kc, pa, ars, acs, x + qs, off, tile, NR, MR_SGEMM_MR, NR, 0);
+                        mr_store_wide(tile + (q - qs), mr, q, nq, W, OW, y + ic * P, P, pc > 0);
+                        continue;
+                    }
+#endif
+                    mr_gather_rows(x + q, off, kc, nq, bp);
+                    mr_sgemm_micro(kc, pa, ars, acs, bp, NR, tile, NR, 0, NULL, 0);
+                    mr_store_wide(tile, mr, q, nq, W, OW, y + ic * P, P, pc > 0);
+                }
+            }
+        }
+        mr_epi_call(at, 0, Og, b0, b1);
+    }
+}
+
+/* mr_conv2d_f32 with an epilogue, for output positions [p0, p1) only (all of them on
+ * the direct path); image n of y is the epilogue's image n0 + n. */
+void mr_conv2d_at(const float *x, const float *w, float *y,
+                  int64_t N, int64_t C, int64_t H, int64_t W,
+                  int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                  int64_t stride_h, int64_t stride_w,
+                         int64_t pad_top, int64_t pad_left,
+                  int64_t dil_h, int64_t dil_w, int64_t groups,
+                  const mr_epilogue *ep, int64_t n0, int64_t p0, int64_t p1)
+{
+    const int64_t Cg = C / groups, Og = O / groups, P = OH * OW, Kd = Cg * KH * KW;
+    int64_t n, g;
+    if (N <= 0 || O <= 0 || P <= 0 || p1 <= p0) return;
+    for (n = 0; n < N; ++n) {
+        const float *xn = x + n * C * H * W;
+        float *yn = y + n * O * P;
+        mr_epi_at at;
+        at.ep = ep;
+        at.n = (ep ? ep->n : 0) + n0 + n;
+        at.i = 0;
+        at.j = 0;
+        if (Kd <= 0) {
+            int64_t o;
+            for (o = 0; o < O; ++o) memset(yn + o * P + p0, 0, sizeof(float) * (size_t)(p1 - p0));
+            mr_epi_call(&at, 0, O, p0, p1);
+            continue;
+        }
+        if (mr_conv_direct(O, groups)) {
+            mr_conv2d_direct(xn, w, yn, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w,
+                             pad_top, pad_left, dil_h, dil_w, groups);
+            mr_epi_call(&at, 0, O, 0, P);
+            continue;
+        }
+        for (g = 0; g < groups; ++g) {
+            mr_bsrc src;
+            const float *xg = xn + g * Cg * H * W, *wg = w + g * Og * Kd;
+            float *yg = yn + g * Og * P;
+            at.i = g * Og;
+            at.j = p0;
+            memset(&src, 0, sizeof src);
+            if (KH == 1 && KW == 1 && pad_top == 0 && pad_left == 0 && stride_h == 1 &&
+                stride_w == 1 && OW == W && OH <= H) {
+                /* pointwise: im2col(x_g) is x_g itself viewed as [Cg, H*W] */
+                src.kind = MR_BSRC_STRIDED;
+                src.p = xg + p0;
+                src.rs = H * W;
+                src.cs = 1;
+            } else if (mr_conv_taps(H, W, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)) {
+                mr_conv2d_taps_gemm(xg, wg, yg, Cg, H, W, Og, KH, KW, OH, OW, dil_h, dil_w, p0, p1, &at);
+                continue;
+            } else {
+                src.kind = MR_BSRC_IM2COL;
+                src.p = xg;
+                src.j0 = p0;
+                src.H = H;
+                src.W = W;
+                src.KH = KH;
+                src.KW = KW;
+                src.OW = OW;
+                src.sh = stride_h;
+                src.sw = stride_w;
+                src.pt = pad_top;
+                src.pl = pad_left;
+                src.dh = dil_h;
+                src.dw = dil_w;
+            }
+            mr_sgemm_driver(Og, p1 - p0, Kd, 1.0f, wg, Kd, 1, &src, 0.0f, yg + p0, P, 1, &at);
+        }
+    }
+}
+
+void mr_conv2d_f32(const float *x, const float *w, float *y,
+                   int64_t N, int64_t C, int64_t H, int64_t W,
+                   int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                   int64_t stride_h, int64_t stride_w,
+                   int64_t pad_top, int64_t pad_left,
+                   int64_t dil_h, int64_t dil_w, int64_t groups)
+{
+    mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
+                 groups, NULL, 0, 0, OH * OW);
+}

@@ -1,0 +1,787 @@
+/*
+ * mr_gemm.c -- mr_sgemm and mr_sgemm_panels: packing (strided, implicit im2col and
+ * panel operands), the register micro-kernels (portable and AVX-512) and the blocked
+ * driver that convolution shares (see mr_internal.h for the numerical choices).
+ */
+#include "mr_internal.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* GEMM                                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+/* B(k, j) of a B in panels (mithril_runtime.h's layout). */
+static const float *mr_panel_at(const mr_bsrc *src, int64_t k, int64_t j)
+{
+    j += src->j0;
+    return src->p + MR_PANEL_INDEX(k, j, src->depth);
+}
+
+/* Whether the micro-kernel can read B's panels in place (its panels split them). */
+static int mr_panels_in_place(const mr_bsrc *src)
+{
+    return src->kind == MR_BSRC_PANELS && MR_PANEL % MR_SGEMM_NR == 0 && src->j0 % MR_SGEMM_NR == 0;
+}
+
+#ifdef MR_AVX512
+/* d[0..len) = zeros in [0, za), lane t = the float at address `at` + 4t in [za, zb),
+ * zeros in [zb, len), with masked loads and stores: no scalar loops. Lanes outside
+ * [za, zb) are masked off, so their addresses (which may lie outside the input, hence
+ * the integer address) are never read. */
+static void mr_pack_piece_avx512(float *d, int64_t len, int64_t za, int64_t zb, uintptr_t at)
+{
+    int64_t t0;
+    for (t0 = 0; t0 < len; t0 += 16) {
+        const __m512 v = _mm512_maskz_loadu_ps((__mmask16)mr_lanes(za - t0, zb - t0), (const void *)(at + 4u * (uintptr_t)t0));
+        _mm512_mask_storeu_ps(d + t0, (__mmask16)mr_lanes(0, len - t0), v);
+    }
+}
+#endif
+
+#if defined(MR_AVX512) && MR_SGEMM_NR == 32
+/* Segments of one output row a 32-column panel can span, and taps per filter, that the
+ * fast im2col packing handles. */
+#define MR_IM2COL_SEGS 6
+#define MR_IM2COL_TAPS 49
+
+/*
+ * mr_pack_im2col_fast: the im2col block of mr_sgemm_pack_b for stride 1 and dilation 1,
+ * panel by panel. A panel's 32 columns are pieces (segments) of consecutive output
+ * rows; for tap (kh, kw) segment s reads one run of input row oh_s + kh - pt, so every
+ * depth row of the panel is, per segment and half, one masked load at an offset, with
+ * masks and offsets that depend only on the tap: computed once per panel. Returns 0
+ * (packing nothing) outside that case.
+ */
+static int mr_pack_im2col_fast(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t kc, int64_t nc, float *bp)
+{
+    const int64_t NR = 32, taps = src->KH * src->KW, HW = src->H * src->W;
+    int64_t q;
+    if (src->kind != MR_BSRC_IM2COL || src->sh != 1 || src->sw != 1 || src->dh != 1 || src->dw != 1 ||
+        taps > MR_IM2COL_TAPS || (NR + src->OW - 1) / src->OW + 1 > MR_IM2COL_SEGS) {
+        return 0;
+    }
+    for (q = 0; q * NR < nc; ++q) {
+        int64_t off[MR_IM2COL_TAPS][MR_IM2COL_SEGS];
+        unsigned mask[MR_IM2COL_TAPS][MR_IM2COL_SEGS];
+        int64_t seg_start[MR_IM2COL_SEGS], seg_oh[MR_IM2COL_SEGS], seg_ow[MR_IM2COL_SEGS];
+        const int64_t nv = mr_min_i64(NR, nc - q * NR), p0 = src->j0 + jc + q * NR;
+        int64_t nseg = 0, t = 0, tap, r, c, th, tw;
+        float *dst = bp + q * kc * NR;
+        /* the panel's lanes [0, nv) as runs of output rows */
+        while (t < nv) {
+            const int64_t p = p0 + t;
+            seg_start[nseg] = t;
+            seg_oh[nseg] = p / src->OW;
+            seg_ow[nseg] = p % src->OW;
+            t += mr_min_i64(nv - t, src->OW - seg_ow[nseg]);
+            ++nseg;
+        }
+        for (tap = 0, th = 0, tw = 0; tap < taps; ++tap) {
+            int64_t s;
+            for (s = 0; s < nseg; ++s) {
+                const int64_t end = s + 1 < nseg ? seg_start[s + 1] : nv;
+                const int64_t ih = seg_oh[s] + th - src->pt;
+                /* lane u of the segment reads column seg_ow + u + tw - pl of row ih */
+                const int64_t shift = seg_ow[s] + tw - src->pl;
+                const int64_t lo = mr_min_i64(end - seg_start[s], shift < 0 ? -shift : 0);
+                const int64_t hi = mr_min_i64(end - seg_start[s], src->W - shift);
+                const int row_ok = ih >= 0 && ih < src->H;
+                mask[tap][s] = row_ok && hi > lo ? (unsigned)((((uint64_t)1 << hi) - 1u) & ~(((uint64_t)1 << lo) - 1u))
+                                                       << seg_start[s]
+                                                 : 0u;
+                off[tap][s] = ih * src->W + shift - seg_start[s];
+            }
+            /* (th, tw) = (tap / KW, tap % KW), stepped instead of divided out */
+            if (++tw == src->KW) {
+                tw = 0;
+                ++th;
+            }
+        }
+        c = pc / taps;
+        tap = pc % taps;
+        for (r = 0; r < kc; ++r) {
+            const uintptr_t xc = (uintptr_t)(src->p + c * HW);
+            __m512 lo = _mm512_setzero_ps(), hi = lo;
+            int64_t s;
+            for (s = 0; s < nseg; ++s) {
+                const uintptr_t at = xc + 4u * (uintptr_t)off[tap][s];
+                lo = _mm512_mask_loadu_ps(lo, (__mmask16)(mask[tap][s] & 0xffffu), (const void *)at);
+                hi = _mm512_mask_loadu_ps(hi, (__mmask16)(mask[tap][s] >> 16), (const void *)(at + 64u));
+            }
+            _mm512_storeu_ps(dst + r * NR, lo);
+            _mm512_storeu_ps(dst + r * NR + 16, hi);
+            if (++tap == taps) {
+                tap = 0;
+                ++c;
+            }
+        }
+    }
+    return 1;
+}
+#else
+static int mr_pack_im2col_fast(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t kc, int64_t nc, float *bp)
+{
+    (void)src; (void)pc; (void)jc; (void)kc; (void)nc; (void)bp;
+    return 0;
+}
+#endif
+
+/*
+ * mr_sgemm_pack_b: copies the kc x nc block of B starting at (row pc, column jc) into bp,
+ * laid out as ceil(nc/NR) consecutive micro-panels; micro-panel q holds columns
+ * [q*NR, q*NR + NR) of the block as kc rows of NR contiguous floats:
+ *   bp[(q*kc + r)*NR + t] = B(pc + r, jc + q*NR + t), zero for columns past nc.
+ */
+static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t kc,
+                            int64_t nc, float *bp)
+{
+    const int64_t NR = MR_SGEMM_NR;
+    const int64_t npanels = (nc + NR - 1) / NR;
+    int64_t q, r, t;
+    if (src->kind == MR_BSRC_PANELS) {
+        for (q = 0; q < npanels; ++q) {
+            const int64_t nv = mr_min_i64(NR, nc - q * NR);
+            for (r = 0; r < kc; ++r) {
+                float *d = bp + (q * kc + r) * NR;
+                for (t = 0; t < nv; ++t) d[t] = *mr_panel_at(src, pc + r, jc + q * NR + t);
+                for (; t < NR; ++t) d[t] = 0.0f;
+            }
+        }
+    } else if (src->kind == MR_BSRC_STRIDED && src->cs == 1 && nc % NR == 0) {
+        /* Row-major B in whole panels (a weight stored transposed): each row's nc floats
+         * are read in one contiguous sweep, and rows a few ahead are prefetched (the
+         * rows are far apart, which defeats the hardware prefetcher). */
+        for (r = 0; r < kc; ++r) {
+            const float *s = src->p + (pc + r) * src->rs + jc;
+#if defined(__GNUC__)
+            if (r + 8 < kc) {
+                for (t = 0; t < nc; t += 16) __builtin_prefetch(s + 8 * src->rs + t);
+            }
+#endif
+            for (q = 0; q < npanels; ++q) {
+                memcpy(bp + (q * kc + r) * NR, s + q * NR, sizeof(float) * (size_t)NR);
+            }
+        }
+    } else if (src->kind == MR_BSRC_STRIDED) {
+        for (q = 0; q < npanels; ++q) {
+            const int64_t nv = mr_min_i64(NR, nc - q * NR);
+            float *dst = bp + q * kc * NR;
+            const float *s0 = src->p + pc * src->rs + (jc + q * NR) * src->cs;
+            if (src->cs == 1 && nv == NR) {
+                for (r = 0; r < kc; ++r) {
+                    memcpy(dst + r * NR, s0 + r * src->rs, sizeof(float) * (size_t)NR);
+                }
+            } else {
+                for (r = 0; r < kc; ++r) {
+                    const float *s = s0 + r * src->rs;
+                    float *d = dst + r * NR;
+                    for (t = 0; t < nv; ++t) d[t] = s[t * src->cs];
+                    for (; t < NR; ++t) d[t] = 0.0f;
+                }
+            }
+        }
+    } else if (mr_pack_im2col_fast(src, pc, jc, kc, nc, bp)) {
+        /* done */
+    } else {
+        const int64_t padded = npanels * NR;
+        const int64_t oh0 = (src->j0 + jc) / src->OW, ow0 = (src->j0 + jc) % src->OW;
+        /* (c, kh, kw) of block row r, advanced incrementally instead of divided out */
+        int64_t c = pc / (src->KH * src->KW), kh = (pc / src->KW) % src->KH, kw = pc % src->KW;
+        for (r = 0; r < kc; ++r) {
+            const float *xc = src->p + c * src->H * src->W;
+            const int64_t woff = kw * src->dw - src->pl;
+            int64_t lo, hi, j = 0, oh = oh0, ow = ow0;
+            mr_out_range(src->OW, src->sw, woff, src->W, &lo, &hi);
+            /* walk the block's columns one output row (oh) at a time, and each output row
+             * in pieces that stay inside one micro-panel, so every piece is a contiguous
+             * destination: zeros, then the in-range input taps, then zeros */
+            while (j < nc) {
+                const int64_t ih = oh * src->sh + kh * src->dh - src->pt;
+                const int64_t row_end = mr_min_i64(src->OW, ow + (nc - j));
+                const int row_ok = ih >= 0 && ih < src->H;
+                const float *xr = xc + (row_ok ? ih * src->W : 0);
+                while (ow < row_end) {
+                    const int64_t off = j % NR;
+                    const int64_t len = mr_min_i64(NR - off, row_end - ow);
+                    float *restrict d = bp + ((j / NR) * kc + r) * NR + off;
+                    const int64_t za = row_ok ? mr_min_i64(len, lo > ow ? lo - ow : 0) : len;
+                    const int64_t zb = row_ok ? mr_min_i64(len, hi > ow ? hi - ow : 0) : len;
+#ifdef MR_AVX512
+                    if (src->sw == 1) {
+                        mr_pack_piece_avx512(d, len, za, zb, (uintptr_t)xr + 4u * (uintptr_t)(ow + woff));
+                        j += len;
+                        ow += len;
+                        continue;
+                    }
+#endif
+                    for (t = 0; t < za; ++t) d[t] = 0.0f;
+                    if (zb > za) {
+                        /* xs[u*sw] = x[c, ih, (ow + za + u)*sw + woff], in range for u < zb-za */
+                        const float *restrict xs = xr + (ow + za) * src->sw + woff;
+                        if (src->sw == 1) {
+                            for (t = za; t < zb; ++t) d[t] = xs[t - za];
+                        } else {
+                            for (t = za; t < zb; ++t) d[t] = xs[(t - za) * src->sw];
+                        }
+                    }
+                    for (t = zb > za ? zb : za; t < len; ++t) d[t] = 0.0f;
+                    j += len;
+                    ow += len;
+                }
+                ow = 0;
+                ++oh;
+            }
+            for (t = nc; t < padded; ++t) bp[((t / NR) * kc + r) * NR + t % NR] = 0.0f;
+            if (++kw == src->KW) {
+                kw = 0;
+                if (++kh == src->KH) {
+                    kh = 0;
+                    ++c;
+                }
+            }
+        }
+    }
+}
+
+/*
+ * mr_sgemm_pack_a: copies the mr x kc block of A at (row ic, column pc) into ap as kc
+ * columns of MR contiguous floats: ap[r*MR + i] = A[(ic+i)*a_rs + (pc+r)*a_cs] for
+ * i < mr, zero for mr <= i < MR.
+ */
+void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t ic,
+                     int64_t pc, int64_t mr, int64_t kc, float *ap)
+{
+    const int64_t MR = MR_SGEMM_MR;
+    int64_t i, r;
+    for (i = 0; i < mr; ++i) {
+        const float *s = A + (ic + i) * a_rs + pc * a_cs;
+        if (a_cs == 1) {
+            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r];
+        } else {
+            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r * a_cs];
+        }
+    }
+    for (; i < MR; ++i) {
+        for (r = 0; r < kc; ++r) ap[r * MR + i] = 0.0f;
+    }
+}
+
+/*
+ * mr_sgemm_micro: the register micro-kernel. For i < MR, j < NR, with
+ *   s = sum_{r<kc} a[i*ars + r*acs] * b[r*bs + j], summed in increasing r:
+ *   out[i*out_rs + j] = s, or out[i*out_rs + j] + s when `add`,
+ * where b is a B micro-panel (kc rows of NR floats bs apart: packed, or a weight's
+ * panel in place) and a is either a packed A sliver (ars = 1, acs = MR) or A itself when
+ * it has a unit stride (no copy needed). out is the MR x NR tile or C itself.
+ * While it runs, the kernel may prefetch into L2 the pf_rows rows of NR floats (bs apart)
+ * that start at pf (none when pf_rows == 0); it reads nothing there.
+ * Each row of the tile is a separate accumulator array and every j loop has the
+ * compile-time bound NR, so the compiler vectorizes along j and keeps the MR x NR tile in
+ * registers; a[...] becomes one broadcast per row and step.
+ */
+#if defined(MR_AVX512) && MR_SGEMM_MR == 8 && MR_SGEMM_NR == 32
+/* The 8 x 32 tile in 16 zmm accumulators, written out with intrinsics: the same sums in
+ * the same order (fused multiply-adds) as the portable kernel below. */
+#ifndef MR_B_AHEAD
+#define MR_B_AHEAD 16
+#endif
+/* Row i of the tile: its A element times both halves of B's row. */
+#define MR_ROW_FMA(i)                                   \
+    x = _mm512_set1_ps(a[(i) * ars]);                   \
+    c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);          \
+    c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1)
+#define MR_ROW_STORE(i)                                                                              \
+    if (add) {                                                                                       \
+        c##i##0 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs), c##i##0);                      \
+        c##i##1 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs + 16), c##i##1);                 \
+    }                                                                                                \
+    _mm512_storeu_ps(out + (i) * out_rs, c##i##0);                                                   \
+    _mm512_storeu_ps(out + (i) * out_rs + 16, c##i##1)
+/* One step of k: B's row at `row` (both halves) against the tile's eight A elements. */
+#define MR_K_STEP(row)                                                            \
+    {                                                                             \
+        const float *bq = (row);                                                  \
+        const __m512 b0 = _mm512_loadu_ps(bq), b1 = _mm512_loadu_ps(bq + 16);     \
+        __m512 x;                                                                 \
+        MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);               \
+        MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);               \
+        a += acs;                                                                 \
+    }
+#define MR_TILE_ZERO                                                                                       \
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00
+#define MR_TILE_STORE                                                   \
+    MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3); \
+    MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7)
+/* At every 2^shift-th step r, row r >> shift of the pf region into L2, while there
+ * are rows left. */
+#define MR_PF_STEP(r)                                                            \
+    if (((r) & every) == 0 && ((r) >> shift) < pf_rows) {                        \
+        const float *q = pf + ((r) >> shift) * bs;                               \
+        _mm_prefetch((const char *)q, _MM_HINT_T1);                              \
+        _mm_prefetch((const char *)(q + 16), _MM_HINT_T1);                       \
+    }
+static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                  const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                                  const float *pf, int64_t pf_rows)
+{
+    MR_TILE_ZERO;
+    int64_t r, every;
+    int shift = 0;
+    /* the pf rows spread evenly over the kc steps, one every 2^shift steps (at most kc
+     * of them: when a short last depth block precedes a full one, the rest is left to
+     * the hardware; a loop for several rows a step slowed a 40 x 3072 x 768 GEMM by 7%) */
+    while (pf_rows > 0 && (kc >> (shift + 1)) >= pf_rows) ++shift;
+    every = ((int64_t)1 << shift) - 1; /* a mask: r & every is 0 every 2^shift steps */
+    /* Every sliver after the first finds the micro-panel in L1, but the first streams it
+     * from L3, about 3.5 times slower: there the FMAs wait on B. The hardware prefetcher
+     * alone leaves them waiting, so fetch MR_B_AHEAD rows ahead (gpt_block b1: 16.0 ->
+     * 15.1 ms), and let each sliver bring its share of the next micro-panel into L2 (pf)
+     * (its 128 x 3072 x 768 GEMM, 5980 -> 1965 cycles for the first sliver). The last rows
+     * run without the first, so no prefetch address lies past the panel. */
+    for (r = 0; r + MR_B_AHEAD < kc; ++r, b += bs) {
+        _mm_prefetch((const char *)(b + MR_B_AHEAD * bs), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + MR_B_AHEAD * bs + 16), _MM_HINT_T0);
+        MR_PF_STEP(r)
+        MR_K_STEP(b)
+    }
+    for (; r < kc; ++r, b += bs) {
+        MR_PF_STEP(r)
+        MR_K_STEP(b)
+    }
+    MR_TILE_STORE;
+}
+#undef MR_PF_STEP
+
+/* mr_conv2d_taps_gemm's kernel: the 8 x 32 tile whose B row r is the 32 floats at
+ * base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are stored to
+ * out (row i at out + i*out_rs), or added to it when `add`. Not inlined: inside its
+ * caller's loops the compiler runs out of registers for the eight row offsets of A and
+ * spills them (cnn b1 1t: 2.23 -> 2.09 ms). */
+__attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                const float *restrict base, const int64_t *off, float *restrict out,
+                                int64_t out_rs, int64_t mr, int64_t nr, int add)
+{
+    MR_TILE_ZERO;
+    const __mmask16 m0 = (__mmask16)mr_lanes(0, nr), m1 = (__mmask16)mr_lanes(0, nr - 16);
+    int64_t r;
+    for (r = 0; r + MR_B_AHEAD < kc; ++r) {
+        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
+        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD] + 16), _MM_HINT_T0);
+        MR_K_STEP(base + off[r])
+    }
+    for (; r < kc; ++r) MR_K_STEP(base + off[r])
+/* Row i's columns [0, nr): masked loads and stores touch no lane past nr, and the
+ * second half's address is formed only when it has lanes. */
+#define MR_ROW_STORE_MASKED(i)                                                               \
+    if ((i) < mr) {                                                                          \
+        float *o = out + (i) * out_rs;                                                       \
+        if (add) c##i##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), c##i##0);             \
+        _mm512_mask_storeu_ps(o, m0, c##i##0);                                               \
+        if (nr > 16) {                                                                       \
+            if (add) c##i##1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), c##i##1);    \
+            _mm512_mask_storeu_ps(o + 16, m1, c##i##1);                                      \
+        }                                                                                    \
+    }
+    MR_ROW_STORE_MASKED(0) MR_ROW_STORE_MASKED(1) MR_ROW_STORE_MASKED(2) MR_ROW_STORE_MASKED(3)
+    MR_ROW_STORE_MASKED(4) MR_ROW_STORE_MASKED(5) MR_ROW_STORE_MASKED(6) MR_ROW_STORE_MASKED(7)
+#undef MR_ROW_STORE_MASKED
+}
+#undef MR_ROW_FMA
+#undef MR_ROW_STORE
+#undef MR_K_STEP
+#undef MR_TILE_ZERO
+#undef MR_TILE_STORE
+#endif
+
+#ifdef MR_MICRO_AVX512
+void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                    const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                    const float *pf, int64_t pf_rows)
+{
+    mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out, out_rs, add, pf, pf_rows);
+}
+#else
+void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                    const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                    const float *pf, int64_t pf_rows)
+{
+    (void)pf; /* portable C has no prefetch */
+    (void)pf_rows;
+    float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
+#if MR_SGEMM_MR > 4
+    float c4[MR_SGEMM_NR], c5[MR_SGEMM_NR];
+#endif
+#if MR_SGEMM_MR > 6
+    float c6[MR_SGEMM_NR], c7[MR_SGEMM_NR];
+#endif
+    int64_t r;
+    int j;
+    for (j = 0; j < MR_SGEMM_NR; ++j) {
+        c0[j] = 0.0f;
+        c1[j] = 0.0f;
+        c2[j] = 0.0f;
+        c3[j] = 0.0f;
+#if MR_SGEMM_MR > 4
+        c4[j] = 0.0f;
+        c5[j] = 0.0f;
+#endif
+#if MR_SGEMM_MR > 6
+        c6[j] = 0.0f;
+        c7[j] = 0.0f;
+#endif
+    }
+    for (r = 0; r < kc; ++r) {
+        const float a0 = a[0], a1 = a[ars], a2 = a[2 * ars], a3 = a[3 * ars];
+#if MR_SGEMM_MR > 4
+        const float a4 = a[4 * ars], a5 = a[5 * ars];
+#endif
+#if MR_SGEMM_MR > 6
+        const float a6 = a[6 * ars], a7 = a[7 * ars];
+#endif
+        for (j = 0; j < MR_SGEMM_NR; ++j) {
+            const float bj = b[j];
+            c0[j] = MR_MADD(a0, bj, c0[j]);
+            c1[j] = MR_MADD(a1, bj, c1[j]);
+            c2[j] = MR_MADD(a2, bj, c2[j]);
+            c3[j] = MR_MADD(a3, bj, c3[j]);
+#if MR_SGEMM_MR > 4
+            c4[j] = MR_MADD(a4, bj, c4[j]);
+            c5[j] = MR_MADD(a5, bj, c5[j]);
+#endif
+#if MR_SGEMM_MR > 6
+            c6[j] = MR_MADD(a6, bj, c6[j]);
+            c7[j] = MR_MADD(a7, bj, c7[j]);
+#endif
+        }
+        a += acs;
+        b += bs;
+    }
+    for (j = 0; j < MR_SGEMM_NR; ++j) {
+        out[j] = add ? out[j] + c0[j] : c0[j];
+        out[out_rs + j] = add ? out[out_rs + j] + c1[j] : c1[j];
+        out[2 * out_rs + j] = add ? out[2 * out_rs + j] + c2[j] : c2[j];
+        out[3 * out_rs + j] = add ? out[3 * out_rs + j] + c3[j] : c3[j];
+#if MR_SGEMM_MR > 4
+        out[4 * out_rs + j] = add ? out[4 * out_rs + j] + c4[j] : c4[j];
+        out[5 * out_rs + j] = add ? out[5 * out_rs + j] + c5[j] : c5[j];
+#endif
+#if MR_SGEMM_MR > 6
+        out[6 * out_rs + j] = add ? out[6 * out_rs + j] + c6[j] : c6[j];
+        out[7 * out_rs + j] = add ? out[7 * out_rs + j] + c7[j] : c7[j];
+#endif
+    }
+}
+#endif
+
+/*
+ * mr_sgemm_store: writes the top-left mr x nr part of the MR x NR tile t into C:
+ *   overwrite != 0: C[i*c_rs + j*c_cs] = alpha * t[i*NR + j]            (C not read)
+ *   overwrite == 0: C[i*c_rs + j*c_cs] = alpha * t[i*NR + j] + beta * C[...]
+ */
+static void mr_sgemm_store(const float *restrict t, int64_t mr, int64_t nr, float alpha,
+                           float beta, int overwrite, float *restrict C, int64_t c_rs,
+                           int64_t c_cs)
+{
+    int64_t i, j;
+    for (i = 0; i < mr; ++i) {
+        const float *ti = t + i * MR_SGEMM_NR;
+        float *ci = C + i * c_rs;
+        if (c_cs == 1) {
+            if (overwrite) {
+                for (j = 0; j < nr; ++j) ci[j] = alpha * ti[j];
+            } else if (beta == 1.0f) {
+                for (j = 0; j < nr; ++j) ci[j] = MR_MADD(alpha, ti[j], ci[j]);
+            } else {
+                for (j = 0; j < nr; ++j) ci[j] = MR_MADD(alpha, ti[j], beta * ci[j]);
+            }
+        } else {
+            if (overwrite) {
+                for (j = 0; j < nr; ++j) ci[j * c_cs] = alpha * ti[j];
+            } else {
+                for (j = 0; j < nr; ++j) ci[j * c_cs] = MR_MADD(alpha, ti[j], beta * ci[j * c_cs]);
+            }
+        }
+    }
+}
+
+/*
+ * mr_sgemm_driver: C = alpha * A * B + beta * C for an M x K matrix A (strided), a K x N
+ * matrix B described by src, and an M x N strided C; M, N, K >= 1. Loop nest (BLIS
+ * order, minus the MC loop): N in blocks of NC, K in blocks of KC (pack the KC x NC
+ * block of B onto the stack, unless it is in panels), the NR-wide micro-panels of the
+ * B block, then M in blocks of MR (the kernel reads a full MR x KC sliver of A in place
+ * when A has a unit row or column stride; a partial one is packed once per KC block, and
+ * with no unit stride, each sliver is packed for each micro-panel).
+ */
+
+/* For the driver's prefetch: the in-place micro-panel it visits after the one at depth
+ * pc and column j (the next NR columns of the column block [jc, jc + nc), else the next
+ * depth block's first, else the next column block's first), with its depth in *kc;
+ * NULL (and *kc = 0) after the last. */
+static const float *mr_next_panel(const mr_bsrc *src, int64_t N, int64_t K, int64_t jc, int64_t nc,
+                                  int64_t pc, int64_t j, int64_t *kc)
+{
+    j += MR_SGEMM_NR;
+    if (j >= jc + nc) {
+        j = jc;
+        pc += MR_SGEMM_KC;
+        if (pc >= K) {
+            pc = 0;
+            j = jc + nc;
+        }
+    }
+    *kc = j < N ? mr_min_i64(MR_SGEMM_KC, K - pc) : 0;
+    return j < N ? mr_panel_at(src, pc, j) : NULL;
+}
+
+/* The packed product; the epilogue runs on each column panel once its last depth block
+ * is added. */
+void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                     int64_t a_rs, int64_t a_cs, const mr_bsrc *src, float beta,
+                     float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
+{
+    float bp[MR_SGEMM_KC * MR_SGEMM_NC];
+    float ap[MR_SGEMM_MR * MR_SGEMM_KC];
+    float tile[MR_SGEMM_MR * MR_SGEMM_NR];
+    const int64_t slivers = (M + MR_SGEMM_MR - 1) / MR_SGEMM_MR;
+    int64_t jc, pc, ic, jr;
+    for (jc = 0; jc < N; jc += MR_SGEMM_NC) {
+        const int64_t nc = mr_min_i64(MR_SGEMM_NC, N - jc);
+        for (pc = 0; pc < K; pc += MR_SGEMM_KC) {
+            const int64_t kc = mr_min_i64(MR_SGEMM_KC, K - pc);
+            const int first = pc == 0;
+            const float bet = first ? beta : 1.0f;
+            const int overwrite = first && beta == 0.0f;
+            const int in_place = mr_panels_in_place(src);
+            /* with a unit stride, A's full slivers are read in place and only a partial
+             * last one (rows [tail, M)) is packed, once for every micro-panel of B */
+            const int a_unit = a_cs == 1 || a_rs == 1;
+            const int64_t tail = M - M % MR_SGEMM_MR;
+            if (!in_place) mr_sgemm_pack_b(src, pc, jc, kc, nc, bp);
+            if (a_unit && tail < M) mr_sgemm_pack_a(A, a_rs, a_cs, tail, pc, M - tail, kc, ap);
+            /* B's micro-panel outside, so it stays in L1 while every sliver of A passes
+             * it (A's slivers stream from L2, 32 bytes a step where B's panel would take
+             * 128: gpt_block's 128 x 768 x 2304 GEMM, 139 -> 158 GFLOP/s) */
+            for (jr = 0; jr < nc; jr += MR_SGEMM_NR) {
+                const int64_t nr = mr_min_i64(MR_SGEMM_NR, nc - jr);
+                /* B's micro-panel: packed, or in place in B's panels (which are
+                 * zero-padded to whole panels, so a partial one reads zeros) */
+                const float *pb = in_place ? mr_panel_at(src, pc, jc + jr) : bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR;
+                const int64_t bs = in_place ? MR_PANEL : MR_SGEMM_NR;
+                /* in place, B comes from memory: the slivers share out the next
+                 * micro-panel's rows to prefetch (per each) */
+                int64_t next_kc = 0;
+                const float *next = in_place ? mr_next_panel(src, N, K, jc, nc, pc, jc + jr, &next_kc) : NULL;
+                const int64_t per = (next_kc + slivers - 1) / slivers;
+                for (ic = 0; ic < M; ic += MR_SGEMM_MR) {
+                    const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
+                    const int64_t pf0 = ic / MR_SGEMM_MR * per;
+                    const float *pf = pf0 < next_kc ? next + pf0 * bs : NULL;
+                    const int64_t pf_rows = pf ? mr_min_i64(per, next_kc - pf0) : 0;
+                    const float *pa = ap;
+                    int64_t ars = 1, acs = MR_SGEMM_MR;
+                    float *cij = C + ic * c_rs + (jc + jr) * c_cs;
+                    if (a_unit && mr == MR_SGEMM_MR) {
+                        pa = A + ic * a_rs + pc * a_cs;
+                        ars = a_rs;
+                        acs = a_cs;
+                    } else if (!a_unit) {
+                        mr_sgemm_pack_a(A, a_rs, a_cs, ic, pc, mr, kc, ap);
+                    }
+                    if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {
+                        /* a whole tile of a row-major C: written (or added to) directly, the
+                         * same values as through the tile and mr_sgemm_store */
+                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
+                    } else {
+                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
+                        mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
+                    }
+                }
+            }
+        }
+        mr_epi_call(at, 0, M, jc, jc + nc);
+    }
+}
+
+/*
+ * mr_sgemm: C[i*c_rs + j*c_cs] = alpha * sum_k A[i*a_rs + k*a_cs] * B[k*b_rs + j*b_cs]
+ *           + beta * C[i*c_rs + j*c_cs] for i < M, j < N (C not read when beta == 0;
+ *           C = beta*C, or 0 when beta == 0, if K == 0). Blocked and packed; see the
+ *           header for the full contract.
+ */
+#ifndef MR_SGEMV_MAX_M
+#define MR_SGEMV_MAX_M 4
+#endif
+
+/*
+ * mr_sgemm_dots: C[i,j] = alpha * dot(A[i,:], B[:,j]) + beta * C[i,j] for rows A[i,:]
+ * and columns B[:,j] that are contiguous (a_cs == 1, b_rs == 1). Sixteen partial sums
+ * per dot product let the compiler vectorize the loop over k; they are added pairwise
+ * at the end.
+ */
+static void mr_sgemm_dots(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                          const float *B, int64_t b_cs, float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    int64_t i, j, k, l;
+    for (i = 0; i < M; ++i) {
+        const float *a = A + i * a_rs;
+        for (j = 0; j < N; ++j) {
+            const float *b = B + j * b_cs;
+            float part[16] = { 0 };
+            float sum = 0.0f;
+            float *c = C + i * c_rs + j * c_cs;
+            for (k = 0; k + 16 <= K; k += 16) {
+                for (l = 0; l < 16; ++l) {
+                    part[l] += a[k + l] * b[k + l];
+                }
+            }
+            for (; k < K; ++k) {
+                part[k & 15] += a[k] * b[k];
+            }
+            for (l = 8; l > 0; l >>= 1) {
+                for (k = 0; k < l; ++k) {
+                    part[k] += part[k + l];
+                }
+            }
+            sum = alpha * part[0];
+            *c = beta == 0.0f ? sum : sum + beta * *c;
+        }
+    }
+}
+
+/*
+ * mr_sgemm_axpy: C[i,:] = alpha * sum_k A[i,k] * B[k,:] + beta * C[i,:] for a row-major
+ * B (b_cs == 1) and C (c_cs == 1): for each k, every row i adds A[i,k] times row k of B,
+ * a contiguous loop the compiler vectorizes. C's rows stay in cache while B streams.
+ */
+static void mr_sgemm_axpy(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                          int64_t a_cs, const float *B, int64_t b_rs, float beta, float *C, int64_t c_rs)
+{
+    int64_t i, j, k;
+    for (i = 0; i < M; ++i) {
+        float *restrict c = C + i * c_rs;
+        for (j = 0; j < N; ++j) {
+            c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+        }
+    }
+    for (k = 0; k < K; ++k) {
+        const float *restrict b = B + k * b_rs;
+        for (i = 0; i < M; ++i) {
+            float *restrict c = C + i * c_rs;
+            const float a = alpha * A[i * a_rs + k * a_cs];
+            for (j = 0; j < N; ++j) {
+                c[j] += a * b[j];
+            }
+        }
+    }
+}
+
+/* mr_sgemm with an epilogue at `at` (NULL: none). */
+void mr_sgemm_at(int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t a_rs, int64_t a_cs,
+                 const float *B, int64_t b_rs, int64_t b_cs,
+                 float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
+{
+    mr_bsrc src;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        int64_t i, j;
+        for (i = 0; i < M; ++i) {
+            for (j = 0; j < N; ++j) {
+                float *c = C + i * c_rs + j * c_cs;
+                *c = beta == 0.0f ? 0.0f : beta * *c;
+            }
+        }
+        mr_epi_call(at, 0, M, 0, N);
+        return;
+    }
+    /* A few rows against a B whose columns are contiguous (B = W^T, a Linear layer's
+     * weight [N, K]): dot products read both operands in order and pack nothing, where
+     * packing B would cost more than the product itself. */
+    if (M <= MR_SGEMV_MAX_M && b_rs == 1 && a_cs == 1) {
+        mr_sgemm_dots(M, N, K, alpha, A, a_rs, B, b_cs, beta, C, c_rs, c_cs);
+        mr_epi_call(at, 0, M, 0, N);
+        return;
+    }
+    /* A few rows against a row-major B (a weight stored transposed): rows of C as sums
+     * of rows of B, reading B once and in order, again without packing. */
+    if (M <= MR_SGEMV_MAX_M && b_cs == 1 && c_cs == 1) {
+        mr_sgemm_axpy(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, beta, C, c_rs);
+        mr_epi_call(at, 0, M, 0, N);
+        return;
+    }
+    memset(&src, 0, sizeof src);
+    src.kind = MR_BSRC_STRIDED;
+    src.p = B;
+    src.rs = b_rs;
+    src.cs = b_cs;
+    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
+}
+
+void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, int64_t a_rs, int64_t a_cs,
+              const float *B, int64_t b_rs, int64_t b_cs,
+              float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_sgemm_at(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs, NULL);
+}
+
+/*
+ * mr_sgemm_panels_gemv: a few rows of A against B in panels: for each panel, MR_PANEL
+ * sums per row stay in registers while the panel streams past once, in order.
+ */
+static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                                 int64_t a_cs, const mr_bsrc *src, float beta, float *C, int64_t c_rs,
+                                 int64_t c_cs)
+{
+    int64_t j0, i, k, t;
+    for (j0 = 0; j0 < N; j0 += MR_PANEL) {
+        const float *b = mr_panel_at(src, 0, j0);
+        const int64_t nv = mr_min_i64(MR_PANEL, N - j0);
+        for (i = 0; i < M; ++i) {
+            const float *a = A + i * a_rs;
+            float acc[MR_PANEL];
+            float *c = C + i * c_rs + j0 * c_cs;
+            for (t = 0; t < MR_PANEL; ++t) acc[t] = 0.0f;
+            for (k = 0; k < K; ++k) {
+                const float ak = a[k * a_cs];
+                const float *bk = b + k * MR_PANEL;
+                for (t = 0; t < MR_PANEL; ++t) acc[t] = MR_MADD(ak, bk[t], acc[t]);
+            }
+            for (t = 0; t < nv; ++t) {
+                c[t * c_cs] = beta == 0.0f ? alpha * acc[t] : MR_MADD(alpha, acc[t], beta * c[t * c_cs]);
+            }
+        }
+    }
+}
+
+/* mr_sgemm_panels with an epilogue at `at`; B's column j is column j0 + j of the panels. */
+void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                        int64_t a_cs, const float *Bp, int64_t j0, float beta, float *C, int64_t c_rs,
+                        int64_t c_cs, const mr_epi_at *at)
+{
+    mr_bsrc src;
+    if (M <= 0 || N <= 0) return;
+    memset(&src, 0, sizeof src);
+    src.kind = MR_BSRC_PANELS;
+    src.p = Bp;
+    src.j0 = j0;
+    src.depth = K;
+    if (K <= 0) {
+        mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, Bp, 0, 0, beta, C, c_rs, c_cs, at);
+        return;
+    }
+    if (M <= MR_SGEMV_MAX_M && j0 % MR_PANEL == 0) {
+        mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+        mr_epi_call(at, 0, M, 0, N);
+        return;
+    }
+    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
+}
+
+void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
+                     const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
+                     float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_sgemm_panels_at(M, N, K, alpha, A, a_rs, a_cs, Bp, 0, beta, C, c_rs, c_cs, NULL);
+}

@@ -1,0 +1,116 @@
+/*
+ * mr_pool.c -- mr_pool2d_f32: max and average pooling.
+ */
+#include "mr_internal.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Pooling                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_pool2d_f32: y[n,c,oh,ow] = max (is_max) or sum/(KH*KW) (average) over the taps
+ * x[n,c, oh*stride_h + kh*dil_h - pad_top, ow*stride_w + kw*dil_w - pad_left] that lie
+ * inside the input. Max: padded taps never win, an all-padding window is -INFINITY, NaN
+ * propagates. Average: padded taps count as zeros in the divisor KH*KW. NCHW contiguous.
+ * Each output row is initialised and then updated tap by tap, (kh, kw) in row-major
+ * order, with the inner loop over ow.
+ */
+#ifdef MR_AVX512
+/* mr_max_nan on 16 lanes. */
+static __m512 mr_max_nan16(__m512 m, __m512 v)
+{
+    const __mmask16 wins = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(wins, m, v);
+}
+
+/* One output row (OW <= 16) of a 2x2, stride-2 max pool over input rows x0 and x1: the
+ * even and odd taps of each row gathered into lanes with permutes, then the same
+ * updates in the same order as the scalar loop. */
+static void mr_max_pool_2x2_row_avx512(const float *x0, const float *x1, float *y, int64_t OW)
+{
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const int64_t n = 2 * OW;
+    const __mmask16 lo = (__mmask16)(n >= 16 ? 0xffffu : ((1u << n) - 1u));
+    const __mmask16 hi = (__mmask16)(n <= 16 ? 0u : ((1u << (n - 16)) - 1u));
+    const __m512 a0 = _mm512_maskz_loadu_ps(lo, x0), a1 = _mm512_maskz_loadu_ps(hi, x0 + 16);
+    const __m512 b0 = _mm512_maskz_loadu_ps(lo, x1), b1 = _mm512_maskz_loadu_ps(hi, x1 + 16);
+    __m512 m = _mm512_permutex2var_ps(a0, even, a1);
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(a0, odd, a1));
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(b0, even, b1));
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(b0, odd, b1));
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << OW) - 1u), m);
+}
+#endif
+
+
+void mr_pool2d_f32(const float *x, float *y,
+                   int64_t N, int64_t C, int64_t H, int64_t W,
+                   int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                   int64_t stride_h, int64_t stride_w,
+                   int64_t pad_top, int64_t pad_left,
+                   int64_t dil_h, int64_t dil_w, int is_max)
+{
+    const int64_t planes = N * C;
+    const float div = (float)(KH * KW);
+    int64_t pl, oh, ow, kh, kw;
+    if (KH == 2 && KW == 2 && stride_h == 2 && stride_w == 2 && pad_top == 0 && pad_left == 0 && dil_h == 1 &&
+        dil_w == 1 && 2 * OH <= H && 2 * OW <= W) {
+        /* The common 2x2, stride-2 window in one pass per output row: the same updates,
+         * in the same (kh, kw) order, as the general loops below. */
+        for (pl = 0; pl < planes * OH; ++pl) {
+            const float *restrict x0 = x + (pl / OH) * H * W + (pl % OH) * 2 * W, *restrict x1 = x0 + W;
+            float *restrict yr = y + pl * OW;
+#ifdef MR_AVX512
+            if (is_max && OW <= 16) {
+                mr_max_pool_2x2_row_avx512(x0, x1, yr, OW);
+                continue;
+            }
+#endif
+            if (is_max) {
+                for (ow = 0; ow < OW; ++ow) {
+                    /* the running max starts at -inf, which the first tap always replaces */
+                    yr[ow] = mr_max_nan(mr_max_nan(mr_max_nan(x0[2 * ow], x0[2 * ow + 1]), x1[2 * ow]), x1[2 * ow + 1]);
+                }
+            } else {
+                for (ow = 0; ow < OW; ++ow) yr[ow] = (((0.0f + x0[2 * ow]) + x0[2 * ow + 1]) + x1[2 * ow] + x1[2 * ow + 1]) / div;
+            }
+        }
+        return;
+    }
+    for (pl = 0; pl < planes; ++pl) {
+        const float *xp = x + pl * H * W;
+        float *yp = y + pl * OH * OW;
+        for (oh = 0; oh < OH; ++oh) {
+            float *restrict yr = yp + oh * OW;
+            const float init = is_max ? -INFINITY : 0.0f;
+            for (ow = 0; ow < OW; ++ow) yr[ow] = init;
+            for (kh = 0; kh < KH; ++kh) {
+                const int64_t ih = oh * stride_h + kh * dil_h - pad_top;
+                if (ih < 0 || ih >= H) continue;
+                for (kw = 0; kw < KW; ++kw) {
+                    const int64_t woff = kw * dil_w - pad_left;
+                    const float *restrict xr = xp + ih * W;
+                    int64_t lo, hi;
+                    mr_out_range(OW, stride_w, woff, W, &lo, &hi);
+                    /* Strides 1 and 2 (almost every pooling) with constant strides, which
+                     * the compiler vectorizes; the same updates as the general loop. */
+                    if (is_max && stride_w == 2) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_max_nan(yr[ow], xr[ow * 2 + woff]);
+                    } else if (is_max && stride_w == 1) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_max_nan(yr[ow], xr[ow + woff]);
+                    } else if (is_max) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] = mr_max_nan(yr[ow], xr[ow * stride_w + woff]);
+                    } else if (stride_w == 2) {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] += xr[ow * 2 + woff];
+                    } else {
+                        for (ow = lo; ow < hi; ++ow) yr[ow] += xr[ow * stride_w + woff];
+                    }
+                }
+            }
+            if (!is_max) {
+                for (ow = 0; ow < OW; ++ow) yr[ow] = yr[ow] / div;
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+/*
+ * mr_threads.c -- the _mt variants of the kernels and mr_run: work split into tasks
+ * for the caller's parallel-for hook (mr_threads), each task a serial call on its part.
+ */
+#include "mr_internal.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Work split through the caller's parallel-for hook                                    */
+/* ------------------------------------------------------------------------------------ */
+
+/* Columns of C per task: the packed block width keeps each task's packing identical
+ * to the serial call's, and gives enough tasks to split evenly: with 4 blocks per task,
+ * N = 768 made 3 tasks, so one of 2 threads did twice the other's work (gpt_block b1 2t
+ * 8.9 -> 7.6 ms). */
+#define MR_MT_COLS MR_SGEMM_NC
+#ifndef MR_MT_MIN_MACS
+#define MR_MT_MIN_MACS 262144.0
+#endif
+
+typedef struct {
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+    int64_t a_rs, a_cs, b_rs, b_cs, c_rs, c_cs;
+    const mr_epilogue *ep;
+    int panels; /* B is in panels (mr_sgemm_panels_mt); b_rs, b_cs unused */
+} mr_sgemm_job;
+
+/* mr_sgemm_task: columns [begin, end) * MR_MT_COLS of a mr_sgemm_job. */
+static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_sgemm_job *j = (const mr_sgemm_job *)ctx;
+    int64_t j0 = begin * MR_MT_COLS;
+    int64_t j1 = end * MR_MT_COLS < j->N ? end * MR_MT_COLS : j->N;
+    if (j1 > j0) {
+        mr_epi_at at;
+        at.ep = j->ep;
+        at.n = j->ep ? j->ep->n : 0;
+        at.i = 0;
+        at.j = j0;
+        if (j->panels) {
+            mr_sgemm_panels_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B, j0, j->beta,
+                               j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
+        } else {
+            mr_sgemm_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B + j0 * j->b_cs, j->b_rs,
+                        j->b_cs, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
+        }
+    }
+}
+
+static void mr_sgemm_run(const mr_threads *threads, mr_sgemm_job *job)
+{
+    int64_t tasks = (job->N + MR_MT_COLS - 1) / MR_MT_COLS;
+    /* Below MR_MT_MIN_MACS multiply-adds splitting costs more than it saves. */
+    if (!threads || !threads->parallel_for || tasks < 2 ||
+        (double)job->M * (double)job->N * (double)job->K < MR_MT_MIN_MACS) {
+        mr_sgemm_task(job, 0, tasks > 0 ? tasks : 1);
+        return;
+    }
+    threads->parallel_for(threads->user, mr_sgemm_task, job, tasks);
+}
+
+void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t a_rs, int64_t a_cs,
+                 const float *B, int64_t b_rs, int64_t b_cs,
+                 float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep)
+{
+    mr_sgemm_job job;
+    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
+    job.A = A; job.B = B; job.C = C;
+    job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = b_rs; job.b_cs = b_cs; job.c_rs = c_rs; job.c_cs = c_cs;
+    job.ep = ep;
+    job.panels = 0;
+    mr_sgemm_run(threads, &job);
+}
+
+void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
+                        float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep)
+{
+    mr_sgemm_job job;
+    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
+    job.A = A; job.B = Bp; job.C = C;
+    job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = 0; job.b_cs = 0; job.c_rs = c_rs; job.c_cs = c_cs;
+    job.ep = ep;
+    job.panels = 1;
+    mr_sgemm_run(threads, &job);
+}
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, chunks, per_chunk;
+    const mr_epilogue *ep;
+} mr_conv_job;
+
+/* mr_conv_task: items [begin, end) of a mr_conv_job, item = image * chunks + chunk; a
+ * chunk is a range of per_chunk output positions (each packs only its own columns of
+ * the implicit im2col matrix, so splitting repeats no work). Consecutive chunks of one
+ * image are one call. */
+static void mr_conv_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_conv_job *j = (const mr_conv_job *)ctx;
+    const int64_t P = j->OH * j->OW;
+    int64_t item, next;
+    for (item = begin; item < end; item = next) {
+        const int64_t n = item / j->chunks, p0 = item % j->chunks * j->per_chunk;
+        int64_t p1;
+        next = mr_min_i64(end, (n + 1) * j->chunks);
+        p1 = mr_min_i64(P, (next - n * j->chunks) * j->per_chunk);
+        mr_conv2d_at(j->x + n * j->C * j->H * j->W, j->w, j->y + n * j->O * P, 1, j->C, j->H, j->W, j->O, j->KH,
+                     j->KW, j->OH, j->OW, j->sh, j->sw, j->pt, j->pl, j->dh, j->dw, j->groups, j->ep, n, p0, p1);
+    }
+}
+
+void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
+                      int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                      int64_t stride_h, int64_t stride_w,
+                      int64_t pad_top, int64_t pad_left,
+                      int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep)
+{
+    mr_conv_job job;
+    const int64_t P = OH * OW;
+    const double macs = (double)N * (double)O * (double)P * (double)(C / (groups > 0 ? groups : 1)) * (double)(KH * KW);
+    if (!threads || !threads->parallel_for || macs < MR_MT_MIN_MACS || (N <= 1 && mr_conv_direct(O, groups))) {
+        mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
+                     groups, ep, 0, 0, P);
+        return;
+    }
+    job.x = x; job.w = w; job.y = y; job.N = N; job.C = C; job.H = H; job.W = W; job.O = O;
+    job.KH = KH; job.KW = KW; job.OH = OH; job.OW = OW; job.sh = stride_h; job.sw = stride_w;
+    job.pt = pad_top; job.pl = pad_left; job.dh = dil_h; job.dw = dil_w; job.groups = groups;
+    job.ep = ep;
+    /* Split images, and for the implicit GEMM their output positions too (blocks of
+     * MR_MT_COLS); the direct path takes whole images. */
+    job.per_chunk = mr_conv_direct(O, groups) ? P : MR_MT_COLS;
+    job.chunks = (P + job.per_chunk - 1) / job.per_chunk;
+    threads->parallel_for(threads->user, mr_conv_task, &job, N * job.chunks);
+}
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t H, W, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw;
+    int is_max;
+} mr_pool_job;
+
+/* mr_pool_task: planes [begin, end) of a mr_pool_job. */
+static void mr_pool_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_pool_job *j = (const mr_pool_job *)ctx;
+    mr_pool2d_f32(j->x + begin * j->H * j->W, j->y + begin * j->OH * j->OW, 1, end - begin, j->H, j->W, j->KH, j->KW,
+                  j->OH, j->OW, j->sh, j->sw, j->pt, j->pl, j->dh, j->dw, j->is_max);
+}
+
+void mr_pool2d_f32_mt(const mr_threads *threads, const float *x, float *y,
+                      int64_t N, int64_t C, int64_t H, int64_t W,
+                      int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                      int64_t stride_h, int64_t stride_w,
+                      int64_t pad_top, int64_t pad_left,
+                      int64_t dil_h, int64_t dil_w, int is_max)
+{
+    mr_pool_job job;
+    job.x = x; job.y = y; job.H = H; job.W = W; job.KH = KH; job.KW = KW; job.OH = OH; job.OW = OW;
+    job.sh = stride_h; job.sw = stride_w; job.pt = pad_top; job.pl = pad_left; job.dh = dil_h; job.dw = dil_w;
+    job.is_max = is_max;
+    mr_run(threads, mr_pool_task, &job, N * C, (double)(N * C) * (double)(OH * OW) * (double)(KH * KW));
+}
+
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n, inner;
+} mr_softmax_job;
+
+/* mr_softmax_task: outer slices [begin, end) of a mr_softmax_job. */
+static void mr_softmax_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_softmax_job *j = (const mr_softmax_job *)ctx;
+    const int64_t slice = j->n * j->inner;
+    mr_softmax_f32(j->x + begin * slice, j->y + begin * slice, end - begin, j->n, j->inner);
+}
+
+void mr_softmax_f32_mt(const mr_threads *threads, const float *x, float *y, int64_t outer, int64_t n, int64_t inner)
+{
+    mr_softmax_job job;
+    job.x = x;
+    job.y = y;
+    job.n = n;
+    job.inner = inner;
+    /* About ten operations per element (max, exp, sum, divide). */
+    mr_run(threads, mr_softmax_task, &job, outer, 10.0 * (double)outer * (double)n * (double)inner);
+}
+
+void mr_run(const mr_threads *threads, mr_task task, void *ctx, int64_t n, double cost)
+{
+    /* About 64k operations (tens of microseconds) pay for waking the other threads. */
+    if (threads && threads->parallel_for && n >= 2 && cost >= 65536.0) {
+        threads->parallel_for(threads->user, task, ctx, n);
+    } else {
+        task(ctx, 0, n);
+    }
+}

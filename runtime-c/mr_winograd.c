@@ -1,0 +1,406 @@
+/*
+ * mr_winograd.c -- mr_conv2d_winograd_f32 (F(4x4, 3x3) as 36 GEMMs over transformed
+ * tiles) and mr_winograd_weights_f32, the weight transform it reads.
+ */
+#include "mr_internal.h"
+
+/* ------------------------------------------------------------------------------------ */
+/* Winograd convolution                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * F(4x4, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+ * 2016; interpolation points 0, +-1, +-2). A 4x4 block of outputs ("tile") of one
+ * channel pair is
+ *   A^T [(G g G^T) . (B^T d B)] A
+ * for the 3x3 kernel g and the 6x6 input patch d under the tile, so the sum over input
+ * channels becomes, for each of the 36 positions xi of a transformed patch, one GEMM
+ *   M[xi] = U[xi] V[xi]:  [O, C] x [C, tiles],
+ * 36 multiply-adds per tile and channel pair where direct convolution needs 144
+ * (F(2x2, 3x3) needs 64). One 64 -> 64 convolution at 32x32, one thread: 495 us as an
+ * implicit GEMM, 335 us by F(2x2, 3x3) image by image, 226 us by this; cnn b1, four
+ * such convolutions, one thread: 1.81 -> 1.07 ms.
+ *
+ * Tiles are numbered over all images, row-major within each. Where the last tiles of
+ * a row or column stick out of the output, their extra outputs are computed and not
+ * stored, and the input under them reads as zeros, like the padding. The tiles go in
+ * blocks of MR_PANEL consecutive ones; per block, the input transform writes V, one
+ * column panel of C rows per xi, which mr_sgemm_panels reads in place; 36 GEMMs write
+ * M (O rows of MR_PANEL per xi); the output transform writes y, and the epilogue runs
+ * on the block's outputs. A block's V and M stay in L2, where a whole image's did not.
+ *
+ * The blocks are split into at most MR_WINOGRAD_SLOTS chunks of consecutive blocks,
+ * each with its own slot of scratch, so threads run chunks at once whatever their
+ * number, and each block is computed the same way as serially.
+ */
+typedef struct {
+    const float *x, *u;
+    float *y, *scratch;
+    int64_t C, H, W, O, OH, OW, pt, pl, TW, T, tiles, blocks, chunks;
+    const mr_epilogue *ep;
+} mr_wino_job;
+
+/* Floats between V[xi] and V[xi + 1], and between M[xi] and M[xi + 1]: one panel row
+ * more than each needs, so the 36 are not a power of two apart, which would map them
+ * all to the same cache sets. */
+static int64_t mr_wino_vs(int64_t C) { return (C + 1) * MR_PANEL; }
+static int64_t mr_wino_ms(int64_t O) { return (O + 1) * MR_PANEL; }
+
+/* A run of tiles along one tile row: image n, tile row th, tile columns [tw, tw + len). */
+typedef struct {
+    int64_t n, th, tw, len;
+} mr_wino_run;
+
+/* The run that starts at tile g (numbered over all images), at most `left` long. */
+static mr_wino_run mr_wino_run_at(const mr_wino_job *j, int64_t g, int64_t left)
+{
+    mr_wino_run r;
+    r.n = g / j->T;
+    r.th = g % j->T / j->TW;
+    r.tw = g % j->TW;
+    r.len = mr_min_i64(left, j->TW - r.tw);
+    return r;
+}
+
+/* A window of an input row under a run: its float k is read at address at + 4k when
+ * lo <= k < hi, and is zero (padding) otherwise. An integer address: the window may
+ * start before the input or end past it. */
+typedef struct {
+    uintptr_t at;
+    int64_t lo, hi;
+} mr_wino_window;
+
+/* Row ih, columns [iw, iw + n), of a plane of H x W. */
+static mr_wino_window mr_wino_window_at(const float *plane, int64_t H, int64_t W, int64_t ih, int64_t iw, int64_t n)
+{
+    mr_wino_window r;
+    r.at = (uintptr_t)plane + 4u * (uintptr_t)(ih * W + iw);
+    r.lo = mr_min_i64(n, mr_max_i64(0, -iw));
+    r.hi = ih >= 0 && ih < H ? mr_max_i64(r.lo, mr_min_i64(n, W - iw)) : r.lo;
+    return r;
+}
+
+/*
+ * mr_wino_input_run: one input channel's part of V for a run of len tiles: tile k's
+ * B^T d B, d the 6x6 patch at columns [4k, 4k + 6) of the 6 input row windows (4 * len
+ * + 2 floats each), goes to d[xi * vs + k]. B^T applied to each row of d, then to each
+ * column of that:
+ *   B^T = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+ *          [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]
+ * mr_wino_output_run: one output channel's outputs of a run of len tiles: tile k's
+ * A^T m A, m its 36 values of M at mo[xi * s + k], rows [0, nrows) and columns [0,
+ * width) of the run's 4 x 4 len outputs, to y (rows OW apart):
+ *   A^T = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
+ * With AVX-512, 16 tiles at a time in registers, the stride-4 columns picked by
+ * permutes (a loop over tiles with a stride of 4 is one gcc leaves mostly scalar: the
+ * convolution above, 390 -> 226 us); else loops over the run's tiles.
+ */
+#ifdef MR_AVX512
+/* The 6x6 patches' rows of 16 tiles from float k of window w: e[j] lane t = float
+ * k + 4t + j (masked loads: floats outside [w.lo, w.hi) are zeros, and never read). */
+static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m512 e[6])
+{
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    __m512 v[5], lo, hi;
+    int q, j;
+    /* floats k + 16q .. k + 16q + 15; the fifth holds those past the last tile's */
+    for (q = 0; q < 5; ++q) {
+        const int64_t at = k + 16 * q;
+        v[q] = _mm512_maskz_loadu_ps((__mmask16)mr_lanes(w->lo - at, w->hi - at), (const void *)(w->at + 4u * (uintptr_t)at));
+    }
+    for (j = 0; j < 4; ++j) {
+        const __m512i ij = _mm512_add_epi32(idx, _mm512_set1_epi32(j));
+        lo = _mm512_permutex2var_ps(v[0], ij, v[1]);
+        hi = _mm512_permutex2var_ps(v[2], ij, v[3]);
+        e[j] = _mm512_shuffle_f32x4(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+    }
+    /* e[4], e[5]: e[0], e[1] one tile on, the last lane from v[4] (floats 64, 65) */
+    e[4] = _mm512_permutex2var_ps(e[0], _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16), v[4]);
+    e[5] = _mm512_permutex2var_ps(e[1], _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17), v[4]);
+}
+
+/* B^T x for the 6 vectors x (lane by lane), into y. */
+static void mr_wino_bt(const __m512 x[6], __m512 y[6])
+{
+    const __m512 two = _mm512_set1_ps(2.0f), four = _mm512_set1_ps(4.0f), five = _mm512_set1_ps(5.0f);
+    y[0] = _mm512_fmadd_ps(four, x[0], _mm512_fnmadd_ps(five, x[2], x[4]));
+    y[1] = _mm512_fnmadd_ps(four, _mm512_add_ps(x[1], x[2]), _mm512_add_ps(x[3], x[4]));
+    y[2] = _mm512_fmadd_ps(four, _mm512_sub_ps(x[1], x[2]), _mm512_sub_ps(x[4], x[3]));
+    y[3] = _mm512_fmadd_ps(two, _mm512_sub_ps(x[3], x[1]), _mm512_sub_ps(x[4], x[2]));
+    y[4] = _mm512_fmadd_ps(two, _mm512_sub_ps(x[1], x[3]), _mm512_sub_ps(x[4], x[2]));
+    y[5] = _mm512_fmadd_ps(four, x[1], _mm512_fnmadd_ps(five, x[3], x[5]));
+}
+
+/* A^T x for the 6 vectors x (lane by lane), into y. */
+static void mr_wino_at(const __m512 x[6], __m512 y[4])
+{
+    const __m512 s12 = _mm512_add_ps(x[1], x[2]), d12 = _mm512_sub_ps(x[1], x[2]);
+    const __m512 s34 = _mm512_add_ps(x[3], x[4]), d34 = _mm512_sub_ps(x[3], x[4]);
+    y[0] = _mm512_add_ps(_mm512_add_ps(x[0], s12), s34);
+    y[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34, d12);
+    y[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34, s12);
+    y[3] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), x[5]);
+}
+
+static void mr_wino_input_run(const mr_wino_window rows[6], int64_t len, float *d, int64_t vs)
+{
+    int64_t k0;
+    int i, b, a;
+    for (k0 = 0; k0 < len; k0 += 16) {
+        const __mmask16 m = (__mmask16)mr_lanes(0, len - k0);
+        __m512 r[6][6];
+        for (i = 0; i < 6; ++i) {
+            __m512 e[6];
+            mr_wino_patch_rows(&rows[i], 4 * k0, e);
+            mr_wino_bt(e, r[i]);
+        }
+        for (b = 0; b < 6; ++b) {
+            __m512 col[6], out[6];
+            for (i = 0; i < 6; ++i) col[i] = r[i][b];
+            mr_wino_bt(col, out);
+            for (a = 0; a < 6; ++a) _mm512_mask_storeu_ps(d + (6 * a + b) * vs + k0, m, out[a]);
+        }
+    }
+}
+
+/* The 64 floats 4k + q = y[q][k] (k < 16, q < 4), as 4 vectors. */
+static void mr_wino_interleave4(const __m512 y[4], __m512 o[4])
+{
+    const __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
+    const __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
+    /* u_m's 128-bit lane L: tile 4L + m */
+    const __m512 u0 = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    const __m512 u1 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
+    const __m512 u2 = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+    const __m512 u3 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
+    const __m512 e01 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 e23 = _mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 o01 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512 o23 = _mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(3, 1, 3, 1));
+    o[0] = _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(2, 0, 2, 0));
+    o[1] = _mm512_shuffle_f32x4(o01, o23, _MM_SHUFFLE(2, 0, 2, 0));
+    o[2] = _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1));
+    o[3] = _mm512_shuffle_f32x4(o01, o23, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+static void mr_wino_output_run(const float *mo, int64_t s, int64_t len, float *y, int64_t OW, int64_t nrows,
+                               int64_t width)
+{
+    int64_t k0, p;
+    int a, q, v;
+    for (k0 = 0; k0 < len; k0 += 16) {
+        const __mmask16 m = (__mmask16)mr_lanes(0, len - k0);
+        __m512 t[6][4], out[4][4];
+        for (a = 0; a < 6; ++a) {
+            __m512 x[6];
+            for (q = 0; q < 6; ++q) x[q] = _mm512_maskz_loadu_ps(m, mo + (6 * a + q) * s + k0);
+            mr_wino_at(x, t[a]);
+        }
+        for (q = 0; q < 4; ++q) {
+            __m512 col[6], o[4];
+            for (a = 0; a < 6; ++a) col[a] = t[a][q];
+            mr_wino_at(col, o);
+            for (p = 0; p < 4; ++p) out[p][q] = o[p];
+        }
+        for (p = 0; p < nrows; ++p) {
+            __m512 o[4];
+            mr_wino_interleave4(out[p], o);
+            for (v = 0; v < 4; ++v) {
+                const int64_t c = 4 * k0 + 16 * v;
+                _mm512_mask_storeu_ps(y + p * OW + mr_min_i64(c, width), (__mmask16)mr_lanes(0, width - c), o[v]);
+            }
+        }
+    }
+}
+#else
+static void mr_wino_input_run(const mr_wino_window rows[6], int64_t len, float *d, int64_t vs)
+{
+    float r[6][6][MR_PANEL], row[4 * MR_PANEL + 2];
+    int64_t i, k;
+    for (i = 0; i < 6; ++i) {
+        const mr_wino_window *w = &rows[i];
+        memset(row, 0, sizeof row);
+        if (w->hi > w->lo) memcpy(row + w->lo, (const float *)(w->at + 4u * (uintptr_t)w->lo), sizeof(float) * (size_t)(w->hi - w->lo));
+        for (k = 0; k < len; ++k) {
+            const float *e = row + 4 * k;
+            r[i][0][k] = 4.0f * e[0] - 5.0f * e[2] + e[4];
+            r[i][1][k] = e[3] + e[4] - 4.0f * (e[1] + e[2]);
+            r[i][2][k] = 4.0f * (e[1] - e[2]) + e[4] - e[3];
+            r[i][3][k] = 2.0f * (e[3] - e[1]) + e[4] - e[2];
+            r[i][4][k] = 2.0f * (e[1] - e[3]) + e[4] - e[2];
+            r[i][5][k] = 4.0f * e[1] - 5.0f * e[3] + e[5];
+        }
+    }
+    for (i = 0; i < 6; ++i) {
+        const float *r0 = r[0][i], *r1 = r[1][i], *r2 = r[2][i], *r3 = r[3][i], *r4 = r[4][i], *r5 = r[5][i];
+        for (k = 0; k < len; ++k) {
+            d[(0 + i) * vs + k] = 4.0f * r0[k] - 5.0f * r2[k] + r4[k];
+            d[(6 + i) * vs + k] = r3[k] + r4[k] - 4.0f * (r1[k] + r2[k]);
+            d[(12 + i) * vs + k] = 4.0f * (r1[k] - r2[k]) + r4[k] - r3[k];
+            d[(18 + i) * vs + k] = 2.0f * (r3[k] - r1[k]) + r4[k] - r2[k];
+            d[(24 + i) * vs + k] = 2.0f * (r1[k] - r3[k]) + r4[k] - r2[k];
+            d[(30 + i) * vs + k] = 4.0f * r1[k] - 5.0f * r3[k] + r5[k];
+        }
+    }
+}
+
+static void mr_wino_output_run(const float *mo, int64_t s, int64_t len, float *y, int64_t OW, int64_t nrows,
+                               int64_t width)
+{
+    float t[6][4][MR_PANEL];
+    float out[4][4 * MR_PANEL];
+    int64_t a, q, k, p;
+    for (a = 0; a < 6; ++a) {
+        const float *q0 = mo + 6 * a * s, *q1 = q0 + s, *q2 = q1 + s, *q3 = q2 + s, *q4 = q3 + s, *q5 = q4 + s;
+        for (k = 0; k < len; ++k) {
+            t[a][0][k] = q0[k] + q1[k] + q2[k] + q3[k] + q4[k];
+            t[a][1][k] = q1[k] - q2[k] + 2.0f * (q3[k] - q4[k]);
+            t[a][2][k] = q1[k] + q2[k] + 4.0f * (q3[k] + q4[k]);
+            t[a][3][k] = q1[k] - q2[k] + 8.0f * (q3[k] - q4[k]) + q5[k];
+        }
+    }
+    for (q = 0; q < 4; ++q) {
+        const float *t0 = t[0][q], *t1 = t[1][q], *t2 = t[2][q], *t3 = t[3][q], *t4 = t[4][q], *t5 = t[5][q];
+        for (k = 0; k < len; ++k) {
+            out[0][4 * k + q] = t0[k] + t1[k] + t2[k] + t3[k] + t4[k];
+            out[1][4 * k + q] = t1[k] - t2[k] + 2.0f * (t3[k] - t4[k]);
+            out[2][4 * k + q] = t1[k] + t2[k] + 4.0f * (t3[k] + t4[k]);
+            out[3][4 * k + q] = t1[k] - t2[k] + 8.0f * (t3[k] - t4[k]) + t5[k];
+        }
+    }
+    for (p = 0; p < nrows; ++p) memcpy(y + p * OW, out[p], sizeof(float) * (size_t)width);
+}
+#endif
+
+/* V for tiles [g0, g0 + nt), nt <= MR_PANEL: V[xi] at v + xi * vs holds C rows of
+ * MR_PANEL floats, tile g0 + k in column k, zeros in columns nt and up (so the GEMM
+ * reads only numbers). */
+static void mr_wino_input(const mr_wino_job *j, int64_t g0, int64_t nt, float *v)
+{
+    const int64_t vs = mr_wino_vs(j->C);
+    int64_t c, i, xi, done;
+    mr_wino_run run;
+    for (c = 0; c < j->C; ++c) {
+        for (done = 0; done < nt; done += run.len) {
+            const float *plane;
+            mr_wino_window rows[6];
+            run = mr_wino_run_at(j, g0 + done, nt - done);
+            plane = j->x + (run.n * j->C + c) * j->H * j->W;
+            for (i = 0; i < 6; ++i) {
+                rows[i] = mr_wino_window_at(plane, j->H, j->W, 4 * run.th + i - j->pt, 4 * run.tw - j->pl, 4 * run.len + 2);
+            }
+            mr_wino_input_run(rows, run.len, v + c * MR_PANEL + done, vs);
+        }
+        if (nt < MR_PANEL) {
+            for (xi = 0; xi < 36; ++xi) memset(v + xi * vs + c * MR_PANEL + nt, 0, sizeof(float) * (size_t)(MR_PANEL - nt));
+        }
+    }
+}
+
+/* y for tiles [g0, g0 + nt): the outputs inside y. */
+static void mr_wino_output(const mr_wino_job *j, const float *m, int64_t g0, int64_t nt)
+{
+    int64_t o, done;
+    mr_wino_run run;
+    for (o = 0; o < j->O; ++o) {
+        for (done = 0; done < nt; done += run.len) {
+            run = mr_wino_run_at(j, g0 + done, nt - done);
+            mr_wino_output_run(m + o * MR_PANEL + done, mr_wino_ms(j->O), run.len,
+                               j->y + ((run.n * j->O + o) * j->OH + 4 * run.th) * j->OW + 4 * run.tw, j->OW,
+                               mr_min_i64(4, j->OH - 4 * run.th), mr_min_i64(4 * run.len, j->OW - 4 * run.tw));
+        }
+    }
+}
+
+/* The epilogue on the outputs of tiles [g0, g0 + nt): per run, its output rows (one
+ * range when the run spans them whole). */
+static void mr_wino_epilogue(const mr_wino_job *j, int64_t g0, int64_t nt)
+{
+    mr_epi_at at;
+    int64_t done, oh;
+    mr_wino_run run;
+    at.ep = j->ep;
+    at.i = 0;
+    at.j = 0;
+    for (done = 0; done < nt; done += run.len) {
+        int64_t oh1, w0, w1;
+        run = mr_wino_run_at(j, g0 + done, nt - done);
+        at.n = j->ep->n + run.n;
+        oh1 = mr_min_i64(j->OH, 4 * run.th + 4);
+        w0 = 4 * run.tw;
+        w1 = mr_min_i64(j->OW, 4 * (run.tw + run.len));
+        if (w0 == 0 && w1 == j->OW) {
+            mr_epi_call(&at, 0, j->O, 4 * run.th * j->OW, oh1 * j->OW);
+        } else {
+            for (oh = 4 * run.th; oh < oh1; ++oh) mr_epi_call(&at, 0, j->O, oh * j->OW + w0, oh * j->OW + w1);
+        }
+    }
+}
+
+/* Chunks [s0, s1): each its consecutive blocks, in its own slot of scratch. */
+static void mr_wino_task(void *ctx, int64_t s0, int64_t s1)
+{
+    const mr_wino_job *j = (const mr_wino_job *)ctx;
+    const int64_t vs = mr_wino_vs(j->C), ms = mr_wino_ms(j->O);
+    int64_t s, b, xi;
+    for (s = s0; s < s1; ++s) {
+        float *v = j->scratch + s * MR_WINOGRAD_SLOT(j->C, j->O), *m = v + 36 * vs;
+        for (b = s * j->blocks / j->chunks; b < (s + 1) * j->blocks / j->chunks; ++b) {
+            const int64_t g0 = b * MR_PANEL, nt = mr_min_i64(MR_PANEL, j->tiles - g0);
+            mr_wino_input(j, g0, nt, v);
+            for (xi = 0; xi < 36; ++xi) {
+                mr_sgemm_panels(j->O, MR_PANEL, j->C, 1.0f, j->u + xi * j->O * j->C, j->C, 1, v + xi * vs, 0.0f,
+                                m + xi * ms, MR_PANEL, 1);
+            }
+            mr_wino_output(j, m, g0, nt);
+            if (j->ep) mr_wino_epilogue(j, g0, nt);
+        }
+    }
+}
+
+void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const float *u, float *y,
+                               int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
+                               int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep)
+{
+    mr_wino_job job;
+    if (N <= 0 || O <= 0 || OH <= 0 || OW <= 0) return;
+    job.x = x; job.u = u; job.y = y; job.scratch = scratch; job.ep = ep;
+    job.C = C; job.H = H; job.W = W; job.O = O; job.OH = OH; job.OW = OW; job.pt = pad_top; job.pl = pad_left;
+    job.TW = (OW + 3) / 4;
+    job.T = MR_WINOGRAD_TILES(OH, OW);
+    job.tiles = N * job.T;
+    job.blocks = MR_WINOGRAD_BLOCKS(N, OH, OW);
+    job.chunks = mr_min_i64(MR_WINOGRAD_SLOTS, job.blocks);
+    mr_run(threads, mr_wino_task, &job, job.chunks, 36.0 * (double)job.tiles * (double)O * (double)C);
+}
+
+void mr_winograd_weights_f32(const float *w, float *u, int64_t O, int64_t C)
+{
+    static const double G[6][3] = {{1.0 / 4, 0, 0},
+                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                   {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                   {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                   {0, 0, 1}};
+    int64_t o, c, i, k, a, b;
+    for (o = 0; o < O; ++o) {
+        for (c = 0; c < C; ++c) {
+            const float *g = w + (o * C + c) * 9;
+            for (i = 0; i < 6; ++i) {
+                for (k = 0; k < 6; ++k) {
+                    double s = 0.0;
+                    for (a = 0; a < 3; ++a) {
+                        for (b = 0; b < 3; ++b) s += G[i][a] * (double)g[a * 3 + b] * G[k][b];
+                    }
+                    u[((i * 6 + k) * O + o) * C + c] = (float)s;
+                }
+            }
+        }
+    }
+}
+
+void mr_conv2d_winograd_f32(const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
+                            int64_t O, int64_t OH, int64_t OW, int64_t pad_top, int64_t pad_left, float *scratch)
+{
+    mr_conv2d_winograd_f32_mt(NULL, x, u, y, N, C, H, W, O, OH, OW, pad_top, pad_left, scratch, NULL);
+}

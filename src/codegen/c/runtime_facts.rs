@@ -1,0 +1,212 @@
+//! Facts the compiler and the C runtime must agree on, each written once on each side
+//! and checked against each other here: the width of a weight's column panels
+//! ([`PANEL`], `MR_PANEL`) and their layout ([`stored_values`] writes them,
+//! `mr_sgemm_panels` reads them through `MR_PANEL_INDEX`), the Winograd slots
+//! ([`WINOGRAD_SLOTS`], `MR_WINOGRAD_SLOTS`) and scratch ([`winograd`],
+//! `MR_WINOGRAD_SCRATCH`), and the Winograd weight transform (G g G^T: the compiler's
+//! for `weights.bin`, `mr_winograd_weights_f32` for the demo's safetensors loader).
+//! The constants are read from the runtime's header text; the rest runs the runtime,
+//! through a small C driver built with it, on the values the compiler writes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::{runtime_sources, RUNTIME_FILES};
+use crate::codegen::weights::{stored_values, write_elements};
+use crate::ir::{ConvAttrs, Dtype};
+use crate::lower::{winograd, Layout, PANEL, WINOGRAD_SLOTS};
+use crate::tensor::Tensor;
+
+/// The value of `#define NAME value` in the runtime's API header.
+fn define(name: &str) -> u64 {
+    let (_, header) = RUNTIME_FILES.iter().find(|(file, _)| *file == "mithril_runtime.h").expect("the runtime's header");
+    let line = header.lines().find_map(|l| l.strip_prefix("#define ")?.strip_prefix(name)?.strip_prefix(' '));
+    let value = line.unwrap_or_else(|| panic!("mithril_runtime.h defines no {name}"));
+    value.trim().parse().unwrap_or_else(|_| panic!("{name} is not a number in mithril_runtime.h: {value}"))
+}
+
+#[test]
+fn panel_width_and_winograd_slots_are_the_runtimes() {
+    assert_eq!(PANEL, define("MR_PANEL"));
+    assert_eq!(WINOGRAD_SLOTS, define("MR_WINOGRAD_SLOTS"));
+}
+
+/// Asks the driver for each of the runtime's answers (see `DRIVER`).
+const DRIVER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mithril_runtime.h"
+
+static float *read_floats(size_t n)
+{
+    float *p = malloc(n * sizeof *p + 1);
+    if (!p || fread(p, sizeof *p, n, stdin) != n) exit(2);
+    return p;
+}
+
+static void write_floats(const float *p, size_t n)
+{
+    if (fwrite(p, sizeof *p, n, stdout) != n) exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    long long a, b, c, d, e;
+    if (argc == 2 && strcmp(argv[1], "scratch") == 0) {
+        /* lines "N C O OH OW" in, MR_WINOGRAD_SCRATCH of each out */
+        while (scanf("%lld %lld %lld %lld %lld", &a, &b, &c, &d, &e) == 5) {
+            printf("%lld\n", (long long)MR_WINOGRAD_SCRATCH(a, b, c, d, e));
+        }
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "winograd") == 0) {
+        /* [O, C, 3, 3] in, mr_winograd_weights_f32's [36, O, C] out */
+        const int64_t O = atoll(argv[2]), C = atoll(argv[3]);
+        float *w = read_floats((size_t)(O * C * 9)), *u = malloc(sizeof(float) * (size_t)(36 * O * C));
+        if (!u) return 2;
+        mr_winograd_weights_f32(w, u, O, C);
+        write_floats(u, (size_t)(36 * O * C));
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "panels") == 0) {
+        /* B [K, N] in panels in; out, row-major: I_K B as mr_sgemm_panels reads it,
+         * then B element by element through MR_PANEL_INDEX (as the demo's loader) */
+        const int64_t K = atoll(argv[2]), N = atoll(argv[3]);
+        float *bp = read_floats((size_t)((N + MR_PANEL - 1) / MR_PANEL * K * MR_PANEL));
+        float *eye = calloc((size_t)(K * K), sizeof(float)), *out = malloc(sizeof(float) * (size_t)(2 * K * N));
+        int64_t i, j;
+        if (!eye || !out) return 2;
+        for (i = 0; i < K; ++i) eye[i * K + i] = 1.0f;
+        mr_sgemm_panels(K, N, K, 1.0f, eye, K, 1, bp, 0.0f, out, N, 1);
+        for (i = 0; i < K; ++i) {
+            for (j = 0; j < N; ++j) out[K * N + i * N + j] = bp[MR_PANEL_INDEX(i, j, K)];
+        }
+        write_floats(out, (size_t)(2 * K * N));
+        return 0;
+    }
+    return 1;
+}
+"#;
+
+/// The driver built with the runtime in `dir`, or why not (no C compiler).
+fn build_driver(dir: &Path) -> Result<PathBuf, String> {
+    let cc = crate::build::c_compiler();
+    if !Command::new(&cc).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Err(format!("no C compiler ({cc})"));
+    }
+    for (name, text) in RUNTIME_FILES {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    std::fs::write(dir.join("driver.c"), DRIVER).unwrap();
+    let exe = dir.join("driver");
+    let out = Command::new(&cc)
+        .current_dir(dir)
+        .args(["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "driver.c"])
+        .args(runtime_sources())
+        .args(["-lm", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the driver does not build: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(exe)
+}
+
+/// Runs the driver with `args` on `input`: its standard output.
+fn run(exe: &Path, args: &[String], input: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(exe).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "driver {args:?}: {}", out.status);
+    out.stdout
+}
+
+/// Deterministic f32 values in [-1, 1), none zero (so no sign of zero can differ).
+fn weights(shape: &[u64], seed: u64) -> Tensor {
+    let mut s = seed;
+    let n = shape.iter().product::<u64>() as usize;
+    let data = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f64 + 0.5) / (1u64 << 23) as f64 - 1.0
+        })
+        .collect();
+    Tensor::new(Dtype::F32, shape.to_vec(), data)
+}
+
+/// What `weights.bin` holds for `t` stored in `layout`.
+fn blob(t: &Tensor, layout: Layout) -> Vec<u8> {
+    let values = stored_values(t, layout);
+    let mut out = vec![0; 4 * values.data.len()];
+    write_elements(&values.data, Dtype::F32, &mut out);
+    out
+}
+
+/// Where two f32 arrays (as bytes) first differ in bits, if they do.
+fn first_difference(got: &[u8], want: &[u8]) -> Option<String> {
+    if got.len() != want.len() {
+        return Some(format!("{} floats against {}", got.len() / 4, want.len() / 4));
+    }
+    let f = |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap());
+    got.chunks_exact(4).zip(want.chunks_exact(4)).position(|(a, b)| a != b).map(|i| format!("float {i}: {} against {}", f(&got[4 * i..4 * i + 4]), f(&want[4 * i..4 * i + 4])))
+}
+
+/// The scratch the compiler plans for Winograd convolutions, the weights it writes
+/// Winograd-transformed and in panels: what the runtime computes and reads.
+#[test]
+fn the_compilers_layouts_and_scratch_are_the_runtimes() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = match build_driver(dir.path()) {
+        Ok(exe) => exe,
+        Err(why) => {
+            let required = std::env::var("MITHRILC_REQUIRE_TOOLS").is_ok_and(|v| !v.is_empty() && v != "0");
+            assert!(!required, "MITHRILC_REQUIRE_TOOLS is set, and this test cannot run: {why}");
+            println!("skipped: {why}");
+            return;
+        }
+    };
+
+    // Scratch, at sizes on both sides of the slot limit: one block, several, more
+    // blocks than slots, images whose tiles stick out.
+    let attrs = ConvAttrs { stride: vec![1, 1], padding: vec![(1, 1), (1, 1)], dilation: vec![1, 1], groups: 1 };
+    let mut shapes = Vec::new();
+    for n in [1, 2, 3, 8] {
+        for (c, o) in [(16, 16), (17, 33), (64, 64), (256, 128)] {
+            for (oh, ow) in [(16, 16), (17, 23), (32, 32), (56, 56), (100, 7)] {
+                if let Some(scratch) = winograd(&attrs, &[n, c, oh, ow], &[o, c, 3, 3], &[n, o, oh, ow]) {
+                    shapes.push(([n, c, o, oh, ow], scratch));
+                }
+            }
+        }
+    }
+    assert!(shapes.len() > 40 && shapes.iter().any(|(s, _)| s[0] * s[3].div_ceil(4) * s[4].div_ceil(4) > 8 * PANEL), "{shapes:?}");
+    let query: String = shapes.iter().map(|(s, _)| format!("{} {} {} {} {}\n", s[0], s[1], s[2], s[3], s[4])).collect();
+    let answer = String::from_utf8(run(&exe, &["scratch".into()], query.as_bytes())).unwrap();
+    let c_scratch: Vec<u64> = answer.lines().map(|l| l.parse().unwrap()).collect();
+    let rust_scratch: Vec<u64> = shapes.iter().map(|(_, s)| *s).collect();
+    assert_eq!(c_scratch, rust_scratch, "MR_WINOGRAD_SCRATCH against lower::winograd for {:?}", shapes.iter().map(|(s, _)| s).collect::<Vec<_>>());
+
+    // The Winograd transform, bit for bit.
+    for (o, c) in [(16, 16), (3, 5), (20, 17)] {
+        let w = weights(&[o, c, 3, 3], 0x9e37_79b9_7f4a_7c15 ^ (o * 1000 + c));
+        let args = ["winograd".to_string(), o.to_string(), c.to_string()];
+        let got = run(&exe, &args, &blob(&w, Layout::RowMajor));
+        if let Some(d) = first_difference(&blob(&w, Layout::Winograd), &got) {
+            panic!("[{o}, {c}, 3, 3] Winograd-transformed differs from mr_winograd_weights_f32: {d}");
+        }
+    }
+
+    // Panels: a matrix [N, K] kept as its transpose B = [K, N] in column panels; the
+    // runtime's GEMM reads I_K B = B back exactly (products with 0 and 1 are exact), and
+    // so does MR_PANEL_INDEX (at sizes on both sides of MR_SGEMV_MAX_M and of a panel).
+    for (n, k) in [(70, 5), (33, 40), (32, 1), (1, 9), (100, 64)] {
+        let w = weights(&[n, k], 0x2545_f491_4f6c_dd1d ^ (n * 1000 + k));
+        let args = ["panels".to_string(), k.to_string(), n.to_string()];
+        let got = run(&exe, &args, &blob(&w, Layout::Panels));
+        if let Some(d) = first_difference(&got, &blob(&w, Layout::Transposed).repeat(2)) {
+            panic!("[{n}, {k}] in panels is not what mr_sgemm_panels (the first {}) and MR_PANEL_INDEX read: {d}", n * k);
+        }
+    }
+}
