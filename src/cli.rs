@@ -147,8 +147,9 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
     }
     opts.known_types = known_types(files)?;
     for p in &args.print_after {
-        if !passes::names().contains(&p.as_str()) {
-            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", passes::names().join(", "))));
+        let names = passes::names(crate::codegen::c::PASSES);
+        if !names.contains(&p.as_str()) {
+            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", names.join(", "))));
         }
     }
     let graph = mithril::load(&args.model, &opts)?;
@@ -558,9 +559,11 @@ pub const HOST_CFLAGS: &str = "-O3 -march=native";
 /// (both after the program passes, printed after those named in `print_after`).
 /// Training stores the weights row-major, so both programs share one blob layout.
 fn lower(graphs: &Graphs, max: BTreeMap<String, u64>, layout: WeightLayout, print_after: &[String]) -> Result<(Program, Option<Program>)> {
-    let opts = crate::lower::Options { max, row_major_weights: layout == WeightLayout::Plain || graphs.backward.is_some() };
+    let opts = crate::lower::Options { max, library: crate::codegen::c::LIBRARY };
+    let row_major = layout == WeightLayout::Plain || graphs.backward.is_some();
+    let target_passes = if row_major { crate::codegen::c::PASSES_ROW_MAJOR } else { crate::codegen::c::PASSES };
     let lower = |g: &Graph| {
-        passes::compile(g, &opts, |name, p| {
+        passes::compile(g, &opts, target_passes, |name, p| {
             if print_after.iter().any(|n| n == name) {
                 eprint!("// after {name}\n{}", crate::lower::print::print(p));
             }

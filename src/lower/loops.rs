@@ -1,6 +1,5 @@
-//! Convolution, pooling and softmax as loop kernels (`Reduce` and `Map`), for element
-//! types the C runtime has no kernel for ([`runtime_kernel`]): its GEMM, convolution,
-//! pooling and softmax are f32 only. These loops compute what the interpreter computes,
+//! Convolution, pooling and softmax as loop kernels (`Reduce` and `Map`), where the
+//! target's library has no kernel for them ([`Library`]). These loops compute what the interpreter computes,
 //! in the same order of operations within each output element (sums in double), so an
 //! f64 model gives the interpreter's numbers to rounding.
 //!
@@ -10,13 +9,6 @@
 //! indices (`Expr::Select`), as padding is, and reads as `pad_value`.
 
 use super::*;
-
-/// Whether the C runtime computes convolution, pooling or softmax of these element
-/// types (`mr_conv2d_f32`, `mr_pool2d_f32`, `mr_softmax_f32`); if not, they lower to
-/// loops. The runtime's kernels take 1-d and 2-d windows.
-pub fn runtime_kernel(input: Dtype, output: Dtype, spatial: usize) -> bool {
-    input == Dtype::F32 && output == Dtype::F32 && spatial <= 2
-}
 
 /// The geometry of a sliding window over the trailing `stride.len()` dimensions.
 struct Window<'a> {

@@ -18,7 +18,7 @@
 mod loops;
 pub mod print;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
 use crate::error::{Error, Result};
@@ -287,9 +287,10 @@ pub enum Kernel {
     /// through a load of `c` itself, replaces each element once it is final.
     Gemm { a: View, b: View, c: View, epilogue: Option<Expr> },
     /// NCHW convolution (1-d as H = 1) into contiguous `out`; input and weight
-    /// contiguous; an epilogue as for `Gemm`. With `scratch` (an arena buffer of
-    /// [`winograd`]'s size), by Winograd's F(4x4, 3x3), its weight in
-    /// [`Layout::Winograd`].
+    /// contiguous; an epilogue as for `Gemm`. Lowering leaves `scratch` empty; a
+    /// target's program pass may give it an arena buffer the library needs while the
+    /// kernel runs (the C target's Winograd F(4x4, 3x3), its weight then in
+    /// [`Layout::Winograd`]).
     Conv { x: View, w: View, out: View, attrs: ConvAttrs, epilogue: Option<Expr>, scratch: Option<View> },
     /// NCHW pooling (1-d as H = 1) into contiguous `out`; input contiguous.
     Pool { x: View, out: View, attrs: PoolAttrs },
@@ -322,7 +323,9 @@ pub struct Port {
     pub layout: Layout,
 }
 
-/// How a parameter's values are laid out in the weights blob.
+/// How a parameter's values are laid out in the weights blob. Lowering stores every
+/// parameter row-major; a target's program pass may choose another layout for the way
+/// its library reads a weight (the C target's: `codegen::c::layout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
     /// Row-major, in the parameter's shape.
@@ -332,56 +335,13 @@ pub enum Layout {
     Transposed,
     /// A matrix `[N, K]` whose every use is the right operand of an f32 matmul through
     /// its transpose, stored as that `[K, N]` operand in column panels of
-    /// [`PANEL`] columns, the last one zero-padded: the runtime's GEMM reads it in place
+    /// `PANEL` columns, the last one zero-padded: the runtime's GEMM reads it in place
     /// and in order, with no packing (`mr_sgemm_panels` in `mithril_runtime.h`).
     Panels,
     /// A convolution weight `[O, C, 3, 3]` whose every use is a convolution that runs
-    /// by Winograd's F(4x4, 3x3) ([`winograd`]), stored transformed as `[36, O, C]`
+    /// by Winograd's F(4x4, 3x3) (`codegen::c::layout::winograd`), stored transformed as `[36, O, C]`
     /// (`mr_conv2d_winograd_f32` in `mithril_runtime.h`).
     Winograd,
-}
-
-/// The width of a weight's column panels (`MR_PANEL` in the runtime).
-pub const PANEL: u64 = 32;
-
-/// When a convolution runs by Winograd's F(4x4, 3x3) (`mr_conv2d_winograd_f32`), and
-/// the floats of scratch it then needs: f32, 2-d, a 3x3 kernel at stride 1 and
-/// dilation 1, one group, at least 16 input and output channels (with fewer, its 36
-/// small GEMMs gain little over the direct product), and at least half the
-/// multiply-adds of direct convolution saved (36 per tile of 4x4 outputs, the tiles
-/// taken in whole blocks of `PANEL`, against 9 per output; small images lose to the
-/// tiles that stick out). `x` and `w` are the input and weight shapes (the input
-/// unpadded: the runtime reads padding as zeros), `out` the output's.
-pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<u64> {
-    let fits = attrs.stride == [1, 1] && attrs.dilation == [1, 1] && attrs.groups == 1 && [x.len(), w.len(), out.len()] == [4; 3] && w[2..] == [3, 3] && x[1] >= 16 && w[0] >= 16;
-    if !fits {
-        return None;
-    }
-    // MR_WINOGRAD_SCRATCH(N, C, O, OH, OW)
-    let (n, c, o) = (x[0], x[1], w[0]);
-    let tiles = out[2].div_ceil(4).checked_mul(out[3].div_ceil(4))?.checked_mul(n)?;
-    let blocks = tiles.div_ceil(PANEL);
-    if blocks.checked_mul(PANEL * 8)? > n.checked_mul(out[2])?.checked_mul(out[3])? {
-        return None;
-    }
-    let slot = c.checked_add(o)?.checked_add(2)?.checked_mul(36 * PANEL)?;
-    blocks.min(WINOGRAD_SLOTS).checked_mul(slot)
-}
-
-/// Chunks of a Winograd convolution's blocks that threads run at once, each with its
-/// own slot of scratch (`MR_WINOGRAD_SLOTS` in the runtime).
-pub const WINOGRAD_SLOTS: u64 = 8;
-
-impl Port {
-    /// Elements the parameter takes in the weights blob.
-    pub fn stored_len(&self) -> u64 {
-        let n: u64 = self.shape.iter().product();
-        match self.layout {
-            Layout::RowMajor | Layout::Transposed => n,
-            Layout::Panels => self.shape[0].div_ceil(PANEL) * PANEL * self.shape[1],
-            Layout::Winograd => 36 * self.shape[0] * self.shape[1],
-        }
-    }
 }
 
 impl Kernel {
@@ -473,6 +433,11 @@ impl Program {
             }
         }
         self.buffers = kept;
+        self.renumber_buffers(&new_id);
+    }
+
+    /// Makes every use of buffer `b` (in kernels and ports) one of `new_id[b]`.
+    pub fn renumber_buffers(&mut self, new_id: &[BufId]) {
         for step in &mut self.steps {
             visit_views(&mut step.kernel, &mut |v| v.buf = new_id[v.buf.0]);
         }
@@ -540,10 +505,33 @@ pub fn align(x: u64) -> u64 {
 pub struct Options {
     /// The largest run-time value of each symbolic dimension.
     pub max: BTreeMap<String, u64>,
-    /// Store every parameter row-major: a training step updates the weights in place
-    /// with gradients in that layout, and a forward and a backward program share one
-    /// blob.
-    pub row_major_weights: bool,
+    /// What the target's kernel library computes; the rest lowers to loop kernels.
+    pub library: Library,
+}
+
+/// What a target's kernel library computes, by element type: an op it has no kernel
+/// for lowers to plain loop kernels (`Map`, `Reduce`), which every target renders.
+/// The default computes nothing (everything as loops).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Library {
+    /// Matrix products ([`Kernel::Gemm`]) whose operands and result are of one of these.
+    pub gemm: &'static [Dtype],
+    /// Convolutions ([`Kernel::Conv`]) whose input and output are of one of these.
+    pub conv: &'static [Dtype],
+    /// Pooling ([`Kernel::Pool`]) whose input and output are of one of these.
+    pub pool: &'static [Dtype],
+    /// Softmax ([`Kernel::Softmax`]) whose input and output are of one of these.
+    pub softmax: &'static [Dtype],
+    /// The most spatial dimensions its convolution and pooling take.
+    pub window_rank: usize,
+}
+
+impl Library {
+    /// Whether the library computes a window op (convolution, pooling) of `spatial`
+    /// dimensions from `input` into `output`, among the element types `dtypes`.
+    fn window(&self, dtypes: &[Dtype], input: Dtype, output: Dtype, spatial: usize) -> bool {
+        input == output && dtypes.contains(&output) && spatial <= self.window_rank
+    }
 }
 
 /// Lowers a graph, one kernel per op.
@@ -554,16 +542,11 @@ pub fn lower(graph: &Graph, opts: &Options) -> Result<Program> {
 struct Lowerer<'g> {
     graph: &'g Graph,
     max: &'g BTreeMap<String, u64>,
-    row_major_weights: bool,
+    library: Library,
     p: Program,
     views: HashMap<ValueId, View>,
     /// Scalar constants are inlined into expressions.
     scalars: HashMap<ValueId, (f64, Dtype)>,
-    /// The nodes that take each value as an argument, in order, each once (listed
-    /// once for the graph: a weight's layout looks at its users).
-    users: Vec<Vec<ValueId>>,
-    /// The weights stored for Winograd's convolution (their convolutions skip padding).
-    winograd: HashSet<BufId>,
 }
 
 impl<'g> Lowerer<'g> {
@@ -571,7 +554,7 @@ impl<'g> Lowerer<'g> {
         Lowerer {
             graph,
             max: &opts.max,
-            row_major_weights: opts.row_major_weights,
+            library: opts.library,
             p: Program {
                 name: graph.name.clone(),
                 buffers: Vec::new(),
@@ -588,8 +571,6 @@ impl<'g> Lowerer<'g> {
             },
             views: HashMap::new(),
             scalars: HashMap::new(),
-            users: users(graph),
-            winograd: HashSet::new(),
         }
     }
 
@@ -645,49 +626,6 @@ impl<'g> Lowerer<'g> {
         Ok(out)
     }
 
-    fn users(&self, v: ValueId) -> &[ValueId] {
-        &self.users[v.index()]
-    }
-
-    /// How parameter `v` (of `shape`) is stored: see [`Layout`].
-    fn weight_layout(&self, v: ValueId, shape: &[u64], outputs: &HashSet<ValueId>) -> Layout {
-        let g = self.graph;
-        let users = self.users(v);
-        let winograd_weight = |&conv: &ValueId| {
-            let n = g.node(conv);
-            // sizes as lowered (a symbolic batch at its maximum)
-            let sizes = |x: ValueId| self.shape(x).unwrap_or_default();
-            matches!(&n.op, Op::Conv(attrs) if n.args[1] == v && n.args[0] != v && n.ty.dtype == Dtype::F32
-                && g.ty(n.args[0]).dtype == Dtype::F32 && winograd(attrs, &sizes(n.args[0]), shape, &sizes(conv)).is_some())
-        };
-        if !self.row_major_weights && g.ty(v).dtype == Dtype::F32 && !users.is_empty() && !outputs.contains(&v) && users.iter().all(winograd_weight) {
-            return Layout::Winograd;
-        }
-        let only_transposed = !self.row_major_weights
-            && shape.len() == 2
-            && g.ty(v).dtype == Dtype::F32
-            && !users.is_empty()
-            && users.iter().all(|&t| matches!(&g.node(t).op, Op::Transpose { perm } if perm == &[1, 0]))
-            && !outputs.contains(&v);
-        if !only_transposed {
-            return Layout::RowMajor;
-        }
-        let f32_gemm_operand = |t: ValueId| {
-            let users = self.users(t);
-            !outputs.contains(&t)
-                && !users.is_empty()
-                && users.iter().all(|&m| {
-                    let n = g.node(m);
-                    matches!(n.op, Op::MatMul) && n.args[1] == t && n.args[0] != t && n.ty.dtype == Dtype::F32 && g.ty(n.args[0]).dtype == Dtype::F32
-                })
-        };
-        if users.iter().all(|&t| f32_gemm_operand(t)) {
-            Layout::Panels
-        } else {
-            Layout::Transposed
-        }
-    }
-
     /// An error for a use of a symbolic dimension compiled code does not support.
     fn unsupported_symbolic(&self, v: ValueId, what: &str) -> Error {
         Error::user(format!("{} (shape {}): compiled code does not support {what} yet", self.describe(v), self.graph.ty(v).shape))
@@ -729,9 +667,8 @@ impl<'g> Lowerer<'g> {
         if !unsupported.is_empty() {
             return Err(Error::user(format!("the C target cannot compile {} of the model's ops yet: {}", unsupported.len(), unsupported.join("; "))));
         }
-        let outputs: HashSet<ValueId> = graph.outputs.iter().map(|o| o.value).collect();
         for v in graph.ids() {
-            self.lower_node(v, &outputs)?;
+            self.lower_node(v)?;
         }
         for (i, o) in graph.outputs.iter().enumerate() {
             let shape = self.shape(o.value)?;
@@ -807,61 +744,19 @@ impl<'g> Lowerer<'g> {
         self.buffer(name, dtype, shape.iter().product::<u64>().max(1), Storage::Arena { offset: 0 })
     }
 
-    /// For a stride-1 convolution `v` with padding, a kernel that copies its input `x`
-    /// into a zero-padded buffer, returned; the convolution then needs no padding.
-    /// runtime-c reads an unpadded stride-1 convolution's input in place (each depth row
-    /// of a GEMM panel is a run of the input) where padding would need an im2col copy
-    /// KH*KW times the input's size. `None` when that does not apply (or the padded
-    /// input would be too large).
-    fn pad_for_conv(&mut self, v: ValueId, x: &View, attrs: &ConvAttrs) -> Result<Option<View>> {
-        if attrs.stride.iter().any(|&s| s != 1) || attrs.padding.iter().all(|&p| p == (0, 0)) {
-            return Ok(None);
-        }
-        let pads: Vec<(u64, u64)> = [(0, 0), (0, 0)].into_iter().chain(attrs.padding.iter().copied()).collect();
-        let dtype = self.graph.ty(v).dtype;
-        let full: Option<Vec<u64>> = x.shape.iter().zip(&pads).map(|(&n, &(lo, hi))| n.checked_add(lo)?.checked_add(hi)).collect();
-        let Some(full) = full.filter(|f| buffer_bytes(f, dtype).is_some()) else {
-            return Ok(None);
-        };
-        let x_value = self.graph.node(v).args[0];
-        let buf = self.arena(x_value, dtype, &full);
-        let out = View::contiguous(buf, &full);
-        let expr = padded(x.clone(), &pads, &full, 0.0, dtype);
-        let dims = self.dims(x_value)?;
-        self.step(Kernel::Map { out: out.clone(), expr }, vec![format!("padding of {}", self.origin(v))], dims);
-        Ok(Some(out))
-    }
-
-    /// Convolution `v` as a call to the runtime (see [`loops::runtime_kernel`]);
-    /// returns the output's view.
+    /// Convolution `v` as a library call; returns the output's view.
     fn conv_call(&mut self, v: ValueId, attrs: &ConvAttrs, shape: &[u64]) -> Result<View> {
         let arg = |i: usize| self.graph.node(v).args[i];
         let dims = self.dims(v)?;
-        let mut x = self.contiguous(arg(0))?;
-        let mut attrs = attrs.clone();
-        let by_winograd = self.views.get(&arg(1)).is_some_and(|w| self.winograd.contains(&w.buf));
-        if !by_winograd {
-            if let Some(padded) = self.pad_for_conv(v, &x, &attrs)? {
-                x = padded;
-                attrs.padding.iter_mut().for_each(|p| *p = (0, 0));
-            }
-        }
+        let x = self.contiguous(arg(0))?;
         let w = self.contiguous(arg(1))?;
         let buf = self.arena(v, self.graph.ty(v).dtype, shape);
         let out = View::contiguous(buf, shape);
-        let scratch = if by_winograd {
-            let floats = winograd(&attrs, &x.shape, &w.shape, shape);
-            let floats = floats.ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", self.describe(v))))?;
-            let buf = self.buffer("winograd_scratch".into(), Dtype::F32, floats, Storage::Arena { offset: 0 });
-            Some(View::contiguous(buf, &[floats]))
-        } else {
-            None
-        };
-        self.step(Kernel::Conv { x, w, out: out.clone(), attrs, epilogue: None, scratch }, vec![self.origin(v)], dims);
+        self.step(Kernel::Conv { x, w, out: out.clone(), attrs: attrs.clone(), epilogue: None, scratch: None }, vec![self.origin(v)], dims);
         Ok(out)
     }
 
-    fn lower_node(&mut self, v: ValueId, outputs: &HashSet<ValueId>) -> Result<()> {
+    fn lower_node(&mut self, v: ValueId) -> Result<()> {
         let node = self.graph.node(v);
         let shape = self.shape(v)?;
         let dtype = node.ty.dtype;
@@ -883,24 +778,11 @@ impl<'g> Lowerer<'g> {
                 if dims.iter().any(Option::is_some) {
                     return Err(self.unsupported_symbolic(v, "a parameter with a symbolic dimension"));
                 }
-                let layout = self.weight_layout(v, &shape, outputs);
-                let mut port = Port { name, buf: BufId(self.p.buffers.len()), shape: shape.clone(), dims, layout };
-                let stored = port.stored_len();
-                port.buf = self.buffer(port.name.clone(), dtype, stored.max(1), Storage::Weight { offset });
-                self.p.weights_size = align(offset + stored * dtype.size() as u64);
-                let buf = port.buf;
-                self.p.weights.push(port);
-                if layout == Layout::Winograd {
-                    self.winograd.insert(buf);
-                }
-                if matches!(layout, Layout::RowMajor | Layout::Winograd) {
-                    // (a Winograd weight is addressed only by its convolutions' runtime call)
-                    self.views.insert(v, View::contiguous(buf, &shape));
-                } else {
-                    // Stored as [K, N] (in panels, addressed only by the GEMM); the
-                    // parameter itself is its transposed view.
-                    self.views.insert(v, View { buf, shape: shape.clone(), strides: vec![1, shape[0] as i64], offset: 0 });
-                }
+                let len: u64 = shape.iter().product();
+                let buf = self.buffer(name.clone(), dtype, len.max(1), Storage::Weight { offset });
+                self.p.weights_size = align(offset + len * dtype.size() as u64);
+                self.p.weights.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor });
+                self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Constant(c) => {
                 let t = &self.graph.consts[c.0 as usize];
@@ -1046,7 +928,7 @@ impl<'g> Lowerer<'g> {
                 if b.shape.len() == 1 {
                     b = View { buf: b.buf, shape: vec![b.shape[0], 1], strides: vec![b.strides[0], 0], offset: b.offset };
                 }
-                let (m, n) = (a.shape[a.shape.len() - 2], b.shape[b.shape.len() - 1]);
+                let (m, n, full_k) = (a.shape[a.shape.len() - 2], b.shape[b.shape.len() - 1], a.shape[a.shape.len() - 1]);
                 let batch: Vec<u64> = shape[..shape.len() - (self.graph.ty(arg(0)).rank().min(2) + self.graph.ty(arg(1)).rank().min(2) - 2)]
                     .to_vec();
                 let mut full = batch.clone();
@@ -1065,14 +947,25 @@ impl<'g> Lowerer<'g> {
                 dims.extend([da[da.len() - 2], db[db.len() - 1], da[da.len() - 1]]);
                 let buf = self.arena(v, dtype, &shape);
                 let c = View::contiguous(buf, &full);
-                self.step(Kernel::Gemm { a, b, c, epilogue: None }, vec![self.origin(v)], dims);
+                let by_library = self.library.gemm.contains(&dtype) && [arg(0), arg(1)].iter().all(|&x| self.graph.ty(x).dtype == dtype);
+                let kernel = if by_library {
+                    Kernel::Gemm { a, b, c, epilogue: None }
+                } else {
+                    // c[batch..., i, j] = Σ_l a[batch..., i, l] * b[batch..., l, j], as loops
+                    // over [batch..., i, j, l] (the domain a `Gemm` has).
+                    let nb = batch.len();
+                    let at = |view: View, rows: usize, cols: usize| Expr::Load { view, vars: (0..nb).chain([rows, cols]).collect() };
+                    let expr = Expr::Binary(BinaryOp::Mul, Box::new(at(a, nb, nb + 2)), Box::new(at(b, nb + 2, nb + 1)), dtype);
+                    Kernel::Reduce { out: c, reduced: vec![full_k], kind: ReduceKind::Sum, expr, scale: None }
+                };
+                self.step(kernel, vec![self.origin(v)], dims);
                 self.views.insert(v, View::contiguous(buf, &shape));
             }
             Op::Conv(attrs) => {
                 if self.dims(arg(0))?[1..].iter().any(Option::is_some) {
                     return Err(self.unsupported_symbolic(arg(0), "a convolution with symbolic channels or spatial size"));
                 }
-                let out = if loops::runtime_kernel(self.graph.ty(arg(0)).dtype, dtype, attrs.stride.len()) {
+                let out = if self.library.window(self.library.conv, self.graph.ty(arg(0)).dtype, dtype, attrs.stride.len()) {
                     self.conv_call(v, attrs, &shape)?
                 } else {
                     self.conv_loops(v, attrs, &shape)?
@@ -1094,7 +987,7 @@ impl<'g> Lowerer<'g> {
                 if dims[dims.len() - attrs.kernel.len()..].iter().any(Option::is_some) {
                     return Err(self.unsupported_symbolic(v, "pooling over a symbolic spatial size"));
                 }
-                let out = if loops::runtime_kernel(self.graph.ty(arg(0)).dtype, dtype, attrs.kernel.len()) {
+                let out = if self.library.window(self.library.pool, self.graph.ty(arg(0)).dtype, dtype, attrs.kernel.len()) {
                     // The runtime flattens the leading dimensions.
                     self.require_leading(v, &dims, &shape, "pooling")?;
                     let x = self.contiguous(arg(0))?;
@@ -1107,7 +1000,7 @@ impl<'g> Lowerer<'g> {
                 self.views.insert(v, out);
             }
             Op::Softmax { axis } => {
-                if loops::runtime_kernel(self.graph.ty(arg(0)).dtype, dtype, 0) {
+                if self.graph.ty(arg(0)).dtype == dtype && self.library.softmax.contains(&dtype) {
                     // The runtime flattens the dimensions before the axis.
                     let dims = self.dims(v)?;
                     if dims[*axis..].iter().any(Option::is_some) {
@@ -1246,20 +1139,6 @@ fn lacking(graph: &Graph, v: ValueId) -> Option<String> {
     }
 }
 
-/// For each value, the nodes that take it as an argument, in order, each once.
-fn users(graph: &Graph) -> Vec<Vec<ValueId>> {
-    let mut users: Vec<Vec<ValueId>> = vec![Vec::new(); graph.nodes.len()];
-    for u in graph.ids() {
-        for a in &graph.node(u).args {
-            let list = &mut users[a.index()];
-            if list.last() != Some(&u) {
-                list.push(u);
-            }
-        }
-    }
-    users
-}
-
 /// The number of nodes in an expression.
 pub fn expr_size(e: &Expr) -> usize {
     let mut n = 0;
@@ -1314,13 +1193,13 @@ fn shift_vars(e: Expr, own: &[u64], shift: usize) -> Expr {
 
 /// The bytes a buffer of `shape` takes, `None` past [`MAX_BUFFER_BYTES`] (sizes come
 /// from the user: products must not overflow).
-fn buffer_bytes(shape: &[u64], dtype: Dtype) -> Option<u64> {
+pub fn buffer_bytes(shape: &[u64], dtype: Dtype) -> Option<u64> {
     shape.iter().try_fold(dtype.size() as u64, |acc, &n| acc.checked_mul(n)).filter(|&b| b <= MAX_BUFFER_BYTES)
 }
 
 /// `out[i] = all(lo_d <= i_d < lo_d + n_d) ? src[i - lo] : value` over the padded
 /// `shape`: `src` padded by `pads` (`(lo, hi)` per dimension).
-fn padded(src: View, pads: &[(u64, u64)], shape: &[u64], value: f64, dtype: Dtype) -> Expr {
+pub fn padded(src: View, pads: &[(u64, u64)], shape: &[u64], value: f64, dtype: Dtype) -> Expr {
     let mut cond: Option<Expr> = None;
     let mut shifted = src.clone();
     for (d, &(lo, hi)) in pads.iter().enumerate() {
@@ -1473,35 +1352,5 @@ pub fn retarget(k: &mut Kernel, to: BufId) {
         | Kernel::Pool { out, .. }
         | Kernel::Softmax { out, .. } => out.buf = to,
         Kernel::Gemm { c, .. } => c.buf = to,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn winograd_takes_stride_1_3x3_convolutions_with_enough_channels_and_outputs() {
-        let attrs = |stride: u64, dilation: u64, groups: u64| ConvAttrs { stride: vec![stride; 2], padding: vec![(1, 1); 2], dilation: vec![dilation; 2], groups };
-        // cnn's: 64 -> 64 channels at 32x32, 64 tiles an image: 2 blocks, 2 slots
-        let slot = 36 * 32 * (64 + 64 + 2);
-        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 64, 32, 32], &[64, 64, 3, 3], &[1, 64, 32, 32]), Some(2 * slot));
-        // at batch 32, 64 blocks in at most 8 slots
-        assert_eq!(winograd(&attrs(1, 1, 1), &[32, 64, 32, 32], &[64, 64, 3, 3], &[32, 64, 32, 32]), Some(8 * slot));
-        // 4 tiles of 4x4 in one block of 32 columns: no, but 8 images of them fill it
-        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 64, 8, 8], &[64, 64, 3, 3], &[1, 64, 8, 8]), None);
-        assert_eq!(winograd(&attrs(1, 1, 1), &[8, 64, 8, 8], &[64, 64, 3, 3], &[8, 64, 8, 8]), Some(36 * 32 * 130));
-        // 16 x 17 outputs: 20 tiles, some sticking out
-        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 16, 18, 19], &[20, 16, 3, 3], &[1, 20, 16, 17]), Some(36 * 32 * (16 + 20 + 2)));
-        for (a, x, w, out) in [
-            (attrs(2, 1, 1), [1, 64, 32, 32], [64, 64, 3, 3], [1, 64, 16, 16]),
-            (attrs(1, 2, 1), [1, 64, 32, 32], [64, 64, 3, 3], [1, 64, 30, 30]),
-            (attrs(1, 1, 2), [1, 64, 32, 32], [64, 32, 3, 3], [1, 64, 32, 32]),
-            (attrs(1, 1, 1), [1, 64, 32, 32], [64, 64, 5, 5], [1, 64, 30, 30]),
-            (attrs(1, 1, 1), [1, 3, 32, 32], [64, 3, 3, 3], [1, 64, 32, 32]),
-            (attrs(1, 1, 1), [1, 64, 32, 32], [8, 64, 3, 3], [1, 8, 32, 32]),
-        ] {
-            assert_eq!(winograd(&a, &x, &w, &out), None, "{a:?} {x:?} {w:?}");
-        }
     }
 }
