@@ -61,6 +61,15 @@ fn toolchain() -> Option<&'static Toolchain> {
     tc
 }
 
+/// `../shared` and the toolchain, or `None` after saying why the test skips.
+fn shared_and_toolchain() -> Option<(PathBuf, &'static Toolchain)> {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return None;
+    };
+    Some((dir, toolchain()?))
+}
+
 /// The bound on an output's error, absolute and relative, by its type: f64 outputs are
 /// computed in f64 by both, so they may differ only by rounding in other orders of
 /// summation; f32 ones by [`mismatch`]'s argument.
@@ -279,22 +288,14 @@ fn finish(what: &str, c: Checked, note: &str) {
 
 #[test]
 fn every_testdata_case_forward_and_backward() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let Some(tc) = toolchain() else { return };
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
     finish("test data", check(tc, testdata_cases(&dir, false)), &tc.note);
 }
 
 /// The test data with its f32 arrays widened to f64, as Mithril's own tests run.
 #[test]
 fn every_testdata_case_in_f64_forward_and_backward() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let Some(tc) = toolchain() else { return };
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
     finish("test data in f64", check(tc, testdata_cases(&dir, true)), &tc.note);
 }
 
@@ -322,11 +323,7 @@ fn testdata_cases(dir: &Path, f64: bool) -> Vec<Case> {
 /// Each benchmark model at batch 1 (tests/c_target.rs runs the larger batches forward).
 #[test]
 fn every_bench_model_forward_and_backward() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let Some(tc) = toolchain() else { return };
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
     finish("bench models", check(tc, bench_cases(&dir)), &tc.note);
 }
 
@@ -350,11 +347,7 @@ fn bench_cases(dir: &Path) -> Vec<Case> {
 /// numbers.
 #[test]
 fn everything_as_loops_without_a_kernel_library() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let Some(tc) = toolchain() else { return };
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
     let mut cases = bench_cases(&dir);
     let some = ["linear", "conv", "lenet", "maxpool", "softmax", "attention", "matmul", "gpt_tiny", "shared_weight", "mlp"];
     cases.extend(testdata_cases(&dir, false).into_iter().filter(|c| some.iter().any(|s| c.label.contains(s))));
