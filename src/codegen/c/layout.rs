@@ -69,11 +69,14 @@ fn layout(p: &mut Program, row_major_weights: bool) -> Result<()> {
     if !row_major_weights {
         choose_layouts(p);
     }
+    let mut by_winograd = vec![false; p.buffers.len()];
+    for w in p.weights.iter().filter(|w| w.layout == Layout::Winograd) {
+        by_winograd[w.buf.0] = true;
+    }
     let mut add = Additions::new(p);
     for (i, step) in p.steps.iter().enumerate() {
         let Kernel::Conv { x, w, out, attrs, .. } = &step.kernel else { continue };
-        let stored = p.weights.iter().find(|port| port.buf == w.buf).map(|port| port.layout);
-        if stored == Some(Layout::Winograd) {
+        if by_winograd[w.buf.0] {
             let floats = winograd(attrs, &x.shape, &w.shape, &out.shape)
                 .ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", step.origins.join("; "))))?;
             let buf = add.buffer(out.buf.0 + 1, Buffer { name: "winograd_scratch".into(), dtype: Dtype::F32, len: floats, storage: Storage::Arena { offset: 0 } });
