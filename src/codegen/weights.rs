@@ -1,6 +1,7 @@
 //! The weights blob every target loads: each parameter at its offset in the program's
 //! weights layout ([`Storage::Weight`]), in the layout the program stores it in
-//! ([`Layout`]), little-endian.
+//! (`lower::Layout`: row-major unless a target's pass chose another; the transforms are
+//! the C target's, [`stored_values`]), little-endian.
 
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
