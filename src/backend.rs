@@ -25,6 +25,11 @@ pub trait Backend: Sync {
     fn name(&self) -> &'static str;
     /// What it builds, in a line (for `--help`).
     fn about(&self) -> &'static str;
+    /// The program passes a program target runs between lowering and `fuse` (none for a
+    /// graph target); `--print-after` takes their names.
+    fn program_passes(&self) -> &'static [passes::ProgramPass] {
+        &[]
+    }
     /// Why the target cannot compile node `v` of a graph whose shapes are known, if it
     /// cannot. [`check_supported`] asks this of every node before anything is written.
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String>;
@@ -43,6 +48,20 @@ pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget];
 /// The target called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Backend> {
     BACKENDS.iter().copied().find(|b| b.name() == name)
+}
+
+/// Every pass `--print-after` can name: the graph passes, every target's program
+/// passes, and the shared program passes.
+pub fn pass_names() -> Vec<&'static str> {
+    let mut names = passes::names(&[]);
+    for b in BACKENDS {
+        for (name, _) in b.program_passes() {
+            if !names.contains(name) {
+                names.insert(passes::PIPELINE.len(), name);
+            }
+        }
+    }
+    names
 }
 
 /// The names of every target, for messages (`c, cuda`).
@@ -156,11 +175,17 @@ pub fn check_supported(backend: &dyn Backend, graph: &Graph) -> Result<()> {
 }
 
 /// The programs of a program target: the forward pass and, with `--grad`, the backward
-/// pass, each lowered with `lower` and run through `target_passes` and the shared
-/// program passes, printed after those named in `print_after`.
-pub fn lower_programs(graphs: &Graphs, lower: &crate::lower::Options, print_after: &[String]) -> Result<(Program, Option<Program>)> {
+/// pass, each lowered with `lower` (the target's library) and run through
+/// `target_passes` and the shared program passes, printed after those named in
+/// `print_after`.
+pub fn lower_programs(
+    graphs: &Graphs,
+    lower: &crate::lower::Options,
+    target_passes: &[passes::ProgramPass],
+    print_after: &[String],
+) -> Result<(Program, Option<Program>)> {
     let one = |g: &Graph| {
-        passes::compile(g, lower, |name, p| {
+        passes::compile(g, lower, target_passes, |name, p| {
             if print_after.iter().any(|n| n == name) {
                 eprint!("// after {name}\n{}", crate::lower::print::print(p));
             }

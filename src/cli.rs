@@ -147,8 +147,9 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
     }
     opts.known_types = known_types(files)?;
     for p in &args.print_after {
-        if !passes::names().contains(&p.as_str()) {
-            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", passes::names().join(", "))));
+        let names = crate::backend::pass_names();
+        if !names.contains(&p.as_str()) {
+            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", names.join(", "))));
         }
     }
     let graph = mithril::load(&args.model, &opts)?;

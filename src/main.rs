@@ -51,8 +51,8 @@ struct ModelOpts {
     /// becomes N inputs NAME_0 ... NAME_{N-1}
     #[arg(long = "list", value_name = "NAME=N")]
     lists: Vec<String>,
-    /// Print the IR (or, after fuse and memory, the program) after this pass, to stderr;
-    /// repeatable (passes: shape, autodiff, simplify, fuse, memory)
+    /// Print the IR (or, after c-layout, fuse and memory, the program) after this pass,
+    /// to stderr; repeatable (passes: shape, autodiff, simplify, c-layout, fuse, memory)
     #[arg(long = "print-after", value_name = "PASS")]
     print_after: Vec<String>,
 }

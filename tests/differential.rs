@@ -61,6 +61,15 @@ fn toolchain() -> Option<&'static Toolchain> {
     tc
 }
 
+/// `../shared` and the toolchain, or `None` after saying why the test skips.
+fn shared_and_toolchain() -> Option<(PathBuf, &'static Toolchain)> {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return None;
+    };
+    Some((dir, toolchain()?))
+}
+
 /// The bound on an output's error, absolute and relative, by its type: f64 outputs are
 /// computed in f64 by both, so they may differ only by rounding in other orders of
 /// summation; f32 ones by [`mismatch`]'s argument.
@@ -155,6 +164,11 @@ struct Checked {
 
 /// Runs `cases` on every core, each against the interpreter.
 fn check(tc: &Toolchain, cases: Vec<Case>) -> Checked {
+    check_with(tc, cases, mithrilc::codegen::c::LIBRARY)
+}
+
+/// [`check`], lowering for `library` in place of the C runtime's.
+fn check_with(tc: &Toolchain, cases: Vec<Case>, library: mithrilc::lower::Library) -> Checked {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let worst = Mutex::new((0.0, String::new()));
@@ -176,7 +190,7 @@ fn check(tc: &Toolchain, cases: Vec<Case>) -> Checked {
                     }
                 };
                 let dir = tc.dir.path().join(format!("case{id}"));
-                let failure = match c_build::run_c(tc, &case.graphs, &case.feeds, &dir) {
+                let failure = match c_build::run_c_with(tc, &case.graphs, &case.feeds, &dir, library) {
                     Err(e) => Some(e),
                     Ok(got) if got.len() != want.len() => Some(format!("{} outputs, the interpreter {}", got.len(), want.len())),
                     Ok(got) => {
@@ -274,22 +288,14 @@ fn finish(what: &str, c: Checked, note: &str) {
 
 #[test]
 fn every_testdata_case_forward_and_backward() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let Some(tc) = toolchain() else { return };
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
     finish("test data", check(tc, testdata_cases(&dir, false)), &tc.note);
 }
 
 /// The test data with its f32 arrays widened to f64, as Mithril's own tests run.
 #[test]
 fn every_testdata_case_in_f64_forward_and_backward() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let Some(tc) = toolchain() else { return };
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
     finish("test data in f64", check(tc, testdata_cases(&dir, true)), &tc.note);
 }
 
@@ -317,11 +323,12 @@ fn testdata_cases(dir: &Path, f64: bool) -> Vec<Case> {
 /// Each benchmark model at batch 1 (tests/c_target.rs runs the larger batches forward).
 #[test]
 fn every_bench_model_forward_and_backward() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let Some(tc) = toolchain() else { return };
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
+    finish("bench models", check(tc, bench_cases(&dir)), &tc.note);
+}
+
+/// Each benchmark model at batch 1, forward and backward.
+fn bench_cases(dir: &Path) -> Vec<Case> {
     let mut cases = Vec::new();
     for model in ["mlp", "lenet", "cnn", "gpt_block"] {
         let params = data::read_arrays(&dir.join(format!("bench/{model}.safetensors"))).unwrap();
@@ -330,7 +337,21 @@ fn every_bench_model_forward_and_backward() {
         let graph = load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![]);
         cases.extend(both(&format!("{model} b1"), graph, &[&params, &input], ""));
     }
-    finish("bench models", check(tc, cases), &tc.note);
+    cases
+}
+
+/// With an empty kernel library every matrix product, convolution, pooling and softmax
+/// is a loop kernel (as on a target whose library has none of them), and the C target's
+/// layout pass still lays weights out for how those loops read them: the bench models
+/// and the test-data cases with such ops, forward and backward, give the interpreter's
+/// numbers.
+#[test]
+fn everything_as_loops_without_a_kernel_library() {
+    let Some((dir, tc)) = shared_and_toolchain() else { return };
+    let mut cases = bench_cases(&dir);
+    let some = ["linear", "conv", "lenet", "maxpool", "softmax", "attention", "matmul", "gpt_tiny", "shared_weight", "mlp"];
+    cases.extend(testdata_cases(&dir, false).into_iter().filter(|c| some.iter().any(|s| c.label.contains(s))));
+    finish("without a kernel library", check_with(tc, cases, mithrilc::lower::Library::default()), &tc.note);
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use mithrilc::cli;
-use mithrilc::codegen::{cuda, metal, names::identifier};
+use mithrilc::codegen::{c, cuda, metal, names::identifier};
 use mithrilc::data;
 use mithrilc::passes::autodiff::Wrt;
 
@@ -80,12 +80,10 @@ fn generate_kernels(case: &Case) -> (Files, Files) {
         let err = |e: mithrilc::error::Error| format!("{}: {e}", case.model.display());
         let params = case.params.as_deref().map(data::read_arrays).transpose().map_err(err)?;
         let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).map_err(err)?;
-        let opts = mithrilc::lower::Options { row_major_weights: graphs.backward.is_some(), ..Default::default() };
-        let mut out = vec![mithrilc::passes::compile(&graphs.forward, &opts, |_, _| {}).map_err(err)?];
-        if let Some(b) = &graphs.backward {
-            out.push(mithrilc::passes::compile(b, &opts, |_, _| {}).map_err(err)?);
-        }
-        Ok(out)
+        let opts = mithrilc::lower::Options { library: c::LIBRARY, ..Default::default() };
+        let passes = if graphs.backward.is_some() { c::PASSES_ROW_MAJOR } else { c::PASSES };
+        let (forward, backward) = mithrilc::backend::lower_programs(&graphs, &opts, passes, &[]).map_err(err)?;
+        Ok([forward].into_iter().chain(backward).collect())
     };
     let programs = match programs() {
         Ok(p) => p,

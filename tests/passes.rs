@@ -2,9 +2,10 @@
 //! (for `autodiff`, a `// grad: all` or `// grad: NAME,...` line too),
 //! an input graph, and the expected output after `// expect:`. The input is parsed and
 //! verified. A graph pass runs on it, the graph is verified again and printed; for a
-//! program pass (`fuse`, `memory`) the graph is lowered, the program passes up to and
-//! including PASS run (with symbolic dimensions bounded by `// max: NAME=N` lines),
-//! and the program is printed. The text must match.
+//! program pass (`c-layout`, `fuse`, `memory`) the graph is lowered for the C target's
+//! library, the C target's passes and the program passes up to and including PASS run
+//! (with symbolic dimensions bounded by `// max: NAME=N` lines), and the program is
+//! printed. The text must match.
 //! `UPDATE_EXPECT=1 cargo test --test passes` rewrites the expectations.
 
 use std::path::Path;
@@ -37,12 +38,14 @@ fn pass_filetests() {
             verify(&g).unwrap_or_else(|e| panic!("{}: after {pass_name}: {e}", path.display()));
             print(&g)
         } else {
-            let last = PROGRAM_PIPELINE.iter().position(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("{}: no pass {pass_name}", path.display()));
+            let program_passes: Vec<_> = mithrilc::codegen::c::PASSES.iter().chain(PROGRAM_PIPELINE).collect();
+            let last = program_passes.iter().position(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("{}: no pass {pass_name}", path.display()));
             // `// max: B=4` lines bound symbolic dimensions.
             let max: Vec<String> = input.lines().filter_map(|l| l.strip_prefix("// max: ")).map(str::to_string).collect();
             let max = mithrilc::cli::parse_max_args(&max).unwrap();
-            let mut p = mithrilc::lower::lower(&g, &mithrilc::lower::Options { max, ..Default::default() }).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            for (_, pass) in &PROGRAM_PIPELINE[..=last] {
+            let opts = mithrilc::lower::Options { max, library: mithrilc::codegen::c::LIBRARY };
+            let mut p = mithrilc::lower::lower(&g, &opts).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for (_, pass) in &program_passes[..=last] {
                 pass(&mut p).unwrap();
             }
             mithrilc::lower::print::print(&p)

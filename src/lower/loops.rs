@@ -1,6 +1,6 @@
-//! Convolution, pooling and softmax as loop kernels (`Reduce` and `Map`), for element
-//! types the C runtime has no kernel for ([`runtime_kernel`]): its GEMM, convolution,
-//! pooling and softmax are f32 only. These loops compute what the interpreter computes,
+//! Pooling and softmax, as library kernels (`Kernel::Pool`, `Kernel::Softmax`) where
+//! the target's library computes them, else (and convolution where the library has
+//! none: `contraction.rs`) as loop kernels (`Reduce` and `Map`). These loops compute what the interpreter computes,
 //! in the same order of operations within each output element (sums in double), so an
 //! f64 model gives the interpreter's numbers to rounding.
 //!
@@ -9,14 +9,8 @@
 //! tap's (`dilation * s`); a tap in the padding is guarded by a condition on the loop
 //! indices (`Expr::Select`), as padding is, and reads as `pad_value`.
 
+use super::reduce::kept_shape;
 use super::*;
-
-/// Whether the C runtime computes convolution, pooling or softmax of these element
-/// types (`mr_conv2d_f32`, `mr_pool2d_f32`, `mr_softmax_f32`); if not, they lower to
-/// loops. The runtime's kernels take 1-d and 2-d windows.
-pub fn runtime_kernel(input: Dtype, output: Dtype, spatial: usize) -> bool {
-    input == Dtype::F32 && output == Dtype::F32 && spatial <= 2
-}
 
 /// The geometry of a sliding window over the trailing `stride.len()` dimensions.
 struct Window<'a> {
@@ -72,6 +66,50 @@ impl Window<'_> {
 }
 
 impl Lowerer<'_> {
+    pub(super) fn pool(&mut self, v: ValueId, shape: Vec<u64>, attrs: &PoolAttrs) -> Result<()> {
+        let node = self.graph.node(v);
+        let dtype = node.ty.dtype;
+        let arg = |i: usize| node.args[i];
+        let dims = self.dims(v)?;
+        if dims[dims.len() - attrs.kernel.len()..].iter().any(Option::is_some) {
+            return Err(self.unsupported_symbolic(v, "pooling over a symbolic spatial size"));
+        }
+        let out = if self.library.window(self.library.pool, self.graph.ty(arg(0)).dtype, dtype, attrs.kernel.len()) {
+            // The runtime flattens the leading dimensions.
+            self.require_leading(v, &dims, &shape, "pooling")?;
+            let x = self.contiguous(arg(0))?;
+            let out = View::contiguous(self.arena(v, dtype, &shape), &shape);
+            self.step(Kernel::Pool { x, out: out.clone(), attrs: attrs.clone() }, vec![self.origin(v)], dims);
+            out
+        } else {
+            self.pool_loops(v, attrs, &shape)?
+        };
+        self.views.insert(v, out);
+        Ok(())
+    }
+
+    pub(super) fn softmax(&mut self, v: ValueId, shape: Vec<u64>, axis: &usize) -> Result<()> {
+        let node = self.graph.node(v);
+        let dtype = node.ty.dtype;
+        let arg = |i: usize| node.args[i];
+        if self.graph.ty(arg(0)).dtype == dtype && self.library.softmax.contains(&dtype) {
+            // The runtime flattens the dimensions before the axis.
+            let dims = self.dims(v)?;
+            if dims[*axis..].iter().any(Option::is_some) {
+                return Err(self.unsupported_symbolic(v, "softmax along or inside a symbolic dimension"));
+            }
+            self.require_leading(v, &dims, &shape, "softmax")?;
+            let x = self.contiguous(arg(0))?;
+            let out = View::contiguous(self.arena(v, dtype, &shape), &shape);
+            self.step(Kernel::Softmax { x, out: out.clone(), axis: *axis }, vec![self.origin(v)], dims);
+            self.views.insert(v, out);
+        } else {
+            let out = self.softmax_loops(v, *axis, &shape)?;
+            self.views.insert(v, out);
+        }
+        Ok(())
+    }
+
     /// Convolution `v` as one `Reduce` over (input channel, taps...) per output element,
     /// with the output's channels split as `[groups, channels per group]` so each
     /// group's input channels are an affine index; returns the output's view.

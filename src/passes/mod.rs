@@ -48,19 +48,21 @@ pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], options: &Options, mut a
 /// A named pass over a lowered program.
 pub type ProgramPass = (&'static str, fn(&mut Program) -> Result<()>);
 
-/// The passes run after lowering, in order.
+/// The passes run after lowering and the target's program passes, in order.
 pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", fuse::run), ("memory", memory::run)];
 
-/// Every pass name, in the order they run (for `--print-after`).
-pub fn names() -> Vec<&'static str> {
-    PIPELINE.iter().map(|(n, _)| *n).chain(PROGRAM_PIPELINE.iter().map(|(n, _)| *n)).collect()
+/// Every pass name, in the order they run (for `--print-after`), with a target's
+/// program passes.
+pub fn names(target_passes: &[ProgramPass]) -> Vec<&'static str> {
+    PIPELINE.iter().map(|(n, _)| *n).chain(target_passes.iter().chain(PROGRAM_PIPELINE).map(|(n, _)| *n)).collect()
 }
 
-/// Lowers a graph and runs the program passes; `after` sees the program after every
-/// pass.
-pub fn compile(graph: &Graph, opts: &crate::lower::Options, mut after: impl FnMut(&str, &Program)) -> Result<Program> {
+/// Lowers a graph (for the target's library, in `opts`), runs the target's program
+/// passes (laying the program out for its library), then [`PROGRAM_PIPELINE`]; `after`
+/// sees the program after every pass.
+pub fn compile(graph: &Graph, opts: &crate::lower::Options, target_passes: &[ProgramPass], mut after: impl FnMut(&str, &Program)) -> Result<Program> {
     let mut p = crate::lower::lower(graph, opts)?;
-    for (name, pass) in PROGRAM_PIPELINE {
+    for (name, pass) in target_passes.iter().chain(PROGRAM_PIPELINE) {
         pass(&mut p)?;
         after(name, &p);
     }

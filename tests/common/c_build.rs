@@ -113,9 +113,16 @@ pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
 /// Builds `graphs` as a C library in `dir` and runs its demo (the backward pass when
 /// there is one) on `feeds`: the outputs in the program's order, by name.
 pub fn run_c(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, dir: &Path) -> Result<Vec<(String, Tensor)>, String> {
+    run_c_with(tc, graphs, feeds, dir, mithrilc::codegen::c::LIBRARY)
+}
+
+/// [`run_c`], lowering for `library` in place of the runtime's (an empty one: every
+/// op as loop kernels).
+pub fn run_c_with(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, dir: &Path, library: mithrilc::lower::Library) -> Result<Vec<(String, Tensor)>, String> {
     // As `cli::run_target`: the fast layouts forward; row-major when training.
-    let opts = mithrilc::lower::Options { max: BTreeMap::new(), row_major_weights: graphs.backward.is_some() };
-    let lower = |g: &Graph| mithrilc::passes::compile(g, &opts, |_, _| {}).map_err(|e| format!("lowering: {e}"));
+    let passes = if graphs.backward.is_some() { mithrilc::codegen::c::PASSES_ROW_MAJOR } else { mithrilc::codegen::c::PASSES };
+    let opts = mithrilc::lower::Options { library, ..Default::default() };
+    let lower = |g: &Graph| mithrilc::passes::compile(g, &opts, passes, |_, _| {}).map_err(|e| format!("lowering: {e}"));
     let forward = lower(&graphs.forward)?;
     let backward = graphs.backward.as_ref().map(lower).transpose()?;
     let g = &graphs.forward;

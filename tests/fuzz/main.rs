@@ -419,12 +419,13 @@ fn frontend_run(m: &Model, grad: bool, data_seed: u64) -> Verdict {
             max.insert(s.to_string(), 3);
         }
     }
-    let lopts = mithrilc::lower::Options { max, row_major_weights: graphs.backward.is_some() };
-    let forward = match mithrilc::passes::compile(&graphs.forward, &lopts, |_, _| {}) {
+    let lopts = mithrilc::lower::Options { max, library: mithrilc::codegen::c::LIBRARY };
+    let passes = if graphs.backward.is_some() { mithrilc::codegen::c::PASSES_ROW_MAJOR } else { mithrilc::codegen::c::PASSES };
+    let forward = match mithrilc::passes::compile(&graphs.forward, &lopts, passes, |_, _| {}) {
         Ok(p) => p,
         Err(e) => return judge("lower", &e, false),
     };
-    let backward = match graphs.backward.as_ref().map(|g| mithrilc::passes::compile(g, &lopts, |_, _| {})).transpose() {
+    let backward = match graphs.backward.as_ref().map(|g| mithrilc::passes::compile(g, &lopts, passes, |_, _| {})).transpose() {
         Ok(p) => p,
         Err(e) => return judge("lower backward", &e, false),
     };

@@ -9,7 +9,9 @@ use crate::backend::{lower_programs, memory_report, Backend, BuildConfig, EmitOp
 use crate::cli::Graphs;
 use crate::data;
 use crate::error::{Error, Result};
+use crate::codegen::cstyle::Dialect;
 use crate::ir::{Graph, ValueId};
+use crate::passes::ProgramPass;
 use crate::tensor::Tensor;
 
 pub struct CTarget;
@@ -23,16 +25,27 @@ impl Backend for CTarget {
         "portable C99 with no allocation: a static library, a shared library, a header and a demo program"
     }
 
+    fn program_passes(&self) -> &'static [ProgramPass] {
+        super::PASSES
+    }
+
+    /// What lowering cannot express, and element types the C dialect lacks (f16/bf16
+    /// have no C arithmetic yet).
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        let dtype = graph.ty(v).dtype;
+        if !super::dialect::C.supports(dtype) {
+            return Some(format!("no {dtype} arithmetic"));
+        }
         crate::lower::lacking(graph, v)
     }
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         // Training updates the weights in place with row-major gradients, and the
         // forward and backward programs share one blob: both store them row-major.
-        let row_major_weights = opts.layout == WeightLayout::Plain || graphs.backward.is_some();
-        let lower = crate::lower::Options { max: opts.max.clone(), row_major_weights };
-        let (forward, backward) = lower_programs(graphs, &lower, &opts.print_after)?;
+        let row_major = opts.layout == WeightLayout::Plain || graphs.backward.is_some();
+        let passes = if row_major { super::PASSES_ROW_MAJOR } else { super::PASSES };
+        let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY };
+        let (forward, backward) = lower_programs(graphs, &lower, passes, &opts.print_after)?;
         let c = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
         let files = super::emit(&forward, backward.as_ref(), &c)?;
         let mut report = memory_report(&forward);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::dialect::C;
 use super::program::{base, declare};
 use crate::codegen::cstyle::kernel::product;
-use crate::codegen::cstyle::{pad, Dialect, Renderer};
+use crate::codegen::cstyle::{pad, Renderer};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, PoolKind};
 use crate::lower::{Kernel, View};
@@ -15,8 +15,7 @@ use crate::lower::{Kernel, View};
 /// block of the result (see `mithril_runtime.h`); false when the kernel has none.
 pub fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &mut String) -> Result<bool> {
     let (out, expr, conv) = match kernel {
-        // Other element types run the epilogue inside their plain loops.
-        Kernel::Gemm { a, b, c, epilogue: Some(e) } if runtime_gemm(r, a, b, c) => (c, e, false),
+        Kernel::Gemm { c, epilogue: Some(e), .. } => (c, e, false),
         Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, true),
         _ => return Ok(false),
     };
@@ -122,7 +121,7 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
-        Kernel::Gemm { a, b, c, epilogue } => gemm(r, a, b, c, ext, epilogue.as_ref(), ep, true, panels, s)?,
+        Kernel::Gemm { a, b, c, .. } => gemm(r, a, b, c, ext, ep, true, panels, s)?,
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (&ext[0], x.shape[1]);
@@ -221,30 +220,18 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
     for v in views {
         let d = r.p.buffers[v.buf.0].dtype;
         if d != Dtype::F32 {
-            // (lowering gives other element types loops: `lower::loops::runtime_kernel`)
+            // (lowering gives other element types loops: `LIBRARY`)
             return Err(Error::internal(format!("the runtime's {what} is f32, given {d}")));
         }
     }
     Ok(())
 }
 
-/// Whether the runtime computes this matrix product (`mr_sgemm`, f32 throughout);
-/// other element types run as plain loops with the epilogue inline.
-fn runtime_gemm(r: &Renderer<C>, a: &View, b: &View, c: &View) -> bool {
-    [a, b, c].iter().all(|v| r.p.buffers[v.buf.0].dtype == Dtype::F32)
-}
-
 /// The buffers a kernel that calls the runtime names where it makes the call: the
-/// call's operands, and the buffers of an epilogue run inline (not by the runtime).
-pub fn call_buffers(r: &Renderer<C>, k: &Kernel) -> Vec<crate::lower::BufId> {
+/// call's operands.
+pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
     let mut bufs = match k {
-        Kernel::Gemm { a, b, c, epilogue } => {
-            let mut bufs = vec![a.buf, b.buf, c.buf];
-            if let Some(e) = epilogue.as_ref().filter(|_| !runtime_gemm(r, a, b, c)) {
-                crate::lower::expr_bufs(e, &mut bufs);
-            }
-            bufs
-        }
+        Kernel::Gemm { a, b, c, .. } => vec![a.buf, b.buf, c.buf],
         Kernel::Conv { x, w, out, scratch, .. } => [x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf)).collect(),
         Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => vec![x.buf, out.buf],
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => vec![],
@@ -254,8 +241,9 @@ pub fn call_buffers(r: &Renderer<C>, k: &Kernel) -> Vec<crate::lower::BufId> {
     bufs
 }
 
-/// A matrix product: one `mr_sgemm_mt` per batch index (f32), or plain loops; `at` is
-/// the address of the `mr_epilogue` that runs `epilogue` for the runtime. With
+/// A matrix product: one `mr_sgemm_mt` per batch index (f32; lowering gives other
+/// element types loops: `LIBRARY`); `at` is the address of the `mr_epilogue` that runs
+/// its epilogue. With
 /// `batch_loops`, loops over the batch dimensions come first; without, the caller has
 /// set the batch loop variables. `panels` marks the weights stored in column panels.
 #[allow(clippy::too_many_arguments)]
@@ -265,7 +253,6 @@ pub fn gemm(
     b: &View,
     c: &View,
     ext: &[String],
-    epilogue: Option<&crate::lower::Expr>,
     at: Option<&str>,
     batch_loops: bool,
     panels: &[bool],
@@ -292,11 +279,11 @@ pub fn gemm(
         (format!("{} + {}", r.names[v.buf.0], terms.join(" + ")), v.strides[rank - 2], v.strides[rank - 1])
     };
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
-    let tc = r.p.buffers[c.buf.0].dtype;
+    require_f32(r, &[a, b, c], "matrix product")?;
     if panels[b.buf.0] {
         // A weight in column panels: the whole [K, N] matrix, the same for every batch
         // index (lowering stores a weight so only when every use is such an operand).
-        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) || !runtime_gemm(r, a, b, c) {
+        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) {
             return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
         }
         let _ = writeln!(
@@ -306,31 +293,13 @@ pub fn gemm(
             r.names[b.buf.0],
             at.unwrap_or("NULL")
         );
-    } else if runtime_gemm(r, a, b, c) {
+    } else {
         let _ = writeln!(
             s,
             "{}mr_sgemm_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, 0.0f, {pc}, {rc}, {cc}, {});",
             pad(depth),
             at.unwrap_or("NULL")
         );
-    } else {
-        // Other element types: plain loops, accumulating in double; the epilogue (over
-        // c's loop variables) follows each element.
-        let (i, j, l) = (rank - 2, rank - 1, rank);
-        let _ = writeln!(s, "{}for (int64_t i{i} = 0; i{i} < {m}; ++i{i}) for (int64_t i{j} = 0; i{j} < {n}; ++i{j}) {{", pad(depth));
-        let _ = writeln!(s, "{}double acc = 0;", pad(depth + 1));
-        let _ = writeln!(
-            s,
-            "{}for (int64_t i{l} = 0; i{l} < {k}; ++i{l}) acc += (double)({pa})[i{i} * {ra} + i{l} * {ca}] * (double)({pb})[i{l} * {rb} + i{j} * {cb}];",
-            pad(depth + 1)
-        );
-        let _ = writeln!(s, "{}({pc})[i{i} * {rc} + i{j} * {cc}] = ({})acc;", pad(depth + 1), C.ty(tc));
-        if let Some(e) = epilogue {
-            let vars: Vec<usize> = (0..rank).collect();
-            let value = r.expr(&crate::lower::Expr::Cast(Box::new(e.clone()), tc));
-            let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth + 1), r.names[c.buf.0], r.index(c, &vars));
-        }
-        let _ = writeln!(s, "{}}}", pad(depth));
     }
     if batch_loops {
         r.close_loops(s, rank - 2, 2);

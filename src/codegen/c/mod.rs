@@ -4,9 +4,9 @@
 //! Symbolic dimensions (bounded by `--max`) are `int64_t` arguments of the forward
 //! functions, stored in the kernels' context as `dims[i]`; loops over them run to the
 //! run-time value while every buffer keeps the layout of the maxima. The runtime's
-//! kernels are f32; f64 products run as plain loops here (convolution, pooling and
-//! softmax already lowered to loops: `lower/loops.rs`). Limits: f16/bf16 have no C
-//! arithmetic yet.
+//! kernels are f32 ([`LIBRARY`]); lowering gives other element types loop kernels.
+//! [`PASSES`] (`layout.rs`) lay out the program for the runtime before fusion.
+//! Limits: f16/bf16 have no C arithmetic yet.
 //!
 //! Weights ([`WeightsMode`]): `file` writes `weights.bin` (the layout of
 //! `<NAME>_WEIGHT_<i>_OFFSET`) for the caller to load or map; `embed` also assembles it
@@ -21,6 +21,7 @@
 
 pub mod backend;
 pub mod dialect;
+pub mod layout;
 mod library;
 mod program;
 
@@ -40,6 +41,18 @@ use crate::error::{Error, Result};
 use crate::ir::Dtype;
 use crate::lower::{Layout, Program, Storage};
 use crate::tensor::Tensor;
+
+/// What the runtime computes (`mithril_runtime.h`): f32 matrix products, 1-d and 2-d
+/// convolution and pooling, and softmax.
+pub const LIBRARY: crate::lower::Library = crate::lower::Library { gemm: &[Dtype::F32], conv: &[Dtype::F32], pool: &[Dtype::F32], softmax: &[Dtype::F32], window_rank: 2 };
+
+/// The C target's program passes, run between lowering and `fuse`.
+pub const PASSES: &[crate::passes::ProgramPass] = &[("c-layout", layout::run)];
+
+/// [`PASSES`] keeping every weight row-major (training: a training step updates the
+/// weights in place with gradients in that layout, and a forward and a backward
+/// program share one blob; or `--weight-layout plain`).
+pub const PASSES_ROW_MAJOR: &[crate::passes::ProgramPass] = &[("c-layout", layout::run_row_major)];
 
 /// The runtime (`runtime-c/`), copied verbatim into every output directory: its
 /// headers, then its sources, which the generated Makefile builds and links, one

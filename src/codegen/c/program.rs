@@ -74,7 +74,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
             }
-            Kernel::Gemm { a, b, c, epilogue } if c.shape.len() > 2 => {
+            Kernel::Gemm { a, b, c, .. } if c.shape.len() > 2 => {
                 // Batched: a task over the flattened batch, split across threads when it
                 // pays; a task that gets the whole batch splits each product instead.
                 let has_ep = epilogue_fn(&r, name, k, &step.kernel, s)?;
@@ -84,7 +84,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 let _ = writeln!(s, "\n{comment}\n{}\n{{", C.kernel_signature(&format!("{name}_k{k}"), &[]));
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 let _ = writeln!(s, "    const mr_threads *threads = begin == 0 && end == {count} ? ctx->threads : NULL;");
-                declare(s, p, &names, &call_buffers(&r, &step.kernel), "ctx->", name);
+                declare(s, p, &names, &call_buffers(&step.kernel), "ctx->", name);
                 s.push_str("    (void)threads;\n");
                 if has_ep {
                     let _ = writeln!(s, "    mr_epilogue ep;\n    ep.fn = {name}_e{k};\n    ep.ctx = ctx;\n    ep.n = 0;");
@@ -93,7 +93,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 for d in 0..rank - 2 {
                     let _ = writeln!(s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
                 }
-                gemm(&r, a, b, c, &ext, epilogue.as_ref(), has_ep.then_some("&ep"), false, &panels, s)?;
+                gemm(&r, a, b, c, &ext, has_ep.then_some("&ep"), false, &panels, s)?;
                 s.push_str("    }\n}\n");
                 let cost = step.kernel.domain().iter().product::<u64>() * 2;
                 let total = product(&extents(step, "ctx.")[..rank - 2]);
@@ -134,7 +134,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
         match &step.kernel {
             Kernel::Gemm { c, .. } if c.shape.len() > 2 => {}
             Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
-            call => direct.extend(call_buffers(&r, call)),
+            call => direct.extend(call_buffers(call)),
         }
     }
     direct.sort();

@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::{runtime_sources, RUNTIME_FILES};
-use crate::codegen::weights::{stored_values, write_elements};
+use super::layout::{stored_values, winograd, PANEL, WINOGRAD_SLOTS};
+use crate::codegen::weights::write_elements;
 use crate::ir::{ConvAttrs, Dtype};
-use crate::lower::{winograd, Layout, PANEL, WINOGRAD_SLOTS};
+use crate::lower::Layout;
 use crate::tensor::Tensor;
 
 /// The value of `#define NAME value` in the runtime's API header.

@@ -1,0 +1,426 @@
+//! The C target's program pass (`c-layout`): what runtime-c needs of a program that
+//! lowering, being neutral, does not decide. It runs after lowering and before `fuse`,
+//! on the one-kernel-per-op program, and
+//! - stores each f32 weight in the layout its kernels read best ([`Layout`]): a weight
+//!   read only through its transpose is stored transposed, in column panels of
+//!   [`PANEL`] (`mr_sgemm_panels`) when every read is the right operand of a matmul;
+//!   a weight read only by convolutions that run by Winograd's F(4x4, 3x3)
+//!   ([`winograd`]) is stored transformed, and those convolutions get a scratch buffer;
+//!   the views of a re-laid weight are rewritten for its new layout;
+//! - copies the input of a stride-1 convolution with padding (not run by Winograd) into
+//!   a zero-padded buffer: runtime-c reads an unpadded stride-1 convolution's input in
+//!   place (each depth row of a GEMM panel is a run of the input), where padding would
+//!   need an im2col copy KH*KW times the input's size.
+//!
+//! [`stored_values`] writes a weight's values in its layout (the weights blob).
+//! With [`run_row_major`] (training: a training step updates the weights in place with
+//! gradients in that layout, and a forward and a backward program share one blob)
+//! every weight stays row-major.
+
+use std::borrow::Cow;
+
+use crate::error::{Error, Result};
+use crate::ir::{ConvAttrs, Dtype};
+use crate::lower::{align, buffer_bytes, kernel_exprs, padded, visit_views, BufId, Buffer, Expr, Kernel, Layout, Program, Step, Storage, View};
+use crate::tensor::Tensor;
+
+/// The width of a weight's column panels (`MR_PANEL` in the runtime).
+pub const PANEL: u64 = 32;
+
+/// When a convolution runs by Winograd's F(4x4, 3x3) (`mr_conv2d_winograd_f32`), and
+/// the floats of scratch it then needs: f32, 2-d, a 3x3 kernel at stride 1 and
+/// dilation 1, one group, at least 16 input and output channels (with fewer, its 36
+/// small GEMMs gain little over the direct product), and at least half the
+/// multiply-adds of direct convolution saved (36 per tile of 4x4 outputs, the tiles
+/// taken in whole blocks of `PANEL`, against 9 per output; small images lose to the
+/// tiles that stick out). `x` and `w` are the input and weight shapes (the input
+/// unpadded: the runtime reads padding as zeros), `out` the output's.
+pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<u64> {
+    let fits = attrs.stride == [1, 1] && attrs.dilation == [1, 1] && attrs.groups == 1 && [x.len(), w.len(), out.len()] == [4; 3] && w[2..] == [3, 3] && x[1] >= 16 && w[0] >= 16;
+    if !fits {
+        return None;
+    }
+    // MR_WINOGRAD_SCRATCH(N, C, O, OH, OW)
+    let (n, c, o) = (x[0], x[1], w[0]);
+    let tiles = out[2].div_ceil(4).checked_mul(out[3].div_ceil(4))?.checked_mul(n)?;
+    let blocks = tiles.div_ceil(PANEL);
+    if blocks.checked_mul(PANEL * 8)? > n.checked_mul(out[2])?.checked_mul(out[3])? {
+        return None;
+    }
+    let slot = c.checked_add(o)?.checked_add(2)?.checked_mul(36 * PANEL)?;
+    blocks.min(WINOGRAD_SLOTS).checked_mul(slot)
+}
+
+/// Chunks of a Winograd convolution's blocks that threads run at once, each with its
+/// own slot of scratch (`MR_WINOGRAD_SLOTS` in the runtime).
+pub const WINOGRAD_SLOTS: u64 = 8;
+
+/// The pass: weight layouts, Winograd's scratch, padding copies.
+pub fn run(p: &mut Program) -> Result<()> {
+    layout(p, false)
+}
+
+/// [`run`] with every weight row-major.
+pub fn run_row_major(p: &mut Program) -> Result<()> {
+    layout(p, true)
+}
+
+fn layout(p: &mut Program, row_major_weights: bool) -> Result<()> {
+    if !row_major_weights {
+        choose_layouts(p);
+    }
+    let mut by_winograd = vec![false; p.buffers.len()];
+    for w in p.weights.iter().filter(|w| w.layout == Layout::Winograd) {
+        by_winograd[w.buf.0] = true;
+    }
+    let mut add = Additions::new(p);
+    for (i, step) in p.steps.iter().enumerate() {
+        let Kernel::Conv { x, w, out, attrs, .. } = &step.kernel else { continue };
+        if by_winograd[w.buf.0] {
+            let floats = winograd(attrs, &x.shape, &w.shape, &out.shape)
+                .ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", step.origins.join("; "))))?;
+            let buf = add.buffer(out.buf.0 + 1, Buffer { name: "winograd_scratch".into(), dtype: Dtype::F32, len: floats, storage: Storage::Arena { offset: 0 } });
+            add.scratch.push((i, View::contiguous(buf, &[floats])));
+        } else if let Some(full) = padded_shape(p, x, attrs) {
+            // Where lowering copied the input before: ahead of a copy of the weight made
+            // for this convolution, if there is one.
+            let w_copy = i.checked_sub(1).filter(|&j| w.buf != x.buf && matches!(p.buffers[w.buf.0].storage, Storage::Arena { .. }) && crate::lower::kernel_writes(&p.steps[j].kernel) == w.buf);
+            let dtype = p.buffers[x.buf.0].dtype;
+            let name = p.buffers[x.buf.0].name.clone();
+            let len = full.iter().product::<u64>().max(1);
+            let buf = add.buffer(w_copy.map_or(out.buf.0, |_| w.buf.0), Buffer { name, dtype, len, storage: Storage::Arena { offset: 0 } });
+            let pads: Vec<(u64, u64)> = [(0, 0), (0, 0)].into_iter().chain(attrs.padding.iter().copied()).collect();
+            let out = View::contiguous(buf, &full);
+            let expr = padded(x.clone(), &pads, &full, 0.0, dtype);
+            let dims = step.dims.iter().take(1).copied().chain(std::iter::repeat(None)).take(full.len()).collect();
+            let origins = vec![format!("padding of {}", step.origins.join("; "))];
+            add.steps.push((w_copy.unwrap_or(i), Step { kernel: Kernel::Map { out: out.clone(), expr }, origins, dims }));
+            add.padded.push((i, out));
+        }
+    }
+    add.apply(p);
+    Ok(())
+}
+
+/// The shape of a stride-1 convolution's input with its padding, if it has padding and
+/// the padded input is not too large.
+fn padded_shape(p: &Program, x: &View, attrs: &ConvAttrs) -> Option<Vec<u64>> {
+    if attrs.stride.iter().any(|&s| s != 1) || attrs.padding.iter().all(|&p| p == (0, 0)) {
+        return None;
+    }
+    let pads = [(0, 0), (0, 0)].iter().chain(&attrs.padding);
+    let full: Vec<u64> = x.shape.iter().zip(pads).map(|(&n, &(lo, hi))| n.checked_add(lo)?.checked_add(hi)).collect::<Option<_>>()?;
+    buffer_bytes(&full, p.buffers[x.buf.0].dtype).map(|_| full)
+}
+
+/// Buffers and kernels the pass adds, each before an existing one, and the
+/// convolutions it changes; applied at once, renumbering buffers in one sweep.
+struct Additions {
+    /// The number of buffers before the pass (added ones are numbered from it until
+    /// [`Additions::apply`]).
+    old: usize,
+    /// Each added buffer and the index of the buffer it goes before.
+    buffers: Vec<(usize, Buffer)>,
+    /// Each added kernel and the index of the kernel it goes before.
+    steps: Vec<(usize, Step)>,
+    /// Convolutions (by kernel index) that read their input padded, and the padded copy.
+    padded: Vec<(usize, View)>,
+    /// Convolutions (by kernel index) by Winograd's, and their scratch.
+    scratch: Vec<(usize, View)>,
+}
+
+impl Additions {
+    fn new(p: &Program) -> Additions {
+        Additions { old: p.buffers.len(), buffers: Vec::new(), steps: Vec::new(), padded: Vec::new(), scratch: Vec::new() }
+    }
+
+    /// Adds `b` before buffer `before`; returns its id until [`Additions::apply`].
+    fn buffer(&mut self, before: usize, b: Buffer) -> BufId {
+        self.buffers.push((before, b));
+        BufId(self.old + self.buffers.len() - 1)
+    }
+
+    fn apply(self, p: &mut Program) {
+        for (i, x) in self.padded {
+            if let Kernel::Conv { x: input, attrs, .. } = &mut p.steps[i].kernel {
+                *input = x;
+                attrs.padding.iter_mut().for_each(|pad| *pad = (0, 0));
+            }
+        }
+        for (i, s) in self.scratch {
+            if let Kernel::Conv { scratch, .. } = &mut p.steps[i].kernel {
+                *scratch = Some(s);
+            }
+        }
+        if self.buffers.is_empty() {
+            return;
+        }
+        // Buffers in their new order; `new_id` maps old and added ids to new ones.
+        let mut order: Vec<(usize, usize)> = self.buffers.iter().enumerate().map(|(k, (before, _))| (*before, k)).collect();
+        order.sort();
+        let mut added: Vec<Option<Buffer>> = self.buffers.into_iter().map(|(_, b)| Some(b)).collect();
+        let mut new_id = vec![BufId(usize::MAX); self.old + added.len()];
+        let mut buffers = Vec::with_capacity(new_id.len());
+        let mut next = order.into_iter().peekable();
+        for (i, b) in std::mem::take(&mut p.buffers).into_iter().map(Some).chain([None]).enumerate() {
+            while let Some((_, k)) = next.next_if(|&(before, _)| before == i) {
+                new_id[self.old + k] = BufId(buffers.len());
+                buffers.extend(added[k].take());
+            }
+            if let Some(b) = b {
+                new_id[i] = BufId(buffers.len());
+                buffers.push(b);
+            }
+        }
+        p.buffers = buffers;
+        let mut steps = self.steps;
+        steps.sort_by_key(|(before, _)| *before);
+        let mut added_steps = steps.into_iter().peekable();
+        let mut all = Vec::with_capacity(p.steps.len() + added_steps.len());
+        for (i, step) in std::mem::take(&mut p.steps).into_iter().enumerate() {
+            all.extend(std::iter::from_fn(|| added_steps.next_if(|(before, _)| *before == i).map(|(_, s)| s)));
+            all.push(step);
+        }
+        p.steps = all;
+        p.renumber_buffers(&new_id);
+    }
+}
+
+/// How a weight's kernels read it, so far (each flag: every read so far allows it).
+#[derive(Clone, Copy)]
+struct Reads {
+    any: bool,
+    /// Through transposed views only.
+    transposed: bool,
+    /// As the whole right operand, transposed, of f32 matrix products only.
+    panels: bool,
+    /// As the weight of convolutions that run by Winograd's only.
+    winograd: bool,
+}
+
+/// How a kernel reads a view of a weight.
+enum Use {
+    /// Through the view, at any element (a loop's load, a matmul's operand).
+    View,
+    /// As the right operand of a matrix product; `panels` when that product could read
+    /// it in panels (f32, the left operand another buffer).
+    GemmB { panels: bool },
+    /// As a convolution's weight; `winograd` when the convolution could run by
+    /// Winograd's.
+    ConvWeight { winograd: bool },
+    /// Row-major, by a library call.
+    RowMajor,
+}
+
+/// Gives each f32 weight its layout from how the kernels read it, and rewrites the
+/// views of those stored transposed; weight offsets follow the new sizes.
+fn choose_layouts(p: &mut Program) {
+    let mut reads: Vec<Option<Reads>> = vec![None; p.buffers.len()];
+    for w in p.weights.iter().filter(|w| p.buffers[w.buf.0].dtype == Dtype::F32) {
+        reads[w.buf.0] = Some(Reads { any: false, transposed: w.shape.len() == 2, panels: true, winograd: true });
+    }
+    let f32 = |views: &[&View]| views.iter().all(|v| p.buffers[v.buf.0].dtype == Dtype::F32);
+    let mut shapes: Vec<Option<Vec<u64>>> = vec![None; p.buffers.len()];
+    for w in &p.weights {
+        shapes[w.buf.0] = Some(w.shape.clone());
+    }
+    let mut read = |v: &View, how: Use| {
+        let (Some(r), Some(shape)) = (reads[v.buf.0].as_mut(), shapes[v.buf.0].as_ref()) else { return };
+        r.any = true;
+        let transposed = shape.len() == 2 && reads_transposed(v, shape[1]);
+        match how {
+            Use::View => {
+                r.transposed &= transposed;
+                r.panels = false;
+                r.winograd = false;
+            }
+            Use::GemmB { panels } => {
+                r.transposed &= transposed;
+                let n = v.shape.len();
+                r.panels &= panels && transposed && v.offset == 0 && v.shape[n - 2..] == [shape[1], shape[0]] && v.strides[..n - 2].iter().all(|&s| s == 0);
+                r.winograd = false;
+            }
+            Use::ConvWeight { winograd } => {
+                r.transposed = false;
+                r.panels = false;
+                r.winograd &= winograd;
+            }
+            Use::RowMajor => *r = Reads { any: true, transposed: false, panels: false, winograd: false },
+        }
+    };
+    for step in &p.steps {
+        match &step.kernel {
+            Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
+            Kernel::Gemm { a, b, c, .. } => {
+                read(a, Use::View);
+                read(b, Use::GemmB { panels: f32(&[a, b, c]) && a.buf != b.buf });
+            }
+            Kernel::Conv { x, w, out, attrs, .. } => {
+                read(x, Use::RowMajor);
+                let winograd = f32(&[x, w, out]) && x.buf != w.buf && winograd(attrs, &x.shape, &w.shape, &out.shape).is_some();
+                read(w, Use::ConvWeight { winograd });
+            }
+            Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => read(x, Use::RowMajor),
+        }
+        for e in kernel_exprs(&step.kernel) {
+            e.walk(&mut |e| {
+                if let Expr::Load { view, .. } | Expr::Gather { view, .. } = e {
+                    read(view, Use::View);
+                }
+            });
+        }
+    }
+    let mut offset = 0;
+    for w in &mut p.weights {
+        let b = &mut p.buffers[w.buf.0];
+        if let Some(r) = reads[w.buf.0].filter(|r| r.any) {
+            w.layout = match (r.winograd, r.transposed, r.panels) {
+                (true, _, _) => Layout::Winograd,
+                (false, true, true) => Layout::Panels,
+                (false, true, false) => Layout::Transposed,
+                (false, false, _) => Layout::RowMajor,
+            };
+        }
+        let stored = stored_len(&w.shape, w.layout);
+        b.len = stored.max(1);
+        b.storage = Storage::Weight { offset };
+        offset = align(offset + stored * b.dtype.size() as u64);
+    }
+    p.weights_size = offset;
+    // Views of a weight stored as its transpose, [K, N], address that.
+    let relaid: Vec<Option<(u64, u64)>> = {
+        let mut relaid = vec![None; p.buffers.len()];
+        for w in p.weights.iter().filter(|w| matches!(w.layout, Layout::Transposed | Layout::Panels)) {
+            relaid[w.buf.0] = Some((w.shape[0], w.shape[1]));
+        }
+        relaid
+    };
+    for step in &mut p.steps {
+        visit_views(&mut step.kernel, &mut |v| {
+            if let Some((n, k)) = relaid[v.buf.0] {
+                if let Some(t) = transposed_view(v, n, k) {
+                    *v = t;
+                }
+            }
+        });
+    }
+}
+
+/// Whether a view of a row-major `[N, K]` matrix reads it down its columns: its last
+/// dimension steps from row to row and the one before along a row (a transpose, or
+/// part of one), and no step of it crosses a row.
+fn reads_transposed(v: &View, k: u64) -> bool {
+    let r = v.shape.len();
+    let k = k as i64;
+    r >= 2
+        && transposed_view(v, 1, k as u64).is_some()
+        && (v.shape[r - 1] == 1 || (v.strides[r - 1] != 0 && v.strides[r - 1] % k == 0))
+        && (v.shape[r - 2] == 1 || v.strides[r - 2] % k != 0)
+}
+
+/// A view of a row-major `[n, k]` matrix as the same view of its transpose stored
+/// row-major (`[k, n]`), when no step of it crosses a row: each dimension then steps
+/// either from row to row (a multiple of `k`) or along a row.
+fn transposed_view(v: &View, n: u64, k: u64) -> Option<View> {
+    let (n, k) = (n as i64, k as i64);
+    let (row, col) = (v.offset.div_euclid(k), v.offset.rem_euclid(k));
+    let (mut lo, mut hi) = (col, col);
+    let mut strides = Vec::with_capacity(v.strides.len());
+    for (&len, &s) in v.shape.iter().zip(&v.strides) {
+        if s % k == 0 {
+            strides.push(s / k);
+        } else {
+            let reach = s * (len.max(1) as i64 - 1);
+            lo += reach.min(0);
+            hi += reach.max(0);
+            strides.push(s * n);
+        }
+    }
+    (lo >= 0 && hi < k).then(|| View { buf: v.buf, shape: v.shape.clone(), strides, offset: col * n + row })
+}
+
+/// Elements a parameter of `shape` takes in the weights blob in `layout`.
+fn stored_len(shape: &[u64], layout: Layout) -> u64 {
+    let n: u64 = shape.iter().product();
+    match layout {
+        Layout::RowMajor | Layout::Transposed => n,
+        Layout::Panels => shape[0].div_ceil(PANEL) * PANEL * shape[1],
+        Layout::Winograd => 36 * shape[0] * shape[1],
+    }
+}
+
+/// A parameter's values in the order its layout stores them (row-major ones as they
+/// are: a large parameter is not copied).
+pub fn stored_values(t: &Tensor, layout: Layout) -> Cow<'_, Tensor> {
+    let (n, k) = (t.shape.first().copied().unwrap_or(1) as usize, t.shape.get(1).copied().unwrap_or(1) as usize);
+    let data = match layout {
+        Layout::RowMajor => return Cow::Borrowed(t),
+        // [N, K] as [K, N]: element (j, i) of the transpose is t[i, j].
+        Layout::Transposed => (0..k * n).map(|x| t.data[(x % n) * k + x / n]).collect(),
+        // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l
+        // (MR_PANEL_INDEX; runtime_facts checks that the runtime reads what this writes).
+        Layout::Panels => {
+            let w = PANEL as usize;
+            let mut data = vec![0.0; n.div_ceil(w) * w * k];
+            for i in 0..n {
+                for j in 0..k {
+                    data[(i / w) * k * w + j * w + i % w] = t.data[i * k + j];
+                }
+            }
+            data
+        }
+        // [O, C, 3, 3] as [36, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32
+        // (bit for bit: runtime_facts).
+        Layout::Winograd => {
+            const G: [[f64; 3]; 6] = [
+                [1.0 / 4.0, 0.0, 0.0],
+                [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+                [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+                [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+                [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+                [0.0, 0.0, 1.0],
+            ];
+            let (o, c) = (n, k);
+            let mut data = vec![0.0; 36 * o * c];
+            for (oc, g) in t.data.chunks_exact(9).enumerate() {
+                for (xi, u) in data.iter_mut().skip(oc).step_by(o * c).enumerate() {
+                    let (i, j) = (xi / 6, xi % 6);
+                    *u = (0..9).map(|ab| G[i][ab / 3] * g[ab] * G[j][ab % 3]).sum();
+                }
+            }
+            data
+        }
+    };
+    Cow::Owned(Tensor { dtype: t.dtype, shape: vec![data.len() as u64], data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::ConvAttrs;
+
+    #[test]
+    fn winograd_takes_stride_1_3x3_convolutions_with_enough_channels_and_outputs() {
+        let attrs = |stride: u64, dilation: u64, groups: u64| ConvAttrs { stride: vec![stride; 2], padding: vec![(1, 1); 2], dilation: vec![dilation; 2], groups };
+        // cnn's: 64 -> 64 channels at 32x32, 64 tiles an image: 2 blocks, 2 slots
+        let slot = 36 * 32 * (64 + 64 + 2);
+        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 64, 32, 32], &[64, 64, 3, 3], &[1, 64, 32, 32]), Some(2 * slot));
+        // at batch 32, 64 blocks in at most 8 slots
+        assert_eq!(winograd(&attrs(1, 1, 1), &[32, 64, 32, 32], &[64, 64, 3, 3], &[32, 64, 32, 32]), Some(8 * slot));
+        // 4 tiles of 4x4 in one block of 32 columns: no, but 8 images of them fill it
+        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 64, 8, 8], &[64, 64, 3, 3], &[1, 64, 8, 8]), None);
+        assert_eq!(winograd(&attrs(1, 1, 1), &[8, 64, 8, 8], &[64, 64, 3, 3], &[8, 64, 8, 8]), Some(36 * 32 * 130));
+        // 16 x 17 outputs: 20 tiles, some sticking out
+        assert_eq!(winograd(&attrs(1, 1, 1), &[1, 16, 18, 19], &[20, 16, 3, 3], &[1, 20, 16, 17]), Some(36 * 32 * (16 + 20 + 2)));
+        for (a, x, w, out) in [
+            (attrs(2, 1, 1), [1, 64, 32, 32], [64, 64, 3, 3], [1, 64, 16, 16]),
+            (attrs(1, 2, 1), [1, 64, 32, 32], [64, 64, 3, 3], [1, 64, 30, 30]),
+            (attrs(1, 1, 2), [1, 64, 32, 32], [64, 32, 3, 3], [1, 64, 32, 32]),
+            (attrs(1, 1, 1), [1, 64, 32, 32], [64, 64, 5, 5], [1, 64, 30, 30]),
+            (attrs(1, 1, 1), [1, 3, 32, 32], [64, 3, 3, 3], [1, 64, 32, 32]),
+            (attrs(1, 1, 1), [1, 64, 32, 32], [8, 64, 3, 3], [1, 8, 32, 32]),
+        ] {
+            assert_eq!(winograd(&a, &x, &w, &out), None, "{a:?} {x:?} {w:?}");
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! The program lowering produces and every program pass and code generator reads:
+//! buffers, views over them, scalar expressions, kernels and the steps that run them,
+//! and the model's ports; with the functions that look into kernels.
+//!
+//! **Architecture Invariant:** kernels run in list order; a kernel reads only buffers
+//! written by earlier kernels, inputs, weights or constants. Until `memory` runs,
+//! every arena buffer is written by exactly one kernel.
+
+use std::hash::{Hash, Hasher};
+
+use crate::ir::*;
+use crate::tensor::Constant;
+
+/// Index of a buffer in [`Program::buffers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub usize);
+
+/// Where a buffer's memory comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Storage {
+    /// The caller's `inputs[i]`.
+    Input(usize),
+    /// The caller's `outputs[i]`.
+    Output(usize),
+    /// The weights blob, at a byte offset.
+    Weight { offset: u64 },
+    /// A constant of the program, emitted into the generated source.
+    Const(usize),
+    /// The caller's arena, at a byte offset (set by [`memory::plan`]).
+    Arena { offset: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buffer {
+    /// A legal, unique identifier fragment (from the value's name when it has one).
+    pub name: String,
+    pub dtype: Dtype,
+    /// Number of elements.
+    pub len: u64,
+    pub storage: Storage,
+}
+
+impl Buffer {
+    pub fn bytes(&self) -> u64 {
+        self.len * self.dtype.size() as u64
+    }
+}
+
+/// A strided view of a buffer: element `idx` of a tensor of `shape` is
+/// `buf[offset + Σ idx[d] * strides[d]]`.
+#[derive(Debug, Clone, PartialEq, Hash)]
+pub struct View {
+    pub buf: BufId,
+    pub shape: Vec<u64>,
+    pub strides: Vec<i64>,
+    pub offset: i64,
+}
+
+impl View {
+    pub fn contiguous(buf: BufId, shape: &[u64]) -> View {
+        View { buf, shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0 }
+    }
+    /// Row-major and dense from `offset` (strides of size-1 dimensions do not matter).
+    pub fn is_contiguous(&self) -> bool {
+        let want = contiguous_strides(&self.shape);
+        self.shape.iter().zip(self.strides.iter().zip(&want)).all(|(&n, (s, w))| n <= 1 || s == w)
+    }
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+pub fn contiguous_strides(shape: &[u64]) -> Vec<i64> {
+    let mut s = vec![0i64; shape.len()];
+    let mut acc = 1i64;
+    for i in (0..shape.len()).rev() {
+        s[i] = if shape[i] == 1 { 0 } else { acc };
+        acc *= shape[i] as i64;
+    }
+    s
+}
+
+/// A scalar expression evaluated at each point of a kernel's iteration space.
+/// Loop variables are numbered: the output dimensions first, then (in a `Reduce`)
+/// the reduced ones.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// A constant of the given dtype.
+    Const(f64, Dtype),
+    /// `view[Σ var_d * stride_d + offset]` where `vars[d]` is the loop variable
+    /// indexing view dimension `d`.
+    Load { view: View, vars: Vec<usize> },
+    /// The value of a loop variable (as i64).
+    Index(usize),
+    Unary(UnaryOp, Box<Expr>, Dtype),
+    Binary(BinaryOp, Box<Expr>, Box<Expr>, Dtype),
+    /// `cond ? a : b`, only the chosen side evaluated: a guard for a load that is valid
+    /// only where `cond` holds (padding, concatenation), so `cond` reads indices only.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>, Dtype),
+    /// `cond ? a : b` with both sides evaluated (`Op::Where`), so no load in them is
+    /// conditional: vectorizers make conditional loads masked loads, and GCC 12 gets
+    /// some of those wrong (see `docs/architecture.md`). Both sides must be safe to
+    /// evaluate everywhere.
+    Where(Box<Expr>, Box<Expr>, Box<Expr>, Dtype),
+    Cast(Box<Expr>, Dtype),
+    /// `view[..., idx, ...]` along `axis`, other dimensions indexed by `vars`
+    /// (`vars[axis]` unused); a negative index counts from the end. An index out of
+    /// range is an error: code generators check every index before the kernel runs.
+    Gather { view: View, vars: Vec<usize>, axis: usize, index: Box<Expr> },
+}
+
+impl Expr {
+    /// Calls `f` on this expression and every subexpression, parents first.
+    pub fn walk<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
+        f(self);
+        match self {
+            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}
+            Expr::Gather { index: a, .. } | Expr::Unary(_, a, _) | Expr::Cast(a, _) => a.walk(f),
+            Expr::Binary(_, a, b, _) => {
+                a.walk(f);
+                b.walk(f);
+            }
+            Expr::Select(c, a, b, _) | Expr::Where(c, a, b, _) => {
+                c.walk(f);
+                a.walk(f);
+                b.walk(f);
+            }
+        }
+    }
+
+    /// [`Expr::walk`] with mutable access; `f` may replace a node, and the walk then
+    /// goes on into the replacement's subexpressions.
+    pub fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
+        f(self);
+        match self {
+            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}
+            Expr::Gather { index: a, .. } | Expr::Unary(_, a, _) | Expr::Cast(a, _) => a.walk_mut(f),
+            Expr::Binary(_, a, b, _) => {
+                a.walk_mut(f);
+                b.walk_mut(f);
+            }
+            Expr::Select(c, a, b, _) | Expr::Where(c, a, b, _) => {
+                c.walk_mut(f);
+                a.walk_mut(f);
+                b.walk_mut(f);
+            }
+        }
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Expr::Const(_, d) | Expr::Unary(_, _, d) | Expr::Binary(_, _, _, d) | Expr::Select(_, _, _, d) | Expr::Where(_, _, _, d) | Expr::Cast(_, d) => *d,
+            Expr::Load { .. } | Expr::Gather { .. } => Dtype::F32, // overwritten by the program's buffer dtype; see `Program::expr_dtype`
+            Expr::Index(_) => Dtype::I64,
+        }
+    }
+}
+
+// Hashes agree with `PartialEq` (equal values hash alike; 0.0 and -0.0 compare equal,
+// so they hash alike too), so a pass can find equal kernels through a hash table and
+// confirm with `==` instead of comparing every pair.
+fn hash_f64<H: Hasher>(x: f64, h: &mut H) {
+    (if x == 0.0 { 0 } else { x.to_bits() }).hash(h);
+}
+
+impl Hash for Expr {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Expr::Const(x, d) => {
+                hash_f64(*x, h);
+                d.hash(h);
+            }
+            Expr::Load { view, vars } => {
+                view.hash(h);
+                vars.hash(h);
+            }
+            Expr::Index(v) => v.hash(h),
+            Expr::Unary(u, a, d) => {
+                u.hash(h);
+                a.hash(h);
+                d.hash(h);
+            }
+            Expr::Binary(b, l, r, d) => {
+                b.hash(h);
+                l.hash(h);
+                r.hash(h);
+                d.hash(h);
+            }
+            Expr::Select(c, a, b, d) | Expr::Where(c, a, b, d) => {
+                c.hash(h);
+                a.hash(h);
+                b.hash(h);
+                d.hash(h);
+            }
+            Expr::Cast(a, d) => {
+                a.hash(h);
+                d.hash(h);
+            }
+            Expr::Gather { view, vars, axis, index } => {
+                view.hash(h);
+                vars.hash(h);
+                axis.hash(h);
+                index.hash(h);
+            }
+        }
+    }
+}
+
+impl Hash for Kernel {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Kernel::Map { out, expr } => {
+                out.hash(h);
+                expr.hash(h);
+            }
+            Kernel::Reduce { out, reduced, kind, expr, scale } => {
+                out.hash(h);
+                reduced.hash(h);
+                kind.hash(h);
+                expr.hash(h);
+                scale.is_some().hash(h);
+                if let Some(x) = scale {
+                    hash_f64(*x, h);
+                }
+            }
+            Kernel::ArgReduce { out, reduced, kind, expr } => {
+                out.hash(h);
+                reduced.hash(h);
+                kind.hash(h);
+                expr.hash(h);
+            }
+            Kernel::Gemm { a, b, c, epilogue } => {
+                a.hash(h);
+                b.hash(h);
+                c.hash(h);
+                epilogue.hash(h);
+            }
+            Kernel::Conv { x, w, out, attrs, epilogue, scratch } => {
+                x.hash(h);
+                w.hash(h);
+                out.hash(h);
+                attrs.hash(h);
+                epilogue.hash(h);
+                scratch.hash(h);
+            }
+            Kernel::Pool { x, out, attrs } => {
+                x.hash(h);
+                out.hash(h);
+                attrs.hash(h);
+            }
+            Kernel::Softmax { x, out, axis } => {
+                x.hash(h);
+                out.hash(h);
+                axis.hash(h);
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kernel {
+    /// `out[i...] = expr` for every index of `out.shape` (out is contiguous).
+    Map { out: View, expr: Expr },
+    /// `out[i...] = reduce over r... of expr`, then `* scale` (a mean's 1/n).
+    Reduce { out: View, reduced: Vec<u64>, kind: ReduceKind, expr: Expr, scale: Option<f64> },
+    /// `out[i...] = index r of the max/min of expr over r` (first wins; NaN wins).
+    ArgReduce { out: View, reduced: u64, kind: ArgKind, expr: Expr },
+    /// Batched `c[b] = a[b] @ b[b]`: `a` is `[batch..., m, k]`, `b` `[batch..., k, n]`
+    /// views (broadcast batch strides allowed), `c` contiguous `[batch..., m, n]`.
+    /// The epilogue, an expression over `c`'s index space that reads the product
+    /// through a load of `c` itself, replaces each element once it is final.
+    Gemm { a: View, b: View, c: View, epilogue: Option<Expr> },
+    /// NCHW convolution (1-d as H = 1) into contiguous `out`; input and weight
+    /// contiguous; an epilogue as for `Gemm`. Lowering leaves `scratch` empty; a
+    /// target's program pass may give it an arena buffer the library needs while the
+    /// kernel runs (the C target's Winograd F(4x4, 3x3), its weight then in
+    /// [`Layout::Winograd`]).
+    Conv { x: View, w: View, out: View, attrs: ConvAttrs, epilogue: Option<Expr>, scratch: Option<View> },
+    /// NCHW pooling (1-d as H = 1) into contiguous `out`; input contiguous.
+    Pool { x: View, out: View, attrs: PoolAttrs },
+    /// Softmax along `axis` of a contiguous input into contiguous `out`.
+    Softmax { x: View, out: View, axis: usize },
+}
+
+/// One kernel and the model ops it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub kernel: Kernel,
+    /// `transpose (submodels.m_0 (Linear))`, for the comment above the kernel.
+    pub origins: Vec<String>,
+    /// For each dimension of the kernel's domain ([`Kernel::domain`]), the symbol (an
+    /// index into [`Program::symbols`]) whose run-time value is its extent; `None` for
+    /// a static extent.
+    pub dims: Vec<Option<usize>>,
+}
+
+/// A model input, output or parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    pub name: String,
+    pub buf: BufId,
+    /// The shape, symbolic dimensions at their maximum.
+    pub shape: Vec<u64>,
+    /// The symbol of each dimension, if it has one (see [`Step::dims`]).
+    pub dims: Vec<Option<usize>>,
+    /// How a parameter is stored in the weights blob (inputs and outputs are row-major).
+    pub layout: Layout,
+}
+
+/// How a parameter's values are laid out in the weights blob. Lowering stores every
+/// parameter row-major; a target's program pass may choose another layout for the way
+/// its library reads a weight (the C target's: `codegen::c::layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Row-major, in the parameter's shape.
+    RowMajor,
+    /// A matrix `[N, K]` stored as its transpose `[K, N]`, because every use transposes
+    /// it: a Linear layer's weight then reaches the GEMM row-major.
+    Transposed,
+    /// A matrix `[N, K]` whose every use is the right operand of an f32 matmul through
+    /// its transpose, stored as that `[K, N]` operand in column panels of
+    /// `PANEL` columns, the last one zero-padded: the runtime's GEMM reads it in place
+    /// and in order, with no packing (`mr_sgemm_panels` in `mithril_runtime.h`).
+    Panels,
+    /// A convolution weight `[O, C, 3, 3]` whose every use is a convolution that runs
+    /// by Winograd's F(4x4, 3x3) (`codegen::c::layout::winograd`), stored transformed as `[36, O, C]`
+    /// (`mr_conv2d_winograd_f32` in `mithril_runtime.h`).
+    Winograd,
+}
+
+impl Kernel {
+    /// The extents of the loops a kernel runs: a loop kernel's output dimensions (then
+    /// the reduced ones); a matmul's `[batch..., m, n, k]`; the output's dimensions for
+    /// the other runtime calls.
+    pub fn domain(&self) -> Vec<u64> {
+        match self {
+            Kernel::Map { out, .. } => out.shape.clone(),
+            Kernel::Reduce { out, reduced, .. } => out.shape.iter().chain(reduced).copied().collect(),
+            Kernel::ArgReduce { out, reduced, .. } => out.shape.iter().copied().chain([*reduced]).collect(),
+            Kernel::Gemm { a, c, .. } => c.shape.iter().copied().chain([a.shape[a.shape.len() - 1]]).collect(),
+            Kernel::Conv { out, .. } | Kernel::Pool { out, .. } | Kernel::Softmax { out, .. } => out.shape.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    pub name: String,
+    pub buffers: Vec<Buffer>,
+    pub steps: Vec<Step>,
+    /// Constants emitted into the source, by [`Storage::Const`] index.
+    pub consts: Vec<Constant>,
+    /// Symbolic dimensions (a batch size) with the largest value each may take at run
+    /// time. Buffers are laid out for the maxima, so only loop extents change with
+    /// them; symbols must be outermost in inputs and outputs, whose row-major layout
+    /// then does not depend on them.
+    pub symbols: Vec<(String, u64)>,
+    /// Model inputs (the caller's `inputs[i]`).
+    pub inputs: Vec<Port>,
+    /// Model outputs (the caller's `outputs[i]`).
+    pub outputs: Vec<Port>,
+    /// The output that is the model's loss, if any.
+    pub loss: Option<usize>,
+    /// Parameters, in weights-blob order.
+    pub weights: Vec<Port>,
+    /// Size of the weights blob in bytes.
+    pub weights_size: u64,
+    /// Size of the arena in bytes (set by [`memory::plan`]).
+    pub arena_size: u64,
+    /// The largest total size of buffers live at once: no plan can use less.
+    pub peak_live: u64,
+}
+
+impl Program {
+    /// Whether the view is all of its buffer, row-major.
+    pub fn is_whole(&self, v: &View) -> bool {
+        v.is_contiguous() && v.offset == 0 && v.numel() == self.buffers[v.buf.0].len
+    }
+
+    /// Whether a load of `view` at `vars`, at each point of an iteration space of
+    /// `shape`, reads its buffer at that point's row-major position.
+    pub fn is_identity_load(&self, view: &View, vars: &[usize], shape: &[u64]) -> bool {
+        self.is_whole(view) && view.shape == shape && vars.iter().enumerate().all(|(d, &v)| view.shape[d] == 1 || v == d)
+    }
+    /// The element type of an expression (loads have their buffer's).
+    pub fn expr_dtype(&self, e: &Expr) -> Dtype {
+        match e {
+            Expr::Load { view, .. } | Expr::Gather { view, .. } => self.buffers[view.buf.0].dtype,
+            other => other.dtype(),
+        }
+    }
+
+    /// Every use of buffer `from` becomes a use of `to`, which must have the same
+    /// element type and length.
+    pub fn rename_buffer(&mut self, from: BufId, to: BufId) {
+        for step in &mut self.steps {
+            visit_views(&mut step.kernel, &mut |v| {
+                if v.buf == from {
+                    v.buf = to;
+                }
+            });
+        }
+    }
+
+    /// Drops arena buffers no kernel uses, renumbering the rest.
+    pub fn sweep_buffers(&mut self) {
+        let mut used = vec![false; self.buffers.len()];
+        for step in &mut self.steps {
+            visit_views(&mut step.kernel, &mut |v| used[v.buf.0] = true);
+        }
+        let mut new_id = vec![BufId(usize::MAX); self.buffers.len()];
+        let mut kept = Vec::new();
+        for (i, b) in std::mem::take(&mut self.buffers).into_iter().enumerate() {
+            if used[i] || !matches!(b.storage, Storage::Arena { .. }) {
+                new_id[i] = BufId(kept.len());
+                kept.push(b);
+            }
+        }
+        self.buffers = kept;
+        self.renumber_buffers(&new_id);
+    }
+
+    /// Makes every use of buffer `b` (in kernels and ports) one of `new_id[b]`.
+    pub fn renumber_buffers(&mut self, new_id: &[BufId]) {
+        for step in &mut self.steps {
+            visit_views(&mut step.kernel, &mut |v| v.buf = new_id[v.buf.0]);
+        }
+        for port in self.inputs.iter_mut().chain(self.outputs.iter_mut()).chain(self.weights.iter_mut()) {
+            port.buf = new_id[port.buf.0];
+        }
+    }
+}
+
+/// Calls `f` on every view a kernel reads or writes, those inside its expressions
+/// included.
+pub fn visit_views(k: &mut Kernel, f: &mut dyn FnMut(&mut View)) {
+    match k {
+        Kernel::Map { out, expr } | Kernel::Reduce { out, expr, .. } | Kernel::ArgReduce { out, expr, .. } => {
+            f(out);
+            visit_expr_views(expr, f);
+        }
+        Kernel::Gemm { a, b, c, epilogue } => {
+            f(a);
+            f(b);
+            f(c);
+            if let Some(e) = epilogue {
+                visit_expr_views(e, f);
+            }
+        }
+        Kernel::Conv { x, w, out, epilogue, scratch, .. } => {
+            f(x);
+            f(w);
+            f(out);
+            if let Some(scratch) = scratch {
+                f(scratch);
+            }
+            if let Some(e) = epilogue {
+                visit_expr_views(e, f);
+            }
+        }
+        Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => {
+            f(x);
+            f(out);
+        }
+    }
+}
+
+pub fn visit_expr_views(e: &mut Expr, f: &mut dyn FnMut(&mut View)) {
+    e.walk_mut(&mut |e| {
+        if let Expr::Load { view, .. } | Expr::Gather { view, .. } = e {
+            f(view);
+        }
+    });
+}
+
+/// The largest buffer compiled code may use (2^48 bytes): sizes, offsets and strides
+/// then fit in int64_t with room to add them.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 48;
+
+/// Alignment of every buffer in the weights blob and the arena.
+pub const ALIGN: u64 = 64;
+
+pub fn align(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+/// The number of nodes in an expression.
+pub fn expr_size(e: &Expr) -> usize {
+    let mut n = 0;
+    e.walk(&mut |_| n += 1);
+    n
+}
+
+/// The bytes a buffer of `shape` takes, `None` past [`MAX_BUFFER_BYTES`] (sizes come
+/// from the user: products must not overflow).
+pub fn buffer_bytes(shape: &[u64], dtype: Dtype) -> Option<u64> {
+    shape.iter().try_fold(dtype.size() as u64, |acc, &n| acc.checked_mul(n)).filter(|&b| b <= MAX_BUFFER_BYTES)
+}
+
+/// Buffers an expression reads, with repeats.
+pub fn expr_bufs(e: &Expr, out: &mut Vec<BufId>) {
+    e.walk(&mut |e| {
+        if let Expr::Load { view, .. } | Expr::Gather { view, .. } = e {
+            out.push(view.buf);
+        }
+    });
+}
+
+/// A kernel's expressions (a loop body or an epilogue).
+pub fn kernel_exprs(k: &Kernel) -> Vec<&Expr> {
+    match k {
+        Kernel::Map { expr, .. } | Kernel::Reduce { expr, .. } | Kernel::ArgReduce { expr, .. } => vec![expr],
+        Kernel::Gemm { epilogue, .. } | Kernel::Conv { epilogue, .. } => epilogue.iter().collect(),
+        Kernel::Pool { .. } | Kernel::Softmax { .. } => vec![],
+    }
+}
+
+/// Buffers a kernel reads (an epilogue's read of the kernel's own output included).
+pub fn kernel_reads(k: &Kernel) -> Vec<BufId> {
+    let mut out = kernel_read_uses(k);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Each read a kernel makes, with repeats: a runtime call's operands, then every load
+/// of its expressions.
+pub fn kernel_read_uses(k: &Kernel) -> Vec<BufId> {
+    let mut out = Vec::new();
+    match k {
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
+        Kernel::Gemm { a, b, .. } => out.extend([a.buf, b.buf]),
+        // the scratch too, so it lives (only) while the kernel runs
+        Kernel::Conv { x, w, scratch, .. } => out.extend([x.buf, w.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
+        Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => out.push(x.buf),
+    }
+    for e in kernel_exprs(k) {
+        expr_bufs(e, &mut out);
+    }
+    out
+}
+
+/// The buffer a kernel writes.
+pub fn kernel_writes(k: &Kernel) -> BufId {
+    match k {
+        Kernel::Map { out, .. }
+        | Kernel::Reduce { out, .. }
+        | Kernel::ArgReduce { out, .. }
+        | Kernel::Conv { out, .. }
+        | Kernel::Pool { out, .. }
+        | Kernel::Softmax { out, .. } => out.buf,
+        Kernel::Gemm { c, .. } => c.buf,
+    }
+}
+
+/// Makes the kernel write buffer `to` instead (its output view keeps its shape).
+pub fn retarget(k: &mut Kernel, to: BufId) {
+    match k {
+        Kernel::Map { out, .. }
+        | Kernel::Reduce { out, .. }
+        | Kernel::ArgReduce { out, .. }
+        | Kernel::Conv { out, .. }
+        | Kernel::Pool { out, .. }
+        | Kernel::Softmax { out, .. } => out.buf = to,
+        Kernel::Gemm { c, .. } => c.buf = to,
+    }
+}
