@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use mithrilc::cli;
 use mithrilc::data;
+use mithrilc::lower::{parse::parse, print::print};
 use mithrilc::passes::autodiff::Wrt;
 
 mod common;
@@ -21,18 +22,28 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Whether `../shared` is missing (and the test skips, saying so).
+fn shared_missing() -> bool {
+    let missing = !root().join("../shared/bench").exists() || !root().join("../shared/testdata").exists();
+    if missing {
+        common::skip("../shared is not present");
+    }
+    missing
+}
+
+/// One compile of the golden set: a model and the flags it is compiled with.
+struct Case {
+    name: String,
+    model: cli::ModelArgs,
+    params: Option<PathBuf>,
+}
+
 /// The generated files of one compile, by name (runtime copies and weights left out).
-fn generate(model: &Path, shapes: Vec<String>, set: Vec<String>, params: Option<PathBuf>, grad: bool) -> Result<BTreeMap<String, String>, String> {
+fn generate(case: &Case) -> Result<BTreeMap<String, String>, String> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let args = cli::CompileArgs {
-        model: cli::ModelArgs { model: model.to_path_buf(), shapes, set, grad: if grad { Wrt::AllParams } else { Wrt::None }, ..Default::default() },
-        params,
-        out: Some(out.clone()),
-        emit: "source".into(),
-        ..Default::default()
-    };
-    cli::compile(&args).map_err(|e| format!("{}: {e}", model.display()))?;
+    let args = cli::CompileArgs { model: case.model.clone(), params: case.params.clone(), out: Some(out.clone()), emit: "source".into(), ..Default::default() };
+    cli::compile(&args).map_err(|e| format!("{}: {e}", case.model.model.display()))?;
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&out).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
@@ -44,22 +55,28 @@ fn generate(model: &Path, shapes: Vec<String>, set: Vec<String>, params: Option<
     Ok(files)
 }
 
+fn case(name: String, model: &Path, shapes: Vec<String>, set: Vec<String>, params: Option<PathBuf>, grad: bool) -> Case {
+    let grad = if grad { Wrt::AllParams } else { Wrt::None };
+    Case { name, model: cli::ModelArgs { model: model.to_path_buf(), shapes, set, grad, ..Default::default() }, params }
+}
+
 /// A bench model at batch 1 (its parameters from its safetensors file).
-fn bench(model: &str, grad: bool) -> Result<BTreeMap<String, String>, String> {
+fn bench(model: &str, grad: bool) -> Case {
     let bench = root().join("../shared/bench");
-    let input = data::read_arrays(&bench.join(format!("{model}_b1_input.npy"))).map_err(|e| e.to_string())?;
+    let input = data::read_arrays(&bench.join(format!("{model}_b1_input.npy"))).unwrap();
     let shape = input.arrays.values().next().expect("one array").shape.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-    generate(&bench.join(format!("{model}.json")), vec![format!("input={shape}")], vec![], Some(bench.join(format!("{model}.safetensors"))), grad)
+    let name = format!("bench/{model}{}", if grad { "_grad" } else { "" });
+    case(name, &bench.join(format!("{model}.json")), vec![format!("input={shape}")], vec![], Some(bench.join(format!("{model}.safetensors"))), grad)
 }
 
 /// Every test-data case of `../shared/testdata/manifest.json` (its first variant's
 /// shapes, and the constructor values its JSON lost from `tests/conformance/latent`).
-fn testdata() -> Vec<(String, Result<BTreeMap<String, String>, String>)> {
+fn testdata() -> Vec<Case> {
     let dir = root().join("../shared/testdata");
     let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
     let manifest: serde_json::Value = serde_json::from_str(&text.replace(": Infinity", ": null").replace(": NaN", ": null")).unwrap();
     let mut out = Vec::new();
-    for (case, entry) in manifest.as_object().unwrap() {
+    for (name, entry) in manifest.as_object().unwrap() {
         let (Some(json), Some(variant)) = (entry["json"].as_str(), entry["variants"].get(0)) else { continue };
         let mut shapes = Vec::new();
         for kind in ["inputs", "params"] {
@@ -68,7 +85,7 @@ fn testdata() -> Vec<(String, Result<BTreeMap<String, String>, String>)> {
                 shapes.push(format!("{name}={}", dims.join(",")));
             }
         }
-        let latent = root().join("tests/conformance/latent").join(format!("{case}.json"));
+        let latent = root().join("tests/conformance/latent").join(format!("{name}.json"));
         let set = std::fs::read_to_string(latent).map_or_else(
             |_| Vec::new(),
             |t| {
@@ -76,9 +93,16 @@ fn testdata() -> Vec<(String, Result<BTreeMap<String, String>, String>)> {
                 v["set"].as_object().unwrap().iter().map(|(k, v)| format!("{k}={v}")).collect()
             },
         );
-        out.push((format!("testdata/{case}"), generate(&dir.join(json), shapes, set, None, false)));
+        out.push(case(format!("testdata/{name}"), &dir.join(json), shapes, set, None, false));
     }
     out
+}
+
+/// The golden set: the bench models (two also with `--grad`), then the test data.
+fn cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = [("mlp", false), ("lenet", false), ("cnn", false), ("gpt_block", false), ("mlp", true), ("lenet", true)].into_iter().map(|(m, g)| bench(m, g)).collect();
+    cases.extend(testdata());
+    cases
 }
 
 /// Where generated file `name` is kept.
@@ -108,25 +132,19 @@ fn compare(dir: &Path, got: &BTreeMap<String, String>) -> Vec<String> {
 
 #[test]
 fn generated_c_matches_the_committed_files() {
-    if !root().join("../shared/bench").exists() || !root().join("../shared/testdata").exists() {
-        common::skip("../shared is not present");
+    if shared_missing() {
         return;
     }
-    let mut cases: Vec<(String, Result<BTreeMap<String, String>, String>)> = Vec::new();
-    for (model, grad) in [("mlp", false), ("lenet", false), ("cnn", false), ("gpt_block", false), ("mlp", true), ("lenet", true)] {
-        cases.push((format!("bench/{model}{}", if grad { "_grad" } else { "" }), bench(model, grad)));
-    }
-    cases.extend(testdata());
     let mut problems = Vec::new();
-    for (case, got) in cases {
-        let got = match got {
+    for case in cases() {
+        let got = match generate(&case) {
             Ok(g) => g,
             Err(e) => {
-                problems.push(format!("{case}: {e}"));
+                problems.push(format!("{}: {e}", case.name));
                 continue;
             }
         };
-        let dir = root().join("tests/out/c").join(&case);
+        let dir = root().join("tests/out/c").join(&case.name);
         if std::env::var_os("UPDATE_EXPECT").is_some() {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
@@ -142,4 +160,37 @@ fn generated_c_matches_the_committed_files() {
         "the generated C differs from tests/out/c:\n{}\nrun `UPDATE_EXPECT=1 cargo test --test golden` if intended, and review `git diff tests/out`",
         problems.join("\n")
     );
+}
+
+/// Every program the golden set compiles, after each program pass, prints as text that
+/// parses back to the same program and prints the same again (the text is complete).
+#[test]
+fn printed_programs_parse_back() {
+    if shared_missing() {
+        return;
+    }
+    let mut problems = Vec::new();
+    let mut programs = 0;
+    for case in cases() {
+        let params = case.params.as_deref().map(|p| data::read_arrays(p).unwrap());
+        let graphs = cli::load_graphs(&case.model, &params.iter().collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let opts = mithrilc::lower::Options { row_major_weights: graphs.backward.is_some(), ..Default::default() };
+        for g in std::iter::once(&graphs.forward).chain(&graphs.backward) {
+            mithrilc::passes::compile(g, &opts, |pass, p| {
+                programs += 1;
+                let text = print(p);
+                match parse(&text) {
+                    Ok(back) if back == *p && print(&back) == text => {}
+                    Ok(back) => {
+                        let line = text.lines().zip(print(&back).lines()).position(|(a, b)| a != b).map_or("(the text is the same)".to_string(), |n| text.lines().nth(n).unwrap_or_default().to_string());
+                        problems.push(format!("{} after {pass}: reads back differently at: {line}", case.name));
+                    }
+                    Err(e) => problems.push(format!("{} after {pass}: {e}", case.name)),
+                }
+            })
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        }
+    }
+    assert!(programs > 0);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -1,22 +1,32 @@
-//! Text filetests for the passes: each `tests/passes/*.ir` holds a `// run: PASS` line
-//! (for `autodiff`, a `// grad: all` or `// grad: NAME,...` line too),
-//! an input graph, and the expected output after `// expect:`. The input is parsed and
-//! verified. A graph pass runs on it, the graph is verified again and printed; for a
-//! program pass (`fuse`, `memory`) the graph is lowered, the program passes up to and
-//! including PASS run (with symbolic dimensions bounded by `// max: NAME=N` lines),
-//! and the program is printed. The text must match.
-//! `UPDATE_EXPECT=1 cargo test --test passes` rewrites the expectations.
+//! Text filetests for the passes: each `tests/passes/*.ir` or `*.prog` holds a
+//! `// run: PASS` line (for `autodiff`, a `// grad: all` or `// grad: NAME,...` line
+//! too), an input, and the expected output after `// expect:`.
+//!
+//! - `*.ir` starts from a graph, which is parsed and verified. A graph pass runs on it,
+//!   the graph is verified again and printed; for a program pass (`fuse`, `memory`) the
+//!   graph is lowered, the program passes up to and including PASS run (with symbolic
+//!   dimensions bounded by `// max: NAME=N` lines), each followed by the program
+//!   verifier, and the program is printed.
+//! - `*.prog` starts from a program in its printed form (`lower::print`), which is
+//!   parsed and verified (its arena as planned when the text gives an arena size); the
+//!   one program pass PASS runs on it, the program is verified again and printed.
+//!
+//! The text must match. An error (from parsing, a pass or a verifier) prints as
+//! `error: MESSAGE`, so an expectation can also be the whole message of a verifier
+//! failure. `UPDATE_EXPECT=1 cargo test --test passes` rewrites the expectations.
 
 use std::path::Path;
 
+use mithrilc::error::Result;
 use mithrilc::ir::{parse::parse, print::print, verify::verify};
+use mithrilc::lower::Program;
 use mithrilc::passes::autodiff::Wrt;
-use mithrilc::passes::{Options, PIPELINE, PROGRAM_PIPELINE};
+use mithrilc::passes::{run_program_pass, Options, PIPELINE, PROGRAM_PIPELINE};
 
 #[test]
 fn pass_filetests() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/passes");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "ir")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "ir" || e == "prog")).collect();
     files.sort();
     assert!(!files.is_empty(), "no filetests in {}", dir.display());
     let mut failures = Vec::new();
@@ -24,28 +34,10 @@ fn pass_filetests() {
         let text = std::fs::read_to_string(path).unwrap();
         let (input, expected) = text.split_once("// expect:\n").unwrap_or((&text, ""));
         let pass_name = input.lines().find_map(|l| l.strip_prefix("// run: ")).expect("a `// run: PASS` line").trim();
-        let mut g = parse(input).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        verify(&g).unwrap_or_else(|e| panic!("{}: input: {e}", path.display()));
-        let got = if let Some((_, pass)) = PIPELINE.iter().find(|(n, _)| *n == pass_name) {
-            // `// grad: all` or `// grad: NAME,...`: the parameters autodiff differentiates.
-            let grad = match input.lines().find_map(|l| l.strip_prefix("// grad: ")).map(str::trim) {
-                None => Wrt::None,
-                Some("all") => Wrt::AllParams,
-                Some(names) => Wrt::Params(names.split(',').map(|n| n.trim().to_string()).collect()),
-            };
-            pass(&mut g, &Options { grad }).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            verify(&g).unwrap_or_else(|e| panic!("{}: after {pass_name}: {e}", path.display()));
-            print(&g)
+        let got = if path.extension().is_some_and(|e| e == "prog") {
+            program_filetest(input, pass_name).map_or_else(|e| format!("error: {e}\n"), |p| mithrilc::lower::print::print(&p))
         } else {
-            let last = PROGRAM_PIPELINE.iter().position(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("{}: no pass {pass_name}", path.display()));
-            // `// max: B=4` lines bound symbolic dimensions.
-            let max: Vec<String> = input.lines().filter_map(|l| l.strip_prefix("// max: ")).map(str::to_string).collect();
-            let max = mithrilc::cli::parse_max_args(&max).unwrap();
-            let mut p = mithrilc::lower::lower(&g, &mithrilc::lower::Options { max, ..Default::default() }).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            for (_, pass) in &PROGRAM_PIPELINE[..=last] {
-                pass(&mut p).unwrap();
-            }
-            mithrilc::lower::print::print(&p)
+            graph_filetest(input, pass_name).unwrap_or_else(|e| format!("error: {e}\n"))
         };
         if std::env::var_os("UPDATE_EXPECT").is_some() {
             std::fs::write(path, format!("{input}// expect:\n{got}")).unwrap();
@@ -54,6 +46,44 @@ fn pass_filetests() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The printed graph or program after running `pass_name` on the graph in `input`.
+fn graph_filetest(input: &str, pass_name: &str) -> Result<String> {
+    let mut g = parse(input)?;
+    verify(&g)?;
+    if let Some((_, pass)) = PIPELINE.iter().find(|(n, _)| *n == pass_name) {
+        // `// grad: all` or `// grad: NAME,...`: the parameters autodiff differentiates.
+        let grad = match input.lines().find_map(|l| l.strip_prefix("// grad: ")).map(str::trim) {
+            None => Wrt::None,
+            Some("all") => Wrt::AllParams,
+            Some(names) => Wrt::Params(names.split(',').map(|n| n.trim().to_string()).collect()),
+        };
+        pass(&mut g, &Options { grad })?;
+        verify(&g)?;
+        return Ok(print(&g));
+    }
+    let last = PROGRAM_PIPELINE.iter().position(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("no pass {pass_name}"));
+    // `// max: B=4` lines bound symbolic dimensions.
+    let max: Vec<String> = input.lines().filter_map(|l| l.strip_prefix("// max: ")).map(str::to_string).collect();
+    let max = mithrilc::cli::parse_max_args(&max)?;
+    let mut p = mithrilc::lower::lower(&g, &mithrilc::lower::Options { max, ..Default::default() })?;
+    mithrilc::lower::verify::verify(&p, false)?;
+    let mut planned = false;
+    for &pass in &PROGRAM_PIPELINE[..=last] {
+        run_program_pass(&mut p, pass, &mut planned)?;
+    }
+    Ok(mithrilc::lower::print::print(&p))
+}
+
+/// The program in `input` after the one program pass `pass_name`.
+fn program_filetest(input: &str, pass_name: &str) -> Result<Program> {
+    let pass = *PROGRAM_PIPELINE.iter().find(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("no program pass {pass_name}"));
+    let mut p = mithrilc::lower::parse::parse(input)?;
+    let mut planned = p.arena_size > 0;
+    mithrilc::lower::verify::verify(&p, planned)?;
+    run_program_pass(&mut p, pass, &mut planned)?;
+    Ok(p)
 }
 
 /// The printer's output parses back to the same graph, for every snapshot model.

@@ -16,7 +16,9 @@
 //! every arena buffer is written by exactly one kernel.
 
 mod loops;
+pub mod parse;
 pub mod print;
+pub mod verify;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -399,7 +401,7 @@ impl Kernel {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Program {
     pub name: String,
     pub buffers: Vec<Buffer>,

@@ -56,13 +56,23 @@ pub fn names() -> Vec<&'static str> {
     PIPELINE.iter().map(|(n, _)| *n).chain(PROGRAM_PIPELINE.iter().map(|(n, _)| *n)).collect()
 }
 
-/// Lowers a graph and runs the program passes; `after` sees the program after every
-/// pass.
+/// Lowers a graph and runs the program passes, verifying the program after lowering
+/// and after each pass; `after` sees the program after every pass.
 pub fn compile(graph: &Graph, opts: &crate::lower::Options, mut after: impl FnMut(&str, &Program)) -> Result<Program> {
     let mut p = crate::lower::lower(graph, opts)?;
+    crate::lower::verify::verify(&p, false)?;
+    let mut planned = false;
     for (name, pass) in PROGRAM_PIPELINE {
-        pass(&mut p)?;
+        run_program_pass(&mut p, (name, *pass), &mut planned)?;
         after(name, &p);
     }
     Ok(p)
+}
+
+/// Runs one program pass and verifies its result; `planned` records that the arena
+/// has been planned (by `memory`), from which point the plan is verified too.
+pub fn run_program_pass(p: &mut Program, (name, pass): ProgramPass, planned: &mut bool) -> Result<()> {
+    pass(p)?;
+    *planned |= name == "memory";
+    crate::lower::verify::verify(p, *planned)
 }
