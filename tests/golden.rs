@@ -7,6 +7,8 @@
 //! and the suffix keeps it out of the tree's duplicate-code reports.
 //! The runtime's files (`mithril_*`, copied verbatim from `runtime-c/`) and `weights.bin` are not
 //! kept. `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files.
+//! The same compiles check the program's text form: printed after each program pass, it
+//! parses back to the same program.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
