@@ -7,7 +7,7 @@
 //! a valid program is for [`super::verify`] to say.
 
 use crate::ir::parse::{find_attr, list_f64, list_u64, pairs};
-use crate::ir::{ArgKind, BinaryOp, ConvAttrs, Dtype, PoolAttrs, PoolKind, ReduceKind, UnaryOp};
+use crate::ir::{ArgKind, BinaryOp, ConvAttrs, Dtype, Op, PoolAttrs, PoolKind, ReduceKind, UnaryOp};
 
 use super::*;
 
@@ -361,10 +361,6 @@ impl Cursor<'_> {
         self.int("loop variable")
     }
 
-    fn dtype_of(&self, e: &Expr) -> Dtype {
-        self.p.expr_dtype(e)
-    }
-
     fn expr(&mut self) -> Result<Expr, String> {
         if self.rest().starts_with("%b") {
             let view = self.view()?;
@@ -422,21 +418,23 @@ impl Cursor<'_> {
             args.push(self.expr()?);
         }
         self.expect(")")?;
-        let boxed = |e: &Expr| Box::new(e.clone());
-        Ok(match (word.as_str(), args.as_slice()) {
-            ("select", [c, a, b]) => Expr::Select(boxed(c), boxed(a), boxed(b), self.dtype_of(a)),
-            ("where", [c, a, b]) => Expr::Where(boxed(c), boxed(a), boxed(b), self.dtype_of(a)),
-            (name, [a]) => {
+        // Each node's type is what the graph's rule gives its operands'.
+        let types: Vec<Dtype> = args.iter().map(|a| self.p.expr_dtype(a)).collect();
+        let ty = |op: &Op| super::verify::scalar_type(op, &types).map_err(|e| format!("{word}: {e}"));
+        let mut args = args.into_iter().map(Box::new);
+        let mut next = || args.next().expect("counted");
+        Ok(match (word.as_str(), types.len()) {
+            ("select", 3) => Expr::Select(next(), next(), next(), ty(&Op::Where)?),
+            ("where", 3) => Expr::Where(next(), next(), next(), ty(&Op::Where)?),
+            (name, 1) => {
                 let u = UnaryOp::ALL.into_iter().find(|u| u.name() == name).ok_or(format!("unknown unary op `{name}`"))?;
-                let d = if u == UnaryOp::IsNan { Dtype::Bool } else { self.dtype_of(a) };
-                Expr::Unary(u, boxed(a), d)
+                Expr::Unary(u, next(), ty(&Op::Unary(u))?)
             }
-            (name, [l, r]) => {
+            (name, 2) => {
                 let b = BinaryOp::ALL.into_iter().find(|b| b.name() == name).ok_or(format!("unknown binary op `{name}`"))?;
-                let d = if b.is_comparison() { Dtype::Bool } else { self.dtype_of(l) };
-                Expr::Binary(b, boxed(l), boxed(r), d)
+                Expr::Binary(b, next(), next(), ty(&Op::Binary(b))?)
             }
-            (name, args) => return Err(format!("`{name}` does not take {} operands", args.len())),
+            (name, n) => return Err(format!("`{name}` does not take {n} operands")),
         })
     }
 

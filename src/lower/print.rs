@@ -23,11 +23,12 @@
 //! `%bN<shape>` when it is row-major from the start, and otherwise as
 //! `%bN<shape:strides+offset>`; a load prints the loop variable of each view dimension
 //! (`_` for none), a gather `gather<AXIS>` with its index expression in the axis's
-//! place. Expression types are those of their operands (comparisons and `isnan` give
-//! bool); constants carry theirs (`0.0f32`). Symbolic dimensions print at their
-//! maxima; `[d0=B]` after a kernel says which loops run to a symbol's run-time value,
-//! and a port's dimension prints as its symbol. The `//` comment of a kernel lists the
-//! model ops it came from; those after `}` give the weights' and the arena's sizes.
+//! place. An expression's type is what the graph's rule gives its operands'
+//! (`verify::scalar_type`); constants carry theirs (`0.0f32`). Symbolic dimensions
+//! print at their maxima; `[d0=B]` after a kernel says which loops run to a symbol's
+//! run-time value, and a port's dimension prints as its symbol. The `//` comment of a
+//! kernel lists the model ops it came from; those after `}` give the weights' and the
+//! arena's sizes.
 
 use std::fmt::Write;
 

@@ -5,8 +5,8 @@
 //!
 //! What it checks:
 //! - ports, buffers and storage agree: `inputs[i]` is the buffer stored as `input i`
-//!   (likewise outputs and constants), parameters are weight buffers, aligned and
-//!   inside `weights_size`; kernels write only arena and output buffers;
+//!   (likewise outputs and constants), parameters are weight buffers, aligned, their
+//!   stored elements inside `weights_size`; kernels write only arena and output buffers;
 //! - every view a kernel passes to the runtime stays inside its buffer (its lowest and
 //!   highest element, in checked arithmetic), and every load and gather reads inside
 //!   its buffer at every point of the kernel's domain where it is evaluated: a load
@@ -14,8 +14,9 @@
 //!   (padding, concatenation and window guards are comparisons of affine forms of
 //!   loop variables with constants, and those are read);
 //! - loads name one loop variable of the domain ([`Kernel::domain`]) per view
-//!   dimension (`_` for none; a gather's axis is `_`), and expression types agree
-//!   (comparisons give bool, a gather's index is an integer, sides of a select agree);
+//!   dimension (`_` for none; a gather's axis is `_`), and every expression has the type
+//!   the graph's rule gives its operands ([`scalar_type`]: promotion, comparisons give
+//!   bool), a gather's index is an integer;
 //! - output views are contiguous where [`Kernel`] says so, and a kernel reads the
 //!   buffer it writes only as `memory` lets it: a `Map` or an epilogue, at the very
 //!   element it writes;
@@ -74,20 +75,27 @@ fn ports(p: &Program) -> Result<()> {
             if stored > b.len {
                 return Err(fail(format!("{kind} {i} {:?} takes {stored} elements, more than %b{}'s {}", port.name, port.buf.0, b.len)));
             }
+            // A parameter takes its stored elements of the blob (none for an empty one,
+            // whose buffer still has one element).
+            if let Storage::Weight { offset } = b.storage {
+                let end = stored.checked_mul(b.dtype.size() as u64).and_then(|n| n.checked_add(offset));
+                if offset % ALIGN != 0 || end.is_none_or(|end| end > p.weights_size) {
+                    return Err(fail(format!("weight {i} {:?} at offset {offset} ({stored} elements) is unaligned or outside the {}-byte weights", port.name, p.weights_size)));
+                }
+            }
         }
     }
+    let params: std::collections::HashSet<usize> = p.weights.iter().map(|w| w.buf.0).collect();
     for (i, b) in p.buffers.iter().enumerate() {
         let bad = match &b.storage {
             Storage::Input(j) => p.inputs.get(*j).is_none_or(|port| port.buf.0 != i),
             Storage::Output(j) => p.outputs.get(*j).is_none_or(|port| port.buf.0 != i),
             Storage::Const(j) => p.consts.get(*j).is_none_or(|c| c.dtype() != b.dtype || c.numel().max(1) as u64 != b.len),
-            Storage::Weight { offset } => {
-                *offset % ALIGN != 0 || offset.checked_add(b.bytes()).is_none_or(|end| end > p.weights_size)
-            }
+            Storage::Weight { .. } => !params.contains(&i),
             Storage::Arena { .. } => false,
         };
         if bad {
-            return Err(fail(format!("%b{i} {:?} ({}[{}]) stored as {:?} matches no port, constant or place in the {}-byte weights", b.name, b.dtype.name(), b.len, b.storage, p.weights_size)));
+            return Err(fail(format!("%b{i} {:?} ({}[{}]) stored as {:?} matches no port or constant", b.name, b.dtype.name(), b.len, b.storage)));
         }
     }
     Ok(())
@@ -394,22 +402,11 @@ fn expr(p: &Program, e: &Expr, ranges: &[Range], guards: &mut Vec<Fact>, out: &V
         }
         Expr::Unary(u, a, d) => {
             let a = expr(p, a, ranges, guards, out, own)?;
-            let want = match u {
-                UnaryOp::IsNan => Dtype::Bool,
-                _ => a,
-            };
-            if *d != want || (*u == UnaryOp::Not && a != Dtype::Bool) {
-                return Err(format!("{} of {} typed {}", u.name(), a.name(), d.name()));
-            }
-            *d
+            typed(&Op::Unary(*u), &[a], *d)?
         }
         Expr::Binary(b, l, r, d) => {
             let (l, r) = (expr(p, l, ranges, guards, out, own)?, expr(p, r, ranges, guards, out, own)?);
-            let want = if b.is_comparison() { Dtype::Bool } else { l };
-            if l != r || *d != want || (b.is_logical() && l != Dtype::Bool) {
-                return Err(format!("{} of {} and {} typed {}", b.name(), l.name(), r.name(), d.name()));
-            }
-            *d
+            typed(&Op::Binary(*b), &[l, r], *d)?
         }
         Expr::Select(c, a, b, d) => {
             let c_type = expr(p, c, ranges, guards, out, own)?;
@@ -420,11 +417,11 @@ fn expr(p: &Program, e: &Expr, ranges: &[Range], guards: &mut Vec<Fact>, out: &V
             facts(c, false, guards);
             let b = expr(p, b, ranges, guards, out, own);
             guards.truncate(n);
-            select_types("select", c_type, a?, b?, *d)?
+            typed(&Op::Where, &[c_type, a?, b?], *d)?
         }
         Expr::Where(c, a, b, d) => {
             let c = expr(p, c, ranges, guards, out, own)?;
-            select_types("where", c, expr(p, a, ranges, guards, out, own)?, expr(p, b, ranges, guards, out, own)?, *d)?
+            typed(&Op::Where, &[c, expr(p, a, ranges, guards, out, own)?, expr(p, b, ranges, guards, out, own)?], *d)?
         }
         Expr::Cast(a, d) => {
             expr(p, a, ranges, guards, out, own)?;
@@ -433,11 +430,24 @@ fn expr(p: &Program, e: &Expr, ranges: &[Range], guards: &mut Vec<Fact>, out: &V
     })
 }
 
-fn select_types(what: &str, c: Dtype, a: Dtype, b: Dtype, d: Dtype) -> Result<Dtype, String> {
-    if c != Dtype::Bool || a != b || a != d {
-        return Err(format!("{what} on {} of {} and {} typed {}", c.name(), a.name(), b.name(), d.name()));
+/// The element type of a scalar op on operands of the given types, by the graph's own
+/// rule (`passes::shape::infer`: promotion, comparisons give bool, a float function of
+/// an integer gives f32); a `Select` types as a `where`.
+pub fn scalar_type(op: &Op, args: &[Dtype]) -> Result<Dtype, String> {
+    let types: Vec<TensorType> = args.iter().map(|&d| TensorType::new(d, Shape(Vec::new()))).collect();
+    let refs: Vec<&TensorType> = types.iter().collect();
+    let declared = TensorType::new(Dtype::Bool, Shape(Vec::new()));
+    crate::passes::shape::infer(op, &refs, &declared, &[]).map(|t| t.dtype)
+}
+
+/// Checks that an expression node typed `d` is what the rule gives its operands.
+fn typed(op: &Op, args: &[Dtype], d: Dtype) -> Result<Dtype, String> {
+    let names: Vec<&str> = args.iter().map(|a| a.name()).collect();
+    match scalar_type(op, args) {
+        Ok(want) if want == d => Ok(d),
+        Ok(want) => Err(format!("{} of {} typed {}, not {}", op.name(), names.join(" and "), d.name(), want.name())),
+        Err(e) => Err(format!("{} of {} typed {}: {e}", op.name(), names.join(" and "), d.name())),
     }
-    Ok(d)
 }
 
 fn vars_text(vars: &[usize]) -> String {
