@@ -1,7 +1,8 @@
 //! Passes. Each pass is one function in its own file, and each pipeline is a plain
 //! list. Graph passes (`&mut Graph -> Result<()>`) run first, with the verifier after
 //! each; the graph is then lowered to a [`Program`] (one kernel per op), and program
-//! passes fuse its kernels and plan its memory. Fusion and planning work on the
+//! passes fuse its kernels and plan its memory, the program verifier
+//! (`lower::verify`) after lowering and after each. Fusion and planning work on the
 //! program because they decide about buffers and views, which only exist there.
 
 pub mod autodiff;
