@@ -99,3 +99,21 @@ fn printed_ir_parses_back() {
         assert_eq!(print(&g), graph_text, "{}", path.display());
     }
 }
+
+/// Every prefix of a program's text, and the text with each line left out, parses to a
+/// program or an error, and the verifier then accepts or rejects it: neither panics.
+#[test]
+fn damaged_program_text_is_an_error_not_a_panic() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/passes");
+    for name in ["fuse_epilogue_gemm.prog", "memory_in_place.prog", "fuse_not_through_broadcast.prog"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let without_line = (0..lines.len()).map(|skip| lines.iter().enumerate().filter(|&(i, _)| i != skip).map(|(_, l)| format!("{l}\n")).collect::<String>());
+        let prefixes = (0..=text.len()).filter(|&i| text.is_char_boundary(i)).map(|i| text[..i].to_string());
+        for damaged in prefixes.chain(without_line) {
+            if let Ok(p) = mithrilc::lower::parse::parse(&damaged) {
+                let _ = mithrilc::lower::verify::verify(&p, true);
+            }
+        }
+    }
+}

@@ -195,6 +195,9 @@ fn step(p: &mut Program, line: &str) -> Result<(), String> {
         c.end()?;
         k
     };
+    if matches!(&kernel, Kernel::Gemm { a, .. } if a.shape.is_empty()) {
+        return Err("a gemm's operands are matrices".to_string());
+    }
     let mut dims = vec![None; kernel.domain().len()];
     for d in dynamic.split(", ").filter(|d| !d.is_empty()) {
         let (dim, sym) = d.strip_prefix('d').and_then(|d| d.split_once('=')).ok_or(format!("expected `dN=SYMBOL`, got `{d}`"))?;

@@ -137,6 +137,11 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
             return Err(format!("reads %b{} before any kernel writes it", r.0));
         }
     }
+    if let Kernel::Gemm { a, b, c, .. } = k {
+        if a.shape.len() < 2 || b.shape.len() < 2 || c.shape.len() < 2 {
+            return Err(format!("gemm of {:?} by {:?} into {:?}", a.shape, b.shape, c.shape));
+        }
+    }
     let domain = k.domain();
     if step.dims.len() != domain.len() {
         return Err(format!("dims {:?} for a domain of rank {}", step.dims, domain.len()));
