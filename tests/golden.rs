@@ -17,6 +17,8 @@
 //! The runtime's files (`codegen::c::RUNTIME_FILES`, copied verbatim from `runtime-c/`) and
 //! `weights.bin` are not kept. `UPDATE_EXPECT=1 cargo test --test golden` rewrites the
 //! files and prints what changed as a unified diff.
+//! The same compiles check the program's text form: printed after each program pass, it
+//! parses back to the same program.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,7 @@ use std::process::Command;
 use mithrilc::cli;
 use mithrilc::codegen::{c, cuda, metal, names::identifier};
 use mithrilc::data;
+use mithrilc::lower::{parse::parse, print::print};
 use mithrilc::passes::autodiff::Wrt;
 
 mod common;
@@ -229,6 +232,41 @@ fn generated_code_matches_the_committed_files() {
         "the generated code differs from tests/out:\n{}\nrun `UPDATE_EXPECT=1 cargo test --test golden` if intended, and review `git diff tests/out`",
         problems.join("\n")
     );
+}
+
+/// Every program the golden set compiles, after each program pass, prints as text that
+/// parses back to the same program and prints the same again (the text is complete).
+#[test]
+fn printed_programs_parse_back() {
+    if !root().join("../shared/bench").exists() || !root().join("../shared/testdata").exists() {
+        common::skip("../shared is not present");
+        return;
+    }
+    let mut problems = Vec::new();
+    let mut programs = 0;
+    for case in cases() {
+        let params = case.params.as_deref().map(|p| data::read_arrays(p).unwrap());
+        let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let opts = mithrilc::lower::Options { library: c::LIBRARY, ..Default::default() };
+        let passes = if graphs.backward.is_some() { c::PASSES_ROW_MAJOR } else { c::PASSES };
+        for g in std::iter::once(&graphs.forward).chain(&graphs.backward) {
+            mithrilc::passes::compile(g, &opts, passes, |pass, p| {
+                programs += 1;
+                let text = print(p);
+                match parse(&text) {
+                    Ok(back) if back == *p && print(&back) == text => {}
+                    Ok(back) => {
+                        let line = text.lines().zip(print(&back).lines()).position(|(a, b)| a != b).map_or("(the text is the same)".to_string(), |n| text.lines().nth(n).unwrap_or_default().to_string());
+                        problems.push(format!("{} after {pass}: reads back differently at: {line}", case.name));
+                    }
+                    Err(e) => problems.push(format!("{} after {pass}: {e}", case.name)),
+                }
+            })
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        }
+    }
+    assert!(programs > 0);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The committed files of a target (`cuda`), by path under `tests/out/<target>` without

@@ -152,7 +152,7 @@ fn node(g: &mut Graph, line: &str) -> Result<(), String> {
 }
 
 /// `key = value` inside `{...}`; values may hold brackets with commas.
-fn find_attr<'a>(attrs: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn find_attr<'a>(attrs: &'a str, key: &str) -> Option<&'a str> {
     let mut depth = 0;
     let mut start = 0;
     let bytes = attrs.as_bytes();
@@ -201,7 +201,7 @@ fn split_top(s: &str) -> Vec<&str> {
     out
 }
 
-fn list_f64(s: &str) -> Result<Vec<f64>, String> {
+pub(crate) fn list_f64(s: &str) -> Result<Vec<f64>, String> {
     items(s)?
         .into_iter()
         .map(|x| match x {
@@ -213,7 +213,7 @@ fn list_f64(s: &str) -> Result<Vec<f64>, String> {
         .collect()
 }
 
-fn list_u64(s: &str) -> Result<Vec<u64>, String> {
+pub(crate) fn list_u64(s: &str) -> Result<Vec<u64>, String> {
     items(s)?.into_iter().map(|x| x.parse().map_err(|_| format!("bad size `{x}`"))).collect()
 }
 
@@ -221,7 +221,7 @@ fn list_usize(s: &str) -> Result<Vec<usize>, String> {
     items(s)?.into_iter().map(|x| x.parse().map_err(|_| format!("bad index `{x}`"))).collect()
 }
 
-fn pairs(s: &str) -> Result<Vec<(u64, u64)>, String> {
+pub(crate) fn pairs(s: &str) -> Result<Vec<(u64, u64)>, String> {
     items(s)?
         .into_iter()
         .map(|p| {

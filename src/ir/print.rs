@@ -74,18 +74,7 @@ fn attributes(graph: &Graph, op: &Op) -> Vec<String> {
         | Op::MatMul
         | Op::StopGradient => vec![],
         Op::Constant(c) => match graph.consts.get(c.0 as usize) {
-            Some(t) if t.numel() <= 8 => {
-                // Shortest text that reads back as the same value of the constant's dtype.
-                let items: Vec<String> = t
-                    .values()
-                    .map(|x| match t.dtype() {
-                        Dtype::F64 => format!("{x:?}"),
-                        d if d.is_float() => format!("{:?}", x as f32),
-                        _ => format!("{x}"),
-                    })
-                    .collect();
-                vec![format!("value = [{}]", items.join(", "))]
-            }
+            Some(t) if t.numel() <= 8 => vec![format!("value = {}", constant_values(t))],
             _ => vec![format!("id = {}", c.0)],
         },
         Op::Cast { to } => vec![format!("to = {to}")],
@@ -127,4 +116,18 @@ fn attributes(graph: &Graph, op: &Op) -> Vec<String> {
         Op::Iota { axis, .. } => vec![format!("axis = {axis}")],
         Op::Pad { pads, value } => vec![format!("pads = {}", pairs(pads)), format!("value = {value}")],
     }
+}
+
+/// A constant's elements as `[1.0, 2.5]`, each the shortest text that reads back as the
+/// same value of the constant's dtype (the program's text form prints them too).
+pub fn constant_values(t: &crate::tensor::Constant) -> String {
+    let items: Vec<String> = t
+        .values()
+        .map(|x| match t.dtype() {
+            Dtype::F64 => format!("{x:?}"),
+            d if d.is_float() => format!("{:?}", x as f32),
+            _ => format!("{x}"),
+        })
+        .collect();
+    format!("[{}]", items.join(", "))
 }

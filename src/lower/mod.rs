@@ -21,10 +21,12 @@
 mod contraction;
 mod elementwise;
 mod loops;
+pub mod parse;
 pub mod print;
 mod program;
 mod reduce;
 mod views;
+pub mod verify;
 
 pub use program::*;
 pub use views::padded;

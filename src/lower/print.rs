@@ -1,18 +1,34 @@
-//! The text form of a [`Program`], printed by `--print-after fuse|memory` and compared
-//! by the filetests in `tests/passes/`. One line per buffer, one per kernel:
+//! The text form of a [`Program`], printed by `--print-after fuse|memory`, compared by
+//! the filetests in `tests/passes/` and read back by [`super::parse`]: the text is
+//! complete, `parse(print(p)) == p`. One line per buffer, per constant, per kernel and
+//! per port:
 //!
 //! ```text
-//! program mlp {
-//!   %b0 = input 0 "x" : f32[2, 4]
-//!   %b2 = arena @0 "t3" : f32[2, 3]
-//!   k0: %b2 = gemm %b0, %b1<4x3:1,4> then max(%b2[i0, i1], 0f32)  // matmul (m (Linear)); relu
+//! program mlp (B <= 8) {
+//!   %b0 = input 0 "x" : f32[32]
+//!   %b1 = weight @0 panels "w" : f32[96]
+//!   %b2 = arena @0 "t3" : f32[24]
+//!   %b3 = const 0 "const0" : f32[3]
+//!   const 0 = f32[3] [1.0, 2.0, 3.0]
+//!   k0: %b2<8x3> = gemm %b0<8x4>, %b1<4x3:1,4> then max(%b2<8x3>[i0, i1], 0.0f32) [d0=B]  // matmul (m (Linear)); relu
+//!   input "x" = %b0 [B, 4]
+//!   param "w" = %b1 [3, 4] panels
+//!   output "y" = %b2 [B, 3]
 //! }
+//! // weights 512 bytes
+//! // arena 128 bytes, peak live 128 bytes
 //! ```
 //!
-//! A view prints as its buffer when it is the whole buffer, row-major, and otherwise as
+//! A view prints as its buffer when it is the whole buffer in one dimension, as
+//! `%bN<shape>` when it is row-major from the start, and otherwise as
 //! `%bN<shape:strides+offset>`; a load prints the loop variable of each view dimension
-//! (`_` for none). Symbolic dimensions print at their maxima; `[d0=B]` after a kernel
-//! says which loops run to a symbol's run-time value.
+//! (`_` for none), a gather `gather<AXIS>` with its index expression in the axis's
+//! place. An expression's type is what the graph's rule gives its operands'
+//! (`verify::scalar_type`); constants carry theirs (`0.0f32`). Symbolic dimensions
+//! print at their maxima; `[d0=B]` after a kernel says which loops run to a symbol's
+//! run-time value, and a port's dimension prints as its symbol. The `//` comment of a
+//! kernel lists the model ops it came from; those after `}` give the weights' and the
+//! arena's sizes.
 
 use std::fmt::Write;
 
@@ -44,6 +60,10 @@ pub fn print(p: &Program) -> String {
         };
         let _ = writeln!(s, "  %b{i} = {storage} {:?} : {}[{}]", b.name, b.dtype.name(), b.len);
     }
+    for (i, c) in p.consts.iter().enumerate() {
+        let shape: Vec<String> = c.shape().iter().map(u64::to_string).collect();
+        let _ = writeln!(s, "  const {i} = {}[{}] {}", c.dtype().name(), shape.join(", "), crate::ir::print::constant_values(c));
+    }
     for (i, step) in p.steps.iter().enumerate() {
         // Loops whose extent is a symbol's run-time value.
         let dynamic: Vec<String> =
@@ -51,7 +71,24 @@ pub fn print(p: &Program) -> String {
         let dynamic = if dynamic.is_empty() { String::new() } else { format!(" [{}]", dynamic.join(", ")) };
         let _ = writeln!(s, "  k{i}: {}{dynamic}  // {}", kernel(p, &step.kernel), step.origins.join("; "));
     }
+    let ports: [(&str, &[Port]); 3] = [("input", &p.inputs), ("param", &p.weights), ("output", &p.outputs)];
+    for (kind, list) in ports {
+        for (i, port) in list.iter().enumerate() {
+            let kind = if kind == "output" && p.loss == Some(i) { "loss" } else { kind };
+            let dims: Vec<String> = port.shape.iter().zip(&port.dims).map(|(n, d)| d.map_or(n.to_string(), |x| p.symbols[x].0.clone())).collect();
+            let layout = match port.layout {
+                Layout::RowMajor => "",
+                Layout::Transposed => " transposed",
+                Layout::Panels => " panels",
+                Layout::Winograd => " winograd",
+            };
+            let _ = writeln!(s, "  {kind} {:?} = %b{} [{}]{layout}", port.name, port.buf.0, dims.join(", "));
+        }
+    }
     let _ = writeln!(s, "}}");
+    if p.weights_size > 0 {
+        let _ = writeln!(s, "// weights {} bytes", p.weights_size);
+    }
     if p.arena_size > 0 || p.peak_live > 0 {
         let _ = writeln!(s, "// arena {} bytes, peak live {} bytes", p.arena_size, p.peak_live);
     }
@@ -63,9 +100,11 @@ fn dims(v: &[u64]) -> String {
 }
 
 pub fn view(p: &Program, v: &View) -> String {
-    let whole = v.is_contiguous() && v.offset == 0 && v.numel() == p.buffers[v.buf.0].len;
-    if whole {
-        return format!("%b{}", v.buf.0);
+    if v.offset == 0 && v.strides == contiguous_strides(&v.shape) {
+        if v.shape.len() == 1 && p.buffers.get(v.buf.0).is_some_and(|b| b.len == v.shape[0]) {
+            return format!("%b{}", v.buf.0);
+        }
+        return format!("%b{}<{}>", v.buf.0, dims(&v.shape));
     }
     let strides = v.strides.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
     let offset = if v.offset == 0 { String::new() } else { format!("{:+}", v.offset) };
@@ -88,7 +127,7 @@ pub fn expr(p: &Program, e: &Expr) -> String {
         Expr::Cast(a, d) => format!("cast<{}>({})", d.name(), expr(p, a)),
         Expr::Gather { view: v, vars, axis, index } => {
             let vars: Vec<String> = vars.iter().enumerate().map(|(d, &x)| if d == *axis { expr(p, index) } else { var(x) }).collect();
-            format!("gather {}[{}]", view(p, v), vars.join(", "))
+            format!("gather<{axis}> {}[{}]", view(p, v), vars.join(", "))
         }
     }
 }

@@ -345,7 +345,7 @@ impl Kernel {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Program {
     pub name: String,
     pub buffers: Vec<Buffer>,

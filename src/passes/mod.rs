@@ -1,7 +1,8 @@
 //! Passes. Each pass is one function in its own file, and each pipeline is a plain
 //! list. Graph passes (`&mut Graph -> Result<()>`) run first, with the verifier after
 //! each; the graph is then lowered to a [`Program`] (one kernel per op), and program
-//! passes fuse its kernels and plan its memory. Fusion and planning work on the
+//! passes fuse its kernels and plan its memory, the program verifier
+//! (`lower::verify`) after lowering and after each. Fusion and planning work on the
 //! program because they decide about buffers and views, which only exist there.
 
 pub mod autodiff;
@@ -58,13 +59,24 @@ pub fn names(target_passes: &[ProgramPass]) -> Vec<&'static str> {
 }
 
 /// Lowers a graph (for the target's library, in `opts`), runs the target's program
-/// passes (laying the program out for its library), then [`PROGRAM_PIPELINE`]; `after`
-/// sees the program after every pass.
+/// passes (laying the program out for its library), then [`PROGRAM_PIPELINE`],
+/// verifying the program after lowering and after each pass; `after` sees the program
+/// after every pass.
 pub fn compile(graph: &Graph, opts: &crate::lower::Options, target_passes: &[ProgramPass], mut after: impl FnMut(&str, &Program)) -> Result<Program> {
     let mut p = crate::lower::lower(graph, opts)?;
+    crate::lower::verify::verify(&p, false)?;
+    let mut planned = false;
     for (name, pass) in target_passes.iter().chain(PROGRAM_PIPELINE) {
-        pass(&mut p)?;
+        run_program_pass(&mut p, (name, *pass), &mut planned)?;
         after(name, &p);
     }
     Ok(p)
+}
+
+/// Runs one program pass and verifies its result; `planned` records that the arena
+/// has been planned (by `memory`), from which point the plan is verified too.
+pub fn run_program_pass(p: &mut Program, (name, pass): ProgramPass, planned: &mut bool) -> Result<()> {
+    pass(p)?;
+    *planned |= name == "memory";
+    crate::lower::verify::verify(p, *planned)
 }

@@ -6,7 +6,8 @@
 //! contains reaches a panic", tested.
 //!
 //! - `frontend`: model JSON (+ `--shape`s) → IR → passes (shape inference, autodiff
-//!   with `--grad` half the time, simplify) → lowering and the program passes → C
+//!   with `--grad` half the time, simplify) → lowering and the program passes (each
+//!   program's text must read back as itself) → C
 //!   source; and, when the tensors are small, the interpreter on random data.
 //! - `data_readers`: `.npy`, `.npz` and `.safetensors` bytes → `data::read_arrays`; what
 //!   reads must write back (`write_npz`, `write_npy`) and read back unchanged.
@@ -396,6 +397,17 @@ fn options(args: &[String]) -> Result<mithril::Options, Error> {
 /// interpreter is asked to compute.
 const INTERP_ELEMENTS: u64 = 1 << 20;
 
+/// A program's printed text parses and prints the same again (a text equality, as a
+/// NaN constant makes a program unequal to itself).
+fn text_round_trip(p: &mithrilc::lower::Program) -> Result<(), String> {
+    let text = mithrilc::lower::print::print(p);
+    let back = mithrilc::lower::parse::parse(&text).map_err(|e| format!("does not parse: {e}"))?;
+    if mithrilc::lower::print::print(&back) != text {
+        return Err("parses back to a different program".to_string());
+    }
+    Ok(())
+}
+
 /// One frontend input through every stage; `grad` asks for the backward graph.
 fn frontend_run(m: &Model, grad: bool, data_seed: u64) -> Verdict {
     let text = String::from_utf8_lossy(&m.text);
@@ -421,14 +433,23 @@ fn frontend_run(m: &Model, grad: bool, data_seed: u64) -> Verdict {
     }
     let lopts = mithrilc::lower::Options { max, library: mithrilc::codegen::c::LIBRARY };
     let passes = if graphs.backward.is_some() { mithrilc::codegen::c::PASSES_ROW_MAJOR } else { mithrilc::codegen::c::PASSES };
-    let forward = match mithrilc::passes::compile(&graphs.forward, &lopts, passes, |_, _| {}) {
+    let mut unreadable = None;
+    let mut reads_back = |pass: &str, p: &mithrilc::lower::Program| {
+        if unreadable.is_none() {
+            unreadable = text_round_trip(p).err().map(|e| format!("program text after {pass}: {e}"));
+        }
+    };
+    let forward = match mithrilc::passes::compile(&graphs.forward, &lopts, passes, &mut reads_back) {
         Ok(p) => p,
         Err(e) => return judge("lower", &e, false),
     };
-    let backward = match graphs.backward.as_ref().map(|g| mithrilc::passes::compile(g, &lopts, passes, |_, _| {})).transpose() {
+    let backward = match graphs.backward.as_ref().map(|g| mithrilc::passes::compile(g, &lopts, passes, &mut reads_back)).transpose() {
         Ok(p) => p,
         Err(e) => return judge("lower backward", &e, false),
     };
+    if let Some(e) = unreadable {
+        return Err(e);
+    }
     let copts = mithrilc::codegen::c::Options { source: "fuzz.json".into(), weights: None, mode: Default::default() };
     if let Err(e) = mithrilc::codegen::c::emit(&forward, backward.as_ref(), &copts) {
         return judge("codegen", &e, false);
