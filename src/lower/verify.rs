@@ -73,9 +73,10 @@ fn ports(p: &Program) -> Result<()> {
             }
             // A weight in a target's own layout (panels, Winograd's transform) takes what
             // the target's pass sized its buffer for; others their elements.
+            let elements: u64 = port.shape.iter().product();
             let stored = match (kind, port.layout) {
-                ("weight", Layout::Panels | Layout::Winograd) => b.len,
-                _ => port.shape.iter().product(),
+                ("weight", Layout::Panels | Layout::Winograd) if elements > 0 => b.len,
+                _ => elements,
             };
             if stored > b.len {
                 return Err(fail(format!("{kind} {i} {:?} takes {stored} elements, more than %b{}'s {}", port.name, port.buf.0, b.len)));

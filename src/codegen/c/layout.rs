@@ -216,7 +216,8 @@ enum Use {
 /// views of those stored transposed; weight offsets follow the new sizes.
 fn choose_layouts(p: &mut Program) {
     let mut reads: Vec<Option<Reads>> = vec![None; p.buffers.len()];
-    for w in p.weights.iter().filter(|w| p.buffers[w.buf.0].dtype == Dtype::F32) {
+    // (An empty weight stores nothing, in any layout: it stays row-major.)
+    for w in p.weights.iter().filter(|w| p.buffers[w.buf.0].dtype == Dtype::F32 && w.shape.iter().all(|&d| d > 0)) {
         reads[w.buf.0] = Some(Reads { any: false, transposed: w.shape.len() == 2, panels: true, winograd: true });
     }
     let f32 = |views: &[&View]| views.iter().all(|v| p.buffers[v.buf.0].dtype == Dtype::F32);
