@@ -52,3 +52,73 @@ fn run_checked(mut cmd: Command, tool: &str, install: &str, rejects: Option<i32>
     }
     Ok(())
 }
+
+/// The pinned wheels of NVIDIA's that give a complete nvcc (CUDA 13.5; see
+/// `../shared/TOOLCHAINS.md`), as `.ci/run` installs them.
+pub const CUDA_WHEELS: &str = "nvidia-cuda-nvcc==13.5.37 nvidia-cuda-runtime==13.5.37 nvidia-cuda-cccl==13.3.5.0.6";
+
+/// nvcc, looked for in order: `$MITHRILC_NVCC`; `nvcc` on `PATH`; the pip wheels'
+/// (`nvidia/cu13/bin/nvcc`) under the site-packages of the `python3` on `PATH`. None of
+/// them is an error of kind `Toolchain` (exit 3) that gives the install command.
+pub fn nvcc() -> Result<std::path::PathBuf> {
+    find_nvcc(|name| std::env::var_os(name), python_site_packages)
+}
+
+/// [`nvcc`] with the environment and Python's site-packages given.
+fn find_nvcc(env: impl Fn(&str) -> Option<std::ffi::OsString>, site_packages: impl FnOnce() -> Vec<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+    if let Some(p) = env("MITHRILC_NVCC").filter(|p| !p.is_empty()) {
+        return Ok(p.into());
+    }
+    let on_path = env("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|dir| dir.join("nvcc"));
+    let in_wheels = || site_packages().into_iter().map(|dir| dir.join("nvidia/cu13/bin/nvcc"));
+    on_path.chain(std::iter::once_with(in_wheels).flatten()).find(|p| p.is_file()).ok_or_else(|| {
+        Error::new(ErrorKind::Toolchain, "nvcc not found (looked at $MITHRILC_NVCC, PATH, and python3's site-packages)")
+            .note(format!("install it: pip install {CUDA_WHEELS} (or set MITHRILC_NVCC to an nvcc)"))
+    })
+}
+
+/// The site-packages directories of the `python3` on `PATH` (none without one).
+fn python_site_packages() -> Vec<std::path::PathBuf> {
+    let script = "import site; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))";
+    match Command::new("python3").args(["-c", script]).output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).lines().map(std::path::PathBuf::from).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+
+    fn env(vars: &[(&str, &std::path::Path)]) -> impl Fn(&str) -> Option<OsString> {
+        let vars: HashMap<String, OsString> = vars.iter().map(|(k, v)| (k.to_string(), v.as_os_str().to_owned())).collect();
+        move |name| vars.get(name).cloned()
+    }
+
+    #[test]
+    fn nvcc_is_looked_for_in_order_and_its_absence_says_how_to_install_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, site) = (dir.path().join("bin"), dir.path().join("site"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(site.join("nvidia/cu13/bin")).unwrap();
+        std::fs::write(site.join("nvidia/cu13/bin/nvcc"), "").unwrap();
+        let wheels = || vec![site.clone()];
+        // The variable wins, then PATH, then the wheels.
+        let chosen = Path::new("/opt/cuda/bin/nvcc");
+        assert_eq!(find_nvcc(env(&[("MITHRILC_NVCC", chosen), ("PATH", &bin)]), wheels).unwrap(), chosen);
+        assert_eq!(find_nvcc(env(&[("PATH", &bin)]), wheels).unwrap(), site.join("nvidia/cu13/bin/nvcc"));
+        std::fs::write(bin.join("nvcc"), "").unwrap();
+        assert_eq!(find_nvcc(env(&[("PATH", &bin)]), wheels).unwrap(), bin.join("nvcc"));
+        let missing = find_nvcc(env(&[]), Vec::new).unwrap_err();
+        assert_eq!(missing.kind, ErrorKind::Toolchain);
+        assert!(missing.to_string().contains(&format!("pip install {CUDA_WHEELS}")), "{missing}");
+    }
+
+    /// `.ci/run` installs the wheels this module names.
+    #[test]
+    fn ci_installs_the_pinned_cuda_wheels() {
+        assert!(include_str!("../.ci/run").contains(&format!("pip\" install -q {CUDA_WHEELS}")));
+    }
+}

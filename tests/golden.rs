@@ -290,22 +290,6 @@ fn committed(target: &str) -> Vec<(String, String)> {
     files
 }
 
-/// nvcc, found as the tests and `.ci/run` agree: `$MITHRILC_NVCC`, then `nvcc` on
-/// `PATH`, then the pip wheel's (`pip install nvidia-cuda-nvcc nvidia-cuda-runtime
-/// nvidia-cuda-cccl`) under the site-packages of the `python3` on `PATH`:
-/// `nvidia/cu13/bin/nvcc`.
-fn find_nvcc() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MITHRILC_NVCC").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    if common::have("nvcc") {
-        return Some(PathBuf::from("nvcc"));
-    }
-    let script = "import site, sys; print('\\n'.join(site.getsitepackages() + [site.getusersitepackages()]))";
-    let out = Command::new("python3").args(["-c", script]).output().ok()?;
-    String::from_utf8_lossy(&out.stdout).lines().map(|dir| Path::new(dir).join("nvidia/cu13/bin/nvcc")).find(|p| p.is_file())
-}
-
 /// Every committed CUDA file compiles with nvcc for sm_80, every warning an error (the
 /// host compiler's too). One nvcc per file costs a few seconds of host compilation
 /// each, so the files compile as one translation unit, each inside a namespace of its
@@ -313,9 +297,13 @@ fn find_nvcc() -> Option<PathBuf> {
 /// `mithril_ops.h`; beside it, the bench files compile alone exactly as committed.
 #[test]
 fn rendered_cuda_compiles_with_nvcc() {
-    let Some(nvcc) = find_nvcc() else {
-        common::skip("no nvcc (set MITHRILC_NVCC, put nvcc on PATH, or `pip install nvidia-cuda-nvcc==13.5.37 nvidia-cuda-runtime==13.5.37 nvidia-cuda-cccl==13.3.5.0.6`)");
-        return;
+    // Found as mithrilc finds it (`build::nvcc`: $MITHRILC_NVCC, PATH, the pip wheels).
+    let nvcc = match mithrilc::build::nvcc() {
+        Ok(nvcc) => nvcc,
+        Err(e) => {
+            common::skip(&e.to_string().replace('\n', " "));
+            return;
+        }
     };
     let dir = tempfile::tempdir().unwrap();
     let files = committed("cuda");
