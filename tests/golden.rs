@@ -74,21 +74,22 @@ fn generate_c(case: &Case) -> Files {
     Ok(files)
 }
 
-/// The loop kernels of a case's programs in CUDA and in Metal, as `compile --target c`
-/// compiles them (lowered, fused, memory-planned; parameters row-major with `--grad`,
-/// as `cli::compile` stores them at its default layout). A refused program keeps the
-/// refusal.
+/// A case's programs as `compile --target c` compiles them (lowered, the C target's
+/// passes, fused, memory-planned; parameters row-major with `--grad`, as `cli::compile`
+/// stores them at its default layout); `after` sees each program after every pass.
+fn c_programs(case: &Case, mut after: impl FnMut(&str, &mithrilc::lower::Program)) -> Result<Vec<mithrilc::lower::Program>, String> {
+    let err = |e: mithrilc::error::Error| format!("{}: {e}", case.model.display());
+    let params = case.params.as_deref().map(data::read_arrays).transpose().map_err(err)?;
+    let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).map_err(err)?;
+    let opts = mithrilc::lower::Options { library: c::LIBRARY, ..Default::default() };
+    let passes = if graphs.backward.is_some() { c::PASSES_ROW_MAJOR } else { c::PASSES };
+    std::iter::once(&graphs.forward).chain(&graphs.backward).map(|g| mithrilc::passes::compile(g, &opts, passes, &mut after).map_err(err)).collect()
+}
+
+/// The loop kernels of a case's programs ([`c_programs`]) in CUDA and in Metal. A
+/// refused program keeps the refusal.
 fn generate_kernels(case: &Case) -> (Files, Files) {
-    let programs = || -> Result<Vec<mithrilc::lower::Program>, String> {
-        let err = |e: mithrilc::error::Error| format!("{}: {e}", case.model.display());
-        let params = case.params.as_deref().map(data::read_arrays).transpose().map_err(err)?;
-        let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).map_err(err)?;
-        let opts = mithrilc::lower::Options { library: c::LIBRARY, ..Default::default() };
-        let passes = if graphs.backward.is_some() { c::PASSES_ROW_MAJOR } else { c::PASSES };
-        let (forward, backward) = mithrilc::backend::lower_programs(&graphs, &opts, passes, &[]).map_err(err)?;
-        Ok([forward].into_iter().chain(backward).collect())
-    };
-    let programs = match programs() {
+    let programs = match c_programs(case, |_, _| {}) {
         Ok(p) => p,
         Err(e) => return (Err(e.clone()), Err(e)),
     };
@@ -202,10 +203,18 @@ fn rewrite(dir: &Path, got: &BTreeMap<String, String>) {
     }
 }
 
+/// Whether `../shared` (the bench models and test data) is missing, after saying so.
+fn shared_missing() -> bool {
+    let missing = !root().join("../shared/bench").exists() || !root().join("../shared/testdata").exists();
+    if missing {
+        common::skip("../shared is not present");
+    }
+    missing
+}
+
 #[test]
 fn generated_code_matches_the_committed_files() {
-    if !root().join("../shared/bench").exists() || !root().join("../shared/testdata").exists() {
-        common::skip("../shared is not present");
+    if shared_missing() {
         return;
     }
     let mut problems = Vec::new();
@@ -238,32 +247,25 @@ fn generated_code_matches_the_committed_files() {
 /// parses back to the same program and prints the same again (the text is complete).
 #[test]
 fn printed_programs_parse_back() {
-    if !root().join("../shared/bench").exists() || !root().join("../shared/testdata").exists() {
-        common::skip("../shared is not present");
+    if shared_missing() {
         return;
     }
     let mut problems = Vec::new();
     let mut programs = 0;
     for case in cases() {
-        let params = case.params.as_deref().map(|p| data::read_arrays(p).unwrap());
-        let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        let opts = mithrilc::lower::Options { library: c::LIBRARY, ..Default::default() };
-        let passes = if graphs.backward.is_some() { c::PASSES_ROW_MAJOR } else { c::PASSES };
-        for g in std::iter::once(&graphs.forward).chain(&graphs.backward) {
-            mithrilc::passes::compile(g, &opts, passes, |pass, p| {
-                programs += 1;
-                let text = print(p);
-                match parse(&text) {
-                    Ok(back) if back == *p && print(&back) == text => {}
-                    Ok(back) => {
-                        let line = text.lines().zip(print(&back).lines()).position(|(a, b)| a != b).map_or("(the text is the same)".to_string(), |n| text.lines().nth(n).unwrap_or_default().to_string());
-                        problems.push(format!("{} after {pass}: reads back differently at: {line}", case.name));
-                    }
-                    Err(e) => problems.push(format!("{} after {pass}: {e}", case.name)),
+        c_programs(&case, |pass, p| {
+            programs += 1;
+            let text = print(p);
+            match parse(&text) {
+                Ok(back) if back == *p && print(&back) == text => {}
+                Ok(back) => {
+                    let line = text.lines().zip(print(&back).lines()).position(|(a, b)| a != b).map_or("(the text is the same)".to_string(), |n| text.lines().nth(n).unwrap_or_default().to_string());
+                    problems.push(format!("{} after {pass}: reads back differently at: {line}", case.name));
                 }
-            })
-            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-        }
+                Err(e) => problems.push(format!("{} after {pass}: {e}", case.name)),
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
     }
     assert!(programs > 0);
     assert!(problems.is_empty(), "{}", problems.join("\n"));

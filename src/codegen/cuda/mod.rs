@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use crate::codegen::c::dialect::C;
 use crate::codegen::cstyle::device::{grid_indices, grid_size};
 use crate::codegen::cstyle::{pad, Dialect, Param, ParamKind};
 use crate::error::Result;
@@ -22,16 +23,10 @@ impl Dialect for Cuda {
         "CUDA"
     }
     fn supports(&self, d: Dtype) -> bool {
-        !matches!(d, Dtype::F16 | Dtype::Bf16)
+        C.supports(d)
     }
     fn ty(&self, d: Dtype) -> &'static str {
-        match d {
-            Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "float",
-            Dtype::F64 => "double",
-            Dtype::I32 => "int32_t",
-            Dtype::I64 => "int64_t",
-            Dtype::Bool => "uint8_t",
-        }
+        C.ty(d)
     }
     fn open_outer(&self, s: &mut String, ext: &[String]) -> usize {
         let _ = writeln!(
