@@ -1,0 +1,1309 @@
+// cuda_emu.h: CPU emulation of the CUDA subset that mithrilc's generated .cu files use.
+//
+// With -DMR_CUDA_EMULATE, mithril_cuda.h includes this header instead of <cuda_runtime.h>, and
+// the same source compiles as host C++17 (g++ >= 12, clang++ >= 14). Kernels run on the CPU:
+// blocks are spread over a pool of host threads; inside a block, each CUDA thread is a fiber with
+// its own stack, and the fibers of a block run one at a time on one host thread, switching only
+// at barriers (__syncthreads, warp primitives). That is a valid CUDA schedule, so it tests the
+// kernels' logic (results, barrier use), not their speed or their memory ordering.
+//
+// Header only: everything is inline, so several translation units may include it.
+// See README.md, section "Emulation", for what is and is not modelled.
+#ifndef MITHRILC_CUDA_EMU_H
+#define MITHRILC_CUDA_EMU_H
+
+// System headers come first: the qualifier macros below (__noinline__ above all, which libstdc++
+// spells in its attributes) must not be defined while they are read. Later includes of these
+// headers are no-ops thanks to their include guards.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <sys/mman.h>
+#include <unistd.h>
+
+// The context switch: hand-written for x86-64 and AArch64 (ELF), ucontext elsewhere or when
+// MR_EMU_UCONTEXT is defined (glibc's swapcontext makes a sigprocmask syscall per switch, about
+// 20x slower; -fcf-protection shadow stacks also need it, the hand-written switch "returns"
+// into a fresh stack).
+#if !defined(MR_EMU_UCONTEXT) && defined(__ELF__) && (defined(__x86_64__) || defined(__aarch64__))
+#define MR_EMU_ASM_SWITCH 1
+#else
+#define MR_EMU_ASM_SWITCH 0
+#include <ucontext.h>
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Qualifiers
+// ---------------------------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __managed__
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+// Per-block storage: every thread of a block runs on the same host thread and a host thread runs
+// one block at a time (to its end), so a thread_local static is exactly one copy per running
+// block. Like CUDA shared memory it is not reset between blocks.
+#define __shared__ static thread_local
+
+// ---------------------------------------------------------------------------------------------
+// Vector types, dim3
+// ---------------------------------------------------------------------------------------------
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+struct alignas(8) float2 { float x, y; };
+struct float3 { float x, y, z; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline float3 make_float3(float x, float y, float z) { return float3{x, y, z}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline double2 make_double2(double x, double y) { return double2{x, y}; }
+static inline int2 make_int2(int x, int y) { return int2{x, y}; }
+static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }
+
+// A constant, not a macro: cudaDeviceProp has a member of the same name.
+static constexpr int warpSize = 32;
+
+// ---------------------------------------------------------------------------------------------
+// Host runtime types (needed by the launcher below)
+// ---------------------------------------------------------------------------------------------
+enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorCudartUnloading = 4,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidPitchValue = 12,
+  cudaErrorInvalidSymbol = 13,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorLaunchTimeout = 702,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureMerge = 902,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorStreamCaptureWrongThread = 908,
+  cudaErrorUnknown = 999
+};
+typedef enum cudaError cudaError_t;
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2
+};
+
+struct CUgraph_st { std::vector<std::function<void()>> nodes; };
+struct CUgraphExec_st { std::vector<std::function<void()>> nodes; };
+typedef CUgraph_st *cudaGraph_t;
+typedef CUgraphExec_st *cudaGraphExec_t;
+
+// Streams are in order and every operation runs to completion at its call, so a stream only
+// carries its capture state.
+struct CUstream_st {
+  bool capturing = false;
+  bool invalidated = false;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  CUgraph_st *graph = nullptr;
+};
+typedef CUstream_st *cudaStream_t;
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+
+namespace mr_emu {
+namespace detail {
+
+// The last error is per host thread, as in the CUDA runtime.
+inline thread_local cudaError_t t_last_error = cudaSuccess;
+inline cudaError_t set_error(cudaError_t e) {
+  if (e != cudaSuccess) t_last_error = e;
+  return e;
+}
+
+// Number of stream captures in Global or ThreadLocal mode: while one runs, calls that would
+// synchronize implicitly (cudaMalloc, cudaMemcpy, legacy-stream work) are refused, as by CUDA.
+inline std::atomic<int> g_strict_captures{0};
+
+// The real stream object behind a user-visible handle (the null and legacy handles share one).
+inline CUstream_st *stream_obj(cudaStream_t s) {
+  static CUstream_st legacy;
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &legacy;
+  return s;
+}
+inline bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
+
+// Records op into s's graph when s captures (true), or says to run it now (false). Work on the
+// legacy stream while a strict capture runs invalidates the capture, as in CUDA.
+inline bool capture(cudaStream_t s, std::function<void()> op, cudaError_t *err) {
+  *err = cudaSuccess;
+  CUstream_st *st = stream_obj(s);
+  if (st->capturing) {
+    st->graph->nodes.push_back(std::move(op));
+    return true;
+  }
+  if (is_legacy(s) && g_strict_captures.load(std::memory_order_relaxed) > 0) {
+    *err = set_error(cudaErrorStreamCaptureImplicit);
+    return true;
+  }
+  return false;
+}
+
+inline unsigned env_unsigned(const char *name, unsigned dflt) {
+  const char *v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char *end = nullptr;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  if (end && (*end == 'k' || *end == 'K')) n <<= 10;
+  if (end && (*end == 'm' || *end == 'M')) n <<= 20;
+  return n ? static_cast<unsigned>(n) : dflt;
+}
+
+inline unsigned host_threads() {
+  static const unsigned n = [] {
+    unsigned hw = std::thread::hardware_concurrency();
+    return env_unsigned("MR_EMU_THREADS", hw ? hw : 1);
+  }();
+  return n;
+}
+
+inline size_t stack_bytes() {
+  static const size_t n = [] {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t s = std::max<size_t>(env_unsigned("MR_EMU_STACK", 256u << 10), 16u << 10);
+    return (s + page - 1) / page * page;
+  }();
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Context switch
+// ---------------------------------------------------------------------------------------------
+#if MR_EMU_ASM_SWITCH
+// mr_emu_ctx_switch(save, load): pushes the callee-saved registers, stores the stack pointer in
+// *save, loads load as the stack pointer, pops and returns into the other context. A fresh
+// stack holds a frame whose return address is mr_emu_ctx_start, which calls fn(arg) from two
+// callee-saved registers. The symbols are weak so that every translation unit may define them.
+extern "C" void mr_emu_ctx_switch(void **save, void *load);
+extern "C" void mr_emu_ctx_start();
+#if defined(__x86_64__)
+__asm__(
+    ".pushsection .text\n"
+    ".weak mr_emu_ctx_switch\n"
+    ".type mr_emu_ctx_switch,@function\n"
+    ".p2align 4\n"
+    "mr_emu_ctx_switch:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size mr_emu_ctx_switch,.-mr_emu_ctx_switch\n"
+    ".weak mr_emu_ctx_start\n"
+    ".type mr_emu_ctx_start,@function\n"
+    ".p2align 4\n"
+    "mr_emu_ctx_start:\n"
+    "  movq %rbx, %rdi\n"
+    "  callq *%r12\n"
+    "  ud2\n"
+    ".size mr_emu_ctx_start,.-mr_emu_ctx_start\n"
+    ".popsection\n");
+#else  // AArch64
+__asm__(
+    ".pushsection .text\n"
+    ".weak mr_emu_ctx_switch\n"
+    ".type mr_emu_ctx_switch,%function\n"
+    ".p2align 4\n"
+    "mr_emu_ctx_switch:\n"
+    "  sub sp, sp, #160\n"
+    "  stp x19, x20, [sp, #0]\n"
+    "  stp x21, x22, [sp, #16]\n"
+    "  stp x23, x24, [sp, #32]\n"
+    "  stp x25, x26, [sp, #48]\n"
+    "  stp x27, x28, [sp, #64]\n"
+    "  stp x29, x30, [sp, #80]\n"
+    "  stp d8, d9, [sp, #96]\n"
+    "  stp d10, d11, [sp, #112]\n"
+    "  stp d12, d13, [sp, #128]\n"
+    "  stp d14, d15, [sp, #144]\n"
+    "  mov x9, sp\n"
+    "  str x9, [x0]\n"
+    "  mov sp, x1\n"
+    "  ldp x19, x20, [sp, #0]\n"
+    "  ldp x21, x22, [sp, #16]\n"
+    "  ldp x23, x24, [sp, #32]\n"
+    "  ldp x25, x26, [sp, #48]\n"
+    "  ldp x27, x28, [sp, #64]\n"
+    "  ldp x29, x30, [sp, #80]\n"
+    "  ldp d8, d9, [sp, #96]\n"
+    "  ldp d10, d11, [sp, #112]\n"
+    "  ldp d12, d13, [sp, #128]\n"
+    "  ldp d14, d15, [sp, #144]\n"
+    "  add sp, sp, #160\n"
+    "  ret\n"
+    ".size mr_emu_ctx_switch,.-mr_emu_ctx_switch\n"
+    ".weak mr_emu_ctx_start\n"
+    ".type mr_emu_ctx_start,%function\n"
+    ".p2align 4\n"
+    "mr_emu_ctx_start:\n"
+    "  mov x0, x19\n"
+    "  blr x20\n"
+    "  brk #0\n"
+    ".size mr_emu_ctx_start,.-mr_emu_ctx_start\n"
+    ".popsection\n");
+#endif
+
+struct Ctx { void *sp = nullptr; };
+inline void ctx_switch(Ctx *from, Ctx *to) { mr_emu_ctx_switch(&from->sp, to->sp); }
+inline void ctx_init(Ctx *c, char *stack_top, void (*fn)(void *), void *arg) {
+  uintptr_t top = reinterpret_cast<uintptr_t>(stack_top) & ~static_cast<uintptr_t>(15);
+#if defined(__x86_64__)
+  // r15 r14 r13 r12=fn rbx=arg rbp, return address; after the final ret the stack pointer is
+  // top, 16-aligned, as the call in mr_emu_ctx_start needs.
+  void **f = reinterpret_cast<void **>(top) - 7;
+  std::memset(f, 0, 7 * sizeof(void *));
+  f[3] = reinterpret_cast<void *>(fn);
+  f[4] = arg;
+  f[6] = reinterpret_cast<void *>(&mr_emu_ctx_start);
+#else
+  // x19=arg x20=fn ... x29=0 x30=mr_emu_ctx_start, d8-d15.
+  void **f = reinterpret_cast<void **>(top - 160);
+  std::memset(f, 0, 160);
+  f[0] = arg;
+  f[1] = reinterpret_cast<void *>(fn);
+  f[11] = reinterpret_cast<void *>(&mr_emu_ctx_start);
+#endif
+  c->sp = f;
+}
+#else
+struct Ctx { ucontext_t uc; };
+inline void ctx_switch(Ctx *from, Ctx *to) { swapcontext(&from->uc, &to->uc); }
+inline void ctx_tramp(unsigned fhi, unsigned flo, unsigned ahi, unsigned alo) {
+  auto fn = reinterpret_cast<void (*)(void *)>((static_cast<uintptr_t>(fhi) << 16 << 16) | flo);
+  fn(reinterpret_cast<void *>((static_cast<uintptr_t>(ahi) << 16 << 16) | alo));
+  std::abort();
+}
+inline void ctx_init(Ctx *c, char *stack_top, void (*fn)(void *), void *arg) {
+  size_t size = stack_bytes();
+  getcontext(&c->uc);
+  c->uc.uc_stack.ss_sp = stack_top - size;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = nullptr;
+  uintptr_t f = reinterpret_cast<uintptr_t>(fn), a = reinterpret_cast<uintptr_t>(arg);
+  makecontext(&c->uc, reinterpret_cast<void (*)(void)>(&ctx_tramp), 4,
+              static_cast<unsigned>(f >> 16 >> 16), static_cast<unsigned>(f),
+              static_cast<unsigned>(a >> 16 >> 16), static_cast<unsigned>(a));
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Blocks of fibers
+// ---------------------------------------------------------------------------------------------
+struct Launch {
+  const char *name;
+  dim3 grid, block;
+  void (*invoke)(const void *);
+  const void *data;
+};
+
+enum class St : unsigned char { Ready, Running, AtBlockBarrier, AtWarpBarrier, Done };
+enum class Op : unsigned char { Syncwarp, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+inline const char *op_name(Op k) {
+  static const char *const names[] = {"__syncwarp()",      "__shfl_sync()",   "__shfl_up_sync()",
+                                      "__shfl_down_sync()", "__shfl_xor_sync()", "__ballot_sync()",
+                                      "__any_sync()",      "__all_sync()"};
+  return names[static_cast<int>(k)];
+}
+
+struct Worker;
+struct Fiber {
+  Ctx ctx;
+  uint3 tid;
+  unsigned linear;
+  St state;
+  Worker *w;
+  char *map;  // mmap'ed guard page + stack
+  size_t map_size;
+};
+
+// Lanes of one warp at the same primitive: the group completes when every lane of mask arrived.
+struct WarpGroup { uint32_t mask, arrived; Op op; };
+struct Warp {
+  uint32_t present, exited;
+  unsigned ngroups;
+  WarpGroup groups[32];
+  uint64_t val[32], res[32];
+  int arg[32], width[32];
+};
+
+// Per host thread: the fibers (reused across blocks and launches) and the running block.
+struct Worker {
+  Ctx sched;
+  std::vector<Fiber *> fibers;
+  const Launch *launch = nullptr;
+  dim3 tids_for{0, 0, 0};  // the block shape the fibers' thread indices were computed for
+  unsigned n = 0, done = 0, bar_arrived = 0;
+  int bar_acc = 0, bar_res = 0;
+  Warp warps[32];
+  ~Worker() {
+    for (Fiber *f : fibers) {
+      munmap(f->map, f->map_size);
+      delete f;
+    }
+  }
+};
+
+// What the CUDA built-in variables read. One block at a time per host thread, one fiber at a
+// time per block: the scheduler stores the running fiber's thread index here at each switch.
+struct Tls {
+  uint3 tid, bid;
+  dim3 bdim, gdim;
+  Worker *w;
+  Fiber *f;
+};
+inline thread_local Tls t_{{0, 0, 0}, {0, 0, 0}, dim3(), dim3(), nullptr, nullptr};
+
+[[noreturn]] inline void fail(const char *what, const Fiber *f) {
+  const Tls &t = t_;
+  std::fprintf(stderr,
+               "mithrilc CUDA emulation: %s in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
+               what, t.w && t.w->launch ? t.w->launch->name : "?", t.bid.x, t.bid.y, t.bid.z,
+               f ? f->tid.x : 0, f ? f->tid.y : 0, f ? f->tid.z : 0);
+  std::fflush(stderr);
+  std::abort();
+}
+
+inline void fiber_main(void *arg) {
+  Fiber *f = static_cast<Fiber *>(arg);
+  // Parked at the end of the loop between blocks: resuming the fiber runs the next thread.
+  for (;;) {
+    Worker *w = f->w;
+    w->launch->invoke(w->launch->data);
+    Warp &W = w->warps[f->linear >> 5];
+    uint32_t bit = 1u << (f->linear & 31);
+    W.exited |= bit;
+    for (unsigned g = 0; g < W.ngroups; ++g)
+      if (W.groups[g].mask & bit) {
+        char msg[160];
+        std::snprintf(msg, sizeof msg, "thread exited while %s (mask 0x%08x) waits for it",
+                      op_name(W.groups[g].op), W.groups[g].mask);
+        fail(msg, f);
+      }
+    f->state = St::Done;
+    ++w->done;
+    ctx_switch(&f->ctx, &w->sched);
+  }
+}
+
+inline void prepare_worker(Worker &w, const Launch &L) {
+  unsigned n = L.block.x * L.block.y * L.block.z;
+  while (w.fibers.size() < n) {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t size = stack_bytes() + page;
+    void *m = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      std::fprintf(stderr, "mithrilc CUDA emulation: cannot map a %zu-byte fiber stack\n", size);
+      std::abort();
+    }
+    // The lowest page faults on a stack overflow instead of corrupting the next stack.
+    mprotect(m, page, PROT_NONE);
+    Fiber *f = new Fiber();
+    f->map = static_cast<char *>(m);
+    f->map_size = size;
+    f->w = &w;
+    f->linear = static_cast<unsigned>(w.fibers.size());
+    ctx_init(&f->ctx, f->map + size, &fiber_main, f);
+    w.fibers.push_back(f);
+  }
+  if (w.tids_for.x != L.block.x || w.tids_for.y != L.block.y || w.tids_for.z != L.block.z) {
+    for (unsigned i = 0; i < n; ++i)
+      w.fibers[i]->tid = uint3{i % L.block.x, i / L.block.x % L.block.y, i / (L.block.x * L.block.y)};
+    w.tids_for = L.block;
+  }
+  w.launch = &L;
+  w.n = n;
+  t_.w = &w;
+  t_.bdim = L.block;
+  t_.gdim = L.grid;
+}
+
+// Called when no fiber can run and some have not finished: name the fault.
+[[noreturn]] inline void diagnose(Worker &w) {
+  const Fiber *exited = nullptr, *at_bar = nullptr, *at_warp = nullptr;
+  for (unsigned i = 0; i < w.n; ++i) {
+    const Fiber *f = w.fibers[i];
+    if (f->state == St::Done && !exited) exited = f;
+    if (f->state == St::AtBlockBarrier && !at_bar) at_bar = f;
+    if (f->state == St::AtWarpBarrier && !at_warp) at_warp = f;
+  }
+  if (at_bar && exited)
+    fail("barrier divergence: this thread exited while others wait at __syncthreads()", exited);
+  if (at_warp) {
+    const Warp &W = w.warps[at_warp->linear >> 5];
+    char msg[200];
+    for (unsigned g = 0; g < W.ngroups; ++g)
+      if (W.groups[g].mask & (1u << (at_warp->linear & 31))) {
+        std::snprintf(msg, sizeof msg,
+                      "deadlock: %s (mask 0x%08x) waits for lanes 0x%08x that wait at "
+                      "__syncthreads()",
+                      op_name(W.groups[g].op), W.groups[g].mask,
+                      W.groups[g].mask & ~W.groups[g].arrived);
+        fail(msg, at_warp);
+      }
+  }
+  fail("deadlock: threads wait at different barriers", at_bar ? at_bar : at_warp);
+}
+
+inline void run_block(Worker &w, uint3 bid) {
+  t_.bid = bid;
+  w.done = w.bar_arrived = 0;
+  w.bar_acc = 0;
+  for (unsigned i = 0; i < (w.n + 31) / 32; ++i) {
+    unsigned lanes = std::min(32u, w.n - 32 * i);
+    w.warps[i].present = lanes == 32 ? ~0u : (1u << lanes) - 1;
+    w.warps[i].exited = 0;
+    w.warps[i].ngroups = 0;
+  }
+  for (unsigned i = 0; i < w.n; ++i) w.fibers[i]->state = St::Ready;
+  // Round robin: each ready fiber runs until it finishes or waits at a barrier. A barrier
+  // releases its waiters by marking them ready; the next pass runs them.
+  for (;;) {
+    bool ran = false;
+    for (unsigned i = 0; i < w.n; ++i) {
+      Fiber *f = w.fibers[i];
+      if (f->state != St::Ready) continue;
+      f->state = St::Running;
+      t_.f = f;
+      t_.tid = f->tid;
+      ctx_switch(&w.sched, &f->ctx);
+      ran = true;
+    }
+    if (w.done == w.n) return;
+    if (!ran) diagnose(w);
+  }
+}
+
+inline void run_blocks(const Launch &L, std::atomic<uint64_t> &next, uint64_t total) {
+  static thread_local Worker worker;
+  prepare_worker(worker, L);
+  const uint64_t gx = L.grid.x, gxy = uint64_t(L.grid.x) * L.grid.y;
+  for (uint64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < total;)
+    run_block(worker, uint3{unsigned(b % gx), unsigned(b / gx % L.grid.y), unsigned(b / gxy)});
+  t_.w = nullptr;
+  t_.f = nullptr;
+}
+
+// Host threads that run blocks beside the launching thread, started at the first launch of
+// more than one block.
+class Pool {
+ public:
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread &t : threads_) t.join();
+  }
+  void run(const Launch &L) {
+    std::lock_guard<std::mutex> serial(launch_m_);  // one launch at a time
+    uint64_t total = uint64_t(L.grid.x) * L.grid.y * L.grid.z;
+    unsigned helpers = static_cast<unsigned>(std::min<uint64_t>(host_threads(), total)) - 1;
+    next_.store(0, std::memory_order_relaxed);
+    if (helpers == 0) {
+      run_blocks(L, next_, total);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> g(m_);
+      while (threads_.size() < helpers) threads_.emplace_back([this] { loop(); });
+      job_ = &L;
+      total_ = total;
+      wanted_ = helpers;
+      active_ = helpers;
+      ++gen_;
+    }
+    cv_.notify_all();
+    run_blocks(L, next_, total);
+    std::unique_lock<std::mutex> g(m_);
+    done_cv_.wait(g, [this] { return active_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop() {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> g(m_);
+    for (;;) {
+      cv_.wait(g, [&] { return stop_ || (gen_ != seen && wanted_ > 0); });
+      if (stop_) return;
+      seen = gen_;
+      --wanted_;
+      const Launch *L = job_;
+      uint64_t total = total_;
+      g.unlock();
+      run_blocks(*L, next_, total);
+      g.lock();
+      if (--active_ == 0) done_cv_.notify_one();
+    }
+  }
+  std::mutex launch_m_, m_;
+  std::condition_variable cv_, done_cv_;
+  std::vector<std::thread> threads_;
+  std::atomic<uint64_t> next_{0};
+  const Launch *job_ = nullptr;
+  uint64_t total_ = 0, gen_ = 0;
+  unsigned wanted_ = 0, active_ = 0;
+  bool stop_ = false;
+};
+
+inline Pool &pool() {
+  static Pool p;
+  return p;
+}
+
+inline cudaError_t validate(dim3 g, dim3 b) {
+  uint64_t threads = uint64_t(b.x) * b.y * b.z;
+  if (threads == 0 || threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || g.x == 0 ||
+      g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535)
+    return cudaErrorInvalidConfiguration;
+  return cudaSuccess;
+}
+
+template <typename Tup, typename K>
+struct Bound {
+  K kernel;
+  Tup args;
+  static void invoke(const void *p) {
+    const Bound *b = static_cast<const Bound *>(p);
+    std::apply(b->kernel, b->args);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Barriers (called from kernels, on a fiber)
+// ---------------------------------------------------------------------------------------------
+inline int syncthreads(int pred) {
+  Worker *w = t_.w;
+  Fiber *f = t_.f;
+  w->bar_acc += pred;
+  if (++w->bar_arrived == w->n) {
+    // The last thread to arrive releases the others and runs on: a valid schedule that saves
+    // a switch.
+    w->bar_res = w->bar_acc;
+    w->bar_acc = 0;
+    w->bar_arrived = 0;
+    for (unsigned i = 0; i < w->n; ++i)
+      if (w->fibers[i]->state == St::AtBlockBarrier) w->fibers[i]->state = St::Ready;
+    return w->bar_res;
+  }
+  f->state = St::AtBlockBarrier;
+  ctx_switch(&f->ctx, &w->sched);
+  return w->bar_res;
+}
+
+inline void warp_complete(Warp &W, const WarpGroup &g) {
+  uint32_t ballot = 0;
+  if (g.op == Op::Ballot || g.op == Op::Any || g.op == Op::All)
+    for (uint32_t m = g.mask; m; m &= m - 1) {
+      unsigned l = static_cast<unsigned>(__builtin_ctz(m));
+      if (W.val[l]) ballot |= 1u << l;
+    }
+  for (uint32_t m = g.mask; m; m &= m - 1) {
+    unsigned l = static_cast<unsigned>(__builtin_ctz(m));
+    unsigned wd = static_cast<unsigned>(W.width[l]), seg = l & ~(wd - 1);
+    unsigned a = static_cast<unsigned>(W.arg[l]), src = l;
+    switch (g.op) {
+      case Op::Syncwarp: break;
+      case Op::Shfl: src = seg + (a & (wd - 1)); break;
+      case Op::ShflUp: src = (l - seg >= a) ? l - a : l; break;
+      case Op::ShflDown: src = (l - seg + a < wd) ? l + a : l; break;
+      case Op::ShflXor: src = (l ^ a) < seg + wd ? (l ^ a) : l; break;
+      case Op::Ballot: W.res[l] = ballot; continue;
+      case Op::Any: W.res[l] = ballot != 0; continue;
+      case Op::All: W.res[l] = ballot == g.mask; continue;
+    }
+    // Reading a lane outside the mask is undefined in CUDA; it yields the own value here.
+    W.res[l] = (src < 32 && (g.mask >> src & 1)) ? W.val[src] : W.val[l];
+  }
+}
+
+inline uint64_t warp_op(Op op, uint32_t mask, uint64_t v, int arg, int width) {
+  Worker *w = t_.w;
+  Fiber *f = t_.f;
+  unsigned lane = f->linear & 31;
+  Warp &W = w->warps[f->linear >> 5];
+  uint32_t bit = 1u << lane;
+  char msg[200];
+  if (!(mask & bit) || (mask & ~W.present) || (mask & W.exited) || width <= 0 || width > 32 ||
+      (width & (width - 1))) {
+    std::snprintf(msg, sizeof msg, "%s with mask 0x%08x %s", op_name(op), mask,
+                  !(mask & bit)            ? "that does not name the calling lane"
+                  : (mask & ~W.present)    ? "that names lanes beyond the block's threads"
+                  : (mask & W.exited)      ? "that names an exited lane"
+                                           : "and a width that is not a power of 2 up to 32");
+    fail(msg, f);
+  }
+  W.val[lane] = v;
+  W.arg[lane] = arg;
+  W.width[lane] = width;
+  unsigned gi = 0;
+  for (; gi < W.ngroups; ++gi)
+    if (W.groups[gi].mask & mask) break;
+  if (gi < W.ngroups) {
+    WarpGroup &g = W.groups[gi];
+    if (g.mask != mask || g.op != op) {
+      std::snprintf(msg, sizeof msg,
+                    "mismatched warp primitives: %s (mask 0x%08x) while lanes wait at %s "
+                    "(mask 0x%08x)",
+                    op_name(op), mask, op_name(g.op), g.mask);
+      fail(msg, f);
+    }
+    g.arrived |= bit;
+  } else {
+    W.groups[W.ngroups++] = WarpGroup{mask, bit, op};
+  }
+  WarpGroup &g = W.groups[gi];
+  if (g.arrived == mask) {
+    warp_complete(W, g);
+    unsigned base = f->linear & ~31u;
+    for (uint32_t m = mask & ~bit; m; m &= m - 1)
+      w->fibers[base + static_cast<unsigned>(__builtin_ctz(m))]->state = St::Ready;
+    W.groups[gi] = W.groups[--W.ngroups];
+    return W.res[lane];
+  }
+  f->state = St::AtWarpBarrier;
+  ctx_switch(&f->ctx, &w->sched);
+  return W.res[lane];
+}
+
+template <typename T>
+inline uint64_t to_bits(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
+                "warp shuffles take values of up to 8 bytes");
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof v);
+  return b;
+}
+template <typename T>
+inline T from_bits(uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+
+inline std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
+
+}  // namespace detail
+}  // namespace mr_emu
+
+// ---------------------------------------------------------------------------------------------
+// Built-in variables and device functions
+// ---------------------------------------------------------------------------------------------
+#define threadIdx (static_cast<const uint3 &>(::mr_emu::detail::t_.tid))
+#define blockIdx (static_cast<const uint3 &>(::mr_emu::detail::t_.bid))
+#define blockDim (static_cast<const dim3 &>(::mr_emu::detail::t_.bdim))
+#define gridDim (static_cast<const dim3 &>(::mr_emu::detail::t_.gdim))
+
+static inline void __syncthreads() { ::mr_emu::detail::syncthreads(0); }
+static inline int __syncthreads_count(int p) { return ::mr_emu::detail::syncthreads(p != 0); }
+static inline int __syncthreads_and(int p) {
+  return ::mr_emu::detail::syncthreads(p != 0) == static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+}
+static inline int __syncthreads_or(int p) { return ::mr_emu::detail::syncthreads(p != 0) != 0; }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::mr_emu::detail::warp_op(::mr_emu::detail::Op::Syncwarp, mask, 0, 0, 32);
+}
+template <typename T>
+static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+  using namespace ::mr_emu::detail;
+  return from_bits<T>(warp_op(Op::Shfl, mask, to_bits(v), src, width));
+}
+template <typename T>
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  using namespace ::mr_emu::detail;
+  return from_bits<T>(warp_op(Op::ShflUp, mask, to_bits(v), static_cast<int>(delta), width));
+}
+template <typename T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  using namespace ::mr_emu::detail;
+  return from_bits<T>(warp_op(Op::ShflDown, mask, to_bits(v), static_cast<int>(delta), width));
+}
+template <typename T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  using namespace ::mr_emu::detail;
+  return from_bits<T>(warp_op(Op::ShflXor, mask, to_bits(v), lane_mask, width));
+}
+static inline unsigned __ballot_sync(unsigned mask, int p) {
+  using namespace ::mr_emu::detail;
+  return static_cast<unsigned>(warp_op(Op::Ballot, mask, p != 0, 0, 32));
+}
+static inline int __any_sync(unsigned mask, int p) {
+  using namespace ::mr_emu::detail;
+  return static_cast<int>(warp_op(Op::Any, mask, p != 0, 0, 32));
+}
+static inline int __all_sync(unsigned mask, int p) {
+  using namespace ::mr_emu::detail;
+  return static_cast<int>(warp_op(Op::All, mask, p != 0, 0, 32));
+}
+// Lanes of the warp that have not exited (no lockstep is modelled, so no finer answer exists).
+static inline unsigned __activemask() {
+  using namespace ::mr_emu::detail;
+  const Warp &W = t_.w->warps[t_.f->linear >> 5];
+  return W.present & ~W.exited;
+}
+
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+template <typename T>
+static inline T __ldg(const T *p) { return *p; }
+
+// Atomics: blocks run concurrently on several host threads, so these are real atomics.
+#define MR_EMU_ATOMIC_INT(T)                                                                     \
+  static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }   \
+  static inline T atomicSub(T *p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }   \
+  static inline T atomicAnd(T *p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); }   \
+  static inline T atomicOr(T *p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }     \
+  static inline T atomicXor(T *p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED); }   \
+  static inline T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); } \
+  static inline T atomicCAS(T *p, T cmp, T v) {                                                 \
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);         \
+    return cmp;                                                                                 \
+  }                                                                                             \
+  static inline T atomicMax(T *p, T v) {                                                        \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                               \
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED,          \
+                                                   __ATOMIC_RELAXED)) {                         \
+    }                                                                                           \
+    return old;                                                                                 \
+  }                                                                                             \
+  static inline T atomicMin(T *p, T v) {                                                        \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                               \
+    while (v < old && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED,          \
+                                                   __ATOMIC_RELAXED)) {                         \
+    }                                                                                           \
+    return old;                                                                                 \
+  }
+MR_EMU_ATOMIC_INT(int)
+MR_EMU_ATOMIC_INT(unsigned)
+MR_EMU_ATOMIC_INT(unsigned long long)
+MR_EMU_ATOMIC_INT(long long)
+#undef MR_EMU_ATOMIC_INT
+
+#define MR_EMU_ATOMIC_FP(T, I)                                                                   \
+  static inline T atomicAdd(T *p, T v) {                                                        \
+    I *q = reinterpret_cast<I *>(p);                                                            \
+    I old = __atomic_load_n(q, __ATOMIC_RELAXED), upd;                                          \
+    do {                                                                                        \
+      T sum = ::mr_emu::detail::from_bits<T>(old) + v;                                          \
+      std::memcpy(&upd, &sum, sizeof upd);                                                      \
+    } while (!__atomic_compare_exchange_n(q, &old, upd, true, __ATOMIC_RELAXED,                 \
+                                          __ATOMIC_RELAXED));                                   \
+    return ::mr_emu::detail::from_bits<T>(old);                                                 \
+  }                                                                                             \
+  static inline T atomicExch(T *p, T v) {                                                       \
+    I n;                                                                                        \
+    std::memcpy(&n, &v, sizeof n);                                                              \
+    return ::mr_emu::detail::from_bits<T>(                                                      \
+        __atomic_exchange_n(reinterpret_cast<I *>(p), n, __ATOMIC_RELAXED));                    \
+  }
+MR_EMU_ATOMIC_FP(float, uint32_t)
+MR_EMU_ATOMIC_FP(double, uint64_t)
+#undef MR_EMU_ATOMIC_FP
+
+// Math intrinsics: the fast variants are computed exactly (their results are within CUDA's
+// documented error bounds).
+static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+static inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
+// glibc's <math.h> declares __expf, __logf, __sinf, __cosf, __tanhf and __powf itself (aliases
+// of expf ...), which is what CUDA's fast intrinsics of those names compute here.
+#if !defined(__GLIBC__)
+static inline float __expf(float x) { return std::exp(x); }
+static inline float __logf(float x) { return std::log(x); }
+static inline float __sinf(float x) { return std::sin(x); }
+static inline float __cosf(float x) { return std::cos(x); }
+static inline float __tanhf(float x) { return std::tanh(x); }
+static inline float __powf(float x, float y) { return std::pow(x, y); }
+#endif
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fsqrt_rn(float x) { return std::sqrt(x); }
+static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+static inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
+static inline int __float_as_int(float x) { return ::mr_emu::detail::from_bits<int>(::mr_emu::detail::to_bits(x)); }
+static inline unsigned __float_as_uint(float x) { return ::mr_emu::detail::from_bits<unsigned>(::mr_emu::detail::to_bits(x)); }
+static inline float __int_as_float(int x) { return ::mr_emu::detail::from_bits<float>(::mr_emu::detail::to_bits(x)); }
+static inline float __uint_as_float(unsigned x) { return ::mr_emu::detail::from_bits<float>(::mr_emu::detail::to_bits(x)); }
+static inline long long __double_as_longlong(double x) { return ::mr_emu::detail::from_bits<long long>(::mr_emu::detail::to_bits(x)); }
+static inline double __longlong_as_double(long long x) { return ::mr_emu::detail::from_bits<double>(::mr_emu::detail::to_bits(x)); }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz(static_cast<unsigned>(x)) : 32; }
+static inline int __clzll(long long x) { return x ? __builtin_clzll(static_cast<unsigned long long>(x)) : 64; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+static inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+static inline unsigned __brev(unsigned x) {
+  x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
+  x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
+  x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
+  x = ((x >> 8) & 0x00ff00ffu) | ((x & 0x00ff00ffu) << 8);
+  return (x >> 16) | (x << 16);
+}
+static inline long long clock64() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CUDA's global min/max overloads. Non-templates, so that with `using namespace std` a call
+// with two arguments of one type prefers these over std::min/std::max (no ambiguity).
+#define MR_EMU_MINMAX(T)                                   \
+  static inline T min(T a, T b) { return b < a ? b : a; } \
+  static inline T max(T a, T b) { return a < b ? b : a; }
+MR_EMU_MINMAX(int)
+MR_EMU_MINMAX(unsigned)
+MR_EMU_MINMAX(long)
+MR_EMU_MINMAX(unsigned long)
+MR_EMU_MINMAX(long long)
+MR_EMU_MINMAX(unsigned long long)
+#undef MR_EMU_MINMAX
+static inline float min(float a, float b) { return std::fmin(a, b); }
+static inline float max(float a, float b) { return std::fmax(a, b); }
+static inline double min(double a, double b) { return std::fmin(a, b); }
+static inline double max(double a, double b) { return std::fmax(a, b); }
+
+// ---------------------------------------------------------------------------------------------
+// Host runtime API. Device memory is host memory; every call completes before it returns.
+// ---------------------------------------------------------------------------------------------
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+enum cudaDeviceAttr {
+  cudaDevAttrMaxThreadsPerBlock = 1,
+  cudaDevAttrMaxBlockDimX = 2,
+  cudaDevAttrMaxGridDimX = 5,
+  cudaDevAttrMaxSharedMemoryPerBlock = 8,
+  cudaDevAttrWarpSize = 10,
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9
+};
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventBlockingSync 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaHostAllocDefault 0x00
+
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
+  size_t totalConstMem;
+  int regsPerBlock, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
+  int multiProcessorCount, maxThreadsPerMultiProcessor, major, minor, l2CacheSize;
+  int concurrentKernels, asyncEngineCount, unifiedAddressing, managedMemory;
+};
+
+struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = false; };
+typedef CUevent_st *cudaEvent_t;
+
+static inline const char *cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+#define MR_EMU_E(x) case x: return #x;
+    MR_EMU_E(cudaSuccess) MR_EMU_E(cudaErrorInvalidValue) MR_EMU_E(cudaErrorMemoryAllocation)
+    MR_EMU_E(cudaErrorInitializationError) MR_EMU_E(cudaErrorCudartUnloading)
+    MR_EMU_E(cudaErrorInvalidConfiguration) MR_EMU_E(cudaErrorInvalidPitchValue)
+    MR_EMU_E(cudaErrorInvalidSymbol) MR_EMU_E(cudaErrorInvalidMemcpyDirection)
+    MR_EMU_E(cudaErrorInsufficientDriver) MR_EMU_E(cudaErrorInvalidDeviceFunction)
+    MR_EMU_E(cudaErrorNoDevice) MR_EMU_E(cudaErrorInvalidDevice)
+    MR_EMU_E(cudaErrorInvalidResourceHandle) MR_EMU_E(cudaErrorIllegalState)
+    MR_EMU_E(cudaErrorNotReady) MR_EMU_E(cudaErrorIllegalAddress)
+    MR_EMU_E(cudaErrorLaunchOutOfResources) MR_EMU_E(cudaErrorLaunchTimeout)
+    MR_EMU_E(cudaErrorLaunchFailure) MR_EMU_E(cudaErrorNotSupported)
+    MR_EMU_E(cudaErrorStreamCaptureUnsupported) MR_EMU_E(cudaErrorStreamCaptureInvalidated)
+    MR_EMU_E(cudaErrorStreamCaptureMerge) MR_EMU_E(cudaErrorStreamCaptureUnmatched)
+    MR_EMU_E(cudaErrorStreamCaptureUnjoined) MR_EMU_E(cudaErrorStreamCaptureIsolation)
+    MR_EMU_E(cudaErrorStreamCaptureImplicit) MR_EMU_E(cudaErrorCapturedEvent)
+    MR_EMU_E(cudaErrorStreamCaptureWrongThread) MR_EMU_E(cudaErrorUnknown)
+#undef MR_EMU_E
+  }
+  return "cudaErrorUnknown";
+}
+static inline const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalState: return "operation not permitted in the current state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    default: return cudaGetErrorName(e);
+  }
+}
+static inline cudaError_t cudaGetLastError() {
+  cudaError_t e = ::mr_emu::detail::t_last_error;
+  ::mr_emu::detail::t_last_error = cudaSuccess;
+  return e;
+}
+static inline cudaError_t cudaPeekAtLastError() { return ::mr_emu::detail::t_last_error; }
+
+namespace mr_emu {
+namespace detail {
+// Calls that synchronize implicitly are refused during a Global/ThreadLocal capture.
+inline cudaError_t check_not_capturing() {
+  return g_strict_captures.load(std::memory_order_relaxed) > 0
+             ? set_error(cudaErrorStreamCaptureUnsupported)
+             : cudaSuccess;
+}
+inline cudaError_t alloc(void **p, size_t n) {
+  if (!p) return set_error(cudaErrorInvalidValue);
+  *p = nullptr;
+  if (cudaError_t e = check_not_capturing()) return e;
+  if (n == 0) return cudaSuccess;
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
+  return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
+}
+}  // namespace detail
+}  // namespace mr_emu
+
+static inline cudaError_t cudaMalloc(void **p, size_t n) { return ::mr_emu::detail::alloc(p, n); }
+template <typename T>
+static inline cudaError_t cudaMalloc(T **p, size_t n) {
+  return ::mr_emu::detail::alloc(reinterpret_cast<void **>(p), n);
+}
+static inline cudaError_t cudaMallocHost(void **p, size_t n) { return ::mr_emu::detail::alloc(p, n); }
+template <typename T>
+static inline cudaError_t cudaMallocHost(T **p, size_t n) {
+  return ::mr_emu::detail::alloc(reinterpret_cast<void **>(p), n);
+}
+static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
+  return ::mr_emu::detail::alloc(p, n);
+}
+template <typename T>
+static inline cudaError_t cudaMallocManaged(T **p, size_t n, unsigned = 1) {
+  return ::mr_emu::detail::alloc(reinterpret_cast<void **>(p), n);
+}
+static inline cudaError_t cudaFree(void *p) {
+  if (cudaError_t e = ::mr_emu::detail::check_not_capturing()) return e;
+  std::free(p);
+  return cudaSuccess;
+}
+static inline cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
+                                          cudaStream_t s = 0) {
+  if (static_cast<unsigned>(k) > 4) return ::mr_emu::detail::set_error(cudaErrorInvalidMemcpyDirection);
+  if (n && (!dst || !src)) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
+  cudaError_t e;
+  if (::mr_emu::detail::capture(s, [=] { std::memmove(dst, src, n); }, &e)) return e;
+  if (n) std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
+  if (cudaError_t e = ::mr_emu::detail::check_not_capturing()) return e;
+  return cudaMemcpyAsync(dst, src, n, k, 0);
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s = 0) {
+  if (n && !p) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
+  cudaError_t e;
+  if (::mr_emu::detail::capture(s, [=] { std::memset(p, v, n); }, &e)) return e;
+  if (n) std::memset(p, v, n);
+  return cudaSuccess;
+}
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+  if (cudaError_t e = ::mr_emu::detail::check_not_capturing()) return e;
+  return cudaMemsetAsync(p, v, n, 0);
+}
+template <typename T>
+static inline cudaError_t cudaGetSymbolAddress(void **p, const T &symbol) {
+  *p = const_cast<void *>(static_cast<const void *>(&symbol));
+  return cudaSuccess;
+}
+template <typename T>
+static inline cudaError_t cudaMemcpyToSymbol(const T &symbol, const void *src, size_t n,
+                                             size_t offset = 0,
+                                             cudaMemcpyKind k = cudaMemcpyHostToDevice) {
+  return cudaMemcpy(reinterpret_cast<char *>(const_cast<T *>(&symbol)) + offset, src, n, k);
+}
+
+static inline cudaError_t cudaStreamCreate(cudaStream_t *s) {
+  if (!s) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
+  *s = new CUstream_st();
+  return cudaSuccess;
+}
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+  return cudaStreamCreate(s);
+}
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (::mr_emu::detail::is_legacy(s) || s == cudaStreamPerThread)
+    return ::mr_emu::detail::set_error(cudaErrorInvalidResourceHandle);
+  if (s->capturing) {
+    if (s->mode != cudaStreamCaptureModeRelaxed) --::mr_emu::detail::g_strict_captures;
+    delete s->graph;
+  }
+  delete s;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (::mr_emu::detail::stream_obj(s)->capturing) {
+    ::mr_emu::detail::stream_obj(s)->invalidated = true;
+    return ::mr_emu::detail::set_error(cudaErrorStreamCaptureUnsupported);
+  }
+  return cudaSuccess;
+}
+static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize() { return ::mr_emu::detail::check_not_capturing(); }
+static inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int *n) {
+  *n = 1;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d) {
+  return d == 0 ? cudaSuccess : ::mr_emu::detail::set_error(cudaErrorInvalidDevice);
+}
+static inline cudaError_t cudaGetDevice(int *d) {
+  *d = 0;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+  if (d != 0) return ::mr_emu::detail::set_error(cudaErrorInvalidDevice);
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "mithrilc CPU emulation");
+  p->totalGlobalMem = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
+                      static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  p->sharedMemPerBlock = p->sharedMemPerBlockOptin = 48u << 10;
+  p->sharedMemPerMultiprocessor = 48u << 10;
+  p->totalConstMem = 64u << 10;
+  p->regsPerBlock = 65536;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->multiProcessorCount = static_cast<int>(::mr_emu::detail::host_threads());
+  p->maxThreadsPerMultiProcessor = 1024;
+  p->major = 9;
+  p->minor = 0;
+  p->l2CacheSize = 1 << 20;
+  p->concurrentKernels = p->unifiedAddressing = p->managedMemory = 1;
+  p->asyncEngineCount = 0;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
+  cudaDeviceProp p;
+  if (cudaError_t e = cudaGetDeviceProperties(&p, d)) return e;
+  switch (a) {
+    case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *v = p.maxThreadsDim[0]; break;
+    case cudaDevAttrMaxGridDimX: *v = p.maxGridSize[0]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
+      *v = static_cast<int>(p.sharedMemPerBlock);
+      break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+    default: return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+template <typename T>
+static inline cudaError_t cudaFuncSetAttribute(T *, cudaFuncAttribute, int) { return cudaSuccess; }
+static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  *free_bytes = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
+  *total = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page;
+  return cudaSuccess;
+}
+
+// Events: host clock at the call (the stream has finished all earlier work by then).
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e) {
+  *e = new CUevent_st();
+  return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
+  if (::mr_emu::detail::stream_obj(s)->capturing) return cudaSuccess;  // a graph dependency only
+  e->t = ::mr_emu::detail::now();
+  e->recorded = true;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+static inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!a->recorded || !b->recorded) return ::mr_emu::detail::set_error(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
+  return cudaSuccess;
+}
+
+// CUDA Graphs: a captured stream records its work as closures; a graph launch replays them.
+static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  if (::mr_emu::detail::is_legacy(s) || s == cudaStreamPerThread)
+    return ::mr_emu::detail::set_error(cudaErrorStreamCaptureUnsupported);
+  if (s->capturing) return ::mr_emu::detail::set_error(cudaErrorIllegalState);
+  s->capturing = true;
+  s->invalidated = false;
+  s->mode = mode;
+  s->graph = new CUgraph_st();
+  if (mode != cudaStreamCaptureModeRelaxed) ++::mr_emu::detail::g_strict_captures;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+  if (::mr_emu::detail::is_legacy(s) || s == cudaStreamPerThread || !s->capturing)
+    return ::mr_emu::detail::set_error(cudaErrorIllegalState);
+  s->capturing = false;
+  if (s->mode != cudaStreamCaptureModeRelaxed) --::mr_emu::detail::g_strict_captures;
+  if (s->invalidated) {
+    delete s->graph;
+    s->graph = nullptr;
+    *g = nullptr;
+    return ::mr_emu::detail::set_error(cudaErrorStreamCaptureInvalidated);
+  }
+  *g = s->graph;
+  s->graph = nullptr;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st) {
+  const CUstream_st *o = ::mr_emu::detail::stream_obj(s);
+  *st = !o->capturing    ? cudaStreamCaptureStatusNone
+        : o->invalidated ? cudaStreamCaptureStatusInvalidated
+                         : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g,
+                                               unsigned long long = 0) {
+  if (!e || !g) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
+  *e = new CUgraphExec_st{g->nodes};
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *e, cudaGraph_t g,
+                                                        unsigned long long f = 0) {
+  return cudaGraphInstantiate(e, g, f);
+}
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
+  if (!e) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
+  cudaError_t err;
+  if (::mr_emu::detail::capture(s, [e] { for (auto &n : e->nodes) n(); }, &err)) return err;
+  for (auto &n : e->nodes) n();
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel launch: mithril_cuda.h's MR_LAUNCH calls this with the stringified kernel name.
+// ---------------------------------------------------------------------------------------------
+template <typename... P, typename... A>
+inline void mr_emu_launch(const char *name, void (*kernel)(P...), dim3 grid, dim3 block,
+                          cudaStream_t stream, A... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "kernel launched with a wrong number of arguments");
+  using namespace ::mr_emu::detail;
+  if (cudaError_t e = validate(grid, block)) {
+    set_error(e);
+    if (stream_obj(stream)->capturing) stream_obj(stream)->invalidated = true;
+    return;
+  }
+  // Arguments are converted to the parameter types now and held by value, as CUDA does.
+  using Args = std::tuple<std::decay_t<P>...>;
+  auto run = [name, grid, block, b = Bound<Args, void (*)(P...)>{kernel, Args(args...)}] {
+    Launch L{name, grid, block, &Bound<Args, void (*)(P...)>::invoke, &b};
+    pool().run(L);
+  };
+  cudaError_t e;
+  if (capture(stream, run, &e)) return;
+  run();
+}
+
+#endif  // MITHRILC_CUDA_EMU_H
