@@ -498,16 +498,26 @@ inline void prepare_worker(Worker &w, const Launch &L) {
     fail("barrier divergence: this thread exited while others wait at __syncthreads()", exited);
   if (at_warp) {
     const Warp &W = w.warps[at_warp->linear >> 5];
-    char msg[200];
+    const WarpGroup *mine = nullptr;
     for (unsigned g = 0; g < W.ngroups; ++g)
-      if (W.groups[g].mask & (1u << (at_warp->linear & 31))) {
+      if (W.groups[g].arrived & (1u << (at_warp->linear & 31))) mine = &W.groups[g];
+    char msg[240];
+    for (unsigned g = 0; mine && g < W.ngroups; ++g)
+      if (&W.groups[g] != mine && (W.groups[g].mask & mine->mask)) {
         std::snprintf(msg, sizeof msg,
-                      "deadlock: %s (mask 0x%08x) waits for lanes 0x%08x that wait at "
-                      "__syncthreads()",
-                      op_name(W.groups[g].op), W.groups[g].mask,
-                      W.groups[g].mask & ~W.groups[g].arrived);
+                      "mismatched warp primitives: %s (mask 0x%08x) while lanes 0x%08x wait at "
+                      "%s (mask 0x%08x)",
+                      op_name(mine->op), mine->mask, W.groups[g].arrived, op_name(W.groups[g].op),
+                      W.groups[g].mask);
         fail(msg, at_warp);
       }
+    if (mine) {
+      std::snprintf(msg, sizeof msg,
+                    "deadlock: %s (mask 0x%08x) waits for lanes 0x%08x that wait at "
+                    "__syncthreads()",
+                    op_name(mine->op), mine->mask, mine->mask & ~mine->arrived);
+      fail(msg, at_warp);
+    }
   }
   fail("deadlock: threads wait at different barriers", at_bar ? at_bar : at_warp);
 }
@@ -692,9 +702,9 @@ inline uint64_t warp_op(Op op, uint32_t mask, uint64_t v, int arg, int width) {
   unsigned lane = f->linear & 31;
   Warp &W = w->warps[f->linear >> 5];
   uint32_t bit = 1u << lane;
-  char msg[200];
   if (!(mask & bit) || (mask & ~W.present) || (mask & W.exited) || width <= 0 || width > 32 ||
       (width & (width - 1))) {
+    char msg[200];
     std::snprintf(msg, sizeof msg, "%s with mask 0x%08x %s", op_name(op), mask,
                   !(mask & bit)            ? "that does not name the calling lane"
                   : (mask & ~W.present)    ? "that names lanes beyond the block's threads"
@@ -705,22 +715,15 @@ inline uint64_t warp_op(Op op, uint32_t mask, uint64_t v, int arg, int width) {
   W.val[lane] = v;
   W.arg[lane] = arg;
   W.width[lane] = width;
+  // Lanes at the same primitive with the same mask form a group. Groups may overlap: a lane
+  // may reach another primitive while lanes it names still finish an earlier one. Whether
+  // overlapping groups can ever complete is only known when the block stalls (diagnose()).
   unsigned gi = 0;
-  for (; gi < W.ngroups; ++gi)
-    if (W.groups[gi].mask & mask) break;
-  if (gi < W.ngroups) {
-    WarpGroup &g = W.groups[gi];
-    if (g.mask != mask || g.op != op) {
-      std::snprintf(msg, sizeof msg,
-                    "mismatched warp primitives: %s (mask 0x%08x) while lanes wait at %s "
-                    "(mask 0x%08x)",
-                    op_name(op), mask, op_name(g.op), g.mask);
-      fail(msg, f);
-    }
-    g.arrived |= bit;
-  } else {
+  while (gi < W.ngroups && (W.groups[gi].mask != mask || W.groups[gi].op != op)) ++gi;
+  if (gi < W.ngroups)
+    W.groups[gi].arrived |= bit;
+  else
     W.groups[W.ngroups++] = WarpGroup{mask, bit, op};
-  }
   WarpGroup &g = W.groups[gi];
   if (g.arrived == mask) {
     warp_complete(W, g);
