@@ -430,6 +430,23 @@ inline thread_local Tls t_{{0, 0, 0}, {0, 0, 0}, dim3(), dim3(), nullptr, nullpt
   std::abort();
 }
 
+// Leaves fiber f (already marked waiting or done) for the next ready fiber of the block, directly
+// (one switch instead of two through the scheduler); the scheduler gets control back when no
+// fiber after f is ready, and starts the next round-robin pass.
+inline void park(Worker *w, Fiber *f) {
+  for (unsigned j = f->linear + 1; j < w->n; ++j) {
+    Fiber *g = w->fibers[j];
+    if (g->state == St::Ready) {
+      g->state = St::Running;
+      t_.f = g;
+      t_.tid = g->tid;
+      ctx_switch(&f->ctx, &g->ctx);
+      return;
+    }
+  }
+  ctx_switch(&f->ctx, &w->sched);
+}
+
 inline void fiber_main(void *arg) {
   Fiber *f = static_cast<Fiber *>(arg);
   // Parked at the end of the loop between blocks: resuming the fiber runs the next thread.
@@ -448,7 +465,7 @@ inline void fiber_main(void *arg) {
       }
     f->state = St::Done;
     ++w->done;
-    ctx_switch(&f->ctx, &w->sched);
+    park(w, f);
   }
 }
 
@@ -533,21 +550,21 @@ inline void run_block(Worker &w, uint3 bid) {
     w.warps[i].ngroups = 0;
   }
   for (unsigned i = 0; i < w.n; ++i) w.fibers[i]->state = St::Ready;
-  // Round robin: each ready fiber runs until it finishes or waits at a barrier. A barrier
-  // releases its waiters by marking them ready; the next pass runs them.
+  // Round robin: each ready fiber runs until it finishes or waits at a barrier, then hands on
+  // to the next ready one (park()). A barrier releases its waiters by marking them ready; the
+  // next pass runs them.
   for (;;) {
-    bool ran = false;
-    for (unsigned i = 0; i < w.n; ++i) {
-      Fiber *f = w.fibers[i];
-      if (f->state != St::Ready) continue;
-      f->state = St::Running;
-      t_.f = f;
-      t_.tid = f->tid;
-      ctx_switch(&w.sched, &f->ctx);
-      ran = true;
+    unsigned i = 0;
+    while (i < w.n && w.fibers[i]->state != St::Ready) ++i;
+    if (i == w.n) {
+      if (w.done == w.n) return;
+      diagnose(w);
     }
-    if (w.done == w.n) return;
-    if (!ran) diagnose(w);
+    Fiber *f = w.fibers[i];
+    f->state = St::Running;
+    t_.f = f;
+    t_.tid = f->tid;
+    ctx_switch(&w.sched, &f->ctx);
   }
 }
 
@@ -666,7 +683,7 @@ inline int syncthreads(int pred) {
     return w->bar_res;
   }
   f->state = St::AtBlockBarrier;
-  ctx_switch(&f->ctx, &w->sched);
+  park(w, f);
   return w->bar_res;
 }
 
@@ -734,7 +751,7 @@ inline uint64_t warp_op(Op op, uint32_t mask, uint64_t v, int arg, int width) {
     return W.res[lane];
   }
   f->state = St::AtWarpBarrier;
-  ctx_switch(&f->ctx, &w->sched);
+  park(w, f);
   return W.res[lane];
 }
 
