@@ -58,6 +58,7 @@
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 // Per-block storage: every thread of a block runs on the same host thread and a host thread runs
 // one block at a time (to its end), so a thread_local static is exactly one copy per running
 // block. Like CUDA shared memory it is not reset between blocks.
