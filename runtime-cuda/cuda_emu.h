@@ -894,16 +894,20 @@ MR_EMU_ATOMIC_FP(double, uint64_t)
 // documented error bounds).
 static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 static inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
-// glibc's <math.h> declares __expf, __logf, __sinf, __cosf, __tanhf and __powf itself (aliases
-// of expf ...), which is what CUDA's fast intrinsics of those names compute here.
-#if !defined(__GLIBC__)
-static inline float __expf(float x) { return std::exp(x); }
-static inline float __logf(float x) { return std::log(x); }
-static inline float __sinf(float x) { return std::sin(x); }
-static inline float __cosf(float x) { return std::cos(x); }
-static inline float __tanhf(float x) { return std::tanh(x); }
-static inline float __powf(float x, float y) { return std::pow(x, y); }
-#endif
+// glibc's <math.h> declares __expf, __logf, ... itself, but libm does not export them: these
+// names are macros for the emulation's own functions.
+static inline float mr_emu_expf(float x) { return std::exp(x); }
+static inline float mr_emu_logf(float x) { return std::log(x); }
+static inline float mr_emu_sinf(float x) { return std::sin(x); }
+static inline float mr_emu_cosf(float x) { return std::cos(x); }
+static inline float mr_emu_tanhf(float x) { return std::tanh(x); }
+static inline float mr_emu_powf(float x, float y) { return std::pow(x, y); }
+#define __expf mr_emu_expf
+#define __logf mr_emu_logf
+#define __sinf mr_emu_sinf
+#define __cosf mr_emu_cosf
+#define __tanhf mr_emu_tanhf
+#define __powf mr_emu_powf
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return std::sqrt(x); }
@@ -947,6 +951,22 @@ MR_EMU_MINMAX(unsigned long)
 MR_EMU_MINMAX(long long)
 MR_EMU_MINMAX(unsigned long long)
 #undef MR_EMU_MINMAX
+// CUDA's mixed overloads: a signed and an unsigned argument compare as unsigned (so that, as
+// with nvcc, min(threadIdx.x, n) with an int n is not ambiguous).
+#define MR_EMU_MINMAX2(R, A, B)                                                            \
+  static inline R min(A a, B b) { return static_cast<R>(a) < static_cast<R>(b) ? static_cast<R>(a) : static_cast<R>(b); } \
+  static inline R max(A a, B b) { return static_cast<R>(a) < static_cast<R>(b) ? static_cast<R>(b) : static_cast<R>(a); }
+MR_EMU_MINMAX2(unsigned, int, unsigned)
+MR_EMU_MINMAX2(unsigned, unsigned, int)
+MR_EMU_MINMAX2(unsigned long, long, unsigned long)
+MR_EMU_MINMAX2(unsigned long, unsigned long, long)
+MR_EMU_MINMAX2(unsigned long long, long long, unsigned long long)
+MR_EMU_MINMAX2(unsigned long long, unsigned long long, long long)
+#undef MR_EMU_MINMAX2
+static inline double min(float a, double b) { return std::fmin(a, b); }
+static inline double min(double a, float b) { return std::fmin(a, b); }
+static inline double max(float a, double b) { return std::fmax(a, b); }
+static inline double max(double a, float b) { return std::fmax(a, b); }
 static inline float min(float a, float b) { return std::fmin(a, b); }
 static inline float max(float a, float b) { return std::fmax(a, b); }
 static inline double min(double a, double b) { return std::fmin(a, b); }

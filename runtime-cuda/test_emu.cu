@@ -134,6 +134,15 @@ __global__ void add_one(float *x, int64_t n) {
   if (i < n) x[i] += 1.0f;
 }
 
+// Intrinsics and CUDA's min/max overloads (mixed signed/unsigned included).
+__global__ void intrinsics(float *f, int *i, int n, int64_t m) {
+  unsigned t = threadIdx.x;
+  i[0] = static_cast<int>(min(t, n) + max(m, static_cast<int64_t>(7)) + min(3, n));
+  i[1] = __popc(0xf0u) + __clz(1) + __ffs(8) + __float_as_int(1.0f) - 0x3f800000;
+  f[0] = __expf(0.0f) + __fdividef(1.0f, 4.0f) + rsqrtf(16.0f) + __int_as_float(0x40000000) +
+         __fmaf_rn(2.0f, 3.0f, 1.0f) + max(0.5f, -1.0f) + __ldg(f + 1);
+}
+
 __device__ int g_table[64];
 __global__ void fill_table(int k) { g_table[threadIdx.x] = k * static_cast<int>(threadIdx.x); }
 
@@ -384,6 +393,20 @@ int main(int argc, char **argv) {
     cudaStreamDestroy(s);
     cudaFree(x);
     cudaFreeHost(host);
+  }
+
+  {
+    float *f;
+    int *i;
+    cudaMallocManaged(&f, 2 * sizeof(float));
+    cudaMallocManaged(&i, 2 * sizeof(int));
+    f[1] = 0.125f;
+    MR_LAUNCH(intrinsics, dim3(1), dim3(1), 0, f, i, 10, static_cast<int64_t>(5));
+    cudaDeviceSynchronize();
+    CHECK(i[0] == 10 && i[1] == 4 + 31 + 4 && f[0] == 1.0f + 0.25f + 0.25f + 2.0f + 7.0f + 0.5f + 0.125f,
+          "intrinsics: %d %d %f", i[0], i[1], f[0]);
+    cudaFree(f);
+    cudaFree(i);
   }
 
   // A __device__ array through cudaGetSymbolAddress.
