@@ -36,6 +36,14 @@
 #define MR_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
 #endif
 
+/* Full unrolling of the small fixed loops (register tiles must stay in registers); gcc,
+ * compiling the emulation, has no `#pragma unroll` and does not need it. */
+#if defined(__CUDACC__) || defined(__clang__)
+#define MR_UNROLL _Pragma("unroll")
+#else
+#define MR_UNROLL
+#endif
+
 #define MR_THREADS 256 /* block size of the generated loop kernels */
 #define MR_MAX_GRID 2048
 
@@ -150,16 +158,11 @@ struct alignas(16) mr_gemm_smem {
  */
 template <int BX, bool ALONG_K> struct mr_ld_strided {
     static constexpr int CHUNKS = BX * MR_GEMM_BK / 4 / MR_THREADS;
-    const float *p;
-    int64_t sx, sk, rem_x, k;
+    const float *row[CHUNKS]; /* chunk c's first element at K = 0 (x fixed for the whole K loop) */
+    int64_t sx, sk, k;
+    int nx[CHUNKS]; /* how many of chunk c's x positions lie inside the matrix (along K: 0 or 1) */
     bool vec;
     float r[CHUNKS][4];
-
-    __device__ __forceinline__ mr_ld_strided(const float *p_, int64_t sx_, int64_t sk_, int64_t rem_x_, int64_t k_,
-                                             bool vec_)
-        : p(p_), sx(sx_), sk(sk_), rem_x(rem_x_), k(k_), vec(vec_)
-    {
-    }
 
     /* chunk c's first element: (x, kk) */
     __device__ __forceinline__ static void chunk(int c, int &x, int &kk)
@@ -174,29 +177,44 @@ template <int BX, bool ALONG_K> struct mr_ld_strided {
         }
     }
 
+    __device__ __forceinline__ mr_ld_strided(const float *p, int64_t sx_, int64_t sk_, int64_t rem_x, int64_t k_,
+                                             bool vec_)
+        : sx(sx_), sk(sk_), k(k_), vec(vec_)
+    {
+MR_UNROLL
+        for (int c = 0; c < CHUNKS; ++c) {
+            int x, kk;
+            chunk(c, x, kk);
+            const int64_t left = rem_x - x;
+            nx[c] = left <= 0 ? 0 : (ALONG_K ? 1 : (left < 4 ? (int)left : 4));
+            row[c] = p + x * sx + kk * sk;
+        }
+    }
+
     /* Global -> registers for the K tile starting at k0. */
     __device__ __forceinline__ void load(int64_t k0)
     {
-#pragma unroll
+MR_UNROLL
         for (int c = 0; c < CHUNKS; ++c) {
             int x, kk;
             chunk(c, x, kk);
             const int64_t kg = k0 + kk;
+            const float *q = row[c] + k0 * sk;
             if (ALONG_K) {
-                if (vec && x < rem_x && kg + 3 < k) {
-                    const float4 v = mr_cu_ld4(p + x * sx + kg);
+                if (vec && nx[c] && kg + 3 < k) {
+                    const float4 v = mr_cu_ld4(q);
                     r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
                 } else {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) r[c][e] = (x < rem_x && kg + e < k) ? p[x * sx + (kg + e) * sk] : 0.0f;
+MR_UNROLL
+                    for (int e = 0; e < 4; ++e) r[c][e] = (nx[c] && kg + e < k) ? q[e * sk] : 0.0f;
                 }
             } else {
-                if (vec && x + 3 < rem_x && kg < k) {
-                    const float4 v = mr_cu_ld4(p + kg * sk + x);
+                if (vec && nx[c] == 4 && kg < k) {
+                    const float4 v = mr_cu_ld4(q);
                     r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
                 } else {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) r[c][e] = (x + e < rem_x && kg < k) ? p[(x + e) * sx + kg * sk] : 0.0f;
+MR_UNROLL
+                    for (int e = 0; e < 4; ++e) r[c][e] = (e < nx[c] && kg < k) ? q[e * sx] : 0.0f;
                 }
             }
         }
@@ -205,12 +223,12 @@ template <int BX, bool ALONG_K> struct mr_ld_strided {
     /* Registers -> shared tile s[BK][BX]. */
     __device__ __forceinline__ void store(float (*s)[BX]) const
     {
-#pragma unroll
+MR_UNROLL
         for (int c = 0; c < CHUNKS; ++c) {
             int x, kk;
             chunk(c, x, kk);
             if (ALONG_K) {
-#pragma unroll
+MR_UNROLL
                 for (int e = 0; e < 4; ++e) s[kk + e][x] = r[c][e];
             } else {
                 mr_cu_st4(&s[kk][x], r[c][0], r[c][1], r[c][2], r[c][3]);
@@ -229,9 +247,9 @@ static __device__ __forceinline__ void mr_mm_mainloop(LA &la, LB &lb, int64_t k,
                                                       float (&acc)[MR_GEMM_TM][MR_GEMM_TN])
 {
     const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
-#pragma unroll
+MR_UNROLL
     for (int i = 0; i < MR_GEMM_TM; ++i)
-#pragma unroll
+MR_UNROLL
         for (int j = 0; j < MR_GEMM_TN; ++j) acc[i][j] = 0.0f;
     const int64_t tiles = (k + MR_GEMM_BK - 1) / MR_GEMM_BK;
     if (tiles == 0) return;
@@ -248,16 +266,16 @@ static __device__ __forceinline__ void mr_mm_mainloop(LA &la, LB &lb, int64_t k,
             la.load((t + 1) * MR_GEMM_BK);
             lb.load((t + 1) * MR_GEMM_BK);
         }
-#pragma unroll
+MR_UNROLL
         for (int kk = 0; kk < MR_GEMM_BK; ++kk) {
             const float4 a0 = mr_cu_ld4(&sm.a[cur][kk][ty * MR_GEMM_TM]);
             const float4 a1 = mr_cu_ld4(&sm.a[cur][kk][ty * MR_GEMM_TM + 4]);
             const float4 bv = mr_cu_ld4(&sm.b[cur][kk][tx * MR_GEMM_TN]);
             const float av[MR_GEMM_TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const float bw[MR_GEMM_TN] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
+MR_UNROLL
             for (int i = 0; i < MR_GEMM_TM; ++i)
-#pragma unroll
+MR_UNROLL
                 for (int j = 0; j < MR_GEMM_TN; ++j) acc[i][j] = fmaf(av[i], bw[j], acc[i][j]);
         }
         /* the other buffer was last read in the previous step, before its barrier */
@@ -275,7 +293,7 @@ static __device__ __forceinline__ void mr_batch_offsets(const mr_batch &bt, int6
                                                         int64_t &oc)
 {
     oa = ob = oc = 0;
-#pragma unroll
+MR_UNROLL
     for (int d = MR_MAX_BATCH - 1; d >= 0; --d) {
         if (d < bt.rank) {
             const int64_t e = bt.ext[d];
@@ -323,7 +341,7 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2) mr_k_sgemm(const mr_gemm_
             float acc[MR_GEMM_TM][MR_GEMM_TN];
             mr_mm_mainloop(la, lb, p.k, sm, acc);
             const int64_t col0 = n0 + tx * MR_GEMM_TN;
-#pragma unroll
+MR_UNROLL
             for (int i = 0; i < MR_GEMM_TM; ++i) {
                 const int64_t row = m0 + ty * MR_GEMM_TM + i;
                 if (row >= p.m) break;
@@ -331,12 +349,12 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2) mr_k_sgemm(const mr_gemm_
                 if (p.c_vec && col0 + 3 < p.n) {
                     mr_cu_st4(cr + col0, acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
                 } else {
-#pragma unroll
+MR_UNROLL
                     for (int j = 0; j < MR_GEMM_TN; ++j)
                         if (col0 + j < p.n) cr[(col0 + j) * p.c_cs] = acc[i][j];
                 }
                 if (!std::is_same<Ep, mr_no_epilogue>::value) {
-#pragma unroll
+MR_UNROLL
                     for (int j = 0; j < MR_GEMM_TN; ++j)
                         if (col0 + j < p.n) ep(nb, row, col0 + j);
                 }
@@ -366,16 +384,16 @@ template <class Ep> static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_
         float acc[MR_GEMV_MAX_M] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t kk = lane; kk < p.k; kk += 32) {
             const float bv = b[kk * p.b_rs];
-#pragma unroll
+MR_UNROLL
             for (int i = 0; i < MR_GEMV_MAX_M; ++i)
                 if (i < p.m) acc[i] = fmaf(a[i * p.a_rs + kk * p.a_cs], bv, acc[i]);
         }
-#pragma unroll
+MR_UNROLL
         for (int i = 0; i < MR_GEMV_MAX_M; ++i)
-#pragma unroll
+MR_UNROLL
             for (int off = 16; off >= 1; off /= 2) acc[i] += __shfl_xor_sync(MR_FULL_MASK, acc[i], off);
         if (lane == 0) {
-#pragma unroll
+MR_UNROLL
             for (int i = 0; i < MR_GEMV_MAX_M; ++i) {
                 if (i < p.m) {
                     p.c[oc + i * p.c_rs + j * p.c_cs] = acc[i];
@@ -397,11 +415,11 @@ template <class Ep> static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_
         float acc[MR_GEMV_MAX_M] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t kk = 0; kk < p.k; ++kk) {
             const float bv = b[kk * p.b_rs];
-#pragma unroll
+MR_UNROLL
             for (int i = 0; i < MR_GEMV_MAX_M; ++i)
                 if (i < p.m) acc[i] = fmaf(a[i * p.a_rs + kk * p.a_cs], bv, acc[i]);
         }
-#pragma unroll
+MR_UNROLL
         for (int i = 0; i < MR_GEMV_MAX_M; ++i) {
             if (i < p.m) {
                 p.c[oc + i * p.c_rs + j * p.c_cs] = acc[i];
@@ -531,7 +549,7 @@ struct mr_ld_im2col {
         int ic = (int)(kidx / khw);
         const int rem = (int)(kidx - (int64_t)ic * khw);
         int ky = rem / kw, kx = rem - ky * kw;
-#pragma unroll
+MR_UNROLL
         for (int e = 0; e < 4; ++e) {
             float v = 0.0f;
             if (valid && kidx + e < p.K) {
@@ -550,7 +568,7 @@ struct mr_ld_im2col {
     __device__ __forceinline__ void store(float (*s)[MR_GEMM_BN]) const
     {
         const int col = (int)threadIdx.x % MR_GEMM_BN;
-#pragma unroll
+MR_UNROLL
         for (int e = 0; e < 4; ++e) s[kr0 + e][col] = r[e];
     }
 };
@@ -583,18 +601,18 @@ template <class Ep> static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2) mr_k_
             mr_mm_mainloop(la, lb, p.K, sm, acc);
             /* the thread's 4 columns as (image, position) */
             int64_t cb[MR_GEMM_TN], cpos[MR_GEMM_TN];
-#pragma unroll
+MR_UNROLL
             for (int j = 0; j < MR_GEMM_TN; ++j) {
                 const int64_t col = n0 + tx * MR_GEMM_TN + j;
                 cb[j] = col / ohw;
                 cpos[j] = col - cb[j] * ohw;
             }
-#pragma unroll
+MR_UNROLL
             for (int i = 0; i < MR_GEMM_TM; ++i) {
                 const int64_t row = m0 + ty * MR_GEMM_TM + i;
                 if (row >= p.M) break;
                 const int64_t oc = g * p.M + row;
-#pragma unroll
+MR_UNROLL
                 for (int j = 0; j < MR_GEMM_TN; ++j) {
                     if (cb[j] < p.n) {
                         p.out[(cb[j] * p.o + oc) * ohw + cpos[j]] = acc[i][j];
@@ -754,14 +772,14 @@ static __device__ __forceinline__ float mr_cu_softmax_exp(float d)
 
 static __device__ __forceinline__ float mr_warp_max(float v)
 {
-#pragma unroll
+MR_UNROLL
     for (int off = 16; off >= 1; off /= 2) v = mr_cu_max_nan(v, __shfl_xor_sync(MR_FULL_MASK, v, off));
     return v;
 }
 
 static __device__ __forceinline__ float mr_warp_sum(float v)
 {
-#pragma unroll
+MR_UNROLL
     for (int off = 16; off >= 1; off /= 2) v += __shfl_xor_sync(MR_FULL_MASK, v, off);
     return v;
 }
@@ -802,7 +820,7 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_softmax_warp(const f
         float *yr = out + o * n * inner + i;
         float v[VPL];
         float m = -INFINITY;
-#pragma unroll
+MR_UNROLL
         for (int e = 0; e < VPL; ++e) {
             const int64_t k = lane + 32 * e;
             v[e] = k < n ? xr[k * inner] : -INFINITY;
@@ -810,14 +828,14 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_softmax_warp(const f
         }
         m = mr_warp_max(m);
         float sum = 0.0f;
-#pragma unroll
+MR_UNROLL
         for (int e = 0; e < VPL; ++e) {
             const int64_t k = lane + 32 * e;
             v[e] = k < n ? mr_cu_softmax_exp(v[e] - m) : 0.0f;
             sum += v[e];
         }
         sum = mr_warp_sum(sum);
-#pragma unroll
+MR_UNROLL
         for (int e = 0; e < VPL; ++e) {
             const int64_t k = lane + 32 * e;
             if (k < n) yr[k * inner] = v[e] / sum;
