@@ -193,6 +193,9 @@ static void test_gemms()
     test_gemm(33, 40, 20, false, false, 6, true, true);   /* batched [2, 3], B broadcast */
     test_gemm(2, 40, 20, false, true, 3, false, false);   /* batched gemv */
     test_gemm(140, 20, 24, false, false, 4, false, false);
+    test_gemm(300, 260, 150, false, false);          /* several tiles in every direction */
+    test_gemm(300, 260, 150, true, true, 1, false, true);
+    test_gemm(200, 7, 1, false, false);              /* k = 1 */
 }
 
 /* ------------------------------------------------------------------------------------ */
