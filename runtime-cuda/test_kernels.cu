@@ -171,6 +171,31 @@ static void test_gemm(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dbias);
 }
 
+/* Views with no unit stride anywhere (every other column of A, every third of B, C
+ * written to every other element): the general-stride loads and stores. */
+static void test_gemm_views(int64_t m, int64_t n, int64_t k)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%lldx%lldx%lld strided views", (long long)m, (long long)n, (long long)k);
+    const int64_t a_rs = 2 * k + 1, a_cs = 2, b_rs = 3 * n, b_cs = 3, c_rs = 2 * n, c_cs = 2;
+    std::vector<float> A = rnd_vec(m * a_rs), B = rnd_vec(k * b_rs), C(m * c_rs, 9.0f);
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
+    CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL, mr_no_epilogue()));
+    std::vector<float> got = host_from(dC, C.size());
+    std::vector<double> ref(C.begin(), C.end()), scale(C.size(), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double s = 0, s_abs = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+                const double p = (double)A[i * a_rs + kk * a_cs] * B[kk * b_rs + j * b_cs];
+                s += p, s_abs += fabs(p);
+            }
+            ref[i * c_rs + j * c_cs] = s, scale[i * c_rs + j * c_cs] = s_abs;
+        }
+    compare("gemm", name, got, ref, scale, 1e-5);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC);
+}
+
 static void test_gemms()
 {
     test_gemm(1, 1, 1, false, false);
@@ -196,6 +221,8 @@ static void test_gemms()
     test_gemm(300, 260, 150, false, false);          /* several tiles in every direction */
     test_gemm(300, 260, 150, true, true, 1, false, true);
     test_gemm(200, 7, 1, false, false);              /* k = 1 */
+    test_gemm_views(150, 70, 40);
+    test_gemm_views(3, 70, 40);
 }
 
 /* ------------------------------------------------------------------------------------ */
