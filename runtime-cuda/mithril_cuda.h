@@ -371,7 +371,9 @@ MR_UNROLL
  */
 #define MR_GEMV_MAX_M 4
 
-template <class Ep> static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_gemv_warp(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_gemv_warp(const mr_gemm_args p, const mr_batch bt, const Ep ep)
 {
     const int lane = (int)threadIdx.x % 32;
     const int64_t warps = (int64_t)gridDim.x * (MR_THREADS / 32);
@@ -404,7 +406,9 @@ MR_UNROLL
     }
 }
 
-template <class Ep> static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_gemv_thread(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_gemv_thread(const mr_gemm_args p, const mr_batch bt, const Ep ep)
 {
     const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
     for (int64_t item = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; item < p.nbatch * p.n; item += stride) {
@@ -577,7 +581,10 @@ MR_UNROLL
 struct mr_ld_im2col_bound {
     mr_ld_im2col ld;
     const mr_conv_args &p;
-    __device__ __forceinline__ mr_ld_im2col_bound(const mr_conv_args &p_, int64_t g, int64_t n0) : ld(p_, g, n0), p(p_) {}
+    __device__ __forceinline__ mr_ld_im2col_bound(const mr_conv_args &p_, int64_t g, int64_t n0)
+        : ld(p_, g, n0), p(p_)
+    {
+    }
     __device__ __forceinline__ void load(int64_t k0) { ld.load(p, k0); }
     __device__ __forceinline__ void store(float (*s)[MR_GEMM_BN]) const { ld.store(s); }
 };
@@ -585,7 +592,9 @@ struct mr_ld_im2col_bound {
 /* Implicit-GEMM convolution: block (x, y, z) = (position tile, output-channel tile,
  * group); rows are the group's output channels (A = its weights, [M, K] row-major),
  * columns all n*oh*ow output positions, so small images still fill the 64-wide tiles. */
-template <class Ep> static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2) mr_k_conv2d(const mr_conv_args p, const Ep ep)
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2)
+mr_k_conv2d(const mr_conv_args p, const Ep ep)
 {
     __shared__ mr_gemm_smem sm;
     const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
@@ -626,7 +635,9 @@ MR_UNROLL
 
 /* Few output channels a group (depthwise convolution: one): the GEMM tile would be
  * mostly idle rows, so one thread per output element sums its taps directly. */
-template <class Ep> static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_conv2d_direct(const mr_conv_args p, const Ep ep)
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_conv2d_direct(const mr_conv_args p, const Ep ep)
 {
     const int64_t ohw = p.oh * p.ow, total = p.n * p.o * ohw;
     const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
@@ -809,7 +820,8 @@ static __device__ __forceinline__ float mr_block_reduce(float v, bool is_max)
  * registers between the max, the exponentials and the division (one read, one write). A
  * row is (o, i): elements x[o*n*inner + k*inner + i]. */
 template <int VPL>
-static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_softmax_warp(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_softmax_warp(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
 {
     const int lane = (int)threadIdx.x % 32;
     const int64_t warps = (int64_t)gridDim.x * (MR_THREADS / 32);
@@ -845,7 +857,8 @@ MR_UNROLL
 
 /* Long rows (n > 1024): one block a row, three passes (max; exponentials stored and
  * summed; division), each a block reduction. */
-static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_softmax_block(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_softmax_block(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
 {
     for (int64_t row = blockIdx.x; row < outer * inner; row += gridDim.x) {
         const int64_t o = row / inner, i = row - o * inner;
@@ -868,7 +881,8 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_softmax_block(const 
 
 /* inner > 1 with many columns: one thread a column (o, i), consecutive threads on
  * consecutive i, so every pass over k reads contiguous memory. */
-static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_softmax_cols(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_softmax_cols(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
 {
     const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
     for (int64_t col = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; col < outer * inner; col += stride) {
@@ -917,7 +931,8 @@ static inline cudaError_t mr_cuda_softmax(cudaStream_t s, const float *x, float 
 /* runtime-c's mr_sgd: with momentum, v = momentum * v + g then w -= lr * v; without
  * (momentum 0 or no v), w -= lr * g. Each operation rounded on its own (mr_cu_mul). */
 template <class T>
-static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_sgd(T *w, const T *g, T *v, int64_t n, T lr, T momentum, int use_v)
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_sgd(T *w, const T *g, T *v, int64_t n, T lr, T momentum, int use_v)
 {
     const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
     for (int64_t i = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; i < n; i += stride) {
