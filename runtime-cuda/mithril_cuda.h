@@ -1,0 +1,967 @@
+/* mithril_cuda.h -- the CUDA target's kernel library, compiled into each generated model.
+ *
+ * Header-only CUDA C++17: every function is `static` (or a template of static functions),
+ * so two models' copies link into one program without clashing. Under MR_CUDA_EMULATE the
+ * same source compiles as host C++ against cuda_emu.h, which runs the kernels on CPU
+ * fibers (the emulated tests in test_kernels.cu use that).
+ *
+ * Contents:
+ *   mr_cuda_sgemm   f32 (batched, strided) matrix product with a fused epilogue: a
+ *                   128x64x16 shared-memory tiled kernel, double-buffered, 8x4 outputs a
+ *                   thread; a GEMV-like kernel for m <= 4.
+ *   mr_cuda_conv2d  NCHW convolution as an implicit GEMM on the same tiles (im2col done
+ *                   while loading B tiles); a direct kernel for depthwise-like cases.
+ *   mr_cuda_pool2d  max / average pooling, runtime-c's semantics.
+ *   mr_cuda_softmax softmax along the middle axis, runtime-c's semantics.
+ *   mr_cuda_sgd_*   the SGD (with momentum) update.
+ * Every host function launches on the given stream and returns cudaGetLastError().
+ */
+#ifndef MITHRIL_CUDA_H
+#define MITHRIL_CUDA_H
+
+#if defined(MR_CUDA_EMULATE)
+#include "cuda_emu.h"
+#else
+#include <cuda_runtime.h>
+#endif
+#include <stdint.h>
+#include <type_traits>
+#include "mithril_ops.h"
+
+#if defined(MR_CUDA_EMULATE)
+#define MR_LAUNCH(kernel, grid, block, stream, ...) mr_emu_launch(#kernel, kernel, grid, block, stream, __VA_ARGS__)
+#define MR_LAUNCH_BOUNDS(threads, min_blocks)
+#else
+#define MR_LAUNCH(kernel, grid, block, stream, ...) kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
+#define MR_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
+#endif
+
+/* Full unrolling of the small fixed loops (register tiles must stay in registers); gcc,
+ * compiling the emulation, has no `#pragma unroll` and does not need it. */
+#if defined(__CUDACC__) || defined(__clang__)
+#define MR_UNROLL _Pragma("unroll")
+#else
+#define MR_UNROLL
+#endif
+
+#define MR_THREADS 256 /* block size of the generated loop kernels */
+#define MR_MAX_GRID 2048
+
+/* Blocks for a grid-stride loop over n items, MR_THREADS threads a block. */
+static inline unsigned mr_blocks(int64_t n)
+{
+    const int64_t b = (n + MR_THREADS - 1) / MR_THREADS;
+    return b < 1 ? 1u : (b > MR_MAX_GRID ? (unsigned)MR_MAX_GRID : (unsigned)b);
+}
+
+/* Blocks for n warp-sized work items (MR_THREADS / 32 warps a block). */
+static inline unsigned mr_warp_blocks(int64_t n)
+{
+    const int64_t per = MR_THREADS / 32;
+    const int64_t b = (n + per - 1) / per;
+    return b < 1 ? 1u : (b > MR_MAX_GRID ? (unsigned)MR_MAX_GRID : (unsigned)b);
+}
+
+struct mr_no_epilogue {
+    __device__ void operator()(int64_t, int64_t, int64_t) const {}
+};
+
+/* Batch dimensions of a batched matrix product (up to 4), row-major over ext; a, b, c
+ * are each operand's element stride per batch dimension (0 = broadcast). */
+#define MR_MAX_BATCH 4
+struct mr_batch {
+    int rank;
+    int64_t ext[MR_MAX_BATCH];
+    int64_t a[MR_MAX_BATCH], b[MR_MAX_BATCH], c[MR_MAX_BATCH];
+};
+
+/* ------------------------------------------------------------------------------------ */
+/* Small device helpers                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+#define MR_FULL_MASK 0xffffffffu
+
+/* runtime-c's running max: v wins if larger or NaN, so NaN propagates. */
+static __device__ __forceinline__ float mr_cu_max_nan(float m, float v) { return (v > m || v != v) ? v : m; }
+
+/* Products and sums rounded on their own, never contracted into a fused multiply-add:
+ * the SGD update then rounds exactly as runtime-c's (gcc contracts nothing there). */
+#if defined(__CUDA_ARCH__)
+static __device__ __forceinline__ float mr_cu_mul(float a, float b) { return __fmul_rn(a, b); }
+static __device__ __forceinline__ float mr_cu_add(float a, float b) { return __fadd_rn(a, b); }
+static __device__ __forceinline__ float mr_cu_sub(float a, float b) { return __fsub_rn(a, b); }
+static __device__ __forceinline__ double mr_cu_mul(double a, double b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ double mr_cu_add(double a, double b) { return __dadd_rn(a, b); }
+static __device__ __forceinline__ double mr_cu_sub(double a, double b) { return __dsub_rn(a, b); }
+#else
+template <class T> static __device__ __forceinline__ T mr_cu_mul(T a, T b) { return a * b; }
+template <class T> static __device__ __forceinline__ T mr_cu_add(T a, T b) { return a + b; }
+template <class T> static __device__ __forceinline__ T mr_cu_sub(T a, T b) { return a - b; }
+#endif
+
+static __device__ __forceinline__ float4 mr_cu_ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+static __device__ __forceinline__ void mr_cu_st4(float *p, float a, float b, float c, float d)
+{
+    float4 v;
+    v.x = a;
+    v.y = b;
+    v.z = c;
+    v.w = d;
+    *reinterpret_cast<float4 *>(p) = v;
+}
+
+static inline bool mr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ------------------------------------------------------------------------------------ */
+/* Tiled matrix product core (GEMM and implicit-GEMM convolution)                       */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * Tiling. A block of 256 threads computes a 128 x 64 tile of C, stepping through K 16 at
+ * a time; each thread owns an 8 x 4 register tile (rows ty*8.., columns tx*4.., with
+ * ty = tid / 16, tx = tid % 16). Per K step a thread reads 8 + 4 floats of shared memory
+ * (three float4 loads) for 32 FMAs. A warp's A reads are two broadcast addresses and its
+ * B reads 16 consecutive float4s, so neither conflicts. 128 x 64 (not 128 x 128) keeps
+ * the accumulators at 32 registers -- two blocks an SM without spills -- and wastes less
+ * on the small matrices of inference (a 64-wide N edge).
+ *
+ * Shared memory holds both tiles K-major (sm.a[k][m], sm.b[k][n]), so the inner loop's
+ * reads are contiguous whatever the operands' layouts; the loaders transpose on the way
+ * in. Two buffers of each: while the block computes on one, each thread has already
+ * issued the global loads of the next K tile into registers (loader.load), and writes them
+ * to the other buffer afterwards (loader.store); one __syncthreads a K step.
+ *
+ * Edges: loaders zero-fill rows, columns and K beyond the matrix (so the FMAs need no
+ * guards), and the stores are guarded, so any m, n, k >= 0 works.
+ */
+#define MR_GEMM_BM 128
+#define MR_GEMM_BN 64
+#define MR_GEMM_BK 16
+#define MR_GEMM_TM 8
+#define MR_GEMM_TN 4
+
+struct alignas(16) mr_gemm_smem {
+    float a[2][MR_GEMM_BK][MR_GEMM_BM];
+    float b[2][MR_GEMM_BK][MR_GEMM_BN];
+};
+
+/*
+ * Loads one operand tile (BX rows of the operand's "outer" axis -- m for A, n for B --
+ * by MR_GEMM_BK along K) from a strided matrix: element (x, kk) is p[x*sx + kk*sk].
+ * Each thread moves BX*BK/256 elements as chunks of 4 consecutive elements, either along
+ * K (ALONG_K: A row-major, or B stored transposed) or along x (A transposed, B
+ * row-major), chosen by the host so the chunks follow the smaller stride. When that
+ * stride is 1 and the addresses are 16-byte aligned (vec), a whole chunk inside the
+ * matrix is one float4 load; chunks on an edge, and other layouts, load scalars.
+ * Along K, consecutive threads take consecutive rows (x), so the transposing stores
+ * into sm[k][x] hit consecutive banks.
+ */
+template <int BX, bool ALONG_K> struct mr_ld_strided {
+    static constexpr int CHUNKS = BX * MR_GEMM_BK / 4 / MR_THREADS;
+    const float *row[CHUNKS]; /* chunk c's first element at K = 0 (x fixed for the whole K loop) */
+    int64_t sx, sk, k;
+    int nx[CHUNKS]; /* how many of chunk c's x positions lie inside the matrix (along K: 0 or 1) */
+    bool vec;
+    float r[CHUNKS][4];
+
+    /* chunk c's first element: (x, kk) */
+    __device__ __forceinline__ static void chunk(int c, int &x, int &kk)
+    {
+        const int q = (int)threadIdx.x + c * MR_THREADS;
+        if (ALONG_K) {
+            x = q % BX;
+            kk = (q / BX) * 4;
+        } else {
+            x = (q % (BX / 4)) * 4;
+            kk = q / (BX / 4);
+        }
+    }
+
+    __device__ __forceinline__ mr_ld_strided(const float *p, int64_t sx_, int64_t sk_, int64_t rem_x, int64_t k_,
+                                             bool vec_)
+        : sx(sx_), sk(sk_), k(k_), vec(vec_)
+    {
+MR_UNROLL
+        for (int c = 0; c < CHUNKS; ++c) {
+            int x, kk;
+            chunk(c, x, kk);
+            const int64_t left = rem_x - x;
+            nx[c] = left <= 0 ? 0 : (ALONG_K ? 1 : (left < 4 ? (int)left : 4));
+            row[c] = p + x * sx + kk * sk;
+        }
+    }
+
+    /* Global -> registers for the K tile starting at k0. */
+    __device__ __forceinline__ void load(int64_t k0)
+    {
+MR_UNROLL
+        for (int c = 0; c < CHUNKS; ++c) {
+            int x, kk;
+            chunk(c, x, kk);
+            const int64_t kg = k0 + kk;
+            const float *q = row[c] + k0 * sk;
+            if (ALONG_K) {
+                if (vec && nx[c] && kg + 3 < k) {
+                    const float4 v = mr_cu_ld4(q);
+                    r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
+                } else {
+MR_UNROLL
+                    for (int e = 0; e < 4; ++e) r[c][e] = (nx[c] && kg + e < k) ? q[e * sk] : 0.0f;
+                }
+            } else {
+                if (vec && nx[c] == 4 && kg < k) {
+                    const float4 v = mr_cu_ld4(q);
+                    r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
+                } else {
+MR_UNROLL
+                    for (int e = 0; e < 4; ++e) r[c][e] = (e < nx[c] && kg < k) ? q[e * sx] : 0.0f;
+                }
+            }
+        }
+    }
+
+    /* Registers -> shared tile s[BK][BX]. */
+    __device__ __forceinline__ void store(float (*s)[BX]) const
+    {
+MR_UNROLL
+        for (int c = 0; c < CHUNKS; ++c) {
+            int x, kk;
+            chunk(c, x, kk);
+            if (ALONG_K) {
+MR_UNROLL
+                for (int e = 0; e < 4; ++e) s[kk + e][x] = r[c][e];
+            } else {
+                mr_cu_st4(&s[kk][x], r[c][0], r[c][1], r[c][2], r[c][3]);
+            }
+        }
+    }
+};
+
+/*
+ * The K loop: acc = A tile (rows m0..) x B tile (columns n0..) over all of K, with the
+ * loaders' next-tile loads in flight during each tile's FMAs (see "Tiling" above).
+ * k == 0 leaves acc zero. All threads of the block must call it (it synchronises).
+ */
+template <class LA, class LB>
+static __device__ __forceinline__ void mr_mm_mainloop(LA &la, LB &lb, int64_t k, mr_gemm_smem &sm,
+                                                      float (&acc)[MR_GEMM_TM][MR_GEMM_TN])
+{
+    const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
+MR_UNROLL
+    for (int i = 0; i < MR_GEMM_TM; ++i)
+MR_UNROLL
+        for (int j = 0; j < MR_GEMM_TN; ++j) acc[i][j] = 0.0f;
+    const int64_t tiles = (k + MR_GEMM_BK - 1) / MR_GEMM_BK;
+    if (tiles == 0) return;
+    la.load(0);
+    lb.load(0);
+    la.store(sm.a[0]);
+    lb.store(sm.b[0]);
+    __syncthreads();
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int cur = (int)(t & 1);
+        const bool more = t + 1 < tiles;
+        /* issue the next tile's global loads now; they land while we compute */
+        if (more) {
+            la.load((t + 1) * MR_GEMM_BK);
+            lb.load((t + 1) * MR_GEMM_BK);
+        }
+MR_UNROLL
+        for (int kk = 0; kk < MR_GEMM_BK; ++kk) {
+            const float4 a0 = mr_cu_ld4(&sm.a[cur][kk][ty * MR_GEMM_TM]);
+            const float4 a1 = mr_cu_ld4(&sm.a[cur][kk][ty * MR_GEMM_TM + 4]);
+            const float4 bv = mr_cu_ld4(&sm.b[cur][kk][tx * MR_GEMM_TN]);
+            const float av[MR_GEMM_TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float bw[MR_GEMM_TN] = {bv.x, bv.y, bv.z, bv.w};
+MR_UNROLL
+            for (int i = 0; i < MR_GEMM_TM; ++i)
+MR_UNROLL
+                for (int j = 0; j < MR_GEMM_TN; ++j) acc[i][j] = fmaf(av[i], bw[j], acc[i][j]);
+        }
+        /* the other buffer was last read in the previous step, before its barrier */
+        if (more) {
+            la.store(sm.a[cur ^ 1]);
+            lb.store(sm.b[cur ^ 1]);
+        }
+        __syncthreads();
+    }
+}
+
+/* Element offsets of flat batch index nb in A, B and C (unrolled, so the struct's
+ * arrays stay in the parameter bank rather than a local copy). */
+static __device__ __forceinline__ void mr_batch_offsets(const mr_batch &bt, int64_t nb, int64_t &oa, int64_t &ob,
+                                                        int64_t &oc)
+{
+    oa = ob = oc = 0;
+MR_UNROLL
+    for (int d = MR_MAX_BATCH - 1; d >= 0; --d) {
+        if (d < bt.rank) {
+            const int64_t e = bt.ext[d];
+            const int64_t i = nb % e;
+            nb /= e;
+            oa += i * bt.a[d];
+            ob += i * bt.b[d];
+            oc += i * bt.c[d];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* GEMM                                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+struct mr_gemm_args {
+    int64_t m, n, k;
+    const float *a;
+    int64_t a_rs, a_cs;
+    const float *b;
+    int64_t b_rs, b_cs;
+    float *c;
+    int64_t c_rs, c_cs;
+    int64_t nbatch;
+    int a_vec, b_vec, c_vec; /* float4 paths allowed (stride 1 along the chunk, 16-byte aligned) */
+};
+
+/* Tiled GEMM: block (x, y, z) = (column tile, row tile, batch), y and z grid-striding
+ * past the grid limit of 65535. */
+template <class Ep, bool A_ALONG_K, bool B_ALONG_K>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2) mr_k_sgemm(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+{
+    __shared__ mr_gemm_smem sm;
+    const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
+    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
+    const int64_t mtiles = (p.m + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    for (int64_t nb = blockIdx.z; nb < p.nbatch; nb += gridDim.z) {
+        int64_t oa, ob, oc;
+        mr_batch_offsets(bt, nb, oa, ob, oc);
+        for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
+            const int64_t m0 = mt * MR_GEMM_BM;
+            mr_ld_strided<MR_GEMM_BM, A_ALONG_K> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, p.k, p.a_vec);
+            mr_ld_strided<MR_GEMM_BN, B_ALONG_K> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, p.k, p.b_vec);
+            float acc[MR_GEMM_TM][MR_GEMM_TN];
+            mr_mm_mainloop(la, lb, p.k, sm, acc);
+            const int64_t col0 = n0 + tx * MR_GEMM_TN;
+MR_UNROLL
+            for (int i = 0; i < MR_GEMM_TM; ++i) {
+                const int64_t row = m0 + ty * MR_GEMM_TM + i;
+                if (row >= p.m) break;
+                float *cr = p.c + oc + row * p.c_rs;
+                if (p.c_vec && col0 + 3 < p.n) {
+                    mr_cu_st4(cr + col0, acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+                } else {
+MR_UNROLL
+                    for (int j = 0; j < MR_GEMM_TN; ++j)
+                        if (col0 + j < p.n) cr[(col0 + j) * p.c_cs] = acc[i][j];
+                }
+                if (!std::is_same<Ep, mr_no_epilogue>::value) {
+MR_UNROLL
+                    for (int j = 0; j < MR_GEMM_TN; ++j)
+                        if (col0 + j < p.n) ep(nb, row, col0 + j);
+                }
+            }
+        }
+    }
+}
+
+/*
+ * m <= 4 (batch-1 inference: a GEMV): the 128-row tile would waste 97% of its FMAs, so
+ * each output column j gets its own warp (lanes split K, then a shuffle reduction) for B
+ * stored K-contiguous or few columns, or its own thread (consecutive threads read
+ * consecutive columns of a row-major B, coalesced) otherwise. Items are (batch, j) pairs.
+ */
+#define MR_GEMV_MAX_M 4
+
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_gemv_warp(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+{
+    const int lane = (int)threadIdx.x % 32;
+    const int64_t warps = (int64_t)gridDim.x * (MR_THREADS / 32);
+    for (int64_t item = (int64_t)blockIdx.x * (MR_THREADS / 32) + threadIdx.x / 32; item < p.nbatch * p.n;
+         item += warps) {
+        const int64_t nb = item / p.n, j = item - nb * p.n;
+        int64_t oa, ob, oc;
+        mr_batch_offsets(bt, nb, oa, ob, oc);
+        const float *a = p.a + oa, *b = p.b + ob + j * p.b_cs;
+        float acc[MR_GEMV_MAX_M] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t kk = lane; kk < p.k; kk += 32) {
+            const float bv = b[kk * p.b_rs];
+MR_UNROLL
+            for (int i = 0; i < MR_GEMV_MAX_M; ++i)
+                if (i < p.m) acc[i] = fmaf(a[i * p.a_rs + kk * p.a_cs], bv, acc[i]);
+        }
+MR_UNROLL
+        for (int i = 0; i < MR_GEMV_MAX_M; ++i)
+MR_UNROLL
+            for (int off = 16; off >= 1; off /= 2) acc[i] += __shfl_xor_sync(MR_FULL_MASK, acc[i], off);
+        if (lane == 0) {
+MR_UNROLL
+            for (int i = 0; i < MR_GEMV_MAX_M; ++i) {
+                if (i < p.m) {
+                    p.c[oc + i * p.c_rs + j * p.c_cs] = acc[i];
+                    ep(nb, (int64_t)i, j);
+                }
+            }
+        }
+    }
+}
+
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_gemv_thread(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+{
+    const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
+    for (int64_t item = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; item < p.nbatch * p.n; item += stride) {
+        const int64_t nb = item / p.n, j = item - nb * p.n;
+        int64_t oa, ob, oc;
+        mr_batch_offsets(bt, nb, oa, ob, oc);
+        const float *a = p.a + oa, *b = p.b + ob + j * p.b_cs;
+        float acc[MR_GEMV_MAX_M] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t kk = 0; kk < p.k; ++kk) {
+            const float bv = b[kk * p.b_rs];
+MR_UNROLL
+            for (int i = 0; i < MR_GEMV_MAX_M; ++i)
+                if (i < p.m) acc[i] = fmaf(a[i * p.a_rs + kk * p.a_cs], bv, acc[i]);
+        }
+MR_UNROLL
+        for (int i = 0; i < MR_GEMV_MAX_M; ++i) {
+            if (i < p.m) {
+                p.c[oc + i * p.c_rs + j * p.c_cs] = acc[i];
+                ep(nb, (int64_t)i, j);
+            }
+        }
+    }
+}
+
+static inline int64_t mr_abs64(int64_t v) { return v < 0 ? -v : v; }
+
+/* Whether an operand's chunks run along K (see mr_ld_strided): along the unit stride if
+ * there is one, else along the smaller stride. */
+static inline bool mr_along_k(int64_t sx, int64_t sk)
+{
+    if (sk == 1) return true;
+    if (sx == 1) return false;
+    return mr_abs64(sk) <= mr_abs64(sx);
+}
+
+/* Whether float4 loads are allowed for an operand whose chunks run along the unit
+ * stride: every chunk start (base + batch offsets + the other stride's multiples) must
+ * be 16-byte aligned. */
+static inline bool mr_vec_ok(const float *base, bool along_k, int64_t sx, int64_t sk, const mr_batch *bt,
+                             const int64_t *bstr)
+{
+    if (!mr_aligned16(base)) return false;
+    if (along_k ? (sk != 1 || sx % 4 != 0) : (sx != 1 || sk % 4 != 0)) return false;
+    for (int d = 0; bt && d < bt->rank; ++d)
+        if (bstr[d] % 4 != 0) return false;
+    return true;
+}
+
+/*
+ * C[i*c_rs + j*c_cs] = sum_k A[i*a_rs + k*a_cs] * B[k*b_rs + j*b_cs], f32 with fused
+ * multiply-adds (no TF32), for each batch index (batch NULL: one product); then ep(nb, i, j)
+ * by the thread that stored element (i, j).
+ */
+template <class Ep>
+static cudaError_t mr_cuda_sgemm(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                                 int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t c_rs,
+                                 int64_t c_cs, const mr_batch *batch, Ep ep)
+{
+    typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
+    mr_batch bt;
+    mr_gemm_args p;
+    bt.rank = 0;
+    for (int d = 0; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
+    if (batch) bt = *batch;
+    p.nbatch = 1;
+    for (int d = 0; d < bt.rank; ++d) p.nbatch *= bt.ext[d];
+    if (m <= 0 || n <= 0 || p.nbatch <= 0) return cudaGetLastError();
+    p.m = m, p.n = n, p.k = k < 0 ? 0 : k;
+    p.a = a, p.a_rs = a_rs, p.a_cs = a_cs;
+    p.b = b, p.b_rs = b_rs, p.b_cs = b_cs;
+    p.c = c, p.c_rs = c_rs, p.c_cs = c_cs;
+    const bool ak = mr_along_k(a_rs, a_cs), bk = mr_along_k(b_cs, b_rs);
+    p.a_vec = mr_vec_ok(a, ak, a_rs, a_cs, &bt, bt.a);
+    p.b_vec = mr_vec_ok(b, bk, b_cs, b_rs, &bt, bt.b);
+    p.c_vec = mr_vec_ok(c, false, c_cs, c_rs, &bt, bt.c);
+    if (m <= MR_GEMV_MAX_M) {
+        const int64_t items = p.nbatch * n;
+        if (mr_abs64(b_rs) <= mr_abs64(b_cs) || items < 4096) {
+            kernel_t kern = mr_k_gemv_warp<Ep>;
+            MR_LAUNCH(kern, dim3(mr_warp_blocks(items)), dim3(MR_THREADS), s, p, bt, ep);
+        } else {
+            kernel_t kern = mr_k_gemv_thread<Ep>;
+            MR_LAUNCH(kern, dim3(mr_blocks(items)), dim3(MR_THREADS), s, p, bt, ep);
+        }
+        return cudaGetLastError();
+    }
+    const int64_t mt = (m + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (n + MR_GEMM_BN - 1) / MR_GEMM_BN;
+    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(p.nbatch < 65535 ? p.nbatch : 65535));
+    kernel_t kern = ak ? (bk ? mr_k_sgemm<Ep, true, true> : mr_k_sgemm<Ep, true, false>)
+                       : (bk ? mr_k_sgemm<Ep, false, true> : mr_k_sgemm<Ep, false, false>);
+    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, bt, ep);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Convolution                                                                          */
+/* ------------------------------------------------------------------------------------ */
+
+struct mr_conv_args {
+    const float *x, *w;
+    float *out;
+    int64_t n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups;
+    int64_t cg;    /* input channels a group */
+    int64_t M;     /* output channels a group: the implicit GEMM's rows */
+    int64_t K;     /* cg * kh * kw */
+    int64_t ncols; /* n * oh * ow: the implicit GEMM's columns */
+    int w_vec;     /* float4 weight loads allowed (K % 4 == 0, aligned) */
+};
+
+/*
+ * The implicit GEMM's B tile: row kk = (ic*kh + ky)*kw + kx of the group's im2col matrix,
+ * column = (b*oh + y)*ow + x. Each thread owns one column (tid % 64) and 4 consecutive
+ * rows (tid / 64 * 4..): the column's image, y*sh - ph and x*sw - pw are worked out once,
+ * and each tile decodes its first row once and steps (ic, ky, kx) on, so the per-element
+ * work is one bounds test. A warp reads 32 consecutive output positions of one tap:
+ * coalesced for stride 1.
+ */
+struct mr_ld_im2col {
+    const float *xb; /* the column's image, at the group's first channel */
+    int iy0, ix0;
+    bool valid;
+    int kr0;
+    float r[4];
+
+    __device__ __forceinline__ mr_ld_im2col(const mr_conv_args &p, int64_t g, int64_t n0)
+    {
+        const int64_t col = n0 + (int)threadIdx.x % MR_GEMM_BN;
+        const int64_t ohw = p.oh * p.ow;
+        kr0 = ((int)threadIdx.x / MR_GEMM_BN) * 4;
+        valid = col < p.ncols;
+        const int64_t b = valid ? col / ohw : 0, pos = col - b * ohw;
+        const int64_t y = pos / p.ow, x = pos - y * p.ow;
+        xb = p.x + (b * p.c + g * p.cg) * p.h * p.wd;
+        iy0 = (int)(y * p.sh - p.ph);
+        ix0 = (int)(x * p.sw - p.pw);
+    }
+
+    __device__ __forceinline__ void load(const mr_conv_args &p, int64_t k0)
+    {
+        const int khw = (int)(p.kh * p.kw), kw = (int)p.kw;
+        const int64_t kidx = k0 + kr0;
+        int ic = (int)(kidx / khw);
+        const int rem = (int)(kidx - (int64_t)ic * khw);
+        int ky = rem / kw, kx = rem - ky * kw;
+MR_UNROLL
+        for (int e = 0; e < 4; ++e) {
+            float v = 0.0f;
+            if (valid && kidx + e < p.K) {
+                const int iy = iy0 + ky * (int)p.dh, ix = ix0 + kx * (int)p.dw;
+                if ((unsigned)iy < (unsigned)p.h && (unsigned)ix < (unsigned)p.wd)
+                    v = xb[(ic * p.h + iy) * p.wd + ix];
+            }
+            r[e] = v;
+            if (++kx == kw) {
+                kx = 0;
+                if (++ky == (int)p.kh) ky = 0, ++ic;
+            }
+        }
+    }
+
+    __device__ __forceinline__ void store(float (*s)[MR_GEMM_BN]) const
+    {
+        const int col = (int)threadIdx.x % MR_GEMM_BN;
+MR_UNROLL
+        for (int e = 0; e < 4; ++e) s[kr0 + e][col] = r[e];
+    }
+};
+
+/* mr_ld_im2col with the conv's parameters bound, in the loader shape the main loop wants. */
+struct mr_ld_im2col_bound {
+    mr_ld_im2col ld;
+    const mr_conv_args &p;
+    __device__ __forceinline__ mr_ld_im2col_bound(const mr_conv_args &p_, int64_t g, int64_t n0)
+        : ld(p_, g, n0), p(p_)
+    {
+    }
+    __device__ __forceinline__ void load(int64_t k0) { ld.load(p, k0); }
+    __device__ __forceinline__ void store(float (*s)[MR_GEMM_BN]) const { ld.store(s); }
+};
+
+/* Implicit-GEMM convolution: block (x, y, z) = (position tile, output-channel tile,
+ * group); rows are the group's output channels (A = its weights, [M, K] row-major),
+ * columns all n*oh*ow output positions, so small images still fill the 64-wide tiles. */
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2)
+mr_k_conv2d(const mr_conv_args p, const Ep ep)
+{
+    __shared__ mr_gemm_smem sm;
+    const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
+    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
+    const int64_t mtiles = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    const int64_t ohw = p.oh * p.ow;
+    for (int64_t g = blockIdx.z; g < p.groups; g += gridDim.z) {
+        for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
+            const int64_t m0 = mt * MR_GEMM_BM;
+            mr_ld_strided<MR_GEMM_BM, true> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, p.K, p.w_vec);
+            mr_ld_im2col_bound lb(p, g, n0);
+            float acc[MR_GEMM_TM][MR_GEMM_TN];
+            mr_mm_mainloop(la, lb, p.K, sm, acc);
+            /* the thread's 4 columns as (image, position) */
+            int64_t cb[MR_GEMM_TN], cpos[MR_GEMM_TN];
+MR_UNROLL
+            for (int j = 0; j < MR_GEMM_TN; ++j) {
+                const int64_t col = n0 + tx * MR_GEMM_TN + j;
+                cb[j] = col / ohw;
+                cpos[j] = col - cb[j] * ohw;
+            }
+MR_UNROLL
+            for (int i = 0; i < MR_GEMM_TM; ++i) {
+                const int64_t row = m0 + ty * MR_GEMM_TM + i;
+                if (row >= p.M) break;
+                const int64_t oc = g * p.M + row;
+MR_UNROLL
+                for (int j = 0; j < MR_GEMM_TN; ++j) {
+                    if (cb[j] < p.n) {
+                        p.out[(cb[j] * p.o + oc) * ohw + cpos[j]] = acc[i][j];
+                        ep(cb[j], oc, cpos[j]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Few output channels a group (depthwise convolution: one): the GEMM tile would be
+ * mostly idle rows, so one thread per output element sums its taps directly. */
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_conv2d_direct(const mr_conv_args p, const Ep ep)
+{
+    const int64_t ohw = p.oh * p.ow, total = p.n * p.o * ohw;
+    const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
+    for (int64_t idx = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; idx < total; idx += stride) {
+        const int64_t pos = idx % ohw, boc = idx / ohw;
+        const int64_t oc = boc % p.o, b = boc / p.o;
+        const int64_t g = oc / p.M;
+        const int64_t y = pos / p.ow, x = pos - y * p.ow;
+        const float *xb = p.x + (b * p.c + g * p.cg) * p.h * p.wd;
+        const float *wr = p.w + oc * p.K;
+        float acc = 0.0f;
+        for (int64_t ic = 0; ic < p.cg; ++ic) {
+            for (int64_t ky = 0; ky < p.kh; ++ky) {
+                const int64_t iy = y * p.sh + ky * p.dh - p.ph;
+                if (iy < 0 || iy >= p.h) continue;
+                const float *xr = xb + (ic * p.h + iy) * p.wd;
+                const float *wk = wr + (ic * p.kh + ky) * p.kw;
+                for (int64_t kx = 0; kx < p.kw; ++kx) {
+                    const int64_t ix = x * p.sw + kx * p.dw - p.pw;
+                    if (ix >= 0 && ix < p.wd) acc = fmaf(xr[ix], wk[kx], acc);
+                }
+            }
+        }
+        p.out[idx] = acc;
+        ep(b, oc, pos);
+    }
+}
+
+/* Output channels a group up to which the direct kernel beats the 128-row tile. */
+#define MR_CONV_DIRECT_MAX_M 4
+
+/*
+ * out[b, oc, y, x] = sum over ic of oc's group, ky, kx of
+ * x[b, ic, y*sh + ky*dh - ph, x*sw + kx*dw - pw] * w[oc, ic - group start, ky, kx],
+ * then ep(b, oc, y*ow + x). NCHW contiguous.
+ */
+template <class Ep>
+static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w, float *out, int64_t n, int64_t c,
+                                  int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                  int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                                  int64_t groups, Ep ep)
+{
+    typedef void (*kernel_t)(const mr_conv_args, const Ep);
+    if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0 || groups <= 0) return cudaGetLastError();
+    const int64_t ohw = oh * ow;
+    /* 1x1, stride 1, no padding, one group: per image, out[b] = W [o, c] x X[b] [c, h*w],
+     * a batched GEMM with B row-major (the float4 loads) and W broadcast. */
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && groups == 1 && oh == h && ow == wd) {
+        mr_batch bt;
+        bt.rank = 1;
+        bt.ext[0] = n;
+        bt.a[0] = 0;
+        bt.b[0] = c * h * wd;
+        bt.c[0] = o * ohw;
+        for (int d = 1; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
+        return mr_cuda_sgemm(s, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
+    }
+    mr_conv_args p;
+    p.x = x, p.w = w, p.out = out;
+    p.n = n, p.c = c, p.h = h, p.wd = wd, p.o = o, p.kh = kh, p.kw = kw, p.oh = oh, p.ow = ow;
+    p.sh = sh, p.sw = sw, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw, p.groups = groups;
+    p.cg = c / groups;
+    p.M = o / groups;
+    p.K = p.cg * kh * kw;
+    p.ncols = n * ohw;
+    p.w_vec = mr_aligned16(w) && p.K % 4 == 0;
+    if (p.M <= MR_CONV_DIRECT_MAX_M) {
+        kernel_t kern = mr_k_conv2d_direct<Ep>;
+        MR_LAUNCH(kern, dim3(mr_blocks(n * o * ohw)), dim3(MR_THREADS), s, p, ep);
+        return cudaGetLastError();
+    }
+    const int64_t mt = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (p.ncols + MR_GEMM_BN - 1) / MR_GEMM_BN;
+    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(groups < 65535 ? groups : 65535));
+    kernel_t kern = mr_k_conv2d<Ep>;
+    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, ep);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Pooling                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+struct mr_pool_args {
+    const float *x;
+    float *out;
+    int64_t planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw;
+    int is_max;
+};
+
+/* One thread per output element (consecutive threads: consecutive x, coalesced), taps in
+ * runtime-c's (ky, kx) order: max starts at -inf and takes a tap if larger or NaN,
+ * skipping padding; average adds the in-range taps to 0 and divides by kh*kw. */
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_pool2d(const mr_pool_args p)
+{
+    const int64_t ohw = p.oh * p.ow, total = p.planes * ohw;
+    const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
+    const float div = (float)(p.kh * p.kw);
+    for (int64_t idx = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; idx < total; idx += stride) {
+        const int64_t pl = idx / ohw, pos = idx - pl * ohw;
+        const int64_t y = pos / p.ow, x = pos - y * p.ow;
+        const float *xp = p.x + pl * p.h * p.w;
+        float acc = p.is_max ? -INFINITY : 0.0f;
+        for (int64_t ky = 0; ky < p.kh; ++ky) {
+            const int64_t iy = y * p.sh + ky * p.dh - p.ph;
+            if (iy < 0 || iy >= p.h) continue;
+            for (int64_t kx = 0; kx < p.kw; ++kx) {
+                const int64_t ix = x * p.sw + kx * p.dw - p.pw;
+                if (ix < 0 || ix >= p.w) continue;
+                const float v = xp[iy * p.w + ix];
+                acc = p.is_max ? mr_cu_max_nan(acc, v) : acc + v;
+            }
+        }
+        p.out[idx] = p.is_max ? acc : acc / div;
+    }
+}
+
+/* x [planes, h, w] -> out [planes, oh, ow]; is_max: max pooling, else average. */
+static inline cudaError_t mr_cuda_pool2d(cudaStream_t s, const float *x, float *out, int64_t planes, int64_t h,
+                                         int64_t w, int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh,
+                                         int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int is_max)
+{
+    mr_pool_args p;
+    if (planes <= 0 || oh <= 0 || ow <= 0) return cudaGetLastError();
+    p.x = x, p.out = out, p.planes = planes, p.h = h, p.w = w, p.kh = kh, p.kw = kw, p.oh = oh, p.ow = ow;
+    p.sh = sh, p.sw = sw, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw, p.is_max = is_max;
+    MR_LAUNCH(mr_k_pool2d, dim3(mr_blocks(planes * oh * ow)), dim3(MR_THREADS), s, p);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Softmax                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/* runtime-c's mr_softmax_exp: exp(d) for d = x - max <= 0 or NaN, exactly 0 below
+ * -87.34 (so a masked -inf gives 0), NaN stays NaN. */
+static __device__ __forceinline__ float mr_cu_softmax_exp(float d)
+{
+    const float c = d < -87.33654f ? -87.33654f : (d != d ? 0.0f : d);
+    const float nn = mr_expf_n(c);
+    const float y = mr_expf_scaled(c, nn, nn);
+    return d >= -87.33654f ? y : (d != d ? d : 0.0f);
+}
+
+static __device__ __forceinline__ float mr_warp_max(float v)
+{
+MR_UNROLL
+    for (int off = 16; off >= 1; off /= 2) v = mr_cu_max_nan(v, __shfl_xor_sync(MR_FULL_MASK, v, off));
+    return v;
+}
+
+static __device__ __forceinline__ float mr_warp_sum(float v)
+{
+MR_UNROLL
+    for (int off = 16; off >= 1; off /= 2) v += __shfl_xor_sync(MR_FULL_MASK, v, off);
+    return v;
+}
+
+/* A block-wide max or sum of MR_THREADS threads' values: warps reduce by shuffles, then
+ * warp 0 reduces the 8 partials; every thread gets the result. */
+static __device__ __forceinline__ float mr_block_reduce(float v, bool is_max)
+{
+    __shared__ float part[MR_THREADS / 32];
+    __shared__ float result;
+    const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+    v = is_max ? mr_warp_max(v) : mr_warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < MR_THREADS / 32 ? part[lane] : (is_max ? -INFINITY : 0.0f);
+        t = is_max ? mr_warp_max(t) : mr_warp_sum(t);
+        if (lane == 0) result = t;
+    }
+    __syncthreads();
+    const float r = result;
+    __syncthreads(); /* part and result are free for the next call */
+    return r;
+}
+
+/* Rows of n <= 32 * VPL elements: one warp a row, each lane keeping its VPL elements in
+ * registers between the max, the exponentials and the division (one read, one write). A
+ * row is (o, i): elements x[o*n*inner + k*inner + i]. */
+template <int VPL>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_softmax_warp(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
+{
+    const int lane = (int)threadIdx.x % 32;
+    const int64_t warps = (int64_t)gridDim.x * (MR_THREADS / 32);
+    for (int64_t row = (int64_t)blockIdx.x * (MR_THREADS / 32) + threadIdx.x / 32; row < outer * inner;
+         row += warps) {
+        const int64_t o = row / inner, i = row - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float *yr = out + o * n * inner + i;
+        float v[VPL];
+        float m = -INFINITY;
+MR_UNROLL
+        for (int e = 0; e < VPL; ++e) {
+            const int64_t k = lane + 32 * e;
+            v[e] = k < n ? xr[k * inner] : -INFINITY;
+            m = mr_cu_max_nan(m, v[e]);
+        }
+        m = mr_warp_max(m);
+        float sum = 0.0f;
+MR_UNROLL
+        for (int e = 0; e < VPL; ++e) {
+            const int64_t k = lane + 32 * e;
+            v[e] = k < n ? mr_cu_softmax_exp(v[e] - m) : 0.0f;
+            sum += v[e];
+        }
+        sum = mr_warp_sum(sum);
+MR_UNROLL
+        for (int e = 0; e < VPL; ++e) {
+            const int64_t k = lane + 32 * e;
+            if (k < n) yr[k * inner] = v[e] / sum;
+        }
+    }
+}
+
+/* Long rows (n > 1024): one block a row, three passes (max; exponentials stored and
+ * summed; division), each a block reduction. */
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_softmax_block(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
+{
+    for (int64_t row = blockIdx.x; row < outer * inner; row += gridDim.x) {
+        const int64_t o = row / inner, i = row - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float *yr = out + o * n * inner + i;
+        float m = -INFINITY;
+        for (int64_t k = threadIdx.x; k < n; k += MR_THREADS) m = mr_cu_max_nan(m, xr[k * inner]);
+        m = mr_block_reduce(m, true);
+        float sum = 0.0f;
+        for (int64_t k = threadIdx.x; k < n; k += MR_THREADS) {
+            const float e = mr_cu_softmax_exp(xr[k * inner] - m);
+            yr[k * inner] = e;
+            sum += e;
+        }
+        sum = mr_block_reduce(sum, false);
+        /* each thread divides the elements it wrote itself: no barrier needed */
+        for (int64_t k = threadIdx.x; k < n; k += MR_THREADS) yr[k * inner] = yr[k * inner] / sum;
+    }
+}
+
+/* inner > 1 with many columns: one thread a column (o, i), consecutive threads on
+ * consecutive i, so every pass over k reads contiguous memory. */
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_softmax_cols(const float *x, float *out, int64_t outer, int64_t n, int64_t inner)
+{
+    const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
+    for (int64_t col = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; col < outer * inner; col += stride) {
+        const int64_t o = col / inner, i = col - o * inner;
+        const float *xr = x + o * n * inner + i;
+        float *yr = out + o * n * inner + i;
+        float m = -INFINITY, sum = 0.0f;
+        for (int64_t k = 0; k < n; ++k) m = mr_cu_max_nan(m, xr[k * inner]);
+        for (int64_t k = 0; k < n; ++k) {
+            const float e = mr_cu_softmax_exp(xr[k * inner] - m);
+            yr[k * inner] = e;
+            sum += e;
+        }
+        for (int64_t k = 0; k < n; ++k) yr[k * inner] = yr[k * inner] / sum;
+    }
+}
+
+/* Softmax along the middle axis of contiguous [outer, n, inner]; out may equal x. */
+static inline cudaError_t mr_cuda_softmax(cudaStream_t s, const float *x, float *out, int64_t outer, int64_t n,
+                                          int64_t inner)
+{
+    typedef void (*kernel_t)(const float *, float *, int64_t, int64_t, int64_t);
+    if (outer <= 0 || n <= 0 || inner <= 0) return cudaGetLastError();
+    const int64_t rows = outer * inner;
+    if (inner > 1 && (rows >= 4096 || n <= 8)) {
+        MR_LAUNCH(mr_k_softmax_cols, dim3(mr_blocks(rows)), dim3(MR_THREADS), s, x, out, outer, n, inner);
+    } else if (n <= 1024) {
+        kernel_t kern = n <= 32    ? mr_k_softmax_warp<1>
+                        : n <= 64  ? mr_k_softmax_warp<2>
+                        : n <= 128 ? mr_k_softmax_warp<4>
+                        : n <= 256 ? mr_k_softmax_warp<8>
+                        : n <= 512 ? mr_k_softmax_warp<16>
+                                   : mr_k_softmax_warp<32>;
+        MR_LAUNCH(kern, dim3(mr_warp_blocks(rows)), dim3(MR_THREADS), s, x, out, outer, n, inner);
+    } else {
+        const unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
+        MR_LAUNCH(mr_k_softmax_block, dim3(blocks), dim3(MR_THREADS), s, x, out, outer, n, inner);
+    }
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* SGD                                                                                  */
+/* ------------------------------------------------------------------------------------ */
+
+/* runtime-c's mr_sgd: with momentum, v = momentum * v + g then w -= lr * v; without
+ * (momentum 0 or no v), w -= lr * g. Each operation rounded on its own (mr_cu_mul). */
+template <class T>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+mr_k_sgd(T *w, const T *g, T *v, int64_t n, T lr, T momentum, int use_v)
+{
+    const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
+    for (int64_t i = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; i < n; i += stride) {
+        if (use_v) {
+            const T vi = mr_cu_add(mr_cu_mul(momentum, v[i]), g[i]);
+            v[i] = vi;
+            w[i] = mr_cu_sub(w[i], mr_cu_mul(lr, vi));
+        } else {
+            w[i] = mr_cu_sub(w[i], mr_cu_mul(lr, g[i]));
+        }
+    }
+}
+
+static inline cudaError_t mr_cuda_sgd_f32(cudaStream_t s, float *w, const float *g, float *v, int64_t n, float lr,
+                                          float momentum)
+{
+    const int use_v = momentum != 0.0f && v != NULL;
+    if (n <= 0) return cudaGetLastError();
+    MR_LAUNCH(mr_k_sgd<float>, dim3(mr_blocks(n)), dim3(MR_THREADS), s, w, g, v, n, lr, momentum, use_v);
+    return cudaGetLastError();
+}
+
+static inline cudaError_t mr_cuda_sgd_f64(cudaStream_t s, double *w, const double *g, double *v, int64_t n,
+                                          double lr, double momentum)
+{
+    const int use_v = momentum != 0.0 && v != NULL;
+    if (n <= 0) return cudaGetLastError();
+    MR_LAUNCH(mr_k_sgd<double>, dim3(mr_blocks(n)), dim3(MR_THREADS), s, w, g, v, n, lr, momentum, use_v);
+    return cudaGetLastError();
+}
+
+#endif /* MITHRIL_CUDA_H */

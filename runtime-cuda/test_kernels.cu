@@ -1,0 +1,484 @@
+/* test_kernels.cu -- mithril_cuda.h's kernels against plain CPU references in double.
+ *
+ * A host program: under MR_CUDA_EMULATE (make -f Makefile.kernels test) it runs the
+ * kernels on cuda_emu.h's CPU fibers; built with nvcc it runs them on a GPU. Every
+ * kernel is compared with a reference computed here: GEMM and convolution within a
+ * relative 1e-5 of the sum of the products' magnitudes (the bound float accumulation
+ * keeps to), pooling and softmax within 1e-5 relative (pooling's max is exact), SGD
+ * exactly (the same operations, each rounded alone). NaN must meet NaN. Exit status 0
+ * when all pass.
+ */
+#include "mithril_cuda.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+static int g_failures = 0, g_checks = 0;
+
+#define CUDA_OK(call)                                                                          \
+    do {                                                                                       \
+        cudaError_t err_ = (call);                                                             \
+        if (err_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+            exit(2);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+/* Deterministic values in [-1, 1). */
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+static float rnd()
+{
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+static std::vector<float> rnd_vec(size_t n)
+{
+    std::vector<float> v(n);
+    for (auto &x : v) x = rnd();
+    return v;
+}
+
+/* Device copies. */
+template <class T> static T *dev_from(const std::vector<T> &h)
+{
+    T *d = NULL;
+    CUDA_OK(cudaMalloc((void **)&d, (h.empty() ? 1 : h.size()) * sizeof(T)));
+    if (!h.empty()) CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+template <class T> static std::vector<T> host_from(const T *d, size_t n)
+{
+    std::vector<T> h(n);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (n) CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* got vs ref (with per-element scale: |got - ref| <= tol * scale, scale >= |ref|). */
+static bool close_to(double got, double ref, double scale, double tol)
+{
+    if (ref != ref) return got != got;
+    if (got != got) return false;
+    if (isinf(ref) || isinf(got)) return got == ref;
+    return fabs(got - ref) <= tol * scale;
+}
+
+static void report(const char *what, const char *name, size_t bad, size_t n, size_t first, double got, double ref)
+{
+    ++g_checks;
+    if (bad) {
+        ++g_failures;
+        printf("FAIL %-8s %-44s %zu/%zu wrong; first at %zu: got %.9g want %.9g\n", what, name, bad, n, first, got, ref);
+    } else {
+        printf("ok   %-8s %s\n", what, name);
+    }
+}
+
+static void compare(const char *what, const char *name, const std::vector<float> &got, const std::vector<double> &ref,
+                    const std::vector<double> &scale, double tol)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double sc = scale.empty() ? fabs(ref[i]) : (scale[i] > fabs(ref[i]) ? scale[i] : fabs(ref[i]));
+        if (!close_to(got[i], ref[i], sc, tol)) {
+            if (!bad) first = i;
+            ++bad;
+        }
+    }
+    report(what, name, bad, got.size(), first, bad ? got[first] : 0, bad ? ref[first] : 0);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* GEMM                                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+/* The epilogue of the tests: C = relu(C + bias[j]) (C of batch nb at nb * cb). */
+struct ep_bias_relu {
+    float *c;
+    const float *bias;
+    int64_t c_rs, c_cs, cb;
+    __device__ void operator()(int64_t nb, int64_t i, int64_t j) const
+    {
+        float *p = c + nb * cb + i * c_rs + j * c_cs;
+        const float v = *p + bias[j];
+        *p = v > 0.0f ? v : 0.0f;
+    }
+};
+
+/*
+ * One GEMM case: C = A B for m x k A and k x n B, A transposed in memory if ta (stored
+ * k x m), B if tb; c_pad extra columns of C's rows; a batch of `nbatch` products
+ * (rank 2: [2, nbatch / 2] when even) with B broadcast when bcast_b; misalign offsets
+ * every pointer by one element (no float4 paths); epi: the bias-relu epilogue.
+ */
+static void test_gemm(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t nbatch = 1, bool bcast_b = false,
+                      bool epi = false, bool misalign = false, int64_t c_pad = 0)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%lldx%lldx%lld%s%s%s%s%s%s", (long long)m, (long long)n, (long long)k, ta ? " At" : "",
+             tb ? " Bt" : "", nbatch > 1 ? " batched" : "", bcast_b ? " bcastB" : "", epi ? " bias+relu" : "",
+             misalign ? " misaligned" : "");
+    const int64_t off = misalign ? 1 : 0;
+    const int64_t sa = m * k, sb = bcast_b ? 0 : k * n, ldc = n + c_pad, sc = m * ldc;
+    std::vector<float> A = rnd_vec(off + sa * nbatch), B = rnd_vec(off + (bcast_b ? k * n : sb * nbatch));
+    std::vector<float> C(off + sc * nbatch, 12345.0f), bias = rnd_vec(n);
+    const int64_t a_rs = ta ? 1 : k, a_cs = ta ? m : 1, b_rs = tb ? 1 : n, b_cs = tb ? k : 1;
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C), *dbias = dev_from(bias);
+    mr_batch bt;
+    memset(&bt, 0, sizeof bt);
+    if (nbatch > 1 && nbatch % 2 == 0) {
+        bt.rank = 2;
+        bt.ext[0] = 2, bt.ext[1] = nbatch / 2;
+        bt.a[0] = sa * (nbatch / 2), bt.a[1] = sa;
+        bt.b[0] = sb * (nbatch / 2), bt.b[1] = sb;
+        bt.c[0] = sc * (nbatch / 2), bt.c[1] = sc;
+    } else if (nbatch > 1) {
+        bt.rank = 1;
+        bt.ext[0] = nbatch, bt.a[0] = sa, bt.b[0] = sb, bt.c[0] = sc;
+    }
+    const mr_batch *bp = nbatch > 1 ? &bt : NULL;
+    if (epi) {
+        ep_bias_relu ep = {dC + off, dbias, ldc, 1, sc};
+        CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
+    } else {
+        CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
+                              mr_no_epilogue()));
+    }
+    std::vector<float> got = host_from(dC, C.size());
+    std::vector<double> ref(C.size()), scale(C.size(), 0.0);
+    for (size_t i = 0; i < C.size(); ++i) ref[i] = C[i]; /* padding and the offset untouched */
+    for (int64_t nb = 0; nb < nbatch; ++nb) {
+        const float *a = A.data() + off + nb * sa, *b = B.data() + off + nb * sb;
+        for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+                double s = 0, s_abs = 0;
+                for (int64_t kk = 0; kk < k; ++kk) {
+                    const double p = (double)a[i * a_rs + kk * a_cs] * b[kk * b_rs + j * b_cs];
+                    s += p;
+                    s_abs += fabs(p);
+                }
+                if (epi) s = s + bias[j] > 0 ? s + bias[j] : 0, s_abs += fabs(bias[j]);
+                ref[off + nb * sc + i * ldc + j] = s;
+                scale[off + nb * sc + i * ldc + j] = s_abs;
+            }
+        }
+    }
+    compare("gemm", name, got, ref, scale, 1e-5);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dbias);
+}
+
+/* Views with no unit stride anywhere (every other column of A, every third of B, C
+ * written to every other element): the general-stride loads and stores. */
+static void test_gemm_views(int64_t m, int64_t n, int64_t k)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%lldx%lldx%lld strided views", (long long)m, (long long)n, (long long)k);
+    const int64_t a_rs = 2 * k + 1, a_cs = 2, b_rs = 3 * n, b_cs = 3, c_rs = 2 * n, c_cs = 2;
+    std::vector<float> A = rnd_vec(m * a_rs), B = rnd_vec(k * b_rs), C(m * c_rs, 9.0f);
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
+    CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL, mr_no_epilogue()));
+    std::vector<float> got = host_from(dC, C.size());
+    std::vector<double> ref(C.begin(), C.end()), scale(C.size(), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double s = 0, s_abs = 0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+                const double p = (double)A[i * a_rs + kk * a_cs] * B[kk * b_rs + j * b_cs];
+                s += p, s_abs += fabs(p);
+            }
+            ref[i * c_rs + j * c_cs] = s, scale[i * c_rs + j * c_cs] = s_abs;
+        }
+    compare("gemm", name, got, ref, scale, 1e-5);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC);
+}
+
+static void test_gemms()
+{
+    test_gemm(1, 1, 1, false, false);
+    test_gemm(1, 37, 50, false, false);              /* gemv, warp a column */
+    test_gemm(1, 37, 50, false, true);               /* gemv, B k-contiguous */
+    test_gemm(3, 5000, 9, false, false);             /* gemv, thread a column */
+    test_gemm(4, 300, 70, true, false, 1, false, true);
+    test_gemm(5, 9, 3, false, false);                /* just past the gemv limit */
+    test_gemm(65, 33, 17, false, false);
+    test_gemm(128, 128, 64, false, false);
+    test_gemm(128, 128, 64, true, true);
+    test_gemm(130, 70, 0, false, false);             /* k = 0: zeros */
+    test_gemm(130, 70, 0, false, false, 1, false, true);
+    test_gemm(129, 65, 33, false, false);            /* one past the tiles everywhere */
+    test_gemm(200, 100, 37, true, false);
+    test_gemm(200, 100, 37, false, true);
+    test_gemm(77, 91, 45, true, true, 1, false, false, false, 3);
+    test_gemm(96, 60, 40, false, false, 1, false, false, true); /* no float4: misaligned */
+    test_gemm(64, 64, 64, false, false, 1, false, true, false, 5);
+    test_gemm(33, 40, 20, false, false, 6, true, true);   /* batched [2, 3], B broadcast */
+    test_gemm(2, 40, 20, false, true, 3, false, false);   /* batched gemv */
+    test_gemm(140, 20, 24, false, false, 4, false, false);
+    test_gemm(300, 260, 150, false, false);          /* several tiles in every direction */
+    test_gemm(300, 260, 150, true, true, 1, false, true);
+    test_gemm(200, 7, 1, false, false);              /* k = 1 */
+    test_gemm_views(150, 70, 40);
+    test_gemm_views(3, 70, 40);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Convolution                                                                          */
+/* ------------------------------------------------------------------------------------ */
+
+struct ep_conv_bias_relu {
+    float *out;
+    const float *bias;
+    int64_t o, ohw;
+    __device__ void operator()(int64_t b, int64_t oc, int64_t pos) const
+    {
+        float *p = out + (b * o + oc) * ohw + pos;
+        const float v = *p + bias[oc];
+        *p = v > 0.0f ? v : 0.0f;
+    }
+};
+
+static void test_conv(const char *label, int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t kh, int64_t kw,
+                      int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t g, bool epi)
+{
+    char name[160];
+    const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+    snprintf(name, sizeof name, "%s n%lld c%lld %lldx%lld o%lld k%lldx%lld g%lld%s", label, (long long)n, (long long)c,
+             (long long)h, (long long)w, (long long)o, (long long)kh, (long long)kw, (long long)g, epi ? " bias+relu" : "");
+    const int64_t cg = c / g, M = o / g;
+    std::vector<float> X = rnd_vec(n * c * h * w), W = rnd_vec(o * cg * kh * kw), bias = rnd_vec(o);
+    std::vector<float> Y(n * o * oh * ow, 777.0f);
+    float *dX = dev_from(X), *dW = dev_from(W), *dY = dev_from(Y), *dbias = dev_from(bias);
+    if (epi) {
+        ep_conv_bias_relu ep = {dY, dbias, o, oh * ow};
+        CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
+    } else {
+        CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, mr_no_epilogue()));
+    }
+    std::vector<float> got = host_from(dY, Y.size());
+    std::vector<double> ref(Y.size()), scale(Y.size());
+    for (int64_t b = 0; b < n; ++b)
+        for (int64_t oc = 0; oc < o; ++oc)
+            for (int64_t y = 0; y < oh; ++y)
+                for (int64_t x = 0; x < ow; ++x) {
+                    double s = 0, s_abs = 0;
+                    const int64_t gi = oc / M;
+                    for (int64_t ic = 0; ic < cg; ++ic)
+                        for (int64_t ky = 0; ky < kh; ++ky)
+                            for (int64_t kx = 0; kx < kw; ++kx) {
+                                const int64_t iy = y * sh + ky * dh - ph, ix = x * sw + kx * dw - pw;
+                                if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                                const double p = (double)X[((b * c + gi * cg + ic) * h + iy) * w + ix] *
+                                                 W[((oc * cg + ic) * kh + ky) * kw + kx];
+                                s += p;
+                                s_abs += fabs(p);
+                            }
+                    if (epi) s = s + bias[oc] > 0 ? s + bias[oc] : 0, s_abs += fabs(bias[oc]);
+                    ref[((b * o + oc) * oh + y) * ow + x] = s;
+                    scale[((b * o + oc) * oh + y) * ow + x] = s_abs;
+                }
+    compare("conv2d", name, got, ref, scale, 1e-5);
+    cudaFree(dX), cudaFree(dW), cudaFree(dY), cudaFree(dbias);
+}
+
+static void test_convs()
+{
+    /*        label        n  c   h   w   o  kh kw sh sw ph pw dh dw  g  epi */
+    test_conv("1x1", 2, 8, 5, 6, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, false);
+    test_conv("1x1", 2, 8, 5, 6, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, true);
+    test_conv("1x1 s2", 2, 8, 7, 6, 12, 1, 1, 2, 2, 0, 0, 1, 1, 1, false);
+    test_conv("3x3 p1", 2, 3, 9, 7, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, false);
+    test_conv("3x3 p1", 2, 16, 16, 16, 140, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
+    test_conv("3x3 s2", 1, 4, 11, 10, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, false);
+    test_conv("3x3 d2", 1, 5, 12, 12, 6, 3, 3, 1, 1, 2, 2, 2, 2, 1, false);
+    test_conv("5x3 mixed", 2, 3, 13, 9, 7, 5, 3, 2, 1, 2, 0, 1, 2, 1, false);
+    test_conv("groups", 1, 6, 8, 8, 10, 3, 3, 1, 1, 1, 1, 1, 1, 2, false);
+    test_conv("groups", 2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, true);
+    test_conv("depthwise", 2, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, false);
+    test_conv("depthwise", 1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, true);
+    test_conv("mult2", 1, 4, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 4, false);
+    test_conv("1-d", 2, 4, 1, 30, 6, 1, 5, 1, 1, 0, 2, 1, 1, 1, false);
+    test_conv("1-d", 1, 4, 1, 30, 6, 1, 3, 1, 2, 0, 1, 1, 1, 1, true);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Pooling                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+static void test_pool(const char *label, int64_t planes, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh,
+                      int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int is_max, int nans)
+{
+    char name[160];
+    const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+    snprintf(name, sizeof name, "%s %s %lldx%lld k%lldx%lld s%lld p%lld%s", is_max ? "max" : "avg", label,
+             (long long)h, (long long)w, (long long)kh, (long long)kw, (long long)sh, (long long)ph,
+             nans ? " NaN" : "");
+    std::vector<float> X = rnd_vec(planes * h * w), Y(planes * oh * ow, 5.0f);
+    for (int i = 0; i < nans; ++i) X[(size_t)(i * 7919) % X.size()] = NAN;
+    float *dX = dev_from(X), *dY = dev_from(Y);
+    CUDA_OK(mr_cuda_pool2d(0, dX, dY, planes, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, is_max));
+    std::vector<float> got = host_from(dY, Y.size());
+    std::vector<double> ref(Y.size());
+    for (int64_t pl = 0; pl < planes; ++pl)
+        for (int64_t y = 0; y < oh; ++y)
+            for (int64_t x = 0; x < ow; ++x) {
+                double acc = is_max ? -INFINITY : 0.0;
+                bool nan = false;
+                for (int64_t ky = 0; ky < kh; ++ky)
+                    for (int64_t kx = 0; kx < kw; ++kx) {
+                        const int64_t iy = y * sh + ky * dh - ph, ix = x * sw + kx * dw - pw;
+                        if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                        const double v = X[(pl * h + iy) * w + ix];
+                        if (v != v) nan = true;
+                        acc = is_max ? (v > acc ? v : acc) : acc + v;
+                    }
+                ref[(pl * oh + y) * ow + x] = nan ? NAN : (is_max ? acc : acc / (double)(kh * kw));
+            }
+    compare("pool2d", name, got, ref, std::vector<double>(), 1e-5);
+    cudaFree(dX), cudaFree(dY);
+}
+
+static void test_pools()
+{
+    for (int is_max = 1; is_max >= 0; --is_max) {
+        test_pool("2x2", 6, 8, 10, 2, 2, 2, 2, 0, 0, 1, 1, is_max, 0);
+        test_pool("3x3 pad", 5, 9, 7, 3, 3, 2, 2, 1, 1, 1, 1, is_max, 0);
+        test_pool("3x3 s1", 3, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, is_max, 3);
+        test_pool("dilated", 2, 10, 11, 2, 3, 1, 2, 1, 0, 2, 2, is_max, 0);
+        test_pool("all-pad", 2, 3, 3, 2, 2, 3, 3, 2, 2, 1, 1, is_max, 0); /* corner windows lie in padding */
+        test_pool("global", 4, 7, 7, 7, 7, 1, 1, 0, 0, 1, 1, is_max, 1);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Softmax                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/* special: 0 none, 1 some -inf entries (and one all -inf row), 2 a NaN in one row */
+static void test_softmax(int64_t outer, int64_t n, int64_t inner, int special, bool in_place = false)
+{
+    char name[160];
+    snprintf(name, sizeof name, "[%lld, %lld, %lld]%s%s", (long long)outer, (long long)n, (long long)inner,
+             special == 1 ? " -inf" : special == 2 ? " NaN" : "", in_place ? " in place" : "");
+    std::vector<float> X = rnd_vec(outer * n * inner);
+    for (auto &v : X) v *= 8.0f;
+    if (special == 1) {
+        for (size_t i = 0; i < X.size(); i += 3) X[i] = -INFINITY;
+        for (int64_t k = 0; k < n; ++k) X[k * inner] = -INFINITY; /* row (0, 0) all -inf: NaN, as runtime-c */
+    } else if (special == 2) {
+        X[(n / 2) * inner + (inner > 1 ? 1 : 0)] = NAN;
+    }
+    float *dX = dev_from(X), *dY = in_place ? dX : dev_from(std::vector<float>(X.size(), 3.0f));
+    CUDA_OK(mr_cuda_softmax(0, dX, dY, outer, n, inner));
+    std::vector<float> got = host_from(dY, X.size());
+    std::vector<double> ref(X.size());
+    for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+            double m = -INFINITY, s = 0;
+            bool nan = false;
+            for (int64_t k = 0; k < n; ++k) {
+                const double v = X[(o * n + k) * inner + i];
+                nan |= v != v;
+                m = v > m ? v : m;
+            }
+            for (int64_t k = 0; k < n; ++k) s += exp(X[(o * n + k) * inner + i] - m);
+            for (int64_t k = 0; k < n; ++k) {
+                const double v = X[(o * n + k) * inner + i];
+                ref[(o * n + k) * inner + i] = (nan || m == -INFINITY) ? NAN : exp(v - m) / s;
+            }
+        }
+    compare("softmax", name, got, ref, std::vector<double>(), 1e-5);
+    /* masked entries must be exactly 0 */
+    if (special == 1) {
+        size_t bad = 0;
+        for (size_t i = 0; i < X.size(); ++i)
+            if (X[i] == -INFINITY && ref[i] == 0.0 && got[i] != 0.0f) ++bad;
+        report("softmax", "  -inf entries exactly 0", bad, X.size(), 0, 0, 0);
+    }
+    cudaFree(dX);
+    if (!in_place) cudaFree(dY);
+}
+
+static void test_softmaxes()
+{
+    test_softmax(3, 10, 1, 0);
+    test_softmax(4, 1, 1, 0);
+    test_softmax(5, 33, 1, 0);
+    test_softmax(2, 300, 1, 0);
+    test_softmax(2, 1000, 1, 1);
+    test_softmax(2, 1024, 1, 2);
+    test_softmax(2, 1500, 1, 0);  /* a block a row */
+    test_softmax(2, 3000, 1, 1);
+    test_softmax(2, 2049, 1, 2, true);
+    test_softmax(2, 7, 5, 0);     /* a thread a column (short) */
+    test_softmax(2, 50, 3, 1);    /* a warp a strided row */
+    test_softmax(3, 2000, 2, 2);  /* a block a strided row */
+    test_softmax(1, 20, 5000, 1); /* a thread a column (many) */
+    test_softmax(4, 40, 1, 0, true);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* SGD                                                                                  */
+/* ------------------------------------------------------------------------------------ */
+
+template <class T> static void test_sgd(int64_t n, T lr, T momentum, bool with_v)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%s n%lld lr %g momentum %g%s", sizeof(T) == 4 ? "f32" : "f64", (long long)n, (double)lr,
+             (double)momentum, with_v ? "" : " v=NULL");
+    std::vector<T> W(n), G(n), V(n);
+    for (int64_t i = 0; i < n; ++i) W[i] = (T)rnd(), G[i] = (T)rnd(), V[i] = (T)rnd();
+    T *dW = dev_from(W), *dG = dev_from(G), *dV = with_v ? dev_from(V) : NULL;
+    const cudaError_t err = sizeof(T) == 4
+                                ? mr_cuda_sgd_f32(0, (float *)dW, (const float *)dG, (float *)dV, n, (float)lr, (float)momentum)
+                                : mr_cuda_sgd_f64(0, (double *)dW, (const double *)dG, (double *)dV, n, (double)lr,
+                                                  (double)momentum);
+    CUDA_OK(err);
+    std::vector<T> gw = host_from(dW, n), gv = with_v ? host_from(dV, n) : V;
+    /* runtime-c's mr_sgd, verbatim */
+    volatile T t;
+    size_t bad = 0, first = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        T w = W[i], v = V[i];
+        if (momentum == 0 || !with_v) {
+            t = lr * G[i];
+            w -= t;
+        } else {
+            t = momentum * v;
+            v = t + G[i];
+            t = lr * v;
+            w -= t;
+        }
+        if (gw[i] != w || gv[i] != v) {
+            if (!bad) first = (size_t)i;
+            ++bad;
+        }
+    }
+    report("sgd", name, bad, (size_t)n, first, bad ? (double)gw[first] : 0, 0);
+    cudaFree(dW), cudaFree(dG);
+    if (dV) cudaFree(dV);
+}
+
+static void test_sgds()
+{
+    test_sgd<float>(1000, 0.1f, 0.9f, true);
+    test_sgd<float>(1000, 0.1f, 0.0f, true);
+    test_sgd<float>(777, 0.05f, 0.9f, false);
+    test_sgd<double>(1000, 0.1, 0.9, true);
+    test_sgd<double>(1000, 0.01, 0.0, false);
+    test_sgd<float>(600000, 0.01f, 0.5f, true); /* more than the 2048-block grid: the grid-stride loop */
+}
+
+int main()
+{
+    test_gemms();
+    test_convs();
+    test_pools();
+    test_softmaxes();
+    test_sgds();
+    printf("%d of %d checks passed\n", g_checks - g_failures, g_checks);
+    return g_failures ? 1 : 0;
+}
