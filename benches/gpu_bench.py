@@ -241,7 +241,8 @@ def dry_run(args, cases):
 def load_params(path):
     import numpy as np
     header, start = safetensors_header(path)
-    data = open(path, "rb").read()
+    # A bytearray, so that the arrays are writable: torch warns on read-only ones.
+    data = bytearray(open(path, "rb").read())
     return {k: np.frombuffer(data[start + v["data_offsets"][0]:start + v["data_offsets"][1]], dtype="<f4").reshape(v["shape"])
             for k, v in header.items()}
 
@@ -297,7 +298,7 @@ def torch_model(name, params):
     state = {}
     for key, value in params.items():
         prefix, kind = key.rsplit("_", 1)
-        state[f"{prefix}.{kind}"] = torch.from_numpy(value.reshape(-1) if value.ndim == 4 and kind == "bias" else value.copy())
+        state[f"{prefix}.{kind}"] = torch.from_numpy(value.reshape(-1) if value.ndim == 4 and kind == "bias" else value)
     model.load_state_dict(state, strict=True)
     return model.eval().requires_grad_(False).cuda()
 
