@@ -397,73 +397,80 @@ def measure(args, cases):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+    # Every case's model shares Net.forward's code, and dynamo keeps 8 compilations of
+    # one code object by default: past that it would run the later cases eagerly and
+    # time them as torch.compile. (recompile_limit is the newer name of cache_size_limit.)
+    for key in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, key):
+            setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
     failures = []
-    plans = []  # (case, runner, fn, stream)
+    plans = []  # (case, runner, fn, stream): what the rounds time
+
+    def check(case, runner, fn, stream, want):
+        """Warms fn up, checks its output and adds it to the plans; a runner that fails
+        is reported and left out, so that one broken case still lets the others run."""
+        try:
+            with torch.cuda.stream(stream):
+                # The first calls compile (torch.compile) and record graphs (reduce-overhead).
+                for _ in range(args.warmup):
+                    fn()
+                got = fn().clone()
+            torch.cuda.synchronize()
+        except Exception as e:
+            first = str(e).splitlines()[0] if str(e) else ""
+            print(f"check {case.label:<14} {runner:<36} FAILED to run: {type(e).__name__}: {first}", flush=True)
+            failures.append(f"{case.label} {runner}: {type(e).__name__}")
+            return
+        err, ok = error(got, want)
+        print(f"check {case.label:<14} {runner:<36} max abs error {err:.2e} (max |output| {np.max(np.abs(want)):.3f})"
+              f"{'' if ok else '  FAILED'}", flush=True)
+        if ok:
+            plans.append((case, runner, fn, stream))
+        else:
+            failures.append(f"{case.label} {runner}: max abs error {err:.2e}")
+
     params = {}
+    libraries = []
     with torch.no_grad():
         for case in cases:
             x = torch.from_numpy(np.load(f"{args.bench}/{case.info['input']}")).cuda()
             want = np.load(f"{args.bench}/{case.info['output']}")
-            m = Mithrilc(case, x)
-            for runner, fn in (("mithrilc", m.forward), ("mithrilc graph", m.graph)):
-                with torch.cuda.stream(m.stream):
-                    got = fn()
-                    m.stream.synchronize()
-                err, ok = error(got, want)
-                print(f"check {case.label:<14} {runner:<36} max abs error {err:.2e} (max |output| {np.max(np.abs(want)):.3f}){'' if ok else '  FAILED'}")
-                if ok:
-                    with torch.cuda.stream(m.stream):
-                        for _ in range(args.warmup):
-                            fn()
-                    plans.append((case, runner, fn, m.stream))
-                else:
-                    failures.append(f"{case.label} {runner}: max abs error {err:.2e}")
+            try:
+                m = Mithrilc(case, x)
+                libraries.append(m)
+                check(case, "mithrilc", m.forward, m.stream, want)
+                check(case, "mithrilc graph", m.graph, m.stream, want)
+            except Exception as e:
+                print(f"check {case.label:<14} {'mithrilc':<36} FAILED to load: {type(e).__name__}: {e}", flush=True)
+                failures.append(f"{case.label} mithrilc: {type(e).__name__}")
             if case.name not in params:
                 params[case.name] = load_params(f"{args.bench}/{case.name}.safetensors")
             model = torch_model(case.name, params[case.name])
-            torch_runs = [("torch eager", model)]
+            stream = torch.cuda.current_stream()
+            check(case, "torch eager", lambda model=model, x=x: model(x), stream, want)
             for mode in COMPILE_MODES:
                 # dynamic=False: the second batch of a model would otherwise be compiled
                 # with a symbolic batch dimension, which is not what a fixed-shape
                 # deployment (or mithrilc's artifact) gets.
-                torch_runs.append((f"compile {mode}", torch.compile(model, mode=mode, dynamic=False)))
-            stream = torch.cuda.current_stream()
-            for runner, module in torch_runs:
-                if runner == "compile reduce-overhead":
+                compiled = torch.compile(model, mode=mode, dynamic=False)
+                if mode == "reduce-overhead":
                     # Tells cudagraph trees each call is a new inference, so that they
                     # replay the graph rather than keep the last call's outputs alive.
-                    def fn(module=module, x=x):
+                    def fn(compiled=compiled, x=x):
                         torch.compiler.cudagraph_mark_step_begin()
-                        return module(x)
+                        return compiled(x)
                 else:
-                    def fn(module=module, x=x):
-                        return module(x)
-                try:
-                    # The first calls compile and (reduce-overhead) record the graph.
-                    for _ in range(args.warmup):
-                        got = fn()
-                    got = fn().clone()
-                    torch.cuda.synchronize()
-                except Exception as e:  # a peer that cannot run here is reported, not fatal
-                    print(f"check {case.label:<14} {runner:<36} FAILED to run: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                    failures.append(f"{case.label} {runner}: {type(e).__name__}")
-                    continue
-                err, ok = error(got, want)
-                print(f"check {case.label:<14} {runner:<36} max abs error {err:.2e}{'' if ok else '  FAILED'}", flush=True)
-                if ok:
-                    plans.append((case, runner, fn, stream))
-                else:
-                    failures.append(f"{case.label} {runner}: max abs error {err:.2e}")
-            case.mithrilc = m
+                    def fn(compiled=compiled, x=x):
+                        return compiled(x)
+                check(case, f"compile {mode}", fn, stream, want)
         best = {}
         for r in range(args.rounds):
             for case, runner, fn, stream in plans:
                 us = time_calls(fn, case.runs(args.repeat), stream)
                 best[(case.label, runner)] = min(us, best.get((case.label, runner), us))
             print(f"round {r + 1}/{args.rounds} done", flush=True)
-        for case in cases:
-            case.mithrilc.close()
+        for m in libraries:
+            m.close()
     report(args, cases, best)
     if failures:
         print("FAILED: " + "; ".join(failures))
@@ -493,7 +500,7 @@ def report(args, cases, best):
         ratio = f"{min(ours) / peer:>7.2f}" if ours and peer else f"{'-':>7}"
         print(f"{case.label:<14} {cell(got['mithrilc'])} {cell(got['mithrilc graph'])} {cell(got['torch eager'])} "
               f"{cell(peer)} {tag:>4} {ratio}")
-    print(f"ratio = the faster mithrilc run (plain or graph) / the faster torch.compile mode; median latency of one call")
+    print("ratio = the faster mithrilc run (plain or graph) / the faster torch.compile mode; median latency of one call")
     print(f"(CUDA events, synchronised after each), the best of {args.rounds} rounds in this run; - = failed its check or did not run.")
     print("mode: ma = torch.compile(mode=\"max-autotune-no-cudagraphs\"), ro = mode=\"reduce-overhead\" (CUDA graphs).")
     print("m. graph = <name>_graph_launch of a CUDA graph captured by <name>_graph_create.")
