@@ -20,8 +20,10 @@ the runners and cases, and each keeps its best median of --repeat calls: a GPU's
 clocks and its host's load drift, and one round can catch one side at a bad moment.
 Every timed call waits for the stream before the next starts, so a time is the latency
 of one inference (host launch overhead included), as the C benchmark's demo measures.
-torch.compile's compilation (minutes with max-autotune) happens in the warm-up, before
-the first round, and is not timed.
+torch.compile's compilation happens in the warm-up, before the first round, and is not
+timed; with max-autotune it benchmarks GEMM and convolution templates and can take
+minutes per case (Inductor caches them on disk, so a second run on the same machine is
+faster). --models runs a subset, e.g. to split the run on a machine lent for a short time.
 
 --dry-run (automatic, with the reason, when torch cannot be imported or sees no CUDA
 device) needs neither a GPU nor nvcc nor numpy: it compiles every case with
