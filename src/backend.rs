@@ -37,13 +37,22 @@ pub trait Backend: Sync {
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted>;
     /// Builds the files `emit` wrote into `dir`.
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()>;
-    /// Runs the artifact built in `dir` on `feeds` (inputs and parameters by name) and
-    /// returns the entry's outputs, in order.
-    fn run(&self, dir: &Path, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>>;
+    /// Runs the artifact built in `dir` (with `build`) on `feeds` (inputs and
+    /// parameters by name) and returns the entry's outputs, in order.
+    fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>>;
+    /// What `--report` adds once the artifact is built in `dir` (the CUDA target: ptxas's
+    /// registers, shared memory and spills per kernel).
+    fn built_report(&self, _dir: &Path, _entry: &Entry) -> Result<String> {
+        Ok(String::new())
+    }
+    /// Whether `run --emulate` can run the target's kernels on the CPU (a GPU target's).
+    fn emulates(&self) -> bool {
+        false
+    }
 }
 
 /// Every target, in the order `--help` lists them.
-pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget];
+pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget, &crate::codegen::cuda::backend::CudaTarget];
 
 /// The target called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Backend> {
@@ -134,6 +143,8 @@ pub struct Entry {
 pub struct BuildConfig {
     pub cc: String,
     pub cflags: String,
+    /// Build a GPU target's code for CPU emulation (`run --emulate`) instead of the GPU.
+    pub emulate: bool,
 }
 
 /// Flags for a build that runs on the machine that built it.
@@ -141,7 +152,7 @@ pub const HOST_CFLAGS: &str = "-O3 -march=native";
 
 impl Default for BuildConfig {
     fn default() -> BuildConfig {
-        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string() }
+        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string(), emulate: false }
     }
 }
 
@@ -192,6 +203,31 @@ pub fn lower_programs(
         })
     };
     Ok((one(&graphs.forward)?, graphs.backward.as_ref().map(one).transpose()?))
+}
+
+/// Why a program target whose kernels compute in the element types `supports` accepts
+/// cannot compile node `v` (its [`Backend::lacks`]).
+pub fn program_target_lacks(graph: &Graph, v: ValueId, supports: impl Fn(crate::ir::Dtype) -> bool) -> Option<String> {
+    let dtype = graph.ty(v).dtype;
+    if !supports(dtype) {
+        return Some(format!("no {dtype} arithmetic"));
+    }
+    crate::lower::lacking(graph, v)
+}
+
+/// What a program target's `emit` returns for the programs it wrote as `files`: the
+/// memory report of each, and the entry its demo runs (the backward pass when there is
+/// one).
+pub fn program_emitted(files: Vec<(String, Vec<u8>)>, forward: &Program, backward: Option<&Program>) -> Emitted {
+    let mut report = memory_report(forward);
+    if let Some(b) = backward {
+        report.push_str("backward pass:\n");
+        report.push_str(&memory_report(b));
+    }
+    let program = backward.unwrap_or(forward);
+    let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
+    let entry = Entry { name: crate::codegen::names::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs) };
+    Emitted { files, entry, report }
 }
 
 /// `kernels`, `weights`, `arena` lines of `--report` for one program.

@@ -23,26 +23,32 @@ pub fn make(dir: &Path, cc: &str, cflags: &str) -> Result<()> {
 
 /// Runs a toolchain command; its failure is an error of kind `Toolchain`.
 pub fn run_tool(cmd: Command, tool: &str, install: &str) -> Result<()> {
-    run_checked(cmd, tool, install, None)
+    run_checked(cmd, tool, install, &[])
 }
 
 /// Runs a program built from the user's model: exit status `rejects` is the program
-/// saying the user's data is wrong (an error of kind `User` with its message); any
-/// other failure is the toolchain's.
-pub fn run_program(cmd: Command, tool: &str, install: &str, rejects: i32) -> Result<()> {
-    run_checked(cmd, tool, install, Some(rejects))
+/// saying the user's data is wrong (an error of kind `User` with its message); each of
+/// `statuses` is an error of that kind with the program's message and the note given;
+/// any other failure is the toolchain's.
+pub fn run_program(cmd: Command, tool: &str, install: &str, rejects: i32, statuses: &[(i32, ErrorKind, &str)]) -> Result<()> {
+    let mut all = vec![(rejects, ErrorKind::User, "")];
+    all.extend_from_slice(statuses);
+    run_checked(cmd, tool, install, &all)
 }
 
-fn run_checked(mut cmd: Command, tool: &str, install: &str, rejects: Option<i32>) -> Result<()> {
+/// Runs `cmd`; an exit status among `statuses` is an error of its kind with the last
+/// line the program printed (and the note, if any).
+fn run_checked(mut cmd: Command, tool: &str, install: &str, statuses: &[(i32, ErrorKind, &str)]) -> Result<()> {
     let shown = format!("{cmd:?}");
     let out = cmd.output().map_err(|e| {
         Error::new(ErrorKind::Toolchain, format!("cannot run {tool}: {}", io_message(&e))).note(format!("install it: {install}"))
     })?;
-    if rejects.is_some() && out.status.code() == rejects {
+    if let Some((_, kind, note)) = statuses.iter().find(|(status, _, _)| out.status.code() == Some(*status)) {
         let text = String::from_utf8_lossy(&out.stderr);
         let message = text.lines().last().unwrap_or_default();
         let message = message.split_once(": ").map_or(message, |(_, m)| m);
-        return Err(Error::user(format!("{tool}: {message}")));
+        let e = Error::new(*kind, format!("{tool}: {message}"));
+        return Err(if note.is_empty() { e } else { e.note(*note) });
     }
     if !out.status.success() {
         let mut text = String::from_utf8_lossy(&out.stderr).into_owned();

@@ -225,6 +225,8 @@ pub struct RunArgs {
     pub target: RunTarget,
     /// Also run the interpreter and report the largest difference per output.
     pub check: bool,
+    /// Run a GPU target's kernels on the CPU by emulation.
+    pub emulate: bool,
     /// Data files: `FILE` (arrays named by key) or `NAME=FILE` (a one-array file
     /// whose array is the input `NAME`).
     pub data: Vec<String>,
@@ -344,9 +346,14 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = String::new();
     let outputs = match args.target {
+        RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda".to_string())),
         RunTarget::Interp => interp()?,
         RunTarget::Compiled(target) => {
-            let outputs = run_target(target, &graphs, &feeds, &args.model.model, &BuildConfig::default(), &args.model.print_after)?;
+            if args.emulate && !target.emulates() {
+                return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
+            }
+            let build = BuildConfig { emulate: args.emulate, ..Default::default() };
+            let outputs = run_target(target, &graphs, &feeds, &args.model.model, &build, &args.model.print_after)?;
             if args.check {
                 for (name, diff) in compare(&outputs, &interp()?) {
                     let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e}");
@@ -553,10 +560,20 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     inputs.extend(args.params.clone());
     let guard = crate::outdir::Guard { inputs, force: args.force };
     let config = BuildConfig { cflags: args.cflags.clone().unwrap_or_else(|| HOST_CFLAGS.to_string()), ..Default::default() };
-    crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| if build { args.target.build(dir, &config) } else { Ok(()) })?;
+    let mut built_report = String::new();
+    crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| {
+        if build {
+            args.target.build(dir, &config)?;
+            if args.report {
+                built_report = args.target.built_report(dir, &emitted.entry)?;
+            }
+        }
+        Ok(())
+    })?;
     let mut report = format!("wrote {} ({} files{})\n", out.display(), emitted.files.len(), if build { ", built" } else { "" });
     if args.report {
         report.push_str(&emitted.report);
+        report.push_str(&built_report);
     }
     Ok(report)
 }
@@ -600,7 +617,7 @@ pub fn run_target(
     let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");
     crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build(d, build))?;
-    target.run(&dir, &emitted.entry, feeds)
+    target.run(&dir, build, &emitted.entry, feeds)
 }
 
 /// The largest |a - b| between two runs' outputs, per output.

@@ -134,6 +134,11 @@ enum Command {
         /// Also run the interpreter and print the largest difference per output
         #[arg(long)]
         check: bool,
+        /// Run a GPU target's kernels on the CPU (--target cuda, compiled as host C++
+        /// against mithrilc's emulation of CUDA): a test of the kernels' logic that needs
+        /// no GPU, not a measure of speed
+        #[arg(long)]
+        emulate: bool,
     },
     /// Compile the model for a target and build it
     Compile {
@@ -186,8 +191,8 @@ fn main() -> ExitCode {
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, data, params, output }).map(|(_, report)| report)),
+        Command::Run { model, grad, data, params, output, target, check, emulate } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, data, params, output }).map(|(_, report)| report)),
         Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max } => {
             with_grad(model, &grad).and_then(|model| {
                 cli::compile(&cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force })

@@ -24,6 +24,7 @@ fn check(model: &str, batches: &[u32]) {
         let args = RunArgs {
             target: cli::RunTarget::Interp,
             check: false,
+            emulate: false,
             model: ModelArgs { model: dir.join(format!("{model}.json")), ..Default::default() },
             data: vec![format!("input={}", input.display())],
             params: Some(dir.join(format!("{model}.safetensors"))),

@@ -476,10 +476,10 @@ fn compile_error_exit_codes() {
     );
     let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "c", "--shape", "input=3,4"], &testdata);
     assert_eq!((code, stderr.as_str()), (2, "error: compile needs -o OUTDIR\n"));
-    let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "cuda", "--shape", "input=3,4", "-o", "x"], &testdata);
+    let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "tpu", "--shape", "input=3,4", "-o", "x"], &testdata);
     // Targets come from the backend table: an unknown one is a usage error listing them.
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("invalid value 'cuda' for '--target <TARGET>'") && stderr.contains(&format!("[possible values: {}]", mithrilc::backend::names())), "{stderr}");
+    assert!(stderr.contains("invalid value 'tpu' for '--target <TARGET>'") && stderr.contains(&format!("[possible values: {}]", mithrilc::backend::names())), "{stderr}");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_mithrilc"))
@@ -1028,4 +1028,17 @@ fn unsupported_nodes_are_listed_all_at_once() {
 ";
     assert_eq!((code, stdout.as_str(), stderr.as_str()), (1, "", want));
     assert!(!dir.path().join("out").exists());
+}
+
+/// `--emulate` is for a GPU target: with the interpreter or the C target it is a usage
+/// error (2) saying so.
+#[test]
+fn emulate_needs_a_gpu_target() {
+    let Some(shared) = shared() else { return };
+    let testdata = shared.join("testdata");
+    let run = |target: &str| mithrilc(&["run", "linear.json", "--data", "linear.npz", "--params", "linear.npz", "--target", target, "--emulate"], &testdata);
+    let (code, _, stderr) = run("interp");
+    assert_eq!((code, stderr.as_str()), (2, "error: --emulate runs a GPU target's kernels on the CPU: give --target cuda\n"));
+    let (code, _, stderr) = run("c");
+    assert_eq!((code, stderr.as_str()), (2, "error: --emulate is for GPU targets; the c target runs natively\n"));
 }

@@ -1,22 +1,22 @@
-//! Generated code, committed: the C target's sources and the CUDA and Metal loop
-//! kernels of every `../shared/bench` model at batch 1, two of them with `--grad` (the
-//! backward pass and the training step), and every test-data case.
+//! Generated code, committed: the C and CUDA targets' sources and the Metal loop kernels
+//! of every `../shared/bench` model at batch 1, two of them with `--grad` (the backward
+//! pass and the training step), and every test-data case.
 //! - `tests/out/c/{bench,testdata}/<case>/`: the C files as `mithrilc compile --target c
 //!   --emit source` writes them. The runtime's files (`mithril_*`, copied verbatim from
 //!   `runtime-c/`) and `weights.bin` are not kept.
-//! - `tests/out/cuda/.../<program>.cu` and `tests/out/metal/.../<program>.metal`: the
-//!   loop kernels of the same compiled programs (`<program>_backward` with `--grad`),
-//!   as `codegen::cuda::render_kernels` and `codegen::metal::render_kernels` write
-//!   them; a program a dialect refuses (Metal has no f64) keeps the refusal instead,
-//!   as a file starting `refused: `. `rendered_cuda_compiles_with_nvcc` compiles every
-//!   CUDA file with nvcc.
+//! - `tests/out/cuda/.../`: `<name>.cu` and `<name>.h` as `compile --target cuda --emit
+//!   source` writes them (the demo and Makefile come from templates the C files show;
+//!   `tests/cuda_target.rs` builds everything with nvcc and runs it under emulation).
+//! - `tests/out/metal/.../<program>.metal`: the loop kernels of the C target's programs
+//!   (`<program>_backward` with `--grad`), as `codegen::metal::render_kernels` writes
+//!   them; a program Metal refuses (it has no f64) keeps the refusal instead, as a file
+//!   starting `refused: `.
 //!
 //! A change to lowering or codegen shows up as a diff of these files in review. Each is
 //! stored as `NAME.golden` (`mlp.c.golden`): generated code repeats itself by design,
 //! and the suffix keeps it out of the tree's duplicate-code reports.
-//! The runtime's files (`codegen::c::RUNTIME_FILES`, copied verbatim from `runtime-c/`) and
-//! `weights.bin` are not kept. `UPDATE_EXPECT=1 cargo test --test golden` rewrites the
-//! files and prints what changed as a unified diff.
+//! `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files and prints what
+//! changed as a unified diff.
 //! The same compiles check the program's text form: printed after each program pass, it
 //! parses back to the same program.
 
@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use mithrilc::backend::Backend;
 use mithrilc::cli;
 use mithrilc::codegen::{c, cuda, metal, names::identifier};
 use mithrilc::data;
@@ -57,21 +58,31 @@ impl Case {
     }
 }
 
-/// The generated C files of one compile, by name (runtime copies and weights left out).
-fn generate_c(case: &Case) -> Files {
+/// The files of one `compile --emit source` for `target`, by name, that `keep` keeps
+/// (the runtime's copies, `weights.bin` and the output directory's own record never).
+fn generate(case: &Case, target: &'static dyn Backend, runtime: &[(&str, &str)], keep: impl Fn(&str) -> bool) -> Files {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let args = cli::CompileArgs { model: case.model_args(), params: case.params.clone(), out: Some(out.clone()), emit: "source".into(), ..Default::default() };
+    let args = cli::CompileArgs { model: case.model_args(), target, params: case.params.clone(), out: Some(out.clone()), emit: "source".into(), ..Default::default() };
     cli::compile(&args).map_err(|e| format!("{}: {e}", case.model.display()))?;
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&out).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if mithrilc::codegen::c::RUNTIME_FILES.iter().any(|(file, _)| *file == name) || name == "weights.bin" || name.starts_with('.') {
+        if runtime.iter().any(|(file, _)| *file == name) || name == "weights.bin" || name.starts_with('.') || !keep(&name) {
             continue;
         }
         files.insert(name.clone(), std::fs::read_to_string(out.join(&name)).unwrap());
     }
     Ok(files)
+}
+
+fn generate_c(case: &Case) -> Files {
+    generate(case, &c::backend::CTarget, c::RUNTIME_FILES, |_| true)
+}
+
+/// The CUDA model's own source and header.
+fn generate_cuda(case: &Case) -> Files {
+    generate(case, &cuda::backend::CudaTarget, cuda::RUNTIME_FILES, |name| (name.ends_with(".cu") && !name.ends_with("_demo.cu")) || name.ends_with(".h"))
 }
 
 /// A case's programs as `compile --target c` compiles them (lowered, the C target's
@@ -86,22 +97,16 @@ fn c_programs(case: &Case, mut after: impl FnMut(&str, &mithrilc::lower::Program
     std::iter::once(&graphs.forward).chain(&graphs.backward).map(|g| mithrilc::passes::compile(g, &opts, passes, &mut after).map_err(err)).collect()
 }
 
-/// The loop kernels of a case's programs ([`c_programs`]) in CUDA and in Metal. A
-/// refused program keeps the refusal.
-fn generate_kernels(case: &Case) -> (Files, Files) {
-    let programs = match c_programs(case, |_, _| {}) {
-        Ok(p) => p,
-        Err(e) => return (Err(e.clone()), Err(e)),
-    };
-    let render = |ext: &str, f: fn(&mithrilc::lower::Program) -> mithrilc::error::Result<String>| {
-        let mut files = BTreeMap::new();
-        for (i, p) in programs.iter().enumerate() {
-            let name = format!("{}{}.{ext}", identifier(&programs[0].name), if i == 0 { "" } else { "_backward" });
-            files.insert(name, f(p).unwrap_or_else(|e| format!("refused: {e}\n")));
-        }
-        files
-    };
-    (Ok(render("cu", cuda::render_kernels)), Ok(render("metal", metal::render_kernels)))
+/// The Metal loop kernels of a case's programs ([`c_programs`]). A refused program
+/// keeps the refusal.
+fn generate_metal(case: &Case) -> Files {
+    let programs = c_programs(case, |_, _| {})?;
+    let mut files = BTreeMap::new();
+    for (i, p) in programs.iter().enumerate() {
+        let name = format!("{}{}.metal", identifier(&programs[0].name), if i == 0 { "" } else { "_backward" });
+        files.insert(name, metal::render_kernels(p).unwrap_or_else(|e| format!("refused: {e}\n")));
+    }
+    Ok(files)
 }
 
 /// A bench model at batch 1 (its parameters from its safetensors file).
@@ -219,8 +224,7 @@ fn generated_code_matches_the_committed_files() {
     }
     let mut problems = Vec::new();
     for case in cases() {
-        let (cu, metal) = generate_kernels(&case);
-        for (target, got) in [("c", generate_c(&case)), ("cuda", cu), ("metal", metal)] {
+        for (target, got) in [("c", generate_c(&case)), ("cuda", generate_cuda(&case)), ("metal", generate_metal(&case))] {
             let got = match got {
                 Ok(g) => g,
                 Err(e) => {
@@ -290,59 +294,6 @@ fn committed(target: &str) -> Vec<(String, String)> {
     assert!(!files.is_empty(), "no files under {}", top.display());
     files.sort();
     files
-}
-
-/// Every committed CUDA file compiles with nvcc for sm_80, every warning an error (the
-/// host compiler's too). One nvcc per file costs a few seconds of host compilation
-/// each, so the files compile as one translation unit, each inside a namespace of its
-/// own without its `extern "C"` (kernel names repeat between cases), after
-/// `mithril_ops.h`; beside it, the bench files compile alone exactly as committed.
-#[test]
-fn rendered_cuda_compiles_with_nvcc() {
-    // Found as mithrilc finds it (`build::nvcc`: $MITHRILC_NVCC, PATH, the pip wheels).
-    let nvcc = match mithrilc::build::nvcc() {
-        Ok(nvcc) => nvcc,
-        Err(e) => {
-            common::skip(&e.to_string().replace('\n', " "));
-            return;
-        }
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let files = committed("cuda");
-    let mut bundle = String::from("#include \"mithril_ops.h\"\n");
-    let mut alone = Vec::new();
-    for (i, (name, text)) in files.iter().enumerate() {
-        if text.starts_with("refused: ") {
-            println!("not compiled ({name}): {}", text.trim_end());
-            continue;
-        }
-        let flat = name.replace('/', "__");
-        std::fs::write(dir.path().join(format!("{flat}.inc")), text.replace("extern \"C\" __global__", "__global__")).unwrap();
-        bundle.push_str(&format!("namespace f{i} {{\n#include \"{flat}.inc\"\n}}\n"));
-        if name.starts_with("bench/") {
-            std::fs::write(dir.path().join(&flat), text).unwrap();
-            alone.push(flat);
-        }
-    }
-    std::fs::write(dir.path().join("all.cu"), bundle).unwrap();
-    let include = root().join("runtime-c");
-    let compile = |inputs: &[String]| {
-        let out = Command::new(&nvcc)
-            .args(["-c", "-std=c++17", "-arch=sm_80", "-Xcompiler", "-Wall,-Wextra,-Werror", "--Werror", "all-warnings"])
-            .arg("-I")
-            .arg(&include)
-            .args(inputs)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "nvcc {} failed:\n{}{}", inputs.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    };
-    std::thread::scope(|s| {
-        let all = s.spawn(|| compile(&["all.cu".to_string()]));
-        compile(&alone);
-        all.join().unwrap();
-    });
-    println!("{} CUDA files compiled with {} ({} alone too)", files.len(), nvcc.display(), alone.len());
 }
 
 /// Every committed Metal file parses and type-checks as C++17 (clang++ -fsyntax-only,

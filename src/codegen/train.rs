@@ -38,6 +38,11 @@ pub struct Update {
 }
 
 impl TrainLayout {
+    /// The training step of `forward` with `backward` (from `--grad`), if any.
+    pub fn of(forward: &Program, backward: Option<&Program>) -> Result<Option<TrainLayout>> {
+        backward.map_or(Ok(None), |b| TrainLayout::new(forward, b))
+    }
+
     /// `None` when the backward pass has no loss to descend.
     pub fn new(forward: &Program, backward: &Program) -> Result<Option<TrainLayout>> {
         // One blob serves both passes (and the step updates it in place).

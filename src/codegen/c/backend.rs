@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{lower_programs, memory_report, Backend, BuildConfig, EmitOptions, Emitted, Entry, WeightLayout};
+use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, WeightLayout};
 use crate::cli::Graphs;
 use crate::data;
 use crate::error::{Error, Result};
@@ -32,11 +32,7 @@ impl Backend for CTarget {
     /// What lowering cannot express, and element types the C dialect lacks (f16/bf16
     /// have no C arithmetic yet).
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
-        let dtype = graph.ty(v).dtype;
-        if !super::dialect::C.supports(dtype) {
-            return Some(format!("no {dtype} arithmetic"));
-        }
-        crate::lower::lacking(graph, v)
+        program_target_lacks(graph, v, |d| super::dialect::C.supports(d))
     }
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
@@ -48,40 +44,44 @@ impl Backend for CTarget {
         let (forward, backward) = lower_programs(graphs, &lower, passes, &opts.print_after)?;
         let c = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
         let files = super::emit(&forward, backward.as_ref(), &c)?;
-        let mut report = memory_report(&forward);
-        if let Some(b) = &backward {
-            report.push_str("backward pass:\n");
-            report.push_str(&memory_report(b));
-        }
-        // The demo runs the backward pass when there is one.
-        let program = backward.as_ref().unwrap_or(&forward);
-        let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
-        let entry = Entry { name: super::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs) };
-        Ok(Emitted { files, entry, report })
+        Ok(program_emitted(files, &forward, backward.as_ref()))
     }
 
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
         crate::build::make(dir, &build.cc, &build.cflags)
     }
 
-    fn run(&self, dir: &Path, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
-        let mut cmd = std::process::Command::new(dir.join(format!("{}_demo", entry.name)));
-        cmd.current_dir(dir).arg("--out").arg(dir);
-        for (i, input) in entry.inputs.iter().enumerate() {
-            let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
-            let path = dir.join(format!("input_{i}.npy"));
-            data::write_npy(&path, t)?;
-            let mut spec = std::ffi::OsString::from(format!("{}=", super::port_label(input)));
-            spec.push(&path);
-            cmd.arg("--input").arg(spec);
-        }
-        crate::build::run_program(cmd, "the compiled model", "the build above should have produced it", super::DEMO_REJECTED_EXIT)?;
-        let mut outputs = Vec::new();
-        for (i, name) in entry.outputs.iter().enumerate() {
-            let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
-            let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
-            outputs.push((name.clone(), t));
-        }
-        Ok(outputs)
+    fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
+        run_demo(&dir.join(format!("{}_demo", entry.name)), dir, entry, feeds, &[])
     }
+}
+
+/// Runs a demo program built in `dir` (the C target's, or another target's built from
+/// the same template) on `feeds`, through .npy files, and reads its outputs back. Its
+/// exit statuses besides the model's rejection are `statuses` ([`crate::build::run_program`]).
+pub(crate) fn run_demo(
+    demo: &Path,
+    dir: &Path,
+    entry: &Entry,
+    feeds: &BTreeMap<String, Tensor>,
+    statuses: &[(i32, crate::error::ErrorKind, &str)],
+) -> Result<Vec<(String, Tensor)>> {
+    let mut cmd = std::process::Command::new(demo);
+    cmd.current_dir(dir).arg("--out").arg(dir);
+    for (i, input) in entry.inputs.iter().enumerate() {
+        let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
+        let path = dir.join(format!("input_{i}.npy"));
+        data::write_npy(&path, t)?;
+        let mut spec = std::ffi::OsString::from(format!("{}=", super::port_label(input)));
+        spec.push(&path);
+        cmd.arg("--input").arg(spec);
+    }
+    crate::build::run_program(cmd, "the compiled model", "the build above should have produced it", super::DEMO_REJECTED_EXIT, statuses)?;
+    let mut outputs = Vec::new();
+    for (i, name) in entry.outputs.iter().enumerate() {
+        let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
+        let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
+        outputs.push((name.clone(), t));
+    }
+    Ok(outputs)
 }

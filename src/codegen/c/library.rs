@@ -177,8 +177,8 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
 }
 
 /// A 1-d or 2-d window (convolution, pooling) in the runtime's 2-d terms: a 1-d window
-/// is one of height 1.
-struct Window2d {
+/// is one of height 1. (The CUDA runtime's kernels take the same arguments.)
+pub(crate) struct Window2d {
     two: bool,
     stride: (u64, u64),
     /// Top and left padding (the bottom and right follow from the output size).
@@ -187,7 +187,7 @@ struct Window2d {
 }
 
 impl Window2d {
-    fn new(stride: &[u64], padding: &[(u64, u64)], dilation: &[u64]) -> Window2d {
+    pub(crate) fn new(stride: &[u64], padding: &[(u64, u64)], dilation: &[u64]) -> Window2d {
         let two = stride.len() == 2;
         let w = Window2d { two, stride: (0, 0), pad: (0, 0), dilation: (0, 0) };
         let before: Vec<u64> = padding.iter().map(|p| p.0).collect();
@@ -195,7 +195,7 @@ impl Window2d {
     }
 
     /// (height, width) of a per-dimension parameter; a 1-d window's height is `one`.
-    fn pair(&self, v: &[u64], one: u64) -> (u64, u64) {
+    pub(crate) fn pair(&self, v: &[u64], one: u64) -> (u64, u64) {
         if self.two {
             (v[0], v[1])
         } else {
@@ -204,13 +204,13 @@ impl Window2d {
     }
 
     /// The runtime's `stride_h, stride_w, pad_top, pad_left, dil_h, dil_w` arguments.
-    fn args(&self) -> String {
+    pub(crate) fn args(&self) -> String {
         let (s, p, d) = (self.stride, self.pad, self.dilation);
         format!("{}, {}, {}, {}, {}, {}", s.0, s.1, p.0, p.1, d.0, d.1)
     }
 
     /// (height, width) of a view's trailing spatial dimensions.
-    fn spatial(&self, v: &View) -> (u64, u64) {
+    pub(crate) fn spatial(&self, v: &View) -> (u64, u64) {
         let n = v.shape.len();
         self.pair(&v.shape[n - 1 - usize::from(self.two)..], 1)
     }

@@ -22,8 +22,8 @@
 pub mod backend;
 pub mod dialect;
 pub mod layout;
-mod library;
-mod program;
+pub(crate) mod library;
+pub(crate) mod program;
 
 use program::program_c;
 
@@ -107,31 +107,21 @@ pub const DEMO_REJECTED_EXIT: i32 = 4;
 pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     let name = identifier(&p.name);
     let upper = name.to_uppercase();
-    let train = match backward {
-        Some(b) => TrainLayout::new(p, b)?,
-        None => None,
-    };
+    let train = TrainLayout::of(p, backward)?;
     let ctx = TemplateContext::new(p, backward, train.as_ref(), &name, &upper, opts)?;
-    let mut tera = tera::Tera::default();
-    let templates = [
+    let tera = Templates::new(&[
         ("model.h", include_str!("../../../templates/c/model.h.tera")),
         ("Makefile", include_str!("../../../templates/c/Makefile.tera")),
-        ("demo.c", include_str!("../../../templates/c/demo.c.tera")),
-    ];
-    for (n, t) in templates {
-        tera.add_raw_template(n, t).map_err(|e| Error::internal(format!("template {n}: {e}")))?;
-    }
-    // (Each context is serialized once: it lists every parameter.)
-    let context = |ctx: &TemplateContext| tera::Context::from_serialize(ctx).map_err(|e| Error::internal(format!("template context: {e}")));
-    let render = |n: &str, context: &tera::Context| tera.render(n, context).map_err(|e| Error::internal(format!("template {n}: {e:?}")));
-    let (main, demo) = (context(&ctx)?, context(&ctx.for_demo())?);
+    ])?;
+    let render = |n: &str, context: &tera::Context| tera.render(n, context);
+    let (main, demo) = (ctx.context()?, ctx.for_demo().context()?);
     let mut files = vec![
         (format!("{name}.h"), render("model.h", &main)?.into_bytes()),
         (format!("{name}.c"), model_c(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
     ];
     files.extend(RUNTIME_FILES.iter().map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
     files.extend([
-        (format!("{name}_demo.c"), render("demo.c", &demo)?.into_bytes()),
+        (format!("{name}_demo.c"), render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
     ]);
     match (opts.mode, &opts.weights) {
@@ -176,6 +166,27 @@ _{name}_weights_data:\n\
     )
 }
 
+/// The demo program's template: C99 that is also C++ (the CUDA target compiles it
+/// with nvcc, its `cuda` context flag set).
+pub(crate) const DEMO: &str = "demo.c";
+
+/// A C-family target's templates: its own, plus those every such target shares (the
+/// demo, and `ports.h`, the header's size and shape macros, which a header includes).
+pub(crate) struct Templates(tera::Tera);
+
+impl Templates {
+    pub(crate) fn new(own: &[(&str, &str)]) -> Result<Templates> {
+        let mut tera = tera::Tera::default();
+        let shared = [("ports.h", include_str!("../../../templates/c/ports.h.tera")), (DEMO, include_str!("../../../templates/c/demo.c.tera"))];
+        tera.add_raw_templates(shared.iter().chain(own).copied()).map_err(|e| Error::internal(format!("templates: {e:?}")))?;
+        Ok(Templates(tera))
+    }
+
+    pub(crate) fn render(&self, name: &str, context: &tera::Context) -> Result<String> {
+        self.0.render(name, context).map_err(|e| Error::internal(format!("template {name}: {e:?}")))
+    }
+}
+
 #[derive(Serialize, Clone)]
 struct TensorInfo {
     name: String,
@@ -204,7 +215,7 @@ struct TensorInfo {
 }
 
 #[derive(Serialize, Clone)]
-struct TemplateContext {
+pub(crate) struct TemplateContext {
     name: String,
     #[serde(rename = "NAME")]
     upper: String,
@@ -234,6 +245,14 @@ struct TemplateContext {
     error_index: i32,
     /// The demo's exit status when the model returns an error for its inputs.
     rejected_exit: i32,
+    /// Whether the artifact is the CUDA target's: the demo copies buffers to the GPU and
+    /// runs the model on a stream.
+    pub(crate) cuda: bool,
+    /// The CUDA target's status for a failed CUDA call, and the demo's exit status
+    /// when no GPU can be used.
+    error_cuda: i32,
+    error_file: i32,
+    no_gpu_exit: i32,
 }
 
 #[derive(Serialize, Clone)]
@@ -264,7 +283,7 @@ struct DimInfo {
 
 
 impl TemplateContext {
-    fn new(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>, name: &str, upper: &str, opts: &Options) -> Result<TemplateContext> {
+    pub(crate) fn new(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>, name: &str, upper: &str, opts: &Options) -> Result<TemplateContext> {
         let info = |p: &Program, port: &crate::lower::Port| {
             let (n, buf, shape) = (port.name.as_str(), port.buf, port.shape.as_slice());
             let b = &p.buffers[buf.0];
@@ -342,11 +361,19 @@ impl TemplateContext {
             error_size: ERROR_SIZE,
             error_index: ERROR_INDEX,
             rejected_exit: DEMO_REJECTED_EXIT,
+            cuda: false,
+            error_cuda: crate::codegen::cuda::ERROR_CUDA,
+            error_file: crate::codegen::cuda::ERROR_FILE,
+            no_gpu_exit: crate::codegen::cuda::DEMO_NO_GPU_EXIT,
         })
     }
 
+    pub(crate) fn context(&self) -> Result<tera::Context> {
+        tera::Context::from_serialize(self).map_err(|e| Error::internal(format!("template context: {e}")))
+    }
+
     /// The demo's context: it runs the backward pass when there is one.
-    fn for_demo(&self) -> TemplateContext {
+    pub(crate) fn for_demo(&self) -> TemplateContext {
         let mut demo = self.clone();
         if let Some(b) = &self.backward {
             demo.entry = "backward";

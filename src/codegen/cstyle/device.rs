@@ -21,7 +21,6 @@ use crate::lower::{kernel_writes, Kernel, Program};
 pub fn render_kernels<D: Dialect>(p: &Program, d: &D) -> Result<String> {
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d, names: &names };
-    let dims = dim_params(p);
     let refused: Vec<String> = p
         .steps
         .iter()
@@ -38,30 +37,53 @@ pub fn render_kernels<D: Dialect>(p: &Program, d: &D) -> Result<String> {
     s.push_str(d.prelude());
     for (k, step) in p.steps.iter().enumerate() {
         let origins = comment_safe(&step.origins.join("; "));
-        let library = match &step.kernel {
-            Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => None,
-            Kernel::Gemm { epilogue, .. } => Some(if epilogue.is_some() { "matmul with an epilogue" } else { "matmul" }),
-            Kernel::Conv { epilogue, .. } => Some(if epilogue.is_some() { "convolution with an epilogue" } else { "convolution" }),
-            Kernel::Pool { .. } => Some("pooling"),
-            Kernel::Softmax { .. } => Some("softmax"),
-        };
-        if let Some(what) = library {
+        if let Some(what) = library_kernel(&step.kernel) {
             let _ = writeln!(s, "\n/* kernel {k}: the library's {what} runs here: {origins} */");
             continue;
         }
-        let written = kernel_writes(&step.kernel);
-        let mut params: Vec<Param> = buffers_of(&step.kernel)
-            .into_iter()
-            .map(|b| Param { name: names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: if b == written { ParamKind::Write } else { ParamKind::Read } })
-            .collect();
-        let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
-        used.sort_unstable();
-        used.dedup();
-        params.extend(used.into_iter().map(|i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
-        let _ = writeln!(s, "\n/* kernel {k}: {origins} */\n{}\n{{", d.kernel_signature(&format!("{prefix}_k{k}"), &params));
-        loop_kernel(&r, &step.kernel, &extents(step, |i| dims[i].clone()), &mut s)?;
-        s.push_str("}\n");
+        s.push('\n');
+        s.push_str(&device_kernel(&r, &format!("{prefix}_k{k}"), k, step)?);
     }
+    Ok(s)
+}
+
+/// What a kernel the target's library runs is, for comments (`matmul with an
+/// epilogue`); `None` for a loop kernel, which the renderer writes.
+pub fn library_kernel(k: &Kernel) -> Option<&'static str> {
+    match k {
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => None,
+        Kernel::Gemm { epilogue, .. } => Some(if epilogue.is_some() { "matmul with an epilogue" } else { "matmul" }),
+        Kernel::Conv { epilogue, .. } => Some(if epilogue.is_some() { "convolution with an epilogue" } else { "convolution" }),
+        Kernel::Pool { .. } => Some("pooling"),
+        Kernel::Softmax { .. } => Some("softmax"),
+    }
+}
+
+/// The arguments of loop kernel `step` as [`device_kernel`] declares them, in order:
+/// the buffers it touches (by buffer number), then the symbolic dimensions its loops
+/// run to. A host launching it passes them in this order.
+pub fn kernel_params<D: Dialect + ?Sized>(r: &Renderer<D>, step: &crate::lower::Step) -> Vec<Param> {
+    let p = r.p;
+    let dims = dim_params(p);
+    let written = kernel_writes(&step.kernel);
+    let mut params: Vec<Param> = buffers_of(&step.kernel)
+        .into_iter()
+        .map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: if b == written { ParamKind::Write } else { ParamKind::Read } })
+        .collect();
+    let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
+    used.sort_unstable();
+    used.dedup();
+    params.extend(used.into_iter().map(|i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
+    params
+}
+
+/// Loop kernel `k` (`step`) as a kernel function called `fname`, after a comment naming
+/// the model ops it came from.
+pub fn device_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, fname: &str, k: usize, step: &crate::lower::Step) -> Result<String> {
+    let dims = dim_params(r.p);
+    let mut s = format!("/* kernel {k}: {} */\n{}\n{{\n", comment_safe(&step.origins.join("; ")), r.d.kernel_signature(fname, &kernel_params(r, step)));
+    loop_kernel(r, &step.kernel, &extents(step, |i| dims[i].clone()), &mut s)?;
+    s.push_str("}\n");
     Ok(s)
 }
 

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{pad, Dialect, Renderer};
+use super::{pad, Dialect, Renderer, Warp};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, ReduceKind};
 use crate::lower::{Expr, Kernel, Step};
@@ -53,10 +53,20 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             let t = r.p.buffers[out.buf.0].dtype;
             let acc_ty = r.acc_type(*kind, t);
             let outer = &ext[..out.shape.len()];
-            let depth = d.open_outer(s, outer);
             let (init, step) = r.reduce_parts(*kind, acc_ty);
             let v = r.expr(&Expr::Cast(Box::new(expr.clone()), acc_ty));
             let rv = out.shape.len(); // the first reduced loop variable
+            let value = match scale {
+                Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(*f, d.accumulator())),
+                None => format!("({}) acc", d.ty(t)),
+            };
+            let vars: Vec<usize> = (0..out.shape.len()).collect();
+            let store = format!("{}[{}] = {value};", r.names[out.buf.0], r.index(out, &vars));
+            if let Some(w) = warp_reduce(r, k) {
+                warp_sum(r, w, s, ext, rv, &v, acc_ty, (&init, &step), &store);
+                return Ok(());
+            }
+            let depth = d.open_outer(s, outer);
             // one static reduced extent, long enough for partial sums
             let long = match &ext[rv..] {
                 [n] => n.parse::<usize>().ok().filter(|&n| n >= 2 * SUM_LANES && d.partial_sums()),
@@ -72,13 +82,7 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
                     r.close_loops(s, reduced.len(), depth);
                 }
             }
-            let vars: Vec<usize> = (0..out.shape.len()).collect();
-            // A mean's scale is a literal of the widest float the dialect has.
-            let value = match scale {
-                Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(*f, d.accumulator())),
-                None => format!("({}) acc", d.ty(t)),
-            };
-            let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
+            let _ = writeln!(s, "{}{store}", pad(depth));
             d.close_outer(s, outer);
         }
         Kernel::ArgReduce { out, kind, expr, .. } => {
@@ -99,6 +103,51 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
         other => return Err(Error::internal(format!("not a loop kernel: {other:?}"))),
     }
     Ok(())
+}
+
+/// Whether reduction `k` runs by warps in `r`'s dialect, and its spellings: when the
+/// dialect has warps ([`Dialect::warp`]), the reduced domain (at its maximal size) has
+/// at least a lane per element, and the accumulator is a type the lanes can shuffle.
+/// A target's host code launches such a kernel with a warp per output.
+pub fn warp_reduce<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&'static Warp> {
+    let Kernel::Reduce { out, reduced, kind, .. } = k else { return None };
+    let w = r.d.warp()?;
+    let acc = r.acc_type(*kind, r.p.buffers[out.buf.0].dtype);
+    let long = reduced.iter().product::<u64>() >= u64::from(w.lanes);
+    (long && matches!(acc, Dtype::F32 | Dtype::F64 | Dtype::I32 | Dtype::I64)).then_some(w)
+}
+
+/// A reduction by warps ([`warp_reduce`]): a grid-stride loop over outputs with one
+/// warp per output (so every lane of a warp takes the same trips, as its shuffles
+/// need); each lane accumulates a strided share of the flattened reduced domain, the
+/// shuffles combine the lanes, and lane 0 stores. `step` combines `acc` and `v`.
+#[allow(clippy::too_many_arguments)]
+fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext: &[String], rv: usize, v: &str, acc_ty: Dtype, (init, step): (&str, &str), store: &str) {
+    let (idx, ty) = (r.d.ty(Dtype::I64), r.d.ty(acc_ty));
+    let (outer, inner) = ext.split_at(rv);
+    let _ = writeln!(s, "{}for ({idx} gid = {}; gid < {}; gid += {}) {{", pad(1), w.first, product(outer), w.count);
+    super::device::grid_indices(r.d, s, outer, 2);
+    let _ = writeln!(s, "{}const {idx} lane = {};", pad(2), w.lane);
+    let _ = writeln!(s, "{}{ty} acc = {init};", pad(2));
+    let _ = writeln!(s, "{}for ({idx} rid = lane; rid < {}; rid += {}) {{", pad(2), product(inner), w.lanes);
+    for (k, n) in inner.iter().enumerate() {
+        let div = product(&inner[k + 1..]);
+        let value = match (div.as_str(), k == 0) {
+            ("1", true) => "rid".to_string(),
+            (_, true) => format!("rid / {div}"),
+            ("1", false) => format!("rid % {n}"),
+            _ => format!("rid / {div} % {n}"),
+        };
+        let _ = writeln!(s, "{}const {idx} i{} = {value};", pad(3), rv + k);
+    }
+    let _ = writeln!(s, "{}{ty} v = {v};\n{}acc = {step};\n{}}}", pad(3), pad(3), pad(2));
+    let mut off = w.lanes / 2;
+    while off > 0 {
+        let shuffled = w.shuffle_down.replace("{v}", "acc").replace("{off}", &off.to_string());
+        let _ = writeln!(s, "{}{{\n{}{ty} v = {shuffled};\n{}acc = {step};\n{}}}", pad(2), pad(3), pad(3), pad(2));
+        off /= 2;
+    }
+    let _ = writeln!(s, "{}if (lane == 0) {{\n{}{store}\n{}}}\n{}}}", pad(2), pad(3), pad(2), pad(1));
 }
 
 /// Partial sums of a long reduction: see [`lane_sum`].

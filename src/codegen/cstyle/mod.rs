@@ -98,6 +98,27 @@ pub trait Dialect {
     fn barrier(&self) -> Option<&'static str>;
     /// What a file of kernels starts with: includes, and the scalar helpers.
     fn prelude(&self) -> &'static str;
+    /// How the threads of a warp (a SIMD group) reduce one output together, in
+    /// dialects whose threads can ([`kernel::warp_reduce`]); `None` reduces each output
+    /// in one thread.
+    fn warp(&self) -> Option<&'static Warp> {
+        None
+    }
+}
+
+/// A dialect's spellings for a reduction by the lanes of a warp: lane `l` takes reduced
+/// elements `l, l + lanes, ...`, then the lanes' partial results are combined by
+/// shuffles, halving the distance each step, and lane 0 stores the result.
+pub struct Warp {
+    pub lanes: u32,
+    /// The index of the thread's warp in the grid, and the number of warps in the
+    /// grid (an output loop's start and stride).
+    pub first: &'static str,
+    pub count: &'static str,
+    /// The thread's lane in its warp.
+    pub lane: &'static str,
+    /// The value `{v}` of the lane `{off}` lanes up (every lane of the warp takes part).
+    pub shuffle_down: &'static str,
 }
 
 /// A kernel argument.

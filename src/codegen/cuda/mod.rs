@@ -1,19 +1,65 @@
-//! CUDA as a [`Dialect`] of the shared C-style renderer: the loop kernels of a
-//! [`Program`] as `__global__` functions, one thread per output element in a
-//! grid-stride loop (a launch may cover the output with fewer threads). C's scalar
+//! The CUDA target: a [`Program`] as CUDA C++ for NVIDIA GPUs, a shared library whose
+//! functions take device pointers and a stream, with a header, a demo and a Makefile
+//! that builds it with nvcc (or, with `-DMR_CUDA_EMULATE`, as host C++ whose kernels
+//! run on the CPU: `runtime-cuda/cuda_emu.h`, a test of kernel logic).
+//!
+//! CUDA is a [`Dialect`] of the shared C-style renderer: the loop kernels of the
+//! Program are `__global__` functions, one thread per output element in a grid-stride
+//! loop, and long reductions a warp per output combined by shuffles. C's scalar
 //! spellings and `mithril_ops.h` serve as they are (its helpers become `__device__`
-//! functions under nvcc). Only the kernels are rendered: the library kernels (matmul,
-//! convolution, pooling, softmax) and the host code come with the CUDA target, which is
-//! not a compile target yet.
+//! functions under nvcc). Matrix products, convolutions, pooling and softmax run in
+//! `runtime-cuda/mithril_cuda.h`'s kernels, with a kernel's epilogue as a functor they
+//! call on each element they store (`program.rs`). The host code launches everything
+//! in order on the caller's stream and never synchronises.
+//!
+//! Files written (for a model named `mlp`): `mlp.h`, `mlp.cu`, the runtime
+//! ([`RUNTIME_FILES`]), `mlp_demo.cu` (the C target's demo, compiled as C++), `Makefile`,
+//! and `weights.bin` when parameter values were given.
+
+pub mod backend;
+mod program;
+pub mod report;
 
 use std::fmt::Write as _;
 
 use crate::codegen::c::dialect::C;
+use crate::codegen::c::{Options, TemplateContext, Templates, DEMO};
 use crate::codegen::cstyle::device::{grid_indices, grid_size};
-use crate::codegen::cstyle::{pad, Dialect, Param, ParamKind};
-use crate::error::Result;
+use crate::codegen::cstyle::{pad, Dialect, Param, ParamKind, Warp, C_OPS_HEADER};
+use crate::codegen::names::{comment_safe, identifier};
+use crate::codegen::train::TrainLayout;
+use crate::codegen::weights::weights_blob;
+use crate::error::{Error, Result};
 use crate::ir::Dtype;
 use crate::lower::Program;
+
+/// What the functions return when a CUDA call fails (a launch, most often): the
+/// caller's `cudaGetLastError()` says why. `<NAME>_ERROR_CUDA` in the header.
+pub const ERROR_CUDA: i32 = -3;
+
+/// What `<name>_load_weights` returns when the file cannot be opened or is short:
+/// `<NAME>_ERROR_FILE`.
+pub const ERROR_FILE: i32 = -4;
+
+/// The demo's exit status when no GPU or driver can be used.
+pub const DEMO_NO_GPU_EXIT: i32 = 5;
+
+/// The runtime, copied into every output directory: the scalar helpers, the kernel
+/// library, and the CPU emulation of CUDA that `-DMR_CUDA_EMULATE` builds use.
+pub const RUNTIME_FILES: &[(&str, &str)] = &[
+    ("mithril_ops.h", C_OPS_HEADER),
+    ("mithril_cuda.h", include_str!("../../../runtime-cuda/mithril_cuda.h")),
+    ("cuda_emu.h", include_str!("../../../runtime-cuda/cuda_emu.h")),
+];
+
+/// A warp of 32 lanes; a block's threads are 8 warps (`MR_THREADS` is 256).
+static WARP: Warp = Warp {
+    lanes: 32,
+    first: "((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32",
+    count: "((int64_t)gridDim.x * blockDim.x / 32)",
+    lane: "(int64_t)(threadIdx.x % 32)",
+    shuffle_down: "__shfl_down_sync(0xffffffffu, {v}, {off})",
+};
 
 /// CUDA C++ (nvcc, sm_75 and newer).
 pub struct Cuda;
@@ -58,6 +104,65 @@ impl Dialect for Cuda {
     fn prelude(&self) -> &'static str {
         "#include <stdint.h>\n#include \"mithril_ops.h\"\n"
     }
+    fn warp(&self) -> Option<&'static Warp> {
+        Some(&WARP)
+    }
+}
+
+/// The files of the CUDA target, by name, in a fixed order. `backward` (from `--grad`)
+/// adds `<name>_backward` and, when it has a loss, `<name>_train_step`; the demo then
+/// runs the backward pass.
+pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
+    let name = identifier(&p.name);
+    let upper = name.to_uppercase();
+    let train = TrainLayout::of(p, backward)?;
+    let mut ctx = TemplateContext::new(p, backward, train.as_ref(), &name, &upper, opts)?;
+    ctx.cuda = true;
+    let tera = Templates::new(&[
+        ("model.h", include_str!("../../../templates/cuda/model.h.tera")),
+        ("Makefile", include_str!("../../../templates/cuda/Makefile.tera")),
+    ])?;
+    let (main, demo) = (ctx.context()?, ctx.for_demo().context()?);
+    let mut files = vec![
+        (format!("{name}.h"), tera.render("model.h", &main)?.into_bytes()),
+        (format!("{name}.cu"), model_cu(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
+    ];
+    files.extend(RUNTIME_FILES.iter().map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
+    files.extend([
+        (format!("{name}_demo.cu"), tera.render(DEMO, &demo)?.into_bytes()),
+        ("Makefile".to_string(), tera.render("Makefile", &main)?.into_bytes()),
+    ]);
+    if opts.mode != crate::backend::WeightsMode::File {
+        return Err(Error::user(format!("the CUDA target loads its weights from weights.bin (--weights file); --weights {} is the C target's", match opts.mode {
+            crate::backend::WeightsMode::Embed => "embed",
+            _ => "safetensors",
+        })));
+    }
+    if let Some(values) = &opts.weights {
+        files.push(("weights.bin".to_string(), weights_blob(p, values)?));
+    }
+    Ok(files)
+}
+
+/// `<name>.cu`: the forward pass, and with `--grad` the backward pass and the training
+/// step.
+fn model_cu(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>, name: &str, opts: &Options) -> Result<String> {
+    let upper = name.to_uppercase();
+    let mut s = String::new();
+    let _ = writeln!(s, "/* {name}.cu: generated by mithrilc {} from {}. Do not edit. */", env!("CARGO_PKG_VERSION"), comment_safe(&opts.source));
+    let _ = writeln!(s, "#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n");
+    let _ = writeln!(s, "#include \"{name}.h\"\n#include \"mithril_ops.h\"\n#include \"mithril_cuda.h\"\n");
+    program::program_cu(p, name, &format!("{name}_forward"), &upper, &mut s)?;
+    if let Some(b) = backward {
+        let _ = writeln!(s, "\n/* The backward pass: the forward pass again, then the gradients. */");
+        program::program_cu(b, &format!("{name}_bwd"), &format!("{name}_backward"), &upper, &mut s)?;
+        if let Some(t) = train {
+            program::train_step_cu(b, t, name, &mut s);
+        }
+    }
+    program::graph_cu(p, name, &mut s);
+    program::load_weights_cu(p, name, &mut s);
+    Ok(s)
 }
 
 /// The loop kernels of `p` as one `.cu` file (see [`crate::codegen::cstyle::device`]).

@@ -1,0 +1,72 @@
+//! The CUDA target as a [`Backend`]: lowers with the CUDA runtime's kernels (the same
+//! f32 library as C's), writes the sources ([`super::emit`]), builds them with nvcc, or
+//! for `--emulate` with the host C++ compiler, and runs the demo for `run --target cuda`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry};
+use crate::cli::Graphs;
+use crate::codegen::c::backend::run_demo;
+use crate::codegen::cstyle::Dialect;
+use crate::error::{ErrorKind, Result};
+use crate::ir::{Graph, ValueId};
+use crate::tensor::Tensor;
+
+pub struct CudaTarget;
+
+impl Backend for CudaTarget {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn about(&self) -> &'static str {
+        "CUDA C++ for NVIDIA GPUs (sm_80 and newer), built with nvcc: a shared library, a header and a demo program"
+    }
+
+    /// What lowering cannot express, and element types the dialect lacks.
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        program_target_lacks(graph, v, |d| super::Cuda.supports(d))
+    }
+
+    fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
+        // Every weight stays row-major: the runtime's kernels read any strides.
+        let lower = crate::lower::Options { max: opts.max.clone(), library: crate::codegen::c::LIBRARY };
+        let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
+        let c = crate::codegen::c::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
+        let files = super::emit(&forward, backward.as_ref(), &c)?;
+        Ok(program_emitted(files, &forward, backward.as_ref()))
+    }
+
+    /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler
+    /// (`$CXX`, else `c++`) for emulation.
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
+        let mut cmd = std::process::Command::new("make");
+        cmd.current_dir(dir).arg("-s");
+        if build.emulate {
+            cmd.arg("emulate").arg(format!("CXX={}", cxx()));
+        } else {
+            cmd.arg(format!("NVCC={}", crate::build::nvcc()?.display()));
+        }
+        crate::build::run_tool(cmd, "make", "apt-get install make g++ (Debian/Ubuntu)")
+    }
+
+    fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
+        let demo = dir.join(format!("{}_demo{}", entry.name, if build.emulate { "_emu" } else { "" }));
+        let no_gpu = (super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, "run --target cuda needs an NVIDIA GPU and its driver; --emulate runs the kernels on the CPU instead");
+        run_demo(&demo, dir, entry, feeds, &[no_gpu])
+    }
+
+    fn built_report(&self, dir: &Path, entry: &Entry) -> Result<String> {
+        super::report::ptxas_report(dir, &entry.name)
+    }
+
+    fn emulates(&self) -> bool {
+        true
+    }
+}
+
+/// The host C++ compiler: `$CXX`, else `c++`.
+fn cxx() -> String {
+    std::env::var("CXX").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "c++".to_string())
+}

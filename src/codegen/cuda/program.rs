@@ -1,0 +1,377 @@
+//! One [`Program`] as CUDA C++: its constants in device memory, each loop kernel as a
+//! `__global__` function (`cstyle::device`), each library kernel's epilogue as a functor
+//! the runtime's kernel calls on every element it stores, and the host function that
+//! launches them in order on the caller's stream.
+
+use std::fmt::Write as _;
+
+use super::Cuda;
+use crate::codegen::c::library::Window2d;
+use crate::codegen::c::program::declare;
+use crate::codegen::cstyle::device::{device_kernel, kernel_params, library_kernel};
+use crate::codegen::cstyle::kernel::{extents, product, warp_reduce};
+use crate::codegen::cstyle::{pad, Dialect, Renderer};
+use crate::codegen::names::{comment_safe, dim_params, identifier};
+use crate::error::{Error, Result};
+use crate::ir::{Dtype, PoolKind};
+use crate::lower::{BufId, Expr, Kernel, Program, Storage, View};
+
+/// The most batch dimensions of a matrix product the runtime's `mr_batch` holds.
+const MAX_BATCH: usize = 4;
+
+/// One program as CUDA: constants, kernels and epilogue functors named after `name`,
+/// and the host function `entry` that runs them on a stream, returning the header's
+/// error codes (`<upper>_ERROR_*`).
+pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, s: &mut String) -> Result<()> {
+    let (error_cuda, error_size) = (format!("{upper}_ERROR_CUDA"), format!("{upper}_ERROR_SIZE"));
+    let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
+    let r = Renderer { p, d: &Cuda, names: &names };
+    let refused: Vec<String> = p
+        .steps
+        .iter()
+        .enumerate()
+        .filter_map(|(k, step)| r.check(&step.kernel, &format!("kernel {k} ({})", step.origins.join("; "))).err())
+        .map(|e| e.message)
+        .collect();
+    if !refused.is_empty() {
+        return Err(Error::user(refused.join("\n")));
+    }
+    for (i, t) in p.consts.iter().enumerate() {
+        // Written straight into the file: a large constant's literals are never held as
+        // strings of their own.
+        let _ = write!(s, "static __device__ const {} {name}_const{i}[{}] = {{ ", Cuda.ty(t.dtype()), t.numel().max(1));
+        for (j, x) in t.values().enumerate() {
+            if j > 0 {
+                s.push_str(", ");
+            }
+            s.push_str(&r.literal(x, t.dtype()));
+        }
+        s.push_str(" };\n");
+    }
+    let dims = dim_params(p);
+    let mut launches = String::new();
+    for (k, step) in p.steps.iter().enumerate() {
+        let comment = format!("/* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
+        let ext = extents(step, |i| dims[i].clone());
+        let _ = writeln!(launches, "\n    {comment}");
+        if library_kernel(&step.kernel).is_none() {
+            s.push('\n');
+            s.push_str(&device_kernel(&r, &format!("{name}_k{k}"), k, step)?);
+            let args: Vec<String> = kernel_params(&r, step).into_iter().map(|p| p.name).collect();
+            let (launch, count) = match &step.kernel {
+                Kernel::Reduce { out, .. } if warp_reduce(&r, &step.kernel).is_some() => ("mr_warp_blocks", product(&ext[..out.shape.len()])),
+                Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => ("mr_blocks", product(&ext[..out.shape.len()])),
+                _ => unreachable!("library kernels are handled below"),
+            };
+            let _ = writeln!(launches, "    MR_LAUNCH({name}_k{k}, {launch}({count}), MR_THREADS, stream, {});", args.join(", "));
+            let _ = writeln!(launches, "    if (cudaGetLastError() != cudaSuccess) {{\n        return {error_cuda};\n    }}");
+            continue;
+        }
+        let ep = epilogue(&r, name, k, step, &ext, s)?;
+        let (decl, call) = library_call(&r, &step.kernel, &ext)?;
+        let _ = writeln!(launches, "    {{\n{ep}{decl}        if ({call} != cudaSuccess) {{\n            return {error_cuda};\n        }}\n    }}");
+    }
+    // Symbolic dimensions are trailing arguments, checked against their maxima.
+    let decl: String = dims.iter().map(|n| format!(", int64_t {n}")).collect();
+    let _ = writeln!(
+        s,
+        "\nextern \"C\" int {entry}(const void *weights, const void *const inputs[], void *const outputs[], void *arena, cudaStream_t stream{decl})\n{{"
+    );
+    for (param, (_, max)) in dims.iter().zip(&p.symbols) {
+        let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return {error_size};\n    }}");
+    }
+    let mut used: Vec<BufId> = p.steps.iter().flat_map(|st| crate::codegen::cstyle::kernel::buffers_of(&st.kernel)).collect();
+    for st in &p.steps {
+        if let Kernel::Conv { scratch: Some(v), .. } = &st.kernel {
+            used.push(v.buf);
+        }
+    }
+    used.sort();
+    used.dedup();
+    let (consts, others): (Vec<BufId>, Vec<BufId>) = used.into_iter().partition(|b| matches!(p.buffers[b.0].storage, Storage::Const(_)));
+    // The base pointers the buffers are found from, and the arguments no kernel uses.
+    let uses = |f: fn(&Storage) -> bool| others.iter().any(|b| f(&p.buffers[b.0].storage));
+    if uses(|s| matches!(s, Storage::Weight { .. })) {
+        s.push_str("    const unsigned char *w = (const unsigned char *)weights;\n");
+    } else {
+        s.push_str("    (void)weights;\n");
+    }
+    if uses(|s| matches!(s, Storage::Arena { .. })) {
+        s.push_str("    unsigned char *a = (unsigned char *)arena;\n");
+    } else {
+        s.push_str("    (void)arena;\n");
+    }
+    if !uses(|s| matches!(s, Storage::Input(_))) {
+        s.push_str("    (void)inputs;\n");
+    }
+    if !uses(|s| matches!(s, Storage::Output(_))) {
+        s.push_str("    (void)outputs;\n");
+    }
+    declare(s, p, &names, &others, "", name);
+    for b in consts {
+        let Storage::Const(k) = p.buffers[b.0].storage else { continue };
+        // A `__device__` array's address comes from the runtime, not from `&`.
+        let ty = Cuda.ty(p.buffers[b.0].dtype);
+        let n = &names[b.0];
+        let _ = writeln!(s, "    const {ty} *{n} = NULL;");
+        let _ = writeln!(s, "    if (cudaGetSymbolAddress((void **)&{n}, {name}_const{k}) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
+    }
+    s.push_str(&launches);
+    s.push_str("    return 0;\n}\n");
+    Ok(())
+}
+
+/// Kernel `k`'s epilogue as a functor `<name>_e<k>` (written to `s`): the buffers its
+/// expression reads and the run-time dimensions as fields, and an operator the
+/// runtime's kernel calls with (batch, row, column) after storing that element, which
+/// rewrites it. Without an epilogue, `ep` is the runtime's `mr_no_epilogue` (none for a
+/// kernel that takes no epilogue).
+/// Returns the host statement that declares `ep`.
+fn epilogue(r: &Renderer<Cuda>, name: &str, k: usize, step: &crate::lower::Step, ext: &[String], s: &mut String) -> Result<String> {
+    let (out, expr, conv) = match &step.kernel {
+        Kernel::Gemm { c, epilogue: Some(e), .. } => (c, e, false),
+        Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, true),
+        Kernel::Gemm { .. } | Kernel::Conv { .. } => return Ok("        const mr_no_epilogue ep;\n".to_string()),
+        _ => return Ok(String::new()),
+    };
+    let p = r.p;
+    let mut bufs = Vec::new();
+    crate::lower::expr_bufs(expr, &mut bufs);
+    bufs.push(out.buf);
+    bufs.sort();
+    bufs.dedup();
+    let dims = dim_params(p);
+    let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
+    used.sort_unstable();
+    used.dedup();
+    let mut fields = Vec::new();
+    let mut values = Vec::new();
+    for b in &bufs {
+        let ty = Cuda.ty(p.buffers[b.0].dtype);
+        let konst = if *b == out.buf { "" } else { "const " };
+        fields.push(format!("    {konst}{ty} *{};", r.names[b.0]));
+        values.push(r.names[b.0].clone());
+    }
+    for &d in &used {
+        fields.push(format!("    int64_t {};", dims[d]));
+        values.push(dims[d].clone());
+    }
+    let rank = out.shape.len();
+    let _ = writeln!(s, "\n/* the epilogue of kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
+    let _ = writeln!(s, "struct {name}_e{k} {{\n{}", fields.join("\n"));
+    let mut body = String::new();
+    if conv {
+        // (image, output channel, flattened output position)
+        let _ = writeln!(s, "    __device__ void operator()(int64_t i0, int64_t i1, int64_t pos) const\n    {{");
+        match rank {
+            4 => {
+                let ow = out.shape[3];
+                let _ = writeln!(body, "        const int64_t i2 = pos / {ow};\n        const int64_t i3 = pos % {ow};");
+            }
+            3 => body.push_str("        const int64_t i2 = pos;\n"),
+            _ => return Err(Error::internal(format!("a convolution's output of rank {rank}"))),
+        }
+    } else {
+        // (flattened batch index at the run-time sizes, row, column)
+        let _ = writeln!(s, "    __device__ void operator()(int64_t nb, int64_t i{}, int64_t i{}) const\n    {{", rank - 2, rank - 1);
+        for d in 0..rank - 2 {
+            let _ = writeln!(body, "        const int64_t i{d} = nb / {} % {};", product(&ext[d + 1..rank - 2]), ext[d]);
+        }
+        if rank == 2 {
+            body.push_str("        (void)nb;\n");
+        }
+    }
+    s.push_str(&body);
+    for v in 0..rank {
+        let _ = writeln!(s, "        (void)i{v};");
+    }
+    let t = p.buffers[out.buf.0].dtype;
+    let target = Expr::Load { view: out.clone(), vars: (0..rank).collect() };
+    let value = r.expr(&Expr::Cast(Box::new(expr.clone()), t));
+    let _ = writeln!(s, "{}{} = {value};\n    }}\n}};", pad(2), r.expr(&target));
+    Ok(format!("        const {name}_e{k} ep = {{{}}};\n", values.join(", ")))
+}
+
+/// The runtime call (an expression of type `cudaError_t`) that runs a library kernel
+/// once `ep` is declared, after the declarations it needs; `ext` are the extents of
+/// its domain.
+fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String]) -> Result<(String, String)> {
+    let base = |v: &View| if v.offset == 0 { r.names[v.buf.0].clone() } else { format!("{} + {}", r.names[v.buf.0], v.offset) };
+    require_f32(r, k)?;
+    Ok(match k {
+        Kernel::Gemm { a, b, c, .. } => {
+            let rank = c.shape.len();
+            let (m, n, kk) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
+            let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
+            // The batch dimensions that can be more than 1 (a flat batch index over them
+            // is the same as over all of them).
+            let lead: Vec<usize> = (0..rank - 2).filter(|&d| ext[d] != "1").collect();
+            if lead.len() > MAX_BATCH {
+                return Err(Error::user(format!("the CUDA target's matrix products have at most {MAX_BATCH} batch dimensions; this one has {}", lead.len())));
+            }
+            let (decl, batch) = if lead.is_empty() {
+                (String::new(), "NULL")
+            } else {
+                // Each batch dimension's run-time extent and each operand's stride along it.
+                let list = |f: &dyn Fn(usize) -> String| (0..MAX_BATCH).map(|i| lead.get(i).map_or("0".to_string(), |&d| f(d))).collect::<Vec<_>>().join(", ");
+                let strides = |v: &View| list(&|d| v.strides[d].to_string());
+                let decl = format!(
+                    "        const mr_batch batch = {{{}, {{{}}}, {{{}}}, {{{}}}, {{{}}}}};\n",
+                    lead.len(),
+                    list(&|d| ext[d].clone()),
+                    strides(a),
+                    strides(b),
+                    strides(c)
+                );
+                (decl, "&batch")
+            };
+            (decl, format!("mr_cuda_sgemm(stream, {m}, {n}, {kk}, {}, {}, {}, {batch}, ep)", operand(a), operand(b), operand(c)))
+        }
+        Kernel::Conv { x, w, out, attrs, scratch, .. } => {
+            if scratch.is_some() {
+                return Err(Error::internal("the CUDA target has no Winograd convolution".to_string()));
+            }
+            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
+            let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
+            (String::new(), format!(
+                "mr_cuda_conv2d(stream, {}, {}, {}, {}, {}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, ep)",
+                base(x),
+                base(w),
+                base(out),
+                ext[0],
+                x.shape[1],
+                w.shape[0],
+                win.args(),
+                attrs.groups
+            ))
+        }
+        Kernel::Pool { x, out, attrs } => {
+            let lead = product(&ext[..x.shape.len() - attrs.kernel.len()]);
+            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
+            let ((h, wd), (oh, ow), (kh, kw)) = (win.spatial(x), win.spatial(out), win.pair(&attrs.kernel, 1));
+            (String::new(), format!(
+                "mr_cuda_pool2d(stream, {}, {}, {lead}, {h}, {wd}, {kh}, {kw}, {oh}, {ow}, {}, {})",
+                base(x),
+                base(out),
+                win.args(),
+                i32::from(attrs.kind == PoolKind::Max)
+            ))
+        }
+        Kernel::Softmax { x, out, axis } => {
+            let outer = product(&ext[..*axis]);
+            let inner: u64 = x.shape[axis + 1..].iter().product();
+            (String::new(), format!("mr_cuda_softmax(stream, {}, {}, {outer}, {}, {inner})", base(x), base(out), x.shape[*axis]))
+        }
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
+            return Err(Error::internal("loop kernels are launched, not library calls".to_string()))
+        }
+    })
+}
+
+/// The runtime's kernels are f32 (lowering gives other element types loops).
+fn require_f32(r: &Renderer<Cuda>, k: &Kernel) -> Result<()> {
+    match crate::codegen::c::library::call_buffers(k).into_iter().map(|b| r.p.buffers[b.0].dtype).find(|d| *d != Dtype::F32) {
+        Some(d) => Err(Error::internal(format!("the CUDA runtime's kernels are f32, given {d}"))),
+        None => Ok(()),
+    }
+}
+
+/// `<name>_train_step`: the backward pass into the arena, then an SGD step with
+/// momentum on each trained parameter on the same stream; waits for the stream to
+/// return the loss before the step.
+pub fn train_step_cu(b: &Program, t: &crate::codegen::train::TrainLayout, name: &str, s: &mut String) {
+    let params = dim_params(b);
+    let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
+    let args: String = params.iter().map(|n| format!(", {n}")).collect();
+    let ty = Cuda.ty(t.scalar);
+    let _ = writeln!(
+        s,
+        "\nextern \"C\" {ty} {name}_train_step(void *weights, const void *const inputs[], {ty} lr, {ty} momentum, void *state, void *arena,\n    cudaStream_t stream{decl})\n{{"
+    );
+    let _ = writeln!(s, "    unsigned char *w = (unsigned char *)weights;\n    unsigned char *a = (unsigned char *)arena;");
+    let _ = writeln!(s, "    unsigned char *v = (unsigned char *)state;\n    void *outputs[{}];\n    {ty} loss = NAN;", b.outputs.len());
+    let _ = writeln!(s, "    (void)w;\n    (void)v;");
+    for (i, off) in t.outputs.iter().enumerate() {
+        let _ = writeln!(s, "    outputs[{i}] = a + {off};");
+    }
+    let _ = writeln!(s, "    if ({name}_backward(weights, inputs, outputs, arena, stream{args}) != 0) {{\n        return NAN;\n    }}");
+    for u in &t.updates {
+        let (p, sfx) = (Cuda.ty(u.dtype), if u.dtype == Dtype::F64 { "f64" } else { "f32" });
+        let _ = writeln!(s, "    /* {} */", comment_safe(&u.name));
+        let _ = writeln!(
+            s,
+            "    if (mr_cuda_sgd_{sfx}(stream, ({p} *)(void *)(w + {}), (const {p} *)outputs[{}], momentum != 0 ? ({p} *)(void *)(v + {}) : NULL, {}, ({p})lr, ({p})momentum) != cudaSuccess) {{\n        return NAN;\n    }}",
+            u.offset, u.grad, u.state, u.len
+        );
+    }
+    let _ = writeln!(
+        s,
+        "    if (cudaMemcpyAsync(&loss, outputs[{}], sizeof loss, cudaMemcpyDeviceToHost, stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {{\n        return NAN;\n    }}\n    return loss;\n}}",
+        t.loss
+    );
+}
+
+/// `<name>_graph_create`, `_graph_launch` and `_graph_destroy`: one forward call
+/// captured from its stream into an executable CUDA graph, replayed with one launch.
+pub fn graph_cu(p: &Program, name: &str, s: &mut String) {
+    let error_cuda = format!("{}_ERROR_CUDA", name.to_uppercase());
+    let params = dim_params(p);
+    let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
+    let args: String = params.iter().map(|n| format!(", {n}")).collect();
+    let _ = writeln!(
+        s,
+        "\nextern \"C\" int {name}_graph_create(cudaGraphExec_t *exec, const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    cudaStream_t stream{decl})\n{{"
+    );
+    let _ = writeln!(s, "    cudaGraph_t graph;\n    int status;");
+    let _ = writeln!(s, "    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
+    let _ = writeln!(s, "    status = {name}_forward(weights, inputs, outputs, arena, stream{args});");
+    let _ = writeln!(s, "    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) {{\n        return status != 0 ? status : {error_cuda};\n    }}");
+    let _ = writeln!(s, "    if (status == 0 && cudaGraphInstantiate(exec, graph, 0ULL) != cudaSuccess) {{\n        status = {error_cuda};\n    }}");
+    let _ = writeln!(s, "    (void)cudaGraphDestroy(graph);\n    return status;\n}}");
+    let _ = writeln!(
+        s,
+        "\nextern \"C\" int {name}_graph_launch(cudaGraphExec_t exec, cudaStream_t stream)\n{{\n    return cudaGraphLaunch(exec, stream) == cudaSuccess ? 0 : {error_cuda};\n}}"
+    );
+    let _ = writeln!(s, "\nextern \"C\" void {name}_graph_destroy(cudaGraphExec_t exec)\n{{\n    (void)cudaGraphExecDestroy(exec);\n}}");
+}
+
+/// `<name>_load_weights`: a weights file in the blob's layout (`weights.bin`) copied
+/// to device memory in chunks (`p`'s blob: a model without weights reads nothing).
+pub fn load_weights_cu(p: &Program, name: &str, s: &mut String) {
+    let upper = name.to_uppercase();
+    if p.weights_size == 0 {
+        let _ = writeln!(s, "\nextern \"C\" int {name}_load_weights(const char *path, void *weights_dev)\n{{\n    (void)path;\n    (void)weights_dev;\n    return 0;\n}}");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        r#"
+extern "C" int {name}_load_weights(const char *path, void *weights_dev)
+{{
+    static const size_t chunk_size = 1u << 20;
+    unsigned char *chunk;
+    size_t done = 0;
+    int status = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {{
+        return {upper}_ERROR_FILE;
+    }}
+    if (cudaMallocHost((void **)&chunk, chunk_size) != cudaSuccess) {{
+        fclose(f);
+        return {upper}_ERROR_CUDA;
+    }}
+    while (status == 0 && done < {upper}_WEIGHTS_SIZE) {{
+        const size_t want = {upper}_WEIGHTS_SIZE - done < chunk_size ? {upper}_WEIGHTS_SIZE - done : chunk_size;
+        if (fread(chunk, 1, want, f) != want) {{
+            status = {upper}_ERROR_FILE;
+        }} else if (cudaMemcpy((unsigned char *)weights_dev + done, chunk, want, cudaMemcpyHostToDevice) != cudaSuccess) {{
+            status = {upper}_ERROR_CUDA;
+        }}
+        done += want;
+    }}
+    (void)cudaFreeHost(chunk);
+    fclose(f);
+    return status;
+}}"#
+    );
+}

@@ -1,0 +1,164 @@
+//! The models every target is checked on against the interpreter: each conformance
+//! case of `../shared/testdata` (with the gradients of all its parameters), each bench
+//! model at each batch size, and a few of our own; and how outputs are compared.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use mithrilc::cli;
+use mithrilc::data::{self, ArrayFile};
+use mithrilc::frontend::mithril;
+use mithrilc::ir::{Graph, Shape};
+use mithrilc::passes::autodiff::Wrt;
+use mithrilc::tensor::Tensor;
+
+use super::common;
+
+pub fn shared() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
+    dir.join("testdata/manifest.json").exists().then_some(dir)
+}
+
+/// `../shared`, when it and a C build (make, cc) are present; otherwise says why the
+/// test is skipped.
+pub fn shared_with_build() -> Option<PathBuf> {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return None;
+    };
+    if !common::have("make") || !common::have("cc") {
+        common::skip("make and cc are needed (apt-get install make gcc)");
+        return None;
+    }
+    Some(dir)
+}
+
+/// A model with its data: the graphs, the feeds, and the model file.
+pub struct Case {
+    pub label: String,
+    pub graphs: cli::Graphs,
+    pub feeds: BTreeMap<String, Tensor>,
+    pub source: PathBuf,
+}
+
+impl Case {
+    /// What the library's demo runs: the backward pass when there is one.
+    pub fn graph(&self) -> &Graph {
+        self.graphs.main()
+    }
+}
+
+/// `grad`: the gradients autodiff appends (outputs `grad/NAME`, checked like the others).
+pub fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Value)>, grad: Wrt, label: String) -> Case {
+    let known_types = cli::known_types(files).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let opts = mithril::Options { set, known_types, ..Default::default() };
+    let graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let graphs = cli::Graphs::new(graph, &grad, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let feeds = cli::feeds(graphs.main(), files).unwrap_or_else(|e| panic!("{label}: {e}"));
+    Case { label, graphs, feeds, source: json.to_path_buf() }
+}
+
+pub fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/latent").join(format!("{case}.json"));
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["set"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// Every testdata variant (with the gradients of all its parameters) and every bench
+/// model at every batch size.
+pub fn cases(dir: &Path) -> Vec<Case> {
+    let mut out = Vec::new();
+    let text = std::fs::read_to_string(dir.join("testdata/manifest.json")).unwrap();
+    let text = text.replace(": Infinity", ": null").replace(": NaN", ": null");
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (case, entry) in manifest.as_object().unwrap() {
+        let Some(vars) = entry["variants"].as_array() else { continue };
+        for v in vars {
+            let npz = v["npz"].as_str().unwrap();
+            let file = data::read_arrays(&dir.join("testdata").join(npz)).unwrap();
+            let json = dir.join("testdata").join(entry["json"].as_str().unwrap());
+            out.push(load(&json, &[&file], latent(case), Wrt::AllParams, npz.to_string()));
+        }
+    }
+    for (model, batches) in [("mlp", [1, 32]), ("lenet", [1, 32]), ("cnn", [1, 32]), ("gpt_block", [1, 8])] {
+        let params = data::read_arrays(&dir.join(format!("bench/{model}.safetensors"))).unwrap();
+        for b in batches {
+            let input = data::read_arrays(&dir.join(format!("bench/{model}_b{b}_input.npy"))).unwrap();
+            let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
+            out.push(load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![], Wrt::None, format!("{model} b{b}")));
+        }
+    }
+    out.extend(own_cases());
+    out
+}
+
+/// Our own models, for gradients no conformance case has: grouped convolutions (their
+/// input and weight gradients) and pooling whose windows overlap, stride and are
+/// padded; and LayerNorm over 45 and 16 features, whose sums run in partial sums (with
+/// and without a tail; the conformance cases reduce fewer than 16 elements).
+pub fn own_cases() -> Vec<Case> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cases = vec![own_case(&root.join("tests/models/grouped_conv_pools.json"), &[("input", &[2, 4, 7, 7]), ("conv1_w", &[6, 2, 3, 3]), ("conv2_w", &[6, 2, 3, 3])], "grouped_conv_pools")];
+    if let Some(dir) = shared() {
+        for d in [45, 16] {
+            cases.push(own_case(&dir.join("testdata/layernorm.json"), &[("input", &[2, 3, d])], &format!("layernorm over {d}")));
+        }
+    }
+    cases
+}
+
+/// The model at `json` with the given input and parameter shapes, its gradients, and
+/// values on a 1/64 grid (exact in f32, so max pooling sees the same ties as the
+/// interpreter).
+pub fn own_case(json: &Path, shapes: &[(&str, &[u64])], label: &str) -> Case {
+    let mut opts = mithril::Options::default();
+    for (name, shape) in shapes {
+        opts.shapes.insert((*name).into(), Shape::known(shape));
+    }
+    let graph = mithril::load(json, &opts).unwrap();
+    let graphs = cli::Graphs::new(graph, &Wrt::AllParams, |_, _| {}).unwrap();
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || (common::xorshift64(&mut state) % 129) as f64 / 64.0 - 1.0;
+    let g = graphs.main();
+    let feeds = g
+        .inputs()
+        .chain(g.params())
+        .map(|v| {
+            let ty = &g.node(v).ty;
+            let shape = ty.shape.as_known().unwrap();
+            let data = (0..shape.iter().product::<u64>()).map(|_| next()).collect();
+            (g.node(v).name.clone().unwrap(), Tensor::new(ty.dtype, shape, data))
+        })
+        .collect();
+    Case { label: format!("{label} (gradients)"), graphs, feeds, source: json.to_path_buf() }
+}
+
+/// Where `got` (a target's outputs) differs from `want` (the interpreter's) by more
+/// than `tol` absolute + `tol` relative: one line per output that does (its first
+/// such element). Returns the lines and the largest absolute difference.
+pub fn compare(label: &str, got: &[(String, Tensor)], want: &[(String, Tensor)], tol: f64) -> (Vec<String>, f64) {
+    let mut failures = Vec::new();
+    let mut worst = 0.0f64;
+    if got.len() != want.len() {
+        failures.push(format!("{label}: {} outputs, the interpreter has {}", got.len(), want.len()));
+    }
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        if g.shape != w.shape {
+            failures.push(format!("{label}: {name}: shape {:?}, interpreter {:?}", g.shape, w.shape));
+            continue;
+        }
+        for (x, y) in g.data.iter().zip(&w.data) {
+            let err = if x == y || (x.is_nan() && y.is_nan()) { 0.0 } else { (x - y).abs() };
+            // (a NaN error fails)
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            if !(err <= tol + tol * y.abs()) {
+                failures.push(format!("{label}: {name}: got {x}, interpreter {y}"));
+                break;
+            }
+            worst = worst.max(err);
+        }
+    }
+    (failures, worst)
+}
