@@ -45,6 +45,10 @@ pub trait Backend: Sync {
     fn built_report(&self, _dir: &Path, _entry: &Entry) -> Result<String> {
         Ok(String::new())
     }
+    /// The `--precision` values the target's matrix products and convolutions offer.
+    fn precisions(&self) -> &'static [Precision] {
+        &[Precision::F32]
+    }
     /// Whether `run --emulate` can run the target's kernels on the CPU (a GPU target's).
     fn emulates(&self) -> bool {
         false
@@ -93,6 +97,45 @@ pub struct EmitOptions {
     pub max: BTreeMap<String, u64>,
     /// Passes after which the IR or program is printed (to stderr).
     pub print_after: Vec<String>,
+    /// How matrix products and convolutions may round.
+    pub precision: Precision,
+}
+
+/// How matrix products and convolutions may round (`--precision`). Everything else
+/// computes in the model's types whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Precision {
+    /// Exact f32 products and sums, as the interpreter computes them up to rounding
+    #[default]
+    F32,
+    /// Operands rounded to TF32 (a 10-bit mantissa) for tensor cores, sums in f32 (cuda)
+    Tf32,
+    /// Operands rounded to bfloat16 for tensor cores, sums in f32 (cuda)
+    Bf16,
+    /// Operands rounded to float16 for tensor cores, sums in f32 (cuda; values beyond
+    /// 65504 overflow)
+    F16,
+}
+
+impl Precision {
+    /// The name `--precision` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+/// Refuses a `--precision` the target does not offer (a usage error naming those it does).
+pub fn check_precision(target: &dyn Backend, precision: Precision) -> Result<()> {
+    if target.precisions().contains(&precision) {
+        return Ok(());
+    }
+    let offered: Vec<&str> = target.precisions().iter().map(|p| p.name()).collect();
+    Err(Error::usage(format!("--precision {}: the {} target computes in {}", precision.name(), target.name(), offered.join(", "))))
 }
 
 /// How the generated library gets its weights (`--weights`).

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use crate::backend::{BuildConfig, WeightLayout, WeightsMode, HOST_CFLAGS};
-use crate::backend::{check_supported, Backend, EmitOptions};
+pub use crate::backend::{BuildConfig, Precision, WeightLayout, WeightsMode, HOST_CFLAGS};
+use crate::backend::{check_precision, check_supported, Backend, EmitOptions};
 use crate::data::{self, ArrayFile};
 use crate::error::{Error, Result};
 use crate::frontend::mithril;
@@ -227,6 +227,8 @@ pub struct RunArgs {
     pub check: bool,
     /// Run a GPU target's kernels on the CPU by emulation.
     pub emulate: bool,
+    /// How a compiled target's matrix products and convolutions may round.
+    pub precision: Precision,
     /// Data files: `FILE` (arrays named by key) or `NAME=FILE` (a one-array file
     /// whose array is the input `NAME`).
     pub data: Vec<String>,
@@ -347,13 +349,17 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     let mut report = String::new();
     let outputs = match args.target {
         RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda".to_string())),
+        RunTarget::Interp if args.precision != Precision::F32 => {
+            return Err(Error::usage("--precision is for a compiled target: the interpreter computes in the model's types".to_string()))
+        }
         RunTarget::Interp => interp()?,
         RunTarget::Compiled(target) => {
             if args.emulate && !target.emulates() {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
             }
             let build = BuildConfig { emulate: args.emulate, ..Default::default() };
-            let outputs = run_target(target, &graphs, &feeds, &args.model.model, &build, &args.model.print_after)?;
+            let opts = EmitOptions { print_after: args.model.print_after.clone(), precision: args.precision, ..Default::default() };
+            let outputs = run_target(target, &graphs, &feeds, &args.model.model, &build, opts)?;
             if args.check {
                 for (name, diff) in compare(&outputs, &interp()?) {
                     let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e}");
@@ -480,6 +486,8 @@ pub struct CompileArgs {
     pub max: Vec<String>,
     /// Replace a previous output of mithrilc even where its files were changed since.
     pub force: bool,
+    /// How matrix products and convolutions may round.
+    pub precision: Precision,
 }
 
 impl Default for CompileArgs {
@@ -497,6 +505,7 @@ impl Default for CompileArgs {
             cflags: None,
             max: Vec::new(),
             force: false,
+            precision: Precision::F32,
         }
     }
 }
@@ -549,11 +558,20 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     check_max_symbols(&max, graphs.main())?;
     let source = file_name(&args.model.model);
     check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
+    check_precision(args.target, args.precision)?;
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
     };
-    let opts = EmitOptions { source: source.clone(), weights, weights_mode: args.weights, layout: args.layout, max, print_after: args.model.print_after.clone() };
+    let opts = EmitOptions {
+        source: source.clone(),
+        weights,
+        weights_mode: args.weights,
+        layout: args.layout,
+        max,
+        print_after: args.model.print_after.clone(),
+        precision: args.precision,
+    };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
     let build = args.emit == "build";
     let mut inputs = vec![args.model.model.clone()];
@@ -599,20 +617,21 @@ fn param_values(graph: &Graph, file: &ArrayFile) -> Result<BTreeMap<String, Tens
 
 /// Runs the model through a compiled target: builds it in a scratch directory, runs
 /// it on the data (the backward pass, when there is one), and reads the outputs back.
-/// Prints the program after the passes named in `print_after`.
+/// `opts` are the emit options beyond the source and weights (which this fills in).
 pub fn run_target(
     target: &dyn Backend,
     graphs: &Graphs,
     feeds: &BTreeMap<String, Tensor>,
     source: &Path,
     build: &BuildConfig,
-    print_after: &[String],
+    opts: EmitOptions,
 ) -> Result<Vec<(String, Tensor)>> {
     check_supported(target, graphs.main()).map_err(|e| e.context(file_name(source)))?;
+    check_precision(target, opts.precision)?;
     let graph = &graphs.forward;
     let weights: BTreeMap<String, Tensor> =
         graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let opts = EmitOptions { source: file_name(source), weights: Some(weights), print_after: print_after.to_vec(), ..Default::default() };
+    let opts = EmitOptions { source: file_name(source), weights: Some(weights), ..opts };
     let emitted = target.emit(graphs, &opts)?;
     let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use mithrilc::backend::{self, Backend, WeightLayout, WeightsMode};
+use mithrilc::backend::{self, Backend, Precision, WeightLayout, WeightsMode};
 use mithrilc::cli;
 
 /// `--target` of `compile`: a name from the backend table (`--help` lists them, with
@@ -139,6 +139,10 @@ enum Command {
         /// no GPU, not a measure of speed
         #[arg(long)]
         emulate: bool,
+        /// How a compiled target's matrix products and convolutions may round: f32
+        /// (exact, the default) or, on cuda, tf32, bf16 or f16 on tensor cores
+        #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
+        precision: Precision,
     },
     /// Compile the model for a target and build it
     Compile {
@@ -183,6 +187,10 @@ enum Command {
         /// sized for N; repeatable
         #[arg(long = "max", value_name = "NAME=N")]
         max: Vec<String>,
+        /// How matrix products and convolutions may round: f32 (exact, the default) or,
+        /// on cuda, tf32, bf16 or f16 on tensor cores (docs/cuda.md gives their errors)
+        #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
+        precision: Precision,
     },
 }
 
@@ -191,11 +199,12 @@ fn main() -> ExitCode {
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check, emulate } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, data, params, output }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max } => {
+        Command::Run { model, grad, data, params, output, target, check, emulate, precision } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output }).map(|(_, report)| report)),
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max, precision } => {
             with_grad(model, &grad).and_then(|model| {
-                cli::compile(&cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force })
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force, precision };
+                cli::compile(&args)
             })
         }
     };

@@ -19,7 +19,7 @@ use mithrilc::tensor::Tensor;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, load, shared, shared_with_build, Case};
+use cases::{cases, check_demo_at_batch, load, shared, shared_with_build, Case};
 use common::have;
 
 /// Builds and runs every case with `build`; compares with the interpreter.
@@ -33,7 +33,7 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
     let mut worst = (0.0f64, String::new());
     for case in cases(&dir).iter().filter(|c| filter(c)) {
         let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-        match cli::run_target(&CTarget, &case.graphs, &case.feeds, &case.source, build, &[]) {
+        match cli::run_target(&CTarget, &case.graphs, &case.feeds, &case.source, build, Default::default()) {
             Err(e) => failures.push(format!("{}: {e}", case.label)),
             Ok(got) => {
                 checked += 1;
@@ -271,31 +271,7 @@ fn symbolic_batch_runs_at_every_size() {
         };
         cli::compile(&args).unwrap_or_else(|e| panic!("{model}: {e}"));
         for n in [1, 3, max] {
-            let per: usize = big.shape[1..].iter().product::<u64>() as usize;
-            let mut shape = big.shape.clone();
-            shape[0] = n;
-            let input = Tensor { dtype: big.dtype, shape, data: big.data[..per * n as usize].to_vec() };
-            let input_path = tmp.path().join(format!("{model}_in{n}.npy"));
-            data::write_npy(&input_path, &input).unwrap();
-            let run = Command::new(out.join(format!("{model}_demo")))
-                .current_dir(&out)
-                .arg("--input")
-                .arg(format!("input={}", input_path.display()))
-                .arg("--out")
-                .arg(&out)
-                .args(["--threads", "2"])
-                .output()
-                .unwrap();
-            assert!(run.status.success(), "{model} at B={n}: {}", String::from_utf8_lossy(&run.stderr));
-            let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
-            let got = got.arrays.values().next().unwrap();
-            let file = ArrayFile { path: input_path.clone(), arrays: [("input".to_string(), input)].into_iter().collect() };
-            let case = load(&dir.join(format!("bench/{model}.json")), &[&params, &file], vec![], Wrt::None, format!("{model} B={n}"));
-            let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-            assert_eq!(got.shape, want[0].1.shape, "{model} at B={n}");
-            for (x, y) in got.data.iter().zip(&want[0].1.data) {
-                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} at B={n}: got {x}, interpreter {y}");
-            }
+            check_demo_at_batch(&dir, model, &params, &big, n, &out.join(format!("{model}_demo")), &["--threads", "2"]).unwrap();
         }
         // Past the maximum, the demo (and the library) refuse.
         let mut shape = big.shape.clone();
@@ -384,7 +360,7 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
             })
             .collect();
         let want = mithrilc::interp::run(main, &feeds).unwrap_or_else(|e| panic!("{label}: {e}"));
-        let got = match cli::run_target(&CTarget, &graphs, &feeds, Path::new("pool.json"), &build, &[]) {
+        let got = match cli::run_target(&CTarget, &graphs, &feeds, Path::new("pool.json"), &build, Default::default()) {
             Ok(got) => got,
             Err(e) => {
                 failures.push(format!("{label}: {e}"));

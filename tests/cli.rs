@@ -884,15 +884,22 @@ fn compiled_code_reports_an_out_of_range_index() {
         let index = Tensor::new(Dtype::I32, vec![2, 3], index.iter().map(|&i| f64::from(i)).collect());
         data::write_npz(&dir.path().join(file), &[("input".into(), index), ("weight".into(), weight.clone())]).unwrap();
     }
-    let (code, stdout, stderr) = mithrilc(&["run", "emb.json", "--data", "ok.npz", "--target", "c", "--check"], dir.path());
-    assert_eq!((code, stderr.as_str()), (0, ""));
-    assert!(stdout.starts_with("check output: largest difference from the interpreter 0.000e0\n"), "{stdout}");
+    // The C target, and the CUDA target's kernels under emulation.
+    let targets: &[&[&str]] = if common::have("c++") { &[&["--target", "c"], &["--target", "cuda", "--emulate"]] } else { &[&["--target", "c"]] };
+    for target in targets {
+        let (code, stdout, stderr) = mithrilc(&[&["run", "emb.json", "--data", "ok.npz", "--check"], *target].concat(), dir.path());
+        assert_eq!((code, stderr.as_str()), (0, ""), "{target:?}");
+        assert!(stdout.starts_with("check output: largest difference from the interpreter 0.000e0\n"), "{stdout}");
+    }
     for (file, index) in [("high.npz", 11), ("low.npz", -12)] {
-        let (code, _, stderr) = mithrilc(&["run", "emb.json", "--data", file, "--target", "c"], dir.path());
-        assert_eq!(
-            (code, stderr.as_str()),
-            (1, "error: the compiled model: a gather or embedding index is out of range (outside [-n, n) for an axis of size n)\n")
-        );
+        for target in targets {
+            let (code, _, stderr) = mithrilc(&[&["run", "emb.json", "--data", file], *target].concat(), dir.path());
+            assert_eq!(
+                (code, stderr.as_str()),
+                (1, "error: the compiled model: a gather or embedding index is out of range (outside [-n, n) for an axis of size n)\n"),
+                "{target:?}"
+            );
+        }
         let (code, _, stderr) = mithrilc(&["run", "emb.json", "--data", file], dir.path());
         assert_eq!(
             (code, stderr),

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 use mithrilc::backend::Backend;
 use mithrilc::cli::{self, BuildConfig};
 use mithrilc::codegen::cuda::backend::CudaTarget;
+use mithrilc::data;
 use mithrilc::error::ErrorKind;
 
 mod common;
@@ -23,8 +24,28 @@ mod common;
 mod cases;
 use cases::{cases, shared, Case};
 
+/// `../shared`, when it and what emulation builds with (make, a C++ compiler) are
+/// present; otherwise says why the test is skipped.
+fn emulation_ready() -> Option<std::path::PathBuf> {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return None;
+    };
+    if !common::have("c++") || !common::have("make") {
+        common::skip("make and a C++ compiler are needed (apt-get install make g++)");
+        return None;
+    }
+    Some(dir)
+}
+
+/// `make emulate` in an output directory: the emulated demo.
+fn make_emulate(out: &Path) -> Result<(), String> {
+    let make = Command::new("make").current_dir(out).args(["-s", "emulate"]).output().unwrap();
+    if make.status.success() { Ok(()) } else { Err(format!("make emulate in {}: {}", out.display(), String::from_utf8_lossy(&make.stderr))) }
+}
+
 /// Runs `f` on every case, two at a time; returns the failures.
-fn each_case(cases: &[Case], f: impl Fn(&Case) -> Result<(), String> + Sync) -> Vec<String> {
+fn each_case<T: Sync>(cases: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
     let next = Mutex::new(0usize);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -49,20 +70,13 @@ fn each_case(cases: &[Case], f: impl Fn(&Case) -> Result<(), String> + Sync) -> 
 
 #[test]
 fn every_model_matches_the_interpreter_under_emulation() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    if !common::have("c++") || !common::have("make") {
-        common::skip("make and a C++ compiler are needed (apt-get install make g++)");
-        return;
-    }
+    let Some(dir) = emulation_ready() else { return };
     let all = cases(&dir);
     let worst = Mutex::new((0.0f64, String::new()));
     let build = BuildConfig { emulate: true, ..Default::default() };
     let failures = each_case(&all, |case| {
         let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-        let got = cli::run_target(&CudaTarget, &case.graphs, &case.feeds, &case.source, &build, &[]).map_err(|e| format!("{}: {e}", case.label))?;
+        let got = cli::run_target(&CudaTarget, &case.graphs, &case.feeds, &case.source, &build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
         let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
         let mut w = worst.lock().unwrap();
         if err > w.0 {
@@ -75,8 +89,9 @@ fn every_model_matches_the_interpreter_under_emulation() {
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
-/// The case's CUDA sources, as `compile --target cuda --emit source` writes them.
-fn emit(case: &Case, out: &Path) -> Result<(), String> {
+/// The case's CUDA sources, as `compile --target cuda --emit source` writes them;
+/// returns the entry the demo runs.
+fn emit(case: &Case, out: &Path) -> Result<mithrilc::backend::Entry, String> {
     let graph = &case.graphs.forward;
     let weights = graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| case.feeds.get(&n).map(|t| (n, t.clone()))).collect();
     let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), weights: Some(weights), ..Default::default() };
@@ -85,7 +100,7 @@ fn emit(case: &Case, out: &Path) -> Result<(), String> {
     for (name, bytes) in &emitted.files {
         std::fs::write(out.join(name), bytes).unwrap();
     }
-    Ok(())
+    Ok(emitted.entry)
 }
 
 #[test]
@@ -105,7 +120,7 @@ fn every_model_builds_with_nvcc() {
     let scratch = tempfile::tempdir().unwrap();
     let failures = each_case(&all, |case| {
         let out = scratch.path().join(case.label.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
-        emit(case, &out)?;
+        let entry = emit(case, &out)?;
         let cu = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).find(|n| n.ends_with(".cu") && !n.ends_with("_demo.cu")).unwrap();
         let bench = !case.label.ends_with(".npz") && !case.label.contains("(gradients)");
         let mut cmd = if bench {
@@ -119,7 +134,20 @@ fn every_model_builds_with_nvcc() {
             one
         };
         let run = cmd.current_dir(&out).output().unwrap();
-        if run.status.success() { Ok(()) } else { Err(format!("{}: {}{}", case.label, String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr))) }
+        if !run.status.success() {
+            return Err(format!("{}: {}{}", case.label, String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr)));
+        }
+        if bench {
+            // What --report prints: every kernel, the library's and the generated ones,
+            // without register spills at sm_90.
+            let report = CudaTarget.built_report(&out, &entry).map_err(|e| format!("{}: {e}", case.label))?;
+            let kernels: Vec<&str> = report.lines().skip(1).collect();
+            let spilling: Vec<&&str> = kernels.iter().filter(|l| !l.ends_with("no spills")).collect();
+            if kernels.len() < 2 || !report.contains("mr_k_") || !spilling.is_empty() {
+                return Err(format!("{}: ptxas report:\n{report}", case.label));
+            }
+        }
+        Ok(())
     });
     println!("{} models built with {}", all.len() - failures.len(), nvcc.display());
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
@@ -143,6 +171,7 @@ fn running_without_a_gpu_is_a_toolchain_error() {
         target: cli::RunTarget::Compiled(&CudaTarget),
         check: false,
         emulate: false,
+        precision: Default::default(),
         data: vec![root.join("examples/mlp/data.npz").display().to_string()],
         params: Some(root.join("examples/mlp/data.npz")),
         output: None,
@@ -150,4 +179,64 @@ fn running_without_a_gpu_is_a_toolchain_error() {
     let e = cli::run(&args).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Toolchain, "{e}");
     assert!(e.to_string().contains("no usable CUDA device") && e.to_string().contains("--emulate"), "{e}");
+}
+
+/// A symbolic batch (`--shape input=B,... --max B=N`): each bench model is compiled once,
+/// and its emulated demo runs at B = 1, 3 and N (gpt_block up to 2, to keep the
+/// emulation short), matching the interpreter at each.
+#[test]
+fn symbolic_batch_runs_at_every_size_under_emulation() {
+    let Some(dir) = emulation_ready() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    // (model, the batch of its reference input file, the largest batch compiled)
+    let models = [("mlp", 32u64, 32u64), ("lenet", 32, 32), ("gpt_block", 8, 2)];
+    let failures = each_case(&models, |&(model, file_batch, max)| {
+        let params_path = dir.join(format!("bench/{model}.safetensors"));
+        let params = data::read_arrays(&params_path).unwrap();
+        let big = data::read_arrays(&dir.join(format!("bench/{model}_b{file_batch}_input.npy"))).unwrap();
+        let big = big.arrays.values().next().unwrap().clone();
+        let row: Vec<String> = big.shape[1..].iter().map(|d| d.to_string()).collect();
+        let out = tmp.path().join(model);
+        let args = cli::CompileArgs {
+            model: cli::ModelArgs { model: dir.join(format!("bench/{model}.json")), shapes: vec![format!("input=B,{}", row.join(","))], ..Default::default() },
+            target: &CudaTarget,
+            params: Some(params_path.clone()),
+            out: Some(out.clone()),
+            emit: "source".into(),
+            max: vec![format!("B={max}")],
+            ..Default::default()
+        };
+        cli::compile(&args).map_err(|e| format!("{model}: {e}"))?;
+        make_emulate(&out)?;
+        for n in [1, 3, max].into_iter().filter(|&n| n <= max) {
+            cases::check_demo_at_batch(&dir, model, &params, &big, n, &out.join(format!("{model}_demo_emu")), &[])?;
+        }
+        Ok(())
+    });
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `--weights safetensors`: the demo reads the parameters from the safetensors file at
+/// run time and copies them to the device; its emulated run gives the reference output.
+#[test]
+fn the_demo_reads_a_safetensors_file() {
+    let Some(dir) = emulation_ready() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("lenet");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
+        target: &CudaTarget,
+        params: Some(dir.join("bench/lenet.safetensors")),
+        out: Some(out.clone()),
+        emit: "source".into(),
+        weights: cli::WeightsMode::Safetensors,
+        ..Default::default()
+    };
+    cli::compile(&args).unwrap();
+    assert!(!out.join("weights.bin").exists());
+    make_emulate(&out).unwrap();
+    let params = data::read_arrays(&dir.join("bench/lenet.safetensors")).unwrap();
+    let input = data::read_arrays(&dir.join("bench/lenet_b1_input.npy")).unwrap().arrays.values().next().unwrap().clone();
+    let st = format!("{}", dir.join("bench/lenet.safetensors").display());
+    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st]).unwrap();
 }

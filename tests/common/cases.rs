@@ -162,3 +162,35 @@ pub fn compare(label: &str, got: &[(String, Tensor)], want: &[(String, Tensor)],
     }
     (failures, worst)
 }
+
+/// Runs a built demo (`demo`, in `out`) of bench model `model` on the first `n` items
+/// of `big` (a reference input) with `args` besides its input and output directory,
+/// and compares its output with the interpreter's on the same items within 1e-4.
+pub fn check_demo_at_batch(dir: &Path, model: &str, params: &ArrayFile, big: &Tensor, n: u64, demo: &Path, args: &[&str]) -> Result<(), String> {
+    let out = demo.parent().unwrap();
+    let per: usize = big.shape[1..].iter().product::<u64>() as usize;
+    let mut shape = big.shape.clone();
+    shape[0] = n;
+    let input = Tensor { dtype: big.dtype, shape, data: big.data[..per * n as usize].to_vec() };
+    let input_path = out.join(format!("input_b{n}.npy"));
+    data::write_npy(&input_path, &input).unwrap();
+    let run = std::process::Command::new(demo)
+        .current_dir(out)
+        .arg("--input")
+        .arg(format!("input={}", input_path.display()))
+        .arg("--out")
+        .arg(out)
+        .args(args)
+        .output()
+        .unwrap();
+    if !run.status.success() {
+        return Err(format!("{model} at B={n}: {}", String::from_utf8_lossy(&run.stderr)));
+    }
+    let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
+    let got = vec![("output".to_string(), got.arrays.values().next().unwrap().clone())];
+    let file = ArrayFile { path: input_path.clone(), arrays: [("input".to_string(), input)].into_iter().collect() };
+    let case = load(&dir.join(format!("bench/{model}.json")), &[params, &file], vec![], Wrt::None, format!("{model} B={n}"));
+    let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
+    let (bad, _) = compare(&case.label, &got, &want, 1e-4);
+    if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+}

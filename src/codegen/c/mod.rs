@@ -222,7 +222,7 @@ pub(crate) struct TemplateContext {
     version: &'static str,
     source: String,
     weights_size: u64,
-    arena_size: u64,
+    pub(crate) arena_size: u64,
     weights_default: String,
     embedded: bool,
     safetensors: bool,

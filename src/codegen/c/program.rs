@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::{ERROR_INDEX, ERROR_SIZE};
 use super::dialect::C;
 use super::library::{call_buffers, epilogue_fn, gemm, runtime_call};
-use crate::codegen::cstyle::kernel::{buffers_of, loop_kernel, product};
+use crate::codegen::cstyle::kernel::{buffers_of, gather_checks, loop_kernel, product};
 use crate::codegen::cstyle::{pad, Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::error::Result;
@@ -154,14 +154,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
 /// evaluating each index expression over the loop variables it depends on. Returns
 /// whether there is one.
 fn index_checks(r: &Renderer<C>, name: &str, k: usize, step: &crate::lower::Step, s: &mut String) -> bool {
-    let mut gathers: Vec<(u64, crate::lower::Expr)> = Vec::new();
-    for e in crate::lower::kernel_exprs(&step.kernel) {
-        e.walk(&mut |e| {
-            if let crate::lower::Expr::Gather { view, axis, index, .. } = e {
-                gathers.push((view.shape[*axis], (**index).clone()));
-            }
-        });
-    }
+    let gathers = gather_checks(&step.kernel);
     if gathers.is_empty() {
         return false;
     }
@@ -169,28 +162,21 @@ fn index_checks(r: &Renderer<C>, name: &str, k: usize, step: &crate::lower::Step
     let _ = writeln!(s, "\n/* kernel {k}'s gather indices, each in [-n, n) for an axis of size n: {} */", comment_safe(&step.origins.join("; ")));
     let _ = writeln!(s, "static int {name}_check{k}(const struct {name}_ctx *ctx)\n{{");
     let mut bufs = Vec::new();
-    for (_, index) in &gathers {
-        crate::lower::expr_bufs(index, &mut bufs);
+    for g in &gathers {
+        crate::lower::expr_bufs(&g.index, &mut bufs);
     }
     bufs.sort();
     bufs.dedup();
     declare(s, r.p, r.names, &bufs, "ctx->", name);
     s.push_str("    (void)ctx;\n");
-    for (n, index) in gathers {
-        let mut vars = Vec::new();
-        index.walk(&mut |e| match e {
-            crate::lower::Expr::Load { vars: v, .. } | crate::lower::Expr::Gather { vars: v, .. } => vars.extend(v.iter().copied().filter(|&v| v != usize::MAX)),
-            crate::lower::Expr::Index(v) => vars.push(*v),
-            _ => {}
-        });
-        vars.sort();
-        vars.dedup();
+    for g in gathers {
         let mut depth = 1;
-        for &v in &vars {
+        for &v in &g.vars {
             let _ = writeln!(s, "{}for (int64_t i{v} = 0; i{v} < {}; ++i{v}) {{", pad(depth), ext[v]);
             depth += 1;
         }
-        let _ = writeln!(s, "{}const int64_t j = {};", pad(depth), r.as_type(&index, Dtype::I64));
+        let n = g.n;
+        let _ = writeln!(s, "{}const int64_t j = {};", pad(depth), r.as_type(&g.index, Dtype::I64));
         let _ = writeln!(s, "{}if (j < -INT64_C({n}) || j >= INT64_C({n})) {{\n{}return 1;\n{}}}", pad(depth), pad(depth + 1), pad(depth));
         for d in (1..depth).rev() {
             let _ = writeln!(s, "{}}}", pad(d));

@@ -95,20 +95,27 @@ fn is_loop(k: &Kernel) -> bool {
 /// bounds `gid` (the thread's flat output index) by `product(ext)`, each output loop
 /// variable from `gid`, at `depth`.
 pub fn grid_indices<D: Dialect + ?Sized>(d: &D, s: &mut String, ext: &[String], depth: usize) {
+    let vars: Vec<usize> = (0..ext.len()).collect();
+    unflatten(d, s, "gid", &vars, ext, depth);
+}
+
+/// Loop variables `i<vars[k]>` of extents `ext[k]` from `flat`, their row-major flat
+/// index (below the extents' product), at `depth`.
+pub fn unflatten<D: Dialect + ?Sized>(d: &D, s: &mut String, flat: &str, vars: &[usize], ext: &[String], depth: usize) {
     let idx = d.ty(Dtype::I64);
-    for (k, n) in ext.iter().enumerate() {
+    for (k, (v, n)) in vars.iter().zip(ext).enumerate() {
         if n == "1" {
-            let _ = writeln!(s, "{}const {idx} i{k} = 0;\n{}(void)i{k};", pad(depth), pad(depth));
+            let _ = writeln!(s, "{}const {idx} i{v} = 0;\n{}(void)i{v};", pad(depth), pad(depth));
             continue;
         }
         let div = product(&ext[k + 1..]);
         let value = match (div.as_str(), ext[..k].iter().all(|e| e == "1")) {
-            ("1", true) => "gid".to_string(),
-            (_, true) => format!("gid / {div}"),
-            ("1", false) => format!("gid % {n}"),
-            _ => format!("gid / {div} % {n}"),
+            ("1", true) => flat.to_string(),
+            (_, true) => format!("{flat} / {div}"),
+            ("1", false) => format!("{flat} % {n}"),
+            _ => format!("{flat} / {div} % {n}"),
         };
-        let _ = writeln!(s, "{}const {idx} i{k} = {value};", pad(depth));
+        let _ = writeln!(s, "{}const {idx} i{v} = {value};", pad(depth));
     }
 }
 

@@ -130,16 +130,8 @@ fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext:
     let _ = writeln!(s, "{}const {idx} lane = {};", pad(2), w.lane);
     let _ = writeln!(s, "{}{ty} acc = {init};", pad(2));
     let _ = writeln!(s, "{}for ({idx} rid = lane; rid < {}; rid += {}) {{", pad(2), product(inner), w.lanes);
-    for (k, n) in inner.iter().enumerate() {
-        let div = product(&inner[k + 1..]);
-        let value = match (div.as_str(), k == 0) {
-            ("1", true) => "rid".to_string(),
-            (_, true) => format!("rid / {div}"),
-            ("1", false) => format!("rid % {n}"),
-            _ => format!("rid / {div} % {n}"),
-        };
-        let _ = writeln!(s, "{}const {idx} i{} = {value};", pad(3), rv + k);
-    }
+    let vars: Vec<usize> = (rv..rv + inner.len()).collect();
+    super::device::unflatten(r.d, s, "rid", &vars, inner, 3);
     let _ = writeln!(s, "{}{ty} v = {v};\n{}acc = {step};\n{}}}", pad(3), pad(3), pad(2));
     let mut off = w.lanes / 2;
     while off > 0 {
@@ -174,4 +166,34 @@ fn lane_sum<D: Dialect + ?Sized>(r: &Renderer<D>, s: &mut String, n: usize, rv: 
         terms = terms.chunks(2).map(|c| format!("({} + {})", c[0], c[1])).collect();
     }
     let _ = writeln!(s, "{p}{ty} acc = {};", terms[0]);
+}
+
+/// A gather of a kernel, for the checks a target runs before the kernel: every index
+/// `index` computes, over the loop variables `vars` it depends on, must lie in
+/// `[-n, n)`.
+pub struct GatherCheck {
+    pub n: u64,
+    pub index: Expr,
+    pub vars: Vec<usize>,
+}
+
+/// The gathers of kernel `k`, in the order its expressions hold them.
+pub fn gather_checks(k: &Kernel) -> Vec<GatherCheck> {
+    let mut out = Vec::new();
+    for e in crate::lower::kernel_exprs(k) {
+        e.walk(&mut |e| {
+            if let Expr::Gather { view, axis, index, .. } = e {
+                let mut vars = Vec::new();
+                index.walk(&mut |e| match e {
+                    Expr::Load { vars: v, .. } | Expr::Gather { vars: v, .. } => vars.extend(v.iter().copied().filter(|&v| v != usize::MAX)),
+                    Expr::Index(v) => vars.push(*v),
+                    _ => {}
+                });
+                vars.sort_unstable();
+                vars.dedup();
+                out.push(GatherCheck { n: view.shape[*axis], index: (**index).clone(), vars });
+            }
+        });
+    }
+    out
 }

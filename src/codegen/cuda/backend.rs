@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry};
+use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
 use crate::cli::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
@@ -34,7 +34,7 @@ impl Backend for CudaTarget {
         let lower = crate::lower::Options { max: opts.max.clone(), library: crate::codegen::c::LIBRARY };
         let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
         let c = crate::codegen::c::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
-        let files = super::emit(&forward, backward.as_ref(), &c)?;
+        let files = super::emit(&forward, backward.as_ref(), &c, opts.precision)?;
         Ok(program_emitted(files, &forward, backward.as_ref()))
     }
 
@@ -59,6 +59,10 @@ impl Backend for CudaTarget {
 
     fn built_report(&self, dir: &Path, entry: &Entry) -> Result<String> {
         super::report::ptxas_report(dir, &entry.name)
+    }
+
+    fn precisions(&self) -> &'static [Precision] {
+        &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16]
     }
 
     fn emulates(&self) -> bool {

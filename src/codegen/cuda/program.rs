@@ -6,11 +6,12 @@
 use std::fmt::Write as _;
 
 use super::Cuda;
+use crate::backend::Precision;
 use crate::codegen::c::library::Window2d;
 use crate::codegen::c::program::declare;
-use crate::codegen::cstyle::device::{device_kernel, kernel_params, library_kernel};
-use crate::codegen::cstyle::kernel::{extents, product, warp_reduce};
-use crate::codegen::cstyle::{pad, Dialect, Renderer};
+use crate::codegen::cstyle::device::{device_kernel, kernel_params, library_kernel, unflatten};
+use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce, GatherCheck};
+use crate::codegen::cstyle::{pad, Dialect, Param, ParamKind, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, PoolKind};
@@ -21,8 +22,11 @@ const MAX_BATCH: usize = 4;
 
 /// One program as CUDA: constants, kernels and epilogue functors named after `name`,
 /// and the host function `entry` that runs them on a stream, returning the header's
-/// error codes (`<upper>_ERROR_*`).
-pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, s: &mut String) -> Result<()> {
+/// error codes (`<upper>_ERROR_*`). Matrix products and convolutions round as
+/// `precision` allows.
+/// `flag`: the arena offset of the word that gather checks set when an index is out of
+/// range (when some program of the model gathers).
+pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: Precision, flag: Option<u64>, s: &mut String) -> Result<()> {
     let (error_cuda, error_size) = (format!("{upper}_ERROR_CUDA"), format!("{upper}_ERROR_SIZE"));
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d: &Cuda, names: &names };
@@ -50,10 +54,18 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, s: &mut Str
     }
     let dims = dim_params(p);
     let mut launches = String::new();
+    let mut launches_head = String::new();
     for (k, step) in p.steps.iter().enumerate() {
         let comment = format!("/* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
         let ext = extents(step, |i| dims[i].clone());
         let _ = writeln!(launches, "\n    {comment}");
+        if let Some(at) = flag {
+            for (g, check) in gather_checks(&step.kernel).iter().enumerate() {
+                let (count, args) = index_check(&r, &format!("{name}_c{k}_{g}"), k, step, check, &ext, s);
+                let _ = writeln!(launches, "    MR_LAUNCH({name}_c{k}_{g}, mr_blocks({count}), MR_THREADS, stream, {args}(int32_t *)(void *)(a + {at}));");
+                let _ = writeln!(launches, "    if (cudaGetLastError() != cudaSuccess) {{\n        return {error_cuda};\n    }}");
+            }
+        }
         if library_kernel(&step.kernel).is_none() {
             s.push('\n');
             s.push_str(&device_kernel(&r, &format!("{name}_k{k}"), k, step)?);
@@ -68,7 +80,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, s: &mut Str
             continue;
         }
         let ep = epilogue(&r, name, k, step, &ext, s)?;
-        let (decl, call) = library_call(&r, &step.kernel, &ext)?;
+        let (decl, call) = library_call(&r, &step.kernel, &ext, precision)?;
         let _ = writeln!(launches, "    {{\n{ep}{decl}        if ({call} != cudaSuccess) {{\n            return {error_cuda};\n        }}\n    }}");
     }
     // Symbolic dimensions are trailing arguments, checked against their maxima.
@@ -96,7 +108,11 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, s: &mut Str
     } else {
         s.push_str("    (void)weights;\n");
     }
-    if uses(|s| matches!(s, Storage::Arena { .. })) {
+    if let Some(at) = flag {
+        // A fresh call has seen no index out of range.
+        let _ = writeln!(launches_head, "    if (cudaMemsetAsync(a + {at}, 0, sizeof(int32_t), stream) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
+    }
+    if flag.is_some() || uses(|s| matches!(s, Storage::Arena { .. })) {
         s.push_str("    unsigned char *a = (unsigned char *)arena;\n");
     } else {
         s.push_str("    (void)arena;\n");
@@ -116,6 +132,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, s: &mut Str
         let _ = writeln!(s, "    const {ty} *{n} = NULL;");
         let _ = writeln!(s, "    if (cudaGetSymbolAddress((void **)&{n}, {name}_const{k}) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
     }
+    s.push_str(&launches_head);
     s.push_str(&launches);
     s.push_str("    return 0;\n}\n");
     Ok(())
@@ -195,7 +212,18 @@ fn epilogue(r: &Renderer<Cuda>, name: &str, k: usize, step: &crate::lower::Step,
 /// The runtime call (an expression of type `cudaError_t`) that runs a library kernel
 /// once `ep` is declared, after the declarations it needs; `ext` are the extents of
 /// its domain.
-fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String]) -> Result<(String, String)> {
+fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String], precision: Precision) -> Result<(String, String)> {
+    // Exact f32, or tensor cores with the operands rounded (`mr_precision`).
+    let tc = match precision {
+        Precision::F32 => None,
+        Precision::Tf32 => Some("MR_TF32"),
+        Precision::Bf16 => Some("MR_BF16"),
+        Precision::F16 => Some("MR_F16"),
+    };
+    let (sgemm, conv2d) = match tc {
+        None => ("mr_cuda_sgemm(stream, ".to_string(), "mr_cuda_conv2d(stream, ".to_string()),
+        Some(p) => (format!("mr_cuda_sgemm_tc(stream, {p}, "), format!("mr_cuda_conv2d_tc(stream, {p}, ")),
+    };
     let base = |v: &View| if v.offset == 0 { r.names[v.buf.0].clone() } else { format!("{} + {}", r.names[v.buf.0], v.offset) };
     require_f32(r, k)?;
     Ok(match k {
@@ -225,7 +253,7 @@ fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String]) -> Result<(Strin
                 );
                 (decl, "&batch")
             };
-            (decl, format!("mr_cuda_sgemm(stream, {m}, {n}, {kk}, {}, {}, {}, {batch}, ep)", operand(a), operand(b), operand(c)))
+            (decl, format!("{sgemm}{m}, {n}, {kk}, {}, {}, {}, {batch}, ep)", operand(a), operand(b), operand(c)))
         }
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             if scratch.is_some() {
@@ -234,7 +262,7 @@ fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String]) -> Result<(Strin
             let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
             let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
             (String::new(), format!(
-                "mr_cuda_conv2d(stream, {}, {}, {}, {}, {}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, ep)",
+                "{conv2d}{}, {}, {}, {}, {}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, ep)",
                 base(x),
                 base(w),
                 base(out),
@@ -273,6 +301,59 @@ fn require_f32(r: &Renderer<Cuda>, k: &Kernel) -> Result<()> {
     match crate::codegen::c::library::call_buffers(k).into_iter().map(|b| r.p.buffers[b.0].dtype).find(|d| *d != Dtype::F32) {
         Some(d) => Err(Error::internal(format!("the CUDA runtime's kernels are f32, given {d}"))),
         None => Ok(()),
+    }
+}
+
+/// Whether a kernel gathers (its indices are checked, [`index_check`]).
+pub fn has_gather(k: &Kernel) -> bool {
+    !gather_checks(k).is_empty()
+}
+
+/// Gather `check` of kernel `k` as a kernel `fname` (written to `s`) that sets the
+/// flag its last argument points to when an index is out of range; the kernel itself
+/// clamps, so it never reads out of bounds. Returns the number of indices (the grid to
+/// launch) and the arguments before the flag, each followed by `, `.
+fn index_check(r: &Renderer<Cuda>, fname: &str, k: usize, step: &crate::lower::Step, check: &GatherCheck, ext: &[String], s: &mut String) -> (String, String) {
+    let p = r.p;
+    let dims = dim_params(p);
+    let mut bufs = Vec::new();
+    crate::lower::expr_bufs(&check.index, &mut bufs);
+    bufs.sort();
+    bufs.dedup();
+    let mut params: Vec<Param> = bufs.iter().map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: ParamKind::Read }).collect();
+    let mut syms: Vec<usize> = check.vars.iter().filter_map(|&v| step.dims.get(v).copied().flatten()).collect();
+    syms.sort_unstable();
+    syms.dedup();
+    params.extend(syms.iter().map(|&i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
+    let args: String = params.iter().map(|p| format!("{}, ", p.name)).collect();
+    params.push(Param { name: "error".into(), dtype: Dtype::I32, kind: ParamKind::Write });
+    let vars: Vec<String> = check.vars.iter().map(|&v| ext[v].clone()).collect();
+    let count = product(&vars);
+    let _ = writeln!(s, "\n/* kernel {k}'s gather indices, each in [-n, n) for an axis of size n: {} */", comment_safe(&step.origins.join("; ")));
+    let _ = writeln!(s, "{}\n{{", Cuda.kernel_signature(fname, &params));
+    let _ = writeln!(s, "    for (int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; gid < {count}; gid += (int64_t)gridDim.x * blockDim.x) {{");
+    unflatten(&Cuda, s, "gid", &check.vars, &vars, 2);
+    let n = check.n;
+    let _ = writeln!(s, "        const int64_t j = {};", r.as_type(&check.index, Dtype::I64));
+    let _ = writeln!(s, "        if (j < -INT64_C({n}) || j >= INT64_C({n})) {{\n            *error = 1;\n        }}\n    }}\n}}");
+    (count, args)
+}
+
+/// `<name>_check`: whether the last call's gathers met an index out of range (waits for
+/// the stream). `flag`: where the checks keep that, when the model gathers.
+pub fn check_cu(name: &str, flag: Option<u64>, s: &mut String) {
+    let upper = name.to_uppercase();
+    let _ = writeln!(s, "\nextern \"C\" int {name}_check(const void *arena, cudaStream_t stream)\n{{");
+    match flag {
+        None => s.push_str("    (void)arena;\n    (void)stream;\n    return 0;\n}\n"),
+        Some(at) => {
+            let _ = writeln!(s, "    int32_t error = 0;");
+            let _ = writeln!(
+                s,
+                "    if (cudaMemcpyAsync(&error, (const unsigned char *)arena + {at}, sizeof error, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||\n        cudaStreamSynchronize(stream) != cudaSuccess) {{\n        return {upper}_ERROR_CUDA;\n    }}"
+            );
+            let _ = writeln!(s, "    return error != 0 ? {upper}_ERROR_INDEX : 0;\n}}");
+        }
     }
 }
 
