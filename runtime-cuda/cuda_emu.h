@@ -1079,6 +1079,30 @@ template <class T, int M, int N, int K> struct shape_ok {
        K == 16 && ((M == 16 && N == 16) || (M == 32 && N == 8) || (M == 8 && N == 32))) ||
       (std::is_same<T, float>::value && M == 16 && N == 16 && K == 8);
 };
+// The tiles' loops, out of line: each fragment type would otherwise get its own inlined,
+// unrolled copy in every kernel (test_kernels.cu's build time tripled).
+template <class S>
+[[gnu::noinline]] inline void load_tile(S *x, const S *p, unsigned ldm, int rows, int cols, bool row) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) x[r * cols + c] = row ? p[r * ldm + c] : p[r + c * ldm];
+}
+[[gnu::noinline]] inline void store_tile(float *p, const float *x, unsigned ldm, int rows, int cols, bool row) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) (row ? p[r * ldm + c] : p[r + c * ldm]) = x[r * cols + c];
+}
+// d = a b + c for float tiles (row-major), k in order per element; d may alias c.
+template <int M, int N, int K>
+[[gnu::noinline]] inline void mma_tile(float *d, const float *a, const float *b, const float *c) {
+  for (int i = 0; i < M; ++i) {
+    float acc[N];
+    for (int j = 0; j < N; ++j) acc[j] = c[i * N + j];
+    for (int kk = 0; kk < K; ++kk) {
+      const float ai = a[i * K + kk];
+      for (int j = 0; j < N; ++j) acc[j] += ai * b[kk * N + j];
+    }
+    for (int j = 0; j < N; ++j) d[i * N + j] = acc[j];
+  }
+}
 // A warp-collective step: every lane of the warp must arrive (CUDA requires all 32), and
 // the pointer and leading dimension must be as CUDA requires.
 inline void collective(::mr_emu::detail::Op op, const void *p, unsigned ldm, size_t elem_size) {
@@ -1114,21 +1138,17 @@ inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f,
                              const typename fragment<Use, M, N, K, T, L>::storage_element_type *p, unsigned ldm) {
   static_assert(!std::is_same<Use, accumulator>::value, "an accumulator load takes a layout_t");
   detail::collective(::mr_emu::detail::Op::WmmaLoad, p, ldm, sizeof *p);
-  const bool row = std::is_same<L, row_major>::value;
-  for (int r = 0; r < f.rows; ++r)
-    for (int c = 0; c < f.cols; ++c) f.x[r * f.cols + c] = row ? p[r * ldm + c] : p[r + c * ldm];
+  detail::load_tile(f.x, p, ldm, f.rows, f.cols, std::is_same<L, row_major>::value);
 }
 template <int M, int N, int K>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {
   detail::collective(::mr_emu::detail::Op::WmmaLoad, p, ldm, sizeof *p);
-  for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c) f.x[r * N + c] = l == mem_row_major ? p[r * ldm + c] : p[r + c * ldm];
+  detail::load_tile(f.x, p, ldm, M, N, l == mem_row_major);
 }
 template <int M, int N, int K>
 inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {
   detail::collective(::mr_emu::detail::Op::WmmaStore, p, ldm, sizeof *p);
-  for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c) (l == mem_row_major ? p[r * ldm + c] : p[r + c * ldm]) = f.x[r * N + c];
+  detail::store_tile(p, f.x, ldm, M, N, l == mem_row_major);
 }
 // d = a b + c, float accumulation in k order; d may be c.
 template <int M, int N, int K, class T, class LA, class LB>
@@ -1138,15 +1158,7 @@ inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<ma
   float av[M * K], bv[K * N];
   for (int i = 0; i < M * K; ++i) av[i] = detail::mma_operand<T>(a.x[i]);
   for (int i = 0; i < K * N; ++i) bv[i] = detail::mma_operand<T>(b.x[i]);
-  for (int i = 0; i < M; ++i) {
-    float acc[N];
-    for (int j = 0; j < N; ++j) acc[j] = c.x[i * N + j];
-    for (int kk = 0; kk < K; ++kk) {
-      const float ai = av[i * K + kk];
-      for (int j = 0; j < N; ++j) acc[j] += ai * bv[kk * N + j];
-    }
-    for (int j = 0; j < N; ++j) d.x[i * N + j] = acc[j];
-  }
+  detail::mma_tile<M, N, K>(d.x, av, bv, c.x);
 }
 }  // namespace wmma
 }  // namespace nvcuda

@@ -14,6 +14,9 @@
  *   mr_cuda_pool2d  max / average pooling, runtime-c's semantics.
  *   mr_cuda_softmax softmax along the middle axis, runtime-c's semantics.
  *   mr_cuda_sgd_*   the SGD (with momentum) update.
+ *   mr_cuda_sgemm_tc, mr_cuda_conv2d_tc
+ *                   the same products with operands rounded to TF32, BF16 or F16 on tensor
+ *                   cores (nvcuda::wmma, sm_80+), f32 accumulation; exact fallbacks.
  * Every host function launches on the given stream and returns cudaGetLastError().
  */
 #ifndef MITHRIL_CUDA_H
