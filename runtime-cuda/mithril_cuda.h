@@ -790,7 +790,7 @@ static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w
  *
  * The epilogue: a warp stores one accumulator fragment at a time into its own 16 x 16
  * f32 staging tile in shared memory (store_matrix_sync, so nothing depends on the
- * hardware's element-to-lane mapping), then each lane stores 8 of its elements (a
+ * hardware's element-to-lane mapping), then each lane stores 8 of the tile's elements (a
  * half-warp a row: 16 consecutive columns) and calls the epilogue on each.
  */
 enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };

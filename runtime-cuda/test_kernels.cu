@@ -577,6 +577,33 @@ static void test_sgds()
     test_sgd<float>(600000, 0.01f, 0.5f, true); /* more than the 2048-block grid: the grid-stride loop */
 }
 
+/* F16's range: an operand above 65504 becomes inf (its row of C is inf); TF32 and BF16
+ * keep f32's range (the row is about 1e5). */
+static void test_f16_range()
+{
+    const int64_t m = 8, n = 8, k = 8;
+    std::vector<float> A(m * k, 1.0f), B(k * n, 1.0f), C(m * n, 0.0f);
+    A[0] = 1e5f;
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
+    for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
+        CUDA_OK(mr_cuda_sgemm_tc(0, (mr_precision)prec, m, n, k, dA, k, 1, dB, n, 1, dC, n, 1, NULL, mr_no_epilogue()));
+        std::vector<float> got = host_from(dC, C.size());
+        size_t bad = 0, first = 0;
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                const double want = i ? 8.0 : (prec == MR_F16 ? INFINITY : (double)round_fmt(1e5f, prec) + 7.0);
+                if (!close_to(got[i * n + j], want, fabs(want), 1e-6)) {
+                    if (!bad) first = (size_t)(i * n + j);
+                    ++bad;
+                }
+            }
+        char name[80];
+        snprintf(name, sizeof name, "%s8x8x8 with an operand of 1e5 (f16: inf)", prec_name(prec));
+        report("gemm", name, bad, got.size(), first, bad ? got[first] : 0, 0);
+    }
+    cudaFree(dA), cudaFree(dB), cudaFree(dC);
+}
+
 int main()
 {
     test_gemms(EXACT);
@@ -587,6 +614,7 @@ int main()
         test_gemms(prec);
         test_convs(prec);
     }
+    test_f16_range();
     test_gemm(MR_F32, 129, 65, 33, false, false);
     test_conv(MR_F32, "3x3 p1", 2, 16, 16, 16, 140, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
     test_pools();
