@@ -365,11 +365,14 @@ struct Launch {
 };
 
 enum class St : unsigned char { Ready, Running, AtBlockBarrier, AtWarpBarrier, Done };
-enum class Op : unsigned char { Syncwarp, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All };
+enum class Op : unsigned char {
+  Syncwarp, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All, WmmaLoad, WmmaStore, WmmaMma
+};
 inline const char *op_name(Op k) {
   static const char *const names[] = {"__syncwarp()",      "__shfl_sync()",   "__shfl_up_sync()",
                                       "__shfl_down_sync()", "__shfl_xor_sync()", "__ballot_sync()",
-                                      "__any_sync()",      "__all_sync()"};
+                                      "__any_sync()",      "__all_sync()",     "wmma::load_matrix_sync()",
+                                      "wmma::store_matrix_sync()", "wmma::mma_sync()"};
   return names[static_cast<int>(k)];
 }
 
@@ -700,7 +703,10 @@ inline void warp_complete(Warp &W, const WarpGroup &g) {
     unsigned wd = static_cast<unsigned>(W.width[l]), seg = l & ~(wd - 1);
     unsigned a = static_cast<unsigned>(W.arg[l]), src = l;
     switch (g.op) {
-      case Op::Syncwarp: break;
+      case Op::Syncwarp:
+      case Op::WmmaLoad:
+      case Op::WmmaStore:
+      case Op::WmmaMma: break;
       case Op::Shfl: src = seg + (a & (wd - 1)); break;
       case Op::ShflUp: src = (l - seg >= a) ? l - a : l; break;
       case Op::ShflDown: src = (l - seg + a < wd) ? l + a : l; break;
@@ -971,6 +977,191 @@ static inline float min(float a, float b) { return std::fmin(a, b); }
 static inline float max(float a, float b) { return std::fmax(a, b); }
 static inline double min(double a, double b) { return std::fmin(a, b); }
 static inline double max(double a, double b) { return std::fmax(a, b); }
+
+// ---------------------------------------------------------------------------------------------
+// Reduced-precision types (cuda_fp16.h, cuda_bf16.h): storage and round-to-nearest-even
+// conversions, bit-exact with CUDA's (NaN becomes the canonical 0x7fff, as CUDA's do).
+// ---------------------------------------------------------------------------------------------
+struct __half { unsigned short bits_; };
+struct __nv_bfloat16 { unsigned short bits_; };
+typedef __nv_bfloat16 nv_bfloat16;
+typedef __half half;
+static inline __half __float2half_rn(float f) {
+  const uint32_t x = ::mr_emu::detail::from_bits<uint32_t>(::mr_emu::detail::to_bits(f));
+  const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  uint32_t h;
+  if (a > 0x7f800000u) h = 0x7fffu;                      // NaN
+  else if (a >= 0x477ff000u) h = sign | 0x7c00u;         // |f| >= 65520 (or inf): inf
+  else if (a >= 0x38800000u) {                           // normal: rebias, round the 13 low bits
+    const uint32_t r = a - 0x38000000u;
+    h = sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
+  } else {                                               // subnormal or zero: multiples of 2^-24
+    h = sign | static_cast<uint32_t>(std::nearbyint(std::fabs(f) * 16777216.0f));
+  }
+  return __half{static_cast<unsigned short>(h)};
+}
+static inline __half __float2half(float f) { return __float2half_rn(f); }
+static inline float __half2float(__half h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits_ & 0x8000u) << 16, e = (h.bits_ >> 10) & 31u,
+                 m = h.bits_ & 0x3ffu;
+  if (e == 0) {
+    const float v = static_cast<float>(m) * (1.0f / 16777216.0f);
+    return sign ? -v : v;
+  }
+  const uint32_t x = sign | (e == 31 ? (0xffu << 23 | m << 13) : ((e + 112u) << 23 | m << 13));
+  return ::mr_emu::detail::from_bits<float>(x);
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  const uint32_t x = ::mr_emu::detail::from_bits<uint32_t>(::mr_emu::detail::to_bits(f));
+  if ((x & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{0x7fffu};
+  return __nv_bfloat16{static_cast<unsigned short>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
+}
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+static inline float __bfloat162float(__nv_bfloat16 b) {
+  return ::mr_emu::detail::from_bits<float>(static_cast<uint32_t>(b.bits_) << 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// nvcuda::wmma (mma.h), the subset mithril_cuda.h uses: fragments of matrix_a / matrix_b
+// (__half, __nv_bfloat16, precision::tf32) and float accumulators, shapes m16n16k16,
+// m32n8k16, m8n32k16 (16-bit) and m16n16k8 (tf32); fill_fragment, load_matrix_sync,
+// mma_sync, store_matrix_sync, __float_to_tf32.
+//
+// Model: every lane holds the whole tile, x[] in row-major order (rows x cols of the
+// operand: M x K for matrix_a, K x N for matrix_b, M x N for the accumulator), and
+// num_elements is the tile's element count; the hardware's element-to-lane mapping is not
+// modelled, so kernels must treat x[] only element-wise (conversions, scaling). load, store
+// and mma are warp-collective: every lane of the warp must reach the same primitive (the
+// warp-barrier checks of the shuffles: divergence, exited lanes, mismatched primitives abort),
+// and the pointer (32-byte aligned) and ldm (a multiple of 16 bytes) are checked as CUDA
+// requires. mma_sync accumulates in float, k in order from the accumulator's value; a tf32
+// operand is used as the tensor core does, with its 13 low mantissa bits ignored (so a
+// kernel that forgets __float_to_tf32 gets truncation, not rounding).
+// ---------------------------------------------------------------------------------------------
+namespace nvcuda {
+namespace wmma {
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+// cvt.rna.tf32.f32: round to nearest, ties away from zero, to 10 mantissa bits (NaN and inf
+// unchanged; values past the largest tf32 round to inf).
+static inline float __float_to_tf32(float f) {
+  uint32_t x = ::mr_emu::detail::from_bits<uint32_t>(::mr_emu::detail::to_bits(f));
+  if ((x & 0x7f800000u) != 0x7f800000u) x = (x + 0x1000u) & 0xffffe000u;
+  return ::mr_emu::detail::from_bits<float>(x);
+}
+
+namespace detail {
+template <class T> struct elem { typedef T type; };
+template <> struct elem<precision::tf32> { typedef float type; };
+template <class T> inline float as_float(T v) { return static_cast<float>(v); }
+template <> inline float as_float(__half v) { return __half2float(v); }
+template <> inline float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> inline float mma_operand(typename elem<T>::type v) { return as_float(v); }
+template <> inline float mma_operand<precision::tf32>(float v) {
+  return ::mr_emu::detail::from_bits<float>(::mr_emu::detail::to_bits(v) & 0xffffe000u);
+}
+template <class Use, int M, int N, int K> struct dims;
+template <int M, int N, int K> struct dims<matrix_a, M, N, K> { static constexpr int rows = M, cols = K; };
+template <int M, int N, int K> struct dims<matrix_b, M, N, K> { static constexpr int rows = K, cols = N; };
+template <int M, int N, int K> struct dims<accumulator, M, N, K> { static constexpr int rows = M, cols = N; };
+template <class T, int M, int N, int K> struct shape_ok {
+  static constexpr bool value =
+      (std::is_same<T, precision::tf32>::value && M == 16 && N == 16 && K == 8) ||
+      ((std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value || std::is_same<T, float>::value) &&
+       K == 16 && ((M == 16 && N == 16) || (M == 32 && N == 8) || (M == 8 && N == 32))) ||
+      (std::is_same<T, float>::value && M == 16 && N == 16 && K == 8);
+};
+// The tiles' loops, out of line: each fragment type would otherwise get its own inlined,
+// unrolled copy in every kernel (test_kernels.cu's build time tripled).
+template <class S>
+[[gnu::noinline]] inline void load_tile(S *x, const S *p, unsigned ldm, int rows, int cols, bool row) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) x[r * cols + c] = row ? p[r * ldm + c] : p[r + c * ldm];
+}
+[[gnu::noinline]] inline void store_tile(float *p, const float *x, unsigned ldm, int rows, int cols, bool row) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) (row ? p[r * ldm + c] : p[r + c * ldm]) = x[r * cols + c];
+}
+// d = a b + c for float tiles (row-major), k in order per element; d may alias c.
+template <int M, int N, int K>
+[[gnu::noinline]] inline void mma_tile(float *d, const float *a, const float *b, const float *c) {
+  for (int i = 0; i < M; ++i) {
+    float acc[N];
+    for (int j = 0; j < N; ++j) acc[j] = c[i * N + j];
+    for (int kk = 0; kk < K; ++kk) {
+      const float ai = a[i * K + kk];
+      for (int j = 0; j < N; ++j) acc[j] += ai * b[kk * N + j];
+    }
+    for (int j = 0; j < N; ++j) d[i * N + j] = acc[j];
+  }
+}
+// A warp-collective step: every lane of the warp must arrive (CUDA requires all 32), and
+// the pointer and leading dimension must be as CUDA requires.
+inline void collective(::mr_emu::detail::Op op, const void *p, unsigned ldm, size_t elem_size) {
+  using namespace ::mr_emu::detail;
+  if (p && (reinterpret_cast<uintptr_t>(p) & 31u)) fail("wmma pointer not 32-byte (256-bit) aligned", t_.f);
+  if (p && (ldm * elem_size) % 16u) fail("wmma ldm not a multiple of 16 bytes", t_.f);
+  warp_op(op, 0xffffffffu, 0, 0, 32);
+}
+}  // namespace detail
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+class fragment {
+  static_assert(detail::shape_ok<T, M, N, K>::value, "wmma shape / type not emulated");
+  static_assert(std::is_same<Use, accumulator>::value ? std::is_void<Layout>::value && std::is_same<T, float>::value
+                                                      : !std::is_void<Layout>::value && !std::is_same<T, float>::value,
+                "wmma: operands need a layout and a 16-bit or tf32 type, accumulators are float with none");
+
+ public:
+  typedef typename detail::elem<T>::type storage_element_type;
+  typedef T element_type;
+  static constexpr int rows = detail::dims<Use, M, N, K>::rows, cols = detail::dims<Use, M, N, K>::cols;
+  static constexpr int num_elements = rows * cols;
+  storage_element_type x[num_elements];
+};
+
+template <class Use, int M, int N, int K, class T, class L>
+inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, const typename fragment<Use, M, N, K, T, L>::storage_element_type &v) {
+  for (int i = 0; i < f.num_elements; ++i) f.x[i] = v;
+}
+
+template <class Use, int M, int N, int K, class T, class L>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f,
+                             const typename fragment<Use, M, N, K, T, L>::storage_element_type *p, unsigned ldm) {
+  static_assert(!std::is_same<Use, accumulator>::value, "an accumulator load takes a layout_t");
+  detail::collective(::mr_emu::detail::Op::WmmaLoad, p, ldm, sizeof *p);
+  detail::load_tile(f.x, p, ldm, f.rows, f.cols, std::is_same<L, row_major>::value);
+}
+template <int M, int N, int K>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {
+  detail::collective(::mr_emu::detail::Op::WmmaLoad, p, ldm, sizeof *p);
+  detail::load_tile(f.x, p, ldm, M, N, l == mem_row_major);
+}
+template <int M, int N, int K>
+inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {
+  detail::collective(::mr_emu::detail::Op::WmmaStore, p, ldm, sizeof *p);
+  detail::store_tile(p, f.x, ldm, M, N, l == mem_row_major);
+}
+// d = a b + c, float accumulation in k order; d may be c.
+template <int M, int N, int K, class T, class LA, class LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+                     const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
+  detail::collective(::mr_emu::detail::Op::WmmaMma, nullptr, 0, 0);
+  float av[M * K], bv[K * N];
+  for (int i = 0; i < M * K; ++i) av[i] = detail::mma_operand<T>(a.x[i]);
+  for (int i = 0; i < K * N; ++i) bv[i] = detail::mma_operand<T>(b.x[i]);
+  detail::mma_tile<M, N, K>(d.x, av, bv, c.x);
+}
+}  // namespace wmma
+}  // namespace nvcuda
 
 // ---------------------------------------------------------------------------------------------
 // Host runtime API. Device memory is host memory; every call completes before it returns.

@@ -14,6 +14,9 @@
  *   mr_cuda_pool2d  max / average pooling, runtime-c's semantics.
  *   mr_cuda_softmax softmax along the middle axis, runtime-c's semantics.
  *   mr_cuda_sgd_*   the SGD (with momentum) update.
+ *   mr_cuda_sgemm_tc, mr_cuda_conv2d_tc
+ *                   the same products with operands rounded to TF32, BF16 or F16 on tensor
+ *                   cores (nvcuda::wmma, sm_80+), f32 accumulation; exact fallbacks.
  * Every host function launches on the given stream and returns cudaGetLastError().
  */
 #ifndef MITHRIL_CUDA_H
@@ -23,6 +26,9 @@
 #include "cuda_emu.h"
 #else
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
 #endif
 #include <stdint.h>
 #include <type_traits>
@@ -40,8 +46,10 @@
  * compiling the emulation, has no `#pragma unroll` and does not need it. */
 #if defined(__CUDACC__) || defined(__clang__)
 #define MR_UNROLL _Pragma("unroll")
+#define MR_NO_UNROLL _Pragma("unroll 1")
 #else
 #define MR_UNROLL
+#define MR_NO_UNROLL
 #endif
 
 #define MR_THREADS 256 /* block size of the generated loop kernels */
@@ -232,6 +240,24 @@ MR_UNROLL
                 for (int e = 0; e < 4; ++e) s[kk + e][x] = r[c][e];
             } else {
                 mr_cu_st4(&s[kk][x], r[c][0], r[c][1], r[c][2], r[c][3]);
+            }
+        }
+    }
+
+    /* Registers -> shared tile s[BK][LD] (LD >= BX: padded rows) of the tensor-core
+     * kernels, each element rounded by F::cvt to the format the products use. */
+    template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
+    {
+MR_UNROLL
+        for (int c = 0; c < CHUNKS; ++c) {
+            int x, kk;
+            chunk(c, x, kk);
+MR_UNROLL
+            for (int e = 0; e < 4; ++e) {
+                if (ALONG_K)
+                    s[kk + e][x] = F::cvt(r[c][e]);
+                else
+                    s[kk][x + e] = F::cvt(r[c][e]);
             }
         }
     }
@@ -457,6 +483,30 @@ static inline bool mr_vec_ok(const float *base, bool along_k, int64_t sx, int64_
     return true;
 }
 
+/* The kernels' arguments for a GEMM call (shared by mr_cuda_sgemm and mr_cuda_sgemm_tc):
+ * false when the product is empty (nothing to launch). ak / bk: the loaders' chunk
+ * directions. */
+static inline bool mr_gemm_setup(mr_gemm_args &p, mr_batch &bt, bool &ak, bool &bk, int64_t m, int64_t n, int64_t k,
+                                 const float *a, int64_t a_rs, int64_t a_cs, const float *b, int64_t b_rs,
+                                 int64_t b_cs, float *c, int64_t c_rs, int64_t c_cs, const mr_batch *batch)
+{
+    bt.rank = 0;
+    for (int d = 0; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
+    if (batch) bt = *batch;
+    p.nbatch = 1;
+    for (int d = 0; d < bt.rank; ++d) p.nbatch *= bt.ext[d];
+    ak = mr_along_k(a_rs, a_cs), bk = mr_along_k(b_cs, b_rs);
+    if (m <= 0 || n <= 0 || p.nbatch <= 0) return false;
+    p.m = m, p.n = n, p.k = k < 0 ? 0 : k;
+    p.a = a, p.a_rs = a_rs, p.a_cs = a_cs;
+    p.b = b, p.b_rs = b_rs, p.b_cs = b_cs;
+    p.c = c, p.c_rs = c_rs, p.c_cs = c_cs;
+    p.a_vec = mr_vec_ok(a, ak, a_rs, a_cs, &bt, bt.a);
+    p.b_vec = mr_vec_ok(b, bk, b_cs, b_rs, &bt, bt.b);
+    p.c_vec = mr_vec_ok(c, false, c_cs, c_rs, &bt, bt.c);
+    return true;
+}
+
 /*
  * C[i*c_rs + j*c_cs] = sum_k A[i*a_rs + k*a_cs] * B[k*b_rs + j*b_cs], f32 with fused
  * multiply-adds (no TF32), for each batch index (batch NULL: one product); then ep(nb, i, j)
@@ -470,20 +520,9 @@ static cudaError_t mr_cuda_sgemm(cudaStream_t s, int64_t m, int64_t n, int64_t k
     typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
     mr_batch bt;
     mr_gemm_args p;
-    bt.rank = 0;
-    for (int d = 0; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
-    if (batch) bt = *batch;
-    p.nbatch = 1;
-    for (int d = 0; d < bt.rank; ++d) p.nbatch *= bt.ext[d];
-    if (m <= 0 || n <= 0 || p.nbatch <= 0) return cudaGetLastError();
-    p.m = m, p.n = n, p.k = k < 0 ? 0 : k;
-    p.a = a, p.a_rs = a_rs, p.a_cs = a_cs;
-    p.b = b, p.b_rs = b_rs, p.b_cs = b_cs;
-    p.c = c, p.c_rs = c_rs, p.c_cs = c_cs;
-    const bool ak = mr_along_k(a_rs, a_cs), bk = mr_along_k(b_cs, b_rs);
-    p.a_vec = mr_vec_ok(a, ak, a_rs, a_cs, &bt, bt.a);
-    p.b_vec = mr_vec_ok(b, bk, b_cs, b_rs, &bt, bt.b);
-    p.c_vec = mr_vec_ok(c, false, c_cs, c_rs, &bt, bt.c);
+    bool ak, bk;
+    if (!mr_gemm_setup(p, bt, ak, bk, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch))
+        return cudaGetLastError();
     if (m <= MR_GEMV_MAX_M) {
         const int64_t items = p.nbatch * n;
         if (mr_abs64(b_rs) <= mr_abs64(b_cs) || items < 4096) {
@@ -575,6 +614,14 @@ MR_UNROLL
 MR_UNROLL
         for (int e = 0; e < 4; ++e) s[kr0 + e][col] = r[e];
     }
+
+    /* store, rounded to the tensor-core kernels' format, into a padded tile */
+    template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
+    {
+        const int col = (int)threadIdx.x % MR_GEMM_BN;
+MR_UNROLL
+        for (int e = 0; e < 4; ++e) s[kr0 + e][col] = F::cvt(r[e]);
+    }
 };
 
 /* mr_ld_im2col with the conv's parameters bound, in the loader shape the main loop wants. */
@@ -587,6 +634,10 @@ struct mr_ld_im2col_bound {
     }
     __device__ __forceinline__ void load(int64_t k0) { ld.load(p, k0); }
     __device__ __forceinline__ void store(float (*s)[MR_GEMM_BN]) const { ld.store(s); }
+    template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
+    {
+        ld.template store_cvt<F, LD>(s);
+    }
 };
 
 /* Implicit-GEMM convolution: block (x, y, z) = (position tile, output-channel tile,
@@ -712,6 +763,338 @@ static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w
     const int64_t mt = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (p.ncols + MR_GEMM_BN - 1) / MR_GEMM_BN;
     const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(groups < 65535 ? groups : 65535));
     kernel_t kern = mr_k_conv2d<Ep>;
+    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, ep);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Tensor-core GEMM and convolution (reduced precision, sm_80+)                        */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * The precisions a product may use (the compiler's --precision): MR_F32 is exact f32 (the
+ * kernels above); the others round both operands of every product to TF32 (10 mantissa
+ * bits, round to nearest, ties away: cvt.rna.tf32.f32), BF16 or F16 (round to nearest
+ * even) and multiply on tensor cores, accumulating in f32.
+ *
+ * Same tiling as the exact kernels: a block of 256 threads computes a 128 x 64 tile of C,
+ * K 16 at a time, double-buffered, through the same loaders (mr_ld_strided, mr_ld_im2col),
+ * which round each element to the format as they write it to shared memory (store_cvt),
+ * so every element is converted once. The tiles are stored K-major as before -- A[k][m]
+ * is a col_major matrix_a, B[k][n] a row_major matrix_b -- with rows padded by 16 bytes
+ * (ldm 132 / 68 floats, 136 / 72 halves) against bank conflicts. The 8 warps form a 4 x 2
+ * grid of 32 x 32 warp tiles; each warp holds 2 x 2 accumulator fragments (16 x 16, f32)
+ * and per K step loads 2 A and 2 B fragments (m16n16k8 for tf32, twice per K tile;
+ * m16n16k16 for bf16/f16, once). Edges: the loaders zero-fill, so fragments past the
+ * matrix multiply zeros, and the stores are guarded.
+ *
+ * The epilogue: a warp stores one accumulator fragment at a time into its own 16 x 16
+ * f32 staging tile in shared memory (store_matrix_sync, so nothing depends on the
+ * hardware's element-to-lane mapping), then each lane stores 8 of the tile's elements (a
+ * half-warp a row: 16 consecutive columns) and calls the epilogue on each.
+ */
+enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
+
+/* wmma's tf32 / bf16 fragments exist for sm_80 and newer; compiled for an older
+ * architecture the kernels trap (the host functions check the device first). */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define MR_TC_ARCH_OK 1
+#else
+#define MR_TC_ARCH_OK 0
+#endif
+
+#ifndef MR_TC_MIN_BLOCKS
+#define MR_TC_MIN_BLOCKS 2
+#endif
+#define MR_TC_WARP_M 32 /* a warp's tile: 2 x 2 fragments of 16 x 16 */
+#define MR_TC_WARP_N 32
+
+template <class T> struct alignas(128) mr_tc_smem {
+    static constexpr int LDA = MR_GEMM_BM + 16 / (int)sizeof(T), LDB = MR_GEMM_BN + 16 / (int)sizeof(T);
+    T a[2][MR_GEMM_BK][LDA];
+    T b[2][MR_GEMM_BK][LDB];
+    float stage[MR_THREADS / 32][16 * 16]; /* a warp's accumulator fragment on its way out */
+};
+
+#if MR_TC_ARCH_OK
+/* The formats: T, the shared-memory element; W, wmma's element type; KS, the fragment's K. */
+template <int P> struct mr_tc_fmt;
+template <> struct mr_tc_fmt<MR_TF32> {
+    typedef float T;
+    typedef nvcuda::wmma::precision::tf32 W;
+    static constexpr int KS = 8;
+    static __device__ __forceinline__ float cvt(float v) { return nvcuda::wmma::__float_to_tf32(v); }
+};
+template <> struct mr_tc_fmt<MR_BF16> {
+    typedef __nv_bfloat16 T;
+    typedef __nv_bfloat16 W;
+    static constexpr int KS = 16;
+    static __device__ __forceinline__ __nv_bfloat16 cvt(float v) { return __float2bfloat16_rn(v); }
+};
+template <> struct mr_tc_fmt<MR_F16> {
+    typedef __half T;
+    typedef __half W;
+    static constexpr int KS = 16;
+    static __device__ __forceinline__ __half cvt(float v) { return __float2half_rn(v); }
+};
+
+template <class F> struct mr_tc_frags {
+    typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, F::KS, typename F::W, nvcuda::wmma::col_major> A;
+    typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, F::KS, typename F::W, nvcuda::wmma::row_major> B;
+    typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, F::KS, float> C;
+};
+
+/* The tensor-core K loop (mr_mm_mainloop's structure): acc = the warp's 32 x 32 part of
+ * A tile x B tile over all of K. All threads of the block must call it. */
+template <class F, class LA, class LB>
+static __device__ __forceinline__ void mr_tc_mainloop(LA &la, LB &lb, int64_t k, mr_tc_smem<typename F::T> &sm,
+                                                      typename mr_tc_frags<F>::C (&acc)[2][2])
+{
+    typedef mr_tc_smem<typename F::T> S;
+    const int warp = (int)threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
+MR_UNROLL
+    for (int i = 0; i < 2; ++i)
+MR_UNROLL
+        for (int j = 0; j < 2; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+    const int64_t tiles = (k + MR_GEMM_BK - 1) / MR_GEMM_BK;
+    if (tiles == 0) return;
+    la.load(0);
+    lb.load(0);
+    la.template store_cvt<F, S::LDA>(sm.a[0]);
+    lb.template store_cvt<F, S::LDB>(sm.b[0]);
+    __syncthreads();
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int cur = (int)(t & 1);
+        const bool more = t + 1 < tiles;
+        if (more) {
+            la.load((t + 1) * MR_GEMM_BK);
+            lb.load((t + 1) * MR_GEMM_BK);
+        }
+        /* tf32's two k8 steps not unrolled: unrolled, nvcc loads both steps' fragments at
+         * once (16 more registers) */
+MR_NO_UNROLL
+        for (int ks = 0; ks < MR_GEMM_BK; ks += F::KS) {
+            typename mr_tc_frags<F>::A fa[2];
+            typename mr_tc_frags<F>::B fb[2];
+MR_UNROLL
+            for (int i = 0; i < 2; ++i)
+                nvcuda::wmma::load_matrix_sync(fa[i], &sm.a[cur][ks][wm * MR_TC_WARP_M + i * 16], S::LDA);
+MR_UNROLL
+            for (int j = 0; j < 2; ++j)
+                nvcuda::wmma::load_matrix_sync(fb[j], &sm.b[cur][ks][wn * MR_TC_WARP_N + j * 16], S::LDB);
+MR_UNROLL
+            for (int i = 0; i < 2; ++i)
+MR_UNROLL
+                for (int j = 0; j < 2; ++j) nvcuda::wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        if (more) {
+            la.template store_cvt<F, S::LDA>(sm.a[cur ^ 1]);
+            lb.template store_cvt<F, S::LDB>(sm.b[cur ^ 1]);
+        }
+        __syncthreads();
+    }
+}
+
+/* Where the GEMM's and the convolution's tiles go: (r, c) of the block's tile, value v;
+ * stored if inside the matrix, then the epilogue. Plain structs passed by value (a lambda
+ * capturing the kernel's parameters by reference would copy them to local memory). */
+template <class Ep> struct mr_tc_out_gemm {
+    float *c;
+    int64_t m, n, c_rs, c_cs, nb, m0, n0;
+    Ep ep;
+    __device__ __forceinline__ void operator()(int r, int cc, float v) const
+    {
+        const int64_t row = m0 + r, col = n0 + cc;
+        if (row < m && col < n) {
+            c[row * c_rs + col * c_cs] = v;
+            ep(nb, row, col);
+        }
+    }
+};
+template <class Ep> struct mr_tc_out_conv {
+    float *out;
+    int64_t M, ncols, ohw, o, g, m0, n0;
+    Ep ep;
+    __device__ __forceinline__ void operator()(int r, int cc, float v) const
+    {
+        const int64_t row = m0 + r, col = n0 + cc;
+        if (row < M && col < ncols) {
+            const int64_t b = col / ohw, pos = col - b * ohw, oc = g * M + row;
+            out[(b * o + oc) * ohw + pos] = v;
+            ep(b, oc, pos);
+        }
+    }
+};
+
+/* The warp's accumulators out through its staging tile: st(r, c, v) for each element, r
+ * and c relative to the block's tile, by the lane that read it. Warp-collective. */
+template <class F, class St>
+static __device__ __forceinline__ void mr_tc_store(typename mr_tc_frags<F>::C (&acc)[2][2], float *stage, const St &st)
+{
+    const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
+MR_UNROLL
+    for (int i = 0; i < 2; ++i)
+MR_UNROLL
+        for (int j = 0; j < 2; ++j) {
+            nvcuda::wmma::store_matrix_sync(stage, acc[i][j], 16, nvcuda::wmma::mem_row_major);
+            __syncwarp();
+            /* not unrolled: unrolled, nvcc hoists the 32 elements' addresses out of the
+             * kernel's tile loop and holds them in registers through the K loop */
+MR_NO_UNROLL
+            for (int e = lane; e < 256; e += 32)
+                st(wm * MR_TC_WARP_M + i * 16 + e / 16, wn * MR_TC_WARP_N + j * 16 + e % 16, stage[e]);
+            __syncwarp(); /* the stage is rewritten by the next fragment */
+        }
+}
+#endif /* MR_TC_ARCH_OK */
+
+/* mr_k_sgemm on tensor cores, P = MR_TF32, MR_BF16 or MR_F16. */
+template <class Ep, int P, bool A_ALONG_K, bool B_ALONG_K>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, MR_TC_MIN_BLOCKS)
+mr_k_sgemm_tc(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+{
+#if MR_TC_ARCH_OK
+    typedef mr_tc_fmt<P> F;
+    __shared__ mr_tc_smem<typename F::T> sm;
+    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
+    const int64_t mtiles = (p.m + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    float *stage = sm.stage[threadIdx.x / 32];
+    for (int64_t nb = blockIdx.z; nb < p.nbatch; nb += gridDim.z) {
+        int64_t oa, ob, oc;
+        mr_batch_offsets(bt, nb, oa, ob, oc);
+        for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
+            const int64_t m0 = mt * MR_GEMM_BM;
+            mr_ld_strided<MR_GEMM_BM, A_ALONG_K> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, p.k, p.a_vec);
+            mr_ld_strided<MR_GEMM_BN, B_ALONG_K> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, p.k, p.b_vec);
+            typename mr_tc_frags<F>::C acc[2][2];
+            mr_tc_mainloop<F>(la, lb, p.k, sm, acc);
+            const mr_tc_out_gemm<Ep> out = {p.c + oc, p.m, p.n, p.c_rs, p.c_cs, nb, m0, n0, ep};
+            mr_tc_store<F>(acc, stage, out);
+        }
+    }
+#else
+    (void)p, (void)bt, (void)ep;
+    __trap();
+#endif
+}
+
+/* mr_k_conv2d on tensor cores. */
+template <class Ep, int P>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, MR_TC_MIN_BLOCKS)
+mr_k_conv2d_tc(const mr_conv_args p, const Ep ep)
+{
+#if MR_TC_ARCH_OK
+    typedef mr_tc_fmt<P> F;
+    __shared__ mr_tc_smem<typename F::T> sm;
+    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
+    const int64_t mtiles = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    const int64_t ohw = p.oh * p.ow;
+    float *stage = sm.stage[threadIdx.x / 32];
+    for (int64_t g = blockIdx.z; g < p.groups; g += gridDim.z) {
+        for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
+            const int64_t m0 = mt * MR_GEMM_BM;
+            mr_ld_strided<MR_GEMM_BM, true> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, p.K, p.w_vec);
+            mr_ld_im2col_bound lb(p, g, n0);
+            typename mr_tc_frags<F>::C acc[2][2];
+            mr_tc_mainloop<F>(la, lb, p.K, sm, acc);
+            const mr_tc_out_conv<Ep> out = {p.out, p.M, p.ncols, ohw, p.o, g, m0, n0, ep};
+            mr_tc_store<F>(acc, stage, out);
+        }
+    }
+#else
+    (void)p, (void)ep;
+    __trap();
+#endif
+}
+
+/* Whether the current device has the tensor-core paths (compute capability 8.0+). */
+static inline bool mr_tc_device_ok()
+{
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 8;
+}
+
+/*
+ * mr_cuda_sgemm with the products' operands rounded to prec (see mr_precision) and
+ * multiplied on tensor cores, f32 accumulation. Falls back to the exact mr_cuda_sgemm for
+ * MR_F32, for m <= 4 (the GEMV kernels: tensor cores would idle) and on devices before
+ * sm_80; everything else (any strides, batches, edges, k = 0) runs the tensor-core kernel.
+ */
+template <class Ep>
+static cudaError_t mr_cuda_sgemm_tc(cudaStream_t s, mr_precision prec, int64_t m, int64_t n, int64_t k, const float *a,
+                                    int64_t a_rs, int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c,
+                                    int64_t c_rs, int64_t c_cs, const mr_batch *batch, Ep ep)
+{
+    typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
+    if ((prec != MR_TF32 && prec != MR_BF16 && prec != MR_F16) || m <= MR_GEMV_MAX_M || !mr_tc_device_ok())
+        return mr_cuda_sgemm(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, ep);
+    mr_batch bt;
+    mr_gemm_args p;
+    bool ak, bk;
+    if (!mr_gemm_setup(p, bt, ak, bk, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch))
+        return cudaGetLastError();
+    const int64_t mt = (m + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (n + MR_GEMM_BN - 1) / MR_GEMM_BN;
+    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(p.nbatch < 65535 ? p.nbatch : 65535));
+    const int l = (ak ? 2 : 0) + (bk ? 1 : 0);
+    kernel_t kern;
+    if (prec == MR_TF32)
+        kern = l == 3 ? mr_k_sgemm_tc<Ep, MR_TF32, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, MR_TF32, true, false>
+             : l == 1 ? mr_k_sgemm_tc<Ep, MR_TF32, false, true> : mr_k_sgemm_tc<Ep, MR_TF32, false, false>;
+    else if (prec == MR_BF16)
+        kern = l == 3 ? mr_k_sgemm_tc<Ep, MR_BF16, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, MR_BF16, true, false>
+             : l == 1 ? mr_k_sgemm_tc<Ep, MR_BF16, false, true> : mr_k_sgemm_tc<Ep, MR_BF16, false, false>;
+    else
+        kern = l == 3 ? mr_k_sgemm_tc<Ep, MR_F16, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, MR_F16, true, false>
+             : l == 1 ? mr_k_sgemm_tc<Ep, MR_F16, false, true> : mr_k_sgemm_tc<Ep, MR_F16, false, false>;
+    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, bt, ep);
+    return cudaGetLastError();
+}
+
+/*
+ * mr_cuda_conv2d with reduced-precision products on tensor cores. Falls back to the exact
+ * mr_cuda_conv2d for MR_F32, devices before sm_80 and <= 4 output channels a group (the
+ * direct kernel: depthwise). A 1x1, stride 1, unpadded, ungrouped convolution is the batched
+ * GEMM mr_cuda_sgemm_tc (tensor cores for > 4 output channels); every other convolution
+ * runs the tensor-core implicit GEMM.
+ */
+template <class Ep>
+static cudaError_t mr_cuda_conv2d_tc(cudaStream_t s, mr_precision prec, const float *x, const float *w, float *out,
+                                     int64_t n, int64_t c, int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw,
+                                     int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                                     int64_t dh, int64_t dw, int64_t groups, Ep ep)
+{
+    typedef void (*kernel_t)(const mr_conv_args, const Ep);
+    if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0 || groups <= 0) return cudaGetLastError();
+    if ((prec != MR_TF32 && prec != MR_BF16 && prec != MR_F16) || o / groups <= MR_CONV_DIRECT_MAX_M ||
+        !mr_tc_device_ok())
+        return mr_cuda_conv2d(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, ep);
+    const int64_t ohw = oh * ow;
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && groups == 1 && oh == h && ow == wd) {
+        mr_batch bt;
+        bt.rank = 1;
+        bt.ext[0] = n;
+        bt.a[0] = 0;
+        bt.b[0] = c * h * wd;
+        bt.c[0] = o * ohw;
+        for (int d = 1; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
+        return mr_cuda_sgemm_tc(s, prec, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
+    }
+    mr_conv_args p;
+    p.x = x, p.w = w, p.out = out;
+    p.n = n, p.c = c, p.h = h, p.wd = wd, p.o = o, p.kh = kh, p.kw = kw, p.oh = oh, p.ow = ow;
+    p.sh = sh, p.sw = sw, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw, p.groups = groups;
+    p.cg = c / groups;
+    p.M = o / groups;
+    p.K = p.cg * kh * kw;
+    p.ncols = n * ohw;
+    p.w_vec = mr_aligned16(w) && p.K % 4 == 0;
+    const int64_t mt = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (p.ncols + MR_GEMM_BN - 1) / MR_GEMM_BN;
+    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(groups < 65535 ? groups : 65535));
+    kernel_t kern = prec == MR_TF32 ? mr_k_conv2d_tc<Ep, MR_TF32>
+                    : prec == MR_BF16 ? mr_k_conv2d_tc<Ep, MR_BF16>
+                                      : mr_k_conv2d_tc<Ep, MR_F16>;
     MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, ep);
     return cudaGetLastError();
 }

@@ -93,6 +93,73 @@ static void compare(const char *what, const char *name, const std::vector<float>
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Reduced precision (the tensor-core paths)                                            */
+/* ------------------------------------------------------------------------------------ */
+
+/* Which path a case runs: EXACT calls mr_cuda_sgemm / mr_cuda_conv2d; MR_F32 .. MR_F16
+ * call the _tc functions with that precision. */
+#define EXACT (-1)
+static const char *prec_name(int prec)
+{
+    return prec == MR_TF32 ? "tf32 " : prec == MR_BF16 ? "bf16 " : prec == MR_F16 ? "f16 " : prec == MR_F32 ? "f32tc " : "";
+}
+
+/* v rounded to the precision's format, computed independently of the kernels' bit tricks:
+ * TF32 10 mantissa bits, ties away (cvt.rna); BF16 7 bits, F16 10 bits (exponents down to
+ * -14, then subnormal steps of 2^-24, overflow past 65504 to inf), ties to even. */
+static double round_fmt(float v, int prec)
+{
+    if (prec <= MR_F32 || v == 0 || !isfinite(v)) return v;
+    const int mant = prec == MR_BF16 ? 7 : 10, emin = prec == MR_F16 ? -14 : -126;
+    int e;
+    frexp((double)v, &e);
+    const int lead = e - 1 < emin ? emin : e - 1;
+    const double q = ldexp(1.0, lead - mant), r = (double)v / q;
+    const double res = (prec == MR_TF32 ? round(r) : nearbyint(r)) * q;
+    return prec == MR_F16 && fabs(res) > 65504.0 ? copysign(INFINITY, (double)v) : res;
+}
+
+/* The unit roundoff of each format: TF32 and F16 2^-11, BF16 2^-8. */
+static double unit_roundoff(int prec) { return prec == MR_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11); }
+
+/*
+ * The checks of one reduced-precision result (tc: the case is expected on tensor cores):
+ *  - "rounded": within 1e-5 of ref_r, the double product of the operands rounded to the
+ *    format (round_fmt), relative to the sum of |products| -- f32 accumulation error only;
+ *  - "vs f64": within 2u + u^2 + 1e-5 of the exact double ref, relative to the same sum
+ *    (u the format's unit roundoff: TF32 and F16 about 2^-10, BF16 about 2^-7); for F16 an
+ *    absolute term covers subnormal operands (|error| <= 2^-25 (|a| + |b|) a product);
+ *  - "uses TC": some element (k > 0) is off the exact f32 tolerance, 1e-5, so the case
+ *    cannot pass by running the exact kernel.
+ * Not tc (F32, or a shape that falls back): the exact 1e-5 check.
+ */
+static void check_reduced(const char *what, const char *name, int prec, bool tc, int64_t k, const std::vector<float> &got,
+                          const std::vector<double> &ref, const std::vector<double> &ref_r,
+                          const std::vector<double> &scale, const std::vector<double> &opsum)
+{
+    char nm[220];
+    if (!tc) {
+        compare(what, name, got, ref, scale, 1e-5);
+        return;
+    }
+    snprintf(nm, sizeof nm, "%s: rounded", name);
+    compare(what, nm, got, ref_r, scale, 1e-5);
+    const double u = unit_roundoff(prec), tol = 2 * u + u * u + 1e-5;
+    std::vector<double> sc(scale);
+    if (prec == MR_F16)
+        for (size_t i = 0; i < sc.size(); ++i) sc[i] += opsum[i] * ldexp(1.0, -25) / tol;
+    snprintf(nm, sizeof nm, "%s: vs f64", name);
+    compare(what, nm, got, ref, sc, tol);
+    if (k > 0) {
+        size_t off = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+            if (!close_to(got[i], ref[i], scale[i] > fabs(ref[i]) ? scale[i] : fabs(ref[i]), 1e-5)) ++off;
+        snprintf(nm, sizeof nm, "%s: uses TC (%zu off f32)", name, off);
+        report(what, nm, off ? 0 : 1, got.size(), 0, 0, 0);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* GEMM                                                                                 */
 /* ------------------------------------------------------------------------------------ */
 
@@ -115,11 +182,11 @@ struct ep_bias_relu {
  * (rank 2: [2, nbatch / 2] when even) with B broadcast when bcast_b; misalign offsets
  * every pointer by one element (no float4 paths); epi: the bias-relu epilogue.
  */
-static void test_gemm(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t nbatch = 1, bool bcast_b = false,
-                      bool epi = false, bool misalign = false, int64_t c_pad = 0)
+static void test_gemm(int prec, int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t nbatch = 1,
+                      bool bcast_b = false, bool epi = false, bool misalign = false, int64_t c_pad = 0)
 {
     char name[160];
-    snprintf(name, sizeof name, "%lldx%lldx%lld%s%s%s%s%s%s", (long long)m, (long long)n, (long long)k, ta ? " At" : "",
+    snprintf(name, sizeof name, "%s%lldx%lldx%lld%s%s%s%s%s%s", prec_name(prec), (long long)m, (long long)n, (long long)k, ta ? " At" : "",
              tb ? " Bt" : "", nbatch > 1 ? " batched" : "", bcast_b ? " bcastB" : "", epi ? " bias+relu" : "",
              misalign ? " misaligned" : "");
     const int64_t off = misalign ? 1 : 0;
@@ -141,88 +208,112 @@ static void test_gemm(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t
         bt.ext[0] = nbatch, bt.a[0] = sa, bt.b[0] = sb, bt.c[0] = sc;
     }
     const mr_batch *bp = nbatch > 1 ? &bt : NULL;
+    const mr_precision mp = (mr_precision)(prec < 0 ? 0 : prec);
     if (epi) {
         ep_bias_relu ep = {dC + off, dbias, ldc, 1, sc};
-        CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
-    } else {
+        if (prec == EXACT)
+            CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
+        else
+            CUDA_OK(mr_cuda_sgemm_tc(0, mp, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
+                                     ep));
+    } else if (prec == EXACT) {
         CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
                               mr_no_epilogue()));
+    } else {
+        CUDA_OK(mr_cuda_sgemm_tc(0, mp, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
+                                 mr_no_epilogue()));
     }
     std::vector<float> got = host_from(dC, C.size());
-    std::vector<double> ref(C.size()), scale(C.size(), 0.0);
-    for (size_t i = 0; i < C.size(); ++i) ref[i] = C[i]; /* padding and the offset untouched */
+    std::vector<double> ref(C.size()), ref_r(C.size()), scale(C.size(), 0.0), opsum(C.size(), 0.0);
+    for (size_t i = 0; i < C.size(); ++i) ref[i] = ref_r[i] = C[i]; /* padding and the offset untouched */
+    std::vector<double> Ar(A.size()), Br(B.size());
+    for (size_t i = 0; i < A.size(); ++i) Ar[i] = round_fmt(A[i], prec);
+    for (size_t i = 0; i < B.size(); ++i) Br[i] = round_fmt(B[i], prec);
     for (int64_t nb = 0; nb < nbatch; ++nb) {
         const float *a = A.data() + off + nb * sa, *b = B.data() + off + nb * sb;
+        const double *ar = Ar.data() + off + nb * sa, *br = Br.data() + off + nb * sb;
         for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < n; ++j) {
-                double s = 0, s_abs = 0;
+                double s = 0, s_abs = 0, sr = 0, ops = 0;
                 for (int64_t kk = 0; kk < k; ++kk) {
                     const double p = (double)a[i * a_rs + kk * a_cs] * b[kk * b_rs + j * b_cs];
                     s += p;
                     s_abs += fabs(p);
+                    sr += ar[i * a_rs + kk * a_cs] * br[kk * b_rs + j * b_cs];
+                    ops += fabs(a[i * a_rs + kk * a_cs]) + fabs(b[kk * b_rs + j * b_cs]);
                 }
-                if (epi) s = s + bias[j] > 0 ? s + bias[j] : 0, s_abs += fabs(bias[j]);
-                ref[off + nb * sc + i * ldc + j] = s;
-                scale[off + nb * sc + i * ldc + j] = s_abs;
+                if (epi) {
+                    s = s + bias[j] > 0 ? s + bias[j] : 0, s_abs += fabs(bias[j]);
+                    sr = sr + bias[j] > 0 ? sr + bias[j] : 0;
+                }
+                const int64_t at = off + nb * sc + i * ldc + j;
+                ref[at] = s, scale[at] = s_abs, ref_r[at] = sr, opsum[at] = ops;
             }
         }
     }
-    compare("gemm", name, got, ref, scale, 1e-5);
+    check_reduced("gemm", name, prec, prec > MR_F32 && m > MR_GEMV_MAX_M, k, got, ref, ref_r, scale, opsum);
     cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dbias);
 }
 
 /* Views with no unit stride anywhere (every other column of A, every third of B, C
  * written to every other element): the general-stride loads and stores. */
-static void test_gemm_views(int64_t m, int64_t n, int64_t k)
+static void test_gemm_views(int prec, int64_t m, int64_t n, int64_t k)
 {
     char name[160];
-    snprintf(name, sizeof name, "%lldx%lldx%lld strided views", (long long)m, (long long)n, (long long)k);
+    snprintf(name, sizeof name, "%s%lldx%lldx%lld strided views", prec_name(prec), (long long)m, (long long)n,
+             (long long)k);
     const int64_t a_rs = 2 * k + 1, a_cs = 2, b_rs = 3 * n, b_cs = 3, c_rs = 2 * n, c_cs = 2;
     std::vector<float> A = rnd_vec(m * a_rs), B = rnd_vec(k * b_rs), C(m * c_rs, 9.0f);
     float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
-    CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL, mr_no_epilogue()));
+    if (prec == EXACT)
+        CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL, mr_no_epilogue()));
+    else
+        CUDA_OK(mr_cuda_sgemm_tc(0, (mr_precision)prec, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL,
+                                 mr_no_epilogue()));
     std::vector<float> got = host_from(dC, C.size());
-    std::vector<double> ref(C.begin(), C.end()), scale(C.size(), 0.0);
+    std::vector<double> ref(C.begin(), C.end()), ref_r(C.begin(), C.end()), scale(C.size(), 0.0), opsum(C.size(), 0.0);
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-            double s = 0, s_abs = 0;
+            double s = 0, s_abs = 0, sr = 0, ops = 0;
             for (int64_t kk = 0; kk < k; ++kk) {
-                const double p = (double)A[i * a_rs + kk * a_cs] * B[kk * b_rs + j * b_cs];
-                s += p, s_abs += fabs(p);
+                const float x = A[i * a_rs + kk * a_cs], y = B[kk * b_rs + j * b_cs];
+                const double p = (double)x * y;
+                s += p, s_abs += fabs(p), sr += round_fmt(x, prec) * round_fmt(y, prec), ops += fabs(x) + fabs(y);
             }
-            ref[i * c_rs + j * c_cs] = s, scale[i * c_rs + j * c_cs] = s_abs;
+            const int64_t at = i * c_rs + j * c_cs;
+            ref[at] = s, scale[at] = s_abs, ref_r[at] = sr, opsum[at] = ops;
         }
-    compare("gemm", name, got, ref, scale, 1e-5);
+    check_reduced("gemm", name, prec, prec > MR_F32 && m > MR_GEMV_MAX_M, k, got, ref, ref_r, scale, opsum);
     cudaFree(dA), cudaFree(dB), cudaFree(dC);
 }
 
-static void test_gemms()
+static void test_gemms(int P)
 {
-    test_gemm(1, 1, 1, false, false);
-    test_gemm(1, 37, 50, false, false);              /* gemv, warp a column */
-    test_gemm(1, 37, 50, false, true);               /* gemv, B k-contiguous */
-    test_gemm(3, 5000, 9, false, false);             /* gemv, thread a column */
-    test_gemm(4, 300, 70, true, false, 1, false, true);
-    test_gemm(5, 9, 3, false, false);                /* just past the gemv limit */
-    test_gemm(65, 33, 17, false, false);
-    test_gemm(128, 128, 64, false, false);
-    test_gemm(128, 128, 64, true, true);
-    test_gemm(130, 70, 0, false, false);             /* k = 0: zeros */
-    test_gemm(130, 70, 0, false, false, 1, false, true);
-    test_gemm(129, 65, 33, false, false);            /* one past the tiles everywhere */
-    test_gemm(200, 100, 37, true, false);
-    test_gemm(200, 100, 37, false, true);
-    test_gemm(77, 91, 45, true, true, 1, false, false, false, 3);
-    test_gemm(96, 60, 40, false, false, 1, false, false, true); /* no float4: misaligned */
-    test_gemm(64, 64, 64, false, false, 1, false, true, false, 5);
-    test_gemm(33, 40, 20, false, false, 6, true, true);   /* batched [2, 3], B broadcast */
-    test_gemm(2, 40, 20, false, true, 3, false, false);   /* batched gemv */
-    test_gemm(140, 20, 24, false, false, 4, false, false);
-    test_gemm(300, 260, 150, false, false);          /* several tiles in every direction */
-    test_gemm(300, 260, 150, true, true, 1, false, true);
-    test_gemm(200, 7, 1, false, false);              /* k = 1 */
-    test_gemm_views(150, 70, 40);
-    test_gemm_views(3, 70, 40);
+    test_gemm(P, 1, 1, 1, false, false);
+    test_gemm(P, 1, 37, 50, false, false);              /* gemv, warp a column */
+    test_gemm(P, 1, 37, 50, false, true);               /* gemv, B k-contiguous */
+    test_gemm(P, 3, 5000, 9, false, false);             /* gemv, thread a column */
+    test_gemm(P, 4, 300, 70, true, false, 1, false, true);
+    test_gemm(P, 5, 9, 3, false, false);                /* just past the gemv limit */
+    test_gemm(P, 65, 33, 17, false, false);
+    test_gemm(P, 128, 128, 64, false, false);
+    test_gemm(P, 128, 128, 64, true, true);
+    test_gemm(P, 130, 70, 0, false, false);             /* k = 0: zeros */
+    test_gemm(P, 130, 70, 0, false, false, 1, false, true);
+    test_gemm(P, 129, 65, 33, false, false);            /* one past the tiles everywhere */
+    test_gemm(P, 200, 100, 37, true, false);
+    test_gemm(P, 200, 100, 37, false, true);
+    test_gemm(P, 77, 91, 45, true, true, 1, false, false, false, 3);
+    test_gemm(P, 96, 60, 40, false, false, 1, false, false, true); /* no float4: misaligned */
+    test_gemm(P, 64, 64, 64, false, false, 1, false, true, false, 5);
+    test_gemm(P, 33, 40, 20, false, false, 6, true, true);   /* batched [2, 3], B broadcast */
+    test_gemm(P, 2, 40, 20, false, true, 3, false, false);   /* batched gemv */
+    test_gemm(P, 140, 20, 24, false, false, 4, false, false);
+    test_gemm(P, 300, 260, 150, false, false);          /* several tiles in every direction */
+    test_gemm(P, 300, 260, 150, true, true, 1, false, true);
+    test_gemm(P, 200, 7, 1, false, false);              /* k = 1 */
+    test_gemm_views(P, 150, 70, 40);
+    test_gemm_views(P, 3, 70, 40);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -241,67 +332,81 @@ struct ep_conv_bias_relu {
     }
 };
 
-static void test_conv(const char *label, int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t kh, int64_t kw,
+static void test_conv(int prec, const char *label, int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t kh, int64_t kw,
                       int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t g, bool epi)
 {
     char name[160];
     const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, ow = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
-    snprintf(name, sizeof name, "%s n%lld c%lld %lldx%lld o%lld k%lldx%lld g%lld%s", label, (long long)n, (long long)c,
+    snprintf(name, sizeof name, "%s%s n%lld c%lld %lldx%lld o%lld k%lldx%lld g%lld%s", prec_name(prec), label, (long long)n, (long long)c,
              (long long)h, (long long)w, (long long)o, (long long)kh, (long long)kw, (long long)g, epi ? " bias+relu" : "");
     const int64_t cg = c / g, M = o / g;
     std::vector<float> X = rnd_vec(n * c * h * w), W = rnd_vec(o * cg * kh * kw), bias = rnd_vec(o);
     std::vector<float> Y(n * o * oh * ow, 777.0f);
     float *dX = dev_from(X), *dW = dev_from(W), *dY = dev_from(Y), *dbias = dev_from(bias);
+    const mr_precision mp = (mr_precision)(prec < 0 ? 0 : prec);
     if (epi) {
         ep_conv_bias_relu ep = {dY, dbias, o, oh * ow};
-        CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
-    } else {
+        if (prec == EXACT)
+            CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
+        else
+            CUDA_OK(mr_cuda_conv2d_tc(0, mp, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
+    } else if (prec == EXACT) {
         CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, mr_no_epilogue()));
+    } else {
+        CUDA_OK(mr_cuda_conv2d_tc(0, mp, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g,
+                                  mr_no_epilogue()));
     }
     std::vector<float> got = host_from(dY, Y.size());
-    std::vector<double> ref(Y.size()), scale(Y.size());
+    std::vector<double> ref(Y.size()), scale(Y.size()), ref_r(Y.size()), opsum(Y.size());
     for (int64_t b = 0; b < n; ++b)
         for (int64_t oc = 0; oc < o; ++oc)
             for (int64_t y = 0; y < oh; ++y)
                 for (int64_t x = 0; x < ow; ++x) {
-                    double s = 0, s_abs = 0;
+                    double s = 0, s_abs = 0, sr = 0, ops = 0;
                     const int64_t gi = oc / M;
                     for (int64_t ic = 0; ic < cg; ++ic)
                         for (int64_t ky = 0; ky < kh; ++ky)
                             for (int64_t kx = 0; kx < kw; ++kx) {
                                 const int64_t iy = y * sh + ky * dh - ph, ix = x * sw + kx * dw - pw;
                                 if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
-                                const double p = (double)X[((b * c + gi * cg + ic) * h + iy) * w + ix] *
-                                                 W[((oc * cg + ic) * kh + ky) * kw + kx];
+                                const float xv = X[((b * c + gi * cg + ic) * h + iy) * w + ix],
+                                            wv = W[((oc * cg + ic) * kh + ky) * kw + kx];
+                                const double p = (double)xv * wv;
                                 s += p;
                                 s_abs += fabs(p);
+                                sr += round_fmt(xv, prec) * round_fmt(wv, prec);
+                                ops += fabs(xv) + fabs(wv);
                             }
-                    if (epi) s = s + bias[oc] > 0 ? s + bias[oc] : 0, s_abs += fabs(bias[oc]);
-                    ref[((b * o + oc) * oh + y) * ow + x] = s;
-                    scale[((b * o + oc) * oh + y) * ow + x] = s_abs;
+                    if (epi) {
+                        s = s + bias[oc] > 0 ? s + bias[oc] : 0, s_abs += fabs(bias[oc]);
+                        sr = sr + bias[oc] > 0 ? sr + bias[oc] : 0;
+                    }
+                    const int64_t at = ((b * o + oc) * oh + y) * ow + x;
+                    ref[at] = s, scale[at] = s_abs, ref_r[at] = sr, opsum[at] = ops;
                 }
-    compare("conv2d", name, got, ref, scale, 1e-5);
+    check_reduced("conv2d", name, prec, prec > MR_F32 && M > MR_CONV_DIRECT_MAX_M, cg * kh * kw, got, ref, ref_r, scale,
+                  opsum);
     cudaFree(dX), cudaFree(dW), cudaFree(dY), cudaFree(dbias);
 }
 
-static void test_convs()
+static void test_convs(int P)
 {
     /*        label        n  c   h   w   o  kh kw sh sw ph pw dh dw  g  epi */
-    test_conv("1x1", 2, 8, 5, 6, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, false);
-    test_conv("1x1", 2, 8, 5, 6, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, true);
-    test_conv("1x1 s2", 2, 8, 7, 6, 12, 1, 1, 2, 2, 0, 0, 1, 1, 1, false);
-    test_conv("3x3 p1", 2, 3, 9, 7, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, false);
-    test_conv("3x3 p1", 2, 16, 16, 16, 140, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
-    test_conv("3x3 s2", 1, 4, 11, 10, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, false);
-    test_conv("3x3 d2", 1, 5, 12, 12, 6, 3, 3, 1, 1, 2, 2, 2, 2, 1, false);
-    test_conv("5x3 mixed", 2, 3, 13, 9, 7, 5, 3, 2, 1, 2, 0, 1, 2, 1, false);
-    test_conv("groups", 1, 6, 8, 8, 10, 3, 3, 1, 1, 1, 1, 1, 1, 2, false);
-    test_conv("groups", 2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, true);
-    test_conv("depthwise", 2, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, false);
-    test_conv("depthwise", 1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, true);
-    test_conv("mult2", 1, 4, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 4, false);
-    test_conv("1-d", 2, 4, 1, 30, 6, 1, 5, 1, 1, 0, 2, 1, 1, 1, false);
-    test_conv("1-d", 1, 4, 1, 30, 6, 1, 3, 1, 2, 0, 1, 1, 1, 1, true);
+    test_conv(P, "1x1", 2, 8, 5, 6, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, false);
+    test_conv(P, "1x1", 2, 8, 5, 6, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, true);
+    test_conv(P, "1x1 s2", 2, 8, 7, 6, 12, 1, 1, 2, 2, 0, 0, 1, 1, 1, false);
+    test_conv(P, "3x3 p1", 2, 3, 9, 7, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, false);
+    test_conv(P, "3x3 p1", 2, 16, 16, 16, 140, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
+    test_conv(P, "3x3 s2", 1, 4, 11, 10, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, false);
+    test_conv(P, "3x3 d2", 1, 5, 12, 12, 6, 3, 3, 1, 1, 2, 2, 2, 2, 1, false);
+    test_conv(P, "5x3 mixed", 2, 3, 13, 9, 7, 5, 3, 2, 1, 2, 0, 1, 2, 1, false);
+    test_conv(P, "groups", 1, 6, 8, 8, 10, 3, 3, 1, 1, 1, 1, 1, 1, 2, false);
+    test_conv(P, "groups", 2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, true);
+    test_conv(P, "depthwise", 2, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, false);
+    test_conv(P, "depthwise", 1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, true);
+    test_conv(P, "mult2", 1, 4, 7, 7, 8, 3, 3, 1, 1, 1, 1, 1, 1, 4, false);
+    test_conv(P, "1-d", 2, 4, 1, 30, 6, 1, 5, 1, 1, 0, 2, 1, 1, 1, false);
+    test_conv(P, "1-d", 1, 4, 1, 30, 6, 1, 3, 1, 2, 0, 1, 1, 1, 1, true);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -472,10 +577,46 @@ static void test_sgds()
     test_sgd<float>(600000, 0.01f, 0.5f, true); /* more than the 2048-block grid: the grid-stride loop */
 }
 
+/* F16's range: an operand above 65504 becomes inf (its row of C is inf); TF32 and BF16
+ * keep f32's range (the row is about 1e5). */
+static void test_f16_range()
+{
+    const int64_t m = 8, n = 8, k = 8;
+    std::vector<float> A(m * k, 1.0f), B(k * n, 1.0f), C(m * n, 0.0f);
+    A[0] = 1e5f;
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
+    for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
+        CUDA_OK(mr_cuda_sgemm_tc(0, (mr_precision)prec, m, n, k, dA, k, 1, dB, n, 1, dC, n, 1, NULL, mr_no_epilogue()));
+        std::vector<float> got = host_from(dC, C.size());
+        size_t bad = 0, first = 0;
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                const double want = i ? 8.0 : (prec == MR_F16 ? INFINITY : (double)round_fmt(1e5f, prec) + 7.0);
+                if (!close_to(got[i * n + j], want, fabs(want), 1e-6)) {
+                    if (!bad) first = (size_t)(i * n + j);
+                    ++bad;
+                }
+            }
+        char name[80];
+        snprintf(name, sizeof name, "%s8x8x8 with an operand of 1e5 (f16: inf)", prec_name(prec));
+        report("gemm", name, bad, got.size(), first, bad ? got[first] : 0, 0);
+    }
+    cudaFree(dA), cudaFree(dB), cudaFree(dC);
+}
+
 int main()
 {
-    test_gemms();
-    test_convs();
+    test_gemms(EXACT);
+    test_convs(EXACT);
+    /* the tensor-core paths, every case for each precision; MR_F32 through the _tc entry
+     * points must give the exact kernels' results */
+    for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
+        test_gemms(prec);
+        test_convs(prec);
+    }
+    test_f16_range();
+    test_gemm(MR_F32, 129, 65, 33, false, false);
+    test_conv(MR_F32, "3x3 p1", 2, 16, 16, 16, 140, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
     test_pools();
     test_softmaxes();
     test_sgds();
