@@ -194,3 +194,17 @@ pub fn check_demo_at_batch(dir: &Path, model: &str, params: &ArrayFile, big: &Te
     let (bad, _) = compare(&case.label, &got, &want, 1e-4);
     if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
 }
+
+/// [`compare`] for reduced precision: each output within `1e-4 + rel * max |want|` of the
+/// interpreter, `want`'s largest magnitude setting the scale of its rounding errors.
+pub fn compare_scaled(label: &str, got: &[(String, Tensor)], want: &[(String, Tensor)], rel: f64) -> (Vec<String>, f64) {
+    let mut failures = Vec::new();
+    let mut worst = 0.0f64;
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        let scale = w.data.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
+        let (bad, err) = compare(label, &[(name.clone(), g.clone())], &[(name.clone(), w.clone())], 1e-4 + rel * scale);
+        failures.extend(bad);
+        worst = worst.max(if scale > 0.0 { err / scale } else { err });
+    }
+    (failures, worst)
+}
