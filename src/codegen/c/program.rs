@@ -20,7 +20,7 @@ use crate::lower::{Kernel, Layout, Program, Storage, View};
 /// names start with `name`.
 pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()> {
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
-    let r = Renderer { p, d: &C, names: &names };
+    let r = Renderer { p, d: &C, names: &names, loads: None };
     // Weights stored in column panels, by buffer (looked up at each matmul).
     let mut panels = vec![false; p.buffers.len()];
     for w in p.weights.iter().filter(|w| w.layout == Layout::Panels) {

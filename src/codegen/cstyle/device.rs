@@ -20,7 +20,7 @@ use crate::lower::{kernel_writes, Kernel, Program};
 /// uses an element type `d` lacks is refused: one error lists every such kernel.
 pub fn render_kernels<D: Dialect>(p: &Program, d: &D) -> Result<String> {
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
-    let r = Renderer { p, d, names: &names };
+    let r = Renderer { p, d, names: &names, loads: None };
     let refused: Vec<String> = p
         .steps
         .iter()

@@ -146,7 +146,14 @@ pub struct Renderer<'a, D: Dialect + ?Sized> {
     pub d: &'a D,
     /// The C identifier of each buffer (a pointer to its first element).
     pub names: &'a [String],
+    /// The dialect's own spelling of some loads, where it has one (a vector kernel's
+    /// lanes: `codegen::cuda::vector`); the others index their buffer.
+    pub loads: Option<&'a LoadSpelling<'a>>,
 }
+
+/// A dialect's spelling of a load (`view` indexed by loop variables `vars`), when it
+/// has its own ([`Renderer::loads`]).
+pub type LoadSpelling<'a> = dyn Fn(&View, &[usize]) -> Option<String> + 'a;
 
 impl<D: Dialect + ?Sized> Renderer<'_, D> {
     /// Refuses a kernel that uses an element type the dialect lacks: the message names
@@ -253,7 +260,10 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
         let d = self.d;
         match e {
             Expr::Const(x, dt) => self.literal(*x, *dt),
-            Expr::Load { view, vars } => format!("{}[{}]", self.names[view.buf.0], self.index(view, vars)),
+            Expr::Load { view, vars } => match self.loads.and_then(|f| f(view, vars)) {
+                Some(value) => value,
+                None => format!("{}[{}]", self.names[view.buf.0], self.index(view, vars)),
+            },
             Expr::Index(v) => format!("i{v}"),
             Expr::Gather { view, vars, axis, index } => {
                 let n = view.shape[*axis];

@@ -19,6 +19,7 @@
 pub mod backend;
 mod program;
 pub mod report;
+mod vector;
 
 use std::fmt::Write as _;
 

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use super::vector::vector_kernel;
 use super::Cuda;
 use crate::backend::Precision;
 use crate::codegen::c::library::Window2d;
@@ -29,7 +30,7 @@ const MAX_BATCH: usize = 4;
 pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: Precision, flag: Option<u64>, s: &mut String) -> Result<()> {
     let (error_cuda, error_size) = (format!("{upper}_ERROR_CUDA"), format!("{upper}_ERROR_SIZE"));
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
-    let r = Renderer { p, d: &Cuda, names: &names };
+    let r = Renderer { p, d: &Cuda, names: &names, loads: None };
     let refused: Vec<String> = p
         .steps
         .iter()
@@ -75,7 +76,23 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
                 Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => ("mr_blocks", product(&ext[..out.shape.len()])),
                 _ => unreachable!("library kernels are handled below"),
             };
-            let _ = writeln!(launches, "    MR_LAUNCH({name}_k{k}, {launch}({count}), MR_THREADS, stream, {});", args.join(", "));
+            let args = args.join(", ");
+            let scalar = format!("MR_LAUNCH({name}_k{k}, {launch}({count}), MR_THREADS, stream, {args});");
+            match vector_kernel(&r, &format!("{name}_k{k}"), k, step, &ext) {
+                Some(v) => {
+                    s.push_str(&v.source);
+                    let aligned: Vec<String> = v.buffers.iter().map(|b| format!("mr_aligned16({})", names[b.0])).collect();
+                    let _ = writeln!(
+                        launches,
+                        "    if ({}) {{\n        MR_LAUNCH({name}_k{k}_v4, mr_blocks({}), MR_THREADS, stream, {args});\n    }} else {{\n        {scalar}\n    }}",
+                        aligned.join(" && "),
+                        v.count
+                    );
+                }
+                None => {
+                    let _ = writeln!(launches, "    {scalar}");
+                }
+            }
             let _ = writeln!(launches, "    if (cudaGetLastError() != cudaSuccess) {{\n        return {error_cuda};\n    }}");
             continue;
         }
