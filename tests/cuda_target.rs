@@ -264,9 +264,10 @@ fn symbolic_batch_runs_at_every_size_under_emulation() {
 }
 
 /// `--weights safetensors`: the demo reads the parameters from the safetensors file at
-/// run time and copies them to the device; its emulated run gives the reference output.
+/// run time and copies them to the device; its emulated run gives the reference output,
+/// called directly and replayed from a captured CUDA graph (`--graph`).
 #[test]
-fn the_demo_reads_a_safetensors_file() {
+fn the_demo_reads_a_safetensors_file_and_replays_a_graph() {
     let Some(dir) = emulation_ready() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("lenet");
@@ -286,4 +287,6 @@ fn the_demo_reads_a_safetensors_file() {
     let input = data::read_arrays(&dir.join("bench/lenet_b1_input.npy")).unwrap().arrays.values().next().unwrap().clone();
     let st = format!("{}", dir.join("bench/lenet.safetensors").display());
     cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st]).unwrap();
+    // The same through a CUDA graph: captured by the first call, replayed by each.
+    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st, "--graph", "--repeat", "3"]).unwrap();
 }
