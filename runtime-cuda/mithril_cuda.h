@@ -118,7 +118,15 @@ static __device__ __forceinline__ void mr_cu_st4(float *p, float a, float b, flo
     *reinterpret_cast<float4 *>(p) = v;
 }
 
-static inline bool mr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+/* Whether 16-byte vector accesses may start at p. Under emulation MR_EMU_SCALAR=1 makes
+ * it false everywhere, so tests run the paths taken for unaligned buffers too. */
+static inline bool mr_aligned16(const void *p)
+{
+#if defined(MR_CUDA_EMULATE)
+    if (mr_emu::detail::env_unsigned("MR_EMU_SCALAR", 0) != 0) return false;
+#endif
+    return ((uintptr_t)p & 15u) == 0;
+}
 
 /* ------------------------------------------------------------------------------------ */
 /* Tiled matrix product core (GEMM and implicit-GEMM convolution)                       */

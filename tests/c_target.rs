@@ -271,7 +271,7 @@ fn symbolic_batch_runs_at_every_size() {
         };
         cli::compile(&args).unwrap_or_else(|e| panic!("{model}: {e}"));
         for n in [1, 3, max] {
-            check_demo_at_batch(&dir, model, &params, &big, n, &out.join(format!("{model}_demo")), &["--threads", "2"]).unwrap();
+            check_demo_at_batch(&dir, model, &params, &big, n, &out.join(format!("{model}_demo")), &["--threads", "2"], &[]).unwrap();
         }
         // Past the maximum, the demo (and the library) refuse.
         let mut shape = big.shape.clone();

@@ -230,7 +230,9 @@ fn running_without_a_gpu_is_a_toolchain_error() {
 
 /// A symbolic batch (`--shape input=B,... --max B=N`): each bench model is compiled once,
 /// and its emulated demo runs at B = 1, 3 and N (gpt_block up to 2, to keep the
-/// emulation short), matching the interpreter at each.
+/// emulation short), matching the interpreter at each; at N once more with
+/// `MR_EMU_SCALAR=1`, which runs the paths taken for buffers that are not 16-byte
+/// aligned (the scalar twins of the vector kernels and loads).
 #[test]
 fn symbolic_batch_runs_at_every_size_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
@@ -255,9 +257,12 @@ fn symbolic_batch_runs_at_every_size_under_emulation() {
         };
         cli::compile(&args).map_err(|e| format!("{model}: {e}"))?;
         make_emulate(&out)?;
+        let demo = out.join(format!("{model}_demo_emu"));
         for n in [1, 3, max].into_iter().filter(|&n| n <= max) {
-            cases::check_demo_at_batch(&dir, model, &params, &big, n, &out.join(format!("{model}_demo_emu")), &[])?;
+            cases::check_demo_at_batch(&dir, model, &params, &big, n, &demo, &[], &[])?;
         }
+        // As if no buffer were 16-byte aligned: the scalar twins of the float4 paths.
+        cases::check_demo_at_batch(&dir, model, &params, &big, max, &demo, &[], &[("MR_EMU_SCALAR", "1")])?;
         Ok(())
     });
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
@@ -286,7 +291,7 @@ fn the_demo_reads_a_safetensors_file_and_replays_a_graph() {
     let params = data::read_arrays(&dir.join("bench/lenet.safetensors")).unwrap();
     let input = data::read_arrays(&dir.join("bench/lenet_b1_input.npy")).unwrap().arrays.values().next().unwrap().clone();
     let st = format!("{}", dir.join("bench/lenet.safetensors").display());
-    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st]).unwrap();
+    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st], &[]).unwrap();
     // The same through a CUDA graph: captured by the first call, replayed by each.
-    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st, "--graph", "--repeat", "3"]).unwrap();
+    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st, "--graph", "--repeat", "3"], &[]).unwrap();
 }

@@ -164,9 +164,11 @@ pub fn compare(label: &str, got: &[(String, Tensor)], want: &[(String, Tensor)],
 }
 
 /// Runs a built demo (`demo`, in `out`) of bench model `model` on the first `n` items
-/// of `big` (a reference input) with `args` besides its input and output directory,
-/// and compares its output with the interpreter's on the same items within 1e-4.
-pub fn check_demo_at_batch(dir: &Path, model: &str, params: &ArrayFile, big: &Tensor, n: u64, demo: &Path, args: &[&str]) -> Result<(), String> {
+/// of `big` (a reference input) with `args` besides its input and output directory and
+/// `env` in its environment, and compares its output with the interpreter's on the same
+/// items within 1e-4.
+#[allow(clippy::too_many_arguments)]
+pub fn check_demo_at_batch(dir: &Path, model: &str, params: &ArrayFile, big: &Tensor, n: u64, demo: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     let out = demo.parent().unwrap();
     let per: usize = big.shape[1..].iter().product::<u64>() as usize;
     let mut shape = big.shape.clone();
@@ -181,6 +183,7 @@ pub fn check_demo_at_batch(dir: &Path, model: &str, params: &ArrayFile, big: &Te
         .arg("--out")
         .arg(out)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     if !run.status.success() {
