@@ -56,7 +56,7 @@ pub trait Backend: Sync {
 }
 
 /// Every target, in the order `--help` lists them.
-pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget, &crate::codegen::cuda::backend::CudaTarget];
+pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget, &crate::codegen::cuda::backend::CudaTarget, &crate::codegen::xla::backend::XlaTarget];
 
 /// The target called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Backend> {

@@ -13,3 +13,4 @@ pub mod metal;
 pub mod names;
 pub mod train;
 pub mod weights;
+pub mod xla;

@@ -215,3 +215,9 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
 
 #[cfg(test)]
 mod tests;
+
+/// The bytes of a `.safetensors` file holding `arrays`, each in its own dtype, laid out
+/// in name order with a sorted header: the same arrays always give the same bytes.
+pub fn safetensors_bytes(arrays: &[(String, Tensor)]) -> Result<Vec<u8>> {
+    safetensors::encode(arrays)
+}

@@ -93,3 +93,48 @@ fn decode_data(st: StDtype, bytes: &[u8]) -> Option<(Dtype, Vec<f64>)> {
     };
     Some(decoded)
 }
+
+/// The safetensors bytes of `tensors`, each in its own dtype (bool `BOOL`, f16 `F16`,
+/// bf16 `BF16`, ...), little-endian, laid out in name order. The header is JSON with
+/// sorted keys and no metadata, padded with spaces to a multiple of 8 bytes, so the
+/// same tensors always give the same bytes. Names must be distinct.
+pub(super) fn encode(tensors: &[(String, Tensor)]) -> Result<Vec<u8>> {
+    let mut sorted: Vec<&(String, Tensor)> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(crate::user_error!("cannot write safetensors: tensor name '{}' is used twice", w[0].0));
+    }
+    let mut header = std::collections::BTreeMap::new();
+    let mut data = Vec::new();
+    for (name, t) in sorted {
+        let start = data.len();
+        match t.dtype {
+            Dtype::F32 => t.data.iter().for_each(|&x| data.extend((x as f32).to_le_bytes())),
+            Dtype::F64 => t.data.iter().for_each(|&x| data.extend(x.to_le_bytes())),
+            Dtype::F16 => t.data.iter().for_each(|&x| data.extend(half::f16::from_f64(x).to_le_bytes())),
+            Dtype::Bf16 => t.data.iter().for_each(|&x| data.extend(half::bf16::from_f64(x).to_le_bytes())),
+            Dtype::I32 => t.data.iter().for_each(|&x| data.extend((x as i32).to_le_bytes())),
+            Dtype::I64 => t.data.iter().for_each(|&x| data.extend((x as i64).to_le_bytes())),
+            Dtype::Bool => t.data.iter().for_each(|&x| data.push(u8::from(x != 0.0))),
+        }
+        let dtype = match t.dtype {
+            Dtype::F32 => "F32",
+            Dtype::F64 => "F64",
+            Dtype::F16 => "F16",
+            Dtype::Bf16 => "BF16",
+            Dtype::I32 => "I32",
+            Dtype::I64 => "I64",
+            Dtype::Bool => "BOOL",
+        };
+        header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [start, data.len()]}));
+    }
+    let mut json = serde_json::to_string(&header).map_err(|e| crate::internal_error!("safetensors header: {e}"))?;
+    while json.len() % 8 != 0 {
+        json.push(' ');
+    }
+    let mut out = Vec::with_capacity(8 + json.len() + data.len());
+    out.extend((json.len() as u64).to_le_bytes());
+    out.extend(json.into_bytes());
+    out.extend(data);
+    Ok(out)
+}

@@ -537,3 +537,32 @@ fn damaged_files_never_panic() {
         }
     }
 }
+
+#[test]
+fn safetensors_written_are_read_back_in_every_dtype_and_deterministic() {
+    let arrays: Vec<(String, Tensor)> = vec![
+        ("w".into(), Tensor::new(Dtype::F32, vec![2, 3], vec![0.5, -1.25, 3.0, 1e-8, -0.0, 7.0])),
+        ("b/x".into(), Tensor::new(Dtype::F64, vec![], vec![0.1])),
+        ("h".into(), Tensor::new(Dtype::F16, vec![2], vec![1.5, -2.0])),
+        ("g".into(), Tensor::new(Dtype::Bf16, vec![1], vec![3.0])),
+        ("i".into(), Tensor::new(Dtype::I32, vec![3], vec![-3.0, 0.0, 9.0])),
+        ("l".into(), Tensor::new(Dtype::I64, vec![1], vec![-1e12])),
+        ("p".into(), Tensor::new(Dtype::Bool, vec![3], vec![1.0, 0.0, 1.0])),
+        ("empty".into(), Tensor::new(Dtype::F32, vec![0, 2], vec![])),
+    ];
+    let bytes = super::safetensors_bytes(&arrays).expect("encode");
+    let mut reversed = arrays.clone();
+    reversed.reverse();
+    assert_eq!(super::safetensors_bytes(&reversed).expect("encode"), bytes, "order of the arguments changes the bytes");
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    assert_eq!(header_len % 8, 0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("w.safetensors");
+    std::fs::write(&path, &bytes).expect("write");
+    let file = read_arrays(&path).expect("read");
+    for (name, t) in &arrays {
+        assert_eq!(&file.arrays[name], t, "{name}");
+    }
+    let twice = vec![("a".to_string(), Tensor::scalar(Dtype::F32, 1.0)), ("a".to_string(), Tensor::scalar(Dtype::F32, 2.0))];
+    assert_eq!(super::safetensors_bytes(&twice).unwrap_err().to_string(), "cannot write safetensors: tensor name 'a' is used twice");
+}

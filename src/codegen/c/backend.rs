@@ -66,7 +66,19 @@ pub(crate) fn run_demo(
     feeds: &BTreeMap<String, Tensor>,
     statuses: &[(i32, crate::error::ErrorKind, &str)],
 ) -> Result<Vec<(String, Tensor)>> {
-    let mut cmd = std::process::Command::new(demo);
+    run_demo_command(std::process::Command::new(demo), dir, entry, feeds, statuses)
+}
+
+/// [`run_demo`] of a command that takes the demo's arguments (`--out DIR`, `--input
+/// LABEL=PATH`) and writes its outputs alike (`output_<i>.npy`): a demo program, or
+/// another target's runner (XLA's `run_hlo.py` under Python).
+pub(crate) fn run_demo_command(
+    mut cmd: std::process::Command,
+    dir: &Path,
+    entry: &Entry,
+    feeds: &BTreeMap<String, Tensor>,
+    statuses: &[(i32, crate::error::ErrorKind, &str)],
+) -> Result<Vec<(String, Tensor)>> {
     cmd.current_dir(dir).arg("--out").arg(dir);
     for (i, input) in entry.inputs.iter().enumerate() {
         let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Runs a model that mithrilc compiled for XLA (`--target xla`) through PJRT.
+
+Shipped beside the HLO modules it runs; reads `manifest.json` from its own directory.
+It parses an HLO module's text (which verifies it), compiles it with jaxlib's PJRT CPU
+client, feeds it the weights (a safetensors file) and the inputs (.npy files), and
+writes each output to `OUT/output_<i>.npy`, as the C target's demo does.
+
+    python3 run_hlo.py --input NAME=PATH ... [--out DIR] [--module forward|backward]
+                       [--weights FILE] [--check] [--print-compiled]
+
+`--module` picks the forward pass or, for a model compiled with `--grad`, the backward
+pass (the default: the manifest's `main`); a weight may also be given as an input.
+`--check` only parses and compiles every module. `--print-compiled` prints the
+optimized HLO that XLA compiled (after SPMD partitioning, for a sharded module).
+
+Needs jax and jaxlib 0.10.2 exactly (the route to compile HLO text uses jaxlib APIs
+that are private and move between versions): pip install jax==0.10.2 jaxlib==0.10.2.
+Exit status: 0 done, 2 usage, 3 jax missing or another version, 4 the data does not
+fit the model.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+JAX_VERSION = "0.10.2"
+EXIT_NO_JAX = 3
+EXIT_REJECTED = 4
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fail(status, message):
+    print(f"run_hlo.py: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def load_jax():
+    """jax with 64-bit types enabled, and jaxlib's client module."""
+    try:
+        import importlib.metadata as metadata
+
+        versions = [metadata.version(p) for p in ("jax", "jaxlib")]
+    except Exception as e:  # PackageNotFoundError, or a broken installation
+        fail(EXIT_NO_JAX, f"jax and jaxlib {JAX_VERSION} are needed ({e}): pip install jax=={JAX_VERSION} jaxlib=={JAX_VERSION}")
+    if versions != [JAX_VERSION, JAX_VERSION]:
+        fail(EXIT_NO_JAX, f"jax and jaxlib {JAX_VERSION} are needed, found {versions[0]} and {versions[1]}: pip install jax=={JAX_VERSION} jaxlib=={JAX_VERSION}")
+    import jax
+    import jax.extend.backend
+    from jax._src.lib import xla_client
+
+    jax.config.update("jax_enable_x64", True)
+    return jax, xla_client
+
+
+def numpy_dtype(name):
+    import numpy as np
+
+    if name == "bf16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return {"f32": np.float32, "f64": np.float64, "f16": np.float16, "s32": np.int32, "s64": np.int64, "pred": np.bool_}[name]
+
+
+def read_safetensors(path):
+    """Every tensor of a safetensors file, by name (numpy arrays)."""
+    import numpy as np
+
+    kinds = {"F32": "f32", "F64": "f64", "F16": "f16", "BF16": "bf16", "I32": "s32", "I64": "s64", "BOOL": "pred"}
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + size])
+    except (OSError, ValueError) as e:
+        fail(EXIT_REJECTED, f"cannot read the weights {path}: {e}")
+    body = data[8 + size :]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] not in kinds:
+            fail(EXIT_REJECTED, f"{path}: tensor `{name}` has dtype {info['dtype']}, which the runner does not read")
+        start, end = info["data_offsets"]
+        array = np.frombuffer(body[start:end], dtype=numpy_dtype(kinds[info["dtype"]]))
+        out[name] = array.reshape(info["shape"])
+    return out
+
+
+class Module:
+    """One HLO module of the manifest, parsed and compiled for `devices`."""
+
+    def __init__(self, jax, xla_client, spec, devices):
+        self.spec = spec
+        path = os.path.join(HERE, spec["hlo"])
+        with open(path) as f:
+            text = f.read()
+        # The route that jaxlib 0.10.2 offers for HLO text: parse (which verifies),
+        # convert to MLIR, compile with the backend's own client.
+        module = xla_client.hlo.hlo_module_from_text(text)
+        computation = xla_client.XlaComputation(module.as_serialized_hlo_module_proto())
+        mlir = xla_client._xla.mlir.xla_computation_to_mlir_module(computation)
+        backend = jax.extend.backend.get_backend("cpu")
+        self.devices = devices
+        self.executable = backend.compile_and_load(mlir, xla_client.DeviceList(tuple(devices)))
+
+    def compiled_text(self):
+        return "\n".join(m.to_string() for m in self.executable.hlo_modules())
+
+    def run(self, jax, values):
+        """Runs on `values` (numpy arrays in parameter order); returns numpy outputs."""
+        import numpy as np
+
+        buffers = [jax.device_put(v, self.devices[0]) for v in values]
+        return [np.asarray(o) for o in self.executable.execute(buffers)]
+
+
+def feeds(spec, arrays):
+    """The module's parameter values from `arrays` (by name), each checked against its
+    declared shape and converted to its type."""
+    import numpy as np
+
+    values = []
+    for p in spec["parameters"]:
+        kind = "parameter" if p["weight"] else "input"
+        if p["name"] not in arrays:
+            how = "give it in the weights file or as --input NAME=PATH" if p["weight"] else "give --input NAME=PATH"
+            fail(EXIT_REJECTED, f"no value for {kind} `{p['name']}` ({p['dtype']}{p['shape']}): {how}")
+        a = np.asarray(arrays[p["name"]])
+        if list(a.shape) != p["shape"]:
+            fail(EXIT_REJECTED, f"{kind} `{p['name']}` is {p['dtype']}{p['shape']} but was given an array of shape {list(a.shape)}")
+        values.append(a.astype(numpy_dtype(p["dtype"])))
+    return values
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Runs a model mithrilc compiled for XLA through PJRT.")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH", help="an input (or weight) as a .npy file")
+    parser.add_argument("--out", default=".", help="where output_<i>.npy are written")
+    parser.add_argument("--module", help="forward or backward (default: the manifest's main)")
+    parser.add_argument("--weights", help="the weights (default: the manifest's safetensors file)")
+    parser.add_argument("--check", action="store_true", help="only parse and compile every module")
+    parser.add_argument("--print-compiled", action="store_true", help="print the HLO XLA compiled")
+    args = parser.parse_args()
+
+    with open(os.path.join(HERE, "manifest.json")) as f:
+        manifest = json.load(f)
+    jax, xla_client = load_jax()
+    devices = jax.extend.backend.get_backend("cpu").devices()[:1]
+    if args.check:
+        for spec in manifest["modules"].values():
+            Module(jax, xla_client, spec, devices)
+        return
+    name = args.module or manifest["main"]
+    if name not in manifest["modules"]:
+        fail(2, f"--module {name}: this artifact has {', '.join(manifest['modules'])}")
+    spec = manifest["modules"][name]
+
+    import numpy as np
+
+    arrays = {}
+    weights = args.weights or (manifest["weights"] and os.path.join(HERE, manifest["weights"]))
+    if weights:
+        arrays.update(read_safetensors(weights))
+    for item in args.input:
+        key, sep, path = item.partition("=")
+        if not sep:
+            fail(2, f"--input {item}: expected NAME=PATH")
+        try:
+            arrays[key] = np.load(path)
+        except (OSError, ValueError) as e:
+            fail(EXIT_REJECTED, f"cannot read input `{key}` from {path}: {e}")
+    values = feeds(spec, arrays)
+    module = Module(jax, xla_client, spec, devices)
+    if args.print_compiled:
+        print(module.compiled_text())
+    outputs = module.run(jax, values)
+    os.makedirs(args.out, exist_ok=True)
+    for i, o in enumerate(outputs):
+        if o.dtype.name == "bfloat16":
+            o = o.astype(np.float32)  # NumPy's files have no bfloat16
+        np.save(os.path.join(args.out, f"output_{i}.npy"), o)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+//! The XLA target: the model as XLA HLO module text, which any XLA runtime (CPU, GPU,
+//! TPU, through PJRT) parses, verifies and compiles; the artifact runs here through
+//! jaxlib's PJRT CPU client (`runtime-xla/run_hlo.py`, shipped with it).
+//!
+//! Why HLO text and not StableHLO: HLO is the form XLA itself compiles and the form its
+//! tools read (`hlo_module_from_text` parses and verifies it, `run_hlo_module` runs it),
+//! it spells each op with one instruction and its attributes in a line, and its
+//! sharding annotations are what the SPMD partitioner reads. StableHLO is a versioned
+//! MLIR dialect meant for exchange between frameworks: its text needs MLIR's parser
+//! and, for portability, serialization with a pinned version; nothing here needs that.
+//!
+//! Files written (for a model named `mlp`): `mlp.hlo` (the forward pass), with `--grad`
+//! `mlp_backward.hlo` (the backward graph, which computes the outputs too: its outputs
+//! are the model's outputs, then `grad/NAME` for each gradient), `mlp.safetensors` (the
+//! parameters, named as in the model, when their values are given), `manifest.json`
+//! (each module's parameters and outputs, for the runner) and `run_hlo.py`.
+//!
+//! Limits: shapes are static (symbolic dimensions need `--shape`); arithmetic on bool
+//! tensors other than logic and comparison is not written; a gather index outside
+//! `[-n, n)` is clamped by XLA where the interpreter reports it; integer division by
+//! zero and integer powers with negative exponents follow XLA, not the interpreter.
+
+pub mod backend;
+pub mod hlo;
+pub mod toolchain;
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::cli::Graphs;
+use crate::codegen::graph::{write_graph, GraphWriter};
+use crate::codegen::names::identifier;
+use crate::error::{Error, Result};
+use crate::ir::Graph;
+use crate::tensor::Tensor;
+use hlo::{element_type, HloWriter, Parameter, Shardings};
+
+/// The runner shipped with every artifact.
+pub const RUNNER: &str = include_str!("../../../runtime-xla/run_hlo.py");
+
+/// The runner's exit status when the data it is given does not fit the model (a
+/// missing input, a wrong shape): the C demo's.
+pub const RUNNER_REJECTED_EXIT: i32 = crate::codegen::c::DEMO_REJECTED_EXIT;
+
+/// The runner's exit status when jax or jaxlib is missing or not the pinned version.
+pub const RUNNER_NO_JAX_EXIT: i32 = 3;
+
+/// Everything the XLA target's emit takes.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The model file's name, for metadata.
+    pub source: String,
+    /// Parameter values by name, written to `<name>.safetensors` when given.
+    pub weights: Option<BTreeMap<String, Tensor>>,
+    /// Sharding annotations of the entry parameters, by name.
+    pub shardings: Shardings,
+}
+
+/// One module's text and its entry's parameters.
+pub struct Module {
+    pub text: String,
+    pub parameters: Vec<Parameter>,
+    pub outputs: Vec<String>,
+}
+
+/// Why the target cannot write node `v` (`Backend::lacks`).
+pub fn lacks(graph: &Graph, v: crate::ir::ValueId) -> Option<String> {
+    HloWriter::new("m", "", Shardings::new()).lacks(graph, v)
+}
+
+/// The HLO module `module` computing `graph`.
+pub fn module(graph: &Graph, module: &str, opts: &Options) -> Result<Module> {
+    let mut w = HloWriter::new(module, &opts.source, opts.shardings.clone());
+    write_graph(graph, &mut w)?;
+    Ok(Module { text: w.text(), parameters: w.parameters().to_vec(), outputs: graph.outputs.iter().map(|o| o.name.clone()).collect() })
+}
+
+/// The artifact's files, in a fixed order: the modules, the manifest, the weights when
+/// given, the runner.
+pub fn emit(graphs: &Graphs, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
+    let name = identifier(&graphs.forward.name);
+    let mut files = Vec::new();
+    let mut modules = serde_json::Map::new();
+    let mut parts = vec![("forward", &graphs.forward, format!("{name}.hlo"))];
+    if let Some(b) = &graphs.backward {
+        parts.push(("backward", b, format!("{name}_backward.hlo")));
+    }
+    for (role, graph, file) in parts {
+        let m = module(graph, &format!("{name}_{role}"), opts)?;
+        let params: Vec<serde_json::Value> = m
+            .parameters
+            .iter()
+            .map(|p| json!({"name": p.name, "weight": p.weight, "dtype": element_type(p.dtype), "shape": p.shape}))
+            .collect();
+        modules.insert(role.to_string(), json!({"hlo": file, "parameters": params, "outputs": m.outputs}));
+        files.push((file, m.text.into_bytes()));
+    }
+    let weights_file = format!("{name}.safetensors");
+    let weights = match &opts.weights {
+        Some(values) => Some(weights(&graphs.forward, values)?),
+        None => None,
+    };
+    let manifest = json!({
+        "format": "mithrilc-xla 1",
+        "model": name,
+        "source": opts.source,
+        "main": if graphs.backward.is_some() { "backward" } else { "forward" },
+        "weights": weights.as_ref().map(|_| weights_file.clone()),
+        "modules": modules,
+    });
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::internal(format!("xla manifest: {e}")))?;
+    files.push(("manifest.json".to_string(), format!("{text}\n").into_bytes()));
+    if let Some(bytes) = weights {
+        files.push((weights_file, bytes));
+    }
+    files.push(("run_hlo.py".to_string(), RUNNER.as_bytes().to_vec()));
+    Ok(files)
+}
+
+/// The safetensors file of the model's parameters, each in its declared type and
+/// under its name in the model.
+fn weights(graph: &Graph, values: &BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
+    let mut arrays = Vec::new();
+    for v in graph.params() {
+        let node = graph.node(v);
+        let name = node.name.clone().ok_or_else(|| Error::internal(format!("xla: parameter %{} has no name", v.0)))?;
+        let t = values.get(&name).ok_or_else(|| Error::user(format!("no value for the parameter `{name}`")))?;
+        let want = node.ty.shape.as_known().ok_or_else(|| Error::internal(format!("xla: parameter `{name}` has a symbolic shape")))?;
+        if t.shape != want {
+            return Err(Error::user(format!("parameter `{name}` has shape {:?}, the model needs {:?}", t.shape, want)));
+        }
+        arrays.push((name, Tensor::new(node.ty.dtype, t.shape.clone(), t.data.clone())));
+    }
+    crate::data::safetensors_bytes(&arrays)
+}
