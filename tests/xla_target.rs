@@ -1,0 +1,128 @@
+//! The XLA target on the real toolchain (jax and jaxlib 0.10.2's PJRT CPU client):
+//! every conformance case (forward and gradients) and every bench model at each batch
+//! is written as HLO, parsed, verified and compiled by XLA (the build), run, and
+//! compared with the interpreter within 1e-4 absolute + 1e-4 relative. Skipped, with
+//! the reason, where no Python with the pinned jax is found (unless
+//! MITHRILC_REQUIRE_TOOLS=1).
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use mithrilc::backend::{check_supported, Backend, BuildConfig, EmitOptions};
+use mithrilc::cli;
+use mithrilc::codegen::xla::backend::XlaTarget;
+use mithrilc::ir::parse::parse;
+
+mod common;
+#[path = "common/cases.rs"]
+mod cases;
+use cases::{cases, each_case, shared};
+
+/// `../shared`, when it and a Python with the pinned jax are present; otherwise says
+/// why the test is skipped.
+fn ready() -> Option<std::path::PathBuf> {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return None;
+    };
+    if let Err(e) = mithrilc::codegen::xla::toolchain::python() {
+        common::skip(&e.to_string().replace('\n', " "));
+        return None;
+    }
+    Some(dir)
+}
+
+#[test]
+fn every_model_matches_the_interpreter_through_pjrt() {
+    let Some(dir) = ready() else { return };
+    let started = std::time::Instant::now();
+    let all = cases(&dir);
+    let worst = Mutex::new((0.0f64, String::new()));
+    let build = BuildConfig::default();
+    let failures = each_case(&all, |case| {
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = cli::run_target(&XlaTarget, &case.graphs, &case.feeds, &case.source, &build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
+        let mut w = worst.lock().unwrap();
+        if err > w.0 {
+            *w = (err, case.label.clone());
+        }
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    let (err, label) = worst.into_inner().unwrap();
+    println!(
+        "{} of {} models run through PJRT match the interpreter; worst abs error {err:.2e} ({label}); {:.0} s",
+        all.len() - failures.len(),
+        all.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Every node the target cannot write is reported at once, one line each, before
+/// anything is written.
+#[test]
+fn nodes_the_target_lacks_are_listed_together() {
+    let g = parse(
+        "graph g {\n  %0 = input \"p\" : bool[2]\n  %1 = input \"q\" : bool[2]\n  %2 = add %0, %1 : bool[2]\n  %3 = and %2, %1 : bool[2]\n  %4 = mul %3, %0 : bool[2]\n  output \"z\" = %4\n}\n",
+    )
+    .unwrap();
+    let e = check_supported(&XlaTarget, &g).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the xla target cannot compile 2 nodes of the model:\n  add bool[2] (%2): no add of bool values in HLO\n  mul bool[2] (%4): no mul of bool values in HLO\n  note: ops it cannot compile here: add, mul"
+    );
+    let sym = parse("graph g {\n  %0 = input \"x\" : f32[B,3]\n  %1 = relu %0 : f32[B,3]\n  output \"y\" = %1\n}\n").unwrap();
+    let e = check_supported(&XlaTarget, &sym).unwrap_err();
+    assert!(e.to_string().contains("input f32[B, 3] `x` (%0): HLO shapes are static: give dimension B a size (--shape)"), "{e}");
+}
+
+/// The artifact's files: the same bytes from the same model, every instruction naming
+/// the model op it came from, the weights under the model's parameter names.
+#[test]
+fn the_artifact_is_deterministic_and_names_the_model_ops() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = root.join("examples/mlp/mlp.json");
+    let params = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
+    let margs = cli::ModelArgs { model: model.clone(), grad: mithrilc::passes::autodiff::Wrt::AllParams, ..Default::default() };
+    let graphs = cli::load_graphs(&margs, &[&params]).unwrap();
+    let weights = cli::feeds(&graphs.forward, &[&params]).unwrap();
+    let opts = EmitOptions { source: "mlp.json".into(), weights: Some(weights), ..Default::default() };
+    let a = XlaTarget.emit(&graphs, &opts).unwrap();
+    let b = XlaTarget.emit(&graphs, &opts).unwrap();
+    assert_eq!(a.files, b.files);
+    let names: Vec<&str> = a.files.iter().map(|(n, _)| n.as_str()).collect();
+    let stem = a.entry.name.clone();
+    assert_eq!(names, [format!("{stem}.hlo"), format!("{stem}_backward.hlo"), "manifest.json".into(), format!("{stem}.safetensors"), "run_hlo.py".into()]);
+    let hlo = String::from_utf8(a.files[0].1.clone()).unwrap();
+    let body: Vec<&str> = hlo.lines().filter(|l| l.contains(" = ") && !l.contains("ROOT outputs") && !l.contains("parameter(")).filter(|l| l.starts_with("  v")).collect();
+    assert!(!body.is_empty());
+    for l in &body {
+        assert!(l.contains("metadata={op_name=\"%") && l.contains("source_file=\"mlp.json\""), "{l}");
+    }
+    let st = a.files.iter().find(|(n, _)| n.ends_with(".safetensors")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("w.safetensors"), &st.1).unwrap();
+    let read = mithrilc::data::read_arrays(&tmp.path().join("w.safetensors")).unwrap();
+    let want: Vec<String> = graphs.forward.params().map(|v| graphs.forward.node(v).name.clone().unwrap()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    assert_eq!(read.arrays.keys().cloned().collect::<Vec<_>>(), want);
+}
+
+/// Without a Python that has the pinned jax, `run --target xla` stops with a toolchain
+/// error (exit 3) that gives the install command.
+#[test]
+fn a_missing_jax_is_a_toolchain_error() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+        .args(["run", "--target", "xla", "--data"])
+        .arg(root.join("examples/mlp/data.npz"))
+        .arg("--params")
+        .arg(root.join("examples/mlp/data.npz"))
+        .arg(root.join("examples/mlp/mlp.json"))
+        .env("MITHRILC_PYTHON", "/nonexistent/python3")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("MITHRILC_PYTHON=/nonexistent/python3: cannot run it") && err.contains("pip install jax==0.10.2 jaxlib==0.10.2"), "{err}");
+}
