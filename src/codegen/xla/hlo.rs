@@ -243,12 +243,23 @@ impl HloWriter {
         self.binary(op, x, &k, d, dims)
     }
 
-    /// The combiner computation `op` over scalars of `d`, written once.
+    /// The combiner computation `op` over scalars of `d`, written once. A float
+    /// maximum or minimum keeps a NaN explicitly, as the interpreter's does: XLA's CPU
+    /// reductions compute `maximum` without NaN propagation.
     fn combiner(&mut self, op: &str, d: Dtype) -> String {
         let name = format!("{}_{}", op.replace('-', "_"), element_type(d));
         let t = shape(d, &[]);
+        let keeps_nan = d.is_float() && matches!(op, "maximum" | "minimum");
         self.computations.entry(name.clone()).or_insert_with(|| {
-            format!("{name} {{\n  a = {t} parameter(0)\n  b = {t} parameter(1)\n  ROOT r = {t} {op}(a, b)\n}}\n")
+            if keeps_nan {
+                format!(
+                    "{name} {{\n  a = {t} parameter(0)\n  b = {t} parameter(1)\n  m = {t} {op}(a, b)\n  \
+                     a_nan = pred[] compare(a, a), direction=NE\n  b_nan = pred[] compare(b, b), direction=NE\n  \
+                     mb = {t} select(b_nan, b, m)\n  ROOT r = {t} select(a_nan, a, mb)\n}}\n"
+                )
+            } else {
+                format!("{name} {{\n  a = {t} parameter(0)\n  b = {t} parameter(1)\n  ROOT r = {t} {op}(a, b)\n}}\n")
+            }
         });
         name
     }
@@ -315,9 +326,11 @@ impl HloWriter {
                 self.emit(shape(out_ty, &out), format!("constant({})", literal(out_ty, &out, &t.data)))
             }
             Op::Unary(u) => {
-                // Integers of a float function are converted first, as its type says.
-                let x = self.operand(graph, v, 0, out_ty, &out)?;
-                self.unary_op(*u, &x, out_ty, &out)
+                // Integers of a float function are converted first, as its type says;
+                // isnan looks at the value itself.
+                let compute = if *u == UnaryOp::IsNan { arg_ty(0) } else { out_ty };
+                let x = self.operand(graph, v, 0, compute, &out)?;
+                self.unary_op(*u, &x, compute, &out)
             }
             Op::Binary(b) => {
                 let compute = if b.is_comparison() { Dtype::promote(arg_ty(0), arg_ty(1)) } else { out_ty };
@@ -595,6 +608,7 @@ impl HloWriter {
             UnaryOp::Floor if !d.is_float() => x.to_string(),
             UnaryOp::Floor => self.unary("floor", x, d, dims),
             UnaryOp::Not => self.unary("not", x, d, dims),
+            UnaryOp::IsNan if !d.is_float() => self.splat(Dtype::Bool, 0.0, dims),
             UnaryOp::IsNan => self.compare(x, x, "NE", dims),
         }
     }
@@ -749,5 +763,33 @@ impl GraphWriter for HloWriter {
         }
         self.body.push(format!("ROOT outputs = ({}) tuple({})", types.join(", "), values.join(", ")));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::graph::write_graph;
+    use crate::ir::parse::parse;
+
+    fn hlo(ir: &str) -> String {
+        let g = parse(ir).unwrap();
+        let mut w = HloWriter::new("tiny", "tiny.json", Shardings::new());
+        write_graph(&g, &mut w).unwrap();
+        w.text()
+    }
+
+    /// A tiny model's whole module: a product with a broadcast bias, softmax, arg-max.
+    #[test]
+    fn golden_module_of_a_tiny_model() {
+        let text = hlo(
+            "graph tiny {\n  %0 = input \"x\" : f32[2,3]\n  %1 = param \"w\" : f32[3,4]\n  %2 = param \"b\" : f32[4]\n  %3 = matmul %0, %1 : f32[2,4]\n  %4 = add %3, %2 : f32[2,4]\n  %5 = softmax %4 {axis = 1} : f32[2,4]\n  %6 = argmax %5 {axis = 1, keepdim = false} : i64[2]\n  output \"p\" = %5\n  output \"k\" = %6\n}\n",
+        );
+        // UPDATE_EXPECT=1 blesses a change (tests/xla_target.rs compiles the file with XLA).
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/codegen/xla/testdata/tiny.hlo");
+        if std::env::var_os("UPDATE_EXPECT").is_some() {
+            std::fs::write(path, &text).unwrap();
+        }
+        assert_eq!(text, std::fs::read_to_string(path).unwrap());
     }
 }
