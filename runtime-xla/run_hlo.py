@@ -14,6 +14,11 @@ pass (the default: the manifest's `main`); a weight may also be given as an inpu
 `--check` only parses and compiles every module. `--print-compiled` prints the
 optimized HLO that XLA compiled (after SPMD partitioning, for a sharded module).
 
+A model compiled with `--mesh` (the manifest's `mesh`) is compiled for that many
+devices with SPMD partitioning, its inputs and weights placed on them as the
+manifest's `split` says; on the CPU the devices are virtual
+(`--xla_force_host_platform_device_count`, which the runner adds to XLA_FLAGS).
+
 Needs jax and jaxlib 0.10.2 exactly (the route to compile HLO text uses jaxlib APIs
 that are private and move between versions): pip install jax==0.10.2 jaxlib==0.10.2.
 Exit status: 0 done, 2 usage, 3 jax missing or another version, 4 the data does not
@@ -36,8 +41,9 @@ def fail(status, message):
     sys.exit(status)
 
 
-def load_jax():
-    """jax with 64-bit types enabled, and jaxlib's client module."""
+def load_jax(devices):
+    """jax with 64-bit types enabled (and at least `devices` CPU devices), and
+    jaxlib's client module."""
     try:
         import importlib.metadata as metadata
 
@@ -46,6 +52,8 @@ def load_jax():
         fail(EXIT_NO_JAX, f"jax and jaxlib {JAX_VERSION} are needed ({e}): pip install jax=={JAX_VERSION} jaxlib=={JAX_VERSION}")
     if versions != [JAX_VERSION, JAX_VERSION]:
         fail(EXIT_NO_JAX, f"jax and jaxlib {JAX_VERSION} are needed, found {versions[0]} and {versions[1]}: pip install jax=={JAX_VERSION} jaxlib=={JAX_VERSION}")
+    if devices > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}").strip()
     import jax
     import jax.extend.backend
     from jax._src.lib import xla_client
@@ -92,8 +100,9 @@ def read_safetensors(path):
 class Module:
     """One HLO module of the manifest, parsed and compiled for `devices`."""
 
-    def __init__(self, jax, xla_client, spec, devices):
+    def __init__(self, jax, xla_client, spec, devices, mesh):
         self.spec = spec
+        self.mesh = mesh
         path = os.path.join(HERE, spec["hlo"])
         with open(path) as f:
             text = f.read()
@@ -104,7 +113,17 @@ class Module:
         mlir = xla_client._xla.mlir.xla_computation_to_mlir_module(computation)
         backend = jax.extend.backend.get_backend("cpu")
         self.devices = devices
-        self.executable = backend.compile_and_load(mlir, xla_client.DeviceList(tuple(devices)))
+        options = xla_client.CompileOptions()
+        if mesh:
+            import numpy as np
+
+            # One replica, one partition per device of the mesh: XLA's SPMD partitioner
+            # splits the program as the parameters' sharding annotations say.
+            options.num_replicas = 1
+            options.num_partitions = len(devices)
+            options.executable_build_options.use_spmd_partitioning = True
+            options.device_assignment = xla_client.DeviceAssignment.create(np.arange(len(devices)).reshape(1, len(devices)))
+        self.executable = backend.compile_and_load(mlir, xla_client.DeviceList(tuple(devices)), options)
 
     def compiled_text(self):
         return "\n".join(m.to_string() for m in self.executable.hlo_modules())
@@ -113,8 +132,17 @@ class Module:
         """Runs on `values` (numpy arrays in parameter order); returns numpy outputs."""
         import numpy as np
 
-        buffers = [jax.device_put(v, self.devices[0]) for v in values]
-        return [np.asarray(o) for o in self.executable.execute(buffers)]
+        if not self.mesh:
+            buffers = [jax.device_put(v, self.devices[0]) for v in values]
+            return [np.asarray(o) for o in self.executable.execute(buffers)]
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        names = [a for a, _ in self.mesh]
+        mesh = Mesh(np.array(self.devices).reshape([n for _, n in self.mesh]), names)
+        placed = [jax.device_put(v, NamedSharding(mesh, PartitionSpec(*p["split"]))) for v, p in zip(values, self.spec["parameters"])]
+        results = self.executable.execute_sharded(placed).disassemble_into_single_device_arrays()
+        # Every output is replicated: the first device's copy is the whole value.
+        return [np.asarray(o[0]) for o in results]
 
 
 def feeds(spec, arrays):
@@ -147,11 +175,18 @@ def main():
 
     with open(os.path.join(HERE, "manifest.json")) as f:
         manifest = json.load(f)
-    jax, xla_client = load_jax()
-    devices = jax.extend.backend.get_backend("cpu").devices()[:1]
+    mesh = manifest.get("mesh") or []
+    count = 1
+    for _, n in mesh:
+        count *= n
+    jax, xla_client = load_jax(count)
+    devices = jax.extend.backend.get_backend("cpu").devices()
+    if len(devices) < count:
+        fail(EXIT_NO_JAX, f"the mesh needs {count} devices, XLA has {len(devices)} (XLA_FLAGS={os.environ.get('XLA_FLAGS', '')})")
+    devices = devices[:count]
     if args.check:
         for spec in manifest["modules"].values():
-            Module(jax, xla_client, spec, devices)
+            Module(jax, xla_client, spec, devices, mesh)
         return
     name = args.module or manifest["main"]
     if name not in manifest["modules"]:
@@ -173,7 +208,7 @@ def main():
         except (OSError, ValueError) as e:
             fail(EXIT_REJECTED, f"cannot read input `{key}` from {path}: {e}")
     values = feeds(spec, arrays)
-    module = Module(jax, xla_client, spec, devices)
+    module = Module(jax, xla_client, spec, devices, mesh)
     if args.print_compiled:
         print(module.compiled_text())
     outputs = module.run(jax, values)

@@ -53,6 +53,10 @@ pub trait Backend: Sync {
     fn emulates(&self) -> bool {
         false
     }
+    /// Whether `--mesh` can partition the target's program over several devices (XLA's).
+    fn shards(&self) -> bool {
+        false
+    }
 }
 
 /// Every target, in the order `--help` lists them.
@@ -99,6 +103,8 @@ pub struct EmitOptions {
     pub print_after: Vec<String>,
     /// How matrix products and convolutions may round.
     pub precision: Precision,
+    /// The device mesh to partition over (`--mesh`: axis names and sizes); empty: one device.
+    pub mesh: Vec<(String, u64)>,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else

@@ -488,6 +488,8 @@ pub struct CompileArgs {
     pub force: bool,
     /// How matrix products and convolutions may round.
     pub precision: Precision,
+    /// `--mesh AXIS=N,...`: partition over a device mesh (the XLA target).
+    pub mesh: Option<String>,
 }
 
 impl Default for CompileArgs {
@@ -506,6 +508,7 @@ impl Default for CompileArgs {
             max: Vec::new(),
             force: false,
             precision: Precision::F32,
+            mesh: None,
         }
     }
 }
@@ -559,6 +562,10 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     let source = file_name(&args.model.model);
     check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
     check_precision(args.target, args.precision)?;
+    let mesh = args.mesh.as_deref().map(crate::codegen::xla::mesh::parse).transpose()?.unwrap_or_default();
+    if !mesh.is_empty() && !args.target.shards() {
+        return Err(Error::usage(format!("--mesh partitions over several devices: the {} target runs on one (give --target xla)", args.target.name())));
+    }
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
@@ -571,6 +578,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         max,
         print_after: args.model.print_after.clone(),
         precision: args.precision,
+        mesh,
     };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
     let build = args.emit == "build";

@@ -34,7 +34,7 @@ impl Backend for XlaTarget {
     }
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
-        let xla = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), ..Default::default() };
+        let xla = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), mesh: opts.mesh.clone() };
         let files = super::emit(graphs, &xla)?;
         let g = graphs.main();
         let names = |ids: &mut dyn Iterator<Item = ValueId>| ids.filter_map(|v| g.node(v).name.clone()).collect::<Vec<_>>();
@@ -52,6 +52,10 @@ impl Backend for XlaTarget {
         let mut cmd = Command::new(super::toolchain::python()?);
         cmd.current_dir(dir).arg(dir.join("run_hlo.py")).arg("--check");
         crate::build::run_program(cmd, "run_hlo.py --check", &format!("pip install {}", super::toolchain::JAX_WHEELS), super::RUNNER_REJECTED_EXIT, &[NO_JAX])
+    }
+
+    fn shards(&self) -> bool {
+        true
     }
 
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {

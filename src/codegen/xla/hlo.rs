@@ -44,7 +44,9 @@ pub struct HloWriter {
     /// Helper computations (combiners), by name.
     computations: BTreeMap<String, String>,
     parameters: Vec<Parameter>,
-    shardings: Shardings,
+    /// The parameters' shardings over a device mesh (`--mesh`); every other
+    /// parameter, and every output, is replicated. `None`: not partitioned.
+    shardings: Option<Shardings>,
     /// The node being written: its index, metadata and the number of steps so far.
     node: usize,
     meta: String,
@@ -126,8 +128,8 @@ fn dims(graph: &Graph, v: ValueId) -> Result<Vec<u64>> {
 
 impl HloWriter {
     /// A writer of module `module` (an HLO identifier) for a model read from `source`,
-    /// with `shardings` for the entry parameters named there.
-    pub fn new(module: &str, source: &str, shardings: Shardings) -> HloWriter {
+    /// partitioned with `shardings` for the entry parameters named there.
+    pub fn new(module: &str, source: &str, shardings: Option<Shardings>) -> HloWriter {
         HloWriter {
             module: module.to_string(),
             source: hlo_string(source),
@@ -317,7 +319,10 @@ impl HloWriter {
             Op::Input | Op::Param => {
                 let name = node.name.clone().ok_or_else(|| Error::internal(format!("xla: %{} has no name", v.0)))?;
                 let index = self.parameters.len();
-                let sharding = self.shardings.get(&name).map(|s| format!(", sharding={s}")).unwrap_or_default();
+                let sharding = match &self.shardings {
+                    Some(s) => format!(", sharding={}", s.get(&name).map_or("{replicated}", String::as_str)),
+                    None => String::new(),
+                };
                 self.parameters.push(Parameter { name, weight: node.op == Op::Param, dtype: out_ty, shape: out.clone() });
                 self.emit(shape(out_ty, &out), format!("parameter({index}){sharding}"))
             }
@@ -761,7 +766,11 @@ impl GraphWriter for HloWriter {
             types.push(shape(graph.ty(o.value).dtype, &dims(graph, o.value)?));
             values.push(self.names[o.value.index()].clone());
         }
-        self.body.push(format!("ROOT outputs = ({}) tuple({})", types.join(", "), values.join(", ")));
+        let sharding = match self.shardings {
+            Some(_) => format!(", sharding={{{}}}", vec!["{replicated}"; types.len()].join(", ")),
+            None => String::new(),
+        };
+        self.body.push(format!("ROOT outputs = ({}) tuple({}){sharding}", types.join(", "), values.join(", ")));
         Ok(())
     }
 }
@@ -774,7 +783,7 @@ mod tests {
 
     fn hlo(ir: &str) -> String {
         let g = parse(ir).unwrap();
-        let mut w = HloWriter::new("tiny", "tiny.json", Shardings::new());
+        let mut w = HloWriter::new("tiny", "tiny.json", None);
         write_graph(&g, &mut w).unwrap();
         w.text()
     }

@@ -22,6 +22,7 @@
 
 pub mod backend;
 pub mod hlo;
+pub mod mesh;
 pub mod toolchain;
 
 use std::collections::BTreeMap;
@@ -53,8 +54,8 @@ pub struct Options {
     pub source: String,
     /// Parameter values by name, written to `<name>.safetensors` when given.
     pub weights: Option<BTreeMap<String, Tensor>>,
-    /// Sharding annotations of the entry parameters, by name.
-    pub shardings: Shardings,
+    /// The device mesh to partition over (`--mesh`, [`mesh::parse`]); empty: one device.
+    pub mesh: Vec<(String, u64)>,
 }
 
 /// One module's text and its entry's parameters.
@@ -62,18 +63,23 @@ pub struct Module {
     pub text: String,
     pub parameters: Vec<Parameter>,
     pub outputs: Vec<String>,
+    /// How the parameters split over the mesh, by name (absent: replicated).
+    pub specs: BTreeMap<String, mesh::Spec>,
 }
 
 /// Why the target cannot write node `v` (`Backend::lacks`).
 pub fn lacks(graph: &Graph, v: crate::ir::ValueId) -> Option<String> {
-    HloWriter::new("m", "", Shardings::new()).lacks(graph, v)
+    HloWriter::new("m", "", None).lacks(graph, v)
 }
 
 /// The HLO module `module` computing `graph`.
 pub fn module(graph: &Graph, module: &str, opts: &Options) -> Result<Module> {
-    let mut w = HloWriter::new(module, &opts.source, opts.shardings.clone());
+    let specs = mesh::specs(graph, &opts.mesh);
+    let shardings = (!opts.mesh.is_empty()).then(|| specs.iter().map(|(n, s)| (n.clone(), mesh::hlo_sharding(s, &opts.mesh))).collect::<Shardings>());
+    let mut w = HloWriter::new(module, &opts.source, shardings);
     write_graph(graph, &mut w)?;
-    Ok(Module { text: w.text(), parameters: w.parameters().to_vec(), outputs: graph.outputs.iter().map(|o| o.name.clone()).collect() })
+    let outputs = graph.outputs.iter().map(|o| o.name.clone()).collect();
+    Ok(Module { text: w.text(), parameters: w.parameters().to_vec(), outputs, specs })
 }
 
 /// The artifact's files, in a fixed order: the modules, the manifest, the weights when
@@ -91,7 +97,15 @@ pub fn emit(graphs: &Graphs, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         let params: Vec<serde_json::Value> = m
             .parameters
             .iter()
-            .map(|p| json!({"name": p.name, "weight": p.weight, "dtype": element_type(p.dtype), "shape": p.shape}))
+            .map(|p| {
+                let mut j = json!({"name": p.name, "weight": p.weight, "dtype": element_type(p.dtype), "shape": p.shape});
+                if !opts.mesh.is_empty() {
+                    // The mesh axis splitting each dimension (null: none), for the runner.
+                    let spec = m.specs.get(&p.name).cloned().unwrap_or_else(|| vec![None; p.shape.len()]);
+                    j["split"] = json!(spec.iter().map(|a| a.map(|a| opts.mesh[a].0.clone())).collect::<Vec<_>>());
+                }
+                j
+            })
             .collect();
         modules.insert(role.to_string(), json!({"hlo": file, "parameters": params, "outputs": m.outputs}));
         files.push((file, m.text.into_bytes()));
@@ -107,6 +121,7 @@ pub fn emit(graphs: &Graphs, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         "source": opts.source,
         "main": if graphs.backward.is_some() { "backward" } else { "forward" },
         "weights": weights.as_ref().map(|_| weights_file.clone()),
+        "mesh": (!opts.mesh.is_empty()).then(|| opts.mesh.iter().map(|(a, n)| json!([a, n])).collect::<Vec<_>>()),
         "modules": modules,
     });
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| Error::internal(format!("xla manifest: {e}")))?;
