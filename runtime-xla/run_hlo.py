@@ -8,9 +8,15 @@ writes each output to `OUT/output_<i>.npy`, as the C target's demo does.
 
     python3 run_hlo.py --input NAME=PATH ... [--out DIR] [--module forward|backward]
                        [--weights FILE] [--check] [--print-compiled]
+    python3 run_hlo.py --module train_step --lr LR [--momentum M] [--steps N]
+                       --input NAME=PATH ... [--out DIR]
 
 `--module` picks the forward pass or, for a model compiled with `--grad`, the backward
 pass (the default: the manifest's `main`); a weight may also be given as an input.
+`--module train_step` (a model with a loss, compiled with `--grad`) trains: N steps
+of SGD with momentum, each step's new weights and velocities (zero at first) fed to
+the next; it writes the last step's outputs (the loss before it, the new weights, the
+new velocities) and `losses.npy`, the loss before each step.
 `--check` only parses and compiles every module. `--print-compiled` prints the
 optimized HLO that XLA compiled (after SPMD partitioning, for a sharded module).
 
@@ -169,6 +175,9 @@ def main():
     parser.add_argument("--out", default=".", help="where output_<i>.npy are written")
     parser.add_argument("--module", help="forward or backward (default: the manifest's main)")
     parser.add_argument("--weights", help="the weights (default: the manifest's safetensors file)")
+    parser.add_argument("--lr", type=float, help="train_step: the learning rate")
+    parser.add_argument("--momentum", type=float, default=0.0, help="train_step: the momentum (default 0)")
+    parser.add_argument("--steps", type=int, default=1, help="train_step: how many steps (default 1)")
     parser.add_argument("--check", action="store_true", help="only parse and compile every module")
     parser.add_argument("--print-compiled", action="store_true", help="print the HLO XLA compiled")
     args = parser.parse_args()
@@ -207,12 +216,30 @@ def main():
             arrays[key] = np.load(path)
         except (OSError, ValueError) as e:
             fail(EXIT_REJECTED, f"cannot read input `{key}` from {path}: {e}")
+    training = name == "train_step"
+    if training:
+        if args.lr is None:
+            fail(2, "--module train_step needs --lr")
+        arrays["train/lr"] = np.array(args.lr)
+        arrays["train/momentum"] = np.array(args.momentum)
+        for p in spec["parameters"]:
+            if p["name"].startswith("train/velocity/") and p["name"] not in arrays:
+                arrays[p["name"]] = np.zeros(p["shape"], numpy_dtype(p["dtype"]))
     values = feeds(spec, arrays)
     module = Module(jax, xla_client, spec, devices, mesh)
     if args.print_compiled:
         print(module.compiled_text())
     outputs = module.run(jax, values)
+    losses = []
+    for _ in range(1, args.steps if training else 1):
+        # The step's outputs (after the loss) are the next step's weights and velocities.
+        losses.append(outputs[0])
+        updated = dict(zip(spec["outputs"][1:], outputs[1:]))
+        values = [updated.get(p["name"], v) for p, v in zip(spec["parameters"], values)]
+        outputs = module.run(jax, values)
     os.makedirs(args.out, exist_ok=True)
+    if training:
+        np.save(os.path.join(args.out, "losses.npy"), np.array(losses + [outputs[0]]))
     for i, o in enumerate(outputs):
         if o.dtype.name == "bfloat16":
             o = o.astype(np.float32)  # NumPy's files have no bfloat16

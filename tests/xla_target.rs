@@ -314,3 +314,83 @@ fn a_mesh_partitions_the_module_and_computes_the_same() {
         }
     }
 }
+
+/// The training step (`<name>_train_step.hlo`, a model with a loss compiled with
+/// `--grad`): examples/train_mlp trained for 30 steps by the runner gives the losses and
+/// weights of the same SGD-with-momentum run in the interpreter.
+#[test]
+fn the_training_step_trains_as_the_interpreter_does() {
+    if ready().is_none() {
+        return;
+    }
+    use mithrilc::ir::Dtype;
+    use mithrilc::passes::autodiff::{grad_name, Wrt};
+    use mithrilc::tensor::Tensor;
+    const STEPS: usize = 30;
+    let (lr, momentum) = (0.02f64, 0.9f64);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let margs = cli::ModelArgs { model: root.join("examples/train_mlp/train_mlp.json"), grad: Wrt::AllParams, ..Default::default() };
+    let graphs = cli::load_graphs(&margs, &[]).unwrap();
+    let graph = graphs.main().clone();
+    let mut state = 0x2545F4914F6CDD1Du64;
+    let mut uniform = || (common::xorshift64(&mut state) >> 40) as f64 / 8388608.0 - 1.0;
+    let mut feeds = std::collections::BTreeMap::new();
+    let x: Vec<f64> = (0..96 * 2).map(|_| 2.0 * uniform()).collect();
+    feeds.insert("input".to_string(), Tensor::new(Dtype::F32, vec![96, 2], x));
+    feeds.insert("target".to_string(), Tensor::new(Dtype::I32, vec![96], (0..96).map(|i| f64::from(i % 3)).collect()));
+    let mut weights = std::collections::BTreeMap::new();
+    for p in graph.params() {
+        let shape = graph.ty(p).shape.as_known().unwrap();
+        let data = (0..shape.iter().product::<u64>()).map(|_| 0.5 * uniform()).collect();
+        weights.insert(graph.node(p).name.clone().unwrap(), Tensor::new(Dtype::F32, shape, data));
+    }
+    let opts = EmitOptions { source: "train_mlp.json".into(), weights: Some(weights.clone()), ..Default::default() };
+    let emitted = XlaTarget.emit(&graphs, &opts).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, bytes) in &emitted.files {
+        std::fs::write(tmp.path().join(name), bytes).unwrap();
+    }
+    let mut cmd = std::process::Command::new(mithrilc::codegen::xla::toolchain::python().unwrap());
+    cmd.arg(tmp.path().join("run_hlo.py")).args(["--module", "train_step", "--steps", &STEPS.to_string(), "--lr", &lr.to_string(), "--momentum", &momentum.to_string(), "--out"]).arg(tmp.path());
+    for name in ["input", "target"] {
+        let path = tmp.path().join(format!("{name}.npy"));
+        mithrilc::data::write_npy(&path, &feeds[name]).unwrap();
+        cmd.arg("--input").arg(format!("{name}={}", path.display()));
+    }
+    let run = cmd.output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let losses = mithrilc::data::read_arrays(&tmp.path().join("losses.npy")).unwrap().arrays.into_values().next().unwrap();
+
+    // The same run in the interpreter, in f32 as the step computes.
+    let mut velocity: std::collections::BTreeMap<String, Vec<f64>> = weights.iter().map(|(n, t)| (n.clone(), vec![0.0; t.data.len()])).collect();
+    let mut want = Vec::new();
+    for _ in 0..STEPS {
+        feeds.extend(weights.clone());
+        let outs: std::collections::BTreeMap<String, Tensor> = mithrilc::interp::run(&graph, &feeds).unwrap().into_iter().collect();
+        want.push(outs[&graph.outputs.iter().find(|o| o.loss).unwrap().name].data[0]);
+        for (name, w) in weights.iter_mut() {
+            let g = &outs[&grad_name(name)].data;
+            let v = velocity.get_mut(name).unwrap();
+            for i in 0..w.data.len() {
+                v[i] = f64::from((momentum as f32) * v[i] as f32 + g[i] as f32);
+                w.data[i] = f64::from(w.data[i] as f32 - (lr as f32) * v[i] as f32);
+            }
+        }
+    }
+    assert_eq!(losses.data.len(), STEPS);
+    for (step, (got, want)) in losses.data.iter().zip(&want).enumerate() {
+        assert!((got - want).abs() <= 1e-4 + 1e-4 * want.abs(), "step {step}: XLA loss {got}, interpreter {want}");
+    }
+    assert!(want[STEPS - 1] < want[0], "the loss did not fall: {want:?}");
+    // The last step's new weights are outputs 1..: the interpreter's after STEPS steps.
+    let stem = &emitted.entry.name;
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.path().join("manifest.json")).unwrap()).unwrap();
+    let outputs = manifest["modules"]["train_step"]["outputs"].as_array().unwrap();
+    assert!(std::fs::read_to_string(tmp.path().join(format!("{stem}_train_step.hlo"))).unwrap().contains("op_name=\"sgd step\""));
+    for (i, name) in outputs.iter().enumerate().skip(1).take(weights.len()) {
+        let got = mithrilc::data::read_arrays(&tmp.path().join(format!("output_{i}.npy"))).unwrap().arrays.into_values().next().unwrap();
+        let name = name.as_str().unwrap().to_string();
+        let (bad, _) = cases::compare(&name, &[(name.clone(), got)], &[(name.clone(), weights[&name].clone())], 1e-4);
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+}

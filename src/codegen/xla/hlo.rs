@@ -164,6 +164,15 @@ impl HloWriter {
         out
     }
 
+    /// The entry's root: a tuple of `values` (of `types`), replicated when partitioned.
+    fn root(&mut self, types: &[String], values: &[String]) {
+        let sharding = match self.shardings {
+            Some(_) => format!(", sharding={{{}}}", vec!["{replicated}"; types.len()].join(", ")),
+            None => String::new(),
+        };
+        self.body.push(format!("ROOT outputs = ({}) tuple({}){sharding}", types.join(", "), values.join(", ")));
+    }
+
     /// Emits one instruction of the current node: `ty op_text`, returning its name.
     fn emit(&mut self, ty: String, op: String) -> String {
         let name = format!("v{}.{}", self.node, self.steps);
@@ -713,6 +722,73 @@ impl HloWriter {
     }
 }
 
+/// One trained parameter of a training step: its value and gradient in the backward
+/// graph.
+pub struct Trained {
+    pub name: String,
+    pub param: ValueId,
+    pub grad: ValueId,
+}
+
+/// The training step's own entry parameters, after the backward graph's.
+pub const TRAIN_LR: &str = "train/lr";
+pub const TRAIN_MOMENTUM: &str = "train/momentum";
+
+/// The velocity (optimizer state) of trained parameter `name`.
+pub fn velocity_name(name: &str) -> String {
+    format!("train/velocity/{name}")
+}
+
+impl HloWriter {
+    /// Ends a training step after the backward graph's nodes (written with
+    /// [`GraphWriter::node`]): SGD with momentum on each of `trained`, as the C target's
+    /// step does (`v = momentum * v + grad; w -= lr * v`), with the learning rate, the
+    /// momentum (scalars of the loss's type) and each velocity as further parameters.
+    /// Its outputs: the loss (before the step), each new weight, each new velocity.
+    pub fn train_step(&mut self, graph: &Graph, loss: ValueId, trained: &[Trained]) -> Result<()> {
+        let scalar = graph.ty(loss).dtype;
+        self.node = graph.nodes.len();
+        self.steps = 0;
+        self.meta = format!("metadata={{op_name=\"sgd step\" source_file=\"{}\"}}", self.source);
+        let param = |w: &mut HloWriter, name: String, d: Dtype, dims: &[u64]| {
+            let index = w.parameters.len();
+            let sharding = if w.shardings.is_some() { ", sharding={replicated}" } else { "" };
+            w.parameters.push(Parameter { name, weight: false, dtype: d, shape: dims.to_vec() });
+            w.emit(shape(d, dims), format!("parameter({index}){sharding}"))
+        };
+        let lr = param(self, TRAIN_LR.to_string(), scalar, &[]);
+        let momentum = param(self, TRAIN_MOMENTUM.to_string(), scalar, &[]);
+        let mut types = vec![shape(scalar, &[])];
+        let mut values = vec![self.names[loss.index()].clone()];
+        let mut velocities = Vec::new();
+        for t in trained {
+            let (d, dims) = (graph.ty(t.param).dtype, dims(graph, t.param)?);
+            let v = param(self, velocity_name(&t.name), d, &dims);
+            let k = |w: &mut HloWriter, x: &str| {
+                let c = w.convert(x, scalar, d, &[]);
+                w.emit(shape(d, &dims), format!("broadcast({c}), dimensions={{}}"))
+            };
+            let g = self.names[t.grad.index()].clone();
+            let m = k(self, &momentum);
+            let mv = self.binary("multiply", &m, &v, d, &dims);
+            let v2 = self.binary("add", &mv, &g, d, &dims);
+            let l = k(self, &lr);
+            let step = self.binary("multiply", &l, &v2, d, &dims);
+            let w = self.names[t.param.index()].clone();
+            let w2 = self.binary("subtract", &w, &step, d, &dims);
+            types.push(shape(d, &dims));
+            values.push(w2);
+            velocities.push((shape(d, &dims), v2));
+        }
+        for (t, v) in velocities {
+            types.push(t);
+            values.push(v);
+        }
+        self.root(&types, &values);
+        Ok(())
+    }
+}
+
 impl GraphWriter for HloWriter {
     /// Symbolic dimensions (HLO's shapes are static) and arithmetic on bools that only
     /// rounding gives a meaning (HLO has no `add` of `pred`).
@@ -766,11 +842,7 @@ impl GraphWriter for HloWriter {
             types.push(shape(graph.ty(o.value).dtype, &dims(graph, o.value)?));
             values.push(self.names[o.value.index()].clone());
         }
-        let sharding = match self.shardings {
-            Some(_) => format!(", sharding={{{}}}", vec!["{replicated}"; types.len()].join(", ")),
-            None => String::new(),
-        };
-        self.body.push(format!("ROOT outputs = ({}) tuple({}){sharding}", types.join(", "), values.join(", ")));
+        self.root(&types, &values);
         Ok(())
     }
 }

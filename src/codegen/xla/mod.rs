@@ -11,7 +11,11 @@
 //!
 //! Files written (for a model named `mlp`): `mlp.hlo` (the forward pass), with `--grad`
 //! `mlp_backward.hlo` (the backward graph, which computes the outputs too: its outputs
-//! are the model's outputs, then `grad/NAME` for each gradient), `mlp.safetensors` (the
+//! are the model's outputs, then `grad/NAME` for each gradient) and, when the model has
+//! a loss, `mlp_train_step.hlo` (the backward graph, then SGD with momentum as the C
+//! target's step does; parameters `train/lr`, `train/momentum` and a velocity
+//! `train/velocity/NAME` per trained weight after the graph's; outputs the loss, the
+//! new weights, the new velocities), `mlp.safetensors` (the
 //! parameters, named as in the model, when their values are given), `manifest.json`
 //! (each module's parameters and outputs, for the runner) and `run_hlo.py`.
 //!
@@ -72,14 +76,47 @@ pub fn lacks(graph: &Graph, v: crate::ir::ValueId) -> Option<String> {
     HloWriter::new("m", "", None).lacks(graph, v)
 }
 
-/// The HLO module `module` computing `graph`.
-pub fn module(graph: &Graph, module: &str, opts: &Options) -> Result<Module> {
+/// A writer of `graph` as module `module`, partitioned over `opts.mesh` when given,
+/// and how the mesh splits the parameters.
+fn writer(graph: &Graph, module: &str, opts: &Options) -> (BTreeMap<String, mesh::Spec>, HloWriter) {
     let specs = mesh::specs(graph, &opts.mesh);
     let shardings = (!opts.mesh.is_empty()).then(|| specs.iter().map(|(n, s)| (n.clone(), mesh::hlo_sharding(s, &opts.mesh))).collect::<Shardings>());
-    let mut w = HloWriter::new(module, &opts.source, shardings);
+    (specs, HloWriter::new(module, &opts.source, shardings))
+}
+
+/// The HLO module `module` computing `graph`.
+pub fn module(graph: &Graph, module: &str, opts: &Options) -> Result<Module> {
+    let (specs, mut w) = writer(graph, module, opts);
     write_graph(graph, &mut w)?;
     let outputs = graph.outputs.iter().map(|o| o.name.clone()).collect();
     Ok(Module { text: w.text(), parameters: w.parameters().to_vec(), outputs, specs })
+}
+
+/// The training step of `backward` (from `--grad`), when it has a loss: the backward
+/// graph, then SGD with momentum on every parameter it has the gradient of
+/// ([`HloWriter::train_step`]).
+pub fn train_module(backward: &Graph, module: &str, opts: &Options) -> Result<Option<Module>> {
+    let Some(loss) = backward.outputs.iter().find(|o| o.loss) else { return Ok(None) };
+    let scalar = backward.ty(loss.value).dtype;
+    let mut trained = Vec::new();
+    for p in backward.params() {
+        let name = backward.node(p).name.clone().ok_or_else(|| Error::internal(format!("xla: parameter %{} has no name", p.0)))?;
+        let Some(grad) = backward.outputs.iter().find(|o| o.name == crate::passes::autodiff::grad_name(&name)) else { continue };
+        let d = backward.ty(p).dtype;
+        if !matches!(d, crate::ir::Dtype::F32 | crate::ir::Dtype::F64) || backward.ty(grad.value).dtype != d || !scalar.is_float() {
+            return Err(Error::user(format!("the training step updates f32 and f64 parameters only; `{name}` is {d}")));
+        }
+        trained.push(hlo::Trained { name, param: p, grad: grad.value });
+    }
+    let (specs, mut w) = writer(backward, module, opts);
+    for v in backward.ids() {
+        w.node(backward, v)?;
+    }
+    w.train_step(backward, loss.value, &trained)?;
+    let mut outputs = vec![loss.name.clone()];
+    outputs.extend(trained.iter().map(|t| t.name.clone()));
+    outputs.extend(trained.iter().map(|t| hlo::velocity_name(&t.name)));
+    Ok(Some(Module { text: w.text(), parameters: w.parameters().to_vec(), outputs, specs }))
 }
 
 /// The artifact's files, in a fixed order: the modules, the manifest, the weights when
@@ -92,23 +129,34 @@ pub fn emit(graphs: &Graphs, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     if let Some(b) = &graphs.backward {
         parts.push(("backward", b, format!("{name}_backward.hlo")));
     }
-    for (role, graph, file) in parts {
-        let m = module(graph, &format!("{name}_{role}"), opts)?;
-        let params: Vec<serde_json::Value> = m
-            .parameters
+    // Each parameter's name, type and, partitioned, the mesh axis splitting each
+    // dimension (null: none), for the runner.
+    let params = |m: &Module| -> Vec<serde_json::Value> {
+        m.parameters
             .iter()
             .map(|p| {
                 let mut j = json!({"name": p.name, "weight": p.weight, "dtype": element_type(p.dtype), "shape": p.shape});
                 if !opts.mesh.is_empty() {
-                    // The mesh axis splitting each dimension (null: none), for the runner.
                     let spec = m.specs.get(&p.name).cloned().unwrap_or_else(|| vec![None; p.shape.len()]);
                     j["split"] = json!(spec.iter().map(|a| a.map(|a| opts.mesh[a].0.clone())).collect::<Vec<_>>());
                 }
                 j
             })
-            .collect();
-        modules.insert(role.to_string(), json!({"hlo": file, "parameters": params, "outputs": m.outputs}));
+            .collect()
+    };
+    for (role, graph, file) in parts {
+        let m = module(graph, &format!("{name}_{role}"), opts)?;
+        let train = match role {
+            "backward" => train_module(graph, &format!("{name}_train_step"), opts)?,
+            _ => None,
+        };
+        modules.insert(role.to_string(), json!({"hlo": file, "parameters": params(&m), "outputs": m.outputs}));
         files.push((file, m.text.into_bytes()));
+        if let Some(t) = train {
+            let file = format!("{name}_train_step.hlo");
+            modules.insert("train_step".to_string(), json!({"hlo": file, "parameters": params(&t), "outputs": t.outputs}));
+            files.push((file, t.text.into_bytes()));
+        }
     }
     let weights_file = format!("{name}.safetensors");
     let weights = match &opts.weights {
