@@ -394,3 +394,25 @@ fn the_training_step_trains_as_the_interpreter_does() {
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 }
+
+/// `--mesh` is the XLA target's: another target, or a malformed mesh, is a usage error.
+#[test]
+fn a_mesh_for_another_target_or_malformed_is_a_usage_error() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let args = |target: &'static dyn Backend, mesh: &str| cli::CompileArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        target,
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(tmp.path().join("out")),
+        emit: "source".into(),
+        mesh: Some(mesh.into()),
+        ..Default::default()
+    };
+    let e = cli::compile(&args(&mithrilc::codegen::c::backend::CTarget, "data=2")).unwrap_err();
+    assert_eq!((e.kind, e.to_string()), (mithrilc::error::ErrorKind::Usage, "--mesh partitions over several devices: the c target runs on one (give --target xla)".to_string()));
+    let e = cli::compile(&args(&XlaTarget, "data=2,pipe=2")).unwrap_err();
+    assert_eq!(e.kind, mithrilc::error::ErrorKind::Usage);
+    assert!(e.to_string().starts_with("--mesh data=2,pipe=2: no axis `pipe`"), "{e}");
+    assert!(!tmp.path().join("out").exists());
+}

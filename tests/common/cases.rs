@@ -153,8 +153,8 @@ pub fn compare(label: &str, got: &[(String, Tensor)], want: &[(String, Tensor)],
         for (x, y) in g.data.iter().zip(&w.data) {
             let err = if x == y || (x.is_nan() && y.is_nan()) { 0.0 } else { (x - y).abs() };
             // (a NaN error fails)
-            #[allow(clippy::neg_cmp_op_on_partial_ord)]
             let bound = if y.is_nan() { tol } else { tol + tol * y.abs() };
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
             if !(err <= bound) {
                 failures.push(format!("{label}: {name}: got {x}, interpreter {y}"));
                 break;
