@@ -317,7 +317,8 @@ fn a_mesh_partitions_the_module_and_computes_the_same() {
 
 /// The training step (`<name>_train_step.hlo`, a model with a loss compiled with
 /// `--grad`): examples/train_mlp trained for 30 steps by the runner gives the losses and
-/// weights of the same SGD-with-momentum run in the interpreter.
+/// weights of the same SGD-with-momentum run in the interpreter, and the same losses
+/// partitioned over 4 devices (`--mesh data=2,model=2`).
 #[test]
 fn the_training_step_trains_as_the_interpreter_does() {
     if ready().is_none() {
@@ -344,22 +345,31 @@ fn the_training_step_trains_as_the_interpreter_does() {
         let data = (0..shape.iter().product::<u64>()).map(|_| 0.5 * uniform()).collect();
         weights.insert(graph.node(p).name.clone().unwrap(), Tensor::new(Dtype::F32, shape, data));
     }
-    let opts = EmitOptions { source: "train_mlp.json".into(), weights: Some(weights.clone()), ..Default::default() };
-    let emitted = XlaTarget.emit(&graphs, &opts).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    for (name, bytes) in &emitted.files {
-        std::fs::write(tmp.path().join(name), bytes).unwrap();
-    }
-    let mut cmd = std::process::Command::new(mithrilc::codegen::xla::toolchain::python().unwrap());
-    cmd.arg(tmp.path().join("run_hlo.py")).args(["--module", "train_step", "--steps", &STEPS.to_string(), "--lr", &lr.to_string(), "--momentum", &momentum.to_string(), "--out"]).arg(tmp.path());
-    for name in ["input", "target"] {
-        let path = tmp.path().join(format!("{name}.npy"));
-        mithrilc::data::write_npy(&path, &feeds[name]).unwrap();
-        cmd.arg("--input").arg(format!("{name}={}", path.display()));
-    }
-    let run = cmd.output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let losses = mithrilc::data::read_arrays(&tmp.path().join("losses.npy")).unwrap().arrays.into_values().next().unwrap();
+    // Trains on one device, or partitioned over `mesh`, in `dir`; returns the losses.
+    let train = |mesh: Vec<(String, u64)>, dir: &Path| {
+        let opts = EmitOptions { source: "train_mlp.json".into(), weights: Some(weights.clone()), mesh, ..Default::default() };
+        let emitted = XlaTarget.emit(&graphs, &opts).unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        for (name, bytes) in &emitted.files {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+        let mut cmd = std::process::Command::new(mithrilc::codegen::xla::toolchain::python().unwrap());
+        cmd.arg(dir.join("run_hlo.py")).args(["--module", "train_step", "--steps", &STEPS.to_string(), "--lr", &lr.to_string(), "--momentum", &momentum.to_string(), "--out"]).arg(dir);
+        for name in ["input", "target"] {
+            let path = dir.join(format!("{name}.npy"));
+            mithrilc::data::write_npy(&path, &feeds[name]).unwrap();
+            cmd.arg("--input").arg(format!("{name}={}", path.display()));
+        }
+        let run = cmd.output().unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        (emitted.entry, mithrilc::data::read_arrays(&dir.join("losses.npy")).unwrap().arrays.into_values().next().unwrap())
+    };
+    let (entry, losses) = train(Vec::new(), tmp.path());
+    // Data and tensor parallel over 4 devices: the same losses.
+    let (_, sharded) = train(mithrilc::codegen::xla::mesh::parse("data=2,model=2").unwrap(), &tmp.path().join("mesh"));
+    let (bad, _) = cases::compare("sharded training", &[("losses".into(), sharded)], &[("losses".into(), losses.clone())], 1e-5);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 
     // The same run in the interpreter, in f32 as the step computes.
     let mut velocity: std::collections::BTreeMap<String, Vec<f64>> = weights.iter().map(|(n, t)| (n.clone(), vec![0.0; t.data.len()])).collect();
@@ -383,7 +393,7 @@ fn the_training_step_trains_as_the_interpreter_does() {
     }
     assert!(want[STEPS - 1] < want[0], "the loss did not fall: {want:?}");
     // The last step's new weights are outputs 1..: the interpreter's after STEPS steps.
-    let stem = &emitted.entry.name;
+    let stem = &entry.name;
     let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.path().join("manifest.json")).unwrap()).unwrap();
     let outputs = manifest["modules"]["train_step"]["outputs"].as_array().unwrap();
     assert!(std::fs::read_to_string(tmp.path().join(format!("{stem}_train_step.hlo"))).unwrap().contains("op_name=\"sgd step\""));
