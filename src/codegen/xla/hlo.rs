@@ -860,6 +860,28 @@ mod tests {
         w.text()
     }
 
+    #[test]
+    fn literals_read_back_as_the_same_values() {
+        assert_eq!(literal(Dtype::F32, &[2, 2], &[0.1, f64::NAN, f64::NEG_INFINITY, 1e-8]), "{{0.1, nan}, {-inf, 1e-8}}");
+        assert_eq!(literal(Dtype::F64, &[], &[0.1]), "0.1");
+        assert_eq!(literal(Dtype::I32, &[3], &[-3.0, f64::INFINITY, f64::NEG_INFINITY]), "{-3, 2147483647, -2147483648}");
+        assert_eq!(literal(Dtype::I64, &[1], &[f64::NEG_INFINITY]), "{-9223372036854775808}");
+        assert_eq!(literal(Dtype::Bool, &[2], &[1.0, 0.0]), "{true, false}");
+        assert_eq!(literal(Dtype::F32, &[0, 2], &[]), "{}");
+        assert_eq!(hlo_string("a \"b\"\\c\u{e9}"), "a _b__c_");
+    }
+
+    /// NumPy broadcasting: the growing size-1 dimensions are reshaped away, the rest
+    /// mapped onto the trailing dimensions.
+    #[test]
+    fn broadcasts_map_the_kept_dimensions() {
+        let mut w = HloWriter::new("b", "", None);
+        assert_eq!(w.broadcast("x", Dtype::F32, &[3, 1], &[2, 3, 4]), "v0.1");
+        assert_eq!(w.broadcast("y", Dtype::F32, &[2, 3, 4], &[2, 3, 4]), "y");
+        let body: Vec<String> = w.body.iter().map(|l| l.replace(", ", ",")).collect();
+        assert_eq!(body, ["v0.0 = f32[3] reshape(x),", "v0.1 = f32[2,3,4] broadcast(v0.0),dimensions={1},"]);
+    }
+
     /// A tiny model's whole module: a product with a broadcast bias, softmax, arg-max.
     #[test]
     fn golden_module_of_a_tiny_model() {
