@@ -13,11 +13,15 @@
  *                   while loading B tiles); a direct kernel for depthwise-like cases.
  *   mr_cuda_pool2d  max / average pooling, runtime-c's semantics.
  *   mr_cuda_softmax softmax along the middle axis, runtime-c's semantics.
+ *   mr_cuda_attention
+ *                   fused softmax(score(q k)) v, flash style (online softmax over tiles of
+ *                   32 keys, the scores never stored), head dimensions up to 128.
  *   mr_cuda_sgd_*   the SGD (with momentum) update.
  *   mr_cuda_sgemm_tc, mr_cuda_conv2d_tc
  *                   the same products with operands rounded to TF32, BF16 or F16 on tensor
  *                   cores (nvcuda::wmma, sm_80+), f32 accumulation; exact fallbacks.
- * Every host function launches on the given stream and returns cudaGetLastError().
+ * Every host function launches on the given stream and returns cudaGetLastError()
+ * (mr_cuda_attention: cudaErrorInvalidValue for dimensions outside its limits).
  */
 #ifndef MITHRIL_CUDA_H
 #define MITHRIL_CUDA_H
@@ -321,23 +325,32 @@ MR_UNROLL
     }
 }
 
-/* Element offsets of flat batch index nb in A, B and C (unrolled, so the struct's
- * arrays stay in the parameter bank rather than a local copy). */
+/* Calls at(d, i) with the index i along each batch dimension d of flat batch index nb
+ * (row-major over ext[0..rank)). Unrolled, so d is a constant and the batch struct's
+ * arrays stay in the parameter bank rather than a local copy. */
+template <class At>
+static __device__ __forceinline__ void mr_batch_walk(int rank, const int64_t (&ext)[MR_MAX_BATCH], int64_t nb, At at)
+{
+MR_UNROLL
+    for (int d = MR_MAX_BATCH - 1; d >= 0; --d) {
+        if (d < rank) {
+            const int64_t i = nb % ext[d];
+            nb /= ext[d];
+            at(d, i);
+        }
+    }
+}
+
+/* Element offsets of flat batch index nb in A, B and C. */
 static __device__ __forceinline__ void mr_batch_offsets(const mr_batch &bt, int64_t nb, int64_t &oa, int64_t &ob,
                                                         int64_t &oc)
 {
     oa = ob = oc = 0;
-MR_UNROLL
-    for (int d = MR_MAX_BATCH - 1; d >= 0; --d) {
-        if (d < bt.rank) {
-            const int64_t e = bt.ext[d];
-            const int64_t i = nb % e;
-            nb /= e;
-            oa += i * bt.a[d];
-            ob += i * bt.b[d];
-            oc += i * bt.c[d];
-        }
-    }
+    mr_batch_walk(bt.rank, bt.ext, nb, [&](int d, int64_t i) {
+        oa += i * bt.a[d];
+        ob += i * bt.b[d];
+        oc += i * bt.c[d];
+    });
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -1312,6 +1325,210 @@ static inline cudaError_t mr_cuda_softmax(cudaStream_t s, const float *x, float 
         const unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
         MR_LAUNCH(mr_k_softmax_block, dim3(blocks), dim3(MR_THREADS), s, x, out, outer, n, inner);
     }
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Attention                                                                            */
+/* ------------------------------------------------------------------------------------ */
+
+/* Batch dimensions of an attention (up to MR_MAX_BATCH), row-major over ext; q, k, v, o are
+ * each operand's element stride per batch dimension (0 = broadcast). */
+struct mr_attn_batch {
+    int rank;
+    int64_t ext[MR_MAX_BATCH];
+    int64_t q[MR_MAX_BATCH], k[MR_MAX_BATCH], v[MR_MAX_BATCH], o[MR_MAX_BATCH];
+};
+
+/* The score of a product element unchanged (attention without scaling or mask). */
+struct mr_no_score {
+    __device__ float operator()(int64_t, int64_t, int64_t, float s) const { return s; }
+};
+
+#define MR_ATTN_MAX_DIM 128 /* the largest head dimension (d and e) mr_cuda_attention takes */
+#define MR_ATTN_THREADS 128 /* 4 warps */
+#define MR_ATTN_BN 32       /* keys a tile: one a lane */
+
+/* A strided matrix operand: element (r, c) at p[r*rs + c*cs]. */
+template <class T> struct mr_attn_mat {
+    T *p;
+    int64_t rs, cs;
+};
+
+struct mr_attn_args {
+    int64_t m, n, d, e, nbatch;
+    mr_attn_mat<const float> q, k, v;
+    mr_attn_mat<float> o;
+};
+
+/* Element offsets of flat batch index nb in q, k, v and out. */
+static __device__ __forceinline__ void mr_attn_batch_offsets(const mr_attn_batch &bt, int64_t nb, int64_t (&off)[4])
+{
+    off[0] = off[1] = off[2] = off[3] = 0;
+    mr_batch_walk(bt.rank, bt.ext, nb, [&](int d, int64_t i) {
+        off[0] += i * bt.q[d], off[1] += i * bt.k[d], off[2] += i * bt.v[d], off[3] += i * bt.o[d];
+    });
+}
+
+/* Stages the R x C tile (r, c) -> p[r*rs + c*cs] into s[R][LD], zero outside rem_r x
+ * rem_c. The block's consecutive threads walk the operand's smaller stride, so the
+ * global reads coalesce whichever way the operand is laid out (K in particular comes
+ * both ways); LD = C + 1 keeps the column-wise walk's stores off one bank. */
+template <int R, int C, int LD>
+static __device__ __forceinline__ void mr_attn_stage(float (*s)[LD], const float *p, int64_t rs, int64_t cs,
+                                                     int64_t rem_r, int64_t rem_c)
+{
+    const bool along_c = (cs < 0 ? -cs : cs) <= (rs < 0 ? -rs : rs);
+MR_NO_UNROLL
+    for (int idx = (int)threadIdx.x; idx < R * C; idx += MR_ATTN_THREADS) {
+        const int r = along_c ? idx / C : idx % R, c = along_c ? idx % C : idx / R;
+        s[r][c] = (r < rem_r && c < rem_c) ? p[r * rs + c * cs] : 0.0f;
+    }
+}
+
+/*
+ * Fused attention, flash style: out = softmax_j(score(q k)) v, the m x n scores never
+ * stored. A block of 4 warps takes BM query rows of one batch item (work item = row tile
+ * x batch, block-strided) and walks the keys 32 at a time. Each warp owns BM/4 rows;
+ * lane j computes key j's scores for all of them (one K read from shared memory per BM/4
+ * FMAs, Q read as broadcast float4s), the warp reduces max and sum by shuffles, and the
+ * row's output accumulators -- lane owns columns lane, lane + 32, ... -- are rescaled by
+ * exp(old max - new max) before the tile's P V is added (P through shared memory, read
+ * as broadcast float4s). Everything zero-padded to D, so the FMA loops have no guards.
+ * Exact f32: FMA dot products in order of c, mr_cu_softmax_exp (the softmax's exp).
+ */
+template <class Sc, int D, int BM>
+static __global__ void MR_LAUNCH_BOUNDS(MR_ATTN_THREADS, 4)
+mr_k_attention(const mr_attn_args p, const mr_attn_batch bt, const Sc score)
+{
+    constexpr int RPW = BM / 4, CPL = D / 32; /* rows a warp, output columns a lane */
+    __shared__ __align__(16) float qs[BM][D];
+    __shared__ float ks[D][MR_ATTN_BN + 1];
+    __shared__ float vs[MR_ATTN_BN][D];
+    __shared__ __align__(16) float ps[BM][MR_ATTN_BN];
+    const int lane = (int)threadIdx.x % 32, r0 = (int)threadIdx.x / 32 * RPW;
+    const int64_t mt = (p.m + BM - 1) / BM;
+    for (int64_t item = blockIdx.x; item < mt * p.nbatch; item += gridDim.x) {
+        const int64_t nb = item / mt, i0 = (item - nb * mt) * BM;
+        int64_t off[4];
+        mr_attn_batch_offsets(bt, nb, off);
+        mr_attn_stage<BM, D, D>(qs, p.q.p + off[0] + i0 * p.q.rs, p.q.rs, p.q.cs, p.m - i0, p.d);
+        /* mx: running max of the row's scores; sum: of exp(score - mx) */
+        float mx[RPW], sum[RPW], acc[RPW][CPL];
+MR_UNROLL
+        for (int r = 0; r < RPW; ++r) {
+            mx[r] = -INFINITY, sum[r] = 0.0f;
+MR_UNROLL
+            for (int t = 0; t < CPL; ++t) acc[r][t] = 0.0f;
+        }
+        for (int64_t j0 = 0; j0 < p.n; j0 += MR_ATTN_BN) {
+            mr_attn_stage<D, MR_ATTN_BN, MR_ATTN_BN + 1>(ks, p.k.p + off[1] + j0 * p.k.cs, p.k.rs, p.k.cs, p.d,
+                                                         p.n - j0);
+            mr_attn_stage<MR_ATTN_BN, D, D>(vs, p.v.p + off[2] + j0 * p.v.rs, p.v.rs, p.v.cs, p.n - j0, p.e);
+            __syncthreads();
+            float sc[RPW];
+MR_UNROLL
+            for (int r = 0; r < RPW; ++r) sc[r] = 0.0f;
+MR_NO_UNROLL
+            for (int c = 0; c < D; c += 4) {
+                const float k0 = ks[c][lane], k1 = ks[c + 1][lane], k2 = ks[c + 2][lane], k3 = ks[c + 3][lane];
+MR_UNROLL
+                for (int r = 0; r < RPW; ++r) {
+                    const float4 qv = mr_cu_ld4(&qs[r0 + r][c]);
+                    sc[r] = fmaf(qv.w, k3, fmaf(qv.z, k2, fmaf(qv.y, k1, fmaf(qv.x, k0, sc[r]))));
+                }
+            }
+            const int64_t j = j0 + lane;
+MR_UNROLL
+            for (int r = 0; r < RPW; ++r) {
+                const int64_t i = i0 + r0 + r;
+                /* rows past m get -inf everywhere (never stored); keys past n count 0 */
+                const float s = (i < p.m && j < p.n) ? score(nb, i, j, sc[r]) : -INFINITY;
+                const float nmx = mr_cu_max_nan(mx[r], mr_warp_max(s));
+                /* while every score so far is -inf, subtract 0: exp(-inf - -inf) would be NaN */
+                const float base = nmx == -INFINITY ? 0.0f : nmx;
+                const float pj = mr_cu_softmax_exp(s - base), alpha = mr_cu_softmax_exp(mx[r] - base);
+                mx[r] = nmx;
+                sum[r] = sum[r] * alpha + mr_warp_sum(pj);
+                ps[r0 + r][lane] = pj;
+MR_UNROLL
+                for (int t = 0; t < CPL; ++t) acc[r][t] *= alpha;
+            }
+            __syncwarp();
+MR_NO_UNROLL
+            for (int jj = 0; jj < MR_ATTN_BN; jj += 4) {
+                float vv[4][CPL];
+MR_UNROLL
+                for (int u = 0; u < 4; ++u)
+MR_UNROLL
+                    for (int t = 0; t < CPL; ++t) vv[u][t] = vs[jj + u][lane + 32 * t];
+MR_UNROLL
+                for (int r = 0; r < RPW; ++r) {
+                    const float4 pv = mr_cu_ld4(&ps[r0 + r][jj]);
+MR_UNROLL
+                    for (int t = 0; t < CPL; ++t)
+                        acc[r][t] = fmaf(pv.w, vv[3][t],
+                                         fmaf(pv.z, vv[2][t], fmaf(pv.y, vv[1][t], fmaf(pv.x, vv[0][t], acc[r][t]))));
+                }
+            }
+            /* ks, vs (and the next item's qs) are rewritten after every warp is done */
+            __syncthreads();
+        }
+        float *o = p.o.p + off[3];
+MR_UNROLL
+        for (int r = 0; r < RPW; ++r) {
+            const int64_t i = i0 + r0 + r;
+            if (i >= p.m) continue;
+MR_UNROLL
+            for (int t = 0; t < CPL; ++t) {
+                const int64_t c = lane + 32 * t;
+                /* an all -inf row: 0 / 0 = NaN, as the unfused softmax gives */
+                if (c < p.e) o[i * p.o.rs + c * p.o.cs] = acc[r][t] / sum[r];
+            }
+        }
+    }
+}
+
+/*
+ * out[i][c] = sum_j softmax_j(score(nb, i, j, sum_c' q[i][c'] k[c'][j])) v[j][c] for each
+ * batch item nb: q m x d at q[i*q_rs + c*q_cs], k d x n (the product's right operand; K^T
+ * by strides for q K^T), v n x e, out m x e; any strides, 0 included. batch NULL: one item.
+ * score(nb, i, j, p) gives the score of the raw product p (scaling, masks: -INFINITY); a
+ * row of all -inf scores gives NaN, as the unfused softmax. cudaErrorInvalidValue (nothing
+ * launched) unless m, n, d, e >= 1, d, e <= MR_ATTN_MAX_DIM and 0 <= batch->rank <=
+ * MR_MAX_BATCH; nothing is launched for an empty batch (an extent 0).
+ */
+template <class Sc>
+static cudaError_t mr_cuda_attention(cudaStream_t s, int64_t m, int64_t n, int64_t d, int64_t e,
+                                     const float *q, int64_t q_rs, int64_t q_cs,
+                                     const float *k, int64_t k_rs, int64_t k_cs,
+                                     const float *v, int64_t v_rs, int64_t v_cs,
+                                     float *out, int64_t o_rs, int64_t o_cs,
+                                     const mr_attn_batch *batch, Sc score)
+{
+    typedef void (*kernel_t)(const mr_attn_args, const mr_attn_batch, const Sc);
+    if (m < 1 || n < 1 || d < 1 || e < 1 || d > MR_ATTN_MAX_DIM || e > MR_ATTN_MAX_DIM) return cudaErrorInvalidValue;
+    mr_attn_batch bt;
+    if (batch) {
+        bt = *batch;
+    } else {
+        bt.rank = 0;
+        for (int i = 0; i < MR_MAX_BATCH; ++i) bt.ext[i] = 1, bt.q[i] = bt.k[i] = bt.v[i] = bt.o[i] = 0;
+    }
+    if (bt.rank < 0 || bt.rank > MR_MAX_BATCH) return cudaErrorInvalidValue;
+    mr_attn_args p;
+    p.m = m, p.n = n, p.d = d, p.e = e;
+    p.q.p = q, p.q.rs = q_rs, p.q.cs = q_cs, p.k.p = k, p.k.rs = k_rs, p.k.cs = k_cs;
+    p.v.p = v, p.v.rs = v_rs, p.v.cs = v_cs, p.o.p = out, p.o.rs = o_rs, p.o.cs = o_cs;
+    p.nbatch = 1;
+    for (int i = 0; i < bt.rank; ++i) p.nbatch *= bt.ext[i];
+    if (p.nbatch <= 0) return cudaGetLastError();
+    const int64_t dim = d > e ? d : e;
+    /* BM 16 at D = 128 keeps the static shared memory under 48 KiB */
+    kernel_t kern = dim <= 32 ? mr_k_attention<Sc, 32, 32> : dim <= 64 ? mr_k_attention<Sc, 64, 32>
+                                                                       : mr_k_attention<Sc, 128, 16>;
+    const int64_t bm = dim <= 64 ? 32 : 16, items = (m + bm - 1) / bm * p.nbatch;
+    MR_LAUNCH(kern, dim3((unsigned)(items < 65535 ? items : 65535)), dim3(MR_ATTN_THREADS), s, p, bt, score);
     return cudaGetLastError();
 }
 

@@ -526,6 +526,116 @@ static void test_softmaxes()
 }
 
 /* ------------------------------------------------------------------------------------ */
+/* Attention                                                                            */
+/* ------------------------------------------------------------------------------------ */
+
+/* The tests' score: p * scale, then mask 0 none, 1 causal (j <= i), 2 anti-causal (j >= i:
+ * row i's first i keys masked, whole key tiles for i >= 32; rows i >= n all -inf). */
+struct attn_score {
+    float scale;
+    int mask;
+    __device__ float operator()(int64_t, int64_t i, int64_t j, float s) const
+    {
+        return (mask == 1 && j > i) || (mask == 2 && j < i) ? -INFINITY : s * scale;
+    }
+};
+
+/* Operand layouts of an attention case. */
+enum { ATT_KT = 1, ATT_VIEWS = 2, ATT_BATCH = 4 };
+
+/*
+ * One attention case: out = softmax(score(q k)) v for q m x d, k d x n, v n x e. mask < 0
+ * calls mr_no_score, else attn_score{0.125, mask}. flags: ATT_KT k given as K (n x d
+ * row-major) transposed by strides, else d x n row-major; ATT_VIEWS q and v stored
+ * transposed and out's rows padded by 3; ATT_BATCH a [2, 3] batch with k and v broadcast
+ * over the second dimension (stride 0). Against a double reference: softmax as
+ * exp(x - max) / sum (an all -inf row NaN), within 1e-5 of sum_j p_j |v[j][c]|.
+ */
+static void test_attention(int64_t m, int64_t n, int64_t d, int64_t e, int mask, int flags)
+{
+    char name[160];
+    snprintf(name, sizeof name, "%lldx%lld d%lld e%lld%s%s%s%s", (long long)m, (long long)n, (long long)d, (long long)e,
+             mask < 0 ? "" : mask == 0 ? " scaled" : mask == 1 ? " scaled causal" : " scaled anti-causal",
+             flags & ATT_KT ? " Kt" : "", flags & ATT_VIEWS ? " views" : "", flags & ATT_BATCH ? " batch[2,3] bcastKV" : "");
+    const bool kt = flags & ATT_KT, views = flags & ATT_VIEWS, batched = flags & ATT_BATCH;
+    const int64_t b0 = batched ? 2 : 1, b1 = batched ? 3 : 1, nbatch = b0 * b1;
+    const int64_t sq = m * d, sk = d * n, sv = n * e, ldo = e + (views ? 3 : 0), so = m * ldo;
+    const int64_t q_rs = views ? 1 : d, q_cs = views ? m : 1, k_rs = kt ? 1 : n, k_cs = kt ? d : 1;
+    const int64_t v_rs = views ? 1 : e, v_cs = views ? n : 1;
+    std::vector<float> Q = rnd_vec(sq * nbatch), K = rnd_vec(sk * b0), V = rnd_vec(sv * b0);
+    for (auto &x : Q) x *= 2.0f; /* scores of a few units */
+    std::vector<float> O(so * nbatch, 12345.0f);
+    float *dQ = dev_from(Q), *dK = dev_from(K), *dV = dev_from(V), *dO = dev_from(O);
+    mr_attn_batch bt;
+    memset(&bt, 0, sizeof bt);
+    bt.rank = 2, bt.ext[0] = b0, bt.ext[1] = b1;
+    bt.q[0] = sq * b1, bt.q[1] = sq, bt.k[0] = sk, bt.k[1] = 0, bt.v[0] = sv, bt.v[1] = 0, bt.o[0] = so * b1, bt.o[1] = so;
+    const mr_attn_batch *bp = batched ? &bt : NULL;
+    const attn_score sc = {0.125f, mask};
+    if (mask < 0)
+        CUDA_OK(mr_cuda_attention(0, m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp,
+                                  mr_no_score()));
+    else
+        CUDA_OK(mr_cuda_attention(0, m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, sc));
+    std::vector<float> got = host_from(dO, O.size());
+    std::vector<double> ref(O.begin(), O.end()), scale(O.size(), 0.0), s(n);
+    for (int64_t nb = 0; nb < nbatch; ++nb) {
+        const float *q = &Q[nb * sq], *k = &K[nb / b1 * sk], *v = &V[nb / b1 * sv];
+        for (int64_t i = 0; i < m; ++i) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                double p = 0;
+                for (int64_t c = 0; c < d; ++c) p += (double)q[i * q_rs + c * q_cs] * k[c * k_rs + j * k_cs];
+                s[j] = mask < 0 ? p : (mask == 1 && j > i) || (mask == 2 && j < i) ? -INFINITY : p * 0.125;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int64_t j = 0; j < n; ++j) sum += exp(s[j] - mx);
+            for (int64_t c = 0; c < e; ++c) {
+                double acc = 0, mag = 0;
+                for (int64_t j = 0; j < n; ++j) {
+                    const double w = exp(s[j] - mx) / sum, x = v[j * v_rs + c * v_cs];
+                    acc += w * x, mag += w * fabs(x);
+                }
+                ref[nb * so + i * ldo + c] = mx == -INFINITY ? NAN : acc;
+                scale[nb * so + i * ldo + c] = mag;
+            }
+        }
+    }
+    compare("attn", name, got, ref, scale, 1e-5);
+    cudaFree(dQ), cudaFree(dK), cudaFree(dV), cudaFree(dO);
+}
+
+static void test_attentions()
+{
+    test_attention(1, 1, 1, 1, -1, 0);
+    test_attention(7, 45, 64, 64, 1, 0);
+    test_attention(7, 45, 64, 64, -1, ATT_KT);
+    test_attention(128, 128, 64, 64, -1, ATT_KT);
+    test_attention(128, 128, 64, 64, 1, 0);
+    test_attention(33, 70, 128, 96, 1, ATT_KT);
+    test_attention(33, 70, 128, 96, -1, 0);
+    test_attention(5, 3, 20, 128, -1, 0);
+    test_attention(5, 3, 20, 128, 0, ATT_KT);
+    test_attention(40, 50, 32, 16, 1, ATT_KT | ATT_BATCH);  /* D 32 */
+    test_attention(37, 100, 96, 128, 1, ATT_BATCH);          /* D 128, 3 row tiles */
+    test_attention(20, 37, 24, 40, 0, ATT_VIEWS | ATT_BATCH); /* no unit stride in q or v */
+    /* rows whose first key tiles are all masked (running max from -inf), and rows
+     * i >= n that are masked entirely (NaN, as the unfused softmax) */
+    test_attention(80, 70, 64, 48, 2, ATT_KT);
+    test_attention(80, 70, 128, 8, 2, 0);
+    /* outside the limits: cudaErrorInvalidValue, nothing launched */
+    float *buf = dev_from(std::vector<float>(4 * 130, 0.0f));
+    const int64_t bad[][4] = {{4, 4, 129, 4}, {4, 4, 4, 129}, {0, 4, 4, 4}, {4, 0, 4, 4}, {4, 4, 0, 4}, {4, 4, 4, 0}};
+    size_t wrong = 0;
+    for (const auto &b : bad)
+        wrong += mr_cuda_attention(0, b[0], b[1], b[2], b[3], buf, b[2], 1, buf, b[1], 1, buf, b[3], 1, buf, b[3], 1,
+                                   NULL, mr_no_score()) != cudaErrorInvalidValue;
+    report("attn", "d or e = 129, or a zero dimension: cudaErrorInvalidValue", wrong, 6, 0, 0, 0);
+    CUDA_OK(cudaGetLastError());
+    cudaFree(buf);
+}
+
+/* ------------------------------------------------------------------------------------ */
 /* SGD                                                                                  */
 /* ------------------------------------------------------------------------------------ */
 
@@ -619,6 +729,7 @@ int main()
     test_conv(MR_F32, "3x3 p1", 2, 16, 16, 16, 140, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
     test_pools();
     test_softmaxes();
+    test_attentions();
     test_sgds();
     printf("%d of %d checks passed\n", g_checks - g_failures, g_checks);
     return g_failures ? 1 : 0;

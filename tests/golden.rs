@@ -88,12 +88,27 @@ fn generate_cuda(case: &Case) -> Files {
 /// A case's programs as `compile --target c` compiles them (lowered, the C target's
 /// passes, fused, memory-planned; parameters row-major with `--grad`, as `cli::compile`
 /// stores them at its default layout); `after` sees each program after every pass.
-fn c_programs(case: &Case, mut after: impl FnMut(&str, &mithrilc::lower::Program)) -> Result<Vec<mithrilc::lower::Program>, String> {
+fn c_programs(case: &Case, after: impl FnMut(&str, &mithrilc::lower::Program)) -> Result<Vec<mithrilc::lower::Program>, String> {
+    programs(case, &C_PROGRAMS, after)
+}
+
+/// How a target's programs are compiled: its library, and its program passes for a
+/// case that trains (`true`) or not.
+type TargetPrograms = (mithrilc::lower::Library, fn(bool) -> &'static [mithrilc::passes::ProgramPass]);
+
+const C_PROGRAMS: TargetPrograms = (c::LIBRARY, |training| if training { c::PASSES_ROW_MAJOR } else { c::PASSES });
+
+/// The CUDA target's: its library adds attention, and it has no program passes.
+const CUDA_PROGRAMS: TargetPrograms = (cuda::LIBRARY, |_| &[]);
+
+/// A case's programs (forward, then backward with `--grad`) as `target` compiles them;
+/// `after` sees each program after every pass.
+fn programs(case: &Case, (library, passes): &TargetPrograms, mut after: impl FnMut(&str, &mithrilc::lower::Program)) -> Result<Vec<mithrilc::lower::Program>, String> {
     let err = |e: mithrilc::error::Error| format!("{}: {e}", case.model.display());
     let params = case.params.as_deref().map(data::read_arrays).transpose().map_err(err)?;
     let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).map_err(err)?;
-    let opts = mithrilc::lower::Options { library: c::LIBRARY, ..Default::default() };
-    let passes = if graphs.backward.is_some() { c::PASSES_ROW_MAJOR } else { c::PASSES };
+    let opts = mithrilc::lower::Options { library: *library, ..Default::default() };
+    let passes = passes(graphs.backward.is_some());
     std::iter::once(&graphs.forward).chain(&graphs.backward).map(|g| mithrilc::passes::compile(g, &opts, passes, &mut after).map_err(err)).collect()
 }
 
@@ -256,8 +271,8 @@ fn printed_programs_parse_back() {
     }
     let mut problems = Vec::new();
     let mut programs = 0;
-    for case in cases() {
-        c_programs(&case, |pass, p| {
+    for (case, target) in cases().iter().flat_map(|c| [(c, &C_PROGRAMS), (c, &CUDA_PROGRAMS)]) {
+        self::programs(case, target, |pass, p| {
             programs += 1;
             let text = print(p);
             match parse(&text) {

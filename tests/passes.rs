@@ -4,10 +4,13 @@
 //!
 //! - `*.ir` starts from a graph, which is parsed and verified. A graph pass runs on it,
 //!   the graph is verified again and printed; for a program pass (`c-layout`, `fuse`, `memory`)
-//!   the graph is lowered for the C target's library, the C target's passes and the
+//!   the graph is lowered for the target's library (the C target's unless a
+//!   `// library: cuda` line says otherwise), the target's passes and the
 //!   program passes up to and including PASS run (with symbolic
 //!   dimensions bounded by `// max: NAME=N` lines), each followed by the program
 //!   verifier, and the program is printed.
+//! - A `// library: cuda` line runs the program passes for that target (what
+//!   `attention` forms depends on its library).
 //! - `*.prog` starts from a program in its printed form (`lower::print`), which is
 //!   parsed and verified (its arena as planned when the text gives an arena size); the
 //!   one program pass PASS runs on it, the program is verified again and printed.
@@ -22,7 +25,8 @@ use mithrilc::error::Result;
 use mithrilc::ir::{parse::parse, print::print, verify::verify};
 use mithrilc::lower::Program;
 use mithrilc::passes::autodiff::Wrt;
-use mithrilc::passes::{run_program_pass, Options, PIPELINE, PROGRAM_PIPELINE};
+use mithrilc::lower::Library;
+use mithrilc::passes::{run_program_pass, Options, ProgramPass, PIPELINE, PROGRAM_PIPELINE};
 
 #[test]
 fn pass_filetests() {
@@ -64,28 +68,41 @@ fn graph_filetest(input: &str, pass_name: &str) -> Result<String> {
         verify(&g)?;
         return Ok(print(&g));
     }
-    let program_passes: Vec<_> = mithrilc::codegen::c::PASSES.iter().chain(PROGRAM_PIPELINE).collect();
+    let (library, target_passes) = target(input);
+    let program_passes: Vec<_> = target_passes.iter().chain(PROGRAM_PIPELINE).collect();
     let last = program_passes.iter().position(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("no pass {pass_name}"));
     // `// max: B=4` lines bound symbolic dimensions.
     let max: Vec<String> = input.lines().filter_map(|l| l.strip_prefix("// max: ")).map(str::to_string).collect();
     let max = mithrilc::cli::parse_max_args(&max)?;
-    let mut p = mithrilc::lower::lower(&g, &mithrilc::lower::Options { max, library: mithrilc::codegen::c::LIBRARY })?;
+    let mut p = mithrilc::lower::lower(&g, &mithrilc::lower::Options { max, library })?;
     mithrilc::lower::verify::verify(&p, false)?;
     let mut planned = false;
     for &&pass in &program_passes[..=last] {
-        run_program_pass(&mut p, pass, &mut planned)?;
+        run_program_pass(&mut p, pass, &library, &mut planned)?;
     }
     Ok(mithrilc::lower::print::print(&p))
 }
 
 /// The program in `input` after the one program pass `pass_name`.
 fn program_filetest(input: &str, pass_name: &str) -> Result<Program> {
-    let pass = *mithrilc::codegen::c::PASSES.iter().chain(PROGRAM_PIPELINE).find(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("no program pass {pass_name}"));
+    let (library, target_passes) = target(input);
+    let pass = *target_passes.iter().chain(PROGRAM_PIPELINE).find(|(n, _)| *n == pass_name).unwrap_or_else(|| panic!("no program pass {pass_name}"));
     let mut p = mithrilc::lower::parse::parse(input)?;
     let mut planned = p.arena_size > 0;
     mithrilc::lower::verify::verify(&p, planned)?;
-    run_program_pass(&mut p, pass, &mut planned)?;
+    run_program_pass(&mut p, pass, &library, &mut planned)?;
     Ok(p)
+}
+
+/// The target a filetest's program passes are for, as its library and its own
+/// program passes: the C target's, or the one its `// library: TARGET` line names
+/// (`cuda`).
+fn target(input: &str) -> (Library, &'static [ProgramPass]) {
+    match input.lines().find_map(|l| l.strip_prefix("// library: ")).map(str::trim) {
+        None | Some("c") => (mithrilc::codegen::c::LIBRARY, mithrilc::codegen::c::PASSES),
+        Some("cuda") => (mithrilc::codegen::cuda::LIBRARY, &[]),
+        Some(other) => panic!("no library {other}"),
+    }
 }
 
 /// The printer's output parses back to the same graph, for every snapshot model.
@@ -107,7 +124,7 @@ fn printed_ir_parses_back() {
 #[test]
 fn damaged_program_text_is_an_error_not_a_panic() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/passes");
-    for name in ["fuse_epilogue_gemm.prog", "memory_in_place.prog", "fuse_not_through_broadcast.prog"] {
+    for name in ["fuse_epilogue_gemm.prog", "memory_in_place.prog", "fuse_not_through_broadcast.prog", "attention_fused.prog"] {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         let without_line = (0..lines.len()).map(|skip| lines.iter().enumerate().filter(|&(i, _)| i != skip).map(|(_, l)| format!("{l}\n")).collect::<String>());

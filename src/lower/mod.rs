@@ -60,6 +60,12 @@ pub struct Library {
     pub softmax: &'static [Dtype],
     /// The most spatial dimensions its convolution and pooling take.
     pub window_rank: usize,
+    /// Attention in one kernel ([`Kernel::Attention`], formed by the `attention` pass)
+    /// whose operands and result are of one of these.
+    pub attention: &'static [Dtype],
+    /// The largest head dimension (the length of a query, the width of a value) its
+    /// attention takes.
+    pub attention_dim: u64,
 }
 
 impl Library {

@@ -110,6 +110,7 @@ fn buffer(p: &mut Program, line: &str) -> Result<(), String> {
         ["weight", o] | ["weight", o, "transposed" | "panels" | "winograd"] => Storage::Weight { offset: at(o)? },
         ["arena", o] => Storage::Arena { offset: at(o)? },
         ["arena"] => Storage::Arena { offset: 0 },
+        ["local"] => Storage::Local,
         _ => return Err(format!("bad storage `{}`", storage.trim())),
     };
     p.buffers.push(Buffer { name, dtype, len: number(len, "length")?, storage });
@@ -313,6 +314,16 @@ impl Cursor<'_> {
                 let x = self.view()?;
                 let a = self.attrs()?.to_string();
                 Kernel::Softmax { x, out, axis: number(&attr(&a, "axis")?, "axis")? }
+            }
+            "attention" => {
+                let q = self.view()?;
+                self.expect(", ")?;
+                let k = self.view()?;
+                self.expect(", ")?;
+                let v = self.view()?;
+                self.expect(", scores ")?;
+                let scores = self.view()?;
+                Kernel::Attention { q, k, v, out, scores, score: self.epilogue()? }
             }
             reduce => {
                 let kind = ReduceKind::ALL.into_iter().find(|k| k.name() == reduce).ok_or(format!("unknown kernel `{reduce}`"))?;

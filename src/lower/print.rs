@@ -57,6 +57,7 @@ pub fn print(p: &Program) -> String {
             // Offsets exist once `memory` has planned the arena.
             Storage::Arena { offset } if p.arena_size > 0 => format!("arena @{offset}"),
             Storage::Arena { .. } => "arena".to_string(),
+            Storage::Local => "local".to_string(),
         };
         let _ = writeln!(s, "  %b{i} = {storage} {:?} : {}[{}]", b.name, b.dtype.name(), b.len);
     }
@@ -168,5 +169,8 @@ pub fn kernel(p: &Program, k: &Kernel) -> String {
             attrs.dilation
         ),
         Kernel::Softmax { x, out, axis } => format!("{} = softmax {} {{axis = {axis}}}", view(p, out), view(p, x)),
+        Kernel::Attention { q, k, v, out, scores, score } => {
+            format!("{} = attention {}, {}, {}, scores {}{}", view(p, out), view(p, q), view(p, k), view(p, v), view(p, scores), epilogue(p, score))
+        }
     }
 }

@@ -28,6 +28,9 @@ pub enum Storage {
     Const(usize),
     /// The caller's arena, at a byte offset (set by [`memory::plan`]).
     Arena { offset: u64 },
+    /// No memory: values one kernel computes and consumes itself (an attention's
+    /// scores), named so that its expressions can read them.
+    Local,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +67,20 @@ impl View {
     pub fn is_contiguous(&self) -> bool {
         let want = contiguous_strides(&self.shape);
         self.shape.iter().zip(self.strides.iter().zip(&want)).all(|(&n, (s, w))| n <= 1 || s == w)
+    }
+    /// Row-major and dense from the start with its dimensions in some order: every
+    /// element of `numel()` elements from `offset` 0 is a distinct element of the view.
+    pub fn is_dense(&self) -> bool {
+        let mut dims: Vec<(i64, u64)> = self.strides.iter().copied().zip(self.shape.iter().copied()).filter(|&(_, n)| n > 1).collect();
+        dims.sort_unstable();
+        let mut next = 1i64;
+        for (s, n) in dims {
+            if s != next {
+                return false;
+            }
+            next = next.saturating_mul(n as i64);
+        }
+        self.offset == 0
     }
     pub fn numel(&self) -> u64 {
         self.shape.iter().product()
@@ -255,6 +272,14 @@ impl Hash for Kernel {
                 out.hash(h);
                 axis.hash(h);
             }
+            Kernel::Attention { q, k, v, out, scores, score } => {
+                q.hash(h);
+                k.hash(h);
+                v.hash(h);
+                out.hash(h);
+                scores.hash(h);
+                score.hash(h);
+            }
         }
     }
 }
@@ -282,6 +307,16 @@ pub enum Kernel {
     Pool { x: View, out: View, attrs: PoolAttrs },
     /// Softmax along `axis` of a contiguous input into contiguous `out`.
     Softmax { x: View, out: View, axis: usize },
+    /// Attention in one kernel: `out = softmax(score(q @ k)) @ v`, the softmax along the
+    /// scores' last axis, with the scores never stored. `q` is `[batch..., m, d]`, `k`
+    /// `[batch..., d, n]` and `v` `[batch..., n, e]` (as a `Gemm`'s operands), `out`
+    /// `[batch..., m, e]`, a permutation of its whole buffer's dimensions (the heads'
+    /// transpose: `View::is_dense`). `scores` is a contiguous `[batch..., m, n]` view of
+    /// a [`Storage::Local`] buffer that stands for the product: `score`, an expression
+    /// over the scores' index space, reads it through loads of `scores` (as a `Gemm`'s
+    /// epilogue reads `c`); without one the scores are the product. Formed by the
+    /// `attention` pass for a library that computes it.
+    Attention { q: View, k: View, v: View, out: View, scores: View, score: Option<Expr> },
 }
 
 /// One kernel and the model ops it came from.
@@ -341,6 +376,10 @@ impl Kernel {
             Kernel::ArgReduce { out, reduced, .. } => out.shape.iter().copied().chain([*reduced]).collect(),
             Kernel::Gemm { a, c, .. } => c.shape.iter().copied().chain([a.shape[a.shape.len() - 1]]).collect(),
             Kernel::Conv { out, .. } | Kernel::Pool { out, .. } | Kernel::Softmax { out, .. } => out.shape.clone(),
+            // the scores' [batch..., m, n], then the two products' lengths d and e
+            Kernel::Attention { q, out, scores, .. } => {
+                scores.shape.iter().copied().chain([q.shape[q.shape.len() - 1], out.shape[out.shape.len() - 1]]).collect()
+            }
         }
     }
 }
@@ -464,6 +503,14 @@ pub fn visit_views(k: &mut Kernel, f: &mut dyn FnMut(&mut View)) {
             f(x);
             f(out);
         }
+        Kernel::Attention { q, k, v, out, scores, score } => {
+            for view in [q, k, v, out, scores] {
+                f(view);
+            }
+            if let Some(e) = score {
+                visit_expr_views(e, f);
+            }
+        }
     }
 }
 
@@ -512,7 +559,7 @@ pub fn expr_bufs(e: &Expr, out: &mut Vec<BufId>) {
 pub fn kernel_exprs(k: &Kernel) -> Vec<&Expr> {
     match k {
         Kernel::Map { expr, .. } | Kernel::Reduce { expr, .. } | Kernel::ArgReduce { expr, .. } => vec![expr],
-        Kernel::Gemm { epilogue, .. } | Kernel::Conv { epilogue, .. } => epilogue.iter().collect(),
+        Kernel::Gemm { epilogue, .. } | Kernel::Conv { epilogue, .. } | Kernel::Attention { score: epilogue, .. } => epilogue.iter().collect(),
         Kernel::Pool { .. } | Kernel::Softmax { .. } => vec![],
     }
 }
@@ -535,6 +582,7 @@ pub fn kernel_read_uses(k: &Kernel) -> Vec<BufId> {
         // the scratch too, so it lives (only) while the kernel runs
         Kernel::Conv { x, w, scratch, .. } => out.extend([x.buf, w.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
         Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => out.push(x.buf),
+        Kernel::Attention { q, k, v, .. } => out.extend([q.buf, k.buf, v.buf]),
     }
     for e in kernel_exprs(k) {
         expr_bufs(e, &mut out);
@@ -550,7 +598,8 @@ pub fn kernel_writes(k: &Kernel) -> BufId {
         | Kernel::ArgReduce { out, .. }
         | Kernel::Conv { out, .. }
         | Kernel::Pool { out, .. }
-        | Kernel::Softmax { out, .. } => out.buf,
+        | Kernel::Softmax { out, .. }
+        | Kernel::Attention { out, .. } => out.buf,
         Kernel::Gemm { c, .. } => c.buf,
     }
 }
@@ -563,7 +612,8 @@ pub fn retarget(k: &mut Kernel, to: BufId) {
         | Kernel::ArgReduce { out, .. }
         | Kernel::Conv { out, .. }
         | Kernel::Pool { out, .. }
-        | Kernel::Softmax { out, .. } => out.buf = to,
+        | Kernel::Softmax { out, .. }
+        | Kernel::Attention { out, .. } => out.buf = to,
         Kernel::Gemm { c, .. } => c.buf = to,
     }
 }

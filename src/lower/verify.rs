@@ -21,6 +21,7 @@
 //!   buffer it writes only as `memory` lets it: a `Map` or an epilogue, at the very
 //!   element it writes;
 //! - a kernel reads an arena or output buffer only after an earlier kernel wrote it;
+//! - a local buffer is the scores of one attention kernel and used by no other;
 //! - [`Step::dims`] has one entry per domain dimension, each symbol in `symbols`;
 //! - once the arena is planned, every arena buffer is aligned and inside `arena_size`,
 //!   and no two buffers live at the same step overlap (a buffer lives from the first
@@ -35,10 +36,17 @@ use super::*;
 pub fn verify(p: &Program, planned: bool) -> Result<()> {
     ports(p)?;
     let mut written = vec![false; p.buffers.len()];
+    // The kernel each local buffer belongs to.
+    let mut owner: BTreeMap<BufId, usize> = BTreeMap::new();
     for (k, step) in p.steps.iter().enumerate() {
         let fail = |msg: String| Error::internal(format!("program verifier: k{k}: {msg}"));
         kernel(p, step, &written).map_err(fail)?;
         written[kernel_writes(&step.kernel).0] = true;
+        if let Kernel::Attention { scores, .. } = &step.kernel {
+            if let Some(other) = owner.insert(scores.buf, k) {
+                return Err(fail(format!("the local buffer %b{} is also k{other}'s scores", scores.buf.0)));
+            }
+        }
     }
     if planned || p.arena_size > 0 {
         arena(p)?;
@@ -98,7 +106,7 @@ fn ports(p: &Program) -> Result<()> {
             Storage::Output(j) => p.outputs.get(*j).is_none_or(|port| port.buf.0 != i),
             Storage::Const(j) => p.consts.get(*j).is_none_or(|c| c.dtype() != b.dtype || c.numel().max(1) as u64 != b.len),
             Storage::Weight { .. } => !params.contains(&i),
-            Storage::Arena { .. } => false,
+            Storage::Arena { .. } | Storage::Local => false,
         };
         if bad {
             return Err(fail(format!("%b{i} {:?} ({}[{}]) stored as {:?} matches no port or constant", b.name, b.dtype.name(), b.len, b.storage)));
@@ -224,6 +232,46 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
             if x.buf == out {
                 return Err(format!("reads its output %b{}", out.0));
             }
+        }
+        Kernel::Attention { q, k: kt, v, out: o, scores, score } => {
+            let r = o.shape.len();
+            let batch = |x: &View| x.shape.len() == r && x.shape[..r - 2] == o.shape[..r - 2];
+            let fits = r >= 2
+                && [q, kt, v, scores].into_iter().all(batch)
+                && q.shape[r - 2] == o.shape[r - 2]
+                && scores.shape[r - 2..] == [q.shape[r - 2], kt.shape[r - 1]]
+                && kt.shape[r - 2] == q.shape[r - 1]
+                && v.shape[r - 2..] == [kt.shape[r - 1], o.shape[r - 1]];
+            if !fits {
+                return Err(format!("attention of {:?}, {:?}, {:?} with scores {:?} into {:?}", q.shape, kt.shape, v.shape, scores.shape, o.shape));
+            }
+            if !o.is_dense() {
+                return Err(format!("the output %b{} is not dense: {}", o.buf.0, print::view(p, o)));
+            }
+            contiguous("the scores", scores)?;
+            for (what, x) in [("q", q), ("k", kt), ("v", v), ("the output", o), ("the scores", scores)] {
+                whole(what, x)?;
+            }
+            if [q, kt, v].into_iter().any(|x| x.buf == out) {
+                return Err(format!("attention reads its output %b{}", out.0));
+            }
+            if p.buffers[scores.buf.0].storage != Storage::Local {
+                return Err(format!("the scores %b{} are stored as {:?}, not local", scores.buf.0, p.buffers[scores.buf.0].storage));
+            }
+            if let Some(e) = score {
+                let mut read = Vec::new();
+                expr_bufs(e, &mut read);
+                if read.contains(&out) {
+                    return Err(format!("the score reads the output %b{}", out.0));
+                }
+                same_dtype("the score", body(p, e, &scores.shape, scores, OwnReads::AtElement)?, p.buffers[scores.buf.0].dtype)?;
+            }
+        }
+    }
+    // A local buffer is an attention's scores, read only by that kernel's score.
+    for x in &views {
+        if p.buffers[x.buf.0].storage == Storage::Local && !matches!(k, Kernel::Attention { scores, .. } if scores.buf == x.buf) {
+            return Err(format!("uses %b{}, a local buffer that is not its scores", x.buf.0));
         }
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! (`lower::verify`) after lowering and after each. Fusion and planning work on the
 //! program because they decide about buffers and views, which only exist there.
 
+pub mod attention;
 pub mod autodiff;
 pub mod fuse;
 pub mod memory;
@@ -14,7 +15,7 @@ pub mod simplify;
 
 use crate::error::Result;
 use crate::ir::{verify::verify, Graph};
-use crate::lower::Program;
+use crate::lower::{Library, Program};
 
 /// What the graph passes are asked to do beyond their fixed job (most take nothing).
 #[derive(Debug, Clone, Default)]
@@ -46,11 +47,11 @@ pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], options: &Options, mut a
     Ok(())
 }
 
-/// A named pass over a lowered program.
-pub type ProgramPass = (&'static str, fn(&mut Program) -> Result<()>);
+/// A named pass over a lowered program, given what the target's library computes.
+pub type ProgramPass = (&'static str, fn(&mut Program, &Library) -> Result<()>);
 
 /// The passes run after lowering and the target's program passes, in order.
-pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", fuse::run), ("memory", memory::run)];
+pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", |p, _| fuse::run(p)), ("attention", attention::run), ("memory", |p, _| memory::run(p))];
 
 /// Every pass name, in the order they run (for `--print-after`), with a target's
 /// program passes.
@@ -67,16 +68,17 @@ pub fn compile(graph: &Graph, opts: &crate::lower::Options, target_passes: &[Pro
     crate::lower::verify::verify(&p, false)?;
     let mut planned = false;
     for (name, pass) in target_passes.iter().chain(PROGRAM_PIPELINE) {
-        run_program_pass(&mut p, (name, *pass), &mut planned)?;
+        run_program_pass(&mut p, (name, *pass), &opts.library, &mut planned)?;
         after(name, &p);
     }
     Ok(p)
 }
 
-/// Runs one program pass and verifies its result; `planned` records that the arena
-/// has been planned (by `memory`), from which point the plan is verified too.
-pub fn run_program_pass(p: &mut Program, (name, pass): ProgramPass, planned: &mut bool) -> Result<()> {
-    pass(p)?;
+/// Runs one program pass for a target whose library computes `library`, and verifies
+/// its result; `planned` records that the arena has been planned (by `memory`), from
+/// which point the plan is verified too.
+pub fn run_program_pass(p: &mut Program, (name, pass): ProgramPass, library: &Library, planned: &mut bool) -> Result<()> {
+    pass(p, library)?;
     *planned |= name == "memory";
     crate::lower::verify::verify(p, *planned)
 }

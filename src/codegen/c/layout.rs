@@ -262,6 +262,11 @@ fn choose_layouts(p: &mut Program) {
                 read(w, Use::ConvWeight { winograd });
             }
             Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => read(x, Use::RowMajor),
+            Kernel::Attention { q, k, v, .. } => {
+                for x in [q, k, v] {
+                    read(x, Use::View);
+                }
+            }
         }
         for e in kernel_exprs(&step.kernel) {
             e.walk(&mut |e| {

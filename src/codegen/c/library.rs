@@ -121,6 +121,7 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
+        Kernel::Attention { .. } => return Err(Error::internal("the C runtime has no attention kernel (`LIBRARY`)".to_string())),
         Kernel::Gemm { a, b, c, .. } => gemm(r, a, b, c, ext, ep, true, panels, s)?,
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
@@ -234,6 +235,8 @@ pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
         Kernel::Gemm { a, b, c, .. } => vec![a.buf, b.buf, c.buf],
         Kernel::Conv { x, w, out, scratch, .. } => [x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf)).collect(),
         Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => vec![x.buf, out.buf],
+        // (not the scores: they have no memory)
+        Kernel::Attention { q, k, v, out, .. } => vec![q.buf, k.buf, v.buf, out.buf],
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => vec![],
     };
     bufs.sort();

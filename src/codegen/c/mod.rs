@@ -44,15 +44,23 @@ use crate::tensor::Tensor;
 
 /// What the runtime computes (`mithril_runtime.h`): f32 matrix products, 1-d and 2-d
 /// convolution and pooling, and softmax.
-pub const LIBRARY: crate::lower::Library = crate::lower::Library { gemm: &[Dtype::F32], conv: &[Dtype::F32], pool: &[Dtype::F32], softmax: &[Dtype::F32], window_rank: 2 };
+pub const LIBRARY: crate::lower::Library = crate::lower::Library {
+    gemm: &[Dtype::F32],
+    conv: &[Dtype::F32],
+    pool: &[Dtype::F32],
+    softmax: &[Dtype::F32],
+    window_rank: 2,
+    attention: &[],
+    attention_dim: 0,
+};
 
 /// The C target's program passes, run between lowering and `fuse`.
-pub const PASSES: &[crate::passes::ProgramPass] = &[("c-layout", layout::run)];
+pub const PASSES: &[crate::passes::ProgramPass] = &[("c-layout", |p, _| layout::run(p))];
 
 /// [`PASSES`] keeping every weight row-major (training: a training step updates the
 /// weights in place with gradients in that layout, and a forward and a backward
 /// program share one blob; or `--weight-layout plain`).
-pub const PASSES_ROW_MAJOR: &[crate::passes::ProgramPass] = &[("c-layout", layout::run_row_major)];
+pub const PASSES_ROW_MAJOR: &[crate::passes::ProgramPass] = &[("c-layout", |p, _| layout::run_row_major(p))];
 
 /// The runtime (`runtime-c/`), copied verbatim into every output directory: its
 /// headers, then its sources, which the generated Makefile builds and links, one

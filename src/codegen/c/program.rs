@@ -204,6 +204,8 @@ pub fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::low
             Storage::Weight { offset } => writeln!(s, "    const {ty} *{n} = (const {ty} *)(const void *)({via}w + {offset});"),
             Storage::Arena { offset } => writeln!(s, "    {ty} *{n} = ({ty} *)(void *)({via}a + {offset});"),
             Storage::Const(k) => writeln!(s, "    const {ty} *{n} = {prefix}_const{k};"),
+            // no memory, so no pointer: only its kernel names it, in its own way
+            Storage::Local => Ok(()),
         };
     }
 }

@@ -56,6 +56,7 @@ pub fn library_kernel(k: &Kernel) -> Option<&'static str> {
         Kernel::Conv { epilogue, .. } => Some(if epilogue.is_some() { "convolution with an epilogue" } else { "convolution" }),
         Kernel::Pool { .. } => Some("pooling"),
         Kernel::Softmax { .. } => Some("softmax"),
+        Kernel::Attention { score, .. } => Some(if score.is_some() { "attention with a score" } else { "attention" }),
     }
 }
 

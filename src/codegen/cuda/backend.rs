@@ -31,7 +31,7 @@ impl Backend for CudaTarget {
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         // Every weight stays row-major: the runtime's kernels read any strides.
-        let lower = crate::lower::Options { max: opts.max.clone(), library: crate::codegen::c::LIBRARY };
+        let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY };
         let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
         let c = crate::codegen::c::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
         let files = super::emit(&forward, backward.as_ref(), &c, opts.precision)?;

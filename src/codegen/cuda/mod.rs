@@ -46,6 +46,10 @@ pub const ERROR_FILE: i32 = -4;
 /// The demo's exit status when no GPU or driver can be used.
 pub const DEMO_NO_GPU_EXIT: i32 = 5;
 
+/// What the kernel library computes (`runtime-cuda/mithril_cuda.h`): what runtime-c
+/// does, and attention in one kernel with head dimensions up to `MR_ATTN_MAX_DIM`.
+pub const LIBRARY: crate::lower::Library = crate::lower::Library { attention: &[Dtype::F32], attention_dim: 128, ..crate::codegen::c::LIBRARY };
+
 /// The runtime, copied into every output directory: the scalar helpers, the kernel
 /// library, and the CPU emulation of CUDA that `-DMR_CUDA_EMULATE` builds use.
 pub const RUNTIME_FILES: &[(&str, &str)] = &[

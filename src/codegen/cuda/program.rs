@@ -158,14 +158,25 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
 /// Kernel `k`'s epilogue as a functor `<name>_e<k>` (written to `s`): the buffers its
 /// expression reads and the run-time dimensions as fields, and an operator the
 /// runtime's kernel calls with (batch, row, column) after storing that element, which
-/// rewrites it. Without an epilogue, `ep` is the runtime's `mr_no_epilogue` (none for a
+/// rewrites it; for an attention, its score as a functor `<name>_s<k>` whose operator
+/// takes the product at (batch, row, column) and returns the score. Without an
+/// epilogue, `ep` is the runtime's `mr_no_epilogue` or `mr_no_score` (none for a
 /// kernel that takes no epilogue).
 /// Returns the host statement that declares `ep`.
 fn epilogue(r: &Renderer<Cuda>, name: &str, k: usize, step: &crate::lower::Step, ext: &[String], s: &mut String) -> Result<String> {
-    let (out, expr, conv) = match &step.kernel {
-        Kernel::Gemm { c, epilogue: Some(e), .. } => (c, e, false),
-        Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, true),
+    // The view the expression's index space is that of, what the functor does with the
+    // value, and its name.
+    enum Form {
+        Gemm,
+        Conv,
+        Score,
+    }
+    let (out, expr, form) = match &step.kernel {
+        Kernel::Gemm { c, epilogue: Some(e), .. } => (c, e, Form::Gemm),
+        Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, Form::Conv),
+        Kernel::Attention { scores, score: Some(e), .. } => (scores, e, Form::Score),
         Kernel::Gemm { .. } | Kernel::Conv { .. } => return Ok("        const mr_no_epilogue ep;\n".to_string()),
+        Kernel::Attention { .. } => return Ok("        const mr_no_score ep;\n".to_string()),
         _ => return Ok(String::new()),
     };
     let p = r.p;
@@ -174,6 +185,8 @@ fn epilogue(r: &Renderer<Cuda>, name: &str, k: usize, step: &crate::lower::Step,
     bufs.push(out.buf);
     bufs.sort();
     bufs.dedup();
+    // The scores have no memory: the functor is given the product instead.
+    bufs.retain(|b| p.buffers[b.0].storage != Storage::Local);
     let dims = dim_params(p);
     let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
     used.sort_unstable();
@@ -191,39 +204,57 @@ fn epilogue(r: &Renderer<Cuda>, name: &str, k: usize, step: &crate::lower::Step,
         values.push(dims[d].clone());
     }
     let rank = out.shape.len();
-    let _ = writeln!(s, "\n/* the epilogue of kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
-    let _ = writeln!(s, "struct {name}_e{k} {{\n{}", fields.join("\n"));
-    let mut body = String::new();
-    if conv {
-        // (image, output channel, flattened output position)
-        let _ = writeln!(s, "    __device__ void operator()(int64_t i0, int64_t i1, int64_t pos) const\n    {{");
-        match rank {
-            4 => {
-                let ow = out.shape[3];
-                let _ = writeln!(body, "        const int64_t i2 = pos / {ow};\n        const int64_t i3 = pos % {ow};");
+    let t = p.buffers[out.buf.0].dtype;
+    let functor = match form {
+        Form::Score => format!("{name}_s{k}"),
+        Form::Gemm | Form::Conv => format!("{name}_e{k}"),
+    };
+    let what = if let Form::Score = form { "score" } else { "epilogue" };
+    let _ = writeln!(s, "\n/* the {what} of kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
+    let _ = writeln!(s, "struct {functor} {{");
+    for f in &fields {
+        let _ = writeln!(s, "{f}");
+    }
+    let (i, j) = (rank.wrapping_sub(2), rank.wrapping_sub(1));
+    match form {
+        Form::Conv => {
+            // (image, output channel, flattened output position)
+            let _ = writeln!(s, "    __device__ void operator()(int64_t i0, int64_t i1, int64_t pos) const\n    {{");
+            match rank {
+                4 => {
+                    let ow = out.shape[3];
+                    let _ = writeln!(s, "        const int64_t i2 = pos / {ow};\n        const int64_t i3 = pos % {ow};");
+                }
+                3 => s.push_str("        const int64_t i2 = pos;\n"),
+                _ => return Err(Error::internal(format!("a convolution's output of rank {rank}"))),
             }
-            3 => body.push_str("        const int64_t i2 = pos;\n"),
-            _ => return Err(Error::internal(format!("a convolution's output of rank {rank}"))),
         }
-    } else {
-        // (flattened batch index at the run-time sizes, row, column)
-        let _ = writeln!(s, "    __device__ void operator()(int64_t nb, int64_t i{}, int64_t i{}) const\n    {{", rank - 2, rank - 1);
-        for d in 0..rank - 2 {
-            let _ = writeln!(body, "        const int64_t i{d} = nb / {} % {};", product(&ext[d + 1..rank - 2]), ext[d]);
-        }
-        if rank == 2 {
-            body.push_str("        (void)nb;\n");
+        Form::Gemm | Form::Score => {
+            // (flattened batch index at the run-time sizes, row, column[, the product])
+            let value = if let Form::Score = form { format!(", {} s", Cuda.ty(t)) } else { String::new() };
+            let ret = if let Form::Score = form { Cuda.ty(t) } else { "void" };
+            let _ = writeln!(s, "    __device__ {ret} operator()(int64_t nb, int64_t i{i}, int64_t i{j}{value}) const\n    {{");
+            for d in 0..rank - 2 {
+                let _ = writeln!(s, "        const int64_t i{d} = nb / {} % {};", product(&ext[d + 1..rank - 2]), ext[d]);
+            }
+            if rank == 2 {
+                s.push_str("        (void)nb;\n");
+            }
         }
     }
-    s.push_str(&body);
     for v in 0..rank {
         let _ = writeln!(s, "        (void)i{v};");
     }
-    let t = p.buffers[out.buf.0].dtype;
-    let target = Expr::Load { view: out.clone(), vars: (0..rank).collect() };
-    let value = r.expr(&Expr::Cast(Box::new(expr.clone()), t));
-    let _ = writeln!(s, "{}{} = {value};\n    }}\n}};", pad(2), r.expr(&target));
-    Ok(format!("        const {name}_e{k} ep = {{{}}};\n", values.join(", ")))
+    let value = Expr::Cast(Box::new(expr.clone()), t);
+    if let Form::Score = form {
+        let spell = |v: &View, _: &[usize]| (v.buf == out.buf).then(|| "s".to_string());
+        let scored = Renderer { loads: Some(&spell), ..*r };
+        let _ = writeln!(s, "        return {};\n    }}\n}};", scored.expr(&value));
+    } else {
+        let target = Expr::Load { view: out.clone(), vars: (0..rank).collect() };
+        let _ = writeln!(s, "{}{} = {};\n    }}\n}};", pad(2), r.expr(&target), r.expr(&value));
+    }
+    Ok(format!("        const {functor} ep = {{{}}};\n", values.join(", ")))
 }
 
 /// The runtime call (an expression of type `cudaError_t`) that runs a library kernel
@@ -248,28 +279,7 @@ fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String], precision: Preci
             let rank = c.shape.len();
             let (m, n, kk) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
             let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
-            // The batch dimensions that can be more than 1 (a flat batch index over them
-            // is the same as over all of them).
-            let lead: Vec<usize> = (0..rank - 2).filter(|&d| ext[d] != "1").collect();
-            if lead.len() > MAX_BATCH {
-                return Err(Error::user(format!("the CUDA target's matrix products have at most {MAX_BATCH} batch dimensions; this one has {}", lead.len())));
-            }
-            let (decl, batch) = if lead.is_empty() {
-                (String::new(), "NULL")
-            } else {
-                // Each batch dimension's run-time extent and each operand's stride along it.
-                let list = |f: &dyn Fn(usize) -> String| (0..MAX_BATCH).map(|i| lead.get(i).map_or("0".to_string(), |&d| f(d))).collect::<Vec<_>>().join(", ");
-                let strides = |v: &View| list(&|d| v.strides[d].to_string());
-                let decl = format!(
-                    "        const mr_batch batch = {{{}, {{{}}}, {{{}}}, {{{}}}, {{{}}}}};\n",
-                    lead.len(),
-                    list(&|d| ext[d].clone()),
-                    strides(a),
-                    strides(b),
-                    strides(c)
-                );
-                (decl, "&batch")
-            };
+            let (decl, batch) = batch_decl("mr_batch", &ext[..rank - 2], &[a, b, c])?;
             (decl, format!("{sgemm}{m}, {n}, {kk}, {}, {}, {}, {batch}, ep)", operand(a), operand(b), operand(c)))
         }
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
@@ -307,10 +317,37 @@ fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String], precision: Preci
             let inner: u64 = x.shape[axis + 1..].iter().product();
             (String::new(), format!("mr_cuda_softmax(stream, {}, {}, {outer}, {}, {inner})", base(x), base(out), x.shape[*axis]))
         }
+        Kernel::Attention { q, k, v, out, .. } => {
+            let rank = out.shape.len();
+            let (m, n, d, e) = (&ext[rank - 2], &ext[rank - 1], &ext[rank], &ext[rank + 1]);
+            let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
+            let (decl, batch) = batch_decl("mr_attn_batch", &ext[..rank - 2], &[q, k, v, out])?;
+            (decl, format!("mr_cuda_attention(stream, {m}, {n}, {d}, {e}, {}, {}, {}, {}, {batch}, ep)", operand(q), operand(k), operand(v), operand(out)))
+        }
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are launched, not library calls".to_string()))
         }
     })
+}
+
+/// The declaration of a runtime struct `ty` (`mr_batch`, `mr_attn_batch`) holding the
+/// batch dimensions of a matrix product whose batch extents are `ext`, with each
+/// operand's strides along them, and the argument that passes it (`NULL` for none).
+fn batch_decl(ty: &str, ext: &[String], operands: &[&View]) -> Result<(String, &'static str)> {
+    // The batch dimensions that can be more than 1 (a flat batch index over them is
+    // the same as over all of them).
+    let lead: Vec<usize> = (0..ext.len()).filter(|&d| ext[d] != "1").collect();
+    if lead.len() > MAX_BATCH {
+        return Err(Error::user(format!("the CUDA target's matrix products have at most {MAX_BATCH} batch dimensions; this one has {}", lead.len())));
+    }
+    if lead.is_empty() {
+        return Ok((String::new(), "NULL"));
+    }
+    // Each batch dimension's run-time extent and each operand's stride along it.
+    let list = |f: &dyn Fn(usize) -> String| (0..MAX_BATCH).map(|i| lead.get(i).map_or("0".to_string(), |&d| f(d))).collect::<Vec<_>>().join(", ");
+    let mut fields = vec![lead.len().to_string(), format!("{{{}}}", list(&|d| ext[d].clone()))];
+    fields.extend(operands.iter().map(|v| format!("{{{}}}", list(&|d| v.strides[d].to_string()))));
+    Ok((format!("        const {ty} batch = {{{}}};\n", fields.join(", ")), "&batch"))
 }
 
 /// The runtime's kernels are f32 (lowering gives other element types loops).
