@@ -56,7 +56,11 @@ pub trait Backend: Sync {
 }
 
 /// Every target, in the order `--help` lists them.
-pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget, &crate::codegen::cuda::backend::CudaTarget];
+pub static BACKENDS: &[&dyn Backend] = &[
+    &crate::codegen::c::backend::CTarget,
+    &crate::codegen::cuda::backend::CudaTarget,
+    &crate::codegen::ggml::backend::GgmlTarget,
+];
 
 /// The target called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Backend> {
@@ -99,6 +103,8 @@ pub struct EmitOptions {
     pub print_after: Vec<String>,
     /// How matrix products and convolutions may round.
     pub precision: Precision,
+    /// How the ggml target stores matrix-product weights (`--quantize`).
+    pub quantize: crate::codegen::ggml::Quantize,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else

@@ -488,6 +488,8 @@ pub struct CompileArgs {
     pub force: bool,
     /// How matrix products and convolutions may round.
     pub precision: Precision,
+    /// How the ggml target stores matrix-product weights.
+    pub quantize: crate::codegen::ggml::Quantize,
 }
 
 impl Default for CompileArgs {
@@ -506,6 +508,7 @@ impl Default for CompileArgs {
             max: Vec::new(),
             force: false,
             precision: Precision::F32,
+            quantize: Default::default(),
         }
     }
 }
@@ -571,6 +574,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         max,
         print_after: args.model.print_after.clone(),
         precision: args.precision,
+        quantize: args.quantize,
     };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
     let build = args.emit == "build";

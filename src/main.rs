@@ -191,6 +191,10 @@ enum Command {
         /// on cuda, tf32, bf16 or f16 on tensor cores (docs/cuda.md gives their errors)
         #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
         precision: Precision,
+        /// How the ggml target stores the weights of matrix products in its GGUF file
+        /// (docs/ggml.md gives their errors)
+        #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
+        quantize: mithrilc::codegen::ggml::Quantize,
     },
 }
 
@@ -201,9 +205,9 @@ fn main() -> ExitCode {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
         Command::Run { model, grad, data, params, output, target, check, emulate, precision } => with_grad(model, &grad)
             .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max, precision } => {
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max, precision, quantize } => {
             with_grad(model, &grad).and_then(|model| {
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force, precision };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force, precision, quantize };
                 cli::compile(&args)
             })
         }

@@ -1,0 +1,681 @@
+//! The ggml graph of a model: for each IR node, the ggml calls that build it, as C
+//! statements (one call a statement, each under a comment naming the node it came
+//! from). Every tensor this writes is f32 and contiguous once its node is done (views
+//! are followed by `ggml_cont`), so any node's result can be reshaped or read back.
+//!
+//! Shapes: an IR shape `[d0, ..., d(r-1)]` (row-major) is ggml's `ne = [d(r-1), ...,
+//! d0, 1, ...]`: ggml's `ne0` is the contiguous dimension, so IR axis `i` is ggml
+//! dimension `r-1-i`, and NumPy's broadcasting (aligned at the last axis) aligns at
+//! `ne0`. `ggml_mul_mat(x[K,N], y[K,M])` is `[N,M]` in ggml's order, `y @ x^T` in the
+//! IR's: a product `A @ B` is `ggml_mul_mat(B^T, A)`.
+//!
+//! Booleans are f32 0 and 1 (comparisons are built from `ggml_step`); integer tensors
+//! have no place here (ggml's CPU arithmetic is floating point), so a model that needs
+//! them (gather indices, argmax) is refused through [`Writer::lacks`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::codegen::graph::GraphWriter;
+use crate::codegen::names::comment_safe;
+use crate::error::{Error, Result};
+use crate::ir::{BinaryOp, Dtype, Graph, Op, PoolKind, ReduceKind, UnaryOp, ValueId};
+
+/// ggml's tensors have at most this many dimensions.
+pub const MAX_RANK: usize = 4;
+
+/// The most tensors any one ggml call used here creates (`ggml_conv_2d`: the im2col
+/// matrix, the product, and the reshapes and permutation back to NCHW).
+const MOST_TENSORS_PER_CALL: usize = 6;
+
+/// Where a tensor that is not computed comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Leaf {
+    /// The model's input `index` (of [`Graph::inputs`]).
+    Input { index: usize },
+    /// A tensor of the GGUF file: a parameter or a constant, under `gguf_name`.
+    Stored { gguf_name: String },
+}
+
+/// The C statements that build the graph, and what the library needs to know about them.
+#[derive(Default)]
+pub struct Writer {
+    /// The GGUF name of each parameter and constant, by node.
+    pub stored: BTreeMap<ValueId, String>,
+    /// The body of the build function.
+    pub code: String,
+    /// An upper bound on the tensors the statements create (sizes the graph context).
+    pub tensors: usize,
+    /// The C variable of each model input, in order.
+    pub inputs: Vec<String>,
+    /// The C variable of each model output, in order.
+    pub outputs: Vec<String>,
+    /// The names of stored tensors the build reads, with their ggml shape.
+    pub loads: Vec<(String, [u64; 4])>,
+    /// The C expression of each node written so far.
+    vars: BTreeMap<ValueId, String>,
+    temp: usize,
+}
+
+/// `shape` in ggml's order, padded with ones to [`MAX_RANK`] dimensions.
+pub fn ne(shape: &[u64]) -> [u64; 4] {
+    let mut out = [1u64; 4];
+    for (i, d) in shape.iter().rev().enumerate().take(MAX_RANK) {
+        out[i] = *d;
+    }
+    out
+}
+
+fn ne_args(n: [u64; 4]) -> String {
+    format!("{}, {}, {}, {}", n[0], n[1], n[2], n[3])
+}
+
+/// The value's static shape (every shape is static here: [`Writer::lacks`] refuses
+/// symbolic ones).
+fn shape(graph: &Graph, v: ValueId) -> Vec<u64> {
+    graph.ty(v).shape.as_known().unwrap_or_default()
+}
+
+/// A `perm` for `ggml_permute` that moves ggml dimension `order[j]` to position `j`.
+fn permute_args(order: &[usize; 4]) -> [usize; 4] {
+    let mut ax = [0usize; 4];
+    for (j, &k) in order.iter().enumerate() {
+        ax[k] = j;
+    }
+    ax
+}
+
+impl Writer {
+    /// A fresh C variable name.
+    fn fresh(&mut self) -> String {
+        self.temp += 1;
+        format!("x{}", self.temp)
+    }
+
+    /// Emits `struct ggml_tensor *NEW = CALL(ctx, ARGS);` and returns NEW.
+    fn call(&mut self, f: &str, args: &str) -> String {
+        let name = self.fresh();
+        self.tensors += if f.starts_with("ggml_conv") { MOST_TENSORS_PER_CALL } else { 1 };
+        let _ = writeln!(self.code, "    struct ggml_tensor *{name} = {f}(ctx, {args});");
+        name
+    }
+
+    /// `x` (of ggml shape `from`, contiguous) repeated to `to` (NumPy broadcasting).
+    fn broadcast(&mut self, x: &str, from: [u64; 4], to: [u64; 4]) -> String {
+        if from == to {
+            return x.to_string();
+        }
+        self.call("ggml_repeat_4d", &format!("{x}, {}", ne_args(to)))
+    }
+
+    /// `x` (contiguous) reshaped to `to`, if it is not that shape already.
+    fn reshape(&mut self, x: &str, from: [u64; 4], to: [u64; 4]) -> String {
+        if from == to {
+            return x.to_string();
+        }
+        self.call("ggml_reshape_4d", &format!("{x}, {}", ne_args(to)))
+    }
+
+    /// `x` with its ggml dimensions reordered so that `order[j]` is dimension `j`, made
+    /// contiguous (nothing when `order` is the identity).
+    fn permute(&mut self, x: &str, order: [usize; 4]) -> String {
+        if order == [0, 1, 2, 3] {
+            return x.to_string();
+        }
+        let ax = permute_args(&order);
+        let p = self.call("ggml_permute", &format!("{x}, {}, {}, {}, {}", ax[0], ax[1], ax[2], ax[3]));
+        self.call("ggml_cont", &p)
+    }
+
+    /// The ggml tensor of node `v` (written before: [`GraphWriter::node`] checks).
+    fn var(&self, v: ValueId) -> String {
+        self.vars.get(&v).cloned().unwrap_or_default()
+    }
+
+    /// Both operands of an elementwise binary node broadcast to its shape.
+    fn both(&mut self, graph: &Graph, v: ValueId) -> (String, String) {
+        let out = ne(&shape(graph, v));
+        let args = &graph.node(v).args;
+        let a = self.broadcast(&self.var(args[0]), ne(&shape(graph, args[0])), out);
+        let b = self.broadcast(&self.var(args[1]), ne(&shape(graph, args[1])), out);
+        (a, b)
+    }
+
+    /// `f(a, b)` for a ggml binary op, whose second operand may broadcast onto the first
+    /// (`ggml_can_repeat(b, a)`) but whose result has the first's shape.
+    fn binary(&mut self, graph: &Graph, v: ValueId, f: &str, commutes: bool) -> String {
+        let out = ne(&shape(graph, v));
+        let args = &graph.node(v).args;
+        let (mut a, mut b) = ((self.var(args[0]), ne(&shape(graph, args[0]))), (self.var(args[1]), ne(&shape(graph, args[1]))));
+        if commutes && a.1 != out && b.1 == out {
+            std::mem::swap(&mut a, &mut b);
+        }
+        let first = self.broadcast(&a.0, a.1, out);
+        self.call(f, &format!("{first}, {}", b.0))
+    }
+
+    /// `a * s + b`, elementwise.
+    fn affine(&mut self, x: &str, s: f64, b: f64) -> String {
+        self.call("ggml_scale_bias", &format!("{x}, {}, {}", c_float(s), c_float(b)))
+    }
+
+    /// A comparison of the (broadcast) operands as 0 or 1: `step(a - b)` is `a > b`.
+    fn compare(&mut self, graph: &Graph, v: ValueId, op: BinaryOp) -> String {
+        let (a, b) = self.both(graph, v);
+        let d = self.call("ggml_sub", &format!("{a}, {b}"));
+        match op {
+            BinaryOp::Gt => self.call("ggml_step", &d),
+            BinaryOp::Lt | BinaryOp::Ge => {
+                let n = self.call("ggml_neg", &d);
+                let lt = self.call("ggml_step", &n);
+                if op == BinaryOp::Lt { lt } else { self.affine(&lt, -1.0, 1.0) }
+            }
+            BinaryOp::Le => {
+                let gt = self.call("ggml_step", &d);
+                self.affine(&gt, -1.0, 1.0)
+            }
+            _ => {
+                let m = self.call("ggml_abs", &d);
+                let ne = self.call("ggml_step", &m);
+                if op == BinaryOp::Ne { ne } else { self.affine(&ne, -1.0, 1.0) }
+            }
+        }
+    }
+
+    /// `x` (IR shape `shape`) with the IR axes `axes` moved innermost and flattened into
+    /// ggml's `ne0`: `[R, rest]` with `R` the product of those axes; for reductions.
+    fn rows_over(&mut self, x: &str, shape: &[u64], axes: &[usize]) -> (String, u64, u64) {
+        let r = shape.len();
+        let reduced: Vec<usize> = (0..r).rev().filter(|i| axes.contains(i)).map(|i| r - 1 - i).collect();
+        let kept: Vec<usize> = (0..MAX_RANK).filter(|k| !reduced.contains(k)).collect();
+        let mut order = [0usize; 4];
+        for (j, k) in reduced.iter().chain(&kept).enumerate() {
+            order[j] = *k;
+        }
+        let p = self.permute(x, order);
+        let n: u64 = axes.iter().map(|&i| shape[i]).product();
+        let rest = shape.iter().product::<u64>() / n.max(1);
+        let rows = self.call("ggml_reshape_2d", &format!("{p}, {n}, {rest}"));
+        (rows, n, rest)
+    }
+
+    /// The largest element of each row of `rows` (`[n, rest]`): a max pooling over the row.
+    fn row_max(&mut self, rows: &str, n: u64) -> String {
+        self.call("ggml_pool_2d", &format!("{rows}, GGML_OP_POOL_MAX, {n}, 1, {n}, 1, 0, 0"))
+    }
+
+    /// A stored tensor (parameter or constant) of ggml shape `n`, checked by the loader.
+    fn load(&mut self, v: ValueId, n: [u64; 4]) -> Result<String> {
+        let name = self.stored.get(&v).cloned().ok_or_else(|| Error::internal(format!("%{} has no GGUF name", v.0)))?;
+        self.loads.push((name.clone(), n));
+        Ok(format!("m->stored[{}]", self.loads.len() - 1))
+    }
+}
+
+/// An f64 as a C float literal that reads back as the same f32.
+pub fn c_float(x: f64) -> String {
+    let f = x as f32;
+    if f.is_nan() {
+        "NAN".into()
+    } else if f.is_infinite() {
+        if f > 0.0 { "INFINITY".into() } else { "-INFINITY".into() }
+    } else {
+        format!("{f:?}f")
+    }
+}
+
+/// Why the ggml target has no translation for `v`, if it has none.
+pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
+    let node = graph.node(v);
+    let ty = &node.ty;
+    if !ty.shape.is_static() {
+        return Some("a symbolic dimension (ggml builds its graph at fixed sizes: give every size)".into());
+    }
+    if ty.rank() > MAX_RANK {
+        return Some(format!("rank {} (ggml tensors have at most {MAX_RANK} dimensions)", ty.rank()));
+    }
+    if !matches!(ty.dtype, Dtype::F32 | Dtype::Bool) {
+        return Some(format!("{} values (the ggml target computes in f32, with booleans as 0 and 1)", ty.dtype));
+    }
+    let arg_shape = |i: usize| shape(graph, node.args[i]);
+    match &node.op {
+        Op::Input | Op::Param | Op::Constant(_) | Op::Where | Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Concat { .. } | Op::Iota { .. } | Op::StopGradient => None,
+        Op::Unary(u) => match u {
+            UnaryOp::Erf => Some("ggml has no erf".into()),
+            UnaryOp::IsNan => Some("ggml has no NaN test".into()),
+            _ => None,
+        },
+        Op::Binary(b) => match b {
+            BinaryOp::Pow => match constant_scalar(graph, node.args[1]) {
+                Some(e) if [0.5, 1.0, 2.0, 3.0].contains(&e) => None,
+                _ => Some("ggml has no pow; only a constant exponent of 0.5, 1, 2 or 3 is written with ggml's ops".into()),
+            },
+            BinaryOp::Shl | BinaryOp::Shr => Some("ggml has no integer shifts".into()),
+            _ => None,
+        },
+        Op::Cast { to } => (!matches!(to, Dtype::F32 | Dtype::Bool)).then(|| format!("a cast to {to}")),
+        Op::MatMul => None,
+        Op::Conv(c) => {
+            let spatial = arg_shape(0).len().saturating_sub(2);
+            if !(1..=2).contains(&spatial) {
+                Some(format!("a {spatial}-d convolution (ggml has 1-d and 2-d ones)"))
+            } else if c.groups != 1 {
+                Some(format!("a grouped convolution ({} groups; ggml's convolutions have one)", c.groups))
+            } else {
+                None
+            }
+        }
+        Op::Pool(p) => {
+            let x = arg_shape(0);
+            let spatial = x.len().saturating_sub(2);
+            if !(1..=2).contains(&spatial) {
+                return Some(format!("{spatial}-d pooling (ggml pools in 1 or 2 dimensions)"));
+            }
+            if p.dilation.iter().any(|&d| d != 1) {
+                return Some("dilated pooling (ggml has none)".into());
+            }
+            if p.padding.iter().any(|(a, b)| a != b) {
+                return Some("pooling with uneven padding (ggml pads both sides alike)".into());
+            }
+            // ggml's window count: (size + 2 pad - kernel) / stride + 1, as the IR's must be.
+            let out = shape(graph, v);
+            for i in 0..spatial {
+                let n = (x[2 + i] + 2 * p.padding[i].0).checked_sub(p.kernel[i]).map(|d| d / p.stride[i] + 1);
+                if n != Some(out[2 + i]) {
+                    return Some("pooling whose windows ggml does not count the same way".into());
+                }
+            }
+            None
+        }
+        Op::Reduce { kind, .. } => (*kind == ReduceKind::Prod).then(|| "ggml has no product reduction".into()),
+        Op::ArgReduce { .. } => Some("an index result (the ggml target computes in f32)".into()),
+        Op::Gather { .. } => Some("a gather (its indices are integers; the ggml target computes in f32)".into()),
+        Op::Variance { .. } | Op::Softmax { .. } => None,
+        Op::Slice { ranges } => {
+            let x = arg_shape(0);
+            for (i, r) in ranges.iter().enumerate() {
+                if r.step < 0 {
+                    return Some("a slice with a negative step (a ggml view cannot run backwards)".into());
+                }
+                if r.step != 1 && i + 1 == x.len() {
+                    return Some("a strided slice of the last axis (a ggml view steps whole rows only)".into());
+                }
+            }
+            None
+        }
+        Op::Pad { value, .. } => (*value != 0.0).then(|| format!("padding with {value} (ggml pads with zeros)")),
+    }
+}
+
+/// The value of a constant holding one element.
+fn constant_scalar(graph: &Graph, v: ValueId) -> Option<f64> {
+    match graph.node(v).op {
+        Op::Constant(c) => {
+            let c = &graph.consts[c.0 as usize];
+            (c.numel() == 1).then(|| c.get(0)).flatten()
+        }
+        _ => None,
+    }
+}
+
+impl GraphWriter for Writer {
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        lacks(graph, v)
+    }
+
+    fn node(&mut self, graph: &Graph, v: ValueId) -> Result<()> {
+        let node = graph.node(v);
+        if let Some(a) = node.args.iter().find(|a| !self.vars.contains_key(a)) {
+            return Err(Error::internal(format!("ggml: %{} is used by %{} before it is written", a.0, v.0)));
+        }
+        let out_shape = shape(graph, v);
+        let out = ne(&out_shape);
+        let args: Vec<String> = node.args.iter().map(|a| format!("%{}", a.0)).collect();
+        let origin = node.origin.as_deref().or(node.name.as_deref()).map(|o| format!(" ({})", comment_safe(o))).unwrap_or_default();
+        let args = if args.is_empty() { String::new() } else { format!(" {}", args.join(", ")) };
+        let _ = writeln!(self.code, "    /* %{} = {}{args} : {}{origin} */", v.0, node.op.name(), comment_safe(&node.ty.to_string()));
+        let vars = self.vars.clone();
+        let a = |i: usize| vars.get(&node.args[i]).cloned().unwrap_or_default();
+        let in_ne = |i: usize| ne(&shape(graph, node.args[i]));
+        if folded_into_products(graph, v) {
+            let _ = writeln!(self.code, "    /* (read transposed by the products that use it) */");
+            self.vars.insert(v, String::new());
+            return Ok(());
+        }
+        let result = match &node.op {
+            Op::Input => {
+                let t = self.call("ggml_new_tensor_4d", &format!("GGML_TYPE_F32, {}", ne_args(out)));
+                let _ = writeln!(self.code, "    ggml_set_input({t});");
+                self.inputs.push(t.clone());
+                t
+            }
+            Op::Param | Op::Constant(_) | Op::Iota { .. } => self.load(v, out)?,
+            Op::StopGradient => a(0),
+            Op::Cast { to: Dtype::Bool } if graph.ty(node.args[0]).dtype != Dtype::Bool => {
+                let m = self.call("ggml_abs", &a(0));
+                self.call("ggml_step", &m)
+            }
+            Op::Cast { .. } => a(0),
+            Op::Unary(u) => {
+                let x = a(0);
+                let simple = |u: UnaryOp| -> Option<&'static str> {
+                    Some(match u {
+                        UnaryOp::Neg => "ggml_neg",
+                        UnaryOp::Abs => "ggml_abs",
+                        UnaryOp::Sign => "ggml_sgn",
+                        UnaryOp::Exp => "ggml_exp",
+                        UnaryOp::Log => "ggml_log",
+                        UnaryOp::Sqrt => "ggml_sqrt",
+                        UnaryOp::Sin => "ggml_sin",
+                        UnaryOp::Cos => "ggml_cos",
+                        UnaryOp::Tanh => "ggml_tanh",
+                        UnaryOp::Sigmoid => "ggml_sigmoid",
+                        UnaryOp::Relu => "ggml_relu",
+                        UnaryOp::Gelu => "ggml_gelu_erf",
+                        UnaryOp::Softplus => "ggml_softplus",
+                        UnaryOp::Floor => "ggml_floor",
+                        UnaryOp::GeluTanh | UnaryOp::Not | UnaryOp::Erf | UnaryOp::IsNan => return None,
+                    })
+                };
+                match (simple(*u), u) {
+                    (Some(f), _) => self.call(f, &x),
+                    // not b == 1 - b
+                    (None, UnaryOp::Not) => self.affine(&x, -1.0, 1.0),
+                    // ggml_gelu reads a float16 table; this is the formula, in f32:
+                    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+                    (None, UnaryOp::GeluTanh) => {
+                        let sq = self.call("ggml_sqr", &x);
+                        let cube = self.call("ggml_mul", &format!("{sq}, {x}"));
+                        let c = (2.0 / std::f64::consts::PI).sqrt();
+                        let inner = self.call("ggml_scale", &format!("{cube}, {}", c_float(0.044715 * c)));
+                        let lin = self.call("ggml_scale", &format!("{x}, {}", c_float(c)));
+                        let sum = self.call("ggml_add", &format!("{lin}, {inner}"));
+                        let th = self.call("ggml_tanh", &sum);
+                        let one_plus = self.affine(&th, 0.5, 0.5);
+                        self.call("ggml_mul", &format!("{x}, {one_plus}"))
+                    }
+                    (None, _) => return Err(Error::internal(format!("ggml: no translation of {}", u.name()))),
+                }
+            }
+            Op::Binary(b) => match b {
+                BinaryOp::Add => self.binary(graph, v, "ggml_add", true),
+                BinaryOp::Mul | BinaryOp::And => self.binary(graph, v, "ggml_mul", true),
+                BinaryOp::Sub => self.binary(graph, v, "ggml_sub", false),
+                BinaryOp::Div => self.binary(graph, v, "ggml_div", false),
+                BinaryOp::FloorDiv => {
+                    let q = self.binary(graph, v, "ggml_div", false);
+                    self.call("ggml_floor", &q)
+                }
+                BinaryOp::Pow => {
+                    let x = self.broadcast(&a(0), in_ne(0), out);
+                    match constant_scalar(graph, node.args[1]) {
+                        Some(0.5) => self.call("ggml_sqrt", &x),
+                        Some(1.0) => x,
+                        Some(2.0) => self.call("ggml_sqr", &x),
+                        Some(3.0) => {
+                            let sq = self.call("ggml_sqr", &x);
+                            self.call("ggml_mul", &format!("{sq}, {x}"))
+                        }
+                        _ => return Err(Error::internal("ggml: pow with an exponent lacks() refuses")),
+                    }
+                }
+                // max(a, b) == a + relu(b - a); min(a, b) == a - relu(a - b)
+                BinaryOp::Max | BinaryOp::Min | BinaryOp::Or => {
+                    let (x, y) = self.both(graph, v);
+                    let (p, q) = if *b == BinaryOp::Min { (&x, &y) } else { (&y, &x) };
+                    let d = self.call("ggml_sub", &format!("{p}, {q}"));
+                    let r = self.call("ggml_relu", &d);
+                    self.call(if *b == BinaryOp::Min { "ggml_sub" } else { "ggml_add" }, &format!("{x}, {r}"))
+                }
+                // a xor b == |a - b| for 0/1 values
+                BinaryOp::Xor => {
+                    let (x, y) = self.both(graph, v);
+                    let d = self.call("ggml_sub", &format!("{x}, {y}"));
+                    self.call("ggml_abs", &d)
+                }
+                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => self.compare(graph, v, *b),
+                BinaryOp::Shl | BinaryOp::Shr => return Err(Error::internal("ggml: shifts lacks() refuses")),
+            },
+            // where(c, a, b) == a * c + b * (1 - c): exact for 0/1 conditions (a non-finite
+            // value in the branch not taken makes NaN).
+            Op::Where => {
+                let c = self.broadcast(&a(0), in_ne(0), out);
+                let x = self.broadcast(&a(1), in_ne(1), out);
+                let y = self.broadcast(&a(2), in_ne(2), out);
+                let xc = self.call("ggml_mul", &format!("{x}, {c}"));
+                let not_c = self.affine(&c, -1.0, 1.0);
+                let yc = self.call("ggml_mul", &format!("{y}, {not_c}"));
+                self.call("ggml_add", &format!("{xc}, {yc}"))
+            }
+            Op::MatMul => self.matmul(graph, v)?,
+            Op::Conv(c) => {
+                let (x, w) = (a(0), a(1));
+                let spatial = shape(graph, node.args[0]).len() - 2;
+                // Uneven padding is added first; ggml pads both sides alike.
+                let even = c.padding.iter().all(|(p, q)| p == q);
+                let x = if even {
+                    x
+                } else {
+                    let mut lr = [(0u64, 0u64); 4];
+                    for (i, p) in c.padding.iter().enumerate() {
+                        lr[spatial - 1 - i] = *p;
+                    }
+                    let pads: Vec<String> = lr.iter().map(|(l, r)| format!("{l}, {r}")).collect();
+                    self.call("ggml_pad_ext", &format!("{x}, {}", pads.join(", ")))
+                };
+                let p = |i: usize| if even { c.padding[i].0 } else { 0 };
+                let y = if spatial == 2 {
+                    self.call("ggml_conv_2d", &format!("{w}, {x}, {}, {}, {}, {}, {}, {}", c.stride[1], c.stride[0], p(1), p(0), c.dilation[1], c.dilation[0]))
+                } else {
+                    // ggml_conv_1d rounds its im2col matrix to f16: a 2-d one of height 1.
+                    let (xn, wn) = (in_ne(0), in_ne(1));
+                    let xn = if even { xn } else { [xn[0] + c.padding[0].0 + c.padding[0].1, xn[1], xn[2], 1] };
+                    let x2 = self.reshape(&x, xn, [xn[0], 1, xn[1], xn[2]]);
+                    let w2 = self.reshape(&w, wn, [wn[0], 1, wn[1], wn[2]]);
+                    let y = self.call("ggml_conv_2d", &format!("{w2}, {x2}, {}, 1, {}, 0, {}, 1", c.stride[0], p(0), c.dilation[0]));
+                    self.reshape(&y, [out[0], 1, out[1], out[2]], out)
+                };
+                if node.args.len() == 3 {
+                    // The bias [O] on the channel axis (ggml dimension `spatial`).
+                    let mut bn = [1u64; 4];
+                    bn[spatial] = out[spatial];
+                    let bias = self.reshape(&a(2), in_ne(2), bn);
+                    self.call("ggml_add", &format!("{y}, {bias}"))
+                } else {
+                    y
+                }
+            }
+            Op::Pool(p) => {
+                let spatial = shape(graph, node.args[0]).len() - 2;
+                let op = if p.kind == PoolKind::Max { "GGML_OP_POOL_MAX" } else { "GGML_OP_POOL_AVG" };
+                if spatial == 2 {
+                    self.call("ggml_pool_2d", &format!("{}, {op}, {}, {}, {}, {}, {}, {}", a(0), p.kernel[1], p.kernel[0], p.stride[1], p.stride[0], p.padding[1].0, p.padding[0].0))
+                } else {
+                    // ggml's 1-d pooling takes no stride or padding: a 2-d one of height 1.
+                    let i = in_ne(0);
+                    let tall = self.reshape(&a(0), i, [i[0], 1, i[1], i[2]]);
+                    let pooled = self.call("ggml_pool_2d", &format!("{tall}, {op}, {}, 1, {}, 1, {}, 0", p.kernel[0], p.stride[0], p.padding[0].0));
+                    self.reshape(&pooled, [out[0], 1, out[1], out[2]], out)
+                }
+            }
+            Op::Reduce { kind, axes, .. } => {
+                let x = shape(graph, node.args[0]);
+                if axes.is_empty() {
+                    a(0)
+                } else {
+                    let (rows, n, rest) = self.rows_over(&a(0), &x, axes);
+                    let r = match kind {
+                        ReduceKind::Sum => self.call("ggml_sum_rows", &rows),
+                        ReduceKind::Mean => self.call("ggml_mean", &rows),
+                        ReduceKind::Max => self.row_max(&rows, n),
+                        // min(x) == -max(-x)
+                        ReduceKind::Min => {
+                            let neg = self.call("ggml_neg", &rows);
+                            let m = self.row_max(&neg, n);
+                            self.call("ggml_neg", &m)
+                        }
+                        ReduceKind::Prod => return Err(Error::internal("ggml: product lacks() refuses")),
+                    };
+                    self.reshape(&r, [1, rest, 1, 1], out)
+                }
+            }
+            // sum((x - mean)^2) / (n - correction)
+            Op::Variance { axes, correction, .. } => {
+                let x = shape(graph, node.args[0]);
+                let (rows, n, rest) = self.rows_over(&a(0), &x, axes);
+                let mean = self.call("ggml_mean", &rows);
+                let d = self.call("ggml_sub", &format!("{rows}, {mean}"));
+                let sq = self.call("ggml_sqr", &d);
+                let s = self.call("ggml_sum_rows", &sq);
+                let var = self.call("ggml_scale", &format!("{s}, {}", c_float(1.0 / (n as f64 - correction))));
+                self.reshape(&var, [1, rest, 1, 1], out)
+            }
+            Op::Softmax { axis } => {
+                // ggml's softmax runs along ne0: move the axis there and back.
+                let k = out_shape.len() - 1 - axis;
+                let mut order = [0usize, 1, 2, 3];
+                order.swap(0, k);
+                let x = self.permute(&a(0), order);
+                let s = self.call("ggml_soft_max", &x);
+                self.permute(&s, order)
+            }
+            Op::Reshape { .. } => self.reshape(&a(0), in_ne(0), out),
+            Op::Transpose { perm } => {
+                // Output IR axis i is input axis perm[i]: output ggml dim r-1-i is input
+                // ggml dim r-1-perm[i].
+                let r = perm.len();
+                let mut order = [0usize, 1, 2, 3];
+                for (i, &p) in perm.iter().enumerate() {
+                    order[r - 1 - i] = r - 1 - p;
+                }
+                self.permute(&a(0), order)
+            }
+            Op::BroadcastTo { .. } => self.broadcast(&a(0), in_ne(0), out),
+            Op::Slice { ranges } => {
+                let x = shape(graph, node.args[0]);
+                let r = x.len();
+                let mut offset = Vec::new();
+                let mut strides = [1i64; 4];
+                for (i, range) in ranges.iter().enumerate() {
+                    let (start, step, _) = range.resolve(x[i]).map_err(Error::internal)?;
+                    let k = r - 1 - i;
+                    strides[k] = step;
+                    if start != 0 {
+                        offset.push(format!("{start} * {}->nb[{k}]", a(0)));
+                    }
+                }
+                let x0 = a(0);
+                let nb = |k: usize| format!("{x0}->nb[{k}] * {}", strides[k]);
+                let off = if offset.is_empty() { "0".to_string() } else { offset.join(" + ") };
+                let view = self.call("ggml_view_4d", &format!("{x0}, {}, {}, {}, {}, {off}", ne_args(out), nb(1), nb(2), nb(3)));
+                self.call("ggml_cont", &view)
+            }
+            Op::Concat { axis } => {
+                let k = out_shape.len() - 1 - axis;
+                let mut acc = a(0);
+                for i in 1..node.args.len() {
+                    acc = self.call("ggml_concat", &format!("{acc}, {}, {k}", a(i)));
+                }
+                acc
+            }
+            Op::Pad { pads, .. } => {
+                let r = pads.len();
+                let mut lr = [(0u64, 0u64); 4];
+                for (i, p) in pads.iter().enumerate() {
+                    lr[r - 1 - i] = *p;
+                }
+                let args: Vec<String> = lr.iter().map(|(l, r)| format!("{l}, {r}")).collect();
+                self.call("ggml_pad_ext", &format!("{}, {}", a(0), args.join(", ")))
+            }
+            Op::ArgReduce { .. } | Op::Gather { .. } => return Err(Error::internal(format!("ggml: {} has integer values, which lacks() refuses", node.op.name()))),
+        };
+        self.vars.insert(v, result);
+        Ok(())
+    }
+
+    fn outputs(&mut self, graph: &Graph) -> Result<()> {
+        let _ = writeln!(self.code, "    /* outputs */");
+        for o in &graph.outputs {
+            // A copy of its own, so every output lives in the computed buffer (even one
+            // that is an input or a weight).
+            let t = self.call("ggml_cont", &self.var(o.value));
+            let _ = writeln!(self.code, "    ggml_set_output({t});");
+            self.outputs.push(t);
+        }
+        Ok(())
+    }
+}
+
+impl Writer {
+    /// `A @ B` (NumPy `matmul`) as `ggml_mul_mat(B^T, A)`: B^T is B's source when B is a
+    /// transposition of its last two axes (a Linear layer's weight), else a transposed
+    /// copy. ggml broadcasts the first operand over the second's batch, so A is repeated
+    /// to the output's batch where it lacks it.
+    fn matmul(&mut self, graph: &Graph, v: ValueId) -> Result<String> {
+        let node = graph.node(v);
+        let (av, bv) = (node.args[0], node.args[1]);
+        let (sa, sb) = (shape(graph, av), shape(graph, bv));
+        let out = ne(&shape(graph, v));
+        // Rank-1 operands become matrices: a [K] is [1, K], b [K] is [K, 1].
+        let a_m: Vec<u64> = if sa.len() == 1 { vec![1, sa[0]] } else { sa.clone() };
+        let b_m: Vec<u64> = if sb.len() == 1 { vec![sb[0], 1] } else { sb.clone() };
+        let (m, k, n) = (a_m[a_m.len() - 2], a_m[a_m.len() - 1], b_m[b_m.len() - 1]);
+        // The batch of the result (IR order), from the broadcast of both batches.
+        let batch_rank = (a_m.len() - 2).max(b_m.len() - 2);
+        let batch = |s: &[u64]| -> Vec<u64> {
+            let own = &s[..s.len() - 2];
+            std::iter::repeat_n(1, batch_rank - own.len()).chain(own.iter().copied()).collect()
+        };
+        let (ba, bb) = (batch(&a_m), batch(&b_m));
+        let ob: Vec<u64> = ba.iter().zip(&bb).map(|(x, y)| *x.max(y)).collect();
+        if batch_rank > 2 {
+            return Err(Error::internal("ggml: a product with more than two batch axes"));
+        }
+        // Batch axes in ggml's order (ne2, ne3).
+        let bne = |s: &[u64]| {
+            let mut r = [1u64; 2];
+            for (i, d) in s.iter().rev().enumerate() {
+                r[i] = *d;
+            }
+            r
+        };
+        let (ba4, bb4, ob4) = (bne(&ba), bne(&bb), bne(&ob));
+        // x = B^T, ggml [k, n, batch...].
+        let b_node = graph.node(bv);
+        let x = if transposed_weight(graph, bv) {
+            let src = b_node.args[0];
+            self.reshape(&self.var(src), ne(&shape(graph, src)), [k, n, bb4[0], bb4[1]])
+        } else {
+            let b = self.reshape(&self.var(bv), ne(&sb), [n, k, bb4[0], bb4[1]]);
+            let t = self.call("ggml_transpose", &b);
+            self.call("ggml_cont", &t)
+        };
+        // y = A, ggml [k, m, batch...], repeated to the output's batch.
+        let y = self.reshape(&self.var(av), ne(&sa), [k, m, ba4[0], ba4[1]]);
+        let y = self.broadcast(&y, [k, m, ba4[0], ba4[1]], [k, m, ob4[0], ob4[1]]);
+        let p = self.call("ggml_mul_mat", &format!("{x}, {y}"));
+        Ok(self.reshape(&p, [n, m, ob4[0], ob4[1]], out))
+    }
+}
+
+/// Whether `b`, a product's right operand, is a transposition of its last two axes (a
+/// Linear layer's `W^T`): the product then reads its source as ggml's first operand.
+fn transposed_weight(graph: &Graph, b: ValueId) -> bool {
+    match &graph.node(b).op {
+        Op::Transpose { perm } => {
+            let r = perm.len();
+            r >= 2 && perm[r - 1] == r - 2 && perm[r - 2] == r - 1 && perm[..r - 2].iter().enumerate().all(|(i, &p)| i == p)
+        }
+        _ => false,
+    }
+}
+
+/// Whether node `v` is only ever read by products as their transposed operand
+/// ([`transposed_weight`]), and so needs no tensor of its own.
+pub fn folded_into_products(graph: &Graph, v: ValueId) -> bool {
+    if !transposed_weight(graph, v) || graph.outputs.iter().any(|o| o.value == v) {
+        return false;
+    }
+    let mut users = graph.ids().filter(|&u| graph.node(u).args.contains(&v)).peekable();
+    users.peek().is_some() && users.all(|u| graph.node(u).op == Op::MatMul && graph.node(u).args[0] != v)
+}
