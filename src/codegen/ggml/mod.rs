@@ -207,6 +207,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     ctx.insert("outputs", &outputs);
     ctx.insert("stored", &stored);
     ctx.insert("code", w.code.trim_end());
+    ctx.insert("kernels", &w.customs.iter().map(|k| writer::custom_kernel(k)).collect::<Vec<_>>().join("\n"));
     ctx.insert("input_vars", &w.inputs);
     ctx.insert("output_vars", &w.outputs);
     // Every tensor the calls create, the weights' views included, and room for the graph

@@ -24,17 +24,37 @@ use crate::ir::{BinaryOp, Dtype, Graph, Op, PoolKind, ReduceKind, UnaryOp, Value
 /// ggml's tensors have at most this many dimensions.
 pub const MAX_RANK: usize = 4;
 
-/// The most tensors any one ggml call used here creates (`ggml_conv_2d`: the im2col
-/// matrix, the product, and the reshapes and permutation back to NCHW).
-const MOST_TENSORS_PER_CALL: usize = 6;
+/// Model ops ggml has no op for, run as elementwise C kernels through
+/// `ggml_map_custom1/2/3` (operands broadcast to the result's shape first): the model
+/// op's name, its arity and the value of element `i` from operands `x0`, `x1`, `x2`.
+/// `where` is not `c * a + (1 - c) * b` because that makes NaN of an infinite branch
+/// not taken (a causal mask's `-inf`).
+pub const CUSTOM: &[(&str, usize, &str)] = &[
+    ("where", 3, "x0 != 0.0f ? x1 : x2"),
+    ("pow", 2, "powf(x0, x1)"),
+    ("erf", 1, "erff(x0)"),
+    ("isnan", 1, "isnan(x0) ? 1.0f : 0.0f"),
+];
 
-/// Where a tensor that is not computed comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Leaf {
-    /// The model's input `index` (of [`Graph::inputs`]).
-    Input { index: usize },
-    /// A tensor of the GGUF file: a parameter or a constant, under `gguf_name`.
-    Stored { gguf_name: String },
+/// The C source of the custom kernel named `name` ([`CUSTOM`]).
+pub fn custom_kernel(name: &str) -> String {
+    let Some((_, arity, expr)) = CUSTOM.iter().find(|(n, _, _)| *n == name) else { return String::new() };
+    let params: Vec<String> = (0..*arity).map(|k| format!("const struct ggml_tensor *a{k}")).collect();
+    let loads: Vec<String> = (0..*arity).map(|k| format!("x{k} = ((const float *)a{k}->data)[i]")).collect();
+    format!(
+        "/* The model's {name}, elementwise (ggml has no such op): run by ggml_map_custom{arity}. */\n\
+static void custom_{name}(struct ggml_tensor *dst, {}, int ith, int nth, void *userdata) {{\n\
+    const int64_t n = ggml_nelements(dst), per = (n + nth - 1) / nth, lo = per * ith, hi = lo + per < n ? lo + per : n;\n\
+    int64_t i;\n\
+    (void)userdata;\n\
+    for (i = lo; i < hi; ++i) {{\n\
+        const float {};\n\
+        ((float *)dst->data)[i] = {expr};\n\
+    }}\n\
+}}\n",
+        params.join(", "),
+        loads.join(", ")
+    )
 }
 
 /// The C statements that build the graph, and what the library needs to know about them.
@@ -54,6 +74,8 @@ pub struct Writer {
     pub loads: Vec<(String, [u64; 4])>,
     /// The C expression of each node written so far.
     vars: BTreeMap<ValueId, String>,
+    /// The elementwise kernels ([`CUSTOM`]) the graph runs through `ggml_map_custom*`.
+    pub customs: std::collections::BTreeSet<&'static str>,
     temp: usize,
 }
 
@@ -95,7 +117,7 @@ impl Writer {
     /// Emits `struct ggml_tensor *NEW = CALL(ctx, ARGS);` and returns NEW.
     fn call(&mut self, f: &str, args: &str) -> String {
         let name = self.fresh();
-        self.tensors += if f.starts_with("ggml_conv") { MOST_TENSORS_PER_CALL } else { 1 };
+        self.tensors += 1;
         let _ = writeln!(self.code, "    struct ggml_tensor *{name} = {f}(ctx, {args});");
         name
     }
@@ -152,6 +174,14 @@ impl Writer {
         }
         let first = self.broadcast(&a.0, a.1, out);
         self.call(f, &format!("{first}, {}", b.0))
+    }
+
+    /// A [`CUSTOM`] kernel over the node's operands, each broadcast to its shape.
+    fn custom(&mut self, graph: &Graph, v: ValueId, name: &'static str) -> String {
+        let out = ne(&shape(graph, v));
+        let args: Vec<String> = graph.node(v).args.iter().map(|&a| self.broadcast(&self.var(a), ne(&shape(graph, a)), out)).collect();
+        self.customs.insert(name);
+        self.call(&format!("ggml_map_custom{}", args.len()), &format!("{}, custom_{name}, GGML_N_TASKS_MAX, NULL", args.join(", ")))
     }
 
     /// `a * s + b`, elementwise.
@@ -234,22 +264,23 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
     if ty.rank() > MAX_RANK {
         return Some(format!("rank {} (ggml tensors have at most {MAX_RANK} dimensions)", ty.rank()));
     }
-    if !matches!(ty.dtype, Dtype::F32 | Dtype::Bool) {
+    // Integers known at compile time (an iota, a constant) are stored as f32 and may be
+    // moved and compared, exactly while they stay within f32's integers.
+    let moves = matches!(node.op, Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Slice { .. } | Op::Concat { .. } | Op::StopGradient);
+    let known = match &node.op {
+        Op::Iota { shape, axis, .. } => shape.as_known().is_some_and(|s| s[*axis] <= 1 << 24),
+        Op::Constant(c) => graph.consts[c.0 as usize].values().all(|x| x.abs() <= (1u64 << 24) as f64),
+        _ => false,
+    };
+    let int = matches!(ty.dtype, Dtype::I32 | Dtype::I64);
+    if !(matches!(ty.dtype, Dtype::F32 | Dtype::Bool) || int && (moves || known)) {
         return Some(format!("{} values (the ggml target computes in f32, with booleans as 0 and 1)", ty.dtype));
     }
     let arg_shape = |i: usize| shape(graph, node.args[i]);
     match &node.op {
         Op::Input | Op::Param | Op::Constant(_) | Op::Where | Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Concat { .. } | Op::Iota { .. } | Op::StopGradient => None,
-        Op::Unary(u) => match u {
-            UnaryOp::Erf => Some("ggml has no erf".into()),
-            UnaryOp::IsNan => Some("ggml has no NaN test".into()),
-            _ => None,
-        },
+        Op::Unary(_) => None,
         Op::Binary(b) => match b {
-            BinaryOp::Pow => match constant_scalar(graph, node.args[1]) {
-                Some(e) if [0.5, 1.0, 2.0, 3.0].contains(&e) => None,
-                _ => Some("ggml has no pow; only a constant exponent of 0.5, 1, 2 or 3 is written with ggml's ops".into()),
-            },
             BinaryOp::Shl | BinaryOp::Shr => Some("ggml has no integer shifts".into()),
             _ => None,
         },
@@ -381,6 +412,8 @@ impl GraphWriter for Writer {
                     (Some(f), _) => self.call(f, &x),
                     // not b == 1 - b
                     (None, UnaryOp::Not) => self.affine(&x, -1.0, 1.0),
+                    (None, UnaryOp::Erf) => self.custom(graph, v, "erf"),
+                    (None, UnaryOp::IsNan) => self.custom(graph, v, "isnan"),
                     // ggml_gelu reads a float16 table; this is the formula, in f32:
                     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
                     (None, UnaryOp::GeluTanh) => {
@@ -406,19 +439,18 @@ impl GraphWriter for Writer {
                     let q = self.binary(graph, v, "ggml_div", false);
                     self.call("ggml_floor", &q)
                 }
-                BinaryOp::Pow => {
-                    let x = self.broadcast(&a(0), in_ne(0), out);
-                    match constant_scalar(graph, node.args[1]) {
-                        Some(0.5) => self.call("ggml_sqrt", &x),
-                        Some(1.0) => x,
-                        Some(2.0) => self.call("ggml_sqr", &x),
-                        Some(3.0) => {
-                            let sq = self.call("ggml_sqr", &x);
-                            self.call("ggml_mul", &format!("{sq}, {x}"))
-                        }
-                        _ => return Err(Error::internal("ggml: pow with an exponent lacks() refuses")),
+                // x^2 and x^0.5 with ggml's ops; any other exponent by powf.
+                BinaryOp::Pow => match constant_scalar(graph, node.args[1]) {
+                    Some(2.0) => {
+                        let x = self.broadcast(&a(0), in_ne(0), out);
+                        self.call("ggml_sqr", &x)
                     }
-                }
+                    Some(0.5) => {
+                        let x = self.broadcast(&a(0), in_ne(0), out);
+                        self.call("ggml_sqrt", &x)
+                    }
+                    _ => self.custom(graph, v, "pow"),
+                },
                 // max(a, b) == a + relu(b - a); min(a, b) == a - relu(a - b)
                 BinaryOp::Max | BinaryOp::Min | BinaryOp::Or => {
                     let (x, y) = self.both(graph, v);
@@ -436,17 +468,7 @@ impl GraphWriter for Writer {
                 BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => self.compare(graph, v, *b),
                 BinaryOp::Shl | BinaryOp::Shr => return Err(Error::internal("ggml: shifts lacks() refuses")),
             },
-            // where(c, a, b) == a * c + b * (1 - c): exact for 0/1 conditions (a non-finite
-            // value in the branch not taken makes NaN).
-            Op::Where => {
-                let c = self.broadcast(&a(0), in_ne(0), out);
-                let x = self.broadcast(&a(1), in_ne(1), out);
-                let y = self.broadcast(&a(2), in_ne(2), out);
-                let xc = self.call("ggml_mul", &format!("{x}, {c}"));
-                let not_c = self.affine(&c, -1.0, 1.0);
-                let yc = self.call("ggml_mul", &format!("{y}, {not_c}"));
-                self.call("ggml_add", &format!("{xc}, {yc}"))
-            }
+            Op::Where => self.custom(graph, v, "where"),
             Op::MatMul => self.matmul(graph, v)?,
             Op::Conv(c) => {
                 let (x, w) = (a(0), a(1));
@@ -464,17 +486,29 @@ impl GraphWriter for Writer {
                     self.call("ggml_pad_ext", &format!("{x}, {}", pads.join(", ")))
                 };
                 let p = |i: usize| if even { c.padding[i].0 } else { 0 };
-                let y = if spatial == 2 {
-                    self.call("ggml_conv_2d", &format!("{w}, {x}, {}, {}, {}, {}, {}, {}", c.stride[1], c.stride[0], p(1), p(0), c.dilation[1], c.dilation[0]))
-                } else {
-                    // ggml_conv_1d rounds its im2col matrix to f16: a 2-d one of height 1.
-                    let (xn, wn) = (in_ne(0), in_ne(1));
-                    let xn = if even { xn } else { [xn[0] + c.padding[0].0 + c.padding[0].1, xn[1], xn[2], 1] };
-                    let x2 = self.reshape(&x, xn, [xn[0], 1, xn[1], xn[2]]);
-                    let w2 = self.reshape(&w, wn, [wn[0], 1, wn[1], wn[2]]);
-                    let y = self.call("ggml_conv_2d", &format!("{w2}, {x2}, {}, 1, {}, 0, {}, 1", c.stride[0], p(0), c.dilation[0]));
-                    self.reshape(&y, [out[0], 1, out[1], out[2]], out)
-                };
+                // A 1-d convolution is a 2-d one of height 1.
+                let (mut xn, wn) = (in_ne(0), in_ne(1));
+                if !even {
+                    for (i, (l, r)) in c.padding.iter().enumerate() {
+                        xn[spatial - 1 - i] += l + r;
+                    }
+                }
+                let (x4, w4, o4) = if spatial == 2 { (xn, wn, out) } else { ([xn[0], 1, xn[1], xn[2]], [wn[0], 1, wn[1], wn[2]], [out[0], 1, out[1], out[2]]) };
+                let x2 = self.reshape(&x, xn, x4);
+                let w2 = self.reshape(&w, wn, w4);
+                let (s, d) = if spatial == 2 { ((c.stride[1], c.stride[0]), (c.dilation[1], c.dilation[0])) } else { ((c.stride[0], 1), (c.dilation[0], 1)) };
+                let pad = if spatial == 2 { (p(1), p(0)) } else { (p(0), 0) };
+                // ggml_conv_2d, with its im2col matrix kept in f32 (ggml_conv_1d's is f16):
+                // im2col [K = IC*KH*KW, OW, OH, N]; the product with the weight [K, OC]
+                // is [OC, OW*OH*N], permuted to [OW, OH, OC, N].
+                let k = w4[0] * w4[1] * w4[2];
+                let cols = self.call("ggml_im2col", &format!("{w2}, {x2}, {}, {}, {}, {}, {}, {}, true, GGML_TYPE_F32", s.0, s.1, pad.0, pad.1, d.0, d.1));
+                let cols2 = self.call("ggml_reshape_2d", &format!("{cols}, {k}, {}", o4[0] * o4[1] * o4[3]));
+                let wk = self.call("ggml_reshape_2d", &format!("{w2}, {k}, {}", w4[3]));
+                let prod = self.call("ggml_mul_mat", &format!("{wk}, {cols2}"));
+                let p4 = self.call("ggml_reshape_4d", &format!("{prod}, {}, {}, {}, {}", o4[2], o4[0], o4[1], o4[3]));
+                let nchw = self.permute(&p4, [1, 2, 0, 3]);
+                let y = self.reshape(&nchw, o4, out);
                 if node.args.len() == 3 {
                     // The bias [O] on the channel axis (ggml dimension `spatial`).
                     let mut bn = [1u64; 4];

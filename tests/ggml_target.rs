@@ -1,0 +1,291 @@
+//! The ggml target against a real ggml (the pinned `libggml-python` wheel that
+//! `.ci/run` installs, found by `mithrilc::build::ggml`):
+//! - every conformance case (forward) and every bench model at each batch is built
+//!   (C compiled with -Wall -Wextra -Werror against ggml), run by its demo, and compared
+//!   with the interpreter within 1e-4 absolute + 1e-4 relative; the cases whose ops
+//!   ggml cannot do are listed in [`LACKING`] with the reason, and must fail with the
+//!   target's error naming that op;
+//! - the GGUF file mithrilc writes is read back with ggml's own `gguf_*` functions by a
+//!   small C program: names, types, shapes, metadata and values (dequantized by ggml
+//!   for the quantized types);
+//! - `--quantize f16|q8_0|q4_0` runs each bench model within a tolerance stated per type;
+//! - an unsupported model is refused with every node listed.
+//!
+//! Cases run two at a time (the machines have two cores).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use mithrilc::backend::{check_supported, Backend, EmitOptions};
+use mithrilc::cli::{self, BuildConfig};
+use mithrilc::codegen::ggml::backend::GgmlTarget;
+use mithrilc::codegen::ggml::Quantize;
+
+mod common;
+#[path = "common/cases.rs"]
+mod cases;
+use cases::{cases, shared, Case};
+
+/// Conformance cases that ggml cannot compute, with the op the target must name.
+const LACKING: &[(&str, &str)] = &[];
+
+/// `../shared`, make, cc and ggml, or why the test is skipped.
+fn ggml_ready() -> Option<(PathBuf, mithrilc::build::Ggml)> {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return None;
+    };
+    if !common::have("make") || !common::have("cc") {
+        common::skip("make and cc are needed (apt-get install make gcc)");
+        return None;
+    }
+    match mithrilc::build::ggml() {
+        Ok(g) => Some((dir, g)),
+        Err(e) => {
+            common::skip(&e.to_string().replace('\n', " "));
+            None
+        }
+    }
+}
+
+/// Runs `f` on every item, two at a time; returns the failures, sorted.
+fn each<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
+    let next = Mutex::new(0usize);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().unwrap();
+                    *n += 1;
+                    *n - 1
+                };
+                let Some(item) = items.get(i) else { break };
+                if let Err(e) = f(item) {
+                    failures.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap();
+    failures.sort();
+    failures
+}
+
+/// The case's forward graph alone (the conformance cases load with gradients).
+fn forward(case: &Case) -> cli::Graphs {
+    cli::Graphs { forward: case.graphs.forward.clone(), backward: None }
+}
+
+#[test]
+fn every_model_matches_the_interpreter() {
+    let Some((dir, _)) = ggml_ready() else { return };
+    let all = cases(&dir);
+    let worst = Mutex::new((0.0f64, String::new()));
+    let passed = Mutex::new(0usize);
+    let start = std::time::Instant::now();
+    let failures = each(&all, |case| {
+        let graphs = forward(case);
+        if let Some((_, op)) = LACKING.iter().find(|(label, _)| *label == case.label) {
+            let e = check_supported(&GgmlTarget, &graphs.forward).err().ok_or_else(|| format!("{}: listed as lacking, but the ggml target accepts it", case.label))?;
+            let text = e.to_string();
+            let named = text.lines().any(|l| l.trim_start().starts_with(&format!("{op} ")));
+            return if named { Ok(()) } else { Err(format!("{}: the error does not name {op}:\n{text}", case.label)) };
+        }
+        let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
+        let mut w = worst.lock().unwrap();
+        if err > w.0 {
+            *w = (err, case.label.clone());
+        }
+        if !bad.is_empty() {
+            return Err(bad.join("\n"));
+        }
+        *passed.lock().unwrap() += 1;
+        Ok(())
+    });
+    let (err, label) = worst.into_inner().unwrap();
+    println!(
+        "{} of {} models match the interpreter through ggml ({} refused as listed); worst abs error {err:.2e} ({label}); {:.0} s",
+        passed.into_inner().unwrap(),
+        all.len(),
+        LACKING.len(),
+        start.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The quantized weights of matrix products: each bench model within the tolerance of
+/// its type, relative to each output's largest magnitude. ggml's quantized products
+/// also quantize their activations (to q8_0 for q8_0 and q4_0 weights), so the errors
+/// are those of both roundings.
+#[test]
+fn quantized_weights_stay_within_their_tolerance() {
+    let Some((dir, _)) = ggml_ready() else { return };
+    let all = cases(&dir);
+    let bench = |c: &&Case| matches!(c.label.as_str(), "mlp b32" | "lenet b1" | "cnn b1" | "gpt_block b1");
+    let runs: Vec<(Quantize, f64, &Case)> =
+        [(Quantize::F16, 2e-3), (Quantize::Q8_0, 2e-2), (Quantize::Q4_0, 1.5e-1)].into_iter().flat_map(|(q, tol)| all.iter().filter(bench).map(move |c| (q, tol, c))).collect();
+    assert_eq!(runs.len(), 12, "every bench model in every type");
+    let worst = Mutex::new(Vec::new());
+    let failures = each(&runs, |&(quantize, tol, case)| {
+        let label = format!("{} at {quantize:?}", case.label);
+        let graphs = forward(case);
+        let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
+        let opts = EmitOptions { quantize, ..Default::default() };
+        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), opts).map_err(|e| format!("{label}: {e}"))?;
+        let (bad, err) = cases::compare_scaled(&label, &got, &want, tol);
+        worst.lock().unwrap().push((format!("{quantize:?}"), err, label));
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    for q in ["F16", "Q8_0", "Q4_0"] {
+        let w = worst.lock().unwrap();
+        for (_, err, label) in w.iter().filter(|(n, _, _)| n == q) {
+            println!("{label}: error {err:.2e} of the output's scale");
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A C program that prints a GGUF file as ggml's `gguf_*` functions read it: its
+/// metadata strings, then each tensor's name, type name, dimensions and values
+/// (dequantized by ggml's own type traits).
+const GGUF_READER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include "ggml.h"
+#include "gguf.h"
+int main(int argc, char **argv) {
+    struct ggml_context *ctx = NULL;
+    struct gguf_init_params p = { false, &ctx };
+    struct gguf_context *g;
+    int64_t i, j;
+    if (argc != 2) { return 2; }
+    g = gguf_init_from_file(argv[1], p);
+    if (!g) { fprintf(stderr, "gguf_init_from_file failed\n"); return 1; }
+    printf("version %u alignment %zu\n", gguf_get_version(g), gguf_get_alignment(g));
+    for (i = 0; i < gguf_get_n_kv(g); ++i) {
+        if (gguf_get_kv_type(g, i) == GGUF_TYPE_STRING) { printf("kv %s = %s\n", gguf_get_key(g, i), gguf_get_val_str(g, i)); }
+        if (gguf_get_kv_type(g, i) == GGUF_TYPE_ARRAY) {
+            printf("kv %s = [", gguf_get_key(g, i));
+            for (j = 0; j < (int64_t)gguf_get_arr_n(g, i); ++j) { printf("%s%s", j ? "," : "", gguf_get_arr_str(g, i, j)); }
+            printf("]\n");
+        }
+    }
+    for (i = 0; i < gguf_get_n_tensors(g); ++i) {
+        const char *name = gguf_get_tensor_name(g, i);
+        struct ggml_tensor *t = ggml_get_tensor(ctx, name);
+        int64_t n = ggml_nelements(t);
+        float *v = (float *)malloc(sizeof(float) * (size_t)n);
+        if (t->type == GGML_TYPE_F32) { for (j = 0; j < n; ++j) { v[j] = ((float *)t->data)[j]; } }
+        else { ggml_get_type_traits(t->type)->to_float(t->data, v, n); }
+        printf("tensor %s %s %d %lld %lld %lld %lld", name, ggml_type_name(gguf_get_tensor_type(g, i)), ggml_n_dims(t), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
+        for (j = 0; j < n; ++j) { printf(" %.9g", v[j]); }
+        printf("\n");
+        free(v);
+    }
+    gguf_free(g);
+    ggml_free(ctx);
+    return 0;
+}
+"#;
+
+/// Builds [`GGUF_READER`] in `dir` against `ggml`.
+fn build_reader(dir: &Path, ggml: &mithrilc::build::Ggml) -> PathBuf {
+    std::fs::write(dir.join("reader.c"), GGUF_READER).unwrap();
+    let exe = dir.join("reader");
+    let lib = ggml.lib.display().to_string();
+    let cc = Command::new("cc")
+        .current_dir(dir)
+        .args(["-Wall", "-Wextra", "-Werror", "reader.c", "-o"])
+        .arg(&exe)
+        .arg(format!("-I{}", ggml.include.display()))
+        .args([format!("-L{lib}"), "-lggml".into(), "-lggml-base".into(), format!("-Wl,-rpath,{lib}")])
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    exe
+}
+
+#[test]
+fn ggml_reads_back_the_gguf_file() {
+    let Some((dir, ggml)) = ggml_ready() else { return };
+    let all = cases(&dir);
+    let case = all.iter().find(|c| c.label == "lenet b1").expect("the lenet bench model");
+    let tmp = tempfile::tempdir().unwrap();
+    let reader = build_reader(tmp.path(), &ggml);
+    let graph = &case.graphs.forward;
+    let weights: BTreeMap<String, mithrilc::tensor::Tensor> = graph.params().filter_map(|v| graph.node(v).name.clone()).map(|n| (n.clone(), case.feeds[&n].clone())).collect();
+    for (quantize, tol) in [(Quantize::F32, 0.0), (Quantize::F16, 1e-3), (Quantize::Q8_0, 1e-2), (Quantize::Q4_0, 1.5e-1)] {
+        let opts = EmitOptions { source: "lenet.json".into(), weights: Some(weights.clone()), quantize, ..Default::default() };
+        let emitted = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap();
+        let (name, bytes) = emitted.files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap();
+        let path = tmp.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = Command::new(&reader).arg(&path).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.starts_with("version 3 alignment 32\n"), "{text}");
+        assert!(text.contains("kv general.architecture = mithrilc\n"), "{text}");
+        assert!(text.contains(&format!("kv mithrilc.model = {}\n", emitted.entry.name)), "{text}");
+        assert!(text.contains("kv mithrilc.source = lenet.json\n"), "{text}");
+        let mut seen = 0;
+        for line in text.lines().filter_map(|l| l.strip_prefix("tensor ")) {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let Some((pname, t)) = weights.iter().find(|(n, _)| mithrilc::codegen::ggml::gguf_name(n) == fields[0]) else {
+                assert!(fields[0].starts_with("mithrilc.const."), "an unknown tensor {}", fields[0]);
+                continue;
+            };
+            seen += 1;
+            // ggml's dimensions are the reversed shape.
+            let n_dims: usize = fields[2].parse().unwrap();
+            let ne: Vec<u64> = fields[3..7].iter().map(|d| d.parse().unwrap()).collect();
+            let mut want = t.shape.clone();
+            want.reverse();
+            assert_eq!(&ne[..want.len()], &want[..], "{pname}");
+            assert!(ne[want.len()..].iter().all(|&d| d == 1), "{pname}");
+            assert_eq!(n_dims, want.len().max(1), "{pname}");
+            let quantized = fields[1] != "f32";
+            if quantized {
+                assert_eq!(fields[1], format!("{quantize:?}").to_lowercase(), "{pname}");
+                assert_eq!(t.shape.len(), 2, "only matrix-product weights are quantized ({pname})");
+            }
+            let values: Vec<f64> = fields[7..].iter().map(|v| v.parse().unwrap()).collect();
+            assert_eq!(values.len(), t.data.len(), "{pname}");
+            let scale = t.data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            for (got, want) in values.iter().zip(&t.data) {
+                let bound = if quantized { tol * scale } else { 0.0 };
+                assert!((got - (*want as f32) as f64).abs() <= bound, "{pname} at {quantize:?}: ggml reads {got}, the model has {want}");
+            }
+        }
+        assert_eq!(seen, weights.len(), "every parameter is in the file");
+        if quantize != Quantize::F32 {
+            assert!(text.lines().any(|l| l.split(' ').nth(2) == Some(&format!("{quantize:?}").to_lowercase())), "{quantize:?}: some weight is quantized");
+        }
+    }
+}
+
+/// A model with ops ggml has no translation for is refused before anything is written,
+/// with every such node listed.
+#[test]
+fn unsupported_ops_are_all_listed() {
+    let g = mithrilc::ir::parse::parse(
+        "graph g {\n  %0 = input \"x\" : f32[3]\n  %1 = erf %0 : f32[3]\n  %2 = isnan %1 : bool[3]\n  %3 = input \"i\" : i64[2]\n  %4 = gather %0, %3 {axis = 0} : f32[2]\n  %5 = reduce_prod %0 {axes = [0], keepdim = false} : f32[]\n  output \"a\" = %2\n  output \"b\" = %4\n  output \"c\" = %5\n}\n",
+    )
+    .unwrap();
+    let e = check_supported(&GgmlTarget, &g).unwrap_err();
+    assert_eq!(e.kind, mithrilc::error::ErrorKind::User);
+    assert_eq!(
+        e.to_string(),
+        "the ggml target cannot compile 5 nodes of the model:
+  erf f32[3] (%1): ggml has no erf
+  isnan bool[3] (%2): ggml has no NaN test
+  input i64[2] `i` (%3): i64 values (the ggml target computes in f32, with booleans as 0 and 1)
+  gather f32[2] (%4): a gather (its indices are integers; the ggml target computes in f32)
+  reduce_prod f32[] (%5): ggml has no product reduction
+  note: ops it cannot compile here: erf, isnan, input, gather, reduce_prod"
+    );
+}
