@@ -49,6 +49,8 @@ pub enum TensorType {
     Q8_0,
     /// Blocks of 32: an f16 scale and 32 4-bit values offset by 8 (18 bytes).
     Q4_0,
+    /// 32-bit integers (gather indices).
+    I32,
 }
 
 impl TensorType {
@@ -58,6 +60,7 @@ impl TensorType {
             TensorType::F16 => 1,
             TensorType::Q4_0 => 2,
             TensorType::Q8_0 => 8,
+            TensorType::I32 => 26,
         }
     }
 
@@ -68,13 +71,14 @@ impl TensorType {
             TensorType::F16 => "F16",
             TensorType::Q4_0 => "Q4_0",
             TensorType::Q8_0 => "Q8_0",
+            TensorType::I32 => "I32",
         }
     }
 
     /// Elements per block (a row's length must be a multiple of it).
     pub fn block(self) -> usize {
         match self {
-            TensorType::F32 | TensorType::F16 => 1,
+            TensorType::F32 | TensorType::F16 | TensorType::I32 => 1,
             TensorType::Q8_0 | TensorType::Q4_0 => 32,
         }
     }
@@ -87,6 +91,7 @@ impl TensorType {
             TensorType::F16 => values.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect(),
             TensorType::Q8_0 => values.chunks(32).flat_map(quantize_q8_0).collect(),
             TensorType::Q4_0 => values.chunks(32).flat_map(quantize_q4_0).collect(),
+            TensorType::I32 => values.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),
         }
     }
 }

@@ -106,7 +106,10 @@ fn known_value(graph: &Graph, v: ValueId) -> Option<Vec<f32>> {
 struct Port {
     label: String,
     comment: String,
-    is_bool: u8,
+    /// The .npy element type.
+    descr: &'static str,
+    /// What the library takes or gives: float, or int32_t for integer indices.
+    ctype: &'static str,
     rank: usize,
     shape4: String,
     size: u64,
@@ -155,6 +158,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
                 (gguf_name(&pname), t.data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), ty)
             }
             _ => match known_value(graph, v) {
+                Some(values) if writer::indices_only(graph, v) => (const_name(v), values, gguf::TensorType::I32),
                 Some(values) => (const_name(v), values, gguf::TensorType::F32),
                 None => continue,
             },
@@ -185,7 +189,13 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         Port {
             label: c_string(&port_label(label)),
             comment: comment_safe(&format!("{label}: {ty}")),
-            is_bool: u8::from(ty.dtype == Dtype::Bool),
+            descr: match ty.dtype {
+                Dtype::Bool => "|b1",
+                Dtype::I32 => "<i4",
+                Dtype::I64 => "<i8",
+                _ => "<f4",
+            },
+            ctype: if matches!(ty.dtype, Dtype::I32 | Dtype::I64) { "int32_t" } else { "float" },
             rank: shape.len(),
             shape4: s4.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
             size: shape.iter().product(),

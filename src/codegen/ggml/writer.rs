@@ -273,7 +273,10 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
         _ => false,
     };
     let int = matches!(ty.dtype, Dtype::I32 | Dtype::I64);
-    if !(matches!(ty.dtype, Dtype::F32 | Dtype::Bool) || int && (moves || known)) {
+    if int && node.op == Op::Input && !indices_only(graph, v) {
+        return Some(format!("{} input used other than as gather indices (the ggml target computes in f32)", ty.dtype));
+    }
+    if !(matches!(ty.dtype, Dtype::F32 | Dtype::Bool) || int && (moves || known || indices_only(graph, v))) {
         return Some(format!("{} values (the ggml target computes in f32, with booleans as 0 and 1)", ty.dtype));
     }
     let arg_shape = |i: usize| shape(graph, node.args[i]);
@@ -286,12 +289,10 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
         },
         Op::Cast { to } => (!matches!(to, Dtype::F32 | Dtype::Bool)).then(|| format!("a cast to {to}")),
         Op::MatMul => None,
-        Op::Conv(c) => {
+        Op::Conv(_) => {
             let spatial = arg_shape(0).len().saturating_sub(2);
             if !(1..=2).contains(&spatial) {
                 Some(format!("a {spatial}-d convolution (ggml has 1-d and 2-d ones)"))
-            } else if c.groups != 1 {
-                Some(format!("a grouped convolution ({} groups; ggml's convolutions have one)", c.groups))
             } else {
                 None
             }
@@ -320,7 +321,17 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
         }
         Op::Reduce { kind, .. } => (*kind == ReduceKind::Prod).then(|| "ggml has no product reduction".into()),
         Op::ArgReduce { .. } => Some("an index result (the ggml target computes in f32)".into()),
-        Op::Gather { .. } => Some("a gather (its indices are integers; the ggml target computes in f32)".into()),
+        Op::Gather { axis } => {
+            if *axis != 0 {
+                Some(format!("a gather along axis {axis} (ggml_get_rows takes rows, axis 0)"))
+            } else if !matches!(graph.node(node.args[1]).op, Op::Input | Op::Constant(_)) {
+                Some("a gather whose indices are computed (the ggml target keeps integers only as inputs and constants)".into())
+            } else if node.args[1..].iter().any(|&i| graph.ty(i).rank() > 3) || arg_shape(0).is_empty() {
+                Some("a gather ggml_get_rows cannot shape".into())
+            } else {
+                None
+            }
+        }
         Op::Variance { .. } | Op::Softmax { .. } => None,
         Op::Slice { ranges } => {
             let x = arg_shape(0);
@@ -336,6 +347,14 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
         }
         Op::Pad { value, .. } => (*value != 0.0).then(|| format!("padding with {value} (ggml pads with zeros)")),
     }
+}
+
+/// Whether every use of `v` is as a gather's indices: integers that stay ggml I32.
+pub fn indices_only(graph: &Graph, v: ValueId) -> bool {
+    let mut users = graph.ids().filter(|&u| graph.node(u).args.contains(&v)).peekable();
+    users.peek().is_some()
+        && !graph.outputs.iter().any(|o| o.value == v)
+        && users.all(|u| matches!(graph.node(u).op, Op::Gather { .. }) && graph.node(u).args[0] != v)
 }
 
 /// The value of a constant holding one element.
@@ -375,7 +394,8 @@ impl GraphWriter for Writer {
         }
         let result = match &node.op {
             Op::Input => {
-                let t = self.call("ggml_new_tensor_4d", &format!("GGML_TYPE_F32, {}", ne_args(out)));
+                let ty = if matches!(node.ty.dtype, Dtype::I32 | Dtype::I64) { "GGML_TYPE_I32" } else { "GGML_TYPE_F32" };
+                let t = self.call("ggml_new_tensor_4d", &format!("{ty}, {}", ne_args(out)));
                 let _ = writeln!(self.code, "    ggml_set_input({t});");
                 self.inputs.push(t.clone());
                 t
@@ -498,16 +518,23 @@ impl GraphWriter for Writer {
                 let w2 = self.reshape(&w, wn, w4);
                 let (s, d) = if spatial == 2 { ((c.stride[1], c.stride[0]), (c.dilation[1], c.dilation[0])) } else { ((c.stride[0], 1), (c.dilation[0], 1)) };
                 let pad = if spatial == 2 { (p(1), p(0)) } else { (p(0), 0) };
-                // ggml_conv_2d, with its im2col matrix kept in f32 (ggml_conv_1d's is f16):
-                // im2col [K = IC*KH*KW, OW, OH, N]; the product with the weight [K, OC]
-                // is [OC, OW*OH*N], permuted to [OW, OH, OC, N].
-                let k = w4[0] * w4[1] * w4[2];
-                let cols = self.call("ggml_im2col", &format!("{w2}, {x2}, {}, {}, {}, {}, {}, {}, true, GGML_TYPE_F32", s.0, s.1, pad.0, pad.1, d.0, d.1));
-                let cols2 = self.call("ggml_reshape_2d", &format!("{cols}, {k}, {}", o4[0] * o4[1] * o4[3]));
-                let wk = self.call("ggml_reshape_2d", &format!("{w2}, {k}, {}", w4[3]));
-                let prod = self.call("ggml_mul_mat", &format!("{wk}, {cols2}"));
-                let p4 = self.call("ggml_reshape_4d", &format!("{prod}, {}, {}, {}, {}", o4[2], o4[0], o4[1], o4[3]));
-                let nchw = self.permute(&p4, [1, 2, 0, 3]);
+                let g = c.groups;
+                let nchw = if g == 1 {
+                    self.conv_core(&x2, &w2, w4, o4, s, pad, d)
+                } else {
+                    // Groups: each a convolution of its slice of the input's channels with
+                    // its slice of the weight's outputs, concatenated along the channels.
+                    let (ci, co) = (x4[2] / g, w4[3] / g);
+                    let mut acc = String::new();
+                    for gi in 0..g {
+                        let xv = self.call("ggml_view_4d", &format!("{x2}, {}, {}, {ci}, {}, {x2}->nb[1], {x2}->nb[2], {x2}->nb[3], {} * {x2}->nb[2]", x4[0], x4[1], x4[3], gi * ci));
+                        let xg = self.call("ggml_cont", &xv);
+                        let wg = self.call("ggml_view_4d", &format!("{w2}, {}, {}, {}, {co}, {w2}->nb[1], {w2}->nb[2], {w2}->nb[3], {} * {w2}->nb[3]", w4[0], w4[1], w4[2], gi * co));
+                        let yg = self.conv_core(&xg, &wg, [w4[0], w4[1], w4[2], co], [o4[0], o4[1], co, o4[3]], s, pad, d);
+                        acc = if gi == 0 { yg } else { self.call("ggml_concat", &format!("{acc}, {yg}, 2")) };
+                    }
+                    acc
+                };
                 let y = self.reshape(&nchw, o4, out);
                 if node.args.len() == 3 {
                     // The bias [O] on the channel axis (ggml dimension `spatial`).
@@ -621,7 +648,18 @@ impl GraphWriter for Writer {
                 let args: Vec<String> = lr.iter().map(|(l, r)| format!("{l}, {r}")).collect();
                 self.call("ggml_pad_ext", &format!("{}, {}", a(0), args.join(", ")))
             }
-            Op::ArgReduce { .. } | Op::Gather { .. } => return Err(Error::internal(format!("ggml: {} has integer values, which lacks() refuses", node.op.name()))),
+            // take(data, idx, 0): rows of data [V, rest...] (ggml [rest, V]) picked by
+            // the flattened indices, then shaped idx.shape ++ rest.
+            Op::Gather { .. } => {
+                let (data, idx) = (shape(graph, node.args[0]), shape(graph, node.args[1]));
+                let rest: u64 = data[1..].iter().product();
+                let rows = self.reshape(&a(0), in_ne(0), [rest, data[0], 1, 1]);
+                let n: u64 = idx.iter().product();
+                let flat = self.reshape(&a(1), in_ne(1), [n, 1, 1, 1]);
+                let picked = self.call("ggml_get_rows", &format!("{rows}, {flat}"));
+                self.reshape(&picked, [rest, n, 1, 1], out)
+            }
+            Op::ArgReduce { .. } => return Err(Error::internal("ggml: an index result, which lacks() refuses")),
         };
         self.vars.insert(v, result);
         Ok(())
@@ -641,6 +679,22 @@ impl GraphWriter for Writer {
 }
 
 impl Writer {
+    /// A 2-d convolution of `x` by `w` (ggml shape `wn`: [KW, KH, IC, OC]) to ggml shape
+    /// `on` ([OW, OH, OC, N]) with strides, padding and dilation in ggml's order:
+    /// `ggml_conv_2d` with its im2col matrix kept in f32 (ggml_conv_1d's is f16). The
+    /// im2col matrix is [K = IC*KH*KW, OW, OH, N]; its product with the weight [K, OC] is
+    /// [OC, OW*OH*N], permuted to [OW, OH, OC, N].
+    #[allow(clippy::too_many_arguments)]
+    fn conv_core(&mut self, x: &str, w: &str, wn: [u64; 4], on: [u64; 4], s: (u64, u64), pad: (u64, u64), d: (u64, u64)) -> String {
+        let k = wn[0] * wn[1] * wn[2];
+        let cols = self.call("ggml_im2col", &format!("{w}, {x}, {}, {}, {}, {}, {}, {}, true, GGML_TYPE_F32", s.0, s.1, pad.0, pad.1, d.0, d.1));
+        let cols2 = self.call("ggml_reshape_2d", &format!("{cols}, {k}, {}", on[0] * on[1] * on[3]));
+        let wk = self.call("ggml_reshape_2d", &format!("{w}, {k}, {}", wn[3]));
+        let prod = self.call("ggml_mul_mat", &format!("{wk}, {cols2}"));
+        let p4 = self.call("ggml_reshape_4d", &format!("{prod}, {}, {}, {}, {}", on[2], on[0], on[1], on[3]));
+        self.permute(&p4, [1, 2, 0, 3])
+    }
+
     /// `A @ B` (NumPy `matmul`) as `ggml_mul_mat(B^T, A)`: B^T is B's source when B is a
     /// transposition of its last two axes (a Linear layer's weight), else a transposed
     /// copy. ggml broadcasts the first operand over the second's batch, so A is repeated
