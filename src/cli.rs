@@ -562,6 +562,9 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     let source = file_name(&args.model.model);
     check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
     check_precision(args.target, args.precision)?;
+    if args.quantize != crate::codegen::ggml::Quantize::F32 && args.target.name() != "ggml" {
+        return Err(Error::usage(format!("--quantize is for the ggml target; the {} target keeps its weights in f32", args.target.name())));
+    }
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,

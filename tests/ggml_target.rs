@@ -107,6 +107,55 @@ fn every_model_matches_the_interpreter() {
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
+/// The cases whose backward graphs need what ggml cannot do, with the op the refusal
+/// must name: max pooling's gradient (autodiff's rank-6 window reshapes, beyond ggml's 4
+/// dimensions), and an embedding's gradient (it compares the integer indices, which the
+/// target keeps as ggml I32 for `ggml_get_rows` alone).
+const GRADIENTS_LACKING: &[(&str, &str)] = &[
+    ("conv_relu_pool.npz", "reshape"),
+    ("gpt_tiny.npz", "input"),
+    ("grouped_conv_pools (gradients)", "reshape"),
+    ("lenet.npz", "reshape"),
+];
+
+/// With `--grad` the backward graph autodiff appends is ordinary ops, which the target
+/// writes like any others: every conformance case's gradients (of all its parameters)
+/// match the interpreter's within 1e-4 too, but for [`GRADIENTS_LACKING`], refused with
+/// the op named.
+#[test]
+fn gradients_match_the_interpreter() {
+    let Some((dir, _)) = ggml_ready() else { return };
+    let all: Vec<Case> = cases(&dir).into_iter().filter(|c| c.graphs.backward.is_some()).collect();
+    for (label, _) in GRADIENTS_LACKING {
+        assert!(all.iter().any(|c| c.label == *label), "{label} is no longer a case");
+    }
+    let worst = Mutex::new((0.0f64, String::new()));
+    let failures = each(&all, |case| {
+        if let Some((_, op)) = GRADIENTS_LACKING.iter().find(|(label, _)| *label == case.label) {
+            let e = check_supported(&GgmlTarget, case.graph()).err().ok_or_else(|| format!("{}: listed as lacking, but the ggml target accepts it", case.label))?;
+            let text = e.to_string();
+            let named = text.lines().any(|l| l.starts_with(&format!("  {op} ")));
+            return if named { Ok(()) } else { Err(format!("{}: the refusal does not name {op}:\n{text}", case.label)) };
+        }
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = cli::run_target(&GgmlTarget, &case.graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
+        let mut w = worst.lock().unwrap();
+        if err > w.0 {
+            *w = (err, case.label.clone());
+        }
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    let (err, label) = worst.into_inner().unwrap();
+    println!(
+        "{} of {} cases' gradients match through ggml ({} refused as listed); worst abs error {err:.2e} ({label})",
+        all.len() - failures.len() - GRADIENTS_LACKING.len(),
+        all.len(),
+        GRADIENTS_LACKING.len()
+    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
 /// The quantized weights of matrix products: each bench model within the tolerance of
 /// its type, relative to each output's largest magnitude. ggml's quantized products
 /// also quantize their activations (to q8_0 for q8_0 and q4_0 weights), so the errors
