@@ -24,6 +24,7 @@ mod common;
 #[path = "common/cases.rs"]
 mod cases;
 use cases::{cases, shared, Case};
+use common::each_case;
 
 /// `../shared`, when it and what emulation builds with (make, a C++ compiler) are
 /// present; otherwise says why the test is skipped.
@@ -43,30 +44,6 @@ fn emulation_ready() -> Option<std::path::PathBuf> {
 fn make_emulate(out: &Path) -> Result<(), String> {
     let make = Command::new("make").current_dir(out).args(["-s", "emulate"]).output().unwrap();
     if make.status.success() { Ok(()) } else { Err(format!("make emulate in {}: {}", out.display(), String::from_utf8_lossy(&make.stderr))) }
-}
-
-/// Runs `f` on every case, two at a time; returns the failures.
-fn each_case<T: Sync>(cases: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
-    let next = Mutex::new(0usize);
-    let failures = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = {
-                    let mut n = next.lock().unwrap();
-                    *n += 1;
-                    *n - 1
-                };
-                let Some(case) = cases.get(i) else { break };
-                if let Err(e) = f(case) {
-                    failures.lock().unwrap().push(e);
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    failures
 }
 
 #[test]

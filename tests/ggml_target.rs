@@ -25,18 +25,12 @@ use mithrilc::codegen::ggml::Quantize;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, shared, Case};
+use cases::{cases, Case};
+use common::each_case as each;
 
 /// `../shared`, make, cc and ggml, or why the test is skipped.
 fn ggml_ready() -> Option<(PathBuf, mithrilc::build::Ggml)> {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return None;
-    };
-    if !common::have("make") || !common::have("cc") {
-        common::skip("make and cc are needed (apt-get install make gcc)");
-        return None;
-    }
+    let dir = cases::shared_with_build()?;
     match mithrilc::build::ggml() {
         Ok(g) => Some((dir, g)),
         Err(e) => {
@@ -44,30 +38,6 @@ fn ggml_ready() -> Option<(PathBuf, mithrilc::build::Ggml)> {
             None
         }
     }
-}
-
-/// Runs `f` on every item, two at a time; returns the failures, sorted.
-fn each<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
-    let next = Mutex::new(0usize);
-    let failures = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = {
-                    let mut n = next.lock().unwrap();
-                    *n += 1;
-                    *n - 1
-                };
-                let Some(item) = items.get(i) else { break };
-                if let Err(e) = f(item) {
-                    failures.lock().unwrap().push(e);
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    failures
 }
 
 /// The case's forward graph alone (the conformance cases load with gradients).
@@ -325,4 +295,86 @@ fn unsupported_ops_are_all_listed() {
   argmax i64[2] (%4): i64 values (the ggml target computes in f32, with booleans as 0 and 1)
   note: ops it cannot compile here: gather, reduce_prod, argmax"
     );
+}
+
+/// `docs/ggml.md`'s example of calling the library compiles warning-free against the
+/// header of the example MLP and runs on it; the output matches the interpreter's, and
+/// emitting the model twice gives the same bytes.
+#[test]
+fn the_documented_api_runs_and_output_is_deterministic() {
+    let Some(_) = ggml_ready() else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/ggml.md")).unwrap();
+    let start = doc.find("```c\n#include \"mlp.h\"").expect("docs/ggml.md has the calling example") + 5;
+    let code = &doc[start..start + doc[start..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp-ggml");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(out.clone()),
+        target: &GgmlTarget,
+        ..Default::default()
+    };
+    cli::compile(&args).unwrap();
+    // The example with a main around it that fills the input from the example's data
+    // and prints the output.
+    let data = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
+    let x: Vec<String> = data.arrays["input/input"].data.iter().map(|v| format!("{v:?}f")).collect();
+    let main = format!(
+        "#include <stdio.h>\n{}\nint main(void) {{\n{}\n    return 0;\n}}\n",
+        code.lines().next().unwrap(),
+        code.lines()
+            .skip(1)
+            .map(|l| if l.starts_with("float input") { format!("{l}\nstatic const float x[] = {{ {} }};\nfor (size_t i = 0; i < MLP_INPUT_0_SIZE; ++i) input[i] = x[i];", x.join(", ")) } else { l.to_string() })
+            .chain(["for (size_t i = 0; i < MLP_OUTPUT_0_SIZE; ++i) printf(\"%.9g\\n\", output[i]);".to_string()])
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace("mlp_free(model);\n", "")
+            + "\nmlp_free(model);"
+    );
+    std::fs::write(out.join("main.c"), main).unwrap();
+    let cc = Command::new("cc").current_dir(&out).args(["-std=c11", "-Wall", "-Wextra", "-Werror", "main.c", "-L.", "-lmlp", "-Wl,-rpath,$ORIGIN", "-o", "main"]).output().unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(out.join("main")).current_dir(&out).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let got: Vec<f64> = String::from_utf8(run.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let want = &data.arrays["output/output"].data;
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1e-5, "got {g}, the reference output {w}");
+    }
+    let again = dir.path().join("again");
+    cli::compile(&cli::CompileArgs { out: Some(again.clone()), emit: "source".into(), ..args }).unwrap();
+    for name in ["mlp.h", "mlp.c", "mlp_demo.c", "Makefile", "mlp.gguf"] {
+        assert!(std::fs::read(out.join(name)).unwrap() == std::fs::read(again.join(name)).unwrap(), "{name} differs between two compiles");
+    }
+}
+
+/// `run --target ggml` without a ggml is the toolchain's error (exit 3) with the install
+/// command, and `--quantize` on another target is a usage error (exit 2).
+#[test]
+fn missing_ggml_and_misplaced_quantize_are_clear_errors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mithrilc = env!("CARGO_BIN_EXE_mithrilc");
+    let model = root.join("examples/mlp/mlp.json");
+    let data = root.join("examples/mlp/data.npz");
+    let empty = tempfile::tempdir().unwrap();
+    let run = Command::new(mithrilc)
+        .args(["run", "--target", "ggml", "--data"])
+        .arg(&data)
+        .arg(&model)
+        .env_remove("MITHRILC_GGML")
+        .env("HOME", empty.path())
+        .env("XDG_CACHE_HOME", empty.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains(&format!("pip install {}", mithrilc::build::GGML_WHEEL)), "{stderr}");
+    let out = empty.path().join("out");
+    let compile = Command::new(mithrilc).args(["compile", "--target", "c", "--quantize", "q8_0", "--params"]).arg(&data).arg(&model).arg("-o").arg(&out).output().unwrap();
+    let stderr = String::from_utf8_lossy(&compile.stderr);
+    assert_eq!(compile.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--quantize is for the ggml target; the c target keeps its weights in f32"), "{stderr}");
 }

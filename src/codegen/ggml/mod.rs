@@ -39,8 +39,10 @@ pub enum Quantize {
     /// Matrix-product weights as float16
     F16,
     /// Matrix-product weights in 8-bit blocks of 32 with an f16 scale (ggml's q8_0)
+    #[value(name = "q8_0")]
     Q8_0,
     /// Matrix-product weights in 4-bit blocks of 32 with an f16 scale (ggml's q4_0)
+    #[value(name = "q4_0")]
     Q4_0,
 }
 
