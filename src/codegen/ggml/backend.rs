@@ -34,7 +34,7 @@ impl Backend for GgmlTarget {
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         let graph = graphs.main();
-        let options = super::Options { source: opts.source.clone(), weights: opts.weights.clone().unwrap_or_default(), quantize: opts.quantize };
+        let options = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), quantize: opts.quantize };
         let files = super::emit(graph, &options)?;
         let ports = graph.inputs().filter_map(|v| graph.node(v).name.clone()).collect();
         let entry = Entry { name: identifier(&graph.name), inputs: ports, outputs: graph.outputs.iter().map(|o| o.name.clone()).collect() };

@@ -5,7 +5,8 @@
 //! [`gguf`] writes the parameters (and the graph's constants) as the GGUF file the
 //! library loads. Files written for a model named `mlp`: `mlp.h` (`mlp_init`,
 //! `mlp_forward`, `mlp_free`; `docs/ggml.md`), `mlp.c`, `mlp_demo.c`, `Makefile`
-//! (`libmlp.so` and the demo, linked against ggml with an rpath) and `mlp.gguf`.
+//! (`libmlp.so` and the demo, linked against ggml with an rpath) and, when the
+//! parameters' values are given, `mlp.gguf`.
 //!
 //! Limits: static shapes of rank 4 at most; f32 arithmetic, booleans as 0 and 1, no
 //! integer tensors (gather, argmax); what ggml has no op for (erf, isnan, pow with a
@@ -62,8 +63,9 @@ impl Quantize {
 pub struct Options {
     /// The model file's name, for generated comments.
     pub source: String,
-    /// The parameters' values by name (all of them are needed: they go into the GGUF file).
-    pub weights: BTreeMap<String, Tensor>,
+    /// The parameters' values by name: with them (all of them) the GGUF file is
+    /// written; without them, the C alone (its GGUF file made by a later compile).
+    pub weights: Option<BTreeMap<String, Tensor>>,
     pub quantize: Quantize,
 }
 
@@ -149,15 +151,19 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         let (stored, values, ty) = match node.op {
             Op::Param => {
                 let pname = node.name.clone().unwrap_or_default();
-                let t = opts.weights.get(&pname).ok_or_else(|| {
-                    Error::usage(format!("the ggml target writes the weights into {name}.gguf: parameter `{pname}` has no value (give --params FILE)"))
-                })?;
-                if t.shape != shape {
-                    return Err(Error::user(format!("parameter `{pname}` is {:?} in the parameters, {:?} in the model", t.shape, shape)));
-                }
+                let values = match &opts.weights {
+                    Some(weights) => {
+                        let t = weights.get(&pname).ok_or_else(|| Error::user(format!("the ggml target writes the weights into {name}.gguf: parameter `{pname}` has no value in the parameters")))?;
+                        if t.shape != shape {
+                            return Err(Error::user(format!("parameter `{pname}` is {:?} in the parameters, {:?} in the model", t.shape, shape)));
+                        }
+                        t.data.iter().map(|&x| x as f32).collect::<Vec<f32>>()
+                    }
+                    None => Vec::new(),
+                };
                 let q = opts.quantize.tensor_type();
                 let ty = if q != gguf::TensorType::F32 && product_weight(graph, v, q) { q } else { gguf::TensorType::F32 };
-                (gguf_name(&pname), t.data.iter().map(|&x| x as f32).collect::<Vec<f32>>(), ty)
+                (gguf_name(&pname), values, ty)
             }
             _ => match known_value(graph, v) {
                 Some(values) if writer::indices_only(graph, v) => (const_name(v), values, gguf::TensorType::I32),
@@ -181,7 +187,6 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         ("mithrilc.parameters".to_string(), gguf::Value::Strs(params)),
         ("mithrilc.quantize".to_string(), gguf::Value::Str(format!("{:?}", opts.quantize).to_lowercase())),
     ];
-    let gguf_bytes = gguf::write(&metadata, &tensors);
 
     let port = |v: ValueId, label: &str| -> Port {
         let ty = graph.ty(v);
@@ -236,11 +241,14 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     tera.add_raw_templates(templates).map_err(|e| Error::internal(format!("ggml templates: {e:?}")))?;
     tera.autoescape_on(vec![]);
     let render = |t: &str| tera.render(t, &ctx).map(String::into_bytes).map_err(|e| Error::internal(format!("ggml template {t}: {e:?}")));
-    Ok(vec![
+    let mut files = vec![
         (format!("{name}.h"), render("model.h")?),
         (format!("{name}.c"), render("model.c")?),
         (format!("{name}_demo.c"), render("demo.c")?),
         ("Makefile".to_string(), render("Makefile")?),
-        (format!("{name}.gguf"), gguf_bytes),
-    ])
+    ];
+    if opts.weights.is_some() {
+        files.push((format!("{name}.gguf"), gguf::write(&metadata, &tensors)));
+    }
+    Ok(files)
 }
