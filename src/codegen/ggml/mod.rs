@@ -134,7 +134,7 @@ fn product_weight(graph: &Graph, v: ValueId, ty: gguf::TensorType) -> bool {
     let row = graph.ty(v).shape.as_known().and_then(|s| s.last().copied()).unwrap_or(0);
     !users.is_empty()
         && graph.ty(v).rank() == 2
-        && row % ty.block() as u64 == 0
+        && row.is_multiple_of(ty.block() as u64)
         && !graph.outputs.iter().any(|o| o.value == v)
         && users.iter().all(|&u| writer::folded_into_products(graph, u) && graph.node(u).args[0] == v)
 }
