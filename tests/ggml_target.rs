@@ -25,6 +25,8 @@ use mithrilc::codegen::ggml::Quantize;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
+#[path = "common/random_model.rs"]
+mod random_model;
 use cases::{cases, Case};
 use common::each_case as each;
 
@@ -377,4 +379,27 @@ fn missing_ggml_and_misplaced_quantize_are_clear_errors() {
     let stderr = String::from_utf8_lossy(&compile.stderr);
     assert_eq!(compile.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--quantize is for the ggml target; the c target keeps its weights in f32"), "{stderr}");
+}
+
+/// Random small models (`tests/common/random_model.rs`: convolutions with strides,
+/// padding and dilation, pooling, linear layers, residuals, reshapes, at awkward
+/// sizes), forward, against the interpreter within 1e-4: the target compiles every one.
+#[test]
+fn random_models_match_the_interpreter() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let models: Vec<(u64, random_model::RandomModel)> = (1..=64).map(|seed| (seed, random_model::generate(seed, 6))).collect();
+    let failures = each(&models, |(seed, m)| {
+        let json = dir.path().join(format!("random_{seed}.json"));
+        std::fs::write(&json, &m.json).unwrap();
+        let shapes: Vec<(&str, &[u64])> = m.shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+        let case = cases::own_case(&json, &shapes, &format!("random model {seed} ({})", m.summary));
+        let graphs = forward(&case);
+        let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, _) = cases::compare(&case.label, &got, &want, 1e-4);
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    println!("{} of {} random models match through ggml", models.len() - failures.len(), models.len());
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }

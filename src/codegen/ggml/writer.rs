@@ -297,27 +297,9 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
                 None
             }
         }
-        Op::Pool(p) => {
-            let x = arg_shape(0);
-            let spatial = x.len().saturating_sub(2);
-            if !(1..=2).contains(&spatial) {
-                return Some(format!("{spatial}-d pooling (ggml pools in 1 or 2 dimensions)"));
-            }
-            if p.dilation.iter().any(|&d| d != 1) {
-                return Some("dilated pooling (ggml has none)".into());
-            }
-            if p.padding.iter().any(|(a, b)| a != b) {
-                return Some("pooling with uneven padding (ggml pads both sides alike)".into());
-            }
-            // ggml's window count: (size + 2 pad - kernel) / stride + 1, as the IR's must be.
-            let out = shape(graph, v);
-            for i in 0..spatial {
-                let n = (x[2 + i] + 2 * p.padding[i].0).checked_sub(p.kernel[i]).map(|d| d / p.stride[i] + 1);
-                if n != Some(out[2 + i]) {
-                    return Some("pooling whose windows ggml does not count the same way".into());
-                }
-            }
-            None
+        Op::Pool(_) => {
+            let spatial = arg_shape(0).len().saturating_sub(2);
+            (!(1..=2).contains(&spatial)).then(|| format!("{spatial}-d pooling (ggml pools in 1 or 2 dimensions)"))
         }
         Op::Reduce { kind, .. } => (*kind == ReduceKind::Prod).then(|| "ggml has no product reduction".into()),
         Op::ArgReduce { .. } => Some("an index result (the ggml target computes in f32)".into()),
@@ -347,6 +329,16 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
         }
         Op::Pad { value, .. } => (*value != 0.0).then(|| format!("padding with {value} (ggml pads with zeros)")),
     }
+}
+
+/// Whether `ggml_pool_2d` computes pooling node `v`: no dilation, both sides padded
+/// alike, and ggml's window count `(size + 2 pad - kernel) / stride + 1` the IR's.
+fn pools_natively(graph: &Graph, v: ValueId) -> bool {
+    let Op::Pool(p) = &graph.node(v).op else { return false };
+    let (x, out) = (shape(graph, graph.node(v).args[0]), shape(graph, v));
+    p.dilation.iter().all(|&d| d == 1)
+        && p.padding.iter().all(|(a, b)| a == b)
+        && (0..p.kernel.len()).all(|i| (x[2 + i] + 2 * p.padding[i].0).checked_sub(p.kernel[i]).map(|d| d / p.stride[i] + 1) == Some(out[2 + i]))
 }
 
 /// Whether every use of `v` is as a gather's indices: integers that stay ggml I32.
@@ -546,6 +538,7 @@ impl GraphWriter for Writer {
                     y
                 }
             }
+            Op::Pool(_) if !pools_natively(graph, v) => self.pool_by_im2col(graph, v, &a(0)),
             Op::Pool(p) => {
                 let spatial = shape(graph, node.args[0]).len() - 2;
                 let op = if p.kind == PoolKind::Max { "GGML_OP_POOL_MAX" } else { "GGML_OP_POOL_AVG" };
@@ -679,6 +672,50 @@ impl GraphWriter for Writer {
 }
 
 impl Writer {
+    /// Pooling `ggml_pool_2d` cannot do (dilated, or padded unevenly): the input padded
+    /// (with `-FLT_MAX` for a max, so padding never wins; zeros for an average, which
+    /// counts them, as the interpreter does), each channel's windows laid out as rows by
+    /// `ggml_im2col` (which dilates; a 1-d window is 2-d of height 1), and each row's
+    /// max or mean.
+    fn pool_by_im2col(&mut self, graph: &Graph, v: ValueId, x: &str) -> String {
+        let Op::Pool(p) = &graph.node(v).op else { return String::new() };
+        let (xs, out) = (shape(graph, graph.node(v).args[0]), ne(&shape(graph, v)));
+        let spatial = xs.len() - 2;
+        let xn = ne(&xs);
+        // Everything as 2-d: [W, H, C, N].
+        let (x4, k, s, d) = if spatial == 2 {
+            (xn, (p.kernel[1], p.kernel[0]), (p.stride[1], p.stride[0]), (p.dilation[1], p.dilation[0]))
+        } else {
+            ([xn[0], 1, xn[1], xn[2]], (p.kernel[0], 1), (p.stride[0], 1), (p.dilation[0], 1))
+        };
+        let pads = if spatial == 2 { [p.padding[1], p.padding[0]] } else { [p.padding[0], (0, 0)] };
+        let x2 = self.reshape(x, xn, x4);
+        let padded = pads.iter().any(|&(l, r)| l + r > 0);
+        let pad_args = format!("{}, {}, {}, {}, 0, 0, 0, 0", pads[0].0, pads[0].1, pads[1].0, pads[1].1);
+        let xp = if !padded {
+            x2
+        } else if p.kind == PoolKind::Avg {
+            self.call("ggml_pad_ext", &format!("{x2}, {pad_args}"))
+        } else {
+            let zeros = self.call("ggml_pad_ext", &format!("{x2}, {pad_args}"));
+            let ones = self.call("ggml_fill", &format!("{x2}, 1.0f"));
+            let mask = self.call("ggml_pad_ext", &format!("{ones}, {pad_args}"));
+            // 0 inside, -FLT_MAX in the padding.
+            let low = self.call("ggml_scale_bias", &format!("{mask}, FLT_MAX, -FLT_MAX"));
+            self.call("ggml_add", &format!("{zeros}, {low}"))
+        };
+        let (wp, hp) = (x4[0] + pads[0].0 + pads[0].1, x4[1] + pads[1].0 + pads[1].1);
+        let channels = self.reshape(&xp, [wp, hp, x4[2], x4[3]], [wp, hp, 1, x4[2] * x4[3]]);
+        // im2col reads only the kernel's shape.
+        let kernel = self.call("ggml_new_tensor_4d", &format!("GGML_TYPE_F32, {}, {}, 1, 1", k.0, k.1));
+        let cols = self.call("ggml_im2col", &format!("{kernel}, {channels}, {}, {}, 0, 0, {}, {}, true, GGML_TYPE_F32", s.0, s.1, d.0, d.1));
+        let taps = k.0 * k.1;
+        let windows: u64 = out.iter().product();
+        let rows = self.call("ggml_reshape_2d", &format!("{cols}, {taps}, {windows}"));
+        let r = if p.kind == PoolKind::Max { self.row_max(&rows, taps) } else { self.call("ggml_mean", &rows) };
+        self.reshape(&r, [1, windows, 1, 1], out)
+    }
+
     /// A 2-d convolution of `x` by `w` (ggml shape `wn`: [KW, KH, IC, OC]) to ggml shape
     /// `on` ([OW, OH, OC, N]) with strides, padding and dilation in ggml's order:
     /// `ggml_conv_2d` with its im2col matrix kept in f32 (ggml_conv_1d's is f16). The
