@@ -403,3 +403,70 @@ fn random_models_match_the_interpreter() {
     println!("{} of {} random models match through ggml", models.len() - failures.len(), models.len());
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
+
+/// The library checks the GGUF file it is given: another model's file, a file whose
+/// tensor has another shape, and a truncated file are each refused by `_init` with the
+/// reason (the demo exits with 4, which `run --target ggml` reports as the user's
+/// error); the right file gives the same outputs with 1 and 2 threads.
+#[test]
+fn the_loader_refuses_a_gguf_file_of_another_model() {
+    let Some(_) = ggml_ready() else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(out.clone()),
+        target: &GgmlTarget,
+        ..Default::default()
+    };
+    cli::compile(&args).unwrap();
+    let data = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
+    mithrilc::data::write_npy(&out.join("x.npy"), &data.arrays["input/input"]).unwrap();
+    let demo = |gguf: &Path, threads: &str| Command::new(out.join("mlp_demo")).current_dir(&out).arg("--gguf").arg(gguf).args(["--input", "input=x.npy", "--threads", threads]).output().unwrap();
+    let mut outputs = Vec::new();
+    for threads in ["1", "2"] {
+        let run = demo(&out.join("mlp.gguf"), threads);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        outputs.push(std::fs::read(out.join("output_0.npy")).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1], "1 and 2 threads differ");
+    // Another model's file (the same graph under the name `linear`), and the model's own
+    // with a parameter of another shape.
+    let gguf = std::fs::read(out.join("mlp.gguf")).unwrap();
+    let other = |name: &str, graph: &mithrilc::ir::Graph, weights: BTreeMap<String, mithrilc::tensor::Tensor>| {
+        let opts = EmitOptions { weights: Some(weights), ..Default::default() };
+        let files = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap().files;
+        let path = dir.path().join(name);
+        std::fs::write(&path, &files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap().1).unwrap();
+        path
+    };
+    let mut mlp_graph = cli::load_graphs(&args.model, &[&data]).unwrap().forward;
+    let weights: BTreeMap<String, mithrilc::tensor::Tensor> = mlp_graph.params().map(|v| mlp_graph.node(v).name.clone().unwrap()).map(|n| (n.clone(), data.arrays[&format!("param/{n}")].clone())).collect();
+    let wrong_shape = {
+        let mut w = weights.clone();
+        let b = w.get_mut("bias0").unwrap();
+        b.shape = vec![b.data.len() as u64 - 1];
+        b.data.pop();
+        let mut g = mlp_graph.clone();
+        let v = g.params().find(|&v| g.node(v).name.as_deref() == Some("bias0")).unwrap();
+        g.nodes[v.index()].ty.shape = mithrilc::ir::Shape::known(&b.shape);
+        other("short_bias.gguf", &g, w)
+    };
+    let mut renamed = mlp_graph.clone();
+    renamed.name = "linear".into();
+    let foreign = other("linear.gguf", &renamed, weights);
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &gguf[..gguf.len() / 2]).unwrap();
+    for (file, want) in [
+        (&foreign, "the GGUF file was not written by mithrilc for the model mlp"),
+        (&wrong_shape, "a tensor of the GGUF file has the wrong shape: bias0"),
+        (&truncated, "cannot read the GGUF file"),
+    ] {
+        let run = demo(file, "1");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(4), "{stderr}");
+        assert!(stderr.contains(want), "{}: {stderr}", file.display());
+    }
+}
