@@ -81,11 +81,9 @@ fn every_model_matches_the_interpreter() {
 
 /// The cases whose backward graphs need what ggml cannot do, with the op the refusal
 /// must name: max pooling's gradient (autodiff's rank-6 window reshapes, beyond ggml's 4
-/// dimensions), and an embedding's gradient (it compares the integer indices, which the
-/// target keeps as ggml I32 for `ggml_get_rows` alone).
+/// dimensions).
 const GRADIENTS_LACKING: &[(&str, &str)] = &[
     ("conv_relu_pool.npz", "reshape"),
-    ("gpt_tiny.npz", "input"),
     ("grouped_conv_pools (gradients)", "reshape"),
     ("lenet.npz", "reshape"),
 ];

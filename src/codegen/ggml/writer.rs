@@ -74,6 +74,9 @@ pub struct Writer {
     pub loads: Vec<(String, [u64; 4])>,
     /// The C expression of each node written so far.
     vars: BTreeMap<ValueId, String>,
+    /// The ggml I32 tensor of each integer input (for `ggml_get_rows`; `vars` has its
+    /// f32 copy where other ops read it).
+    int_vars: BTreeMap<ValueId, String>,
     /// The elementwise kernels ([`CUSTOM`]) the graph runs through `ggml_map_custom*`.
     pub customs: std::collections::BTreeSet<&'static str>,
     temp: usize,
@@ -273,10 +276,7 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
         _ => false,
     };
     let int = matches!(ty.dtype, Dtype::I32 | Dtype::I64);
-    if int && node.op == Op::Input && !indices_only(graph, v) {
-        return Some(format!("{} input used other than as gather indices (the ggml target computes in f32)", ty.dtype));
-    }
-    if !(matches!(ty.dtype, Dtype::F32 | Dtype::Bool) || int && (moves || known || indices_only(graph, v))) {
+    if !(matches!(ty.dtype, Dtype::F32 | Dtype::Bool) || int && (moves || known || node.op == Op::Input)) {
         return Some(format!("{} values (the ggml target computes in f32, with booleans as 0 and 1)", ty.dtype));
     }
     let arg_shape = |i: usize| shape(graph, node.args[i]);
@@ -308,6 +308,8 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
                 Some(format!("a gather along axis {axis} (ggml_get_rows takes rows, axis 0)"))
             } else if !matches!(graph.node(node.args[1]).op, Op::Input | Op::Constant(_)) {
                 Some("a gather whose indices are computed (the ggml target keeps integers only as inputs and constants)".into())
+            } else if matches!(graph.node(node.args[1]).op, Op::Constant(_)) && !indices_only(graph, node.args[1]) {
+                Some("a gather whose constant indices other ops read too (the target stores them as f32 then)".into())
             } else if node.args[1..].iter().any(|&i| graph.ty(i).rank() > 3) || arg_shape(0).is_empty() {
                 Some("a gather ggml_get_rows cannot shape".into())
             } else {
@@ -386,11 +388,15 @@ impl GraphWriter for Writer {
         }
         let result = match &node.op {
             Op::Input => {
-                let ty = if matches!(node.ty.dtype, Dtype::I32 | Dtype::I64) { "GGML_TYPE_I32" } else { "GGML_TYPE_F32" };
-                let t = self.call("ggml_new_tensor_4d", &format!("{ty}, {}", ne_args(out)));
+                let int = matches!(node.ty.dtype, Dtype::I32 | Dtype::I64);
+                let t = self.call("ggml_new_tensor_4d", &format!("{}, {}", if int { "GGML_TYPE_I32" } else { "GGML_TYPE_F32" }, ne_args(out)));
                 let _ = writeln!(self.code, "    ggml_set_input({t});");
                 self.inputs.push(t.clone());
-                t
+                if int {
+                    self.int_vars.insert(v, t.clone());
+                }
+                // Integers that other ops than a gather read, as f32 (exact below 2^24).
+                if int && !indices_only(graph, v) { self.call("ggml_cast", &format!("{t}, GGML_TYPE_F32")) } else { t }
             }
             Op::Param | Op::Constant(_) | Op::Iota { .. } => self.load(v, out)?,
             Op::StopGradient => a(0),
@@ -648,7 +654,8 @@ impl GraphWriter for Writer {
                 let rest: u64 = data[1..].iter().product();
                 let rows = self.reshape(&a(0), in_ne(0), [rest, data[0], 1, 1]);
                 let n: u64 = idx.iter().product();
-                let flat = self.reshape(&a(1), in_ne(1), [n, 1, 1, 1]);
+                let indices = self.int_vars.get(&node.args[1]).cloned().unwrap_or_else(|| a(1));
+                let flat = self.reshape(&indices, in_ne(1), [n, 1, 1, 1]);
                 let picked = self.call("ggml_get_rows", &format!("{rows}, {flat}"));
                 self.reshape(&picked, [rest, n, 1, 1], out)
             }
