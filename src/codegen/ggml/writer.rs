@@ -378,8 +378,8 @@ impl GraphWriter for Writer {
         let origin = node.origin.as_deref().or(node.name.as_deref()).map(|o| format!(" ({})", comment_safe(o))).unwrap_or_default();
         let args = if args.is_empty() { String::new() } else { format!(" {}", args.join(", ")) };
         let _ = writeln!(self.code, "    /* %{} = {}{args} : {}{origin} */", v.0, node.op.name(), comment_safe(&node.ty.to_string()));
-        let vars = self.vars.clone();
-        let a = |i: usize| vars.get(&node.args[i]).cloned().unwrap_or_default();
+        let arg_vars: Vec<String> = node.args.iter().map(|&x| self.var(x)).collect();
+        let a = |i: usize| arg_vars[i].clone();
         let in_ne = |i: usize| ne(&shape(graph, node.args[i]));
         if folded_into_products(graph, v) {
             let _ = writeln!(self.code, "    /* (read transposed by the products that use it) */");
