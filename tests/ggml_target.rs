@@ -297,6 +297,20 @@ fn unsupported_ops_are_all_listed() {
     );
 }
 
+/// `examples/mlp` compiled for ggml into `out`: the arguments, and the example's data.
+fn compile_example_mlp(out: &Path) -> (cli::CompileArgs, mithrilc::data::ArrayFile) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(out.to_path_buf()),
+        target: &GgmlTarget,
+        ..Default::default()
+    };
+    cli::compile(&args).unwrap();
+    (args, mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap())
+}
+
 /// `docs/ggml.md`'s example of calling the library compiles warning-free against the
 /// header of the example MLP and runs on it; the output matches the interpreter's, and
 /// emitting the model twice gives the same bytes.
@@ -309,17 +323,9 @@ fn the_documented_api_runs_and_output_is_deterministic() {
     let code = &doc[start..start + doc[start..].find("```").unwrap()];
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mlp-ggml");
-    let args = cli::CompileArgs {
-        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
-        params: Some(root.join("examples/mlp/data.npz")),
-        out: Some(out.clone()),
-        target: &GgmlTarget,
-        ..Default::default()
-    };
-    cli::compile(&args).unwrap();
+    let (args, data) = compile_example_mlp(&out);
     // The example with a main around it that fills the input from the example's data
     // and prints the output.
-    let data = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
     let x: Vec<String> = data.arrays["input/input"].data.iter().map(|v| format!("{v:?}f")).collect();
     let main = format!(
         "#include <stdio.h>\n{}\nint main(void) {{\n{}\n    return 0;\n}}\n",
@@ -409,18 +415,9 @@ fn random_models_match_the_interpreter() {
 #[test]
 fn the_loader_refuses_a_gguf_file_of_another_model() {
     let Some(_) = ggml_ready() else { return };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mlp");
-    let args = cli::CompileArgs {
-        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
-        params: Some(root.join("examples/mlp/data.npz")),
-        out: Some(out.clone()),
-        target: &GgmlTarget,
-        ..Default::default()
-    };
-    cli::compile(&args).unwrap();
-    let data = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
+    let (args, data) = compile_example_mlp(&out);
     mithrilc::data::write_npy(&out.join("x.npy"), &data.arrays["input/input"]).unwrap();
     let demo = |gguf: &Path, threads: &str| Command::new(out.join("mlp_demo")).current_dir(&out).arg("--gguf").arg(gguf).args(["--input", "input=x.npy", "--threads", threads]).output().unwrap();
     let mut outputs = Vec::new();
@@ -440,7 +437,7 @@ fn the_loader_refuses_a_gguf_file_of_another_model() {
         std::fs::write(&path, &files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap().1).unwrap();
         path
     };
-    let mut mlp_graph = cli::load_graphs(&args.model, &[&data]).unwrap().forward;
+    let mlp_graph = cli::load_graphs(&args.model, &[&data]).unwrap().forward;
     let weights: BTreeMap<String, mithrilc::tensor::Tensor> = mlp_graph.params().map(|v| mlp_graph.node(v).name.clone().unwrap()).map(|n| (n.clone(), data.arrays[&format!("param/{n}")].clone())).collect();
     let wrong_shape = {
         let mut w = weights.clone();
