@@ -80,13 +80,10 @@ fn every_model_matches_the_interpreter() {
 }
 
 /// The cases whose backward graphs need what ggml cannot do, with the op the refusal
-/// must name: max pooling's gradient (autodiff's rank-6 window reshapes, beyond ggml's 4
-/// dimensions).
-const GRADIENTS_LACKING: &[(&str, &str)] = &[
-    ("conv_relu_pool.npz", "reshape"),
-    ("grouped_conv_pools (gradients)", "reshape"),
-    ("lenet.npz", "reshape"),
-];
+/// must name: grouped convolutions' gradients transpose rank-5 tensors (beyond ggml's 4
+/// dimensions, other than by merging leading axes), and padded max pooling's pads with
+/// -inf.
+const GRADIENTS_LACKING: &[(&str, &str)] = &[("grouped_conv_pools (gradients)", "transpose")];
 
 /// With `--grad` the backward graph autodiff appends is ordinary ops, which the target
 /// writes like any others: every conformance case's gradients (of all its parameters)

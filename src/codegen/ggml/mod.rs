@@ -8,11 +8,13 @@
 //! (`libmlp.so` and the demo, linked against ggml with an rpath) and, when the
 //! parameters' values are given, `mlp.gguf`.
 //!
-//! Limits: static shapes of rank 4 at most; f32 arithmetic, booleans as 0 and 1,
+//! Limits: static shapes of rank 4 (higher only where leading axes merge alike:
+//! `writer::merges_alike`); f32 arithmetic, booleans as 0 and 1,
 //! integers only as gather indices or compile-time constants. What ggml cannot express
-//! (integer arithmetic, products over an axis, 3-d windows, backwards or row-strided
-//! slices, non-zero padding) is refused by [`writer::lacks`], every node at once; ops it
-//! has no kernel for (where, pow, erf, isnan) are small C kernels run as ggml custom ops.
+//! (integer arithmetic, products over an axis, 3-d windows, row-strided slices,
+//! non-zero padding) is refused by [`writer::lacks`], every node at once; ops it
+//! has no kernel for (where, pow, erf, isnan, backwards slices) are small C kernels run
+//! as ggml custom ops.
 //! `--quantize` stores the weights of matrix products as f16, q8_0 or q4_0
 //! ([`Quantize`]); everything else stays f32.
 

@@ -36,8 +36,33 @@ pub const CUSTOM: &[(&str, usize, &str)] = &[
     ("isnan", 1, "isnan(x0) ? 1.0f : 0.0f"),
 ];
 
-/// The C source of the custom kernel named `name` ([`CUSTOM`]).
+/// The kernel of a slice that runs backwards along some axes: its contiguous operand
+/// (the forwards slice) with the ggml dimensions flagged in `userdata` reversed.
+const REVERSE_KERNEL: &str = "/* A slice running backwards along the ggml dimensions flagged in userdata (int[4]):
+ * the forwards slice, reversed there (ggml views cannot step backwards). */
+static void custom_reverse(struct ggml_tensor *dst, const struct ggml_tensor *a0, int ith, int nth, void *userdata) {
+    const int *reversed = (const int *)userdata;
+    const int64_t n = ggml_nelements(dst), per = (n + nth - 1) / nth, lo = per * ith, hi = lo + per < n ? lo + per : n;
+    int64_t i;
+    for (i = lo; i < hi; ++i) {
+        int64_t rest = i, src = 0, stride = 1;
+        int k;
+        for (k = 0; k < 4; ++k) {
+            const int64_t c = rest % dst->ne[k];
+            rest /= dst->ne[k];
+            src += (reversed[k] ? dst->ne[k] - 1 - c : c) * stride;
+            stride *= dst->ne[k];
+        }
+        ((float *)dst->data)[i] = ((const float *)a0->data)[src];
+    }
+}
+";
+
+/// The C source of the custom kernel named `name` ([`CUSTOM`], or `reverse`).
 pub fn custom_kernel(name: &str) -> String {
+    if name == "reverse" {
+        return REVERSE_KERNEL.to_string();
+    }
     let Some((_, arity, expr)) = CUSTOM.iter().find(|(n, _, _)| *n == name) else { return String::new() };
     let params: Vec<String> = (0..*arity).map(|k| format!("const struct ggml_tensor *a{k}")).collect();
     let loads: Vec<String> = (0..*arity).map(|k| format!("x{k} = ((const float *)a{k}->data)[i]")).collect();
@@ -82,13 +107,37 @@ pub struct Writer {
     temp: usize,
 }
 
-/// `shape` in ggml's order, padded with ones to [`MAX_RANK`] dimensions.
+/// `shape` in ggml's order, padded with ones to [`MAX_RANK`] dimensions; a higher rank
+/// keeps its last three axes and merges the others into `ne3` (see [`merges_alike`]).
 pub fn ne(shape: &[u64]) -> [u64; 4] {
     let mut out = [1u64; 4];
-    for (i, d) in shape.iter().rev().enumerate().take(MAX_RANK) {
+    for (i, d) in shape.iter().rev().enumerate().take(MAX_RANK - 1) {
         out[i] = *d;
     }
+    out[MAX_RANK - 1] = shape.iter().rev().skip(MAX_RANK - 1).product();
     out
+}
+
+/// Whether node `v`, of rank above 4, can live in ggml's 4 dimensions with its leading
+/// axes merged ([`ne`]): a reshape (which reads only the element order), or an
+/// elementwise op or broadcast whose every operand has the output's leading axes or
+/// ones in all of them (so broadcasting never splits the merged dimension).
+/// Autodiff's max-pooling gradient is such a graph: rank-6 window views, compared and
+/// selected elementwise.
+fn merges_alike(graph: &Graph, v: ValueId) -> bool {
+    let node = graph.node(v);
+    let out = shape(graph, v);
+    let lead = out.len() - (MAX_RANK - 1);
+    let elementwise = node.op.is_elementwise() || matches!(node.op, Op::BroadcastTo { .. });
+    if matches!(node.op, Op::Reshape { .. }) {
+        return true;
+    }
+    elementwise
+        && node.args.iter().all(|&a| {
+            let s = shape(graph, a);
+            let padded: Vec<u64> = std::iter::repeat_n(1, out.len().saturating_sub(s.len())).chain(s).collect();
+            padded[..lead] == out[..lead] || padded[..lead].iter().all(|&d| d == 1)
+        })
 }
 
 fn ne_args(n: [u64; 4]) -> String {
@@ -264,8 +313,12 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
     if !ty.shape.is_static() {
         return Some("a symbolic dimension (ggml builds its graph at fixed sizes: give every size)".into());
     }
-    if ty.rank() > MAX_RANK {
+    if ty.rank() > MAX_RANK && !merges_alike(graph, v) {
         return Some(format!("rank {} (ggml tensors have at most {MAX_RANK} dimensions)", ty.rank()));
+    }
+    // An operand of higher rank only reaches a node that reads it elementwise or reshapes it.
+    if ty.rank() <= MAX_RANK && !matches!(node.op, Op::Reshape { .. }) && node.args.iter().any(|&a| graph.ty(a).rank() > MAX_RANK) {
+        return Some(format!("an operand of rank above {MAX_RANK} (ggml tensors have at most {MAX_RANK} dimensions)"));
     }
     // Integers known at compile time (an iota, a constant) are stored as f32 and may be
     // moved and compared, exactly while they stay within f32's integers.
@@ -320,10 +373,7 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
         Op::Slice { ranges } => {
             let x = arg_shape(0);
             for (i, r) in ranges.iter().enumerate() {
-                if r.step < 0 {
-                    return Some("a slice with a negative step (a ggml view cannot run backwards)".into());
-                }
-                if r.step != 1 && i + 1 == x.len() {
+                if r.step.abs() != 1 && i + 1 == x.len() {
                     return Some("a strided slice of the last axis (a ggml view steps whole rows only)".into());
                 }
             }
@@ -616,9 +666,16 @@ impl GraphWriter for Writer {
                 let r = x.len();
                 let mut offset = Vec::new();
                 let mut strides = [1i64; 4];
+                let mut reversed = [0u8; 4];
                 for (i, range) in ranges.iter().enumerate() {
-                    let (start, step, _) = range.resolve(x[i]).map_err(Error::internal)?;
+                    let (mut start, mut step, count) = range.resolve(x[i]).map_err(Error::internal)?;
                     let k = r - 1 - i;
+                    // A backwards range is the forwards one over the same elements, reversed.
+                    if step < 0 && count > 0 {
+                        start += step * (count as i64 - 1);
+                        step = -step;
+                        reversed[k] = 1;
+                    }
                     strides[k] = step;
                     if start != 0 {
                         offset.push(format!("{start} * {}->nb[{k}]", a(0)));
@@ -628,7 +685,17 @@ impl GraphWriter for Writer {
                 let nb = |k: usize| format!("{x0}->nb[{k}] * {}", strides[k]);
                 let off = if offset.is_empty() { "0".to_string() } else { offset.join(" + ") };
                 let view = self.call("ggml_view_4d", &format!("{x0}, {}, {}, {}, {}, {off}", ne_args(out), nb(1), nb(2), nb(3)));
-                self.call("ggml_cont", &view)
+                let forwards = self.call("ggml_cont", &view);
+                if reversed == [0; 4] {
+                    forwards
+                } else {
+                    // Which ggml dimensions run backwards, for the kernel (static: the graph
+                    // keeps the pointer).
+                    let flags = self.fresh();
+                    let _ = writeln!(self.code, "    static const int {flags}[4] = {{ {}, {}, {}, {} }};", reversed[0], reversed[1], reversed[2], reversed[3]);
+                    self.customs.insert("reverse");
+                    self.call("ggml_map_custom1", &format!("{forwards}, custom_reverse, GGML_N_TASKS_MAX, (void *){flags}"))
+                }
             }
             Op::Concat { axis } => {
                 let k = out_shape.len() - 1 - axis;
