@@ -15,6 +15,10 @@ every case is also compiled with it and timed in the same rounds, and a last col
 gives this build / the baseline (best of 1 and 2 threads each): a change's effect on
 latency, measured side by side.
 
+The ggml target is timed in the same rounds: each case compiled with --target ggml with
+f32 weights and with --quantize q8_0, its demo run with 1 and 2 threads; the ggml
+columns give the faster of the two, and their ratios to the best ORT run.
+
 Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER]
 """
 
@@ -41,7 +45,13 @@ def main():
                                 "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out, "--force"],
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((build, name, batch, info, out))
-    ours, base, ort = {}, {}, {}
+            for quantize in ("f32", "q8_0"):
+                out = f"{work}/{name}_b{batch}_ggml_{quantize}"
+                subprocess.run([mithrilc, "compile", f"{bench}/{name}.json", "--target", "ggml", "--shape", f"input={shape}",
+                                "--params", f"{bench}/{name}.safetensors", "--quantize", quantize, "-o", out, "--force"],
+                               check=True, stdout=subprocess.DEVNULL)
+                cases.append((f"ggml {quantize}", name, batch, info, out))
+    ours, base, ort, ggml = {}, {}, {}, {}
 
     def keep(table, key, us):
         table[key] = min(us, table.get(key, us))
@@ -51,14 +61,19 @@ def main():
             runs = repeat if info["flops"] < 5e9 else str(max(5, int(repeat) // 10))
             for threads in (1, 2):
                 demo = subprocess.run([f"{out}/{name}_demo", "--input", f"input={bench}/{info['input']}", "--repeat", runs,
-                                       "--threads", str(threads)], check=True, capture_output=True, text=True).stdout
-                keep(ours if build == "new" else base, (name, batch, threads), float(re.search(r"median ([0-9.]+) us", demo).group(1)))
+                                       "--threads", str(threads)], check=True, capture_output=True, text=True, cwd=out).stdout
+                us = float(re.search(r"median ([0-9.]+) us", demo).group(1))
+                if build.startswith("ggml"):
+                    keep(ggml, (build, name, batch), us)
+                else:
+                    keep(ours if build == "new" else base, (name, batch, threads), us)
         peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat],
                               check=True, capture_output=True, text=True).stdout
         for line in peer.splitlines():
             _, name, batch, threads, us = line.split()
             keep(ort, (name, batch, int(threads)), float(us))
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
+    extra += f" {'ggml f32':>10} {'ratio':>6} {'ggml q8_0':>10} {'ratio':>6}"
     print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}{extra}")
     for (name, batch, threads), us in ours.items():
         if threads != 1:
@@ -70,10 +85,14 @@ def main():
         if baseline:
             b1, b2 = base[(name, batch, 1)], base[(name, batch, 2)]
             row += f" {b1:>8.1f}us {b2:>8.1f}us {min(us, m2) / min(b1, b2):>8.2f}"
+        for quantize in ("f32", "q8_0"):
+            g = ggml[(f"ggml {quantize}", name, batch)]
+            row += f" {g:>8.1f}us {g / min(o1, o2):>6.2f}"
         print(row)
     print(f"ratio = the faster mithrilc run / the faster ORT run; median latency of one call, the best of {rounds} rounds in this run.")
     if baseline:
         print(f"vs base = the faster run of this build / the faster run of {baseline}, same rounds.")
+    print("ggml f32 / q8_0: --target ggml with f32 weights / --quantize q8_0, the faster of 1 and 2 threads; ratio to the faster ORT run.")
     print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
 
 

@@ -60,7 +60,12 @@ pub trait Backend: Sync {
 }
 
 /// Every target, in the order `--help` lists them.
-pub static BACKENDS: &[&dyn Backend] = &[&crate::codegen::c::backend::CTarget, &crate::codegen::cuda::backend::CudaTarget, &crate::codegen::xla::backend::XlaTarget];
+pub static BACKENDS: &[&dyn Backend] = &[
+    &crate::codegen::c::backend::CTarget,
+    &crate::codegen::cuda::backend::CudaTarget,
+    &crate::codegen::ggml::backend::GgmlTarget,
+    &crate::codegen::xla::backend::XlaTarget,
+];
 
 /// The target called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Backend> {
@@ -105,6 +110,8 @@ pub struct EmitOptions {
     pub precision: Precision,
     /// The device mesh to partition over (`--mesh`: axis names and sizes); empty: one device.
     pub mesh: Vec<(String, u64)>,
+    /// How the ggml target stores matrix-product weights (`--quantize`).
+    pub quantize: crate::codegen::ggml::Quantize,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else

@@ -92,6 +92,57 @@ fn python_site_packages() -> Vec<std::path::PathBuf> {
     }
 }
 
+/// The pinned prebuilt ggml (`libggml-python` on PyPI: ggml 0.20.2's shared libraries and
+/// headers), as `.ci/run` installs it into a virtual environment named after it.
+pub const GGML_WHEEL: &str = "libggml-python==0.20.2.post1";
+
+/// Where a ggml to build against lives: its headers and its shared libraries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ggml {
+    pub include: std::path::PathBuf,
+    pub lib: std::path::PathBuf,
+}
+
+/// ggml, looked for in order: `$MITHRILC_GGML` (a prefix holding `include/ggml.h` and
+/// `lib/` or `lib64/`); the wheel's `libggml/` in the cached virtual environment
+/// `${XDG_CACHE_HOME:-~/.cache}/mithrilc/ggml-0.20.2.post1`. None of them is an error of
+/// kind `Toolchain` (exit 3) that gives the install command.
+pub fn ggml() -> Result<Ggml> {
+    find_ggml(|name| std::env::var_os(name))
+}
+
+/// The virtual environment `.ci/run` installs [`GGML_WHEEL`] into.
+fn ggml_venv(env: &impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<std::path::PathBuf> {
+    let cache = env("XDG_CACHE_HOME").filter(|p| !p.is_empty()).map(std::path::PathBuf::from).or_else(|| env("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
+    let version = GGML_WHEEL.split_once("==").map_or(GGML_WHEEL, |(_, v)| v);
+    Some(cache.join("mithrilc").join(format!("ggml-{version}")))
+}
+
+/// [`ggml`] with the environment given.
+fn find_ggml(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Ggml> {
+    let prefix = |dir: &Path| -> Option<Ggml> {
+        let include = dir.join("include");
+        let lib = ["lib", "lib64"].iter().map(|l| dir.join(l)).find(|l| l.join("libggml.so").exists())?;
+        include.join("ggml.h").is_file().then_some(Ggml { include, lib })
+    };
+    if let Some(p) = env("MITHRILC_GGML").filter(|p| !p.is_empty()) {
+        let dir = std::path::PathBuf::from(&p);
+        return prefix(&dir).ok_or_else(|| {
+            Error::new(ErrorKind::Toolchain, format!("MITHRILC_GGML={} holds no ggml (want include/ggml.h and lib/libggml.so or lib64/libggml.so)", dir.display()))
+        });
+    }
+    let venv = ggml_venv(&env);
+    // The wheel puts the prefix at site-packages/libggml, under lib/pythonX.Y/.
+    let in_venv = venv.as_ref().and_then(|v| std::fs::read_dir(v.join("lib")).ok()).into_iter().flatten().flatten().map(|e| e.path().join("site-packages/libggml"));
+    let mut found: Vec<std::path::PathBuf> = in_venv.collect();
+    found.sort();
+    found.iter().find_map(|d| prefix(d)).ok_or_else(|| {
+        let v = venv.map_or_else(|| "~/.cache/mithrilc/ggml".to_string(), |v| v.display().to_string());
+        Error::new(ErrorKind::Toolchain, format!("ggml not found (looked at $MITHRILC_GGML and {v})"))
+            .note(format!("install it: python3 -m venv {v} && {v}/bin/pip install {GGML_WHEEL} (or set MITHRILC_GGML to a prefix with include/ and lib/)"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +171,38 @@ mod tests {
         let missing = find_nvcc(env(&[]), Vec::new).unwrap_err();
         assert_eq!(missing.kind, ErrorKind::Toolchain);
         assert!(missing.to_string().contains(&format!("pip install {CUDA_WHEELS}")), "{missing}");
+    }
+
+    #[test]
+    fn ggml_is_looked_for_in_order_and_its_absence_says_how_to_install_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let make = |p: &Path, lib: &str| {
+            std::fs::create_dir_all(p.join("include")).unwrap();
+            std::fs::create_dir_all(p.join(lib)).unwrap();
+            std::fs::write(p.join("include/ggml.h"), "").unwrap();
+            std::fs::write(p.join(lib).join("libggml.so"), "").unwrap();
+        };
+        let (own, cache) = (dir.path().join("own"), dir.path().join("cache"));
+        make(&own, "lib");
+        let wheel = cache.join("mithrilc/ggml-0.20.2.post1/lib/python3.11/site-packages/libggml");
+        make(&wheel, "lib64");
+        let both = [("MITHRILC_GGML", own.as_path()), ("XDG_CACHE_HOME", cache.as_path())];
+        assert_eq!(find_ggml(env(&both)).unwrap(), Ggml { include: own.join("include"), lib: own.join("lib") });
+        assert_eq!(find_ggml(env(&both[1..])).unwrap(), Ggml { include: wheel.join("include"), lib: wheel.join("lib64") });
+        let bad = find_ggml(env(&[("MITHRILC_GGML", dir.path())])).unwrap_err();
+        assert_eq!(bad.kind, ErrorKind::Toolchain);
+        assert!(bad.to_string().contains("holds no ggml"), "{bad}");
+        let missing = find_ggml(env(&[("HOME", dir.path())])).unwrap_err();
+        assert_eq!(missing.kind, ErrorKind::Toolchain);
+        assert!(missing.to_string().contains(&format!("/bin/pip install {GGML_WHEEL}")), "{missing}");
+    }
+
+    /// `.ci/run` installs the ggml wheel this module names, where [`ggml_venv`] looks.
+    #[test]
+    fn ci_installs_the_pinned_ggml_wheel() {
+        let ci = include_str!("../.ci/run");
+        assert!(ci.contains(&format!("pip\" install -q {GGML_WHEEL}")), "{GGML_WHEEL}");
+        assert!(ci.contains("mithrilc/ggml-0.20.2.post1\""));
     }
 
     /// `.ci/run` installs the wheels this module names.

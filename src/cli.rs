@@ -490,6 +490,8 @@ pub struct CompileArgs {
     pub precision: Precision,
     /// `--mesh AXIS=N,...`: partition over a device mesh (the XLA target).
     pub mesh: Option<String>,
+    /// How the ggml target stores matrix-product weights.
+    pub quantize: crate::codegen::ggml::Quantize,
 }
 
 impl Default for CompileArgs {
@@ -509,6 +511,7 @@ impl Default for CompileArgs {
             force: false,
             precision: Precision::F32,
             mesh: None,
+            quantize: Default::default(),
         }
     }
 }
@@ -566,6 +569,9 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     if !mesh.is_empty() && !args.target.shards() {
         return Err(Error::usage(format!("--mesh partitions over several devices: the {} target runs on one (give --target xla)", args.target.name())));
     }
+    if args.quantize != crate::codegen::ggml::Quantize::F32 && args.target.name() != "ggml" {
+        return Err(Error::usage(format!("--quantize is for the ggml target; the {} target keeps its weights in f32", args.target.name())));
+    }
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
@@ -579,6 +585,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         print_after: args.model.print_after.clone(),
         precision: args.precision,
         mesh,
+        quantize: args.quantize,
     };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
     let build = args.emit == "build";

@@ -195,6 +195,10 @@ enum Command {
         /// --mesh data=4 or data=2,model=2; docs/xla.md says what is split)
         #[arg(long, value_name = "AXIS=N,...")]
         mesh: Option<String>,
+        /// How the ggml target stores the weights of matrix products in its GGUF file
+        /// (docs/ggml.md gives their errors)
+        #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
+        quantize: mithrilc::codegen::ggml::Quantize,
     },
 }
 
@@ -205,9 +209,9 @@ fn main() -> ExitCode {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
         Command::Run { model, grad, data, params, output, target, check, emulate, precision } => with_grad(model, &grad)
             .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max, precision, mesh } => {
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max, precision, mesh, quantize } => {
             with_grad(model, &grad).and_then(|model| {
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force, precision, mesh };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force, precision, mesh, quantize };
                 cli::compile(&args)
             })
         }

@@ -23,7 +23,8 @@ use mithrilc::error::ErrorKind;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, each_case, shared, Case};
+use cases::{cases, shared, Case};
+use common::each_case;
 
 /// `../shared`, when it and what emulation builds with (make, a C++ compiler) are
 /// present; otherwise says why the test is skipped.

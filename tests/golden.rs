@@ -7,6 +7,8 @@
 //! - `tests/out/cuda/.../`: `<name>.cu` and `<name>.h` as `compile --target cuda --emit
 //!   source` writes them (the demo and Makefile come from templates the C files show;
 //!   `tests/cuda_target.rs` builds everything with nvcc and runs it under emulation).
+//! - `tests/out/ggml/.../`: `<name>.c` and `<name>.h` as `compile --target ggml --emit
+//!   source` writes them (`tests/ggml_target.rs` builds and runs them against ggml).
 //! - `tests/out/metal/.../<program>.metal`: the loop kernels of the C target's programs
 //!   (`<program>_backward` with `--grad`), as `codegen::metal::render_kernels` writes
 //!   them; a program Metal refuses (it has no f64) keeps the refusal instead, as a file
@@ -26,7 +28,7 @@ use std::process::Command;
 
 use mithrilc::backend::Backend;
 use mithrilc::cli;
-use mithrilc::codegen::{c, cuda, metal, names::identifier};
+use mithrilc::codegen::{c, cuda, ggml, metal, names::identifier};
 use mithrilc::data;
 use mithrilc::lower::{parse::parse, print::print};
 use mithrilc::passes::autodiff::Wrt;
@@ -83,6 +85,18 @@ fn generate_c(case: &Case) -> Files {
 /// The CUDA model's own source and header.
 fn generate_cuda(case: &Case) -> Files {
     generate(case, &cuda::backend::CudaTarget, cuda::RUNTIME_FILES, |name| (name.ends_with(".cu") && !name.ends_with("_demo.cu")) || name.ends_with(".h"))
+}
+
+/// The ggml model's own source and header (the demo and Makefile are templates; the
+/// GGUF file holds data, and needs the parameters); a model the target refuses keeps
+/// the refusal instead, as `refused`, starting `refused: `.
+fn generate_ggml(case: &Case) -> Files {
+    generate(case, &ggml::backend::GgmlTarget, &[], |name| (name.ends_with(".c") && !name.ends_with("_demo.c")) || name.ends_with(".h"))
+        .or_else(|e| match e.split_once(": ").filter(|(_, why)| why.contains("the ggml target cannot compile")) {
+            // (without the model's path, which names this checkout)
+            Some((_, why)) => Ok([("refused".to_string(), format!("refused: {why}\n"))].into_iter().collect()),
+            None => Err(e),
+        })
 }
 
 /// A case's programs as `compile --target c` compiles them (lowered, the C target's
@@ -239,7 +253,7 @@ fn generated_code_matches_the_committed_files() {
     }
     let mut problems = Vec::new();
     for case in cases() {
-        for (target, got) in [("c", generate_c(&case)), ("cuda", generate_cuda(&case)), ("metal", generate_metal(&case))] {
+        for (target, got) in [("c", generate_c(&case)), ("cuda", generate_cuda(&case)), ("metal", generate_metal(&case)), ("ggml", generate_ggml(&case))] {
             let got = match got {
                 Ok(g) => g,
                 Err(e) => {

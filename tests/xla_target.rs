@@ -16,7 +16,8 @@ use mithrilc::ir::parse::parse;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, each_case, shared};
+use cases::{cases, shared};
+use common::each_case;
 
 /// `../shared`, when it and a Python with the pinned jax are present; otherwise says
 /// why the test is skipped.

@@ -8,6 +8,7 @@
 pub mod c;
 pub mod cstyle;
 pub mod cuda;
+pub mod ggml;
 pub mod graph;
 pub mod metal;
 pub mod names;

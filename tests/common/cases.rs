@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use mithrilc::cli;
 use mithrilc::data::{self, ArrayFile};
@@ -212,29 +211,4 @@ pub fn compare_scaled(label: &str, got: &[(String, Tensor)], want: &[(String, Te
         worst = worst.max(if scale > 0.0 { err / scale } else { err });
     }
     (failures, worst)
-}
-
-/// Runs `f` on every case, two at a time (the machines have two cores); returns the
-/// failures, sorted.
-pub fn each_case<T: Sync>(cases: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
-    let next = Mutex::new(0usize);
-    let failures = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let i = {
-                    let mut n = next.lock().unwrap();
-                    *n += 1;
-                    *n - 1
-                };
-                let Some(case) = cases.get(i) else { break };
-                if let Err(e) = f(case) {
-                    failures.lock().unwrap().push(e);
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    failures
 }

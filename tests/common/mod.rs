@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::process::Command;
+use std::sync::Mutex;
 
 /// Says why a test does not run here (a missing toolchain, or `../shared` absent) and
 /// lets it return. Under `MITHRILC_REQUIRE_TOOLS=1`, which `.ci/run` sets, the test
@@ -25,4 +26,29 @@ pub fn xorshift64(state: &mut u64) -> u64 {
     *state ^= *state >> 7;
     *state ^= *state << 17;
     *state
+}
+
+/// Runs `f` on every item, two at a time (the machines have two cores); returns the
+/// failures, sorted.
+pub fn each_case<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
+    let next = Mutex::new(0usize);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().unwrap();
+                    *n += 1;
+                    *n - 1
+                };
+                let Some(item) = items.get(i) else { break };
+                if let Err(e) = f(item) {
+                    failures.lock().unwrap().push(e);
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap();
+    failures.sort();
+    failures
 }

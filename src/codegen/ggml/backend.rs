@@ -1,0 +1,60 @@
+//! The ggml target as a [`Backend`]: checks each node with [`super::writer::lacks`],
+//! writes the C, the Makefile and the GGUF file ([`super::emit`]), builds them with make
+//! against the ggml [`crate::build::ggml`] finds, and runs the demo for `run --target ggml`.
+//!
+//! With `--grad` the backward graph autodiff appended is written the same way: its
+//! nodes are ordinary IR ops, so ggml computes the gradients forward, with no use of
+//! ggml's own backward pass.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry};
+use crate::cli::Graphs;
+use crate::codegen::c::backend::run_demo;
+use crate::codegen::names::identifier;
+use crate::error::Result;
+use crate::ir::{Graph, ValueId};
+use crate::tensor::Tensor;
+
+pub struct GgmlTarget;
+
+impl Backend for GgmlTarget {
+    fn name(&self) -> &'static str {
+        "ggml"
+    }
+
+    fn about(&self) -> &'static str {
+        "C that builds the model's ggml graph (CPU backend, weights in GGUF): a shared library, a header and a demo program"
+    }
+
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        super::writer::lacks(graph, v)
+    }
+
+    fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
+        let graph = graphs.main();
+        let options = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), quantize: opts.quantize };
+        let files = super::emit(graph, &options)?;
+        let ports = graph.inputs().filter_map(|v| graph.node(v).name.clone()).collect();
+        let entry = Entry { name: identifier(&graph.name), inputs: ports, outputs: graph.outputs.iter().map(|o| o.name.clone()).collect() };
+        let size: usize = files.iter().find(|(n, _)| n.ends_with(".gguf")).map_or(0, |(_, b)| b.len());
+        Ok(Emitted { files, entry, report: format!("gguf: {} bytes\n", crate::cli::group(size as u64)) })
+    }
+
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
+        let ggml = crate::build::ggml()?;
+        let mut cmd = std::process::Command::new("make");
+        cmd.current_dir(dir)
+            .arg("-s")
+            .arg(format!("CC={}", build.cc))
+            .arg(format!("CFLAGS={}", build.cflags))
+            .arg(format!("GGML_INCLUDE={}", ggml.include.display()))
+            .arg(format!("GGML_LIB={}", ggml.lib.display()));
+        crate::build::run_tool(cmd, "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
+    }
+
+    fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
+        run_demo(&dir.join(format!("{}_demo", entry.name)), dir, entry, feeds, &[])
+    }
+}

@@ -1,0 +1,464 @@
+//! The ggml target against a real ggml (the pinned `libggml-python` wheel that
+//! `.ci/run` installs, found by `mithrilc::build::ggml`):
+//! - every conformance case (forward) and every bench model at each batch is built
+//!   (C compiled with -Wall -Wextra -Werror against ggml), run by its demo, and compared
+//!   with the interpreter within 1e-4 absolute + 1e-4 relative (every case: none needs
+//!   an op the target refuses; `unsupported_ops_are_all_listed` checks the refusal);
+//! - the GGUF file mithrilc writes is read back with ggml's own `gguf_*` functions by a
+//!   small C program: names, types, shapes, metadata and values (dequantized by ggml
+//!   for the quantized types);
+//! - `--quantize f16|q8_0|q4_0` runs each bench model within a tolerance stated per type;
+//! - an unsupported model is refused with every node listed.
+//!
+//! Cases run two at a time (the machines have two cores).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use mithrilc::backend::{check_supported, Backend, EmitOptions};
+use mithrilc::cli::{self, BuildConfig};
+use mithrilc::codegen::ggml::backend::GgmlTarget;
+use mithrilc::codegen::ggml::Quantize;
+
+mod common;
+#[path = "common/cases.rs"]
+mod cases;
+#[path = "common/random_model.rs"]
+mod random_model;
+use cases::{cases, Case};
+use common::each_case as each;
+
+/// `../shared`, make, cc and ggml, or why the test is skipped.
+fn ggml_ready() -> Option<(PathBuf, mithrilc::build::Ggml)> {
+    let dir = cases::shared_with_build()?;
+    match mithrilc::build::ggml() {
+        Ok(g) => Some((dir, g)),
+        Err(e) => {
+            common::skip(&e.to_string().replace('\n', " "));
+            None
+        }
+    }
+}
+
+/// The case's forward graph alone (the conformance cases load with gradients).
+fn forward(case: &Case) -> cli::Graphs {
+    cli::Graphs { forward: case.graphs.forward.clone(), backward: None }
+}
+
+#[test]
+fn every_model_matches_the_interpreter() {
+    let Some((dir, _)) = ggml_ready() else { return };
+    let all = cases(&dir);
+    let worst = Mutex::new((0.0f64, String::new()));
+    let passed = Mutex::new(0usize);
+    let start = std::time::Instant::now();
+    let failures = each(&all, |case| {
+        let graphs = forward(case);
+        let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
+        let mut w = worst.lock().unwrap();
+        if err > w.0 {
+            *w = (err, case.label.clone());
+        }
+        if !bad.is_empty() {
+            return Err(bad.join("\n"));
+        }
+        *passed.lock().unwrap() += 1;
+        Ok(())
+    });
+    let (err, label) = worst.into_inner().unwrap();
+    println!(
+        "{} of {} models match the interpreter through ggml; worst abs error {err:.2e} ({label}); {:.0} s",
+        passed.into_inner().unwrap(),
+        all.len(),
+        start.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The cases whose backward graphs need what ggml cannot do, with the op the refusal
+/// must name: grouped convolutions' gradients transpose rank-5 tensors (beyond ggml's 4
+/// dimensions, other than by merging leading axes), and padded max pooling's pads with
+/// -inf.
+const GRADIENTS_LACKING: &[(&str, &str)] = &[("grouped_conv_pools (gradients)", "transpose")];
+
+/// With `--grad` the backward graph autodiff appends is ordinary ops, which the target
+/// writes like any others: every conformance case's gradients (of all its parameters)
+/// match the interpreter's within 1e-4 too, but for [`GRADIENTS_LACKING`], refused with
+/// the op named.
+#[test]
+fn gradients_match_the_interpreter() {
+    let Some((dir, _)) = ggml_ready() else { return };
+    let all: Vec<Case> = cases(&dir).into_iter().filter(|c| c.graphs.backward.is_some()).collect();
+    for (label, _) in GRADIENTS_LACKING {
+        assert!(all.iter().any(|c| c.label == *label), "{label} is no longer a case");
+    }
+    let worst = Mutex::new((0.0f64, String::new()));
+    let failures = each(&all, |case| {
+        if let Some((_, op)) = GRADIENTS_LACKING.iter().find(|(label, _)| *label == case.label) {
+            let e = check_supported(&GgmlTarget, case.graph()).err().ok_or_else(|| format!("{}: listed as lacking, but the ggml target accepts it", case.label))?;
+            let text = e.to_string();
+            let named = text.lines().any(|l| l.starts_with(&format!("  {op} ")));
+            return if named { Ok(()) } else { Err(format!("{}: the refusal does not name {op}:\n{text}", case.label)) };
+        }
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = cli::run_target(&GgmlTarget, &case.graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
+        let mut w = worst.lock().unwrap();
+        if err > w.0 {
+            *w = (err, case.label.clone());
+        }
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    let (err, label) = worst.into_inner().unwrap();
+    println!(
+        "{} of {} cases' gradients match through ggml ({} refused as listed); worst abs error {err:.2e} ({label})",
+        all.len() - failures.len() - GRADIENTS_LACKING.len(),
+        all.len(),
+        GRADIENTS_LACKING.len()
+    );
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The quantized weights of matrix products: each bench model within the tolerance of
+/// its type, relative to each output's largest magnitude. ggml's quantized products
+/// also quantize their activations (to q8_0 for q8_0 and q4_0 weights), so the errors
+/// are those of both roundings.
+#[test]
+fn quantized_weights_stay_within_their_tolerance() {
+    let Some((dir, _)) = ggml_ready() else { return };
+    let all = cases(&dir);
+    let bench = |c: &&Case| matches!(c.label.as_str(), "mlp b32" | "lenet b1" | "cnn b1" | "gpt_block b1");
+    let runs: Vec<(Quantize, f64, &Case)> =
+        [(Quantize::F16, 2e-3), (Quantize::Q8_0, 2e-2), (Quantize::Q4_0, 1.5e-1)].into_iter().flat_map(|(q, tol)| all.iter().filter(bench).map(move |c| (q, tol, c))).collect();
+    assert_eq!(runs.len(), 12, "every bench model in every type");
+    let worst = Mutex::new(Vec::new());
+    let failures = each(&runs, |&(quantize, tol, case)| {
+        let label = format!("{} at {quantize:?}", case.label);
+        let graphs = forward(case);
+        let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
+        let opts = EmitOptions { quantize, ..Default::default() };
+        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), opts).map_err(|e| format!("{label}: {e}"))?;
+        let (bad, err) = cases::compare_scaled(&label, &got, &want, tol);
+        worst.lock().unwrap().push((format!("{quantize:?}"), err, label));
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    for q in ["F16", "Q8_0", "Q4_0"] {
+        let w = worst.lock().unwrap();
+        for (_, err, label) in w.iter().filter(|(n, _, _)| n == q) {
+            println!("{label}: error {err:.2e} of the output's scale");
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A C program that prints a GGUF file as ggml's `gguf_*` functions read it: its
+/// metadata strings, then each tensor's name, type name, dimensions and values
+/// (dequantized by ggml's own type traits).
+const GGUF_READER: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include "ggml.h"
+#include "gguf.h"
+int main(int argc, char **argv) {
+    struct ggml_context *ctx = NULL;
+    struct gguf_init_params p = { false, &ctx };
+    struct gguf_context *g;
+    int64_t i, j;
+    if (argc != 2) { return 2; }
+    g = gguf_init_from_file(argv[1], p);
+    if (!g) { fprintf(stderr, "gguf_init_from_file failed\n"); return 1; }
+    printf("version %u alignment %zu\n", gguf_get_version(g), gguf_get_alignment(g));
+    for (i = 0; i < gguf_get_n_kv(g); ++i) {
+        if (gguf_get_kv_type(g, i) == GGUF_TYPE_STRING) { printf("kv %s = %s\n", gguf_get_key(g, i), gguf_get_val_str(g, i)); }
+        if (gguf_get_kv_type(g, i) == GGUF_TYPE_ARRAY) {
+            printf("kv %s = [", gguf_get_key(g, i));
+            for (j = 0; j < (int64_t)gguf_get_arr_n(g, i); ++j) { printf("%s%s", j ? "," : "", gguf_get_arr_str(g, i, j)); }
+            printf("]\n");
+        }
+    }
+    for (i = 0; i < gguf_get_n_tensors(g); ++i) {
+        const char *name = gguf_get_tensor_name(g, i);
+        struct ggml_tensor *t = ggml_get_tensor(ctx, name);
+        int64_t n = ggml_nelements(t);
+        float *v = (float *)malloc(sizeof(float) * (size_t)n);
+        if (t->type == GGML_TYPE_F32) { for (j = 0; j < n; ++j) { v[j] = ((float *)t->data)[j]; } }
+        else { ggml_get_type_traits(t->type)->to_float(t->data, v, n); }
+        printf("tensor %s %s %d %lld %lld %lld %lld", name, ggml_type_name(gguf_get_tensor_type(g, i)), ggml_n_dims(t), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
+        for (j = 0; j < n; ++j) { printf(" %.9g", v[j]); }
+        printf("\n");
+        free(v);
+    }
+    gguf_free(g);
+    ggml_free(ctx);
+    return 0;
+}
+"#;
+
+/// Builds [`GGUF_READER`] in `dir` against `ggml`.
+fn build_reader(dir: &Path, ggml: &mithrilc::build::Ggml) -> PathBuf {
+    std::fs::write(dir.join("reader.c"), GGUF_READER).unwrap();
+    let exe = dir.join("reader");
+    let lib = ggml.lib.display().to_string();
+    let cc = Command::new("cc")
+        .current_dir(dir)
+        .args(["-Wall", "-Wextra", "-Werror", "reader.c", "-o"])
+        .arg(&exe)
+        .arg(format!("-I{}", ggml.include.display()))
+        .args([format!("-L{lib}"), "-lggml".into(), "-lggml-base".into(), format!("-Wl,-rpath,{lib}")])
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    exe
+}
+
+#[test]
+fn ggml_reads_back_the_gguf_file() {
+    let Some((dir, ggml)) = ggml_ready() else { return };
+    let all = cases(&dir);
+    let case = all.iter().find(|c| c.label == "mlp b1").expect("the mlp bench model");
+    let tmp = tempfile::tempdir().unwrap();
+    let reader = build_reader(tmp.path(), &ggml);
+    let graph = &case.graphs.forward;
+    let weights: BTreeMap<String, mithrilc::tensor::Tensor> = graph.params().filter_map(|v| graph.node(v).name.clone()).map(|n| (n.clone(), case.feeds[&n].clone())).collect();
+    for (quantize, tol) in [(Quantize::F32, 0.0), (Quantize::F16, 1e-3), (Quantize::Q8_0, 1e-2), (Quantize::Q4_0, 1.5e-1)] {
+        let opts = EmitOptions { source: "mlp.json".into(), weights: Some(weights.clone()), quantize, ..Default::default() };
+        let emitted = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap();
+        let (name, bytes) = emitted.files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap();
+        let path = tmp.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = Command::new(&reader).arg(&path).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.starts_with("version 3 alignment 32\n"), "{text}");
+        assert!(text.contains("kv general.architecture = mithrilc\n"), "{text}");
+        assert!(text.contains(&format!("kv mithrilc.model = {}\n", emitted.entry.name)), "{text}");
+        assert!(text.contains("kv mithrilc.source = mlp.json\n"), "{text}");
+        let mut seen = 0;
+        for line in text.lines().filter_map(|l| l.strip_prefix("tensor ")) {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let Some((pname, t)) = weights.iter().find(|(n, _)| mithrilc::codegen::ggml::gguf_name(n) == fields[0]) else {
+                assert!(fields[0].starts_with("mithrilc.const."), "an unknown tensor {}", fields[0]);
+                continue;
+            };
+            seen += 1;
+            // ggml's dimensions are the reversed shape.
+            let n_dims: usize = fields[2].parse().unwrap();
+            let ne: Vec<u64> = fields[3..7].iter().map(|d| d.parse().unwrap()).collect();
+            let mut want = t.shape.clone();
+            want.reverse();
+            assert_eq!(&ne[..want.len()], &want[..], "{pname}");
+            assert!(ne[want.len()..].iter().all(|&d| d == 1), "{pname}");
+            assert_eq!(n_dims, want.len().max(1), "{pname}");
+            let quantized = fields[1] != "f32";
+            if quantized {
+                assert_eq!(fields[1], format!("{quantize:?}").to_lowercase(), "{pname}");
+                assert_eq!(t.shape.len(), 2, "only matrix-product weights are quantized ({pname})");
+            }
+            let values: Vec<f64> = fields[7..].iter().map(|v| v.parse().unwrap()).collect();
+            assert_eq!(values.len(), t.data.len(), "{pname}");
+            let scale = t.data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            for (got, want) in values.iter().zip(&t.data) {
+                let bound = if quantized { tol * scale } else { 0.0 };
+                // (%.9g prints an f32 exactly)
+                assert!(((*got as f32) as f64 - (*want as f32) as f64).abs() <= bound, "{pname} at {quantize:?}: ggml reads {got}, the model has {want}");
+            }
+        }
+        assert_eq!(seen, weights.len(), "every parameter is in the file");
+        if quantize != Quantize::F32 {
+            assert!(text.lines().any(|l| l.split(' ').nth(2) == Some(&format!("{quantize:?}").to_lowercase())), "{quantize:?}: some weight is quantized");
+        }
+    }
+}
+
+/// A model with ops ggml has no translation for is refused before anything is written,
+/// with every such node listed.
+#[test]
+fn unsupported_ops_are_all_listed() {
+    let g = mithrilc::ir::parse::parse(
+        "graph g {\n  %0 = input \"x\" : f32[3, 2]\n  %1 = input \"i\" : i64[2]\n  %2 = gather %0, %1 {axis = 1} : f32[3, 2]\n  %3 = reduce_prod %0 {axes = [0], keepdim = false} : f32[2]\n  %4 = argmax %0 {axis = 0, keepdim = false} : i64[2]\n  %5 = erf %0 : f32[3, 2]\n  output \"a\" = %2\n  output \"b\" = %3\n  output \"c\" = %4\n  output \"d\" = %5\n}\n",
+    )
+    .unwrap();
+    let e = check_supported(&GgmlTarget, &g).unwrap_err();
+    assert_eq!(e.kind, mithrilc::error::ErrorKind::User);
+    assert_eq!(
+        e.to_string(),
+        "the ggml target cannot compile 3 nodes of the model:
+  gather f32[3, 2] (%2): a gather along axis 1 (ggml_get_rows takes rows, axis 0)
+  reduce_prod f32[2] (%3): ggml has no product reduction
+  argmax i64[2] (%4): i64 values (the ggml target computes in f32, with booleans as 0 and 1)
+  note: ops it cannot compile here: gather, reduce_prod, argmax"
+    );
+}
+
+/// `examples/mlp` compiled for ggml into `out`: the arguments, and the example's data.
+fn compile_example_mlp(out: &Path) -> (cli::CompileArgs, mithrilc::data::ArrayFile) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(out.to_path_buf()),
+        target: &GgmlTarget,
+        ..Default::default()
+    };
+    cli::compile(&args).unwrap();
+    (args, mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap())
+}
+
+/// `docs/ggml.md`'s example of calling the library compiles warning-free against the
+/// header of the example MLP and runs on it; the output matches the interpreter's, and
+/// emitting the model twice gives the same bytes.
+#[test]
+fn the_documented_api_runs_and_output_is_deterministic() {
+    let Some(_) = ggml_ready() else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/ggml.md")).unwrap();
+    let start = doc.find("```c\n#include \"mlp.h\"").expect("docs/ggml.md has the calling example") + 5;
+    let code = &doc[start..start + doc[start..].find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp-ggml");
+    let (args, data) = compile_example_mlp(&out);
+    // The example with a main around it that fills the input from the example's data
+    // and prints the output.
+    let x: Vec<String> = data.arrays["input/input"].data.iter().map(|v| format!("{v:?}f")).collect();
+    let main = format!(
+        "#include <stdio.h>\n{}\nint main(void) {{\n{}\n    return 0;\n}}\n",
+        code.lines().next().unwrap(),
+        code.lines()
+            .skip(1)
+            .map(|l| if l.starts_with("float input") { format!("{l}\nstatic const float x[] = {{ {} }};\nfor (size_t i = 0; i < MLP_INPUT_0_SIZE; ++i) input[i] = x[i];", x.join(", ")) } else { l.to_string() })
+            .chain(["for (size_t i = 0; i < MLP_OUTPUT_0_SIZE; ++i) printf(\"%.9g\\n\", output[i]);".to_string()])
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace("mlp_free(model);\n", "")
+            + "\nmlp_free(model);"
+    );
+    std::fs::write(out.join("main.c"), main).unwrap();
+    let cc = Command::new("cc").current_dir(&out).args(["-std=c11", "-Wall", "-Wextra", "-Werror", "main.c", "-L.", "-lmlp", "-Wl,-rpath,$ORIGIN", "-o", "main"]).output().unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(out.join("main")).current_dir(&out).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let got: Vec<f64> = String::from_utf8(run.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let want = &data.arrays["output/output"].data;
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1e-5, "got {g}, the reference output {w}");
+    }
+    let again = dir.path().join("again");
+    cli::compile(&cli::CompileArgs { out: Some(again.clone()), emit: "source".into(), ..args }).unwrap();
+    for name in ["mlp.h", "mlp.c", "mlp_demo.c", "Makefile", "mlp.gguf"] {
+        assert!(std::fs::read(out.join(name)).unwrap() == std::fs::read(again.join(name)).unwrap(), "{name} differs between two compiles");
+    }
+}
+
+/// `run --target ggml` without a ggml is the toolchain's error (exit 3) with the install
+/// command, and `--quantize` on another target is a usage error (exit 2).
+#[test]
+fn missing_ggml_and_misplaced_quantize_are_clear_errors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mithrilc = env!("CARGO_BIN_EXE_mithrilc");
+    let model = root.join("examples/mlp/mlp.json");
+    let data = root.join("examples/mlp/data.npz");
+    let empty = tempfile::tempdir().unwrap();
+    let run = Command::new(mithrilc)
+        .args(["run", "--target", "ggml", "--data"])
+        .arg(&data)
+        .arg(&model)
+        .env_remove("MITHRILC_GGML")
+        .env("HOME", empty.path())
+        .env("XDG_CACHE_HOME", empty.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains(&format!("pip install {}", mithrilc::build::GGML_WHEEL)), "{stderr}");
+    let out = empty.path().join("out");
+    let compile = Command::new(mithrilc).args(["compile", "--target", "c", "--quantize", "q8_0", "--params"]).arg(&data).arg(&model).arg("-o").arg(&out).output().unwrap();
+    let stderr = String::from_utf8_lossy(&compile.stderr);
+    assert_eq!(compile.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--quantize is for the ggml target; the c target keeps its weights in f32"), "{stderr}");
+}
+
+/// Random small models (`tests/common/random_model.rs`: convolutions with strides,
+/// padding and dilation, pooling, linear layers, residuals, reshapes, at awkward
+/// sizes), forward, against the interpreter within 1e-4: the target compiles every one.
+#[test]
+fn random_models_match_the_interpreter() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let models: Vec<(u64, random_model::RandomModel)> = (1..=64).map(|seed| (seed, random_model::generate(seed, 6))).collect();
+    let failures = each(&models, |(seed, m)| {
+        let json = dir.path().join(format!("random_{seed}.json"));
+        std::fs::write(&json, &m.json).unwrap();
+        let shapes: Vec<(&str, &[u64])> = m.shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())).collect();
+        let case = cases::own_case(&json, &shapes, &format!("random model {seed} ({})", m.summary));
+        let graphs = forward(&case);
+        let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, _) = cases::compare(&case.label, &got, &want, 1e-4);
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    println!("{} of {} random models match through ggml", models.len() - failures.len(), models.len());
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The library checks the GGUF file it is given: another model's file, a file whose
+/// tensor has another shape, and a truncated file are each refused by `_init` with the
+/// reason (the demo exits with 4, which `run --target ggml` reports as the user's
+/// error); the right file gives the same outputs with 1 and 2 threads.
+#[test]
+fn the_loader_refuses_a_gguf_file_of_another_model() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp");
+    let (args, data) = compile_example_mlp(&out);
+    mithrilc::data::write_npy(&out.join("x.npy"), &data.arrays["input/input"]).unwrap();
+    let demo = |gguf: &Path, threads: &str| Command::new(out.join("mlp_demo")).current_dir(&out).arg("--gguf").arg(gguf).args(["--input", "input=x.npy", "--threads", threads]).output().unwrap();
+    let mut outputs = Vec::new();
+    for threads in ["1", "2"] {
+        let run = demo(&out.join("mlp.gguf"), threads);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        outputs.push(std::fs::read(out.join("output_0.npy")).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1], "1 and 2 threads differ");
+    // Another model's file (the same graph under the name `linear`), and the model's own
+    // with a parameter of another shape.
+    let gguf = std::fs::read(out.join("mlp.gguf")).unwrap();
+    let other = |name: &str, graph: &mithrilc::ir::Graph, weights: BTreeMap<String, mithrilc::tensor::Tensor>| {
+        let opts = EmitOptions { weights: Some(weights), ..Default::default() };
+        let files = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap().files;
+        let path = dir.path().join(name);
+        std::fs::write(&path, &files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap().1).unwrap();
+        path
+    };
+    let mlp_graph = cli::load_graphs(&args.model, &[&data]).unwrap().forward;
+    let weights: BTreeMap<String, mithrilc::tensor::Tensor> = mlp_graph.params().map(|v| mlp_graph.node(v).name.clone().unwrap()).map(|n| (n.clone(), data.arrays[&format!("param/{n}")].clone())).collect();
+    let wrong_shape = {
+        let mut w = weights.clone();
+        let b = w.get_mut("bias0").unwrap();
+        b.shape = vec![b.data.len() as u64 - 1];
+        b.data.pop();
+        let mut g = mlp_graph.clone();
+        let v = g.params().find(|&v| g.node(v).name.as_deref() == Some("bias0")).unwrap();
+        g.nodes[v.index()].ty.shape = mithrilc::ir::Shape::known(&b.shape);
+        other("short_bias.gguf", &g, w)
+    };
+    let mut renamed = mlp_graph.clone();
+    renamed.name = "linear".into();
+    let foreign = other("linear.gguf", &renamed, weights);
+    let truncated = dir.path().join("truncated.gguf");
+    std::fs::write(&truncated, &gguf[..gguf.len() / 2]).unwrap();
+    for (file, want) in [
+        (&foreign, "the GGUF file was not written by mithrilc for the model mlp"),
+        (&wrong_shape, "a tensor of the GGUF file has the wrong shape: bias0"),
+        (&truncated, "cannot read the GGUF file"),
+    ] {
+        let run = demo(file, "1");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(4), "{stderr}");
+        assert!(stderr.contains(want), "{}: {stderr}", file.display());
+    }
+}
