@@ -17,12 +17,16 @@ latency, measured side by side.
 
 The ggml target is timed in the same rounds: each case compiled with --target ggml with
 f32 weights and with --quantize q8_0, its demo run with 1 and 2 threads; the ggml
-columns give the faster of the two, and their ratios to the best ORT run.
+columns give both, and the faster one's ratio to the best ORT run. So is the XLA
+target: each case compiled with --target xla and run by its runner (run_hlo.py, under
+JAX_PYTHON, a Python with jax) through PJRT's CPU client, which uses every core; the
+XLA column gives its median and ratio to the best ORT run.
 
 Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER]
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -51,7 +55,12 @@ def main():
                                 "--params", f"{bench}/{name}.safetensors", "--quantize", quantize, "-o", out, "--force"],
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((f"ggml {quantize}", name, batch, info, out))
-    ours, base, ort, ggml = {}, {}, {}, {}
+            out = f"{work}/{name}_b{batch}_xla"
+            subprocess.run([mithrilc, "compile", f"{bench}/{name}.json", "--target", "xla", "--shape", f"input={shape}",
+                            "--params", f"{bench}/{name}.safetensors", "-o", out, "--force"],
+                           check=True, stdout=subprocess.DEVNULL)
+            cases.append(("xla", name, batch, info, out))
+    ours, base, ort, ggml, xla = {}, {}, {}, {}, {}
 
     def keep(table, key, us):
         table[key] = min(us, table.get(key, us))
@@ -59,12 +68,17 @@ def main():
     for _ in range(rounds):
         for build, name, batch, info, out in cases:
             runs = repeat if info["flops"] < 5e9 else str(max(5, int(repeat) // 10))
+            if build == "xla":
+                run = subprocess.run([os.environ["JAX_PYTHON"], f"{out}/run_hlo.py", "--input", f"input={bench}/{info['input']}",
+                                      "--out", f"{out}/outputs", "--repeat", runs], check=True, capture_output=True, text=True).stdout
+                keep(xla, (name, batch), float(re.search(r"median ([0-9.]+) us", run).group(1)))
+                continue
             for threads in (1, 2):
                 demo = subprocess.run([f"{out}/{name}_demo", "--input", f"input={bench}/{info['input']}", "--repeat", runs,
                                        "--threads", str(threads)], check=True, capture_output=True, text=True, cwd=out).stdout
                 us = float(re.search(r"median ([0-9.]+) us", demo).group(1))
                 if build.startswith("ggml"):
-                    keep(ggml, (build, name, batch), us)
+                    keep(ggml, (build, name, batch, threads), us)
                 else:
                     keep(ours if build == "new" else base, (name, batch, threads), us)
         peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat],
@@ -73,7 +87,7 @@ def main():
             _, name, batch, threads, us = line.split()
             keep(ort, (name, batch, int(threads)), float(us))
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
-    extra += f" {'ggml f32':>10} {'ratio':>6} {'ggml q8_0':>10} {'ratio':>6}"
+    extra += f" {'ggml f32 1t/2t':>17} {'ratio':>6} {'ggml q8_0 1t/2t':>17} {'ratio':>6} {'XLA':>10} {'ratio':>6}"
     print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}{extra}")
     for (name, batch, threads), us in ours.items():
         if threads != 1:
@@ -86,13 +100,16 @@ def main():
             b1, b2 = base[(name, batch, 1)], base[(name, batch, 2)]
             row += f" {b1:>8.1f}us {b2:>8.1f}us {min(us, m2) / min(b1, b2):>8.2f}"
         for quantize in ("f32", "q8_0"):
-            g = ggml[(f"ggml {quantize}", name, batch)]
-            row += f" {g:>8.1f}us {g / min(o1, o2):>6.2f}"
+            g1, g2 = (ggml[(f"ggml {quantize}", name, batch, t)] for t in (1, 2))
+            row += f" {f'{g1:.1f}/{g2:.1f}us':>17} {min(g1, g2) / min(o1, o2):>6.2f}"
+        x = xla[(name, batch)]
+        row += f" {x:>8.1f}us {x / min(o1, o2):>6.2f}"
         print(row)
     print(f"ratio = the faster mithrilc run / the faster ORT run; median latency of one call, the best of {rounds} rounds in this run.")
     if baseline:
         print(f"vs base = the faster run of this build / the faster run of {baseline}, same rounds.")
-    print("ggml f32 / q8_0: --target ggml with f32 weights / --quantize q8_0, the faster of 1 and 2 threads; ratio to the faster ORT run.")
+    print("ggml f32 / q8_0: --target ggml with f32 weights / --quantize q8_0, 1 and 2 threads; ratio = the faster / the faster ORT run.")
+    print("XLA: --target xla through PJRT's CPU client (every core), one call with the inputs already on the device; ratio to the faster ORT run.")
     print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The C target's benchmark against ONNX Runtime (not a test: it prints latencies and
-# ratios). Installs the peer (onnxruntime, onnx, numpy, safetensors from PyPI, pinned)
-# into target/bench-venv once, builds mithrilc, then runs benches/bench.py.
+# The CPU targets' benchmark against ONNX Runtime (not a test: it prints latencies and
+# ratios): C, ggml (f32 and q8_0) and XLA. Installs the peer (onnxruntime, onnx, numpy,
+# safetensors from PyPI, pinned) into target/bench-venv once, and the ggml and XLA
+# targets' toolchains as .ci/run does where they are missing, builds mithrilc, then
+# runs benches/bench.py.
 #   bash benches/run.sh [--repeat N] [--rounds R] [--baseline OTHER_MITHRILC]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +12,19 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import onnxruntime, o
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q onnxruntime==1.32.0 onnx==1.23.2 numpy==2.4.6 safetensors==0.8.0
 fi
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/mithrilc"
+if [ -z "${MITHRILC_GGML:-}" ] && ! ls "$cache"/ggml-0.20.2.post1/lib/python3*/site-packages/libggml/include/ggml.h >/dev/null 2>&1; then
+  python3 -m venv "$cache/ggml-0.20.2.post1"
+  "$cache/ggml-0.20.2.post1/bin/pip" install -q libggml-python==0.20.2.post1
+fi
+if [ -z "${MITHRILC_PYTHON:-}" ]; then
+  if ! "$cache/jax-0.10.2/bin/python" -c 'import jax, jaxlib' 2>/dev/null; then
+    python3 -m venv "$cache/jax-0.10.2"
+    "$cache/jax-0.10.2/bin/pip" install -q jax==0.10.2 jaxlib==0.10.2
+  fi
+  MITHRILC_PYTHON="$cache/jax-0.10.2/bin/python"
+fi
+export JAX_PYTHON="$MITHRILC_PYTHON"
 cargo build --release -q
 mkdir -p target/bench
 "$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" "$@"

@@ -131,6 +131,22 @@ class Module:
             options.device_assignment = xla_client.DeviceAssignment.create(np.arange(len(devices)).reshape(1, len(devices)))
         self.executable = backend.compile_and_load(mlir, xla_client.DeviceList(tuple(devices)), options)
 
+    def time(self, jax, values, repeat):
+        """The median latency in microseconds of `repeat` calls on `values` placed on
+        the device once (10 calls first to warm up), each call waited for."""
+        import statistics
+        import time
+
+        buffers = [jax.device_put(v, self.devices[0]) for v in values]
+        times = []
+        for i in range(10 + repeat):
+            start = time.perf_counter()
+            for o in self.executable.execute(buffers):
+                o.block_until_ready()
+            if i >= 10:
+                times.append((time.perf_counter() - start) * 1e6)
+        return statistics.median(times)
+
     def compiled_text(self):
         return "\n".join(m.to_string() for m in self.executable.hlo_modules())
 
@@ -180,6 +196,7 @@ def main():
     parser.add_argument("--steps", type=int, default=1, help="train_step: how many steps (default 1)")
     parser.add_argument("--check", action="store_true", help="only parse and compile every module")
     parser.add_argument("--print-compiled", action="store_true", help="print the HLO XLA compiled")
+    parser.add_argument("--repeat", type=int, default=0, help="also time N calls (after 10 warm-up calls) and print the median latency")
     args = parser.parse_args()
 
     with open(os.path.join(HERE, "manifest.json")) as f:
@@ -230,6 +247,10 @@ def main():
     if args.print_compiled:
         print(module.compiled_text())
     outputs = module.run(jax, values)
+    if args.repeat > 0:
+        if mesh:
+            fail(2, "--repeat times one device; this artifact is sharded over a mesh")
+        print(f"median {module.time(jax, values, args.repeat):.1f} us over {args.repeat} calls")
     losses = []
     for _ in range(1, args.steps if training else 1):
         # The step's outputs (after the loss) are the next step's weights and velocities.
