@@ -181,6 +181,13 @@ def feeds(spec, arrays):
         a = np.asarray(arrays[p["name"]])
         if list(a.shape) != p["shape"]:
             fail(EXIT_REJECTED, f"{kind} `{p['name']}` is {p['dtype']}{p['shape']} but was given an array of shape {list(a.shape)}")
+        if "rows" in p and a.size:
+            # XLA clamps an index out of range; the model's semantics refuse it.
+            n = p["rows"]
+            bad = (a < -n) | (a >= n)
+            if bad.any():
+                at = tuple(int(i) for i in np.argwhere(bad)[0])
+                fail(EXIT_REJECTED, f"index {a[at]} at {list(at)} of input `{p['name']}` is out of range for {n} rows (valid: -{n} to {n - 1})")
         values.append(a.astype(numpy_dtype(p["dtype"])))
     return values
 

@@ -20,6 +20,25 @@ pub trait GraphWriter {
     fn outputs(&mut self, graph: &Graph) -> Result<()>;
 }
 
+/// For each model input that a gather reads as its indices, the fewest and the most
+/// rows the gathers it feeds index. A graph target whose library does not check
+/// indices (XLA clamps them, ggml aborts) checks these inputs against `[-rows, rows)`
+/// before computing, as the interpreter and the C target refuse an index out of range.
+pub fn gather_index_rows(graph: &Graph) -> std::collections::BTreeMap<ValueId, (u64, u64)> {
+    let mut rows = std::collections::BTreeMap::new();
+    for v in graph.ids() {
+        let node = graph.node(v);
+        let crate::ir::Op::Gather { axis } = node.op else { continue };
+        if !matches!(graph.node(node.args[1]).op, crate::ir::Op::Input) {
+            continue;
+        }
+        let Some(crate::ir::Dim::Known(n)) = graph.ty(node.args[0]).shape.dims().get(axis).cloned() else { continue };
+        let r = rows.entry(node.args[1]).or_insert((n, n));
+        *r = (r.0.min(n), r.1.max(n));
+    }
+    rows
+}
+
 /// Writes every node of `graph` in definition order (arguments first), then its
 /// outputs.
 pub fn write_graph(graph: &Graph, writer: &mut impl GraphWriter) -> Result<()> {

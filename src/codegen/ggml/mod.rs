@@ -119,6 +119,12 @@ struct Port {
     rank: usize,
     shape4: String,
     size: u64,
+    /// For a gather's indices, the rows they index (0: not indices): `_forward` checks
+    /// them against `[-rows, rows)`, since ggml_get_rows aborts on one out of range.
+    rows: u64,
+    /// Whether `_forward` counts negative indices from the end in a staging copy (they
+    /// are only indices, of one table size); otherwise it refuses them.
+    wrap: bool,
 }
 
 #[derive(Serialize)]
@@ -190,6 +196,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         ("mithrilc.quantize".to_string(), gguf::Value::Str(format!("{:?}", opts.quantize).to_lowercase())),
     ];
 
+    let index_rows = crate::codegen::graph::gather_index_rows(graph);
     let port = |v: ValueId, label: &str| -> Port {
         let ty = graph.ty(v);
         let shape = ty.shape.as_known().unwrap_or_default();
@@ -208,6 +215,8 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
             rank: shape.len(),
             shape4: s4.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
             size: shape.iter().product(),
+            rows: index_rows.get(&v).map_or(0, |r| r.0),
+            wrap: index_rows.get(&v).is_some_and(|r| r.0 == r.1) && writer::indices_only(graph, v),
         }
     };
     let inputs: Vec<Port> = graph.inputs().map(|v| port(v, graph.node(v).name.as_deref().unwrap_or_default())).collect();
@@ -222,6 +231,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     ctx.insert("NAME", &name.to_uppercase());
     ctx.insert("version", env!("CARGO_PKG_VERSION"));
     ctx.insert("source", &comment_safe(&opts.source));
+    ctx.insert("checks_indices", &inputs.iter().any(|p| p.rows > 0));
     ctx.insert("inputs", &inputs);
     ctx.insert("outputs", &outputs);
     ctx.insert("stored", &stored);

@@ -129,13 +129,20 @@ pub fn emit(graphs: &Graphs, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     if let Some(b) = &graphs.backward {
         parts.push(("backward", b, format!("{name}_backward.hlo")));
     }
-    // Each parameter's name, type and, partitioned, the mesh axis splitting each
+    // Each parameter's name, type, the rows it indexes if it is a gather's indices
+    // and, partitioned, the mesh axis splitting each
     // dimension (null: none), for the runner.
-    let params = |m: &Module| -> Vec<serde_json::Value> {
+    let params = |m: &Module, graph: &Graph| -> Vec<serde_json::Value> {
+        // XLA clamps an index out of range: the runner checks these inputs.
+        let rows: BTreeMap<String, u64> =
+            crate::codegen::graph::gather_index_rows(graph).into_iter().filter_map(|(v, (n, _))| Some((graph.node(v).name.clone()?, n))).collect();
         m.parameters
             .iter()
             .map(|p| {
                 let mut j = json!({"name": p.name, "weight": p.weight, "dtype": element_type(p.dtype), "shape": p.shape});
+                if let Some(n) = rows.get(&p.name) {
+                    j["rows"] = json!(n);
+                }
                 if !opts.mesh.is_empty() {
                     let spec = m.specs.get(&p.name).cloned().unwrap_or_else(|| vec![None; p.shape.len()]);
                     j["split"] = json!(spec.iter().map(|a| a.map(|a| opts.mesh[a].0.clone())).collect::<Vec<_>>());
@@ -150,11 +157,11 @@ pub fn emit(graphs: &Graphs, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
             "backward" => train_module(graph, &format!("{name}_train_step"), opts)?,
             _ => None,
         };
-        modules.insert(role.to_string(), json!({"hlo": file, "parameters": params(&m), "outputs": m.outputs}));
+        modules.insert(role.to_string(), json!({"hlo": file, "parameters": params(&m, graph), "outputs": m.outputs}));
         files.push((file, m.text.into_bytes()));
         if let Some(t) = train {
             let file = format!("{name}_train_step.hlo");
-            modules.insert("train_step".to_string(), json!({"hlo": file, "parameters": params(&t), "outputs": t.outputs}));
+            modules.insert("train_step".to_string(), json!({"hlo": file, "parameters": params(&t, graph), "outputs": t.outputs}));
             files.push((file, t.text.into_bytes()));
         }
     }
