@@ -23,7 +23,7 @@ use mithrilc::error::ErrorKind;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, shared, Case};
+use cases::{cases, matches_interpreter, shared, Case, Worst};
 use common::each_case;
 
 /// `../shared`, when it and what emulation builds with (make, a C++ compiler) are
@@ -50,19 +50,10 @@ fn make_emulate(out: &Path) -> Result<(), String> {
 fn every_model_matches_the_interpreter_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
     let all = cases(&dir);
-    let worst = Mutex::new((0.0f64, String::new()));
+    let worst = Worst::default();
     let build = BuildConfig { emulate: true, ..Default::default() };
-    let failures = each_case(&all, |case| {
-        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-        let got = cli::run_target(&CudaTarget, &case.graphs, &case.feeds, &case.source, &build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
-        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
-        let mut w = worst.lock().unwrap();
-        if err > w.0 {
-            *w = (err, case.label.clone());
-        }
-        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
-    });
-    let (err, label) = worst.into_inner().unwrap();
+    let failures = each_case(&all, |case| matches_interpreter(&CudaTarget, case, &case.graphs, &build, &worst));
+    let (err, label) = worst.get();
     println!("{} models run under CUDA emulation; worst abs error {err:.2e} ({label})", all.len() - failures.len());
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }

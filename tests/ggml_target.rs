@@ -27,7 +27,7 @@ mod common;
 mod cases;
 #[path = "common/random_model.rs"]
 mod random_model;
-use cases::{cases, Case};
+use cases::{cases, matches_interpreter, Case, Worst};
 use common::each_case as each;
 
 /// `../shared`, make, cc and ggml, or why the test is skipped.
@@ -51,28 +51,13 @@ fn forward(case: &Case) -> cli::Graphs {
 fn every_model_matches_the_interpreter() {
     let Some((dir, _)) = ggml_ready() else { return };
     let all = cases(&dir);
-    let worst = Mutex::new((0.0f64, String::new()));
-    let passed = Mutex::new(0usize);
+    let worst = Worst::default();
     let start = std::time::Instant::now();
-    let failures = each(&all, |case| {
-        let graphs = forward(case);
-        let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
-        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
-        let mut w = worst.lock().unwrap();
-        if err > w.0 {
-            *w = (err, case.label.clone());
-        }
-        if !bad.is_empty() {
-            return Err(bad.join("\n"));
-        }
-        *passed.lock().unwrap() += 1;
-        Ok(())
-    });
-    let (err, label) = worst.into_inner().unwrap();
+    let failures = each(&all, |case| matches_interpreter(&GgmlTarget, case, &forward(case), &BuildConfig::default(), &worst));
+    let (err, label) = worst.get();
     println!(
         "{} of {} models match the interpreter through ggml; worst abs error {err:.2e} ({label}); {:.0} s",
-        passed.into_inner().unwrap(),
+        all.len() - failures.len(),
         all.len(),
         start.elapsed().as_secs_f64()
     );
@@ -96,7 +81,7 @@ fn gradients_match_the_interpreter() {
     for (label, _) in GRADIENTS_LACKING {
         assert!(all.iter().any(|c| c.label == *label), "{label} is no longer a case");
     }
-    let worst = Mutex::new((0.0f64, String::new()));
+    let worst = Worst::default();
     let failures = each(&all, |case| {
         if let Some((_, op)) = GRADIENTS_LACKING.iter().find(|(label, _)| *label == case.label) {
             let e = check_supported(&GgmlTarget, case.graph()).err().ok_or_else(|| format!("{}: listed as lacking, but the ggml target accepts it", case.label))?;
@@ -104,16 +89,9 @@ fn gradients_match_the_interpreter() {
             let named = text.lines().any(|l| l.starts_with(&format!("  {op} ")));
             return if named { Ok(()) } else { Err(format!("{}: the refusal does not name {op}:\n{text}", case.label)) };
         }
-        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-        let got = cli::run_target(&GgmlTarget, &case.graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
-        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
-        let mut w = worst.lock().unwrap();
-        if err > w.0 {
-            *w = (err, case.label.clone());
-        }
-        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+        matches_interpreter(&GgmlTarget, case, &case.graphs, &BuildConfig::default(), &worst)
     });
-    let (err, label) = worst.into_inner().unwrap();
+    let (err, label) = worst.get();
     println!(
         "{} of {} cases' gradients match through ggml ({} refused as listed); worst abs error {err:.2e} ({label})",
         all.len() - failures.len() - GRADIENTS_LACKING.len(),

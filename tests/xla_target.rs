@@ -16,7 +16,7 @@ use mithrilc::ir::parse::parse;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, shared};
+use cases::{cases, matches_interpreter, shared, Worst};
 use common::each_case;
 
 /// `../shared`, when it and a Python with the pinned jax are present; otherwise says
@@ -38,19 +38,10 @@ fn every_model_matches_the_interpreter_through_pjrt() {
     let Some(dir) = ready() else { return };
     let started = std::time::Instant::now();
     let all = cases(&dir);
-    let worst = Mutex::new((0.0f64, String::new()));
+    let worst = Worst::default();
     let build = BuildConfig::default();
-    let failures = each_case(&all, |case| {
-        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-        let got = cli::run_target(&XlaTarget, &case.graphs, &case.feeds, &case.source, &build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
-        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
-        let mut w = worst.lock().unwrap();
-        if err > w.0 {
-            *w = (err, case.label.clone());
-        }
-        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
-    });
-    let (err, label) = worst.into_inner().unwrap();
+    let failures = each_case(&all, |case| matches_interpreter(&XlaTarget, case, &case.graphs, &build, &worst));
+    let (err, label) = worst.get();
     println!(
         "{} of {} models run through PJRT match the interpreter; worst abs error {err:.2e} ({label}); {:.0} s",
         all.len() - failures.len(),

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use mithrilc::cli;
 use mithrilc::data::{self, ArrayFile};
@@ -211,4 +212,31 @@ pub fn compare_scaled(label: &str, got: &[(String, Tensor)], want: &[(String, Te
         worst = worst.max(if scale > 0.0 { err / scale } else { err });
     }
     (failures, worst)
+}
+
+/// The largest error any case has shown so far, and which case (cases run in threads).
+#[derive(Default)]
+pub struct Worst(Mutex<(f64, String)>);
+
+impl Worst {
+    pub fn note(&self, err: f64, label: &str) {
+        let mut w = self.0.lock().unwrap();
+        if err > w.0 {
+            *w = (err, label.to_string());
+        }
+    }
+    pub fn get(self) -> (f64, String) {
+        self.0.into_inner().unwrap()
+    }
+}
+
+/// Runs `graphs` (what `case` compiles, or a part of it) through `target` built with
+/// `build` and compares every output with the interpreter's within 1e-4, noting the
+/// largest error in `worst`.
+pub fn matches_interpreter(target: &dyn mithrilc::backend::Backend, case: &Case, graphs: &cli::Graphs, build: &cli::BuildConfig, worst: &Worst) -> Result<(), String> {
+    let want = mithrilc::interp::run(graphs.main(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+    let got = cli::run_target(target, graphs, &case.feeds, &case.source, build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+    let (bad, err) = compare(&case.label, &got, &want, 1e-4);
+    worst.note(err, &case.label);
+    if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
 }
