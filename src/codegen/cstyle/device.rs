@@ -9,12 +9,14 @@
 
 use std::fmt::Write as _;
 
-use super::kernel::{buffers_of, extents, loop_kernel, product};
+use super::kernel::{buffers_of, extents, loop_kernel, product, GatherCheck};
 use super::{pad, Dialect, Param, ParamKind, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
-use crate::lower::{kernel_writes, Kernel, Program};
+use crate::codegen::c::library::Window2d;
+use crate::ir::PoolKind;
+use crate::lower::{kernel_writes, BufId, Expr, Kernel, Program, Storage, View};
 
 /// The loop kernels of `p` in dialect `d`, named `<program>_k<step>`. A kernel that
 /// uses an element type `d` lacks is refused: one error lists every such kernel.
@@ -86,6 +88,245 @@ pub fn device_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, fname: &str, k: usize
     loop_kernel(r, &step.kernel, &extents(step, |i| dims[i].clone()), &mut s)?;
     s.push_str("}\n");
     Ok(s)
+}
+
+/// What a device dialect spells beyond the kernels' bodies: how a kernel spreads a loop
+/// over its grid, and how the functors it hands library kernels are declared.
+pub trait Device: Dialect {
+    /// The header (without its opening brace) of a loop of `gid` over `[0, count)`
+    /// spread over the grid's threads.
+    fn grid_loop(&self, count: &str) -> String;
+    /// What qualifies a functor's member function (`__device__ ` in CUDA).
+    fn member(&self) -> &'static str;
+    /// A pointer to elements of `d` (read-only when `konst`), as a field's type.
+    fn pointer(&self, d: Dtype, konst: bool) -> String;
+}
+
+/// A library kernel's epilogue (or an attention's score) as a functor type, with the
+/// values its fields are initialised from.
+pub struct Functor {
+    pub ty: String,
+    /// `None` for the library's own functor, which has no fields.
+    pub values: Option<Vec<String>>,
+}
+
+impl Functor {
+    /// The declaration of the functor `ep` (`indent` before it).
+    pub fn declare(&self, indent: &str) -> String {
+        match &self.values {
+            None => format!("{indent}const {} ep;\n", self.ty),
+            Some(values) => format!("{indent}const {} ep = {{{}}};\n", self.ty, values.join(", ")),
+        }
+    }
+}
+
+/// Kernel `k`'s epilogue as a functor `<name>_e<k>` (written to `s`): the buffers its
+/// expression reads and the run-time dimensions as fields, and an operator the
+/// library's kernel calls with (batch, row, column) after storing that element, which
+/// rewrites it; for an attention, its score as a functor `<name>_s<k>` whose operator
+/// takes the product at (batch, row, column) and returns the score. Without an
+/// epilogue, the library's `mr_no_epilogue` or `mr_no_score`; `None` for a kernel that
+/// takes no epilogue. `skip` leaves buffers out of the fields (ones the functor can
+/// name directly).
+pub fn epilogue_functor<D: Device>(r: &Renderer<D>, name: &str, k: usize, step: &crate::lower::Step, ext: &[String], skip: &dyn Fn(BufId) -> bool, s: &mut String) -> Result<Option<Functor>> {
+    // The view the expression's index space is that of, what the functor does with the
+    // value, and its name.
+    enum Form {
+        Gemm,
+        Conv,
+        Score,
+    }
+    let none = |ty: &str| Ok(Some(Functor { ty: ty.to_string(), values: None }));
+    let (out, expr, form) = match &step.kernel {
+        Kernel::Gemm { c, epilogue: Some(e), .. } => (c, e, Form::Gemm),
+        Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, Form::Conv),
+        Kernel::Attention { scores, score: Some(e), .. } => (scores, e, Form::Score),
+        Kernel::Gemm { .. } | Kernel::Conv { .. } => return none("mr_no_epilogue"),
+        Kernel::Attention { .. } => return none("mr_no_score"),
+        _ => return Ok(None),
+    };
+    let (p, d) = (r.p, r.d);
+    let mut bufs = Vec::new();
+    crate::lower::expr_bufs(expr, &mut bufs);
+    bufs.push(out.buf);
+    bufs.sort();
+    bufs.dedup();
+    // The scores have no memory: the functor is given the product instead.
+    bufs.retain(|b| p.buffers[b.0].storage != Storage::Local && !skip(*b));
+    let dims = dim_params(p);
+    let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
+    used.sort_unstable();
+    used.dedup();
+    let mut fields = Vec::new();
+    let mut values = Vec::new();
+    for b in &bufs {
+        fields.push(format!("    {}{};", d.pointer(p.buffers[b.0].dtype, *b != out.buf), r.names[b.0]));
+        values.push(r.names[b.0].clone());
+    }
+    for &u in &used {
+        fields.push(format!("    {} {};", d.ty(Dtype::I64), dims[u]));
+        values.push(dims[u].clone());
+    }
+    let rank = out.shape.len();
+    let t = p.buffers[out.buf.0].dtype;
+    let (idx, member) = (d.ty(Dtype::I64), d.member());
+    let functor = match form {
+        Form::Score => format!("{name}_s{k}"),
+        Form::Gemm | Form::Conv => format!("{name}_e{k}"),
+    };
+    let what = if let Form::Score = form { "score" } else { "epilogue" };
+    let _ = writeln!(s, "\n/* the {what} of kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
+    let _ = writeln!(s, "struct {functor} {{");
+    for f in &fields {
+        let _ = writeln!(s, "{f}");
+    }
+    let (i, j) = (rank.wrapping_sub(2), rank.wrapping_sub(1));
+    match form {
+        Form::Conv => {
+            // (image, output channel, flattened output position)
+            let _ = writeln!(s, "    {member}void operator()({idx} i0, {idx} i1, {idx} pos) const\n    {{");
+            match rank {
+                4 => {
+                    let ow = out.shape[3];
+                    let _ = writeln!(s, "        const {idx} i2 = pos / {ow};\n        const {idx} i3 = pos % {ow};");
+                }
+                3 => {
+                    let _ = writeln!(s, "        const {idx} i2 = pos;");
+                }
+                _ => return Err(Error::internal(format!("a convolution's output of rank {rank}"))),
+            }
+        }
+        Form::Gemm | Form::Score => {
+            // (flattened batch index at the run-time sizes, row, column[, the product])
+            let value = if let Form::Score = form { format!(", {} s", d.ty(t)) } else { String::new() };
+            let ret = if let Form::Score = form { d.ty(t) } else { "void" };
+            let _ = writeln!(s, "    {member}{ret} operator()({idx} nb, {idx} i{i}, {idx} i{j}{value}) const\n    {{");
+            for v in 0..rank - 2 {
+                let _ = writeln!(s, "        const {idx} i{v} = nb / {} % {};", product(&ext[v + 1..rank - 2]), ext[v]);
+            }
+            if rank == 2 {
+                s.push_str("        (void)nb;\n");
+            }
+        }
+    }
+    for v in 0..rank {
+        let _ = writeln!(s, "        (void)i{v};");
+    }
+    let value = Expr::Cast(Box::new(expr.clone()), t);
+    if let Form::Score = form {
+        let spell = |v: &View, _: &[usize]| (v.buf == out.buf).then(|| "s".to_string());
+        let scored = Renderer { loads: Some(&spell), ..*r };
+        let _ = writeln!(s, "        return {};\n    }}\n}};", scored.expr(&value));
+    } else {
+        let target = Expr::Load { view: out.clone(), vars: (0..rank).collect() };
+        let _ = writeln!(s, "{}{} = {};\n    }}\n}};", pad(2), r.expr(&target), r.expr(&value));
+    }
+    Ok(Some(Functor { ty: functor, values: Some(values) }))
+}
+
+/// A library kernel's operands, as the runtimes' functions take them (`mr_cuda_sgemm`,
+/// Metal's `mr_sgemm`, ...), before the batch and the epilogue; `ext` are the extents of
+/// its domain. The matrix products' batch dimensions follow as a [`batch_decl`] over
+/// [`Operands::batched`].
+pub struct Operands<'a> {
+    pub args: String,
+    /// For a matrix product: its batch extents and the views strided along them.
+    pub batched: Option<(&'a [String], Vec<&'a View>)>,
+}
+
+/// [`Operands`] of library kernel `k`; `base` spells a view's first element.
+pub fn library_operands<'a, D: Dialect + ?Sized>(r: &Renderer<D>, k: &'a Kernel, ext: &'a [String]) -> Result<Operands<'a>> {
+    let base = |v: &View| if v.offset == 0 { r.names[v.buf.0].clone() } else { format!("{} + {}", r.names[v.buf.0], v.offset) };
+    let plain = |args: String| Ok(Operands { args, batched: None });
+    match k {
+        Kernel::Gemm { a, b, c, .. } => {
+            let rank = c.shape.len();
+            let (m, n, kk) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
+            let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
+            Ok(Operands { args: format!("{m}, {n}, {kk}, {}, {}, {}", operand(a), operand(b), operand(c)), batched: Some((&ext[..rank - 2], vec![a, b, c])) })
+        }
+        Kernel::Conv { x, w, out, attrs, scratch, .. } => {
+            if scratch.is_some() {
+                return Err(Error::internal(format!("the {} target has no Winograd convolution", r.d.name())));
+            }
+            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
+            let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
+            plain(format!("{}, {}, {}, {}, {}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}", base(x), base(w), base(out), ext[0], x.shape[1], w.shape[0], win.args(), attrs.groups))
+        }
+        Kernel::Pool { x, out, attrs } => {
+            let lead = product(&ext[..x.shape.len() - attrs.kernel.len()]);
+            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
+            let ((h, wd), (oh, ow), (kh, kw)) = (win.spatial(x), win.spatial(out), win.pair(&attrs.kernel, 1));
+            plain(format!("{}, {}, {lead}, {h}, {wd}, {kh}, {kw}, {oh}, {ow}, {}, {}", base(x), base(out), win.args(), i32::from(attrs.kind == PoolKind::Max)))
+        }
+        Kernel::Softmax { x, out, axis } => {
+            let outer = product(&ext[..*axis]);
+            let inner: u64 = x.shape[axis + 1..].iter().product();
+            plain(format!("{}, {}, {outer}, {}, {inner}", base(x), base(out), x.shape[*axis]))
+        }
+        Kernel::Attention { q, k, v, out, .. } => {
+            let rank = out.shape.len();
+            let (m, n, d, e) = (&ext[rank - 2], &ext[rank - 1], &ext[rank], &ext[rank + 1]);
+            let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
+            Ok(Operands { args: format!("{m}, {n}, {d}, {e}, {}, {}, {}, {}", operand(q), operand(k), operand(v), operand(out)), batched: Some((&ext[..rank - 2], vec![q, k, v, out])) })
+        }
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => Err(Error::internal("loop kernels are launched, not library calls".to_string())),
+    }
+}
+
+/// The most batch dimensions of a matrix product the runtimes' `mr_batch` holds.
+pub const MAX_BATCH: usize = 4;
+
+/// The declaration (`indent` before it) of a runtime struct `ty` (`mr_batch`,
+/// `mr_attn_batch`) named `batch`, holding the batch dimensions of a matrix product
+/// whose batch extents are `ext`, with each operand's strides along them; `None` when
+/// no batch dimension can be more than 1.
+pub fn batch_decl(target: &str, indent: &str, ty: &str, ext: &[String], operands: &[&View]) -> Result<Option<String>> {
+    // The batch dimensions that can be more than 1 (a flat batch index over them is
+    // the same as over all of them).
+    let lead: Vec<usize> = (0..ext.len()).filter(|&d| ext[d] != "1").collect();
+    if lead.len() > MAX_BATCH {
+        return Err(Error::user(format!("the {target} target's matrix products have at most {MAX_BATCH} batch dimensions; this one has {}", lead.len())));
+    }
+    if lead.is_empty() {
+        return Ok(None);
+    }
+    // Each batch dimension's run-time extent and each operand's stride along it.
+    let list = |f: &dyn Fn(usize) -> String| (0..MAX_BATCH).map(|i| lead.get(i).map_or("0".to_string(), |&d| f(d))).collect::<Vec<_>>().join(", ");
+    let mut fields = vec![lead.len().to_string(), format!("{{{}}}", list(&|d| ext[d].clone()))];
+    fields.extend(operands.iter().map(|v| format!("{{{}}}", list(&|d| v.strides[d].to_string()))));
+    Ok(Some(format!("{indent}const {ty} batch = {{{}}};\n", fields.join(", "))))
+}
+
+/// Gather `check` of kernel `k` as a kernel `fname` (written to `s`) that sets the
+/// flag its last argument points to when an index is out of range; the kernel itself
+/// clamps, so it never reads out of bounds. Returns the number of indices (the grid to
+/// launch) and the kernel's parameters, the flag last.
+pub fn index_check<D: Device>(r: &Renderer<D>, fname: &str, k: usize, step: &crate::lower::Step, check: &GatherCheck, ext: &[String], s: &mut String) -> (String, Vec<Param>) {
+    let (p, d) = (r.p, r.d);
+    let dims = dim_params(p);
+    let mut bufs = Vec::new();
+    crate::lower::expr_bufs(&check.index, &mut bufs);
+    bufs.sort();
+    bufs.dedup();
+    let mut params: Vec<Param> = bufs.iter().map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: ParamKind::Read }).collect();
+    let mut syms: Vec<usize> = check.vars.iter().filter_map(|&v| step.dims.get(v).copied().flatten()).collect();
+    syms.sort_unstable();
+    syms.dedup();
+    params.extend(syms.iter().map(|&i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
+    params.push(Param { name: "error".into(), dtype: Dtype::I32, kind: ParamKind::Write });
+    let vars: Vec<String> = check.vars.iter().map(|&v| ext[v].clone()).collect();
+    let count = product(&vars);
+    let idx = d.ty(Dtype::I64);
+    let _ = writeln!(s, "\n/* kernel {k}'s gather indices, each in [-n, n) for an axis of size n: {} */", comment_safe(&step.origins.join("; ")));
+    let _ = writeln!(s, "{}\n{{", d.kernel_signature(fname, &params));
+    let _ = writeln!(s, "    {} {{", d.grid_loop(&count));
+    unflatten(d, s, "gid", &check.vars, &vars, 2);
+    let n = check.n;
+    let _ = writeln!(s, "        const {idx} j = {};", r.as_type(&check.index, Dtype::I64));
+    let hi = d.i64_literal(i64::try_from(n).unwrap_or(i64::MAX));
+    let _ = writeln!(s, "        if (j < -{hi} || j >= {hi}) {{\n            *error = 1;\n        }}\n    }}\n}}");
+    (count, params)
 }
 
 fn is_loop(k: &Kernel) -> bool {

@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use crate::codegen::c::dialect::C;
 use crate::backend::{Precision, WeightsMode};
 use crate::codegen::c::{Options, TemplateContext, Templates, DEMO};
-use crate::codegen::cstyle::device::{grid_indices, grid_size};
+use crate::codegen::cstyle::device::{grid_indices, grid_size, Device};
 use crate::codegen::cstyle::{pad, Dialect, Param, ParamKind, Warp, C_OPS_HEADER};
 use crate::codegen::names::{comment_safe, identifier};
 use crate::codegen::train::TrainLayout;
@@ -81,12 +81,7 @@ impl Dialect for Cuda {
         C.ty(d)
     }
     fn open_outer(&self, s: &mut String, ext: &[String]) -> usize {
-        let _ = writeln!(
-            s,
-            "{}for (int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; gid < {}; gid += (int64_t)gridDim.x * blockDim.x) {{",
-            pad(1),
-            grid_size(ext)
-        );
+        let _ = writeln!(s, "{}{} {{", pad(1), self.grid_loop(&grid_size(ext)));
         grid_indices(self, s, ext, 2);
         2
     }
@@ -112,6 +107,18 @@ impl Dialect for Cuda {
     }
     fn warp(&self) -> Option<&'static Warp> {
         Some(&WARP)
+    }
+}
+
+impl Device for Cuda {
+    fn grid_loop(&self, count: &str) -> String {
+        format!("for (int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; gid < {count}; gid += (int64_t)gridDim.x * blockDim.x)")
+    }
+    fn member(&self) -> &'static str {
+        "__device__ "
+    }
+    fn pointer(&self, d: Dtype, konst: bool) -> String {
+        format!("{}{} *", if konst { "const " } else { "" }, self.ty(d))
     }
 }
 

@@ -8,18 +8,14 @@ use std::fmt::Write as _;
 use super::vector::vector_kernel;
 use super::Cuda;
 use crate::backend::Precision;
-use crate::codegen::c::library::Window2d;
 use crate::codegen::c::program::declare;
-use crate::codegen::cstyle::device::{device_kernel, kernel_params, library_kernel, unflatten};
-use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce, GatherCheck};
-use crate::codegen::cstyle::{pad, Dialect, Param, ParamKind, Renderer};
+use crate::codegen::cstyle::device::{batch_decl, device_kernel, epilogue_functor, index_check, kernel_params, library_kernel, library_operands};
+use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce};
+use crate::codegen::cstyle::{Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::error::{Error, Result};
-use crate::ir::{Dtype, PoolKind};
-use crate::lower::{BufId, Expr, Kernel, Program, Storage, View};
-
-/// The most batch dimensions of a matrix product the runtime's `mr_batch` holds.
-const MAX_BATCH: usize = 4;
+use crate::ir::Dtype;
+use crate::lower::{BufId, Kernel, Program, Storage};
 
 /// One program as CUDA: constants, kernels and epilogue functors named after `name`,
 /// and the host function `entry` that runs them on a stream, returning the header's
@@ -62,7 +58,8 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
         let _ = writeln!(launches, "\n    {comment}");
         if let Some(at) = flag {
             for (g, check) in gather_checks(&step.kernel).iter().enumerate() {
-                let (count, args) = index_check(&r, &format!("{name}_c{k}_{g}"), k, step, check, &ext, s);
+                let (count, params) = index_check(&r, &format!("{name}_c{k}_{g}"), k, step, check, &ext, s);
+                let args: String = params[..params.len() - 1].iter().map(|p| format!("{}, ", p.name)).collect();
                 let _ = writeln!(launches, "    MR_LAUNCH({name}_c{k}_{g}, mr_blocks({count}), MR_THREADS, stream, {args}(int32_t *)(void *)(a + {at}));");
                 let _ = writeln!(launches, "    if (cudaGetLastError() != cudaSuccess) {{\n        return {error_cuda};\n    }}");
             }
@@ -96,7 +93,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
             let _ = writeln!(launches, "    if (cudaGetLastError() != cudaSuccess) {{\n        return {error_cuda};\n    }}");
             continue;
         }
-        let ep = epilogue(&r, name, k, step, &ext, s)?;
+        let ep = epilogue_functor(&r, name, k, step, &ext, &|_| false, s)?.map_or(String::new(), |f| f.declare("        "));
         let (decl, call) = library_call(&r, &step.kernel, &ext, precision)?;
         let _ = writeln!(launches, "    {{\n{ep}{decl}        if ({call} != cudaSuccess) {{\n            return {error_cuda};\n        }}\n    }}");
     }
@@ -155,108 +152,6 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
     Ok(())
 }
 
-/// Kernel `k`'s epilogue as a functor `<name>_e<k>` (written to `s`): the buffers its
-/// expression reads and the run-time dimensions as fields, and an operator the
-/// runtime's kernel calls with (batch, row, column) after storing that element, which
-/// rewrites it; for an attention, its score as a functor `<name>_s<k>` whose operator
-/// takes the product at (batch, row, column) and returns the score. Without an
-/// epilogue, `ep` is the runtime's `mr_no_epilogue` or `mr_no_score` (none for a
-/// kernel that takes no epilogue).
-/// Returns the host statement that declares `ep`.
-fn epilogue(r: &Renderer<Cuda>, name: &str, k: usize, step: &crate::lower::Step, ext: &[String], s: &mut String) -> Result<String> {
-    // The view the expression's index space is that of, what the functor does with the
-    // value, and its name.
-    enum Form {
-        Gemm,
-        Conv,
-        Score,
-    }
-    let (out, expr, form) = match &step.kernel {
-        Kernel::Gemm { c, epilogue: Some(e), .. } => (c, e, Form::Gemm),
-        Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, Form::Conv),
-        Kernel::Attention { scores, score: Some(e), .. } => (scores, e, Form::Score),
-        Kernel::Gemm { .. } | Kernel::Conv { .. } => return Ok("        const mr_no_epilogue ep;\n".to_string()),
-        Kernel::Attention { .. } => return Ok("        const mr_no_score ep;\n".to_string()),
-        _ => return Ok(String::new()),
-    };
-    let p = r.p;
-    let mut bufs = Vec::new();
-    crate::lower::expr_bufs(expr, &mut bufs);
-    bufs.push(out.buf);
-    bufs.sort();
-    bufs.dedup();
-    // The scores have no memory: the functor is given the product instead.
-    bufs.retain(|b| p.buffers[b.0].storage != Storage::Local);
-    let dims = dim_params(p);
-    let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
-    used.sort_unstable();
-    used.dedup();
-    let mut fields = Vec::new();
-    let mut values = Vec::new();
-    for b in &bufs {
-        let ty = Cuda.ty(p.buffers[b.0].dtype);
-        let konst = if *b == out.buf { "" } else { "const " };
-        fields.push(format!("    {konst}{ty} *{};", r.names[b.0]));
-        values.push(r.names[b.0].clone());
-    }
-    for &d in &used {
-        fields.push(format!("    int64_t {};", dims[d]));
-        values.push(dims[d].clone());
-    }
-    let rank = out.shape.len();
-    let t = p.buffers[out.buf.0].dtype;
-    let functor = match form {
-        Form::Score => format!("{name}_s{k}"),
-        Form::Gemm | Form::Conv => format!("{name}_e{k}"),
-    };
-    let what = if let Form::Score = form { "score" } else { "epilogue" };
-    let _ = writeln!(s, "\n/* the {what} of kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
-    let _ = writeln!(s, "struct {functor} {{");
-    for f in &fields {
-        let _ = writeln!(s, "{f}");
-    }
-    let (i, j) = (rank.wrapping_sub(2), rank.wrapping_sub(1));
-    match form {
-        Form::Conv => {
-            // (image, output channel, flattened output position)
-            let _ = writeln!(s, "    __device__ void operator()(int64_t i0, int64_t i1, int64_t pos) const\n    {{");
-            match rank {
-                4 => {
-                    let ow = out.shape[3];
-                    let _ = writeln!(s, "        const int64_t i2 = pos / {ow};\n        const int64_t i3 = pos % {ow};");
-                }
-                3 => s.push_str("        const int64_t i2 = pos;\n"),
-                _ => return Err(Error::internal(format!("a convolution's output of rank {rank}"))),
-            }
-        }
-        Form::Gemm | Form::Score => {
-            // (flattened batch index at the run-time sizes, row, column[, the product])
-            let value = if let Form::Score = form { format!(", {} s", Cuda.ty(t)) } else { String::new() };
-            let ret = if let Form::Score = form { Cuda.ty(t) } else { "void" };
-            let _ = writeln!(s, "    __device__ {ret} operator()(int64_t nb, int64_t i{i}, int64_t i{j}{value}) const\n    {{");
-            for d in 0..rank - 2 {
-                let _ = writeln!(s, "        const int64_t i{d} = nb / {} % {};", product(&ext[d + 1..rank - 2]), ext[d]);
-            }
-            if rank == 2 {
-                s.push_str("        (void)nb;\n");
-            }
-        }
-    }
-    for v in 0..rank {
-        let _ = writeln!(s, "        (void)i{v};");
-    }
-    let value = Expr::Cast(Box::new(expr.clone()), t);
-    if let Form::Score = form {
-        let spell = |v: &View, _: &[usize]| (v.buf == out.buf).then(|| "s".to_string());
-        let scored = Renderer { loads: Some(&spell), ..*r };
-        let _ = writeln!(s, "        return {};\n    }}\n}};", scored.expr(&value));
-    } else {
-        let target = Expr::Load { view: out.clone(), vars: (0..rank).collect() };
-        let _ = writeln!(s, "{}{} = {};\n    }}\n}};", pad(2), r.expr(&target), r.expr(&value));
-    }
-    Ok(format!("        const {functor} ep = {{{}}};\n", values.join(", ")))
-}
-
 /// The runtime call (an expression of type `cudaError_t`) that runs a library kernel
 /// once `ep` is declared, after the declarations it needs; `ext` are the extents of
 /// its domain.
@@ -268,86 +163,30 @@ fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String], precision: Preci
         Precision::Bf16 => Some("MR_BF16"),
         Precision::F16 => Some("MR_F16"),
     };
-    let (sgemm, conv2d) = match tc {
-        None => ("mr_cuda_sgemm(stream, ".to_string(), "mr_cuda_conv2d(stream, ".to_string()),
-        Some(p) => (format!("mr_cuda_sgemm_tc(stream, {p}, "), format!("mr_cuda_conv2d_tc(stream, {p}, ")),
-    };
-    let base = |v: &View| if v.offset == 0 { r.names[v.buf.0].clone() } else { format!("{} + {}", r.names[v.buf.0], v.offset) };
     require_f32(r, k)?;
-    Ok(match k {
-        Kernel::Gemm { a, b, c, .. } => {
-            let rank = c.shape.len();
-            let (m, n, kk) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
-            let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
-            let (decl, batch) = batch_decl("mr_batch", &ext[..rank - 2], &[a, b, c])?;
-            (decl, format!("{sgemm}{m}, {n}, {kk}, {}, {}, {}, {batch}, ep)", operand(a), operand(b), operand(c)))
-        }
-        Kernel::Conv { x, w, out, attrs, scratch, .. } => {
-            if scratch.is_some() {
-                return Err(Error::internal("the CUDA target has no Winograd convolution".to_string()));
+    let ops = library_operands(r, k, ext)?;
+    let (decl, batch) = match &ops.batched {
+        Some((ext, views)) => {
+            let ty = if matches!(k, Kernel::Attention { .. }) { "mr_attn_batch" } else { "mr_batch" };
+            match batch_decl("CUDA", "        ", ty, ext, views)? {
+                Some(decl) => (decl, "&batch"),
+                None => (String::new(), "NULL"),
             }
-            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
-            let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
-            (String::new(), format!(
-                "{conv2d}{}, {}, {}, {}, {}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, ep)",
-                base(x),
-                base(w),
-                base(out),
-                ext[0],
-                x.shape[1],
-                w.shape[0],
-                win.args(),
-                attrs.groups
-            ))
         }
-        Kernel::Pool { x, out, attrs } => {
-            let lead = product(&ext[..x.shape.len() - attrs.kernel.len()]);
-            let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
-            let ((h, wd), (oh, ow), (kh, kw)) = (win.spatial(x), win.spatial(out), win.pair(&attrs.kernel, 1));
-            (String::new(), format!(
-                "mr_cuda_pool2d(stream, {}, {}, {lead}, {h}, {wd}, {kh}, {kw}, {oh}, {ow}, {}, {})",
-                base(x),
-                base(out),
-                win.args(),
-                i32::from(attrs.kind == PoolKind::Max)
-            ))
-        }
-        Kernel::Softmax { x, out, axis } => {
-            let outer = product(&ext[..*axis]);
-            let inner: u64 = x.shape[axis + 1..].iter().product();
-            (String::new(), format!("mr_cuda_softmax(stream, {}, {}, {outer}, {}, {inner})", base(x), base(out), x.shape[*axis]))
-        }
-        Kernel::Attention { q, k, v, out, .. } => {
-            let rank = out.shape.len();
-            let (m, n, d, e) = (&ext[rank - 2], &ext[rank - 1], &ext[rank], &ext[rank + 1]);
-            let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
-            let (decl, batch) = batch_decl("mr_attn_batch", &ext[..rank - 2], &[q, k, v, out])?;
-            (decl, format!("mr_cuda_attention(stream, {m}, {n}, {d}, {e}, {}, {}, {}, {}, {batch}, ep)", operand(q), operand(k), operand(v), operand(out)))
-        }
-        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
-            return Err(Error::internal("loop kernels are launched, not library calls".to_string()))
-        }
-    })
-}
-
-/// The declaration of a runtime struct `ty` (`mr_batch`, `mr_attn_batch`) holding the
-/// batch dimensions of a matrix product whose batch extents are `ext`, with each
-/// operand's strides along them, and the argument that passes it (`NULL` for none).
-fn batch_decl(ty: &str, ext: &[String], operands: &[&View]) -> Result<(String, &'static str)> {
-    // The batch dimensions that can be more than 1 (a flat batch index over them is
-    // the same as over all of them).
-    let lead: Vec<usize> = (0..ext.len()).filter(|&d| ext[d] != "1").collect();
-    if lead.len() > MAX_BATCH {
-        return Err(Error::user(format!("the CUDA target's matrix products have at most {MAX_BATCH} batch dimensions; this one has {}", lead.len())));
-    }
-    if lead.is_empty() {
-        return Ok((String::new(), "NULL"));
-    }
-    // Each batch dimension's run-time extent and each operand's stride along it.
-    let list = |f: &dyn Fn(usize) -> String| (0..MAX_BATCH).map(|i| lead.get(i).map_or("0".to_string(), |&d| f(d))).collect::<Vec<_>>().join(", ");
-    let mut fields = vec![lead.len().to_string(), format!("{{{}}}", list(&|d| ext[d].clone()))];
-    fields.extend(operands.iter().map(|v| format!("{{{}}}", list(&|d| v.strides[d].to_string()))));
-    Ok((format!("        const {ty} batch = {{{}}};\n", fields.join(", ")), "&batch"))
+        None => (String::new(), ""),
+    };
+    let args = ops.args;
+    let call = match (k, tc) {
+        (Kernel::Gemm { .. }, None) => format!("mr_cuda_sgemm(stream, {args}, {batch}, ep)"),
+        (Kernel::Gemm { .. }, Some(p)) => format!("mr_cuda_sgemm_tc(stream, {p}, {args}, {batch}, ep)"),
+        (Kernel::Conv { .. }, None) => format!("mr_cuda_conv2d(stream, {args}, ep)"),
+        (Kernel::Conv { .. }, Some(p)) => format!("mr_cuda_conv2d_tc(stream, {p}, {args}, ep)"),
+        (Kernel::Pool { .. }, _) => format!("mr_cuda_pool2d(stream, {args})"),
+        (Kernel::Softmax { .. }, _) => format!("mr_cuda_softmax(stream, {args})"),
+        (Kernel::Attention { .. }, _) => format!("mr_cuda_attention(stream, {args}, {batch}, ep)"),
+        _ => return Err(Error::internal("loop kernels are launched, not library calls".to_string())),
+    };
+    Ok((decl, call))
 }
 
 /// The runtime's kernels are f32 (lowering gives other element types loops).
@@ -361,36 +200,6 @@ fn require_f32(r: &Renderer<Cuda>, k: &Kernel) -> Result<()> {
 /// Whether a kernel gathers (its indices are checked, [`index_check`]).
 pub fn has_gather(k: &Kernel) -> bool {
     !gather_checks(k).is_empty()
-}
-
-/// Gather `check` of kernel `k` as a kernel `fname` (written to `s`) that sets the
-/// flag its last argument points to when an index is out of range; the kernel itself
-/// clamps, so it never reads out of bounds. Returns the number of indices (the grid to
-/// launch) and the arguments before the flag, each followed by `, `.
-fn index_check(r: &Renderer<Cuda>, fname: &str, k: usize, step: &crate::lower::Step, check: &GatherCheck, ext: &[String], s: &mut String) -> (String, String) {
-    let p = r.p;
-    let dims = dim_params(p);
-    let mut bufs = Vec::new();
-    crate::lower::expr_bufs(&check.index, &mut bufs);
-    bufs.sort();
-    bufs.dedup();
-    let mut params: Vec<Param> = bufs.iter().map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: ParamKind::Read }).collect();
-    let mut syms: Vec<usize> = check.vars.iter().filter_map(|&v| step.dims.get(v).copied().flatten()).collect();
-    syms.sort_unstable();
-    syms.dedup();
-    params.extend(syms.iter().map(|&i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
-    let args: String = params.iter().map(|p| format!("{}, ", p.name)).collect();
-    params.push(Param { name: "error".into(), dtype: Dtype::I32, kind: ParamKind::Write });
-    let vars: Vec<String> = check.vars.iter().map(|&v| ext[v].clone()).collect();
-    let count = product(&vars);
-    let _ = writeln!(s, "\n/* kernel {k}'s gather indices, each in [-n, n) for an axis of size n: {} */", comment_safe(&step.origins.join("; ")));
-    let _ = writeln!(s, "{}\n{{", Cuda.kernel_signature(fname, &params));
-    let _ = writeln!(s, "    for (int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; gid < {count}; gid += (int64_t)gridDim.x * blockDim.x) {{");
-    unflatten(&Cuda, s, "gid", &check.vars, &vars, 2);
-    let n = check.n;
-    let _ = writeln!(s, "        const int64_t j = {};", r.as_type(&check.index, Dtype::I64));
-    let _ = writeln!(s, "        if (j < -INT64_C({n}) || j >= INT64_C({n})) {{\n            *error = 1;\n        }}\n    }}\n}}");
-    (count, args)
 }
 
 /// `<name>_check`: whether the last call's gathers met an index out of range (waits for
