@@ -1,0 +1,564 @@
+/* mithril_metal_kernels.h -- the Metal target's kernel library (Metal Shading Language).
+ *
+ * Included by each generated <name>.metal after <metal_stdlib> and mithril_ops.h. These
+ * are not kernels but functions that a generated `kernel` calls with EVERY thread of its
+ * threadgroup, in a 1-D dispatch of `groups` threadgroups of MR_METAL_THREADS threads
+ * (mithril_metal_shapes.h has the host's launch macros). Each function grid-strides over
+ * its work units, so any number of threadgroups >= 1 is correct.
+ *
+ *   mr_sgemm    f32 (batched, strided) matrix product with a fused epilogue: a 64x64x16
+ *               threadgroup-memory tile, 4x4 outputs a thread; a simdgroup a column for
+ *               m <= 4. MR_BF16 / MR_F16 round the operands when staging them.
+ *   mr_conv2d   NCHW convolution as an implicit GEMM on the same tile (im2col while
+ *               loading), the 1x1 case as a batched mr_sgemm, a direct loop for <= 4
+ *               output channels a group (depthwise).
+ *   mr_pool2d   max / average pooling, runtime-c's semantics.
+ *   mr_softmax  softmax along the middle axis of [outer, n, inner], runtime-c's semantics.
+ *   mr_sgd      the SGD (momentum) update.
+ *
+ * The code stays inside what the CPU emulation (metal_emu.h: MSL compiled as C++17)
+ * models: no threadgroup arrays in functions (all threadgroup memory comes from the
+ * kernel's `tg` argument), no vector or packed types, textures, atomics or function
+ * constants; C++14 only (no `if constexpr`, lambdas, inheritance).
+ *
+ * NaN semantics (max propagation, softmax rows) test x != x, so the library must be
+ * compiled without fast math (MTLCompileOptions.mathMode = safe / -fno-fast-math), as
+ * mithril_ops.h also needs.
+ */
+#ifndef MITHRIL_METAL_KERNELS_H
+#define MITHRIL_METAL_KERNELS_H
+
+#include "mithril_metal_shapes.h"
+#include "mithril_ops.h"
+
+/* The precision of a product's operands (the values of mithril_cuda.h's mr_precision). */
+enum { MR_F32 = 0, MR_BF16 = 2, MR_F16 = 3 };
+
+/* The epilogue that does nothing. */
+struct mr_no_epilogue {
+    void operator()(long, long, long) const {}
+};
+
+/* Batch dimensions of a batched matrix product (up to 4), row-major over ext; a, b, c
+ * are each operand's element stride per batch dimension (0 = broadcast). rank 0: one
+ * product. */
+struct mr_batch {
+    int rank;
+    long ext[MR_METAL_MAX_BATCH];
+    long a[MR_METAL_MAX_BATCH], b[MR_METAL_MAX_BATCH], c[MR_METAL_MAX_BATCH];
+};
+
+#define MR_MTL_FN static inline
+#define MR_MTL_TG_BARRIER() metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup)
+
+/* ------------------------------------------------------------------------------------ */
+/* Helpers                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/* runtime-c's running max: v wins if larger or NaN, so NaN propagates. */
+MR_MTL_FN float mr_mtl_max_nan(float m, float v) { return (v > m || v != v) ? v : m; }
+
+/* The max of a simdgroup's values, NaN if any is NaN (simd_max alone follows fmax and
+ * would drop a NaN): the sum of the NaN lanes' values is NaN exactly then. */
+MR_MTL_FN float mr_mtl_simd_max_nan(float v)
+{
+    const float nan_sum = metal::simd_sum(v != v ? v : 0.0f);
+    const float m = metal::simd_max(v);
+    return nan_sum != nan_sum ? nan_sum : m;
+}
+
+/* x rounded to the operand format p, kept in a float (exactly representable there):
+ * MR_BF16 1+8+7 bits, MR_F16 1+5+10 bits (above 65504 rounding to inf, subnormal below
+ * 2^-14, 0 below 2^-25), both round to nearest even; NaN stays NaN; MR_F32 unchanged.
+ * Done on the bits, not through half/bfloat, so that the rounding is the same on every
+ * GPU and under the CPU emulation. A product of two such values is exact in f32. */
+MR_MTL_FN float mr_mtl_round(int p, float x)
+{
+    if (p != MR_BF16 && p != MR_F16) return x;
+    if (x != x) return x;
+    if (p == MR_BF16) {
+        uint u = metal::as_type<uint>(x);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        return metal::as_type<float>(u);
+    }
+    const float ax = metal::fabs(x);
+    if (ax >= 65520.0f) return x > 0.0f ? INFINITY : -INFINITY;
+    /* half's subnormal range: multiples of 2^-24, rint rounds to nearest even */
+    if (ax < 6.103515625e-05f) return metal::rint(x * 16777216.0f) * 5.9604644775390625e-08f;
+    uint u = metal::as_type<uint>(x);
+    u = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+    return metal::as_type<float>(u);
+}
+
+/* The number of products of a batch (1 for rank 0). */
+MR_MTL_FN long mr_mtl_batch_count(thread const mr_batch &bt)
+{
+    long nb = 1;
+    for (int d = 0; d < MR_METAL_MAX_BATCH; ++d)
+        if (d < bt.rank) nb *= bt.ext[d];
+    return nb;
+}
+
+/* Element offsets of flat batch index nb in A, B and C. */
+MR_MTL_FN void mr_mtl_batch_offsets(thread const mr_batch &bt, long nb, thread long &oa, thread long &ob,
+                                    thread long &oc)
+{
+    oa = ob = oc = 0;
+    for (int d = MR_METAL_MAX_BATCH - 1; d >= 0; --d) {
+        if (d < bt.rank) {
+            const long i = nb % bt.ext[d];
+            nb /= bt.ext[d];
+            oa += i * bt.a[d];
+            ob += i * bt.b[d];
+            oc += i * bt.c[d];
+        }
+    }
+}
+
+MR_MTL_FN long mr_mtl_abs(long v) { return v < 0 ? -v : v; }
+
+/* Whether an operand's tile loads run along K (consecutive threads on consecutive k):
+ * along its unit stride if it has one, else along the smaller stride, so that a
+ * simdgroup's loads hit as few cache lines as possible. */
+MR_MTL_FN bool mr_mtl_along_k(long sx, long sk)
+{
+    if (sk == 1) return true;
+    if (sx == 1) return false;
+    return mr_mtl_abs(sk) <= mr_mtl_abs(sx);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The tiled main loop (GEMM and implicit-GEMM convolution)                             */
+/* ------------------------------------------------------------------------------------ */
+
+/* A thread's accumulators: rows ty + 16 i, columns tx + 16 j of the tile (tx = lid % 16,
+ * ty = lid / 16). Strided rather than 4 consecutive, so that a simdgroup's reads of the
+ * B tile are 16 consecutive floats (no bank conflicts) and its stores of C 16
+ * consecutive columns. */
+struct mr_mtl_acc {
+    float v[MR_METAL_GEMM_TM][MR_METAL_GEMM_TN];
+};
+
+/* Loads a BK x 64 tile of a strided operand, element (x, k) at p[x*sx + k*sk], x < nx,
+ * k < nk, zero outside: 1024 elements, 4 a thread, staged in registers so that the
+ * global loads of the next K tile are in flight while the current one is multiplied.
+ * Stored K-major, s[k*LD + x], rounded to the precision P. */
+struct mr_mtl_ld_strided {
+    device const float *p;
+    long sx, sk, nx, nk;
+    bool along_k;
+    float r[4];
+
+    void load(long k0, uint lid)
+    {
+        for (int e = 0; e < 4; ++e) {
+            const uint idx = lid + MR_METAL_THREADS * (uint)e;
+            const long kk = along_k ? (long)(idx % MR_METAL_GEMM_BK) : (long)(idx / MR_METAL_GEMM_BM);
+            const long x = along_k ? (long)(idx / MR_METAL_GEMM_BK) : (long)(idx % MR_METAL_GEMM_BM);
+            r[e] = (x < nx && k0 + kk < nk) ? p[x * sx + (k0 + kk) * sk] : 0.0f;
+        }
+    }
+
+    void store(int prec, threadgroup float *s, uint lid) const
+    {
+        for (int e = 0; e < 4; ++e) {
+            const uint idx = lid + MR_METAL_THREADS * (uint)e;
+            const uint kk = along_k ? idx % MR_METAL_GEMM_BK : idx / MR_METAL_GEMM_BM;
+            const uint x = along_k ? idx / MR_METAL_GEMM_BK : idx % MR_METAL_GEMM_BM;
+            s[kk * MR_METAL_GEMM_LD + x] = mr_mtl_round(prec, r[e]);
+        }
+    }
+};
+
+/* The implicit GEMM's B tile: row kk = (ic*kh + ky)*kw + kx of the group's im2col matrix,
+ * column (b*oh + y)*ow + x. Each thread owns one column (lid % 64) and rows lid / 64 + 4 e:
+ * the column's image, y*sh - ph and x*sw - pw are worked out once a tile position; a
+ * simdgroup reads 32 consecutive output positions of one tap (coalesced for stride 1). */
+struct mr_mtl_ld_im2col {
+    device const float *xb; /* the column's image, at the group's first channel */
+    long iy0, ix0, nk, h, wd, kh, kw, dh, dw;
+    bool valid;
+    float r[4];
+
+    void load(long k0, uint lid)
+    {
+        const long khw = kh * kw;
+        for (int e = 0; e < 4; ++e) {
+            const long kidx = k0 + (long)(lid / MR_METAL_GEMM_BN) + 4 * e;
+            float v = 0.0f;
+            if (valid && kidx < nk) {
+                const long ic = kidx / khw, rem = kidx - ic * khw;
+                const long ky = rem / kw, kx = rem - ky * kw;
+                const long iy = iy0 + ky * dh, ix = ix0 + kx * dw;
+                if (iy >= 0 && iy < h && ix >= 0 && ix < wd) v = xb[(ic * h + iy) * wd + ix];
+            }
+            r[e] = v;
+        }
+    }
+
+    void store(int prec, threadgroup float *s, uint lid) const
+    {
+        const uint col = lid % MR_METAL_GEMM_BN, row = lid / MR_METAL_GEMM_BN;
+        for (int e = 0; e < 4; ++e) s[(row + 4 * (uint)e) * MR_METAL_GEMM_LD + col] = mr_mtl_round(prec, r[e]);
+    }
+};
+
+/* acc = A tile x B tile over all of K: registers -> threadgroup memory (rounded to P)
+ * -> FMAs, with the next K tile's global loads issued before the current tile's FMAs.
+ * One threadgroup buffer, two barriers a K step (before overwriting it, after filling
+ * it). Zero-filled edges: the FMA loop has no guards. */
+template <int P, class LA, class LB>
+MR_MTL_FN void mr_mtl_mainloop(thread LA &la, thread LB &lb, long k, threadgroup float *tg, uint lid,
+                               thread mr_mtl_acc &acc)
+{
+    threadgroup float *sa = tg;
+    threadgroup float *sb = tg + MR_METAL_GEMM_BK * MR_METAL_GEMM_LD;
+    const uint tx = lid % 16, ty = lid / 16;
+    for (int i = 0; i < MR_METAL_GEMM_TM; ++i)
+        for (int j = 0; j < MR_METAL_GEMM_TN; ++j) acc.v[i][j] = 0.0f;
+    if (k <= 0) return;
+    la.load(0, lid);
+    lb.load(0, lid);
+    for (long k0 = 0; k0 < k; k0 += MR_METAL_GEMM_BK) {
+        MR_MTL_TG_BARRIER(); /* every thread is done reading the previous tile */
+        la.store(P, sa, lid);
+        lb.store(P, sb, lid);
+        MR_MTL_TG_BARRIER();
+        if (k0 + MR_METAL_GEMM_BK < k) {
+            la.load(k0 + MR_METAL_GEMM_BK, lid);
+            lb.load(k0 + MR_METAL_GEMM_BK, lid);
+        }
+        for (int kk = 0; kk < MR_METAL_GEMM_BK; ++kk) {
+            float av[MR_METAL_GEMM_TM], bv[MR_METAL_GEMM_TN];
+            for (int i = 0; i < MR_METAL_GEMM_TM; ++i) av[i] = sa[kk * MR_METAL_GEMM_LD + ty + 16 * i];
+            for (int j = 0; j < MR_METAL_GEMM_TN; ++j) bv[j] = sb[kk * MR_METAL_GEMM_LD + tx + 16 * j];
+            for (int i = 0; i < MR_METAL_GEMM_TM; ++i)
+                for (int j = 0; j < MR_METAL_GEMM_TN; ++j) acc.v[i][j] = metal::fma(av[i], bv[j], acc.v[i][j]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* GEMM                                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * C[i*c_rs + j*c_cs] = sum_k A[i*a_rs + k*a_cs] * B[k*b_rs + j*b_cs] for each batch item
+ * (offsets from bt), any strides; then ep(nb, i, j) by the thread that stored element
+ * (i, j), nb the flat batch index. P = MR_F32: exact f32 FMAs in order of k. MR_BF16 /
+ * MR_F16 (m > 4): both operands rounded to the format as they are staged in threadgroup
+ * memory (mr_mtl_round), products exact in f32, summed by f32 FMAs in order of k. m <= 4
+ * takes the GEMV path (a simdgroup per column, lanes splitting K, simd_sum), exact f32
+ * whatever P, as the CUDA target's fallback. k = 0 gives C = 0, then the epilogue.
+ */
+template <int P, class Ep>
+MR_MTL_FN void mr_sgemm(long m, long n, long k, device const float *a, long a_rs, long a_cs, device const float *b,
+                        long b_rs, long b_cs, device float *c, long c_rs, long c_cs, thread const mr_batch &bt,
+                        thread const Ep &ep, threadgroup float *tg, uint group, uint groups, uint lid, uint lane,
+                        uint simd)
+{
+    const long nbatch = mr_mtl_batch_count(bt);
+    if (m <= 0 || n <= 0 || nbatch <= 0) return;
+    if (m <= MR_METAL_GEMV_MAX_M) {
+        const long items = nbatch * n;
+        for (long item = (long)group * MR_METAL_SIMDS + simd; item < items; item += (long)groups * MR_METAL_SIMDS) {
+            const long nb = item / n, j = item - nb * n;
+            long oa, ob, oc;
+            mr_mtl_batch_offsets(bt, nb, oa, ob, oc);
+            device const float *ap = a + oa;
+            device const float *bp = b + ob + j * b_cs;
+            float acc[MR_METAL_GEMV_MAX_M] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (long kk = lane; kk < k; kk += MR_METAL_SIMD_WIDTH) {
+                const float bv = bp[kk * b_rs];
+                for (int i = 0; i < MR_METAL_GEMV_MAX_M; ++i)
+                    if (i < m) acc[i] = metal::fma(ap[i * a_rs + kk * a_cs], bv, acc[i]);
+            }
+            for (int i = 0; i < MR_METAL_GEMV_MAX_M; ++i) acc[i] = metal::simd_sum(acc[i]);
+            if (lane == 0) {
+                for (int i = 0; i < MR_METAL_GEMV_MAX_M; ++i) {
+                    if (i < m) {
+                        c[oc + i * c_rs + j * c_cs] = acc[i];
+                        ep(nb, (long)i, j);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    const long mt = (m + MR_METAL_GEMM_BM - 1) / MR_METAL_GEMM_BM, nt = (n + MR_METAL_GEMM_BN - 1) / MR_METAL_GEMM_BN;
+    const long units = nbatch * mt * nt;
+    const bool ak = mr_mtl_along_k(a_rs, a_cs), bk = mr_mtl_along_k(b_cs, b_rs);
+    const uint tx = lid % 16, ty = lid / 16;
+    for (long u = group; u < units; u += groups) {
+        const long nb = u / (mt * nt), rem = u - nb * (mt * nt);
+        const long m0 = (rem / nt) * MR_METAL_GEMM_BM, n0 = (rem % nt) * MR_METAL_GEMM_BN;
+        long oa, ob, oc;
+        mr_mtl_batch_offsets(bt, nb, oa, ob, oc);
+        mr_mtl_ld_strided la = {a + oa + m0 * a_rs, a_rs, a_cs, m - m0, k, ak, {0.0f, 0.0f, 0.0f, 0.0f}};
+        mr_mtl_ld_strided lb = {b + ob + n0 * b_cs, b_cs, b_rs, n - n0, k, bk, {0.0f, 0.0f, 0.0f, 0.0f}};
+        mr_mtl_acc acc;
+        mr_mtl_mainloop<P>(la, lb, k, tg, lid, acc);
+        for (int i = 0; i < MR_METAL_GEMM_TM; ++i) {
+            const long row = m0 + ty + 16 * i;
+            if (row >= m) continue;
+            for (int j = 0; j < MR_METAL_GEMM_TN; ++j) {
+                const long col = n0 + tx + 16 * j;
+                if (col < n) {
+                    c[oc + row * c_rs + col * c_cs] = acc.v[i][j];
+                    ep(nb, row, col);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Convolution                                                                          */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * out[b, oc, y, x] = sum over ic of oc's group, ky, kx of
+ * x[b, ic, y*sh + ky*dh - ph, x*sw + kx*dw - pw] * w[oc, ic - group start, ky, kx] (taps
+ * outside the image are 0), then ep(b, oc, y*ow + x) by the thread that stored it. NCHW
+ * contiguous, w [o, c/cgroups, kh, kw]. Three paths, all of them grid-striding:
+ *  - 1x1, stride 1, unpadded, one group: mr_sgemm of W [o, c] by X[b] [c, h*w], a rank-1
+ *    batch over images with W broadcast (the epilogue's (nb, i, j) are (image, channel,
+ *    position)).
+ *  - <= 4 output channels a group (depthwise): one thread an output, exact f32 whatever P.
+ *  - else the implicit GEMM: rows the group's output channels (A = its weights, [M, K]
+ *    row-major), columns all n*oh*ow positions (small late feature maps still fill the
+ *    64-wide tile), K = c/cgroups*kh*kw, B = im2col while loading; P rounds as mr_sgemm.
+ */
+template <int P, class Ep>
+MR_MTL_FN void mr_conv2d(device const float *x, device const float *w, device float *out, long n, long c, long h,
+                         long wd, long o, long kh, long kw, long oh, long ow, long sh, long sw, long ph, long pw,
+                         long dh, long dw, long cgroups, thread const Ep &ep, threadgroup float *tg, uint group,
+                         uint groups, uint lid, uint lane, uint simd)
+{
+    if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0 || cgroups <= 0) return;
+    const long ohw = oh * ow;
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && cgroups == 1 && oh == h && ow == wd) {
+        const mr_batch bt = {1, {n, 1, 1, 1}, {0, 0, 0, 0}, {c * h * wd, 0, 0, 0}, {o * ohw, 0, 0, 0}};
+        mr_sgemm<P>(o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, bt, ep, tg, group, groups, lid, lane, simd);
+        return;
+    }
+    const long cg = c / cgroups, M = o / cgroups, K = cg * kh * kw, ncols = n * ohw;
+    if (M <= MR_METAL_CONV_DIRECT_MAX_M) {
+        const long total = n * o * ohw;
+        for (long idx = (long)group * MR_METAL_THREADS + lid; idx < total; idx += (long)groups * MR_METAL_THREADS) {
+            const long pos = idx % ohw, boc = idx / ohw;
+            const long oc = boc % o, bi = boc / o;
+            const long g = oc / M;
+            const long y = pos / ow, xx = pos - y * ow;
+            device const float *xb = x + (bi * c + g * cg) * h * wd;
+            device const float *wr = w + oc * K;
+            float acc = 0.0f;
+            for (long ic = 0; ic < cg; ++ic) {
+                for (long ky = 0; ky < kh; ++ky) {
+                    const long iy = y * sh + ky * dh - ph;
+                    if (iy < 0 || iy >= h) continue;
+                    device const float *xr = xb + (ic * h + iy) * wd;
+                    device const float *wk = wr + (ic * kh + ky) * kw;
+                    for (long kx = 0; kx < kw; ++kx) {
+                        const long ix = xx * sw + kx * dw - pw;
+                        if (ix >= 0 && ix < wd) acc = metal::fma(xr[ix], wk[kx], acc);
+                    }
+                }
+            }
+            out[idx] = acc;
+            ep(bi, oc, pos);
+        }
+        return;
+    }
+    const long mt = (M + MR_METAL_GEMM_BM - 1) / MR_METAL_GEMM_BM, nt = (ncols + MR_METAL_GEMM_BN - 1) / MR_METAL_GEMM_BN;
+    const long units = cgroups * mt * nt;
+    const uint tx = lid % 16, ty = lid / 16;
+    for (long u = group; u < units; u += groups) {
+        const long g = u / (mt * nt), rem = u - g * (mt * nt);
+        const long m0 = (rem / nt) * MR_METAL_GEMM_BM, n0 = (rem % nt) * MR_METAL_GEMM_BN;
+        mr_mtl_ld_strided la = {w + (g * M + m0) * K, K, 1, M - m0, K, true, {0.0f, 0.0f, 0.0f, 0.0f}};
+        /* this thread's im2col column */
+        const long col = n0 + (long)(lid % MR_METAL_GEMM_BN);
+        const bool valid = col < ncols;
+        const long bi = valid ? col / ohw : 0, pos = col - bi * ohw;
+        const long y = pos / ow, xx = pos - y * ow;
+        mr_mtl_ld_im2col lb = {x + (bi * c + g * cg) * h * wd, y * sh - ph, xx * sw - pw, K, h, wd, kh, kw, dh, dw,
+                               valid, {0.0f, 0.0f, 0.0f, 0.0f}};
+        mr_mtl_acc acc;
+        mr_mtl_mainloop<P>(la, lb, K, tg, lid, acc);
+        for (int j = 0; j < MR_METAL_GEMM_TN; ++j) {
+            const long cj = n0 + tx + 16 * j;
+            if (cj >= ncols) continue;
+            const long bj = cj / ohw, pj = cj - bj * ohw;
+            for (int i = 0; i < MR_METAL_GEMM_TM; ++i) {
+                const long row = m0 + ty + 16 * i;
+                if (row >= M) continue;
+                const long oc = g * M + row;
+                out[(bj * o + oc) * ohw + pj] = acc.v[i][j];
+                ep(bj, oc, pj);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Pooling                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/* x [lead, h, wd] -> out [lead, oh, ow], one thread an output (consecutive threads on
+ * consecutive x, coalesced). Taps in runtime-c's (ky, kx) order: max starts at -inf and
+ * takes a tap if larger or NaN, skipping padding (an all-padding window gives -inf);
+ * average adds the in-range taps to 0 and divides by kh*kw (padding counts in the
+ * divisor), the same float operations as runtime-c's mr_pool2d_f32. */
+MR_MTL_FN void mr_pool2d(device const float *x, device float *out, long lead, long h, long wd, long kh, long kw,
+                         long oh, long ow, long sh, long sw, long ph, long pw, long dh, long dw, int is_max,
+                         uint group, uint groups, uint lid)
+{
+    const long ohw = oh * ow, total = lead * ohw;
+    const float div = (float)(kh * kw);
+    for (long idx = (long)group * MR_METAL_THREADS + lid; idx < total; idx += (long)groups * MR_METAL_THREADS) {
+        const long pl = idx / ohw, pos = idx - pl * ohw;
+        const long y = pos / ow, xx = pos - y * ow;
+        device const float *xp = x + pl * h * wd;
+        float acc = is_max ? -INFINITY : 0.0f;
+        for (long ky = 0; ky < kh; ++ky) {
+            const long iy = y * sh + ky * dh - ph;
+            if (iy < 0 || iy >= h) continue;
+            for (long kx = 0; kx < kw; ++kx) {
+                const long ix = xx * sw + kx * dw - pw;
+                if (ix < 0 || ix >= wd) continue;
+                const float v = xp[iy * wd + ix];
+                acc = is_max ? mr_mtl_max_nan(acc, v) : acc + v;
+            }
+        }
+        out[idx] = is_max ? acc : acc / div;
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Softmax                                                                              */
+/* ------------------------------------------------------------------------------------ */
+
+/* runtime-c's mr_softmax_exp: exp(d) for d = x - max <= 0 or NaN, exactly 0 below
+ * -87.34 (so a masked -inf gives 0), NaN stays NaN. */
+MR_MTL_FN float mr_mtl_softmax_exp(float d)
+{
+    const float cl = d < -87.33654f ? -87.33654f : (d != d ? 0.0f : d);
+    const float nn = mr_expf_n(cl);
+    const float y = mr_expf_scaled(cl, nn, nn);
+    return d >= -87.33654f ? y : (d != d ? d : 0.0f);
+}
+
+/* The max (NaN-propagating) or sum of every thread's v: simdgroup reductions, then the
+ * MR_METAL_SIMDS partials through tg[0..SIMDS), the result through tg[SIMDS]. Every
+ * thread gets it; tg is free again on return. */
+MR_MTL_FN float mr_mtl_tg_reduce(float v, bool is_max, threadgroup float *tg, uint lane, uint simd)
+{
+    v = is_max ? mr_mtl_simd_max_nan(v) : metal::simd_sum(v);
+    if (lane == 0) tg[simd] = v;
+    MR_MTL_TG_BARRIER();
+    if (simd == 0) {
+        float t = lane < MR_METAL_SIMDS ? tg[lane] : (is_max ? -INFINITY : 0.0f);
+        t = is_max ? mr_mtl_simd_max_nan(t) : metal::simd_sum(t);
+        if (lane == 0) tg[MR_METAL_SIMDS] = t;
+    }
+    MR_MTL_TG_BARRIER();
+    const float r = tg[MR_METAL_SIMDS];
+    MR_MTL_TG_BARRIER();
+    return r;
+}
+
+/*
+ * Softmax along the middle axis of contiguous [outer, n, inner]: out[o,k,i] =
+ * exp(x[o,k,i] - m) / sum_k' exp(x[o,k',i] - m), m = max_k x[o,k,i] (NaN propagating);
+ * runtime-c's exp (mr_mtl_softmax_exp), so an -inf entry gives exactly 0 and a row of
+ * -inf NaN. out may equal x: every element is read and rewritten by one thread. A row
+ * (o, i) goes to
+ *  - one thread, when inner > 1 and there are many rows (>= 4096) or n <= 8: consecutive
+ *    threads take consecutive i, so every pass reads contiguous memory;
+ *  - one simdgroup, when n <= 1024 (lanes stride the row, simd_max / simd_sum);
+ *  - one threadgroup otherwise (threads stride the row, mr_mtl_tg_reduce).
+ * Sums run in another order than runtime-c's: results agree to rounding.
+ */
+MR_MTL_FN void mr_softmax(device const float *x, device float *out, long outer, long n, long inner,
+                          threadgroup float *tg, uint group, uint groups, uint lid, uint lane, uint simd)
+{
+    if (outer <= 0 || n <= 0 || inner <= 0) return;
+    const long rows = outer * inner;
+    if (inner > 1 && (rows >= 4096 || n <= 8)) {
+        for (long row = (long)group * MR_METAL_THREADS + lid; row < rows; row += (long)groups * MR_METAL_THREADS) {
+            const long o = row / inner, i = row - o * inner;
+            device const float *xr = x + o * n * inner + i;
+            device float *yr = out + o * n * inner + i;
+            float m = -INFINITY, sum = 0.0f;
+            for (long k = 0; k < n; ++k) m = mr_mtl_max_nan(m, xr[k * inner]);
+            for (long k = 0; k < n; ++k) {
+                const float e = mr_mtl_softmax_exp(xr[k * inner] - m);
+                yr[k * inner] = e;
+                sum += e;
+            }
+            for (long k = 0; k < n; ++k) yr[k * inner] = yr[k * inner] / sum;
+        }
+        return;
+    }
+    if (n <= MR_METAL_SOFTMAX_SIMD_MAX_N) {
+        for (long row = (long)group * MR_METAL_SIMDS + simd; row < rows; row += (long)groups * MR_METAL_SIMDS) {
+            const long o = row / inner, i = row - o * inner;
+            device const float *xr = x + o * n * inner + i;
+            device float *yr = out + o * n * inner + i;
+            float m = -INFINITY, sum = 0.0f;
+            for (long k = lane; k < n; k += MR_METAL_SIMD_WIDTH) m = mr_mtl_max_nan(m, xr[k * inner]);
+            m = mr_mtl_simd_max_nan(m);
+            for (long k = lane; k < n; k += MR_METAL_SIMD_WIDTH) {
+                const float e = mr_mtl_softmax_exp(xr[k * inner] - m);
+                yr[k * inner] = e;
+                sum += e;
+            }
+            sum = metal::simd_sum(sum);
+            for (long k = lane; k < n; k += MR_METAL_SIMD_WIDTH) yr[k * inner] = yr[k * inner] / sum;
+        }
+        return;
+    }
+    for (long row = group; row < rows; row += groups) {
+        const long o = row / inner, i = row - o * inner;
+        device const float *xr = x + o * n * inner + i;
+        device float *yr = out + o * n * inner + i;
+        float m = -INFINITY, sum = 0.0f;
+        for (long k = lid; k < n; k += MR_METAL_THREADS) m = mr_mtl_max_nan(m, xr[k * inner]);
+        m = mr_mtl_tg_reduce(m, true, tg, lane, simd);
+        for (long k = lid; k < n; k += MR_METAL_THREADS) {
+            const float e = mr_mtl_softmax_exp(xr[k * inner] - m);
+            yr[k * inner] = e;
+            sum += e;
+        }
+        sum = mr_mtl_tg_reduce(sum, false, tg, lane, simd);
+        /* each thread divides the elements it wrote itself: no barrier needed */
+        for (long k = lid; k < n; k += MR_METAL_THREADS) yr[k * inner] = yr[k * inner] / sum;
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* SGD                                                                                  */
+/* ------------------------------------------------------------------------------------ */
+
+/* runtime-c's mr_sgd_f32: with use_v, v = momentum*v + g then w -= lr*v; without, w -=
+ * lr*g and v is not read (the host passes use_v = momentum != 0 && v exists). Bit-equal to
+ * runtime-c where the compiler does not contract a product and a sum into an FMA. */
+MR_MTL_FN void mr_sgd(device float *w, device const float *g, device float *v, long n, float lr, float momentum,
+                      int use_v, uint group, uint groups, uint lid)
+{
+    for (long i = (long)group * MR_METAL_THREADS + lid; i < n; i += (long)groups * MR_METAL_THREADS) {
+        if (use_v) {
+            const float pv = momentum * v[i];
+            const float vi = pv + g[i];
+            v[i] = vi;
+            const float step = lr * vi;
+            w[i] = w[i] - step;
+        } else {
+            const float step = lr * g[i];
+            w[i] = w[i] - step;
+        }
+    }
+}
+
+#endif /* MITHRIL_METAL_KERNELS_H */
