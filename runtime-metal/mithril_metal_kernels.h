@@ -58,14 +58,6 @@ struct mr_batch {
 /* runtime-c's running max: v wins if larger or NaN, so NaN propagates. */
 MR_MTL_FN float mr_mtl_max_nan(float m, float v) { return (v > m || v != v) ? v : m; }
 
-/* The max of a simdgroup's values, NaN if any is NaN (simd_max alone follows fmax and
- * would drop a NaN): the sum of the NaN lanes' values is NaN exactly then. */
-MR_MTL_FN float mr_mtl_simd_max_nan(float v)
-{
-    const float nan_sum = metal::simd_sum(v != v ? v : 0.0f);
-    const float m = metal::simd_max(v);
-    return nan_sum != nan_sum ? nan_sum : m;
-}
 
 /* x rounded to the operand format p, kept in a float (exactly representable there):
  * MR_BF16 1+8+7 bits, MR_F16 1+5+10 bits (above 65504 rounding to inf, subnormal below
@@ -139,67 +131,103 @@ struct mr_mtl_acc {
     float v[MR_METAL_GEMM_TM][MR_METAL_GEMM_TN];
 };
 
+/* Where element e (0..3) of thread lid goes in a K-major tile, kk * LD + x: the tile's
+ * element idx = lid + 256 e, taken along k (kk = idx % 16) when along_k, else along x,
+ * so that consecutive threads read consecutive addresses of the unit-stride direction. */
+MR_MTL_FN uint mr_mtl_ld_slot(uint lid, int e, bool along_k)
+{
+    const uint idx = lid + MR_METAL_THREADS * (uint)e;
+    const uint kk = along_k ? idx % MR_METAL_GEMM_BK : idx / MR_METAL_GEMM_BM;
+    const uint x = along_k ? idx / MR_METAL_GEMM_BK : idx % MR_METAL_GEMM_BM;
+    return kk * MR_METAL_GEMM_LD + x;
+}
+
 /* Loads a BK x 64 tile of a strided operand, element (x, k) at p[x*sx + k*sk], x < nx,
- * k < nk, zero outside: 1024 elements, 4 a thread, staged in registers so that the
- * global loads of the next K tile are in flight while the current one is multiplied.
- * Stored K-major, s[k*LD + x], rounded to the precision P. */
+ * k < nk, zero outside: 1024 elements, 4 a thread (mr_mtl_ld_slot), staged in registers
+ * so that the global loads of the next K tile are in flight while the current one is
+ * multiplied; stored K-major, rounded to the precision P. A thread's (x, kk) are the same
+ * in every K tile, so its offsets are worked out once (mr_mtl_ld_strided_make) and a tile
+ * costs one 64-bit multiply. */
 struct mr_mtl_ld_strided {
     device const float *p;
-    long sx, sk, nx, nk;
+    long sk, nk;
     bool along_k;
+    long off[4]; /* x*sx + kk*sk, or -1 for x >= nx */
+    long kk[4];
     float r[4];
 
-    void load(long k0, uint lid)
+    void load(long k0, uint)
     {
-        for (int e = 0; e < 4; ++e) {
-            const uint idx = lid + MR_METAL_THREADS * (uint)e;
-            const long kk = along_k ? (long)(idx % MR_METAL_GEMM_BK) : (long)(idx / MR_METAL_GEMM_BM);
-            const long x = along_k ? (long)(idx / MR_METAL_GEMM_BK) : (long)(idx % MR_METAL_GEMM_BM);
-            r[e] = (x < nx && k0 + kk < nk) ? p[x * sx + (k0 + kk) * sk] : 0.0f;
-        }
+        const long base = k0 * sk;
+        for (int e = 0; e < 4; ++e) r[e] = (off[e] >= 0 && k0 + kk[e] < nk) ? p[base + off[e]] : 0.0f;
     }
 
     void store(int prec, threadgroup float *s, uint lid) const
     {
-        for (int e = 0; e < 4; ++e) {
-            const uint idx = lid + MR_METAL_THREADS * (uint)e;
-            const uint kk = along_k ? idx % MR_METAL_GEMM_BK : idx / MR_METAL_GEMM_BM;
-            const uint x = along_k ? idx / MR_METAL_GEMM_BK : idx % MR_METAL_GEMM_BM;
-            s[kk * MR_METAL_GEMM_LD + x] = mr_mtl_round(prec, r[e]);
-        }
+        for (int e = 0; e < 4; ++e) s[mr_mtl_ld_slot(lid, e, along_k)] = mr_mtl_round(prec, r[e]);
     }
 };
 
+MR_MTL_FN mr_mtl_ld_strided mr_mtl_ld_strided_make(device const float *p, long sx, long sk, long nx, long nk,
+                                                   uint lid)
+{
+    mr_mtl_ld_strided l;
+    l.p = p;
+    l.sk = sk;
+    l.nk = nk;
+    l.along_k = mr_mtl_along_k(sx, sk);
+    for (int e = 0; e < 4; ++e) {
+        const uint idx = lid + MR_METAL_THREADS * (uint)e;
+        const long kk = l.along_k ? (long)(idx % MR_METAL_GEMM_BK) : (long)(idx / MR_METAL_GEMM_BM);
+        const long x = l.along_k ? (long)(idx / MR_METAL_GEMM_BK) : (long)(idx % MR_METAL_GEMM_BM);
+        l.kk[e] = kk;
+        l.off[e] = x < nx ? x * sx + kk * sk : -1;
+        l.r[e] = 0.0f;
+    }
+    return l;
+}
+
 /* The implicit GEMM's B tile: row kk = (ic*kh + ky)*kw + kx of the group's im2col matrix,
- * column (b*oh + y)*ow + x. Each thread owns one column (lid % 64) and rows lid / 64 + 4 e:
- * the column's image, y*sh - ph and x*sw - pw are worked out once a tile position; a
- * simdgroup reads 32 consecutive output positions of one tap (coalesced for stride 1). */
+ * column (b*oh + y)*ow + x. Each thread owns one column (lid % 64) and 4 consecutive rows
+ * (lid / 64 * 4 ..): the column's image, y*sh - ph and x*sw - pw are worked out once a
+ * tile position, and each K tile decodes the first row once (two 32-bit divisions) and
+ * steps (ic, ky, kx) on, so an element costs one bounds test. A simdgroup reads 32
+ * consecutive output positions of one tap: coalesced for stride 1. */
 struct mr_mtl_ld_im2col {
     device const float *xb; /* the column's image, at the group's first channel */
-    long iy0, ix0, nk, h, wd, kh, kw, dh, dw;
+    int iy0, ix0, h, wd, kh, kw, dh, dw;
+    long nk;
     bool valid;
     float r[4];
 
     void load(long k0, uint lid)
     {
-        const long khw = kh * kw;
+        const int khw = kh * kw;
+        const long kidx = k0 + (long)(lid / MR_METAL_GEMM_BN) * 4;
+        int ic = (int)(kidx / khw);
+        const int rem = (int)(kidx - (long)ic * khw);
+        int ky = rem / kw, kx = rem - ky * kw;
         for (int e = 0; e < 4; ++e) {
-            const long kidx = k0 + (long)(lid / MR_METAL_GEMM_BN) + 4 * e;
             float v = 0.0f;
-            if (valid && kidx < nk) {
-                const long ic = kidx / khw, rem = kidx - ic * khw;
-                const long ky = rem / kw, kx = rem - ky * kw;
-                const long iy = iy0 + ky * dh, ix = ix0 + kx * dw;
-                if (iy >= 0 && iy < h && ix >= 0 && ix < wd) v = xb[(ic * h + iy) * wd + ix];
+            if (valid && kidx + e < nk) {
+                const int iy = iy0 + ky * dh, ix = ix0 + kx * dw;
+                if (iy >= 0 && iy < h && ix >= 0 && ix < wd) v = xb[((long)ic * h + iy) * wd + ix];
             }
             r[e] = v;
+            if (++kx == kw) {
+                kx = 0;
+                if (++ky == kh) {
+                    ky = 0;
+                    ++ic;
+                }
+            }
         }
     }
 
     void store(int prec, threadgroup float *s, uint lid) const
     {
-        const uint col = lid % MR_METAL_GEMM_BN, row = lid / MR_METAL_GEMM_BN;
-        for (int e = 0; e < 4; ++e) s[(row + 4 * (uint)e) * MR_METAL_GEMM_LD + col] = mr_mtl_round(prec, r[e]);
+        const uint col = lid % MR_METAL_GEMM_BN, row = (lid / MR_METAL_GEMM_BN) * 4;
+        for (int e = 0; e < 4; ++e) s[(row + (uint)e) * MR_METAL_GEMM_LD + col] = mr_mtl_round(prec, r[e]);
     }
 };
 
@@ -287,15 +315,14 @@ MR_MTL_FN void mr_sgemm(long m, long n, long k, device const float *a, long a_rs
     }
     const long mt = (m + MR_METAL_GEMM_BM - 1) / MR_METAL_GEMM_BM, nt = (n + MR_METAL_GEMM_BN - 1) / MR_METAL_GEMM_BN;
     const long units = nbatch * mt * nt;
-    const bool ak = mr_mtl_along_k(a_rs, a_cs), bk = mr_mtl_along_k(b_cs, b_rs);
     const uint tx = lid % 16, ty = lid / 16;
     for (long u = group; u < units; u += groups) {
         const long nb = u / (mt * nt), rem = u - nb * (mt * nt);
         const long m0 = (rem / nt) * MR_METAL_GEMM_BM, n0 = (rem % nt) * MR_METAL_GEMM_BN;
         long oa, ob, oc;
         mr_mtl_batch_offsets(bt, nb, oa, ob, oc);
-        mr_mtl_ld_strided la = {a + oa + m0 * a_rs, a_rs, a_cs, m - m0, k, ak, {0.0f, 0.0f, 0.0f, 0.0f}};
-        mr_mtl_ld_strided lb = {b + ob + n0 * b_cs, b_cs, b_rs, n - n0, k, bk, {0.0f, 0.0f, 0.0f, 0.0f}};
+        mr_mtl_ld_strided la = mr_mtl_ld_strided_make(a + oa + m0 * a_rs, a_rs, a_cs, m - m0, k, lid);
+        mr_mtl_ld_strided lb = mr_mtl_ld_strided_make(b + ob + n0 * b_cs, b_cs, b_rs, n - n0, k, lid);
         mr_mtl_acc acc;
         mr_mtl_mainloop<P>(la, lb, k, tg, lid, acc);
         for (int i = 0; i < MR_METAL_GEMM_TM; ++i) {
@@ -376,14 +403,14 @@ MR_MTL_FN void mr_conv2d(device const float *x, device const float *w, device fl
     for (long u = group; u < units; u += groups) {
         const long g = u / (mt * nt), rem = u - g * (mt * nt);
         const long m0 = (rem / nt) * MR_METAL_GEMM_BM, n0 = (rem % nt) * MR_METAL_GEMM_BN;
-        mr_mtl_ld_strided la = {w + (g * M + m0) * K, K, 1, M - m0, K, true, {0.0f, 0.0f, 0.0f, 0.0f}};
+        mr_mtl_ld_strided la = mr_mtl_ld_strided_make(w + (g * M + m0) * K, K, 1, M - m0, K, lid);
         /* this thread's im2col column */
         const long col = n0 + (long)(lid % MR_METAL_GEMM_BN);
         const bool valid = col < ncols;
         const long bi = valid ? col / ohw : 0, pos = col - bi * ohw;
         const long y = pos / ow, xx = pos - y * ow;
-        mr_mtl_ld_im2col lb = {x + (bi * c + g * cg) * h * wd, y * sh - ph, xx * sw - pw, K, h, wd, kh, kw, dh, dw,
-                               valid, {0.0f, 0.0f, 0.0f, 0.0f}};
+        mr_mtl_ld_im2col lb = {x + (bi * c + g * cg) * h * wd, (int)(y * sh - ph), (int)(xx * sw - pw), (int)h, (int)wd,
+                               (int)kh, (int)kw, (int)dh, (int)dw, K, valid, {0.0f, 0.0f, 0.0f, 0.0f}};
         mr_mtl_acc acc;
         mr_mtl_mainloop<P>(la, lb, K, tg, lid, acc);
         for (int j = 0; j < MR_METAL_GEMM_TN; ++j) {
@@ -449,17 +476,17 @@ MR_MTL_FN float mr_mtl_softmax_exp(float d)
     return d >= -87.33654f ? y : (d != d ? d : 0.0f);
 }
 
-/* The max (NaN-propagating) or sum of every thread's v: simdgroup reductions, then the
+/* The max or sum of every thread's v: simdgroup reductions, then the
  * MR_METAL_SIMDS partials through tg[0..SIMDS), the result through tg[SIMDS]. Every
  * thread gets it; tg is free again on return. */
 MR_MTL_FN float mr_mtl_tg_reduce(float v, bool is_max, threadgroup float *tg, uint lane, uint simd)
 {
-    v = is_max ? mr_mtl_simd_max_nan(v) : metal::simd_sum(v);
+    v = is_max ? metal::simd_max(v) : metal::simd_sum(v);
     if (lane == 0) tg[simd] = v;
     MR_MTL_TG_BARRIER();
     if (simd == 0) {
         float t = lane < MR_METAL_SIMDS ? tg[lane] : (is_max ? -INFINITY : 0.0f);
-        t = is_max ? mr_mtl_simd_max_nan(t) : metal::simd_sum(t);
+        t = is_max ? metal::simd_max(t) : metal::simd_sum(t);
         if (lane == 0) tg[MR_METAL_SIMDS] = t;
     }
     MR_MTL_TG_BARRIER();
@@ -478,7 +505,10 @@ MR_MTL_FN float mr_mtl_tg_reduce(float v, bool is_max, threadgroup float *tg, ui
  *    threads take consecutive i, so every pass reads contiguous memory;
  *  - one simdgroup, when n <= 1024 (lanes stride the row, simd_max / simd_sum);
  *  - one threadgroup otherwise (threads stride the row, mr_mtl_tg_reduce).
- * Sums run in another order than runtime-c's: results agree to rounding.
+ * Sums run in another order than runtime-c's: results agree to rounding. A row with a NaN
+ * gives NaN everywhere whether or not the max sees the NaN (simd_max may drop it, as
+ * fmax does): its exponential makes the sum, and so every quotient, NaN. Each thread's
+ * own running max still propagates NaN as runtime-c's (mr_mtl_max_nan).
  */
 MR_MTL_FN void mr_softmax(device const float *x, device float *out, long outer, long n, long inner,
                           threadgroup float *tg, uint group, uint groups, uint lid, uint lane, uint simd)
@@ -508,7 +538,7 @@ MR_MTL_FN void mr_softmax(device const float *x, device float *out, long outer, 
             device float *yr = out + o * n * inner + i;
             float m = -INFINITY, sum = 0.0f;
             for (long k = lane; k < n; k += MR_METAL_SIMD_WIDTH) m = mr_mtl_max_nan(m, xr[k * inner]);
-            m = mr_mtl_simd_max_nan(m);
+            m = metal::simd_max(m);
             for (long k = lane; k < n; k += MR_METAL_SIMD_WIDTH) {
                 const float e = mr_mtl_softmax_exp(xr[k * inner] - m);
                 yr[k * inner] = e;
