@@ -132,16 +132,44 @@ kernel void k_sgd(device float *w [[buffer(0)]], device const float *g [[buffer(
 /* Host                                                                                 */
 /* ------------------------------------------------------------------------------------ */
 
+#if defined(MITHRILC_METAL_EMU_H) /* the host half: under the emulation only */
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 /* TEST_DISPATCH_TG(groups, tg_bytes, kernel, args...) runs a kernel whose last arguments are
- * (tg, group, groups, lid, lane, simd); TEST_DISPATCH(groups, kernel, args...) one whose
- * last are (group, groups, lid). */
-#include "test_dispatch.h"
+ * (tg, group, groups, lid, lane, simd) over `groups` threadgroups of MR_METAL_THREADS, with
+ * tg_bytes of [[threadgroup(0)]]; TEST_DISPATCH(groups, kernel, args...) one whose last are
+ * (group, groups, lid). Through metal_emu.h's dispatch (mr_metal_emu::run): the call, a
+ * lambda, is reached from a registered-style wrapper through g_body, as a generated
+ * <name>_emu.cpp wrapper reaches its kernel. */
+namespace E = mr_metal_emu;
+static std::function<void()> g_body;
+static void test_trampoline(const E::Args &) { g_body(); }
+static void test_run(const char *name, unsigned groups, size_t tg_bytes, std::function<void()> body)
+{
+    E::Args args;
+    std::memset(&args, 0, sizeof args);
+    size_t tgb[31] = {0};
+    tgb[0] = (tg_bytes + 15) / 16 * 16;
+    g_body = body;
+    E::run(name, test_trampoline, args, tgb, groups, MR_METAL_THREADS);
+    g_body = nullptr;
+}
+#define TEST_DISPATCH_TG(groups, bytes, K, ...)                                                              \
+    test_run(#K, groups, bytes, [&] {                                                                       \
+        K(__VA_ARGS__, (float *)E::threadgroup_memory(0), E::threadgroup_position_in_grid(),                 \
+          E::threadgroups_per_grid(), E::thread_index_in_threadgroup(), E::thread_index_in_simdgroup(),      \
+          E::simdgroup_index_in_threadgroup());                                                              \
+    })
+#define TEST_DISPATCH(groups, K, ...)                                                                        \
+    test_run(#K, groups, 0, [&] {                                                                           \
+        K(__VA_ARGS__, E::threadgroup_position_in_grid(), E::threadgroups_per_grid(),                       \
+          E::thread_index_in_threadgroup());                                                                 \
+    })
 
 static int g_checks = 0, g_failures = 0;
 
@@ -618,3 +646,4 @@ int main(int argc, char **argv)
     std::printf("%d checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
+#endif /* MITHRILC_METAL_EMU_H */
