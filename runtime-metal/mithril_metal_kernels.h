@@ -49,6 +49,12 @@ struct mr_batch {
 };
 
 #define MR_MTL_FN static inline
+
+/* 1: MR_BF16 / MR_F16 tiles multiply on simdgroup_matrix (Apple7 / M1 and later); 0: on the
+ * scalar FMA loop with the same rounded operands (GPUs without simdgroup_matrix). */
+#ifndef MR_METAL_SIMDGROUP_MATRIX
+#define MR_METAL_SIMDGROUP_MATRIX 1
+#endif
 #define MR_MTL_TG_BARRIER() metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup)
 
 /* ------------------------------------------------------------------------------------ */
@@ -266,6 +272,121 @@ MR_MTL_FN void mr_mtl_mainloop(thread LA &la, thread LB &lb, long k, threadgroup
     }
 }
 
+/* The reduced-precision (MR_BF16 / MR_F16) tile on simdgroup_matrix, 8x8 f32 fragments:
+ * the 8 simdgroups form a 4 x 2 grid of 16 x 32 blocks of the 64 x 64 tile (2 x 4
+ * accumulator fragments each). The operands are the rounded values kept as floats (exact:
+ * 8 or 11 significant bits), so the fragments and products are f32, which every Apple GPU
+ * with simdgroup_matrix (Apple7 / M1 on) multiplies; a product of two rounded operands is
+ * exact in f32, the sums are f32. Per K tile, 2 steps of 8: 2 A fragments (loaded
+ * transposed from the K-major tile), 4 B fragments, 8 multiply-accumulates. The same
+ * loaders and double role of the registers as mr_mtl_mainloop. The results leave through
+ * a simdgroup's own 8x8 staging area in threadgroup memory (after a barrier: the tiles
+ * are free then), from which each lane stores 2 elements and calls the epilogue on them:
+ * nothing depends on how the hardware spreads a fragment over the lanes. */
+template <int P, class LA, class LB, class Out>
+MR_MTL_FN void mr_mtl_tile_mma(thread LA &la, thread LB &lb, long k, thread const Out &out, long m0, long n0,
+                               threadgroup float *tg, uint lid, uint lane, uint simd)
+{
+    threadgroup float *sa = tg;
+    threadgroup float *sb = tg + MR_METAL_GEMM_BK * MR_METAL_GEMM_LD;
+    const uint wr = (simd / 2) * 16, wc = (simd % 2) * 32;
+    metal::simdgroup_float8x8 acc[2][4];
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = metal::make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    if (k > 0) {
+        la.load(0, lid);
+        lb.load(0, lid);
+    }
+    for (long k0 = 0; k0 < k; k0 += MR_METAL_GEMM_BK) {
+        MR_MTL_TG_BARRIER();
+        la.store(P, sa, lid);
+        lb.store(P, sb, lid);
+        MR_MTL_TG_BARRIER();
+        if (k0 + MR_METAL_GEMM_BK < k) {
+            la.load(k0 + MR_METAL_GEMM_BK, lid);
+            lb.load(k0 + MR_METAL_GEMM_BK, lid);
+        }
+        for (int kk = 0; kk < MR_METAL_GEMM_BK; kk += 8) {
+            metal::simdgroup_float8x8 fa[2], fb[4];
+            /* A fragment (r, c) = A[wr + 8i + r][kk + c] = sa[(kk + c) * LD + wr + 8i + r] */
+            for (int i = 0; i < 2; ++i)
+                metal::simdgroup_load(fa[i], sa + kk * MR_METAL_GEMM_LD + wr + 8 * i, MR_METAL_GEMM_LD, ulong2(0), true);
+            for (int j = 0; j < 4; ++j)
+                metal::simdgroup_load(fb[j], sb + kk * MR_METAL_GEMM_LD + wc + 8 * j, MR_METAL_GEMM_LD);
+            for (int i = 0; i < 2; ++i)
+                for (int j = 0; j < 4; ++j) metal::simdgroup_multiply_accumulate(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+    }
+    MR_MTL_TG_BARRIER(); /* every simdgroup is done with the tiles: they become staging */
+    threadgroup float *st = tg + simd * 64;
+    for (int i = 0; i < 2; ++i) {
+        for (int j = 0; j < 4; ++j) {
+            metal::simdgroup_store(acc[i][j], st, 8);
+            metal::simdgroup_barrier(metal::mem_flags::mem_threadgroup);
+            for (uint e = lane; e < 64; e += MR_METAL_SIMD_WIDTH)
+                out.put(m0 + wr + 8 * i + e / 8, n0 + wc + 8 * j + e % 8, st[e]);
+            metal::simdgroup_barrier(metal::mem_flags::mem_threadgroup);
+        }
+    }
+}
+
+/* One 64 x 64 output tile at (m0, n0) over all of K: out.put(row, col, value) for each
+ * element (put skips those past the matrix, stores, and calls the epilogue). MR_F32, and
+ * every precision when MR_METAL_SIMDGROUP_MATRIX is 0: the scalar FMA loop, operands
+ * rounded to P in threadgroup memory. MR_BF16 / MR_F16: simdgroup_matrix. */
+template <int P, class LA, class LB, class Out>
+MR_MTL_FN void mr_mtl_tile(thread LA &la, thread LB &lb, long k, thread const Out &out, long m0, long n0,
+                           threadgroup float *tg, uint lid, uint lane, uint simd)
+{
+#if MR_METAL_SIMDGROUP_MATRIX
+    if (P == MR_BF16 || P == MR_F16) {
+        mr_mtl_tile_mma<P>(la, lb, k, out, m0, n0, tg, lid, lane, simd);
+        return;
+    }
+#else
+    (void)lane;
+    (void)simd;
+#endif
+    mr_mtl_acc acc;
+    mr_mtl_mainloop<P>(la, lb, k, tg, lid, acc);
+    const uint tx = lid % 16, ty = lid / 16;
+    for (int i = 0; i < MR_METAL_GEMM_TM; ++i)
+        for (int j = 0; j < MR_METAL_GEMM_TN; ++j) out.put(m0 + ty + 16 * i, n0 + tx + 16 * j, acc.v[i][j]);
+}
+
+/* The GEMM's output: element (row, col) of batch item nb at c[row*c_rs + col*c_cs] (c at
+ * the item's offset), then ep(nb, row, col). */
+template <class Ep>
+struct mr_mtl_out_gemm {
+    device float *c;
+    long c_rs, c_cs, m, n, nb;
+    Ep ep;
+    void put(long row, long col, float v) const
+    {
+        if (row < m && col < n) {
+            c[row * c_rs + col * c_cs] = v;
+            ep(nb, row, col);
+        }
+    }
+};
+
+/* The implicit GEMM's output: row = output channel within group g (oc = oc0 + row),
+ * col = b*oh*ow + position; then ep(b, oc, position). */
+template <class Ep>
+struct mr_mtl_out_conv {
+    device float *out;
+    long o, ohw, rows, cols, oc0;
+    Ep ep;
+    void put(long row, long col, float v) const
+    {
+        if (row < rows && col < cols) {
+            const long b = col / ohw, pos = col - b * ohw, oc = oc0 + row;
+            out[(b * o + oc) * ohw + pos] = v;
+            ep(b, oc, pos);
+        }
+    }
+};
+
 /* ------------------------------------------------------------------------------------ */
 /* GEMM                                                                                 */
 /* ------------------------------------------------------------------------------------ */
@@ -275,7 +396,8 @@ MR_MTL_FN void mr_mtl_mainloop(thread LA &la, thread LB &lb, long k, threadgroup
  * (offsets from bt), any strides; then ep(nb, i, j) by the thread that stored element
  * (i, j), nb the flat batch index. P = MR_F32: exact f32 FMAs in order of k. MR_BF16 /
  * MR_F16 (m > 4): both operands rounded to the format as they are staged in threadgroup
- * memory (mr_mtl_round), products exact in f32, summed by f32 FMAs in order of k. m <= 4
+ * memory (mr_mtl_round), products exact in f32, summed in f32 on simdgroup_matrix
+ * (mr_mtl_tile_mma; the scalar FMA loop if MR_METAL_SIMDGROUP_MATRIX is 0). m <= 4
  * takes the GEMV path (a simdgroup per column, lanes splitting K, simd_sum), exact f32
  * whatever P, as the CUDA target's fallback. k = 0 gives C = 0, then the epilogue.
  */
@@ -315,7 +437,6 @@ MR_MTL_FN void mr_sgemm(long m, long n, long k, device const float *a, long a_rs
     }
     const long mt = (m + MR_METAL_GEMM_BM - 1) / MR_METAL_GEMM_BM, nt = (n + MR_METAL_GEMM_BN - 1) / MR_METAL_GEMM_BN;
     const long units = nbatch * mt * nt;
-    const uint tx = lid % 16, ty = lid / 16;
     for (long u = group; u < units; u += groups) {
         const long nb = u / (mt * nt), rem = u - nb * (mt * nt);
         const long m0 = (rem / nt) * MR_METAL_GEMM_BM, n0 = (rem % nt) * MR_METAL_GEMM_BN;
@@ -323,19 +444,8 @@ MR_MTL_FN void mr_sgemm(long m, long n, long k, device const float *a, long a_rs
         mr_mtl_batch_offsets(bt, nb, oa, ob, oc);
         mr_mtl_ld_strided la = mr_mtl_ld_strided_make(a + oa + m0 * a_rs, a_rs, a_cs, m - m0, k, lid);
         mr_mtl_ld_strided lb = mr_mtl_ld_strided_make(b + ob + n0 * b_cs, b_cs, b_rs, n - n0, k, lid);
-        mr_mtl_acc acc;
-        mr_mtl_mainloop<P>(la, lb, k, tg, lid, acc);
-        for (int i = 0; i < MR_METAL_GEMM_TM; ++i) {
-            const long row = m0 + ty + 16 * i;
-            if (row >= m) continue;
-            for (int j = 0; j < MR_METAL_GEMM_TN; ++j) {
-                const long col = n0 + tx + 16 * j;
-                if (col < n) {
-                    c[oc + row * c_rs + col * c_cs] = acc.v[i][j];
-                    ep(nb, row, col);
-                }
-            }
-        }
+        const mr_mtl_out_gemm<Ep> out = {c + oc, c_rs, c_cs, m, n, nb, ep};
+        mr_mtl_tile<P>(la, lb, k, out, m0, n0, tg, lid, lane, simd);
     }
 }
 
@@ -399,7 +509,6 @@ MR_MTL_FN void mr_conv2d(device const float *x, device const float *w, device fl
     }
     const long mt = (M + MR_METAL_GEMM_BM - 1) / MR_METAL_GEMM_BM, nt = (ncols + MR_METAL_GEMM_BN - 1) / MR_METAL_GEMM_BN;
     const long units = cgroups * mt * nt;
-    const uint tx = lid % 16, ty = lid / 16;
     for (long u = group; u < units; u += groups) {
         const long g = u / (mt * nt), rem = u - g * (mt * nt);
         const long m0 = (rem / nt) * MR_METAL_GEMM_BM, n0 = (rem % nt) * MR_METAL_GEMM_BN;
@@ -411,20 +520,8 @@ MR_MTL_FN void mr_conv2d(device const float *x, device const float *w, device fl
         const long y = pos / ow, xx = pos - y * ow;
         mr_mtl_ld_im2col lb = {x + (bi * c + g * cg) * h * wd, (int)(y * sh - ph), (int)(xx * sw - pw), (int)h, (int)wd,
                                (int)kh, (int)kw, (int)dh, (int)dw, K, valid, {0.0f, 0.0f, 0.0f, 0.0f}};
-        mr_mtl_acc acc;
-        mr_mtl_mainloop<P>(la, lb, K, tg, lid, acc);
-        for (int j = 0; j < MR_METAL_GEMM_TN; ++j) {
-            const long cj = n0 + tx + 16 * j;
-            if (cj >= ncols) continue;
-            const long bj = cj / ohw, pj = cj - bj * ohw;
-            for (int i = 0; i < MR_METAL_GEMM_TM; ++i) {
-                const long row = m0 + ty + 16 * i;
-                if (row >= M) continue;
-                const long oc = g * M + row;
-                out[(bj * o + oc) * ohw + pj] = acc.v[i][j];
-                ep(bj, oc, pj);
-            }
-        }
+        const mr_mtl_out_conv<Ep> res = {out, o, ohw, M, ncols, g * M, ep};
+        mr_mtl_tile<P>(la, lb, K, res, m0, n0, tg, lid, lane, simd);
     }
 }
 
