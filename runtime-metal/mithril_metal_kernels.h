@@ -237,10 +237,30 @@ struct mr_mtl_ld_im2col {
     }
 };
 
-/* acc = A tile x B tile over all of K: registers -> threadgroup memory (rounded to P)
- * -> FMAs, with the next K tile's global loads issued before the current tile's FMAs.
- * One threadgroup buffer, two barriers a K step (before overwriting it, after filling
- * it). Zero-filled edges: the FMA loop has no guards. */
+/* K tile k0 of A and B into threadgroup memory (A at tg, B after it), rounded to prec,
+ * from the registers that hold it (loaded here first when k0 = 0); then the global loads
+ * of the next tile, which stay in flight while the caller multiplies this one. One
+ * buffer, two barriers a K step: before overwriting it (every thread done reading the
+ * previous tile, or the previous unit's staging) and after filling it. */
+template <class LA, class LB>
+MR_MTL_FN void mr_mtl_stage(thread LA &la, thread LB &lb, int prec, long k0, long k, threadgroup float *tg, uint lid)
+{
+    if (k0 == 0) {
+        la.load(0, lid);
+        lb.load(0, lid);
+    }
+    MR_MTL_TG_BARRIER();
+    la.store(prec, tg, lid);
+    lb.store(prec, tg + MR_METAL_GEMM_BK * MR_METAL_GEMM_LD, lid);
+    MR_MTL_TG_BARRIER();
+    if (k0 + MR_METAL_GEMM_BK < k) {
+        la.load(k0 + MR_METAL_GEMM_BK, lid);
+        lb.load(k0 + MR_METAL_GEMM_BK, lid);
+    }
+}
+
+/* acc = A tile x B tile over all of K: registers -> threadgroup memory (rounded to P,
+ * mr_mtl_stage) -> FMAs in order of k. Zero-filled edges: the FMA loop has no guards. */
 template <int P, class LA, class LB>
 MR_MTL_FN void mr_mtl_mainloop(thread LA &la, thread LB &lb, long k, threadgroup float *tg, uint lid,
                                thread mr_mtl_acc &acc)
@@ -250,18 +270,8 @@ MR_MTL_FN void mr_mtl_mainloop(thread LA &la, thread LB &lb, long k, threadgroup
     const uint tx = lid % 16, ty = lid / 16;
     for (int i = 0; i < MR_METAL_GEMM_TM; ++i)
         for (int j = 0; j < MR_METAL_GEMM_TN; ++j) acc.v[i][j] = 0.0f;
-    if (k <= 0) return;
-    la.load(0, lid);
-    lb.load(0, lid);
     for (long k0 = 0; k0 < k; k0 += MR_METAL_GEMM_BK) {
-        MR_MTL_TG_BARRIER(); /* every thread is done reading the previous tile */
-        la.store(P, sa, lid);
-        lb.store(P, sb, lid);
-        MR_MTL_TG_BARRIER();
-        if (k0 + MR_METAL_GEMM_BK < k) {
-            la.load(k0 + MR_METAL_GEMM_BK, lid);
-            lb.load(k0 + MR_METAL_GEMM_BK, lid);
-        }
+        mr_mtl_stage(la, lb, P, k0, k, tg, lid);
         for (int kk = 0; kk < MR_METAL_GEMM_BK; ++kk) {
             float av[MR_METAL_GEMM_TM], bv[MR_METAL_GEMM_TN];
             for (int i = 0; i < MR_METAL_GEMM_TM; ++i) av[i] = sa[kk * MR_METAL_GEMM_LD + ty + 16 * i];
@@ -293,19 +303,8 @@ MR_MTL_FN void mr_mtl_tile_mma(thread LA &la, thread LB &lb, long k, thread cons
     metal::simdgroup_float8x8 acc[2][4];
     for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 4; ++j) acc[i][j] = metal::make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-    if (k > 0) {
-        la.load(0, lid);
-        lb.load(0, lid);
-    }
     for (long k0 = 0; k0 < k; k0 += MR_METAL_GEMM_BK) {
-        MR_MTL_TG_BARRIER();
-        la.store(P, sa, lid);
-        lb.store(P, sb, lid);
-        MR_MTL_TG_BARRIER();
-        if (k0 + MR_METAL_GEMM_BK < k) {
-            la.load(k0 + MR_METAL_GEMM_BK, lid);
-            lb.load(k0 + MR_METAL_GEMM_BK, lid);
-        }
+        mr_mtl_stage(la, lb, P, k0, k, tg, lid);
         for (int kk = 0; kk < MR_METAL_GEMM_BK; kk += 8) {
             metal::simdgroup_float8x8 fa[2], fb[4];
             /* A fragment (r, c) = A[wr + 8i + r][kk + c] = sa[(kk + c) * LD + wr + 8i + r] */
