@@ -128,6 +128,32 @@ kernel void k_sgd(device float *w [[buffer(0)]], device const float *g [[buffer(
     mr_sgd(w, g, v, n, lr, momentum, use_v, group, groups, lid);
 }
 
+#if !defined(MITHRILC_METAL_EMU_H)
+/* For Apple's compiler (make -f Makefile.kernels metal-check): the template kernels'
+ * instances, by name, so that every path of the library is compiled for the GPU too. */
+#define TEST_GEMM_INST(P, EP, NAME)                                                                         \
+    template [[host_name(NAME)]] kernel void k_gemm<P, EP>(                                                 \
+        device const float *a [[buffer(0)]], device const float *b [[buffer(1)]], device float *c [[buffer(2)]], \
+        device const float *bias [[buffer(3)]], constant gemm_params &p [[buffer(4)]],                      \
+        threadgroup float *tg [[threadgroup(0)]], uint group [[threadgroup_position_in_grid]],              \
+        uint groups [[threadgroups_per_grid]], uint lid [[thread_index_in_threadgroup]],                    \
+        uint lane [[thread_index_in_simdgroup]], uint simd [[simdgroup_index_in_threadgroup]]);
+#define TEST_CONV_INST(P, EP, NAME)                                                                         \
+    template [[host_name(NAME)]] kernel void k_conv<P, EP>(                                                 \
+        device const float *x [[buffer(0)]], device const float *w [[buffer(1)]], device float *out [[buffer(2)]], \
+        device const float *bias [[buffer(3)]], constant conv_params &p [[buffer(4)]],                      \
+        threadgroup float *tg [[threadgroup(0)]], uint group [[threadgroup_position_in_grid]],              \
+        uint groups [[threadgroups_per_grid]], uint lid [[thread_index_in_threadgroup]],                    \
+        uint lane [[thread_index_in_simdgroup]], uint simd [[simdgroup_index_in_threadgroup]]);
+TEST_GEMM_INST(MR_F32, 0, "k_gemm_f32")
+TEST_GEMM_INST(MR_F32, 1, "k_gemm_f32_ep")
+TEST_GEMM_INST(MR_BF16, 1, "k_gemm_bf16_ep")
+TEST_GEMM_INST(MR_F16, 1, "k_gemm_f16_ep")
+TEST_CONV_INST(MR_F32, 1, "k_conv_f32_ep")
+TEST_CONV_INST(MR_BF16, 1, "k_conv_bf16_ep")
+TEST_CONV_INST(MR_F16, 0, "k_conv_f16")
+#endif
+
 /* ------------------------------------------------------------------------------------ */
 /* Host                                                                                 */
 /* ------------------------------------------------------------------------------------ */
