@@ -397,8 +397,8 @@ struct mr_mtl_out_conv {
  * MR_F16 (m > 4): both operands rounded to the format as they are staged in threadgroup
  * memory (mr_mtl_round), products exact in f32, summed in f32 on simdgroup_matrix
  * (mr_mtl_tile_mma; the scalar FMA loop if MR_METAL_SIMDGROUP_MATRIX is 0). m <= 4
- * takes the GEMV path (a simdgroup per column, lanes splitting K, simd_sum), exact f32
- * whatever P, as the CUDA target's fallback. k = 0 gives C = 0, then the epilogue.
+ * takes a GEMV path, exact f32 whatever P, as the CUDA target's fallback: a lane a column
+ * for a row-major B (b_cs == 1), else a simdgroup a column (lanes splitting K, simd_sum). k = 0 gives C = 0, then the epilogue.
  */
 template <int P, class Ep>
 MR_MTL_FN void mr_sgemm(long m, long n, long k, device const float *a, long a_rs, long a_cs, device const float *b,
@@ -408,7 +408,36 @@ MR_MTL_FN void mr_sgemm(long m, long n, long k, device const float *a, long a_rs
 {
     const long nbatch = mr_mtl_batch_count(bt);
     if (m <= 0 || n <= 0 || nbatch <= 0) return;
+    if (m <= MR_METAL_GEMV_MAX_M && b_cs == 1 && b_rs != 1) {
+        /* B's columns contiguous (row-major B): a lane a column, 32 consecutive columns a
+         * simdgroup item, so each k reads one contiguous run of B (and a broadcast A);
+         * FMAs in order of k. */
+        const long blocks = (n + MR_METAL_SIMD_WIDTH - 1) / MR_METAL_SIMD_WIDTH, items = nbatch * blocks;
+        for (long item = (long)group * MR_METAL_SIMDS + simd; item < items; item += (long)groups * MR_METAL_SIMDS) {
+            const long nb = item / blocks, j = (item - nb * blocks) * MR_METAL_SIMD_WIDTH + lane;
+            if (j >= n) continue;
+            long oa, ob, oc;
+            mr_mtl_batch_offsets(bt, nb, oa, ob, oc);
+            device const float *ap = a + oa;
+            device const float *bp = b + ob + j;
+            float acc[MR_METAL_GEMV_MAX_M] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (long kk = 0; kk < k; ++kk) {
+                const float bv = bp[kk * b_rs];
+                for (int i = 0; i < MR_METAL_GEMV_MAX_M; ++i)
+                    if (i < m) acc[i] = metal::fma(ap[i * a_rs + kk * a_cs], bv, acc[i]);
+            }
+            for (int i = 0; i < MR_METAL_GEMV_MAX_M; ++i) {
+                if (i < m) {
+                    c[oc + i * c_rs + j * c_cs] = acc[i];
+                    ep(nb, (long)i, j);
+                }
+            }
+        }
+        return;
+    }
     if (m <= MR_METAL_GEMV_MAX_M) {
+        /* a simdgroup a column: lanes split K (consecutive k for a K-contiguous B, the
+         * transposed weights of a linear layer), then simd_sum */
         const long items = nbatch * n;
         for (long item = (long)group * MR_METAL_SIMDS + simd; item < items; item += (long)groups * MR_METAL_SIMDS) {
             const long nb = item / n, j = item - nb * n;

@@ -361,6 +361,8 @@ static void test_gemm()
         {"20x19x18 no unit stride", 20, 19, 18, true, false, 1, 1, 0, {0}, false, true},
         {"batch 2x3 B bcast ep", 17, 23, 19, false, true, 0, 1, 2, {2, 3}, true, false},
         {"batch 3 gemv", 2, 40, 30, false, false, 0, 1, 1, {3}, false, false},
+        {"batch 2 gemv Bt ep", 3, 45, 70, false, true, 0, 1, 1, {2}, false, false},
+        {"gemv m2 k0 ep", 2, 33, 0, false, false, 0, 1, 0, {0}, false, false},
         {"batch 2 70x66x16", 70, 66, 16, false, false, 0, 0, 1, {2}, false, false},
     };
     for (int P : {MR_F32, MR_BF16, MR_F16})
