@@ -7,8 +7,9 @@
  * its work units, so any number of threadgroups >= 1 is correct.
  *
  *   mr_sgemm    f32 (batched, strided) matrix product with a fused epilogue: a 64x64x16
- *               threadgroup-memory tile, 4x4 outputs a thread; a simdgroup a column for
- *               m <= 4. MR_BF16 / MR_F16 round the operands when staging them.
+ *               threadgroup-memory tile, 4x4 outputs a thread; GEMV paths for m <= 4.
+ *               MR_BF16 / MR_F16 round the operands when staging them and multiply on
+ *               simdgroup_matrix.
  *   mr_conv2d   NCHW convolution as an implicit GEMM on the same tile (im2col while
  *               loading), the 1x1 case as a batched mr_sgemm, a direct loop for <= 4
  *               output channels a group (depthwise).
