@@ -662,6 +662,38 @@ static void test_sgd()
     run_sgd_case(300001, 0.01f, 0.9f, 1, 0);
 }
 
+/* ---- random shapes ---- */
+
+static long irand(long lo, long hi) /* in [lo, hi] */
+{
+    g_seed = g_seed * 1664525u + 1013904223u;
+    return lo + (long)((g_seed >> 8) % (unsigned)(hi - lo + 1));
+}
+
+/* Random GEMM and convolution problems (deterministic seed), each precision, with a
+ * random group count: the corners the listed cases miss. */
+static void test_random()
+{
+    for (int t = 0; t < 24; ++t) {
+        gemm_case c = {"random", irand(1, 150), irand(1, 150), irand(0, 70), irand(0, 1) != 0, irand(0, 1) != 0,
+                       irand(0, 3), (int)irand(0, 1), (int)irand(0, 2), {irand(1, 3), irand(1, 2), 1, 1},
+                       irand(0, 1) != 0, irand(0, 3) == 0};
+        if (c.rank == 0) c.bcast_b = false;
+        if (t % 4 == 0) c.m = irand(1, 4);
+        const int P = t % 3 == 0 ? MR_F32 : (t % 3 == 1 ? MR_BF16 : MR_F16);
+        run_gemm_case(c, P, (unsigned)irand(0, 6));
+    }
+    for (int t = 0; t < 18; ++t) {
+        const long cgroups = irand(1, 3), kh = irand(1, 4), kw = irand(1, 4), dh = irand(1, 2), dw = irand(1, 2);
+        conv_case c = {"random", irand(1, 3), cgroups * irand(1, 4), 0, 0, cgroups * irand(1, 12), kh, kw,
+                       irand(1, 3), irand(1, 3), irand(0, 2), irand(0, 2), dh, dw, cgroups, (int)irand(0, 1)};
+        c.h = dh * (kh - 1) + irand(1, 12);
+        c.wd = dw * (kw - 1) + irand(1, 12);
+        const int P = t % 3 == 0 ? MR_F32 : (t % 3 == 1 ? MR_BF16 : MR_F16);
+        run_conv_case(c, P, (unsigned)irand(0, 6));
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
@@ -671,6 +703,7 @@ int main(int argc, char **argv)
     if (!*only || !std::strcmp(only, "softmax")) test_softmax();
     if (!*only || !std::strcmp(only, "gemm")) test_gemm();
     if (!*only || !std::strcmp(only, "conv")) test_conv();
+    if (!*only || !std::strcmp(only, "random")) test_random();
     std::printf("%d checks, %d failed\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
