@@ -162,9 +162,9 @@ void mr_metal_dispatch(mr_metal_encoder *e, unsigned kernel_index, uint64_t grou
     return e->refuse("mr_metal_dispatch: " + name + " with " + std::to_string(threads) +
                      " threads a threadgroup (1 to 1024)");
   // thread_position_in_grid is a uint: the grid must fit in 32 bits.
-  if (groups < 1 || groups * threads > UINT32_MAX)
+  if (groups < 1 || groups > UINT32_MAX / threads)
     return e->refuse("mr_metal_dispatch: " + name + " with " + std::to_string(groups) +
-                     " threadgroups of " + std::to_string(threads) + " (at least 1, and 2^32 threads at most)");
+                     " threadgroups of " + std::to_string(threads) + " (at least 1, fewer than 2^32 threads in all)");
   size_t tg = 0;
   for (size_t b : e->threadgroup_bytes) tg += b;
   if (tg > kMaxThreadgroupMemory)

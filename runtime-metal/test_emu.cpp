@@ -260,7 +260,7 @@ void test_refusals() {
   void *b = mr_metal_buffer_new(ctx, 64);
   struct Case { unsigned kernel; uint64_t groups; unsigned threads; const char *says; } cases[] = {
       {TG_SUM, 1, 0, "threads"}, {TG_SUM, 1, 1025, "threads"}, {TG_SUM, 0, 32, "threadgroups"},
-      {99, 1, 32, "kernel 99"}, {TG_SUM, 1u << 30, 64, "2^32"}};
+      {99, 1, 32, "kernel 99"}, {TG_SUM, 1u << 30, 64, "2^32"}, {TG_SUM, 1ull << 63, 2, "2^32"}};
   for (const Case &c : cases) {
     check(run(c.kernel, c.groups, c.threads, {b}) == MR_METAL_ERROR && std::strstr(mr_metal_last_error(), c.says),
           "dispatch(%u, %llu, %u) not refused: %s", c.kernel, static_cast<unsigned long long>(c.groups), c.threads,
