@@ -330,6 +330,37 @@ MR_MTL_FN void mr_mtl_tile_mma(thread LA &la, thread LB &lb, long k, thread cons
     }
 }
 
+/* Which tile a precision runs on, as a type, so that only the chosen one is instantiated:
+ * an MR_F32 model never contains simdgroup_matrix code (GPUs without it can run it). */
+struct mr_mtl_scalar_tile {};
+struct mr_mtl_mma_tile {};
+template <bool MMA>
+struct mr_mtl_tile_kind {
+    typedef mr_mtl_scalar_tile type;
+};
+template <>
+struct mr_mtl_tile_kind<true> {
+    typedef mr_mtl_mma_tile type;
+};
+
+template <int P, class LA, class LB, class Out>
+MR_MTL_FN void mr_mtl_tile_run(mr_mtl_scalar_tile, thread LA &la, thread LB &lb, long k, thread const Out &out,
+                               long m0, long n0, threadgroup float *tg, uint lid, uint, uint)
+{
+    mr_mtl_acc acc;
+    mr_mtl_mainloop<P>(la, lb, k, tg, lid, acc);
+    const uint tx = lid % 16, ty = lid / 16;
+    for (int i = 0; i < MR_METAL_GEMM_TM; ++i)
+        for (int j = 0; j < MR_METAL_GEMM_TN; ++j) out.put(m0 + ty + 16 * i, n0 + tx + 16 * j, acc.v[i][j]);
+}
+
+template <int P, class LA, class LB, class Out>
+MR_MTL_FN void mr_mtl_tile_run(mr_mtl_mma_tile, thread LA &la, thread LB &lb, long k, thread const Out &out,
+                               long m0, long n0, threadgroup float *tg, uint lid, uint lane, uint simd)
+{
+    mr_mtl_tile_mma<P>(la, lb, k, out, m0, n0, tg, lid, lane, simd);
+}
+
 /* One 64 x 64 output tile at (m0, n0) over all of K: out.put(row, col, value) for each
  * element (put skips those past the matrix, stores, and calls the epilogue). MR_F32, and
  * every precision when MR_METAL_SIMDGROUP_MATRIX is 0: the scalar FMA loop, operands
@@ -338,20 +369,8 @@ template <int P, class LA, class LB, class Out>
 MR_MTL_FN void mr_mtl_tile(thread LA &la, thread LB &lb, long k, thread const Out &out, long m0, long n0,
                            threadgroup float *tg, uint lid, uint lane, uint simd)
 {
-#if MR_METAL_SIMDGROUP_MATRIX
-    if (P == MR_BF16 || P == MR_F16) {
-        mr_mtl_tile_mma<P>(la, lb, k, out, m0, n0, tg, lid, lane, simd);
-        return;
-    }
-#else
-    (void)lane;
-    (void)simd;
-#endif
-    mr_mtl_acc acc;
-    mr_mtl_mainloop<P>(la, lb, k, tg, lid, acc);
-    const uint tx = lid % 16, ty = lid / 16;
-    for (int i = 0; i < MR_METAL_GEMM_TM; ++i)
-        for (int j = 0; j < MR_METAL_GEMM_TN; ++j) out.put(m0 + ty + 16 * i, n0 + tx + 16 * j, acc.v[i][j]);
+    typedef typename mr_mtl_tile_kind<MR_METAL_SIMDGROUP_MATRIX != 0 && (P == MR_BF16 || P == MR_F16)>::type kind;
+    mr_mtl_tile_run<P>(kind(), la, lb, k, out, m0, n0, tg, lid, lane, simd);
 }
 
 /* The GEMM's output: element (row, col) of batch item nb at c[row*c_rs + col*c_cs] (c at
