@@ -7,44 +7,22 @@
 // at barriers (__syncthreads, warp primitives). That is a valid CUDA schedule, so it tests the
 // kernels' logic (results, barrier use), not their speed or their memory ordering.
 //
+// The fibers, blocks, barriers and warp operations are runtime-emu/simt_emu.h's (shared with
+// the Metal emulation); this header is the CUDA API over them.
+//
 // Header only: everything is inline, so several translation units may include it.
 // See README.md, section "Emulation", for what is and is not modelled.
 #ifndef MITHRILC_CUDA_EMU_H
 #define MITHRILC_CUDA_EMU_H
 
-// System headers come first: the qualifier macros below (__noinline__ above all, which libstdc++
-// spells in its attributes) must not be defined while they are read. Later includes of these
-// headers are no-ops thanks to their include guards.
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cmath>
-#include <condition_variable>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <tuple>
-#include <type_traits>
-#include <utility>
-#include <vector>
-#include <sys/mman.h>
-#include <unistd.h>
-
-// The context switch: hand-written for x86-64 and AArch64 (ELF), ucontext elsewhere or when
-// MR_EMU_UCONTEXT is defined (glibc's swapcontext makes a sigprocmask syscall per switch, about
-// 20x slower; -fcf-protection shadow stacks also need it, the hand-written switch "returns"
-// into a fresh stack).
-#if !defined(MR_EMU_UCONTEXT) && defined(__ELF__) && (defined(__x86_64__) || defined(__aarch64__))
-#define MR_EMU_ASM_SWITCH 1
+// The target-neutral machinery (fibers, blocks, barriers, warp operations) and the system
+// headers, which must be read before the qualifier macros below (__noinline__ above all, which
+// libstdc++ spells in its attributes). In a generated output directory simt_emu.h lies beside
+// this file; in the source tree it is in runtime-emu/.
+#if __has_include("simt_emu.h")
+#include "simt_emu.h"
 #else
-#define MR_EMU_ASM_SWITCH 0
-#include <ucontext.h>
+#include "../runtime-emu/simt_emu.h"
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -67,7 +45,7 @@
 // ---------------------------------------------------------------------------------------------
 // Vector types, dim3
 // ---------------------------------------------------------------------------------------------
-struct uint3 { unsigned x, y, z; };
+typedef ::mr_simt::Idx3 uint3;
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
@@ -161,6 +139,17 @@ typedef CUstream_st *cudaStream_t;
 
 namespace mr_emu {
 namespace detail {
+// The shared core (runtime-emu/simt_emu.h) is reachable as mr_emu::detail::..., as before the
+// split (mithril_cuda.h calls mr_emu::detail::env_unsigned).
+using namespace ::mr_simt;
+
+// How the core's diagnostics name CUDA's things.
+inline constexpr Api kCuda{"CUDA", "block", "__syncthreads()", "warp primitives", false};
+
+// A warp primitive with an explicit mask, as CUDA's *_sync take.
+inline uint64_t warp_op(Op op, const char *name, uint32_t mask, uint64_t v, int arg, int width) {
+  return warp_arrive(op, name, mask, false, v, arg, width, nullptr);
+}
 
 // The last error is per host thread, as in the CUDA runtime.
 inline thread_local cudaError_t t_last_error = cudaSuccess;
@@ -197,460 +186,6 @@ inline bool capture(cudaStream_t s, std::function<void()> op, cudaError_t *err) 
   return false;
 }
 
-inline unsigned env_unsigned(const char *name, unsigned dflt) {
-  const char *v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char *end = nullptr;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (end && (*end == 'k' || *end == 'K')) n <<= 10;
-  if (end && (*end == 'm' || *end == 'M')) n <<= 20;
-  return n ? static_cast<unsigned>(n) : dflt;
-}
-
-inline unsigned host_threads() {
-  static const unsigned n = [] {
-    unsigned hw = std::thread::hardware_concurrency();
-    return env_unsigned("MR_EMU_THREADS", hw ? hw : 1);
-  }();
-  return n;
-}
-
-inline size_t stack_bytes() {
-  static const size_t n = [] {
-    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_t s = std::max<size_t>(env_unsigned("MR_EMU_STACK", 256u << 10), 16u << 10);
-    return (s + page - 1) / page * page;
-  }();
-  return n;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Context switch
-// ---------------------------------------------------------------------------------------------
-#if MR_EMU_ASM_SWITCH
-// mr_emu_ctx_switch(save, load): pushes the callee-saved registers, stores the stack pointer in
-// *save, loads load as the stack pointer, pops and returns into the other context. A fresh
-// stack holds a frame whose return address is mr_emu_ctx_start, which calls fn(arg) from two
-// callee-saved registers. The symbols are weak so that every translation unit may define them.
-extern "C" void mr_emu_ctx_switch(void **save, void *load);
-extern "C" void mr_emu_ctx_start();
-#if defined(__x86_64__)
-__asm__(
-    ".pushsection .text\n"
-    ".weak mr_emu_ctx_switch\n"
-    ".type mr_emu_ctx_switch,@function\n"
-    ".p2align 4\n"
-    "mr_emu_ctx_switch:\n"
-    "  pushq %rbp\n"
-    "  pushq %rbx\n"
-    "  pushq %r12\n"
-    "  pushq %r13\n"
-    "  pushq %r14\n"
-    "  pushq %r15\n"
-    "  movq %rsp, (%rdi)\n"
-    "  movq %rsi, %rsp\n"
-    "  popq %r15\n"
-    "  popq %r14\n"
-    "  popq %r13\n"
-    "  popq %r12\n"
-    "  popq %rbx\n"
-    "  popq %rbp\n"
-    "  ret\n"
-    ".size mr_emu_ctx_switch,.-mr_emu_ctx_switch\n"
-    ".weak mr_emu_ctx_start\n"
-    ".type mr_emu_ctx_start,@function\n"
-    ".p2align 4\n"
-    "mr_emu_ctx_start:\n"
-    "  movq %rbx, %rdi\n"
-    "  callq *%r12\n"
-    "  ud2\n"
-    ".size mr_emu_ctx_start,.-mr_emu_ctx_start\n"
-    ".popsection\n");
-#else  // AArch64
-__asm__(
-    ".pushsection .text\n"
-    ".weak mr_emu_ctx_switch\n"
-    ".type mr_emu_ctx_switch,%function\n"
-    ".p2align 4\n"
-    "mr_emu_ctx_switch:\n"
-    "  sub sp, sp, #160\n"
-    "  stp x19, x20, [sp, #0]\n"
-    "  stp x21, x22, [sp, #16]\n"
-    "  stp x23, x24, [sp, #32]\n"
-    "  stp x25, x26, [sp, #48]\n"
-    "  stp x27, x28, [sp, #64]\n"
-    "  stp x29, x30, [sp, #80]\n"
-    "  stp d8, d9, [sp, #96]\n"
-    "  stp d10, d11, [sp, #112]\n"
-    "  stp d12, d13, [sp, #128]\n"
-    "  stp d14, d15, [sp, #144]\n"
-    "  mov x9, sp\n"
-    "  str x9, [x0]\n"
-    "  mov sp, x1\n"
-    "  ldp x19, x20, [sp, #0]\n"
-    "  ldp x21, x22, [sp, #16]\n"
-    "  ldp x23, x24, [sp, #32]\n"
-    "  ldp x25, x26, [sp, #48]\n"
-    "  ldp x27, x28, [sp, #64]\n"
-    "  ldp x29, x30, [sp, #80]\n"
-    "  ldp d8, d9, [sp, #96]\n"
-    "  ldp d10, d11, [sp, #112]\n"
-    "  ldp d12, d13, [sp, #128]\n"
-    "  ldp d14, d15, [sp, #144]\n"
-    "  add sp, sp, #160\n"
-    "  ret\n"
-    ".size mr_emu_ctx_switch,.-mr_emu_ctx_switch\n"
-    ".weak mr_emu_ctx_start\n"
-    ".type mr_emu_ctx_start,%function\n"
-    ".p2align 4\n"
-    "mr_emu_ctx_start:\n"
-    "  mov x0, x19\n"
-    "  blr x20\n"
-    "  brk #0\n"
-    ".size mr_emu_ctx_start,.-mr_emu_ctx_start\n"
-    ".popsection\n");
-#endif
-
-struct Ctx { void *sp = nullptr; };
-inline void ctx_switch(Ctx *from, Ctx *to) { mr_emu_ctx_switch(&from->sp, to->sp); }
-inline void ctx_init(Ctx *c, char *stack_top, void (*fn)(void *), void *arg) {
-  uintptr_t top = reinterpret_cast<uintptr_t>(stack_top) & ~static_cast<uintptr_t>(15);
-#if defined(__x86_64__)
-  // r15 r14 r13 r12=fn rbx=arg rbp, return address; after the final ret the stack pointer is
-  // top, 16-aligned, as the call in mr_emu_ctx_start needs.
-  void **f = reinterpret_cast<void **>(top) - 7;
-  std::memset(f, 0, 7 * sizeof(void *));
-  f[3] = reinterpret_cast<void *>(fn);
-  f[4] = arg;
-  f[6] = reinterpret_cast<void *>(&mr_emu_ctx_start);
-#else
-  // x19=arg x20=fn ... x29=0 x30=mr_emu_ctx_start, d8-d15.
-  void **f = reinterpret_cast<void **>(top - 160);
-  std::memset(f, 0, 160);
-  f[0] = arg;
-  f[1] = reinterpret_cast<void *>(fn);
-  f[11] = reinterpret_cast<void *>(&mr_emu_ctx_start);
-#endif
-  c->sp = f;
-}
-#else
-struct Ctx { ucontext_t uc; };
-inline void ctx_switch(Ctx *from, Ctx *to) { swapcontext(&from->uc, &to->uc); }
-inline void ctx_tramp(unsigned fhi, unsigned flo, unsigned ahi, unsigned alo) {
-  auto fn = reinterpret_cast<void (*)(void *)>((static_cast<uintptr_t>(fhi) << 16 << 16) | flo);
-  fn(reinterpret_cast<void *>((static_cast<uintptr_t>(ahi) << 16 << 16) | alo));
-  std::abort();
-}
-inline void ctx_init(Ctx *c, char *stack_top, void (*fn)(void *), void *arg) {
-  size_t size = stack_bytes();
-  getcontext(&c->uc);
-  c->uc.uc_stack.ss_sp = stack_top - size;
-  c->uc.uc_stack.ss_size = size;
-  c->uc.uc_link = nullptr;
-  uintptr_t f = reinterpret_cast<uintptr_t>(fn), a = reinterpret_cast<uintptr_t>(arg);
-  makecontext(&c->uc, reinterpret_cast<void (*)(void)>(&ctx_tramp), 4,
-              static_cast<unsigned>(f >> 16 >> 16), static_cast<unsigned>(f),
-              static_cast<unsigned>(a >> 16 >> 16), static_cast<unsigned>(a));
-}
-#endif
-
-// ---------------------------------------------------------------------------------------------
-// Blocks of fibers
-// ---------------------------------------------------------------------------------------------
-struct Launch {
-  const char *name;
-  dim3 grid, block;
-  void (*invoke)(const void *);
-  const void *data;
-};
-
-enum class St : unsigned char { Ready, Running, AtBlockBarrier, AtWarpBarrier, Done };
-enum class Op : unsigned char {
-  Syncwarp, Shfl, ShflUp, ShflDown, ShflXor, Ballot, Any, All, WmmaLoad, WmmaStore, WmmaMma
-};
-inline const char *op_name(Op k) {
-  static const char *const names[] = {"__syncwarp()",      "__shfl_sync()",   "__shfl_up_sync()",
-                                      "__shfl_down_sync()", "__shfl_xor_sync()", "__ballot_sync()",
-                                      "__any_sync()",      "__all_sync()",     "wmma::load_matrix_sync()",
-                                      "wmma::store_matrix_sync()", "wmma::mma_sync()"};
-  return names[static_cast<int>(k)];
-}
-
-struct Worker;
-struct Fiber {
-  Ctx ctx;
-  uint3 tid;
-  unsigned linear;
-  St state;
-  Worker *w;
-  char *map;  // mmap'ed guard page + stack
-  size_t map_size;
-};
-
-// Lanes of one warp at the same primitive: the group completes when every lane of mask arrived.
-struct WarpGroup { uint32_t mask, arrived; Op op; };
-struct Warp {
-  uint32_t present, exited;
-  unsigned ngroups;
-  WarpGroup groups[32];
-  uint64_t val[32], res[32];
-  int arg[32], width[32];
-};
-
-// Per host thread: the fibers (reused across blocks and launches) and the running block.
-struct Worker {
-  Ctx sched;
-  std::vector<Fiber *> fibers;
-  const Launch *launch = nullptr;
-  dim3 tids_for{0, 0, 0};  // the block shape the fibers' thread indices were computed for
-  unsigned n = 0, done = 0, bar_arrived = 0;
-  int bar_acc = 0, bar_res = 0;
-  Warp warps[32];
-  ~Worker() {
-    for (Fiber *f : fibers) {
-      munmap(f->map, f->map_size);
-      delete f;
-    }
-  }
-};
-
-// What the CUDA built-in variables read. One block at a time per host thread, one fiber at a
-// time per block: the scheduler stores the running fiber's thread index here at each switch.
-struct Tls {
-  uint3 tid, bid;
-  dim3 bdim, gdim;
-  Worker *w;
-  Fiber *f;
-};
-inline thread_local Tls t_{{0, 0, 0}, {0, 0, 0}, dim3(), dim3(), nullptr, nullptr};
-
-[[noreturn]] inline void fail(const char *what, const Fiber *f) {
-  const Tls &t = t_;
-  std::fprintf(stderr,
-               "mithrilc CUDA emulation: %s in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)\n",
-               what, t.w && t.w->launch ? t.w->launch->name : "?", t.bid.x, t.bid.y, t.bid.z,
-               f ? f->tid.x : 0, f ? f->tid.y : 0, f ? f->tid.z : 0);
-  std::fflush(stderr);
-  std::abort();
-}
-
-// Leaves fiber f (already marked waiting or done) for the next ready fiber of the block, directly
-// (one switch instead of two through the scheduler); the scheduler gets control back when no
-// fiber after f is ready, and starts the next round-robin pass.
-inline void park(Worker *w, Fiber *f) {
-  for (unsigned j = f->linear + 1; j < w->n; ++j) {
-    Fiber *g = w->fibers[j];
-    if (g->state == St::Ready) {
-      g->state = St::Running;
-      t_.f = g;
-      t_.tid = g->tid;
-      ctx_switch(&f->ctx, &g->ctx);
-      return;
-    }
-  }
-  ctx_switch(&f->ctx, &w->sched);
-}
-
-inline void fiber_main(void *arg) {
-  Fiber *f = static_cast<Fiber *>(arg);
-  // Parked at the end of the loop between blocks: resuming the fiber runs the next thread.
-  for (;;) {
-    Worker *w = f->w;
-    w->launch->invoke(w->launch->data);
-    Warp &W = w->warps[f->linear >> 5];
-    uint32_t bit = 1u << (f->linear & 31);
-    W.exited |= bit;
-    for (unsigned g = 0; g < W.ngroups; ++g)
-      if (W.groups[g].mask & bit) {
-        char msg[160];
-        std::snprintf(msg, sizeof msg, "thread exited while %s (mask 0x%08x) waits for it",
-                      op_name(W.groups[g].op), W.groups[g].mask);
-        fail(msg, f);
-      }
-    f->state = St::Done;
-    ++w->done;
-    park(w, f);
-  }
-}
-
-inline void prepare_worker(Worker &w, const Launch &L) {
-  unsigned n = L.block.x * L.block.y * L.block.z;
-  while (w.fibers.size() < n) {
-    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_t size = stack_bytes() + page;
-    void *m = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) {
-      std::fprintf(stderr, "mithrilc CUDA emulation: cannot map a %zu-byte fiber stack\n", size);
-      std::abort();
-    }
-    // The lowest page faults on a stack overflow instead of corrupting the next stack.
-    mprotect(m, page, PROT_NONE);
-    Fiber *f = new Fiber();
-    f->map = static_cast<char *>(m);
-    f->map_size = size;
-    f->w = &w;
-    f->linear = static_cast<unsigned>(w.fibers.size());
-    ctx_init(&f->ctx, f->map + size, &fiber_main, f);
-    w.fibers.push_back(f);
-  }
-  if (w.tids_for.x != L.block.x || w.tids_for.y != L.block.y || w.tids_for.z != L.block.z) {
-    for (unsigned i = 0; i < n; ++i)
-      w.fibers[i]->tid = uint3{i % L.block.x, i / L.block.x % L.block.y, i / (L.block.x * L.block.y)};
-    w.tids_for = L.block;
-  }
-  w.launch = &L;
-  w.n = n;
-  t_.w = &w;
-  t_.bdim = L.block;
-  t_.gdim = L.grid;
-}
-
-// Called when no fiber can run and some have not finished: name the fault.
-[[noreturn]] inline void diagnose(Worker &w) {
-  const Fiber *exited = nullptr, *at_bar = nullptr, *at_warp = nullptr;
-  for (unsigned i = 0; i < w.n; ++i) {
-    const Fiber *f = w.fibers[i];
-    if (f->state == St::Done && !exited) exited = f;
-    if (f->state == St::AtBlockBarrier && !at_bar) at_bar = f;
-    if (f->state == St::AtWarpBarrier && !at_warp) at_warp = f;
-  }
-  if (at_bar && exited)
-    fail("barrier divergence: this thread exited while others wait at __syncthreads()", exited);
-  if (at_warp) {
-    const Warp &W = w.warps[at_warp->linear >> 5];
-    const WarpGroup *mine = nullptr;
-    for (unsigned g = 0; g < W.ngroups; ++g)
-      if (W.groups[g].arrived & (1u << (at_warp->linear & 31))) mine = &W.groups[g];
-    char msg[240];
-    for (unsigned g = 0; mine && g < W.ngroups; ++g)
-      if (&W.groups[g] != mine && (W.groups[g].mask & mine->mask)) {
-        std::snprintf(msg, sizeof msg,
-                      "mismatched warp primitives: %s (mask 0x%08x) while lanes 0x%08x wait at "
-                      "%s (mask 0x%08x)",
-                      op_name(mine->op), mine->mask, W.groups[g].arrived, op_name(W.groups[g].op),
-                      W.groups[g].mask);
-        fail(msg, at_warp);
-      }
-    if (mine) {
-      std::snprintf(msg, sizeof msg,
-                    "deadlock: %s (mask 0x%08x) waits for lanes 0x%08x that wait at "
-                    "__syncthreads()",
-                    op_name(mine->op), mine->mask, mine->mask & ~mine->arrived);
-      fail(msg, at_warp);
-    }
-  }
-  fail("deadlock: threads wait at different barriers", at_bar ? at_bar : at_warp);
-}
-
-inline void run_block(Worker &w, uint3 bid) {
-  t_.bid = bid;
-  w.done = w.bar_arrived = 0;
-  w.bar_acc = 0;
-  for (unsigned i = 0; i < (w.n + 31) / 32; ++i) {
-    unsigned lanes = std::min(32u, w.n - 32 * i);
-    w.warps[i].present = lanes == 32 ? ~0u : (1u << lanes) - 1;
-    w.warps[i].exited = 0;
-    w.warps[i].ngroups = 0;
-  }
-  for (unsigned i = 0; i < w.n; ++i) w.fibers[i]->state = St::Ready;
-  // Round robin: each ready fiber runs until it finishes or waits at a barrier, then hands on
-  // to the next ready one (park()). A barrier releases its waiters by marking them ready; the
-  // next pass runs them.
-  for (;;) {
-    unsigned i = 0;
-    while (i < w.n && w.fibers[i]->state != St::Ready) ++i;
-    if (i == w.n) {
-      if (w.done == w.n) return;
-      diagnose(w);
-    }
-    Fiber *f = w.fibers[i];
-    f->state = St::Running;
-    t_.f = f;
-    t_.tid = f->tid;
-    ctx_switch(&w.sched, &f->ctx);
-  }
-}
-
-inline void run_blocks(const Launch &L, std::atomic<uint64_t> &next, uint64_t total) {
-  static thread_local Worker worker;
-  prepare_worker(worker, L);
-  const uint64_t gx = L.grid.x, gxy = uint64_t(L.grid.x) * L.grid.y;
-  for (uint64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < total;)
-    run_block(worker, uint3{unsigned(b % gx), unsigned(b / gx % L.grid.y), unsigned(b / gxy)});
-  t_.w = nullptr;
-  t_.f = nullptr;
-}
-
-// Host threads that run blocks beside the launching thread, started at the first launch of
-// more than one block.
-class Pool {
- public:
-  ~Pool() {
-    {
-      std::lock_guard<std::mutex> g(m_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread &t : threads_) t.join();
-  }
-  void run(const Launch &L) {
-    std::lock_guard<std::mutex> serial(launch_m_);  // one launch at a time
-    uint64_t total = uint64_t(L.grid.x) * L.grid.y * L.grid.z;
-    unsigned helpers = static_cast<unsigned>(std::min<uint64_t>(host_threads(), total)) - 1;
-    next_.store(0, std::memory_order_relaxed);
-    if (helpers == 0) {
-      run_blocks(L, next_, total);
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> g(m_);
-      while (threads_.size() < helpers) threads_.emplace_back([this] { loop(); });
-      job_ = &L;
-      total_ = total;
-      wanted_ = helpers;
-      active_ = helpers;
-      ++gen_;
-    }
-    cv_.notify_all();
-    run_blocks(L, next_, total);
-    std::unique_lock<std::mutex> g(m_);
-    done_cv_.wait(g, [this] { return active_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  void loop() {
-    uint64_t seen = 0;
-    std::unique_lock<std::mutex> g(m_);
-    for (;;) {
-      cv_.wait(g, [&] { return stop_ || (gen_ != seen && wanted_ > 0); });
-      if (stop_) return;
-      seen = gen_;
-      --wanted_;
-      const Launch *L = job_;
-      uint64_t total = total_;
-      g.unlock();
-      run_blocks(*L, next_, total);
-      g.lock();
-      if (--active_ == 0) done_cv_.notify_one();
-    }
-  }
-  std::mutex launch_m_, m_;
-  std::condition_variable cv_, done_cv_;
-  std::vector<std::thread> threads_;
-  std::atomic<uint64_t> next_{0};
-  const Launch *job_ = nullptr;
-  uint64_t total_ = 0, gen_ = 0;
-  unsigned wanted_ = 0, active_ = 0;
-  bool stop_ = false;
-};
-
-inline Pool &pool() {
-  static Pool p;
-  return p;
-}
-
 inline cudaError_t validate(dim3 g, dim3 b) {
   uint64_t threads = uint64_t(b.x) * b.y * b.z;
   if (threads == 0 || threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || g.x == 0 ||
@@ -669,114 +204,6 @@ struct Bound {
   }
 };
 
-// ---------------------------------------------------------------------------------------------
-// Barriers (called from kernels, on a fiber)
-// ---------------------------------------------------------------------------------------------
-inline int syncthreads(int pred) {
-  Worker *w = t_.w;
-  Fiber *f = t_.f;
-  w->bar_acc += pred;
-  if (++w->bar_arrived == w->n) {
-    // The last thread to arrive releases the others and runs on: a valid schedule that saves
-    // a switch.
-    w->bar_res = w->bar_acc;
-    w->bar_acc = 0;
-    w->bar_arrived = 0;
-    for (unsigned i = 0; i < w->n; ++i)
-      if (w->fibers[i]->state == St::AtBlockBarrier) w->fibers[i]->state = St::Ready;
-    return w->bar_res;
-  }
-  f->state = St::AtBlockBarrier;
-  park(w, f);
-  return w->bar_res;
-}
-
-inline void warp_complete(Warp &W, const WarpGroup &g) {
-  uint32_t ballot = 0;
-  if (g.op == Op::Ballot || g.op == Op::Any || g.op == Op::All)
-    for (uint32_t m = g.mask; m; m &= m - 1) {
-      unsigned l = static_cast<unsigned>(__builtin_ctz(m));
-      if (W.val[l]) ballot |= 1u << l;
-    }
-  for (uint32_t m = g.mask; m; m &= m - 1) {
-    unsigned l = static_cast<unsigned>(__builtin_ctz(m));
-    unsigned wd = static_cast<unsigned>(W.width[l]), seg = l & ~(wd - 1);
-    unsigned a = static_cast<unsigned>(W.arg[l]), src = l;
-    switch (g.op) {
-      case Op::Syncwarp:
-      case Op::WmmaLoad:
-      case Op::WmmaStore:
-      case Op::WmmaMma: break;
-      case Op::Shfl: src = seg + (a & (wd - 1)); break;
-      case Op::ShflUp: src = (l - seg >= a) ? l - a : l; break;
-      case Op::ShflDown: src = (l - seg + a < wd) ? l + a : l; break;
-      case Op::ShflXor: src = (l ^ a) < seg + wd ? (l ^ a) : l; break;
-      case Op::Ballot: W.res[l] = ballot; continue;
-      case Op::Any: W.res[l] = ballot != 0; continue;
-      case Op::All: W.res[l] = ballot == g.mask; continue;
-    }
-    // Reading a lane outside the mask is undefined in CUDA; it yields the own value here.
-    W.res[l] = (src < 32 && (g.mask >> src & 1)) ? W.val[src] : W.val[l];
-  }
-}
-
-inline uint64_t warp_op(Op op, uint32_t mask, uint64_t v, int arg, int width) {
-  Worker *w = t_.w;
-  Fiber *f = t_.f;
-  unsigned lane = f->linear & 31;
-  Warp &W = w->warps[f->linear >> 5];
-  uint32_t bit = 1u << lane;
-  if (!(mask & bit) || (mask & ~W.present) || (mask & W.exited) || width <= 0 || width > 32 ||
-      (width & (width - 1))) {
-    char msg[200];
-    std::snprintf(msg, sizeof msg, "%s with mask 0x%08x %s", op_name(op), mask,
-                  !(mask & bit)            ? "that does not name the calling lane"
-                  : (mask & ~W.present)    ? "that names lanes beyond the block's threads"
-                  : (mask & W.exited)      ? "that names an exited lane"
-                                           : "and a width that is not a power of 2 up to 32");
-    fail(msg, f);
-  }
-  W.val[lane] = v;
-  W.arg[lane] = arg;
-  W.width[lane] = width;
-  // Lanes at the same primitive with the same mask form a group. Groups may overlap: a lane
-  // may reach another primitive while lanes it names still finish an earlier one. Whether
-  // overlapping groups can ever complete is only known when the block stalls (diagnose()).
-  unsigned gi = 0;
-  while (gi < W.ngroups && (W.groups[gi].mask != mask || W.groups[gi].op != op)) ++gi;
-  if (gi < W.ngroups)
-    W.groups[gi].arrived |= bit;
-  else
-    W.groups[W.ngroups++] = WarpGroup{mask, bit, op};
-  WarpGroup &g = W.groups[gi];
-  if (g.arrived == mask) {
-    warp_complete(W, g);
-    unsigned base = f->linear & ~31u;
-    for (uint32_t m = mask & ~bit; m; m &= m - 1)
-      w->fibers[base + static_cast<unsigned>(__builtin_ctz(m))]->state = St::Ready;
-    W.groups[gi] = W.groups[--W.ngroups];
-    return W.res[lane];
-  }
-  f->state = St::AtWarpBarrier;
-  park(w, f);
-  return W.res[lane];
-}
-
-template <typename T>
-inline uint64_t to_bits(T v) {
-  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
-                "warp shuffles take values of up to 8 bytes");
-  uint64_t b = 0;
-  std::memcpy(&b, &v, sizeof v);
-  return b;
-}
-template <typename T>
-inline T from_bits(uint64_t b) {
-  T v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
-
 inline std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
 
 }  // namespace detail
@@ -790,46 +217,46 @@ inline std::chrono::steady_clock::time_point now() { return std::chrono::steady_
 #define blockDim (static_cast<const dim3 &>(::mr_emu::detail::t_.bdim))
 #define gridDim (static_cast<const dim3 &>(::mr_emu::detail::t_.gdim))
 
-static inline void __syncthreads() { ::mr_emu::detail::syncthreads(0); }
-static inline int __syncthreads_count(int p) { return ::mr_emu::detail::syncthreads(p != 0); }
+static inline void __syncthreads() { ::mr_emu::detail::block_barrier(0); }
+static inline int __syncthreads_count(int p) { return ::mr_emu::detail::block_barrier(p != 0); }
 static inline int __syncthreads_and(int p) {
-  return ::mr_emu::detail::syncthreads(p != 0) == static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  return ::mr_emu::detail::block_barrier(p != 0) == static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
 }
-static inline int __syncthreads_or(int p) { return ::mr_emu::detail::syncthreads(p != 0) != 0; }
+static inline int __syncthreads_or(int p) { return ::mr_emu::detail::block_barrier(p != 0) != 0; }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  ::mr_emu::detail::warp_op(::mr_emu::detail::Op::Syncwarp, mask, 0, 0, 32);
+  ::mr_emu::detail::warp_op(::mr_emu::detail::Op::Sync, "__syncwarp()", mask, 0, 0, 32);
 }
 template <typename T>
 static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
   using namespace ::mr_emu::detail;
-  return from_bits<T>(warp_op(Op::Shfl, mask, to_bits(v), src, width));
+  return from_bits<T>(warp_op(Op::Shfl, "__shfl_sync()", mask, to_bits(v), src, width));
 }
 template <typename T>
 static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   using namespace ::mr_emu::detail;
-  return from_bits<T>(warp_op(Op::ShflUp, mask, to_bits(v), static_cast<int>(delta), width));
+  return from_bits<T>(warp_op(Op::ShflUp, "__shfl_up_sync()", mask, to_bits(v), static_cast<int>(delta), width));
 }
 template <typename T>
 static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   using namespace ::mr_emu::detail;
-  return from_bits<T>(warp_op(Op::ShflDown, mask, to_bits(v), static_cast<int>(delta), width));
+  return from_bits<T>(warp_op(Op::ShflDown, "__shfl_down_sync()", mask, to_bits(v), static_cast<int>(delta), width));
 }
 template <typename T>
 static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   using namespace ::mr_emu::detail;
-  return from_bits<T>(warp_op(Op::ShflXor, mask, to_bits(v), lane_mask, width));
+  return from_bits<T>(warp_op(Op::ShflXor, "__shfl_xor_sync()", mask, to_bits(v), lane_mask, width));
 }
 static inline unsigned __ballot_sync(unsigned mask, int p) {
   using namespace ::mr_emu::detail;
-  return static_cast<unsigned>(warp_op(Op::Ballot, mask, p != 0, 0, 32));
+  return static_cast<unsigned>(warp_op(Op::Ballot, "__ballot_sync()", mask, p != 0, 0, 32));
 }
 static inline int __any_sync(unsigned mask, int p) {
   using namespace ::mr_emu::detail;
-  return static_cast<int>(warp_op(Op::Any, mask, p != 0, 0, 32));
+  return static_cast<int>(warp_op(Op::Any, "__any_sync()", mask, p != 0, 0, 32));
 }
 static inline int __all_sync(unsigned mask, int p) {
   using namespace ::mr_emu::detail;
-  return static_cast<int>(warp_op(Op::All, mask, p != 0, 0, 32));
+  return static_cast<int>(warp_op(Op::All, "__all_sync()", mask, p != 0, 0, 32));
 }
 // Lanes of the warp that have not exited (no lockstep is modelled, so no finer answer exists).
 static inline unsigned __activemask() {
@@ -980,46 +407,19 @@ static inline double max(double a, double b) { return std::fmax(a, b); }
 
 // ---------------------------------------------------------------------------------------------
 // Reduced-precision types (cuda_fp16.h, cuda_bf16.h): storage and round-to-nearest-even
-// conversions, bit-exact with CUDA's (NaN becomes the canonical 0x7fff, as CUDA's do).
+// conversions (simt_emu.h's), bit-exact with CUDA's (NaN becomes the canonical 0x7fff, as
+// CUDA's do).
 // ---------------------------------------------------------------------------------------------
 struct __half { unsigned short bits_; };
 struct __nv_bfloat16 { unsigned short bits_; };
 typedef __nv_bfloat16 nv_bfloat16;
 typedef __half half;
-static inline __half __float2half_rn(float f) {
-  const uint32_t x = ::mr_emu::detail::from_bits<uint32_t>(::mr_emu::detail::to_bits(f));
-  const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-  uint32_t h;
-  if (a > 0x7f800000u) h = 0x7fffu;                      // NaN
-  else if (a >= 0x477ff000u) h = sign | 0x7c00u;         // |f| >= 65520 (or inf): inf
-  else if (a >= 0x38800000u) {                           // normal: rebias, round the 13 low bits
-    const uint32_t r = a - 0x38000000u;
-    h = sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13);
-  } else {                                               // subnormal or zero: multiples of 2^-24
-    h = sign | static_cast<uint32_t>(std::nearbyint(std::fabs(f) * 16777216.0f));
-  }
-  return __half{static_cast<unsigned short>(h)};
-}
+static inline __half __float2half_rn(float f) { return __half{::mr_simt::f32_to_f16(f)}; }
 static inline __half __float2half(float f) { return __float2half_rn(f); }
-static inline float __half2float(__half h) {
-  const uint32_t sign = static_cast<uint32_t>(h.bits_ & 0x8000u) << 16, e = (h.bits_ >> 10) & 31u,
-                 m = h.bits_ & 0x3ffu;
-  if (e == 0) {
-    const float v = static_cast<float>(m) * (1.0f / 16777216.0f);
-    return sign ? -v : v;
-  }
-  const uint32_t x = sign | (e == 31 ? (0xffu << 23 | m << 13) : ((e + 112u) << 23 | m << 13));
-  return ::mr_emu::detail::from_bits<float>(x);
-}
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-  const uint32_t x = ::mr_emu::detail::from_bits<uint32_t>(::mr_emu::detail::to_bits(f));
-  if ((x & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{0x7fffu};
-  return __nv_bfloat16{static_cast<unsigned short>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16)};
-}
+static inline float __half2float(__half h) { return ::mr_simt::f16_to_f32(h.bits_); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{::mr_simt::f32_to_bf16(f)}; }
 static inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
-static inline float __bfloat162float(__nv_bfloat16 b) {
-  return ::mr_emu::detail::from_bits<float>(static_cast<uint32_t>(b.bits_) << 16);
-}
+static inline float __bfloat162float(__nv_bfloat16 b) { return ::mr_simt::bf16_to_f32(b.bits_); }
 
 // ---------------------------------------------------------------------------------------------
 // nvcuda::wmma (mma.h), the subset mithril_cuda.h uses: fragments of matrix_a / matrix_b
@@ -1090,26 +490,13 @@ template <class S>
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) (row ? p[r * ldm + c] : p[r + c * ldm]) = x[r * cols + c];
 }
-// d = a b + c for float tiles (row-major), k in order per element; d may alias c.
-template <int M, int N, int K>
-[[gnu::noinline]] inline void mma_tile(float *d, const float *a, const float *b, const float *c) {
-  for (int i = 0; i < M; ++i) {
-    float acc[N];
-    for (int j = 0; j < N; ++j) acc[j] = c[i * N + j];
-    for (int kk = 0; kk < K; ++kk) {
-      const float ai = a[i * K + kk];
-      for (int j = 0; j < N; ++j) acc[j] += ai * b[kk * N + j];
-    }
-    for (int j = 0; j < N; ++j) d[i * N + j] = acc[j];
-  }
-}
 // A warp-collective step: every lane of the warp must arrive (CUDA requires all 32), and
 // the pointer and leading dimension must be as CUDA requires.
-inline void collective(::mr_emu::detail::Op op, const void *p, unsigned ldm, size_t elem_size) {
+inline void collective(const char *name, const void *p, unsigned ldm, size_t elem_size) {
   using namespace ::mr_emu::detail;
   if (p && (reinterpret_cast<uintptr_t>(p) & 31u)) fail("wmma pointer not 32-byte (256-bit) aligned", t_.f);
   if (p && (ldm * elem_size) % 16u) fail("wmma ldm not a multiple of 16 bytes", t_.f);
-  warp_op(op, 0xffffffffu, 0, 0, 32);
+  warp_op(Op::Collective, name, 0xffffffffu, 0, 0, 32);
 }
 }  // namespace detail
 
@@ -1137,28 +524,28 @@ template <class Use, int M, int N, int K, class T, class L>
 inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f,
                              const typename fragment<Use, M, N, K, T, L>::storage_element_type *p, unsigned ldm) {
   static_assert(!std::is_same<Use, accumulator>::value, "an accumulator load takes a layout_t");
-  detail::collective(::mr_emu::detail::Op::WmmaLoad, p, ldm, sizeof *p);
+  detail::collective("wmma::load_matrix_sync()", p, ldm, sizeof *p);
   detail::load_tile(f.x, p, ldm, f.rows, f.cols, std::is_same<L, row_major>::value);
 }
 template <int M, int N, int K>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {
-  detail::collective(::mr_emu::detail::Op::WmmaLoad, p, ldm, sizeof *p);
+  detail::collective("wmma::load_matrix_sync()", p, ldm, sizeof *p);
   detail::load_tile(f.x, p, ldm, M, N, l == mem_row_major);
 }
 template <int M, int N, int K>
 inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {
-  detail::collective(::mr_emu::detail::Op::WmmaStore, p, ldm, sizeof *p);
+  detail::collective("wmma::store_matrix_sync()", p, ldm, sizeof *p);
   detail::store_tile(p, f.x, ldm, M, N, l == mem_row_major);
 }
 // d = a b + c, float accumulation in k order; d may be c.
 template <int M, int N, int K, class T, class LA, class LB>
 inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
                      const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
-  detail::collective(::mr_emu::detail::Op::WmmaMma, nullptr, 0, 0);
+  detail::collective("wmma::mma_sync()", nullptr, 0, 0);
   float av[M * K], bv[K * N];
   for (int i = 0; i < M * K; ++i) av[i] = detail::mma_operand<T>(a.x[i]);
   for (int i = 0; i < K * N; ++i) bv[i] = detail::mma_operand<T>(b.x[i]);
-  detail::mma_tile<M, N, K>(d.x, av, bv, c.x);
+  ::mr_simt::mma_tile<M, N, K>(d.x, av, bv, c.x);
 }
 }  // namespace wmma
 }  // namespace nvcuda
@@ -1530,7 +917,7 @@ inline void mr_emu_launch(const char *name, void (*kernel)(P...), dim3 grid, dim
   // Arguments are converted to the parameter types now and held by value, as CUDA does.
   using Args = std::tuple<std::decay_t<P>...>;
   auto run = [name, grid, block, b = Bound<Args, void (*)(P...)>{kernel, Args(args...)}] {
-    Launch L{name, grid, block, &Bound<Args, void (*)(P...)>::invoke, &b};
+    Launch L{name, grid, block, &Bound<Args, void (*)(P...)>::invoke, &b, &kCuda};
     pool().run(L);
   };
   cudaError_t e;

@@ -56,6 +56,7 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("mithril_ops.h", C_OPS_HEADER),
     ("mithril_cuda.h", include_str!("../../../runtime-cuda/mithril_cuda.h")),
     ("cuda_emu.h", include_str!("../../../runtime-cuda/cuda_emu.h")),
+    ("simt_emu.h", include_str!("../../../runtime-emu/simt_emu.h")),
 ];
 
 /// A warp of 32 lanes; a block's threads are 8 warps (`MR_THREADS` is 256).
