@@ -212,6 +212,7 @@ inline std::chrono::steady_clock::time_point now() { return std::chrono::steady_
 // ---------------------------------------------------------------------------------------------
 // Built-in variables and device functions
 // ---------------------------------------------------------------------------------------------
+// The core holds all four as uint3 (mr_simt::Idx3); blockDim and gridDim read as dim3 copies.
 #define threadIdx (static_cast<const uint3 &>(::mr_emu::detail::t_.tid))
 #define blockIdx (static_cast<const uint3 &>(::mr_emu::detail::t_.bid))
 #define blockDim (static_cast<const dim3 &>(::mr_emu::detail::t_.bdim))

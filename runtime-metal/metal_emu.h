@@ -58,6 +58,9 @@
 #endif
 // See `threadgroup` below.
 #pragma GCC diagnostic ignored "-Wregister"
+// A kernel may declare attribute parameters it does not read ([[thread_index_in_simdgroup]]);
+// Metal's compiler does not warn about them, -Wextra would.
+#pragma GCC diagnostic ignored "-Wunused-parameter"
 
 // ---------------------------------------------------------------------------------------------
 // Address spaces. Every buffer is host memory, so they are plain pointers and references.

@@ -139,7 +139,8 @@ kernel void fault_tg_unset(device float *out [[buffer(0)]], threadgroup float *t
     tg[lid] = 1.0f;
     out[lid] = tg[lid];
 }
-kernel void fault_matrix_partial(device float *out [[buffer(0)]]) {
+// (lane is not read: an unused attribute parameter must compile warning-free, as in Metal.)
+kernel void fault_matrix_partial(device float *out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
     simdgroup_float8x8 A;
     simdgroup_load(A, out);
 }

@@ -44,7 +44,9 @@ void fault_simd_barrier_emu(const Args &a) {
 void fault_tg_unset_emu(const Args &a) {
   fault_tg_unset((device float *)a.buffer[0], (float *)E::threadgroup_memory(1), E::thread_index_in_threadgroup());
 }
-void fault_matrix_partial_emu(const Args &a) { fault_matrix_partial((device float *)a.buffer[0]); }
+void fault_matrix_partial_emu(const Args &a) {
+  fault_matrix_partial((device float *)a.buffer[0], E::thread_index_in_simdgroup());
+}
 
 const E::Entry kernels[] = {
     {"tg_sum", tg_sum_emu},
