@@ -336,6 +336,7 @@ inline void *threadgroup_memory(unsigned index) {
 inline uint thread_position_in_grid() { return detail::tls().bid.x * detail::tls().bdim.x + detail::tls().tid.x; }
 inline uint threadgroup_position_in_grid() { return detail::tls().bid.x; }
 inline uint threadgroups_per_grid() { return detail::tls().gdim.x; }
+inline uint threads_per_grid() { return detail::tls().gdim.x * detail::tls().bdim.x; }
 inline uint thread_index_in_threadgroup() { return detail::tls().tid.x; }
 inline uint threads_per_threadgroup() { return detail::tls().bdim.x; }
 inline uint thread_index_in_simdgroup() { return detail::tls().tid.x & 31u; }

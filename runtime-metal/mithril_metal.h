@@ -38,7 +38,7 @@ typedef struct mr_metal_encoder mr_metal_encoder;
 /* Opens `device` (NULL: the system's default GPU), loads the library at `metallib_path`
  * and makes a pipeline for each of the `count` kernel names; the pipelines are then
  * known by their index in `kernels`. Under emulation the metallib path is not read: the
- * kernels come from the model's <name>_emu.cpp (mr_metal_emu_register). */
+ * kernels come from the model's <name>_emu.cpp (mr_metal_emu::Register). */
 int mr_metal_open(mr_metal **ctx, void *device, const char *metallib_path, const char *const kernels[], unsigned count);
 void mr_metal_close(mr_metal *ctx);
 const char *mr_metal_last_error(void);
@@ -69,6 +69,16 @@ void mr_metal_dispatch(mr_metal_encoder *e, unsigned kernel, uint64_t groups, un
 /* Ends the encoding; MR_METAL_ERROR if any command was refused (the reason in
  * mr_metal_last_error()). The encoder is freed either way. */
 int mr_metal_end(mr_metal_encoder *e);
+
+/* The threadgroups of `per_group` threads that a grid-stride kernel over `units`
+ * threads takes: enough for one thread a unit, at most 65535 (the kernels loop over
+ * the rest), at least 1. */
+static inline uint64_t mr_metal_groups(int64_t units, unsigned per_group)
+{
+    const int64_t most = 65535;
+    int64_t groups = units <= 0 ? 1 : (units - 1) / (int64_t)per_group + 1;
+    return (uint64_t)(groups < most ? groups : most);
+}
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,7 @@
 //! result. [`BACKENDS`] is the one table the command line reads (its `--help`, the
 //! values `--target` accepts); a new target is one `impl Backend` and one entry there.
 //!
-//! Targets come in two shapes. Program targets (C; CUDA and Metal next) lower the graph
+//! Targets come in two shapes. Program targets (C, CUDA, Metal) lower the graph
 //! to a [`Program`] with their kernel library's capabilities ([`lower_programs`]), run
 //! their own program passes, and render its kernels through the C-style renderer
 //! (`codegen::cstyle`). Graph targets (ggml, XLA) write one library call or instruction
@@ -63,6 +63,7 @@ pub trait Backend: Sync {
 pub static BACKENDS: &[&dyn Backend] = &[
     &crate::codegen::c::backend::CTarget,
     &crate::codegen::cuda::backend::CudaTarget,
+    &crate::codegen::metal::backend::MetalTarget,
     &crate::codegen::ggml::backend::GgmlTarget,
     &crate::codegen::xla::backend::XlaTarget,
 ];
@@ -269,6 +270,20 @@ pub fn program_target_lacks(graph: &Graph, v: ValueId, supports: impl Fn(crate::
         return Some(format!("no {dtype} arithmetic"));
     }
     crate::lower::lacking(graph, v)
+}
+
+/// What a GPU target writes, as files by name: the forward (and backward) program,
+/// given the target's kernel library and its renderer.
+pub type DeviceEmit = fn(&Program, Option<&Program>, &crate::codegen::c::Options, Precision) -> Result<Vec<(String, Vec<u8>)>>;
+
+/// A GPU target's [`Backend::emit`]: the programs lowered with the target's `library`
+/// (every weight row-major: its kernels read any strides) and rendered by `emit`.
+pub fn emit_device(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library, emit: DeviceEmit) -> Result<Emitted> {
+    let lower = crate::lower::Options { max: opts.max.clone(), library };
+    let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
+    let c = crate::codegen::c::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
+    let files = emit(&forward, backward.as_ref(), &c, opts.precision)?;
+    Ok(program_emitted(files, &forward, backward.as_ref()))
 }
 
 /// What a program target's `emit` returns for the programs it wrote as `files`: the

@@ -348,7 +348,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = String::new();
     let outputs = match args.target {
-        RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda".to_string())),
+        RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda or metal".to_string())),
         RunTarget::Interp if args.precision != Precision::F32 => {
             return Err(Error::usage("--precision is for a compiled target: the interpreter computes in the model's types".to_string()))
         }

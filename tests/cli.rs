@@ -884,8 +884,9 @@ fn compiled_code_reports_an_out_of_range_index() {
         let index = Tensor::new(Dtype::I32, vec![2, 3], index.iter().map(|&i| f64::from(i)).collect());
         data::write_npz(&dir.path().join(file), &[("input".into(), index), ("weight".into(), weight.clone())]).unwrap();
     }
-    // The C target, and the CUDA target's kernels under emulation.
-    let targets: &[&[&str]] = if common::have("c++") { &[&["--target", "c"], &["--target", "cuda", "--emulate"]] } else { &[&["--target", "c"]] };
+    // The C target, and the CUDA and Metal targets' kernels under emulation.
+    let targets: &[&[&str]] =
+        if common::have("c++") { &[&["--target", "c"], &["--target", "cuda", "--emulate"], &["--target", "metal", "--emulate"]] } else { &[&["--target", "c"]] };
     for target in targets {
         let (code, stdout, stderr) = mithrilc(&[&["run", "emb.json", "--data", "ok.npz", "--check"], *target].concat(), dir.path());
         assert_eq!((code, stderr.as_str()), (0, ""), "{target:?}");
@@ -1070,7 +1071,7 @@ fn emulate_needs_a_gpu_target() {
     let testdata = shared.join("testdata");
     let run = |target: &str| mithrilc(&["run", "linear.json", "--data", "linear.npz", "--params", "linear.npz", "--target", target, "--emulate"], &testdata);
     let (code, _, stderr) = run("interp");
-    assert_eq!((code, stderr.as_str()), (2, "error: --emulate runs a GPU target's kernels on the CPU: give --target cuda\n"));
+    assert_eq!((code, stderr.as_str()), (2, "error: --emulate runs a GPU target's kernels on the CPU: give --target cuda or metal\n"));
     let (code, _, stderr) = run("c");
     assert_eq!((code, stderr.as_str()), (2, "error: --emulate is for GPU targets; the c target runs natively\n"));
 }

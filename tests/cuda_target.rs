@@ -17,7 +17,6 @@ use std::sync::Mutex;
 use mithrilc::backend::Backend;
 use mithrilc::cli::{self, BuildConfig, Precision};
 use mithrilc::codegen::cuda::backend::CudaTarget;
-use mithrilc::data;
 use mithrilc::error::ErrorKind;
 
 mod common;
@@ -38,12 +37,6 @@ fn emulation_ready() -> Option<std::path::PathBuf> {
         return None;
     }
     Some(dir)
-}
-
-/// `make emulate` in an output directory: the emulated demo.
-fn make_emulate(out: &Path) -> Result<(), String> {
-    let make = Command::new("make").current_dir(out).args(["-s", "emulate"]).output().unwrap();
-    if make.status.success() { Ok(()) } else { Err(format!("make emulate in {}: {}", out.display(), String::from_utf8_lossy(&make.stderr))) }
 }
 
 #[test]
@@ -180,18 +173,7 @@ fn running_without_a_gpu_is_a_toolchain_error() {
         common::skip("nvcc is not installed");
         return;
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let args = cli::RunArgs {
-        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
-        target: cli::RunTarget::Compiled(&CudaTarget),
-        check: false,
-        emulate: false,
-        precision: Default::default(),
-        data: vec![root.join("examples/mlp/data.npz").display().to_string()],
-        params: Some(root.join("examples/mlp/data.npz")),
-        output: None,
-    };
-    let e = cli::run(&args).unwrap_err();
+    let e = cli::run(&cases::example_mlp_run(&CudaTarget)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Toolchain, "{e}");
     assert!(e.to_string().contains("no usable CUDA device") && e.to_string().contains("--emulate"), "{e}");
 }
@@ -208,30 +190,10 @@ fn symbolic_batch_runs_at_every_size_under_emulation() {
     // (model, the batch of its reference input file, the largest batch compiled)
     let models = [("mlp", 32u64, 32u64), ("lenet", 32, 32), ("gpt_block", 8, 2)];
     let failures = each_case(&models, |&(model, file_batch, max)| {
-        let params_path = dir.join(format!("bench/{model}.safetensors"));
-        let params = data::read_arrays(&params_path).unwrap();
-        let big = data::read_arrays(&dir.join(format!("bench/{model}_b{file_batch}_input.npy"))).unwrap();
-        let big = big.arrays.values().next().unwrap().clone();
-        let row: Vec<String> = big.shape[1..].iter().map(|d| d.to_string()).collect();
-        let out = tmp.path().join(model);
-        let args = cli::CompileArgs {
-            model: cli::ModelArgs { model: dir.join(format!("bench/{model}.json")), shapes: vec![format!("input=B,{}", row.join(","))], ..Default::default() },
-            target: &CudaTarget,
-            params: Some(params_path.clone()),
-            out: Some(out.clone()),
-            emit: "source".into(),
-            max: vec![format!("B={max}")],
-            ..Default::default()
-        };
-        cli::compile(&args).map_err(|e| format!("{model}: {e}"))?;
-        make_emulate(&out)?;
-        let demo = out.join(format!("{model}_demo_emu"));
-        for n in [1, 3, max].into_iter().filter(|&n| n <= max) {
-            cases::check_demo_at_batch(&dir, model, &params, &big, n, &demo, &[], &[])?;
-        }
-        // As if no buffer were 16-byte aligned: the scalar twins of the float4 paths.
-        cases::check_demo_at_batch(&dir, model, &params, &big, max, &demo, &[], &[("MR_EMU_SCALAR", "1")])?;
-        Ok(())
+        cases::symbolic_batch_under_emulation(&dir, &CudaTarget, model, file_batch, max, &tmp.path().join(model), |demo, params, big| {
+            // As if no buffer were 16-byte aligned: the scalar twins of the float4 paths.
+            cases::check_demo_at_batch(&dir, model, params, big, max, demo, &[], &[("MR_EMU_SCALAR", "1")])
+        })
     });
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
@@ -242,24 +204,5 @@ fn symbolic_batch_runs_at_every_size_under_emulation() {
 #[test]
 fn the_demo_reads_a_safetensors_file_and_replays_a_graph() {
     let Some(dir) = emulation_ready() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("lenet");
-    let args = cli::CompileArgs {
-        model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
-        target: &CudaTarget,
-        params: Some(dir.join("bench/lenet.safetensors")),
-        out: Some(out.clone()),
-        emit: "source".into(),
-        weights: cli::WeightsMode::Safetensors,
-        ..Default::default()
-    };
-    cli::compile(&args).unwrap();
-    assert!(!out.join("weights.bin").exists());
-    make_emulate(&out).unwrap();
-    let params = data::read_arrays(&dir.join("bench/lenet.safetensors")).unwrap();
-    let input = data::read_arrays(&dir.join("bench/lenet_b1_input.npy")).unwrap().arrays.values().next().unwrap().clone();
-    let st = format!("{}", dir.join("bench/lenet.safetensors").display());
-    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st], &[]).unwrap();
-    // The same through a CUDA graph: captured by the first call, replayed by each.
-    cases::check_demo_at_batch(&dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &["--safetensors", &st, "--graph", "--repeat", "3"], &[]).unwrap();
+    cases::safetensors_demo_under_emulation(&dir, &CudaTarget, &[&[], &["--graph", "--repeat", "3"]]);
 }

@@ -1,6 +1,6 @@
-//! Generated code, committed: the C and CUDA targets' sources and the Metal loop kernels
-//! of every `../shared/bench` model at batch 1, two of them with `--grad` (the backward
-//! pass and the training step), and every test-data case.
+//! Generated code, committed: the C, CUDA, Metal and ggml targets' sources for every
+//! `../shared/bench` model at batch 1, two of them with `--grad` (the backward pass and
+//! the training step), and every test-data case.
 //! - `tests/out/c/{bench,testdata}/<case>/`: the C files as `mithrilc compile --target c
 //!   --emit source` writes them. The runtime's files (`mithril_*`, copied verbatim from
 //!   `runtime-c/`) and `weights.bin` are not kept.
@@ -9,10 +9,10 @@
 //!   `tests/cuda_target.rs` builds everything with nvcc and runs it under emulation).
 //! - `tests/out/ggml/.../`: `<name>.c` and `<name>.h` as `compile --target ggml --emit
 //!   source` writes them (`tests/ggml_target.rs` builds and runs them against ggml).
-//! - `tests/out/metal/.../<program>.metal`: the loop kernels of the C target's programs
-//!   (`<program>_backward` with `--grad`), as `codegen::metal::render_kernels` writes
-//!   them; a program Metal refuses (it has no f64) keeps the refusal instead, as a file
-//!   starting `refused: `.
+//! - `tests/out/metal/.../`: `<name>.metal`, `<name>.c` and `<name>.h` as `compile
+//!   --target metal --emit source` writes them (`tests/metal_target.rs` runs them under
+//!   emulation); a model Metal refuses (it has no f64) keeps the refusal instead, as a
+//!   file `refused` starting `refused: `.
 //!
 //! A change to lowering or codegen shows up as a diff of these files in review. Each is
 //! stored as `NAME.golden` (`mlp.c.golden`): generated code repeats itself by design,
@@ -28,7 +28,7 @@ use std::process::Command;
 
 use mithrilc::backend::Backend;
 use mithrilc::cli;
-use mithrilc::codegen::{c, cuda, ggml, metal, names::identifier};
+use mithrilc::codegen::{c, cuda, ggml, metal};
 use mithrilc::data;
 use mithrilc::lower::{parse::parse, print::print};
 use mithrilc::passes::autodiff::Wrt;
@@ -91,19 +91,16 @@ fn generate_cuda(case: &Case) -> Files {
 /// GGUF file holds data, and needs the parameters); a model the target refuses keeps
 /// the refusal instead, as `refused`, starting `refused: `.
 fn generate_ggml(case: &Case) -> Files {
-    generate(case, &ggml::backend::GgmlTarget, &[], |name| (name.ends_with(".c") && !name.ends_with("_demo.c")) || name.ends_with(".h"))
-        .or_else(|e| match e.split_once(": ").filter(|(_, why)| why.contains("the ggml target cannot compile")) {
-            // (without the model's path, which names this checkout)
-            Some((_, why)) => Ok([("refused".to_string(), format!("refused: {why}\n"))].into_iter().collect()),
-            None => Err(e),
-        })
+    refused_as_file(generate(case, &ggml::backend::GgmlTarget, &[], |name| (name.ends_with(".c") && !name.ends_with("_demo.c")) || name.ends_with(".h")), "ggml")
 }
 
-/// A case's programs as `compile --target c` compiles them (lowered, the C target's
-/// passes, fused, memory-planned; parameters row-major with `--grad`, as `cli::compile`
-/// stores them at its default layout); `after` sees each program after every pass.
-fn c_programs(case: &Case, after: impl FnMut(&str, &mithrilc::lower::Program)) -> Result<Vec<mithrilc::lower::Program>, String> {
-    programs(case, &C_PROGRAMS, after)
+/// A model `target` refuses as one file `refused`, holding the refusal (without the
+/// model's path, which names this checkout).
+fn refused_as_file(files: Files, target: &str) -> Files {
+    files.or_else(|e| match e.split_once(": ").filter(|(_, why)| why.contains(&format!("the {target} target cannot compile"))) {
+        Some((_, why)) => Ok([("refused".to_string(), format!("refused: {why}\n"))].into_iter().collect()),
+        None => Err(e),
+    })
 }
 
 /// How a target's programs are compiled: its library, and its program passes for a
@@ -126,16 +123,12 @@ fn programs(case: &Case, (library, passes): &TargetPrograms, mut after: impl FnM
     std::iter::once(&graphs.forward).chain(&graphs.backward).map(|g| mithrilc::passes::compile(g, &opts, passes, &mut after).map_err(err)).collect()
 }
 
-/// The Metal loop kernels of a case's programs ([`c_programs`]). A refused program
-/// keeps the refusal.
+/// The Metal model's kernels, host code and header (the demo and Makefile are
+/// templates; `<name>_emu.cpp` a table of the kernels); a model the target refuses (it
+/// has no f64) keeps the refusal instead, as `refused`, starting `refused: `.
 fn generate_metal(case: &Case) -> Files {
-    let programs = c_programs(case, |_, _| {})?;
-    let mut files = BTreeMap::new();
-    for (i, p) in programs.iter().enumerate() {
-        let name = format!("{}{}.metal", identifier(&programs[0].name), if i == 0 { "" } else { "_backward" });
-        files.insert(name, metal::render_kernels(p).unwrap_or_else(|e| format!("refused: {e}\n")));
-    }
-    Ok(files)
+    let keep = |name: &str| name.ends_with(".metal") || (name.ends_with(".c") && !name.ends_with("_demo.c")) || name.ends_with(".h");
+    refused_as_file(generate(case, &metal::backend::MetalTarget, metal::RUNTIME_FILES, keep), "metal")
 }
 
 /// A bench model at batch 1 (its parameters from its safetensors file).
@@ -325,10 +318,10 @@ fn committed(target: &str) -> Vec<(String, String)> {
     files
 }
 
-/// Every committed Metal file parses and type-checks as C++17 (clang++ -fsyntax-only,
-/// warnings as errors) against `tests/metal/metal_stdlib`, a stand-in for Metal's
-/// standard library: no Metal compiler runs on Linux, so this is a syntax and type
-/// check only (a macOS job would build them with `xcrun metal`).
+/// Every committed `.metal` file parses and type-checks as C++17 with clang++
+/// (`-fsyntax-only`, warnings as errors, Metal's attributes aside) against the
+/// emulation's shim, `runtime-metal/metal_emu.h` (`tests/metal_target.rs` builds and
+/// runs them with g++; no Metal compiler runs on Linux, `xcrun metal` on macOS).
 #[test]
 fn rendered_metal_parses_as_cpp() {
     if !common::have("clang++") {
@@ -338,6 +331,9 @@ fn rendered_metal_parses_as_cpp() {
     let dir = tempfile::tempdir().unwrap();
     let mut inputs = Vec::new();
     for (name, text) in committed("metal") {
+        if !name.ends_with(".metal") {
+            continue;
+        }
         if text.starts_with("refused: ") {
             println!("not checked ({name}): {}", text.trim_end());
             continue;
@@ -349,7 +345,9 @@ fn rendered_metal_parses_as_cpp() {
     let out = Command::new("clang++")
         .args(["-x", "c++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-attributes"])
         .arg("-I")
-        .arg(root().join("tests/metal"))
+        .arg(root().join("runtime-metal"))
+        .arg("-I")
+        .arg(root().join("runtime-emu"))
         .arg("-I")
         .arg(root().join("runtime-c"))
         .args(&inputs)

@@ -1,6 +1,6 @@
-//! Code generators. Program targets (C; CUDA and Metal next) render a lowered
+//! Code generators. Program targets (C, CUDA, Metal) render a lowered
 //! [`crate::lower::Program`] through `cstyle`, the renderer C-like languages share
-//! (`c`, and the kernels of `cuda` and `metal`, which are not compile targets yet);
+//! (`c`, and the kernels of `cuda` and `metal`);
 //! graph targets (ggml, XLA) write the IR graph through [`graph`]. `names`, `weights`
 //! and `train` hold what every target writes alike: identifiers and labels, the
 //! weights blob, the training step's layout. Each target is a `crate::backend::Backend`.

@@ -46,3 +46,18 @@ pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
         Dtype::Bool => put(values, out, |x| [u8::from(x != 0.0)]),
     }
 }
+
+/// `weights.bin` for a GPU target (`target`, for messages), whose weights live in
+/// memory the caller fills: written with `--weights file` when parameter values were
+/// given; none with `--weights safetensors`, whose demo reads the parameters from a
+/// safetensors file at run time; `--weights embed` (the C target's) refused.
+pub fn device_weights(target: &str, p: &Program, opts: &crate::codegen::c::Options) -> Result<Option<(String, Vec<u8>)>> {
+    use crate::backend::WeightsMode;
+    match (opts.mode, &opts.weights) {
+        (WeightsMode::Embed, _) => Err(Error::user(format!(
+            "--weights embed is the C target's: the {target} target's weights live in memory the caller fills (--weights file or safetensors)"
+        ))),
+        (WeightsMode::Safetensors, _) | (WeightsMode::File, None) => Ok(None),
+        (WeightsMode::File, Some(values)) => Ok(Some(("weights.bin".to_string(), weights_blob(p, values)?))),
+    }
+}

@@ -1,5 +1,5 @@
 //! Lowering: a verified, shape-static [`Graph`] becomes a [`Program`], an ordered list
-//! of kernels over planned buffers, which the C (and later CUDA, Metal) code
+//! of kernels over planned buffers, which the C, CUDA and Metal code
 //! generators render.
 //!
 //! Layout ops cost nothing here: reshape, transpose, slice and broadcast become

@@ -240,3 +240,89 @@ pub fn matches_interpreter(target: &dyn mithrilc::backend::Backend, case: &Case,
     worst.note(err, &case.label);
     if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
 }
+
+/// A bench model compiled for a GPU target with a symbolic batch (`--shape
+/// input=B,... --max B=max`, sources only) into `out`, its emulated demo built (`make
+/// emulate`) and run at B = 1, 3 and `max` against the interpreter; `more` then runs it
+/// again as it likes, given the demo, the parameters and the reference input (of batch
+/// `file_batch`).
+#[allow(clippy::too_many_arguments)]
+pub fn symbolic_batch_under_emulation(
+    dir: &Path,
+    target: &'static dyn mithrilc::backend::Backend,
+    model: &str,
+    file_batch: u64,
+    max: u64,
+    out: &Path,
+    more: impl Fn(&Path, &ArrayFile, &Tensor) -> Result<(), String>,
+) -> Result<(), String> {
+    let params_path = dir.join(format!("bench/{model}.safetensors"));
+    let params = data::read_arrays(&params_path).unwrap();
+    let big = data::read_arrays(&dir.join(format!("bench/{model}_b{file_batch}_input.npy"))).unwrap();
+    let big = big.arrays.values().next().unwrap().clone();
+    let row: Vec<String> = big.shape[1..].iter().map(|d| d.to_string()).collect();
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: dir.join(format!("bench/{model}.json")), shapes: vec![format!("input=B,{}", row.join(","))], ..Default::default() },
+        target,
+        params: Some(params_path.clone()),
+        out: Some(out.to_path_buf()),
+        emit: "source".into(),
+        max: vec![format!("B={max}")],
+        ..Default::default()
+    };
+    cli::compile(&args).map_err(|e| format!("{model}: {e}"))?;
+    make_emulate(out)?;
+    let demo = out.join(format!("{model}_demo_emu"));
+    for n in [1, 3, max].into_iter().filter(|&n| n <= max) {
+        check_demo_at_batch(dir, model, &params, &big, n, &demo, &[], &[])?;
+    }
+    more(&demo, &params, &big)
+}
+
+/// `make emulate` in an output directory: a GPU target's emulated demo.
+pub fn make_emulate(out: &Path) -> Result<(), String> {
+    let make = std::process::Command::new("make").current_dir(out).args(["-s", "emulate"]).output().unwrap();
+    if make.status.success() { Ok(()) } else { Err(format!("make emulate in {}: {}", out.display(), String::from_utf8_lossy(&make.stderr))) }
+}
+
+/// lenet compiled for a GPU target with `--weights safetensors` (no `weights.bin`), its
+/// emulated demo reading the parameters from the safetensors file at run time, run with
+/// each of `runs` (arguments besides `--safetensors FILE`) against the interpreter.
+pub fn safetensors_demo_under_emulation(dir: &Path, target: &'static dyn mithrilc::backend::Backend, runs: &[&[&str]]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("lenet");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: dir.join("bench/lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
+        target,
+        params: Some(dir.join("bench/lenet.safetensors")),
+        out: Some(out.clone()),
+        emit: "source".into(),
+        weights: cli::WeightsMode::Safetensors,
+        ..Default::default()
+    };
+    cli::compile(&args).unwrap();
+    assert!(!out.join("weights.bin").exists());
+    make_emulate(&out).unwrap();
+    let params = data::read_arrays(&dir.join("bench/lenet.safetensors")).unwrap();
+    let input = data::read_arrays(&dir.join("bench/lenet_b1_input.npy")).unwrap().arrays.values().next().unwrap().clone();
+    let st = format!("{}", dir.join("bench/lenet.safetensors").display());
+    for run in runs {
+        let args: Vec<&str> = ["--safetensors", st.as_str()].into_iter().chain(run.iter().copied()).collect();
+        check_demo_at_batch(dir, "lenet", &params, &input, 1, &out.join("lenet_demo_emu"), &args, &[]).unwrap();
+    }
+}
+
+/// `run --target TARGET` (not emulated) on the example MLP with its data.
+pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::RunArgs {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    cli::RunArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        target: cli::RunTarget::Compiled(target),
+        check: false,
+        emulate: false,
+        precision: Default::default(),
+        data: vec![root.join("examples/mlp/data.npz").display().to_string()],
+        params: Some(root.join("examples/mlp/data.npz")),
+        output: None,
+    }
+}

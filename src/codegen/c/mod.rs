@@ -256,6 +256,9 @@ pub(crate) struct TemplateContext {
     /// Whether the artifact is the CUDA target's: the demo copies buffers to the GPU and
     /// runs the model on a stream.
     pub(crate) cuda: bool,
+    /// Whether the artifact is the Metal target's: the demo makes Metal buffers and runs
+    /// the model in a command buffer.
+    pub(crate) metal: bool,
     /// The CUDA target's status for a failed CUDA call, and the demo's exit status
     /// when no GPU can be used.
     error_cuda: i32,
@@ -370,6 +373,7 @@ impl TemplateContext {
             error_index: ERROR_INDEX,
             rejected_exit: DEMO_REJECTED_EXIT,
             cuda: false,
+            metal: false,
             error_cuda: crate::codegen::cuda::ERROR_CUDA,
             error_file: crate::codegen::cuda::ERROR_FILE,
             no_gpu_exit: crate::codegen::cuda::DEMO_NO_GPU_EXIT,

@@ -114,7 +114,7 @@ pub fn warp_reduce<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&
     let w = r.d.warp()?;
     let acc = r.acc_type(*kind, r.p.buffers[out.buf.0].dtype);
     let long = reduced.iter().product::<u64>() >= u64::from(w.lanes);
-    (long && matches!(acc, Dtype::F32 | Dtype::F64 | Dtype::I32 | Dtype::I64)).then_some(w)
+    (long && w.types.contains(&acc)).then_some(w)
 }
 
 /// A reduction by warps ([`warp_reduce`]): a grid-stride loop over outputs with one

@@ -119,6 +119,8 @@ pub struct Warp {
     pub lane: &'static str,
     /// The value `{v}` of the lane `{off}` lanes up (every lane of the warp takes part).
     pub shuffle_down: &'static str,
+    /// The accumulator types the lanes can shuffle.
+    pub types: &'static [Dtype],
 }
 
 /// A kernel argument.
@@ -156,6 +158,21 @@ pub struct Renderer<'a, D: Dialect + ?Sized> {
 pub type LoadSpelling<'a> = dyn Fn(&View, &[usize]) -> Option<String> + 'a;
 
 impl<D: Dialect + ?Sized> Renderer<'_, D> {
+    /// [`Renderer::check`] on every kernel of the program that `which` selects: one
+    /// error lists every refused kernel.
+    pub fn check_all(&self, which: impl Fn(&Kernel) -> bool) -> Result<()> {
+        let refused: Vec<String> = self
+            .p
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, step)| which(&step.kernel))
+            .filter_map(|(k, step)| self.check(&step.kernel, &format!("kernel {k} ({})", step.origins.join("; "))).err())
+            .map(|e| e.message)
+            .collect();
+        if refused.is_empty() { Ok(()) } else { Err(Error::user(refused.join("\n"))) }
+    }
+
     /// Refuses a kernel that uses an element type the dialect lacks: the message names
     /// the kernel (`what`) and every such type.
     pub fn check(&self, k: &Kernel, what: &str) -> Result<()> {

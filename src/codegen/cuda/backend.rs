@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
+use crate::backend::{emit_device, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
 use crate::cli::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
@@ -30,12 +30,7 @@ impl Backend for CudaTarget {
     }
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
-        // Every weight stays row-major: the runtime's kernels read any strides.
-        let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY };
-        let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
-        let c = crate::codegen::c::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
-        let files = super::emit(&forward, backward.as_ref(), &c, opts.precision)?;
-        Ok(program_emitted(files, &forward, backward.as_ref()))
+        emit_device(graphs, opts, super::LIBRARY, super::emit)
     }
 
     /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler

@@ -24,14 +24,14 @@ mod vector;
 use std::fmt::Write as _;
 
 use crate::codegen::c::dialect::C;
-use crate::backend::{Precision, WeightsMode};
+use crate::backend::Precision;
 use crate::codegen::c::{Options, TemplateContext, Templates, DEMO};
 use crate::codegen::cstyle::device::{grid_indices, grid_size, Device};
 use crate::codegen::cstyle::{pad, Dialect, Param, ParamKind, Warp, C_OPS_HEADER};
 use crate::codegen::names::{comment_safe, identifier};
 use crate::codegen::train::TrainLayout;
-use crate::codegen::weights::weights_blob;
-use crate::error::{Error, Result};
+use crate::codegen::weights::device_weights;
+use crate::error::Result;
 use crate::ir::Dtype;
 use crate::lower::Program;
 
@@ -66,6 +66,7 @@ static WARP: Warp = Warp {
     count: "((int64_t)gridDim.x * blockDim.x / 32)",
     lane: "(int64_t)(threadIdx.x % 32)",
     shuffle_down: "__shfl_down_sync(0xffffffffu, {v}, {off})",
+    types: &[Dtype::F32, Dtype::F64, Dtype::I32, Dtype::I64],
 };
 
 /// CUDA C++ (nvcc, sm_75 and newer).
@@ -153,14 +154,7 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options, precision: 
         (format!("{name}_demo.cu"), tera.render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), tera.render("Makefile", &main)?.into_bytes()),
     ]);
-    match (opts.mode, &opts.weights) {
-        (WeightsMode::Embed, _) => {
-            return Err(Error::user("--weights embed is the C target's: the CUDA target's weights live in device memory the caller fills (--weights file or safetensors)".to_string()))
-        }
-        // The demo reads the parameters from a safetensors file at run time.
-        (WeightsMode::Safetensors, _) | (WeightsMode::File, None) => {}
-        (WeightsMode::File, Some(values)) => files.push(("weights.bin".to_string(), weights_blob(p, values)?)),
-    }
+    files.extend(device_weights("CUDA", p, opts)?);
     Ok(files)
 }
 

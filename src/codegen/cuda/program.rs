@@ -27,16 +27,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
     let (error_cuda, error_size) = (format!("{upper}_ERROR_CUDA"), format!("{upper}_ERROR_SIZE"));
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d: &Cuda, names: &names, loads: None };
-    let refused: Vec<String> = p
-        .steps
-        .iter()
-        .enumerate()
-        .filter_map(|(k, step)| r.check(&step.kernel, &format!("kernel {k} ({})", step.origins.join("; "))).err())
-        .map(|e| e.message)
-        .collect();
-    if !refused.is_empty() {
-        return Err(Error::user(refused.join("\n")));
-    }
+    r.check_all(|_| true)?;
     for (i, t) in p.consts.iter().enumerate() {
         // Written straight into the file: a large constant's literals are never held as
         // strings of their own.

@@ -1,0 +1,70 @@
+//! The Metal target as a [`Backend`]: lowers with the Metal library's kernels (the same
+//! f32 library as C's), writes the sources ([`super::emit`]), builds them on macOS with
+//! xcrun, or for `--emulate` with the host C and C++ compilers, and runs the demo for
+//! `run --target metal`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::backend::{emit_device, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
+use crate::cli::Graphs;
+use crate::codegen::c::backend::run_demo;
+use crate::codegen::cstyle::Dialect;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ir::{Graph, ValueId};
+use crate::tensor::Tensor;
+
+pub struct MetalTarget;
+
+impl Backend for MetalTarget {
+    fn name(&self) -> &'static str {
+        "metal"
+    }
+
+    fn about(&self) -> &'static str {
+        "Metal Shading Language kernels and C host code for Apple GPUs, built on macOS with xcrun: a metallib, a library, a header and a demo program"
+    }
+
+    /// What lowering cannot express, and element types Metal lacks (f64).
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        program_target_lacks(graph, v, |d| super::Metal.supports(d))
+    }
+
+    fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
+        emit_device(graphs, opts, super::LIBRARY, super::emit)
+    }
+
+    /// `make` with xcrun's Metal compiler on macOS; the host C and C++ compilers (`$CC`,
+    /// `$CXX`) for emulation. Elsewhere a real build is refused: no Metal compiler runs
+    /// there.
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
+        let mut cmd = std::process::Command::new("make");
+        cmd.current_dir(dir).arg("-s");
+        if build.emulate {
+            cmd.arg("emulate");
+            for (var, default) in [("CC", "cc"), ("CXX", "c++")] {
+                cmd.arg(format!("{var}={}", std::env::var(var).ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| default.to_string())));
+            }
+        } else if !cfg!(target_os = "macos") {
+            return Err(Error::new(
+                ErrorKind::Toolchain,
+                "the Metal target builds with Apple's Metal compiler (xcrun -sdk macosx metal), which runs only on macOS; here, `compile --emit source` writes the sources without building them, and `run --emulate` compiles the kernels as C++ and runs them on the CPU".to_string(),
+            ));
+        }
+        crate::build::run_tool(cmd, "make", "on macOS: xcode-select --install (the Metal compiler comes with Xcode); for --emulate: apt-get install make gcc g++ (Debian/Ubuntu)")
+    }
+
+    fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
+        let demo = dir.join(format!("{}_demo{}", entry.name, if build.emulate { "_emu" } else { "" }));
+        let no_gpu = (super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, "run --target metal needs a Metal device (macOS); --emulate runs the kernels on the CPU instead");
+        run_demo(&demo, dir, entry, feeds, &[no_gpu])
+    }
+
+    fn precisions(&self) -> &'static [Precision] {
+        &[Precision::F32, Precision::Bf16, Precision::F16]
+    }
+
+    fn emulates(&self) -> bool {
+        true
+    }
+}
