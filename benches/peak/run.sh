@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# This machine's FMA peak (1 thread and every core) and memory bandwidth, measured by
+# benches/peak/peak.c (built with the system's cc, no -march flag: it picks AVX-512,
+# AVX2+FMA or NEON at run time). Prints one line a figure and a last line of key=value
+# pairs, which benches/bench.py reads to give GEMM speeds as a fraction of the peak.
+#   bash benches/peak/run.sh [--threads N]...
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p target/bench
+"${CC:-cc}" -std=c11 -O2 -Wall -Wextra -Werror benches/peak/peak.c -o target/bench/peak -lpthread
+lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | sed 's/^/cpu: /' || true
+target/bench/peak "$@"
