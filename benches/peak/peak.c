@@ -14,7 +14,8 @@
  * beyond the caches), counting 12 bytes an element (the write-allocate read of a[] not
  * counted, as STREAM does). Best of several rounds.
  *
- *   peak [--threads N]...    (default: 1, then every core)
+ *   peak [--threads N]... [--isa avx512|avx2|neon|scalar]
+ * (default: 1 thread, then every core; the widest ISA)
  * prints one line per measurement and a last line of key=value pairs.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -275,37 +276,41 @@ static float fma_scalar(int64_t iters)
     return acc0;
 }
 
-/* The widest FMA loop this CPU runs, its name and flops per iteration. */
+/* The widest FMA loop this CPU runs (or the one named `want`: avx512, avx2, neon,
+ * scalar), its name and flops per iteration. */
 struct isa {
     const char *name;
     fma_loop loop;
     double flops_per_iter;
 };
 
-static struct isa best_isa(void)
+static struct isa best_isa(const char *want)
 {
 #ifdef PEAK_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
+    if (__builtin_cpu_supports("avx512f") && (!want || !strcmp(want, "avx512"))) {
         struct isa r = { "avx512", fma_avx512, 2.0 * 16 * AVX512_CHAINS };
         return r;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && (!want || !strcmp(want, "avx2"))) {
         struct isa r = { "avx2", fma_avx2, 2.0 * 8 * AVX2_CHAINS };
         return r;
     }
 #endif
 #ifdef PEAK_NEON
-    {
+    if (!want || !strcmp(want, "neon")) {
         struct isa r = { "neon", fma_neon, 2.0 * 4 * NEON_CHAINS };
         return r;
     }
-#else
+#endif
+    if (want && strcmp(want, "scalar")) {
+        fprintf(stderr, "peak: this CPU (or this build) has no %s\n", want);
+        exit(2);
+    }
     {
         struct isa r = { "scalar", fma_scalar, 2.0 * SCALAR_CHAINS };
         return r;
     }
-#endif
 }
 
 /* What every thread of a measurement shares: start together, each time itself. */
@@ -384,7 +389,8 @@ static double run_threads(struct job *job, void *(*body)(void *), float *sink)
 
 int main(int argc, char **argv)
 {
-    const struct isa isa = best_isa();
+    const char *want = NULL;
+    struct isa isa;
     const int64_t per_array = (int64_t)64 << 20; /* bytes */
     int counts[16], ncounts = 0, cores = (int)sysconf(_SC_NPROCESSORS_ONLN), k, r;
     float sink = 0.0f;
@@ -401,11 +407,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             ++ncounts;
+        } else if (!strcmp(argv[k], "--isa") && k + 1 < argc) {
+            want = argv[++k];
         } else {
-            fprintf(stderr, "usage: peak [--threads N]...\n");
+            fprintf(stderr, "usage: peak [--threads N]... [--isa avx512|avx2|neon|scalar]\n");
             return 2;
         }
     }
+    isa = best_isa(want);
     if (ncounts == 0) {
         counts[ncounts++] = 1;
         if (cores > 1) {

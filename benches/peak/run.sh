@@ -3,7 +3,7 @@
 # benches/peak/peak.c (built with the system's cc, no -march flag: it picks AVX-512,
 # AVX2+FMA or NEON at run time). Prints one line a figure and a last line of key=value
 # pairs, which benches/bench.py reads to give GEMM speeds as a fraction of the peak.
-#   bash benches/peak/run.sh [--threads N]...
+#   bash benches/peak/run.sh [--threads N]... [--isa avx512|avx2|neon|scalar]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p target/bench
