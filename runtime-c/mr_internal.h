@@ -59,6 +59,9 @@
 #if defined(__AVX512F__) && !defined(MR_NO_INTRINSICS)
 #include <immintrin.h>
 #define MR_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(MR_NO_INTRINSICS)
+#include <immintrin.h>
+#define MR_AVX2 1
 #endif
 
 /* Register tile: 8 x 32 fills AVX-512's 32 registers (16 accumulators of 16 floats);
@@ -108,6 +111,12 @@
  * kernel shares (mr_conv.c). */
 #if defined(MR_AVX512) && MR_SGEMM_MR == 8 && MR_SGEMM_NR == 32
 #define MR_MICRO_AVX512 1
+#endif
+
+/* The 6 x 16 micro-kernel in AVX2 and FMA intrinsics (mr_gemm.c): 12 ymm accumulators,
+ * two for B's row and one for A's broadcast fill the 16 registers. */
+#if defined(MR_AVX2) && MR_SGEMM_MR == 6 && MR_SGEMM_NR == 16
+#define MR_MICRO_AVX2 1
 #endif
 
 /* Functions one file of the runtime defines and another calls: not exported from a

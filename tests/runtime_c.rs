@@ -1,6 +1,6 @@
 //! The C runtime's own test program (`runtime-c/test_runtime.c`: every kernel against
-//! double-precision reference loops at awkward sizes), built and run by `make`, plain
-//! with -march=native, and under AddressSanitizer + UBSan.
+//! double-precision reference loops at awkward sizes), built and run by `make`, plain,
+//! with -march=native, for AVX2 (-march=haswell), and under AddressSanitizer + UBSan.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,6 +29,27 @@ fn runtime_kernels() {
 #[test]
 fn runtime_kernels_native() {
     make("test-native");
+}
+
+/// The AVX2 and FMA paths (an x86-64 CPU without AVX-512 runs them), on a CPU that has
+/// both.
+#[test]
+fn runtime_kernels_avx2() {
+    if !avx2_fma() {
+        common::skip("this CPU has no AVX2 and FMA");
+        return;
+    }
+    make("test-avx2");
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx2_fma() -> bool {
+    false
 }
 
 #[test]
