@@ -276,6 +276,13 @@ void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const 
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
                                int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep);
 
+/*
+ * mr_isa_name: the kernels' variant that runs: "avx512", "avx2" or "generic" (see the
+ * top of this file: with dispatch, the variant chosen for this CPU or by MR_ISA; without
+ * it, the one the build's target flags selected at compile time).
+ */
+const char *mr_isa_name(void);
+
 #ifdef __cplusplus
 }
 #endif

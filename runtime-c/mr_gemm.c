@@ -320,7 +320,7 @@ void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t ic,
         _mm_prefetch((const char *)q, _MM_HINT_T1);                              \
         _mm_prefetch((const char *)(q + 16), _MM_HINT_T1);                       \
     }
-static void mr_sgemm_micro_avx512(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+static void mr_sgemm_micro_8x32(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                   const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                                   const float *pf, int64_t pf_rows)
 {
@@ -453,7 +453,7 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
                     const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                     const float *pf, int64_t pf_rows)
 {
-    mr_sgemm_micro_avx512(kc, a, ars, acs, b, bs, out, out_rs, add, pf, pf_rows);
+    mr_sgemm_micro_8x32(kc, a, ars, acs, b, bs, out, out_rs, add, pf, pf_rows);
 }
 #else
 void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,

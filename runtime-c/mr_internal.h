@@ -48,26 +48,130 @@
 #ifndef MR_INTERNAL_H
 #define MR_INTERNAL_H
 
-#include "mithril_runtime.h"
-#include "mithril_ops.h"
-
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && !defined(MR_NO_INTRINSICS)
+/*
+ * ISA dispatch (see mithril_runtime.h). On x86-64 with GCC >= 6 or clang >= 9, unless
+ * MR_NO_DISPATCH is defined, the ISA-specialized sources (mr_gemm.c, mr_conv.c,
+ * mr_winograd.c, mr_pool.c, mr_softmax.c, mr_threads.c) are compiled three times:
+ *  - as themselves, for the build's own target (plain -O3: baseline x86-64), the
+ *    "generic" variant;
+ *  - inside mr_isa_avx2.c, which defines MR_ISA_AVX2: every function of the translation
+ *    unit compiled for AVX2 and FMA by a target pragma (below), the "avx2" variant;
+ *  - inside mr_isa_avx512.c (MR_ISA_AVX512): AVX-512 F/DQ/BW/VL, the "avx512" variant.
+ * Each variant's external functions get its suffix (MR_VARIANT: mr_sgemm_avx2,
+ * mr_sgemm_micro_avx512, ...), so calls between the files stay inside the variant, and
+ * mr_dispatch.c defines the public names, which call the variant chosen once from the
+ * CPU (or MR_ISA). MR_DISPATCH says dispatch is on. Without it (MR_NO_DISPATCH, other
+ * architectures and compilers: firmware, AArch64, MSVC) the sources define the plain
+ * names and select their vector code from the compiler's target macros (__AVX512F__,
+ * __AVX2__ and __FMA__), and mr_isa_*.c compile to nothing.
+ *
+ * The code's ISA conditionals key on MR_TARGET_AVX512 / MR_TARGET_AVX2 (the ISA the
+ * code may use), MR_AVX512 / MR_AVX2 (and intrinsics are allowed), never on __AVX512F__
+ * or __AVX2__ directly: clang does not define those after a target pragma.
+ */
+#if !defined(MR_NO_DISPATCH) && defined(__x86_64__) &&                                    \
+    ((defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 6))
+#define MR_DISPATCH 1
+#endif
+#if !defined(MR_DISPATCH)
+#undef MR_ISA_AVX2
+#undef MR_ISA_AVX512
+#endif
+#if defined(MR_ISA_AVX512)
+#undef MR_ISA_AVX2
+#define MR_ISA_UNITY 1 /* a variant's translation unit (mr_isa_*.c) */
+#define MR_TARGET_AVX512 1
+#define MR_TARGET_AVX2 1
+#elif defined(MR_ISA_AVX2)
+#define MR_ISA_UNITY 1
+#define MR_TARGET_AVX2 1
+#else
+/* the build's own target */
+#if defined(__AVX512F__)
+#define MR_TARGET_AVX512 1
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#define MR_TARGET_AVX2 1
+#endif
+#endif
+
+#if defined(MR_TARGET_AVX512) && !defined(MR_NO_INTRINSICS)
 #include <immintrin.h>
 #define MR_AVX512 1
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(MR_NO_INTRINSICS)
+#elif defined(MR_TARGET_AVX2) && !defined(MR_NO_INTRINSICS)
 #include <immintrin.h>
 #define MR_AVX2 1
 #endif
 
+/* A variant's translation unit: from here on every function is compiled for its ISA
+ * (the system headers above are not; <immintrin.h>'s intrinsics may be called from
+ * functions whose target has them). mr_isa_*.c end the region after their sources. */
+#if defined(MR_ISA_AVX512)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+#endif
+#elif defined(MR_ISA_AVX2)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+#endif
+
+/* Dispatch: every external function the ISA-specialized sources define gets the
+ * variant's suffix: mithril_runtime.h's functions that dispatch (mr_dispatch.c's table
+ * lists the same ones) and the internal ones. mr_dispatch.c (MR_DISPATCHER) keeps the
+ * plain names. mr_run and mr_winograd_weights_f32 have no vector code and are defined
+ * once, by the generic translation units (#ifndef MR_ISA_UNITY). */
+#if defined(MR_ISA_AVX512)
+#define MR_VARIANT(name) name##_avx512
+#elif defined(MR_ISA_AVX2)
+#define MR_VARIANT(name) name##_avx2
+#else
+#define MR_VARIANT(name) name##_generic
+#endif
+#if defined(MR_DISPATCH) && !defined(MR_DISPATCHER)
+#define MR_RENAMED 1
+/* mithril_runtime.h's functions that dispatch (mr_dispatch.c's table) */
+#define mr_sgemm MR_VARIANT(mr_sgemm)
+#define mr_sgemm_panels MR_VARIANT(mr_sgemm_panels)
+#define mr_sgemm_mt MR_VARIANT(mr_sgemm_mt)
+#define mr_sgemm_panels_mt MR_VARIANT(mr_sgemm_panels_mt)
+#define mr_conv2d_f32 MR_VARIANT(mr_conv2d_f32)
+#define mr_conv2d_f32_mt MR_VARIANT(mr_conv2d_f32_mt)
+#define mr_conv2d_winograd_f32 MR_VARIANT(mr_conv2d_winograd_f32)
+#define mr_conv2d_winograd_f32_mt MR_VARIANT(mr_conv2d_winograd_f32_mt)
+#define mr_pool2d_f32 MR_VARIANT(mr_pool2d_f32)
+#define mr_pool2d_f32_mt MR_VARIANT(mr_pool2d_f32_mt)
+#define mr_softmax_f32 MR_VARIANT(mr_softmax_f32)
+#define mr_softmax_f32_mt MR_VARIANT(mr_softmax_f32_mt)
+/* internal (declared below) */
+#define mr_sgemm_pack_a MR_VARIANT(mr_sgemm_pack_a)
+#define mr_sgemm_micro MR_VARIANT(mr_sgemm_micro)
+#define mr_sgemm_micro_taps MR_VARIANT(mr_sgemm_micro_taps)
+#define mr_sgemm_driver MR_VARIANT(mr_sgemm_driver)
+#define mr_sgemm_at MR_VARIANT(mr_sgemm_at)
+#define mr_sgemm_panels_at MR_VARIANT(mr_sgemm_panels_at)
+#define mr_conv_direct MR_VARIANT(mr_conv_direct)
+#define mr_conv2d_at MR_VARIANT(mr_conv2d_at)
+#endif
+
+#include "mithril_runtime.h"
+#include "mithril_ops.h"
+
 /* Register tile: 8 x 32 fills AVX-512's 32 registers (16 accumulators of 16 floats);
- * 6 x 16 suits 16-register AVX2 and 128-bit NEON. Both are plain C that the compiler
- * vectorizes along NR. */
-#if defined(__AVX512F__)
+ * 6 x 16 suits 16-register AVX2 and 128-bit NEON. The portable kernel is plain C that
+ * the compiler vectorizes along NR; AVX-512 and AVX2 have intrinsic kernels. */
+#if defined(MR_TARGET_AVX512)
 #ifndef MR_SGEMM_MR
 #define MR_SGEMM_MR 8
 #endif
@@ -101,7 +205,9 @@
 #error "MR_SGEMM_NC must be a multiple of MR_SGEMM_NR"
 #endif
 
-#if defined(FP_FAST_FMAF)
+/* (A variant's translation unit has FMA although <math.h>, read for the baseline
+ * target, does not say so.) */
+#if defined(FP_FAST_FMAF) || defined(MR_ISA_UNITY)
 #define MR_MADD(a, b, c) fmaf((a), (b), (c))
 #else
 #define MR_MADD(a, b, c) ((a) * (b) + (c))
@@ -125,6 +231,25 @@
 #define MR_INTERNAL __attribute__((visibility("hidden")))
 #else
 #define MR_INTERNAL
+#endif
+
+/* A variant's versions of mithril_runtime.h's functions are not exported from a shared
+ * library either: only mr_dispatch.c's public names are. */
+#if defined(MR_RENAMED)
+#define MR_HIDE(f) extern __typeof__(f) f MR_INTERNAL;
+MR_HIDE(mr_sgemm)
+MR_HIDE(mr_sgemm_panels)
+MR_HIDE(mr_sgemm_mt)
+MR_HIDE(mr_sgemm_panels_mt)
+MR_HIDE(mr_conv2d_f32)
+MR_HIDE(mr_conv2d_f32_mt)
+MR_HIDE(mr_conv2d_winograd_f32)
+MR_HIDE(mr_conv2d_winograd_f32_mt)
+MR_HIDE(mr_pool2d_f32)
+MR_HIDE(mr_pool2d_f32_mt)
+MR_HIDE(mr_softmax_f32)
+MR_HIDE(mr_softmax_f32_mt)
+#undef MR_HIDE
 #endif
 
 /* ------------------------------------------------------------------------------------ */

@@ -194,6 +194,7 @@ void mr_softmax_f32_mt(const mr_threads *threads, const float *x, float *y, int6
     mr_run(threads, mr_softmax_task, &job, outer, 10.0 * (double)outer * (double)n * (double)inner);
 }
 
+#ifndef MR_ISA_UNITY /* once, in the generic build (mr_internal.h) */
 void mr_run(const mr_threads *threads, mr_task task, void *ctx, int64_t n, double cost)
 {
     /* About 64k operations (tens of microseconds) pay for waking the other threads. */
@@ -203,3 +204,4 @@ void mr_run(const mr_threads *threads, mr_task task, void *ctx, int64_t n, doubl
         task(ctx, 0, n);
     }
 }
+#endif

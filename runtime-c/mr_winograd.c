@@ -374,6 +374,8 @@ void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const 
     mr_run(threads, mr_wino_task, &job, job.chunks, 36.0 * (double)job.tiles * (double)O * (double)C);
 }
 
+#ifndef MR_ISA_UNITY /* once, in the generic build: no vector code, and the same
+                      * weights whatever the CPU (mr_internal.h) */
 void mr_winograd_weights_f32(const float *w, float *u, int64_t O, int64_t C)
 {
     static const double G[6][3] = {{1.0 / 4, 0, 0},
@@ -398,6 +400,7 @@ void mr_winograd_weights_f32(const float *w, float *u, int64_t O, int64_t C)
         }
     }
 }
+#endif
 
 void mr_conv2d_winograd_f32(const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W,
                             int64_t O, int64_t OH, int64_t OW, int64_t pad_top, int64_t pad_left, float *scratch)

@@ -11,6 +11,7 @@
  * Prints "N passed, M failed" and exits 0 only when M == 0.
  */
 #include "mithril_runtime.h"
+#include "test_isa.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -740,12 +741,14 @@ static void test_sgd(void)
 
 int main(void)
 {
+    const char *isa = test_isa_check(getenv("MR_ISA"), &g_passed, &g_failed);
+    if (!isa) return 0;
     test_gemm();
     test_conv();
     test_winograd();
     test_pool();
     test_softmax();
     test_sgd();
-    printf("%d passed, %d failed\n", g_passed, g_failed);
+    printf("variant %s: %d passed, %d failed\n", isa, g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mithril_runtime.h"
+#include "test_isa.h"
 
 static int passed, failed;
 
@@ -65,6 +66,8 @@ int main(void) {
     mr_threads threads = { reverse_items, NULL };
     int64_t dims[][3] = { { 1, 512, 784 }, { 32, 513, 100 }, { 7, 2304, 64 }, { 128, 300, 17 }, { 3, 1, 5 } };
     size_t k;
+    const char *isa = test_isa_check(getenv("MR_ISA"), &passed, &failed);
+    if (!isa) return 0;
     for (k = 0; k < sizeof dims / sizeof dims[0]; ++k) {
         int64_t M = dims[k][0], N = dims[k][1], K = dims[k][2];
         float *A = malloc(sizeof(float) * (size_t)(M * K)), *B = malloc(sizeof(float) * (size_t)(K * N));
@@ -183,6 +186,6 @@ int main(void) {
             free(x); free(u); free(y1); free(y2); free(scratch); free(bias); free(visits);
         }
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("variant %s: %d passed, %d failed\n", isa, passed, failed);
     return failed != 0;
 }

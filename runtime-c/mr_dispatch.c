@@ -1,0 +1,155 @@
+/*
+ * mr_dispatch.c -- mithril_runtime.h's public names for the ISA-specialized functions,
+ * each calling the variant (mr_internal.h) chosen once, on first use, from the CPU:
+ * "avx512" (mr_isa_avx512.c) where it has AVX-512 F, DQ, BW and VL, else "avx2"
+ * (mr_isa_avx2.c) where it has AVX2 and FMA, else "generic" (the sources compiled for
+ * the build's own target). The environment variable MR_ISA=generic|avx2|avx512 asks
+ * for a variant instead; a variant the CPU lacks, or another value, is ignored (the
+ * automatic choice stands). mr_isa_name() says which variant runs.
+ *
+ * Without dispatch (MR_NO_DISPATCH, not x86-64, not GCC >= 6 or clang >= 9) the
+ * sources define the public names themselves and this file only defines mr_isa_name,
+ * naming the compile-time choice.
+ */
+#define MR_DISPATCHER 1 /* the plain names: mr_internal.h renames nothing here */
+#include "mr_internal.h"
+
+#if defined(MR_DISPATCH)
+#include <stdlib.h> /* getenv */
+
+/* The dispatched functions: name, parameters, arguments. */
+#define MR_DISPATCHED(X)                                                                                       \
+    X(mr_sgemm,                                                                                                \
+      (int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs, const float *B, \
+       int64_t b_rs, int64_t b_cs, float beta, float *C, int64_t c_rs, int64_t c_cs),                          \
+      (M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs))                                     \
+    X(mr_sgemm_panels,                                                                                         \
+      (int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs, const float *Bp, \
+       float beta, float *C, int64_t c_rs, int64_t c_cs),                                                      \
+      (M, N, K, alpha, A, a_rs, a_cs, Bp, beta, C, c_rs, c_cs))                                                \
+    X(mr_sgemm_mt,                                                                                             \
+      (const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,  \
+       int64_t a_cs, const float *B, int64_t b_rs, int64_t b_cs, float beta, float *C, int64_t c_rs,           \
+       int64_t c_cs, const mr_epilogue *ep),                                                                   \
+      (threads, M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs, ep))                        \
+    X(mr_sgemm_panels_mt,                                                                                      \
+      (const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,  \
+       int64_t a_cs, const float *Bp, float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep), \
+      (threads, M, N, K, alpha, A, a_rs, a_cs, Bp, beta, C, c_rs, c_cs, ep))                                   \
+    X(mr_conv2d_f32,                                                                                           \
+      (const float *x, const float *w, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,        \
+       int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride_h, int64_t stride_w, int64_t pad_top,    \
+       int64_t pad_left, int64_t dil_h, int64_t dil_w, int64_t groups),                                        \
+      (x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, groups))   \
+    X(mr_conv2d_f32_mt,                                                                                        \
+      (const mr_threads *threads, const float *x, const float *w, float *y, int64_t N, int64_t C, int64_t H,   \
+       int64_t W, int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride_h,                 \
+       int64_t stride_w, int64_t pad_top, int64_t pad_left, int64_t dil_h, int64_t dil_w, int64_t groups,      \
+       const mr_epilogue *ep),                                                                                 \
+      (threads, x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,   \
+       groups, ep))                                                                                            \
+    X(mr_conv2d_winograd_f32,                                                                                  \
+      (const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,        \
+       int64_t OH, int64_t OW, int64_t pad_top, int64_t pad_left, float *scratch),                             \
+      (x, u, y, N, C, H, W, O, OH, OW, pad_top, pad_left, scratch))                                            \
+    X(mr_conv2d_winograd_f32_mt,                                                                               \
+      (const mr_threads *threads, const float *x, const float *u, float *y, int64_t N, int64_t C, int64_t H,   \
+       int64_t W, int64_t O, int64_t OH, int64_t OW, int64_t pad_top, int64_t pad_left, float *scratch,        \
+       const mr_epilogue *ep),                                                                                 \
+      (threads, x, u, y, N, C, H, W, O, OH, OW, pad_top, pad_left, scratch, ep))                               \
+    X(mr_pool2d_f32,                                                                                           \
+      (const float *x, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,           \
+       int64_t OH, int64_t OW, int64_t stride_h, int64_t stride_w, int64_t pad_top, int64_t pad_left,          \
+       int64_t dil_h, int64_t dil_w, int is_max),                                                              \
+      (x, y, N, C, H, W, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, is_max))         \
+    X(mr_pool2d_f32_mt,                                                                                        \
+      (const mr_threads *threads, const float *x, float *y, int64_t N, int64_t C, int64_t H, int64_t W,        \
+       int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride_h, int64_t stride_w, int64_t pad_top,    \
+       int64_t pad_left, int64_t dil_h, int64_t dil_w, int is_max),                                            \
+      (threads, x, y, N, C, H, W, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w, is_max)) \
+    X(mr_softmax_f32, (const float *x, float *y, int64_t outer, int64_t n, int64_t inner),                     \
+      (x, y, outer, n, inner))                                                                                 \
+    X(mr_softmax_f32_mt,                                                                                       \
+      (const mr_threads *threads, const float *x, float *y, int64_t outer, int64_t n, int64_t inner),         \
+      (threads, x, y, outer, n, inner))
+
+/* The variants' functions (mr_isa_avx2.c, mr_isa_avx512.c, and the sources themselves
+ * for _generic), and a table of each variant's. */
+#define MR_DECLARE(name, params, args) \
+    extern __typeof__(name) name##_generic, name##_avx2, name##_avx512;
+MR_DISPATCHED(MR_DECLARE)
+#undef MR_DECLARE
+
+typedef struct {
+    const char *name;
+#define MR_FIELD(name, params, args) __typeof__(name) *name;
+    MR_DISPATCHED(MR_FIELD)
+#undef MR_FIELD
+} mr_isa_table;
+
+#define MR_ENTRY_GENERIC(name, params, args) name##_generic,
+#define MR_ENTRY_AVX2(name, params, args) name##_avx2,
+#define MR_ENTRY_AVX512(name, params, args) name##_avx512,
+static const mr_isa_table mr_isa_generic = {"generic", MR_DISPATCHED(MR_ENTRY_GENERIC)};
+static const mr_isa_table mr_isa_avx2 = {"avx2", MR_DISPATCHED(MR_ENTRY_AVX2)};
+static const mr_isa_table mr_isa_avx512 = {"avx512", MR_DISPATCHED(MR_ENTRY_AVX512)};
+#undef MR_ENTRY_GENERIC
+#undef MR_ENTRY_AVX2
+#undef MR_ENTRY_AVX512
+
+/* The chosen variant's table; NULL until the first call. Every thread that finds it
+ * NULL computes the same table and stores it: a race without consequence. */
+static const mr_isa_table *mr_isa_current;
+
+static int mr_isa_has_avx2(void)
+{
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static int mr_isa_has_avx512(void)
+{
+    return mr_isa_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
+static const mr_isa_table *mr_isa_choose(void)
+{
+    const char *want = getenv("MR_ISA");
+    const mr_isa_table *t;
+    __builtin_cpu_init();
+    t = mr_isa_has_avx512() ? &mr_isa_avx512 : mr_isa_has_avx2() ? &mr_isa_avx2 : &mr_isa_generic;
+    if (want && strcmp(want, "generic") == 0) t = &mr_isa_generic;
+    if (want && strcmp(want, "avx2") == 0 && mr_isa_has_avx2()) t = &mr_isa_avx2;
+    if (want && strcmp(want, "avx512") == 0 && mr_isa_has_avx512()) t = &mr_isa_avx512;
+    __atomic_store_n(&mr_isa_current, t, __ATOMIC_RELEASE);
+    return t;
+}
+
+static inline const mr_isa_table *mr_isa(void)
+{
+    const mr_isa_table *t = __atomic_load_n(&mr_isa_current, __ATOMIC_ACQUIRE);
+    return __builtin_expect(t != NULL, 1) ? t : mr_isa_choose();
+}
+
+/* The public names: one indirect call (a tail call) to the variant's function. */
+#define MR_WRAPPER(name, params, args) \
+    void name params { mr_isa()->name args; }
+MR_DISPATCHED(MR_WRAPPER)
+#undef MR_WRAPPER
+
+const char *mr_isa_name(void) { return mr_isa()->name; }
+
+#else /* no dispatch: the sources' compile-time choice (mr_internal.h) */
+
+const char *mr_isa_name(void)
+{
+#if defined(MR_TARGET_AVX512)
+    return "avx512";
+#elif defined(MR_TARGET_AVX2)
+    return "avx2";
+#else
+    return "generic";
+#endif
+}
+
+#endif
