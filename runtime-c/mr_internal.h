@@ -11,11 +11,13 @@
  * direct loops, implicit-im2col and in-place GEMMs), mr_winograd.c (F(4x4, 3x3)
  * convolution and its weight transform), mr_pool.c (pooling), mr_softmax.c (softmax),
  * mr_train.c (the SGD update) and mr_threads.c (work split through the caller's
- * parallel-for hook).
+ * parallel-for hook); with run-time dispatch (below), mr_isa_avx2.c and mr_isa_avx512.c
+ * (the ISA-specialized ones again, for those ISAs) and mr_dispatch.c (the public names).
  *
  *
- * No malloc, no printf, no mutable globals, no threads. Only <math.h>, <stdint.h>,
- * <stddef.h> and <string.h>. Every function (static ones included) is prefixed mr_.
+ * No malloc, no printf, no mutable globals (but mr_dispatch.c's choice of variant), no
+ * threads. Only <math.h>, <stdint.h>, <stddef.h> and <string.h> (and <immintrin.h>;
+ * <stdlib.h> in mr_dispatch.c). Every function (static ones included) is prefixed mr_.
  *
  * Numerical choices
  * -----------------
@@ -29,9 +31,10 @@
  *  - Multiply-adds use fmaf() when <math.h> says it is fast (FP_FAST_FMAF: GCC/glibc on a
  *    target with hardware FMA; the vectorizer turns it into vector FMAs); otherwise
  *    a*b + c, which the compiler may still contract into an FMA (clang does by default,
- *    GCC in -std=c99 mode does not). Either way the choice is fixed at compile time, so
- *    a given build is deterministic, but results may differ in the last bits between
- *    builds for different targets.
+ *    GCC in -std=c99 mode does not); the avx2 and avx512 variants always use fmaf (their
+ *    ISA has FMA). Either way the choice is fixed at compile time, so a given build and
+ *    variant is deterministic, but results may differ in the last bits between builds
+ *    for different targets, and between variants.
  *  - Convolution via the GEMM path sums over (c, kh, kw) in that row-major order; the
  *    direct path (Og < MR_CONV_DIRECT_OG) sums in the same order, so both match the
  *    reference order up to the KC blocking.
