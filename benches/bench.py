@@ -1,7 +1,8 @@
 """The C target's benchmark against ONNX Runtime on ../shared/bench.
 
 For every model and batch size: compiles the model with mithrilc (embedded weights,
-built for this machine), runs its demo on the reference input and takes the median
+portable, as `compile` builds by default: the runtime picks this CPU's kernels at run
+time; the demo names them), runs its demo on the reference input and takes the median
 latency of N calls; runs ONNX Runtime on the same model and weights with 1 and 2
 threads (ort_peer.py, which first checks ORT reproduces the reference output); and
 prints the ratio mithrilc / best ORT. The whole measurement runs --rounds times (3 by
@@ -14,6 +15,10 @@ With --baseline OTHER_MITHRILC (another build of mithrilc, e.g. of an earlier co
 every case is also compiled with it and timed in the same rounds, and a last column
 gives this build / the baseline (best of 1 and 2 threads each): a change's effect on
 latency, measured side by side.
+
+The same build for this CPU only (`--cpu native`) is timed in the same rounds too: the
+"native" column gives the faster of its 1- and 2-thread runs and portable / native, what
+portability costs.
 
 The ggml target is timed in the same rounds: each case compiled with --target ggml with
 f32 weights and with --quantize q8_0, its demo run with 1 and 2 threads; the ggml
@@ -37,16 +42,16 @@ def main():
     repeat = sys.argv[sys.argv.index("--repeat") + 1] if "--repeat" in sys.argv else "100"
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
     baseline = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
-    builds = [("new", mithrilc)] + ([("base", baseline)] if baseline else [])
+    builds = [("new", mithrilc, []), ("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else [])
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
     cases = []
     for name in ("mlp", "lenet", "cnn", "gpt_block"):
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
             shape = ",".join(str(d) for d in info["input_shape"])
-            for build, compiler in builds:
-                out = f"{work}/{name}_b{batch}" + ("" if build == "new" else "_base")
+            for build, compiler, flags in builds:
+                out = f"{work}/{name}_b{batch}" + ("" if build == "new" else f"_{build}")
                 subprocess.run([compiler, "compile", f"{bench}/{name}.json", "--target", "c", "--shape", f"input={shape}",
-                                "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out, "--force"],
+                                "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out, "--force"] + flags,
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((build, name, batch, info, out))
             for quantize in ("f32", "q8_0"):
@@ -60,7 +65,8 @@ def main():
                             "--params", f"{bench}/{name}.safetensors", "-o", out, "--force"],
                            check=True, stdout=subprocess.DEVNULL)
             cases.append(("xla", name, batch, info, out))
-    ours, base, ort, ggml, xla = {}, {}, {}, {}, {}
+    ours, base, native, ort, ggml, xla = {}, {}, {}, {}, {}, {}
+    kernels = set()
 
     def keep(table, key, us):
         table[key] = min(us, table.get(key, us))
@@ -80,7 +86,9 @@ def main():
                 if build.startswith("ggml"):
                     keep(ggml, (build, name, batch, threads), us)
                 else:
-                    keep(ours if build == "new" else base, (name, batch, threads), us)
+                    keep({"new": ours, "native": native, "base": base}[build], (name, batch, threads), us)
+                    if build == "new":
+                        kernels.update(re.findall(r", (\w+) kernels", demo))
         peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat],
                               check=True, capture_output=True, text=True).stdout
         for line in peer.splitlines():
@@ -88,6 +96,7 @@ def main():
             keep(ort, (name, batch, int(threads)), float(us))
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
     extra += f" {'ggml f32 1t/2t':>17} {'ratio':>6} {'ggml q8_0 1t/2t':>17} {'ratio':>6} {'XLA':>10} {'ratio':>6}"
+    extra += f" {'native':>10} {'portable/native':>15}"
     print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}{extra}")
     for (name, batch, threads), us in ours.items():
         if threads != 1:
@@ -104,8 +113,11 @@ def main():
             row += f" {f'{g1:.1f}/{g2:.1f}us':>17} {min(g1, g2) / min(o1, o2):>6.2f}"
         x = xla[(name, batch)]
         row += f" {x:>8.1f}us {x / min(o1, o2):>6.2f}"
+        n = min(native[(name, batch, 1)], native[(name, batch, 2)])
+        row += f" {n:>8.1f}us {min(us, m2) / n:>15.2f}"
         print(row)
     print(f"ratio = the faster mithrilc run / the faster ORT run; median latency of one call, the best of {rounds} rounds in this run.")
+    print(f"mithrilc's runtime ran its {', '.join(sorted(kernels))} kernels; native = the same models built with --cpu native.")
     if baseline:
         print(f"vs base = the faster run of this build / the faster run of {baseline}, same rounds.")
     print("ggml f32 / q8_0: --target ggml with f32 weights / --quantize q8_0, 1 and 2 threads; ratio = the faster / the faster ORT run.")

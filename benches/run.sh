@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU targets' benchmark against ONNX Runtime (not a test: it prints latencies and
-# ratios): C, ggml (f32 and q8_0) and XLA. Installs the peer (onnxruntime, onnx, numpy,
+# ratios): C (portable and --cpu native), ggml (f32 and q8_0) and XLA, after this
+# machine's FMA peak and bandwidth (benches/peak). Installs the peer (onnxruntime, onnx, numpy,
 # safetensors from PyPI, pinned) into target/bench-venv once, and the ggml and XLA
 # targets' toolchains as .ci/run does where they are missing, builds mithrilc, then
 # runs benches/bench.py.
@@ -27,4 +28,7 @@ fi
 export JAX_PYTHON="$MITHRILC_PYTHON"
 cargo build --release -q
 mkdir -p target/bench
+# The machine first: its CPU, FMA peak and bandwidth, against which the table's GEMM-heavy
+# cases can be read.
+bash benches/peak/run.sh --threads 1 --threads 2
 "$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" "$@"

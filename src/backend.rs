@@ -113,6 +113,9 @@ pub struct EmitOptions {
     pub mesh: Vec<(String, u64)>,
     /// How the ggml target stores matrix-product weights (`--quantize`).
     pub quantize: crate::codegen::ggml::Quantize,
+    /// The one CPU the C target's library is built for (`--cpu`, a `-march` value);
+    /// `None`: portable, its kernels chosen at run time for the CPU it runs on.
+    pub cpu: Option<String>,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else
@@ -204,8 +207,10 @@ pub struct BuildConfig {
     pub emulate: bool,
 }
 
-/// Flags for a build that runs on the machine that built it.
-pub const HOST_CFLAGS: &str = "-O3 -march=native";
+/// The C compiler's flags unless `--cflags` says otherwise: optimised, for no CPU in
+/// particular (the CPU comes from `--cpu`, the runtime's kernels from the CPU it runs
+/// on).
+pub const HOST_CFLAGS: &str = "-O3";
 
 impl Default for BuildConfig {
     fn default() -> BuildConfig {
@@ -281,7 +286,7 @@ pub type DeviceEmit = fn(&Program, Option<&Program>, &crate::codegen::c::Options
 pub fn emit_device(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library, emit: DeviceEmit) -> Result<Emitted> {
     let lower = crate::lower::Options { max: opts.max.clone(), library };
     let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
-    let c = crate::codegen::c::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
+    let c = crate::codegen::c::Options::of(opts);
     let files = emit(&forward, backward.as_ref(), &c, opts.precision)?;
     Ok(program_emitted(files, &forward, backward.as_ref()))
 }

@@ -480,8 +480,11 @@ pub struct CompileArgs {
     pub weights: WeightsMode,
     /// How the weights blob stores the parameters.
     pub layout: WeightLayout,
-    /// C compiler flags for the build (default: optimized for this machine).
+    /// C compiler flags for the build (default: [`HOST_CFLAGS`]).
     pub cflags: Option<String>,
+    /// `--cpu`: the one CPU the C target's library is built for (a `-march` value);
+    /// `None`: portable.
+    pub cpu: Option<String>,
     /// `NAME=N`: the largest run-time value of symbolic dimension NAME.
     pub max: Vec<String>,
     /// Replace a previous output of mithrilc even where its files were changed since.
@@ -507,6 +510,7 @@ impl Default for CompileArgs {
             weights: Default::default(),
             layout: Default::default(),
             cflags: None,
+            cpu: None,
             max: Vec::new(),
             force: false,
             precision: Precision::F32,
@@ -569,6 +573,16 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     if !mesh.is_empty() && !args.target.shards() {
         return Err(Error::usage(format!("--mesh partitions over several devices: the {} target runs on one (give --target xla)", args.target.name())));
     }
+    if let Some(cpu) = &args.cpu {
+        if args.target.name() != "c" {
+            return Err(Error::usage(format!("--cpu is for the C target; the {} target's code does not depend on the host CPU's vector extensions", args.target.name())));
+        }
+        // It becomes a compiler flag in the Makefile: one word, nothing a shell reads.
+        let word = cpu.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c)) && cpu.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !word {
+            return Err(Error::usage(format!("--cpu wants a -march value such as native, haswell or x86-64-v3 (letters, digits and . _ + -), not {cpu:?}")));
+        }
+    }
     if args.quantize != crate::codegen::ggml::Quantize::F32 && args.target.name() != "ggml" {
         return Err(Error::usage(format!("--quantize is for the ggml target; the {} target keeps its weights in f32", args.target.name())));
     }
@@ -586,6 +600,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         precision: args.precision,
         mesh,
         quantize: args.quantize,
+        cpu: args.cpu.clone(),
     };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
     let build = args.emit == "build";

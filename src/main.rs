@@ -178,10 +178,15 @@ enum Command {
         /// training updates them in place
         #[arg(long = "weight-layout", value_enum, default_value_t, value_name = "LAYOUT")]
         weight_layout: WeightLayout,
-        /// C compiler flags for the build (default "-O3 -march=native": for this machine;
-        /// give portable flags for artifacts that run elsewhere). CC picks the compiler.
+        /// C compiler flags for the build (default "-O3"). CC picks the compiler
         #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
         cflags: Option<String>,
+        /// Build the C target's library for one CPU: a -march value (native: this
+        /// machine; haswell, znver3, x86-64-v3, armv8.2-a, ...). By default the library
+        /// is portable: it runs on any CPU of its architecture and picks the runtime's
+        /// AVX2 or AVX-512 kernels at run time where the CPU has them
+        #[arg(long, value_name = "CPU")]
+        cpu: Option<String>,
         /// The largest run-time value of a symbolic dimension, as NAME=N (e.g. --shape
         /// input=B,784 --max B=64): the library takes B as an argument and its arena is
         /// sized for N; repeatable
@@ -209,9 +214,9 @@ fn main() -> ExitCode {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
         Command::Run { model, grad, data, params, output, target, check, emulate, precision } => with_grad(model, &grad)
             .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, max, precision, mesh, quantize } => {
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, max, precision, mesh, quantize } => {
             with_grad(model, &grad).and_then(|model| {
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, max, force, precision, mesh, quantize };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, cpu, max, force, precision, mesh, quantize };
                 cli::compile(&args)
             })
         }

@@ -42,7 +42,7 @@ impl Backend for CTarget {
         let passes = if row_major { super::PASSES_ROW_MAJOR } else { super::PASSES };
         let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY };
         let (forward, backward) = lower_programs(graphs, &lower, passes, &opts.print_after)?;
-        let c = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode };
+        let c = super::Options::of(opts);
         let files = super::emit(&forward, backward.as_ref(), &c)?;
         Ok(program_emitted(files, &forward, backward.as_ref()))
     }

@@ -69,6 +69,7 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("mithril_ops.h", C_OPS_HEADER),
     ("mithril_runtime.h", include_str!("../../../runtime-c/mithril_runtime.h")),
     ("mr_internal.h", include_str!("../../../runtime-c/mr_internal.h")),
+    ("mr_isa_variant.h", include_str!("../../../runtime-c/mr_isa_variant.h")),
     ("mr_gemm.c", include_str!("../../../runtime-c/mr_gemm.c")),
     ("mr_conv.c", include_str!("../../../runtime-c/mr_conv.c")),
     ("mr_winograd.c", include_str!("../../../runtime-c/mr_winograd.c")),
@@ -76,6 +77,11 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("mr_softmax.c", include_str!("../../../runtime-c/mr_softmax.c")),
     ("mr_train.c", include_str!("../../../runtime-c/mr_train.c")),
     ("mr_threads.c", include_str!("../../../runtime-c/mr_threads.c")),
+    // The kernels again for AVX2 and for AVX-512 (x86-64; empty elsewhere), and the
+    // public names, which call the best set the CPU runs.
+    ("mr_isa_avx2.c", include_str!("../../../runtime-c/mr_isa_avx2.c")),
+    ("mr_isa_avx512.c", include_str!("../../../runtime-c/mr_isa_avx512.c")),
+    ("mr_dispatch.c", include_str!("../../../runtime-c/mr_dispatch.c")),
 ];
 
 /// The runtime's C sources (of [`RUNTIME_FILES`]), which every library compiles.
@@ -94,6 +100,14 @@ pub struct Options {
     /// Parameter values by name, written to `weights.bin` when given.
     pub weights: Option<std::collections::BTreeMap<String, Tensor>>,
     pub mode: WeightsMode,
+    /// The one CPU the library is built for (a `-march` value), or portable (`None`).
+    pub cpu: Option<String>,
+}
+
+impl Options {
+    pub fn of(opts: &crate::backend::EmitOptions) -> Options {
+        Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode, cpu: opts.cpu.clone() }
+    }
 }
 
 /// What a model's functions return when a run-time size is outside 1 to its maximum
@@ -238,6 +252,9 @@ pub(crate) struct TemplateContext {
     relaid: bool,
     /// The runtime's sources without `.c` (the Makefile's objects), and its headers.
     runtime: Vec<&'static str>,
+    /// The compiler flags that build for `--cpu` (empty: portable, the runtime's
+    /// kernels dispatched at run time).
+    cpu_flags: String,
     runtime_headers: String,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
@@ -352,6 +369,8 @@ impl TemplateContext {
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
             relaid: p.weights.iter().any(|w| w.layout != Layout::RowMajor),
             runtime: runtime_sources().filter_map(|file| file.strip_suffix(".c")).collect(),
+            // One CPU's vector extensions everywhere, so no dispatch (`MR_NO_DISPATCH`).
+            cpu_flags: opts.cpu.as_ref().map_or(String::new(), |cpu| format!("-march={cpu} -DMR_NO_DISPATCH")),
             runtime_headers: RUNTIME_FILES.iter().map(|(file, _)| *file).filter(|file| file.ends_with(".h")).collect::<Vec<_>>().join(" "),
             inputs: p.inputs.iter().map(|port| info(p, port)).collect(),
             outputs: p.outputs.iter().map(|port| info(p, port)).collect(),
