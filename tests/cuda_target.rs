@@ -12,7 +12,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Mutex;
 
 use mithrilc::backend::Backend;
 use mithrilc::cli::{self, BuildConfig, Precision};
@@ -22,7 +21,7 @@ use mithrilc::error::ErrorKind;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, matches_interpreter, shared, Case, Worst};
+use cases::{cases, shared, Case};
 use common::each_case;
 
 /// `../shared`, when it and what emulation builds with (make, a C++ compiler) are
@@ -42,13 +41,7 @@ fn emulation_ready() -> Option<std::path::PathBuf> {
 #[test]
 fn every_model_matches_the_interpreter_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
-    let all = cases(&dir);
-    let worst = Worst::default();
-    let build = BuildConfig { emulate: true, ..Default::default() };
-    let failures = each_case(&all, |case| matches_interpreter(&CudaTarget, case, &case.graphs, &build, &worst));
-    let (err, label) = worst.get();
-    println!("{} models run under CUDA emulation; worst abs error {err:.2e} ({label})", all.len() - failures.len());
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    cases::every_case_matches(&dir, &CudaTarget, &BuildConfig { emulate: true, ..Default::default() }, "under CUDA emulation");
 }
 
 /// The reduced precisions (`--precision`), each within its tolerance of the
@@ -70,30 +63,12 @@ fn has_products(case: &Case) -> bool {
 fn reduced_precisions_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
     let all = cases(&dir);
-    let bench = |c: &&Case| matches!(c.label.as_str(), "mlp b32" | "lenet b1" | "cnn b1" | "gpt_block b1");
     let runs: Vec<(Precision, f64, &Case)> = [(Precision::Bf16, 2e-2), (Precision::F16, 4e-3)]
         .into_iter()
-        .flat_map(|(p, tol)| all.iter().filter(bench).map(move |c| (p, tol, c)))
+        .flat_map(|(p, tol)| all.iter().filter(cases::precision_bench).map(move |c| (p, tol, c)))
         .chain(all.iter().filter(|c| !c.label.ends_with("b32") && !c.label.ends_with("b8") && has_products(c)).map(|c| (Precision::Tf32, 4e-3, c)))
         .collect();
-    let worst = Mutex::new(Vec::new());
-    let build = BuildConfig { emulate: true, ..Default::default() };
-    let failures = each_case(&runs, |&(precision, tol, case)| {
-        let label = format!("{} at {}", case.label, precision.name());
-        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
-        let opts = mithrilc::backend::EmitOptions { precision, ..Default::default() };
-        let got = cli::run_target(&CudaTarget, &case.graphs, &case.feeds, &case.source, &build, opts).map_err(|e| format!("{label}: {e}"))?;
-        let (bad, err) = cases::compare_scaled(&label, &got, &want, tol);
-        worst.lock().unwrap().push((precision.name(), err, label));
-        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
-    });
-    for p in ["tf32", "bf16", "f16"] {
-        let w = worst.lock().unwrap();
-        if let Some((_, err, label)) = w.iter().filter(|(n, _, _)| *n == p).max_by(|a, b| a.1.total_cmp(&b.1)) {
-            println!("{p}: worst error {err:.2e} of the output's scale ({label})");
-        }
-    }
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    cases::reduced_precisions_match(&CudaTarget, &runs);
 }
 
 /// The case's CUDA sources, as `compile --target cuda --emit source` writes them;

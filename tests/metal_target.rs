@@ -8,7 +8,6 @@
 //!
 //! Cases run two at a time (the machines have two cores).
 
-use std::sync::Mutex;
 
 use mithrilc::cli::{self, BuildConfig, Precision};
 use mithrilc::codegen::metal::backend::MetalTarget;
@@ -17,7 +16,7 @@ use mithrilc::error::ErrorKind;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
-use cases::{cases, matches_interpreter, shared, Case, Worst};
+use cases::{cases, shared, Case};
 use common::each_case;
 
 /// `../shared`, when it and what emulation builds with (make, C and C++ compilers)
@@ -37,13 +36,7 @@ fn emulation_ready() -> Option<std::path::PathBuf> {
 #[test]
 fn every_model_matches_the_interpreter_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
-    let all = cases(&dir);
-    let worst = Worst::default();
-    let build = BuildConfig { emulate: true, ..Default::default() };
-    let failures = each_case(&all, |case| matches_interpreter(&MetalTarget, case, &case.graphs, &build, &worst));
-    let (err, label) = worst.get();
-    println!("{} models run under Metal emulation; worst abs error {err:.2e} ({label})", all.len() - failures.len());
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    cases::every_case_matches(&dir, &MetalTarget, &BuildConfig { emulate: true, ..Default::default() }, "under Metal emulation");
 }
 
 /// `--precision f16|bf16`: the bench models' matrix products and convolutions on
@@ -54,28 +47,9 @@ fn every_model_matches_the_interpreter_under_emulation() {
 fn reduced_precisions_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
     let all = cases(&dir);
-    let bench = |c: &&Case| matches!(c.label.as_str(), "mlp b32" | "lenet b1" | "cnn b1" | "gpt_block b1");
     let runs: Vec<(Precision, f64, &Case)> =
-        [(Precision::Bf16, 2e-2), (Precision::F16, 4e-3)].into_iter().flat_map(|(p, tol)| all.iter().filter(bench).map(move |c| (p, tol, c))).collect();
-    let worst = Mutex::new(Vec::new());
-    let build = BuildConfig { emulate: true, ..Default::default() };
-    let failures = each_case(&runs, |&(precision, tol, case)| {
-        let label = format!("{} at {}", case.label, precision.name());
-        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
-        let opts = mithrilc::backend::EmitOptions { precision, ..Default::default() };
-        let got = cli::run_target(&MetalTarget, &case.graphs, &case.feeds, &case.source, &build, opts).map_err(|e| format!("{label}: {e}"))?;
-        let (bad, err) = cases::compare_scaled(&label, &got, &want, tol);
-        worst.lock().unwrap().push((precision.name(), err, label));
-        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
-    });
-    for p in ["bf16", "f16"] {
-        let w = worst.lock().unwrap();
-        let max = w.iter().filter(|(n, _, _)| *n == p).max_by(|a, b| a.1.total_cmp(&b.1));
-        if let Some((_, err, label)) = max {
-            println!("{p}: worst error {err:.2e} of the output's scale ({label})");
-        }
-    }
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+        [(Precision::Bf16, 2e-2), (Precision::F16, 4e-3)].into_iter().flat_map(|(p, tol)| all.iter().filter(cases::precision_bench).map(move |c| (p, tol, c))).collect();
+    cases::reduced_precisions_match(&MetalTarget, &runs);
 }
 
 /// Away from macOS, `run --target metal` (no --emulate) stops with a toolchain error
@@ -104,12 +78,7 @@ fn every_model_matches_the_interpreter_on_the_gpu() {
         common::skip("xcrun -sdk macosx metal is not installed (xcode-select --install)");
         return;
     }
-    let all = cases(&dir);
-    let worst = Worst::default();
-    let failures = each_case(&all, |case| matches_interpreter(&MetalTarget, case, &case.graphs, &BuildConfig::default(), &worst));
-    let (err, label) = worst.get();
-    println!("{} models run on the GPU; worst abs error {err:.2e} ({label})", all.len() - failures.len());
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    cases::every_case_matches(&dir, &MetalTarget, &BuildConfig::default(), "on the GPU");
 }
 
 /// A symbolic batch (`--shape input=B,... --max B=N`): each bench model is compiled once,

@@ -326,3 +326,47 @@ pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::
         output: None,
     }
 }
+
+/// Every case through `target` with `build` (`what` names the run for the summary),
+/// each within 1e-4 of the interpreter; prints the worst error.
+pub fn every_case_matches(dir: &Path, target: &dyn mithrilc::backend::Backend, build: &cli::BuildConfig, what: &str) {
+    let all = cases(dir);
+    let worst = Worst::default();
+    let failures = common::each_case(&all, |case| matches_interpreter(target, case, &case.graphs, build, &worst));
+    let (err, label) = worst.get();
+    println!("{} models run {what}; worst abs error {err:.2e} ({label})", all.len() - failures.len());
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The bench cases a reduced `--precision` is measured on: mlp at batch 32 (whose
+/// products have more than 4 rows, so they take the reduced paths), the others at 1.
+pub fn precision_bench(case: &&Case) -> bool {
+    matches!(case.label.as_str(), "mlp b32" | "lenet b1" | "cnn b1" | "gpt_block b1")
+}
+
+/// Each run `(precision, tolerance, case)` through `target` under emulation, within its
+/// tolerance of the interpreter relative to each output's largest magnitude; prints the
+/// worst error of each precision.
+pub fn reduced_precisions_match(target: &dyn mithrilc::backend::Backend, runs: &[(cli::Precision, f64, &Case)]) {
+    let worst = Mutex::new(Vec::new());
+    let build = cli::BuildConfig { emulate: true, ..Default::default() };
+    let failures = common::each_case(runs, |&(precision, tol, case)| {
+        let label = format!("{} at {}", case.label, precision.name());
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
+        let opts = mithrilc::backend::EmitOptions { precision, ..Default::default() };
+        let got = cli::run_target(target, &case.graphs, &case.feeds, &case.source, &build, opts).map_err(|e| format!("{label}: {e}"))?;
+        let (bad, err) = compare_scaled(&label, &got, &want, tol);
+        worst.lock().unwrap().push((precision.name(), err, label));
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    let worst = worst.into_inner().unwrap();
+    let mut names: Vec<&str> = worst.iter().map(|(n, _, _)| *n).collect();
+    names.sort_unstable();
+    names.dedup();
+    for p in names {
+        if let Some((_, err, label)) = worst.iter().filter(|(n, _, _)| *n == p).max_by(|a, b| a.1.total_cmp(&b.1)) {
+            println!("{p}: worst error {err:.2e} of the output's scale ({label})");
+        }
+    }
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
