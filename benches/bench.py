@@ -27,7 +27,13 @@ target: each case compiled with --target xla and run by its runner (run_hlo.py, 
 JAX_PYTHON, a Python with jax) through PJRT's CPU client, which uses every core; the
 XLA column gives its median and ratio to the best ORT run.
 
-Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER]
+With --peak FILE (the output of benches/peak/run.sh, which run.sh passes), each case's
+FLOPs (from MANIFEST.json) give the faster mithrilc run's speed as a fraction of the
+measured FMA peak for its thread count ("% peak"), and the "floor" column the ratio to
+ORT that a run at the 2-thread peak would have: where the floor is above a target ratio,
+no f32 code can reach that ratio on this machine.
+
+Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER] [--peak FILE]
 """
 
 import json
@@ -42,6 +48,7 @@ def main():
     repeat = sys.argv[sys.argv.index("--repeat") + 1] if "--repeat" in sys.argv else "100"
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
     baseline = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
+    peak = read_peak(sys.argv[sys.argv.index("--peak") + 1]) if "--peak" in sys.argv else {}
     builds = [("new", mithrilc, []), ("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else [])
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
     cases = []
@@ -97,6 +104,8 @@ def main():
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
     extra += f" {'ggml f32 1t/2t':>17} {'ratio':>6} {'ggml q8_0 1t/2t':>17} {'ratio':>6} {'XLA':>10} {'ratio':>6}"
     extra += f" {'native':>10} {'portable/native':>15}"
+    if peak:
+        extra += f" {'GFLOP/s':>8} {'% peak':>7} {'floor':>6}"
     print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}{extra}")
     for (name, batch, threads), us in ours.items():
         if threads != 1:
@@ -115,6 +124,12 @@ def main():
         row += f" {x:>8.1f}us {x / min(o1, o2):>6.2f}"
         n = min(native[(name, batch, 1)], native[(name, batch, 2)])
         row += f" {n:>8.1f}us {min(us, m2) / n:>15.2f}"
+        if peak:
+            flops = manifest[name]["batches"][batch]["flops"]
+            best, threads = min((us, 1), (m2, 2))
+            gflops = flops / best / 1e3
+            floor = flops / peak[2] / 1e3 / min(o1, o2)
+            row += f" {gflops:>8.1f} {100 * gflops / peak[threads]:>6.0f}% {floor:>6.2f}"
         print(row)
     print(f"ratio = the faster mithrilc run / the faster ORT run; median latency of one call, the best of {rounds} rounds in this run.")
     print(f"mithrilc's runtime ran its {', '.join(sorted(kernels))} kernels; native = the same models built with --cpu native.")
@@ -122,7 +137,16 @@ def main():
         print(f"vs base = the faster run of this build / the faster run of {baseline}, same rounds.")
     print("ggml f32 / q8_0: --target ggml with f32 weights / --quantize q8_0, 1 and 2 threads; ratio = the faster / the faster ORT run.")
     print("XLA: --target xla through PJRT's CPU client (every core), one call with the inputs already on the device; ratio to the faster ORT run.")
+    if peak:
+        print(f"% peak: the faster mithrilc run's GFLOP/s against the measured FMA peak for its threads ({peak[1]:.0f} / {peak[2]:.0f} GFLOP/s); "
+              "floor: the ratio to ORT of a run at the 2-thread peak.")
     print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
+
+
+def read_peak(path):
+    """The FMA peak in GFLOP/s by thread count, from peak's last line (fma_gflops_1t=...)."""
+    last = open(path).read().strip().splitlines()[-1]
+    return {int(t): float(v) for t, v in re.findall(r"fma_gflops_(\d+)t=([0-9.]+)", last)}
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ fi
 export JAX_PYTHON="$MITHRILC_PYTHON"
 cargo build --release -q
 mkdir -p target/bench
-# The machine first: its CPU, FMA peak and bandwidth, against which the table's GEMM-heavy
-# cases can be read.
-bash benches/peak/run.sh --threads 1 --threads 2
-"$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" "$@"
+# The machine first: its CPU, FMA peak and bandwidth; bench.py gives each case's speed as a
+# fraction of that peak, and the ratio to ORT a run at the peak would have.
+bash benches/peak/run.sh --threads 1 --threads 2 | tee target/bench/peak.txt
+"$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" --peak target/bench/peak.txt "$@"
