@@ -71,6 +71,21 @@ MR_OPS_FN float erff(float x) { return 1.0f - erfcf(x); }
 #define MR_OPS_F64 1
 #endif
 
+/* MR_CLONES, on a generated C kernel: compiled again for AVX-512 and for AVX2 beside the
+ * build's own target, the best this CPU runs picked once when the library loads (a GNU
+ * ifunc), so a portable library runs the model's own loops (LayerNorm, GELU, residuals,
+ * reductions) as wide as the runtime's dispatched kernels run theirs. Only where ifuncs
+ * exist (x86-64 ELF with glibc; GCC >= 6, clang >= 14), and not for a build for one CPU
+ * (MR_NO_DISPATCH); empty elsewhere. Feature names, not "arch=x86-64-v3": clang 14
+ * drops that clone and never picks its v4 one. Results are the same in every clone
+ * (GCC in ISO C mode contracts no a*b + c; clang may, where the clone has FMA). */
+#if !defined(MR_NO_DISPATCH) && defined(__x86_64__) && defined(__ELF__) && defined(__GLIBC__) && \
+    ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 6))
+#define MR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MR_CLONES
+#endif
+
 /* n = round(c / ln 2) for |c| < 2^22, by adding and removing 1.5 * 2^23 (float addition
  * rounds to nearest), not floorf: compilers vectorize this but not a floorf call
  * without -fno-trapping-math. Needs float arithmetic in float precision

@@ -57,9 +57,10 @@
  *
  * Compile-time tuning (-D when compiling the runtime's sources, the same for every mr_*.c;
  * defaults in brackets; "AVX-512" is the avx512 variant, or __AVX512F__ without dispatch):
- *    MR_SGEMM_MR [8 for AVX-512, else 6]    rows of the register tile: 4, 6 or 8
- *    MR_SGEMM_NR [32 for AVX-512, else 16]  columns of the register tile (the
- *                                           dimension the compiler vectorizes)
+ *    MR_SGEMM_MR [8 for AVX-512, 12 for NEON, else 6]  rows of the register tile: 4,
+ *                                           6 or 8 (12 with NR 8: NEON's kernel)
+ *    MR_SGEMM_NR [32 for AVX-512, 8 for NEON, else 16]  columns of the register tile
+ *                                           (the dimension the compiler vectorizes)
  *    MR_SGEMM_KC [256]  depth of a packed block
  *    MR_SGEMM_NC [64]   width of a packed block; a multiple of MR_SGEMM_NR
  *    MR_CONV_DIRECT_OG [4]  convolutions with fewer output channels per group than this
@@ -68,7 +69,7 @@
  *                               multiply-adds (a few microseconds of work)
  * The tile macros given apply to every variant (MR_SGEMM_NR must divide MR_PANEL for B's
  * panels to be read in place). mr_sgemm and mr_conv2d_f32 put KC*NC + MR*KC + MR*NR
- * floats on the stack (about 73 KiB with the AVX-512 defaults, the largest variant's,
+ * floats on the stack (about 73 KiB with the AVX-512 defaults, 76 KiB with NEON's,
  * 70 KiB otherwise); for small firmware stacks shrink them, e.g. -DMR_SGEMM_MR=4
  * -DMR_SGEMM_NR=4 -DMR_SGEMM_KC=64 -DMR_SGEMM_NC=16 (about 5 KiB). Results depend on
  * these macros only through the order of float additions.
@@ -303,9 +304,10 @@ void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const 
                                int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep);
 
 /*
- * mr_isa_name: the kernels' variant that runs: "avx512", "avx2" or "generic" (see the
- * top of this file: with dispatch, the variant chosen for this CPU or by MR_ISA; without
- * it, the one the build's target flags selected at compile time).
+ * mr_isa_name: the kernels' variant that runs: "avx512", "avx2", "neon" or "generic"
+ * (see the top of this file: with dispatch, the variant chosen for this CPU or by MR_ISA;
+ * without it, the one the build's target flags selected at compile time; "neon" is
+ * AArch64's, unless -DMR_NO_INTRINSICS).
  */
 const char *mr_isa_name(void);
 

@@ -9,7 +9,7 @@
  *
  * Without dispatch (MR_NO_DISPATCH, not x86-64, not GCC >= 6 or clang >= 9) the
  * sources define the public names themselves and this file only defines mr_isa_name,
- * naming the compile-time choice.
+ * naming the compile-time choice ("neon" on AArch64, whose GEMM tile is NEON's).
  */
 #define MR_DISPATCHER 1 /* the plain names: mr_internal.h renames nothing here */
 #include "mr_internal.h"
@@ -147,6 +147,8 @@ const char *mr_isa_name(void)
     return "avx512";
 #elif defined(MR_TARGET_AVX2)
     return "avx2";
+#elif defined(MR_MICRO_NEON)
+    return "neon";
 #else
     return "generic";
 #endif

@@ -1,6 +1,6 @@
 /*
  * mr_gemm.c -- mr_sgemm and mr_sgemm_panels: packing (strided, implicit im2col and
- * panel operands), the register micro-kernels (portable, AVX2 and AVX-512) and the blocked
+ * panel operands), the register micro-kernels (portable, AVX2, AVX-512 and NEON) and the blocked
  * driver that convolution shares (see mr_internal.h for the numerical choices).
  */
 #include "mr_internal.h"
@@ -455,6 +455,63 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
 {
     mr_sgemm_micro_8x32(kc, a, ars, acs, b, bs, out, out_rs, add, pf, pf_rows);
 }
+#elif defined(MR_MICRO_NEON)
+/* The 12 x 8 tile in 24 q-register accumulators (AArch64 NEON), written out with
+ * intrinsics: the same sums in the same order (fused multiply-adds) as the portable
+ * kernel below. Each step loads B's row as two vectors and A's 12 elements as three,
+ * and multiplies by A's lanes (FMLA by element), so no broadcasts are needed. */
+
+/* A's elements i, i + ars, i + 2 ars, i + 3 ars as one vector: one load when packed
+ * (ars == 1, the same at every step, so the branch is predicted). */
+static inline float32x4_t mr_neon_a4(const float *a, int64_t ars)
+{
+    float32x4_t v;
+    if (ars == 1) return vld1q_f32(a);
+    v = vld1q_dup_f32(a);
+    v = vld1q_lane_f32(a + ars, v, 1);
+    v = vld1q_lane_f32(a + 2 * ars, v, 2);
+    return vld1q_lane_f32(a + 3 * ars, v, 3);
+}
+/* Row i of the tile (lane l of A's vector x): its A element times both halves of B's row. */
+#define MR_ROW_FMA_NEON(i, x, l)                        \
+    c##i##_0 = vfmaq_laneq_f32(c##i##_0, b0, x, l);     \
+    c##i##_1 = vfmaq_laneq_f32(c##i##_1, b1, x, l)
+/* Rows r0..r3: the four lanes of A's vector x. */
+#define MR_ROWS4_FMA_NEON(r0, r1, r2, r3, x)                                                  \
+    MR_ROW_FMA_NEON(r0, x, 0); MR_ROW_FMA_NEON(r1, x, 1); MR_ROW_FMA_NEON(r2, x, 2); MR_ROW_FMA_NEON(r3, x, 3)
+#define MR_ROW_STORE_NEON(i)                                                                  \
+    if (add) {                                                                                \
+        c##i##_0 = vaddq_f32(vld1q_f32(out + (i) * out_rs), c##i##_0);                        \
+        c##i##_1 = vaddq_f32(vld1q_f32(out + (i) * out_rs + 4), c##i##_1);                    \
+    }                                                                                         \
+    vst1q_f32(out + (i) * out_rs, c##i##_0);                                                  \
+    vst1q_f32(out + (i) * out_rs + 4, c##i##_1)
+void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                    const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                    const float *pf, int64_t pf_rows)
+{
+    float32x4_t c0_0 = vdupq_n_f32(0.0f), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0, c2_1 = c0_0;
+    float32x4_t c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0, c5_1 = c0_0;
+    float32x4_t c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0, c8_1 = c0_0;
+    float32x4_t c9_0 = c0_0, c9_1 = c0_0, c10_0 = c0_0, c10_1 = c0_0, c11_0 = c0_0, c11_1 = c0_0;
+    int64_t r;
+    (void)pf; /* no prefetch: not measured on AArch64 hardware */
+    (void)pf_rows;
+    for (r = 0; r < kc; ++r, b += bs) {
+        const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4);
+        const float32x4_t x0 = mr_neon_a4(a, ars), x1 = mr_neon_a4(a + 4 * ars, ars), x2 = mr_neon_a4(a + 8 * ars, ars);
+        MR_ROWS4_FMA_NEON(0, 1, 2, 3, x0);
+        MR_ROWS4_FMA_NEON(4, 5, 6, 7, x1);
+        MR_ROWS4_FMA_NEON(8, 9, 10, 11, x2);
+        a += acs;
+    }
+    MR_ROW_STORE_NEON(0); MR_ROW_STORE_NEON(1); MR_ROW_STORE_NEON(2); MR_ROW_STORE_NEON(3);
+    MR_ROW_STORE_NEON(4); MR_ROW_STORE_NEON(5); MR_ROW_STORE_NEON(6); MR_ROW_STORE_NEON(7);
+    MR_ROW_STORE_NEON(8); MR_ROW_STORE_NEON(9); MR_ROW_STORE_NEON(10); MR_ROW_STORE_NEON(11);
+}
+#undef MR_ROW_FMA_NEON
+#undef MR_ROWS4_FMA_NEON
+#undef MR_ROW_STORE_NEON
 #else
 void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                     const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,

@@ -109,6 +109,10 @@
 #elif defined(MR_TARGET_AVX2) && !defined(MR_NO_INTRINSICS)
 #include <immintrin.h>
 #define MR_AVX2 1
+#elif defined(__aarch64__) && !defined(MR_NO_INTRINSICS)
+/* NEON is part of every AArch64 CPU: compiled in at compile time, nothing to dispatch. */
+#include <arm_neon.h>
+#define MR_NEON 1
 #endif
 
 /* A variant's translation unit: from here on every function is compiled for its ISA
@@ -171,15 +175,25 @@
 #include "mithril_runtime.h"
 #include "mithril_ops.h"
 
-/* Register tile: 8 x 32 fills AVX-512's 32 registers (16 accumulators of 16 floats);
- * 6 x 16 suits 16-register AVX2 and 128-bit NEON. The portable kernel is plain C that
- * the compiler vectorizes along NR; AVX-512 and AVX2 have intrinsic kernels. */
+/* Register tile, decided here for every ISA: 8 x 32 fills AVX-512's 32 registers (16
+ * accumulators of 16 floats); 12 x 8 fills AArch64's 32 128-bit registers (24
+ * accumulators of 4 floats, two for B's row, three for A's 12 elements), and its 8
+ * columns divide MR_PANEL, so B's panels are still read in place; 6 x 16 suits
+ * 16-register AVX2 and the portable kernel, plain C that the compiler vectorizes along
+ * NR. AVX-512, AVX2 and NEON have intrinsic kernels. */
 #if defined(MR_TARGET_AVX512)
 #ifndef MR_SGEMM_MR
 #define MR_SGEMM_MR 8
 #endif
 #ifndef MR_SGEMM_NR
 #define MR_SGEMM_NR 32
+#endif
+#elif defined(MR_NEON)
+#ifndef MR_SGEMM_MR
+#define MR_SGEMM_MR 12
+#endif
+#ifndef MR_SGEMM_NR
+#define MR_SGEMM_NR 8
 #endif
 #endif
 #ifndef MR_SGEMM_MR
@@ -198,8 +212,13 @@
 #define MR_CONV_DIRECT_OG 4
 #endif
 
-#if MR_SGEMM_MR != 4 && MR_SGEMM_MR != 6 && MR_SGEMM_MR != 8
-#error "MR_SGEMM_MR must be 4, 6 or 8"
+/* The 12 x 8 micro-kernel in NEON intrinsics (mr_gemm.c). */
+#if defined(MR_NEON) && MR_SGEMM_MR == 12 && MR_SGEMM_NR == 8
+#define MR_MICRO_NEON 1
+#endif
+
+#if MR_SGEMM_MR != 4 && MR_SGEMM_MR != 6 && MR_SGEMM_MR != 8 && !defined(MR_MICRO_NEON)
+#error "MR_SGEMM_MR must be 4, 6 or 8 (or 12 with NR 8 on AArch64)"
 #endif
 #if MR_SGEMM_NR < 1 || MR_SGEMM_KC < 1 || MR_SGEMM_NC < 1
 #error "MR_SGEMM_NR, MR_SGEMM_KC and MR_SGEMM_NC must be positive"

@@ -17,6 +17,9 @@
 static int test_isa_cpu_has(const char *isa)
 {
     if (strcmp(isa, "generic") == 0) return 1;
+#if defined(__aarch64__)
+    if (strcmp(isa, "neon") == 0) return 1;
+#endif
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     if (strcmp(isa, "avx2") == 0) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

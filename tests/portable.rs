@@ -1,7 +1,7 @@
 //! The C target's portable artifacts (issue "Fast on every CPU it ships to"): built with
 //! no `-march`, a library's vector instructions beyond baseline x86-64 lie only in the
-//! runtime's dispatched kernels (`mr_isa_avx2.o`, `mr_isa_avx512.o`), which it picks at
-//! run time; each kernel set it can pick (`MR_ISA`) gives every bench model's reference
+//! runtime's dispatched kernels (`mr_isa_avx2.o`, `mr_isa_avx512.o`) and in the clones
+//! of the model's own kernels (MR_CLONES), which it picks at run time; each kernel set it can pick (`MR_ISA`) gives every bench model's reference
 //! output; `--cpu` builds for one CPU; and the AArch64 build, cross-compiled, runs under
 //! qemu-user.
 
@@ -54,28 +54,47 @@ fn beyond_baseline(ins: &str) -> bool {
     (mnemonic.starts_with('v') && mnemonic != "verr" && mnemonic != "verw") || ins.contains("%ymm") || ins.contains("%zmm") || ins.contains("%k")
 }
 
-/// The objects of a built library directory that hold instructions beyond baseline
-/// x86-64, each with its first such instruction.
-fn objects_beyond_baseline(out: &Path) -> Vec<(String, String)> {
+/// The functions of a built library directory's objects that hold instructions beyond
+/// baseline x86-64, each as (object, function, its first such instruction).
+fn functions_beyond_baseline(out: &Path) -> Vec<(String, String, String)> {
     let mut objects: Vec<PathBuf> = std::fs::read_dir(out).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "o")).collect();
     objects.sort();
     assert!(objects.len() > 3, "no objects in {}", out.display());
-    let mut found = Vec::new();
+    let mut found: Vec<(String, String, String)> = Vec::new();
     for o in objects {
+        let object = o.file_name().unwrap().to_string_lossy().into_owned();
         let dump = Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(&o).output().unwrap();
         assert!(dump.status.success(), "objdump {}", o.display());
         let text = String::from_utf8_lossy(&dump.stdout);
-        // Instruction lines: "  addr:\tmnemonic operands"
-        if let Some(ins) = text.lines().filter_map(|l| l.split_once(":\t").map(|(_, ins)| ins.trim())).find(|ins| beyond_baseline(ins)) {
-            found.push((o.file_name().unwrap().to_string_lossy().into_owned(), ins.to_string()));
+        let mut function = String::new();
+        for line in text.lines() {
+            // A function's header: "0000000000000000 <name>:"
+            if let Some((_, name)) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) {
+                function = name.to_string();
+                continue;
+            }
+            // Instruction lines: "  addr:\tmnemonic operands"
+            let Some((_, ins)) = line.split_once(":\t") else { continue };
+            let ins = ins.trim();
+            let first_here = found.last().is_none_or(|(o, f, _)| *o != object || *f != function);
+            if first_here && beyond_baseline(ins) {
+                found.push((object.clone(), function.clone(), ins.to_string()));
+            }
         }
     }
     found
 }
 
+/// The target a generated kernel's clone (MR_CLONES in mithril_ops.h) was compiled for,
+/// from its name (GCC: `f.avx2`, clang: `f.avx2.1`); None for any other function.
+fn clone_target(function: &str) -> Option<&str> {
+    function.split('.').nth(1).filter(|target| *target == "avx512f" || *target == "avx2")
+}
+
 /// Built with the default flags, every bench model's library has AVX, AVX2 or AVX-512
-/// instructions only in the runtime's dispatched kernel sets; built with `--cpu
-/// native` on a CPU with AVX2, its own code has them too (so the check can fail).
+/// instructions only in the runtime's dispatched kernel sets and in the AVX-512 and
+/// AVX2 clones of the model's own kernels; built with `--cpu native` on a CPU with AVX2,
+/// its other code has them too (so the check can fail).
 #[test]
 fn portable_libraries_use_vector_extensions_only_in_dispatched_kernels() {
     let Some(dir) = shared() else {
@@ -89,17 +108,23 @@ fn portable_libraries_use_vector_extensions_only_in_dispatched_kernels() {
     for (model, shape) in BENCH {
         let out = tmp.path().join(model);
         build(&dir, model, shape, None, &out);
-        let found = objects_beyond_baseline(&out);
-        let outside: Vec<&(String, String)> = found.iter().filter(|(o, _)| !o.starts_with("mr_isa_")).collect();
+        let found = functions_beyond_baseline(&out);
+        let outside: Vec<_> = found.iter().filter(|(o, f, _)| !o.starts_with("mr_isa_") && clone_target(f).is_none()).collect();
         assert!(outside.is_empty(), "{model}: instructions beyond baseline x86-64 outside the dispatched kernels: {outside:?}");
-        assert!(found.iter().any(|(o, _)| o == "mr_isa_avx2.o"), "{model}: no AVX2 kernels ({found:?})");
-        assert!(found.iter().any(|(o, _)| o == "mr_isa_avx512.o"), "{model}: no AVX-512 kernels ({found:?})");
+        assert!(found.iter().any(|(o, _, _)| o == "mr_isa_avx2.o"), "{model}: no AVX2 kernels ({found:?})");
+        assert!(found.iter().any(|(o, _, _)| o == "mr_isa_avx512.o"), "{model}: no AVX-512 kernels ({found:?})");
+        let model_o = format!("{model}.o");
+        for target in ["avx2", "avx512f"] {
+            let cloned = found.iter().any(|(o, f, _)| *o == model_o && clone_target(f) == Some(target));
+            assert!(cloned, "{model}: no {target} clone of its kernels has {target} code ({found:?})");
+        }
     }
     if std::arch::is_x86_feature_detected!("avx2") {
         let out = tmp.path().join("native");
         build(&dir, "mlp", "input=1,784", Some("native"), &out);
-        let found = objects_beyond_baseline(&out);
-        assert!(found.iter().any(|(o, _)| o == "mlp.o" || o == "mr_gemm.o"), "--cpu native built no AVX code: {found:?}");
+        let found = functions_beyond_baseline(&out);
+        let own = found.iter().any(|(o, f, _)| (o == "mlp.o" || o == "mr_gemm.o") && clone_target(f).is_none());
+        assert!(own, "--cpu native built no AVX code: {found:?}");
     }
 }
 

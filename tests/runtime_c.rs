@@ -1,28 +1,44 @@
 //! The C runtime's own test program (`runtime-c/test_runtime.c`: every kernel against
 //! double-precision reference loops at awkward sizes), built and run by `make`, plain,
-//! with -march=native, for AVX2 (-march=haswell), and under AddressSanitizer + UBSan.
+//! with -march=native, for AVX2 (-march=haswell), under AddressSanitizer + UBSan, and
+//! cross-compiled for AArch64 (NEON) under qemu-user.
 
 use std::path::Path;
 use std::process::Command;
 
 mod common;
 
-fn make(target: &str) {
+/// Runs `make target` in runtime-c and returns what it printed (None: skipped).
+fn make(target: &str) -> Option<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-c");
     if Command::new("make").arg("--version").output().is_err() || Command::new("gcc").arg("--version").output().is_err() {
         common::skip("make and gcc are needed (apt-get install make gcc)");
-        return;
+        return None;
     }
     let out = Command::new("make").arg("-s").arg("-C").arg(&dir).arg(target).arg("CC=gcc").output().expect("make runs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{text}");
     assert!(out.status.success(), "make {target} failed:\n{text}");
     assert!(text.contains(" passed, 0 failed"), "make {target} printed no summary:\n{text}");
+    Some(text)
 }
 
 #[test]
 fn runtime_kernels() {
     make("test");
+}
+
+/// AArch64: the NEON kernels (and the portable ones, -DMR_NO_INTRINSICS), built with
+/// Debian's cross compiler and run under qemu-user.
+#[test]
+fn runtime_kernels_aarch64_under_qemu() {
+    if !common::have("aarch64-linux-gnu-gcc") || !common::have("qemu-aarch64") {
+        common::skip("a cross compiler and qemu-user are needed (apt-get install gcc-aarch64-linux-gnu qemu-user)");
+        return;
+    }
+    if let Some(text) = make("test-aarch64") {
+        assert!(text.contains("variant neon: ") && text.contains("variant generic: "), "the NEON and portable kernels did not both run:\n{text}");
+    }
 }
 
 /// With the host's vector extensions: the intrinsic paths (AVX-512 here).

@@ -58,9 +58,10 @@ impl Dialect for C {
         }
     }
     /// A task: C kernels read their buffers through the context `vctx` (declared by
-    /// `program.rs`), so `params` are not arguments.
+    /// `program.rs`), so `params` are not arguments. MR_CLONES (mithril_ops.h): a
+    /// portable build runs it at the CPU's vector width.
     fn kernel_signature(&self, name: &str, _params: &[Param]) -> String {
-        format!("static void {name}(void *vctx, int64_t begin, int64_t end)")
+        format!("static MR_CLONES void {name}(void *vctx, int64_t begin, int64_t end)")
     }
     fn barrier(&self) -> Option<&'static str> {
         None

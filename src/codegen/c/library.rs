@@ -21,7 +21,7 @@ pub fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &m
     };
     let rank = out.shape.len();
     let _ = writeln!(s, "\n/* the epilogue of kernel {k} */");
-    let _ = writeln!(s, "static void {name}_e{k}(const void *vctx, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1)\n{{");
+    let _ = writeln!(s, "static MR_CLONES void {name}_e{k}(const void *vctx, int64_t n, int64_t r0, int64_t r1, int64_t c0, int64_t c1)\n{{");
     let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
     let mut bufs = crate::lower::kernel_exprs(kernel).iter().flat_map(|e| {
         let mut v = Vec::new();
