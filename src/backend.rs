@@ -116,6 +116,8 @@ pub struct EmitOptions {
     /// The one CPU the C target's library is built for (`--cpu`, a `-march` value);
     /// `None`: portable, its kernels chosen at run time for the CPU it runs on.
     pub cpu: Option<String>,
+    /// The C target's cross-build triple (`--triple`); `None`: the host.
+    pub triple: Option<crate::codegen::c::Triple>,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else

@@ -102,11 +102,71 @@ pub struct Options {
     pub mode: WeightsMode,
     /// The one CPU the library is built for (a `-march` value), or portable (`None`).
     pub cpu: Option<String>,
+    /// The target triple of a cross build ([`Triple`]), or the host's (`None`).
+    pub triple: Option<Triple>,
 }
 
 impl Options {
     pub fn of(opts: &crate::backend::EmitOptions) -> Options {
-        Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode, cpu: opts.cpu.clone() }
+        Options {
+            source: opts.source.clone(),
+            weights: opts.weights.clone(),
+            mode: opts.weights_mode,
+            cpu: opts.cpu.clone(),
+            triple: opts.triple.clone(),
+        }
+    }
+}
+
+/// The version of the generated libraries' C API (`<NAME>_ABI_VERSION` in the header,
+/// the shared library's SONAME `lib<name>.so.<ABI>`): raised when a change to mithrilc
+/// changes what a caller of the same model must do (a function's arguments, the weights'
+/// layout rules, the error codes), so a program built against an older library is not
+/// run against an incompatible one.
+pub const ABI_VERSION: u32 = 1;
+
+/// A cross build's target (`compile --triple`): one word such as `aarch64-linux-gnu`
+/// or `arm-none-eabi`, the prefix of its toolchain's programs (`TRIPLE-gcc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triple(String);
+
+impl Triple {
+    /// A triple as given: ASCII letters, digits, `_`, `.` and `-`, with at least one
+    /// `-` (it names programs and becomes words of the Makefile, never shell syntax).
+    pub fn parse(text: &str) -> Result<Triple> {
+        let word = text.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && text.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !word || !text.contains('-') {
+            return Err(Error::usage(format!(
+                "--triple wants a target triple such as aarch64-linux-gnu or arm-none-eabi (letters, digits and . _ -), not {text:?}"
+            )));
+        }
+        Ok(Triple(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the target has an operating system (a shared library and the demo make
+    /// sense): not `arm-none-eabi`, `riscv64-unknown-elf` and other bare-metal triples.
+    pub fn hosted(&self) -> bool {
+        !self.0.split('-').any(|part| part == "none" || part == "elf")
+    }
+
+    /// Whether programs built for it run on this machine: the same architecture and
+    /// operating system.
+    pub fn runs_here(&self) -> bool {
+        let mut parts = self.0.split('-');
+        let os = match std::env::consts::OS {
+            "macos" => "darwin",
+            os => os,
+        };
+        parts.next() == Some(std::env::consts::ARCH) && self.hosted() && self.0.contains(os)
+    }
+
+    /// Its C compiler: `$CC` when set (and not empty), else `TRIPLE-gcc`.
+    pub fn c_compiler(&self) -> String {
+        std::env::var("CC").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| format!("{}-gcc", self.0))
     }
 }
 
@@ -134,6 +194,8 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
     let tera = Templates::new(&[
         ("model.h", include_str!("../../../templates/c/model.h.tera")),
         ("Makefile", include_str!("../../../templates/c/Makefile.tera")),
+        ("pc", include_str!("../../../templates/c/model.pc.tera")),
+        ("cmake", include_str!("../../../templates/c/Config.cmake.tera")),
     ])?;
     let render = |n: &str, context: &tera::Context| tera.render(n, context);
     let (main, demo) = (ctx.context()?, ctx.for_demo().context()?);
@@ -145,6 +207,9 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
     files.extend([
         (format!("{name}_demo.c"), render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
+        // What `make install` fills in and installs.
+        (format!("{name}.pc.in"), render("pc", &main)?.into_bytes()),
+        (format!("{name}Config.cmake.in"), render("cmake", &main)?.into_bytes()),
     ]);
     match (opts.mode, &opts.weights) {
         (WeightsMode::Safetensors, _) => {}
@@ -242,12 +307,22 @@ pub(crate) struct TemplateContext {
     #[serde(rename = "NAME")]
     upper: String,
     version: &'static str,
+    version_major: &'static str,
+    version_minor: &'static str,
+    version_patch: &'static str,
+    abi: u32,
+    /// The cross build's triple (empty: the host's).
+    triple: String,
+    /// Whether the target has an operating system: a shared library and the demo.
+    hosted: bool,
     source: String,
     weights_size: u64,
     pub(crate) arena_size: u64,
     weights_default: String,
     embedded: bool,
     safetensors: bool,
+    /// Whether `weights.bin` is the library's weights file (`make install` installs it).
+    weights_file: bool,
     /// Whether some parameter is stored in a layout other than row-major.
     relaid: bool,
     /// The runtime's sources without `.c` (the Makefile's objects), and its headers.
@@ -361,12 +436,19 @@ impl TemplateContext {
             name: name.to_string(),
             upper: upper.to_string(),
             version: env!("CARGO_PKG_VERSION"),
+            version_major: env!("CARGO_PKG_VERSION_MAJOR"),
+            version_minor: env!("CARGO_PKG_VERSION_MINOR"),
+            version_patch: env!("CARGO_PKG_VERSION_PATCH"),
+            abi: ABI_VERSION,
+            triple: opts.triple.as_ref().map_or(String::new(), |t| t.as_str().to_string()),
+            hosted: opts.triple.as_ref().is_none_or(Triple::hosted),
             source: comment_safe(&opts.source),
             weights_size: p.weights_size,
             arena_size: [Some(p.arena_size), backward.map(|b| b.arena_size), train.map(|t| t.arena_size)].into_iter().flatten().max().unwrap_or(0),
             weights_default: if opts.weights.is_some() && opts.mode == WeightsMode::File { "\"weights.bin\"".into() } else { "NULL".into() },
             embedded: opts.mode == WeightsMode::Embed && p.weights_size > 0,
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
+            weights_file: opts.weights.is_some() && opts.mode == WeightsMode::File && p.weights_size > 0,
             relaid: p.weights.iter().any(|w| w.layout != Layout::RowMajor),
             runtime: runtime_sources().filter_map(|file| file.strip_suffix(".c")).collect(),
             // One CPU's vector extensions everywhere, so no dispatch (`MR_NO_DISPATCH`).
