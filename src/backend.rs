@@ -165,6 +165,10 @@ pub enum WeightsMode {
     File,
     /// Also assemble weights.bin into the library, for firmware
     Embed,
+    /// Also compile weights.bin into the library as C arrays, for toolchains without the
+    /// assembler's .incbin (IAR, Keil, MSVC; slower to compile: docs/c.md)
+    #[value(name = "embed-c")]
+    EmbedC,
     /// The demo reads the parameters from a safetensors file at run time
     Safetensors,
 }
