@@ -265,8 +265,9 @@ const EMBED_C_CHUNK: usize = 1 << 20;
 /// (C99's most aligned integer, so every element type's loads are aligned; 64 bytes
 /// where the compiler has a way to say so), and its initializer in files of
 /// [`EMBED_C_CHUNK`] bytes (`<name>_weights_<i>.inc`) that it includes, four words a
-/// line. Words rather than bytes: a compiler parses an eighth of the literals (gcc 12:
-/// 47 s and 0.95 GB for 28 MB, against 7 minutes and 3.9 GB as bytes). The words read
+/// line. Words rather than bytes: a compiler parses an eighth of the literals (gcc 12
+/// on gpt_block's 28 MB: 28 s and 0.95 GB; as bytes, 7 minutes and 3.9 GB: docs/c.md).
+/// The words read
 /// back as the blob's bytes on a little-endian target, as every C target's loads of
 /// the blob assume.
 fn embed_c(name: &str, blob: &[u8]) -> Vec<(String, Vec<u8>)> {
