@@ -162,7 +162,9 @@ impl Triple {
             "macos" => "darwin",
             os => os,
         };
-        parts.next() == Some(std::env::consts::ARCH) && self.hosted() && self.0.contains(os)
+        // (Apple spells AArch64 arm64.)
+        let arch = parts.next().map(|a| if a == "arm64" { "aarch64" } else { a });
+        arch == Some(std::env::consts::ARCH) && self.hosted() && self.0.contains(os)
     }
 
     /// Its C compiler: `$CC` when set (and not empty), else `TRIPLE-gcc`.
@@ -616,3 +618,22 @@ fn model_c(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>,
     Ok(s)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::Triple;
+
+    #[test]
+    fn a_triple_is_one_word_and_says_whether_it_is_hosted_and_runs_here() {
+        for bad in ["", "gnu", "-linux-gnu", "arm-none;rm", "aarch64 linux-gnu", "x86_64-linux-gnu$(id)", "a/b-c"] {
+            assert!(Triple::parse(bad).is_err(), "{bad:?}");
+        }
+        let t = |s: &str| Triple::parse(s).unwrap();
+        assert!(t("aarch64-linux-gnu").hosted() && t("x86_64-w64-mingw32").hosted());
+        assert!(!t("arm-none-eabi").hosted() && !t("riscv64-unknown-elf").hosted());
+        let os = if cfg!(target_os = "macos") { "apple-darwin" } else { std::env::consts::OS };
+        let here = format!("{}-{os}", std::env::consts::ARCH);
+        assert!(t(&here).runs_here(), "{here}");
+        assert!(!t("riscv32-unknown-elf").runs_here() && !t(&format!("{}-none-eabi", std::env::consts::ARCH)).runs_here());
+    }
+}
