@@ -82,6 +82,51 @@
 
 #include <stdint.h>
 
+/*
+ * Private names: compiled with -DMR_PREFIX=p (the same for every mr_*.c and for the
+ * code that calls the runtime), every external name of the runtime is p pasted before
+ * its own (mlp_mr_sgemm for -DMR_PREFIX=mlp_), so libraries generated for different
+ * models, each with its own copy of the runtime, link into one program. MR_NAME(n) is
+ * n's external name. The list is every external name the sources define: this header's
+ * functions, then those mr_internal.h shares between the files, which a variant's
+ * translation unit has already renamed (MR_RENAMED: MR_VARIANT adds the prefix too).
+ * Without MR_PREFIX nothing is renamed.
+ */
+#if defined(MR_PREFIX)
+#define MR_NAME(n) MR_NAME_JOIN(MR_PREFIX, n)
+#define MR_NAME_JOIN(p, n) MR_NAME_PASTE(p, n)
+#define MR_NAME_PASTE(p, n) p##n
+#define mr_run MR_NAME(mr_run)
+#define mr_winograd_weights_f32 MR_NAME(mr_winograd_weights_f32)
+#define mr_sgd_f32 MR_NAME(mr_sgd_f32)
+#define mr_sgd_f64 MR_NAME(mr_sgd_f64)
+#define mr_isa_name MR_NAME(mr_isa_name)
+#if !defined(MR_RENAMED)
+#define mr_sgemm MR_NAME(mr_sgemm)
+#define mr_sgemm_panels MR_NAME(mr_sgemm_panels)
+#define mr_sgemm_mt MR_NAME(mr_sgemm_mt)
+#define mr_sgemm_panels_mt MR_NAME(mr_sgemm_panels_mt)
+#define mr_conv2d_f32 MR_NAME(mr_conv2d_f32)
+#define mr_conv2d_f32_mt MR_NAME(mr_conv2d_f32_mt)
+#define mr_conv2d_winograd_f32 MR_NAME(mr_conv2d_winograd_f32)
+#define mr_conv2d_winograd_f32_mt MR_NAME(mr_conv2d_winograd_f32_mt)
+#define mr_pool2d_f32 MR_NAME(mr_pool2d_f32)
+#define mr_pool2d_f32_mt MR_NAME(mr_pool2d_f32_mt)
+#define mr_softmax_f32 MR_NAME(mr_softmax_f32)
+#define mr_softmax_f32_mt MR_NAME(mr_softmax_f32_mt)
+#define mr_sgemm_pack_a MR_NAME(mr_sgemm_pack_a)
+#define mr_sgemm_micro MR_NAME(mr_sgemm_micro)
+#define mr_sgemm_micro_taps MR_NAME(mr_sgemm_micro_taps)
+#define mr_sgemm_driver MR_NAME(mr_sgemm_driver)
+#define mr_sgemm_at MR_NAME(mr_sgemm_at)
+#define mr_sgemm_panels_at MR_NAME(mr_sgemm_panels_at)
+#define mr_conv_direct MR_NAME(mr_conv_direct)
+#define mr_conv2d_at MR_NAME(mr_conv2d_at)
+#endif
+#else
+#define MR_NAME(n) n
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

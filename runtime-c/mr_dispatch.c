@@ -76,7 +76,7 @@
 /* The variants' functions (mr_isa_avx2.c, mr_isa_avx512.c, and the sources themselves
  * for _generic), and a table of each variant's. */
 #define MR_DECLARE(name, params, args) \
-    extern __typeof__(name) name##_generic, name##_avx2, name##_avx512;
+    extern __typeof__(name) MR_NAME(name##_generic), MR_NAME(name##_avx2), MR_NAME(name##_avx512);
 MR_DISPATCHED(MR_DECLARE)
 #undef MR_DECLARE
 
@@ -87,9 +87,9 @@ typedef struct {
 #undef MR_FIELD
 } mr_isa_table;
 
-#define MR_ENTRY_GENERIC(name, params, args) name##_generic,
-#define MR_ENTRY_AVX2(name, params, args) name##_avx2,
-#define MR_ENTRY_AVX512(name, params, args) name##_avx512,
+#define MR_ENTRY_GENERIC(name, params, args) MR_NAME(name##_generic),
+#define MR_ENTRY_AVX2(name, params, args) MR_NAME(name##_avx2),
+#define MR_ENTRY_AVX512(name, params, args) MR_NAME(name##_avx512),
 static const mr_isa_table mr_isa_generic = {"generic", MR_DISPATCHED(MR_ENTRY_GENERIC)};
 static const mr_isa_table mr_isa_avx2 = {"avx2", MR_DISPATCHED(MR_ENTRY_AVX2)};
 static const mr_isa_table mr_isa_avx512 = {"avx512", MR_DISPATCHED(MR_ENTRY_AVX512)};

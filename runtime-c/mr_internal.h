@@ -139,12 +139,13 @@
  * lists the same ones) and the internal ones. mr_dispatch.c (MR_DISPATCHER) keeps the
  * plain names. mr_run and mr_winograd_weights_f32 have no vector code and are defined
  * once, by the generic translation units (#ifndef MR_ISA_UNITY). */
+/* (MR_NAME, from mithril_runtime.h, adds the build's MR_PREFIX.) */
 #if defined(MR_ISA_AVX512)
-#define MR_VARIANT(name) name##_avx512
+#define MR_VARIANT(name) MR_NAME(name##_avx512)
 #elif defined(MR_ISA_AVX2)
-#define MR_VARIANT(name) name##_avx2
+#define MR_VARIANT(name) MR_NAME(name##_avx2)
 #else
-#define MR_VARIANT(name) name##_generic
+#define MR_VARIANT(name) MR_NAME(name##_generic)
 #endif
 #if defined(MR_DISPATCH) && !defined(MR_DISPATCHER)
 #define MR_RENAMED 1

@@ -116,6 +116,8 @@ pub struct EmitOptions {
     /// The one CPU the C target's library is built for (`--cpu`, a `-march` value);
     /// `None`: portable, its kernels chosen at run time for the CPU it runs on.
     pub cpu: Option<String>,
+    /// The C target's cross-build triple (`--triple`); `None`: the host.
+    pub triple: Option<crate::codegen::c::Triple>,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else
@@ -163,6 +165,10 @@ pub enum WeightsMode {
     File,
     /// Also assemble weights.bin into the library, for firmware
     Embed,
+    /// Also compile weights.bin into the library as C arrays, for toolchains without the
+    /// assembler's .incbin (IAR, Keil, MSVC; slower to compile: docs/c.md)
+    #[value(name = "embed-c")]
+    EmbedC,
     /// The demo reads the parameters from a safetensors file at run time
     Safetensors,
 }

@@ -234,6 +234,8 @@ pub struct RunArgs {
     pub data: Vec<String>,
     pub params: Option<PathBuf>,
     pub output: Option<PathBuf>,
+    /// `--triple`: refused unless it is this machine's (compile cross-builds).
+    pub triple: Option<String>,
 }
 
 /// Reads a `--data` argument: `FILE`, or `NAME=FILE` for a file holding one array.
@@ -340,6 +342,11 @@ pub fn arrays_by_name<'a>(files: &[&'a ArrayFile]) -> Result<BTreeMap<String, Fo
 
 /// Runs the model; returns the outputs and a printable report.
 pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
+    if let Some(t) = args.triple.as_deref().map(crate::codegen::c::Triple::parse).transpose()?.filter(|t| !t.runs_here()) {
+        let host = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+        return Err(Error::usage(format!("run builds and runs the model on this machine ({host}), which cannot run code for {}", t.as_str()))
+            .note(format!("cross-build it with `mithrilc compile --target c --triple {}` and run its demo there (or under an emulator such as qemu-user)", t.as_str())));
+    }
     let owned = run_files(args)?;
     let files: Vec<&ArrayFile> = owned.iter().collect();
     let graphs = load_graphs(&args.model, &files)?;
@@ -485,6 +492,9 @@ pub struct CompileArgs {
     /// `--cpu`: the one CPU the C target's library is built for (a `-march` value);
     /// `None`: portable.
     pub cpu: Option<String>,
+    /// `--triple`: cross-build the C target for this target triple (with `$CC`, else
+    /// `TRIPLE-gcc`); `None`: the host.
+    pub triple: Option<String>,
     /// `NAME=N`: the largest run-time value of symbolic dimension NAME.
     pub max: Vec<String>,
     /// Replace a previous output of mithrilc even where its files were changed since.
@@ -511,6 +521,7 @@ impl Default for CompileArgs {
             layout: Default::default(),
             cflags: None,
             cpu: None,
+            triple: None,
             max: Vec::new(),
             force: false,
             precision: Precision::F32,
@@ -583,6 +594,10 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
             return Err(Error::usage(format!("--cpu wants a -march value such as native, haswell or x86-64-v3 (letters, digits and . _ + -), not {cpu:?}")));
         }
     }
+    let triple = args.triple.as_deref().map(crate::codegen::c::Triple::parse).transpose()?;
+    if triple.is_some() && args.target.name() != "c" {
+        return Err(Error::usage(format!("--triple is for the C target; the {} target builds for the host", args.target.name())));
+    }
     if args.quantize != crate::codegen::ggml::Quantize::F32 && args.target.name() != "ggml" {
         return Err(Error::usage(format!("--quantize is for the ggml target; the {} target keeps its weights in f32", args.target.name())));
     }
@@ -601,13 +616,18 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         mesh,
         quantize: args.quantize,
         cpu: args.cpu.clone(),
+        triple: triple.clone(),
     };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
     let build = args.emit == "build";
     let mut inputs = vec![args.model.model.clone()];
     inputs.extend(args.params.clone());
     let guard = crate::outdir::Guard { inputs, force: args.force };
-    let config = BuildConfig { cflags: args.cflags.clone().unwrap_or_else(|| HOST_CFLAGS.to_string()), ..Default::default() };
+    let cflags = args.cflags.clone().unwrap_or_else(|| HOST_CFLAGS.to_string());
+    let config = match &triple {
+        Some(t) => BuildConfig { cc: t.c_compiler(), cflags, ..Default::default() },
+        None => BuildConfig { cflags, ..Default::default() },
+    };
     let mut built_report = String::new();
     crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| {
         if build {

@@ -143,6 +143,9 @@ enum Command {
         /// (exact, the default) or, on cuda, tf32, bf16 or f16 on tensor cores
         #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
         precision: Precision,
+        /// Refused unless this machine's: compile --triple cross-builds
+        #[arg(long, value_name = "TRIPLE")]
+        triple: Option<String>,
     },
     /// Compile the model for a target and build it
     Compile {
@@ -187,6 +190,10 @@ enum Command {
         /// AVX2 or AVX-512 kernels at run time where the CPU has them
         #[arg(long, value_name = "CPU")]
         cpu: Option<String>,
+        /// Cross-build the C target for a target triple (aarch64-linux-gnu, arm-none-eabi:
+        /// docs/c.md) with the compiler $CC, else TRIPLE-gcc
+        #[arg(long, value_name = "TRIPLE")]
+        triple: Option<String>,
         /// The largest run-time value of a symbolic dimension, as NAME=N (e.g. --shape
         /// input=B,784 --max B=64): the library takes B as an argument and its arena is
         /// sized for N; repeatable
@@ -212,11 +219,11 @@ fn main() -> ExitCode {
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check, emulate, precision } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, max, precision, mesh, quantize } => {
+        Command::Run { model, grad, data, params, output, target, check, emulate, precision, triple } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output, triple }).map(|(_, report)| report)),
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, quantize } => {
             with_grad(model, &grad).and_then(|model| {
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, cpu, max, force, precision, mesh, quantize };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, quantize };
                 cli::compile(&args)
             })
         }

@@ -101,7 +101,7 @@ fn generated_files_are_deterministic() {
         passes::run_pipeline(&mut g, passes::PIPELINE, &Default::default(), |_, _| {}).unwrap();
         let p = mithrilc::passes::compile(&g, &mithrilc::lower::Options { library: mithrilc::codegen::c::LIBRARY, ..Default::default() }, mithrilc::codegen::c::PASSES, |_, _| {}).unwrap();
         let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
-        mithrilc::codegen::c::emit(&p, None, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), mode: Default::default(), cpu: None }).unwrap()
+        mithrilc::codegen::c::emit(&p, None, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), ..Default::default() }).unwrap()
     };
     assert_eq!(emit(), emit());
 }
@@ -135,8 +135,8 @@ fn readme_embedding_example_runs() {
     assert!(y.is_finite() && y > 0.0 && y < 1.0, "a sigmoid output, got {y}");
 }
 
-/// The three ways to give the weights (a file, embedded with .incbin, a safetensors file
-/// read by the demo), in either weight layout, compute the same outputs as the
+/// The four ways to give the weights (a file, embedded with .incbin or as C arrays (cnn's
+/// in three files), a safetensors file read by the demo), in either weight layout, compute the same outputs as the
 /// interpreter: for lenet, and for cnn, whose 3x3 convolution weights the demo's
 /// safetensors loader transforms for Winograd in the fast layout. In the plain layout
 /// weights.bin holds every parameter's values unchanged, at the offsets model.h gives.
@@ -160,7 +160,7 @@ fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
         let case = load(&json, &[&params, &input], vec![], Wrt::None, format!("{model} b1"));
         let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
         use mithrilc::backend::{WeightLayout::*, WeightsMode::*};
-        let modes = [(File, Fast), (Embed, Fast), (Safetensors, Fast), (File, Plain), (Safetensors, Plain)];
+        let modes = [(File, Fast), (Embed, Fast), (EmbedC, Fast), (Safetensors, Fast), (File, Plain), (Safetensors, Plain)];
         for (mode, layout) in modes {
             let tmp = tempfile::tempdir().unwrap();
             let out = tmp.path().join(format!("{model}-c"));
@@ -182,7 +182,7 @@ fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
             match mode {
                 File => demo.arg("--weights").arg(out.join("weights.bin")),
                 Safetensors => demo.arg("--safetensors").arg(&params_path),
-                Embed => &mut demo,
+                Embed | EmbedC => &mut demo,
             };
             let run = demo.output().unwrap();
             assert!(run.status.success(), "{model} {mode:?} {layout:?}: {}", String::from_utf8_lossy(&run.stderr));

@@ -743,7 +743,7 @@ fn compile_never_replaces_what_it_did_not_write() {
     );
 
     assert_eq!(compile("out", &[]).0, 0);
-    assert_eq!(compile("out", &[]), (0, "wrote out (19 files)\n".into(), String::new()), "its own output is rewritten");
+    assert_eq!(compile("out", &[]), (0, "wrote out (21 files)\n".into(), String::new()), "its own output is rewritten");
     std::fs::write(dir.path().join("out/linear.c"), "/* edited */").unwrap();
     let (code, _, stderr) = compile("out", &[]);
     assert_eq!((code, stderr.as_str()), (1, "error: -o out: 1 file(s) were changed since mithrilc wrote them: linear.c\n  note: --force replaces them\n"));
@@ -858,10 +858,25 @@ fn strict_arguments_and_attributes() {
     for (args, code, stderr) in cases {
         assert_eq!(mithrilc(args, dir.path()), (*code, String::new(), stderr.to_string()), "{args:?}");
     }
+    // A triple becomes a word of the Makefile and a program's name: one word, for C.
+    let compile = |triple: &str, target: &str| mithrilc(&["compile", "linear.json", "--target", target, "--params", "linear.npz", "--triple", triple, "-o", "out"], dir.path());
+    let not_a_word = "error: --triple wants a target triple such as aarch64-linux-gnu or arm-none-eabi (letters, digits and . _ -), not \"arm-none;rm\"\n";
+    assert_eq!(compile("arm-none;rm", "c"), (2, String::new(), not_a_word.to_string()));
+    assert_eq!(compile("gnu", "c").2, not_a_word.replace("arm-none;rm", "gnu"));
+    let ggml = "error: --triple is for the C target; the ggml target builds for the host\n";
+    assert_eq!(compile("aarch64-linux-gnu", "ggml"), (2, String::new(), ggml.to_string()));
+    // run runs here: a triple this machine cannot run is refused, saying what to do.
+    let (code, stdout, stderr) = mithrilc(&["run", "linear.json", "--data", "linear.npz", "--target", "c", "--triple", "riscv64-linux-gnu"], dir.path());
+    let host = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+    let refusal = format!(
+        "error: run builds and runs the model on this machine ({host}), which cannot run code for riscv64-linux-gnu\n  \
+         note: cross-build it with `mithrilc compile --target c --triple riscv64-linux-gnu` and run its demo there (or under an emulator such as qemu-user)\n"
+    );
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (2, "", refusal.as_str()));
     // A flags value that starts with `-` and holds a space is the flags, not an option.
     let (code, stdout, stderr) =
         mithrilc(&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "--cflags", "-O1 -g", "-o", "out"], dir.path());
-    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote out (19 files)\n", ""));
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote out (21 files)\n", ""));
 }
 
 /// A gather index out of range is an error in compiled code as in the interpreter,
@@ -980,8 +995,9 @@ fn hostile_names_make_code_that_compiles() {
         let mut files: Vec<String> =
             std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         files.sort();
-        // the model's header, source and demo, the Makefile, the marker and the runtime
-        assert_eq!(files.len(), 5 + mithrilc::codegen::c::RUNTIME_FILES.len(), "{model}: no file replaced another: {files:?}");
+        // the model's header, source and demo, the Makefile, its install templates, the marker
+        // and the runtime
+        assert_eq!(files.len(), 7 + mithrilc::codegen::c::RUNTIME_FILES.len(), "{model}: no file replaced another: {files:?}");
         assert!(files.iter().all(|f| f.len() <= 64), "{model}: {files:?}");
     }
 }

@@ -1,7 +1,8 @@
-//! Firmware check: LeNet compiled with embedded weights cross-compiles for a Cortex-M4
-//! (`arm-none-eabi-gcc -mcpu=cortex-m4 -mthumb -Os -ffreestanding`, warnings as
-//! errors), and the objects need nothing but libm, memcpy/memset and the compiler's
-//! runtime helpers: no malloc, no printf, no OS. Prints text/data/bss and the arena.
+//! Firmware check: LeNet compiled with embedded weights for `--triple arm-none-eabi`
+//! builds for a Cortex-M4 through the generated Makefile's library target (`make lib`
+//! with `-mcpu=cortex-m4 -mthumb -Os -ffreestanding`, warnings as errors), and the
+//! archive needs nothing but libm, memcpy/memset and the compiler's runtime helpers: no
+//! malloc, no printf, no OS. Prints text/data/bss and the arena.
 
 use std::path::Path;
 use std::process::Command;
@@ -10,10 +11,6 @@ use mithrilc::cli;
 
 mod common;
 
-fn tool(name: &str) -> bool {
-    Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn lenet_cross_compiles_for_cortex_m4() {
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bench");
@@ -21,8 +18,8 @@ fn lenet_cross_compiles_for_cortex_m4() {
         common::skip("../shared/bench is not present");
         return;
     }
-    if !tool("arm-none-eabi-gcc") {
-        common::skip("arm-none-eabi-gcc is not installed (apt-get install gcc-arm-none-eabi)");
+    if !common::have("arm-none-eabi-gcc") || !common::have("make") {
+        common::skip("arm-none-eabi-gcc is not installed (apt-get install gcc-arm-none-eabi make)");
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -35,26 +32,22 @@ fn lenet_cross_compiles_for_cortex_m4() {
         report: true,
         weights: mithrilc::codegen::c::WeightsMode::Embed,
         layout: cli::WeightLayout::Fast,
+        triple: Some("arm-none-eabi".into()),
         ..Default::default()
     };
     let report = cli::compile(&args).unwrap();
     // Small GEMM blocks keep the runtime's stack use to a few KiB.
-    let flags = [
-        "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-Os", "-ffreestanding",
-        "-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror",
-        "-DMR_SGEMM_MR=4", "-DMR_SGEMM_NR=4", "-DMR_SGEMM_KC=64", "-DMR_SGEMM_NC=16",
-    ];
-    let sources: Vec<&str> = ["lenet.c"].into_iter().chain(mithrilc::codegen::c::runtime_sources()).chain(["lenet_weights.S"]).collect();
-    let objs: Vec<String> = sources.iter().map(|src| src.replace(".c", ".o").replace(".S", ".o")).collect();
-    for (src, obj) in sources.iter().zip(&objs) {
-        let cc = Command::new("arm-none-eabi-gcc").current_dir(&out).args(flags).args(["-c", src, "-o", obj]).output().unwrap();
-        assert!(cc.status.success(), "{src}: {}", String::from_utf8_lossy(&cc.stderr));
-    }
-    let size = Command::new("arm-none-eabi-size").current_dir(&out).args(&objs).output().unwrap();
+    let cflags = "CFLAGS=-mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16 -Os -ffreestanding \
+                  -DMR_SGEMM_MR=4 -DMR_SGEMM_NR=4 -DMR_SGEMM_KC=64 -DMR_SGEMM_NC=16";
+    let make = Command::new("make").current_dir(&out).args(["-s", "lib", "CC=arm-none-eabi-gcc", "AR=arm-none-eabi-ar", cflags]).output().unwrap();
+    assert!(make.status.success(), "make lib: {}{}", String::from_utf8_lossy(&make.stdout), String::from_utf8_lossy(&make.stderr));
+    let built: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(built.contains(&"liblenet.a".to_string()) && !built.iter().any(|f| f.contains(".so")), "a static library only: {built:?}");
+    let size = Command::new("arm-none-eabi-size").current_dir(&out).arg("liblenet.a").output().unwrap();
     println!("{}{}", String::from_utf8_lossy(&size.stdout), report);
-    let nm = Command::new("arm-none-eabi-nm").current_dir(&out).arg("-u").args(&objs).output().unwrap();
+    let nm = Command::new("arm-none-eabi-nm").current_dir(&out).args(["-u", "liblenet.a"]).output().unwrap();
     let allowed = |s: &str| {
-        s.starts_with("mr_") || s.starts_with("__aeabi_") || matches!(s, "memcpy" | "memset" | "memmove")
+        s.starts_with("lenet_mr_") || s.starts_with("__aeabi_") || matches!(s, "memcpy" | "memset" | "memmove")
             || ["exp", "log", "sqrt", "tanh", "erf", "erfc", "sin", "cos", "pow", "floor", "fabs", "log1p"].iter().any(|m| s == *m || s == format!("{m}f"))
     };
     let undefined: Vec<String> = String::from_utf8_lossy(&nm.stdout)
@@ -62,5 +55,5 @@ fn lenet_cross_compiles_for_cortex_m4() {
         .filter_map(|l| l.trim().strip_prefix("U ").map(str::to_string))
         .filter(|s| !allowed(s))
         .collect();
-    assert!(undefined.is_empty(), "the firmware objects need {undefined:?}");
+    assert!(undefined.is_empty(), "the firmware library needs {undefined:?}");
 }

@@ -54,8 +54,8 @@ pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
 pub fn device_weights(target: &str, p: &Program, opts: &crate::codegen::c::Options) -> Result<Option<(String, Vec<u8>)>> {
     use crate::backend::WeightsMode;
     match (opts.mode, &opts.weights) {
-        (WeightsMode::Embed, _) => Err(Error::user(format!(
-            "--weights embed is the C target's: the {target} target's weights live in memory the caller fills (--weights file or safetensors)"
+        (WeightsMode::Embed | WeightsMode::EmbedC, _) => Err(Error::user(format!(
+            "--weights embed and embed-c are the C target's: the {target} target's weights live in memory the caller fills (--weights file or safetensors)"
         ))),
         (WeightsMode::Safetensors, _) | (WeightsMode::File, None) => Ok(None),
         (WeightsMode::File, Some(values)) => Ok(Some(("weights.bin".to_string(), weights_blob(p, values)?))),

@@ -324,6 +324,7 @@ pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::
         data: vec![root.join("examples/mlp/data.npz").display().to_string()],
         params: Some(root.join("examples/mlp/data.npz")),
         output: None,
+        triple: None,
     }
 }
 

@@ -450,7 +450,7 @@ fn frontend_run(m: &Model, grad: bool, data_seed: u64) -> Verdict {
     if let Some(e) = unreadable {
         return Err(e);
     }
-    let copts = mithrilc::codegen::c::Options { source: "fuzz.json".into(), weights: None, mode: Default::default(), cpu: None };
+    let copts = mithrilc::codegen::c::Options { source: "fuzz.json".into(), weights: None, ..Default::default() };
     if let Err(e) = mithrilc::codegen::c::emit(&forward, backward.as_ref(), &copts) {
         return judge("codegen", &e, false);
     }

@@ -11,7 +11,8 @@
 //! Weights ([`WeightsMode`]): `file` writes `weights.bin` (the layout of
 //! `<NAME>_WEIGHT_<i>_OFFSET`) for the caller to load or map; `embed` also assembles it
 //! into the library with `.incbin` (no C compiler parses megabytes of literals) as
-//! `<name>_weights_data`; `safetensors` writes no blob and the demo reads the
+//! `<name>_weights_data`; `embed-c` compiles it in as C instead, for toolchains
+//! without `.incbin` ([`embed_c`]); `safetensors` writes no blob and the demo reads the
 //! parameters from a safetensors file at run time.
 //!
 //! Files written (for a model named `mlp`): `mlp.h`, `mlp.c`, the runtime
@@ -102,11 +103,73 @@ pub struct Options {
     pub mode: WeightsMode,
     /// The one CPU the library is built for (a `-march` value), or portable (`None`).
     pub cpu: Option<String>,
+    /// The target triple of a cross build ([`Triple`]), or the host's (`None`).
+    pub triple: Option<Triple>,
 }
 
 impl Options {
     pub fn of(opts: &crate::backend::EmitOptions) -> Options {
-        Options { source: opts.source.clone(), weights: opts.weights.clone(), mode: opts.weights_mode, cpu: opts.cpu.clone() }
+        Options {
+            source: opts.source.clone(),
+            weights: opts.weights.clone(),
+            mode: opts.weights_mode,
+            cpu: opts.cpu.clone(),
+            triple: opts.triple.clone(),
+        }
+    }
+}
+
+/// The version of the generated libraries' C API (`<NAME>_ABI_VERSION` in the header,
+/// the shared library's SONAME `lib<name>.so.<ABI>`): raised when a change to mithrilc
+/// changes what a caller of the same model must do (a function's arguments, the weights'
+/// layout rules, the error codes), so a program built against an older library is not
+/// run against an incompatible one.
+pub const ABI_VERSION: u32 = 1;
+
+/// A cross build's target (`compile --triple`): one word such as `aarch64-linux-gnu`
+/// or `arm-none-eabi`, the prefix of its toolchain's programs (`TRIPLE-gcc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triple(String);
+
+impl Triple {
+    /// A triple as given: ASCII letters, digits, `_`, `.` and `-`, with at least one
+    /// `-` (it names programs and becomes words of the Makefile, never shell syntax).
+    pub fn parse(text: &str) -> Result<Triple> {
+        let word = text.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && text.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !word || !text.contains('-') {
+            return Err(Error::usage(format!(
+                "--triple wants a target triple such as aarch64-linux-gnu or arm-none-eabi (letters, digits and . _ -), not {text:?}"
+            )));
+        }
+        Ok(Triple(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the target has an operating system (a shared library and the demo make
+    /// sense): not `arm-none-eabi`, `riscv64-unknown-elf` and other bare-metal triples.
+    pub fn hosted(&self) -> bool {
+        !self.0.split('-').any(|part| part == "none" || part == "elf")
+    }
+
+    /// Whether programs built for it run on this machine: the same architecture and
+    /// operating system.
+    pub fn runs_here(&self) -> bool {
+        let mut parts = self.0.split('-');
+        let os = match std::env::consts::OS {
+            "macos" => "darwin",
+            os => os,
+        };
+        // (Apple spells AArch64 arm64.)
+        let arch = parts.next().map(|a| if a == "arm64" { "aarch64" } else { a });
+        arch == Some(std::env::consts::ARCH) && self.hosted() && self.0.contains(os)
+    }
+
+    /// Its C compiler: `$CC` when set (and not empty), else `TRIPLE-gcc`.
+    pub fn c_compiler(&self) -> String {
+        std::env::var("CC").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| format!("{}-gcc", self.0))
     }
 }
 
@@ -134,6 +197,8 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
     let tera = Templates::new(&[
         ("model.h", include_str!("../../../templates/c/model.h.tera")),
         ("Makefile", include_str!("../../../templates/c/Makefile.tera")),
+        ("pc", include_str!("../../../templates/c/model.pc.tera")),
+        ("cmake", include_str!("../../../templates/c/Config.cmake.tera")),
     ])?;
     let render = |n: &str, context: &tera::Context| tera.render(n, context);
     let (main, demo) = (ctx.context()?, ctx.for_demo().context()?);
@@ -145,17 +210,23 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
     files.extend([
         (format!("{name}_demo.c"), render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
+        // What `make install` fills in and installs.
+        (format!("{name}.pc.in"), render("pc", &main)?.into_bytes()),
+        (format!("{name}Config.cmake.in"), render("cmake", &main)?.into_bytes()),
     ]);
     match (opts.mode, &opts.weights) {
         (WeightsMode::Safetensors, _) => {}
-        (WeightsMode::Embed, None) if p.weights_size > 0 => {
-            return Err(Error::user("--weights embed needs the parameter values (--params FILE)".to_string()))
+        (WeightsMode::Embed | WeightsMode::EmbedC, None) if p.weights_size > 0 => {
+            return Err(Error::user("--weights embed and embed-c need the parameter values (--params FILE)".to_string()))
         }
         (mode, Some(values)) => {
-            files.push(("weights.bin".to_string(), weights_blob(p, values)?));
-            if mode == WeightsMode::Embed {
-                files.push((format!("{name}_weights.S"), embed_asm(&name).into_bytes()));
+            let blob = weights_blob(p, values)?;
+            match mode {
+                WeightsMode::Embed => files.push((format!("{name}_weights.S"), embed_asm(&name).into_bytes())),
+                WeightsMode::EmbedC if p.weights_size > 0 => files.extend(embed_c(&name, &blob)),
+                _ => {}
             }
+            files.push(("weights.bin".to_string(), blob));
         }
         (_, None) => {}
     }
@@ -186,6 +257,51 @@ _{name}_weights_data:\n\
 #endif\n",
         v = env!("CARGO_PKG_VERSION")
     )
+}
+
+/// How much of the blob one file of [`embed_c`]'s holds: a few MB of text, which
+/// editors and diff tools still open.
+const EMBED_C_CHUNK: usize = 1 << 20;
+
+/// `<name>_weights.c`, which defines `<name>_weights_data` as an array of `uint64_t`
+/// (C99's most aligned integer, so every element type's loads are aligned; 64 bytes
+/// where the compiler has a way to say so), and its initializer in files of
+/// [`EMBED_C_CHUNK`] bytes (`<name>_weights_<i>.inc`) that it includes, four words a
+/// line. Words rather than bytes: a compiler parses an eighth of the literals (gcc 12
+/// on gpt_block's 28 MB: 28 s and 0.95 GB; as bytes, 7 minutes and 3.9 GB: docs/c.md).
+/// The words read
+/// back as the blob's bytes on a little-endian target, as every C target's loads of
+/// the blob assume.
+fn embed_c(name: &str, blob: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let v = env!("CARGO_PKG_VERSION");
+    let upper = name.to_uppercase();
+    let chunks: Vec<&[u8]> = blob.chunks(EMBED_C_CHUNK).collect();
+    let mut main = format!(
+        "/* {name}_weights.c: generated by mithrilc {v}. Do not edit. weights.bin as C (compile --weights embed-c),\n \
+         * for toolchains without .incbin: the blob's bytes as little-endian 64-bit words. */\n\
+         #include <stdint.h>\n\n#include \"{name}.h\"\n\n\
+         #if defined(__GNUC__)\n__attribute__((aligned(64)))\n#elif defined(_MSC_VER)\n__declspec(align(64))\n\
+         #elif defined(__IAR_SYSTEMS_ICC__)\n_Pragma(\"data_alignment=64\")\n#endif\n\
+         const uint64_t {name}_weights_data[({upper}_WEIGHTS_SIZE + 7) / 8] = {{\n"
+    );
+    let mut files = Vec::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let file = format!("{name}_weights_{i}.inc");
+        let _ = writeln!(main, "#include \"{file}\"");
+        let mut text = String::with_capacity(chunk.len() * 5 / 2 + 64);
+        for line in chunk.chunks(32) {
+            for word in line.chunks(8) {
+                let mut bytes = [0u8; 8];
+                bytes[..word.len()].copy_from_slice(word);
+                let _ = write!(text, "0x{:016x},", u64::from_le_bytes(bytes));
+            }
+            text.push('\n');
+        }
+        files.push((file, text.into_bytes()));
+    }
+    main.push_str("};\n");
+    files.insert(0, (format!("{name}_weights.c"), main.into_bytes()));
+    files
 }
 
 /// The demo program's template: C99 that is also C++ (the CUDA target compiles it
@@ -242,12 +358,25 @@ pub(crate) struct TemplateContext {
     #[serde(rename = "NAME")]
     upper: String,
     version: &'static str,
+    version_major: &'static str,
+    version_minor: &'static str,
+    version_patch: &'static str,
+    abi: u32,
+    /// The cross build's triple (empty: the host's).
+    triple: String,
+    /// Whether the target has an operating system: a shared library and the demo.
+    hosted: bool,
     source: String,
     weights_size: u64,
     pub(crate) arena_size: u64,
     weights_default: String,
     embedded: bool,
+    /// Embedded as C arrays (`embed-c`), in these files.
+    embedded_c: bool,
+    weight_chunks: Vec<String>,
     safetensors: bool,
+    /// Whether `weights.bin` is the library's weights file (`make install` installs it).
+    weights_file: bool,
     /// Whether some parameter is stored in a layout other than row-major.
     relaid: bool,
     /// The runtime's sources without `.c` (the Makefile's objects), and its headers.
@@ -361,12 +490,24 @@ impl TemplateContext {
             name: name.to_string(),
             upper: upper.to_string(),
             version: env!("CARGO_PKG_VERSION"),
+            version_major: env!("CARGO_PKG_VERSION_MAJOR"),
+            version_minor: env!("CARGO_PKG_VERSION_MINOR"),
+            version_patch: env!("CARGO_PKG_VERSION_PATCH"),
+            abi: ABI_VERSION,
+            triple: opts.triple.as_ref().map_or(String::new(), |t| t.as_str().to_string()),
+            hosted: opts.triple.as_ref().is_none_or(Triple::hosted),
             source: comment_safe(&opts.source),
             weights_size: p.weights_size,
             arena_size: [Some(p.arena_size), backward.map(|b| b.arena_size), train.map(|t| t.arena_size)].into_iter().flatten().max().unwrap_or(0),
             weights_default: if opts.weights.is_some() && opts.mode == WeightsMode::File { "\"weights.bin\"".into() } else { "NULL".into() },
-            embedded: opts.mode == WeightsMode::Embed && p.weights_size > 0,
+            embedded: matches!(opts.mode, WeightsMode::Embed | WeightsMode::EmbedC) && p.weights_size > 0,
+            embedded_c: opts.mode == WeightsMode::EmbedC && p.weights_size > 0,
+            weight_chunks: match (opts.mode, &opts.weights) {
+                (WeightsMode::EmbedC, Some(_)) => (0..(p.weights_size as usize).div_ceil(EMBED_C_CHUNK)).map(|i| format!("{name}_weights_{i}.inc")).collect(),
+                _ => Vec::new(),
+            },
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
+            weights_file: opts.weights.is_some() && opts.mode == WeightsMode::File && p.weights_size > 0,
             relaid: p.weights.iter().any(|w| w.layout != Layout::RowMajor),
             runtime: runtime_sources().filter_map(|file| file.strip_suffix(".c")).collect(),
             // One CPU's vector extensions everywhere, so no dispatch (`MR_NO_DISPATCH`).
@@ -477,3 +618,22 @@ fn model_c(p: &Program, backward: Option<&Program>, train: Option<&TrainLayout>,
     Ok(s)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::Triple;
+
+    #[test]
+    fn a_triple_is_one_word_and_says_whether_it_is_hosted_and_runs_here() {
+        for bad in ["", "gnu", "-linux-gnu", "arm-none;rm", "aarch64 linux-gnu", "x86_64-linux-gnu$(id)", "a/b-c"] {
+            assert!(Triple::parse(bad).is_err(), "{bad:?}");
+        }
+        let t = |s: &str| Triple::parse(s).unwrap();
+        assert!(t("aarch64-linux-gnu").hosted() && t("x86_64-w64-mingw32").hosted());
+        assert!(!t("arm-none-eabi").hosted() && !t("riscv64-unknown-elf").hosted());
+        let os = if cfg!(target_os = "macos") { "apple-darwin" } else { std::env::consts::OS };
+        let here = format!("{}-{os}", std::env::consts::ARCH);
+        assert!(t(&here).runs_here(), "{here}");
+        assert!(!t("riscv32-unknown-elf").runs_here() && !t(&format!("{}-none-eabi", std::env::consts::ARCH)).runs_here());
+    }
+}
