@@ -57,6 +57,12 @@ pub trait Backend: Sync {
     fn shards(&self) -> bool {
         false
     }
+    /// The program whose weight offsets and layouts the artifact's `weights.bin` has, as
+    /// `emit` lowers it (`export-weights` reads the blob back through it); `None` for a
+    /// target that writes no `weights.bin`.
+    fn weights_program(&self, _graphs: &Graphs, _opts: &EmitOptions) -> Result<Option<Program>> {
+        Ok(None)
+    }
 }
 
 /// Every target, in the order `--help` lists them.
@@ -284,11 +290,16 @@ pub type DeviceEmit = fn(&Program, Option<&Program>, &crate::codegen::c::Options
 /// A GPU target's [`Backend::emit`]: the programs lowered with the target's `library`
 /// (every weight row-major: its kernels read any strides) and rendered by `emit`.
 pub fn emit_device(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library, emit: DeviceEmit) -> Result<Emitted> {
-    let lower = crate::lower::Options { max: opts.max.clone(), library };
-    let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
+    let (forward, backward) = device_programs(graphs, opts, library)?;
     let c = crate::codegen::c::Options::of(opts);
     let files = emit(&forward, backward.as_ref(), &c, opts.precision)?;
     Ok(program_emitted(files, &forward, backward.as_ref()))
+}
+
+/// The programs a GPU target's [`emit_device`] renders, lowered with its `library`.
+pub fn device_programs(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library) -> Result<(Program, Option<Program>)> {
+    let lower = crate::lower::Options { max: opts.max.clone(), library };
+    lower_programs(graphs, &lower, &[], &opts.print_after)
 }
 
 /// What a program target's `emit` returns for the programs it wrote as `files`: the

@@ -125,8 +125,9 @@ enum Command {
         /// Parameters (.safetensors or .npz); arrays named NAME or param/NAME
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,
-        /// Write the outputs to this .npz, one array per output named by its key
-        #[arg(short, long, value_name = "OUT.npz")]
+        /// Write the outputs to this file, by its extension: .npz or .safetensors (every
+        /// output under its key) or .npy (a run with one output)
+        #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
         /// Where to run: the reference interpreter, or a target (compiled, built and run)
         #[arg(long, default_value = "interp", value_name = "TARGET", value_parser = run_target())]
@@ -205,6 +206,36 @@ enum Command {
         #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
         quantize: mithrilc::codegen::ggml::Quantize,
     },
+    /// Write a compiled model's weights.bin (after <name>_train_step updated it, or
+    /// copied from a device) back to a parameters file, under the model's parameter
+    /// names. Give the model and the flags it was compiled with: they decide where each
+    /// parameter is in the blob
+    ExportWeights {
+        #[command(flatten)]
+        model: ModelOpts,
+        #[command(flatten)]
+        grad: GradOpts,
+        /// The target it was compiled for (c, cuda or metal: those that write weights.bin)
+        #[arg(long, value_name = "TARGET", value_parser = compile_target(), default_value = "c")]
+        target: &'static dyn Backend,
+        /// How compile stored the weights (--weight-layout); a Winograd-transformed
+        /// convolution weight cannot be read back: compile with plain to export
+        #[arg(long = "weight-layout", value_enum, default_value_t, value_name = "LAYOUT")]
+        weight_layout: WeightLayout,
+        /// The --max compile was given, as NAME=N; repeatable
+        #[arg(long = "max", value_name = "NAME=N")]
+        max: Vec<String>,
+        /// The parameters file compile was given, if any: its shapes complete the model's
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
+        /// The weights blob
+        #[arg(long, value_name = "WEIGHTS.bin")]
+        weights: PathBuf,
+        /// The parameters file to write, by its extension: .safetensors, .npz or (a model
+        /// with one parameter) .npy
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -220,6 +251,8 @@ fn main() -> ExitCode {
                 cli::compile(&args)
             })
         }
+        Command::ExportWeights { model, grad, target, weight_layout, max, params, weights, output } => with_grad(model, &grad)
+            .and_then(|model| cli::export_weights(&cli::ExportArgs { model, params, target, layout: weight_layout, max, weights, output })),
     };
     match result {
         Ok(text) => {

@@ -354,7 +354,7 @@ fn help_lists_commands_and_options() {
         (&["inspect", "--help"], &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>"]),
         (
             &["run", "--help"],
-            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <OUT.npz>"],
+            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <FILE>"],
         ),
         (
             &["compile", "--help"],
@@ -435,6 +435,121 @@ fn run_linear_writes_its_output() {
     assert_eq!((code, stderr.as_str()), (0, ""));
     assert!(stdout.starts_with("output: f32[3, 5]"), "stdout:\n{stdout}");
     assert_eq!(stdout.lines().count(), 1, "stdout:\n{stdout}");
+}
+
+/// `run -o` writes by the file's extension: .npy and .safetensors hold the same values
+/// as .npz; a .npy for several outputs, or an unknown extension, is a usage error that
+/// says what to give instead, before anything runs (no file is written).
+#[test]
+fn run_writes_outputs_by_extension() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let run = |out: &str, extra: &[&str]| mithrilc(&[&["run", "linear.json", "--data", "linear.npz", "-o", out][..], extra].concat(), dir.path());
+    let mut written = Vec::new();
+    for out in ["y.npz", "y.npy", "y.safetensors"] {
+        let (code, stdout, stderr) = run(out, &[]);
+        assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, format!("wrote 1 output(s) to {out}\n").as_str(), ""), "-o {out}");
+        let file = data::read_arrays(&dir.path().join(out)).expect("read the output back");
+        // A .npy's one array is named after the file.
+        let t = file.arrays.get("output").or_else(|| file.arrays.get("y")).expect("the output array");
+        written.push(t.clone());
+    }
+    assert_eq!(written[0].shape, [3, 5]);
+    assert!(written.iter().all(|t| *t == written[0]), "the formats hold different values");
+
+    // With --grad the run has three outputs: a .npy cannot hold them.
+    let (code, stdout, stderr) = run("g.npy", &["--grad"]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            2,
+            "",
+            "error: cannot write g.npy: a .npy file holds one array, and there are 3 (output, grad/weight, grad/bias)\n  \
+             note: write them to a .npz or .safetensors file, which hold each array under its name\n"
+        )
+    );
+    let (code, _, stderr) = run("g.safetensors", &["--grad"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let grads = data::read_arrays(&dir.path().join("g.safetensors")).expect("read g.safetensors");
+    assert_eq!(grads.arrays.keys().collect::<Vec<_>>(), ["grad/bias", "grad/weight", "output"]);
+
+    let (code, stdout, stderr) = run("y.csv", &[]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (2, "", "error: cannot write y.csv: unknown data file extension (accepted: .npz, .npy, .safetensors)\n")
+    );
+    assert!(!dir.path().join("g.npy").exists() && !dir.path().join("y.csv").exists());
+}
+
+/// `export-weights` reads a compiled model's weights.bin back into the parameters it
+/// was compiled from, exactly, whatever layout compile chose where that layout only
+/// moves values (mlp's and lenet's transposed and panelled matrices); a Winograd-
+/// transformed weight (cnn's, unless --weight-layout plain), a blob of another size and
+/// a target that writes no weights.bin are clear errors.
+#[test]
+fn export_weights_gives_back_the_compiled_parameters() {
+    let Some(shared) = shared() else { return };
+    let bench = shared.join("bench");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = |name: &str| dir.path().join(name).to_str().expect("UTF-8 temp path").to_string();
+    for (model, shape, layout) in [("mlp", "input=1,784", "fast"), ("lenet", "input=1,1,28,28", "fast"), ("cnn", "input=3,3,32,32", "plain")] {
+        let (json, params, built) = (format!("{model}.json"), format!("{model}.safetensors"), out(model));
+        let flags = ["--shape", shape, "--weight-layout", layout];
+        let compile = [&["compile", &json, "--target", "c", "--params", &params, "--emit", "source", "-o", &built][..], &flags].concat();
+        let (code, _, stderr) = mithrilc(&compile, &bench);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{model}");
+        for file in [format!("{model}.safetensors"), format!("{model}.npz")] {
+            let (blob, to) = (format!("{built}/weights.bin"), out(&file));
+            let (code, stdout, stderr) = mithrilc(&[&["export-weights", &json, "--weights", &blob, "-o", &to][..], &flags].concat(), &bench);
+            assert_eq!((code, stderr.as_str()), (0, ""), "{model} to {file}");
+            assert!(stdout.starts_with("wrote "), "{stdout}");
+            let (got, want) = (data::read_arrays(Path::new(&to)).expect("read back"), data::read_arrays(&bench.join(&params)).expect("read params"));
+            assert_eq!(got.arrays.len(), want.arrays.len(), "{model} to {file}");
+            for (name, t) in &want.arrays {
+                assert!(got.arrays.get(name) == Some(t), "{model} to {file}: `{name}` differs");
+            }
+        }
+    }
+
+    let cnn = ["compile", "cnn.json", "--shape", "input=1,3,32,32", "--target", "c", "--params", "cnn.safetensors", "--emit", "source", "-o"];
+    let cnn_fast = out("cnn_fast");
+    assert_eq!(mithrilc(&[&cnn[..], &[cnn_fast.as_str()]].concat(), &bench).0, 0);
+    let export = |model: &str, shape: &str, blob: &str, to: &str| {
+        mithrilc(&["export-weights", model, "--shape", shape, "--weights", &format!("{blob}/weights.bin"), "-o", &out(to)], &bench)
+    };
+    let (code, stdout, stderr) = export("cnn.json", "input=1,3,32,32", &cnn_fast, "w.npz");
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            1,
+            "",
+            format!(
+                "error: {cnn_fast}/weights.bin: parameter `block1_conv1_weight` is stored in the Winograd layout, which mixes its values: \
+                 they cannot be read back exactly\n  note: compile with --weight-layout plain for a weights.bin that exports (with --grad it always is)\n"
+            )
+            .as_str()
+        )
+    );
+    let (code, stdout, stderr) = export("lenet.json", "input=1,1,28,28", &out("mlp"), "w.npz");
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            1,
+            "",
+            format!(
+                "error: {}/weights.bin: the blob holds 2723904 bytes, and the model's weights take 272960\n  \
+                 note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)\n",
+                out("mlp")
+            )
+            .as_str()
+        )
+    );
+    let (code, _, stderr) = export("mlp.json", "input=1,784", &out("mlp"), "w.npy");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.starts_with("error: cannot write "), "{stderr}");
+    let ggml = ["export-weights", "mlp.json", "--shape", "input=1,784", "--target", "ggml", "--weights", "x.bin", "-o", "w.npz"];
+    let (code, _, stderr) = mithrilc(&ggml, &bench);
+    assert_eq!((code, stderr.as_str()), (2, "error: the ggml target writes no weights.bin (export-weights reads the c, cuda and metal targets' blobs)\n"));
 }
 
 #[test]
@@ -593,6 +708,7 @@ int main(void)
     const double input[1] = {1.0}, target[2] = {3.0, 3.0}, w[2] = {1.0, 2.0}, b[2] = {0.0, 0.0};
     const void *inputs[2];
     double *p = weights, loss;
+    FILE *f;
     inputs[0] = input;
     inputs[1] = target;
     memcpy((char *)weights + TRAIN_WEIGHT_0_OFFSET, w, sizeof w);
@@ -603,6 +719,9 @@ int main(void)
     printf("%.17g %.17g\n", p[0], p[1]);
     p = (double *)(void *)((char *)weights + TRAIN_WEIGHT_1_OFFSET);
     printf("%.17g %.17g\n", p[0], p[1]);
+    f = fopen("trained.bin", "wb");
+    if (!f || fwrite(weights, 1, TRAIN_WEIGHTS_SIZE, f) != TRAIN_WEIGHTS_SIZE || fclose(f) != 0)
+        return 1;
     return 0;
 }
 "#;
@@ -635,11 +754,20 @@ fn an_f64_train_step_updates_in_f64() {
         .output()
         .unwrap();
     assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    let run = Command::new(t.join("step")).output().unwrap();
+    let run = Command::new(t.join("step")).current_dir(&t).output().unwrap();
+    assert!(run.status.success(), "step failed: {}", String::from_utf8_lossy(&run.stderr));
     let got: Vec<f64> = String::from_utf8_lossy(&run.stdout).split_whitespace().map(|w| w.parse().unwrap_or(f64::NAN)).collect();
     // The gradients are [-4, -2] for both (run_grad_of_a_train_model_differentiates_its_loss).
     let want = [5.0, 1.0 - 0.1 * -4.0, 2.0 - 0.1 * -2.0, 0.0 - 0.1 * -4.0, 0.0 - 0.1 * -2.0];
     assert_eq!(got, want);
+
+    // The trained blob, back under the parameters' names.
+    let export = ["export-weights", "train.json", "--grad", "--params", "p.npz", "--weights", "train/trained.bin", "-o", "trained.safetensors"];
+    let (code, stdout, stderr) = mithrilc(&export, dir.path());
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote 2 parameter(s) from train/trained.bin to trained.safetensors\n", ""));
+    let trained = data::read_arrays(&dir.path().join("trained.safetensors")).expect("read trained.safetensors");
+    assert_eq!(trained.arrays["weight"], f64s(&[2, 1], &want[1..3]));
+    assert_eq!(trained.arrays["bias"], f64s(&[2], &want[3..5]));
 }
 
 #[test]

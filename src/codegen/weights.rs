@@ -1,7 +1,8 @@
 //! The weights blob every target loads: each parameter at its offset in the program's
 //! weights layout ([`Storage::Weight`]), in the layout the program stores it in
 //! (`lower::Layout`: row-major unless a target's pass chose another; the transforms are
-//! the C target's, [`stored_values`]), little-endian.
+//! the C target's, [`stored_values`]), little-endian; and [`blob_values`], the same
+//! layout read back (`export-weights`).
 
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
@@ -44,6 +45,68 @@ pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
         Dtype::I32 => put(values, out, |x| (x as i32).to_le_bytes()),
         Dtype::I64 => put(values, out, |x| (x as i64).to_le_bytes()),
         Dtype::Bool => put(values, out, |x| [u8::from(x != 0.0)]),
+    }
+}
+
+/// The parameter values in `blob`, a weights blob of program `p` (after a training step
+/// updated it, say): [`weights_blob`] inverted, in the program's parameter order. Where a
+/// parameter's values went is found by laying out its element numbers with
+/// [`stored_values`] itself, so the layout rules are never written twice: a layout that
+/// only moves elements (row-major, transposed, panels and their zero padding) is undone
+/// exactly; one that mixes them (Winograd) is refused.
+pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
+    if blob.len() as u64 != p.weights_size {
+        return Err(Error::user(format!("the blob holds {} bytes, and the model's weights take {}", blob.len(), p.weights_size))
+            .note("give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)"));
+    }
+    let mut out = Vec::with_capacity(p.weights.len());
+    for port in &p.weights {
+        let name = &port.name;
+        let b = &p.buffers[port.buf.0];
+        let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
+        let n = port.shape.iter().product::<u64>() as usize;
+        // Element i stored as i + 1; the layout's padding stays 0.
+        let numbers = Tensor { dtype: Dtype::F64, shape: port.shape.clone(), data: (1..=n).map(|i| i as f64).collect() };
+        let order = stored_values(&numbers, port.layout);
+        let end = offset as usize + order.data.len() * b.dtype.size();
+        let stored = blob.get(offset as usize..end).and_then(|slot| read_elements(slot, b.dtype));
+        let stored = stored.filter(|s| s.len() == order.data.len());
+        let Some(stored) = stored else { return Err(Error::internal(format!("weight {name} does not fill its place in the blob"))) };
+        let mut values = vec![None; n];
+        for (&number, &x) in order.data.iter().zip(&stored) {
+            if number == 0.0 {
+                continue;
+            }
+            let slot = (number.fract() == 0.0 && number >= 1.0).then(|| values.get_mut(number as usize - 1)).flatten().filter(|v| v.is_none());
+            let Some(slot) = slot else { return Err(mixed_layout(name, port.layout)) };
+            *slot = Some(x);
+        }
+        let data: Option<Vec<f64>> = values.into_iter().collect();
+        let data = data.ok_or_else(|| mixed_layout(name, port.layout))?;
+        out.push((name.clone(), Tensor { dtype: b.dtype, shape: port.shape.clone(), data }));
+    }
+    Ok(out)
+}
+
+/// The error for a parameter whose stored form is not a rearrangement of its values.
+fn mixed_layout(name: &str, layout: crate::lower::Layout) -> Error {
+    Error::user(format!("parameter `{name}` is stored in the {layout:?} layout, which mixes its values: they cannot be read back exactly"))
+        .note("compile with --weight-layout plain for a weights.bin that exports (with --grad it always is)")
+}
+
+/// The little-endian elements of `dtype` that fill `bytes`, as [`write_elements`] writes
+/// them; `None` when `bytes` is not a whole number of them.
+fn read_elements(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
+    fn get<const N: usize>(bytes: &[u8], value: impl Fn([u8; N]) -> f64) -> Option<Vec<f64>> {
+        let chunks = bytes.chunks_exact(N);
+        chunks.remainder().is_empty().then(|| chunks.map(|c| value(c.try_into().expect("N bytes"))).collect())
+    }
+    match dtype {
+        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => get(bytes, |b| f64::from(f32::from_le_bytes(b))),
+        Dtype::F64 => get(bytes, f64::from_le_bytes),
+        Dtype::I32 => get(bytes, |b| f64::from(i32::from_le_bytes(b))),
+        Dtype::I64 => get(bytes, |b| i64::from_le_bytes(b) as f64),
+        Dtype::Bool => get(bytes, |b: [u8; 1]| if b[0] != 0 { 1.0 } else { 0.0 }),
     }
 }
 

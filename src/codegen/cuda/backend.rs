@@ -33,6 +33,10 @@ impl Backend for CudaTarget {
         emit_device(graphs, opts, super::LIBRARY, super::emit)
     }
 
+    fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
+        Ok(Some(crate::backend::device_programs(graphs, opts, super::LIBRARY)?.0))
+    }
+
     /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler
     /// (`$CXX`, else `c++`) for emulation.
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {

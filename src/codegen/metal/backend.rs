@@ -34,6 +34,10 @@ impl Backend for MetalTarget {
         emit_device(graphs, opts, super::LIBRARY, super::emit)
     }
 
+    fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
+        Ok(Some(crate::backend::device_programs(graphs, opts, super::LIBRARY)?.0))
+    }
+
     /// `make` with xcrun's Metal compiler on macOS; the host C and C++ compilers (`$CC`,
     /// `$CXX`) for emulation. Elsewhere a real build is refused: no Metal compiler runs
     /// there.
