@@ -25,6 +25,8 @@ pub trait Backend: Sync {
     fn name(&self) -> &'static str;
     /// What it builds, in a line (for `--help`).
     fn about(&self) -> &'static str;
+    /// What building and running it needs, in a line (for `mithrilc targets`).
+    fn toolchain(&self) -> &'static str;
     /// The program passes a program target runs between lowering and `fuse` (none for a
     /// graph target); `--print-after` takes their names.
     fn program_passes(&self) -> &'static [passes::ProgramPass] {
@@ -193,6 +195,8 @@ pub struct Emitted {
     pub entry: Entry,
     /// Sizes for `--report`.
     pub report: String,
+    /// The same sizes as a JSON object, for `--report json`.
+    pub sizes: serde_json::Value,
 }
 
 /// The function a built artifact's runner calls, by its ports.
@@ -307,14 +311,21 @@ pub fn device_programs(graphs: &Graphs, opts: &EmitOptions, library: crate::lowe
 /// one).
 pub fn program_emitted(files: Vec<(String, Vec<u8>)>, forward: &Program, backward: Option<&Program>) -> Emitted {
     let mut report = memory_report(forward);
+    let mut sizes = memory_sizes(forward);
     if let Some(b) = backward {
         report.push_str("backward pass:\n");
         report.push_str(&memory_report(b));
+        sizes["backward"] = memory_sizes(b);
     }
     let program = backward.unwrap_or(forward);
     let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
     let entry = Entry { name: crate::codegen::names::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs) };
-    Emitted { files, entry, report }
+    Emitted { files, entry, report, sizes }
+}
+
+/// [`memory_report`]'s sizes as JSON (`--report json`), in bytes.
+pub fn memory_sizes(p: &Program) -> serde_json::Value {
+    serde_json::json!({"kernels": p.steps.len(), "weights_bytes": p.weights_size, "arena_bytes": p.arena_size, "peak_live_bytes": p.peak_live})
 }
 
 /// `kernels`, `weights`, `arena` lines of `--report` for one program.

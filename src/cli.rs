@@ -479,9 +479,10 @@ pub struct CompileArgs {
     pub target: &'static dyn Backend,
     pub params: Option<PathBuf>,
     pub out: Option<PathBuf>,
-    /// `build` (default), `source` (no build) or `ir` (print the IR after passes).
-    pub emit: String,
+    pub emit: Emit,
+    /// Print the report of sizes, in `report_format`.
     pub report: bool,
+    pub report_format: ReportFormat,
     /// How the library gets its weights.
     pub weights: WeightsMode,
     /// How the weights blob stores the parameters.
@@ -511,8 +512,9 @@ impl Default for CompileArgs {
             target: &crate::codegen::c::backend::CTarget,
             params: None,
             out: None,
-            emit: "build".into(),
+            emit: Emit::Build,
             report: false,
+            report_format: ReportFormat::Human,
             weights: Default::default(),
             layout: Default::default(),
             cflags: None,
@@ -524,6 +526,28 @@ impl Default for CompileArgs {
             quantize: Default::default(),
         }
     }
+}
+
+/// What `compile` writes (`--emit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Emit {
+    /// Write the files and build them
+    #[default]
+    Build,
+    /// Write the files only
+    Source,
+    /// Print the IR after the passes; write nothing
+    Ir,
+}
+
+/// How `compile --report` prints the sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Lines of text for people
+    #[default]
+    Human,
+    /// One JSON object on stdout, for CI to track budgets
+    Json,
 }
 
 /// Parses `--max NAME=N` arguments.
@@ -563,11 +587,8 @@ fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
 pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
     let graphs = load_graphs(&args.model, &params.iter().collect::<Vec<_>>())?;
-    if args.emit == "ir" {
+    if args.emit == Emit::Ir {
         return Ok(ir::print::print(graphs.main()));
-    }
-    if !matches!(args.emit.as_str(), "build" | "source") {
-        return Err(Error::usage(format!("--emit {}: expected build, source or ir", args.emit)));
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
     let max = parse_max_args(&args.max)?;
@@ -609,7 +630,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         cpu: args.cpu.clone(),
     };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
-    let build = args.emit == "build";
+    let build = args.emit == Emit::Build;
     let mut inputs = vec![args.model.model.clone()];
     inputs.extend(args.params.clone());
     let guard = crate::outdir::Guard { inputs, force: args.force };
@@ -618,12 +639,22 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| {
         if build {
             args.target.build(dir, &config)?;
-            if args.report {
+            if args.report && args.report_format == ReportFormat::Human {
                 built_report = args.target.built_report(dir, &emitted.entry)?;
             }
         }
         Ok(())
     })?;
+    if args.report && args.report_format == ReportFormat::Json {
+        let json = serde_json::json!({
+            "output": out.display().to_string(),
+            "target": args.target.name(),
+            "files": emitted.files.len(),
+            "built": build,
+            "sizes": emitted.sizes,
+        });
+        return Ok(format!("{json}\n"));
+    }
     let mut report = format!("wrote {} ({} files{})\n", out.display(), emitted.files.len(), if build { ", built" } else { "" });
     if args.report {
         report.push_str(&emitted.report);

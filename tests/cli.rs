@@ -350,7 +350,7 @@ fn version() {
 fn help_lists_commands_and_options() {
     let cwd = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cases: &[(&[&str], &[&str])] = &[
-        (&["--help"], &["inspect", "run", "--version"]),
+        (&["--help"], &["inspect", "run", "compile", "export-weights", "targets", "completions", "--version", "--message-format <FORMAT>"]),
         (&["inspect", "--help"], &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>"]),
         (
             &["run", "--help"],
@@ -358,8 +358,12 @@ fn help_lists_commands_and_options() {
         ),
         (
             &["compile", "--help"],
-            &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report"],
+            &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report [<FORMAT>]"],
         ),
+        // Every choice shows its values.
+        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse"]),
+        (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:"]),
+        (&["completions", "--help"], &["[possible values: bash, elvish, fish, powershell, zsh]"]),
     ];
     for (args, options) in cases {
         let (code, stdout, stderr) = mithrilc(args, cwd);
@@ -368,6 +372,128 @@ fn help_lists_commands_and_options() {
             assert!(stdout.contains(option), "mithrilc {args:?} does not mention {option}:\n{stdout}");
         }
     }
+}
+
+/// A choice flag given a value it does not have is a usage error listing the values.
+#[test]
+fn choice_flags_list_their_values() {
+    let dir = tempdir_with(&[("relu.json", FIXED_RELU)]);
+    let (code, stdout, stderr) = mithrilc(&["compile", "relu.json", "--target", "c", "--emit", "asm", "-o", "out"], dir.path());
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert!(stderr.starts_with("error: invalid value 'asm' for '--emit <WHAT>'\n  [possible values: build, source, ir]\n"), "{stderr}");
+    let (code, _, stderr) = mithrilc(&["inspect", "relu.json", "--print-after", "fusion"], dir.path());
+    assert_eq!(code, 2);
+    assert!(stderr.contains("[possible values: shape, autodiff, simplify, c-layout, fuse, attention, memory]"), "{stderr}");
+}
+
+/// `--message-format json`: every error is one JSON object on stderr, with its kind, exit
+/// code, message and notes, and the file (line and column) the message names; clap's
+/// own usage errors too. The human form is unchanged without it.
+#[test]
+fn errors_as_json() {
+    let dir = tempdir_with(&[("relu.json", FIXED_RELU), ("broken.json", "{\"name\": ")]);
+    let json = |args: &[&str]| {
+        let (code, stdout, stderr) = mithrilc(&[args, &["--message-format", "json"]].concat(), dir.path());
+        assert_eq!(stdout, "", "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stderr).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        assert_eq!(v["exit_code"], code, "{stderr}");
+        v
+    };
+    let v = json(&["inspect", "nope.json"]);
+    assert_eq!(
+        v,
+        serde_json::json!({"kind": "user", "exit_code": 1, "message": "cannot read nope.json: No such file or directory", "notes": [], "file": "nope.json"})
+    );
+    let v = json(&["inspect", "broken.json"]);
+    assert_eq!((v["kind"].as_str(), v["file"].as_str(), v["line"].as_u64(), v["column"].as_u64()), (Some("user"), Some("broken.json"), Some(1), Some(9)), "{v}");
+    let v = json(&["compile", "relu.json", "--target", "c", "--max", "B=0", "-o", "out"]);
+    assert_eq!(v["kind"], "usage");
+    assert_eq!(v["message"], "--max B=0: expected NAME=N with N >= 1 (e.g. --max B=64)");
+    assert!(v.get("file").is_none(), "{v}");
+    let v = json(&["run", "relu.json", "--data", "x.npz", "-o", "y.csv"]);
+    assert_eq!((v["kind"].as_str(), v["file"].as_str()), (Some("user"), Some("x.npz")), "{v}");
+    let v = json(&["frobnicate"]);
+    assert_eq!((v["kind"].as_str(), v["exit_code"].as_i64()), (Some("usage"), Some(2)));
+    assert!(v["message"].as_str().unwrap_or_default().starts_with("unrecognized subcommand 'frobnicate'"), "{v}");
+    let v = json(&["inspect", "relu.json", "--shape", "input=1,x-y"]);
+    assert_eq!(v["notes"], serde_json::json!([]));
+    assert_eq!(v["kind"], "usage");
+}
+
+/// `compile --report json` prints the sizes the human report prints, as one object.
+#[test]
+fn report_as_json() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let compile = |out: &str, report: &[&str]| {
+        let (code, stdout, stderr) = compile_linear_source(dir.path(), out, report);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{report:?}");
+        stdout
+    };
+    let human = compile("a", &["--report"]);
+    let v: serde_json::Value = serde_json::from_str(&compile("b", &["--report", "json"])).expect("one JSON object");
+    assert_eq!((v["output"].as_str(), v["target"].as_str(), v["built"].as_bool()), (Some("b"), Some("c"), Some(false)), "{v}");
+    let sizes = &v["sizes"];
+    let number = |key: &str| sizes[key].as_u64().unwrap_or_else(|| panic!("sizes.{key} in {v}"));
+    let bytes = |n: u64| {
+        let digits = n.to_string();
+        digits.chars().enumerate().flat_map(|(i, c)| (i > 0 && (digits.len() - i) % 3 == 0).then_some(',').into_iter().chain([c])).collect::<String>()
+    };
+    let want = format!(
+        "kernels: {}\nweights: {} bytes\narena: {} bytes (peak live {} bytes",
+        number("kernels"),
+        bytes(number("weights_bytes")),
+        bytes(number("arena_bytes")),
+        bytes(number("peak_live_bytes"))
+    );
+    assert!(human.contains(&want), "the human report:\n{human}\ndoes not say what the JSON does:\n{want}");
+    assert!(number("kernels") > 0 && number("weights_bytes") >= 4 * (5 * 4 + 5), "{v}");
+    assert_eq!(human.lines().next(), Some("wrote a (19 files)"));
+}
+
+/// `mithrilc targets` lists each target with what it builds and needs; `--ops` the
+/// op-support table, from the targets' own checks.
+#[test]
+fn targets_and_op_support() {
+    let cwd = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (code, stdout, stderr) = mithrilc(&["targets"], cwd);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    for b in mithrilc::backend::BACKENDS {
+        assert!(stdout.contains(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain())), "{}:\n{stdout}", b.name());
+    }
+    assert!(stdout.starts_with("c\n  builds: portable C99"), "{stdout}");
+
+    let (code, stdout, stderr) = mithrilc(&["targets", "--ops"], cwd);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let row = |op: &str| -> Vec<String> {
+        let line = stdout.lines().find(|l| l.split("  ").next() == Some(op)).unwrap_or_else(|| panic!("no row {op}:\n{stdout}"));
+        // Columns are separated by at least two spaces.
+        line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_string).collect()
+    };
+    let header = row("op");
+    assert_eq!(header, ["op", "c", "cuda", "metal", "ggml", "xla", "takes"]);
+    // What the targets' checks say: runtime-c convolves floats only; ggml has no shifts.
+    assert_eq!(row("conv")[1], "f32 f64");
+    assert_eq!(row("shl")[4], "-");
+    assert_eq!(row("shl")[6], "i32 i64");
+    assert_eq!(row("add")[5], "not bool");
+    for op in ["matmul", "gather", "softmax", "reduce_sum", "where"] {
+        assert_eq!(row(op).len(), 7, "{op}");
+    }
+}
+
+/// `mithrilc completions SHELL` prints a script naming the commands, for every shell.
+#[test]
+fn completions_for_every_shell() {
+    let cwd = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let (code, stdout, stderr) = mithrilc(&["completions", shell], cwd);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{shell}");
+        assert!(stdout.contains("export-weights") && stdout.contains("--weight-layout"), "{shell}:\n{stdout}");
+    }
+    let (code, _, stderr) = mithrilc(&["completions", "tcsh"], cwd);
+    assert_eq!(code, 2, "{stderr}");
 }
 
 // ---------------------------------------------------------------------------
@@ -816,6 +942,12 @@ fn linear_dir(shared: &Path) -> tempfile::TempDir {
     dir
 }
 
+/// `mithrilc compile linear.json --target c --params linear.npz --emit source -o OUT
+/// EXTRA...` in `dir` (a [`linear_dir`]).
+fn compile_linear_source(dir: &Path, out: &str, extra: &[&str]) -> (i32, String, String) {
+    mithrilc(&[&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "-o", out][..], extra].concat(), dir)
+}
+
 /// `-o` never replaces what mithrilc did not write: a directory of the user's, a file,
 /// the current directory or its parents, or the directory holding the model. Its own
 /// output it rewrites, unless its files were edited (then only with --force).
@@ -823,10 +955,7 @@ fn linear_dir(shared: &Path) -> tempfile::TempDir {
 fn compile_never_replaces_what_it_did_not_write() {
     let Some(shared) = shared() else { return };
     let dir = linear_dir(&shared);
-    let compile = |out: &str, extra: &[&str]| {
-        let args = [&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "-o", out][..], extra].concat();
-        mithrilc(&args, dir.path())
-    };
+    let compile = |out: &str, extra: &[&str]| compile_linear_source(dir.path(), out, extra);
     std::fs::create_dir(dir.path().join("mine")).unwrap();
     std::fs::write(dir.path().join("mine/thesis.tex"), "years of work").unwrap();
     assert_eq!(

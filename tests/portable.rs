@@ -177,7 +177,7 @@ fn aarch64_builds_run_under_qemu() {
             target: &CTarget,
             params: Some(dir.join(format!("bench/{model}.safetensors"))),
             out: Some(out.clone()),
-            emit: "source".into(),
+            emit: mithrilc::cli::Emit::Source,
             ..Default::default()
         };
         cli::compile(&args).map_err(|e| format!("{model}: {e}"))?;

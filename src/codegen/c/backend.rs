@@ -26,6 +26,10 @@ impl Backend for CTarget {
         "portable C99 with no allocation: a static library, a shared library, a header and a demo program"
     }
 
+    fn toolchain(&self) -> &'static str {
+        "make and a C99 compiler ($CC, default cc; a cross compiler through $CC)"
+    }
+
     fn program_passes(&self) -> &'static [ProgramPass] {
         super::PASSES
     }
