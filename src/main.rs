@@ -123,7 +123,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,
     },
-    /// Run the model with the reference interpreter
+    /// Run the model with the reference interpreter or a compiled target
     Run {
         #[command(flatten)]
         model: ModelOpts,
@@ -225,16 +225,18 @@ enum Command {
         #[arg(long)]
         ops: bool,
     },
-    /// Print a completion script for SHELL to stdout (e.g. mithrilc completions bash >
-    /// /etc/bash_completion.d/mithrilc)
+    /// Print a shell completion script
+    ///
+    /// For example: mithrilc completions bash > ~/.local/share/bash-completion/completions/mithrilc
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Write a compiled model's weights.bin (after <name>_train_step updated it, or
-    /// copied from a device) back to a parameters file, under the model's parameter
-    /// names. Give the model and the flags it was compiled with: they decide where each
-    /// parameter is in the blob
+    /// Write a compiled model's weights.bin back to a parameters file
+    ///
+    /// The blob (after <name>_train_step updated it, or copied from a device) is read
+    /// under the model's parameter names. Give the model and the flags it was compiled
+    /// with: they decide where each parameter is in the blob
     ExportWeights {
         #[command(flatten)]
         model: ModelOpts,
