@@ -1,5 +1,6 @@
 //! Documentation generated from the code, so that it cannot drift: the op-support
-//! table in `docs/ops.md` (checked by `tests/docs.rs`; `UPDATE_EXPECT=1` rewrites it).
+//! tables in `docs/ops.md` (checked by `tests/docs.rs`; `UPDATE_EXPECT=1` rewrites it),
+//! the targets' one also printed by `mithrilc targets --ops`.
 
 use std::fmt::Write as _;
 
@@ -38,7 +39,7 @@ pub fn ops_markdown() -> String {
     s.push_str("## IR operations\n\n");
     s.push_str("Every IR op has a shape rule (`passes/shape.rs`) and a meaning in the reference interpreter (`interp`), ");
     s.push_str("both exhaustive matches over `ir::Op`, and a vector-Jacobian product in other ops (`passes/autodiff.rs`; an op ");
-    s.push_str("outside what it covers is an error naming the node, never a wrong gradient). Target columns join this table as the targets land.\n\n");
+    s.push_str("outside what it covers is an error naming the node, never a wrong gradient). What each target compiles is under Targets below.\n\n");
     s.push_str("| op | arguments | elementwise | gradient |\n|---|---|---|---|\n");
     let mut seen = std::collections::BTreeSet::new();
     for op in Op::catalogue() {
@@ -53,6 +54,15 @@ pub fn ops_markdown() -> String {
         };
         let grad = crate::passes::autodiff::support(&op);
         let _ = writeln!(s, "| `{}` | {args} | {} | {grad} |", op.name(), if op.is_elementwise() { "yes" } else { "" });
+    }
+    s.push_str("\n## Targets\n\n");
+    let _ = writeln!(s, "{OP_SUPPORT_ABOUT} `mithrilc targets --ops` prints the same table.\n");
+    for (i, row) in op_support_cells().iter().enumerate() {
+        let cells: Vec<String> = row.iter().enumerate().map(|(j, c)| if i > 0 && j == 0 { format!("`{c}`") } else { c.clone() }).collect();
+        let _ = writeln!(s, "| {} |", cells.join(" | "));
+        if i == 0 {
+            let _ = writeln!(s, "|{}", "---|".repeat(row.len()));
+        }
     }
     s
 }
@@ -123,11 +133,16 @@ fn sample(op: &Op, d: Dtype) -> Option<(Graph, ValueId)> {
     Some((g, v))
 }
 
-/// [`op_support`] as the text `mithrilc targets --ops` prints: a column per target,
-/// `all` where it compiles every element type the op takes.
-pub fn op_support_text() -> String {
-    let rows = op_support();
-    let names: Vec<&str> = crate::backend::BACKENDS.iter().map(|b| b.name()).collect();
+/// What [`op_support_text`] and `docs/ops.md` say of the table, above it.
+const OP_SUPPORT_ABOUT: &str = "Element types of its operands each target compiles each IR op in (\"all\": every type in `takes`, those the op \
+accepts; \"not ...\": all but those), asked of the targets' own checks at small static shapes: compile may still refuse other \
+ranks or shapes, saying why.";
+
+/// [`op_support`] as rows of cells, the header first: the op, a column per target
+/// (`all` where it compiles every element type the op takes, `not ...` where it lacks
+/// fewer than it has), and the types the op takes.
+fn op_support_cells() -> Vec<Vec<String>> {
+    let names = crate::backend::BACKENDS.iter().map(|b| b.name());
     let list = |ds: &[Dtype]| ds.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ");
     let cell = |row: &OpSupport, have: &[Dtype]| {
         let lacking: Vec<Dtype> = row.takes.iter().copied().filter(|d| !have.contains(d)).collect();
@@ -138,19 +153,33 @@ pub fn op_support_text() -> String {
             _ => list(have),
         }
     };
-    let mut table: Vec<Vec<String>> = vec![std::iter::once("op").chain(names.iter().copied()).chain(["takes"]).map(str::to_string).collect()];
-    for row in &rows {
+    let mut table: Vec<Vec<String>> = vec![std::iter::once("op").chain(names).chain(["takes"]).map(str::to_string).collect()];
+    for row in op_support() {
         let mut line = vec![row.op.to_string()];
-        line.extend(row.targets.iter().map(|(_, have)| cell(row, have)));
+        line.extend(row.targets.iter().map(|(_, have)| cell(&row, have)));
         line.push(list(&row.takes));
         table.push(line);
     }
+    table
+}
+
+/// [`op_support`] as the text `mithrilc targets --ops` prints, in aligned columns.
+pub fn op_support_text() -> String {
+    let table = op_support_cells();
     let widths: Vec<usize> = (0..table[0].len()).map(|i| table.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
-    let mut s = String::from(
-        "Element types of its operands each target compiles each IR op in (\"all\": every type in `takes`, those the op\n\
-         accepts; \"not ...\": all but those), asked of the targets' own checks at small static shapes: compile may\n\
-         still refuse other ranks or shapes, saying why.\n\n",
-    );
+    let mut s = String::new();
+    let mut line = String::new();
+    for word in OP_SUPPORT_ABOUT.split(' ') {
+        if !line.is_empty() && line.len() + 1 + word.len() > 110 {
+            let _ = writeln!(s, "{line}");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    let _ = writeln!(s, "{line}\n");
     for r in &table {
         let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         let _ = writeln!(s, "{}", cells.join("  ").trim_end());

@@ -292,7 +292,7 @@ fn unknown_subcommand_is_a_usage_error() {
             2,
             "",
             "error: unrecognized subcommand 'frobnicate'\n\n\
-             Usage: mithrilc <COMMAND>\n\n\
+             Usage: mithrilc [OPTIONS] <COMMAND>\n\n\
              For more information, try '--help'.\n"
         )
     );
