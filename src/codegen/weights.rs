@@ -124,3 +124,59 @@ pub fn device_weights(target: &str, p: &Program, opts: &crate::codegen::c::Optio
         (WeightsMode::File, Some(values)) => Ok(Some(("weights.bin".to_string(), weights_blob(p, values)?))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A weight in each layout that only moves values (the panels one zero-padded from 3
+    /// to 32 columns), and an f64 and an i32 one.
+    const MOVED: &str = r#"program m {
+  %b0 = weight @0 "a" : f32[6]
+  %b1 = weight @64 transposed "t" : f32[6]
+  %b2 = weight @128 panels "p" : f32[64]
+  %b3 = weight @384 "d" : f64[2]
+  %b4 = weight @448 "i" : i32[3]
+  param "a" = %b0 [2, 3]
+  param "t" = %b1 [3, 2] transposed
+  param "p" = %b2 [3, 2] panels
+  param "d" = %b3 [2]
+  param "i" = %b4 [3]
+}
+// weights 512 bytes
+"#;
+
+    /// A 3x3 convolution weight stored Winograd-transformed.
+    const MIXED: &str = r#"program m {
+  %b0 = weight @0 winograd "g" : f32[36]
+  param "g" = %b0 [1, 1, 3, 3] winograd
+}
+// weights 192 bytes
+"#;
+
+    fn counting(dtype: Dtype, shape: &[u64]) -> Tensor {
+        let n = shape.iter().product::<u64>();
+        Tensor::new(dtype, shape.to_vec(), (0..n).map(|i| i as f64 * 2.0 - 3.0).collect())
+    }
+
+    #[test]
+    fn blob_values_reads_back_what_weights_blob_wrote() {
+        let p = crate::lower::parse::parse(MOVED).expect("the program parses");
+        let values: Vec<(String, Tensor)> = [("a", Dtype::F32, vec![2, 3]), ("t", Dtype::F32, vec![3, 2]), ("p", Dtype::F32, vec![3, 2]), ("d", Dtype::F64, vec![2]), ("i", Dtype::I32, vec![3])]
+            .into_iter()
+            .map(|(name, dtype, shape)| (name.to_string(), counting(dtype, &shape)))
+            .collect();
+        let blob = weights_blob(&p, &values.iter().cloned().collect()).expect("the blob");
+        // The transposed weight is not stored as given: reading it back undoes something.
+        assert_ne!(blob[64..64 + 24], blob[0..24]);
+        assert_eq!(blob_values(&p, &blob).expect("read back"), values);
+
+        let err = blob_values(&p, &blob[..500]).unwrap_err();
+        assert_eq!(err.to_string(), "the blob holds 500 bytes, and the model's weights take 512\n  note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)");
+
+        let p = crate::lower::parse::parse(MIXED).expect("the program parses");
+        let blob = weights_blob(&p, &[("g".to_string(), counting(Dtype::F32, &[1, 1, 3, 3]))].into_iter().collect()).expect("the blob");
+        let err = blob_values(&p, &blob).unwrap_err();
+        assert_eq!((err.kind, err.message.as_str()), (crate::ErrorKind::User, "parameter `g` is stored in the Winograd layout, which mixes its values: they cannot be read back exactly"));
+    }
+}
