@@ -268,7 +268,8 @@ enum Command {
 /// Whether the raw arguments ask for JSON errors, for the errors clap finds before the
 /// parsed `--message-format` exists.
 fn json_requested() -> bool {
-    let args: Vec<String> = std::env::args().collect();
+    // args_os: an argument that is not UTF-8 (a path) must not panic here.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     args.iter().any(|a| a == "--message-format=json") || args.windows(2).any(|w| w[0] == "--message-format" && w[1] == "json")
 }
 

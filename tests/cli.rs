@@ -419,6 +419,15 @@ fn errors_as_json() {
     let v = json(&["inspect", "relu.json", "--shape", "input=1,x-y"]);
     assert_eq!(v["notes"], serde_json::json!([]));
     assert_eq!(v["kind"], "usage");
+    // An argument that is not UTF-8 (a path) is looked at, not panicked on.
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let args = [b"inspect".as_slice(), b"\xff.json", b"--message-format", b"json"].map(std::ffi::OsStr::from_bytes);
+        let out = Command::new(env!("CARGO_BIN_EXE_mithrilc")).args(args).current_dir(dir.path()).output().expect("mithrilc starts");
+        let v: serde_json::Value = serde_json::from_slice(&out.stderr).expect("one JSON object");
+        assert_eq!((out.status.code(), v["kind"].as_str()), (Some(1), Some("user")), "{v}");
+    }
 }
 
 /// `compile --report json` prints the sizes the human report prints, as one object.
