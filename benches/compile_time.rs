@@ -71,7 +71,7 @@ fn main() {
                 },
                 // A fresh directory each run: replacing the last one would time its check too.
                 out: Some(dir.path().join(format!("out_{n}_{run}"))),
-                emit: "source".into(),
+                emit: mithrilc::cli::Emit::Source,
                 ..Default::default()
             };
             let start = Instant::now();

@@ -25,6 +25,8 @@ pub trait Backend: Sync {
     fn name(&self) -> &'static str;
     /// What it builds, in a line (for `--help`).
     fn about(&self) -> &'static str;
+    /// What building and running it needs, in a line (for `mithrilc targets`).
+    fn toolchain(&self) -> &'static str;
     /// The program passes a program target runs between lowering and `fuse` (none for a
     /// graph target); `--print-after` takes their names.
     fn program_passes(&self) -> &'static [passes::ProgramPass] {
@@ -56,6 +58,12 @@ pub trait Backend: Sync {
     /// Whether `--mesh` can partition the target's program over several devices (XLA's).
     fn shards(&self) -> bool {
         false
+    }
+    /// The program whose weight offsets and layouts the artifact's `weights.bin` has, as
+    /// `emit` lowers it (`export-weights` reads the blob back through it); `None` for a
+    /// target that writes no `weights.bin`.
+    fn weights_program(&self, _graphs: &Graphs, _opts: &EmitOptions) -> Result<Option<Program>> {
+        Ok(None)
     }
 }
 
@@ -193,6 +201,8 @@ pub struct Emitted {
     pub entry: Entry,
     /// Sizes for `--report`.
     pub report: String,
+    /// The same sizes as a JSON object, for `--report json`.
+    pub sizes: serde_json::Value,
 }
 
 /// The function a built artifact's runner calls, by its ports.
@@ -290,11 +300,16 @@ pub type DeviceEmit = fn(&Program, Option<&Program>, &crate::codegen::c::Options
 /// A GPU target's [`Backend::emit`]: the programs lowered with the target's `library`
 /// (every weight row-major: its kernels read any strides) and rendered by `emit`.
 pub fn emit_device(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library, emit: DeviceEmit) -> Result<Emitted> {
-    let lower = crate::lower::Options { max: opts.max.clone(), library };
-    let (forward, backward) = lower_programs(graphs, &lower, &[], &opts.print_after)?;
+    let (forward, backward) = device_programs(graphs, opts, library)?;
     let c = crate::codegen::c::Options::of(opts);
     let files = emit(&forward, backward.as_ref(), &c, opts.precision)?;
     Ok(program_emitted(files, &forward, backward.as_ref()))
+}
+
+/// The programs a GPU target's [`emit_device`] renders, lowered with its `library`.
+pub fn device_programs(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library) -> Result<(Program, Option<Program>)> {
+    let lower = crate::lower::Options { max: opts.max.clone(), library };
+    lower_programs(graphs, &lower, &[], &opts.print_after)
 }
 
 /// What a program target's `emit` returns for the programs it wrote as `files`: the
@@ -302,14 +317,21 @@ pub fn emit_device(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::L
 /// one).
 pub fn program_emitted(files: Vec<(String, Vec<u8>)>, forward: &Program, backward: Option<&Program>) -> Emitted {
     let mut report = memory_report(forward);
+    let mut sizes = memory_sizes(forward);
     if let Some(b) = backward {
         report.push_str("backward pass:\n");
         report.push_str(&memory_report(b));
+        sizes["backward"] = memory_sizes(b);
     }
     let program = backward.unwrap_or(forward);
     let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
     let entry = Entry { name: crate::codegen::names::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs) };
-    Emitted { files, entry, report }
+    Emitted { files, entry, report, sizes }
+}
+
+/// [`memory_report`]'s sizes as JSON (`--report json`), in bytes.
+pub fn memory_sizes(p: &Program) -> serde_json::Value {
+    serde_json::json!({"kernels": p.steps.len(), "weights_bytes": p.weights_size, "arena_bytes": p.arena_size, "peak_live_bytes": p.peak_live})
 }
 
 /// `kernels`, `weights`, `arena` lines of `--report` for one program.

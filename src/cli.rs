@@ -233,6 +233,7 @@ pub struct RunArgs {
     /// whose array is the input `NAME`).
     pub data: Vec<String>,
     pub params: Option<PathBuf>,
+    /// Where the outputs go: a `.npz`, `.npy` (one output) or `.safetensors` file.
     pub output: Option<PathBuf>,
     /// `--triple`: refused unless it is this machine's (compile cross-builds).
     pub triple: Option<String>,
@@ -351,6 +352,10 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     let files: Vec<&ArrayFile> = owned.iter().collect();
     let graphs = load_graphs(&args.model, &files)?;
     let graph = graphs.main();
+    if let Some(path) = &args.output {
+        let names: Vec<String> = graph.outputs.iter().map(|o| o.name.clone()).collect();
+        data::check_output(path, &names)?;
+    }
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = String::new();
@@ -377,9 +382,10 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     };
     match &args.output {
         Some(path) => {
-            data::write_npz(path, &outputs)?;
+            data::write_arrays(path, &outputs)?;
             let _ = writeln!(report, "wrote {} output(s) to {}", outputs.len(), path.display());
-            for (name, _) in &outputs {
+            let npz = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("npz"));
+            for (name, _) in outputs.iter().filter(|_| npz) {
                 let key = data::npz_key(name);
                 if key != *name {
                     let _ = writeln!(report, "note: output `{name}` is the array `{key}` (a name safe to unzip)");
@@ -480,9 +486,10 @@ pub struct CompileArgs {
     pub target: &'static dyn Backend,
     pub params: Option<PathBuf>,
     pub out: Option<PathBuf>,
-    /// `build` (default), `source` (no build) or `ir` (print the IR after passes).
-    pub emit: String,
+    pub emit: Emit,
+    /// Print the report of sizes, in `report_format`.
     pub report: bool,
+    pub report_format: ReportFormat,
     /// How the library gets its weights.
     pub weights: WeightsMode,
     /// How the weights blob stores the parameters.
@@ -515,8 +522,9 @@ impl Default for CompileArgs {
             target: &crate::codegen::c::backend::CTarget,
             params: None,
             out: None,
-            emit: "build".into(),
+            emit: Emit::Build,
             report: false,
+            report_format: ReportFormat::Human,
             weights: Default::default(),
             layout: Default::default(),
             cflags: None,
@@ -529,6 +537,28 @@ impl Default for CompileArgs {
             quantize: Default::default(),
         }
     }
+}
+
+/// What `compile` writes (`--emit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Emit {
+    /// Write the files and build them
+    #[default]
+    Build,
+    /// Write the files only
+    Source,
+    /// Print the IR after the passes; write nothing
+    Ir,
+}
+
+/// How `compile --report` prints the sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Lines of text for people
+    #[default]
+    Human,
+    /// One JSON object on stdout, for CI to track budgets
+    Json,
 }
 
 /// Parses `--max NAME=N` arguments.
@@ -568,11 +598,8 @@ fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
 pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
     let graphs = load_graphs(&args.model, &params.iter().collect::<Vec<_>>())?;
-    if args.emit == "ir" {
+    if args.emit == Emit::Ir {
         return Ok(ir::print::print(graphs.main()));
-    }
-    if !matches!(args.emit.as_str(), "build" | "source") {
-        return Err(Error::usage(format!("--emit {}: expected build, source or ir", args.emit)));
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
     let max = parse_max_args(&args.max)?;
@@ -619,7 +646,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         triple: triple.clone(),
     };
     let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
-    let build = args.emit == "build";
+    let build = args.emit == Emit::Build;
     let mut inputs = vec![args.model.model.clone()];
     inputs.extend(args.params.clone());
     let guard = crate::outdir::Guard { inputs, force: args.force };
@@ -632,18 +659,68 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| {
         if build {
             args.target.build(dir, &config)?;
-            if args.report {
+            if args.report && args.report_format == ReportFormat::Human {
                 built_report = args.target.built_report(dir, &emitted.entry)?;
             }
         }
         Ok(())
     })?;
+    if args.report && args.report_format == ReportFormat::Json {
+        let json = serde_json::json!({
+            "output": out.display().to_string(),
+            "target": args.target.name(),
+            "files": emitted.files.len(),
+            "built": build,
+            "sizes": emitted.sizes,
+        });
+        return Ok(format!("{json}\n"));
+    }
     let mut report = format!("wrote {} ({} files{})\n", out.display(), emitted.files.len(), if build { ", built" } else { "" });
     if args.report {
         report.push_str(&emitted.report);
         report.push_str(&built_report);
     }
     Ok(report)
+}
+
+/// `mithrilc export-weights`: a compiled model's `weights.bin` (after a training step
+/// updated it, or read back from a device) as a parameters file.
+pub struct ExportArgs {
+    /// The model, as it was compiled (the same shapes and `--grad`).
+    pub model: ModelArgs,
+    /// The parameters file it was compiled with, if any: only its shapes are used.
+    pub params: Option<PathBuf>,
+    /// The target it was compiled for, with its `--weight-layout` and `--max`: they
+    /// decide where each parameter is in the blob.
+    pub target: &'static dyn Backend,
+    pub layout: WeightLayout,
+    pub max: Vec<String>,
+    /// The blob.
+    pub weights: PathBuf,
+    /// A `.safetensors`, `.npz` or (one parameter) `.npy` file.
+    pub output: PathBuf,
+}
+
+/// Reads the parameters back from a weights blob through the program the target lowers
+/// the model to, as `compile` with the same flags does
+/// ([`crate::codegen::weights::blob_values`]), and writes them under their names.
+pub fn export_weights(args: &ExportArgs) -> Result<String> {
+    let params = args.params.as_deref().map(data::read_arrays).transpose()?;
+    let graphs = load_graphs(&args.model, &params.iter().collect::<Vec<_>>())?;
+    let max = parse_max_args(&args.max)?;
+    check_max_symbols(&max, graphs.main())?;
+    let source = file_name(&args.model.model);
+    check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
+    let opts = EmitOptions { source: source.clone(), layout: args.layout, max, print_after: args.model.print_after.clone(), ..Default::default() };
+    let program = args.target.weights_program(&graphs, &opts).map_err(|e| e.context(&source))?.ok_or_else(|| {
+        Error::usage(format!("the {} target writes no weights.bin (export-weights reads the c, cuda and metal targets' blobs)", args.target.name()))
+    })?;
+    let names: Vec<String> = program.weights.iter().map(|w| w.name.clone()).collect();
+    data::check_output(&args.output, &names)?;
+    let blob = std::fs::read(&args.weights).map_err(|e| Error::user(format!("cannot read {}: {}", args.weights.display(), crate::error::io_message(&e))))?;
+    let values = crate::codegen::weights::blob_values(&program, &blob).map_err(|e| e.context(args.weights.display()))?;
+    data::write_arrays(&args.output, &values)?;
+    Ok(format!("wrote {} parameter(s) from {} to {}\n", values.len(), args.weights.display(), args.output.display()))
 }
 
 /// The file name alone: generated files name their source without the directory,

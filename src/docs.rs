@@ -1,10 +1,11 @@
 //! Documentation generated from the code, so that it cannot drift: the op-support
-//! table in `docs/ops.md` (checked by `tests/docs.rs`; `UPDATE_EXPECT=1` rewrites it).
+//! tables in `docs/ops.md` (checked by `tests/docs.rs`; `UPDATE_EXPECT=1` rewrites it),
+//! the targets' one also printed by `mithrilc targets --ops`.
 
 use std::fmt::Write as _;
 
 use crate::frontend::mithril::{known_classes, COMPOSITES, MITHRIL_UNSUPPORTED, PRIMITIVES};
-use crate::ir::Op;
+use crate::ir::{Dtype, Graph, Op, Shape, TensorType, ValueId};
 
 /// The contents of `docs/ops.md`.
 pub fn ops_markdown() -> String {
@@ -38,7 +39,7 @@ pub fn ops_markdown() -> String {
     s.push_str("## IR operations\n\n");
     s.push_str("Every IR op has a shape rule (`passes/shape.rs`) and a meaning in the reference interpreter (`interp`), ");
     s.push_str("both exhaustive matches over `ir::Op`, and a vector-Jacobian product in other ops (`passes/autodiff.rs`; an op ");
-    s.push_str("outside what it covers is an error naming the node, never a wrong gradient). Target columns join this table as the targets land.\n\n");
+    s.push_str("outside what it covers is an error naming the node, never a wrong gradient). What each target compiles is under Targets below.\n\n");
     s.push_str("| op | arguments | elementwise | gradient |\n|---|---|---|---|\n");
     let mut seen = std::collections::BTreeSet::new();
     for op in Op::catalogue() {
@@ -53,6 +54,135 @@ pub fn ops_markdown() -> String {
         };
         let grad = crate::passes::autodiff::support(&op);
         let _ = writeln!(s, "| `{}` | {args} | {} | {grad} |", op.name(), if op.is_elementwise() { "yes" } else { "" });
+    }
+    s.push_str("\n## Targets\n\n");
+    let _ = writeln!(s, "{OP_SUPPORT_ABOUT} `mithrilc targets --ops` prints the same table.\n");
+    for (i, row) in op_support_cells().iter().enumerate() {
+        let cells: Vec<String> = row.iter().enumerate().map(|(j, c)| if i > 0 && j == 0 { format!("`{c}`") } else { c.clone() }).collect();
+        let _ = writeln!(s, "| {} |", cells.join(" | "));
+        if i == 0 {
+            let _ = writeln!(s, "|{}", "---|".repeat(row.len()));
+        }
+    }
+    s
+}
+
+/// Which element types each target compiles each IR op in: what
+/// [`crate::backend::check_supported`] asks of every node of a model
+/// ([`crate::backend::Backend::lacks`]), asked of one node of each op of
+/// [`Op::catalogue`] at small static shapes, once per element type of its operands.
+/// A row per op: its name, then per target of [`crate::backend::BACKENDS`] the types it
+/// compiles, out of `takes`, the types the op's shape rule accepts.
+pub struct OpSupport {
+    pub op: &'static str,
+    pub takes: Vec<Dtype>,
+    pub targets: Vec<(&'static str, Vec<Dtype>)>,
+}
+
+/// The op-support table ([`OpSupport`]), in catalogue order.
+pub fn op_support() -> Vec<OpSupport> {
+    let mut rows = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for op in Op::catalogue() {
+        if !seen.insert(op.name()) {
+            continue;
+        }
+        let samples: Vec<(Dtype, Graph, ValueId)> = Dtype::ALL.into_iter().filter_map(|d| sample(&op, d).map(|(g, v)| (d, g, v))).collect();
+        let targets = crate::backend::BACKENDS
+            .iter()
+            .map(|b| (b.name(), samples.iter().filter(|(_, g, v)| b.lacks(g, *v).is_none()).map(|(d, _, _)| *d).collect()))
+            .collect();
+        rows.push(OpSupport { op: op.name(), takes: samples.iter().map(|(d, _, _)| *d).collect(), targets });
+    }
+    rows
+}
+
+/// A graph whose last node applies `op` to operands of element type `d` (a condition
+/// is bool, gather indices i64) at small static shapes that fit the catalogue's
+/// attributes; `None` when the op's shape rule refuses those operands.
+fn sample(op: &Op, d: Dtype) -> Option<(Graph, ValueId)> {
+    let ty = |dtype: Dtype, dims: &[u64]| TensorType::new(dtype, Shape::known(dims));
+    let matrix = ty(d, &[2, 3]);
+    let declared = matrix.clone();
+    let (op, args) = match op {
+        Op::Input | Op::Param | Op::Constant(_) => (op.clone(), vec![]),
+        Op::Iota { .. } => (Op::Iota { shape: Shape::known(&[3]), axis: 0, dtype: d }, vec![]),
+        Op::Unary(_) | Op::Cast { .. } | Op::Reduce { .. } | Op::ArgReduce { .. } | Op::Variance { .. } | Op::Softmax { .. } | Op::StopGradient => {
+            (op.clone(), vec![matrix])
+        }
+        Op::Binary(_) => (op.clone(), vec![matrix.clone(), matrix]),
+        Op::Where => (op.clone(), vec![ty(Dtype::Bool, &[2, 3]), matrix.clone(), matrix]),
+        Op::MatMul => (op.clone(), vec![matrix, ty(d, &[3, 4])]),
+        // The catalogue's convolution and pooling are 1-d with a window of 1.
+        Op::Conv(_) => (op.clone(), vec![ty(d, &[1, 2, 5]), ty(d, &[3, 2, 1])]),
+        Op::Pool(_) => (op.clone(), vec![ty(d, &[1, 2, 5])]),
+        // The catalogue's reshape, transpose, broadcast, slice and pad are of a scalar.
+        Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Slice { .. } | Op::Pad { .. } => (op.clone(), vec![ty(d, &[])]),
+        Op::Concat { .. } => (op.clone(), vec![ty(d, &[2]), ty(d, &[2])]),
+        Op::Gather { .. } => (op.clone(), vec![ty(d, &[3]), ty(Dtype::I64, &[2])]),
+    };
+    let mut g = Graph::new("sample");
+    if let Op::Constant(_) = op {
+        let v = g.add_const(crate::tensor::Tensor::new(d, vec![2], vec![0.0, 1.0]));
+        return Some((g, v));
+    }
+    let ids: Vec<ValueId> = args.iter().map(|t| g.push(Op::Input, vec![], t.clone())).collect();
+    let refs: Vec<&TensorType> = args.iter().collect();
+    let out = crate::passes::shape::infer(&op, &refs, &declared, &g.consts).ok()?;
+    let v = g.push(op, ids, out);
+    Some((g, v))
+}
+
+/// What [`op_support_text`] and `docs/ops.md` say of the table, above it.
+const OP_SUPPORT_ABOUT: &str = "Element types of its operands each target compiles each IR op in (\"all\": every type in `takes`, those the op \
+accepts; \"not ...\": all but those), asked of the targets' own checks at small static shapes: compile may still refuse other \
+ranks or shapes, saying why.";
+
+/// [`op_support`] as rows of cells, the header first: the op, a column per target
+/// (`all` where it compiles every element type the op takes, `not ...` where it lacks
+/// fewer than it has), and the types the op takes.
+fn op_support_cells() -> Vec<Vec<String>> {
+    let names = crate::backend::BACKENDS.iter().map(|b| b.name());
+    let list = |ds: &[Dtype]| ds.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ");
+    let cell = |row: &OpSupport, have: &[Dtype]| {
+        let lacking: Vec<Dtype> = row.takes.iter().copied().filter(|d| !have.contains(d)).collect();
+        match (have, lacking.as_slice()) {
+            ([], _) => "-".to_string(),
+            (_, []) => "all".to_string(),
+            _ if lacking.len() < have.len() => format!("not {}", list(&lacking)),
+            _ => list(have),
+        }
+    };
+    let mut table: Vec<Vec<String>> = vec![std::iter::once("op").chain(names).chain(["takes"]).map(str::to_string).collect()];
+    for row in op_support() {
+        let mut line = vec![row.op.to_string()];
+        line.extend(row.targets.iter().map(|(_, have)| cell(&row, have)));
+        line.push(list(&row.takes));
+        table.push(line);
+    }
+    table
+}
+
+/// [`op_support`] as the text `mithrilc targets --ops` prints, in aligned columns.
+pub fn op_support_text() -> String {
+    let table = op_support_cells();
+    let widths: Vec<usize> = (0..table[0].len()).map(|i| table.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let mut s = String::new();
+    let mut line = String::new();
+    for word in OP_SUPPORT_ABOUT.split(' ') {
+        if !line.is_empty() && line.len() + 1 + word.len() > 110 {
+            let _ = writeln!(s, "{line}");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    let _ = writeln!(s, "{line}\n");
+    for r in &table {
+        let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let _ = writeln!(s, "{}", cells.join("  ").trim_end());
     }
     s
 }

@@ -76,6 +76,56 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl ErrorKind {
+    /// The name `--message-format json` gives the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::User => "user",
+            ErrorKind::Usage => "usage",
+            ErrorKind::Toolchain => "toolchain",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+impl Error {
+    /// The error as one JSON object (`--message-format json`): `kind`, `exit_code`,
+    /// `message`, `notes`, and `file` (with `line` and `column` where given) when the
+    /// message starts by naming one, as messages do (`FILE: ...`, `FILE:LINE:COL: ...`,
+    /// `cannot read FILE: ...`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "kind": self.kind.name(),
+            "exit_code": self.kind.exit_code(),
+            "message": self.message,
+            "notes": self.notes,
+        });
+        if let Some((file, place)) = self.file() {
+            out["file"] = file.into();
+            if let Some((line, column)) = place {
+                out["line"] = line.into();
+                out["column"] = column.into();
+            }
+        }
+        out
+    }
+
+    /// The file the message starts by naming, and the line and column after it if any.
+    fn file(&self) -> Option<(&str, Option<(u64, u64)>)> {
+        let m = &self.message;
+        let m = m.strip_prefix("cannot read ").or_else(|| m.strip_prefix("cannot write ")).unwrap_or(m);
+        let (head, _) = m.split_once(": ")?;
+        let mut parts = head.rsplitn(3, ':');
+        let (col, line, file) = (parts.next(), parts.next(), parts.next());
+        if let (Some(Ok(col)), Some(Ok(line)), Some(file)) = (col.map(str::parse), line.map(str::parse), file) {
+            return Some((file, Some((line, col))));
+        }
+        // A file name has an extension and no spaces: not a `--flag VALUE` or a sentence.
+        let named = !head.contains(' ') && std::path::Path::new(head).extension().is_some();
+        named.then_some((head, None))
+    }
+}
+
 /// An I/O error's message without the trailing ` (os error N)`.
 pub fn io_message(e: &std::io::Error) -> String {
     let s = e.to_string();

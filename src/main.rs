@@ -28,8 +28,19 @@ fn run_target() -> impl TypedValueParser<Value = cli::RunTarget> {
 #[derive(Parser)]
 #[command(name = "mithrilc", version, about = "Ahead-of-time compiler for Mithril models", propagate_version = true)]
 struct Cli {
+    /// How errors are written to stderr: human (text) or json (one object: kind,
+    /// exit_code, message, notes and, when the message names one, file)
+    #[arg(long, global = true, value_enum, default_value_t, value_name = "FORMAT")]
+    message_format: MessageFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+enum MessageFormat {
+    #[default]
+    Human,
+    Json,
 }
 
 #[derive(Args)]
@@ -51,9 +62,9 @@ struct ModelOpts {
     /// becomes N inputs NAME_0 ... NAME_{N-1}
     #[arg(long = "list", value_name = "NAME=N")]
     lists: Vec<String>,
-    /// Print the IR (or, after c-layout, fuse and memory, the program) after this pass,
-    /// to stderr; repeatable (passes: shape, autodiff, simplify, c-layout, fuse, memory)
-    #[arg(long = "print-after", value_name = "PASS")]
+    /// Print the IR (or, after a program pass, the program) after this pass, to stderr;
+    /// repeatable
+    #[arg(long = "print-after", value_name = "PASS", value_parser = PossibleValuesParser::new(backend::pass_names()))]
     print_after: Vec<String>,
 }
 
@@ -112,7 +123,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,
     },
-    /// Run the model with the reference interpreter
+    /// Run the model with the reference interpreter or a compiled target
     Run {
         #[command(flatten)]
         model: ModelOpts,
@@ -125,8 +136,9 @@ enum Command {
         /// Parameters (.safetensors or .npz); arrays named NAME or param/NAME
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,
-        /// Write the outputs to this .npz, one array per output named by its key
-        #[arg(short, long, value_name = "OUT.npz")]
+        /// Write the outputs to this file, by its extension: .npz or .safetensors (every
+        /// output under its key) or .npy (a run with one output)
+        #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
         /// Where to run: the reference interpreter, or a target (compiled, built and run)
         #[arg(long, default_value = "interp", value_name = "TARGET", value_parser = run_target())]
@@ -168,12 +180,13 @@ enum Command {
         /// it wrote them (a directory holding files mithrilc did not write is never replaced)
         #[arg(long)]
         force: bool,
-        /// build: write and build (default); source: write only; ir: print the IR after passes
-        #[arg(long, default_value = "build", value_name = "WHAT")]
-        emit: String,
-        /// Print the kernel count, weights size, arena size and its peak-live lower bound
-        #[arg(long)]
-        report: bool,
+        /// What to produce
+        #[arg(long, value_enum, default_value_t, value_name = "WHAT")]
+        emit: cli::Emit,
+        /// Print the kernel count, weights size, arena size and its peak-live lower bound:
+        /// as text, or (--report json) as one JSON object on stdout
+        #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "human")]
+        report: Option<cli::ReportFormat>,
         /// How the library gets its weights
         #[arg(long, value_enum, default_value_t, value_name = "MODE")]
         weights: WeightsMode,
@@ -212,10 +225,80 @@ enum Command {
         #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
         quantize: mithrilc::codegen::ggml::Quantize,
     },
+    /// List the targets, with what each builds and the tools it needs
+    Targets {
+        /// Instead, the element types each target compiles each IR op in, from the
+        /// targets' own checks
+        #[arg(long)]
+        ops: bool,
+    },
+    /// Print a shell completion script
+    ///
+    /// For example: mithrilc completions bash > ~/.local/share/bash-completion/completions/mithrilc
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write a compiled model's weights.bin back to a parameters file
+    ///
+    /// The blob (after <name>_train_step updated it, or copied from a device) is read
+    /// under the model's parameter names. Give the model and the flags it was compiled
+    /// with: they decide where each parameter is in the blob
+    ExportWeights {
+        #[command(flatten)]
+        model: ModelOpts,
+        #[command(flatten)]
+        grad: GradOpts,
+        /// The target it was compiled for (c, cuda or metal: those that write weights.bin)
+        #[arg(long, value_name = "TARGET", value_parser = compile_target(), default_value = "c")]
+        target: &'static dyn Backend,
+        /// How compile stored the weights (--weight-layout); a Winograd-transformed
+        /// convolution weight cannot be read back: compile with plain to export
+        #[arg(long = "weight-layout", value_enum, default_value_t, value_name = "LAYOUT")]
+        weight_layout: WeightLayout,
+        /// The --max compile was given, as NAME=N; repeatable
+        #[arg(long = "max", value_name = "NAME=N")]
+        max: Vec<String>,
+        /// The parameters file compile was given, if any: its shapes complete the model's
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
+        /// The weights blob
+        #[arg(long, value_name = "WEIGHTS.bin")]
+        weights: PathBuf,
+        /// The parameters file to write, by its extension: .safetensors, .npz or (a model
+        /// with one parameter) .npy
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+    },
+}
+
+/// Whether the raw arguments ask for JSON errors, for the errors clap finds before the
+/// parsed `--message-format` exists.
+fn json_requested() -> bool {
+    // args_os: an argument that is not UTF-8 (a path) must not panic here.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    args.iter().any(|a| a == "--message-format=json") || args.windows(2).any(|w| w[0] == "--message-format" && w[1] == "json")
+}
+
+/// `mithrilc targets`: each target, what it builds and what it needs.
+fn targets() -> String {
+    let mut s = String::new();
+    for b in backend::BACKENDS {
+        s.push_str(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain()));
+    }
+    s
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() && json_requested() => {
+            let error = mithrilc::Error::usage(e.render().to_string().trim_end().trim_start_matches("error: "));
+            eprintln!("{}", error.to_json());
+            return ExitCode::from(error.kind.exit_code() as u8);
+        }
+        Err(e) => e.exit(),
+    };
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
@@ -223,10 +306,20 @@ fn main() -> ExitCode {
             .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output, triple }).map(|(_, report)| report)),
         Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, quantize } => {
             with_grad(model, &grad).and_then(|model| {
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, quantize };
+                let (report, report_format) = (report.is_some(), report.unwrap_or_default());
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, quantize };
                 cli::compile(&args)
             })
         }
+        Command::Targets { ops: false } => Ok(targets()),
+        Command::Targets { ops: true } => Ok(mithrilc::docs::op_support_text()),
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "mithrilc", &mut script);
+            String::from_utf8(script).map_err(|e| mithrilc::Error::internal(format!("the completion script is not UTF-8: {e}")))
+        }
+        Command::ExportWeights { model, grad, target, weight_layout, max, params, weights, output } => with_grad(model, &grad)
+            .and_then(|model| cli::export_weights(&cli::ExportArgs { model, params, target, layout: weight_layout, max, weights, output })),
     };
     match result {
         Ok(text) => {
@@ -234,7 +327,10 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            match cli.message_format {
+                MessageFormat::Human => eprintln!("error: {e}"),
+                MessageFormat::Json => eprintln!("{}", e.to_json()),
+            }
             ExitCode::from(e.kind.exit_code() as u8)
         }
     }

@@ -292,7 +292,7 @@ fn unknown_subcommand_is_a_usage_error() {
             2,
             "",
             "error: unrecognized subcommand 'frobnicate'\n\n\
-             Usage: mithrilc <COMMAND>\n\n\
+             Usage: mithrilc [OPTIONS] <COMMAND>\n\n\
              For more information, try '--help'.\n"
         )
     );
@@ -350,16 +350,20 @@ fn version() {
 fn help_lists_commands_and_options() {
     let cwd = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cases: &[(&[&str], &[&str])] = &[
-        (&["--help"], &["inspect", "run", "--version"]),
+        (&["--help"], &["inspect", "run", "compile", "export-weights", "targets", "completions", "--version", "--message-format <FORMAT>"]),
         (&["inspect", "--help"], &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>"]),
         (
             &["run", "--help"],
-            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <OUT.npz>"],
+            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <FILE>"],
         ),
         (
             &["compile", "--help"],
-            &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report"],
+            &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report [<FORMAT>]"],
         ),
+        // Every choice shows its values.
+        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse"]),
+        (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:"]),
+        (&["completions", "--help"], &["[possible values: bash, elvish, fish, powershell, zsh]"]),
     ];
     for (args, options) in cases {
         let (code, stdout, stderr) = mithrilc(args, cwd);
@@ -368,6 +372,137 @@ fn help_lists_commands_and_options() {
             assert!(stdout.contains(option), "mithrilc {args:?} does not mention {option}:\n{stdout}");
         }
     }
+}
+
+/// A choice flag given a value it does not have is a usage error listing the values.
+#[test]
+fn choice_flags_list_their_values() {
+    let dir = tempdir_with(&[("relu.json", FIXED_RELU)]);
+    let (code, stdout, stderr) = mithrilc(&["compile", "relu.json", "--target", "c", "--emit", "asm", "-o", "out"], dir.path());
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert!(stderr.starts_with("error: invalid value 'asm' for '--emit <WHAT>'\n  [possible values: build, source, ir]\n"), "{stderr}");
+    let (code, _, stderr) = mithrilc(&["inspect", "relu.json", "--print-after", "fusion"], dir.path());
+    assert_eq!(code, 2);
+    assert!(stderr.contains("[possible values: shape, autodiff, simplify, c-layout, fuse, attention, memory]"), "{stderr}");
+}
+
+/// `--message-format json`: every error is one JSON object on stderr, with its kind, exit
+/// code, message and notes, and the file (line and column) the message names; clap's
+/// own usage errors too. The human form is unchanged without it.
+#[test]
+fn errors_as_json() {
+    let dir = tempdir_with(&[("relu.json", FIXED_RELU), ("broken.json", "{\"name\": ")]);
+    let json = |args: &[&str]| {
+        let (code, stdout, stderr) = mithrilc(&[args, &["--message-format", "json"]].concat(), dir.path());
+        assert_eq!(stdout, "", "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stderr).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        assert_eq!(v["exit_code"], code, "{stderr}");
+        v
+    };
+    let v = json(&["inspect", "nope.json"]);
+    assert_eq!(
+        v,
+        serde_json::json!({"kind": "user", "exit_code": 1, "message": "cannot read nope.json: No such file or directory", "notes": [], "file": "nope.json"})
+    );
+    let v = json(&["inspect", "broken.json"]);
+    assert_eq!((v["kind"].as_str(), v["file"].as_str(), v["line"].as_u64(), v["column"].as_u64()), (Some("user"), Some("broken.json"), Some(1), Some(9)), "{v}");
+    let v = json(&["compile", "relu.json", "--target", "c", "--max", "B=0", "-o", "out"]);
+    assert_eq!(v["kind"], "usage");
+    assert_eq!(v["message"], "--max B=0: expected NAME=N with N >= 1 (e.g. --max B=64)");
+    assert!(v.get("file").is_none(), "{v}");
+    let v = json(&["run", "relu.json", "--data", "x.npz", "-o", "y.csv"]);
+    assert_eq!((v["kind"].as_str(), v["file"].as_str()), (Some("user"), Some("x.npz")), "{v}");
+    let v = json(&["frobnicate"]);
+    assert_eq!((v["kind"].as_str(), v["exit_code"].as_i64()), (Some("usage"), Some(2)));
+    assert!(v["message"].as_str().unwrap_or_default().starts_with("unrecognized subcommand 'frobnicate'"), "{v}");
+    let v = json(&["inspect", "relu.json", "--shape", "input=1,x-y"]);
+    assert_eq!(v["notes"], serde_json::json!([]));
+    assert_eq!(v["kind"], "usage");
+    // An argument that is not UTF-8 (a path) is looked at, not panicked on.
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let args = [b"inspect".as_slice(), b"\xff.json", b"--message-format", b"json"].map(std::ffi::OsStr::from_bytes);
+        let out = Command::new(env!("CARGO_BIN_EXE_mithrilc")).args(args).current_dir(dir.path()).output().expect("mithrilc starts");
+        let v: serde_json::Value = serde_json::from_slice(&out.stderr).expect("one JSON object");
+        assert_eq!((out.status.code(), v["kind"].as_str()), (Some(1), Some("user")), "{v}");
+    }
+}
+
+/// `compile --report json` prints the sizes the human report prints, as one object.
+#[test]
+fn report_as_json() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let compile = |out: &str, report: &[&str]| {
+        let (code, stdout, stderr) = compile_linear_source(dir.path(), out, report);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{report:?}");
+        stdout
+    };
+    let human = compile("a", &["--report"]);
+    let v: serde_json::Value = serde_json::from_str(&compile("b", &["--report", "json"])).expect("one JSON object");
+    assert_eq!((v["output"].as_str(), v["target"].as_str(), v["built"].as_bool()), (Some("b"), Some("c"), Some(false)), "{v}");
+    let sizes = &v["sizes"];
+    let number = |key: &str| sizes[key].as_u64().unwrap_or_else(|| panic!("sizes.{key} in {v}"));
+    let bytes = |n: u64| {
+        let digits = n.to_string();
+        digits.chars().enumerate().flat_map(|(i, c)| (i > 0 && (digits.len() - i) % 3 == 0).then_some(',').into_iter().chain([c])).collect::<String>()
+    };
+    let want = format!(
+        "kernels: {}\nweights: {} bytes\narena: {} bytes (peak live {} bytes",
+        number("kernels"),
+        bytes(number("weights_bytes")),
+        bytes(number("arena_bytes")),
+        bytes(number("peak_live_bytes"))
+    );
+    assert!(human.contains(&want), "the human report:\n{human}\ndoes not say what the JSON does:\n{want}");
+    assert!(number("kernels") > 0 && number("weights_bytes") >= 4 * (5 * 4 + 5), "{v}");
+    assert_eq!(human.lines().next(), Some("wrote a (19 files)"));
+}
+
+/// `mithrilc targets` lists each target with what it builds and needs; `--ops` the
+/// op-support table, from the targets' own checks.
+#[test]
+fn targets_and_op_support() {
+    let cwd = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (code, stdout, stderr) = mithrilc(&["targets"], cwd);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    for b in mithrilc::backend::BACKENDS {
+        assert!(stdout.contains(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain())), "{}:\n{stdout}", b.name());
+    }
+    assert!(stdout.starts_with("c\n  builds: portable C99"), "{stdout}");
+
+    let (code, stdout, stderr) = mithrilc(&["targets", "--ops"], cwd);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let row = |op: &str| -> Vec<String> {
+        let line = stdout.lines().find(|l| l.split("  ").next() == Some(op)).unwrap_or_else(|| panic!("no row {op}:\n{stdout}"));
+        // Columns are separated by at least two spaces.
+        line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_string).collect()
+    };
+    let header = row("op");
+    assert_eq!(header, ["op", "c", "cuda", "metal", "ggml", "xla", "takes"]);
+    // What the targets' checks say: runtime-c convolves floats only; ggml has no shifts.
+    assert_eq!(row("conv")[1], "f32 f64");
+    assert_eq!(row("shl")[4], "-");
+    assert_eq!(row("shl")[6], "i32 i64");
+    assert_eq!(row("add")[5], "not bool");
+    for op in ["matmul", "gather", "softmax", "reduce_sum", "where"] {
+        assert_eq!(row(op).len(), 7, "{op}");
+    }
+}
+
+/// `mithrilc completions SHELL` prints a script naming the commands, for every shell.
+#[test]
+fn completions_for_every_shell() {
+    let cwd = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let (code, stdout, stderr) = mithrilc(&["completions", shell], cwd);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{shell}");
+        assert!(stdout.contains("export-weights") && stdout.contains("--weight-layout"), "{shell}:\n{stdout}");
+    }
+    let (code, _, stderr) = mithrilc(&["completions", "tcsh"], cwd);
+    assert_eq!(code, 2, "{stderr}");
 }
 
 // ---------------------------------------------------------------------------
@@ -435,6 +570,121 @@ fn run_linear_writes_its_output() {
     assert_eq!((code, stderr.as_str()), (0, ""));
     assert!(stdout.starts_with("output: f32[3, 5]"), "stdout:\n{stdout}");
     assert_eq!(stdout.lines().count(), 1, "stdout:\n{stdout}");
+}
+
+/// `run -o` writes by the file's extension: .npy and .safetensors hold the same values
+/// as .npz; a .npy for several outputs, or an unknown extension, is a usage error that
+/// says what to give instead, before anything runs (no file is written).
+#[test]
+fn run_writes_outputs_by_extension() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let run = |out: &str, extra: &[&str]| mithrilc(&[&["run", "linear.json", "--data", "linear.npz", "-o", out][..], extra].concat(), dir.path());
+    let mut written = Vec::new();
+    for out in ["y.npz", "y.npy", "y.safetensors"] {
+        let (code, stdout, stderr) = run(out, &[]);
+        assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, format!("wrote 1 output(s) to {out}\n").as_str(), ""), "-o {out}");
+        let file = data::read_arrays(&dir.path().join(out)).expect("read the output back");
+        // A .npy's one array is named after the file.
+        let t = file.arrays.get("output").or_else(|| file.arrays.get("y")).expect("the output array");
+        written.push(t.clone());
+    }
+    assert_eq!(written[0].shape, [3, 5]);
+    assert!(written.iter().all(|t| *t == written[0]), "the formats hold different values");
+
+    // With --grad the run has three outputs: a .npy cannot hold them.
+    let (code, stdout, stderr) = run("g.npy", &["--grad"]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            2,
+            "",
+            "error: cannot write g.npy: a .npy file holds one array, and there are 3 (output, grad/weight, grad/bias)\n  \
+             note: write them to a .npz or .safetensors file, which hold each array under its name\n"
+        )
+    );
+    let (code, _, stderr) = run("g.safetensors", &["--grad"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let grads = data::read_arrays(&dir.path().join("g.safetensors")).expect("read g.safetensors");
+    assert_eq!(grads.arrays.keys().collect::<Vec<_>>(), ["grad/bias", "grad/weight", "output"]);
+
+    let (code, stdout, stderr) = run("y.csv", &[]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (2, "", "error: cannot write y.csv: unknown data file extension (accepted: .npz, .npy, .safetensors)\n")
+    );
+    assert!(!dir.path().join("g.npy").exists() && !dir.path().join("y.csv").exists());
+}
+
+/// `export-weights` reads a compiled model's weights.bin back into the parameters it
+/// was compiled from, exactly, whatever layout compile chose where that layout only
+/// moves values (mlp's and lenet's transposed and panelled matrices); a Winograd-
+/// transformed weight (cnn's, unless --weight-layout plain), a blob of another size and
+/// a target that writes no weights.bin are clear errors.
+#[test]
+fn export_weights_gives_back_the_compiled_parameters() {
+    let Some(shared) = shared() else { return };
+    let bench = shared.join("bench");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = |name: &str| dir.path().join(name).to_str().expect("UTF-8 temp path").to_string();
+    for (model, shape, layout) in [("mlp", "input=1,784", "fast"), ("lenet", "input=1,1,28,28", "fast"), ("cnn", "input=3,3,32,32", "plain")] {
+        let (json, params, built) = (format!("{model}.json"), format!("{model}.safetensors"), out(model));
+        let flags = ["--shape", shape, "--weight-layout", layout];
+        let compile = [&["compile", &json, "--target", "c", "--params", &params, "--emit", "source", "-o", &built][..], &flags].concat();
+        let (code, _, stderr) = mithrilc(&compile, &bench);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{model}");
+        for file in [format!("{model}.safetensors"), format!("{model}.npz")] {
+            let (blob, to) = (format!("{built}/weights.bin"), out(&file));
+            let (code, stdout, stderr) = mithrilc(&[&["export-weights", &json, "--weights", &blob, "-o", &to][..], &flags].concat(), &bench);
+            assert_eq!((code, stderr.as_str()), (0, ""), "{model} to {file}");
+            assert!(stdout.starts_with("wrote "), "{stdout}");
+            let (got, want) = (data::read_arrays(Path::new(&to)).expect("read back"), data::read_arrays(&bench.join(&params)).expect("read params"));
+            assert_eq!(got.arrays.len(), want.arrays.len(), "{model} to {file}");
+            for (name, t) in &want.arrays {
+                assert!(got.arrays.get(name) == Some(t), "{model} to {file}: `{name}` differs");
+            }
+        }
+    }
+
+    let cnn = ["compile", "cnn.json", "--shape", "input=1,3,32,32", "--target", "c", "--params", "cnn.safetensors", "--emit", "source", "-o"];
+    let cnn_fast = out("cnn_fast");
+    assert_eq!(mithrilc(&[&cnn[..], &[cnn_fast.as_str()]].concat(), &bench).0, 0);
+    let export = |model: &str, shape: &str, blob: &str, to: &str| {
+        mithrilc(&["export-weights", model, "--shape", shape, "--weights", &format!("{blob}/weights.bin"), "-o", &out(to)], &bench)
+    };
+    let (code, stdout, stderr) = export("cnn.json", "input=1,3,32,32", &cnn_fast, "w.npz");
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            1,
+            "",
+            format!(
+                "error: {cnn_fast}/weights.bin: parameter `block1_conv1_weight` is stored in the Winograd layout, which mixes its values: \
+                 they cannot be read back exactly\n  note: compile with --weight-layout plain for a weights.bin that exports (with --grad it always is)\n"
+            )
+            .as_str()
+        )
+    );
+    let (code, stdout, stderr) = export("lenet.json", "input=1,1,28,28", &out("mlp"), "w.npz");
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            1,
+            "",
+            format!(
+                "error: {}/weights.bin: the blob holds 2723904 bytes, and the model's weights take 272960\n  \
+                 note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)\n",
+                out("mlp")
+            )
+            .as_str()
+        )
+    );
+    let (code, _, stderr) = export("mlp.json", "input=1,784", &out("mlp"), "w.npy");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.starts_with("error: cannot write "), "{stderr}");
+    let ggml = ["export-weights", "mlp.json", "--shape", "input=1,784", "--target", "ggml", "--weights", "x.bin", "-o", "w.npz"];
+    let (code, _, stderr) = mithrilc(&ggml, &bench);
+    assert_eq!((code, stderr.as_str()), (2, "error: the ggml target writes no weights.bin (export-weights reads the c, cuda and metal targets' blobs)\n"));
 }
 
 #[test]
@@ -593,6 +843,7 @@ int main(void)
     const double input[1] = {1.0}, target[2] = {3.0, 3.0}, w[2] = {1.0, 2.0}, b[2] = {0.0, 0.0};
     const void *inputs[2];
     double *p = weights, loss;
+    FILE *f;
     inputs[0] = input;
     inputs[1] = target;
     memcpy((char *)weights + TRAIN_WEIGHT_0_OFFSET, w, sizeof w);
@@ -603,6 +854,9 @@ int main(void)
     printf("%.17g %.17g\n", p[0], p[1]);
     p = (double *)(void *)((char *)weights + TRAIN_WEIGHT_1_OFFSET);
     printf("%.17g %.17g\n", p[0], p[1]);
+    f = fopen("trained.bin", "wb");
+    if (!f || fwrite(weights, 1, TRAIN_WEIGHTS_SIZE, f) != TRAIN_WEIGHTS_SIZE || fclose(f) != 0)
+        return 1;
     return 0;
 }
 "#;
@@ -635,11 +889,20 @@ fn an_f64_train_step_updates_in_f64() {
         .output()
         .unwrap();
     assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    let run = Command::new(t.join("step")).output().unwrap();
+    let run = Command::new(t.join("step")).current_dir(&t).output().unwrap();
+    assert!(run.status.success(), "step failed: {}", String::from_utf8_lossy(&run.stderr));
     let got: Vec<f64> = String::from_utf8_lossy(&run.stdout).split_whitespace().map(|w| w.parse().unwrap_or(f64::NAN)).collect();
     // The gradients are [-4, -2] for both (run_grad_of_a_train_model_differentiates_its_loss).
     let want = [5.0, 1.0 - 0.1 * -4.0, 2.0 - 0.1 * -2.0, 0.0 - 0.1 * -4.0, 0.0 - 0.1 * -2.0];
     assert_eq!(got, want);
+
+    // The trained blob, back under the parameters' names.
+    let export = ["export-weights", "train.json", "--grad", "--params", "p.npz", "--weights", "train/trained.bin", "-o", "trained.safetensors"];
+    let (code, stdout, stderr) = mithrilc(&export, dir.path());
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote 2 parameter(s) from train/trained.bin to trained.safetensors\n", ""));
+    let trained = data::read_arrays(&dir.path().join("trained.safetensors")).expect("read trained.safetensors");
+    assert_eq!(trained.arrays["weight"], f64s(&[2, 1], &want[1..3]));
+    assert_eq!(trained.arrays["bias"], f64s(&[2], &want[3..5]));
 }
 
 #[test]
@@ -688,6 +951,12 @@ fn linear_dir(shared: &Path) -> tempfile::TempDir {
     dir
 }
 
+/// `mithrilc compile linear.json --target c --params linear.npz --emit source -o OUT
+/// EXTRA...` in `dir` (a [`linear_dir`]).
+fn compile_linear_source(dir: &Path, out: &str, extra: &[&str]) -> (i32, String, String) {
+    mithrilc(&[&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "-o", out][..], extra].concat(), dir)
+}
+
 /// `-o` never replaces what mithrilc did not write: a directory of the user's, a file,
 /// the current directory or its parents, or the directory holding the model. Its own
 /// output it rewrites, unless its files were edited (then only with --force).
@@ -695,10 +964,7 @@ fn linear_dir(shared: &Path) -> tempfile::TempDir {
 fn compile_never_replaces_what_it_did_not_write() {
     let Some(shared) = shared() else { return };
     let dir = linear_dir(&shared);
-    let compile = |out: &str, extra: &[&str]| {
-        let args = [&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "-o", out][..], extra].concat();
-        mithrilc(&args, dir.path())
-    };
+    let compile = |out: &str, extra: &[&str]| compile_linear_source(dir.path(), out, extra);
     std::fs::create_dir(dir.path().join("mine")).unwrap();
     std::fs::write(dir.path().join("mine/thesis.tex"), "years of work").unwrap();
     assert_eq!(

@@ -28,7 +28,7 @@ fn lenet_cross_compiles_for_cortex_m4() {
         model: cli::ModelArgs { model: shared.join("lenet.json"), shapes: vec!["input=1,1,28,28".into()], ..Default::default() },
         params: Some(shared.join("lenet.safetensors")),
         out: Some(out.clone()),
-        emit: "source".into(),
+        emit: mithrilc::cli::Emit::Source,
         report: true,
         weights: mithrilc::codegen::c::WeightsMode::Embed,
         layout: cli::WeightLayout::Fast,

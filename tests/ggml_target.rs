@@ -326,7 +326,7 @@ fn the_documented_api_runs_and_output_is_deterministic() {
         assert!((g - w).abs() <= 1e-5, "got {g}, the reference output {w}");
     }
     let again = dir.path().join("again");
-    cli::compile(&cli::CompileArgs { out: Some(again.clone()), emit: "source".into(), ..args }).unwrap();
+    cli::compile(&cli::CompileArgs { out: Some(again.clone()), emit: mithrilc::cli::Emit::Source, ..args }).unwrap();
     for name in ["mlp.h", "mlp.c", "mlp_demo.c", "Makefile", "mlp.gguf"] {
         assert!(std::fs::read(out.join(name)).unwrap() == std::fs::read(again.join(name)).unwrap(), "{name} differs between two compiles");
     }

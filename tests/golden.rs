@@ -65,7 +65,7 @@ impl Case {
 fn generate(case: &Case, target: &'static dyn Backend, runtime: &[(&str, &str)], keep: impl Fn(&str) -> bool) -> Files {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let args = cli::CompileArgs { model: case.model_args(), target, params: case.params.clone(), out: Some(out.clone()), emit: "source".into(), ..Default::default() };
+    let args = cli::CompileArgs { model: case.model_args(), target, params: case.params.clone(), out: Some(out.clone()), emit: mithrilc::cli::Emit::Source, ..Default::default() };
     cli::compile(&args).map_err(|e| format!("{}: {e}", case.model.display()))?;
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&out).unwrap() {

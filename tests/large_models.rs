@@ -25,7 +25,7 @@ fn compile(kind: Kind, n: usize, grad: bool) -> (String, String) {
             ..Default::default()
         },
         out: Some(dir.path().join("out")),
-        emit: "source".into(),
+        emit: mithrilc::cli::Emit::Source,
         report: true,
         ..Default::default()
     };

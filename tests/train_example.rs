@@ -149,7 +149,7 @@ fn training_with_metal_matches_the_interpreter_under_emulation() {
     let out = tmp.path().join("train-mlp");
     let margs = cli::ModelArgs { model: root.join("examples/train_mlp/train_mlp.json"), grad: Wrt::AllParams, ..Default::default() };
     let target = &mithrilc::codegen::metal::backend::MetalTarget;
-    let args = cli::CompileArgs { model: margs.clone(), target, out: Some(out.clone()), emit: "source".into(), ..Default::default() };
+    let args = cli::CompileArgs { model: margs.clone(), target, out: Some(out.clone()), emit: mithrilc::cli::Emit::Source, ..Default::default() };
     cli::compile(&args).unwrap();
     let make = Command::new("make").current_dir(&out).args(["-s", "train_mlp_host.o", "train_mlp_emu.o", "mithril_metal_emu.o"]).output().unwrap();
     assert!(make.status.success(), "{}", String::from_utf8_lossy(&make.stderr));

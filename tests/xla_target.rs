@@ -407,7 +407,7 @@ fn a_mesh_for_another_target_or_malformed_is_a_usage_error() {
         target,
         params: Some(root.join("examples/mlp/data.npz")),
         out: Some(tmp.path().join("out")),
-        emit: "source".into(),
+        emit: mithrilc::cli::Emit::Source,
         mesh: Some(mesh.into()),
         ..Default::default()
     };

@@ -1,7 +1,8 @@
 //! The weights blob every target loads: each parameter at its offset in the program's
 //! weights layout ([`Storage::Weight`]), in the layout the program stores it in
 //! (`lower::Layout`: row-major unless a target's pass chose another; the transforms are
-//! the C target's, [`stored_values`]), little-endian.
+//! the C target's, [`stored_values`]), little-endian; and [`blob_values`], the same
+//! layout read back (`export-weights`).
 
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
@@ -47,6 +48,68 @@ pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
     }
 }
 
+/// The parameter values in `blob`, a weights blob of program `p` (after a training step
+/// updated it, say): [`weights_blob`] inverted, in the program's parameter order. Where a
+/// parameter's values went is found by laying out its element numbers with
+/// [`stored_values`] itself, so the layout rules are never written twice: a layout that
+/// only moves elements (row-major, transposed, panels and their zero padding) is undone
+/// exactly; one that mixes them (Winograd) is refused.
+pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
+    if blob.len() as u64 != p.weights_size {
+        return Err(Error::user(format!("the blob holds {} bytes, and the model's weights take {}", blob.len(), p.weights_size))
+            .note("give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)"));
+    }
+    let mut out = Vec::with_capacity(p.weights.len());
+    for port in &p.weights {
+        let name = &port.name;
+        let b = &p.buffers[port.buf.0];
+        let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
+        let n = port.shape.iter().product::<u64>() as usize;
+        // Element i stored as i + 1; the layout's padding stays 0.
+        let numbers = Tensor { dtype: Dtype::F64, shape: port.shape.clone(), data: (1..=n).map(|i| i as f64).collect() };
+        let order = stored_values(&numbers, port.layout);
+        let end = offset as usize + order.data.len() * b.dtype.size();
+        let stored = blob.get(offset as usize..end).and_then(|slot| read_elements(slot, b.dtype));
+        let stored = stored.filter(|s| s.len() == order.data.len());
+        let Some(stored) = stored else { return Err(Error::internal(format!("weight {name} does not fill its place in the blob"))) };
+        let mut values = vec![None; n];
+        for (&number, &x) in order.data.iter().zip(&stored) {
+            if number == 0.0 {
+                continue;
+            }
+            let slot = (number.fract() == 0.0 && number >= 1.0).then(|| values.get_mut(number as usize - 1)).flatten().filter(|v| v.is_none());
+            let Some(slot) = slot else { return Err(mixed_layout(name, port.layout)) };
+            *slot = Some(x);
+        }
+        let data: Option<Vec<f64>> = values.into_iter().collect();
+        let data = data.ok_or_else(|| mixed_layout(name, port.layout))?;
+        out.push((name.clone(), Tensor { dtype: b.dtype, shape: port.shape.clone(), data }));
+    }
+    Ok(out)
+}
+
+/// The error for a parameter whose stored form is not a rearrangement of its values.
+fn mixed_layout(name: &str, layout: crate::lower::Layout) -> Error {
+    Error::user(format!("parameter `{name}` is stored in the {layout:?} layout, which mixes its values: they cannot be read back exactly"))
+        .note("compile with --weight-layout plain for a weights.bin that exports (with --grad it always is)")
+}
+
+/// The little-endian elements of `dtype` that fill `bytes`, as [`write_elements`] writes
+/// them; `None` when `bytes` is not a whole number of them.
+fn read_elements(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
+    fn get<const N: usize>(bytes: &[u8], value: impl Fn([u8; N]) -> f64) -> Option<Vec<f64>> {
+        let chunks = bytes.chunks_exact(N);
+        chunks.remainder().is_empty().then(|| chunks.map(|c| value(c.try_into().expect("N bytes"))).collect())
+    }
+    match dtype {
+        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => get(bytes, |b| f64::from(f32::from_le_bytes(b))),
+        Dtype::F64 => get(bytes, f64::from_le_bytes),
+        Dtype::I32 => get(bytes, |b| f64::from(i32::from_le_bytes(b))),
+        Dtype::I64 => get(bytes, |b| i64::from_le_bytes(b) as f64),
+        Dtype::Bool => get(bytes, |b: [u8; 1]| if b[0] != 0 { 1.0 } else { 0.0 }),
+    }
+}
+
 /// `weights.bin` for a GPU target (`target`, for messages), whose weights live in
 /// memory the caller fills: written with `--weights file` when parameter values were
 /// given; none with `--weights safetensors`, whose demo reads the parameters from a
@@ -59,5 +122,61 @@ pub fn device_weights(target: &str, p: &Program, opts: &crate::codegen::c::Optio
         ))),
         (WeightsMode::Safetensors, _) | (WeightsMode::File, None) => Ok(None),
         (WeightsMode::File, Some(values)) => Ok(Some(("weights.bin".to_string(), weights_blob(p, values)?))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A weight in each layout that only moves values (the panels one zero-padded from 3
+    /// to 32 columns), and an f64 and an i32 one.
+    const MOVED: &str = r#"program m {
+  %b0 = weight @0 "a" : f32[6]
+  %b1 = weight @64 transposed "t" : f32[6]
+  %b2 = weight @128 panels "p" : f32[64]
+  %b3 = weight @384 "d" : f64[2]
+  %b4 = weight @448 "i" : i32[3]
+  param "a" = %b0 [2, 3]
+  param "t" = %b1 [3, 2] transposed
+  param "p" = %b2 [3, 2] panels
+  param "d" = %b3 [2]
+  param "i" = %b4 [3]
+}
+// weights 512 bytes
+"#;
+
+    /// A 3x3 convolution weight stored Winograd-transformed.
+    const MIXED: &str = r#"program m {
+  %b0 = weight @0 winograd "g" : f32[36]
+  param "g" = %b0 [1, 1, 3, 3] winograd
+}
+// weights 192 bytes
+"#;
+
+    fn counting(dtype: Dtype, shape: &[u64]) -> Tensor {
+        let n = shape.iter().product::<u64>();
+        Tensor::new(dtype, shape.to_vec(), (0..n).map(|i| i as f64 * 2.0 - 3.0).collect())
+    }
+
+    #[test]
+    fn blob_values_reads_back_what_weights_blob_wrote() {
+        let p = crate::lower::parse::parse(MOVED).expect("the program parses");
+        let values: Vec<(String, Tensor)> = [("a", Dtype::F32, vec![2, 3]), ("t", Dtype::F32, vec![3, 2]), ("p", Dtype::F32, vec![3, 2]), ("d", Dtype::F64, vec![2]), ("i", Dtype::I32, vec![3])]
+            .into_iter()
+            .map(|(name, dtype, shape)| (name.to_string(), counting(dtype, &shape)))
+            .collect();
+        let blob = weights_blob(&p, &values.iter().cloned().collect()).expect("the blob");
+        // The transposed weight is not stored as given: reading it back undoes something.
+        assert_ne!(blob[64..64 + 24], blob[0..24]);
+        assert_eq!(blob_values(&p, &blob).expect("read back"), values);
+
+        let err = blob_values(&p, &blob[..500]).unwrap_err();
+        assert_eq!(err.to_string(), "the blob holds 500 bytes, and the model's weights take 512\n  note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)");
+
+        let p = crate::lower::parse::parse(MIXED).expect("the program parses");
+        let blob = weights_blob(&p, &[("g".to_string(), counting(Dtype::F32, &[1, 1, 3, 3]))].into_iter().collect()).expect("the blob");
+        let err = blob_values(&p, &blob).unwrap_err();
+        assert_eq!((err.kind, err.message.as_str()), (crate::ErrorKind::User, "parameter `g` is stored in the Winograd layout, which mixes its values: they cannot be read back exactly"));
     }
 }

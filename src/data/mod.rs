@@ -1,5 +1,5 @@
-//! Data files: named arrays read from `.npz`, `.npy` and `.safetensors` files, and
-//! written to `.npz` and `.npy`.
+//! Data files: named arrays read from and written to `.npz`, `.npy` and `.safetensors`
+//! files, the format chosen by the file's extension.
 //!
 //! The formats are handled by their crates (`npyz`, `zip`, `safetensors`); this module
 //! dispatches on the file extension, turns every failure into a user error that names
@@ -38,20 +38,22 @@ enum Format {
 }
 
 impl Format {
-    fn of(path: &Path) -> Result<Format> {
+    /// The format of `path`'s extension (any case), if it names one.
+    fn by_extension(path: &Path) -> Option<Format> {
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
-        if ext.eq_ignore_ascii_case("npz") {
-            Ok(Format::Npz)
-        } else if ext.eq_ignore_ascii_case("npy") {
-            Ok(Format::Npy)
-        } else if ext.eq_ignore_ascii_case("safetensors") {
-            Ok(Format::Safetensors)
-        } else {
-            Err(crate::user_error!(
+        [("npz", Format::Npz), ("npy", Format::Npy), ("safetensors", Format::Safetensors)]
+            .into_iter()
+            .find(|(name, _)| ext.eq_ignore_ascii_case(name))
+            .map(|(_, format)| format)
+    }
+
+    fn of(path: &Path) -> Result<Format> {
+        Format::by_extension(path).ok_or_else(|| {
+            crate::user_error!(
                 "cannot read {}: unknown data file extension (expected .npz, .npy or .safetensors)",
                 path.display()
-            ))
-        }
+            )
+        })
     }
 }
 
@@ -213,11 +215,56 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
     out.flush().map_err(|e| write_error(path, &e))
 }
 
-#[cfg(test)]
-mod tests;
-
 /// The bytes of a `.safetensors` file holding `arrays`, each in its own dtype, laid out
 /// in name order with a sorted header: the same arrays always give the same bytes.
 pub fn safetensors_bytes(arrays: &[(String, Tensor)]) -> Result<Vec<u8>> {
     safetensors::encode(arrays)
 }
+
+/// Writes `arrays` to a `.safetensors` file ([`safetensors_bytes`]), each under its
+/// name as it is (`grad/w` stays `grad/w`: safetensors keys are plain strings).
+pub fn write_safetensors(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
+    for (name, t) in arrays {
+        check_tensor(path, name, t)?;
+    }
+    let bytes = safetensors_bytes(arrays).map_err(|e| crate::user_error!("cannot write {}: {}", path.display(), e.message))?;
+    std::fs::write(path, bytes).map_err(|e| write_error(path, &e))
+}
+
+/// Refuses, before anything is computed, an output file that [`write_arrays`] would
+/// refuse for arrays named `names`: an extension other than `.npz`, `.npy` and
+/// `.safetensors`, or a `.npy` (which holds one array) for any number of arrays but one.
+/// Both are usage errors: the command line asks for what cannot be written.
+pub fn check_output(path: &Path, names: &[String]) -> Result<()> {
+    match Format::by_extension(path) {
+        None => Err(Error::usage(format!(
+            "cannot write {}: unknown data file extension (accepted: .npz, .npy, .safetensors)",
+            path.display()
+        ))),
+        Some(Format::Npy) if names.len() != 1 => Err(Error::usage(format!(
+            "cannot write {}: a .npy file holds one array, and there are {} ({})",
+            path.display(),
+            names.len(),
+            names.join(", ")
+        ))
+        .note("write them to a .npz or .safetensors file, which hold each array under its name")),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Writes `arrays` in the format of `path`'s extension: [`write_npz`], [`write_npy`]
+/// (exactly one array) or [`write_safetensors`]; anything else is refused as
+/// [`check_output`] says.
+pub fn write_arrays(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
+    let names: Vec<String> = arrays.iter().map(|(name, _)| name.clone()).collect();
+    check_output(path, &names)?;
+    match (Format::of(path)?, arrays) {
+        (Format::Npz, _) => write_npz(path, arrays),
+        (Format::Npy, [(_, t)]) => write_npy(path, t),
+        (Format::Safetensors, _) => write_safetensors(path, arrays),
+        (Format::Npy, _) => Err(crate::internal_error!("check_output let {} arrays into a .npy", arrays.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests;

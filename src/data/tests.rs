@@ -566,3 +566,58 @@ fn safetensors_written_are_read_back_in_every_dtype_and_deterministic() {
     let twice = vec![("a".to_string(), Tensor::scalar(Dtype::F32, 1.0)), ("a".to_string(), Tensor::scalar(Dtype::F32, 2.0))];
     assert_eq!(super::safetensors_bytes(&twice).unwrap_err().to_string(), "cannot write safetensors: tensor name 'a' is used twice");
 }
+
+/// `write_arrays` picks the writer by extension, and what each writes reads back
+/// unchanged; the safetensors file's layout is as the format specifies it: an 8-byte
+/// little-endian header length, a JSON header, then the data, each tensor's
+/// `data_offsets` a `[begin, end)` range of its bytes, in order, with no gaps, the last
+/// ending where the file does.
+#[test]
+fn write_arrays_by_extension_round_trips() {
+    let arrays: Vec<(String, Tensor)> = vec![
+        ("z".into(), Tensor::new(Dtype::F32, vec![2, 3], vec![0.5, -1.25, 3.0, 1e-8, -0.0, 7.0])),
+        ("grad/w".into(), Tensor::new(Dtype::F64, vec![3], vec![0.1, 0.2, 0.3])),
+        ("h".into(), Tensor::new(Dtype::F16, vec![1], vec![1.5])),
+        ("i".into(), Tensor::new(Dtype::I64, vec![2], vec![-7.0, 9.0])),
+        ("p".into(), Tensor::new(Dtype::Bool, vec![3], vec![1.0, 0.0, 1.0])),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    for file in ["all.npz", "all.SAFETENSORS"] {
+        let path = dir.path().join(file);
+        super::write_arrays(&path, &arrays).expect("write");
+        let back = read_arrays(&path).expect("read back");
+        assert_eq!(back.arrays.len(), arrays.len(), "{file}");
+        for (name, t) in &arrays {
+            assert_eq!(&back.arrays[name], t, "{file}: {name}");
+        }
+    }
+    let one = dir.path().join("one.npy");
+    super::write_arrays(&one, &arrays[..1]).expect("write one.npy");
+    assert_eq!(read_arrays(&one).expect("read one.npy").arrays["one"], arrays[0].1);
+
+    let bytes = std::fs::read(dir.path().join("all.SAFETENSORS")).expect("read the bytes");
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes[8..8 + header_len]).expect("the header is a JSON object");
+    let mut ranges: Vec<(u64, u64, &str)> = header
+        .iter()
+        .map(|(name, info)| {
+            let offsets = info["data_offsets"].as_array().expect("data_offsets");
+            (offsets[0].as_u64().expect("begin"), offsets[1].as_u64().expect("end"), name.as_str())
+        })
+        .collect();
+    ranges.sort();
+    let names: Vec<&str> = ranges.iter().map(|r| r.2).collect();
+    assert_eq!(names, ["grad/w", "h", "i", "p", "z"], "the data is laid out in name order");
+    let mut at = 0;
+    for (begin, end, name) in ranges {
+        assert_eq!(begin, at, "a gap or overlap before {name}");
+        at = end;
+    }
+    assert_eq!(8 + header_len as u64 + at, bytes.len() as u64, "the data ends where the file does");
+
+    let err = super::write_arrays(&dir.path().join("two.npy"), &arrays[..2]).unwrap_err();
+    assert_eq!((err.kind, err.message.ends_with("there are 2 (z, grad/w)")), (crate::ErrorKind::Usage, true), "{err}");
+    let err = super::write_arrays(&dir.path().join("all.txt"), &arrays).unwrap_err();
+    assert_eq!(err.message, format!("cannot write {}: unknown data file extension (accepted: .npz, .npy, .safetensors)", dir.path().join("all.txt").display()));
+    assert!(!dir.path().join("two.npy").exists() && !dir.path().join("all.txt").exists());
+}

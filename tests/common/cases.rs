@@ -266,7 +266,7 @@ pub fn symbolic_batch_under_emulation(
         target,
         params: Some(params_path.clone()),
         out: Some(out.to_path_buf()),
-        emit: "source".into(),
+        emit: mithrilc::cli::Emit::Source,
         max: vec![format!("B={max}")],
         ..Default::default()
     };
@@ -296,7 +296,7 @@ pub fn safetensors_demo_under_emulation(dir: &Path, target: &'static dyn mithril
         target,
         params: Some(dir.join("bench/lenet.safetensors")),
         out: Some(out.clone()),
-        emit: "source".into(),
+        emit: mithrilc::cli::Emit::Source,
         weights: cli::WeightsMode::Safetensors,
         ..Default::default()
     };

@@ -11,6 +11,7 @@ use crate::data;
 use crate::error::{Error, Result};
 use crate::codegen::cstyle::Dialect;
 use crate::ir::{Graph, ValueId};
+use crate::lower::Program;
 use crate::passes::ProgramPass;
 use crate::tensor::Tensor;
 
@@ -25,6 +26,10 @@ impl Backend for CTarget {
         "portable C99 with no allocation: a static library, a shared library, a header and a demo program"
     }
 
+    fn toolchain(&self) -> &'static str {
+        "make and a C99 compiler ($CC, default cc; a cross compiler through $CC)"
+    }
+
     fn program_passes(&self) -> &'static [ProgramPass] {
         super::PASSES
     }
@@ -36,15 +41,14 @@ impl Backend for CTarget {
     }
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
-        // Training updates the weights in place with row-major gradients, and the
-        // forward and backward programs share one blob: both store them row-major.
-        let row_major = opts.layout == WeightLayout::Plain || graphs.backward.is_some();
-        let passes = if row_major { super::PASSES_ROW_MAJOR } else { super::PASSES };
-        let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY };
-        let (forward, backward) = lower_programs(graphs, &lower, passes, &opts.print_after)?;
+        let (forward, backward) = programs(graphs, opts)?;
         let c = super::Options::of(opts);
         let files = super::emit(&forward, backward.as_ref(), &c)?;
         Ok(program_emitted(files, &forward, backward.as_ref()))
+    }
+
+    fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<Program>> {
+        Ok(Some(programs(graphs, opts)?.0))
     }
 
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
@@ -54,6 +58,16 @@ impl Backend for CTarget {
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
         run_demo(&dir.join(format!("{}_demo", entry.name)), dir, entry, feeds, &[])
     }
+}
+
+/// The forward (and backward) program the C target renders, with its program passes.
+fn programs(graphs: &Graphs, opts: &EmitOptions) -> Result<(Program, Option<Program>)> {
+    // Training updates the weights in place with row-major gradients, and the
+    // forward and backward programs share one blob: both store them row-major.
+    let row_major = opts.layout == WeightLayout::Plain || graphs.backward.is_some();
+    let passes = if row_major { super::PASSES_ROW_MAJOR } else { super::PASSES };
+    let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY };
+    lower_programs(graphs, &lower, passes, &opts.print_after)
 }
 
 /// Runs a demo program built in `dir` (the C target's, or another target's built from

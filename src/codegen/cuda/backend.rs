@@ -24,6 +24,10 @@ impl Backend for CudaTarget {
         "CUDA C++ for NVIDIA GPUs (sm_80 and newer), built with nvcc: a shared library, a header and a demo program"
     }
 
+    fn toolchain(&self) -> &'static str {
+        "make and nvcc from the CUDA toolkit, an NVIDIA GPU to run; run --emulate: a C++ compiler ($CXX, default c++)"
+    }
+
     /// What lowering cannot express, and element types the dialect lacks.
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         program_target_lacks(graph, v, |d| super::Cuda.supports(d))
@@ -31,6 +35,10 @@ impl Backend for CudaTarget {
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         emit_device(graphs, opts, super::LIBRARY, super::emit)
+    }
+
+    fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
+        Ok(Some(crate::backend::device_programs(graphs, opts, super::LIBRARY)?.0))
     }
 
     /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler

@@ -28,6 +28,10 @@ impl Backend for GgmlTarget {
         "C that builds the model's ggml graph (CPU backend, weights in GGUF): a shared library, a header and a demo program"
     }
 
+    fn toolchain(&self) -> &'static str {
+        "make, a C compiler ($CC) and ggml ($MITHRILC_GGML, or the ggml wheel in mithrilc's cache)"
+    }
+
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         super::writer::lacks(graph, v)
     }
@@ -39,7 +43,7 @@ impl Backend for GgmlTarget {
         let ports = graph.inputs().filter_map(|v| graph.node(v).name.clone()).collect();
         let entry = Entry { name: identifier(&graph.name), inputs: ports, outputs: graph.outputs.iter().map(|o| o.name.clone()).collect() };
         let size: usize = files.iter().find(|(n, _)| n.ends_with(".gguf")).map_or(0, |(_, b)| b.len());
-        Ok(Emitted { files, entry, report: format!("gguf: {} bytes\n", crate::cli::group(size as u64)) })
+        Ok(Emitted { files, entry, report: format!("gguf: {} bytes\n", crate::cli::group(size as u64)), sizes: serde_json::json!({"gguf_bytes": size}) })
     }
 
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {

@@ -25,6 +25,10 @@ impl Backend for MetalTarget {
         "Metal Shading Language kernels and C host code for Apple GPUs, built on macOS with xcrun: a metallib, a library, a header and a demo program"
     }
 
+    fn toolchain(&self) -> &'static str {
+        "make and xcrun metal (macOS with Xcode); run --emulate: C and C++ compilers ($CC, $CXX)"
+    }
+
     /// What lowering cannot express, and element types Metal lacks (f64).
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         program_target_lacks(graph, v, |d| super::Metal.supports(d))
@@ -32,6 +36,10 @@ impl Backend for MetalTarget {
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         emit_device(graphs, opts, super::LIBRARY, super::emit)
+    }
+
+    fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
+        Ok(Some(crate::backend::device_programs(graphs, opts, super::LIBRARY)?.0))
     }
 
     /// `make` with xcrun's Metal compiler on macOS; the host C and C++ compilers (`$CC`,

@@ -29,6 +29,10 @@ impl Backend for XlaTarget {
         "XLA HLO text run through PJRT (jaxlib's CPU client): HLO modules, weights as safetensors and a Python runner"
     }
 
+    fn toolchain(&self) -> &'static str {
+        "Python 3 with the pinned jax and jaxlib (a build without them says the pip command)"
+    }
+
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         super::lacks(graph, v)
     }
@@ -43,8 +47,10 @@ impl Backend for XlaTarget {
             inputs: names(&mut g.inputs()),
             outputs: g.outputs.iter().map(|o| o.name.clone()).collect(),
         };
-        let report = files.iter().filter(|(f, _)| f.ends_with(".hlo")).map(|(f, text)| format!("{f}: {} instructions\n", instructions(&String::from_utf8_lossy(text)))).collect();
-        Ok(Emitted { files, entry, report })
+        let modules: Vec<(&String, usize)> = files.iter().filter(|(f, _)| f.ends_with(".hlo")).map(|(f, text)| (f, instructions(&String::from_utf8_lossy(text)))).collect();
+        let report = modules.iter().map(|(f, n)| format!("{f}: {n} instructions\n")).collect();
+        let sizes = serde_json::json!({"hlo_instructions": modules.iter().map(|(f, n)| (f.to_string(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>()});
+        Ok(Emitted { files, entry, report, sizes })
     }
 
     /// Parses, verifies and compiles every module through PJRT (`run_hlo.py --check`).
