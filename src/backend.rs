@@ -201,7 +201,7 @@ pub struct Emitted {
     pub entry: Entry,
     /// Sizes for `--report`.
     pub report: String,
-    /// The same sizes as a JSON object, for `--report json`.
+    /// The same sizes as a JSON object, for `--report=json`.
     pub sizes: serde_json::Value,
 }
 
@@ -329,7 +329,7 @@ pub fn program_emitted(files: Vec<(String, Vec<u8>)>, forward: &Program, backwar
     Emitted { files, entry, report, sizes }
 }
 
-/// [`memory_report`]'s sizes as JSON (`--report json`), in bytes.
+/// [`memory_report`]'s sizes as JSON (`--report=json`), in bytes.
 pub fn memory_sizes(p: &Program) -> serde_json::Value {
     serde_json::json!({"kernels": p.steps.len(), "weights_bytes": p.weights_size, "arena_bytes": p.arena_size, "peak_live_bytes": p.peak_live})
 }

@@ -184,8 +184,9 @@ enum Command {
         #[arg(long, value_enum, default_value_t, value_name = "WHAT")]
         emit: cli::Emit,
         /// Print the kernel count, weights size, arena size and its peak-live lower bound:
-        /// as text, or (--report json) as one JSON object on stdout
-        #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "human")]
+        /// as text, or (--report=json) as one JSON object on stdout. The `=` is required,
+        /// so a bare --report never takes the next argument as its format
+        #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1, require_equals = true, default_missing_value = "human")]
         report: Option<cli::ReportFormat>,
         /// How the library gets its weights
         #[arg(long, value_enum, default_value_t, value_name = "MODE")]
