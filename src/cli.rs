@@ -697,6 +697,8 @@ pub struct ExportArgs {
     pub max: Vec<String>,
     /// The blob.
     pub weights: PathBuf,
+    /// The header compile wrote with the blob (default: `<name>.h` beside it, if there).
+    pub header: Option<PathBuf>,
     /// A `.safetensors`, `.npz` or (one parameter) `.npy` file.
     pub output: PathBuf,
 }
@@ -719,8 +721,43 @@ pub fn export_weights(args: &ExportArgs) -> Result<String> {
     data::check_output(&args.output, &names)?;
     let blob = std::fs::read(&args.weights).map_err(|e| Error::user(format!("cannot read {}: {}", args.weights.display(), crate::error::io_message(&e))))?;
     let values = crate::codegen::weights::blob_values(&program, &blob).map_err(|e| e.context(args.weights.display()))?;
+    let checked = check_weights_layout(&program, args)?;
     data::write_arrays(&args.output, &values)?;
-    Ok(format!("wrote {} parameter(s) from {} to {}\n", values.len(), args.weights.display(), args.output.display()))
+    let mut report = format!("wrote {} parameter(s) from {} to {}\n", values.len(), args.weights.display(), args.output.display());
+    if let Some(unchecked) = checked {
+        report.push_str(&unchecked);
+    }
+    Ok(report)
+}
+
+/// Checks the blob's layout against the header compile wrote with it: two builds may
+/// lay out blobs of the same size differently (a matrix in panels or row-major), and
+/// only the header's `<NAME>_WEIGHTS_LAYOUT` tells them apart. Returns a note when no
+/// header was given or found beside the blob.
+fn check_weights_layout(program: &crate::lower::Program, args: &ExportArgs) -> Result<Option<String>> {
+    let name = crate::codegen::names::identifier(&program.name);
+    let beside = args.weights.with_file_name(format!("{name}.h"));
+    let header = match &args.header {
+        Some(h) => h.clone(),
+        None if beside.is_file() => beside,
+        None => return Ok(Some(format!("note: the layout was not checked: no {name}.h beside the blob (give --header {name}.h)\n"))),
+    };
+    let text = std::fs::read_to_string(&header).map_err(|e| Error::user(format!("cannot read {}: {}", header.display(), crate::error::io_message(&e))))?;
+    let key = format!("#define {}_WEIGHTS_LAYOUT UINT64_C(0x", name.to_uppercase());
+    let found = text.lines().find_map(|l| l.strip_prefix(&key)?.strip_suffix(')')).and_then(|hex| u64::from_str_radix(hex, 16).ok());
+    let Some(found) = found else {
+        return Err(Error::user(format!("{}: no {}_WEIGHTS_LAYOUT: not the header of {name}'s library, or written by an older mithrilc", header.display(), name.to_uppercase())));
+    };
+    let want = crate::codegen::weights::layout_fingerprint(program);
+    if found != want {
+        return Err(Error::user(format!(
+            "{}: the blob was laid out by another build of {name} than these flags give ({} says layout {found:016x}, these flags {want:016x})",
+            args.weights.display(),
+            header.display()
+        ))
+        .note("give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max)"));
+    }
+    Ok(None)
 }
 
 /// The file name alone: generated files name their source without the directory,

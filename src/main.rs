@@ -266,6 +266,10 @@ enum Command {
         /// The weights blob
         #[arg(long, value_name = "WEIGHTS.bin")]
         weights: PathBuf,
+        /// The header compile wrote with it, whose <NAME>_WEIGHTS_LAYOUT the blob's layout
+        /// must match (default: <name>.h beside the blob, where there is one)
+        #[arg(long, value_name = "NAME.h")]
+        header: Option<PathBuf>,
         /// The parameters file to write, by its extension: .safetensors, .npz or (a model
         /// with one parameter) .npy
         #[arg(short, long, value_name = "FILE")]
@@ -319,8 +323,8 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "mithrilc", &mut script);
             String::from_utf8(script).map_err(|e| mithrilc::Error::internal(format!("the completion script is not UTF-8: {e}")))
         }
-        Command::ExportWeights { model, grad, target, weight_layout, max, params, weights, output } => with_grad(model, &grad)
-            .and_then(|model| cli::export_weights(&cli::ExportArgs { model, params, target, layout: weight_layout, max, weights, output })),
+        Command::ExportWeights { model, grad, target, weight_layout, max, params, weights, header, output } => with_grad(model, &grad)
+            .and_then(|model| cli::export_weights(&cli::ExportArgs { model, params, target, layout: weight_layout, max, weights, header, output })),
     };
     match result {
         Ok(text) => {

@@ -685,6 +685,30 @@ fn export_weights_gives_back_the_compiled_parameters() {
             .as_str()
         )
     );
+    // gpt_block's matrices take as many bytes plain as in panels (their sizes are
+    // multiples of the panel width): only the header's layout fingerprint tells them apart.
+    let gpt = ["gpt_block.json", "--shape", "input=1,128,768"];
+    let built = out("gpt");
+    let compile = [&["compile"][..], &gpt, &["--target", "c", "--params", "gpt_block.safetensors", "--emit", "source", "-o", &built]].concat();
+    assert_eq!(mithrilc(&compile, &bench).0, 0);
+    let (blob, to) = (format!("{built}/weights.bin"), out("w.npz"));
+    let export_gpt = |extra: &[&str]| mithrilc(&[&["export-weights"][..], &gpt, &["-o", &to], extra].concat(), &bench);
+    let plain = ["--weight-layout", "plain"];
+    let (code, stdout, stderr) = export_gpt(&[&["--weights", &blob][..], &plain].concat());
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stderr.starts_with(&format!("error: {blob}: the blob was laid out by another build of gpt_block than these flags give (")), "{stderr}");
+    assert!(stderr.ends_with("note: give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max)\n"), "{stderr}");
+    assert_eq!(export_gpt(&["--weights", &blob]).0, 0);
+    // Away from its header the blob exports with a note, or is checked against --header.
+    let moved = out("moved.bin");
+    std::fs::copy(&blob, &moved).expect("copy the blob");
+    let (code, stdout, _) = export_gpt(&["--weights", &moved]);
+    assert_eq!(code, 0);
+    assert!(stdout.ends_with("note: the layout was not checked: no gpt_block.h beside the blob (give --header gpt_block.h)\n"), "{stdout}");
+    let header = format!("{built}/gpt_block.h");
+    assert_eq!(export_gpt(&[&["--weights", &moved, "--header", &header][..], &plain].concat()).0, 1);
+    let (code, stdout, _) = export_gpt(&["--weights", &moved, "--header", &header]);
+    assert_eq!((code, stdout.contains("note:")), (0, false), "{stdout}");
     let (code, _, stderr) = export("mlp.json", "input=1,784", &out("mlp"), "w.npy");
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.starts_with("error: cannot write "), "{stderr}");

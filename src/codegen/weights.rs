@@ -31,6 +31,23 @@ pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Ten
     Ok(blob)
 }
 
+/// A fingerprint of the blob's layout: each parameter's name, dtype, shape, offset and
+/// stored layout. The generated header carries it (`<NAME>_WEIGHTS_LAYOUT`), so
+/// `export-weights` can tell a blob of another build from its own where both have the
+/// same size (a matrix in panels and the same one row-major, say).
+pub fn layout_fingerprint(p: &Program) -> u64 {
+    let mut text = String::new();
+    for port in &p.weights {
+        let b = &p.buffers[port.buf.0];
+        let offset = match b.storage {
+            Storage::Weight { offset } => offset,
+            _ => u64::MAX,
+        };
+        text.push_str(&format!("{:?}|{}|{:?}|{}|{:?}\n", port.name, b.dtype, port.shape, offset, port.layout));
+    }
+    crate::hash::fnv1a(text.as_bytes())
+}
+
 /// Writes `values` as little-endian elements of `dtype` at the start of `out` (which
 /// the weights' layout sized for them).
 pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {

@@ -368,6 +368,8 @@ pub(crate) struct TemplateContext {
     hosted: bool,
     source: String,
     weights_size: u64,
+    /// `codegen::weights::layout_fingerprint`, in hex.
+    weights_layout: String,
     pub(crate) arena_size: u64,
     weights_default: String,
     embedded: bool,
@@ -498,6 +500,7 @@ impl TemplateContext {
             hosted: opts.triple.as_ref().is_none_or(Triple::hosted),
             source: comment_safe(&opts.source),
             weights_size: p.weights_size,
+            weights_layout: format!("{:016x}", crate::codegen::weights::layout_fingerprint(p)),
             arena_size: [Some(p.arena_size), backward.map(|b| b.arena_size), train.map(|t| t.arena_size)].into_iter().flatten().max().unwrap_or(0),
             weights_default: if opts.weights.is_some() && opts.mode == WeightsMode::File { "\"weights.bin\"".into() } else { "NULL".into() },
             embedded: matches!(opts.mode, WeightsMode::Embed | WeightsMode::EmbedC) && p.weights_size > 0,
