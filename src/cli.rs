@@ -171,6 +171,7 @@ pub fn inspect(args: &ModelArgs, params: Option<&Path>) -> Result<String> {
     let mut out = ir::print::print(&graph);
     out.push('\n');
     out.push_str(&summary(&graph));
+    out.push_str(&conversion_note(&graph, &params.iter().collect::<Vec<_>>())?);
     Ok(out)
 }
 
@@ -346,7 +347,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     let graph = graphs.main();
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
-    let mut report = String::new();
+    let mut report = conversion_note(graph, &files)?;
     let outputs = match args.target {
         RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda or metal".to_string())),
         RunTarget::Interp if args.precision != Precision::F32 => {
@@ -398,13 +399,13 @@ pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Ten
     for v in graph.inputs().chain(graph.params()) {
         let node = graph.node(v);
         let name = node.name.clone().unwrap_or_default();
-        let found = arrays.get(&name).map(|f| (f.key, f.tensor));
         // An output's cotangent defaults to ones (the gradient of the output's sum).
         let ones = || {
             let shape = node.ty.shape.as_known()?;
             name.starts_with("output_grad/").then(|| Tensor::new(node.ty.dtype, shape.clone(), vec![1.0; shape.iter().product::<u64>() as usize]))
         };
-        match found.map(|(_, t)| t.clone()).or_else(ones) {
+        let found = arrays.get(&name).map(|f| in_model_type(f, &name, &node.ty)).transpose()?;
+        match found.or_else(ones) {
             Some(t) => {
                 feeds.insert(name, t);
             }
@@ -435,6 +436,41 @@ pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Ten
         return Err(err);
     }
     Ok(feeds)
+}
+
+/// The array `found` as the model's argument `name` of type `ty` takes it: a parameter
+/// read in another float type (an f16 or bf16 checkpoint of an f32 model) converted to
+/// the model's, rounding to nearest where it is narrower. Any other difference of type is
+/// the user's error.
+fn in_model_type(found: &Found, name: &str, ty: &TensorType) -> Result<Tensor> {
+    let t = found.tensor;
+    if t.dtype == ty.dtype {
+        return Ok(t.clone());
+    }
+    if t.dtype.is_float() && ty.dtype.is_float() {
+        return Ok(Tensor::new(ty.dtype, t.shape.clone(), t.data.clone()));
+    }
+    Err(Error::user(format!("`{name}` is {} in {}, but the model needs {}", t.dtype, found.path.display(), ty.dtype))
+        .note("a parameter file may differ from the model in its float type only (f16, bf16, f32, f64)"))
+}
+
+/// The note that parameters were converted from their files' float types, if any were:
+/// `note: converted 12 parameters from f16 to f32 on load`.
+fn conversion_note(graph: &Graph, files: &[&ArrayFile]) -> Result<String> {
+    let arrays = arrays_by_name(files)?;
+    let mut counts: BTreeMap<(ir::Dtype, ir::Dtype), usize> = BTreeMap::new();
+    for v in graph.params() {
+        let node = graph.node(v);
+        let found = node.name.as_ref().and_then(|name| arrays.get(name));
+        if let Some(found) = found.filter(|f| f.tensor.dtype != node.ty.dtype) {
+            *counts.entry((found.tensor.dtype, node.ty.dtype)).or_default() += 1;
+        }
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|((from, to), n)| format!("{n} parameter{} from {from} to {to}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    Ok(if parts.is_empty() { String::new() } else { format!("note: converted {} on load\n", parts.join(", ")) })
 }
 
 /// `output: f32[2, 10]  min .. max .. mean ..  [first values]`.
@@ -619,6 +655,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         Ok(())
     })?;
     let mut report = format!("wrote {} ({} files{})\n", out.display(), emitted.files.len(), if build { ", built" } else { "" });
+    report.push_str(&conversion_note(&graphs.forward, &params.iter().collect::<Vec<_>>())?);
     if args.report {
         report.push_str(&emitted.report);
         report.push_str(&built_report);
@@ -637,9 +674,10 @@ fn param_values(graph: &Graph, file: &ArrayFile) -> Result<BTreeMap<String, Tens
     let arrays = arrays_by_name(&[file])?;
     let mut out = BTreeMap::new();
     for v in graph.params() {
-        let name = graph.node(v).name.clone().unwrap_or_default();
+        let node = graph.node(v);
+        let name = node.name.clone().unwrap_or_default();
         if let Some(found) = arrays.get(&name) {
-            out.insert(name, found.tensor.clone());
+            out.insert(name.clone(), in_model_type(found, &name, &node.ty)?);
         }
     }
     Ok(out)

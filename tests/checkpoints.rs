@@ -1,0 +1,80 @@
+//! Checkpoints in another float type than the model's: each bench model's weights
+//! rounded to f16 and to bf16 (to nearest, ties to even) and saved as safetensors, as
+//! most published checkpoints are, compile for the f32 C target and run. The library
+//! gives the interpreter's outputs on the same rounded weights (it converts them on load
+//! exactly as the compiler does), and both say how many parameters they converted.
+
+use std::process::Command;
+
+use mithrilc::cli::{self, CompileArgs, ModelArgs, RunArgs};
+use mithrilc::data;
+use mithrilc::ir::Dtype;
+use mithrilc::tensor::Tensor;
+
+mod common;
+#[path = "common/cases.rs"]
+mod cases;
+
+/// `params` with every float array rounded to `dtype`, as safetensors bytes.
+fn rounded_checkpoint(params: &data::ArrayFile, dtype: Dtype) -> Vec<u8> {
+    let arrays: Vec<(String, Tensor)> =
+        params.arrays.iter().map(|(name, t)| (name.clone(), Tensor::new(dtype, t.shape.clone(), t.data.clone()))).collect();
+    data::safetensors_bytes(&arrays).unwrap()
+}
+
+#[test]
+fn half_precision_checkpoints_of_every_bench_model_compile_and_run() {
+    let Some(dir) = cases::shared_with_build() else { return };
+    let bench = dir.join("bench");
+    for model in ["mlp", "lenet", "cnn", "gpt_block"] {
+        let params = data::read_arrays(&bench.join(format!("{model}.safetensors"))).unwrap();
+        let input_path = bench.join(format!("{model}_b1_input.npy"));
+        let input = data::read_arrays(&input_path).unwrap();
+        let shape: Vec<String> = input.arrays[0].shape.iter().map(u64::to_string).collect();
+        for (dtype, name) in [(Dtype::F16, "f16"), (Dtype::Bf16, "bf16")] {
+            let label = format!("{model} {name}");
+            let tmp = tempfile::tempdir().unwrap();
+            let checkpoint = tmp.path().join(format!("{model}_{name}.safetensors"));
+            std::fs::write(&checkpoint, rounded_checkpoint(&params, dtype)).unwrap();
+            let note = format!("note: converted {} parameters from {name} to f32 on load\n", params.arrays.len());
+            let model_args = ModelArgs { model: bench.join(format!("{model}.json")), shapes: vec![format!("input={}", shape.join(","))], ..Default::default() };
+
+            let out = tmp.path().join("out");
+            let args = CompileArgs { model: model_args.clone(), params: Some(checkpoint.clone()), out: Some(out.clone()), cflags: Some("-O2".into()), ..Default::default() };
+            let report = cli::compile(&args).unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert!(report.contains(&note), "{label}: the compile report should say `{note}`: {report}");
+
+            let run = RunArgs {
+                model: model_args,
+                target: cli::RunTarget::Interp,
+                check: false,
+                emulate: false,
+                precision: Default::default(),
+                data: vec![format!("input={}", input_path.display())],
+                params: Some(checkpoint),
+                output: None,
+            };
+            let (want, report) = cli::run(&run).unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert!(report.starts_with(&note), "{label}: the run report should start with `{note}`: {report}");
+
+            let demo = Command::new(out.join(format!("{model}_demo")))
+                .current_dir(&out)
+                .arg("--input")
+                .arg(format!("input={}", input_path.display()))
+                .arg("--out")
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(demo.status.success(), "{label}: {}", String::from_utf8_lossy(&demo.stderr));
+            let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
+            let got = got.arrays.values().next().unwrap();
+            assert_eq!((got.dtype, &got.shape), (Dtype::F32, &want[0].1.shape), "{label}");
+            let mut worst = 0.0f64;
+            for (x, y) in got.data.iter().zip(&want[0].1.data) {
+                assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{label}: got {x}, interpreter {y}");
+                worst = worst.max((x - y).abs());
+            }
+            println!("{label}: largest difference from the interpreter {worst:.2e}");
+        }
+    }
+}
