@@ -3,6 +3,7 @@
 //! most published checkpoints are, compile for the f32 C target and run. The library
 //! gives the interpreter's outputs on the same rounded weights (it converts them on load
 //! exactly as the compiler does), and both say how many parameters they converted.
+//! Compiling a model takes about its weights file in memory, not the f64 copy it took.
 
 use std::process::Command;
 
@@ -77,4 +78,41 @@ fn half_precision_checkpoints_of_every_bench_model_compile_and_run() {
             println!("{label}: largest difference from the interpreter {worst:.2e}");
         }
     }
+}
+
+/// Compiling gpt_block (28 MB of f32 weights) peaks at no more than twice its weights
+/// file in memory, the compiler's own footprint included: the weights go from the
+/// mapped file into the blob with no f64 copy, and each parameter's pages are let go
+/// once written. Measured as the child's peak resident set, from `wait4`'s rusage of that
+/// one child (not of every child the test binary ran).
+#[cfg(target_os = "linux")]
+#[test]
+fn compiling_gpt_block_takes_at_most_twice_its_weights_file_in_memory() {
+    let Some(dir) = cases::shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    let bench = dir.join("bench");
+    let size = std::fs::metadata(bench.join("gpt_block.safetensors")).unwrap().len();
+    let tmp = tempfile::tempdir().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+        .args(["compile", "gpt_block.json", "--target", "c", "--shape", "input=1,128,768", "--params", "gpt_block.safetensors", "--emit", "source", "-o"])
+        .arg(tmp.path().join("out"))
+        .current_dir(&bench)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data, for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits once for the child spawned above, which nothing else waits for,
+    // writing only into the two locals.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "mithrilc compile failed (status {status:#x})");
+    // ru_maxrss is in kilobytes on Linux.
+    let peak = usage.ru_maxrss as u64 * 1024;
+    println!("gpt_block: peak resident {:.1} MB for a {:.1} MB weights file", peak as f64 / 1e6, size as f64 / 1e6);
+    assert!(peak <= 2 * size, "peak resident {peak} bytes is more than twice the weights file ({size} bytes)");
 }

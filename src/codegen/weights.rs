@@ -3,14 +3,18 @@
 //! (`lower::Layout`: row-major unless a target's pass chose another; the transforms are
 //! the C target's, [`stored_values`]), little-endian.
 
-use crate::error::{Error, Result};
-use crate::ir::Dtype;
-use crate::codegen::c::layout::stored_values;
-use crate::lower::{Program, Storage};
-use crate::tensor::Tensor;
+use std::collections::BTreeMap;
 
-/// The weights blob in the layout of the program's weight offsets.
-pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
+use crate::codegen::c::layout::stored_values;
+use crate::error::{Error, Result};
+use crate::lower::{Layout, Program, Storage};
+use crate::tensor::{write_elements, RawTensor};
+
+/// The weights blob in the layout of the program's weight offsets. Each parameter is
+/// converted from its file's type into the blob's one element at a time (a row-major one
+/// of the same type is copied), and its file pages are let go once written: the blob
+/// and one parameter are all that is in memory.
+pub fn weights_blob(p: &Program, values: &BTreeMap<String, RawTensor>) -> Result<Vec<u8>> {
     let mut blob = vec![0u8; p.weights_size as usize];
     for port in &p.weights {
         let (name, shape) = (&port.name, &port.shape);
@@ -21,30 +25,18 @@ pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Ten
         let b = &p.buffers[port.buf.0];
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
         let stored = stored_values(t, port.layout);
-        let end = offset as usize + stored.data.len() * b.dtype.size();
+        let end = offset as usize + stored.len() * b.dtype.size();
         let Some(slot) = blob.get_mut(offset as usize..end) else {
             return Err(Error::internal(format!("weight {name} does not fit the blob")));
         };
-        write_elements(&stored.data, b.dtype, slot);
+        if port.layout == Layout::RowMajor && t.dtype == b.dtype {
+            slot.copy_from_slice(t.bytes());
+        } else {
+            write_elements(stored, b.dtype, slot);
+        }
+        t.release();
     }
     Ok(blob)
-}
-
-/// Writes `values` as little-endian elements of `dtype` at the start of `out` (which
-/// the weights' layout sized for them).
-pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
-    fn put<const N: usize>(values: &[f64], out: &mut [u8], bytes: impl Fn(f64) -> [u8; N]) {
-        for (&x, slot) in values.iter().zip(out.chunks_exact_mut(N)) {
-            slot.copy_from_slice(&bytes(x));
-        }
-    }
-    match dtype {
-        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => put(values, out, |x| (x as f32).to_le_bytes()),
-        Dtype::F64 => put(values, out, f64::to_le_bytes),
-        Dtype::I32 => put(values, out, |x| (x as i32).to_le_bytes()),
-        Dtype::I64 => put(values, out, |x| (x as i64).to_le_bytes()),
-        Dtype::Bool => put(values, out, |x| [u8::from(x != 0.0)]),
-    }
 }
 
 /// `weights.bin` for a GPU target (`target`, for messages), whose weights live in
