@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::ir::{Graph, ValueId};
 use crate::lower::Program;
 use crate::passes;
-use crate::tensor::Tensor;
+use crate::tensor::{RawTensor, Tensor};
 
 /// One compile target.
 pub trait Backend: Sync {
@@ -105,8 +105,9 @@ pub fn names() -> String {
 pub struct EmitOptions {
     /// The model file's name (without its directory), for generated comments.
     pub source: String,
-    /// Parameter values by name, when given: the artifact's weights.
-    pub weights: Option<BTreeMap<String, Tensor>>,
+    /// Parameter values by name, when given: the artifact's weights, each in its
+    /// file's type (the writer of the weights converts it).
+    pub weights: Option<BTreeMap<String, RawTensor>>,
     /// How the artifact gets its weights.
     pub weights_mode: WeightsMode,
     /// How the weights are laid out.

@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 
 pub use crate::backend::{BuildConfig, Precision, WeightLayout, WeightsMode, HOST_CFLAGS};
 use crate::backend::{check_precision, check_supported, Backend, EmitOptions};
-use crate::data::{self, ArrayFile};
+use crate::data::{self, Array, ArrayFile};
 use crate::error::{Error, Result};
 use crate::frontend::mithril;
 use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
 use crate::passes;
-use crate::tensor::Tensor;
+use crate::tensor::{RawTensor, Tensor};
 
 /// What every command that reads a model takes.
 #[derive(Debug, Clone, Default)]
@@ -122,6 +122,11 @@ impl Graphs {
 
 /// [`load_model`], keeping the forward graph too.
 pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
+    load_typed_graphs(args, known_types(files)?)
+}
+
+/// [`load_graphs`] given the types the files hold ([`known_types`]).
+fn load_typed_graphs(args: &ModelArgs, known_types: BTreeMap<String, TensorType>) -> Result<Graphs> {
     let mut opts = mithril::Options::default();
     for s in &args.shapes {
         let (name, shape) = parse_shape_arg(s)?;
@@ -145,7 +150,7 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
             .ok_or_else(|| Error::usage(format!("--list {s}: expected NAME=N, e.g. input=3")))?;
         opts.list_inputs.push(n);
     }
-    opts.known_types = known_types(files)?;
+    opts.known_types = known_types;
     for p in &args.print_after {
         let names = crate::backend::pass_names();
         if !names.contains(&p.as_str()) {
@@ -166,11 +171,14 @@ pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
 
 /// `mithrilc inspect`: the IR after shape inference and a summary.
 pub fn inspect(args: &ModelArgs, params: Option<&Path>) -> Result<String> {
-    let params = params.map(data::read_arrays).transpose()?;
-    let graph = load_model(args, &params.iter().collect::<Vec<_>>())?;
+    let params = params.map(data::read_raw_arrays).transpose()?;
+    let params: Vec<&ArrayFile<RawTensor>> = params.iter().collect();
+    let graphs = load_typed_graphs(args, known_types(&params)?)?;
+    let graph = graphs.backward.unwrap_or(graphs.forward);
     let mut out = ir::print::print(&graph);
     out.push('\n');
     out.push_str(&summary(&graph));
+    out.push_str(&conversion_note(&graph, &params)?);
     Ok(out)
 }
 
@@ -294,30 +302,30 @@ fn argument_name(key: &str) -> &str {
 
 /// The types of the model arguments the files hold ([`arrays_by_name`]), for the
 /// frontend to complete the model's shapes with.
-pub fn known_types(files: &[&ArrayFile]) -> Result<BTreeMap<String, TensorType>> {
+pub fn known_types<A: Array>(files: &[&ArrayFile<A>]) -> Result<BTreeMap<String, TensorType>> {
     let mut out = BTreeMap::new();
     for (name, found) in arrays_by_name(files)? {
         if found.key != name || !name.contains('/') {
             // output/, grad/, output_grad/ arrays are not model arguments.
-            out.insert(name, TensorType::new(found.tensor.dtype, Shape::known(&found.tensor.shape)));
+            out.insert(name, TensorType::new(found.tensor.dtype(), Shape::known(found.tensor.shape())));
         }
     }
     Ok(out)
 }
 
 /// One array of the data, where it was found.
-pub struct Found<'a> {
+pub struct Found<'a, A = Tensor> {
     pub path: &'a Path,
     pub key: &'a str,
-    pub tensor: &'a Tensor,
+    pub tensor: &'a A,
 }
 
 /// Every array of the files by the model argument it names ([`argument_name`]). A name
 /// given by two arrays (in two files, or as `x` and `input/x` in one) is an error naming
 /// both, whatever their values: a run must never quietly pick one. The same file given
 /// twice is one source.
-pub fn arrays_by_name<'a>(files: &[&'a ArrayFile]) -> Result<BTreeMap<String, Found<'a>>> {
-    let mut out: BTreeMap<String, Found<'a>> = BTreeMap::new();
+pub fn arrays_by_name<'a, A>(files: &[&'a ArrayFile<A>]) -> Result<BTreeMap<String, Found<'a, A>>> {
+    let mut out: BTreeMap<String, Found<'a, A>> = BTreeMap::new();
     let mut seen_files: Vec<PathBuf> = Vec::new();
     for f in files {
         let canonical = f.path.canonicalize().unwrap_or_else(|_| f.path.clone());
@@ -329,7 +337,7 @@ pub fn arrays_by_name<'a>(files: &[&'a ArrayFile]) -> Result<BTreeMap<String, Fo
             let name = argument_name(key);
             let found = Found { path: &f.path, key, tensor };
             if let Some(first) = out.get(name) {
-                let place = |x: &Found| {
+                let place = |x: &Found<A>| {
                     if x.key == name { x.path.display().to_string() } else { format!("{} (as {})", x.path.display(), x.key) }
                 };
                 return Err(Error::user(format!("`{name}` is given twice: in {} and in {}", place(first), place(&found)))
@@ -358,7 +366,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     }
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
-    let mut report = String::new();
+    let mut report = conversion_note(graph, &files)?;
     let outputs = match args.target {
         RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda or metal".to_string())),
         RunTarget::Interp if args.precision != Precision::F32 => {
@@ -411,13 +419,19 @@ pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Ten
     for v in graph.inputs().chain(graph.params()) {
         let node = graph.node(v);
         let name = node.name.clone().unwrap_or_default();
-        let found = arrays.get(&name).map(|f| (f.key, f.tensor));
         // An output's cotangent defaults to ones (the gradient of the output's sum).
         let ones = || {
             let shape = node.ty.shape.as_known()?;
             name.starts_with("output_grad/").then(|| Tensor::new(node.ty.dtype, shape.clone(), vec![1.0; shape.iter().product::<u64>() as usize]))
         };
-        match found.map(|(_, t)| t.clone()).or_else(ones) {
+        let found = match arrays.get(&name) {
+            Some(f) => {
+                check_model_type(f, &name, &node.ty)?;
+                Some(Tensor::new(node.ty.dtype, f.tensor.shape.clone(), f.tensor.data.clone()))
+            }
+            None => None,
+        };
+        match found.or_else(ones) {
             Some(t) => {
                 feeds.insert(name, t);
             }
@@ -448,6 +462,38 @@ pub fn feeds(graph: &Graph, files: &[&ArrayFile]) -> Result<BTreeMap<String, Ten
         return Err(err);
     }
     Ok(feeds)
+}
+
+/// Whether the array `found` can be the model's argument `name` of type `ty`: of that
+/// type, or a parameter read in another float type (an f16 or bf16 checkpoint of an f32
+/// model), which is converted to the model's, rounding to nearest where it is narrower.
+/// Any other difference of type is the user's error.
+fn check_model_type<A: Array>(found: &Found<A>, name: &str, ty: &TensorType) -> Result<()> {
+    let dtype = found.tensor.dtype();
+    if dtype == ty.dtype || dtype.is_float() && ty.dtype.is_float() {
+        return Ok(());
+    }
+    Err(Error::user(format!("`{name}` is {dtype} in {}, but the model needs {}", found.path.display(), ty.dtype))
+        .note("a parameter file may differ from the model in its float type only (f16, bf16, f32, f64)"))
+}
+
+/// The note that parameters were converted from their files' float types, if any were:
+/// `note: converted 12 parameters from f16 to f32 on load`.
+fn conversion_note<A: Array>(graph: &Graph, files: &[&ArrayFile<A>]) -> Result<String> {
+    let arrays = arrays_by_name(files)?;
+    let mut counts: BTreeMap<(ir::Dtype, ir::Dtype), usize> = BTreeMap::new();
+    for v in graph.params() {
+        let node = graph.node(v);
+        let found = node.name.as_ref().and_then(|name| arrays.get(name));
+        if let Some(found) = found.filter(|f| f.tensor.dtype() != node.ty.dtype) {
+            *counts.entry((found.tensor.dtype(), node.ty.dtype)).or_default() += 1;
+        }
+    }
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|((from, to), n)| format!("{n} parameter{} from {from} to {to}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    Ok(if parts.is_empty() { String::new() } else { format!("note: converted {} on load\n", parts.join(", ")) })
 }
 
 /// `output: f32[2, 10]  min .. max .. mean ..  [first values]`.
@@ -596,8 +642,8 @@ fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
 
 /// Compiles a model for a target; returns the report to print.
 pub fn compile(args: &CompileArgs) -> Result<String> {
-    let params = args.params.as_deref().map(data::read_arrays).transpose()?;
-    let graphs = load_graphs(&args.model, &params.iter().collect::<Vec<_>>())?;
+    let params = args.params.as_deref().map(data::read_raw_arrays).transpose()?;
+    let graphs = load_typed_graphs(&args.model, known_types(&params.iter().collect::<Vec<_>>())?)?;
     if args.emit == Emit::Ir {
         return Ok(ir::print::print(graphs.main()));
     }
@@ -676,6 +722,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         return Ok(format!("{json}\n"));
     }
     let mut report = format!("wrote {} ({} files{})\n", out.display(), emitted.files.len(), if build { ", built" } else { "" });
+    report.push_str(&conversion_note(&graphs.forward, &params.iter().collect::<Vec<_>>())?);
     if args.report {
         report.push_str(&emitted.report);
         report.push_str(&built_report);
@@ -766,13 +813,16 @@ fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
-/// Parameter values by name, from a parameters file.
-fn param_values(graph: &Graph, file: &ArrayFile) -> Result<BTreeMap<String, Tensor>> {
+/// Parameter values by name, from a parameters file, each in the file's type (the
+/// weights' writer converts it to the model's).
+fn param_values(graph: &Graph, file: &ArrayFile<RawTensor>) -> Result<BTreeMap<String, RawTensor>> {
     let arrays = arrays_by_name(&[file])?;
     let mut out = BTreeMap::new();
     for v in graph.params() {
-        let name = graph.node(v).name.clone().unwrap_or_default();
+        let node = graph.node(v);
+        let name = node.name.clone().unwrap_or_default();
         if let Some(found) = arrays.get(&name) {
+            check_model_type(found, &name, &node.ty)?;
             out.insert(name, found.tensor.clone());
         }
     }
@@ -792,15 +842,17 @@ pub fn run_target(
 ) -> Result<Vec<(String, Tensor)>> {
     check_supported(target, graphs.main()).map_err(|e| e.context(file_name(source)))?;
     check_precision(target, opts.precision)?;
-    let graph = &graphs.forward;
-    let weights: BTreeMap<String, Tensor> =
-        graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let opts = EmitOptions { source: file_name(source), weights: Some(weights), ..opts };
+    let opts = EmitOptions { source: file_name(source), weights: Some(param_weights(&graphs.forward, feeds)), ..opts };
     let emitted = target.emit(graphs, &opts)?;
     let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");
     crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build(d, build))?;
     target.run(&dir, build, &emitted.entry, feeds)
+}
+
+/// The values `feeds` give the parameters of `graph`, as a target's weights.
+pub fn param_weights(graph: &Graph, feeds: &BTreeMap<String, Tensor>) -> BTreeMap<String, RawTensor> {
+    graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, RawTensor::from_tensor(t)))).collect()
 }
 
 /// The largest |a - b| between two runs' outputs, per output.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::error::{io_message, Error, Result};
-use crate::hash::fnv1a;
+use crate::hash::fnv1a_read;
 
 /// The marker file in every output directory mithrilc writes: one line per file it
 /// wrote, `HASH PATH` (FNV-1a 64 of the contents in hex, the path relative to the
@@ -250,8 +250,8 @@ fn hash_files(dir: &Path) -> Result<BTreeMap<String, u64>> {
             } else {
                 let name = path.to_string_lossy().replace('\\', "/");
                 let hash = if kind.is_file() {
-                    let bytes = std::fs::read(dir.join(&path)).map_err(|e| Error::user(format!("cannot read {}: {}", path.display(), io_message(&e))))?;
-                    fnv1a(&bytes)
+                    let file = std::fs::File::open(dir.join(&path)).and_then(fnv1a_read);
+                    file.map_err(|e| Error::user(format!("cannot read {}: {}", path.display(), io_message(&e))))?
                 } else {
                     0 // a link or device: never listed as written, so always foreign
                 };
@@ -287,7 +287,7 @@ mod tests {
         write(&out, &[("a.c", "three")]).unwrap();
         assert_eq!(std::fs::read_to_string(out.join("a.c")).unwrap(), "three");
         assert!(!out.join("b.h").exists());
-        assert_eq!(std::fs::read_to_string(out.join(MARKER)).unwrap(), format!("{:016x} a.c\n", fnv1a(b"three")));
+        assert_eq!(std::fs::read_to_string(out.join(MARKER)).unwrap(), format!("{:016x} a.c\n", crate::hash::fnv1a(b"three")));
         assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
     }
 

@@ -7,10 +7,13 @@
 //! exactly f32 values. A [`Constant`] holds the same values in their own dtype (an f32
 //! constant takes 4 bytes per element, not 8) and shares them between clones: a model
 //! may embed constants of many megabytes, which the graph, its copies and the program
-//! all hold.
+//! all hold. A [`RawTensor`] is a tensor as a file stores it (little-endian elements of
+//! its dtype, often in a mapped file): parameters on their way from a checkpoint to a
+//! weights blob, which never take the f64 form.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::ir::Dtype;
@@ -253,5 +256,143 @@ impl PartialEq for Constant {
 impl fmt::Debug for Constant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Constant({}{:?})", self.dtype(), self.shape)
+    }
+}
+
+/// Where a [`RawTensor`]'s bytes live: a file mapped into memory, or bytes in memory.
+pub trait Backing: Send + Sync {
+    fn bytes(&self) -> &[u8];
+    /// Says the bytes of `range` will not be read again soon: a mapped file's pages
+    /// leave the process's memory (a later read brings them back from the file).
+    fn release(&self, _range: Range<usize>) {}
+}
+
+impl Backing for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A tensor as little-endian elements of its dtype (bool one byte, f16 and bf16 two),
+/// the way checkpoints store them. It has no f64 form: its elements are read one at a
+/// time ([`RawTensor::values`]) and written straight into another type's bytes, so a
+/// checkpoint on its way into a weights blob takes about its own size in memory (the
+/// interpreter widens it with [`RawTensor::to_tensor`]). Clones share the bytes.
+#[derive(Clone)]
+pub struct RawTensor {
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+    backing: Arc<dyn Backing>,
+    range: Range<usize>,
+}
+
+impl RawTensor {
+    /// The tensor whose elements are the bytes `range` of `backing`, or `None` unless
+    /// they are exactly the product of `shape` elements of `dtype`.
+    pub fn new(dtype: Dtype, shape: Vec<u64>, backing: Arc<dyn Backing>, range: Range<usize>) -> Option<RawTensor> {
+        let numel = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
+        let fits = backing.bytes().get(range.clone()).is_some();
+        (fits && numel.checked_mul(dtype.size() as u64) == Some(range.len() as u64)).then_some(RawTensor { dtype, shape, backing, range })
+    }
+
+    /// The tensor whose elements are `bytes` (see [`RawTensor::new`]).
+    pub fn owned(dtype: Dtype, shape: Vec<u64>, bytes: Vec<u8>) -> Option<RawTensor> {
+        let range = 0..bytes.len();
+        RawTensor::new(dtype, shape, Arc::new(bytes), range)
+    }
+
+    /// A tensor's values in its dtype.
+    pub fn from_tensor(t: &Tensor) -> RawTensor {
+        let mut bytes = vec![0u8; t.data.len() * t.dtype.size()];
+        write_elements(t.data.iter().copied(), t.dtype, &mut bytes);
+        let range = 0..bytes.len();
+        RawTensor { dtype: t.dtype, shape: t.shape.clone(), backing: Arc::new(bytes), range }
+    }
+
+    /// The little-endian elements.
+    pub fn bytes(&self) -> &[u8] {
+        &self.backing.bytes()[self.range.clone()]
+    }
+
+    pub fn numel(&self) -> usize {
+        self.range.len() / self.dtype.size()
+    }
+
+    /// Element `i` (row-major) as an f64, which holds every value of every dtype
+    /// exactly but i64 beyond 2^53. The caller guarantees `i < numel()`.
+    pub fn get(&self, i: usize) -> f64 {
+        let n = self.dtype.size();
+        element(self.dtype, &self.bytes()[i * n..(i + 1) * n])
+    }
+
+    /// Every element in row-major order, one at a time.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = f64> + '_ {
+        let dtype = self.dtype;
+        self.bytes().chunks_exact(dtype.size()).map(move |b| element(dtype, b))
+    }
+
+    /// The values widened to a [`Tensor`] (for the interpreter).
+    pub fn to_tensor(&self) -> Tensor {
+        Tensor { dtype: self.dtype, shape: self.shape.clone(), data: self.values().collect() }
+    }
+
+    /// The same values in `dtype` (rounded to nearest where it is narrower): the
+    /// tensor itself when it is of `dtype` already.
+    pub fn converted(&self, dtype: Dtype) -> RawTensor {
+        if dtype == self.dtype {
+            return self.clone();
+        }
+        let mut bytes = vec![0u8; self.numel() * dtype.size()];
+        write_elements(self.values(), dtype, &mut bytes);
+        RawTensor::owned(dtype, self.shape.clone(), bytes).expect("as many elements as the tensor")
+    }
+
+    /// Lets a mapped file's pages of this tensor leave memory until it is read again.
+    pub fn release(&self) {
+        self.backing.release(self.range.clone());
+    }
+}
+
+/// A summary, not the elements (as [`Constant`]'s).
+impl fmt::Debug for RawTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RawTensor({}{:?})", self.dtype, self.shape)
+    }
+}
+
+/// The element of `dtype` whose little-endian bytes are `b` (`dtype.size()` of them).
+fn element(dtype: Dtype, b: &[u8]) -> f64 {
+    fn le<const N: usize>(b: &[u8]) -> [u8; N] {
+        let mut a = [0u8; N];
+        a.copy_from_slice(b);
+        a
+    }
+    match dtype {
+        Dtype::F64 => f64::from_le_bytes(le(b)),
+        Dtype::F32 => f64::from(f32::from_le_bytes(le(b))),
+        Dtype::F16 => half::f16::from_le_bytes(le(b)).to_f64(),
+        Dtype::Bf16 => half::bf16::from_le_bytes(le(b)).to_f64(),
+        Dtype::I32 => f64::from(i32::from_le_bytes(le(b))),
+        Dtype::I64 => i64::from_le_bytes(le(b)) as f64,
+        Dtype::Bool => f64::from(u8::from(b[0] != 0)),
+    }
+}
+
+/// Writes `values` as little-endian elements of `dtype` (rounded to it as
+/// [`round_to`] rounds) at the start of `out`, which has room for them.
+pub fn write_elements(values: impl Iterator<Item = f64>, dtype: Dtype, out: &mut [u8]) {
+    fn put<const N: usize>(values: impl Iterator<Item = f64>, out: &mut [u8], bytes: impl Fn(f64) -> [u8; N]) {
+        for (x, slot) in values.zip(out.chunks_exact_mut(N)) {
+            slot.copy_from_slice(&bytes(x));
+        }
+    }
+    match dtype {
+        Dtype::F64 => put(values, out, f64::to_le_bytes),
+        Dtype::F32 => put(values, out, |x| (x as f32).to_le_bytes()),
+        Dtype::F16 => put(values, out, |x| half::f16::from_f64(x).to_le_bytes()),
+        Dtype::Bf16 => put(values, out, |x| half::bf16::from_f64(x).to_le_bytes()),
+        Dtype::I32 => put(values, out, |x| (round_to(Dtype::I32, x) as i32).to_le_bytes()),
+        Dtype::I64 => put(values, out, |x| (round_to(Dtype::I64, x) as i64).to_le_bytes()),
+        Dtype::Bool => put(values, out, |x| [u8::from(x != 0.0)]),
     }
 }

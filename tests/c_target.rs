@@ -100,7 +100,7 @@ fn generated_files_are_deterministic() {
         let mut g = mithril::load(&json, &opts).unwrap();
         passes::run_pipeline(&mut g, passes::PIPELINE, &Default::default(), |_, _| {}).unwrap();
         let p = mithrilc::passes::compile(&g, &mithrilc::lower::Options { library: mithrilc::codegen::c::LIBRARY, ..Default::default() }, mithrilc::codegen::c::PASSES, |_, _| {}).unwrap();
-        let weights = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        let weights = params.arrays.iter().map(|(k, t)| (k.clone(), mithrilc::tensor::RawTensor::from_tensor(t))).collect();
         mithrilc::codegen::c::emit(&p, None, &mithrilc::codegen::c::Options { source: "gpt_block.json".into(), weights: Some(weights), ..Default::default() }).unwrap()
     };
     assert_eq!(emit(), emit());

@@ -1361,15 +1361,20 @@ fn unsupported_nodes_are_listed_all_at_once() {
     let Some(testdata) = shared().map(|s| s.join("testdata")) else { return };
     let dir = tempfile::tempdir().unwrap();
     let half = |shape: &[u64]| Tensor::new(Dtype::F16, shape.to_vec(), vec![0.5; shape.iter().product::<u64>() as usize]);
-    data::write_npz(&dir.path().join("p.npz"), &[("weight".to_string(), half(&[5, 4])), ("bias".to_string(), half(&[5]))]).unwrap();
+    // An f16 input makes the model f16 (an f16 checkpoint alone would be converted to f32).
+    let arrays = [("input".to_string(), half(&[3, 4])), ("weight".to_string(), half(&[5, 4])), ("bias".to_string(), half(&[5]))];
+    data::write_npz(&dir.path().join("p.npz"), &arrays).unwrap();
     let model = testdata.join("linear.json");
-    let args = ["compile", model.to_str().unwrap(), "--target", "c", "--shape", "input=3,4", "--params", "p.npz", "-o", "out"];
+    let args = ["compile", model.to_str().unwrap(), "--target", "c", "--params", "p.npz", "-o", "out"];
     let (code, stdout, stderr) = mithrilc(&args, dir.path());
-    let want = "error: linear.json: the c target cannot compile 3 nodes of the model:
+    let want = "error: linear.json: the c target cannot compile 6 nodes of the model:
   param f16[5, 4] `weight` (%0): no f16 arithmetic
   transpose f16[4, 5] at top-level Linear (%1): no f16 arithmetic
+  input f16[3, 4] `input` (%2): no f16 arithmetic
+  matmul f16[3, 5] at top-level Linear (%3): no f16 arithmetic
   param f16[5] `bias` (%4): no f16 arithmetic
-  note: ops it cannot compile here: param, transpose
+  add f16[3, 5] at top-level Linear (%5): no f16 arithmetic
+  note: ops it cannot compile here: param, transpose, input, matmul, add
 ";
     assert_eq!((code, stdout.as_str(), stderr.as_str()), (1, "", want));
     assert!(!dir.path().join("out").exists());

@@ -75,8 +75,7 @@ fn reduced_precisions_under_emulation() {
 /// returns the entry the demo runs.
 fn emit(case: &Case, out: &Path) -> Result<mithrilc::backend::Entry, String> {
     let graph = &case.graphs.forward;
-    let weights = graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| case.feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), weights: Some(weights), ..Default::default() };
+    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), weights: Some(mithrilc::cli::param_weights(graph, &case.feeds)), ..Default::default() };
     let emitted = CudaTarget.emit(&case.graphs, &opts).map_err(|e| format!("{}: {e}", case.label))?;
     std::fs::create_dir_all(out).unwrap();
     for (name, bytes) in &emitted.files {

@@ -203,7 +203,7 @@ fn ggml_reads_back_the_gguf_file() {
     let graph = &case.graphs.forward;
     let weights: BTreeMap<String, mithrilc::tensor::Tensor> = graph.params().filter_map(|v| graph.node(v).name.clone()).map(|n| (n.clone(), case.feeds[&n].clone())).collect();
     for (quantize, tol) in [(Quantize::F32, 0.0), (Quantize::F16, 1e-3), (Quantize::Q8_0, 1e-2), (Quantize::Q4_0, 1.5e-1)] {
-        let opts = EmitOptions { source: "mlp.json".into(), weights: Some(weights.clone()), quantize, ..Default::default() };
+        let opts = EmitOptions { source: "mlp.json".into(), weights: Some(cli::param_weights(graph, &weights)), quantize, ..Default::default() };
         let emitted = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap();
         let (name, bytes) = emitted.files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap();
         let path = tmp.path().join(name);
@@ -406,7 +406,7 @@ fn the_loader_refuses_a_gguf_file_of_another_model() {
     // with a parameter of another shape.
     let gguf = std::fs::read(out.join("mlp.gguf")).unwrap();
     let other = |name: &str, graph: &mithrilc::ir::Graph, weights: BTreeMap<String, mithrilc::tensor::Tensor>| {
-        let opts = EmitOptions { weights: Some(weights), ..Default::default() };
+        let opts = EmitOptions { weights: Some(cli::param_weights(graph, &weights)), ..Default::default() };
         let files = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap().files;
         let path = dir.path().join(name);
         std::fs::write(&path, &files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap().1).unwrap();

@@ -78,7 +78,7 @@ fn the_artifact_is_deterministic_and_names_the_model_ops() {
     let params = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
     let margs = cli::ModelArgs { model: model.clone(), grad: mithrilc::passes::autodiff::Wrt::AllParams, ..Default::default() };
     let graphs = cli::load_graphs(&margs, &[&params]).unwrap();
-    let weights = cli::feeds(&graphs.forward, &[&params]).unwrap();
+    let weights = cli::param_weights(&graphs.forward, &cli::feeds(&graphs.forward, &[&params]).unwrap());
     let opts = EmitOptions { source: "mlp.json".into(), weights: Some(weights), ..Default::default() };
     let a = XlaTarget.emit(&graphs, &opts).unwrap();
     let b = XlaTarget.emit(&graphs, &opts).unwrap();
@@ -340,7 +340,7 @@ fn the_training_step_trains_as_the_interpreter_does() {
     let tmp = tempfile::tempdir().unwrap();
     // Trains on one device, or partitioned over `mesh`, in `dir`; returns the losses.
     let train = |mesh: Vec<(String, u64)>, dir: &Path| {
-        let opts = EmitOptions { source: "train_mlp.json".into(), weights: Some(weights.clone()), mesh, ..Default::default() };
+        let opts = EmitOptions { source: "train_mlp.json".into(), weights: Some(cli::param_weights(&graph, &weights)), mesh, ..Default::default() };
         let emitted = XlaTarget.emit(&graphs, &opts).unwrap();
         std::fs::create_dir_all(dir).unwrap();
         for (name, bytes) in &emitted.files {

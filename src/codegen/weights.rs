@@ -4,14 +4,19 @@
 //! the C target's, [`stored_values`]), little-endian; and [`blob_values`], the same
 //! layout read back (`export-weights`).
 
+use std::collections::BTreeMap;
+
+use crate::codegen::c::layout::stored_values;
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
-use crate::codegen::c::layout::stored_values;
-use crate::lower::{Program, Storage};
-use crate::tensor::Tensor;
+use crate::lower::{Layout, Program, Storage};
+use crate::tensor::{write_elements, RawTensor, Tensor};
 
-/// The weights blob in the layout of the program's weight offsets.
-pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
+/// The weights blob in the layout of the program's weight offsets. Each parameter is
+/// converted from its file's type into the blob's one element at a time (a row-major one
+/// of the same type is copied), and its file pages are let go once written: the blob
+/// and one parameter are all that is in memory.
+pub fn weights_blob(p: &Program, values: &BTreeMap<String, RawTensor>) -> Result<Vec<u8>> {
     let mut blob = vec![0u8; p.weights_size as usize];
     for port in &p.weights {
         let (name, shape) = (&port.name, &port.shape);
@@ -22,11 +27,16 @@ pub fn weights_blob(p: &Program, values: &std::collections::BTreeMap<String, Ten
         let b = &p.buffers[port.buf.0];
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
         let stored = stored_values(t, port.layout);
-        let end = offset as usize + stored.data.len() * b.dtype.size();
+        let end = offset as usize + stored.len() * b.dtype.size();
         let Some(slot) = blob.get_mut(offset as usize..end) else {
             return Err(Error::internal(format!("weight {name} does not fit the blob")));
         };
-        write_elements(&stored.data, b.dtype, slot);
+        if port.layout == Layout::RowMajor && t.dtype == b.dtype {
+            slot.copy_from_slice(t.bytes());
+        } else {
+            write_elements(stored, b.dtype, slot);
+        }
+        t.release();
     }
     Ok(blob)
 }
@@ -48,23 +58,6 @@ pub fn layout_fingerprint(p: &Program) -> u64 {
     crate::hash::fnv1a(text.as_bytes())
 }
 
-/// Writes `values` as little-endian elements of `dtype` at the start of `out` (which
-/// the weights' layout sized for them).
-pub(crate) fn write_elements(values: &[f64], dtype: Dtype, out: &mut [u8]) {
-    fn put<const N: usize>(values: &[f64], out: &mut [u8], bytes: impl Fn(f64) -> [u8; N]) {
-        for (&x, slot) in values.iter().zip(out.chunks_exact_mut(N)) {
-            slot.copy_from_slice(&bytes(x));
-        }
-    }
-    match dtype {
-        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => put(values, out, |x| (x as f32).to_le_bytes()),
-        Dtype::F64 => put(values, out, f64::to_le_bytes),
-        Dtype::I32 => put(values, out, |x| (x as i32).to_le_bytes()),
-        Dtype::I64 => put(values, out, |x| (x as i64).to_le_bytes()),
-        Dtype::Bool => put(values, out, |x| [u8::from(x != 0.0)]),
-    }
-}
-
 /// The parameter values in `blob`, a weights blob of program `p` (after a training step
 /// updated it, say): [`weights_blob`] inverted, in the program's parameter order. Where a
 /// parameter's values went is found by laying out its element numbers with
@@ -83,14 +76,14 @@ pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
         let n = port.shape.iter().product::<u64>() as usize;
         // Element i stored as i + 1; the layout's padding stays 0.
-        let numbers = Tensor { dtype: Dtype::F64, shape: port.shape.clone(), data: (1..=n).map(|i| i as f64).collect() };
-        let order = stored_values(&numbers, port.layout);
-        let end = offset as usize + order.data.len() * b.dtype.size();
+        let numbers = RawTensor::from_tensor(&Tensor { dtype: Dtype::F64, shape: port.shape.clone(), data: (1..=n).map(|i| i as f64).collect() });
+        let order: Vec<f64> = stored_values(&numbers, port.layout).collect();
+        let end = offset as usize + order.len() * b.dtype.size();
         let stored = blob.get(offset as usize..end).and_then(|slot| read_elements(slot, b.dtype));
-        let stored = stored.filter(|s| s.len() == order.data.len());
+        let stored = stored.filter(|s| s.len() == order.len());
         let Some(stored) = stored else { return Err(Error::internal(format!("weight {name} does not fill its place in the blob"))) };
         let mut values = vec![None; n];
-        for (&number, &x) in order.data.iter().zip(&stored) {
+        for (&number, &x) in order.iter().zip(&stored) {
             if number == 0.0 {
                 continue;
             }
@@ -106,7 +99,7 @@ pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
 }
 
 /// The error for a parameter whose stored form is not a rearrangement of its values.
-fn mixed_layout(name: &str, layout: crate::lower::Layout) -> Error {
+fn mixed_layout(name: &str, layout: Layout) -> Error {
     Error::user(format!("parameter `{name}` is stored in the {layout:?} layout, which mixes its values: they cannot be read back exactly"))
         .note("compile with --weight-layout plain for a weights.bin that exports (with --grad it always is)")
 }
@@ -119,7 +112,9 @@ fn read_elements(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
         chunks.remainder().is_empty().then(|| chunks.map(|c| value(c.try_into().expect("N bytes"))).collect())
     }
     match dtype {
-        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => get(bytes, |b| f64::from(f32::from_le_bytes(b))),
+        Dtype::F32 => get(bytes, |b| f64::from(f32::from_le_bytes(b))),
+        Dtype::F16 => get(bytes, |b| half::f16::from_le_bytes(b).to_f64()),
+        Dtype::Bf16 => get(bytes, |b| half::bf16::from_le_bytes(b).to_f64()),
         Dtype::F64 => get(bytes, f64::from_le_bytes),
         Dtype::I32 => get(bytes, |b| f64::from(i32::from_le_bytes(b))),
         Dtype::I64 => get(bytes, |b| i64::from_le_bytes(b) as f64),
@@ -183,7 +178,7 @@ mod tests {
             .into_iter()
             .map(|(name, dtype, shape)| (name.to_string(), counting(dtype, &shape)))
             .collect();
-        let blob = weights_blob(&p, &values.iter().cloned().collect()).expect("the blob");
+        let blob = weights_blob(&p, &values.iter().map(|(n, t)| (n.clone(), RawTensor::from_tensor(t))).collect()).expect("the blob");
         // The transposed weight is not stored as given: reading it back undoes something.
         assert_ne!(blob[64..64 + 24], blob[0..24]);
         assert_eq!(blob_values(&p, &blob).expect("read back"), values);
@@ -192,7 +187,7 @@ mod tests {
         assert_eq!(err.to_string(), "the blob holds 500 bytes, and the model's weights take 512\n  note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)");
 
         let p = crate::lower::parse::parse(MIXED).expect("the program parses");
-        let blob = weights_blob(&p, &[("g".to_string(), counting(Dtype::F32, &[1, 1, 3, 3]))].into_iter().collect()).expect("the blob");
+        let blob = weights_blob(&p, &[("g".to_string(), RawTensor::from_tensor(&counting(Dtype::F32, &[1, 1, 3, 3])))].into_iter().collect()).expect("the blob");
         let err = blob_values(&p, &blob).unwrap_err();
         assert_eq!((err.kind, err.message.as_str()), (crate::ErrorKind::User, "parameter `g` is stored in the Winograd layout, which mixes its values: they cannot be read back exactly"));
     }

@@ -8,25 +8,59 @@
 //! u8, u16 to i32; u32 to i64); bf16 has no NumPy dtype and is written as f32.
 //! Nothing a file contains can cause a panic: sizes from headers are checked against the
 //! bytes present.
+//!
+//! Files are read as [`RawTensor`]s, each in the file's own dtype: `.safetensors`, `.npy`
+//! and the stored (uncompressed) members of `.npz` are mapped into memory and their
+//! arrays are views of the mapping, so a checkpoint on its way into a weights blob is
+//! never copied whole, let alone widened. Compressed members, big-endian or Fortran-order
+//! arrays, and the element types mithrilc widens are read into memory in mithrilc's
+//! dtype. [`read_arrays`] gives the values as [`Tensor`]s, for the interpreter.
 
 mod npy;
 mod safetensors;
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Cursor, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::ir::Dtype;
+use crate::tensor::{Backing, RawTensor, Tensor};
 
 /// An ordered collection of named arrays as read from a file (order = file order for
-/// npz; sorted by name for safetensors).
+/// npz; sorted by name for safetensors): [`Tensor`]s, or [`RawTensor`]s as the file
+/// holds them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ArrayFile {
+pub struct ArrayFile<A = Tensor> {
     pub path: PathBuf,
-    pub arrays: IndexMap<String, Tensor>,
+    pub arrays: IndexMap<String, A>,
+}
+
+/// What a command needs to know of an array before it reads its values.
+pub trait Array {
+    fn dtype(&self) -> Dtype;
+    fn shape(&self) -> &[u64];
+}
+
+impl Array for Tensor {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+}
+
+impl Array for RawTensor {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[u64] {
+        &self.shape
+    }
 }
 
 /// The file formats, chosen by extension.
@@ -68,31 +102,69 @@ fn write_error(path: &Path, e: &io::Error) -> Error {
 }
 
 /// Reads every array of a `.npz`, `.npy` (one array, named by the file stem) or
-/// `.safetensors` file.
+/// `.safetensors` file, widened to f64 for the interpreter.
 pub fn read_arrays(path: &Path) -> Result<ArrayFile> {
-    let arrays = match Format::of(path)? {
-        Format::Npz => read_npz(path)?,
+    let raw = read_raw_arrays(path)?;
+    Ok(ArrayFile { path: raw.path, arrays: raw.arrays.into_iter().map(|(name, t)| (name, t.to_tensor())).collect() })
+}
+
+/// Reads every array of a file as [`read_arrays`] does, each in the file's dtype and,
+/// where the format allows, left in the file (mapped).
+pub fn read_raw_arrays(path: &Path) -> Result<ArrayFile<RawTensor>> {
+    let format = Format::of(path)?;
+    let file = map_file(path)?;
+    let arrays = match format {
+        Format::Npz => read_npz(&file, path)?,
         Format::Npy => {
-            let bytes = std::fs::read(path).map_err(|e| read_error(path, &e))?;
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            let t = npy::decode(&bytes, path, &name)?;
+            let t = npy::decode(&file, 0..file.bytes().len(), path, &name)?;
             IndexMap::from([(name, t)])
         }
-        Format::Safetensors => {
-            let bytes = std::fs::read(path).map_err(|e| read_error(path, &e))?;
-            safetensors::decode(&bytes, path)?
-        }
+        Format::Safetensors => safetensors::decode(&file, path)?,
     };
     Ok(ArrayFile { path: path.to_path_buf(), arrays })
+}
+
+/// A file mapped read-only into memory: its pages are read when they are touched and
+/// can be let go again ([`Backing::release`]).
+struct Mapped(memmap2::Mmap);
+
+impl Backing for Mapped {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn release(&self, range: std::ops::Range<usize>) {
+        // SAFETY: the mapping is read-only and backed by the file, so dropping its pages
+        // loses nothing: a later read maps them in from the file again.
+        #[cfg(unix)]
+        let _ = unsafe { self.0.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len()) };
+        #[cfg(not(unix))]
+        let _ = range;
+    }
+}
+
+/// The bytes of the file at `path`, mapped (an empty file is read: it cannot be mapped).
+fn map_file(path: &Path) -> Result<Arc<dyn Backing>> {
+    let file = File::open(path).map_err(|e| read_error(path, &e))?;
+    let len = file.metadata().map_err(|e| read_error(path, &e))?.len();
+    if len == 0 {
+        return Ok(Arc::new(Vec::new()));
+    }
+    // SAFETY: a mapped file that another process truncates while mithrilc reads it
+    // faults; mithrilc's input files are not changed while it runs (as for any reader).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| read_error(path, &e))?;
+    Ok(Arc::new(Mapped(map)))
 }
 
 /// Most bytes reserved up front for one zip entry; larger entries grow as data arrives,
 /// so a hostile size field cannot force a huge allocation.
 const MAX_PREALLOC: u64 = 64 << 20;
 
-fn read_npz(path: &Path) -> Result<IndexMap<String, Tensor>> {
-    let file = File::open(path).map_err(|e| read_error(path, &e))?;
-    let mut archive = zip::ZipArchive::new(BufReader::new(file)).map_err(|e| {
+/// The arrays of the `.npz` archive `file` read from `path`. A stored member is a view
+/// of the file once its checksum is checked; a compressed one is inflated into memory.
+fn read_npz(file: &Arc<dyn Backing>, path: &Path) -> Result<IndexMap<String, RawTensor>> {
+    let mut archive = zip::ZipArchive::new(Cursor::new(file.bytes())).map_err(|e| {
         crate::user_error!("cannot read {}: not a valid .npz (zip) archive: {e}", path.display())
     })?;
     let mut arrays = IndexMap::with_capacity(archive.len());
@@ -111,19 +183,29 @@ fn read_npz(path: &Path) -> Result<IndexMap<String, Tensor>> {
             ));
         };
         let size = entry.size();
-        let mut bytes = Vec::with_capacity(size.min(MAX_PREALLOC) as usize);
-        // Reading to the end lets the zip crate verify the entry's checksum.
-        entry.by_ref().take(size.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| {
-            crate::user_error!("cannot read {}: entry '{entry_name}': {}", path.display(), io_message(&e))
-        })?;
-        if bytes.len() as u64 != size {
-            return Err(crate::user_error!(
-                "cannot read {}: entry '{entry_name}' holds {} bytes but its header says {size}",
-                path.display(),
-                bytes.len()
-            ));
-        }
-        let t = npy::decode(&bytes, path, name)?;
+        let entry_error = |e: io::Error| crate::user_error!("cannot read {}: entry '{entry_name}': {}", path.display(), io_message(&e));
+        let size_error = |got: u64| {
+            crate::user_error!("cannot read {}: entry '{entry_name}' holds {got} bytes but its header says {size}", path.display())
+        };
+        let t = if entry.compression() == zip::CompressionMethod::Stored {
+            let start = entry.data_start() as usize;
+            let range = start..start.saturating_add(size as usize);
+            // Reading to the end lets the zip crate verify the entry's checksum.
+            let read = io::copy(&mut entry.by_ref().take(size.saturating_add(1)), &mut io::sink()).map_err(entry_error)?;
+            file.release(range.clone());
+            if read != size || range.end > file.bytes().len() {
+                return Err(size_error(read));
+            }
+            npy::decode(file, range, path, name)?
+        } else {
+            let mut bytes = Vec::with_capacity(size.min(MAX_PREALLOC) as usize);
+            entry.by_ref().take(size.saturating_add(1)).read_to_end(&mut bytes).map_err(entry_error)?;
+            if bytes.len() as u64 != size {
+                return Err(size_error(bytes.len() as u64));
+            }
+            let len = bytes.len();
+            npy::decode(&(Arc::new(bytes) as Arc<dyn Backing>), 0..len, path, name)?
+        };
         if arrays.insert(name.to_string(), t).is_some() {
             return Err(crate::user_error!("cannot read {}: array '{name}' appears twice", path.display()));
         }
@@ -218,6 +300,12 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
 /// The bytes of a `.safetensors` file holding `arrays`, each in its own dtype, laid out
 /// in name order with a sorted header: the same arrays always give the same bytes.
 pub fn safetensors_bytes(arrays: &[(String, Tensor)]) -> Result<Vec<u8>> {
+    let raw: Vec<(String, RawTensor)> = arrays.iter().map(|(name, t)| (name.clone(), RawTensor::from_tensor(t))).collect();
+    safetensors::encode(&raw)
+}
+
+/// [`safetensors_bytes`] of arrays in their own dtype, copied as they are.
+pub fn raw_safetensors_bytes(arrays: &[(String, RawTensor)]) -> Result<Vec<u8>> {
     safetensors::encode(arrays)
 }
 

@@ -1,21 +1,24 @@
-//! One NumPy `.npy` array: decoding it from bytes into a [`Tensor`] and encoding a
+//! One NumPy `.npy` array: decoding it from bytes into a [`RawTensor`] and encoding a
 //! tensor back, both through the `npyz` crate.
 //!
 //! Decoding accepts the element types mithrilc can hold and widens the narrow integer
 //! types NumPy has and mithrilc does not: i8, i16, u8 and u16 become i32; u32 and i64
-//! become i64. Fortran-order arrays are transposed into row-major order; big-endian data
-//! is converted by `npyz`. Anything else (u64, f128, complex, strings, records, objects)
+//! become i64. A little-endian, row-major array of a type mithrilc has is a view of the
+//! bytes it was decoded from; any other is converted into memory: Fortran-order arrays
+//! are transposed into row-major order, big-endian data is converted by `npyz`. Anything else (u64, f128, complex, strings, records, objects)
 //! is a user error naming the file, the array and the NumPy dtype. Every size taken from
 //! a header is checked against the bytes actually present before anything is allocated.
 
 use std::io::{self, Write};
+use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
-use npyz::{DType, NpyFile, NpyHeader, Order, TypeChar, TypeStr, WriteOptions, WriterBuilder};
+use npyz::{DType, Endianness, NpyFile, NpyHeader, Order, TypeChar, TypeStr, WriteOptions, WriterBuilder};
 
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
-use crate::tensor::Tensor;
+use crate::tensor::{write_elements, Backing, RawTensor, Tensor};
 
 /// The element types read from a `.npy` file, each with the Rust type `npyz` reads it as.
 #[derive(Debug, Clone, Copy)]
@@ -155,17 +158,19 @@ fn precheck_shape(bytes: &[u8], file: &Path, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Decodes the `.npy` bytes of array `name` read from `file` (the path is for messages).
-pub(super) fn decode(bytes: &[u8], file: &Path, name: &str) -> Result<Tensor> {
+/// Decodes the `.npy` bytes `range` of `backing`, array `name` read from `file` (the
+/// path is for messages).
+pub(super) fn decode(backing: &Arc<dyn Backing>, range: Range<usize>, file: &Path, name: &str) -> Result<RawTensor> {
+    let bytes = backing.bytes().get(range.clone()).unwrap_or_default();
     precheck_shape(bytes, file, name)?;
     let mut rest = bytes;
     let header = NpyHeader::from_reader(&mut rest)
         .map_err(|e| array_error(file, name, format!("invalid .npy data: {}", clip(e))))?;
 
     let dtype = header.dtype();
-    let elem = match &dtype {
-        DType::Plain(ts) => Elem::from_type_str(ts),
-        DType::Array(..) | DType::Record(_) => None,
+    let (elem, endianness) = match &dtype {
+        DType::Plain(ts) => (Elem::from_type_str(ts), ts.endianness()),
+        DType::Array(..) | DType::Record(_) => (None, Endianness::Little),
     };
     let Some(elem) = elem else {
         return Err(array_error(
@@ -196,41 +201,55 @@ pub(super) fn decode(bytes: &[u8], file: &Path, name: &str) -> Result<Tensor> {
         ));
     }
     let order = header.order();
+    // Bool is read through npyz, which refuses bytes other than 0 and 1.
+    let as_stored = matches!(elem, Elem::F16 | Elem::F32 | Elem::F64 | Elem::I32 | Elem::I64);
+    if as_stored && endianness != Endianness::Big && order == Order::C {
+        let data = range.end - rest.len()..range.end;
+        return RawTensor::new(elem.dtype(), shape, backing.clone(), data)
+            .ok_or_else(|| crate::internal_error!("{}: array '{name}' does not fit its bytes", file.display()));
+    }
     let npy = NpyFile::with_header(header, rest);
+    let out_dtype = elem.dtype();
     let read = match elem {
-        Elem::F16 => read_as(npy, |x: half::f16| x.to_f64()),
-        Elem::F32 => read_as(npy, |x: f32| f64::from(x)),
-        Elem::F64 => read_as(npy, |x: f64| x),
-        Elem::I8 => read_as(npy, |x: i8| f64::from(x)),
-        Elem::I16 => read_as(npy, |x: i16| f64::from(x)),
-        Elem::I32 => read_as(npy, |x: i32| f64::from(x)),
-        // i64 beyond 2^53 rounds to the nearest f64, as the host tensor documents.
-        Elem::I64 => read_as(npy, |x: i64| x as f64),
-        Elem::U8 => read_as(npy, |x: u8| f64::from(x)),
-        Elem::U16 => read_as(npy, |x: u16| f64::from(x)),
-        Elem::U32 => read_as(npy, |x: u32| f64::from(x)),
-        Elem::Bool => read_as(npy, |x: bool| if x { 1.0 } else { 0.0 }),
+        Elem::F16 => read_as(npy, out_dtype, |x: half::f16| x.to_f64()),
+        Elem::F32 => read_as(npy, out_dtype, |x: f32| f64::from(x)),
+        Elem::F64 => read_as(npy, out_dtype, |x: f64| x),
+        Elem::I8 => read_as(npy, out_dtype, |x: i8| f64::from(x)),
+        Elem::I16 => read_as(npy, out_dtype, |x: i16| f64::from(x)),
+        Elem::I32 => read_as(npy, out_dtype, |x: i32| f64::from(x)),
+        // i64 beyond 2^53 rounds to the nearest f64 on the way, as the host tensor
+        // documents.
+        Elem::I64 => read_as(npy, out_dtype, |x: i64| x as f64),
+        Elem::U8 => read_as(npy, out_dtype, |x: u8| f64::from(x)),
+        Elem::U16 => read_as(npy, out_dtype, |x: u16| f64::from(x)),
+        Elem::U32 => read_as(npy, out_dtype, |x: u32| f64::from(x)),
+        Elem::Bool => read_as(npy, out_dtype, |x: bool| if x { 1.0 } else { 0.0 }),
     };
     let data = read.map_err(|e| array_error(file, name, format!("invalid .npy data: {e}")))?;
 
     let data = match order {
         Order::C => data,
-        Order::Fortran => fortran_to_c(&shape, &data),
+        Order::Fortran => fortran_to_c(&shape, &data, out_dtype.size()),
     };
-    Ok(Tensor::new(elem.dtype(), shape, data))
+    RawTensor::owned(out_dtype, shape, data).ok_or_else(|| crate::internal_error!("{}: array '{name}' does not fit its bytes", file.display()))
 }
 
-/// Reads every element as `T` and converts it to `f64`.
-fn read_as<T: npyz::Deserialize>(npy: NpyFile<&[u8]>, conv: impl Fn(T) -> f64) -> io::Result<Vec<f64>> {
+/// Reads every element as `T` and writes it as a little-endian element of `dtype`.
+fn read_as<T: npyz::Deserialize>(npy: NpyFile<&[u8]>, dtype: Dtype, conv: impl Fn(T) -> f64) -> io::Result<Vec<u8>> {
     let reader = npy.data::<T>().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-    reader.map(|r| r.map(&conv)).collect()
+    let mut out = vec![0u8; reader.len() as usize * dtype.size()];
+    for (value, slot) in reader.zip(out.chunks_exact_mut(dtype.size())) {
+        write_elements(std::iter::once(conv(value?)), dtype, slot);
+    }
+    Ok(out)
 }
 
-/// Reorders column-major (Fortran) data of `shape` into row-major order.
+/// Reorders column-major (Fortran) elements of `size` bytes of `shape` into row-major
+/// order.
 ///
 /// Element `(i0, .., in)` sits at offset `sum(ik * prod(shape[..k]))` in the file. The
-/// caller has checked that `data.len()` is the product of `shape`.
-fn fortran_to_c(shape: &[u64], data: &[f64]) -> Vec<f64> {
+/// caller has checked that `data` holds the product of `shape` elements.
+fn fortran_to_c(shape: &[u64], data: &[u8], size: usize) -> Vec<u8> {
     let rank = shape.len();
     let mut f_strides = vec![0u64; rank];
     let mut acc = 1u64;
@@ -240,9 +259,9 @@ fn fortran_to_c(shape: &[u64], data: &[f64]) -> Vec<f64> {
     }
     let mut out = Vec::with_capacity(data.len());
     let mut index = vec![0u64; rank];
-    for _ in 0..data.len() {
-        let offset: u64 = index.iter().zip(&f_strides).map(|(i, s)| i * s).sum();
-        out.push(data.get(offset as usize).copied().unwrap_or(f64::NAN));
+    for _ in 0..data.len() / size {
+        let offset = index.iter().zip(&f_strides).map(|(i, s)| i * s).sum::<u64>() as usize * size;
+        out.extend_from_slice(&data[offset..offset + size]);
         // Advance the row-major multi-index: the last axis fastest.
         for k in (0..rank).rev() {
             index[k] += 1;

@@ -223,6 +223,28 @@ fn corrupt_entry_in_npz_is_an_error() {
     );
 }
 
+/// A stored (uncompressed) npz member is read in place from the mapped archive, and
+/// read as raw it keeps the file's dtype: the same values as the deflated member.
+#[test]
+fn stored_and_deflated_npz_members_read_alike() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("both.npz");
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let values: Vec<u8> = [1.5f32, -2.0, 0.25].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let npy = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", &values);
+    for (name, method) in [("stored.npy", zip::CompressionMethod::Stored), ("deflated.npy", zip::CompressionMethod::Deflated)] {
+        zip.start_file(name, zip::write::SimpleFileOptions::default().compression_method(method)).expect("start");
+        std::io::Write::write_all(&mut zip, &npy).expect("write");
+    }
+    std::fs::write(&path, zip.finish().expect("finish").into_inner()).expect("write");
+    let raw = super::read_raw_arrays(&path).expect("read");
+    for name in ["stored", "deflated"] {
+        let t = &raw.arrays[name];
+        assert_eq!((t.dtype, t.bytes()), (Dtype::F32, &values[..]), "{name}");
+        assert_eq!(t.to_tensor(), Tensor::new(Dtype::F32, vec![3], vec![1.5, -2.0, 0.25]), "{name}");
+    }
+}
+
 #[test]
 fn missing_file_and_unknown_extension() {
     let dir = tempfile::tempdir().expect("tempdir");

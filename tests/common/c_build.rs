@@ -126,9 +126,7 @@ pub fn run_c_with(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tens
     let forward = lower(&graphs.forward)?;
     let backward = graphs.backward.as_ref().map(lower).transpose()?;
     let g = &graphs.forward;
-    let weights: BTreeMap<String, Tensor> =
-        g.params().filter_map(|v| g.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, t.clone()))).collect();
-    let copts = mithrilc::codegen::c::Options { source: "model.json".into(), weights: Some(weights), ..Default::default() };
+    let copts = mithrilc::codegen::c::Options { source: "model.json".into(), weights: Some(mithrilc::cli::param_weights(g, feeds)), ..Default::default() };
     let files = mithrilc::codegen::c::emit(&forward, backward.as_ref(), &copts).map_err(|e| format!("emit: {e}"))?;
     let program = backward.as_ref().unwrap_or(&forward);
     let name = mithrilc::codegen::names::identifier(&program.name);

@@ -17,12 +17,10 @@
 //! gradients in that layout, and a forward and a backward program share one blob)
 //! every weight stays row-major.
 
-use std::borrow::Cow;
-
 use crate::error::{Error, Result};
 use crate::ir::{ConvAttrs, Dtype};
 use crate::lower::{align, buffer_bytes, kernel_exprs, padded, visit_views, BufId, Buffer, Expr, Kernel, Layout, Program, Step, Storage, View};
-use crate::tensor::Tensor;
+use crate::tensor::RawTensor;
 
 /// The width of a weight's column panels (`MR_PANEL` in the runtime).
 pub const PANEL: u64 = 32;
@@ -355,49 +353,39 @@ fn stored_len(shape: &[u64], layout: Layout) -> u64 {
     }
 }
 
-/// A parameter's values in the order its layout stores them (row-major ones as they
-/// are: a large parameter is not copied).
-pub fn stored_values(t: &Tensor, layout: Layout) -> Cow<'_, Tensor> {
+/// A parameter's values in the order its layout stores them, one at a time (nothing is
+/// copied: a transformed element is computed from the ones it reads when it is asked for).
+pub fn stored_values(t: &RawTensor, layout: Layout) -> impl ExactSizeIterator<Item = f64> + '_ {
+    const G: [[f64; 3]; 6] = [
+        [1.0 / 4.0, 0.0, 0.0],
+        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        [0.0, 0.0, 1.0],
+    ];
     let (n, k) = (t.shape.first().copied().unwrap_or(1) as usize, t.shape.get(1).copied().unwrap_or(1) as usize);
-    let data = match layout {
-        Layout::RowMajor => return Cow::Borrowed(t),
+    let w = PANEL as usize;
+    (0..stored_len(&t.shape, layout) as usize).map(move |x| match layout {
+        Layout::RowMajor => t.get(x),
         // [N, K] as [K, N]: element (j, i) of the transpose is t[i, j].
-        Layout::Transposed => (0..k * n).map(|x| t.data[(x % n) * k + x / n]).collect(),
+        Layout::Transposed => t.get((x % n) * k + x / n),
         // [K, N] in column panels: panel q, row kk, lane l is column q*PANEL + l
-        // (MR_PANEL_INDEX; runtime_facts checks that the runtime reads what this writes).
+        // (MR_PANEL_INDEX; runtime_facts checks that the runtime reads what this writes),
+        // zero past the last column.
         Layout::Panels => {
-            let w = PANEL as usize;
-            let mut data = vec![0.0; n.div_ceil(w) * w * k];
-            for i in 0..n {
-                for j in 0..k {
-                    data[(i / w) * k * w + j * w + i % w] = t.data[i * k + j];
-                }
-            }
-            data
+            let (q, j, l) = (x / (k * w), x % (k * w) / w, x % w);
+            let i = q * w + l;
+            if i < n { t.get(i * k + j) } else { 0.0 }
         }
         // [O, C, 3, 3] as [36, O, C]: G g G^T for each (o, c), as mr_winograd_weights_f32
         // (bit for bit: runtime_facts).
         Layout::Winograd => {
-            const G: [[f64; 3]; 6] = [
-                [1.0 / 4.0, 0.0, 0.0],
-                [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
-                [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
-                [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
-                [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
-                [0.0, 0.0, 1.0],
-            ];
-            let (o, c) = (n, k);
-            let mut data = vec![0.0; 36 * o * c];
-            for (oc, g) in t.data.chunks_exact(9).enumerate() {
-                for (xi, u) in data.iter_mut().skip(oc).step_by(o * c).enumerate() {
-                    let (i, j) = (xi / 6, xi % 6);
-                    *u = (0..9).map(|ab| G[i][ab / 3] * g[ab] * G[j][ab % 3]).sum();
-                }
-            }
-            data
+            let (xi, oc) = (x / (n * k), x % (n * k));
+            let (i, j) = (xi / 6, xi % 6);
+            (0..9).map(|ab| G[i][ab / 3] * t.get(oc * 9 + ab) * G[j][ab % 3]).sum()
         }
-    };
-    Cow::Owned(Tensor { dtype: t.dtype, shape: vec![data.len() as u64], data })
+    })
 }
 
 #[cfg(test)]

@@ -41,7 +41,6 @@ pub use crate::backend::WeightsMode;
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
 use crate::lower::{Layout, Program, Storage};
-use crate::tensor::Tensor;
 
 /// What the runtime computes (`mithril_runtime.h`): f32 matrix products, 1-d and 2-d
 /// convolution and pooling, and softmax.
@@ -99,7 +98,7 @@ pub struct Options {
     /// The model file, named in generated comments.
     pub source: String,
     /// Parameter values by name, written to `weights.bin` when given.
-    pub weights: Option<std::collections::BTreeMap<String, Tensor>>,
+    pub weights: Option<std::collections::BTreeMap<String, crate::tensor::RawTensor>>,
     pub mode: WeightsMode,
     /// The one CPU the library is built for (a `-march` value), or portable (`None`).
     pub cpu: Option<String>,

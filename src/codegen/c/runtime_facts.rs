@@ -13,10 +13,9 @@ use std::process::{Command, Stdio};
 
 use super::{runtime_sources, RUNTIME_FILES};
 use super::layout::{stored_values, winograd, PANEL, WINOGRAD_SLOTS};
-use crate::codegen::weights::write_elements;
 use crate::ir::{ConvAttrs, Dtype};
 use crate::lower::Layout;
-use crate::tensor::Tensor;
+use crate::tensor::{write_elements, RawTensor, Tensor};
 
 /// The value of `#define NAME value` in the runtime's API header.
 fn define(name: &str) -> u64 {
@@ -139,9 +138,10 @@ fn weights(shape: &[u64], seed: u64) -> Tensor {
 
 /// What `weights.bin` holds for `t` stored in `layout`.
 fn blob(t: &Tensor, layout: Layout) -> Vec<u8> {
-    let values = stored_values(t, layout);
-    let mut out = vec![0; 4 * values.data.len()];
-    write_elements(&values.data, Dtype::F32, &mut out);
+    let raw = RawTensor::from_tensor(t);
+    let values = stored_values(&raw, layout);
+    let mut out = vec![0; 4 * values.len()];
+    write_elements(values, Dtype::F32, &mut out);
     out
 }
 

@@ -30,7 +30,7 @@ use super::graph::write_graph;
 use super::names::{c_string, comment_safe, identifier, port_label};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, Graph, Op, ValueId};
-use crate::tensor::Tensor;
+use crate::tensor::RawTensor;
 use writer::Writer;
 
 /// How the weights of matrix products are stored (`--quantize`).
@@ -67,7 +67,7 @@ pub struct Options {
     pub source: String,
     /// The parameters' values by name: with them (all of them) the GGUF file is
     /// written; without them, the C alone (its GGUF file made by a later compile).
-    pub weights: Option<BTreeMap<String, Tensor>>,
+    pub weights: Option<BTreeMap<String, RawTensor>>,
     pub quantize: Quantize,
 }
 
@@ -165,7 +165,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
                         if t.shape != shape {
                             return Err(Error::user(format!("parameter `{pname}` is {:?} in the parameters, {:?} in the model", t.shape, shape)));
                         }
-                        t.data.iter().map(|&x| x as f32).collect::<Vec<f32>>()
+                        t.values().map(|x| x as f32).collect::<Vec<f32>>()
                     }
                     None => Vec::new(),
                 };

@@ -38,7 +38,7 @@ use crate::codegen::graph::{write_graph, GraphWriter};
 use crate::codegen::names::identifier;
 use crate::error::{Error, Result};
 use crate::ir::Graph;
-use crate::tensor::Tensor;
+use crate::tensor::RawTensor;
 use hlo::{element_type, HloWriter, Parameter, Shardings};
 
 /// The runner shipped with every artifact.
@@ -57,7 +57,7 @@ pub struct Options {
     /// The model file's name, for metadata.
     pub source: String,
     /// Parameter values by name, written to `<name>.safetensors` when given.
-    pub weights: Option<BTreeMap<String, Tensor>>,
+    pub weights: Option<BTreeMap<String, RawTensor>>,
     /// The device mesh to partition over (`--mesh`, [`mesh::parse`]); empty: one device.
     pub mesh: Vec<(String, u64)>,
 }
@@ -190,7 +190,7 @@ pub fn emit(graphs: &Graphs, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
 
 /// The safetensors file of the model's parameters, each in its declared type and
 /// under its name in the model.
-fn weights(graph: &Graph, values: &BTreeMap<String, Tensor>) -> Result<Vec<u8>> {
+fn weights(graph: &Graph, values: &BTreeMap<String, RawTensor>) -> Result<Vec<u8>> {
     let mut arrays = Vec::new();
     for v in graph.params() {
         let node = graph.node(v);
@@ -200,7 +200,7 @@ fn weights(graph: &Graph, values: &BTreeMap<String, Tensor>) -> Result<Vec<u8>> 
         if t.shape != want {
             return Err(Error::user(format!("parameter `{name}` has shape {:?}, the model needs {:?}", t.shape, want)));
         }
-        arrays.push((name, Tensor::new(node.ty.dtype, t.shape.clone(), t.data.clone())));
+        arrays.push((name, t.converted(node.ty.dtype)));
     }
-    crate::data::safetensors_bytes(&arrays)
+    crate::data::raw_safetensors_bytes(&arrays)
 }

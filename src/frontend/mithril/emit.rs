@@ -109,9 +109,20 @@ fn expand_parsed(parsed: json::File, file: &str, name: &str, opts: &Options) -> 
     .map_err(|e: Error| e.context(file))
 }
 
-/// The model's float type (see [`Emitter::float`]).
-fn model_float(opts: &Options) -> Dtype {
-    let floats: BTreeSet<Dtype> = opts.known_types.values().map(|t| t.dtype).filter(|d| d.is_float()).collect();
+/// The model's float type (see [`Emitter::float`]): that of the known inputs other
+/// than `params`, or when there are none, of the parameters read in f32 or f64. An f16
+/// or bf16 checkpoint does not decide it: most are published so for models that compute
+/// in f32.
+fn model_float(opts: &Options, params: &BTreeSet<&str>) -> Dtype {
+    let floats_of = |parameters: bool| -> BTreeSet<Dtype> {
+        let known = opts.known_types.iter().filter(|(name, _)| params.contains(name.as_str()) == parameters);
+        known.map(|(_, t)| t.dtype).filter(|d| d.is_float()).collect()
+    };
+    let mut floats = floats_of(false);
+    if floats.is_empty() {
+        floats = floats_of(true);
+        floats.retain(|d| !matches!(d, Dtype::F16 | Dtype::Bf16));
+    }
     match (floats.len(), floats.first()) {
         (1, Some(&only)) => only,
         _ => Dtype::F32,
@@ -244,9 +255,11 @@ pub(super) struct Emitter<'a> {
     /// Why a related input could not be created while resolving templates: when an
     /// input's shape cannot be found, this is the error worth reporting.
     pub(super) root_cause: Option<Error>,
-    /// The model's float type, which float constants take when no tensor operand gives
-    /// them one (Mithril: the backend's precision): that of the float inputs and
-    /// parameters whose types are known, when they agree; else f32.
+    /// The model's float type, which float constants and parameters take when no
+    /// tensor operand gives them one (Mithril: the backend's precision): that of the
+    /// float inputs whose types are known, when they agree (or of the f32 or f64
+    /// parameters, when no input's type is known); else f32. Parameters read in another
+    /// float type are converted to it on load.
     pub(super) float: Dtype,
 }
 
@@ -265,13 +278,17 @@ impl<'a> Emitter<'a> {
             resolving: BTreeSet::new(),
             templates_of: templates_by_slot(net),
             root_cause: None,
-            float: model_float(opts),
+            // Set once the inputs are named (`run`): parameters do not vote.
+            float: Dtype::F32,
         }
     }
 
     /// Emits the graph of `outputs`; the one named `loss`, if any, is the loss.
     fn run(&mut self, inst: &Instance, outputs: &[(String, SlotId)], loss: Option<&str>) -> Result<Graph> {
         self.name_inputs(inst);
+        let params: BTreeSet<&str> =
+            self.input_names.iter().filter(|&(&s, name)| self.trainable(s, name)).map(|(_, name)| name.as_str()).collect();
+        self.float = model_float(self.opts, &params);
         let order = self.order(outputs)?;
         for n in order {
             self.emit_node(&self.net.nodes[n])?;
@@ -438,12 +455,22 @@ impl<'a> Emitter<'a> {
                 .note(format!("give it with --shape {name}=D0,D1,... (a dimension may be a symbol, e.g. B), or in a data file"))
             })?,
         };
-        let dtype = known.map(|k| k.dtype).or(slot.dtype).unwrap_or(Dtype::F32);
-        let trainable = slot.differentiable == Some(true) && !self.opts.data_keys.contains(&name);
+        let trainable = self.trainable(r, &name);
+        let dtype = match known {
+            // A checkpoint in another float type is converted to the model's on load.
+            Some(k) if trainable && k.dtype.is_float() => slot.dtype.filter(|d| d.is_float()).unwrap_or(self.float),
+            Some(k) => k.dtype,
+            None => slot.dtype.unwrap_or(Dtype::F32),
+        };
         let op = if trainable { Op::Param } else { Op::Input };
         let id = self.graph.push(op, vec![], TensorType::new(dtype, shape));
         self.graph.nodes[id.index()].name = Some(name);
         Ok(id)
+    }
+
+    /// Whether input slot `r`, named `name`, is a parameter (trainable) rather than data.
+    fn trainable(&self, r: SlotId, name: &str) -> bool {
+        self.net.slot(r).differentiable == Some(true) && !self.opts.data_keys.contains(name)
     }
 
     /// The shape of an input implied by the templates it appears in, from the shapes
