@@ -358,7 +358,7 @@ fn help_lists_commands_and_options() {
         ),
         (
             &["compile", "--help"],
-            &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report [<FORMAT>]"],
+            &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report[=<FORMAT>]"],
         ),
         // Every choice shows its values.
         (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse"]),
