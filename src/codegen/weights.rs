@@ -105,21 +105,11 @@ fn mixed_layout(name: &str, layout: Layout) -> Error {
 }
 
 /// The little-endian elements of `dtype` that fill `bytes`, as [`write_elements`] writes
-/// them; `None` when `bytes` is not a whole number of them.
+/// them (read by [`RawTensor`]'s own element reader); `None` when `bytes` is not a whole
+/// number of them.
 fn read_elements(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
-    fn get<const N: usize>(bytes: &[u8], value: impl Fn([u8; N]) -> f64) -> Option<Vec<f64>> {
-        let chunks = bytes.chunks_exact(N);
-        chunks.remainder().is_empty().then(|| chunks.map(|c| value(c.try_into().expect("N bytes"))).collect())
-    }
-    match dtype {
-        Dtype::F32 => get(bytes, |b| f64::from(f32::from_le_bytes(b))),
-        Dtype::F16 => get(bytes, |b| half::f16::from_le_bytes(b).to_f64()),
-        Dtype::Bf16 => get(bytes, |b| half::bf16::from_le_bytes(b).to_f64()),
-        Dtype::F64 => get(bytes, f64::from_le_bytes),
-        Dtype::I32 => get(bytes, |b| f64::from(i32::from_le_bytes(b))),
-        Dtype::I64 => get(bytes, |b| i64::from_le_bytes(b) as f64),
-        Dtype::Bool => get(bytes, |b: [u8; 1]| if b[0] != 0 { 1.0 } else { 0.0 }),
-    }
+    let numel = bytes.len() / dtype.size();
+    RawTensor::owned(dtype, vec![numel as u64], bytes.to_vec()).map(|t| t.values().collect())
 }
 
 /// `weights.bin` for a GPU target (`target`, for messages), whose weights live in
