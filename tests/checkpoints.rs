@@ -81,6 +81,41 @@ fn half_precision_checkpoints_of_every_bench_model_compile_and_run() {
     }
 }
 
+/// Integer or boolean arrays for a trained parameter are refused (exit 1, naming the
+/// parameter and its type), not converted: they are a wrong file or key, and the model
+/// would run on truncated weights. mlp's weights as i32, and one as bool.
+#[test]
+fn integer_parameters_are_refused() {
+    let Some(dir) = cases::shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    let bench = dir.join("bench");
+    let params = data::read_arrays(&bench.join("mlp.safetensors")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for dtype in [Dtype::I32, Dtype::Bool] {
+        let mut arrays: Vec<(String, Tensor)> = params.arrays.iter().map(|(n, t)| (n.clone(), t.clone())).collect();
+        let (name, t) = &mut arrays[0];
+        let name = name.clone();
+        *t = Tensor::new(dtype, t.shape.clone(), t.data.iter().map(|x| if dtype == Dtype::Bool { (*x != 0.0) as u8 as f64 } else { x.trunc() }).collect());
+        let file = tmp.path().join(format!("mlp_{dtype}.safetensors"));
+        std::fs::write(&file, data::safetensors_bytes(&arrays).unwrap()).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+            .args(["compile", "mlp.json", "--target", "c", "--shape", "input=1,784", "--emit", "source", "--params"])
+            .arg(&file)
+            .arg("-o")
+            .arg(tmp.path().join("out"))
+            .current_dir(&bench)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{dtype}: {stderr}");
+        let want = format!("parameter `{name}` is {dtype} in the data, but a trained parameter is floating point");
+        assert!(stderr.contains(&want), "{dtype}: expected `{want}` in: {stderr}");
+        assert!(!tmp.path().join("out").exists(), "{dtype}: nothing is written on failure");
+    }
+}
+
 /// Compiling gpt_block (28 MB of f32 weights) for the C target and for XLA peaks at no
 /// more than twice its weights file in memory, the compiler's own footprint included:
 /// the weights go from the mapped file into the blob (C) or the safetensors file (XLA)

@@ -459,6 +459,13 @@ impl<'a> Emitter<'a> {
         let dtype = match known {
             // A checkpoint in another float type is converted to the model's on load.
             Some(k) if trainable && k.dtype.is_float() => slot.dtype.filter(|d| d.is_float()).unwrap_or(self.float),
+            // A trained parameter is floating point: integers or booleans for it are a
+            // wrong file or key, not values to convert (the model would quietly run on
+            // truncated weights).
+            Some(k) if trainable && slot.dtype.is_none_or(|d| d.is_float()) => {
+                return Err(Error::user(format!("parameter `{name}` is {} in the data, but a trained parameter is floating point", k.dtype))
+                    .note(format!("give `{name}` as floats (f32, f64, f16 or bf16), e.g. np.asarray(w, np.float32) before saving")));
+            }
             Some(k) => k.dtype,
             None => slot.dtype.unwrap_or(Dtype::F32),
         };
