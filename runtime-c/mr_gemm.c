@@ -16,6 +16,99 @@ static const float *mr_panel_at(const mr_bsrc *src, int64_t k, int64_t j)
     return src->p + MR_PANEL_INDEX(k, j, src->depth);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Narrow weights (mithril_runtime.h's MR_F16, MR_BF16, MR_Q8_0)                        */
+/* ------------------------------------------------------------------------------------ */
+
+static inline float mr_f32_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t mr_bits_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* IEEE binary16 to f32, exactly, by moving the fields (no _Float16: C99, every target):
+ * the exponent is rebiased by 112; an all-ones exponent (inf, NaN) becomes f32's; a
+ * zero exponent (zero, subnormal) goes through 2^-14 (1 + m/1024) - 2^-14, exact. Plain
+ * selects, so loops of it vectorize. */
+static inline float mr_f16_to_f32(uint16_t h)
+{
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, e = em & 0x0f800000u;
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t o = em + (e == 0x0f800000u ? 0x70000000u : 0x38000000u);
+    const float sub = mr_f32_bits(o + 0x00800000u) - mr_f32_bits(0x38800000u);
+    return mr_f32_bits((e == 0 ? mr_bits_f32(sub) : o) | sign);
+}
+
+static inline float mr_bf16_to_f32(uint16_t h) { return mr_f32_bits((uint32_t)h << 16); }
+
+/* The q8_0 scale of block b of a sequence stored at src (read through memcpy: the
+ * compiler makes it one load). */
+static inline float mr_q8_scale(const void *src, int64_t b)
+{
+    float s;
+    memcpy(&s, (const unsigned char *)src + 4 * b, sizeof s);
+    return s;
+}
+
+/*
+ * mr_dequant_run: elements [e, e + n) of a sequence stored as `type` at src to f32 in
+ * d; nb is the sequence's number of q8_0 blocks (its int8 elements start after nb
+ * scales; unused for the other types).
+ */
+static void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d)
+{
+    int64_t t;
+    if (type == MR_F16) {
+        const uint16_t *h = (const uint16_t *)src + e;
+        for (t = 0; t < n; ++t) d[t] = mr_f16_to_f32(h[t]);
+    } else if (type == MR_BF16) {
+        const uint16_t *h = (const uint16_t *)src + e;
+        for (t = 0; t < n; ++t) d[t] = mr_bf16_to_f32(h[t]);
+    } else if (type == MR_Q8_0) {
+        const int8_t *q = (const int8_t *)((const unsigned char *)src + 4 * nb);
+        while (n > 0) {
+            /* the rest of e's block at once: one scale */
+            const int64_t len = mr_min_i64(n, 32 - e % 32);
+            const float s = mr_q8_scale(src, e / 32);
+            for (t = 0; t < len; ++t) d[t] = s * (float)q[e + t];
+            d += len;
+            e += len;
+            n -= len;
+        }
+    } else {
+        memcpy(d, (const float *)src + e, sizeof(float) * (size_t)n);
+    }
+}
+
+#ifndef MR_ISA_UNITY /* once, in the generic build (mr_internal.h) */
+void mr_dequantize(int type, const void *src, int64_t n, float *dst)
+{
+    if (n > 0) mr_dequant_run(type, src, (n + 31) / 32, 0, n, dst);
+}
+#endif
+
+/* B(k, j), ..., B(k, j + n - 1) of a B in narrow panels, widened into d (a run may
+ * cross from one panel into the next, where the stored elements are not adjacent). */
+static void mr_panel_row_q(const mr_bsrc *src, int64_t k, int64_t j, int64_t n, float *d)
+{
+    j += src->j0;
+    while (n > 0) {
+        const int64_t len = mr_min_i64(n, MR_PANEL - j % MR_PANEL);
+        mr_dequant_run(src->btype, src->q, src->nb, MR_PANEL_INDEX(k, j, src->depth), len, d);
+        d += len;
+        j += len;
+        n -= len;
+    }
+}
+
 /* Whether the micro-kernel can read B's panels in place (its panels split them). */
 static int mr_panels_in_place(const mr_bsrc *src)
 {
@@ -137,7 +230,16 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
     const int64_t NR = MR_SGEMM_NR;
     const int64_t npanels = (nc + NR - 1) / NR;
     int64_t q, r, t;
-    if (src->kind == MR_BSRC_PANELS) {
+    if (src->kind == MR_BSRC_PANELS_Q) {
+        for (q = 0; q < npanels; ++q) {
+            const int64_t nv = mr_min_i64(NR, nc - q * NR);
+            for (r = 0; r < kc; ++r) {
+                float *d = bp + (q * kc + r) * NR;
+                mr_panel_row_q(src, pc + r, jc + q * NR, nv, d);
+                for (t = nv; t < NR; ++t) d[t] = 0.0f;
+            }
+        }
+    } else if (src->kind == MR_BSRC_PANELS) {
         for (q = 0; q < npanels; ++q) {
             const int64_t nv = mr_min_i64(NR, nc - q * NR);
             for (r = 0; r < kc; ++r) {
@@ -867,33 +969,104 @@ static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, c
     }
 }
 
-/* mr_sgemm_panels with an epilogue at `at`; B's column j is column j0 + j of the panels. */
+/*
+ * mr_gemv_panel_q: acc[i][t] += sum_k A(i, k) * B(k, t) for i < M and the MR_PANEL
+ * columns of the narrow panel whose first stored element is element e0 of src's
+ * sequence (whole panels: K rows of MR_PANEL). Each k-row is widened once for all M
+ * rows of A; a q8_0 row's scale goes into A's element ((a * scale) * q), so the row
+ * itself only converts integers.
+ */
+static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, const mr_bsrc *src,
+                            int64_t e0, float acc[MR_SGEMV_MAX_M][MR_PANEL])
+{
+    const int8_t *q8 = (const int8_t *)((const unsigned char *)src->q + 4 * src->nb) + e0;
+    int64_t i, k, t;
+    for (k = 0; k < K; ++k) {
+        float row[MR_PANEL];
+        float s = 1.0f;
+        if (src->btype == MR_Q8_0) {
+            const int8_t *qk = q8 + k * MR_PANEL;
+            s = mr_q8_scale(src->q, e0 / MR_PANEL + k);
+            for (t = 0; t < MR_PANEL; ++t) row[t] = (float)qk[t];
+        } else {
+            mr_dequant_run(src->btype, src->q, src->nb, e0 + k * MR_PANEL, MR_PANEL, row);
+        }
+        for (i = 0; i < M; ++i) {
+            const float ak = s * A[i * a_rs + k * a_cs];
+            for (t = 0; t < MR_PANEL; ++t) acc[i][t] = MR_MADD(ak, row[t], acc[i][t]);
+        }
+    }
+}
+
+/*
+ * mr_sgemm_panels_gemv_q: mr_sgemm_panels_gemv for narrow panels (M <= MR_SGEMV_MAX_M,
+ * src->j0 a multiple of MR_PANEL): every row's MR_PANEL sums at once, so each narrow
+ * panel streams past once and is widened once.
+ */
+static void mr_sgemm_panels_gemv_q(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                                   int64_t a_cs, const mr_bsrc *src, float beta, float *C, int64_t c_rs,
+                                   int64_t c_cs)
+{
+    int64_t j0, i, t;
+    for (j0 = 0; j0 < N; j0 += MR_PANEL) {
+        const int64_t nv = mr_min_i64(MR_PANEL, N - j0);
+        float acc[MR_SGEMV_MAX_M][MR_PANEL];
+        for (i = 0; i < M; ++i) {
+            for (t = 0; t < MR_PANEL; ++t) acc[i][t] = 0.0f;
+        }
+        mr_gemv_panel_q(M, K, A, a_rs, a_cs, src, MR_PANEL_INDEX(0, src->j0 + j0, K), acc);
+        for (i = 0; i < M; ++i) {
+            float *c = C + i * c_rs + j0 * c_cs;
+            for (t = 0; t < nv; ++t) {
+                c[t * c_cs] = beta == 0.0f ? alpha * acc[i][t] : MR_MADD(alpha, acc[i][t], beta * c[t * c_cs]);
+            }
+        }
+    }
+}
+
+/* mr_sgemm_panels_q with an epilogue at `at`; B's column j is column j0 + j of the
+ * panels, of which there are `panels` in all (where a q8_0 B's int8 elements start). */
 void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
-                        int64_t a_cs, const float *Bp, int64_t j0, float beta, float *C, int64_t c_rs,
-                        int64_t c_cs, const mr_epi_at *at)
+                        int64_t a_cs, const void *Bp, int btype, int64_t panels, int64_t j0, float beta, float *C,
+                        int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
     mr_bsrc src;
     if (M <= 0 || N <= 0) return;
     memset(&src, 0, sizeof src);
-    src.kind = MR_BSRC_PANELS;
-    src.p = Bp;
+    /* f32 panels are read in place; narrow ones are widened as they are read */
+    src.kind = btype == MR_F32 ? MR_BSRC_PANELS : MR_BSRC_PANELS_Q;
+    src.p = btype == MR_F32 ? (const float *)Bp : NULL;
+    src.q = Bp;
+    src.btype = btype;
+    src.nb = panels * K;
     src.j0 = j0;
     src.depth = K;
     if (K <= 0) {
-        mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, Bp, 0, 0, beta, C, c_rs, c_cs, at);
+        mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, NULL, 0, 0, beta, C, c_rs, c_cs, at);
         return;
     }
     if (M <= MR_SGEMV_MAX_M && j0 % MR_PANEL == 0) {
-        mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+        if (btype == MR_F32) {
+            mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+        } else {
+            mr_sgemm_panels_gemv_q(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+        }
         mr_epi_call(at, 0, M, 0, N);
         return;
     }
     mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
 }
 
+void mr_sgemm_panels_q(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs,
+                       const void *Bp, int btype, float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_sgemm_panels_at(M, N, K, alpha, A, a_rs, a_cs, Bp, btype, (N + MR_PANEL - 1) / MR_PANEL, 0, beta, C, c_rs,
+                       c_cs, NULL);
+}
+
 void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
                      float beta, float *C, int64_t c_rs, int64_t c_cs)
 {
-    mr_sgemm_panels_at(M, N, K, alpha, A, a_rs, a_cs, Bp, 0, beta, C, c_rs, c_cs, NULL);
+    mr_sgemm_panels_q(M, N, K, alpha, A, a_rs, a_cs, Bp, MR_F32, beta, C, c_rs, c_cs);
 }
