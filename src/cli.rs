@@ -838,7 +838,7 @@ fn check_weights_layout(program: &crate::lower::Program, args: &ExportArgs) -> R
             args.weights.display(),
             header.display()
         ))
-        .note("give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max)"));
+        .note("give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)"));
     }
     Ok(None)
 }

@@ -679,7 +679,7 @@ fn export_weights_gives_back_the_compiled_parameters() {
             "",
             format!(
                 "error: {}/weights.bin: the blob holds 2723904 bytes, and the model's weights take 272960\n  \
-                 note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)\n",
+                 note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)\n",
                 out("mlp")
             )
             .as_str()
@@ -697,7 +697,7 @@ fn export_weights_gives_back_the_compiled_parameters() {
     let (code, stdout, stderr) = export_gpt(&[&["--weights", &blob][..], &plain].concat());
     assert_eq!(code, 1, "{stdout}");
     assert!(stderr.starts_with(&format!("error: {blob}: the blob was laid out by another build of gpt_block than these flags give (")), "{stderr}");
-    assert!(stderr.ends_with("note: give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max)\n"), "{stderr}");
+    assert!(stderr.ends_with("note: give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)\n"), "{stderr}");
     assert_eq!(export_gpt(&["--weights", &blob]).0, 0);
     // Away from its header the blob exports with a note, or is checked against --header.
     let moved = out("moved.bin");

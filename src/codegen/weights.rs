@@ -76,7 +76,7 @@ pub fn layout_fingerprint(p: &Program) -> u64 {
 pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
     if blob.len() as u64 != p.weights_size {
         return Err(Error::user(format!("the blob holds {} bytes, and the model's weights take {}", blob.len(), p.weights_size))
-            .note("give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)"));
+            .note("give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)"));
     }
     let mut out = Vec::with_capacity(p.weights.len());
     for port in &p.weights {
@@ -233,7 +233,7 @@ mod tests {
         assert_eq!(blob_values(&p, &blob).expect("read back"), values);
 
         let err = blob_values(&p, &blob[..500]).unwrap_err();
-        assert_eq!(err.to_string(), "the blob holds 500 bytes, and the model's weights take 512\n  note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)");
+        assert_eq!(err.to_string(), "the blob holds 500 bytes, and the model's weights take 512\n  note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)");
 
         let p = crate::lower::parse::parse(MIXED).expect("the program parses");
         let blob = weights_blob(&p, &[("g".to_string(), RawTensor::from_tensor(&counting(Dtype::F32, &[1, 1, 3, 3])))].into_iter().collect()).expect("the blob");
