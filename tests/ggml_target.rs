@@ -7,7 +7,7 @@
 //! - the GGUF file mithrilc writes is read back with ggml's own `gguf_*` functions by a
 //!   small C program: names, types, shapes, metadata and values (dequantized by ggml
 //!   for the quantized types);
-//! - `--quantize f16|q8_0|q4_0` runs each bench model within a tolerance stated per type;
+//! - `--quantize f16|bf16|q8_0|q4_0` runs each bench model within a tolerance stated per type;
 //! - an unsupported model is refused with every node listed.
 //!
 //! Cases run two at a time (the machines have two cores).

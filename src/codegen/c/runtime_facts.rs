@@ -141,6 +141,20 @@ fn build_driver(dir: &Path) -> Result<PathBuf, String> {
     Ok(exe)
 }
 
+/// The driver built in `dir`, or `None` after saying why the test skips (a failure
+/// under `MITHRILC_REQUIRE_TOOLS`).
+fn driver_or_skip(dir: &Path) -> Option<PathBuf> {
+    match build_driver(dir) {
+        Ok(exe) => Some(exe),
+        Err(why) => {
+            let required = std::env::var("MITHRILC_REQUIRE_TOOLS").is_ok_and(|v| !v.is_empty() && v != "0");
+            assert!(!required, "MITHRILC_REQUIRE_TOOLS is set, and this test cannot run: {why}");
+            println!("skipped: {why}");
+            None
+        }
+    }
+}
+
 /// Runs the driver with `args` on `input`: its standard output.
 fn run(exe: &Path, args: &[String], input: &[u8]) -> Vec<u8> {
     let mut child = Command::new(exe).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
@@ -188,15 +202,7 @@ fn first_difference(got: &[u8], want: &[u8]) -> Option<String> {
 #[test]
 fn the_compilers_layouts_and_scratch_are_the_runtimes() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = match build_driver(dir.path()) {
-        Ok(exe) => exe,
-        Err(why) => {
-            let required = std::env::var("MITHRILC_REQUIRE_TOOLS").is_ok_and(|v| !v.is_empty() && v != "0");
-            assert!(!required, "MITHRILC_REQUIRE_TOOLS is set, and this test cannot run: {why}");
-            println!("skipped: {why}");
-            return;
-        }
-    };
+    let Some(exe) = driver_or_skip(dir.path()) else { return };
 
     // Scratch, at sizes on both sides of the slot limit: one block, several, more
     // blocks than slots, images whose tiles stick out.
@@ -262,15 +268,7 @@ fn narrowed(t: &Tensor, layout: Layout, stored: Stored) -> (Vec<u8>, Vec<f32>) {
 #[test]
 fn the_runtime_reads_the_narrow_weights_the_compiler_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = match build_driver(dir.path()) {
-        Ok(exe) => exe,
-        Err(why) => {
-            let required = std::env::var("MITHRILC_REQUIRE_TOOLS").is_ok_and(|v| !v.is_empty() && v != "0");
-            assert!(!required, "MITHRILC_REQUIRE_TOOLS is set, and this test cannot run: {why}");
-            println!("skipped: {why}");
-            return;
-        }
-    };
+    let Some(exe) = driver_or_skip(dir.path()) else { return };
     let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     for stored in [Stored::F16, Stored::Bf16, Stored::Q8_0] {
         let code = (stored as u8).to_string();
