@@ -10,8 +10,7 @@
 //! - copies the input of a stride-1 convolution with padding (not run by Winograd) into
 //!   a zero-padded buffer: runtime-c reads an unpadded stride-1 convolution's input in
 //!   place (each depth row of a GEMM panel is a run of the input), where padding would
-//!   need an im2col copy KH*KW times the input's size.
-//!
+//!   need an im2col copy KH*KW times the input's size;
 //! - with `--quantize` ([`Stored`] other than f32), stores narrow every f32 weight whose
 //!   every read is a matmul's right operand or a convolution's weight: the elements of
 //!   its layout, narrowed (`codegen::weights` writes them). A weight in panels is read so
