@@ -124,44 +124,66 @@ static inline mr_qv mr_qv_q8(const int8_t *q)
 }
 #endif
 
+/* (A q8_0 block is a panel row: the loops below widen whole rows of both.) */
+#if MR_PANEL != 32
+#error "narrow panels assume MR_PANEL == 32, the q8_0 block"
+#endif
+
 /*
- * mr_dequant_run: elements [e, e + n) of a sequence stored as `type` at src to f32 in
- * d; nb is the sequence's number of q8_0 blocks (its int8 elements start after nb
- * scales; unused for the other types).
+ * mr_dequant_rows: `rows` runs of len stored elements (of a sequence stored as `type`
+ * at src), MR_PANEL apart from element e, widened into rows of len floats at d; a run
+ * stays inside one q8_0 block (e % 32 + len <= 32). nb is the sequence's number of
+ * q8_0 blocks (its int8 elements start after nb scales; unused for the other types).
+ * The type is tested once, outside the loops.
  */
-static void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d)
+static void mr_dequant_rows(int type, const void *src, int64_t nb, int64_t e, int64_t rows, int64_t len,
+                            float *restrict d)
 {
-    int64_t t = 0;
+    int64_t r, t;
     if (type == MR_F16) {
-        const uint16_t *h = (const uint16_t *)src + e;
-#if defined(MR_QN)
-        for (; t + MR_QN <= n; t += MR_QN) mr_qv_store(d + t, mr_qv_f16(h + t));
-#endif
-        for (; t < n; ++t) d[t] = mr_f16_to_f32(h[t]);
-    } else if (type == MR_BF16) {
-        const uint16_t *h = (const uint16_t *)src + e;
-#if defined(MR_QN)
-        for (; t + MR_QN <= n; t += MR_QN) mr_qv_store(d + t, mr_qv_bf16(h + t));
-#endif
-        for (; t < n; ++t) d[t] = mr_bf16_to_f32(h[t]);
-    } else if (type == MR_Q8_0) {
-        const int8_t *q = (const int8_t *)((const unsigned char *)src + 4 * nb);
-        while (n > 0) {
-            /* the rest of e's block at once: one scale */
-            const int64_t len = mr_min_i64(n, 32 - e % 32);
-            const float s = mr_q8_scale(src, e / 32);
+        for (r = 0; r < rows; ++r, d += len) {
+            const uint16_t *h = (const uint16_t *)src + e + r * MR_PANEL;
             t = 0;
 #if defined(MR_QN)
-            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_mul(mr_qv_set1(s), mr_qv_q8(q + e + t)));
+            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_f16(h + t));
 #endif
-            for (; t < len; ++t) d[t] = s * (float)q[e + t];
-            d += len;
-            e += len;
-            n -= len;
+            for (; t < len; ++t) d[t] = mr_f16_to_f32(h[t]);
+        }
+    } else if (type == MR_BF16) {
+        for (r = 0; r < rows; ++r, d += len) {
+            const uint16_t *h = (const uint16_t *)src + e + r * MR_PANEL;
+            t = 0;
+#if defined(MR_QN)
+            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_bf16(h + t));
+#endif
+            for (; t < len; ++t) d[t] = mr_bf16_to_f32(h[t]);
+        }
+    } else if (type == MR_Q8_0) {
+        const int8_t *q = (const int8_t *)((const unsigned char *)src + 4 * nb) + e;
+        for (r = 0; r < rows; ++r, d += len, q += MR_PANEL) {
+            const float s = mr_q8_scale(src, e / 32 + r);
+            t = 0;
+#if defined(MR_QN)
+            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_mul(mr_qv_set1(s), mr_qv_q8(q + t)));
+#endif
+            for (; t < len; ++t) d[t] = s * (float)q[t];
         }
     } else {
-        memcpy(d, (const float *)src + e, sizeof(float) * (size_t)n);
+        for (r = 0; r < rows; ++r, d += len) memcpy(d, (const float *)src + e + r * MR_PANEL, sizeof(float) * (size_t)len);
     }
+}
+
+/* mr_dequant_run: elements [e, e + n) of the sequence (as mr_dequant_rows) to d: the
+ * rest of e's block, whole blocks, then the start of the last. */
+static void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d)
+{
+    const int64_t head = mr_min_i64(n, (32 - e % 32) % 32);
+    mr_dequant_rows(type, src, nb, e, head > 0, head, d);
+    e += head;
+    d += head;
+    n -= head;
+    mr_dequant_rows(type, src, nb, e, n / 32, 32, d);
+    mr_dequant_rows(type, src, nb, e + n / 32 * 32, n % 32 > 0, n % 32, d + n / 32 * 32);
 }
 
 #ifndef MR_ISA_UNITY /* once, in the generic build (mr_internal.h) */
@@ -308,7 +330,13 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
     int64_t q, r, t;
     if (src->kind == MR_BSRC_PANELS_Q) {
         for (q = 0; q < npanels; ++q) {
-            const int64_t nv = mr_min_i64(NR, nc - q * NR);
+            const int64_t nv = mr_min_i64(NR, nc - q * NR), j = src->j0 + jc + q * NR;
+            if (nv == NR && j % MR_PANEL + NR <= MR_PANEL) {
+                /* a whole micro-panel inside one panel: kc runs of NR stored elements
+                 * (one run when NR == MR_PANEL) */
+                mr_dequant_rows(src->btype, src->q, src->nb, MR_PANEL_INDEX(pc, j, src->depth), kc, NR, bp + q * kc * NR);
+                continue;
+            }
             for (r = 0; r < kc; ++r) {
                 float *d = bp + (q * kc + r) * NR;
                 mr_panel_row_q(src, pc + r, jc + q * NR, nv, d);
@@ -902,6 +930,13 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *
 #ifndef MR_SGEMV_MAX_M
 #define MR_SGEMV_MAX_M 4
 #endif
+/* The same for narrow panels, which the blocked driver must widen into its packing
+ * buffer where f32 panels are read in place: the GEMV, which widens in registers, stays
+ * ahead up to 8 rows (gpt_block's 768 x 2304 matrix at M = 8, 1 thread, avx512: f16
+ * 382 us blocked, 261 as GEMV; f32 panels 291-305; avx2: 620 and 419, f32 719-733). */
+#ifndef MR_SGEMV_Q_MAX_M
+#define MR_SGEMV_Q_MAX_M 8
+#endif
 
 /*
  * mr_sgemm_dots: C[i,j] = alpha * dot(A[i,:], B[:,j]) + beta * C[i,j] for rows A[i,:]
@@ -1105,7 +1140,7 @@ static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_
  * element ((a * scale) * q), so the row itself only converts integers.
  */
 static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, const mr_bsrc *src,
-                            int64_t e0, float acc[MR_SGEMV_MAX_M][MR_PANEL])
+                            int64_t e0, float acc[MR_SGEMV_Q_MAX_M][MR_PANEL])
 {
 #if defined(MR_QN)
     int64_t i0;
@@ -1156,7 +1191,7 @@ static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, 
 }
 
 /*
- * mr_sgemm_panels_gemv_q: mr_sgemm_panels_gemv for narrow panels (M <= MR_SGEMV_MAX_M,
+ * mr_sgemm_panels_gemv_q: mr_sgemm_panels_gemv for narrow panels (M <= MR_SGEMV_Q_MAX_M,
  * src->j0 a multiple of MR_PANEL): every row's MR_PANEL sums at once, so each narrow
  * panel streams past once and is widened once.
  */
@@ -1167,7 +1202,7 @@ static void mr_sgemm_panels_gemv_q(int64_t M, int64_t N, int64_t K, float alpha,
     int64_t j0, i, t;
     for (j0 = 0; j0 < N; j0 += MR_PANEL) {
         const int64_t nv = mr_min_i64(MR_PANEL, N - j0);
-        float acc[MR_SGEMV_MAX_M][MR_PANEL];
+        float acc[MR_SGEMV_Q_MAX_M][MR_PANEL];
         for (i = 0; i < M; ++i) {
             for (t = 0; t < MR_PANEL; ++t) acc[i][t] = 0.0f;
         }
@@ -1202,7 +1237,7 @@ void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const floa
         mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, NULL, 0, 0, beta, C, c_rs, c_cs, at);
         return;
     }
-    if (M <= MR_SGEMV_MAX_M && j0 % MR_PANEL == 0) {
+    if (M <= (btype == MR_F32 ? MR_SGEMV_MAX_M : MR_SGEMV_Q_MAX_M) && j0 % MR_PANEL == 0) {
         if (btype == MR_F32) {
             mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
         } else {
