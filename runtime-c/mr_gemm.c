@@ -186,12 +186,11 @@ static void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int
     mr_dequant_rows(type, src, nb, e + n / 32 * 32, n % 32 > 0, n % 32, d + n / 32 * 32);
 }
 
-#ifndef MR_ISA_UNITY /* once, in the generic build (mr_internal.h) */
+/* (dispatched like the kernels: F16C's conversion where the CPU has it) */
 void mr_dequantize(int type, const void *src, int64_t n, float *dst)
 {
     if (n > 0) mr_dequant_run(type, src, (n + 31) / 32, 0, n, dst);
 }
-#endif
 
 /* B(k, j), ..., B(k, j + n - 1) of a B in narrow panels, widened into d (a run may
  * cross from one panel into the next, where the stored elements are not adjacent). */
