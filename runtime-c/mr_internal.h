@@ -127,10 +127,10 @@
 #endif
 #elif defined(MR_ISA_AVX2)
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 #endif
 
@@ -156,6 +156,7 @@
 #define mr_sgemm_panels_mt MR_VARIANT(mr_sgemm_panels_mt)
 #define mr_sgemm_panels_q MR_VARIANT(mr_sgemm_panels_q)
 #define mr_sgemm_panels_q_mt MR_VARIANT(mr_sgemm_panels_q_mt)
+#define mr_dequantize MR_VARIANT(mr_dequantize)
 #define mr_conv2d_f32 MR_VARIANT(mr_conv2d_f32)
 #define mr_conv2d_f32_mt MR_VARIANT(mr_conv2d_f32_mt)
 #define mr_conv2d_winograd_f32 MR_VARIANT(mr_conv2d_winograd_f32)
@@ -268,6 +269,7 @@ MR_HIDE(mr_sgemm_mt)
 MR_HIDE(mr_sgemm_panels_mt)
 MR_HIDE(mr_sgemm_panels_q)
 MR_HIDE(mr_sgemm_panels_q_mt)
+MR_HIDE(mr_dequantize)
 MR_HIDE(mr_conv2d_f32)
 MR_HIDE(mr_conv2d_f32_mt)
 MR_HIDE(mr_conv2d_winograd_f32)
