@@ -354,15 +354,15 @@ fn help_lists_commands_and_options() {
         (&["inspect", "--help"], &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>"]),
         (
             &["run", "--help"],
-            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <FILE>"],
+            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <FILE>", "--quantize <TYPE>"],
         ),
         (
             &["compile", "--help"],
             &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report[=<FORMAT>]"],
         ),
         // Every choice shows its values.
-        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse"]),
-        (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:"]),
+        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse", "- bf16: As bfloat16"]),
+        (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:", "--quantize <TYPE>"]),
         (&["completions", "--help"], &["[possible values: bash, elvish, fish, powershell, zsh]"]),
     ];
     for (args, options) in cases {
