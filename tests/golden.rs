@@ -44,6 +44,9 @@ fn root() -> PathBuf {
 /// Generated files by name, or why there are none.
 type Files = Result<BTreeMap<String, String>, String>;
 
+/// What writes one target's files for a case.
+type Generate = fn(&Case) -> Files;
+
 /// One model compiled for the golden files.
 struct Case {
     /// `bench/<model>` or `testdata/<case>`: its directory under `tests/out/<target>`.
@@ -261,7 +264,7 @@ fn generated_code_matches_the_committed_files() {
     }
     let mut problems = Vec::new();
     for case in cases() {
-        let targets: Vec<(&str, fn(&Case) -> Files)> = vec![("c", generate_c), ("cuda", generate_cuda), ("metal", generate_metal), ("ggml", generate_ggml)];
+        let targets: [(&str, Generate); 4] = [("c", generate_c), ("cuda", generate_cuda), ("metal", generate_metal), ("ggml", generate_ggml)];
         let quantized = case.quantize != cli::Quantize::F32;
         for (target, got) in targets.into_iter().filter(|(t, _)| !quantized || *t == "c").map(|(t, generate)| (t, generate(&case))) {
             let got = match got {

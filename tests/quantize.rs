@@ -159,7 +159,7 @@ fn run_check_prints_the_narrowing_error_beside_the_reference_scale() {
     let line = stdout.lines().next().unwrap();
     println!("{line}");
     let rest = line.strip_prefix("check output: largest difference from the interpreter ").unwrap_or_else(|| panic!("{stdout}"));
-    let numbers: Vec<f64> = rest.split(|c: char| c == ' ' || c == ',' || c == '(' || c == ')').filter_map(|w| w.parse().ok()).collect();
+    let numbers: Vec<f64> = rest.split([' ', ',', '(', ')']).filter_map(|w| w.parse().ok()).collect();
     let [diff, scale, relative] = numbers[..] else { panic!("{line}") };
     assert!(rest.contains(" (largest |interpreter| ") && rest.ends_with(" of it)"), "{line}");
     assert!(diff > 1e-4 && relative < 2e-2 && (diff / scale - relative).abs() <= 1e-3 * relative, "{line}");
