@@ -27,6 +27,13 @@ target: each case compiled with --target xla and run by its runner (run_hlo.py, 
 JAX_PYTHON, a Python with jax) through PJRT's CPU client, which uses every core; the
 XLA column gives its median and ratio to the best ORT run.
 
+At batch 1 the C target is also compiled with --quantize f16, bf16 and q8_0 (weights of
+matrix products and convolutions stored narrow, computed in f32) and timed in the same
+rounds; a second table gives each beside the f32 build: 1- and 2-thread latency, the
+faster one's ratio to f32's, and the size of weights.bin. --narrow-only times those
+builds alone (no ORT, ggml, XLA or native runs: no peer packages needed), and --models
+NAME,... limits the run to some models.
+
 With --peak FILE (the output of benches/peak/run.sh, which run.sh passes), each case's
 FLOPs (from MANIFEST.json) give the faster mithrilc run's speed as a fraction of the
 measured FMA peak for its thread count ("% peak"), and the "floor" column the ratio to
@@ -34,6 +41,7 @@ ORT that a run at the 2-thread peak would have: where the floor is above a targe
 no f32 code can reach that ratio on this machine.
 
 Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER] [--peak FILE]
+                       [--models NAME,...] [--narrow-only]
 """
 
 import json
@@ -49,18 +57,26 @@ def main():
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
     baseline = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
     peak = read_peak(sys.argv[sys.argv.index("--peak") + 1]) if "--peak" in sys.argv else {}
-    builds = [("new", mithrilc, []), ("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else [])
+    models = sys.argv[sys.argv.index("--models") + 1].split(",") if "--models" in sys.argv else ["mlp", "lenet", "cnn", "gpt_block"]
+    narrow_only = "--narrow-only" in sys.argv
+    builds = [("new", mithrilc, [])] + ([] if narrow_only else [("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else []))
+    narrow_types = ("f16", "bf16", "q8_0")
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
     cases = []
-    for name in ("mlp", "lenet", "cnn", "gpt_block"):
+    for name in models:
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
+            if narrow_only and batch != "1":
+                continue
             shape = ",".join(str(d) for d in info["input_shape"])
-            for build, compiler, flags in builds:
-                out = f"{work}/{name}_b{batch}" + ("" if build == "new" else f"_{build}")
+            narrow_builds = [(f"c {q}", mithrilc, ["--quantize", q]) for q in narrow_types] if batch == "1" else []
+            for build, compiler, flags in builds + narrow_builds:
+                out = f"{work}/{name}_b{batch}" + ("" if build == "new" else f"_{build.replace(' ', '_')}")
                 subprocess.run([compiler, "compile", f"{bench}/{name}.json", "--target", "c", "--shape", f"input={shape}",
                                 "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out, "--force"] + flags,
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((build, name, batch, info, out))
+            if narrow_only:
+                continue
             for quantize in ("f32", "q8_0"):
                 out = f"{work}/{name}_b{batch}_ggml_{quantize}"
                 subprocess.run([mithrilc, "compile", f"{bench}/{name}.json", "--target", "ggml", "--shape", f"input={shape}",
@@ -72,7 +88,7 @@ def main():
                             "--params", f"{bench}/{name}.safetensors", "-o", out, "--force"],
                            check=True, stdout=subprocess.DEVNULL)
             cases.append(("xla", name, batch, info, out))
-    ours, base, native, ort, ggml, xla = {}, {}, {}, {}, {}, {}
+    ours, base, native, ort, ggml, xla, narrow = {}, {}, {}, {}, {}, {}, {}
     kernels = set()
 
     def keep(table, key, us):
@@ -92,15 +108,46 @@ def main():
                 us = float(re.search(r"median ([0-9.]+) us", demo).group(1))
                 if build.startswith("ggml"):
                     keep(ggml, (build, name, batch, threads), us)
+                elif build.startswith("c "):
+                    keep(narrow, (build[2:], name, threads), us)
                 else:
                     keep({"new": ours, "native": native, "base": base}[build], (name, batch, threads), us)
                     if build == "new":
                         kernels.update(re.findall(r", (\w+) kernels", demo))
+        if narrow_only:
+            continue
         peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat],
                               check=True, capture_output=True, text=True).stdout
         for line in peer.splitlines():
             _, name, batch, threads, us = line.split()
             keep(ort, (name, batch, int(threads)), float(us))
+    if not narrow_only:
+        print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rounds, baseline)
+    print_narrow(ours, narrow, narrow_types, work, rounds)
+
+
+def print_narrow(ours, narrow, types, work, rounds):
+    """The C target at batch 1 with f32 weights and each --quantize type side by side."""
+    head = f"{'case':<14} {'f32 1t/2t':>17} {'weights':>9}"
+    for q in types:
+        head += f" {q + ' 1t/2t':>17} {'vs f32':>6} {'weights':>9}"
+    print(head)
+    for (name, batch, threads), us in ours.items():
+        if batch != "1" or threads != 1:
+            continue
+        f1, f2 = us, ours[(name, batch, 2)]
+        mb = lambda out: os.path.getsize(f"{out}/weights.bin") / 1e6
+        row = f"{name + ' b1':<14} {f'{f1:.1f}/{f2:.1f}us':>17} {mb(f'{work}/{name}_b1'):>7.2f}MB"
+        for q in types:
+            q1, q2 = narrow[(q, name, 1)], narrow[(q, name, 2)]
+            row += f" {f'{q1:.1f}/{q2:.1f}us':>17} {min(q1, q2) / min(f1, f2):>6.2f} {mb(f'{work}/{name}_b1_c_{q}'):>7.2f}MB"
+        print(row)
+    print(f"narrow weights: the C target with --quantize TYPE (median latency of one call, best of {rounds} rounds, 1 and 2 threads); "
+          "vs f32 = the faster narrow run / the faster f32 run; weights = weights.bin.")
+
+
+def print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rounds, baseline):
+    """The main table: every case against ONNX Runtime, ggml, XLA and the native build."""
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
     extra += f" {'ggml f32 1t/2t':>17} {'ratio':>6} {'ggml q8_0 1t/2t':>17} {'ratio':>6} {'XLA':>10} {'ratio':>6}"
     extra += f" {'native':>10} {'portable/native':>15}"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CPU targets' benchmark against ONNX Runtime (not a test: it prints latencies and
-# ratios): C (portable and --cpu native), ggml (f32 and q8_0) and XLA, after this
+# ratios): C (portable and --cpu native; at batch 1 also --quantize f16, bf16, q8_0 in a
+# second table), ggml (f32 and q8_0) and XLA, after this
 # machine's FMA peak and bandwidth (benches/peak). Installs the peer (onnxruntime, onnx, numpy,
 # safetensors from PyPI, pinned) into target/bench-venv once, and the ggml and XLA
 # targets' toolchains as .ci/run does where they are missing, builds mithrilc, then

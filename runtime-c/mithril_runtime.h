@@ -102,10 +102,13 @@
 #define mr_sgd_f64 MR_NAME(mr_sgd_f64)
 #define mr_isa_name MR_NAME(mr_isa_name)
 #if !defined(MR_RENAMED)
+#define mr_dequantize MR_NAME(mr_dequantize)
 #define mr_sgemm MR_NAME(mr_sgemm)
 #define mr_sgemm_panels MR_NAME(mr_sgemm_panels)
 #define mr_sgemm_mt MR_NAME(mr_sgemm_mt)
 #define mr_sgemm_panels_mt MR_NAME(mr_sgemm_panels_mt)
+#define mr_sgemm_panels_q MR_NAME(mr_sgemm_panels_q)
+#define mr_sgemm_panels_q_mt MR_NAME(mr_sgemm_panels_q_mt)
 #define mr_conv2d_f32 MR_NAME(mr_conv2d_f32)
 #define mr_conv2d_f32_mt MR_NAME(mr_conv2d_f32_mt)
 #define mr_conv2d_winograd_f32 MR_NAME(mr_conv2d_winograd_f32)
@@ -184,6 +187,47 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
 void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
                      float beta, float *C, int64_t c_rs, int64_t c_cs);
+
+/*
+ * Narrow weights: a weight's elements (in the order its layout stores them) may be
+ * stored in fewer bytes than f32 and widened to f32 where they are read (mithrilc's
+ * --quantize). The types:
+ *  - MR_F32:  float, 4 bytes per element.
+ *  - MR_F16:  uint16_t IEEE binary16 per element (2 bytes), in the same order.
+ *  - MR_BF16: uint16_t bfloat16 per element (2 bytes): the f32's upper 16 bits.
+ *  - MR_Q8_0: the n elements cut into nb = ceil(n / 32) blocks of 32 consecutive
+ *    elements (the last one may be shorter), stored as float scale[nb] (little-endian
+ *    f32) followed by int8_t q[n]: element e = scale[e / 32] * (float)q[e]; 4*nb + n
+ *    bytes. (Like ggml's q8_0 but with an f32 scale and blocks of consecutive stored
+ *    elements: in panels a block is one k-row of one panel.)
+ * MR_STORED_BYTES(type, n): the bytes n elements of that type take. A stored sequence
+ * must be aligned as a float (4 bytes), and it is read, never written.
+ */
+enum { MR_F32 = 0, MR_F16 = 1, MR_BF16 = 2, MR_Q8_0 = 3 };
+#define MR_STORED_BYTES(type, n)                                                                   \
+    ((type) == MR_F32 ? 4 * (int64_t)(n) : (type) == MR_Q8_0 ? 4 * (((int64_t)(n) + 31) / 32) + (int64_t)(n) \
+                                                             : 2 * (int64_t)(n))
+
+/*
+ * mr_dequantize: elements [0, n) of a sequence stored as `type` (src: its start, the
+ * q8_0 scales included) to f32 in dst, which must not overlap src. f16 and bf16 widen
+ * exactly (subnormals, infinities and NaNs included); q8_0 is one f32 product per
+ * element.
+ */
+void mr_dequantize(int type, const void *src, int64_t n, float *dst);
+
+/*
+ * mr_sgemm_panels_q: mr_sgemm_panels for a B in panels stored as `btype`: Bp holds the
+ * elements of the f32 panel layout above (MR_PANEL_INDEX order, ceil(N / MR_PANEL) * K *
+ * MR_PANEL of them) stored as that type, so a q8_0 scale covers one k-row of one panel.
+ * The product computes in f32, widening B as it reads it: a few rows of A (batch-1
+ * inference) stream the narrow panels once, in order, so the call costs about what
+ * reading them does; more rows widen each block of B into the packing buffer.
+ * btype MR_F32 is mr_sgemm_panels. Results equal, up to the f32 rounding of the sums,
+ * mr_sgemm_panels' on the dequantized panels (mr_dequantize).
+ */
+void mr_sgemm_panels_q(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs,
+                       const void *Bp, int btype, float beta, float *C, int64_t c_rs, int64_t c_cs);
 
 /*
  * mr_conv2d_f32: 2-d cross-correlation (no kernel flip), NCHW, f32, no bias.
@@ -338,6 +382,10 @@ void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, flo
 void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
                         const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
                         float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
+/* mr_sgemm_panels_q with its work split, as mr_sgemm_panels_mt's */
+void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float *A, int64_t a_rs, int64_t a_cs, const void *Bp, int btype,
+                          float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
 void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
                       int64_t N, int64_t C, int64_t H, int64_t W,
                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,

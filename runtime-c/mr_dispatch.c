@@ -36,6 +36,16 @@
       (const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,  \
        int64_t a_cs, const float *Bp, float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep), \
       (threads, M, N, K, alpha, A, a_rs, a_cs, Bp, beta, C, c_rs, c_cs, ep))                                   \
+    X(mr_sgemm_panels_q,                                                                                       \
+      (int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs, const void *Bp,  \
+       int btype, float beta, float *C, int64_t c_rs, int64_t c_cs),                                           \
+      (M, N, K, alpha, A, a_rs, a_cs, Bp, btype, beta, C, c_rs, c_cs))                                         \
+    X(mr_sgemm_panels_q_mt,                                                                                    \
+      (const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,  \
+       int64_t a_cs, const void *Bp, int btype, float beta, float *C, int64_t c_rs, int64_t c_cs,              \
+       const mr_epilogue *ep),                                                                                 \
+      (threads, M, N, K, alpha, A, a_rs, a_cs, Bp, btype, beta, C, c_rs, c_cs, ep))                            \
+    X(mr_dequantize, (int type, const void *src, int64_t n, float *dst), (type, src, n, dst))                  \
     X(mr_conv2d_f32,                                                                                           \
       (const float *x, const float *w, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,        \
        int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride_h, int64_t stride_w, int64_t pad_top,    \

@@ -16,6 +16,196 @@ static const float *mr_panel_at(const mr_bsrc *src, int64_t k, int64_t j)
     return src->p + MR_PANEL_INDEX(k, j, src->depth);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* Narrow weights (mithril_runtime.h's MR_F16, MR_BF16, MR_Q8_0)                        */
+/* ------------------------------------------------------------------------------------ */
+
+static inline float mr_f32_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t mr_bits_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* IEEE binary16 to f32, exactly, by moving the fields (no _Float16: C99, every target):
+ * the exponent is rebiased by 112; an all-ones exponent (inf, NaN) becomes f32's; a
+ * zero exponent (zero, subnormal) goes through 2^-14 (1 + m/1024) - 2^-14, exact and
+ * without touching an f32 subnormal (slow on x86, zero under flush-to-zero). Masks, not
+ * branches or ?:, so that GCC vectorizes loops of it (with ?: it did not: 10x slower). */
+static inline float mr_f16_to_f32(uint16_t h)
+{
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, e = em & 0x0f800000u;
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t infnan = 0u - (uint32_t)(e == 0x0f800000u), zero = 0u - (uint32_t)(e == 0);
+    const uint32_t o = em + 0x38000000u + (infnan & 0x38000000u);
+    const uint32_t sub = mr_bits_f32(mr_f32_bits(em + 0x38800000u) - mr_f32_bits(0x38800000u));
+    return mr_f32_bits((o & ~zero) | (sub & zero) | sign);
+}
+
+static inline float mr_bf16_to_f32(uint16_t h) { return mr_f32_bits((uint32_t)h << 16); }
+
+/* The q8_0 scale of block b of a sequence stored at src (read through memcpy: the
+ * compiler makes it one load). */
+static inline float mr_q8_scale(const void *src, int64_t b)
+{
+    float s;
+    memcpy(&s, (const unsigned char *)src + 4 * b, sizeof s);
+    return s;
+}
+
+/*
+ * Widening in vector registers: mr_qv is a vector of MR_QN floats, and mr_qv_f16,
+ * mr_qv_bf16 and mr_qv_q8 widen MR_QN consecutive stored elements into one (q8_0
+ * without its scale): F16C's vcvtph2ps (part of AVX-512 F; the avx2 variant's target
+ * adds F16C, which every AVX2 CPU has), a 16-bit shift, a sign extension and a
+ * conversion; NEON's fcvtl, shll and sxtl. Without them (the portable build) the
+ * loops below are plain C.
+ */
+#if defined(MR_AVX512)
+typedef __m512 mr_qv;
+#define MR_QN 16
+#define mr_qv_load _mm512_loadu_ps
+#define mr_qv_store _mm512_storeu_ps
+#define mr_qv_set1 _mm512_set1_ps
+#define mr_qv_mul _mm512_mul_ps
+#define mr_qv_fma(x, b, c) _mm512_fmadd_ps((x), (b), (c))
+static inline mr_qv mr_qv_f16(const uint16_t *h) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h)); }
+static inline mr_qv mr_qv_bf16(const uint16_t *h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)h)), 16));
+}
+static inline mr_qv mr_qv_q8(const int8_t *q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q))); }
+#elif defined(MR_AVX2)
+typedef __m256 mr_qv;
+#define MR_QN 8
+#define mr_qv_load _mm256_loadu_ps
+#define mr_qv_store _mm256_storeu_ps
+#define mr_qv_set1 _mm256_set1_ps
+#define mr_qv_mul _mm256_mul_ps
+#define mr_qv_fma(x, b, c) _mm256_fmadd_ps((x), (b), (c))
+static inline mr_qv mr_qv_f16(const uint16_t *h)
+{
+#if defined(MR_ISA_UNITY) || defined(__F16C__)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
+#else /* -mavx2 -mfma without -mf16c */
+    float f[8];
+    int t;
+    for (t = 0; t < 8; ++t) f[t] = mr_f16_to_f32(h[t]);
+    return _mm256_loadu_ps(f);
+#endif
+}
+static inline mr_qv mr_qv_bf16(const uint16_t *h)
+{
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)h)), 16));
+}
+static inline mr_qv mr_qv_q8(const int8_t *q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))); }
+#elif defined(MR_NEON)
+typedef float32x4_t mr_qv;
+#define MR_QN 4
+#define mr_qv_load vld1q_f32
+#define mr_qv_store vst1q_f32
+#define mr_qv_set1 vdupq_n_f32
+#define mr_qv_mul vmulq_f32
+#define mr_qv_fma(x, b, c) vfmaq_f32((c), (x), (b))
+static inline mr_qv mr_qv_f16(const uint16_t *h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))); }
+static inline mr_qv mr_qv_bf16(const uint16_t *h) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(h), 16)); }
+static inline mr_qv mr_qv_q8(const int8_t *q)
+{
+    int32_t w;
+    memcpy(&w, q, sizeof w);
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(w))))));
+}
+#endif
+
+/* (A q8_0 block is a panel row: the loops below widen whole rows of both.) */
+#if MR_PANEL != 32
+#error "narrow panels assume MR_PANEL == 32, the q8_0 block"
+#endif
+
+/*
+ * mr_dequant_rows: `rows` runs of len stored elements (of a sequence stored as `type`
+ * at src), MR_PANEL apart from element e, widened into rows of len floats at d; a run
+ * stays inside one q8_0 block (e % 32 + len <= 32). nb is the sequence's number of
+ * q8_0 blocks (its int8 elements start after nb scales; unused for the other types).
+ * The type is tested once, outside the loops.
+ */
+static void mr_dequant_rows(int type, const void *src, int64_t nb, int64_t e, int64_t rows, int64_t len,
+                            float *restrict d)
+{
+    int64_t r, t;
+    if (type == MR_F16) {
+        for (r = 0; r < rows; ++r, d += len) {
+            const uint16_t *h = (const uint16_t *)src + e + r * MR_PANEL;
+            t = 0;
+#if defined(MR_QN)
+            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_f16(h + t));
+#endif
+            for (; t < len; ++t) d[t] = mr_f16_to_f32(h[t]);
+        }
+    } else if (type == MR_BF16) {
+        for (r = 0; r < rows; ++r, d += len) {
+            const uint16_t *h = (const uint16_t *)src + e + r * MR_PANEL;
+            t = 0;
+#if defined(MR_QN)
+            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_bf16(h + t));
+#endif
+            for (; t < len; ++t) d[t] = mr_bf16_to_f32(h[t]);
+        }
+    } else if (type == MR_Q8_0) {
+        const int8_t *q = (const int8_t *)((const unsigned char *)src + 4 * nb) + e;
+        for (r = 0; r < rows; ++r, d += len, q += MR_PANEL) {
+            const float s = mr_q8_scale(src, e / 32 + r);
+            t = 0;
+#if defined(MR_QN)
+            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_mul(mr_qv_set1(s), mr_qv_q8(q + t)));
+#endif
+            for (; t < len; ++t) d[t] = s * (float)q[t];
+        }
+    } else {
+        for (r = 0; r < rows; ++r, d += len) memcpy(d, (const float *)src + e + r * MR_PANEL, sizeof(float) * (size_t)len);
+    }
+}
+
+/* mr_dequant_run: elements [e, e + n) of the sequence (as mr_dequant_rows) to d: the
+ * rest of e's block, whole blocks, then the start of the last. */
+static void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d)
+{
+    const int64_t head = mr_min_i64(n, (32 - e % 32) % 32);
+    mr_dequant_rows(type, src, nb, e, head > 0, head, d);
+    e += head;
+    d += head;
+    n -= head;
+    mr_dequant_rows(type, src, nb, e, n / 32, 32, d);
+    mr_dequant_rows(type, src, nb, e + n / 32 * 32, n % 32 > 0, n % 32, d + n / 32 * 32);
+}
+
+/* (dispatched like the kernels: F16C's conversion where the CPU has it) */
+void mr_dequantize(int type, const void *src, int64_t n, float *dst)
+{
+    if (n > 0) mr_dequant_run(type, src, (n + 31) / 32, 0, n, dst);
+}
+
+/* B(k, j), ..., B(k, j + n - 1) of a B in narrow panels, widened into d (a run may
+ * cross from one panel into the next, where the stored elements are not adjacent). */
+static void mr_panel_row_q(const mr_bsrc *src, int64_t k, int64_t j, int64_t n, float *d)
+{
+    j += src->j0;
+    while (n > 0) {
+        const int64_t len = mr_min_i64(n, MR_PANEL - j % MR_PANEL);
+        mr_dequant_run(src->btype, src->q, src->nb, MR_PANEL_INDEX(k, j, src->depth), len, d);
+        d += len;
+        j += len;
+        n -= len;
+    }
+}
+
 /* Whether the micro-kernel can read B's panels in place (its panels split them). */
 static int mr_panels_in_place(const mr_bsrc *src)
 {
@@ -137,7 +327,22 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
     const int64_t NR = MR_SGEMM_NR;
     const int64_t npanels = (nc + NR - 1) / NR;
     int64_t q, r, t;
-    if (src->kind == MR_BSRC_PANELS) {
+    if (src->kind == MR_BSRC_PANELS_Q) {
+        for (q = 0; q < npanels; ++q) {
+            const int64_t nv = mr_min_i64(NR, nc - q * NR), j = src->j0 + jc + q * NR;
+            if (nv == NR && j % MR_PANEL + NR <= MR_PANEL) {
+                /* a whole micro-panel inside one panel: kc runs of NR stored elements
+                 * (one run when NR == MR_PANEL) */
+                mr_dequant_rows(src->btype, src->q, src->nb, MR_PANEL_INDEX(pc, j, src->depth), kc, NR, bp + q * kc * NR);
+                continue;
+            }
+            for (r = 0; r < kc; ++r) {
+                float *d = bp + (q * kc + r) * NR;
+                mr_panel_row_q(src, pc + r, jc + q * NR, nv, d);
+                for (t = nv; t < NR; ++t) d[t] = 0.0f;
+            }
+        }
+    } else if (src->kind == MR_BSRC_PANELS) {
         for (q = 0; q < npanels; ++q) {
             const int64_t nv = mr_min_i64(NR, nc - q * NR);
             for (r = 0; r < kc; ++r) {
@@ -724,6 +929,13 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *
 #ifndef MR_SGEMV_MAX_M
 #define MR_SGEMV_MAX_M 4
 #endif
+/* The same for narrow panels, which the blocked driver must widen into its packing
+ * buffer where f32 panels are read in place: the GEMV, which widens in registers, stays
+ * ahead up to 8 rows (gpt_block's 768 x 2304 matrix at M = 8, 1 thread, avx512: f16
+ * 382 us blocked, 261 as GEMV; f32 panels 291-305; avx2: 620 and 419, f32 719-733). */
+#ifndef MR_SGEMV_Q_MAX_M
+#define MR_SGEMV_Q_MAX_M 8
+#endif
 
 /*
  * mr_sgemm_dots: C[i,j] = alpha * dot(A[i,:], B[:,j]) + beta * C[i,j] for rows A[i,:]
@@ -867,33 +1079,185 @@ static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, c
     }
 }
 
-/* mr_sgemm_panels with an epilogue at `at`; B's column j is column j0 + j of the panels. */
+#if defined(MR_QN)
+/* Rows of A a vector kernel takes at once: their sums and B's row fill the registers
+ * (AVX-512: 8 + 2 of 32; AVX2: 8 + 4 of 16; NEON: 16 + 8 of 32). */
+#if defined(MR_AVX512)
+#define MR_GEMV_Q_ROWS 4
+#else
+#define MR_GEMV_Q_ROWS 2
+#endif
+#define MR_QW (MR_PANEL / MR_QN) /* vectors per panel row */
+#if defined(__GNUC__)
+#define MR_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define MR_ALWAYS_INLINE inline
+#endif
+
+/*
+ * mr_gemv_q_rows: mr_gemv_panel_q for R <= MR_GEMV_Q_ROWS rows and one type, both
+ * constants where it is inlined (mr_gemv_panel_q instantiates each), so the R x
+ * MR_PANEL sums stay in registers and the loop over k has no branch on the type.
+ */
+static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_t K, const float *a, int64_t a_rs,
+                                            int64_t a_cs, const mr_bsrc *src, int64_t e0, float *acc)
+{
+    const uint16_t *h = btype == MR_Q8_0 ? NULL : (const uint16_t *)src->q + e0;
+    const int8_t *q = btype == MR_Q8_0 ? (const int8_t *)((const unsigned char *)src->q + 4 * src->nb) + e0 : NULL;
+    mr_qv c[MR_GEMV_Q_ROWS][MR_QW], b[MR_QW];
+    int64_t k;
+    int i, v;
+    for (i = 0; i < R; ++i) {
+        for (v = 0; v < MR_QW; ++v) c[i][v] = mr_qv_load(acc + i * MR_PANEL + v * MR_QN);
+    }
+    for (k = 0; k < K; ++k) {
+        float s = 1.0f;
+        if (btype == MR_F16) {
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_f16(h + k * MR_PANEL + v * MR_QN);
+        } else if (btype == MR_BF16) {
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_bf16(h + k * MR_PANEL + v * MR_QN);
+        } else {
+            s = mr_q8_scale(src->q, e0 / MR_PANEL + k);
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_q8(q + k * MR_PANEL + v * MR_QN);
+        }
+        for (i = 0; i < R; ++i) {
+            const mr_qv x = mr_qv_set1(s * a[i * a_rs + k * a_cs]);
+            for (v = 0; v < MR_QW; ++v) c[i][v] = mr_qv_fma(x, b[v], c[i][v]);
+        }
+    }
+    for (i = 0; i < R; ++i) {
+        for (v = 0; v < MR_QW; ++v) mr_qv_store(acc + i * MR_PANEL + v * MR_QN, c[i][v]);
+    }
+}
+#endif
+
+/*
+ * mr_gemv_panel_q: acc[i][t] += sum_k A(i, k) * B(k, t) for i < M and the MR_PANEL
+ * columns of the narrow panel whose first stored element is element e0 of src's
+ * sequence (whole panels: K rows of MR_PANEL). Each k-row is widened once for all M
+ * rows of A (a vector kernel's rows at a time); a q8_0 row's scale goes into A's
+ * element ((a * scale) * q), so the row itself only converts integers.
+ */
+static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, const mr_bsrc *src,
+                            int64_t e0, float acc[MR_SGEMV_Q_MAX_M][MR_PANEL])
+{
+#if defined(MR_QN)
+    int64_t i0;
+    for (i0 = 0; i0 < M; i0 += MR_GEMV_Q_ROWS) {
+        const int64_t r = mr_min_i64(MR_GEMV_Q_ROWS, M - i0);
+        const float *a = A + i0 * a_rs;
+        float *c = acc[i0];
+#define MR_GEMV_Q_TYPE(R)                                                                          \
+    if (src->btype == MR_F16) {                                                                    \
+        mr_gemv_q_rows(R, MR_F16, K, a, a_rs, a_cs, src, e0, c);                                   \
+    } else if (src->btype == MR_BF16) {                                                            \
+        mr_gemv_q_rows(R, MR_BF16, K, a, a_rs, a_cs, src, e0, c);                                  \
+    } else {                                                                                       \
+        mr_gemv_q_rows(R, MR_Q8_0, K, a, a_rs, a_cs, src, e0, c);                                  \
+    }
+        if (r == 1) {
+            MR_GEMV_Q_TYPE(1)
+        } else if (r == 2) {
+            MR_GEMV_Q_TYPE(2)
+#if MR_GEMV_Q_ROWS > 2
+        } else if (r == 3) {
+            MR_GEMV_Q_TYPE(3)
+        } else {
+            MR_GEMV_Q_TYPE(4)
+#endif
+        }
+#undef MR_GEMV_Q_TYPE
+    }
+#else
+    const int8_t *q8 = (const int8_t *)((const unsigned char *)src->q + 4 * src->nb) + e0;
+    int64_t i, k, t;
+    for (k = 0; k < K; ++k) {
+        float row[MR_PANEL];
+        float s = 1.0f;
+        if (src->btype == MR_Q8_0) {
+            const int8_t *qk = q8 + k * MR_PANEL;
+            s = mr_q8_scale(src->q, e0 / MR_PANEL + k);
+            for (t = 0; t < MR_PANEL; ++t) row[t] = (float)qk[t];
+        } else {
+            mr_dequant_run(src->btype, src->q, src->nb, e0 + k * MR_PANEL, MR_PANEL, row);
+        }
+        for (i = 0; i < M; ++i) {
+            const float ak = s * A[i * a_rs + k * a_cs];
+            for (t = 0; t < MR_PANEL; ++t) acc[i][t] = MR_MADD(ak, row[t], acc[i][t]);
+        }
+    }
+#endif
+}
+
+/*
+ * mr_sgemm_panels_gemv_q: mr_sgemm_panels_gemv for narrow panels (M <= MR_SGEMV_Q_MAX_M,
+ * src->j0 a multiple of MR_PANEL): every row's MR_PANEL sums at once, so each narrow
+ * panel streams past once and is widened once.
+ */
+static void mr_sgemm_panels_gemv_q(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                                   int64_t a_cs, const mr_bsrc *src, float beta, float *C, int64_t c_rs,
+                                   int64_t c_cs)
+{
+    int64_t j0, i, t;
+    for (j0 = 0; j0 < N; j0 += MR_PANEL) {
+        const int64_t nv = mr_min_i64(MR_PANEL, N - j0);
+        float acc[MR_SGEMV_Q_MAX_M][MR_PANEL];
+        for (i = 0; i < M; ++i) {
+            for (t = 0; t < MR_PANEL; ++t) acc[i][t] = 0.0f;
+        }
+        mr_gemv_panel_q(M, K, A, a_rs, a_cs, src, MR_PANEL_INDEX(0, src->j0 + j0, K), acc);
+        for (i = 0; i < M; ++i) {
+            float *c = C + i * c_rs + j0 * c_cs;
+            for (t = 0; t < nv; ++t) {
+                c[t * c_cs] = beta == 0.0f ? alpha * acc[i][t] : MR_MADD(alpha, acc[i][t], beta * c[t * c_cs]);
+            }
+        }
+    }
+}
+
+/* mr_sgemm_panels_q with an epilogue at `at`; B's column j is column j0 + j of the
+ * panels, of which there are `panels` in all (where a q8_0 B's int8 elements start). */
 void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
-                        int64_t a_cs, const float *Bp, int64_t j0, float beta, float *C, int64_t c_rs,
-                        int64_t c_cs, const mr_epi_at *at)
+                        int64_t a_cs, const void *Bp, int btype, int64_t panels, int64_t j0, float beta, float *C,
+                        int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
     mr_bsrc src;
     if (M <= 0 || N <= 0) return;
     memset(&src, 0, sizeof src);
-    src.kind = MR_BSRC_PANELS;
-    src.p = Bp;
+    /* f32 panels are read in place; narrow ones are widened as they are read */
+    src.kind = btype == MR_F32 ? MR_BSRC_PANELS : MR_BSRC_PANELS_Q;
+    src.p = btype == MR_F32 ? (const float *)Bp : NULL;
+    src.q = Bp;
+    src.btype = btype;
+    src.nb = panels * K;
     src.j0 = j0;
     src.depth = K;
     if (K <= 0) {
-        mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, Bp, 0, 0, beta, C, c_rs, c_cs, at);
+        mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, NULL, 0, 0, beta, C, c_rs, c_cs, at);
         return;
     }
-    if (M <= MR_SGEMV_MAX_M && j0 % MR_PANEL == 0) {
-        mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+    if (M <= (btype == MR_F32 ? MR_SGEMV_MAX_M : MR_SGEMV_Q_MAX_M) && j0 % MR_PANEL == 0) {
+        if (btype == MR_F32) {
+            mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+        } else {
+            mr_sgemm_panels_gemv_q(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+        }
         mr_epi_call(at, 0, M, 0, N);
         return;
     }
     mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
 }
 
+void mr_sgemm_panels_q(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs,
+                       const void *Bp, int btype, float beta, float *C, int64_t c_rs, int64_t c_cs)
+{
+    mr_sgemm_panels_at(M, N, K, alpha, A, a_rs, a_cs, Bp, btype, (N + MR_PANEL - 1) / MR_PANEL, 0, beta, C, c_rs,
+                       c_cs, NULL);
+}
+
 void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
                      float beta, float *C, int64_t c_rs, int64_t c_cs)
 {
-    mr_sgemm_panels_at(M, N, K, alpha, A, a_rs, a_cs, Bp, 0, beta, C, c_rs, c_cs, NULL);
+    mr_sgemm_panels_q(M, N, K, alpha, A, a_rs, a_cs, Bp, MR_F32, beta, C, c_rs, c_cs);
 }

@@ -127,10 +127,10 @@
 #endif
 #elif defined(MR_ISA_AVX2)
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 #endif
 
@@ -154,6 +154,9 @@
 #define mr_sgemm_panels MR_VARIANT(mr_sgemm_panels)
 #define mr_sgemm_mt MR_VARIANT(mr_sgemm_mt)
 #define mr_sgemm_panels_mt MR_VARIANT(mr_sgemm_panels_mt)
+#define mr_sgemm_panels_q MR_VARIANT(mr_sgemm_panels_q)
+#define mr_sgemm_panels_q_mt MR_VARIANT(mr_sgemm_panels_q_mt)
+#define mr_dequantize MR_VARIANT(mr_dequantize)
 #define mr_conv2d_f32 MR_VARIANT(mr_conv2d_f32)
 #define mr_conv2d_f32_mt MR_VARIANT(mr_conv2d_f32_mt)
 #define mr_conv2d_winograd_f32 MR_VARIANT(mr_conv2d_winograd_f32)
@@ -264,6 +267,9 @@ MR_HIDE(mr_sgemm)
 MR_HIDE(mr_sgemm_panels)
 MR_HIDE(mr_sgemm_mt)
 MR_HIDE(mr_sgemm_panels_mt)
+MR_HIDE(mr_sgemm_panels_q)
+MR_HIDE(mr_sgemm_panels_q_mt)
+MR_HIDE(mr_dequantize)
 MR_HIDE(mr_conv2d_f32)
 MR_HIDE(mr_conv2d_f32_mt)
 MR_HIDE(mr_conv2d_winograd_f32)
@@ -329,10 +335,16 @@ static inline float mr_max_nan(float m, float v)
  * j = oh*OW + ow, element = x[c, oh*sh + kh*dh - pt, ow*sw + kw*dw - pl] or 0 when that
  * lies outside [0,H) x [0,W); x points at the group's first channel of the image.
  */
-enum { MR_BSRC_STRIDED = 0, MR_BSRC_IM2COL = 1, MR_BSRC_PANELS = 2 };
+enum { MR_BSRC_STRIDED = 0, MR_BSRC_IM2COL = 1, MR_BSRC_PANELS = 2, MR_BSRC_PANELS_Q = 3 };
 typedef struct mr_bsrc {
     int kind;
     const float *p;
+    /* MR_BSRC_PANELS_Q: panels (as MR_BSRC_PANELS) stored narrow (mithril_runtime.h's
+     * types): q is their start, btype the type, nb the q8_0 scales (all the panels'
+     * K rows: the int8 elements start after them); packing widens them */
+    const void *q;
+    int btype;
+    int64_t nb;
     int64_t rs, cs;
     int64_t H, W, KH, KW, OW, sh, sw, pt, pl, dh, dw;
     int64_t j0; /* im2col, panels: the block's column j is column j0 + j of the source */
@@ -371,8 +383,8 @@ MR_INTERNAL void mr_sgemm_at(int64_t M, int64_t N, int64_t K, float alpha,
                              const float *B, int64_t b_rs, int64_t b_cs,
                              float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at);
 MR_INTERNAL void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
-                                    int64_t a_cs, const float *Bp, int64_t j0, float beta, float *C, int64_t c_rs,
-                                    int64_t c_cs, const mr_epi_at *at);
+                                    int64_t a_cs, const void *Bp, int btype, int64_t panels, int64_t j0, float beta,
+                                    float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at);
 
 /* mr_conv.c */
 MR_INTERNAL int mr_conv_direct(int64_t O, int64_t groups);

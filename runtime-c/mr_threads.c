@@ -24,7 +24,9 @@ typedef struct {
     float *C;
     int64_t a_rs, a_cs, b_rs, b_cs, c_rs, c_cs;
     const mr_epilogue *ep;
-    int panels; /* B is in panels (mr_sgemm_panels_mt); b_rs, b_cs unused */
+    int panels; /* B is in panels (mr_sgemm_panels_q_mt) stored as btype at Bq; B, b_rs, b_cs unused */
+    const void *Bq;
+    int btype;
 } mr_sgemm_job;
 
 /* mr_sgemm_task: columns [begin, end) * MR_MT_COLS of a mr_sgemm_job. */
@@ -40,8 +42,9 @@ static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
         at.i = 0;
         at.j = j0;
         if (j->panels) {
-            mr_sgemm_panels_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B, j0, j->beta,
-                               j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
+            mr_sgemm_panels_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->Bq, j->btype,
+                               (j->N + MR_PANEL - 1) / MR_PANEL, j0, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs,
+                               &at);
         } else {
             mr_sgemm_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->B + j0 * j->b_cs, j->b_rs,
                         j->b_cs, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs, &at);
@@ -72,6 +75,23 @@ void mr_sgemm_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, flo
     job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = b_rs; job.b_cs = b_cs; job.c_rs = c_rs; job.c_cs = c_cs;
     job.ep = ep;
     job.panels = 0;
+    job.Bq = NULL;
+    job.btype = MR_F32;
+    mr_sgemm_run(threads, &job);
+}
+
+void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                          const float *A, int64_t a_rs, int64_t a_cs, const void *Bp, int btype,
+                          float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep)
+{
+    mr_sgemm_job job;
+    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
+    job.A = A; job.B = NULL; job.C = C;
+    job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = 0; job.b_cs = 0; job.c_rs = c_rs; job.c_cs = c_cs;
+    job.ep = ep;
+    job.panels = 1;
+    job.Bq = Bp;
+    job.btype = btype;
     mr_sgemm_run(threads, &job);
 }
 
@@ -79,13 +99,7 @@ void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t
                         const float *A, int64_t a_rs, int64_t a_cs, const float *Bp,
                         float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep)
 {
-    mr_sgemm_job job;
-    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
-    job.A = A; job.B = Bp; job.C = C;
-    job.a_rs = a_rs; job.a_cs = a_cs; job.b_rs = 0; job.b_cs = 0; job.c_rs = c_rs; job.c_cs = c_cs;
-    job.ep = ep;
-    job.panels = 1;
-    mr_sgemm_run(threads, &job);
+    mr_sgemm_panels_q_mt(threads, M, N, K, alpha, A, a_rs, a_cs, Bp, MR_F32, beta, C, c_rs, c_cs, ep);
 }
 
 typedef struct {

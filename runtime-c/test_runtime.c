@@ -311,6 +311,365 @@ static void test_gemm(void)
 }
 
 /* ==================================================================================== */
+/* Narrow weights: mr_dequantize, mr_sgemm_panels_q(_mt)                                */
+/* ==================================================================================== */
+
+/* The compiler's side of the formats (mithril_runtime.h), written here independently:
+ * f32 to binary16 and to bfloat16, rounded to nearest even, and q8_0 blocks. */
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static uint16_t to_f16(float f)
+{
+    const uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000u;
+    const double a = fabs((double)f);
+    double m;
+    int e;
+    if (f != f) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 65520.0) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504: inf */
+    if (a < ldexp(1.0, -14)) {
+        /* subnormal: a / 2^-24 rounded to nearest even (exact in double) */
+        m = nearbyint(a * ldexp(1.0, 24));
+        return (uint16_t)(sign | (uint32_t)m);
+    }
+    e = ilogb(a);
+    m = nearbyint(ldexp(a, 10 - e)); /* in [1024, 2048] */
+    if (m == 2048.0) {
+        m = 1024.0;
+        ++e;
+    }
+    if (e > 15) return (uint16_t)(sign | 0x7c00u);
+    return (uint16_t)(sign | (uint32_t)(e + 15) << 10 | ((uint32_t)m - 1024u));
+}
+
+static uint16_t to_bf16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    if (f != f) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* binary16 to double from the definition (sign, exponent, fraction), not bit moves */
+static double f16_value(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double s = (h & 0x8000u) ? -1.0 : 1.0;
+    if (e == 31) return m ? NAN : s * INFINITY;
+    if (e == 0) return s * ldexp((double)m, -24);
+    return s * ldexp(1024.0 + m, e - 25);
+}
+
+/* n elements of x stored as `type` into a fresh buffer (MR_STORED_BYTES of it, plus
+ * one so that n == 0 still allocates) */
+static unsigned char *quantize(int type, const float *x, int64_t n)
+{
+    unsigned char *p = (unsigned char *)xmalloc((size_t)MR_STORED_BYTES(type, n) + 1);
+    int64_t e, b;
+    if (type == MR_F32) {
+        memcpy(p, x, sizeof(float) * (size_t)n);
+    } else if (type == MR_F16 || type == MR_BF16) {
+        for (e = 0; e < n; ++e) {
+            const uint16_t h = type == MR_F16 ? to_f16(x[e]) : to_bf16(x[e]);
+            memcpy(p + 2 * e, &h, 2);
+        }
+    } else {
+        const int64_t nb = (n + 31) / 32;
+        for (b = 0; b < nb; ++b) {
+            float amax = 0.0f, scale;
+            const int64_t end = b * 32 + 32 < n ? b * 32 + 32 : n;
+            for (e = b * 32; e < end; ++e) amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
+            scale = amax / 127.0f;
+            memcpy(p + 4 * b, &scale, 4);
+            for (e = b * 32; e < end; ++e) {
+                float r = scale == 0.0f ? 0.0f : roundf(x[e] / scale);
+                int8_t q;
+                r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+                q = (int8_t)r;
+                memcpy(p + 4 * nb + e, &q, 1);
+            }
+        }
+    }
+    return p;
+}
+
+static int same_value(float got, double want)
+{
+    if (want != want) return got != got;
+    return (double)got == want && (want != 0.0 || !signbit(got) == !signbit(want));
+}
+
+static void test_dequantize(void)
+{
+    /* binary16: normals, the largest, subnormals, signed zeros, infinities, NaNs */
+    static const uint16_t h[] = {0x3c00, 0xc000, 0x7bff, 0x0400, 0x0001, 0x03ff, 0x8001, 0x8000, 0x0000,
+                                 0x3555, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe00};
+    static const double hv[] = {1.0, -2.0, 65504.0, 6.103515625e-05, 5.9604644775390625e-08,
+                                 6.0975551605224609375e-05, -5.9604644775390625e-08, -0.0, 0.0,
+                                 0.333251953125, INFINITY, -INFINITY, NAN, NAN, NAN};
+    /* bfloat16: the f32's upper half, f32 subnormals kept */
+    static const uint16_t bh[] = {0x3f80, 0xc040, 0x0001, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x3eab};
+    static const double bv[] = {1.0, -3.0, 9.18354961579912115600575419705e-41, -0.0, INFINITY, -INFINITY, NAN,
+                                0.333984375};
+    const int nh = (int)(sizeof h / sizeof h[0]), nbh = (int)(sizeof bh / sizeof bh[0]);
+    uint16_t *all = (uint16_t *)xmalloc(2 * 65536);
+    float *d = (float *)xmalloc(sizeof(float) * 65536);
+    unsigned char q8[4 * 3 + 67];
+    float scale;
+    int i, ok;
+    /* hand-picked values */
+    mr_dequantize(MR_F16, h, nh, d);
+    for (i = 0, ok = 1; i < nh; ++i) {
+        if (!same_value(d[i], hv[i])) {
+            printf("FAIL dequantize f16 %#06x: got %.9g, expected %.9g\n", h[i], d[i], hv[i]);
+            ok = 0;
+        }
+    }
+    record(ok);
+    mr_dequantize(MR_BF16, bh, nbh, d);
+    for (i = 0, ok = 1; i < nbh; ++i) {
+        if (!same_value(d[i], bv[i])) {
+            printf("FAIL dequantize bf16 %#06x: got %.9g, expected %.9g\n", bh[i], d[i], bv[i]);
+            ok = 0;
+        }
+    }
+    record(ok);
+    /* every binary16 against its definition, and an odd start and length (n = 65533) */
+    for (i = 0; i < 65536; ++i) all[i] = (uint16_t)i;
+    mr_dequantize(MR_F16, all, 65536, d);
+    for (i = 0, ok = 1; i < 65536 && ok; ++i) {
+        ok = same_value(d[i], f16_value((uint16_t)i));
+        if (!ok) printf("FAIL dequantize f16 %#06x: got %.9g, expected %.9g\n", i, d[i], f16_value((uint16_t)i));
+    }
+    record(ok);
+    mr_dequantize(MR_F16, all + 3, 65533, d);
+    for (i = 0, ok = 1; i < 65533 && ok; ++i) ok = same_value(d[i], f16_value((uint16_t)(i + 3)));
+    if (!ok) printf("FAIL dequantize f16 from element 3\n");
+    record(ok);
+    /* q8_0 over 67 elements: block 0 scale 0.5 and q = e - 16, block 1 all zeros
+     * (scale 0), a partial block 2 of 3 with scale 2 and q = -127, 1, 127 */
+    scale = 0.5f;
+    memcpy(q8, &scale, 4);
+    scale = 0.0f;
+    memcpy(q8 + 4, &scale, 4);
+    scale = 2.0f;
+    memcpy(q8 + 8, &scale, 4);
+    for (i = 0; i < 32; ++i) q8[12 + i] = (unsigned char)(int8_t)(i - 16);
+    for (i = 32; i < 64; ++i) q8[12 + i] = 0;
+    q8[12 + 64] = (unsigned char)(int8_t)-127;
+    q8[12 + 65] = 1;
+    q8[12 + 66] = 127;
+    mr_dequantize(MR_Q8_0, q8, 67, d);
+    for (i = 0, ok = 1; i < 67; ++i) {
+        const double want = i < 32 ? 0.5 * (i - 16) : i < 64 ? 0.0 : i == 64 ? -254.0 : i == 65 ? 2.0 : 254.0;
+        if ((double)d[i] != want) {
+            printf("FAIL dequantize q8_0 element %d: got %.9g, expected %.9g\n", i, d[i], want);
+            ok = 0;
+        }
+    }
+    record(ok);
+    /* the stored sizes */
+    record(MR_STORED_BYTES(MR_F32, 67) == 268 && MR_STORED_BYTES(MR_F16, 67) == 134 &&
+           MR_STORED_BYTES(MR_BF16, 67) == 134 && MR_STORED_BYTES(MR_Q8_0, 67) == 79 &&
+           MR_STORED_BYTES(MR_Q8_0, 64) == 72 && MR_STORED_BYTES(MR_Q8_0, 0) == 0);
+    /* the test's own quantizers agree with the runtime's reading of them */
+    {
+        static const float x[] = {1.0f, 1.0f + 1.0f / 2048.0f, 1.0f + 3.0f / 2048.0f, 65519.0f, 65520.0f,
+                                  1e-8f, 3e-8f, -0.0f, 1.00390625f, 1.01171875f};
+        static const uint16_t fh[] = {0x3c00, 0x3c00, 0x3c02, 0x7bff, 0x7c00, 0x0000, 0x0001, 0x8000, 0x3c04, 0x3c0c};
+        static const uint16_t fb[] = {0x3f80, 0x3f80, 0x3f80, 0x4780, 0x4780, 0x322c, 0x3301, 0x8000, 0x3f80, 0x3f82};
+        int n = (int)(sizeof x / sizeof x[0]);
+        for (i = 0, ok = 1; i < n; ++i) {
+            if (to_f16(x[i]) != fh[i] || to_bf16(x[i]) != fb[i]) {
+                printf("FAIL test quantizer of %.9g: f16 %#06x (want %#06x), bf16 %#06x (want %#06x)\n", x[i],
+                       to_f16(x[i]), fh[i], to_bf16(x[i]), fb[i]);
+                ok = 0;
+            }
+        }
+        record(ok);
+    }
+    free(all);
+    free(d);
+}
+
+/* An epilogue for the _mt check: adds col_bias[j] to row-major C and counts visits. */
+typedef struct {
+    float *C;
+    int64_t N;
+    const float *col_bias;
+    int *visits;
+} q_epi_ctx;
+
+static void q_epi(const void *vctx, int64_t n, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    const q_epi_ctx *e = (const q_epi_ctx *)vctx;
+    int64_t i, j;
+    (void)n;
+    for (i = i0; i < i1; ++i) {
+        for (j = j0; j < j1; ++j) {
+            e->C[i * e->N + j] += e->col_bias[j];
+            e->visits[i * e->N + j] += 1;
+        }
+    }
+}
+
+/* A parallel_for that runs the range one item at a time, last first. */
+static void q_reverse_items(void *user, mr_task task, void *ctx, int64_t n)
+{
+    int64_t i;
+    (void)user;
+    for (i = n - 1; i >= 0; --i) task(ctx, i, i + 1);
+}
+
+/*
+ * One product with B in panels stored as `type`: mr_sgemm_panels_q against the double
+ * reference on the dequantized panels (mr_dequantize), with A and C in layouts la, lc;
+ * with `mt`, also mr_sgemm_panels_q_mt through a pool that runs items last first, with
+ * an epilogue (row-major C). For MR_F32, mr_sgemm_panels_q must equal mr_sgemm_panels.
+ */
+static void test_panels_q_case(int type, int64_t M, int64_t N, int64_t K, int la, int lc, float alpha, float beta,
+                               int mt)
+{
+    static const char *names[] = {"f32", "f16", "bf16", "q8_0"};
+    const int64_t panels = (N + MR_PANEL - 1) / MR_PANEL, nel = panels * K * MR_PANEL;
+    const view va = make_view(M, K, la), vc = make_view(M, N, lc);
+    float *A = rand_floats(va.size), *Bf = (float *)calloc((size_t)nel + 1, sizeof(float));
+    float *Bd = (float *)xmalloc(sizeof(float) * (size_t)(nel + 1));
+    float *C = beta == 0.0f ? nan_floats(vc.size) : rand_floats(vc.size);
+    float *C0 = (float *)xmalloc(sizeof(float) * (size_t)vc.size);
+    double *ref = (double *)xmalloc(sizeof(double) * (size_t)(M * N + 1));
+    double *mag = (double *)xmalloc(sizeof(double) * (size_t)(M * N + 1));
+    float *got = (float *)xmalloc(sizeof(float) * (size_t)(M * N + 1));
+    char *touched = (char *)calloc((size_t)vc.size, 1);
+    const float *a = A + va.origin;
+    float *c = C + vc.origin;
+    unsigned char *Bq;
+    int64_t i, j, k;
+    int ok;
+    char name[160];
+    /* B's panels (zero-padded), every eighth k-row of a panel scaled up, one all zero:
+     * q8_0 blocks with different scales and a zero block */
+    for (k = 0; k < K; ++k) {
+        for (j = 0; j < N; ++j) {
+            const float v = rng_float() * (k % 8 == 3 ? 40.0f : 1.0f);
+            Bf[MR_PANEL_INDEX(k, j, K)] = k == K / 2 && j < MR_PANEL ? 0.0f : v;
+        }
+    }
+    Bq = quantize(type, Bf, nel);
+    mr_dequantize(type, Bq, nel, Bd);
+    /* the widened panels are within the format's rounding of the f32 ones (half an
+     * ulp of binary16 or bfloat16 at x, half a q8_0 step at the block's scale) */
+    for (k = 0, ok = 1; k < nel && ok; ++k) {
+        const double x = (double)Bf[k], err = fabs((double)Bd[k] - x);
+        double amax = 0.0, bound;
+        int64_t e;
+        for (e = k / 32 * 32; e < k / 32 * 32 + 32; ++e) amax = fabs((double)Bf[e]) > amax ? fabs((double)Bf[e]) : amax;
+        bound = type == MR_F32 ? 0.0
+              : type == MR_F16 ? fabs(x) * ldexp(1.0, -11) + ldexp(1.0, -25)
+              : type == MR_BF16 ? fabs(x) * ldexp(1.0, -8)
+              : amax / 127.0 * 0.5 * (1.0 + 1e-4) + amax * 1e-6;
+        ok = err <= bound;
+        if (!ok) printf("FAIL dequantize %s element %lld: %.9g for %.9g\n", names[type], (long long)k, Bd[k], x);
+    }
+    record(ok);
+    memcpy(C0, C, sizeof(float) * (size_t)vc.size);
+    for (i = 0; i < M; ++i) {
+        for (j = 0; j < N; ++j) {
+            double sum = 0.0, m = 0.0;
+            const double c0 = (double)c[i * vc.rs + j * vc.cs];
+            for (k = 0; k < K; ++k) {
+                const double p = (double)a[i * va.rs + k * va.cs] * (double)Bd[MR_PANEL_INDEX(k, j, K)];
+                sum += p;
+                m += fabs(p);
+            }
+            ref[i * N + j] = (double)alpha * sum + (beta == 0.0f ? 0.0 : (double)beta * c0);
+            mag[i * N + j] = fabs((double)alpha) * m + (beta == 0.0f ? 0.0 : fabs((double)beta * c0));
+            touched[vc.origin + i * vc.rs + j * vc.cs] = 1;
+        }
+    }
+    mr_sgemm_panels_q(M, N, K, alpha, a, va.rs, va.cs, Bq, type, beta, c, vc.rs, vc.cs);
+    for (i = 0; i < M; ++i) {
+        for (j = 0; j < N; ++j) got[i * N + j] = c[i * vc.rs + j * vc.cs];
+    }
+    snprintf(name, sizeof name, "sgemm_panels_q %s M=%lld N=%lld K=%lld layouts=%d%d alpha=%g beta=%g", names[type],
+             (long long)M, (long long)N, (long long)K, la, lc, alpha, beta);
+    ok = compare(name, got, ref, mag, M * N, 0);
+    ok = ok && untouched_outside(name, C, C0, touched, vc.size);
+    record(ok);
+    if (type == MR_F32) {
+        /* the f32 case is mr_sgemm_panels, bit for bit */
+        float *C2 = (float *)xmalloc(sizeof(float) * (size_t)vc.size);
+        memcpy(C2, C0, sizeof(float) * (size_t)vc.size);
+        mr_sgemm_panels(M, N, K, alpha, a, va.rs, va.cs, Bf, beta, C2 + vc.origin, vc.rs, vc.cs);
+        record(memcmp(C, C2, sizeof(float) * (size_t)vc.size) == 0);
+        if (memcmp(C, C2, sizeof(float) * (size_t)vc.size) != 0) printf("FAIL %s: differs from mr_sgemm_panels\n", name);
+        free(C2);
+    }
+    if (mt && lc == 0 && vc.origin == 0) {
+        mr_threads threads = {q_reverse_items, NULL};
+        float *bias = rand_floats(N);
+        int *visits = (int *)calloc((size_t)(M * N + 1), sizeof(int));
+        q_epi_ctx ectx;
+        mr_epilogue ep;
+        int t;
+        ectx.C = c;
+        ectx.N = N;
+        ectx.col_bias = bias;
+        ectx.visits = visits;
+        ep.fn = q_epi;
+        ep.ctx = &ectx;
+        ep.n = 0;
+        for (i = 0; i < M * N; ++i) {
+            ref[i] += (double)bias[i % N];
+            mag[i] += fabs((double)bias[i % N]);
+        }
+        for (t = 0; t < 2; ++t) {
+            memcpy(C, C0, sizeof(float) * (size_t)vc.size);
+            memset(visits, 0, sizeof(int) * (size_t)(M * N + 1));
+            mr_sgemm_panels_q_mt(t ? &threads : NULL, M, N, K, alpha, a, va.rs, va.cs, Bq, type, beta, c, vc.rs,
+                                 vc.cs, &ep);
+            snprintf(name, sizeof name, "sgemm_panels_q_mt %s M=%lld N=%lld K=%lld threads=%d", names[type],
+                     (long long)M, (long long)N, (long long)K, t);
+            ok = compare(name, c, ref, mag, M * N, 0);
+            for (i = 0; i < M * N && ok; ++i) {
+                ok = visits[i] == 1;
+                if (!ok) printf("FAIL %s: epilogue visited element %lld %d times\n", name, (long long)i, visits[i]);
+            }
+            record(ok);
+        }
+        free(bias);
+        free(visits);
+    }
+    free(A); free(Bf); free(Bd); free(Bq); free(C); free(C0); free(ref); free(mag); free(got); free(touched);
+}
+
+static void test_panels_q(void)
+{
+    /* M: every GEMV size (1..4) and past it; N: ragged, one column, whole panels; K: odd,
+     * one, past MR_SGEMM_KC (256) */
+    static const int64_t ms[] = {1, 2, 3, 4, 5, 8, 13, 37};
+    static const int64_t nks[][2] = {{1, 1}, {31, 7}, {32, 37}, {33, 300}, {100, 19}, {70, 513}, {257, 64}};
+    int type, im, in, t = 0;
+    for (type = MR_F32; type <= MR_Q8_0; ++type) {
+        for (im = 0; im < (int)(sizeof ms / sizeof ms[0]); ++im) {
+            for (in = 0; in < (int)(sizeof nks / sizeof nks[0]); ++in, ++t) {
+                const float alphas[3] = {1.0f, -0.75f, 2.0f}, betas[3] = {0.0f, 1.0f, 0.5f};
+                test_panels_q_case(type, ms[im], nks[in][0], nks[in][1], (t % 3 == 0) ? 0 : t % N_LAYOUTS,
+                                   (t % 2 == 0) ? 0 : (t / 2) % N_LAYOUTS, alphas[t % 3], betas[(t / 3) % 3], 0);
+            }
+        }
+        /* threaded, with an epilogue: GEMV and blocked, big enough to be split */
+        test_panels_q_case(type, 1, 600, 500, 0, 0, 1.0f, 0.0f, 1);
+        test_panels_q_case(type, 3, 1000, 333, 0, 0, -0.5f, 1.0f, 1);
+        test_panels_q_case(type, 37, 161, 300, 0, 0, 1.0f, 0.5f, 1);
+        test_panels_q_case(type, 64, 256, 257, 1, 0, 2.0f, 0.0f, 1);
+    }
+}
+
+/* ==================================================================================== */
 /* Convolution                                                                          */
 /* ==================================================================================== */
 
@@ -744,6 +1103,8 @@ int main(void)
     const char *isa = test_isa_check(getenv("MR_ISA"), &g_passed, &g_failed);
     if (!isa) return 0;
     test_gemm();
+    test_dequantize();
+    test_panels_q();
     test_conv();
     test_winograd();
     test_pool();

@@ -1,5 +1,5 @@
-/* test_threads.c: mr_sgemm_mt, mr_conv2d_f32_mt and mr_conv2d_winograd_f32_mt through a parallel_for that splits
- * the range into single items run in reverse order (as an unlucky scheduler might)
+/* test_threads.c: mr_sgemm_mt, mr_sgemm_panels_mt, mr_sgemm_panels_q_mt (f16, bf16, q8_0), mr_conv2d_f32_mt and
+ * mr_conv2d_winograd_f32_mt through a parallel_for that splits the range into single items run in reverse order (as an unlucky scheduler might)
  * give exactly the serial results, and their epilogues see every element exactly once,
  * after it is final. Prints "N passed, M failed". Not part of the runtime. */
 #include <stdio.h>
@@ -106,6 +106,40 @@ int main(void) {
                 mr_sgemm_panels_mt(t ? &threads : NULL, M, N, K, 1.0f, A, K, 1, Bp, 0.0f, C2, N, 1, &ep);
                 same("mr_sgemm_panels_mt with an epilogue", C1, C2, (size_t)(M * N));
                 once_each("mr_sgemm_panels_mt's epilogue", visits, (size_t)(M * N));
+            }
+            {
+                /* The same panels stored narrow (any bits will do: threaded must equal
+                 * serial): bf16 the floats' upper halves, f16 values in [0.5, 1) with
+                 * the floats' signs, q8_0 the floats as scales and a byte pattern. */
+                const int64_t n = panels * K * MR_PANEL, nb = (n + 31) / 32;
+                unsigned char *Bq = malloc((size_t)MR_STORED_BYTES(MR_F32, n));
+                int type;
+                for (type = MR_F16; type <= MR_Q8_0; ++type) {
+                    int64_t e;
+                    if (type == MR_Q8_0) {
+                        memcpy(Bq, Bp, 4 * (size_t)nb);
+                        for (e = 0; e < n; ++e) Bq[4 * nb + e] = (unsigned char)(e * 37 + 11);
+                    } else {
+                        for (e = 0; e < n; ++e) {
+                            uint32_t u;
+                            uint16_t h;
+                            memcpy(&u, &Bp[e], 4);
+                            h = (uint16_t)(type == MR_BF16 ? u >> 16 : (0x3800u | ((u >> 13) & 0x3ffu)) ^ ((u >> 16) & 0x8000u));
+                            memcpy(Bq + 2 * e, &h, 2);
+                        }
+                    }
+                    mr_sgemm_panels_q(M, N, K, 1.0f, A, K, 1, Bq, type, 0.0f, C1, N, 1);
+                    mr_sgemm_panels_q_mt(&threads, M, N, K, 1.0f, A, K, 1, Bq, type, 0.0f, C2, N, 1, NULL);
+                    same("mr_sgemm_panels_q_mt", C1, C2, (size_t)(M * N));
+                    apply_bias_relu(C1, 1, M, N, bias);
+                    for (t = 0; t < 2; ++t) {
+                        memset(visits, 0, sizeof(int) * (size_t)(M * N));
+                        mr_sgemm_panels_q_mt(t ? &threads : NULL, M, N, K, 1.0f, A, K, 1, Bq, type, 0.0f, C2, N, 1, &ep);
+                        same("mr_sgemm_panels_q_mt with an epilogue", C1, C2, (size_t)(M * N));
+                        once_each("mr_sgemm_panels_q_mt's epilogue", visits, (size_t)(M * N));
+                    }
+                }
+                free(Bq);
             }
             free(Bp);
         }

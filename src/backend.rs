@@ -51,6 +51,11 @@ pub trait Backend: Sync {
     fn precisions(&self) -> &'static [Precision] {
         &[Precision::F32]
     }
+    /// The `--quantize` values the target stores its matrix-product and convolution
+    /// weights in.
+    fn quantizations(&self) -> &'static [Quantize] {
+        &[Quantize::F32]
+    }
     /// Whether `run --emulate` can run the target's kernels on the CPU (a GPU target's).
     fn emulates(&self) -> bool {
         false
@@ -120,8 +125,8 @@ pub struct EmitOptions {
     pub precision: Precision,
     /// The device mesh to partition over (`--mesh`: axis names and sizes); empty: one device.
     pub mesh: Vec<(String, u64)>,
-    /// How the ggml target stores matrix-product weights (`--quantize`).
-    pub quantize: crate::codegen::ggml::Quantize,
+    /// How the weights of matrix products and convolutions are stored (`--quantize`).
+    pub quantize: Quantize,
     /// The one CPU the C target's library is built for (`--cpu`, a `-march` value);
     /// `None`: portable, its kernels chosen at run time for the CPU it runs on.
     pub cpu: Option<String>,
@@ -159,11 +164,55 @@ impl Precision {
 
 /// Refuses a `--precision` the target does not offer (a usage error naming those it does).
 pub fn check_precision(target: &dyn Backend, precision: Precision) -> Result<()> {
-    if target.precisions().contains(&precision) {
+    check_offered("--precision", precision, target.precisions(), Precision::name, &format!("the {} target computes in", target.name()))
+}
+
+/// How the weights of matrix products and convolutions are stored (`--quantize`); the
+/// products compute in f32 whatever this says. Each target says which it takes
+/// ([`Backend::quantizations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Quantize {
+    /// Every weight f32
+    #[default]
+    F32,
+    /// As IEEE float16 (c, ggml)
+    F16,
+    /// As bfloat16, the f32's upper half (c, ggml)
+    Bf16,
+    /// In 8-bit blocks of 32 with a scale (c: an f32 scale; ggml: its q8_0, an f16 scale)
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// In 4-bit blocks of 32 with an f16 scale (ggml's q4_0)
+    #[value(name = "q4_0")]
+    Q4_0,
+}
+
+impl Quantize {
+    /// The name `--quantize` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quantize::F32 => "f32",
+            Quantize::F16 => "f16",
+            Quantize::Bf16 => "bf16",
+            Quantize::Q8_0 => "q8_0",
+            Quantize::Q4_0 => "q4_0",
+        }
+    }
+}
+
+/// Refuses a `--quantize` the target does not take (a usage error naming those it does).
+pub fn check_quantize(target: &dyn Backend, quantize: Quantize) -> Result<()> {
+    check_offered("--quantize", quantize, target.quantizations(), Quantize::name, &format!("the {} target stores its weights as", target.name()))
+}
+
+/// A usage error for `flag value` unless `value` is `offered`: `"{flag} {value}: {says}
+/// {offered...}"`.
+fn check_offered<T: PartialEq + Copy>(flag: &str, value: T, offered: &[T], name: fn(T) -> &'static str, says: &str) -> Result<()> {
+    if offered.contains(&value) {
         return Ok(());
     }
-    let offered: Vec<&str> = target.precisions().iter().map(|p| p.name()).collect();
-    Err(Error::usage(format!("--precision {}: the {} target computes in {}", precision.name(), target.name(), offered.join(", "))))
+    let names: Vec<&str> = offered.iter().map(|&v| name(v)).collect();
+    Err(Error::usage(format!("{flag} {}: {says} {}", name(value), names.join(", "))))
 }
 
 /// How the generated library gets its weights (`--weights`).
@@ -309,7 +358,7 @@ pub fn emit_device(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::L
 
 /// The programs a GPU target's [`emit_device`] renders, lowered with its `library`.
 pub fn device_programs(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library) -> Result<(Program, Option<Program>)> {
-    let lower = crate::lower::Options { max: opts.max.clone(), library };
+    let lower = crate::lower::Options { max: opts.max.clone(), library, ..Default::default() };
     lower_programs(graphs, &lower, &[], &opts.print_after)
 }
 
@@ -330,19 +379,43 @@ pub fn program_emitted(files: Vec<(String, Vec<u8>)>, forward: &Program, backwar
     Emitted { files, entry, report, sizes }
 }
 
-/// [`memory_report`]'s sizes as JSON (`--report=json`), in bytes.
+/// [`memory_report`]'s sizes as JSON (`--report=json`), in bytes; with weights stored
+/// narrow, also what they would take in f32 (`weights_f32_bytes`).
 pub fn memory_sizes(p: &Program) -> serde_json::Value {
-    serde_json::json!({"kernels": p.steps.len(), "weights_bytes": p.weights_size, "arena_bytes": p.arena_size, "peak_live_bytes": p.peak_live})
+    let mut sizes = serde_json::json!({"kernels": p.steps.len(), "weights_bytes": p.weights_size, "arena_bytes": p.arena_size, "peak_live_bytes": p.peak_live});
+    if let Some(wide) = f32_weights_size(p) {
+        sizes["weights_f32_bytes"] = wide.into();
+    }
+    sizes
 }
 
-/// `kernels`, `weights`, `arena` lines of `--report` for one program.
+/// `kernels`, `weights`, `arena` lines of `--report` for one program (the weights'
+/// f32 size beside theirs when some are stored narrow).
 pub fn memory_report(p: &Program) -> String {
     let ratio = if p.peak_live == 0 { 1.0 } else { p.arena_size as f64 / p.peak_live as f64 };
+    let narrowed: Vec<&str> = p.weights.iter().filter(|w| w.stored != crate::lower::Stored::F32).map(|w| w.stored.name()).collect();
+    let wide = match (f32_weights_size(p), narrowed.first()) {
+        (Some(wide), Some(name)) => format!(" ({} of them as {name}; {} bytes in f32)", narrowed.len(), crate::cli::group(wide)),
+        _ => String::new(),
+    };
     format!(
-        "kernels: {}\nweights: {} bytes\narena: {} bytes (peak live {} bytes, ratio {ratio:.3})\n",
+        "kernels: {}\nweights: {} bytes{wide}\narena: {} bytes (peak live {} bytes, ratio {ratio:.3})\n",
         p.steps.len(),
         crate::cli::group(p.weights_size),
         crate::cli::group(p.arena_size),
         crate::cli::group(p.peak_live)
     )
+}
+
+/// The bytes the weights blob would take with every weight in f32 (in the same
+/// layouts), when some weight is stored narrow.
+fn f32_weights_size(p: &Program) -> Option<u64> {
+    if p.weights.iter().all(|w| w.stored == crate::lower::Stored::F32) {
+        return None;
+    }
+    p.weights.iter().try_fold(0u64, |offset, w| {
+        let b = &p.buffers[w.buf.0];
+        let n = if w.shape.iter().product::<u64>() == 0 { 0 } else { b.len };
+        Some(crate::lower::align(offset.checked_add(n.checked_mul(b.dtype.size() as u64)?)?))
+    })
 }

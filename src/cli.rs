@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use crate::backend::{BuildConfig, Precision, WeightLayout, WeightsMode, HOST_CFLAGS};
-use crate::backend::{check_precision, check_supported, Backend, EmitOptions};
+pub use crate::backend::{BuildConfig, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
+use crate::backend::{check_precision, check_quantize, check_supported, Backend, EmitOptions};
 use crate::data::{self, Array, ArrayFile};
 use crate::error::{Error, Result};
 use crate::frontend::mithril;
@@ -237,6 +237,8 @@ pub struct RunArgs {
     pub emulate: bool,
     /// How a compiled target's matrix products and convolutions may round.
     pub precision: Precision,
+    /// How a compiled target stores the weights of matrix products and convolutions.
+    pub quantize: Quantize,
     /// Data files: `FILE` (arrays named by key) or `NAME=FILE` (a one-array file
     /// whose array is the input `NAME`).
     pub data: Vec<String>,
@@ -372,17 +374,23 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         RunTarget::Interp if args.precision != Precision::F32 => {
             return Err(Error::usage("--precision is for a compiled target: the interpreter computes in the model's types".to_string()))
         }
+        RunTarget::Interp if args.quantize != Quantize::F32 => {
+            return Err(Error::usage("--quantize is for a compiled target (--target c or ggml): the interpreter reads the parameters as given".to_string()))
+        }
         RunTarget::Interp => interp()?,
         RunTarget::Compiled(target) => {
             if args.emulate && !target.emulates() {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
             }
             let build = BuildConfig { emulate: args.emulate, ..Default::default() };
-            let opts = EmitOptions { print_after: args.model.print_after.clone(), precision: args.precision, ..Default::default() };
+            let opts = EmitOptions { print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
             let outputs = run_target(target, &graphs, &feeds, &args.model.model, &build, opts)?;
             if args.check {
-                for (name, diff) in compare(&outputs, &interp()?) {
-                    let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e}");
+                let want = interp()?;
+                for ((name, diff), (_, reference)) in compare(&outputs, &want).into_iter().zip(&want) {
+                    let scale = reference.data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+                    let relative = if scale > 0.0 { format!(", {:.3e} of it", diff / scale) } else { String::new() };
+                    let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e} (largest |interpreter| {scale:.3e}{relative})");
                 }
             }
             outputs
@@ -556,8 +564,8 @@ pub struct CompileArgs {
     pub precision: Precision,
     /// `--mesh AXIS=N,...`: partition over a device mesh (the XLA target).
     pub mesh: Option<String>,
-    /// How the ggml target stores matrix-product weights.
-    pub quantize: crate::codegen::ggml::Quantize,
+    /// How the weights of matrix products and convolutions are stored.
+    pub quantize: Quantize,
 }
 
 impl Default for CompileArgs {
@@ -671,8 +679,13 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     if triple.is_some() && args.target.name() != "c" {
         return Err(Error::usage(format!("--triple is for the C target; the {} target builds for the host", args.target.name())));
     }
-    if args.quantize != crate::codegen::ggml::Quantize::F32 && args.target.name() != "ggml" {
-        return Err(Error::usage(format!("--quantize is for the ggml target; the {} target keeps its weights in f32", args.target.name())));
+    check_quantizing(args.target, args.quantize, &graphs)?;
+    if args.quantize != Quantize::F32 && args.weights == WeightsMode::Safetensors {
+        return Err(Error::usage(format!(
+            "--quantize {} with --weights safetensors: the demo reads the parameters from the safetensors file at run time and does not narrow them",
+            args.quantize.name()
+        ))
+        .note("give --weights file (the default), embed or embed-c for a library with narrowed weights"));
     }
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
@@ -742,12 +755,25 @@ pub struct ExportArgs {
     pub target: &'static dyn Backend,
     pub layout: WeightLayout,
     pub max: Vec<String>,
+    /// The `--quantize` it was compiled with.
+    pub quantize: Quantize,
     /// The blob.
     pub weights: PathBuf,
     /// The header compile wrote with the blob (default: `<name>.h` beside it, if there).
     pub header: Option<PathBuf>,
     /// A `.safetensors`, `.npz` or (one parameter) `.npy` file.
     pub output: PathBuf,
+}
+
+/// Refuses a `--quantize` the target does not take, and any with `--grad`: gradients
+/// are of the f32 weights, which a training step updates in place.
+fn check_quantizing(target: &dyn Backend, quantize: Quantize, graphs: &Graphs) -> Result<()> {
+    check_quantize(target, quantize)?;
+    if quantize != Quantize::F32 && graphs.backward.is_some() {
+        return Err(Error::usage(format!("--quantize {} with --grad: gradients are taken of the f32 weights, which a training step updates in place", quantize.name()))
+            .note("compile the trained model without --grad to store its weights narrow"));
+    }
+    Ok(())
 }
 
 /// Reads the parameters back from a weights blob through the program the target lowers
@@ -760,7 +786,8 @@ pub fn export_weights(args: &ExportArgs) -> Result<String> {
     check_max_symbols(&max, graphs.main())?;
     let source = file_name(&args.model.model);
     check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
-    let opts = EmitOptions { source: source.clone(), layout: args.layout, max, print_after: args.model.print_after.clone(), ..Default::default() };
+    check_quantizing(args.target, args.quantize, &graphs)?;
+    let opts = EmitOptions { source: source.clone(), layout: args.layout, max, quantize: args.quantize, print_after: args.model.print_after.clone(), ..Default::default() };
     let program = args.target.weights_program(&graphs, &opts).map_err(|e| e.context(&source))?.ok_or_else(|| {
         Error::usage(format!("the {} target writes no weights.bin (export-weights reads the c, cuda and metal targets' blobs)", args.target.name()))
     })?;
@@ -771,6 +798,15 @@ pub fn export_weights(args: &ExportArgs) -> Result<String> {
     let checked = check_weights_layout(&program, args)?;
     data::write_arrays(&args.output, &values)?;
     let mut report = format!("wrote {} parameter(s) from {} to {}\n", values.len(), args.weights.display(), args.output.display());
+    let narrowed: Vec<String> = program.weights.iter().filter(|w| w.stored != crate::lower::Stored::F32).map(|w| format!("{} ({})", w.name, w.stored.name())).collect();
+    if !narrowed.is_empty() {
+        let _ = writeln!(
+            report,
+            "note: {} parameter(s) were stored narrow and are written as the f32 values they store, the approximations the library computes with: {}",
+            narrowed.len(),
+            narrowed.join(", ")
+        );
+    }
     if let Some(unchecked) = checked {
         report.push_str(&unchecked);
     }
@@ -802,7 +838,7 @@ fn check_weights_layout(program: &crate::lower::Program, args: &ExportArgs) -> R
             args.weights.display(),
             header.display()
         ))
-        .note("give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max)"));
+        .note("give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)"));
     }
     Ok(None)
 }
@@ -842,6 +878,7 @@ pub fn run_target(
 ) -> Result<Vec<(String, Tensor)>> {
     check_supported(target, graphs.main()).map_err(|e| e.context(file_name(source)))?;
     check_precision(target, opts.precision)?;
+    check_quantizing(target, opts.quantize, graphs)?;
     let opts = EmitOptions { source: file_name(source), weights: Some(param_weights(&graphs.forward, feeds)), ..opts };
     let emitted = target.emit(graphs, &opts)?;
     let scratch = crate::outdir::Scratch::new()?;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use mithrilc::backend::{self, Backend, Precision, WeightLayout, WeightsMode};
+use mithrilc::backend::{self, Backend, Precision, Quantize, WeightLayout, WeightsMode};
 use mithrilc::cli;
 
 /// `--target` of `compile`: a name from the backend table (`--help` lists them, with
@@ -155,6 +155,11 @@ enum Command {
         /// (exact, the default) or, on cuda, tf32, bf16 or f16 on tensor cores
         #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
         precision: Precision,
+        /// How a compiled target stores the weights of matrix products and convolutions
+        /// (computing in f32): c takes f16, bf16, q8_0; ggml also q4_0. With --check, the
+        /// difference from the interpreter is the narrowing's error
+        #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
+        quantize: Quantize,
         /// Refused unless this machine's: compile --triple cross-builds
         #[arg(long, value_name = "TRIPLE")]
         triple: Option<String>,
@@ -221,10 +226,11 @@ enum Command {
         /// --mesh data=4 or data=2,model=2; docs/xla.md says what is split)
         #[arg(long, value_name = "AXIS=N,...")]
         mesh: Option<String>,
-        /// How the ggml target stores the weights of matrix products in its GGUF file
-        /// (docs/ggml.md gives their errors)
+        /// How the weights of matrix products and convolutions are stored, computing in
+        /// f32: c takes f16, bf16 and q8_0 (docs/c.md), ggml f16, bf16, q8_0 and q4_0
+        /// (docs/ggml.md); other targets f32 only. Not with --grad
         #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
-        quantize: mithrilc::codegen::ggml::Quantize,
+        quantize: Quantize,
     },
     /// List the targets, with what each builds and the tools it needs
     Targets {
@@ -260,6 +266,10 @@ enum Command {
         /// The --max compile was given, as NAME=N; repeatable
         #[arg(long = "max", value_name = "NAME=N")]
         max: Vec<String>,
+        /// The --quantize compile was given: narrowed weights are read back as the f32
+        /// values they store (the approximations the library computes with)
+        #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
+        quantize: Quantize,
         /// The parameters file compile was given, if any: its shapes complete the model's
         #[arg(long, value_name = "FILE")]
         params: Option<PathBuf>,
@@ -307,8 +317,8 @@ fn main() -> ExitCode {
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check, emulate, precision, triple } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, data, params, output, triple }).map(|(_, report)| report)),
+        Command::Run { model, grad, data, params, output, target, check, emulate, precision, quantize, triple } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, quantize, data, params, output, triple }).map(|(_, report)| report)),
         Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, quantize } => {
             with_grad(model, &grad).and_then(|model| {
                 let (report, report_format) = (report.is_some(), report.unwrap_or_default());
@@ -323,8 +333,8 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "mithrilc", &mut script);
             String::from_utf8(script).map_err(|e| mithrilc::Error::internal(format!("the completion script is not UTF-8: {e}")))
         }
-        Command::ExportWeights { model, grad, target, weight_layout, max, params, weights, header, output } => with_grad(model, &grad)
-            .and_then(|model| cli::export_weights(&cli::ExportArgs { model, params, target, layout: weight_layout, max, weights, header, output })),
+        Command::ExportWeights { model, grad, target, weight_layout, max, quantize, params, weights, header, output } => with_grad(model, &grad)
+            .and_then(|model| cli::export_weights(&cli::ExportArgs { model, params, target, layout: weight_layout, max, quantize, weights, header, output })),
     };
     match result {
         Ok(text) => {

@@ -354,15 +354,15 @@ fn help_lists_commands_and_options() {
         (&["inspect", "--help"], &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>"]),
         (
             &["run", "--help"],
-            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <FILE>"],
+            &["--shape <NAME=DIMS>", "--set <PATH.KEY=VALUE>", "--params <FILE>", "--data <FILE>", "-o, --output <FILE>", "--quantize <TYPE>"],
         ),
         (
             &["compile", "--help"],
             &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report[=<FORMAT>]"],
         ),
         // Every choice shows its values.
-        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse"]),
-        (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:"]),
+        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse", "- bf16: As bfloat16"]),
+        (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:", "--quantize <TYPE>"]),
         (&["completions", "--help"], &["[possible values: bash, elvish, fish, powershell, zsh]"]),
     ];
     for (args, options) in cases {
@@ -679,7 +679,7 @@ fn export_weights_gives_back_the_compiled_parameters() {
             "",
             format!(
                 "error: {}/weights.bin: the blob holds 2723904 bytes, and the model's weights take 272960\n  \
-                 note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)\n",
+                 note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)\n",
                 out("mlp")
             )
             .as_str()
@@ -697,7 +697,7 @@ fn export_weights_gives_back_the_compiled_parameters() {
     let (code, stdout, stderr) = export_gpt(&[&["--weights", &blob][..], &plain].concat());
     assert_eq!(code, 1, "{stdout}");
     assert!(stderr.starts_with(&format!("error: {blob}: the blob was laid out by another build of gpt_block than these flags give (")), "{stderr}");
-    assert!(stderr.ends_with("note: give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max)\n"), "{stderr}");
+    assert!(stderr.ends_with("note: give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)\n"), "{stderr}");
     assert_eq!(export_gpt(&["--weights", &blob]).0, 0);
     // Away from its header the blob exports with a note, or is checked against --header.
     let moved = out("moved.bin");
@@ -1201,7 +1201,7 @@ fn compiled_code_reports_an_out_of_range_index() {
     for target in targets {
         let (code, stdout, stderr) = mithrilc(&[&["run", "emb.json", "--data", "ok.npz", "--check"], *target].concat(), dir.path());
         assert_eq!((code, stderr.as_str()), (0, ""), "{target:?}");
-        assert!(stdout.starts_with("check output: largest difference from the interpreter 0.000e0\n"), "{stdout}");
+        assert!(stdout.starts_with("check output: largest difference from the interpreter 0.000e0 (largest |interpreter| "), "{stdout}");
     }
     for (file, index) in [("high.npz", 11), ("low.npz", -12)] {
         for target in targets {
@@ -1236,7 +1236,7 @@ fn compiled_code_reports_an_out_of_range_index() {
     for (target, high) in graph_targets {
         let (code, stdout, stderr) = mithrilc(&["run", "emb.json", "--data", "ok.npz", "--check", "--target", target], dir.path());
         assert_eq!((code, stderr.as_str()), (0, ""), "{target}");
-        assert!(stdout.starts_with("check output: largest difference from the interpreter 0.000e0\n"), "{target}: {stdout}");
+        assert!(stdout.starts_with("check output: largest difference from the interpreter 0.000e0 (largest |interpreter| "), "{target}: {stdout}");
         let (code, _, stderr) = mithrilc(&["run", "emb.json", "--data", "high.npz", "--target", target], dir.path());
         assert_eq!((code, stderr), (1, format!("error: the compiled model: {high}\n")), "{target}");
         let (code, _, stderr) = mithrilc(&["run", "emb.json", "--data", "low.npz", "--target", target], dir.path());
@@ -1285,7 +1285,7 @@ fn hostile_names_make_code_that_compiles() {
         data::write_npz(&dir.path().join("d.npz"), &[(format!("input/{input}"), x)]).unwrap();
         let (code, stdout, stderr) = mithrilc(&["run", &file, "--data", "d.npz", "--target", "c", "--check"], dir.path());
         assert_eq!((code, stderr.as_str()), (0, ""), "{model}");
-        assert!(stdout.contains(": largest difference from the interpreter 0.000e0\n"), "{model}: {stdout}");
+        assert!(stdout.contains(": largest difference from the interpreter 0.000e0 (largest |interpreter| "), "{model}: {stdout}");
         let (code, _, stderr) = mithrilc(&["compile", &file, "--target", "c", "--shape", &format!("{input}=2,3"), "--emit", "source", "-o", "out"], dir.path());
         assert_eq!((code, stderr.as_str()), (0, ""), "{model}");
         let mut files: Vec<String> =

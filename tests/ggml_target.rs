@@ -7,7 +7,7 @@
 //! - the GGUF file mithrilc writes is read back with ggml's own `gguf_*` functions by a
 //!   small C program: names, types, shapes, metadata and values (dequantized by ggml
 //!   for the quantized types);
-//! - `--quantize f16|q8_0|q4_0` runs each bench model within a tolerance stated per type;
+//! - `--quantize f16|bf16|q8_0|q4_0` runs each bench model within a tolerance stated per type;
 //! - an unsupported model is refused with every node listed.
 //!
 //! Cases run two at a time (the machines have two cores).
@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use mithrilc::backend::{check_supported, Backend, EmitOptions};
 use mithrilc::cli::{self, BuildConfig};
 use mithrilc::codegen::ggml::backend::GgmlTarget;
-use mithrilc::codegen::ggml::Quantize;
+use mithrilc::backend::Quantize;
 
 mod common;
 #[path = "common/cases.rs"]
@@ -111,8 +111,8 @@ fn quantized_weights_stay_within_their_tolerance() {
     let all = cases(&dir);
     let bench = |c: &&Case| matches!(c.label.as_str(), "mlp b32" | "lenet b1" | "cnn b1" | "gpt_block b1");
     let runs: Vec<(Quantize, f64, &Case)> =
-        [(Quantize::F16, 2e-3), (Quantize::Q8_0, 2e-2), (Quantize::Q4_0, 1.5e-1)].into_iter().flat_map(|(q, tol)| all.iter().filter(bench).map(move |c| (q, tol, c))).collect();
-    assert_eq!(runs.len(), 12, "every bench model in every type");
+        [(Quantize::F16, 2e-3), (Quantize::Bf16, 1e-2), (Quantize::Q8_0, 2e-2), (Quantize::Q4_0, 1.5e-1)].into_iter().flat_map(|(q, tol)| all.iter().filter(bench).map(move |c| (q, tol, c))).collect();
+    assert_eq!(runs.len(), 16, "every bench model in every type");
     let worst = Mutex::new(Vec::new());
     let failures = each(&runs, |&(quantize, tol, case)| {
         let label = format!("{} at {quantize:?}", case.label);
@@ -124,7 +124,7 @@ fn quantized_weights_stay_within_their_tolerance() {
         worst.lock().unwrap().push((format!("{quantize:?}"), err, label));
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
     });
-    for q in ["F16", "Q8_0", "Q4_0"] {
+    for q in ["F16", "Bf16", "Q8_0", "Q4_0"] {
         let w = worst.lock().unwrap();
         for (_, err, label) in w.iter().filter(|(n, _, _)| n == q) {
             println!("{label}: error {err:.2e} of the output's scale");
@@ -202,7 +202,7 @@ fn ggml_reads_back_the_gguf_file() {
     let reader = build_reader(tmp.path(), &ggml);
     let graph = &case.graphs.forward;
     let weights: BTreeMap<String, mithrilc::tensor::Tensor> = graph.params().filter_map(|v| graph.node(v).name.clone()).map(|n| (n.clone(), case.feeds[&n].clone())).collect();
-    for (quantize, tol) in [(Quantize::F32, 0.0), (Quantize::F16, 1e-3), (Quantize::Q8_0, 1e-2), (Quantize::Q4_0, 1.5e-1)] {
+    for (quantize, tol) in [(Quantize::F32, 0.0), (Quantize::F16, 1e-3), (Quantize::Bf16, 4e-3), (Quantize::Q8_0, 1e-2), (Quantize::Q4_0, 1.5e-1)] {
         let opts = EmitOptions { source: "mlp.json".into(), weights: Some(cli::param_weights(graph, &weights)), quantize, ..Default::default() };
         let emitted = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap();
         let (name, bytes) = emitted.files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap();
@@ -333,7 +333,8 @@ fn the_documented_api_runs_and_output_is_deterministic() {
 }
 
 /// `run --target ggml` without a ggml is the toolchain's error (exit 3) with the install
-/// command, and `--quantize` on another target is a usage error (exit 2).
+/// command, and a `--quantize` the target does not take is a usage error (exit 2)
+/// naming those it does.
 #[test]
 fn missing_ggml_and_misplaced_quantize_are_clear_errors() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -354,10 +355,12 @@ fn missing_ggml_and_misplaced_quantize_are_clear_errors() {
     assert_eq!(run.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains(&format!("pip install {}", mithrilc::build::GGML_WHEEL)), "{stderr}");
     let out = empty.path().join("out");
-    let compile = Command::new(mithrilc).args(["compile", "--target", "c", "--quantize", "q8_0", "--params"]).arg(&data).arg(&model).arg("-o").arg(&out).output().unwrap();
-    let stderr = String::from_utf8_lossy(&compile.stderr);
-    assert_eq!(compile.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--quantize is for the ggml target; the c target keeps its weights in f32"), "{stderr}");
+    for (target, quantize, offered) in [("c", "q4_0", "f32, f16, bf16, q8_0"), ("cuda", "q8_0", "f32")] {
+        let compile = Command::new(mithrilc).args(["compile", "--target", target, "--quantize", quantize, "--params"]).arg(&data).arg(&model).arg("-o").arg(&out).output().unwrap();
+        let stderr = String::from_utf8_lossy(&compile.stderr);
+        assert_eq!(compile.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr, format!("error: --quantize {quantize}: the {target} target stores its weights as {offered}\n"));
+    }
 }
 
 /// Random small models (`tests/common/random_model.rs`: convolutions with strides,

@@ -1,6 +1,8 @@
 //! Generated code, committed: the C, CUDA, Metal and ggml targets' sources for every
 //! `../shared/bench` model at batch 1, two of them with `--grad` (the backward pass and
-//! the training step), and every test-data case.
+//! the training step), one with `--quantize q8_0` (the C target's alone: cnn, whose
+//! weights are read narrow by the GEMM and widened for the convolutions), and every
+//! test-data case.
 //! - `tests/out/c/{bench,testdata}/<case>/`: the C files as `mithrilc compile --target c
 //!   --emit source` writes them. The runtime's files (`mithril_*`, copied verbatim from
 //!   `runtime-c/`) and `weights.bin` are not kept.
@@ -42,6 +44,9 @@ fn root() -> PathBuf {
 /// Generated files by name, or why there are none.
 type Files = Result<BTreeMap<String, String>, String>;
 
+/// What writes one target's files for a case.
+type Generate = fn(&Case) -> Files;
+
 /// One model compiled for the golden files.
 struct Case {
     /// `bench/<model>` or `testdata/<case>`: its directory under `tests/out/<target>`.
@@ -51,6 +56,8 @@ struct Case {
     set: Vec<String>,
     params: Option<PathBuf>,
     grad: bool,
+    /// `--quantize` (other than f32: the C target's only).
+    quantize: cli::Quantize,
 }
 
 impl Case {
@@ -65,7 +72,15 @@ impl Case {
 fn generate(case: &Case, target: &'static dyn Backend, runtime: &[(&str, &str)], keep: impl Fn(&str) -> bool) -> Files {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let args = cli::CompileArgs { model: case.model_args(), target, params: case.params.clone(), out: Some(out.clone()), emit: mithrilc::cli::Emit::Source, ..Default::default() };
+    let args = cli::CompileArgs {
+        model: case.model_args(),
+        target,
+        params: case.params.clone(),
+        out: Some(out.clone()),
+        emit: mithrilc::cli::Emit::Source,
+        quantize: case.quantize,
+        ..Default::default()
+    };
     cli::compile(&args).map_err(|e| format!("{}: {e}", case.model.display()))?;
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&out).unwrap() {
@@ -118,7 +133,8 @@ fn programs(case: &Case, (library, passes): &TargetPrograms, mut after: impl FnM
     let err = |e: mithrilc::error::Error| format!("{}: {e}", case.model.display());
     let params = case.params.as_deref().map(data::read_arrays).transpose().map_err(err)?;
     let graphs = cli::load_graphs(&case.model_args(), &params.iter().collect::<Vec<_>>()).map_err(err)?;
-    let opts = mithrilc::lower::Options { library: *library, ..Default::default() };
+    let quantize = if *library == c::LIBRARY { c::stored(case.quantize).map_err(err)? } else { Default::default() };
+    let opts = mithrilc::lower::Options { library: *library, quantize, ..Default::default() };
     let passes = passes(graphs.backward.is_some());
     std::iter::once(&graphs.forward).chain(&graphs.backward).map(|g| mithrilc::passes::compile(g, &opts, passes, &mut after).map_err(err)).collect()
 }
@@ -143,6 +159,7 @@ fn bench(model: &str, grad: bool) -> Case {
         set: vec![],
         params: Some(bench.join(format!("{model}.safetensors"))),
         grad,
+        quantize: cli::Quantize::F32,
     }
 }
 
@@ -170,7 +187,7 @@ fn testdata() -> Vec<Case> {
                 v["set"].as_object().unwrap().iter().map(|(k, v)| format!("{k}={v}")).collect()
             },
         );
-        out.push(Case { name: format!("testdata/{case}"), model: dir.join(json), shapes, set, params: None, grad: false });
+        out.push(Case { name: format!("testdata/{case}"), model: dir.join(json), shapes, set, params: None, grad: false, quantize: cli::Quantize::F32 });
     }
     out
 }
@@ -181,6 +198,7 @@ fn cases() -> Vec<Case> {
         .into_iter()
         .map(|(model, grad)| bench(model, grad))
         .collect();
+    cases.push(Case { name: "bench/cnn_q8_0".into(), quantize: cli::Quantize::Q8_0, ..bench("cnn", false) });
     cases.extend(testdata());
     cases
 }
@@ -246,7 +264,9 @@ fn generated_code_matches_the_committed_files() {
     }
     let mut problems = Vec::new();
     for case in cases() {
-        for (target, got) in [("c", generate_c(&case)), ("cuda", generate_cuda(&case)), ("metal", generate_metal(&case)), ("ggml", generate_ggml(&case))] {
+        let targets: [(&str, Generate); 4] = [("c", generate_c), ("cuda", generate_cuda), ("metal", generate_metal), ("ggml", generate_ggml)];
+        let quantized = case.quantize != cli::Quantize::F32;
+        for (target, got) in targets.into_iter().filter(|(t, _)| !quantized || *t == "c").map(|(t, generate)| (t, generate(&case))) {
             let got = match got {
                 Ok(g) => g,
                 Err(e) => {
@@ -278,7 +298,8 @@ fn printed_programs_parse_back() {
     }
     let mut problems = Vec::new();
     let mut programs = 0;
-    for (case, target) in cases().iter().flat_map(|c| [(c, &C_PROGRAMS), (c, &CUDA_PROGRAMS)]) {
+    let cases = cases();
+    for (case, target) in cases.iter().flat_map(|c| [(c, &C_PROGRAMS), (c, &CUDA_PROGRAMS)]).filter(|(c, t)| c.quantize == cli::Quantize::F32 || t.0 == c::LIBRARY) {
         self::programs(case, target, |pass, p| {
             programs += 1;
             let text = print(p);

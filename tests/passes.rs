@@ -7,7 +7,8 @@
 //!   the graph is lowered for the target's library (the C target's unless a
 //!   `// library: cuda` line says otherwise), the target's passes and the
 //!   program passes up to and including PASS run (with symbolic
-//!   dimensions bounded by `// max: NAME=N` lines), each followed by the program
+//!   dimensions bounded by `// max: NAME=N` lines, and weights stored as a
+//!   `// quantize: TYPE` line says), each followed by the program
 //!   verifier, and the program is printed.
 //! - A `// library: cuda` line runs the program passes for that target (what
 //!   `attention` forms depends on its library).
@@ -74,11 +75,12 @@ fn graph_filetest(input: &str, pass_name: &str) -> Result<String> {
     // `// max: B=4` lines bound symbolic dimensions.
     let max: Vec<String> = input.lines().filter_map(|l| l.strip_prefix("// max: ")).map(str::to_string).collect();
     let max = mithrilc::cli::parse_max_args(&max)?;
-    let mut p = mithrilc::lower::lower(&g, &mithrilc::lower::Options { max, library })?;
+    let opts = mithrilc::lower::Options { max, library, quantize: quantize(input) };
+    let mut p = mithrilc::lower::lower(&g, &opts)?;
     mithrilc::lower::verify::verify(&p, false)?;
     let mut planned = false;
     for &&pass in &program_passes[..=last] {
-        run_program_pass(&mut p, pass, &library, &mut planned)?;
+        run_program_pass(&mut p, pass, &opts, &mut planned)?;
     }
     Ok(mithrilc::lower::print::print(&p))
 }
@@ -90,8 +92,16 @@ fn program_filetest(input: &str, pass_name: &str) -> Result<Program> {
     let mut p = mithrilc::lower::parse::parse(input)?;
     let mut planned = p.arena_size > 0;
     mithrilc::lower::verify::verify(&p, planned)?;
-    run_program_pass(&mut p, pass, &library, &mut planned)?;
+    let opts = mithrilc::lower::Options { library, quantize: quantize(input), ..Default::default() };
+    run_program_pass(&mut p, pass, &opts, &mut planned)?;
     Ok(p)
+}
+
+/// How a filetest's target pass stores the weights of products and convolutions: f32,
+/// or what its `// quantize: TYPE` line says (`q8_0`).
+fn quantize(input: &str) -> mithrilc::lower::Stored {
+    let name = input.lines().find_map(|l| l.strip_prefix("// quantize: ")).map(str::trim);
+    name.map_or(mithrilc::lower::Stored::F32, |n| mithrilc::lower::Stored::ALL.into_iter().find(|s| s.name() == n).unwrap_or_else(|| panic!("no stored form {n}")))
 }
 
 /// The target a filetest's program passes are for, as its library and its own

@@ -1,15 +1,16 @@
 //! The weights blob every target loads: each parameter at its offset in the program's
 //! weights layout ([`Storage::Weight`]), in the layout the program stores it in
 //! (`lower::Layout`: row-major unless a target's pass chose another; the transforms are
-//! the C target's, [`stored_values`]), little-endian; and [`blob_values`], the same
-//! layout read back (`export-weights`).
+//! the C target's, [`stored_values`]), little-endian, its elements narrowed where the
+//! program stores the weight narrow ([`Stored`]: [`narrow`]); and [`blob_values`], the
+//! same layout read back (`export-weights`).
 
 use std::collections::BTreeMap;
 
 use crate::codegen::c::layout::stored_values;
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
-use crate::lower::{Layout, Program, Storage};
+use crate::lower::{Layout, Program, Storage, Stored, Q8_BLOCK};
 use crate::tensor::{write_elements, RawTensor, Tensor};
 
 /// The weights blob in the layout of the program's weight offsets. Each parameter is
@@ -27,14 +28,14 @@ pub fn weights_blob(p: &Program, values: &BTreeMap<String, RawTensor>) -> Result
         let b = &p.buffers[port.buf.0];
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
         let stored = stored_values(t, port.layout);
-        let end = offset as usize + stored.len() * b.dtype.size();
-        let Some(slot) = blob.get_mut(offset as usize..end) else {
+        let bytes = port.stored.bytes(stored.len() as u64, b.dtype).and_then(|n| n.checked_add(offset)).and_then(|end| usize::try_from(end).ok());
+        let Some(slot) = bytes.and_then(|end| blob.get_mut(offset as usize..end)) else {
             return Err(Error::internal(format!("weight {name} does not fit the blob")));
         };
-        if port.layout == Layout::RowMajor && t.dtype == b.dtype {
-            slot.copy_from_slice(t.bytes());
-        } else {
-            write_elements(stored, b.dtype, slot);
+        match port.stored {
+            Stored::F32 if port.layout == Layout::RowMajor && t.dtype == b.dtype => slot.copy_from_slice(t.bytes()),
+            Stored::F32 => write_elements(stored, b.dtype, slot),
+            narrowed => narrow(stored, narrowed, slot),
         }
         t.release();
     }
@@ -53,7 +54,13 @@ pub fn layout_fingerprint(p: &Program) -> u64 {
             Storage::Weight { offset } => offset,
             _ => u64::MAX,
         };
-        text.push_str(&format!("{:?}|{}|{:?}|{}|{:?}\n", port.name, b.dtype, port.shape, offset, port.layout));
+        text.push_str(&format!("{:?}|{}|{:?}|{}|{:?}", port.name, b.dtype, port.shape, offset, port.layout));
+        // (f32, the form of every weight before --quantize, adds nothing: fingerprints of
+        // earlier builds stay as they were)
+        if port.stored != Stored::F32 {
+            text.push_str(&format!("|{}", port.stored.name()));
+        }
+        text.push('\n');
     }
     crate::hash::fnv1a(text.as_bytes())
 }
@@ -63,11 +70,13 @@ pub fn layout_fingerprint(p: &Program) -> u64 {
 /// parameter's values went is found by laying out its element numbers with
 /// [`stored_values`] itself, so the layout rules are never written twice: a layout that
 /// only moves elements (row-major, transposed, panels and their zero padding) is undone
-/// exactly; one that mixes them (Winograd) is refused.
+/// exactly; one that mixes them (Winograd) is refused. A weight stored narrow is read
+/// back as the f32 values it stores ([`widen`]): the approximations the library
+/// computes with, not the values it was compiled from.
 pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
     if blob.len() as u64 != p.weights_size {
         return Err(Error::user(format!("the blob holds {} bytes, and the model's weights take {}", blob.len(), p.weights_size))
-            .note("give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)"));
+            .note("give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)"));
     }
     let mut out = Vec::with_capacity(p.weights.len());
     for port in &p.weights {
@@ -78,8 +87,12 @@ pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
         // Element i stored as i + 1; the layout's padding stays 0.
         let numbers = RawTensor::from_tensor(&Tensor { dtype: Dtype::F64, shape: port.shape.clone(), data: (1..=n).map(|i| i as f64).collect() });
         let order: Vec<f64> = stored_values(&numbers, port.layout).collect();
-        let end = offset as usize + order.len() * b.dtype.size();
-        let stored = blob.get(offset as usize..end).and_then(|slot| read_elements(slot, b.dtype));
+        let end = port.stored.bytes(order.len() as u64, b.dtype).and_then(|n| n.checked_add(offset)).and_then(|end| usize::try_from(end).ok());
+        let slot = end.and_then(|end| blob.get(offset as usize..end));
+        let stored = slot.and_then(|slot| match port.stored {
+            Stored::F32 => read_elements(slot, b.dtype),
+            narrowed => widen(slot, narrowed, order.len()),
+        });
         let stored = stored.filter(|s| s.len() == order.len());
         let Some(stored) = stored else { return Err(Error::internal(format!("weight {name} does not fill its place in the blob"))) };
         let mut values = vec![None; n];
@@ -110,6 +123,52 @@ fn mixed_layout(name: &str, layout: Layout) -> Error {
 fn read_elements(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
     let numel = bytes.len() / dtype.size();
     RawTensor::owned(dtype, vec![numel as u64], bytes.to_vec()).map(|t| t.values().collect())
+}
+
+/// Writes `values` (f32 elements, in the order a layout stores them) into `out` narrowed
+/// to `stored` (`mithril_runtime.h`'s `MR_F16`, `MR_BF16`, `MR_Q8_0`): each value
+/// rounded to f32 first, then to nearest even for f16 and bf16; for q8_0, blocks of 32
+/// consecutive elements (the last may be shorter), `ceil(n / 32)` f32 scales `max|x| /
+/// 127` and then one byte per element, `x / scale` rounded half away from zero and
+/// clamped to [-127, 127] (0 for a block of zeros). `out` holds exactly
+/// [`Stored::bytes`] of them.
+pub fn narrow(values: impl ExactSizeIterator<Item = f64>, stored: Stored, out: &mut [u8]) {
+    let values = values.map(|x| x as f32);
+    match stored {
+        Stored::F32 => write_elements(values.map(f64::from), Dtype::F32, out),
+        Stored::F16 => write_elements(values.map(f64::from), Dtype::F16, out),
+        Stored::Bf16 => write_elements(values.map(f64::from), Dtype::Bf16, out),
+        Stored::Q8_0 => {
+            let values: Vec<f32> = values.collect();
+            let (scales, codes) = out.split_at_mut(values.len().div_ceil(Q8_BLOCK as usize) * 4);
+            for ((block, scale), code) in values.chunks(Q8_BLOCK as usize).zip(scales.chunks_exact_mut(4)).zip(codes.chunks_mut(Q8_BLOCK as usize)) {
+                let d = block.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
+                scale.copy_from_slice(&d.to_le_bytes());
+                for (x, q) in block.iter().zip(code) {
+                    let r = if d == 0.0 { 0.0 } else { (x / d).round().clamp(-127.0, 127.0) };
+                    *q = (r as i8) as u8;
+                }
+            }
+        }
+    }
+}
+
+/// The `n` f32 values stored narrow in `bytes` as [`narrow`] writes them (what
+/// `mr_dequantize` gives); `None` when `bytes` is not their size.
+pub fn widen(bytes: &[u8], stored: Stored, n: usize) -> Option<Vec<f64>> {
+    if stored.bytes(n as u64, Dtype::F32) != Some(bytes.len() as u64) {
+        return None;
+    }
+    match stored {
+        Stored::F32 => read_elements(bytes, Dtype::F32),
+        Stored::F16 => read_elements(bytes, Dtype::F16),
+        Stored::Bf16 => read_elements(bytes, Dtype::Bf16),
+        Stored::Q8_0 => {
+            let (scales, codes) = bytes.split_at(n.div_ceil(Q8_BLOCK as usize) * 4);
+            let scale = |e: usize| f32::from_le_bytes([0, 1, 2, 3].map(|i| scales[e / Q8_BLOCK as usize * 4 + i]));
+            Some(codes.iter().enumerate().map(|(e, &q)| f64::from(scale(e) * f32::from(q as i8))).collect())
+        }
+    }
 }
 
 /// `weights.bin` for a GPU target (`target`, for messages), whose weights live in
@@ -174,11 +233,71 @@ mod tests {
         assert_eq!(blob_values(&p, &blob).expect("read back"), values);
 
         let err = blob_values(&p, &blob[..500]).unwrap_err();
-        assert_eq!(err.to_string(), "the blob holds 500 bytes, and the model's weights take 512\n  note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max)");
+        assert_eq!(err.to_string(), "the blob holds 500 bytes, and the model's weights take 512\n  note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)");
 
         let p = crate::lower::parse::parse(MIXED).expect("the program parses");
         let blob = weights_blob(&p, &[("g".to_string(), RawTensor::from_tensor(&counting(Dtype::F32, &[1, 1, 3, 3])))].into_iter().collect()).expect("the blob");
         let err = blob_values(&p, &blob).unwrap_err();
         assert_eq!((err.kind, err.message.as_str()), (crate::ErrorKind::User, "parameter `g` is stored in the Winograd layout, which mixes its values: they cannot be read back exactly"));
+    }
+
+    #[test]
+    fn narrow_writes_the_runtimes_forms_and_widen_reads_them_back() {
+        // q8_0: a block of 32 whose largest magnitude is 127 has scale 1; ties round away
+        // from zero; the short last block gets its own scale; a block of zeros scale 0.
+        let mut values = vec![0.0; 32 + 2];
+        values[..4].copy_from_slice(&[127.0, -63.5, 2.4, -2.6]);
+        values[32..].copy_from_slice(&[0.5, -0.25]);
+        let mut out = vec![0u8; Stored::Q8_0.bytes(34, Dtype::F32).unwrap() as usize];
+        assert_eq!(out.len(), 4 * 2 + 34);
+        narrow(values.iter().copied(), Stored::Q8_0, &mut out);
+        assert_eq!(f32::from_le_bytes(out[0..4].try_into().unwrap()), 1.0);
+        assert_eq!(f32::from_le_bytes(out[4..8].try_into().unwrap()), 0.5 / 127.0);
+        assert_eq!(out[8..12].iter().map(|&b| b as i8).collect::<Vec<_>>(), [127, -64, 2, -3]);
+        assert!(out[12..40].iter().all(|&b| b == 0));
+        assert_eq!(out[40..].iter().map(|&b| b as i8).collect::<Vec<_>>(), [127, -64]);
+        let back = widen(&out, Stored::Q8_0, 34).unwrap();
+        assert_eq!(back[..4], [127.0, -64.0, 2.0, -3.0]);
+        assert_eq!(back[32], f64::from(0.5f32 / 127.0 * 127.0));
+        let mut zeros = vec![0u8; 4 + 3];
+        narrow([0.0; 3].into_iter(), Stored::Q8_0, &mut zeros);
+        assert_eq!(zeros, [0; 7]);
+        // f16 and bf16 round to nearest even (1 + 2^-11 is a tie in f16, 1 + 2^-8 in bf16)
+        // and overflow to infinity; widen gives the narrow value.
+        for (stored, tie, big) in [(Stored::F16, 1.0 + 2f64.powi(-11), 1e5), (Stored::Bf16, 1.0 + 2f64.powi(-8), 1e39)] {
+            let mut out = vec![0u8; 6];
+            narrow([tie, -1.5, big].into_iter(), stored, &mut out);
+            let back = widen(&out, stored, 3).unwrap();
+            assert_eq!(back[..2], [1.0, -1.5], "{stored:?}");
+            assert!(back[2].is_infinite() || stored == Stored::Bf16 && big as f32 == f32::INFINITY, "{stored:?}: {}", back[2]);
+        }
+        assert_eq!(widen(&[0; 5], Stored::F16, 3), None);
+    }
+
+    /// A program whose weights `--quantize q8_0` narrowed: the blob holds them narrow at
+    /// their offsets, and reading it back gives the values they store.
+    #[test]
+    fn narrowed_weights_are_written_and_read_back_as_stored() {
+        let text = MOVED.replace("%b2 = weight @128 panels \"p\"", "%b2 = weight @128 panels q8_0 \"p\"").replace("[3, 2] panels", "[3, 2] panels q8_0");
+        let p = crate::lower::parse::parse(&text).expect("the program parses");
+        assert_eq!(p.weights[2].stored, Stored::Q8_0);
+        let values: Vec<(String, Tensor)> = [("a", Dtype::F32, vec![2, 3]), ("t", Dtype::F32, vec![3, 2]), ("p", Dtype::F32, vec![3, 2]), ("d", Dtype::F64, vec![2]), ("i", Dtype::I32, vec![3])]
+            .into_iter()
+            .map(|(name, dtype, shape)| (name.to_string(), counting(dtype, &shape)))
+            .collect();
+        let blob = weights_blob(&p, &values.iter().map(|(n, t)| (n.clone(), RawTensor::from_tensor(t))).collect()).expect("the blob");
+        // 64 elements in two blocks (each a k-row of the panel: -3, 1, 5 then -1, 3, 7): two
+        // scales, then 64 bytes; the rest of its slot zero.
+        let q = &blob[128..128 + 72];
+        assert_eq!([0, 4].map(|i| f32::from_le_bytes(q[i..i + 4].try_into().unwrap())), [5.0 / 127.0, 7.0 / 127.0]);
+        assert!(blob[128 + 72..384].iter().all(|&b| b == 0));
+        let back = blob_values(&p, &blob).expect("read back");
+        for ((name, got), (_, want)) in back.iter().zip(&values) {
+            let exact = name != "p";
+            for (g, w) in got.data.iter().zip(&want.data) {
+                assert!(if exact { g == w } else { (g - w).abs() <= 7.0 / 127.0 / 2.0 * 1.0001 }, "{name}: {g} for {w}");
+            }
+        }
+        assert_ne!(layout_fingerprint(&p), layout_fingerprint(&crate::lower::parse::parse(MOVED).unwrap()));
     }
 }

@@ -43,6 +43,9 @@ pub struct Options {
     pub max: BTreeMap<String, u64>,
     /// What the target's kernel library computes; the rest lowers to loop kernels.
     pub library: Library,
+    /// How a target's program pass stores the weights of matrix products and
+    /// convolutions (`--quantize`; lowering itself stores every weight f32).
+    pub quantize: Stored,
 }
 
 /// What a target's kernel library computes, by element type: an op it has no kernel
@@ -223,7 +226,7 @@ impl<'g> Lowerer<'g> {
             let out = View::contiguous(buf, &shape);
             let expr = self.expr_of(o.value)?;
             self.step(Kernel::Map { out, expr }, vec![format!("output {:?}", o.name)], dims.clone());
-            self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims, layout: Layout::RowMajor });
+            self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims, layout: Layout::RowMajor, stored: Stored::F32 });
             if o.loss {
                 self.p.loss = Some(i);
             }
@@ -325,7 +328,7 @@ impl<'g> Lowerer<'g> {
         let dims = self.dims(v)?;
         self.require_leading(v, &dims, &shape, "a model input")?;
         let buf = self.buffer(name.clone(), dtype, shape.iter().product::<u64>().max(1), Storage::Input(idx));
-        self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor });
+        self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor, stored: Stored::F32 });
         self.views.insert(v, View::contiguous(buf, &shape));
         Ok(())
     }
@@ -342,7 +345,7 @@ impl<'g> Lowerer<'g> {
         let len: u64 = shape.iter().product();
         let buf = self.buffer(name.clone(), dtype, len.max(1), Storage::Weight { offset });
         self.p.weights_size = align(offset + len * dtype.size() as u64);
-        self.p.weights.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor });
+        self.p.weights.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor, stored: Stored::F32 });
         self.views.insert(v, View::contiguous(buf, &shape));
         Ok(())
     }

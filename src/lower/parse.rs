@@ -106,8 +106,8 @@ fn buffer(p: &mut Program, line: &str) -> Result<(), String> {
         ["input", k] => Storage::Input(number(k, "input index")?),
         ["output", k] => Storage::Output(number(k, "output index")?),
         ["const", k] => Storage::Const(number(k, "constant index")?),
-        // The layout is read from the parameter's port.
-        ["weight", o] | ["weight", o, "transposed" | "panels" | "winograd"] => Storage::Weight { offset: at(o)? },
+        // The layout and stored form are read from the parameter's port.
+        ["weight", o, ..] => Storage::Weight { offset: at(o)? },
         ["arena", o] => Storage::Arena { offset: at(o)? },
         ["arena"] => Storage::Arena { offset: 0 },
         ["local"] => Storage::Local,
@@ -155,14 +155,23 @@ fn port(p: &mut Program, kind: &str, rest: &str) -> Result<(), String> {
             }
         }
     }
-    let layout = match layout.trim() {
-        "" => Layout::RowMajor,
-        "transposed" => Layout::Transposed,
-        "panels" => Layout::Panels,
-        "winograd" => Layout::Winograd,
-        other => return Err(format!("bad layout `{other}`")),
+    // `[LAYOUT] [STORED]`, each optional.
+    let mut words: Vec<&str> = layout.split_whitespace().collect();
+    let stored = match words.last().and_then(|w| Stored::ALL.into_iter().find(|s| s.name() == *w)) {
+        Some(stored) => {
+            words.pop();
+            stored
+        }
+        None => Stored::F32,
     };
-    let port = Port { name, buf: BufId(number(buf, "buffer")?), shape, dims: syms, layout };
+    let layout = match words.as_slice() {
+        [] => Layout::RowMajor,
+        ["transposed"] => Layout::Transposed,
+        ["panels"] => Layout::Panels,
+        ["winograd"] => Layout::Winograd,
+        _ => return Err(format!("bad layout `{}`", layout.trim())),
+    };
+    let port = Port { name, buf: BufId(number(buf, "buffer")?), shape, dims: syms, layout, stored };
     match kind {
         "input" => p.inputs.push(port),
         "param" => p.weights.push(port),
@@ -309,6 +318,12 @@ impl Cursor<'_> {
                     dilation: list_u64(&attr(&a, "dilation")?)?,
                 };
                 Kernel::Pool { x, out, attrs }
+            }
+            "dequantize" => {
+                let name = self.token(|c| c.is_ascii_alphanumeric() || c == '_').to_string();
+                let stored = Stored::ALL.into_iter().find(|s| s.name() == name).ok_or(format!("unknown stored form `{name}`"))?;
+                self.expect(" ")?;
+                Kernel::Dequantize { w: self.view()?, out, stored }
             }
             "softmax" => {
                 let x = self.view()?;

@@ -39,20 +39,18 @@ pub fn print(p: &Program) -> String {
     let symbols: Vec<String> = p.symbols.iter().map(|(n, max)| format!("{n} <= {max}")).collect();
     let symbols = if symbols.is_empty() { String::new() } else { format!(" ({})", symbols.join(", ")) };
     let _ = writeln!(s, "program {}{symbols} {{", p.name);
-    let mut layouts: HashMap<BufId, Layout> = HashMap::new();
+    let mut layouts: HashMap<BufId, (Layout, Stored)> = HashMap::new();
     for w in &p.weights {
-        layouts.entry(w.buf).or_insert(w.layout);
+        layouts.entry(w.buf).or_insert((w.layout, w.stored));
     }
     for (i, b) in p.buffers.iter().enumerate() {
         let storage = match &b.storage {
             Storage::Input(k) => format!("input {k}"),
             Storage::Output(k) => format!("output {k}"),
-            Storage::Weight { offset } => match layouts.get(&BufId(i)) {
-                Some(Layout::Transposed) => format!("weight @{offset} transposed"),
-                Some(Layout::Panels) => format!("weight @{offset} panels"),
-                Some(Layout::Winograd) => format!("weight @{offset} winograd"),
-                _ => format!("weight @{offset}"),
-            },
+            Storage::Weight { offset } => {
+                let (layout, stored) = layouts.get(&BufId(i)).copied().unwrap_or((Layout::RowMajor, Stored::F32));
+                format!("weight @{offset}{}", layout_words(layout, stored))
+            }
             Storage::Const(k) => format!("const {k}"),
             // Offsets exist once `memory` has planned the arena.
             Storage::Arena { offset } if p.arena_size > 0 => format!("arena @{offset}"),
@@ -77,13 +75,7 @@ pub fn print(p: &Program) -> String {
         for (i, port) in list.iter().enumerate() {
             let kind = if kind == "output" && p.loss == Some(i) { "loss" } else { kind };
             let dims: Vec<String> = port.shape.iter().zip(&port.dims).map(|(n, d)| d.map_or(n.to_string(), |x| p.symbols[x].0.clone())).collect();
-            let layout = match port.layout {
-                Layout::RowMajor => "",
-                Layout::Transposed => " transposed",
-                Layout::Panels => " panels",
-                Layout::Winograd => " winograd",
-            };
-            let _ = writeln!(s, "  {kind} {:?} = %b{} [{}]{layout}", port.name, port.buf.0, dims.join(", "));
+            let _ = writeln!(s, "  {kind} {:?} = %b{} [{}]{}", port.name, port.buf.0, dims.join(", "), layout_words(port.layout, port.stored));
         }
     }
     let _ = writeln!(s, "}}");
@@ -94,6 +86,19 @@ pub fn print(p: &Program) -> String {
         let _ = writeln!(s, "// arena {} bytes, peak live {} bytes", p.arena_size, p.peak_live);
     }
     s
+}
+
+/// A weight's layout and stored form as the words after it (` panels q8_0`), none for
+/// row-major f32.
+fn layout_words(layout: Layout, stored: Stored) -> String {
+    let layout = match layout {
+        Layout::RowMajor => "",
+        Layout::Transposed => " transposed",
+        Layout::Panels => " panels",
+        Layout::Winograd => " winograd",
+    };
+    let stored = if stored == Stored::F32 { String::new() } else { format!(" {}", stored.name()) };
+    format!("{layout}{stored}")
 }
 
 fn dims(v: &[u64]) -> String {
@@ -172,5 +177,6 @@ pub fn kernel(p: &Program, k: &Kernel) -> String {
         Kernel::Attention { q, k, v, out, scores, score } => {
             format!("{} = attention {}, {}, {}, scores {}{}", view(p, out), view(p, q), view(p, k), view(p, v), view(p, scores), epilogue(p, score))
         }
+        Kernel::Dequantize { w, out, stored } => format!("{} = dequantize {} {}", view(p, out), stored.name(), view(p, w)),
     }
 }

@@ -280,6 +280,11 @@ impl Hash for Kernel {
                 scores.hash(h);
                 score.hash(h);
             }
+            Kernel::Dequantize { w, out, stored } => {
+                w.hash(h);
+                out.hash(h);
+                stored.hash(h);
+            }
         }
     }
 }
@@ -317,6 +322,12 @@ pub enum Kernel {
     /// epilogue reads `c`); without one the scores are the product. Formed by the
     /// `attention` pass for a library that computes it.
     Attention { q: View, k: View, v: View, out: View, scores: View, score: Option<Expr> },
+    /// A weight stored narrow (`stored`, not [`Stored::F32`]) expanded to f32: `w` is
+    /// the whole of the weight's buffer, its elements in their layout's order, and `out`
+    /// a contiguous f32 buffer of as many elements, which the kernels that read the
+    /// weight read instead. Added by a target's program pass (the C target's
+    /// `mr_dequantize`).
+    Dequantize { w: View, out: View, stored: Stored },
 }
 
 /// One kernel and the model ops it came from.
@@ -342,6 +353,54 @@ pub struct Port {
     pub dims: Vec<Option<usize>>,
     /// How a parameter is stored in the weights blob (inputs and outputs are row-major).
     pub layout: Layout,
+    /// How a parameter's elements (in `layout`'s order) are stored: narrowed from f32 by
+    /// a target's program pass for `--quantize`; f32 for everything else.
+    pub stored: Stored,
+}
+
+/// How a weight's elements are stored in the weights blob: its buffer's own element
+/// type, or (for an f32 weight of a matrix product or convolution, `--quantize`) a
+/// narrower form that the kernels read through a conversion to f32. The numbering is
+/// the C runtime's (`MR_F32` ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Stored {
+    /// The buffer's own element type (f32 for a weight that could be narrowed).
+    #[default]
+    F32 = 0,
+    /// IEEE binary16, rounded to nearest even.
+    F16 = 1,
+    /// bfloat16 (the f32's upper half), rounded to nearest even.
+    Bf16 = 2,
+    /// Blocks of [`Q8_BLOCK`] consecutive elements: `nb` little-endian f32 scales, then
+    /// one signed byte per element (element `e` is `scale[e / 32] * q[e]`).
+    Q8_0 = 3,
+}
+
+/// Elements per block of [`Stored::Q8_0`].
+pub const Q8_BLOCK: u64 = 32;
+
+impl Stored {
+    pub const ALL: [Stored; 4] = [Stored::F32, Stored::F16, Stored::Bf16, Stored::Q8_0];
+
+    /// The name `--quantize` and the program text use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stored::F32 => "f32",
+            Stored::F16 => "f16",
+            Stored::Bf16 => "bf16",
+            Stored::Q8_0 => "q8_0",
+        }
+    }
+
+    /// The bytes `n` elements of `dtype` take stored so (`MR_STORED_BYTES`); `None` on
+    /// overflow.
+    pub fn bytes(self, n: u64, dtype: Dtype) -> Option<u64> {
+        match self {
+            Stored::F32 => n.checked_mul(dtype.size() as u64),
+            Stored::F16 | Stored::Bf16 => n.checked_mul(2),
+            Stored::Q8_0 => n.div_ceil(Q8_BLOCK).checked_mul(4)?.checked_add(n),
+        }
+    }
 }
 
 /// How a parameter's values are laid out in the weights blob. Lowering stores every
@@ -380,6 +439,7 @@ impl Kernel {
             Kernel::Attention { q, out, scores, .. } => {
                 scores.shape.iter().copied().chain([q.shape[q.shape.len() - 1], out.shape[out.shape.len() - 1]]).collect()
             }
+            Kernel::Dequantize { out, .. } => out.shape.clone(),
         }
     }
 }
@@ -511,6 +571,10 @@ pub fn visit_views(k: &mut Kernel, f: &mut dyn FnMut(&mut View)) {
                 visit_expr_views(e, f);
             }
         }
+        Kernel::Dequantize { w, out, .. } => {
+            f(w);
+            f(out);
+        }
     }
 }
 
@@ -560,7 +624,7 @@ pub fn kernel_exprs(k: &Kernel) -> Vec<&Expr> {
     match k {
         Kernel::Map { expr, .. } | Kernel::Reduce { expr, .. } | Kernel::ArgReduce { expr, .. } => vec![expr],
         Kernel::Gemm { epilogue, .. } | Kernel::Conv { epilogue, .. } | Kernel::Attention { score: epilogue, .. } => epilogue.iter().collect(),
-        Kernel::Pool { .. } | Kernel::Softmax { .. } => vec![],
+        Kernel::Pool { .. } | Kernel::Softmax { .. } | Kernel::Dequantize { .. } => vec![],
     }
 }
 
@@ -583,6 +647,7 @@ pub fn kernel_read_uses(k: &Kernel) -> Vec<BufId> {
         Kernel::Conv { x, w, scratch, .. } => out.extend([x.buf, w.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
         Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => out.push(x.buf),
         Kernel::Attention { q, k, v, .. } => out.extend([q.buf, k.buf, v.buf]),
+        Kernel::Dequantize { w, .. } => out.push(w.buf),
     }
     for e in kernel_exprs(k) {
         expr_bufs(e, &mut out);
@@ -599,7 +664,8 @@ pub fn kernel_writes(k: &Kernel) -> BufId {
         | Kernel::Conv { out, .. }
         | Kernel::Pool { out, .. }
         | Kernel::Softmax { out, .. }
-        | Kernel::Attention { out, .. } => out.buf,
+        | Kernel::Attention { out, .. }
+        | Kernel::Dequantize { out, .. } => out.buf,
         Kernel::Gemm { c, .. } => c.buf,
     }
 }
@@ -613,7 +679,8 @@ pub fn retarget(k: &mut Kernel, to: BufId) {
         | Kernel::Conv { out, .. }
         | Kernel::Pool { out, .. }
         | Kernel::Softmax { out, .. }
-        | Kernel::Attention { out, .. } => out.buf = to,
+        | Kernel::Attention { out, .. }
+        | Kernel::Dequantize { out, .. } => out.buf = to,
         Kernel::Gemm { c, .. } => c.buf = to,
     }
 }

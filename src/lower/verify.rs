@@ -91,11 +91,28 @@ fn ports(p: &Program) -> Result<()> {
             }
             // A parameter takes its stored elements of the blob (none for an empty one,
             // whose buffer still has one element).
+            if port.stored != Stored::F32 && (kind != "weight" || b.dtype != Dtype::F32) {
+                return Err(fail(format!("{kind} {i} {:?} of {} is stored as {}", port.name, b.dtype.name(), port.stored.name())));
+            }
             if let Storage::Weight { offset } = b.storage {
-                let end = stored.checked_mul(b.dtype.size() as u64).and_then(|n| n.checked_add(offset));
+                let end = port.stored.bytes(stored, b.dtype).and_then(|n| n.checked_add(offset));
                 if offset % ALIGN != 0 || end.is_none_or(|end| end > p.weights_size) {
                     return Err(fail(format!("weight {i} {:?} at offset {offset} ({stored} elements) is unaligned or outside the {}-byte weights", port.name, p.weights_size)));
                 }
+            }
+        }
+    }
+    // A weight stored narrow is read only through a conversion: a dequantization, or (in
+    // panels) the right operand of a product that widens it as it reads.
+    for (i, step) in p.steps.iter().enumerate() {
+        for w in p.weights.iter().filter(|w| w.stored != Stored::F32) {
+            let widened = match &step.kernel {
+                Kernel::Dequantize { w: v, .. } => v.buf == w.buf,
+                Kernel::Gemm { a, b, .. } => w.layout == Layout::Panels && b.buf == w.buf && a.buf != w.buf,
+                _ => false,
+            };
+            if !widened && kernel_read_uses(&step.kernel).contains(&w.buf) {
+                return Err(fail(format!("kernel {i} reads weight {:?}, stored as {}, without widening it", w.name, w.stored.name())));
             }
         }
     }
@@ -265,6 +282,17 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                     return Err(format!("the score reads the output %b{}", out.0));
                 }
                 same_dtype("the score", body(p, e, &scores.shape, scores, OwnReads::AtElement)?, p.buffers[scores.buf.0].dtype)?;
+            }
+        }
+        Kernel::Dequantize { w, out: o, stored } => {
+            for (what, v) in [("the weight", w), ("the output", o)] {
+                contiguous(what, v)?;
+                whole(what, v)?;
+            }
+            let port = p.weights.iter().find(|port| port.buf == w.buf).ok_or_else(|| format!("dequantizes %b{}, which is not a weight", w.buf.0))?;
+            let (wb, ob) = (&p.buffers[w.buf.0], &p.buffers[o.buf.0]);
+            if port.stored != *stored || *stored == Stored::F32 || w.numel() != wb.len || o.numel() != wb.len || wb.dtype != Dtype::F32 || ob.dtype != Dtype::F32 {
+                return Err(format!("dequantizes %b{} ({} {}[{}]) as {} into {}[{}]", w.buf.0, port.stored.name(), wb.dtype.name(), wb.len, stored.name(), ob.dtype.name(), o.numel()));
             }
         }
     }

@@ -15,7 +15,7 @@ pub mod simplify;
 
 use crate::error::Result;
 use crate::ir::{verify::verify, Graph};
-use crate::lower::{Library, Program};
+use crate::lower::Program;
 
 /// What the graph passes are asked to do beyond their fixed job (most take nothing).
 #[derive(Debug, Clone, Default)]
@@ -47,11 +47,12 @@ pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], options: &Options, mut a
     Ok(())
 }
 
-/// A named pass over a lowered program, given what the target's library computes.
-pub type ProgramPass = (&'static str, fn(&mut Program, &Library) -> Result<()>);
+/// A named pass over a lowered program, given the options it was lowered with (what
+/// the target's library computes, how its weights are stored).
+pub type ProgramPass = (&'static str, fn(&mut Program, &crate::lower::Options) -> Result<()>);
 
 /// The passes run after lowering and the target's program passes, in order.
-pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", |p, _| fuse::run(p)), ("attention", attention::run), ("memory", |p, _| memory::run(p))];
+pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", |p, _| fuse::run(p)), ("attention", |p, o| attention::run(p, &o.library)), ("memory", |p, _| memory::run(p))];
 
 /// Every pass name, in the order they run (for `--print-after`), with a target's
 /// program passes.
@@ -68,17 +69,17 @@ pub fn compile(graph: &Graph, opts: &crate::lower::Options, target_passes: &[Pro
     crate::lower::verify::verify(&p, false)?;
     let mut planned = false;
     for (name, pass) in target_passes.iter().chain(PROGRAM_PIPELINE) {
-        run_program_pass(&mut p, (name, *pass), &opts.library, &mut planned)?;
+        run_program_pass(&mut p, (name, *pass), opts, &mut planned)?;
         after(name, &p);
     }
     Ok(p)
 }
 
-/// Runs one program pass for a target whose library computes `library`, and verifies
+/// Runs one program pass with the options the program was lowered with, and verifies
 /// its result; `planned` records that the arena has been planned (by `memory`), from
 /// which point the plan is verified too.
-pub fn run_program_pass(p: &mut Program, (name, pass): ProgramPass, library: &Library, planned: &mut bool) -> Result<()> {
-    pass(p, library)?;
+pub fn run_program_pass(p: &mut Program, (name, pass): ProgramPass, opts: &crate::lower::Options, planned: &mut bool) -> Result<()> {
+    pass(p, opts)?;
     *planned |= name == "memory";
     crate::lower::verify::verify(p, *planned)
 }

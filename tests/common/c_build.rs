@@ -119,10 +119,14 @@ pub fn run_c(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, 
 /// [`run_c`], lowering for `library` in place of the runtime's (an empty one: every
 /// op as loop kernels).
 pub fn run_c_with(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, dir: &Path, library: mithrilc::lower::Library) -> Result<Vec<(String, Tensor)>, String> {
+    run_c_lowered(tc, graphs, feeds, dir, &mithrilc::lower::Options { library, ..Default::default() })
+}
+
+/// [`run_c`] with the lowering options `opts` (`quantize`: weights stored narrow).
+pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, dir: &Path, opts: &mithrilc::lower::Options) -> Result<Vec<(String, Tensor)>, String> {
     // As `cli::run_target`: the fast layouts forward; row-major when training.
     let passes = if graphs.backward.is_some() { mithrilc::codegen::c::PASSES_ROW_MAJOR } else { mithrilc::codegen::c::PASSES };
-    let opts = mithrilc::lower::Options { library, ..Default::default() };
-    let lower = |g: &Graph| mithrilc::passes::compile(g, &opts, passes, |_, _| {}).map_err(|e| format!("lowering: {e}"));
+    let lower = |g: &Graph| mithrilc::passes::compile(g, opts, passes, |_, _| {}).map_err(|e| format!("lowering: {e}"));
     let forward = lower(&graphs.forward)?;
     let backward = graphs.backward.as_ref().map(lower).transpose()?;
     let g = &graphs.forward;

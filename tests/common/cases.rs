@@ -321,6 +321,7 @@ pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::
         check: false,
         emulate: false,
         precision: Default::default(),
+        quantize: Default::default(),
         data: vec![root.join("examples/mlp/data.npz").display().to_string()],
         params: Some(root.join("examples/mlp/data.npz")),
         output: None,

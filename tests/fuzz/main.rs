@@ -431,7 +431,7 @@ fn frontend_run(m: &Model, grad: bool, data_seed: u64) -> Verdict {
             max.insert(s.to_string(), 3);
         }
     }
-    let lopts = mithrilc::lower::Options { max, library: mithrilc::codegen::c::LIBRARY };
+    let lopts = mithrilc::lower::Options { max, library: mithrilc::codegen::c::LIBRARY, ..Default::default() };
     let passes = if graphs.backward.is_some() { mithrilc::codegen::c::PASSES_ROW_MAJOR } else { mithrilc::codegen::c::PASSES };
     let mut unreadable = None;
     let mut reads_back = |pass: &str, p: &mithrilc::lower::Program| {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, WeightLayout};
+use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Quantize, WeightLayout};
 use crate::cli::Graphs;
 use crate::data;
 use crate::error::{Error, Result};
@@ -32,6 +32,12 @@ impl Backend for CTarget {
 
     fn program_passes(&self) -> &'static [ProgramPass] {
         super::PASSES
+    }
+
+    /// Stored narrow in `weights.bin` and widened to f32 as the kernels read them
+    /// (`layout.rs`).
+    fn quantizations(&self) -> &'static [Quantize] {
+        &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0]
     }
 
     /// What lowering cannot express, and element types the C dialect lacks (f16/bf16
@@ -66,7 +72,8 @@ fn programs(graphs: &Graphs, opts: &EmitOptions) -> Result<(Program, Option<Prog
     // forward and backward programs share one blob: both store them row-major.
     let row_major = opts.layout == WeightLayout::Plain || graphs.backward.is_some();
     let passes = if row_major { super::PASSES_ROW_MAJOR } else { super::PASSES };
-    let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY };
+    let quantize = super::stored(opts.quantize)?;
+    let lower = crate::lower::Options { max: opts.max.clone(), library: super::LIBRARY, quantize };
     lower_programs(graphs, &lower, passes, &opts.print_after)
 }
 

@@ -10,16 +10,23 @@
 //! - copies the input of a stride-1 convolution with padding (not run by Winograd) into
 //!   a zero-padded buffer: runtime-c reads an unpadded stride-1 convolution's input in
 //!   place (each depth row of a GEMM panel is a run of the input), where padding would
-//!   need an im2col copy KH*KW times the input's size.
+//!   need an im2col copy KH*KW times the input's size;
+//! - with `--quantize` ([`Stored`] other than f32), stores narrow every f32 weight whose
+//!   every read is a matmul's right operand or a convolution's weight: the elements of
+//!   its layout, narrowed (`codegen::weights` writes them). A weight in panels is read so
+//!   by the GEMM (`mr_sgemm_panels_q`); any other is widened by a
+//!   [`Kernel::Dequantize`] into an arena buffer before its first reader, which the
+//!   readers read instead (planned by `memory` like any temporary). Everything else
+//!   (biases, norms, embeddings) stays f32.
 //!
 //! [`stored_values`] writes a weight's values in its layout (the weights blob).
 //! With [`run_row_major`] (training: a training step updates the weights in place with
-//! gradients in that layout, and a forward and a backward program share one blob)
-//! every weight stays row-major.
+//! gradients in that layout, and a forward and a backward program share one blob; or
+//! `--weight-layout plain`) every weight stays row-major.
 
 use crate::error::{Error, Result};
 use crate::ir::{ConvAttrs, Dtype};
-use crate::lower::{align, buffer_bytes, kernel_exprs, padded, visit_views, BufId, Buffer, Expr, Kernel, Layout, Program, Step, Storage, View};
+use crate::lower::{align, buffer_bytes, kernel_exprs, padded, visit_views, BufId, Buffer, Expr, Kernel, Layout, Program, Step, Storage, Stored, View};
 use crate::tensor::RawTensor;
 
 /// The width of a weight's column panels (`MR_PANEL` in the runtime).
@@ -53,25 +60,44 @@ pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<
 /// own slot of scratch (`MR_WINOGRAD_SLOTS` in the runtime).
 pub const WINOGRAD_SLOTS: u64 = 8;
 
-/// The pass: weight layouts, Winograd's scratch, padding copies.
-pub fn run(p: &mut Program) -> Result<()> {
-    layout(p, false)
+/// The pass: weight layouts, narrowed weights (`quantize`), Winograd's scratch, padding
+/// copies.
+pub fn run(p: &mut Program, quantize: Stored) -> Result<()> {
+    layout(p, false, quantize)
 }
 
 /// [`run`] with every weight row-major.
-pub fn run_row_major(p: &mut Program) -> Result<()> {
-    layout(p, true)
+pub fn run_row_major(p: &mut Program, quantize: Stored) -> Result<()> {
+    layout(p, true, quantize)
 }
 
-fn layout(p: &mut Program, row_major_weights: bool) -> Result<()> {
+fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<()> {
+    let reads = weight_reads(p);
     if !row_major_weights {
-        choose_layouts(p);
+        choose_layouts(p, &reads);
     }
+    if quantize != Stored::F32 {
+        for w in p.weights.iter_mut().filter(|w| reads[w.buf.0].is_some_and(|r| r.any && r.narrow)) {
+            w.stored = quantize;
+        }
+    }
+    place_weights(p)?;
     let mut by_winograd = vec![false; p.buffers.len()];
     for w in p.weights.iter().filter(|w| w.layout == Layout::Winograd) {
         by_winograd[w.buf.0] = true;
     }
     let mut add = Additions::new(p);
+    // A narrowed weight not in panels: widened before its first reader, into an arena
+    // buffer its readers read instead.
+    for w in p.weights.iter().filter(|w| w.stored != Stored::F32 && w.layout != Layout::Panels) {
+        let Some(first) = p.steps.iter().position(|s| crate::lower::kernel_reads(&s.kernel).contains(&w.buf)) else { continue };
+        let b = &p.buffers[w.buf.0];
+        let wide = add.buffer(w.buf.0 + 1, Buffer { name: format!("{}_f32", b.name), dtype: Dtype::F32, len: b.len, storage: Storage::Arena { offset: 0 } });
+        let kernel = Kernel::Dequantize { w: View::contiguous(w.buf, &[b.len]), out: View::contiguous(wide, &[b.len]), stored: w.stored };
+        let origins = vec![format!("{} stored as {}, widened to f32", w.name, w.stored.name())];
+        add.steps.push((first, Step { kernel, origins, dims: vec![None] }));
+        add.renames.push((w.buf, wide));
+    }
     for (i, step) in p.steps.iter().enumerate() {
         let Kernel::Conv { x, w, out, attrs, .. } = &step.kernel else { continue };
         if by_winograd[w.buf.0] {
@@ -125,11 +151,14 @@ struct Additions {
     padded: Vec<(usize, View)>,
     /// Convolutions (by kernel index) by Winograd's, and their scratch.
     scratch: Vec<(usize, View)>,
+    /// Buffers every existing kernel reads instead of another (a narrowed weight's
+    /// widened copy instead of the weight).
+    renames: Vec<(BufId, BufId)>,
 }
 
 impl Additions {
     fn new(p: &Program) -> Additions {
-        Additions { old: p.buffers.len(), buffers: Vec::new(), steps: Vec::new(), padded: Vec::new(), scratch: Vec::new() }
+        Additions { old: p.buffers.len(), buffers: Vec::new(), steps: Vec::new(), padded: Vec::new(), scratch: Vec::new(), renames: Vec::new() }
     }
 
     /// Adds `b` before buffer `before`; returns its id until [`Additions::apply`].
@@ -139,6 +168,9 @@ impl Additions {
     }
 
     fn apply(self, p: &mut Program) {
+        for (from, to) in self.renames {
+            p.rename_buffer(from, to);
+        }
         for (i, x) in self.padded {
             if let Kernel::Conv { x: input, attrs, .. } = &mut p.steps[i].kernel {
                 *input = x;
@@ -194,6 +226,9 @@ struct Reads {
     panels: bool,
     /// As the weight of convolutions that run by Winograd's only.
     winograd: bool,
+    /// As the right operand of matrix products or the weight of convolutions only: it
+    /// may be stored narrow (`--quantize`).
+    narrow: bool,
 }
 
 /// How a kernel reads a view of a weight.
@@ -210,13 +245,12 @@ enum Use {
     RowMajor,
 }
 
-/// Gives each f32 weight its layout from how the kernels read it, and rewrites the
-/// views of those stored transposed; weight offsets follow the new sizes.
-fn choose_layouts(p: &mut Program) {
+/// How the kernels read each nonempty f32 weight, by buffer (`None` for other buffers:
+/// an empty weight stores nothing, in any layout or form, and stays as it is).
+fn weight_reads(p: &Program) -> Vec<Option<Reads>> {
     let mut reads: Vec<Option<Reads>> = vec![None; p.buffers.len()];
-    // (An empty weight stores nothing, in any layout: it stays row-major.)
     for w in p.weights.iter().filter(|w| p.buffers[w.buf.0].dtype == Dtype::F32 && w.shape.iter().all(|&d| d > 0)) {
-        reads[w.buf.0] = Some(Reads { any: false, transposed: w.shape.len() == 2, panels: true, winograd: true });
+        reads[w.buf.0] = Some(Reads { any: false, transposed: w.shape.len() == 2, panels: true, winograd: true, narrow: true });
     }
     let f32 = |views: &[&View]| views.iter().all(|v| p.buffers[v.buf.0].dtype == Dtype::F32);
     let mut shapes: Vec<Option<Vec<u64>>> = vec![None; p.buffers.len()];
@@ -232,6 +266,7 @@ fn choose_layouts(p: &mut Program) {
                 r.transposed &= transposed;
                 r.panels = false;
                 r.winograd = false;
+                r.narrow = false;
             }
             Use::GemmB { panels } => {
                 r.transposed &= transposed;
@@ -244,7 +279,7 @@ fn choose_layouts(p: &mut Program) {
                 r.panels = false;
                 r.winograd &= winograd;
             }
-            Use::RowMajor => *r = Reads { any: true, transposed: false, panels: false, winograd: false },
+            Use::RowMajor => *r = Reads { any: true, transposed: false, panels: false, winograd: false, narrow: false },
         }
     };
     for step in &p.steps {
@@ -259,7 +294,8 @@ fn choose_layouts(p: &mut Program) {
                 let winograd = f32(&[x, w, out]) && x.buf != w.buf && winograd(attrs, &x.shape, &w.shape, &out.shape).is_some();
                 read(w, Use::ConvWeight { winograd });
             }
-            Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => read(x, Use::RowMajor),
+            // (a weight widened already is read as it is stored)
+            Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } | Kernel::Dequantize { w: x, .. } => read(x, Use::RowMajor),
             Kernel::Attention { q, k, v, .. } => {
                 for x in [q, k, v] {
                     read(x, Use::View);
@@ -274,9 +310,13 @@ fn choose_layouts(p: &mut Program) {
             });
         }
     }
-    let mut offset = 0;
+    reads
+}
+
+/// Gives each f32 weight its layout from how the kernels read it (`reads`), and
+/// rewrites the views of those stored transposed; buffer lengths follow the layouts.
+fn choose_layouts(p: &mut Program, reads: &[Option<Reads>]) {
     for w in &mut p.weights {
-        let b = &mut p.buffers[w.buf.0];
         if let Some(r) = reads[w.buf.0].filter(|r| r.any) {
             w.layout = match (r.winograd, r.transposed, r.panels) {
                 (true, _, _) => Layout::Winograd,
@@ -285,12 +325,8 @@ fn choose_layouts(p: &mut Program) {
                 (false, false, _) => Layout::RowMajor,
             };
         }
-        let stored = stored_len(&w.shape, w.layout);
-        b.len = stored.max(1);
-        b.storage = Storage::Weight { offset };
-        offset = align(offset + stored * b.dtype.size() as u64);
+        p.buffers[w.buf.0].len = stored_len(&w.shape, w.layout).max(1);
     }
-    p.weights_size = offset;
     // Views of a weight stored as its transpose, [K, N], address that.
     let relaid: Vec<Option<(u64, u64)>> = {
         let mut relaid = vec![None; p.buffers.len()];
@@ -308,6 +344,24 @@ fn choose_layouts(p: &mut Program) {
             }
         });
     }
+}
+
+/// Gives each weight its offset in the blob, in order, each taking the bytes of its
+/// layout's elements in its stored form ([`Stored::bytes`]), aligned.
+fn place_weights(p: &mut Program) -> Result<()> {
+    let mut offset = 0u64;
+    for w in &p.weights {
+        let b = &mut p.buffers[w.buf.0];
+        let bytes = w.stored.bytes(stored_len(&w.shape, w.layout), b.dtype);
+        b.storage = Storage::Weight { offset };
+        offset = bytes
+            .and_then(|n| offset.checked_add(n))
+            .filter(|&end| end <= crate::lower::MAX_BUFFER_BYTES)
+            .map(align)
+            .ok_or_else(|| Error::user(format!("the weights take more than {} bytes (at parameter `{}`)", crate::lower::MAX_BUFFER_BYTES, w.name)))?;
+    }
+    p.weights_size = offset;
+    Ok(())
 }
 
 /// Whether a view of a row-major `[N, K]` matrix reads it down its columns: its last

@@ -9,7 +9,7 @@ use crate::codegen::cstyle::kernel::product;
 use crate::codegen::cstyle::{pad, Renderer};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, PoolKind};
-use crate::lower::{Kernel, View};
+use crate::lower::{Kernel, Stored, View};
 
 /// Kernel `k`'s epilogue as an `mr_epilogue_fn` named `<name>_e<k>` that rewrites a
 /// block of the result (see `mithril_runtime.h`); false when the kernel has none.
@@ -114,8 +114,8 @@ fn flatten_spatial(e: &crate::lower::Expr, ow: u64) -> Option<crate::lower::Expr
 
 /// A kernel that calls the runtime, inline in the forward function; `ext` are the
 /// extents of its domain, `ep` the address of its `mr_epilogue`, if it has one;
-/// `panels` marks the weights stored in column panels.
-pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, panels: &[bool], s: &mut String) -> Result<()> {
+/// `panels` marks the weights stored in column panels, with their stored forms.
+pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, panels: &[Option<Stored>], s: &mut String) -> Result<()> {
     let ep_arg = ep.unwrap_or("NULL");
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
@@ -166,6 +166,9 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
                 win.args(),
                 i32::from(attrs.kind == PoolKind::Max)
             );
+        }
+        Kernel::Dequantize { w, out, stored } => {
+            let _ = writeln!(s, "        mr_dequantize({}, {}, {}, {});", super::runtime_type(*stored), base(r, w), w.numel(), base(r, out));
         }
         Kernel::Softmax { x, out, axis } => {
             require_f32(r, &[x, out], "softmax")?;
@@ -235,6 +238,7 @@ pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
         Kernel::Gemm { a, b, c, .. } => vec![a.buf, b.buf, c.buf],
         Kernel::Conv { x, w, out, scratch, .. } => [x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf)).collect(),
         Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => vec![x.buf, out.buf],
+        Kernel::Dequantize { w, out, .. } => vec![w.buf, out.buf],
         // (not the scores: they have no memory)
         Kernel::Attention { q, k, v, out, .. } => vec![q.buf, k.buf, v.buf, out.buf],
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => vec![],
@@ -248,7 +252,8 @@ pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
 /// element types loops: `LIBRARY`); `at` is the address of the `mr_epilogue` that runs
 /// its epilogue. With
 /// `batch_loops`, loops over the batch dimensions come first; without, the caller has
-/// set the batch loop variables. `panels` marks the weights stored in column panels.
+/// set the batch loop variables. `panels` marks the weights stored in column panels,
+/// with their stored forms.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     r: &Renderer<C>,
@@ -258,7 +263,7 @@ pub fn gemm(
     ext: &[String],
     at: Option<&str>,
     batch_loops: bool,
-    panels: &[bool],
+    panels: &[Option<Stored>],
     s: &mut String,
 ) -> Result<()> {
     let rank = c.shape.len();
@@ -283,15 +288,20 @@ pub fn gemm(
     };
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
     require_f32(r, &[a, b, c], "matrix product")?;
-    if panels[b.buf.0] {
+    if let Some(stored) = panels[b.buf.0] {
         // A weight in column panels: the whole [K, N] matrix, the same for every batch
         // index (lowering stores a weight so only when every use is such an operand).
         if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) {
             return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
         }
+        // Narrow panels are widened as the GEMM reads them.
+        let (call, btype) = match stored {
+            Stored::F32 => ("mr_sgemm_panels_mt", String::new()),
+            narrow => ("mr_sgemm_panels_q_mt", format!(", {}", super::runtime_type(narrow))),
+        };
         let _ = writeln!(
             s,
-            "{}mr_sgemm_panels_mt(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {}, 0.0f, {pc}, {rc}, {cc}, {});",
+            "{}{call}(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {}{btype}, 0.0f, {pc}, {rc}, {cc}, {});",
             pad(depth),
             r.names[b.buf.0],
             at.unwrap_or("NULL")

@@ -54,13 +54,39 @@ pub const LIBRARY: crate::lower::Library = crate::lower::Library {
     attention_dim: 0,
 };
 
+/// How the C target stores the weights `--quantize` narrows (the values it takes:
+/// `CTarget::quantizations`).
+pub fn stored(quantize: crate::backend::Quantize) -> Result<crate::lower::Stored> {
+    use crate::backend::Quantize;
+    use crate::lower::Stored;
+    crate::backend::check_quantize(&backend::CTarget, quantize)?;
+    match quantize {
+        Quantize::F32 => Ok(Stored::F32),
+        Quantize::F16 => Ok(Stored::F16),
+        Quantize::Bf16 => Ok(Stored::Bf16),
+        Quantize::Q8_0 => Ok(Stored::Q8_0),
+        Quantize::Q4_0 => Err(Error::internal("--quantize q4_0 passed the C target's check".to_string())),
+    }
+}
+
+/// The runtime's name for a stored form (`MR_Q8_0`, `mithril_runtime.h`).
+pub fn runtime_type(stored: crate::lower::Stored) -> &'static str {
+    use crate::lower::Stored;
+    match stored {
+        Stored::F32 => "MR_F32",
+        Stored::F16 => "MR_F16",
+        Stored::Bf16 => "MR_BF16",
+        Stored::Q8_0 => "MR_Q8_0",
+    }
+}
+
 /// The C target's program passes, run between lowering and `fuse`.
-pub const PASSES: &[crate::passes::ProgramPass] = &[("c-layout", |p, _| layout::run(p))];
+pub const PASSES: &[crate::passes::ProgramPass] = &[("c-layout", |p, o| layout::run(p, o.quantize))];
 
 /// [`PASSES`] keeping every weight row-major (training: a training step updates the
 /// weights in place with gradients in that layout, and a forward and a backward
 /// program share one blob; or `--weight-layout plain`).
-pub const PASSES_ROW_MAJOR: &[crate::passes::ProgramPass] = &[("c-layout", |p, _| layout::run_row_major(p))];
+pub const PASSES_ROW_MAJOR: &[crate::passes::ProgramPass] = &[("c-layout", |p, o| layout::run_row_major(p, o.quantize))];
 
 /// The runtime (`runtime-c/`), copied verbatim into every output directory: its
 /// headers, then its sources, which the generated Makefile builds and links, one
@@ -349,6 +375,11 @@ struct TensorInfo {
     layout: u8,
     rows: u64,
     cols: u64,
+    /// How a weight's elements are stored (`--quantize`): `f32`, `f16`, `bf16` or
+    /// `q8_0`, its runtime code (`MR_F32` = 0 ...) and the bytes it takes.
+    stored: &'static str,
+    stored_code: u8,
+    stored_bytes: u64,
 }
 
 #[derive(Serialize, Clone)]
@@ -380,6 +411,8 @@ pub(crate) struct TemplateContext {
     weights_file: bool,
     /// Whether some parameter is stored in a layout other than row-major.
     relaid: bool,
+    /// Whether some parameter is stored narrow (`--quantize`).
+    quantized: bool,
     /// The runtime's sources without `.c` (the Makefile's objects), and its headers.
     runtime: Vec<&'static str>,
     /// The compiler flags that build for `--cpu` (empty: portable, the runtime's
@@ -485,6 +518,9 @@ impl TemplateContext {
                 },
                 rows: shape.first().copied().unwrap_or(1),
                 cols: shape.get(1).copied().unwrap_or(1),
+                stored: port.stored.name(),
+                stored_code: port.stored as u8,
+                stored_bytes: if shape.iter().product::<u64>() == 0 { 0 } else { port.stored.bytes(b.len, b.dtype).unwrap_or(0) },
             }
         };
         Ok(TemplateContext {
@@ -511,6 +547,7 @@ impl TemplateContext {
             safetensors: opts.mode == WeightsMode::Safetensors && p.weights_size > 0,
             weights_file: opts.weights.is_some() && opts.mode == WeightsMode::File && p.weights_size > 0,
             relaid: p.weights.iter().any(|w| w.layout != Layout::RowMajor),
+            quantized: p.weights.iter().any(|w| w.stored != crate::lower::Stored::F32),
             runtime: runtime_sources().filter_map(|file| file.strip_suffix(".c")).collect(),
             // One CPU's vector extensions everywhere, so no dispatch (`MR_NO_DISPATCH`).
             cpu_flags: opts.cpu.as_ref().map_or(String::new(), |cpu| format!("-march={cpu} -DMR_NO_DISPATCH")),

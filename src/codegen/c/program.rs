@@ -12,7 +12,7 @@ use crate::codegen::cstyle::{pad, Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::error::Result;
 use crate::ir::Dtype;
-use crate::lower::{Kernel, Layout, Program, Storage, View};
+use crate::lower::{Kernel, Layout, Program, Storage, Stored, View};
 
 /// One program as C: constants, one function per loop kernel (a task over a range of
 /// its outermost non-trivial dimension, so the caller's threads can split it), and the
@@ -21,11 +21,13 @@ use crate::lower::{Kernel, Layout, Program, Storage, View};
 pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()> {
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d: &C, names: &names, loads: None };
-    // Weights stored in column panels, by buffer (looked up at each matmul).
-    let mut panels = vec![false; p.buffers.len()];
+    // Weights stored in column panels, by buffer, with their stored form (looked up at
+    // each matmul).
+    let mut panels = vec![None; p.buffers.len()];
     for w in p.weights.iter().filter(|w| w.layout == Layout::Panels) {
-        panels[w.buf.0] = true;
+        panels[w.buf.0] = Some(w.stored);
     }
+    narrowed_comment(p, s);
     for (i, t) in p.consts.iter().enumerate() {
         let ty = C.ty(t.dtype());
         // Written straight into the file: a large constant's literals are never held
@@ -192,11 +194,30 @@ fn extents(step: &crate::lower::Step, via: &str) -> Vec<String> {
     crate::codegen::cstyle::kernel::extents(step, |s| format!("{via}dims[{s}]"))
 }
 
-/// Typed pointers to `bufs`, from a filled context through `via` (`ctx->` or `ctx.`).
+/// A comment listing the weights stored narrow (`--quantize`), and how each is read.
+fn narrowed_comment(p: &Program, s: &mut String) {
+    let narrowed: Vec<String> = p
+        .weights
+        .iter()
+        .filter(|w| w.stored != Stored::F32)
+        .map(|w| {
+            let how = if w.layout == Layout::Panels { "read by mr_sgemm_panels_q" } else { "widened by mr_dequantize before use" };
+            let bytes = w.stored.bytes(p.buffers[w.buf.0].len, Dtype::F32).unwrap_or(0);
+            format!("\n * {}: {}, {bytes} bytes, {how}", comment_safe(&w.name), w.stored.name())
+        })
+        .collect();
+    if !narrowed.is_empty() {
+        let _ = writeln!(s, "\n/* Weights stored narrow (--quantize), computed with in f32:{} */", narrowed.concat());
+    }
+}
+
+/// Typed pointers to `bufs`, from a filled context through `via` (`ctx->` or `ctx.`); a
+/// weight stored narrow is untyped (`const void *`: only runtime calls read it).
 pub fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::lower::BufId], via: &str, prefix: &str) {
     for b in bufs {
         let buf = &p.buffers[b.0];
-        let ty = C.ty(buf.dtype);
+        let narrow = p.weights.iter().any(|w| w.buf == *b && w.stored != Stored::F32);
+        let ty = if narrow { "void" } else { C.ty(buf.dtype) };
         let n = &names[b.0];
         let _ = match buf.storage {
             Storage::Input(k) => writeln!(s, "    const {ty} *{n} = (const {ty} *){via}inputs[{k}];"),

@@ -4,7 +4,9 @@
 //! `mr_sgemm_panels` reads them through `MR_PANEL_INDEX`), the Winograd slots
 //! ([`WINOGRAD_SLOTS`], `MR_WINOGRAD_SLOTS`) and scratch ([`winograd`],
 //! `MR_WINOGRAD_SCRATCH`), and the Winograd weight transform (G g G^T: the compiler's
-//! for `weights.bin`, `mr_winograd_weights_f32` for the demo's safetensors loader).
+//! for `weights.bin`, `mr_winograd_weights_f32` for the demo's safetensors loader), and
+//! the narrow forms of `--quantize` (`codegen::weights::narrow` writes them,
+//! `mr_dequantize` and `mr_sgemm_panels_q` read them).
 //! The constants are read from the runtime's header text; the rest runs the runtime,
 //! through a small C driver built with it, on the values the compiler writes.
 
@@ -14,7 +16,7 @@ use std::process::{Command, Stdio};
 use super::{runtime_sources, RUNTIME_FILES};
 use super::layout::{stored_values, winograd, PANEL, WINOGRAD_SLOTS};
 use crate::ir::{ConvAttrs, Dtype};
-use crate::lower::Layout;
+use crate::lower::{Layout, Stored};
 use crate::tensor::{write_elements, RawTensor, Tensor};
 
 /// The value of `#define NAME value` in the runtime's API header.
@@ -69,6 +71,33 @@ int main(int argc, char **argv)
         write_floats(u, (size_t)(36 * O * C));
         return 0;
     }
+    if (argc == 4 && strcmp(argv[1], "dequantize") == 0) {
+        /* n elements stored as TYPE in (MR_STORED_BYTES of them); mr_dequantize's n floats out */
+        const int type = atoi(argv[2]);
+        const int64_t n = atoll(argv[3]);
+        const size_t bytes = (size_t)MR_STORED_BYTES(type, n);
+        float *src = read_floats((bytes + 3) / 4), *dst = malloc(sizeof(float) * (size_t)n + 1);
+        if (!dst) return 2;
+        mr_dequantize(type, src, n, dst);
+        write_floats(dst, (size_t)n);
+        return 0;
+    }
+    if (argc == 5 && strcmp(argv[1], "panels_q") == 0) {
+        /* B [K, N] in panels stored as TYPE in; out, row-major: I_K B as
+         * mr_sgemm_panels_q reads it, then B row by row as its one-row product e_k B */
+        const int type = atoi(argv[2]);
+        const int64_t K = atoll(argv[3]), N = atoll(argv[4]);
+        const size_t bytes = (size_t)MR_STORED_BYTES(type, (N + MR_PANEL - 1) / MR_PANEL * K * MR_PANEL);
+        float *bp = read_floats((bytes + 3) / 4);
+        float *eye = calloc((size_t)(K * K), sizeof(float)), *out = malloc(sizeof(float) * (size_t)(2 * K * N));
+        int64_t i;
+        if (!eye || !out) return 2;
+        for (i = 0; i < K; ++i) eye[i * K + i] = 1.0f;
+        mr_sgemm_panels_q(K, N, K, 1.0f, eye, K, 1, bp, type, 0.0f, out, N, 1);
+        for (i = 0; i < K; ++i) mr_sgemm_panels_q(1, N, K, 1.0f, eye + i * K, K, 1, bp, type, 0.0f, out + K * N + i * N, N, 1);
+        write_floats(out, (size_t)(2 * K * N));
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "panels") == 0) {
         /* B [K, N] in panels in; out, row-major: I_K B as mr_sgemm_panels reads it,
          * then B element by element through MR_PANEL_INDEX (as the demo's loader) */
@@ -110,6 +139,20 @@ fn build_driver(dir: &Path) -> Result<PathBuf, String> {
         .unwrap();
     assert!(out.status.success(), "the driver does not build: {}", String::from_utf8_lossy(&out.stderr));
     Ok(exe)
+}
+
+/// The driver built in `dir`, or `None` after saying why the test skips (a failure
+/// under `MITHRILC_REQUIRE_TOOLS`).
+fn driver_or_skip(dir: &Path) -> Option<PathBuf> {
+    match build_driver(dir) {
+        Ok(exe) => Some(exe),
+        Err(why) => {
+            let required = std::env::var("MITHRILC_REQUIRE_TOOLS").is_ok_and(|v| !v.is_empty() && v != "0");
+            assert!(!required, "MITHRILC_REQUIRE_TOOLS is set, and this test cannot run: {why}");
+            println!("skipped: {why}");
+            None
+        }
+    }
 }
 
 /// Runs the driver with `args` on `input`: its standard output.
@@ -159,15 +202,7 @@ fn first_difference(got: &[u8], want: &[u8]) -> Option<String> {
 #[test]
 fn the_compilers_layouts_and_scratch_are_the_runtimes() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = match build_driver(dir.path()) {
-        Ok(exe) => exe,
-        Err(why) => {
-            let required = std::env::var("MITHRILC_REQUIRE_TOOLS").is_ok_and(|v| !v.is_empty() && v != "0");
-            assert!(!required, "MITHRILC_REQUIRE_TOOLS is set, and this test cannot run: {why}");
-            println!("skipped: {why}");
-            return;
-        }
-    };
+    let Some(exe) = driver_or_skip(dir.path()) else { return };
 
     // Scratch, at sizes on both sides of the slot limit: one block, several, more
     // blocks than slots, images whose tiles stick out.
@@ -208,6 +243,60 @@ fn the_compilers_layouts_and_scratch_are_the_runtimes() {
         let got = run(&exe, &args, &blob(&w, Layout::Panels));
         if let Some(d) = first_difference(&got, &blob(&w, Layout::Transposed).repeat(2)) {
             panic!("[{n}, {k}] in panels is not what mr_sgemm_panels (the first {}) and MR_PANEL_INDEX read: {d}", n * k);
+        }
+    }
+}
+
+/// `t`'s elements in `layout`, stored as `stored` as `weights.bin` holds them
+/// (`codegen::weights::narrow`), padded to whole floats (the driver reads floats), and
+/// the f32 values the compiler says they stand for (`codegen::weights::widen`).
+fn narrowed(t: &Tensor, layout: Layout, stored: Stored) -> (Vec<u8>, Vec<f32>) {
+    let raw = RawTensor::from_tensor(t);
+    let values = stored_values(&raw, layout);
+    let n = values.len();
+    let mut bytes = vec![0; stored.bytes(n as u64, Dtype::F32).unwrap() as usize];
+    crate::codegen::weights::narrow(values, stored, &mut bytes);
+    let wide = crate::codegen::weights::widen(&bytes, stored, n).unwrap().into_iter().map(|x| x as f32).collect();
+    bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+    (bytes, wide)
+}
+
+/// The narrow forms of `--quantize`: what the compiler writes, `mr_dequantize` widens to
+/// the values the compiler expects, bit for bit (lengths on both sides of a q8_0 block,
+/// f16 and bf16 near their limits); and a matrix in panels stored narrow is what
+/// `mr_sgemm_panels_q` reads, through its blocked product and its one-row one.
+#[test]
+fn the_runtime_reads_the_narrow_weights_the_compiler_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = driver_or_skip(dir.path()) else { return };
+    let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    for stored in [Stored::F16, Stored::Bf16, Stored::Q8_0] {
+        let code = (stored as u8).to_string();
+        for n in [1u64, 31, 32, 33, 100] {
+            let mut t = weights(&[n], 0x51_7cc1_b727_220a ^ n);
+            // magnitudes f16 rounds to infinity and to subnormals, and a block's worth of zeros
+            if n == 100 {
+                t.data[3] = 1e5;
+                t.data[4] = -3e-6;
+                t.data[64..96].iter_mut().for_each(|x| *x = 0.0);
+            }
+            let (bytes, wide) = narrowed(&t, Layout::RowMajor, stored);
+            let got = run(&exe, &["dequantize".into(), code.clone(), n.to_string()], &bytes);
+            if let Some(d) = first_difference(&got, &floats(&wide)) {
+                panic!("{} elements stored as {}: mr_dequantize differs from the compiler's values: {d}", n, stored.name());
+            }
+        }
+        for (n, k) in [(70, 5), (33, 40), (1, 9), (100, 64)] {
+            let w = weights(&[n, k], 0x2545_f491_4f6c_dd1d ^ (n * 1000 + k));
+            let (bytes, wide) = narrowed(&w, Layout::Panels, stored);
+            // B(kk, j) = the widened panels at MR_PANEL_INDEX(kk, j, K)
+            let p = PANEL as usize;
+            let (nn, kk) = (n as usize, k as usize);
+            let b: Vec<f32> = (0..kk * nn).map(|x| (x / nn, x % nn)).map(|(r, j)| wide[j / p * kk * p + r * p + j % p]).collect();
+            let got = run(&exe, &["panels_q".into(), code.clone(), k.to_string(), n.to_string()], &bytes);
+            if let Some(d) = first_difference(&got, &floats(&b).repeat(2)) {
+                panic!("[{n}, {k}] in panels stored as {}: mr_sgemm_panels_q reads other values than the compiler's: {d}", stored.name());
+            }
         }
     }
 }

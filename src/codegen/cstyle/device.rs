@@ -49,6 +49,7 @@ pub fn library_kernel(k: &Kernel) -> Option<&'static str> {
         Kernel::Pool { .. } => Some("pooling"),
         Kernel::Softmax { .. } => Some("softmax"),
         Kernel::Attention { score, .. } => Some(if score.is_some() { "attention with a score" } else { "attention" }),
+        Kernel::Dequantize { .. } => Some("dequantization"),
     }
 }
 
@@ -261,6 +262,7 @@ pub fn library_operands<'a, D: Dialect + ?Sized>(r: &Renderer<D>, k: &'a Kernel,
             Ok(Operands { args: format!("{m}, {n}, {d}, {e}, {}, {}, {}, {}", operand(q), operand(k), operand(v), operand(out)), batched: Some((&ext[..rank - 2], vec![q, k, v, out])) })
         }
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => Err(Error::internal("loop kernels are launched, not library calls".to_string())),
+        Kernel::Dequantize { .. } => Err(Error::internal(format!("the {} target stores its weights in f32 (no --quantize)", r.d.name()))),
     }
 }
 

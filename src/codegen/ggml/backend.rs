@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry};
+use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry, Quantize};
 use crate::cli::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::names::identifier;
@@ -34,6 +34,12 @@ impl Backend for GgmlTarget {
 
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         super::writer::lacks(graph, v)
+    }
+
+    /// ggml's own types for the weights of matrix products (`gguf::TensorType`), each of
+    /// which its CPU backend's products read.
+    fn quantizations(&self) -> &'static [Quantize] {
+        &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0, Quantize::Q4_0]
     }
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {

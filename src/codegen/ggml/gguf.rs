@@ -10,7 +10,7 @@
 //! Tensor dimensions are in ggml's order: `dims[0]` is the contiguous one (`ne0`), the
 //! reverse of a row-major shape.
 
-use half::f16;
+use half::{bf16, f16};
 
 /// The data section's alignment (GGUF's default, also written as `general.alignment`).
 pub const ALIGNMENT: usize = 32;
@@ -45,6 +45,9 @@ impl Value {
 pub enum TensorType {
     F32,
     F16,
+    /// bfloat16 (the f32's upper half, rounded to nearest even as ggml's
+    /// `ggml_compute_fp32_to_bf16`).
+    Bf16,
     /// Blocks of 32: an f16 scale and 32 signed bytes (34 bytes).
     Q8_0,
     /// Blocks of 32: an f16 scale and 32 4-bit values offset by 8 (18 bytes).
@@ -61,6 +64,7 @@ impl TensorType {
             TensorType::Q4_0 => 2,
             TensorType::Q8_0 => 8,
             TensorType::I32 => 26,
+            TensorType::Bf16 => 30,
         }
     }
 
@@ -72,13 +76,14 @@ impl TensorType {
             TensorType::Q4_0 => "Q4_0",
             TensorType::Q8_0 => "Q8_0",
             TensorType::I32 => "I32",
+            TensorType::Bf16 => "BF16",
         }
     }
 
     /// Elements per block (a row's length must be a multiple of it).
     pub fn block(self) -> usize {
         match self {
-            TensorType::F32 | TensorType::F16 | TensorType::I32 => 1,
+            TensorType::F32 | TensorType::F16 | TensorType::Bf16 | TensorType::I32 => 1,
             TensorType::Q8_0 | TensorType::Q4_0 => 32,
         }
     }
@@ -89,6 +94,7 @@ impl TensorType {
         match self {
             TensorType::F32 => values.iter().flat_map(|x| x.to_le_bytes()).collect(),
             TensorType::F16 => values.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect(),
+            TensorType::Bf16 => values.iter().flat_map(|x| bf16::from_f32(*x).to_le_bytes()).collect(),
             TensorType::Q8_0 => values.chunks(32).flat_map(quantize_q8_0).collect(),
             TensorType::Q4_0 => values.chunks(32).flat_map(quantize_q4_0).collect(),
             TensorType::I32 => values.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),

@@ -15,7 +15,7 @@
 //! non-zero padding) is refused by [`writer::lacks`], every node at once; ops it
 //! has no kernel for (where, pow, erf, isnan, backwards slices) are small C kernels run
 //! as ggml custom ops.
-//! `--quantize` stores the weights of matrix products as f16, q8_0 or q4_0
+//! `--quantize` stores the weights of matrix products as f16, bf16, q8_0 or q4_0
 //! ([`Quantize`]); everything else stays f32.
 
 pub mod backend;
@@ -28,35 +28,20 @@ use serde::Serialize;
 
 use super::graph::write_graph;
 use super::names::{c_string, comment_safe, identifier, port_label};
+use crate::backend::Quantize;
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, Graph, Op, ValueId};
 use crate::tensor::RawTensor;
 use writer::Writer;
 
-/// How the weights of matrix products are stored (`--quantize`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Quantize {
-    /// Every weight f32
-    #[default]
-    F32,
-    /// Matrix-product weights as float16
-    F16,
-    /// Matrix-product weights in 8-bit blocks of 32 with an f16 scale (ggml's q8_0)
-    #[value(name = "q8_0")]
-    Q8_0,
-    /// Matrix-product weights in 4-bit blocks of 32 with an f16 scale (ggml's q4_0)
-    #[value(name = "q4_0")]
-    Q4_0,
-}
-
-impl Quantize {
-    fn tensor_type(self) -> gguf::TensorType {
-        match self {
-            Quantize::F32 => gguf::TensorType::F32,
-            Quantize::F16 => gguf::TensorType::F16,
-            Quantize::Q8_0 => gguf::TensorType::Q8_0,
-            Quantize::Q4_0 => gguf::TensorType::Q4_0,
-        }
+/// The GGUF type `--quantize` stores the weights of matrix products in.
+fn tensor_type(q: Quantize) -> gguf::TensorType {
+    match q {
+        Quantize::F32 => gguf::TensorType::F32,
+        Quantize::F16 => gguf::TensorType::F16,
+        Quantize::Bf16 => gguf::TensorType::Bf16,
+        Quantize::Q8_0 => gguf::TensorType::Q8_0,
+        Quantize::Q4_0 => gguf::TensorType::Q4_0,
     }
 }
 
@@ -169,7 +154,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
                     }
                     None => Vec::new(),
                 };
-                let q = opts.quantize.tensor_type();
+                let q = tensor_type(opts.quantize);
                 let ty = if q != gguf::TensorType::F32 && product_weight(graph, v, q) { q } else { gguf::TensorType::F32 };
                 (gguf_name(&pname), values, ty)
             }
@@ -193,7 +178,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         ("mithrilc.version".to_string(), gguf::Value::Str(env!("CARGO_PKG_VERSION").into())),
         ("mithrilc.source".to_string(), gguf::Value::Str(opts.source.clone())),
         ("mithrilc.parameters".to_string(), gguf::Value::Strs(params)),
-        ("mithrilc.quantize".to_string(), gguf::Value::Str(format!("{:?}", opts.quantize).to_lowercase())),
+        ("mithrilc.quantize".to_string(), gguf::Value::Str(opts.quantize.name().into())),
     ];
 
     let index_rows = crate::codegen::graph::gather_index_rows(graph);

@@ -1,0 +1,86 @@
+/*
+ * bench_quant.c -- times mr_sgemm_panels (f32 panels) against mr_sgemm_panels_q with the
+ * panels stored as f16, bf16 and q8_0, one thread, at gpt_block's matrix sizes and a few
+ * others; prints ns per call (the best of several batches). Not a test, not part of the
+ * runtime: `make bench-quant` (MR_ISA=generic|avx2|avx512 picks the kernels' variant).
+ * The stored bits need not be meaningful for timing: they are f32 values narrowed.
+ */
+#define _POSIX_C_SOURCE 199309L
+#include "mithril_runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* CPU time: other processes on the machine do not count */
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* best ns per call of `reps` calls, over 7 batches */
+static double time_call(int type, int64_t M, int64_t N, int64_t K, const float *A, const void *B, float *C, int reps)
+{
+    double best = 1e300;
+    int b, r;
+    for (b = 0; b < 7; ++b) {
+        const double t0 = now_ns();
+        for (r = 0; r < reps; ++r) {
+            if (type < 0) {
+                mr_sgemm_panels(M, N, K, 1.0f, A, K, 1, (const float *)B, 0.0f, C, N, 1);
+            } else {
+                mr_sgemm_panels_q(M, N, K, 1.0f, A, K, 1, B, type, 0.0f, C, N, 1);
+            }
+        }
+        if ((now_ns() - t0) / reps < best) best = (now_ns() - t0) / reps;
+    }
+    return best;
+}
+
+int main(void)
+{
+    static const int64_t mnk[][3] = {{1, 256, 256},  {1, 768, 768},  {1, 2304, 768}, {1, 3072, 768},
+                                     {1, 768, 3072}, {1, 4096, 1024}, {4, 2304, 768}, {4, 768, 3072},
+                                     {8, 2304, 768}, {128, 2304, 768}};
+    static const char *names[] = {"f16", "bf16", "q8_0"};
+    size_t c;
+    printf("variant %s, ns per call (best of 7 batches), 1 thread\n", mr_isa_name());
+    printf("%5s %5s %5s %12s %12s %12s %12s\n", "M", "N", "K", "f32", names[0], names[1], names[2]);
+    for (c = 0; c < sizeof mnk / sizeof mnk[0]; ++c) {
+        const int64_t M = mnk[c][0], N = mnk[c][1], K = mnk[c][2];
+        const int64_t n = (N + MR_PANEL - 1) / MR_PANEL * K * MR_PANEL;
+        float *A = malloc(sizeof(float) * (size_t)(M * K)), *C = malloc(sizeof(float) * (size_t)(M * N));
+        float *B = malloc(sizeof(float) * (size_t)n);
+        unsigned char *Bq = malloc((size_t)MR_STORED_BYTES(MR_F32, n));
+        const double macs = (double)M * (double)N * (double)K;
+        const int reps = macs > 1e8 ? 3 : macs > 1e6 ? 30 : 300;
+        int64_t i;
+        int t;
+        if (!A || !B || !C || !Bq) return 2;
+        for (i = 0; i < M * K; ++i) A[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+        for (i = 0; i < n; ++i) B[i] = (float)((i * 104729) % 2001) / 1000.0f - 1.0f;
+        printf("%5lld %5lld %5lld %12.0f", (long long)M, (long long)N, (long long)K, time_call(-1, M, N, K, A, B, C, reps));
+        for (t = MR_F16; t <= MR_Q8_0; ++t) {
+            /* narrow bits: f16/bf16 upper or converted halves, q8_0 scales and bytes */
+            int64_t nb = (n + 31) / 32;
+            if (t == MR_Q8_0) {
+                for (i = 0; i < nb; ++i) memcpy(Bq + 4 * i, &B[i], 4);
+                for (i = 0; i < n; ++i) Bq[4 * nb + i] = (unsigned char)(i * 31);
+            } else {
+                for (i = 0; i < n; ++i) {
+                    uint32_t u;
+                    uint16_t h;
+                    memcpy(&u, &B[i], 4);
+                    h = (uint16_t)(t == MR_BF16 ? u >> 16 : (0x3800u | ((u >> 13) & 0x3ffu)) ^ ((u >> 16) & 0x8000u));
+                    memcpy(Bq + 2 * i, &h, 2);
+                }
+            }
+            printf(" %12.0f", time_call(t, M, N, K, A, Bq, C, reps));
+        }
+        printf("\n");
+        free(A); free(B); free(C); free(Bq);
+    }
+    return 0;
+}
