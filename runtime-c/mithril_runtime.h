@@ -67,6 +67,10 @@
  *                           use direct loops instead of the implicit GEMM
  *    MR_MT_MIN_MACS [262144.0]  mr_sgemm_mt splits products of at least this many
  *                               multiply-adds (a few microseconds of work)
+ *    MR_SGEMV_Q_MAX_M [8]  mr_sgemm_panels_q with narrow panels and at most this many
+ *                          rows streams them (GEMV), with MR_SGEMV_Q_MAX_M * 32 floats
+ *                          of stack (1 KiB; 2 KiB in the portable build), instead of
+ *                          packing them
  * The tile macros given apply to every variant (MR_SGEMM_NR must divide MR_PANEL for B's
  * panels to be read in place). mr_sgemm and mr_conv2d_f32 put KC*NC + MR*KC + MR*NR
  * floats on the stack (about 73 KiB with the AVX-512 defaults, 76 KiB with NEON's,

@@ -1135,8 +1135,9 @@ static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_
  * mr_gemv_panel_q: acc[i][t] += sum_k A(i, k) * B(k, t) for i < M and the MR_PANEL
  * columns of the narrow panel whose first stored element is element e0 of src's
  * sequence (whole panels: K rows of MR_PANEL). Each k-row is widened once for all M
- * rows of A (a vector kernel's rows at a time); a q8_0 row's scale goes into A's
- * element ((a * scale) * q), so the row itself only converts integers.
+ * rows of A (a vector kernel's rows at a time); there a q8_0 row's scale goes into A's
+ * element ((a * scale) * q), so the row itself only converts integers (the portable
+ * loop widens eight rows into a buffer, scales included).
  */
 static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, const mr_bsrc *src,
                             int64_t e0, float acc[MR_SGEMV_Q_MAX_M][MR_PANEL])
@@ -1169,21 +1170,18 @@ static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, 
 #undef MR_GEMV_Q_TYPE
     }
 #else
-    const int8_t *q8 = (const int8_t *)((const unsigned char *)src->q + 4 * src->nb) + e0;
-    int64_t i, k, t;
-    for (k = 0; k < K; ++k) {
-        float row[MR_PANEL];
-        float s = 1.0f;
-        if (src->btype == MR_Q8_0) {
-            const int8_t *qk = q8 + k * MR_PANEL;
-            s = mr_q8_scale(src->q, e0 / MR_PANEL + k);
-            for (t = 0; t < MR_PANEL; ++t) row[t] = (float)qk[t];
-        } else {
-            mr_dequant_run(src->btype, src->q, src->nb, e0 + k * MR_PANEL, MR_PANEL, row);
-        }
+    /* portable: 8 k-rows at a time widened into a small buffer (1 KiB), then the
+     * multiply-adds, loops the compiler vectorizes; q8_0's scale is in the rows */
+    float rows[8][MR_PANEL];
+    int64_t i, k0, k, t;
+    for (k0 = 0; k0 < K; k0 += 8) {
+        const int64_t kb = mr_min_i64(8, K - k0);
+        mr_dequant_rows(src->btype, src->q, src->nb, e0 + k0 * MR_PANEL, kb, MR_PANEL, rows[0]);
         for (i = 0; i < M; ++i) {
-            const float ak = s * A[i * a_rs + k * a_cs];
-            for (t = 0; t < MR_PANEL; ++t) acc[i][t] = MR_MADD(ak, row[t], acc[i][t]);
+            for (k = 0; k < kb; ++k) {
+                const float ak = A[i * a_rs + (k0 + k) * a_cs];
+                for (t = 0; t < MR_PANEL; ++t) acc[i][t] = MR_MADD(ak, rows[k][t], acc[i][t]);
+            }
         }
     }
 #endif

@@ -13,6 +13,14 @@
  * N = 768 made 3 tasks, so one of 2 threads did twice the other's work (gpt_block b1 2t
  * 8.9 -> 7.6 ms). */
 #define MR_MT_COLS MR_SGEMM_NC
+/* For B in panels, whole panels too (the least common multiple of the two): a piece
+ * that starts inside a panel cannot take the GEMV the serial call takes, and would
+ * differ from it in rounding (with the default NC of 64 this is 64). */
+#define MR_MT_PANEL_COLS (MR_MT_COLS * (MR_PANEL / mr_gcd_panel(MR_MT_COLS)))
+#define mr_gcd_panel(n) ((n) % 32 == 0 ? 32 : (n) % 16 == 0 ? 16 : (n) % 8 == 0 ? 8 : (n) % 4 == 0 ? 4 : (n) % 2 == 0 ? 2 : 1)
+#if MR_PANEL != 32
+#error "mr_gcd_panel assumes MR_PANEL == 32"
+#endif
 #ifndef MR_MT_MIN_MACS
 #define MR_MT_MIN_MACS 262144.0
 #endif
@@ -29,12 +37,13 @@ typedef struct {
     int btype;
 } mr_sgemm_job;
 
-/* mr_sgemm_task: columns [begin, end) * MR_MT_COLS of a mr_sgemm_job. */
+/* mr_sgemm_task: columns [begin, end) * cols of a mr_sgemm_job. */
 static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
 {
     const mr_sgemm_job *j = (const mr_sgemm_job *)ctx;
-    int64_t j0 = begin * MR_MT_COLS;
-    int64_t j1 = end * MR_MT_COLS < j->N ? end * MR_MT_COLS : j->N;
+    const int64_t cols = j->panels ? MR_MT_PANEL_COLS : MR_MT_COLS;
+    int64_t j0 = begin * cols;
+    int64_t j1 = end * cols < j->N ? end * cols : j->N;
     if (j1 > j0) {
         mr_epi_at at;
         at.ep = j->ep;
@@ -54,7 +63,8 @@ static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
 
 static void mr_sgemm_run(const mr_threads *threads, mr_sgemm_job *job)
 {
-    int64_t tasks = (job->N + MR_MT_COLS - 1) / MR_MT_COLS;
+    const int64_t cols = job->panels ? MR_MT_PANEL_COLS : MR_MT_COLS;
+    int64_t tasks = (job->N + cols - 1) / cols;
     /* Below MR_MT_MIN_MACS multiply-adds splitting costs more than it saves. */
     if (!threads || !threads->parallel_for || tasks < 2 ||
         (double)job->M * (double)job->N * (double)job->K < MR_MT_MIN_MACS) {
