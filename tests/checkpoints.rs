@@ -117,11 +117,11 @@ fn integer_parameters_are_refused() {
     }
 }
 
-/// Compiling gpt_block (28 MB of f32 weights) for the C target and for XLA peaks at no
-/// more than twice its weights file in memory, the compiler's own footprint included:
-/// the weights go from the mapped file into the blob (C) or the safetensors file (XLA)
-/// with no f64 copy and no second copy of the output, and each parameter's pages are
-/// let go once written. Measured as the child's peak resident set, from `wait4`'s
+/// Compiling gpt_block (28 MB of f32 weights) for the C target, XLA and ggml peaks at
+/// no more than twice its weights file in memory, the compiler's own footprint
+/// included: the weights go from the mapped file into the blob (C), the safetensors
+/// file (XLA) or the GGUF file (ggml) with no f64 copy and no second copy of the
+/// output, and each parameter's pages are let go once written. Measured as the child's peak resident set, from `wait4`'s
 /// rusage of that one child (not of every child the test binary ran).
 #[cfg(target_os = "linux")]
 #[test]
@@ -133,7 +133,7 @@ fn compiling_gpt_block_takes_at_most_twice_its_weights_file_in_memory() {
     let bench = dir.join("bench");
     let size = std::fs::metadata(bench.join("gpt_block.safetensors")).unwrap().len();
     let tmp = tempfile::tempdir().unwrap();
-    for target in ["c", "xla"] {
+    for target in ["c", "xla", "ggml"] {
         let child = Command::new(env!("CARGO_BIN_EXE_mithrilc"))
             .args(["compile", "gpt_block.json", "--target", target, "--shape", "input=1,128,768", "--params", "gpt_block.safetensors", "--emit", "source", "-o"])
             .arg(tmp.path().join(target))

@@ -88,17 +88,28 @@ impl TensorType {
         }
     }
 
-    /// `values` (row-major, rows of `dims[0]`) in this type, as ggml stores it.
-    /// `values.len()` must be a multiple of [`Self::block`].
-    pub fn encode(self, values: &[f32]) -> Vec<u8> {
-        match self {
-            TensorType::F32 => values.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            TensorType::F16 => values.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect(),
-            TensorType::Bf16 => values.iter().flat_map(|x| bf16::from_f32(*x).to_le_bytes()).collect(),
-            TensorType::Q8_0 => values.chunks(32).flat_map(quantize_q8_0).collect(),
-            TensorType::Q4_0 => values.chunks(32).flat_map(quantize_q4_0).collect(),
-            TensorType::I32 => values.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),
+    /// `values` (row-major, rows of `dims[0]`) in this type, as ggml stores it, taken
+    /// one block at a time (a checkpoint's mapped values go straight into the bytes).
+    /// Their number must be a multiple of [`Self::block`].
+    pub fn encode(self, values: impl IntoIterator<Item = f32>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut block = Vec::with_capacity(32);
+        for x in values {
+            match self {
+                TensorType::F32 => out.extend(x.to_le_bytes()),
+                TensorType::F16 => out.extend(f16::from_f32(x).to_le_bytes()),
+                TensorType::Bf16 => out.extend(bf16::from_f32(x).to_le_bytes()),
+                TensorType::I32 => out.extend((x as i32).to_le_bytes()),
+                TensorType::Q8_0 | TensorType::Q4_0 => {
+                    block.push(x);
+                    if block.len() == 32 {
+                        out.extend(if self == TensorType::Q8_0 { quantize_q8_0(&block) } else { quantize_q4_0(&block) });
+                        block.clear();
+                    }
+                }
+            }
         }
+        out
     }
 }
 
@@ -154,9 +165,12 @@ fn pad(out: &mut Vec<u8>) {
 }
 
 /// The GGUF file of `metadata` (in the order given, after `general.alignment`) and
-/// `tensors` (in the order given).
-pub fn write(metadata: &[(String, Value)], tensors: &[Tensor]) -> Vec<u8> {
-    let mut out = Vec::new();
+/// `tensors` (in the order given). The file is allocated at its size up front and each
+/// tensor's data dropped once copied into it, so writing takes about the file's size in
+/// memory, not twice it.
+pub fn write(metadata: &[(String, Value)], tensors: Vec<Tensor>) -> Vec<u8> {
+    let data_bytes: usize = tensors.iter().map(|t| t.data.len().next_multiple_of(ALIGNMENT)).sum();
+    let mut out = Vec::with_capacity(data_bytes + 4096 + tensors.iter().map(|t| t.name.len() + 64).sum::<usize>());
     out.extend(b"GGUF");
     out.extend(3u32.to_le_bytes());
     out.extend((tensors.len() as u64).to_le_bytes());
@@ -179,7 +193,7 @@ pub fn write(metadata: &[(String, Value)], tensors: &[Tensor]) -> Vec<u8> {
         }
     }
     let mut offset = 0usize;
-    for t in tensors {
+    for t in &tensors {
         put_str(&mut out, &t.name);
         out.extend((t.dims.len() as u32).to_le_bytes());
         for d in &t.dims {
@@ -191,7 +205,7 @@ pub fn write(metadata: &[(String, Value)], tensors: &[Tensor]) -> Vec<u8> {
     }
     pad(&mut out);
     for t in tensors {
-        out.extend(&t.data);
+        out.extend(t.data);
         pad(&mut out);
     }
     out
@@ -203,8 +217,8 @@ mod tests {
 
     #[test]
     fn layout_follows_the_spec() {
-        let t = |name: &str, n: usize| Tensor { name: name.into(), dims: vec![n as u64], ty: TensorType::F32, data: TensorType::F32.encode(&vec![1.5; n]) };
-        let bytes = write(&[("general.architecture".into(), Value::Str("mithrilc".into()))], &[t("a", 3), t("b", 1)]);
+        let t = |name: &str, n: usize| Tensor { name: name.into(), dims: vec![n as u64], ty: TensorType::F32, data: TensorType::F32.encode(vec![1.5; n]) };
+        let bytes = write(&[("general.architecture".into(), Value::Str("mithrilc".into()))], vec![t("a", 3), t("b", 1)]);
         assert_eq!(&bytes[..4], b"GGUF");
         assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 3);
         assert_eq!(u64::from_le_bytes(bytes[8..16].try_into().unwrap()), 2);
@@ -220,12 +234,12 @@ mod tests {
     #[test]
     fn quantized_blocks_match_ggml_reference_rounding() {
         let x: Vec<f32> = (0..32).map(|i| i as f32 - 12.0).collect();
-        let q8 = TensorType::Q8_0.encode(&x);
+        let q8 = TensorType::Q8_0.encode(x.iter().copied());
         assert_eq!(q8.len(), 34);
         let d = f16::from_le_bytes([q8[0], q8[1]]).to_f32();
         assert!((d - 19.0 / 127.0).abs() < 1e-4);
         assert_eq!(q8[2] as i8, -80); // -12 / (19/127) = -80.2
-        let q4 = TensorType::Q4_0.encode(&x);
+        let q4 = TensorType::Q4_0.encode(x.iter().copied());
         assert_eq!(q4.len(), 18);
         let d = f16::from_le_bytes([q4[0], q4[1]]).to_f32();
         assert_eq!(d, 19.0 / -8.0);

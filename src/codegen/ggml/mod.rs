@@ -141,33 +141,36 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     for v in graph.ids() {
         let node = graph.node(v);
         let shape = node.ty.shape.as_known().unwrap_or_default();
-        let (stored, values, ty) = match node.op {
+        let (stored, data, ty) = match node.op {
             Op::Param => {
                 let pname = node.name.clone().unwrap_or_default();
-                let values = match &opts.weights {
+                let q = tensor_type(opts.quantize);
+                let ty = if q != gguf::TensorType::F32 && product_weight(graph, v, q) { q } else { gguf::TensorType::F32 };
+                let data = match &opts.weights {
                     Some(weights) => {
                         let t = weights.get(&pname).ok_or_else(|| Error::user(format!("the ggml target writes the weights into {name}.gguf: parameter `{pname}` has no value in the parameters")))?;
                         if t.shape != shape {
                             return Err(Error::user(format!("parameter `{pname}` is {:?} in the parameters, {:?} in the model", t.shape, shape)));
                         }
-                        t.values().map(|x| x as f32).collect::<Vec<f32>>()
+                        // Encoded from the mapped file as it is read, its pages let go after.
+                        let data = ty.encode(t.values().map(|x| x as f32));
+                        t.release();
+                        data
                     }
                     None => Vec::new(),
                 };
-                let q = tensor_type(opts.quantize);
-                let ty = if q != gguf::TensorType::F32 && product_weight(graph, v, q) { q } else { gguf::TensorType::F32 };
-                (gguf_name(&pname), values, ty)
+                (gguf_name(&pname), data, ty)
             }
             _ => match known_value(graph, v) {
-                Some(values) if writer::indices_only(graph, v) => (const_name(v), values, gguf::TensorType::I32),
-                Some(values) => (const_name(v), values, gguf::TensorType::F32),
+                Some(values) if writer::indices_only(graph, v) => (const_name(v), gguf::TensorType::I32.encode(values), gguf::TensorType::I32),
+                Some(values) => (const_name(v), gguf::TensorType::F32.encode(values), gguf::TensorType::F32),
                 None => continue,
             },
         };
         let dims: Vec<u64> = if shape.is_empty() { vec![1] } else { shape.iter().rev().copied().collect() };
         w.stored.insert(v, stored.clone());
         types.insert(stored.clone(), ty);
-        tensors.push(gguf::Tensor { name: stored, dims, ty, data: ty.encode(&values) });
+        tensors.push(gguf::Tensor { name: stored, dims, ty, data });
     }
     write_graph(graph, &mut w)?;
     let params: Vec<String> = graph.params().filter_map(|v| graph.node(v).name.clone()).collect();
@@ -245,7 +248,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         ("Makefile".to_string(), render("Makefile")?),
     ];
     if opts.weights.is_some() {
-        files.push((format!("{name}.gguf"), gguf::write(&metadata, &tensors)));
+        files.push((format!("{name}.gguf"), gguf::write(&metadata, tensors)));
     }
     Ok(files)
 }
