@@ -191,6 +191,40 @@ fn every_weights_mode_and_layout_runs_lenet_and_cnn() {
             for (x, y) in got.data.iter().zip(&want[0].1.data) {
                 assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{model} {mode:?} {layout:?}: got {x}, interpreter {y}");
             }
+            if mode == Safetensors {
+                half_checkpoints_load_at_run_time(&out, model, &params, &input, &json, &input_path, layout);
+            }
+        }
+    }
+}
+
+/// The demo's run-time safetensors loader takes an f16 or bf16 checkpoint of the f32
+/// model (converting each parameter on load, as mithrilc does at compile time): its
+/// outputs are the interpreter's on the same rounded weights.
+fn half_checkpoints_load_at_run_time(out: &Path, model: &str, params: &ArrayFile, input: &ArrayFile, json: &Path, input_path: &Path, layout: mithrilc::backend::WeightLayout) {
+    for dtype in [mithrilc::ir::Dtype::F16, mithrilc::ir::Dtype::Bf16] {
+        let label = format!("{model} {layout:?} {dtype} checkpoint");
+        let arrays: Vec<(String, Tensor)> = params.arrays.iter().map(|(n, t)| (n.clone(), Tensor::new(dtype, t.shape.clone(), t.data.clone()))).collect();
+        let file = out.join(format!("{model}_{dtype}.safetensors"));
+        std::fs::write(&file, data::safetensors_bytes(&arrays).unwrap()).unwrap();
+        let rounded = data::read_arrays(&file).unwrap();
+        let case = load(json, &[&rounded, input], vec![], Wrt::None, label.clone());
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
+        let run = Command::new(out.join(format!("{model}_demo")))
+            .current_dir(out)
+            .arg("--input")
+            .arg(format!("input={}", input_path.display()))
+            .arg("--out")
+            .arg(out)
+            .arg("--safetensors")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{label}: {}", String::from_utf8_lossy(&run.stderr));
+        let got = data::read_arrays(&out.join("output_0.npy")).unwrap();
+        let got = got.arrays.values().next().unwrap();
+        for (x, y) in got.data.iter().zip(&want[0].1.data) {
+            assert!((x - y).abs() <= 1e-4 + 1e-4 * y.abs(), "{label}: got {x}, interpreter {y}");
         }
     }
 }
