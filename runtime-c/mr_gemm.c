@@ -68,32 +68,28 @@ static inline float mr_q8_scale(const void *src, int64_t b)
  * conversion; NEON's fcvtl, shll and sxtl. Without them (the portable build) the
  * loops below are plain C.
  */
+#if defined(MR_AVX512) || defined(MR_AVX2)
+/* x86: the same intrinsics at either width, MR_QV(op) naming them; the loads of MR_QN
+ * 16-bit and 8-bit elements, and F16C's conversion, differ */
 #if defined(MR_AVX512)
 typedef __m512 mr_qv;
 #define MR_QN 16
-#define mr_qv_load _mm512_loadu_ps
-#define mr_qv_store _mm512_storeu_ps
-#define mr_qv_set1 _mm512_set1_ps
-#define mr_qv_mul _mm512_mul_ps
-#define mr_qv_fma(x, b, c) _mm512_fmadd_ps((x), (b), (c))
-static inline mr_qv mr_qv_f16(const uint16_t *h) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h)); }
-static inline mr_qv mr_qv_bf16(const uint16_t *h)
-{
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)h)), 16));
-}
-static inline mr_qv mr_qv_q8(const int8_t *q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q))); }
-#elif defined(MR_AVX2)
+#define MR_QV(op) _mm512_##op
+#define mr_qv_from_bits _mm512_castsi512_ps
+#define mr_qv_load16(h) _mm256_loadu_si256((const __m256i *)(const void *)(h))
+#define mr_qv_load8(q) _mm_loadu_si128((const __m128i *)(const void *)(q))
+static inline mr_qv mr_qv_f16(const uint16_t *h) { return _mm512_cvtph_ps(mr_qv_load16(h)); }
+#else
 typedef __m256 mr_qv;
 #define MR_QN 8
-#define mr_qv_load _mm256_loadu_ps
-#define mr_qv_store _mm256_storeu_ps
-#define mr_qv_set1 _mm256_set1_ps
-#define mr_qv_mul _mm256_mul_ps
-#define mr_qv_fma(x, b, c) _mm256_fmadd_ps((x), (b), (c))
+#define MR_QV(op) _mm256_##op
+#define mr_qv_from_bits _mm256_castsi256_ps
+#define mr_qv_load16(h) _mm_loadu_si128((const __m128i *)(const void *)(h))
+#define mr_qv_load8(q) _mm_loadl_epi64((const __m128i *)(const void *)(q))
 static inline mr_qv mr_qv_f16(const uint16_t *h)
 {
 #if defined(MR_ISA_UNITY) || defined(__F16C__)
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
+    return _mm256_cvtph_ps(mr_qv_load16(h));
 #else /* -mavx2 -mfma without -mf16c */
     float f[8];
     int t;
@@ -101,11 +97,14 @@ static inline mr_qv mr_qv_f16(const uint16_t *h)
     return _mm256_loadu_ps(f);
 #endif
 }
-static inline mr_qv mr_qv_bf16(const uint16_t *h)
-{
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)h)), 16));
-}
-static inline mr_qv mr_qv_q8(const int8_t *q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))); }
+#endif
+#define mr_qv_load MR_QV(loadu_ps)
+#define mr_qv_store MR_QV(storeu_ps)
+#define mr_qv_set1 MR_QV(set1_ps)
+#define mr_qv_mul MR_QV(mul_ps)
+#define mr_qv_fma(x, b, c) MR_QV(fmadd_ps)((x), (b), (c))
+static inline mr_qv mr_qv_bf16(const uint16_t *h) { return mr_qv_from_bits(MR_QV(slli_epi32)(MR_QV(cvtepu16_epi32)(mr_qv_load16(h)), 16)); }
+static inline mr_qv mr_qv_q8(const int8_t *q) { return MR_QV(cvtepi32_ps)(MR_QV(cvtepi8_epi32)(mr_qv_load8(q))); }
 #elif defined(MR_NEON)
 typedef float32x4_t mr_qv;
 #define MR_QN 4
