@@ -880,7 +880,7 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
     const int a_unit = a->type == MR_F32 && (a->cs == 1 || a->rs == 1);
     const int64_t tail = M - M % MR_SGEMM_MR;
     const float *A = (const float *)a->q + a->off; /* (f32 only) */
-    int64_t jc, pc, t;
+    int64_t jc, pc, outer, inner;
     for (jc = 0; jc < N; jc += MR_SGEMM_NC) {
         const int64_t nc = mr_min_i64(MR_SGEMM_NC, N - jc), npanels = (nc + MR_SGEMM_NR - 1) / MR_SGEMM_NR;
         for (pc = 0; pc < K; pc += MR_SGEMM_KC) {
@@ -896,9 +896,10 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
              * sliver of A passes it (A's slivers stream from L2, 32 bytes a step where
              * B's panel would take 128: gpt_block's 128 x 768 x 2304 GEMM, 139 -> 158
              * GFLOP/s); A packed: its sliver outside, packed once */
-            for (t = 0; t < npanels * slivers; ++t) {
-                const int64_t jr = (a_unit ? t / slivers : t % npanels) * MR_SGEMM_NR;
-                const int64_t ic = (a_unit ? t % slivers : t / npanels) * MR_SGEMM_MR;
+            for (outer = 0; outer < (a_unit ? npanels : slivers); ++outer) {
+              for (inner = 0; inner < (a_unit ? slivers : npanels); ++inner) {
+                const int64_t jr = (a_unit ? outer : inner) * MR_SGEMM_NR;
+                const int64_t ic = (a_unit ? inner : outer) * MR_SGEMM_MR;
                 const int64_t nr = mr_min_i64(MR_SGEMM_NR, nc - jr);
                 const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
                 /* B's micro-panel: packed, or in place in B's panels (which are
@@ -909,8 +910,8 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
                  * micro-panel's rows to prefetch (per each) */
                 int64_t next_kc = 0;
                 const float *next = in_place ? mr_next_panel(src, N, K, jc, nc, pc, jc + jr, &next_kc) : NULL;
-                const int64_t per = (next_kc + slivers - 1) / slivers;
-                const int64_t pf0 = ic / MR_SGEMM_MR * per;
+                const int64_t per = in_place ? (next_kc + slivers - 1) / slivers : 0;
+                const int64_t pf0 = in_place ? ic / MR_SGEMM_MR * per : 0;
                 const float *pf = pf0 < next_kc ? next + pf0 * bs : NULL;
                 const int64_t pf_rows = pf ? mr_min_i64(per, next_kc - pf0) : 0;
                 const float *pa = ap;
@@ -933,6 +934,7 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
                     mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
                     mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
                 }
+              }
             }
         }
         mr_epi_call(at, 0, M, jc, jc + nc);
