@@ -3,10 +3,11 @@
  * panels stored as f16, bf16 and q8_0, one thread, at gpt_block's matrix sizes and a few
  * others; prints ns per call (the best of several batches). Not a test, not part of the
  * runtime: `make bench-quant` (MR_ISA=generic|avx2|avx512 picks the kernels' variant).
- * The stored bits need not be meaningful for timing: they are f32 values narrowed.
+ * The stored bits need not be meaningful for timing (test_narrow.h's narrow_bits).
  */
 #define _POSIX_C_SOURCE 199309L
 #include "mithril_runtime.h"
+#include "test_narrow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,20 +64,7 @@ int main(void)
         for (i = 0; i < n; ++i) B[i] = (float)((i * 104729) % 2001) / 1000.0f - 1.0f;
         printf("%5lld %5lld %5lld %12.0f", (long long)M, (long long)N, (long long)K, time_call(-1, M, N, K, A, B, C, reps));
         for (t = MR_F16; t <= MR_Q8_0; ++t) {
-            /* narrow bits: f16/bf16 upper or converted halves, q8_0 scales and bytes */
-            int64_t nb = (n + 31) / 32;
-            if (t == MR_Q8_0) {
-                for (i = 0; i < nb; ++i) memcpy(Bq + 4 * i, &B[i], 4);
-                for (i = 0; i < n; ++i) Bq[4 * nb + i] = (unsigned char)(i * 31);
-            } else {
-                for (i = 0; i < n; ++i) {
-                    uint32_t u;
-                    uint16_t h;
-                    memcpy(&u, &B[i], 4);
-                    h = (uint16_t)(t == MR_BF16 ? u >> 16 : (0x3800u | ((u >> 13) & 0x3ffu)) ^ ((u >> 16) & 0x8000u));
-                    memcpy(Bq + 2 * i, &h, 2);
-                }
-            }
+            narrow_bits(t, B, n, Bq);
             printf(" %12.0f", time_call(t, M, N, K, A, Bq, C, reps));
         }
         printf("\n");

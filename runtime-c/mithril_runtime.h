@@ -117,11 +117,14 @@
 #define mr_conv2d_f32_mt MR_NAME(mr_conv2d_f32_mt)
 #define mr_conv2d_winograd_f32 MR_NAME(mr_conv2d_winograd_f32)
 #define mr_conv2d_winograd_f32_mt MR_NAME(mr_conv2d_winograd_f32_mt)
+#define mr_conv2d_q_mt MR_NAME(mr_conv2d_q_mt)
+#define mr_conv2d_winograd_q_mt MR_NAME(mr_conv2d_winograd_q_mt)
 #define mr_pool2d_f32 MR_NAME(mr_pool2d_f32)
 #define mr_pool2d_f32_mt MR_NAME(mr_pool2d_f32_mt)
 #define mr_softmax_f32 MR_NAME(mr_softmax_f32)
 #define mr_softmax_f32_mt MR_NAME(mr_softmax_f32_mt)
 #define mr_sgemm_pack_a MR_NAME(mr_sgemm_pack_a)
+#define mr_dequant_run MR_NAME(mr_dequant_run)
 #define mr_sgemm_micro MR_NAME(mr_sgemm_micro)
 #define mr_sgemm_micro_taps MR_NAME(mr_sgemm_micro_taps)
 #define mr_sgemm_driver MR_NAME(mr_sgemm_driver)
@@ -399,6 +402,27 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
 void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const float *u, float *y,
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
                                int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep);
+
+/*
+ * mr_conv2d_q_mt, mr_conv2d_winograd_q_mt: mr_conv2d_f32_mt and
+ * mr_conv2d_winograd_f32_mt for weights w (or transformed weights u) stored as wtype
+ * (utype): the f32 sequence w [O, C/groups, KH, KW] (u [36, O, C]) stored as that type
+ * (above: a q8_0 block is 32 consecutive elements of the whole sequence). They compute
+ * in f32, widening the weights where they are read: into the GEMM's packing of A (in
+ * vector registers where the variant has them), or, on the direct path, MR_SGEMM_KC at
+ * a time into a stack buffer; no scratch beyond the f32 functions'. The f32 functions
+ * are these with MR_F32. Results equal, up to the f32 rounding of the sums, the f32
+ * functions' on the dequantized weights (mr_dequantize); epilogue and split as theirs.
+ */
+void mr_conv2d_q_mt(const mr_threads *threads, const float *x, const void *w, int wtype, float *y,
+                    int64_t N, int64_t C, int64_t H, int64_t W,
+                    int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                    int64_t stride_h, int64_t stride_w,
+                    int64_t pad_top, int64_t pad_left,
+                    int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep);
+void mr_conv2d_winograd_q_mt(const mr_threads *threads, const float *x, const void *u, int utype, float *y,
+                             int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
+                             int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep);
 
 /*
  * mr_isa_name: the kernels' variant that runs: "avx512", "avx2", "neon" or "generic"

@@ -15,43 +15,57 @@
  * for each (c, kh, kw) in row-major order the weight w[o,c,kh,kw] times the matching
  * input row segment is added to each output row (the inner loop runs over ow, contiguous
  * in y, and contiguous in x when stride_w == 1). Taps in the padding are skipped.
- * xn = x + n*C*H*W, yn = y + n*O*OH*OW.
+ * xn = x + n*C*H*W, yn = y + n*O*OH*OW. w is stored as wtype (nb q8_0 scales); a
+ * narrow channel's weights are widened MR_SGEMM_KC at a time into a stack buffer (less
+ * than the GEMM path's packing buffers, so the stack bound holds).
  */
-static void mr_conv2d_direct(const float *xn, const float *w, float *yn, int64_t C,
+static void mr_conv2d_direct(const float *xn, const void *w, int wtype, int64_t nb, float *yn, int64_t C,
                              int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW,
                              int64_t OH, int64_t OW, int64_t sh, int64_t sw, int64_t pt,
                              int64_t pl, int64_t dh, int64_t dw, int64_t groups)
 {
-    const int64_t Cg = C / groups, Og = O / groups, P = OH * OW;
-    int64_t o, c, kh, kw, oh;
+    const int64_t Cg = C / groups, Og = O / groups, P = OH * OW, Kd = Cg * KH * KW;
+    float wbuf[MR_SGEMM_KC];
+    int64_t o, k0, k, oh;
     for (o = 0; o < O; ++o) {
         const int64_t g = o / Og;
         float *yo = yn + o * P;
         memset(yo, 0, sizeof(float) * (size_t)P);
-        for (c = 0; c < Cg; ++c) {
-            const float *xc = xn + (g * Cg + c) * H * W;
-            const float *wc = w + (o * Cg + c) * KH * KW;
-            for (kh = 0; kh < KH; ++kh) {
-                for (kw = 0; kw < KW; ++kw) {
-                    const float wv = wc[kh * KW + kw];
-                    const int64_t woff = kw * dw - pl;
-                    int64_t lo, hi;
-                    mr_out_range(OW, sw, woff, W, &lo, &hi);
-                    if (lo >= hi) continue;
-                    for (oh = 0; oh < OH; ++oh) {
-                        const int64_t ih = oh * sh + kh * dh - pt;
-                        float *restrict yr;
-                        const float *restrict xr;
-                        int64_t t, cnt = hi - lo;
-                        if (ih < 0 || ih >= H) continue;
-                        /* xr[t*sw] is x[ih, (lo+t)*sw + woff], inside the row for t < cnt */
-                        xr = xc + ih * W + lo * sw + woff;
-                        yr = yo + oh * OW + lo;
-                        if (sw == 1) {
-                            for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t], yr[t]);
-                        } else {
-                            for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t * sw], yr[t]);
-                        }
+        for (k0 = 0; k0 < Kd; k0 += MR_SGEMM_KC) {
+            const int64_t kn = mr_min_i64(MR_SGEMM_KC, Kd - k0);
+            /* depth row k0 + k is tap (kh, kw) of channel c, stepped along with k */
+            int64_t c = k0 / (KH * KW), kh = k0 / KW % KH, kw = k0 % KW;
+            const float *wk = (const float *)w + o * Kd + k0;
+            if (wtype != MR_F32) {
+                mr_dequant_run(wtype, w, nb, o * Kd + k0, kn, wbuf);
+                wk = wbuf;
+            }
+            for (k = 0; k < kn; ++k) {
+                const float *xc = xn + (g * Cg + c) * H * W;
+                const float wv = wk[k];
+                const int64_t woff = kw * dw - pl;
+                int64_t lo, hi;
+                mr_out_range(OW, sw, woff, W, &lo, &hi);
+                for (oh = 0; lo < hi && oh < OH; ++oh) {
+                    const int64_t ih = oh * sh + kh * dh - pt;
+                    float *restrict yr;
+                    const float *restrict xr;
+                    int64_t t, cnt = hi - lo;
+                    if (ih < 0 || ih >= H) continue;
+                    /* xr[t*sw] is x[ih, (lo+t)*sw + woff], inside the row for t < cnt */
+                    xr = xc + ih * W + lo * sw + woff;
+                    yr = yo + oh * OW + lo;
+                    if (sw == 1) {
+                        for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t], yr[t]);
+                    } else {
+                        for (t = 0; t < cnt; ++t) yr[t] = MR_MADD(wv, xr[t * sw], yr[t]);
+                    }
+                }
+                if (++kw == KW) {
+                    kw = 0;
+                    if (++kh == KH) {
+                        kh = 0;
+                        ++c;
                     }
                 }
             }
@@ -127,7 +141,8 @@ static void mr_store_wide(const float *tile, int64_t mr, int64_t q, int64_t nr, 
 
 /*
  * mr_conv2d_taps_gemm: output positions [p0, p1) of one image and group (see
- * mr_conv_taps): y[o*P + p] = sum_k w[o*Kd + k] * x[off(k) + wide(p)] for o < Og,
+ * mr_conv_taps): y[o*P + p] = sum_k w(o, k) * x[off(k) + wide(p)] for o < Og (w: the
+ * group's [Og, Kd] weights; f32 read in place by full slivers, else packed),
  * summed in blocks of MR_SGEMM_KC as mr_sgemm does, with the epilogue on each block of
  * positions once final.
  *
@@ -137,7 +152,7 @@ static void mr_store_wide(const float *tile, int64_t mr, int64_t q, int64_t nr, 
  * tile is stored straight from registers); otherwise they run on across rows, and a
  * tile that spans two rows is stored through mr_store_wide.
  */
-static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_t Cg, int64_t H, int64_t W,
+static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int64_t Cg, int64_t H, int64_t W,
                                 int64_t Og, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t dh,
                                 int64_t dw, int64_t p0, int64_t p1, mr_epi_at *at)
 {
@@ -173,13 +188,11 @@ static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_
             }
             for (ic = 0; ic < Og; ic += MR_SGEMM_MR) {
                 const int64_t mr = mr_min_i64(MR_SGEMM_MR, Og - ic);
-                const float *pa = w + ic * Kd + pc;
+                const float *pa = (const float *)w->q + w->off + ic * Kd + pc;
                 int64_t ars = Kd, acs = 1;
-                if (mr < MR_SGEMM_MR) {
-                    mr_sgemm_pack_a(w, Kd, 1, ic, pc, mr, kc, ap);
+                if (mr < MR_SGEMM_MR || w->type != MR_F32) {
+                    mr_sgemm_pack_a(w, ic, pc, mr, kc, ap, &ars, &acs);
                     pa = ap;
-                    ars = 1;
-                    acs = MR_SGEMM_MR;
                 }
                 for (p = b0; p < b1; p = pn) {
                     const int64_t q = mr_wide(p, W, OW), ow = p % OW;
@@ -211,17 +224,18 @@ static void mr_conv2d_taps_gemm(const float *x, const float *w, float *y, int64_
     }
 }
 
-/* mr_conv2d_f32 with an epilogue, for output positions [p0, p1) only (all of them on
- * the direct path); image n of y is the epilogue's image n0 + n. */
-void mr_conv2d_at(const float *x, const float *w, float *y,
+/* mr_conv2d_f32 with w stored as wtype and an epilogue, for output positions [p0, p1)
+ * only (all of them on the direct path); image n of y is the epilogue's image n0 + n. */
+void mr_conv2d_at(const float *x, const void *w, int wtype, float *y,
                   int64_t N, int64_t C, int64_t H, int64_t W,
                   int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                   int64_t stride_h, int64_t stride_w,
-                         int64_t pad_top, int64_t pad_left,
+                  int64_t pad_top, int64_t pad_left,
                   int64_t dil_h, int64_t dil_w, int64_t groups,
                   const mr_epilogue *ep, int64_t n0, int64_t p0, int64_t p1)
 {
     const int64_t Cg = C / groups, Og = O / groups, P = OH * OW, Kd = Cg * KH * KW;
+    const int64_t nb = (O * Kd + 31) / 32; /* the weights' q8_0 scales */
     int64_t n, g;
     if (N <= 0 || O <= 0 || P <= 0 || p1 <= p0) return;
     for (n = 0; n < N; ++n) {
@@ -239,15 +253,22 @@ void mr_conv2d_at(const float *x, const float *w, float *y,
             continue;
         }
         if (mr_conv_direct(O, groups)) {
-            mr_conv2d_direct(xn, w, yn, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w,
+            mr_conv2d_direct(xn, w, wtype, nb, yn, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w,
                              pad_top, pad_left, dil_h, dil_w, groups);
             mr_epi_call(&at, 0, O, 0, P);
             continue;
         }
         for (g = 0; g < groups; ++g) {
             mr_bsrc src;
-            const float *xg = xn + g * Cg * H * W, *wg = w + g * Og * Kd;
+            const float *xg = xn + g * Cg * H * W;
             float *yg = yn + g * Og * P;
+            mr_asrc wg;
+            wg.q = w;
+            wg.type = wtype;
+            wg.nb = nb;
+            wg.off = g * Og * Kd;
+            wg.rs = Kd;
+            wg.cs = 1;
             at.i = g * Og;
             at.j = p0;
             memset(&src, 0, sizeof src);
@@ -259,7 +280,7 @@ void mr_conv2d_at(const float *x, const float *w, float *y,
                 src.rs = H * W;
                 src.cs = 1;
             } else if (mr_conv_taps(H, W, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w)) {
-                mr_conv2d_taps_gemm(xg, wg, yg, Cg, H, W, Og, KH, KW, OH, OW, dil_h, dil_w, p0, p1, &at);
+                mr_conv2d_taps_gemm(xg, &wg, yg, Cg, H, W, Og, KH, KW, OH, OW, dil_h, dil_w, p0, p1, &at);
                 continue;
             } else {
                 src.kind = MR_BSRC_IM2COL;
@@ -277,7 +298,7 @@ void mr_conv2d_at(const float *x, const float *w, float *y,
                 src.dh = dil_h;
                 src.dw = dil_w;
             }
-            mr_sgemm_driver(Og, p1 - p0, Kd, 1.0f, wg, Kd, 1, &src, 0.0f, yg + p0, P, 1, &at);
+            mr_sgemm_driver(Og, p1 - p0, Kd, 1.0f, &wg, &src, 0.0f, yg + p0, P, 1, &at);
         }
     }
 }
@@ -289,6 +310,6 @@ void mr_conv2d_f32(const float *x, const float *w, float *y,
                    int64_t pad_top, int64_t pad_left,
                    int64_t dil_h, int64_t dil_w, int64_t groups)
 {
-    mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
-                 groups, NULL, 0, 0, OH * OW);
+    mr_conv2d_at(x, w, MR_F32, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h,
+                 dil_w, groups, NULL, 0, 0, OH * OW);
 }

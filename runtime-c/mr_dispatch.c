@@ -67,6 +67,18 @@
        int64_t W, int64_t O, int64_t OH, int64_t OW, int64_t pad_top, int64_t pad_left, float *scratch,        \
        const mr_epilogue *ep),                                                                                 \
       (threads, x, u, y, N, C, H, W, O, OH, OW, pad_top, pad_left, scratch, ep))                               \
+    X(mr_conv2d_q_mt,                                                                                          \
+      (const mr_threads *threads, const float *x, const void *w, int wtype, float *y, int64_t N, int64_t C,    \
+       int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride_h,      \
+       int64_t stride_w, int64_t pad_top, int64_t pad_left, int64_t dil_h, int64_t dil_w, int64_t groups,      \
+       const mr_epilogue *ep),                                                                                 \
+      (threads, x, w, wtype, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h,   \
+       dil_w, groups, ep))                                                                                     \
+    X(mr_conv2d_winograd_q_mt,                                                                                 \
+      (const mr_threads *threads, const float *x, const void *u, int utype, float *y, int64_t N, int64_t C,    \
+       int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW, int64_t pad_top, int64_t pad_left,             \
+       float *scratch, const mr_epilogue *ep),                                                                 \
+      (threads, x, u, utype, y, N, C, H, W, O, OH, OW, pad_top, pad_left, scratch, ep))                        \
     X(mr_pool2d_f32,                                                                                           \
       (const float *x, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW,           \
        int64_t OH, int64_t OW, int64_t stride_h, int64_t stride_w, int64_t pad_top, int64_t pad_left,          \

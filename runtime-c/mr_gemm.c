@@ -68,32 +68,28 @@ static inline float mr_q8_scale(const void *src, int64_t b)
  * conversion; NEON's fcvtl, shll and sxtl. Without them (the portable build) the
  * loops below are plain C.
  */
+#if defined(MR_AVX512) || defined(MR_AVX2)
+/* x86: the same intrinsics at either width, MR_QV(op) naming them; the loads of MR_QN
+ * 16-bit and 8-bit elements, and F16C's conversion, differ */
 #if defined(MR_AVX512)
 typedef __m512 mr_qv;
 #define MR_QN 16
-#define mr_qv_load _mm512_loadu_ps
-#define mr_qv_store _mm512_storeu_ps
-#define mr_qv_set1 _mm512_set1_ps
-#define mr_qv_mul _mm512_mul_ps
-#define mr_qv_fma(x, b, c) _mm512_fmadd_ps((x), (b), (c))
-static inline mr_qv mr_qv_f16(const uint16_t *h) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h)); }
-static inline mr_qv mr_qv_bf16(const uint16_t *h)
-{
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)h)), 16));
-}
-static inline mr_qv mr_qv_q8(const int8_t *q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)q))); }
-#elif defined(MR_AVX2)
+#define MR_QV(op) _mm512_##op
+#define mr_qv_from_bits _mm512_castsi512_ps
+#define mr_qv_load16(h) _mm256_loadu_si256((const __m256i *)(const void *)(h))
+#define mr_qv_load8(q) _mm_loadu_si128((const __m128i *)(const void *)(q))
+static inline mr_qv mr_qv_f16(const uint16_t *h) { return _mm512_cvtph_ps(mr_qv_load16(h)); }
+#else
 typedef __m256 mr_qv;
 #define MR_QN 8
-#define mr_qv_load _mm256_loadu_ps
-#define mr_qv_store _mm256_storeu_ps
-#define mr_qv_set1 _mm256_set1_ps
-#define mr_qv_mul _mm256_mul_ps
-#define mr_qv_fma(x, b, c) _mm256_fmadd_ps((x), (b), (c))
+#define MR_QV(op) _mm256_##op
+#define mr_qv_from_bits _mm256_castsi256_ps
+#define mr_qv_load16(h) _mm_loadu_si128((const __m128i *)(const void *)(h))
+#define mr_qv_load8(q) _mm_loadl_epi64((const __m128i *)(const void *)(q))
 static inline mr_qv mr_qv_f16(const uint16_t *h)
 {
 #if defined(MR_ISA_UNITY) || defined(__F16C__)
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
+    return _mm256_cvtph_ps(mr_qv_load16(h));
 #else /* -mavx2 -mfma without -mf16c */
     float f[8];
     int t;
@@ -101,11 +97,14 @@ static inline mr_qv mr_qv_f16(const uint16_t *h)
     return _mm256_loadu_ps(f);
 #endif
 }
-static inline mr_qv mr_qv_bf16(const uint16_t *h)
-{
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)h)), 16));
-}
-static inline mr_qv mr_qv_q8(const int8_t *q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))); }
+#endif
+#define mr_qv_load MR_QV(loadu_ps)
+#define mr_qv_store MR_QV(storeu_ps)
+#define mr_qv_set1 MR_QV(set1_ps)
+#define mr_qv_mul MR_QV(mul_ps)
+#define mr_qv_fma(x, b, c) MR_QV(fmadd_ps)((x), (b), (c))
+static inline mr_qv mr_qv_bf16(const uint16_t *h) { return mr_qv_from_bits(MR_QV(slli_epi32)(MR_QV(cvtepu16_epi32)(mr_qv_load16(h)), 16)); }
+static inline mr_qv mr_qv_q8(const int8_t *q) { return MR_QV(cvtepi32_ps)(MR_QV(cvtepi8_epi32)(mr_qv_load8(q))); }
 #elif defined(MR_NEON)
 typedef float32x4_t mr_qv;
 #define MR_QN 4
@@ -175,7 +174,7 @@ static void mr_dequant_rows(int type, const void *src, int64_t nb, int64_t e, in
 
 /* mr_dequant_run: elements [e, e + n) of the sequence (as mr_dequant_rows) to d: the
  * rest of e's block, whole blocks, then the start of the last. */
-static void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d)
+void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d)
 {
     const int64_t head = mr_min_i64(n, (32 - e % 32) % 32);
     mr_dequant_rows(type, src, nb, e, head > 0, head, d);
@@ -448,26 +447,41 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
 }
 
 /*
- * mr_sgemm_pack_a: copies the mr x kc block of A at (row ic, column pc) into ap as kc
- * columns of MR contiguous floats: ap[r*MR + i] = A[(ic+i)*a_rs + (pc+r)*a_cs] for
- * i < mr, zero for mr <= i < MR.
+ * mr_sgemm_pack_a: the mr x kc block of A at (row ic, column pc) into ap (MR * KC
+ * floats), rows mr and up zero, for the micro-kernel to read as a[i*ars + r*acs]. f32
+ * goes in as kc columns of MR (ars = 1, acs = MR). A narrow row with unit column stride
+ * is one run of stored elements, widened in vector registers (mr_dequant_run) straight
+ * into a row of kc floats (ars = kc, acs = 1: as A read in place); other narrow strides
+ * widen element by element.
  */
-void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t ic,
-                     int64_t pc, int64_t mr, int64_t kc, float *ap)
+void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64_t kc, float *ap, int64_t *ars,
+                     int64_t *acs)
 {
     const int64_t MR = MR_SGEMM_MR;
     int64_t i, r;
+    if (a->type != MR_F32 && a->cs == 1) {
+        for (i = 0; i < mr; ++i) mr_dequant_run(a->type, a->q, a->nb, a->off + (ic + i) * a->rs + pc, kc, ap + i * kc);
+        memset(ap + mr * kc, 0, sizeof(float) * (size_t)((MR - mr) * kc));
+        *ars = kc;
+        *acs = 1;
+        return;
+    }
     for (i = 0; i < mr; ++i) {
-        const float *s = A + (ic + i) * a_rs + pc * a_cs;
-        if (a_cs == 1) {
+        const int64_t e = a->off + (ic + i) * a->rs + pc * a->cs;
+        const float *s = (const float *)a->q + e;
+        if (a->type != MR_F32) {
+            for (r = 0; r < kc; ++r) mr_dequant_run(a->type, a->q, a->nb, e + r * a->cs, 1, ap + r * MR + i);
+        } else if (a->cs == 1) {
             for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r];
         } else {
-            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r * a_cs];
+            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r * a->cs];
         }
     }
     for (; i < MR; ++i) {
         for (r = 0; r < kc; ++r) ap[r * MR + i] = 0.0f;
     }
+    *ars = 1;
+    *acs = MR;
 }
 
 /*
@@ -822,13 +836,14 @@ static void mr_sgemm_store(const float *restrict t, int64_t mr, int64_t nr, floa
 }
 
 /*
- * mr_sgemm_driver: C = alpha * A * B + beta * C for an M x K matrix A (strided), a K x N
+ * mr_sgemm_driver: C = alpha * A * B + beta * C for an M x K matrix A (a), a K x N
  * matrix B described by src, and an M x N strided C; M, N, K >= 1. Loop nest (BLIS
  * order, minus the MC loop): N in blocks of NC, K in blocks of KC (pack the KC x NC
- * block of B onto the stack, unless it is in panels), the NR-wide micro-panels of the
- * B block, then M in blocks of MR (the kernel reads a full MR x KC sliver of A in place
- * when A has a unit row or column stride; a partial one is packed once per KC block, and
- * with no unit stride, each sliver is packed for each micro-panel).
+ * block of B onto the stack, unless it is in panels), then the NR-wide micro-panels of
+ * the B block and M in blocks of MR. An f32 A with a unit row or column stride is read
+ * in place by full MR x KC slivers (a partial one is packed once per KC block) with B's
+ * micro-panels outside; any other A (narrow, or no unit stride) is packed sliver by
+ * sliver, with its slivers outside, so each is packed once per KC block.
  */
 
 /* For the driver's prefetch: the in-place micro-panel it visits after the one at depth
@@ -853,34 +868,40 @@ static const float *mr_next_panel(const mr_bsrc *src, int64_t N, int64_t K, int6
 
 /* The packed product; the epilogue runs on each column panel once its last depth block
  * is added. */
-void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                     int64_t a_rs, int64_t a_cs, const mr_bsrc *src, float beta,
-                     float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
+void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a, const mr_bsrc *src,
+                     float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
     float bp[MR_SGEMM_KC * MR_SGEMM_NC];
     float ap[MR_SGEMM_MR * MR_SGEMM_KC];
     float tile[MR_SGEMM_MR * MR_SGEMM_NR];
     const int64_t slivers = (M + MR_SGEMM_MR - 1) / MR_SGEMM_MR;
-    int64_t jc, pc, ic, jr;
+    /* with a unit stride, an f32 A's full slivers are read in place and only a partial
+     * last one (rows [tail, M)) is packed, once for every micro-panel of B */
+    const int a_unit = a->type == MR_F32 && (a->cs == 1 || a->rs == 1);
+    const int64_t tail = M - M % MR_SGEMM_MR;
+    const float *A = (const float *)a->q + a->off; /* (f32 only) */
+    int64_t jc, pc, outer, inner;
     for (jc = 0; jc < N; jc += MR_SGEMM_NC) {
-        const int64_t nc = mr_min_i64(MR_SGEMM_NC, N - jc);
+        const int64_t nc = mr_min_i64(MR_SGEMM_NC, N - jc), npanels = (nc + MR_SGEMM_NR - 1) / MR_SGEMM_NR;
         for (pc = 0; pc < K; pc += MR_SGEMM_KC) {
             const int64_t kc = mr_min_i64(MR_SGEMM_KC, K - pc);
             const int first = pc == 0;
             const float bet = first ? beta : 1.0f;
             const int overwrite = first && beta == 0.0f;
             const int in_place = mr_panels_in_place(src);
-            /* with a unit stride, A's full slivers are read in place and only a partial
-             * last one (rows [tail, M)) is packed, once for every micro-panel of B */
-            const int a_unit = a_cs == 1 || a_rs == 1;
-            const int64_t tail = M - M % MR_SGEMM_MR;
+            int64_t tars = 1, tacs = MR_SGEMM_MR, pars = 1, pacs = MR_SGEMM_MR;
             if (!in_place) mr_sgemm_pack_b(src, pc, jc, kc, nc, bp);
-            if (a_unit && tail < M) mr_sgemm_pack_a(A, a_rs, a_cs, tail, pc, M - tail, kc, ap);
-            /* B's micro-panel outside, so it stays in L1 while every sliver of A passes
-             * it (A's slivers stream from L2, 32 bytes a step where B's panel would take
-             * 128: gpt_block's 128 x 768 x 2304 GEMM, 139 -> 158 GFLOP/s) */
-            for (jr = 0; jr < nc; jr += MR_SGEMM_NR) {
+            if (a_unit && tail < M) mr_sgemm_pack_a(a, tail, pc, M - tail, kc, ap, &tars, &tacs);
+            /* A read in place: B's micro-panel outside, so it stays in L1 while every
+             * sliver of A passes it (A's slivers stream from L2, 32 bytes a step where
+             * B's panel would take 128: gpt_block's 128 x 768 x 2304 GEMM, 139 -> 158
+             * GFLOP/s); A packed: its sliver outside, packed once */
+            for (outer = 0; outer < (a_unit ? npanels : slivers); ++outer) {
+              for (inner = 0; inner < (a_unit ? slivers : npanels); ++inner) {
+                const int64_t jr = (a_unit ? outer : inner) * MR_SGEMM_NR;
+                const int64_t ic = (a_unit ? inner : outer) * MR_SGEMM_MR;
                 const int64_t nr = mr_min_i64(MR_SGEMM_NR, nc - jr);
+                const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
                 /* B's micro-panel: packed, or in place in B's panels (which are
                  * zero-padded to whole panels, so a partial one reads zeros) */
                 const float *pb = in_place ? mr_panel_at(src, pc, jc + jr) : bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR;
@@ -889,31 +910,31 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *
                  * micro-panel's rows to prefetch (per each) */
                 int64_t next_kc = 0;
                 const float *next = in_place ? mr_next_panel(src, N, K, jc, nc, pc, jc + jr, &next_kc) : NULL;
-                const int64_t per = (next_kc + slivers - 1) / slivers;
-                for (ic = 0; ic < M; ic += MR_SGEMM_MR) {
-                    const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
-                    const int64_t pf0 = ic / MR_SGEMM_MR * per;
-                    const float *pf = pf0 < next_kc ? next + pf0 * bs : NULL;
-                    const int64_t pf_rows = pf ? mr_min_i64(per, next_kc - pf0) : 0;
-                    const float *pa = ap;
-                    int64_t ars = 1, acs = MR_SGEMM_MR;
-                    float *cij = C + ic * c_rs + (jc + jr) * c_cs;
-                    if (a_unit && mr == MR_SGEMM_MR) {
-                        pa = A + ic * a_rs + pc * a_cs;
-                        ars = a_rs;
-                        acs = a_cs;
-                    } else if (!a_unit) {
-                        mr_sgemm_pack_a(A, a_rs, a_cs, ic, pc, mr, kc, ap);
-                    }
-                    if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {
-                        /* a whole tile of a row-major C: written (or added to) directly, the
-                         * same values as through the tile and mr_sgemm_store */
-                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
-                    } else {
-                        mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
-                        mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
-                    }
+                const int64_t per = in_place ? (next_kc + slivers - 1) / slivers : 0;
+                const int64_t pf0 = in_place ? ic / MR_SGEMM_MR * per : 0;
+                const float *pf = pf0 < next_kc ? next + pf0 * bs : NULL;
+                const int64_t pf_rows = pf ? mr_min_i64(per, next_kc - pf0) : 0;
+                const float *pa = ap;
+                int64_t ars = tars, acs = tacs;
+                float *cij = C + ic * c_rs + (jc + jr) * c_cs;
+                if (a_unit && mr == MR_SGEMM_MR) {
+                    pa = A + ic * a->rs + pc * a->cs;
+                    ars = a->rs;
+                    acs = a->cs;
+                } else if (!a_unit) {
+                    if (jr == 0) mr_sgemm_pack_a(a, ic, pc, mr, kc, ap, &pars, &pacs);
+                    ars = pars;
+                    acs = pacs;
                 }
+                if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {
+                    /* a whole tile of a row-major C: written (or added to) directly, the
+                     * same values as through the tile and mr_sgemm_store */
+                    mr_sgemm_micro(kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
+                } else {
+                    mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
+                    mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
+                }
+              }
             }
         }
         mr_epi_call(at, 0, M, jc, jc + nc);
@@ -1007,6 +1028,7 @@ void mr_sgemm_at(int64_t M, int64_t N, int64_t K, float alpha,
                  float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
     mr_bsrc src;
+    mr_asrc a;
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         int64_t i, j;
@@ -1039,7 +1061,8 @@ void mr_sgemm_at(int64_t M, int64_t N, int64_t K, float alpha,
     src.p = B;
     src.rs = b_rs;
     src.cs = b_cs;
-    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
+    a = mr_asrc_f32(A, a_rs, a_cs);
+    mr_sgemm_driver(M, N, K, alpha, &a, &src, beta, C, c_rs, c_cs, at);
 }
 
 void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
@@ -1213,12 +1236,14 @@ static void mr_sgemm_panels_gemv_q(int64_t M, int64_t N, int64_t K, float alpha,
     }
 }
 
-/* mr_sgemm_panels_q with an epilogue at `at`; B's column j is column j0 + j of the
- * panels, of which there are `panels` in all (where a q8_0 B's int8 elements start). */
-void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
-                        int64_t a_cs, const void *Bp, int btype, int64_t panels, int64_t j0, float beta, float *C,
-                        int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
+/* mr_sgemm_panels_q with an epilogue at `at` and A given by a; B's column j is column
+ * j0 + j of the panels, of which there are `panels` in all (where a q8_0 B's int8
+ * elements start). A narrow A goes through the blocked driver, which packs it. */
+void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a, const void *Bp, int btype,
+                        int64_t panels, int64_t j0, float beta, float *C, int64_t c_rs, int64_t c_cs,
+                        const mr_epi_at *at)
 {
+    const float *A = (const float *)a->q + a->off; /* (an f32 A) */
     mr_bsrc src;
     if (M <= 0 || N <= 0) return;
     memset(&src, 0, sizeof src);
@@ -1231,26 +1256,26 @@ void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const floa
     src.j0 = j0;
     src.depth = K;
     if (K <= 0) {
-        mr_sgemm_at(M, N, 0, alpha, A, a_rs, a_cs, NULL, 0, 0, beta, C, c_rs, c_cs, at);
+        mr_sgemm_at(M, N, 0, alpha, NULL, 0, 0, NULL, 0, 0, beta, C, c_rs, c_cs, at);
         return;
     }
-    if (M <= (btype == MR_F32 ? MR_SGEMV_MAX_M : MR_SGEMV_Q_MAX_M) && j0 % MR_PANEL == 0) {
+    if (a->type == MR_F32 && M <= (btype == MR_F32 ? MR_SGEMV_MAX_M : MR_SGEMV_Q_MAX_M) && j0 % MR_PANEL == 0) {
         if (btype == MR_F32) {
-            mr_sgemm_panels_gemv(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+            mr_sgemm_panels_gemv(M, N, K, alpha, A, a->rs, a->cs, &src, beta, C, c_rs, c_cs);
         } else {
-            mr_sgemm_panels_gemv_q(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs);
+            mr_sgemm_panels_gemv_q(M, N, K, alpha, A, a->rs, a->cs, &src, beta, C, c_rs, c_cs);
         }
         mr_epi_call(at, 0, M, 0, N);
         return;
     }
-    mr_sgemm_driver(M, N, K, alpha, A, a_rs, a_cs, &src, beta, C, c_rs, c_cs, at);
+    mr_sgemm_driver(M, N, K, alpha, a, &src, beta, C, c_rs, c_cs, at);
 }
 
 void mr_sgemm_panels_q(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs, int64_t a_cs,
                        const void *Bp, int btype, float beta, float *C, int64_t c_rs, int64_t c_cs)
 {
-    mr_sgemm_panels_at(M, N, K, alpha, A, a_rs, a_cs, Bp, btype, (N + MR_PANEL - 1) / MR_PANEL, 0, beta, C, c_rs,
-                       c_cs, NULL);
+    const mr_asrc a = mr_asrc_f32(A, a_rs, a_cs);
+    mr_sgemm_panels_at(M, N, K, alpha, &a, Bp, btype, (N + MR_PANEL - 1) / MR_PANEL, 0, beta, C, c_rs, c_cs, NULL);
 }
 
 void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,

@@ -161,12 +161,15 @@
 #define mr_conv2d_f32_mt MR_VARIANT(mr_conv2d_f32_mt)
 #define mr_conv2d_winograd_f32 MR_VARIANT(mr_conv2d_winograd_f32)
 #define mr_conv2d_winograd_f32_mt MR_VARIANT(mr_conv2d_winograd_f32_mt)
+#define mr_conv2d_q_mt MR_VARIANT(mr_conv2d_q_mt)
+#define mr_conv2d_winograd_q_mt MR_VARIANT(mr_conv2d_winograd_q_mt)
 #define mr_pool2d_f32 MR_VARIANT(mr_pool2d_f32)
 #define mr_pool2d_f32_mt MR_VARIANT(mr_pool2d_f32_mt)
 #define mr_softmax_f32 MR_VARIANT(mr_softmax_f32)
 #define mr_softmax_f32_mt MR_VARIANT(mr_softmax_f32_mt)
 /* internal (declared below) */
 #define mr_sgemm_pack_a MR_VARIANT(mr_sgemm_pack_a)
+#define mr_dequant_run MR_VARIANT(mr_dequant_run)
 #define mr_sgemm_micro MR_VARIANT(mr_sgemm_micro)
 #define mr_sgemm_micro_taps MR_VARIANT(mr_sgemm_micro_taps)
 #define mr_sgemm_driver MR_VARIANT(mr_sgemm_driver)
@@ -274,6 +277,8 @@ MR_HIDE(mr_conv2d_f32)
 MR_HIDE(mr_conv2d_f32_mt)
 MR_HIDE(mr_conv2d_winograd_f32)
 MR_HIDE(mr_conv2d_winograd_f32_mt)
+MR_HIDE(mr_conv2d_q_mt)
+MR_HIDE(mr_conv2d_winograd_q_mt)
 MR_HIDE(mr_pool2d_f32)
 MR_HIDE(mr_pool2d_f32_mt)
 MR_HIDE(mr_softmax_f32)
@@ -351,6 +356,32 @@ typedef struct mr_bsrc {
     int64_t depth; /* panels: rows of B (a panel holds depth * MR_PANEL floats) */
 } mr_bsrc;
 
+/*
+ * mr_asrc: the GEMM driver's A operand: A(i, k) is element off + i*rs + k*cs of a
+ * sequence stored as `type` (mithril_runtime.h's types) at q; nb is the sequence's
+ * number of q8_0 scales (its int8 elements start after them), so a q8_0 element's scale
+ * is that of its block in the whole sequence. f32 is read in place where the kernel can;
+ * narrow types are widened as they are packed.
+ */
+typedef struct {
+    const void *q;
+    int type;
+    int64_t nb, off, rs, cs;
+} mr_asrc;
+
+/* An f32 A as a mr_asrc. */
+static inline mr_asrc mr_asrc_f32(const float *A, int64_t a_rs, int64_t a_cs)
+{
+    mr_asrc a;
+    a.q = A;
+    a.type = MR_F32;
+    a.nb = 0;
+    a.off = 0;
+    a.rs = a_rs;
+    a.cs = a_cs;
+    return a;
+}
+
 /* Where a block of a product lies in the epilogue's coordinates: (n, i + row, j + col). */
 typedef struct {
     const mr_epilogue *ep;
@@ -365,8 +396,9 @@ static inline void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int6
 }
 
 /* mr_gemm.c */
-MR_INTERNAL void mr_sgemm_pack_a(const float *A, int64_t a_rs, int64_t a_cs, int64_t ic,
-                                 int64_t pc, int64_t mr, int64_t kc, float *ap);
+MR_INTERNAL void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d);
+MR_INTERNAL void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64_t kc, float *ap,
+                                 int64_t *ars, int64_t *acs);
 MR_INTERNAL void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                 const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                                 const float *pf, int64_t pf_rows);
@@ -375,20 +407,20 @@ MR_INTERNAL void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_
                                      const float *restrict base, const int64_t *off, float *restrict out,
                                      int64_t out_rs, int64_t mr, int64_t nr, int add);
 #endif
-MR_INTERNAL void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                                 int64_t a_rs, int64_t a_cs, const mr_bsrc *src, float beta,
+MR_INTERNAL void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a,
+                                 const mr_bsrc *src, float beta,
                                  float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at);
 MR_INTERNAL void mr_sgemm_at(int64_t M, int64_t N, int64_t K, float alpha,
                              const float *A, int64_t a_rs, int64_t a_cs,
                              const float *B, int64_t b_rs, int64_t b_cs,
                              float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at);
-MR_INTERNAL void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
-                                    int64_t a_cs, const void *Bp, int btype, int64_t panels, int64_t j0, float beta,
+MR_INTERNAL void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a,
+                                    const void *Bp, int btype, int64_t panels, int64_t j0, float beta,
                                     float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at);
 
 /* mr_conv.c */
 MR_INTERNAL int mr_conv_direct(int64_t O, int64_t groups);
-MR_INTERNAL void mr_conv2d_at(const float *x, const float *w, float *y,
+MR_INTERNAL void mr_conv2d_at(const float *x, const void *w, int wtype, float *y,
                               int64_t N, int64_t C, int64_t H, int64_t W,
                               int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
                               int64_t stride_h, int64_t stride_w,

@@ -51,7 +51,8 @@ static void mr_sgemm_task(void *ctx, int64_t begin, int64_t end)
         at.i = 0;
         at.j = j0;
         if (j->panels) {
-            mr_sgemm_panels_at(j->M, j1 - j0, j->K, j->alpha, j->A, j->a_rs, j->a_cs, j->Bq, j->btype,
+            const mr_asrc a = mr_asrc_f32(j->A, j->a_rs, j->a_cs);
+            mr_sgemm_panels_at(j->M, j1 - j0, j->K, j->alpha, &a, j->Bq, j->btype,
                                (j->N + MR_PANEL - 1) / MR_PANEL, j0, j->beta, j->C + j0 * j->c_cs, j->c_rs, j->c_cs,
                                &at);
         } else {
@@ -113,7 +114,9 @@ void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t
 }
 
 typedef struct {
-    const float *x, *w;
+    const float *x;
+    const void *w;
+    int wtype;
     float *y;
     int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, groups, chunks, per_chunk;
     const mr_epilogue *ep;
@@ -133,7 +136,7 @@ static void mr_conv_task(void *ctx, int64_t begin, int64_t end)
         int64_t p1;
         next = mr_min_i64(end, (n + 1) * j->chunks);
         p1 = mr_min_i64(P, (next - n * j->chunks) * j->per_chunk);
-        mr_conv2d_at(j->x + n * j->C * j->H * j->W, j->w, j->y + n * j->O * P, 1, j->C, j->H, j->W, j->O, j->KH,
+        mr_conv2d_at(j->x + n * j->C * j->H * j->W, j->w, j->wtype, j->y + n * j->O * P, 1, j->C, j->H, j->W, j->O, j->KH,
                      j->KW, j->OH, j->OW, j->sh, j->sw, j->pt, j->pl, j->dh, j->dw, j->groups, j->ep, n, p0, p1);
     }
 }
@@ -145,15 +148,26 @@ void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w,
                       int64_t pad_top, int64_t pad_left,
                       int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep)
 {
+    mr_conv2d_q_mt(threads, x, w, MR_F32, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left,
+                   dil_h, dil_w, groups, ep);
+}
+
+void mr_conv2d_q_mt(const mr_threads *threads, const float *x, const void *w, int wtype, float *y,
+                    int64_t N, int64_t C, int64_t H, int64_t W,
+                    int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                    int64_t stride_h, int64_t stride_w,
+                    int64_t pad_top, int64_t pad_left,
+                    int64_t dil_h, int64_t dil_w, int64_t groups, const mr_epilogue *ep)
+{
     mr_conv_job job;
     const int64_t P = OH * OW;
     const double macs = (double)N * (double)O * (double)P * (double)(C / (groups > 0 ? groups : 1)) * (double)(KH * KW);
     if (!threads || !threads->parallel_for || macs < MR_MT_MIN_MACS || (N <= 1 && mr_conv_direct(O, groups))) {
-        mr_conv2d_at(x, w, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,
-                     groups, ep, 0, 0, P);
+        mr_conv2d_at(x, w, wtype, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h,
+                     dil_w, groups, ep, 0, 0, P);
         return;
     }
-    job.x = x; job.w = w; job.y = y; job.N = N; job.C = C; job.H = H; job.W = W; job.O = O;
+    job.x = x; job.w = w; job.wtype = wtype; job.y = y; job.N = N; job.C = C; job.H = H; job.W = W; job.O = O;
     job.KH = KH; job.KW = KW; job.OH = OH; job.OW = OW; job.sh = stride_h; job.sw = stride_w;
     job.pt = pad_top; job.pl = pad_left; job.dh = dil_h; job.dw = dil_w; job.groups = groups;
     job.ep = ep;

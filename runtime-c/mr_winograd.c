@@ -34,7 +34,9 @@
  * number, and each block is computed the same way as serially.
  */
 typedef struct {
-    const float *x, *u;
+    const float *x;
+    const void *u; /* stored as utype */
+    int utype;
     float *y, *scratch;
     int64_t C, H, W, O, OH, OW, pt, pl, TW, T, tiles, blocks, chunks;
     const mr_epilogue *ep;
@@ -349,8 +351,16 @@ static void mr_wino_task(void *ctx, int64_t s0, int64_t s1)
             const int64_t g0 = b * MR_PANEL, nt = mr_min_i64(MR_PANEL, j->tiles - g0);
             mr_wino_input(j, g0, nt, v);
             for (xi = 0; xi < 36; ++xi) {
-                mr_sgemm_panels(j->O, MR_PANEL, j->C, 1.0f, j->u + xi * j->O * j->C, j->C, 1, v + xi * vs, 0.0f,
-                                m + xi * ms, MR_PANEL, 1);
+                /* u[xi]: [O, C] at element xi*O*C of u (narrow: widened as it is packed) */
+                mr_asrc a;
+                a.q = j->u;
+                a.type = j->utype;
+                a.nb = (36 * j->O * j->C + 31) / 32;
+                a.off = xi * j->O * j->C;
+                a.rs = j->C;
+                a.cs = 1;
+                mr_sgemm_panels_at(j->O, MR_PANEL, j->C, 1.0f, &a, v + xi * vs, MR_F32, 1, 0, 0.0f, m + xi * ms,
+                                   MR_PANEL, 1, NULL);
             }
             mr_wino_output(j, m, g0, nt);
             if (j->ep) mr_wino_epilogue(j, g0, nt);
@@ -362,9 +372,16 @@ void mr_conv2d_winograd_f32_mt(const mr_threads *threads, const float *x, const 
                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
                                int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep)
 {
+    mr_conv2d_winograd_q_mt(threads, x, u, MR_F32, y, N, C, H, W, O, OH, OW, pad_top, pad_left, scratch, ep);
+}
+
+void mr_conv2d_winograd_q_mt(const mr_threads *threads, const float *x, const void *u, int utype, float *y,
+                             int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH, int64_t OW,
+                             int64_t pad_top, int64_t pad_left, float *scratch, const mr_epilogue *ep)
+{
     mr_wino_job job;
     if (N <= 0 || O <= 0 || OH <= 0 || OW <= 0) return;
-    job.x = x; job.u = u; job.y = y; job.scratch = scratch; job.ep = ep;
+    job.x = x; job.u = u; job.utype = utype; job.y = y; job.scratch = scratch; job.ep = ep;
     job.C = C; job.H = H; job.W = W; job.O = O; job.OH = OH; job.OW = OW; job.pt = pad_top; job.pl = pad_left;
     job.TW = (OW + 3) / 4;
     job.T = MR_WINOGRAD_TILES(OH, OW);

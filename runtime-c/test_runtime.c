@@ -396,10 +396,26 @@ static unsigned char *quantize(int type, const float *x, int64_t n)
     return p;
 }
 
+static const char *const type_names[] = {"f32", "f16", "bf16", "q8_0"};
+
 static int same_value(float got, double want)
 {
     if (want != want) return got != got;
     return (double)got == want && (want != 0.0 || !signbit(got) == !signbit(want));
+}
+
+/* mr_dequantize of n 16-bit values (f16 or bf16) against their values `want` */
+static void check_dequantize_table(int type, const uint16_t *h, const double *want, int n, float *d)
+{
+    int i, ok = 1;
+    mr_dequantize(type, h, n, d);
+    for (i = 0; i < n; ++i) {
+        if (!same_value(d[i], want[i])) {
+            printf("FAIL dequantize %s %#06x: got %.9g, expected %.9g\n", type_names[type], h[i], d[i], want[i]);
+            ok = 0;
+        }
+    }
+    record(ok);
 }
 
 static void test_dequantize(void)
@@ -421,22 +437,8 @@ static void test_dequantize(void)
     float scale;
     int i, ok;
     /* hand-picked values */
-    mr_dequantize(MR_F16, h, nh, d);
-    for (i = 0, ok = 1; i < nh; ++i) {
-        if (!same_value(d[i], hv[i])) {
-            printf("FAIL dequantize f16 %#06x: got %.9g, expected %.9g\n", h[i], d[i], hv[i]);
-            ok = 0;
-        }
-    }
-    record(ok);
-    mr_dequantize(MR_BF16, bh, nbh, d);
-    for (i = 0, ok = 1; i < nbh; ++i) {
-        if (!same_value(d[i], bv[i])) {
-            printf("FAIL dequantize bf16 %#06x: got %.9g, expected %.9g\n", bh[i], d[i], bv[i]);
-            ok = 0;
-        }
-    }
-    record(ok);
+    check_dequantize_table(MR_F16, h, hv, nh, d);
+    check_dequantize_table(MR_BF16, bh, bv, nbh, d);
     /* every binary16 against its definition, and an odd start and length (n = 65533) */
     for (i = 0; i < 65536; ++i) all[i] = (uint16_t)i;
     mr_dequantize(MR_F16, all, 65536, d);
@@ -533,7 +535,7 @@ static void q_reverse_items(void *user, mr_task task, void *ctx, int64_t n)
 static void test_panels_q_case(int type, int64_t M, int64_t N, int64_t K, int la, int lc, float alpha, float beta,
                                int mt)
 {
-    static const char *names[] = {"f32", "f16", "bf16", "q8_0"};
+    const char *const *names = type_names;
     const int64_t panels = (N + MR_PANEL - 1) / MR_PANEL, nel = panels * K * MR_PANEL;
     const view va = make_view(M, K, la), vc = make_view(M, N, lc);
     float *A = rand_floats(va.size), *Bf = (float *)calloc((size_t)nel + 1, sizeof(float));
@@ -717,6 +719,35 @@ static void conv_reference(const conv_cfg *c, int64_t OH, int64_t OW, const floa
     }
 }
 
+/* mr_conv2d_q_mt (serial) with w stored as each type: the same values, bit for bit, as
+ * mr_conv2d_f32 on the dequantized weights (the same sums in the same order; narrow
+ * weights only change where they are widened). y: c's output by mr_conv2d_f32 on w. */
+static void test_conv_q(const conv_cfg *c, const float *x, const float *w, const float *y, int64_t OH, int64_t OW,
+                        const char *name)
+{
+    const int64_t nw = c->O * (c->C / c->groups) * c->KH * c->KW, ny = c->N * c->O * OH * OW;
+    float *wd = (float *)xmalloc(sizeof(float) * (size_t)(nw + 1));
+    float *yf = nan_floats(ny + 1), *yq = nan_floats(ny + 1);
+    int type;
+    for (type = MR_F32; type <= MR_Q8_0; ++type) {
+        unsigned char *wq = quantize(type, w, nw);
+        int ok;
+        mr_dequantize(type, wq, nw, wd);
+        mr_conv2d_f32(x, wd, yf, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, OH, OW, c->sh, c->sw, c->pt, c->pl,
+                      c->dh, c->dw, c->groups);
+        mr_conv2d_q_mt(NULL, x, wq, type, yq, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, OH, OW, c->sh, c->sw, c->pt,
+                       c->pl, c->dh, c->dw, c->groups, NULL);
+        ok = memcmp(yf, yq, sizeof(float) * (size_t)(ny + 1)) == 0;
+        /* f32 is mr_conv2d_f32 itself */
+        ok = ok && (type != MR_F32 || memcmp(yq, y, sizeof(float) * (size_t)ny) == 0);
+        if (!ok) printf("FAIL %s: mr_conv2d_q_mt %s differs from mr_conv2d_f32 on the dequantized weights\n", name,
+                        type_names[type]);
+        record(ok);
+        free(wq);
+    }
+    free(wd); free(yf); free(yq);
+}
+
 static void test_conv_case(const conv_cfg *c)
 {
     const int64_t OH = out_len(c->H, c->KH, c->sh, c->pt, c->pb, c->dh);
@@ -747,6 +778,7 @@ static void test_conv_case(const conv_cfg *c)
         ok = 0;
     }
     record(ok);
+    test_conv_q(c, x, w, y, OH, OW, name);
     free(x); free(w); free(y); free(ref); free(mag);
 }
 
@@ -780,6 +812,30 @@ static void test_winograd_case(int64_t N, int64_t C, int64_t H, int64_t W, int64
         ok = 0;
     }
     record(ok);
+    /* u stored as each type: mr_conv2d_winograd_f32 on the dequantized u, up to the
+     * order of the sums (a few output channels take a different GEMM in f32) */
+    {
+        float *ud = (float *)xmalloc(sizeof(float) * (size_t)(36 * O * C)), *yq = nan_floats(ny + 1);
+        double *yd = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
+        int type;
+        for (type = MR_F32; type <= MR_Q8_0; ++type) {
+            unsigned char *uq = quantize(type, u, 36 * O * C);
+            char qname[200];
+            mr_dequantize(type, uq, 36 * O * C, ud);
+            mr_conv2d_winograd_f32(x, ud, y, N, C, H, W, O, OH, OW, pt, pl, scratch);
+            for (k = 0; k < ny; ++k) yd[k] = (double)y[k];
+            mr_conv2d_winograd_q_mt(NULL, x, uq, type, yq, N, C, H, W, O, OH, OW, pt, pl, scratch, NULL);
+            snprintf(qname, sizeof qname, "%s winograd_q %s", name, type_names[type]);
+            ok = compare(qname, yq, yd, mag, ny, 0);
+            if (ok && (!isnan(yq[ny]) || !isnan(scratch[ns]))) {
+                printf("FAIL %s: wrote past the end of y or the scratch\n", qname);
+                ok = 0;
+            }
+            record(ok);
+            free(uq);
+        }
+        free(ud); free(yq); free(yd);
+    }
     free(x); free(w); free(u); free(y); free(scratch); free(ref); free(mag);
 }
 
@@ -834,6 +890,11 @@ static void test_conv(void)
         {1, 3, 12, 40, 8, 3, 3, 1, 1, 0, 0, -2, -3, 1, 1, 1}, /* cropped: OW < W - 2 */
         {2, 3, 1, 70, 8, 1, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},    /* 1-d */
         {1, 2, 5, 5, 8, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},     /* one output position */
+        /* for narrow weights: a direct path with Cg*KH*KW = 360 > KC (widened in parts),
+         * groups that start inside a q8_0 block (Og*Cg*KH*KW = 45, 150) */
+        {1, 40, 6, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+        {1, 10, 6, 6, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2},
+        {1, 12, 8, 9, 18, 1, 5, 1, 1, 0, 0, 0, 0, 1, 1, 3},
     };
     int i;
     for (i = 0; i < (int)(sizeof fixed / sizeof fixed[0]); ++i) test_conv_case(&fixed[i]);

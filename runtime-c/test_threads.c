@@ -1,5 +1,5 @@
-/* test_threads.c: mr_sgemm_mt, mr_sgemm_panels_mt, mr_sgemm_panels_q_mt (f16, bf16, q8_0), mr_conv2d_f32_mt and
- * mr_conv2d_winograd_f32_mt through a parallel_for that splits the range into single items run in reverse order (as an unlucky scheduler might)
+/* test_threads.c: mr_sgemm_mt, mr_sgemm_panels_mt, mr_sgemm_panels_q_mt (f16, bf16, q8_0), mr_conv2d_f32_mt,
+ * mr_conv2d_winograd_f32_mt and their narrow-weight versions (mr_conv2d_q_mt, mr_conv2d_winograd_q_mt) through a parallel_for that splits the range into single items run in reverse order (as an unlucky scheduler might)
  * give exactly the serial results, and their epilogues see every element exactly once,
  * after it is final. Prints "N passed, M failed". Not part of the runtime. */
 #include <stdio.h>
@@ -8,6 +8,7 @@
 
 #include "mithril_runtime.h"
 #include "test_isa.h"
+#include "test_narrow.h"
 
 static int passed, failed;
 
@@ -109,25 +110,12 @@ int main(void) {
             }
             {
                 /* The same panels stored narrow (any bits will do: threaded must equal
-                 * serial): bf16 the floats' upper halves, f16 values in [0.5, 1) with
-                 * the floats' signs, q8_0 the floats as scales and a byte pattern. */
-                const int64_t n = panels * K * MR_PANEL, nb = (n + 31) / 32;
+                 * serial) */
+                const int64_t n = panels * K * MR_PANEL;
                 unsigned char *Bq = malloc((size_t)MR_STORED_BYTES(MR_F32, n));
                 int type;
                 for (type = MR_F16; type <= MR_Q8_0; ++type) {
-                    int64_t e;
-                    if (type == MR_Q8_0) {
-                        memcpy(Bq, Bp, 4 * (size_t)nb);
-                        for (e = 0; e < n; ++e) Bq[4 * nb + e] = (unsigned char)(e * 37 + 11);
-                    } else {
-                        for (e = 0; e < n; ++e) {
-                            uint32_t u;
-                            uint16_t h;
-                            memcpy(&u, &Bp[e], 4);
-                            h = (uint16_t)(type == MR_BF16 ? u >> 16 : (0x3800u | ((u >> 13) & 0x3ffu)) ^ ((u >> 16) & 0x8000u));
-                            memcpy(Bq + 2 * e, &h, 2);
-                        }
-                    }
+                    narrow_bits(type, Bp, n, Bq);
                     mr_sgemm_panels_q(M, N, K, 1.0f, A, K, 1, Bq, type, 0.0f, C1, N, 1);
                     mr_sgemm_panels_q_mt(&threads, M, N, K, 1.0f, A, K, 1, Bq, type, 0.0f, C2, N, 1, NULL);
                     same("mr_sgemm_panels_q_mt", C1, C2, (size_t)(M * N));
@@ -185,6 +173,21 @@ int main(void) {
                 same("mr_conv2d_f32_mt with an epilogue", y1, y2, ny);
                 once_each("mr_conv2d_f32_mt's epilogue", visits, ny);
             }
+            {
+                /* w stored narrow: threaded equals serial */
+                unsigned char *wq = malloc((size_t)MR_STORED_BYTES(MR_F32, nw));
+                int type;
+                for (type = MR_F16; type <= MR_Q8_0; ++type) {
+                    narrow_bits(type, w, (int64_t)nw, wq);
+                    mr_conv2d_q_mt(NULL, x, wq, type, y1, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], NULL);
+                    apply_bias_relu(y1, c[0], c[4], OH * OW, bias);
+                    memset(visits, 0, sizeof(int) * ny);
+                    mr_conv2d_q_mt(&threads, x, wq, type, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], &ep);
+                    same("mr_conv2d_q_mt with an epilogue", y1, y2, ny);
+                    once_each("mr_conv2d_q_mt's epilogue", visits, ny);
+                }
+                free(wq);
+            }
             free(x); free(w); free(y1); free(y2); free(bias); free(visits);
         }
     }
@@ -216,6 +219,20 @@ int main(void) {
                 mr_conv2d_winograd_f32_mt(t ? &threads : NULL, x, u, y2, c[0], c[1], c[2], c[3], c[4], OH, OW, p, p, scratch, &ep);
                 same("mr_conv2d_winograd_f32_mt with an epilogue", y1, y2, ny);
                 once_each("mr_conv2d_winograd_f32_mt's epilogue", visits, ny);
+            }
+            {
+                unsigned char *uq = malloc((size_t)MR_STORED_BYTES(MR_F32, nu));
+                int type;
+                for (type = MR_F16; type <= MR_Q8_0; ++type) {
+                    narrow_bits(type, u, (int64_t)nu, uq);
+                    mr_conv2d_winograd_q_mt(NULL, x, uq, type, y1, c[0], c[1], c[2], c[3], c[4], OH, OW, p, p, scratch, NULL);
+                    apply_bias_relu(y1, c[0], c[4], OH * OW, bias);
+                    memset(visits, 0, sizeof(int) * ny);
+                    mr_conv2d_winograd_q_mt(&threads, x, uq, type, y2, c[0], c[1], c[2], c[3], c[4], OH, OW, p, p, scratch, &ep);
+                    same("mr_conv2d_winograd_q_mt with an epilogue", y1, y2, ny);
+                    once_each("mr_conv2d_winograd_q_mt's epilogue", visits, ny);
+                }
+                free(uq);
             }
             free(x); free(u); free(y1); free(y2); free(scratch); free(bias); free(visits);
         }

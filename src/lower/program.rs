@@ -358,6 +358,24 @@ pub struct Port {
     pub stored: Stored,
 }
 
+impl Port {
+    /// Whether kernel `k` reads this weight (of `len` elements) as it is stored, narrow
+    /// or not: as the right operand of a product in column panels (`mr_sgemm_panels_q`
+    /// widens them as it reads them), or as the whole weight of a convolution, row-major
+    /// or Winograd-transformed (`mr_conv2d_q_mt` and `mr_conv2d_winograd_q_mt` widen it
+    /// as they pack it).
+    pub fn read_as_stored(&self, k: &Kernel, len: u64) -> bool {
+        match k {
+            Kernel::Gemm { a, b, .. } => self.layout == Layout::Panels && b.buf == self.buf && a.buf != self.buf,
+            Kernel::Conv { x, w, .. } => {
+                let whole = w.offset == 0 && (self.layout == Layout::Winograd || (w.is_contiguous() && w.numel() == len));
+                matches!(self.layout, Layout::RowMajor | Layout::Winograd) && w.buf == self.buf && x.buf != self.buf && whole
+            }
+            _ => false,
+        }
+    }
+}
+
 /// How a weight's elements are stored in the weights blob: its buffer's own element
 /// type, or (for an f32 weight of a matrix product or convolution, `--quantize`) a
 /// narrower form that the kernels read through a conversion to f32. The numbering is

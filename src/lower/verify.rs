@@ -102,14 +102,13 @@ fn ports(p: &Program) -> Result<()> {
             }
         }
     }
-    // A weight stored narrow is read only through a conversion: a dequantization, or (in
-    // panels) the right operand of a product that widens it as it reads.
+    // A weight stored narrow is read only through a conversion: a dequantization, or a
+    // kernel that widens it as it reads (`Port::read_as_stored`).
     for (i, step) in p.steps.iter().enumerate() {
         for w in p.weights.iter().filter(|w| w.stored != Stored::F32) {
             let widened = match &step.kernel {
                 Kernel::Dequantize { w: v, .. } => v.buf == w.buf,
-                Kernel::Gemm { a, b, .. } => w.layout == Layout::Panels && b.buf == w.buf && a.buf != w.buf,
-                _ => false,
+                k => w.read_as_stored(k, p.buffers[w.buf.0].len),
             };
             if !widened && kernel_read_uses(&step.kernel).contains(&w.buf) {
                 return Err(fail(format!("kernel {i} reads weight {:?}, stored as {}, without widening it", w.name, w.stored.name())));

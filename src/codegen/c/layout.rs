@@ -14,10 +14,13 @@
 //! - with `--quantize` ([`Stored`] other than f32), stores narrow every f32 weight whose
 //!   every read is a matmul's right operand or a convolution's weight: the elements of
 //!   its layout, narrowed (`codegen::weights` writes them). A weight in panels is read so
-//!   by the GEMM (`mr_sgemm_panels_q`); any other is widened by a
-//!   [`Kernel::Dequantize`] into an arena buffer before its first reader, which the
-//!   readers read instead (planned by `memory` like any temporary). Everything else
-//!   (biases, norms, embeddings) stays f32.
+//!   by the GEMM (`mr_sgemm_panels_q`), a convolution's whole weight (row-major or
+//!   Winograd-transformed) by the convolution (`mr_conv2d_q_mt`,
+//!   `mr_conv2d_winograd_q_mt`), which widen it as they pack it
+//!   ([`crate::lower::Port::read_as_stored`]); any other (a matmul's right operand not in
+//!   panels) is widened by a [`Kernel::Dequantize`] into an arena buffer before its
+//!   first reader, which the readers read instead (planned by `memory` like any
+//!   temporary). Everything else (biases, norms, embeddings) stays f32.
 //!
 //! [`stored_values`] writes a weight's values in its layout (the weights blob).
 //! With [`run_row_major`] (training: a training step updates the weights in place with
@@ -87,11 +90,15 @@ fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<
         by_winograd[w.buf.0] = true;
     }
     let mut add = Additions::new(p);
-    // A narrowed weight not in panels: widened before its first reader, into an arena
-    // buffer its readers read instead.
-    for w in p.weights.iter().filter(|w| w.stored != Stored::F32 && w.layout != Layout::Panels) {
-        let Some(first) = p.steps.iter().position(|s| crate::lower::kernel_reads(&s.kernel).contains(&w.buf)) else { continue };
+    // A narrowed weight that some reader cannot read as stored: widened before its
+    // first reader, into an arena buffer its readers read instead.
+    for w in p.weights.iter().filter(|w| w.stored != Stored::F32) {
         let b = &p.buffers[w.buf.0];
+        let readers: Vec<usize> = (0..p.steps.len()).filter(|&i| crate::lower::kernel_reads(&p.steps[i].kernel).contains(&w.buf)).collect();
+        let Some(&first) = readers.first() else { continue };
+        if readers.iter().all(|&i| w.read_as_stored(&p.steps[i].kernel, b.len)) {
+            continue;
+        }
         let wide = add.buffer(w.buf.0 + 1, Buffer { name: format!("{}_f32", b.name), dtype: Dtype::F32, len: b.len, storage: Storage::Arena { offset: 0 } });
         let kernel = Kernel::Dequantize { w: View::contiguous(w.buf, &[b.len]), out: View::contiguous(wide, &[b.len]), stored: w.stored };
         let origins = vec![format!("{} stored as {}, widened to f32", w.name, w.stored.name())];

@@ -9,7 +9,7 @@ use crate::codegen::cstyle::kernel::product;
 use crate::codegen::cstyle::{pad, Renderer};
 use crate::error::{Error, Result};
 use crate::ir::{Dtype, PoolKind};
-use crate::lower::{Kernel, Stored, View};
+use crate::lower::{Kernel, Layout, Stored, View};
 
 /// Kernel `k`'s epilogue as an `mr_epilogue_fn` named `<name>_e<k>` that rewrites a
 /// block of the result (see `mithril_runtime.h`); false when the kernel has none.
@@ -114,24 +114,29 @@ fn flatten_spatial(e: &crate::lower::Expr, ow: u64) -> Option<crate::lower::Expr
 
 /// A kernel that calls the runtime, inline in the forward function; `ext` are the
 /// extents of its domain, `ep` the address of its `mr_epilogue`, if it has one;
-/// `panels` marks the weights stored in column panels, with their stored forms.
-pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, panels: &[Option<Stored>], s: &mut String) -> Result<()> {
+/// `weights` gives the weights' layouts and stored forms, by buffer.
+pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str>, weights: &[Option<(Layout, Stored)>], s: &mut String) -> Result<()> {
     let ep_arg = ep.unwrap_or("NULL");
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
         Kernel::Attention { .. } => return Err(Error::internal("the C runtime has no attention kernel (`LIBRARY`)".to_string())),
-        Kernel::Gemm { a, b, c, .. } => gemm(r, a, b, c, ext, ep, true, panels, s)?,
+        Kernel::Gemm { a, b, c, .. } => gemm(r, a, b, c, ext, ep, true, weights, s)?,
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (&ext[0], x.shape[1]);
             let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
             let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
+            // A narrow weight is widened as the convolution packs it.
+            let (q, wtype) = match weights[w.buf.0].map_or(Stored::F32, |(_, stored)| stored) {
+                Stored::F32 => ("f32", String::new()),
+                narrow => ("q", format!(", {}", super::runtime_type(narrow))),
+            };
             if let Some(scratch) = scratch {
                 let _ = writeln!(
                     s,
-                    "        mr_conv2d_winograd_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {oh}, {ow}, {}, {}, {}, {ep_arg});",
+                    "        mr_conv2d_winograd_{q}_mt(threads, {}, {}{wtype}, {}, {n}, {ch}, {h}, {wd}, {}, {oh}, {ow}, {}, {}, {}, {ep_arg});",
                     base(r, x),
                     base(r, w),
                     base(r, out),
@@ -144,7 +149,7 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
             }
             let _ = writeln!(
                 s,
-                "        mr_conv2d_f32_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {ep_arg});",
+                "        mr_conv2d_{q}_mt(threads, {}, {}{wtype}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {ep_arg});",
                 base(r, x),
                 base(r, w),
                 base(r, out),
@@ -252,8 +257,8 @@ pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
 /// element types loops: `LIBRARY`); `at` is the address of the `mr_epilogue` that runs
 /// its epilogue. With
 /// `batch_loops`, loops over the batch dimensions come first; without, the caller has
-/// set the batch loop variables. `panels` marks the weights stored in column panels,
-/// with their stored forms.
+/// set the batch loop variables. `weights` gives the weights' layouts and stored forms,
+/// by buffer (those in column panels are read so).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     r: &Renderer<C>,
@@ -263,7 +268,7 @@ pub fn gemm(
     ext: &[String],
     at: Option<&str>,
     batch_loops: bool,
-    panels: &[Option<Stored>],
+    weights: &[Option<(Layout, Stored)>],
     s: &mut String,
 ) -> Result<()> {
     let rank = c.shape.len();
@@ -288,7 +293,7 @@ pub fn gemm(
     };
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
     require_f32(r, &[a, b, c], "matrix product")?;
-    if let Some(stored) = panels[b.buf.0] {
+    if let Some((Layout::Panels, stored)) = weights[b.buf.0] {
         // A weight in column panels: the whole [K, N] matrix, the same for every batch
         // index (lowering stores a weight so only when every use is such an operand).
         if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) {

@@ -21,11 +21,11 @@ use crate::lower::{Kernel, Layout, Program, Storage, Stored, View};
 pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result<()> {
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d: &C, names: &names, loads: None };
-    // Weights stored in column panels, by buffer, with their stored form (looked up at
-    // each matmul).
-    let mut panels = vec![None; p.buffers.len()];
-    for w in p.weights.iter().filter(|w| w.layout == Layout::Panels) {
-        panels[w.buf.0] = Some(w.stored);
+    // Weights, by buffer, with their layout and stored form (looked up at each matmul
+    // and convolution).
+    let mut weights = vec![None; p.buffers.len()];
+    for w in &p.weights {
+        weights[w.buf.0] = Some((w.layout, w.stored));
     }
     narrowed_comment(p, s);
     for (i, t) in p.consts.iter().enumerate() {
@@ -95,7 +95,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 for d in 0..rank - 2 {
                     let _ = writeln!(s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
                 }
-                gemm(&r, a, b, c, &ext, has_ep.then_some("&ep"), false, &panels, s)?;
+                gemm(&r, a, b, c, &ext, has_ep.then_some("&ep"), false, &weights, s)?;
                 s.push_str("    }\n}\n");
                 let cost = step.kernel.domain().iter().product::<u64>() * 2;
                 let total = product(&extents(step, "ctx.")[..rank - 2]);
@@ -109,7 +109,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 } else {
                     None
                 };
-                runtime_call(&r, other, &extents(step, "ctx."), ep, &panels, &mut body)?;
+                runtime_call(&r, other, &extents(step, "ctx."), ep, &weights, &mut body)?;
                 calls.push(format!("\n    {comment}\n    {{\n{body}    }}"));
             }
         }
@@ -201,7 +201,13 @@ fn narrowed_comment(p: &Program, s: &mut String) {
         .iter()
         .filter(|w| w.stored != Stored::F32)
         .map(|w| {
-            let how = if w.layout == Layout::Panels { "read by mr_sgemm_panels_q" } else { "widened by mr_dequantize before use" };
+            let widened = p.steps.iter().any(|s| matches!(&s.kernel, Kernel::Dequantize { w: v, .. } if v.buf == w.buf));
+            let how = match w.layout {
+                _ if widened => "widened by mr_dequantize before use",
+                Layout::Panels => "read by mr_sgemm_panels_q",
+                Layout::Winograd => "read by mr_conv2d_winograd_q_mt",
+                Layout::RowMajor | Layout::Transposed => "read by mr_conv2d_q_mt",
+            };
             let bytes = w.stored.bytes(p.buffers[w.buf.0].len, Dtype::F32).unwrap_or(0);
             format!("\n * {}: {}, {bytes} bytes, {how}", comment_safe(&w.name), w.stored.name())
         })
