@@ -957,6 +957,9 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
 #ifndef MR_SGEMV_Q_MAX_M
 #define MR_SGEMV_Q_MAX_M 8
 #endif
+#if MR_SGEMV_MAX_M > MR_SGEMV_Q_MAX_M
+#error "MR_SGEMV_MAX_M > MR_SGEMV_Q_MAX_M: the GEMV's sums are sized by MR_SGEMV_Q_MAX_M"
+#endif
 
 /*
  * mr_sgemm_dots: C[i,j] = alpha * dot(A[i,:], B[:,j]) + beta * C[i,j] for rows A[i,:]
@@ -1073,35 +1076,6 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
     mr_sgemm_at(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs, NULL);
 }
 
-/*
- * mr_sgemm_panels_gemv: a few rows of A against B in panels: for each panel, MR_PANEL
- * sums per row stay in registers while the panel streams past once, in order.
- */
-static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
-                                 int64_t a_cs, const mr_bsrc *src, float beta, float *C, int64_t c_rs,
-                                 int64_t c_cs)
-{
-    int64_t j0, i, k, t;
-    for (j0 = 0; j0 < N; j0 += MR_PANEL) {
-        const float *b = mr_panel_at(src, 0, j0);
-        const int64_t nv = mr_min_i64(MR_PANEL, N - j0);
-        for (i = 0; i < M; ++i) {
-            const float *a = A + i * a_rs;
-            float acc[MR_PANEL];
-            float *c = C + i * c_rs + j0 * c_cs;
-            for (t = 0; t < MR_PANEL; ++t) acc[t] = 0.0f;
-            for (k = 0; k < K; ++k) {
-                const float ak = a[k * a_cs];
-                const float *bk = b + k * MR_PANEL;
-                for (t = 0; t < MR_PANEL; ++t) acc[t] = MR_MADD(ak, bk[t], acc[t]);
-            }
-            for (t = 0; t < nv; ++t) {
-                c[t * c_cs] = beta == 0.0f ? alpha * acc[t] : MR_MADD(alpha, acc[t], beta * c[t * c_cs]);
-            }
-        }
-    }
-}
-
 #if defined(MR_QN)
 /* Rows of A a vector kernel takes at once: their sums and B's row fill the registers
  * (AVX-512: 8 + 2 of 32; AVX2: 8 + 4 of 16; NEON: 16 + 8 of 32). */
@@ -1125,7 +1099,8 @@ static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, c
 static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_t K, const float *a, int64_t a_rs,
                                             int64_t a_cs, const mr_bsrc *src, int64_t e0, float *acc)
 {
-    const uint16_t *h = btype == MR_Q8_0 ? NULL : (const uint16_t *)src->q + e0;
+    const float *f = btype == MR_F32 ? src->p + e0 : NULL;
+    const uint16_t *h = btype == MR_F16 || btype == MR_BF16 ? (const uint16_t *)src->q + e0 : NULL;
     const int8_t *q = btype == MR_Q8_0 ? (const int8_t *)((const unsigned char *)src->q + 4 * src->nb) + e0 : NULL;
     mr_qv c[MR_GEMV_Q_ROWS][MR_QW], b[MR_QW];
     int64_t k;
@@ -1135,7 +1110,9 @@ static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_
     }
     for (k = 0; k < K; ++k) {
         float s = 1.0f;
-        if (btype == MR_F16) {
+        if (btype == MR_F32) {
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_load(f + k * MR_PANEL + v * MR_QN);
+        } else if (btype == MR_F16) {
             for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_f16(h + k * MR_PANEL + v * MR_QN);
         } else if (btype == MR_BF16) {
             for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_bf16(h + k * MR_PANEL + v * MR_QN);
@@ -1156,11 +1133,12 @@ static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_
 
 /*
  * mr_gemv_panel_q: acc[i][t] += sum_k A(i, k) * B(k, t) for i < M and the MR_PANEL
- * columns of the narrow panel whose first stored element is element e0 of src's
- * sequence (whole panels: K rows of MR_PANEL). Each k-row is widened once for all M
- * rows of A (a vector kernel's rows at a time); there a q8_0 row's scale goes into A's
- * element ((a * scale) * q), so the row itself only converts integers (the portable
- * loop widens eight rows into a buffer, scales included).
+ * columns of the panel whose first stored element is element e0 of src's sequence
+ * (whole panels: K rows of MR_PANEL), f32 or narrow. Each k-row is loaded (widened)
+ * once for all M rows of A (a vector kernel's rows at a time); there a q8_0 row's scale
+ * goes into A's element ((a * scale) * q), so the row itself only converts integers
+ * (the portable loop reads f32 rows in place and widens eight narrow rows into a
+ * buffer, scales included).
  */
 static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, const mr_bsrc *src,
                             int64_t e0, float acc[MR_SGEMV_Q_MAX_M][MR_PANEL])
@@ -1172,7 +1150,9 @@ static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, 
         const float *a = A + i0 * a_rs;
         float *c = acc[i0];
 #define MR_GEMV_Q_TYPE(R)                                                                          \
-    if (src->btype == MR_F16) {                                                                    \
+    if (src->btype == MR_F32) {                                                                    \
+        mr_gemv_q_rows(R, MR_F32, K, a, a_rs, a_cs, src, e0, c);                                   \
+    } else if (src->btype == MR_F16) {                                                             \
         mr_gemv_q_rows(R, MR_F16, K, a, a_rs, a_cs, src, e0, c);                                   \
     } else if (src->btype == MR_BF16) {                                                            \
         mr_gemv_q_rows(R, MR_BF16, K, a, a_rs, a_cs, src, e0, c);                                  \
@@ -1195,11 +1175,16 @@ static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, 
 #else
     /* portable: 8 k-rows at a time widened into a small buffer (1 KiB), then the
      * multiply-adds, loops the compiler vectorizes; q8_0's scale is in the rows */
-    float rows[8][MR_PANEL];
+    float buf[8][MR_PANEL];
     int64_t i, k0, k, t;
     for (k0 = 0; k0 < K; k0 += 8) {
         const int64_t kb = mr_min_i64(8, K - k0);
-        mr_dequant_rows(src->btype, src->q, src->nb, e0 + k0 * MR_PANEL, kb, MR_PANEL, rows[0]);
+        const float(*rows)[MR_PANEL] = (const float(*)[MR_PANEL])buf;
+        if (src->btype == MR_F32) {
+            rows = (const float(*)[MR_PANEL])(src->p + e0 + k0 * MR_PANEL); /* read in place */
+        } else {
+            mr_dequant_rows(src->btype, src->q, src->nb, e0 + k0 * MR_PANEL, kb, MR_PANEL, buf[0]);
+        }
         for (i = 0; i < M; ++i) {
             for (k = 0; k < kb; ++k) {
                 const float ak = A[i * a_rs + (k0 + k) * a_cs];
@@ -1211,13 +1196,15 @@ static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, 
 }
 
 /*
- * mr_sgemm_panels_gemv_q: mr_sgemm_panels_gemv for narrow panels (M <= MR_SGEMV_Q_MAX_M,
- * src->j0 a multiple of MR_PANEL): every row's MR_PANEL sums at once, so each narrow
- * panel streams past once and is widened once.
+ * mr_sgemm_panels_gemv: a few rows of A against B in panels, f32 or narrow (M at most
+ * MR_SGEMV_MAX_M or MR_SGEMV_Q_MAX_M, src->j0 a multiple of MR_PANEL): every row's
+ * MR_PANEL sums at once, in registers, so each panel streams past once (and is widened
+ * once). The f32 panels go through the same vector kernel: left to the compiler, their
+ * loop kept its sums in memory once mr_sgemm_panels_at grew (lenet b1 14.4 -> 16.7 us).
  */
-static void mr_sgemm_panels_gemv_q(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
-                                   int64_t a_cs, const mr_bsrc *src, float beta, float *C, int64_t c_rs,
-                                   int64_t c_cs)
+static void mr_sgemm_panels_gemv(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,
+                                 int64_t a_cs, const mr_bsrc *src, float beta, float *C, int64_t c_rs,
+                                 int64_t c_cs)
 {
     int64_t j0, i, t;
     for (j0 = 0; j0 < N; j0 += MR_PANEL) {
@@ -1260,11 +1247,7 @@ void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const mr_a
         return;
     }
     if (a->type == MR_F32 && M <= (btype == MR_F32 ? MR_SGEMV_MAX_M : MR_SGEMV_Q_MAX_M) && j0 % MR_PANEL == 0) {
-        if (btype == MR_F32) {
-            mr_sgemm_panels_gemv(M, N, K, alpha, A, a->rs, a->cs, &src, beta, C, c_rs, c_cs);
-        } else {
-            mr_sgemm_panels_gemv_q(M, N, K, alpha, A, a->rs, a->cs, &src, beta, C, c_rs, c_cs);
-        }
+        mr_sgemm_panels_gemv(M, N, K, alpha, A, a->rs, a->cs, &src, beta, C, c_rs, c_cs);
         mr_epi_call(at, 0, M, 0, N);
         return;
     }
