@@ -497,12 +497,44 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
  * compile-time bound NR, so the compiler vectorizes along j and keeps the MR x NR tile in
  * registers; a[...] becomes one broadcast per row and step.
  */
+#if defined(MR_AVX512) || defined(MR_MICRO_AVX2)
+/*
+ * The x86 kernels' loop over k: STEP (one step, reading B's row at b) kc times, b
+ * advancing by bs, in groups of MR_K_GROUP steps, each group first prefetching into L2
+ * its share of the pf_rows rows of NR floats at pf (bs apart): ceil(pf_rows / groups)
+ * rows, so the last group has fetched them all (none if kc < MR_K_GROUP). Every sliver
+ * after the first finds B's micro-panel in L1, but the first reads it from memory; the
+ * slivers share out the next micro-panel (the driver's pf) so that it is in L2 by then.
+ * Once a group and without a test per step: testing per step whether this step
+ * prefetched (the loop before this one) cost gpt_block b1 9% on one thread and 11% on
+ * two (avx512: 13.9 -> 12.7 ms, 7.38 -> 6.56 ms); groups of 4 and 16 were slower than 8,
+ * and prefetching B's next rows into L1 as well (as that loop did) slowed it.
+ */
+#ifndef MR_K_GROUP
+#define MR_K_GROUP 8
+#endif
+#define MR_K_LOOP(STEP)                                                                  \
+    {                                                                                    \
+        const int64_t groups_ = kc / MR_K_GROUP;                                         \
+        const int64_t per_ = groups_ > 0 ? (pf_rows + groups_ - 1) / groups_ : 0;        \
+        int64_t r_ = 0, t_, o_;                                                          \
+        for (; r_ + MR_K_GROUP <= kc; r_ += MR_K_GROUP) {                                \
+            const int64_t n_ = mr_min_i64(per_, pf_rows);                                \
+            for (t_ = 0; t_ < n_; ++t_, pf += bs) {                                      \
+                for (o_ = 0; o_ < MR_SGEMM_NR; o_ += 16) {                               \
+                    _mm_prefetch((const char *)(pf + o_), _MM_HINT_T1);                  \
+                }                                                                        \
+            }                                                                            \
+            pf_rows -= n_;                                                               \
+            for (t_ = 0; t_ < MR_K_GROUP; ++t_, b += bs) STEP                            \
+        }                                                                                \
+        for (; r_ < kc; ++r_, b += bs) STEP                                              \
+    }
+#endif
+
 #if defined(MR_AVX512) && MR_SGEMM_MR == 8 && MR_SGEMM_NR == 32
 /* The 8 x 32 tile in 16 zmm accumulators, written out with intrinsics: the same sums in
  * the same order (fused multiply-adds) as the portable kernel below. */
-#ifndef MR_B_AHEAD
-#define MR_B_AHEAD 16
-#endif
 /* Row i of the tile: its A element times both halves of B's row. */
 #define MR_ROW_FMA(i)                                   \
     x = _mm512_set1_ps(a[(i) * ars]);                   \
@@ -531,51 +563,24 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #define MR_TILE_STORE                                                   \
     MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3); \
     MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7)
-/* At every 2^shift-th step r, row r >> shift of the pf region into L2, while there
- * are rows left. */
-#define MR_PF_STEP(r)                                                            \
-    if (((r) & every) == 0 && ((r) >> shift) < pf_rows) {                        \
-        const float *q = pf + ((r) >> shift) * bs;                               \
-        _mm_prefetch((const char *)q, _MM_HINT_T1);                              \
-        _mm_prefetch((const char *)(q + 16), _MM_HINT_T1);                       \
-    }
 static void mr_sgemm_micro_8x32(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                   const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                                   const float *pf, int64_t pf_rows)
 {
     MR_TILE_ZERO;
-    int64_t r, every;
-    int shift = 0;
-    /* the pf rows spread evenly over the kc steps, one every 2^shift steps (at most kc
-     * of them: when a short last depth block precedes a full one, the rest is left to
-     * the hardware; a loop for several rows a step slowed a 40 x 3072 x 768 GEMM by 7%) */
-    while (pf_rows > 0 && (kc >> (shift + 1)) >= pf_rows) ++shift;
-    every = ((int64_t)1 << shift) - 1; /* a mask: r & every is 0 every 2^shift steps */
-    /* Every sliver after the first finds the micro-panel in L1, but the first streams it
-     * from L3, about 3.5 times slower: there the FMAs wait on B. The hardware prefetcher
-     * alone leaves them waiting, so fetch MR_B_AHEAD rows ahead (gpt_block b1: 16.0 ->
-     * 15.1 ms), and let each sliver bring its share of the next micro-panel into L2 (pf)
-     * (its 128 x 3072 x 768 GEMM, 5980 -> 1965 cycles for the first sliver). The last rows
-     * run without the first, so no prefetch address lies past the panel. */
-    for (r = 0; r + MR_B_AHEAD < kc; ++r, b += bs) {
-        _mm_prefetch((const char *)(b + MR_B_AHEAD * bs), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + MR_B_AHEAD * bs + 16), _MM_HINT_T0);
-        MR_PF_STEP(r)
-        MR_K_STEP(b)
-    }
-    for (; r < kc; ++r, b += bs) {
-        MR_PF_STEP(r)
-        MR_K_STEP(b)
-    }
+    MR_K_LOOP(MR_K_STEP(b))
     MR_TILE_STORE;
 }
-#undef MR_PF_STEP
 
 /* mr_conv2d_taps_gemm's kernel: the 8 x 32 tile whose B row r is the 32 floats at
  * base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are stored to
  * out (row i at out + i*out_rs), or added to it when `add`. Not inlined: inside its
  * caller's loops the compiler runs out of registers for the eight row offsets of A and
- * spills them (cnn b1 1t: 2.23 -> 2.09 ms). */
+ * spills them (cnn b1 1t: 2.23 -> 2.09 ms). B's rows are scattered (off), which the
+ * hardware prefetcher cannot follow: they are fetched MR_B_AHEAD rows ahead. */
+#ifndef MR_B_AHEAD
+#define MR_B_AHEAD 16
+#endif
 __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                 const float *restrict base, const int64_t *off, float *restrict out,
                                 int64_t out_rs, int64_t mr, int64_t nr, int add)
@@ -616,14 +621,20 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
 /* The 6 x 16 tile in 12 ymm accumulators, written out with intrinsics: the same sums in
  * the same order (fused multiply-adds) as the portable kernel below, which GCC compiles
  * for AVX2 at about a third of the FMA peak (it keeps part of the tile in memory). */
-#ifndef MR_B_AHEAD_AVX2
-#define MR_B_AHEAD_AVX2 8
-#endif
 /* Row i of the tile: its A element times both halves of B's row. */
 #define MR_ROW_FMA2(i)                                  \
     x = _mm256_broadcast_ss(a + (i) * ars);             \
     c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0);          \
     c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1)
+/* One step of k: B's row at `row` against the tile's six A elements. */
+#define MR_K_STEP2(row)                                                           \
+    {                                                                             \
+        const __m256 b0 = _mm256_loadu_ps(row), b1 = _mm256_loadu_ps((row) + 8);  \
+        __m256 x;                                                                 \
+        MR_ROW_FMA2(0); MR_ROW_FMA2(1); MR_ROW_FMA2(2);                           \
+        MR_ROW_FMA2(3); MR_ROW_FMA2(4); MR_ROW_FMA2(5);                           \
+        a += acs;                                                                 \
+    }
 #define MR_ROW_STORE2(i)                                                                             \
     if (add) {                                                                                       \
         c##i##0 = _mm256_add_ps(_mm256_loadu_ps(out + (i) * out_rs), c##i##0);                      \
@@ -637,27 +648,7 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    int64_t r;
-    /* The next micro-panel into L2, a row every kc / pf_rows steps (as the AVX-512
-     * kernel does), and B's rows MR_B_AHEAD_AVX2 ahead into L1. */
-    const int64_t every = pf_rows > 0 ? mr_max_i64(kc / pf_rows, 1) : 0;
-    for (r = 0; r < kc; ++r, b += bs) {
-        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        __m256 x;
-        if (r + MR_B_AHEAD_AVX2 < kc) {
-            _mm_prefetch((const char *)(b + MR_B_AHEAD_AVX2 * bs), _MM_HINT_T0);
-        }
-        if (every > 0 && r % every == 0 && r / every < pf_rows) {
-            _mm_prefetch((const char *)(pf + (r / every) * bs), _MM_HINT_T1);
-        }
-        MR_ROW_FMA2(0);
-        MR_ROW_FMA2(1);
-        MR_ROW_FMA2(2);
-        MR_ROW_FMA2(3);
-        MR_ROW_FMA2(4);
-        MR_ROW_FMA2(5);
-        a += acs;
-    }
+    MR_K_LOOP(MR_K_STEP2(b))
     MR_ROW_STORE2(0);
     MR_ROW_STORE2(1);
     MR_ROW_STORE2(2);
@@ -666,6 +657,7 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
     MR_ROW_STORE2(5);
 }
 #undef MR_ROW_FMA2
+#undef MR_K_STEP2
 #undef MR_ROW_STORE2
 #elif defined(MR_MICRO_AVX512)
 void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,

@@ -115,6 +115,13 @@ pub fn runtime_sources() -> impl Iterator<Item = &'static str> {
     RUNTIME_FILES.iter().map(|(name, _)| *name).filter(|name| name.ends_with(".c"))
 }
 
+/// The sources `mr_isa_variant.h` includes, which `mr_isa_avx2.c` and `mr_isa_avx512.c`
+/// compile again for their ISA (read from the header, so the Makefile cannot fall behind).
+fn isa_variant_sources() -> impl Iterator<Item = &'static str> {
+    let variant = RUNTIME_FILES.iter().find(|(name, _)| *name == "mr_isa_variant.h").map_or("", |(_, text)| *text);
+    variant.lines().filter_map(|line| line.strip_prefix("#include \"")?.strip_suffix('"')).filter(|file| file.ends_with(".c"))
+}
+
 #[cfg(test)]
 mod runtime_facts;
 
@@ -415,6 +422,9 @@ pub(crate) struct TemplateContext {
     quantized: bool,
     /// The runtime's sources without `.c` (the Makefile's objects), and its headers.
     runtime: Vec<&'static str>,
+    /// The sources the ISA variants (`mr_isa_*.c`) compile again, which their objects
+    /// depend on as well.
+    isa_sources: String,
     /// The compiler flags that build for `--cpu` (empty: portable, the runtime's
     /// kernels dispatched at run time).
     cpu_flags: String,
@@ -549,6 +559,7 @@ impl TemplateContext {
             relaid: p.weights.iter().any(|w| w.layout != Layout::RowMajor),
             quantized: p.weights.iter().any(|w| w.stored != crate::lower::Stored::F32),
             runtime: runtime_sources().filter_map(|file| file.strip_suffix(".c")).collect(),
+            isa_sources: isa_variant_sources().collect::<Vec<_>>().join(" "),
             // One CPU's vector extensions everywhere, so no dispatch (`MR_NO_DISPATCH`).
             cpu_flags: opts.cpu.as_ref().map_or(String::new(), |cpu| format!("-march={cpu} -DMR_NO_DISPATCH")),
             runtime_headers: RUNTIME_FILES.iter().map(|(file, _)| *file).filter(|file| file.ends_with(".h")).collect::<Vec<_>>().join(" "),
