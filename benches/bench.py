@@ -47,6 +47,7 @@ Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -63,6 +64,13 @@ def main():
     narrow_types = ("f16", "bf16", "q8_0")
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
     cases = []
+
+    def fresh(out):
+        """The case's directory, emptied: the demos of an earlier run left their outputs
+        there, which compile refuses to overwrite (--force replaces only its own files)."""
+        shutil.rmtree(out, ignore_errors=True)
+        return out
+
     for name in models:
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
             if narrow_only and batch != "1":
@@ -70,7 +78,7 @@ def main():
             shape = ",".join(str(d) for d in info["input_shape"])
             narrow_builds = [(f"c {q}", mithrilc, ["--quantize", q]) for q in narrow_types] if batch == "1" else []
             for build, compiler, flags in builds + narrow_builds:
-                out = f"{work}/{name}_b{batch}" + ("" if build == "new" else f"_{build.replace(' ', '_')}")
+                out = fresh(f"{work}/{name}_b{batch}" + ("" if build == "new" else f"_{build.replace(' ', '_')}"))
                 subprocess.run([compiler, "compile", f"{bench}/{name}.json", "--target", "c", "--shape", f"input={shape}",
                                 "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out, "--force"] + flags,
                                check=True, stdout=subprocess.DEVNULL)
@@ -78,12 +86,12 @@ def main():
             if narrow_only:
                 continue
             for quantize in ("f32", "q8_0"):
-                out = f"{work}/{name}_b{batch}_ggml_{quantize}"
+                out = fresh(f"{work}/{name}_b{batch}_ggml_{quantize}")
                 subprocess.run([mithrilc, "compile", f"{bench}/{name}.json", "--target", "ggml", "--shape", f"input={shape}",
                                 "--params", f"{bench}/{name}.safetensors", "--quantize", quantize, "-o", out, "--force"],
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((f"ggml {quantize}", name, batch, info, out))
-            out = f"{work}/{name}_b{batch}_xla"
+            out = fresh(f"{work}/{name}_b{batch}_xla")
             subprocess.run([mithrilc, "compile", f"{bench}/{name}.json", "--target", "xla", "--shape", f"input={shape}",
                             "--params", f"{bench}/{name}.safetensors", "-o", out, "--force"],
                            check=True, stdout=subprocess.DEVNULL)

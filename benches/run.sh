@@ -2,7 +2,8 @@
 # The CPU targets' benchmark against ONNX Runtime (not a test: it prints latencies and
 # ratios): C (portable and --cpu native; at batch 1 also --quantize f16, bf16, q8_0 in a
 # second table), ggml (f32 and q8_0) and XLA, after this
-# machine's FMA peak and bandwidth (benches/peak). Installs the peer (onnxruntime, onnx, numpy,
+# machine's FMA peak and bandwidth (benches/peak) and the large GEMMs' share of it
+# (runtime-c's bench-gemm). Installs the peer (onnxruntime, onnx, numpy,
 # safetensors from PyPI, pinned) into target/bench-venv once, and the ggml and XLA
 # targets' toolchains as .ci/run does where they are missing, builds mithrilc, then
 # runs benches/bench.py.
@@ -32,4 +33,7 @@ mkdir -p target/bench
 # The machine first: its CPU, FMA peak and bandwidth; bench.py gives each case's speed as a
 # fraction of that peak, and the ratio to ORT a run at the peak would have.
 bash benches/peak/run.sh --threads 1 --threads 2 | tee target/bench/peak.txt
+# The large GEMMs alone (gpt_block's four, one thread) as a fraction of that peak, with
+# each kernel set this CPU runs.
+make -s -C runtime-c bench-gemm PEAK="$(sed -n 's/.*fma_gflops_1t=\([0-9.]*\).*/\1/p' target/bench/peak.txt)"
 "$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" --peak target/bench/peak.txt "$@"
