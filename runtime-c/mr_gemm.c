@@ -448,40 +448,38 @@ static void mr_sgemm_pack_b(const mr_bsrc *src, int64_t pc, int64_t jc, int64_t 
 
 /*
  * mr_sgemm_pack_a: the mr x kc block of A at (row ic, column pc) into ap (MR * KC
- * floats), rows mr and up zero, for the micro-kernel to read as a[i*ars + r*acs]. f32
- * goes in as kc columns of MR (ars = 1, acs = MR). A narrow row with unit column stride
- * is one run of stored elements, widened in vector registers (mr_dequant_run) straight
- * into a row of kc floats (ars = kc, acs = 1: as A read in place); other narrow strides
- * widen element by element.
+ * floats), rows mr and up zero, for the micro-kernel to read as a[i*ars + r*acs]: as
+ * rows of kc floats (ars = kc, acs = 1) for the x86 kernels (MR_A_ROWS) and for a narrow
+ * A with unit column stride, whose rows are runs of stored elements widened in vector
+ * registers (mr_dequant_run) straight into place; else as kc columns of MR (ars = 1,
+ * acs = MR). Other narrow strides widen element by element.
  */
 void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64_t kc, float *ap, int64_t *ars,
                      int64_t *acs)
 {
     const int64_t MR = MR_SGEMM_MR;
+    const int rows = MR_A_ROWS || (a->type != MR_F32 && a->cs == 1);
+    const int64_t rs = rows ? kc : 1, cs = rows ? 1 : MR; /* element (i, r) goes to ap[i*rs + r*cs] */
     int64_t i, r;
-    if (a->type != MR_F32 && a->cs == 1) {
-        for (i = 0; i < mr; ++i) mr_dequant_run(a->type, a->q, a->nb, a->off + (ic + i) * a->rs + pc, kc, ap + i * kc);
-        memset(ap + mr * kc, 0, sizeof(float) * (size_t)((MR - mr) * kc));
-        *ars = kc;
-        *acs = 1;
-        return;
-    }
     for (i = 0; i < mr; ++i) {
         const int64_t e = a->off + (ic + i) * a->rs + pc * a->cs;
         const float *s = (const float *)a->q + e;
-        if (a->type != MR_F32) {
-            for (r = 0; r < kc; ++r) mr_dequant_run(a->type, a->q, a->nb, e + r * a->cs, 1, ap + r * MR + i);
-        } else if (a->cs == 1) {
-            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r];
+        float *d = ap + i * rs;
+        if (a->type != MR_F32 && a->cs == 1 && rows) {
+            mr_dequant_run(a->type, a->q, a->nb, e, kc, d);
+        } else if (a->type != MR_F32) {
+            for (r = 0; r < kc; ++r) mr_dequant_run(a->type, a->q, a->nb, e + r * a->cs, 1, d + r * cs);
+        } else if (a->cs == 1 && rows) {
+            memcpy(d, s, sizeof(float) * (size_t)kc);
         } else {
-            for (r = 0; r < kc; ++r) ap[r * MR + i] = s[r * a->cs];
+            for (r = 0; r < kc; ++r) d[r * cs] = s[r * a->cs];
         }
     }
     for (; i < MR; ++i) {
-        for (r = 0; r < kc; ++r) ap[r * MR + i] = 0.0f;
+        for (r = 0; r < kc; ++r) ap[i * rs + r * cs] = 0.0f;
     }
-    *ars = 1;
-    *acs = MR;
+    *ars = rs;
+    *acs = cs;
 }
 
 /*
@@ -489,8 +487,9 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
  *   s = sum_{r<kc} a[i*ars + r*acs] * b[r*bs + j], summed in increasing r:
  *   out[i*out_rs + j] = s, or out[i*out_rs + j] + s when `add`,
  * where b is a B micro-panel (kc rows of NR floats bs apart: packed, or a weight's
- * panel in place) and a is either a packed A sliver (ars = 1, acs = MR) or A itself when
- * it has a unit stride (no copy needed). out is the MR x NR tile or C itself.
+ * panel in place) and a is either a packed A sliver (mr_sgemm_pack_a) or A itself when
+ * it has a unit stride (no copy needed); the x86 kernels take only acs == 1 (MR_A_ROWS).
+ * out is the MR x NR tile or C itself.
  * While it runs, the kernel may prefetch into L2 the pf_rows rows of NR floats (bs apart)
  * that start at pf (none when pf_rows == 0); it reads nothing there.
  * Each row of the tile is a separate accumulator array and every j loop has the
@@ -555,7 +554,7 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
         __m512 x;                                                                 \
         MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);               \
         MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);               \
-        a += acs;                                                                 \
+        ++a; /* acs == 1 (MR_A_ROWS) */                                           \
     }
 #define MR_TILE_ZERO                                                                                       \
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
@@ -568,6 +567,7 @@ static void mr_sgemm_micro_8x32(int64_t kc, const float *restrict a, int64_t ars
                                   const float *pf, int64_t pf_rows)
 {
     MR_TILE_ZERO;
+    (void)acs;
     MR_K_LOOP(MR_K_STEP(b))
     MR_TILE_STORE;
 }
@@ -588,6 +588,7 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
     MR_TILE_ZERO;
     const __mmask16 m0 = (__mmask16)mr_lanes(0, nr), m1 = (__mmask16)mr_lanes(0, nr - 16);
     int64_t r;
+    (void)acs;
     for (r = 0; r + MR_B_AHEAD < kc; ++r) {
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD] + 16), _MM_HINT_T0);
@@ -633,7 +634,7 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
         __m256 x;                                                                 \
         MR_ROW_FMA2(0); MR_ROW_FMA2(1); MR_ROW_FMA2(2);                           \
         MR_ROW_FMA2(3); MR_ROW_FMA2(4); MR_ROW_FMA2(5);                           \
-        a += acs;                                                                 \
+        ++a; /* acs == 1 (MR_A_ROWS) */                                           \
     }
 #define MR_ROW_STORE2(i)                                                                             \
     if (add) {                                                                                       \
@@ -648,6 +649,7 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
 {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    (void)acs;
     MR_K_LOOP(MR_K_STEP2(b))
     MR_ROW_STORE2(0);
     MR_ROW_STORE2(1);
@@ -869,7 +871,7 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
     const int64_t slivers = (M + MR_SGEMM_MR - 1) / MR_SGEMM_MR;
     /* with a unit stride, an f32 A's full slivers are read in place and only a partial
      * last one (rows [tail, M)) is packed, once for every micro-panel of B */
-    const int a_unit = a->type == MR_F32 && (a->cs == 1 || a->rs == 1);
+    const int a_unit = a->type == MR_F32 && (a->cs == 1 || (!MR_A_ROWS && a->rs == 1));
     const int64_t tail = M - M % MR_SGEMM_MR;
     const float *A = (const float *)a->q + a->off; /* (f32 only) */
     int64_t jc, pc, outer, inner;
