@@ -215,6 +215,15 @@
 #ifndef MR_SGEMM_NC
 #define MR_SGEMM_NC 64
 #endif
+/* A's share of L2 in the GEMM driver (mr_sgemm_driver): most CPUs with AVX-512 have 1
+ * to 2 MiB of L2 a core, AVX2 ones from 256 KiB (Haswell) to 512 KiB (Zen 3). */
+#ifndef MR_SGEMM_A_BYTES
+#if defined(MR_TARGET_AVX512)
+#define MR_SGEMM_A_BYTES (1024 * 1024)
+#else
+#define MR_SGEMM_A_BYTES (256 * 1024)
+#endif
+#endif
 #ifndef MR_CONV_DIRECT_OG
 #define MR_CONV_DIRECT_OG 4
 #endif
