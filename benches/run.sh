@@ -35,5 +35,5 @@ mkdir -p target/bench
 bash benches/peak/run.sh --threads 1 --threads 2 | tee target/bench/peak.txt
 # The large GEMMs alone (gpt_block's four, one thread) as a fraction of that peak, with
 # each kernel set this CPU runs.
-make -s -C runtime-c bench-gemm PEAK="$(sed -n 's/.*fma_gflops_1t=\([0-9.]*\).*/\1/p' target/bench/peak.txt)"
+make -s -C runtime-c bench-gemm PEAK="$(sed -n 's/^isa=\([a-z0-9]*\) fma_gflops_1t=\([0-9.]*\).*/\2 \1/p' target/bench/peak.txt)"
 "$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" --peak target/bench/peak.txt "$@"

@@ -5,8 +5,9 @@
  * the compiler lays them out, and called in the model's order, so that each finds its
  * weights where the model would (not in L2: 28 MB of them pass by). Prints each GEMM's
  * median time and GFLOP/s, and, given this machine's measured FMA peak for one thread
- * (benches/peak), the fraction of it. Not a test, not part of the runtime:
- *   make bench-gemm [PEAK=GFLOPS]      (MR_ISA=generic|avx2|avx512 picks the kernels)
+ * and the instructions it was measured with (benches/peak), the fraction of it for the
+ * kernels of those instructions. Not a test, not part of the runtime:
+ *   make bench-gemm [PEAK="GFLOPS ISA"]    (MR_ISA=generic|avx2|avx512 picks the kernels)
  * benches/run.sh runs it with the peak it measured.
  */
 #define _POSIX_C_SOURCE 200112L
@@ -44,7 +45,11 @@ int main(int argc, char **argv)
     /* M, N, K as gpt_block's forward calls them (c_attn, c_proj, c_fc, mlp_proj) */
     static const int64_t mnk[GEMMS][3] = {{128, 2304, 768}, {128, 768, 768}, {128, 3072, 768}, {128, 768, 3072}};
     static const char *names[GEMMS] = {"attention in", "attention out", "mlp in", "mlp out"};
-    const double peak = argc > 2 && strcmp(argv[1], "--peak") == 0 ? atof(argv[2]) : 0.0;
+    /* --peak GFLOPS ISA: the peak was measured with ISA's instructions, so only that
+     * kernel set's speed is given as a fraction of it */
+    const double peak = argc > 3 && strcmp(argv[1], "--peak") == 0 && strcmp(argv[3], mr_isa_name()) == 0
+                            ? atof(argv[2])
+                            : 0.0;
     float *A[GEMMS], *B[GEMMS], *C[GEMMS];
     double t[GEMMS][ROUNDS], flops_all = 0.0, ns_all = 0.0;
     const char *want = getenv("MR_ISA");

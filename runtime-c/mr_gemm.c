@@ -938,9 +938,8 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t K, float alpha, const m
 /* Every column block passes over all of A's rows (mr_sgemm_block's loop nest), which
  * must stay in L2 to be read there: A goes in blocks of rows of at most
  * MR_SGEMM_A_BYTES, each a product of its own (B then passes once per block, streaming
- * from L3 with its prefetch). gpt_block's four GEMMs at b8 (1024 rows), 1 thread, avx512:
- * 123 -> 144 GFLOP/s; at b1 (128 rows, one block but for the 3072-deep one) unchanged;
- * budgets of 512 KiB and 2 MiB gave 146 and 141 at b8, 146 and 153 at b1. */
+ * from L3 with its prefetch). gpt_block's four GEMMs with 1024 rows, 1 thread, avx512:
+ * 123 -> 144 GFLOP/s at 1 MiB (146 at 512 KiB, 141 at 2 MiB); with 128 rows, one block. */
 void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a, const mr_bsrc *src,
                      float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
