@@ -139,6 +139,24 @@ static void mr_store_wide(const float *tile, int64_t mr, int64_t q, int64_t nr, 
     }
 }
 
+/* off[r] for r < kc: where depth row pc + r (channel c, tap (kh, kw)) reads x, relative
+ * to the output position's wide column. */
+static void mr_taps_offsets(int64_t pc, int64_t kc, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t dh,
+                            int64_t dw, int64_t *off)
+{
+    int64_t c = pc / (KH * KW), kh = pc / KW % KH, kw = pc % KW, r;
+    for (r = 0; r < kc; ++r) {
+        off[r] = c * H * W + kh * dh * W + kw * dw;
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
 /*
  * mr_conv2d_taps_gemm: output positions [p0, p1) of one image and group (see
  * mr_conv_taps): y[o*P + p] = sum_k w(o, k) * x[off(k) + wide(p)] for o < Og (w: the
@@ -162,7 +180,7 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
     float ap[MR_SGEMM_MR * MR_SGEMM_KC];
     float tile[MR_SGEMM_MR * MR_SGEMM_NR];
     int64_t off[MR_SGEMM_KC];
-    int64_t b0, b1, pc, ic, p, pn, r;
+    int64_t b0, b1, pc, ic, p, pn, off_pc = -1; /* off holds depth block off_pc's offsets */
 #ifdef MR_MICRO_AVX512
     /* the end of the image's wide columns: a panel that ends by it reads inside x */
     const int64_t qmax = mr_wide(P - 1, W, OW) + 1;
@@ -171,20 +189,16 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
     /* blocks of positions (whole rows in row mode) of about MR_SGEMM_NC columns */
     for (b0 = p0; b0 < p1; b0 = b1) {
         const int64_t rows = mr_max_i64(1, MR_SGEMM_NC / span);
-        int64_t c = 0, kh = 0, kw = 0, qend; /* depth row pc + r's channel and tap; the block's end */
+        int64_t qend; /* the block's end */
         b1 = mr_min_i64(p1, row_mode ? (b0 / OW + rows) * OW : mr_compact(mr_wide(b0, W, OW) + MR_SGEMM_NC, W, OW));
         qend = mr_wide(b1 - 1, W, OW) + 1;
         for (pc = 0; pc < Kd; pc += MR_SGEMM_KC) {
             const int64_t kc = mr_min_i64(MR_SGEMM_KC, Kd - pc);
-            for (r = 0; r < kc; ++r) {
-                off[r] = c * H * W + kh * dh * W + kw * dw;
-                if (++kw == KW) {
-                    kw = 0;
-                    if (++kh == KH) {
-                        kh = 0;
-                        ++c;
-                    }
-                }
+            if (pc != off_pc) {
+                /* once per call when the depth is one block (lenet b32: 8% of its time when
+                 * every block of positions recomputed it) */
+                mr_taps_offsets(pc, kc, H, W, KH, KW, dh, dw, off);
+                off_pc = pc;
             }
             for (ic = 0; ic < Og; ic += MR_SGEMM_MR) {
                 const int64_t mr = mr_min_i64(MR_SGEMM_MR, Og - ic);
