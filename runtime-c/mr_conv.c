@@ -128,11 +128,22 @@ static void mr_store_wide(const float *tile, int64_t mr, int64_t q, int64_t nr, 
             for (i = 0; i < mr; ++i) {
                 const float *restrict src = tile + i * MR_SGEMM_NR + j;
                 float *restrict dst = y + i * P + p;
+#ifdef MR_AVX512
+                /* runs of a few floats (an output row of a small image): masked, where
+                 * memcpy's call took 5% of lenet b32 */
+                for (t = 0; t < n; t += 16) {
+                    const __mmask16 m = (__mmask16)mr_lanes(0, n - t);
+                    __m512 v = _mm512_maskz_loadu_ps(m, src + t);
+                    if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, dst + t));
+                    _mm512_mask_storeu_ps(dst + t, m, v);
+                }
+#else
                 if (add) {
                     for (t = 0; t < n; ++t) dst[t] += src[t];
                 } else {
                     memcpy(dst, src, sizeof(float) * (size_t)n);
                 }
+#endif
             }
         }
         j += run;
