@@ -943,8 +943,11 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t K, float alpha, const m
 void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a, const mr_bsrc *src,
                      float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
-    const int64_t fit = MR_SGEMM_A_BYTES / ((int64_t)sizeof(float) * K) / MR_SGEMM_MR * MR_SGEMM_MR;
-    const int64_t mc = mr_max_i64(fit, MR_SGEMM_MR);
+    /* as few blocks as fit, of about equal rows (128 rows that fit 126 go as 66 and 62,
+     * not as 126 and a 2-row block that streams B again for 2 rows) */
+    const int64_t fit = mr_max_i64(MR_SGEMM_A_BYTES / ((int64_t)sizeof(float) * K), 1);
+    const int64_t blocks = (M + fit - 1) / fit, rows = (M + blocks - 1) / blocks;
+    const int64_t mc = (rows + MR_SGEMM_MR - 1) / MR_SGEMM_MR * MR_SGEMM_MR;
     int64_t i0;
     for (i0 = 0; i0 < M; i0 += mc) {
         mr_asrc rows = *a;

@@ -217,13 +217,14 @@
 #endif
 /* A's share of L2 in the GEMM driver (mr_sgemm_driver): three quarters of the 2 MiB a
  * core of recent Xeons has (gpt_block's 128 x 3072 A stays whole: as two blocks, its
- * GEMM went from 152 to 144 GFLOP/s); AVX2 CPUs have 256 KiB (Haswell) to 512 KiB (Zen
- * 3). For 1 MiB (Skylake-SP, Zen 4), -DMR_SGEMM_A_BYTES=786432. */
+ * GEMM went from 152 to 144 GFLOP/s), and of the 512 KiB of Zen 2 and 3 (its 128 x 768
+ * A stays whole). For 1 MiB of L2 (Skylake-SP, Zen 4), -DMR_SGEMM_A_BYTES=786432; for
+ * 256 KiB (Haswell), 196608. */
 #ifndef MR_SGEMM_A_BYTES
 #if defined(MR_TARGET_AVX512)
 #define MR_SGEMM_A_BYTES (1536 * 1024)
 #else
-#define MR_SGEMM_A_BYTES (256 * 1024)
+#define MR_SGEMM_A_BYTES (384 * 1024)
 #endif
 #endif
 #ifndef MR_CONV_DIRECT_OG
