@@ -465,7 +465,7 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
         const int64_t e = a->off + (ic + i) * a->rs + pc * a->cs;
         const float *s = (const float *)a->q + e;
         float *d = ap + i * rs;
-        if (a->type != MR_F32 && a->cs == 1 && rows) {
+        if (a->type != MR_F32 && a->cs == 1) { /* (rows) */
             mr_dequant_run(a->type, a->q, a->nb, e, kc, d);
         } else if (a->type != MR_F32) {
             for (r = 0; r < kc; ++r) mr_dequant_run(a->type, a->q, a->nb, e + r * a->cs, 1, d + r * cs);
@@ -832,10 +832,11 @@ static void mr_sgemm_store(const float *restrict t, int64_t mr, int64_t nr, floa
 /*
  * mr_sgemm_driver: C = alpha * A * B + beta * C for an M x K matrix A (a), a K x N
  * matrix B described by src, and an M x N strided C; M, N, K >= 1. Loop nest (BLIS
- * order, minus the MC loop): N in blocks of NC, K in blocks of KC (pack the KC x NC
- * block of B onto the stack, unless it is in panels), then the NR-wide micro-panels of
- * the B block and M in blocks of MR. An f32 A with a unit row or column stride is read
- * in place by full MR x KC slivers (a partial one is packed once per KC block) with B's
+ * order, the MC loop in mr_sgemm_driver): N in blocks of NC, K in blocks of KC (pack the
+ * KC x NC block of B onto the stack, unless it is in panels), then the NR-wide
+ * micro-panels of the B block and M in blocks of MR. An f32 A with a unit column stride
+ * (or, for the kernels that read A by columns, a unit row stride) is read in place by
+ * full MR x KC slivers (a partial one is packed once per KC block) with B's
  * micro-panels outside; any other A (narrow, or no unit stride) is packed sliver by
  * sliver, with its slivers outside, so each is packed once per KC block.
  */
@@ -950,15 +951,15 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
     const int64_t mc = (rows + MR_SGEMM_MR - 1) / MR_SGEMM_MR * MR_SGEMM_MR;
     int64_t i0;
     for (i0 = 0; i0 < M; i0 += mc) {
-        mr_asrc rows = *a;
+        mr_asrc block = *a;
         mr_epi_at sub, *subp = NULL;
-        rows.off += i0 * a->rs;
+        block.off += i0 * a->rs;
         if (at) {
             sub = *at;
             sub.i += i0;
             subp = &sub;
         }
-        mr_sgemm_block(mr_min_i64(mc, M - i0), N, K, alpha, &rows, src, beta, C + i0 * c_rs, c_rs, c_cs, subp);
+        mr_sgemm_block(mr_min_i64(mc, M - i0), N, K, alpha, &block, src, beta, C + i0 * c_rs, c_rs, c_cs, subp);
     }
 }
 

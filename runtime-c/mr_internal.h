@@ -269,7 +269,7 @@
 /* The x86 micro-kernels read A by rows with a unit column stride (acs == 1: A in place,
  * or packed by mr_sgemm_pack_a as rows of kc floats), so they step one pointer along k
  * where a stride known only at run time had the compiler keep and step one per row
- * (gpt_block's GEMMs, avx512, one thread: 146 -> 162 GFLOP/s). NEON's kernel and the
+ * (gpt_block's GEMMs, avx512, one thread: 146 -> 161 GFLOP/s). NEON's kernel and the
  * portable one read A packed by columns (NEON loads four rows' elements as one vector). */
 #if defined(MR_MICRO_AVX512) || defined(MR_MICRO_AVX2)
 #define MR_A_ROWS 1
