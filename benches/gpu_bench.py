@@ -23,7 +23,9 @@ of one inference (host launch overhead included), as the C benchmark's demo meas
 torch.compile's compilation happens in the warm-up, before the first round, and is not
 timed; with max-autotune it benchmarks GEMM and convolution templates and can take
 minutes per case (Inductor caches them on disk, so a second run on the same machine is
-faster). --models runs a subset, e.g. to split the run on a machine lent for a short time.
+faster). --models runs a subset and --compile-modes reduce-overhead skips the tuning,
+e.g. to fit the run into a machine lent for a short time. The cases build side by side,
+one per core.
 
 --dry-run (automatic, with the reason, when torch cannot be imported or sees no CUDA
 device) needs neither a GPU nor nvcc nor numpy: it compiles every case with
@@ -34,11 +36,12 @@ measured. Run on a GPU machine through benches/gpu_run.sh, which builds mithrilc
 checks that nvidia-smi and torch are there.
 
 Usage: python gpu_bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R]
-           [--warmup W] [--models mlp,cnn,...] [--dry-run]
+           [--warmup W] [--models mlp,cnn,...] [--compile-modes reduce-overhead,...] [--dry-run]
 """
 
 import argparse
 import ast
+import concurrent.futures
 import ctypes
 import json
 import os
@@ -80,6 +83,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--compile-modes", default=",".join(COMPILE_MODES),
+                    help="the torch.compile modes to measure, comma-separated (max-autotune's tuning takes "
+                         "minutes: a short lease may take reduce-overhead alone); empty for none")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
     models = args.models.split(",")
@@ -87,13 +93,19 @@ def main():
         sys.exit(f"gpu_bench: unknown model(s) {unknown}; known: {', '.join(MODELS)}")
     dry = args.dry_run or not gpu_ready()
     manifest = json.load(open(f"{args.bench}/MANIFEST.json"))
-    cases = []
+    args.modes = modes = args.compile_modes.split(",") if args.compile_modes else []
+    if unknown := [m for m in modes if m not in COMPILE_MODES]:
+        sys.exit(f"gpu_bench: unknown torch.compile mode(s) {unknown}; known: {', '.join(COMPILE_MODES)}")
+    todo = []
     for name in models:
         check_params(name, f"{args.bench}/{name}.safetensors", manifest[name]["params"])
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
-            out = f"{args.work}/{name}_b{batch}"
-            compile_case(args.mithrilc, args.bench, name, info, out, "source" if dry else "build")
-            cases.append(Case(name, batch, info, out, read_header(out, info)))
+            todo.append((name, batch, info, f"{args.work}/{name}_b{batch}"))
+    # Each build is one nvcc process (about 20 s of one core for the four code
+    # generations): the cases build side by side, one per core.
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], "source" if dry else "build"), todo))
+    cases = [Case(name, batch, info, out, read_header(out, info)) for name, batch, info, out in todo]
     if dry:
         return dry_run(args, cases)
     return measure(args, cases)
@@ -230,7 +242,8 @@ def dry_run(args, cases):
         print(f"{case.label:<14} lib{h['name']}.so: weights {h['WEIGHTS_SIZE']} B, arena {h['ARENA_SIZE']} B, "
               f"input {case.info['input_shape']}, output {case.info['output_shape']}; "
               f"{case.runs(args.repeat)} calls after {args.warmup} warm-up, {case.info['flops'] / 1e9:.3f} GFLOP")
-    print(f"runners per case: {', '.join(RUNNERS)}")
+    runners = RUNNERS[:3] + tuple(f"compile {m}" for m in args.modes)
+    print(f"runners per case: {', '.join(runners)}")
     print(f"each checked against NAME_bB_output.npy (max abs error <= {TOLERANCE:g} * max |output|) before timing;")
     print(f"best of {args.rounds} rounds of the median latency (CUDA events, one synchronised call each); f32, TF32 disabled.")
     print(f"header checks passed: size macros = manifest shapes and weights.bin; {', '.join(FUNCTIONS)} declared and defined.")
@@ -450,7 +463,7 @@ def measure(args, cases):
             model = torch_model(case.name, params[case.name])
             stream = torch.cuda.current_stream()
             check(case, "torch eager", lambda model=model, x=x: model(x), stream, want)
-            for mode in COMPILE_MODES:
+            for mode in args.modes:
                 # dynamic=False: the second batch of a model would otherwise be compiled
                 # with a symbolic batch dimension, which is not what a fixed-shape
                 # deployment (or mithrilc's artifact) gets.

@@ -9,7 +9,9 @@
 //!   CPU, and compared with the interpreter within 1e-4 absolute + 1e-4 relative
 //!   (`run --target cuda --emulate`). Emulation tests the kernels' logic: no GPU runs.
 //!
-//! Cases run two at a time (the machines have two cores).
+//! On a machine with an NVIDIA GPU, `cargo test --release --test cuda_target --
+//! --ignored` also runs every case and the reduced precisions on the GPU itself.
+//! Cases run as many at a time as the machine has cores.
 
 use std::path::Path;
 use std::process::Command;
@@ -60,16 +62,57 @@ fn has_products(case: &Case) -> bool {
     g.ids().any(|v| matches!(g.node(v).op.name(), "matmul" | "conv"))
 }
 
+/// The reduced-precision runs `(precision, tolerance, case)` of `all` described above.
+fn precision_runs(all: &[Case]) -> Vec<(Precision, f64, &Case)> {
+    [(Precision::Bf16, 2e-2), (Precision::F16, 4e-3)]
+        .into_iter()
+        .flat_map(|(p, tol)| all.iter().filter(cases::precision_bench).map(move |c| (p, tol, c)))
+        .chain(all.iter().filter(|c| !c.label.ends_with("b32") && !c.label.ends_with("b8") && has_products(c)).map(|c| (Precision::Tf32, 4e-3, c)))
+        .collect()
+}
+
 #[test]
 fn reduced_precisions_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
     let all = cases(&dir);
-    let runs: Vec<(Precision, f64, &Case)> = [(Precision::Bf16, 2e-2), (Precision::F16, 4e-3)]
-        .into_iter()
-        .flat_map(|(p, tol)| all.iter().filter(cases::precision_bench).map(move |c| (p, tol, c)))
-        .chain(all.iter().filter(|c| !c.label.ends_with("b32") && !c.label.ends_with("b8") && has_products(c)).map(|c| (Precision::Tf32, 4e-3, c)))
-        .collect();
-    cases::reduced_precisions_match(&CudaTarget, &runs);
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig { emulate: true, ..Default::default() }, &precision_runs(&all));
+}
+
+/// `../shared` when this machine has an NVIDIA GPU that its driver answers for, and nvcc;
+/// panics otherwise, naming what is missing: the GPU tests run only when asked for
+/// (`--ignored`), so a machine that cannot run them is a mistake to report, not a skip.
+fn gpu_ready() -> std::path::PathBuf {
+    let dir = shared().expect("../shared is not present");
+    let smi = Command::new("nvidia-smi").arg("-L").output();
+    match smi {
+        Ok(out) if out.status.success() && !out.stdout.is_empty() => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        Ok(out) => panic!("nvidia-smi -L finds no GPU: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        Err(e) => panic!("no NVIDIA driver here (nvidia-smi: {e})"),
+    }
+    let nvcc = mithrilc::build::nvcc().unwrap_or_else(|e| panic!("{e}"));
+    println!("nvcc: {}", nvcc.display());
+    dir
+}
+
+/// On an NVIDIA GPU: every case (forward and gradients, the bench models at every batch)
+/// built as `compile --target cuda` builds it (the fat binary, `make`) and run there,
+/// within the same tolerance of the interpreter as under emulation. CI has no GPU, so
+/// this runs only when asked: `cargo test --release --test cuda_target -- --ignored`.
+#[test]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --test cuda_target -- --ignored on a machine with one"]
+fn every_model_matches_the_interpreter_on_the_gpu() {
+    let dir = gpu_ready();
+    cases::every_case_matches(&dir, &CudaTarget, &BuildConfig::default(), "on the GPU");
+}
+
+/// On an NVIDIA GPU: the reduced precisions, whose products run on its tensor cores
+/// (emulation runs the same fragments' arithmetic on the CPU), within the tolerances above.
+#[test]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --test cuda_target -- --ignored on a machine with one"]
+fn reduced_precisions_on_the_gpu() {
+    let dir = gpu_ready();
+    let all = cases(&dir);
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig::default(), &precision_runs(&all));
 }
 
 /// The case's CUDA sources, as `compile --target cuda --emit source` writes them;

@@ -346,17 +346,16 @@ pub fn precision_bench(case: &&Case) -> bool {
     matches!(case.label.as_str(), "mlp b32" | "lenet b1" | "cnn b1" | "gpt_block b1")
 }
 
-/// Each run `(precision, tolerance, case)` through `target` under emulation, within its
-/// tolerance of the interpreter relative to each output's largest magnitude; prints the
-/// worst error of each precision.
-pub fn reduced_precisions_match(target: &dyn mithrilc::backend::Backend, runs: &[(cli::Precision, f64, &Case)]) {
+/// Each run `(precision, tolerance, case)` through `target` built as `build` says (under
+/// emulation, or for the GPU), within its tolerance of the interpreter relative to each
+/// output's largest magnitude; prints the worst error of each precision.
+pub fn reduced_precisions_match(target: &dyn mithrilc::backend::Backend, build: &cli::BuildConfig, runs: &[(cli::Precision, f64, &Case)]) {
     let worst = Mutex::new(Vec::new());
-    let build = cli::BuildConfig { emulate: true, ..Default::default() };
     let failures = common::each_case(runs, |&(precision, tol, case)| {
         let label = format!("{} at {}", case.label, precision.name());
         let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
         let opts = mithrilc::backend::EmitOptions { precision, ..Default::default() };
-        let got = cli::run_target(target, &case.graphs, &case.feeds, &case.source, &build, opts).map_err(|e| format!("{label}: {e}"))?;
+        let got = cli::run_target(target, &case.graphs, &case.feeds, &case.source, build, opts).map_err(|e| format!("{label}: {e}"))?;
         let (bad, err) = compare_scaled(&label, &got, &want, tol);
         worst.lock().unwrap().push((precision.name(), err, label));
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
