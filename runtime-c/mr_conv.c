@@ -192,7 +192,7 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
     float tile[MR_SGEMM_MR * MR_SGEMM_NR];
     int64_t off[MR_SGEMM_KC];
     int64_t b0, b1, pc, ic, p, pn, off_pc = -1; /* off holds depth block off_pc's offsets */
-#ifdef MR_MICRO_AVX512
+#ifdef MR_MICRO_TAPS
     /* the end of the image's wide columns: a panel that ends by it reads inside x */
     const int64_t qmax = mr_wide(P - 1, W, OW) + 1;
 #endif
@@ -224,7 +224,7 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
                     int64_t nq = mr_min_i64(NR, qend - q); /* wide columns stored */
                     if (row_mode) nq = mr_min_i64(nq, OW - ow);
                     pn = mr_compact(q + nq, W, OW);
-#ifdef MR_MICRO_AVX512
+#ifdef MR_MICRO_TAPS
                     if (q + NR <= qmax && ow + nq <= OW) {
                         /* one run of y: stored from registers */
                         mr_sgemm_micro_taps(kc, pa, ars, acs, x + q, off, y + ic * P + p, P, mr, nq, pc > 0);

@@ -512,6 +512,11 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #ifndef MR_K_GROUP
 #define MR_K_GROUP 8
 #endif
+/* The taps kernels' B rows are scattered (off), which the hardware prefetcher cannot
+ * follow: they are fetched MR_B_AHEAD rows ahead. */
+#ifndef MR_B_AHEAD
+#define MR_B_AHEAD 16
+#endif
 /* The group's steps stay a loop: unrolled, each step's B row and A elements are at
  * offsets of their own (multiples of the run-time strides), and GCC, out of registers
  * for them in the 6 x 16 kernel, reloaded one from the stack before every broadcast
@@ -583,15 +588,11 @@ static void mr_sgemm_micro_8x32(int64_t kc, const float *restrict a, int64_t ars
     MR_TILE_STORE;
 }
 
-/* mr_conv2d_taps_gemm's kernel: the 8 x 32 tile whose B row r is the 32 floats at
- * base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are stored to
- * out (row i at out + i*out_rs), or added to it when `add`. Not inlined: inside its
- * caller's loops the compiler runs out of registers for the eight row offsets of A and
- * spills them (cnn b1 1t: 2.23 -> 2.09 ms). B's rows are scattered (off), which the
- * hardware prefetcher cannot follow: they are fetched MR_B_AHEAD rows ahead. */
-#ifndef MR_B_AHEAD
-#define MR_B_AHEAD 16
-#endif
+/* mr_conv2d_taps_gemm's kernel (MR_MICRO_TAPS): the 8 x 32 tile whose B row r is the
+ * 32 floats at base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are
+ * stored to out (row i at out + i*out_rs), or added to it when `add`. Not inlined:
+ * inside its caller's loops the compiler runs out of registers for the eight row
+ * offsets of A and spills them (cnn b1 1t: 2.23 -> 2.09 ms). */
 __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                 const float *restrict base, const int64_t *off, float *restrict out,
                                 int64_t out_rs, int64_t mr, int64_t nr, int add)
@@ -654,12 +655,14 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
     }                                                                                                \
     _mm256_storeu_ps(out + (i) * out_rs, c##i##0);                                                   \
     _mm256_storeu_ps(out + (i) * out_rs + 8, c##i##1)
+#define MR_TILE_ZERO2                                                                                \
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00
 void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                     const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                     const float *pf, int64_t pf_rows)
 {
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    MR_TILE_ZERO2;
     (void)acs;
     MR_K_LOOP(MR_K_STEP2(b))
     MR_ROW_STORE2(0);
@@ -669,6 +672,47 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
     MR_ROW_STORE2(4);
     MR_ROW_STORE2(5);
 }
+
+/* mr_conv2d_taps_gemm's kernel (MR_MICRO_TAPS) for AVX2: the 6 x 16 tile whose B row r
+ * is the 16 floats at base + off[r], read in place, as the AVX-512 one above. Where it
+ * was missing, the taps path copied every tile's B rows into a packed panel, and the
+ * avx2 kernels ran lenet b32 2.6 times as long as the avx512 ones on the same Zen 4. */
+__attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                const float *restrict base, const int64_t *off, float *restrict out,
+                                int64_t out_rs, int64_t mr, int64_t nr, int add)
+{
+    MR_TILE_ZERO2;
+    float part[16];
+    int64_t r, t;
+    (void)acs;
+    for (r = 0; r + MR_B_AHEAD < kc; ++r) {
+        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
+        MR_K_STEP2(base + off[r])
+    }
+    for (; r < kc; ++r) MR_K_STEP2(base + off[r])
+/* Row i's columns [0, nr): whole rows as they are; a part row through `part`, one float
+ * at a time (AVX's masked store is microcoded on AMD's cores, about 20 cycles). */
+#define MR_ROW_STORE2_MASKED(i)                                                              \
+    if ((i) < mr) {                                                                          \
+        float *o = out + (i) * out_rs;                                                       \
+        if (nr == 16) {                                                                      \
+            if (add) {                                                                       \
+                c##i##0 = _mm256_add_ps(_mm256_loadu_ps(o), c##i##0);                        \
+                c##i##1 = _mm256_add_ps(_mm256_loadu_ps(o + 8), c##i##1);                    \
+            }                                                                                \
+            _mm256_storeu_ps(o, c##i##0);                                                    \
+            _mm256_storeu_ps(o + 8, c##i##1);                                                \
+        } else {                                                                             \
+            _mm256_storeu_ps(part, c##i##0);                                                 \
+            _mm256_storeu_ps(part + 8, c##i##1);                                             \
+            for (t = 0; t < nr; ++t) o[t] = add ? o[t] + part[t] : part[t];                  \
+        }                                                                                    \
+    }
+    MR_ROW_STORE2_MASKED(0) MR_ROW_STORE2_MASKED(1) MR_ROW_STORE2_MASKED(2)
+    MR_ROW_STORE2_MASKED(3) MR_ROW_STORE2_MASKED(4) MR_ROW_STORE2_MASKED(5)
+#undef MR_ROW_STORE2_MASKED
+}
+#undef MR_TILE_ZERO2
 #undef MR_ROW_FMA2
 #undef MR_K_STEP2
 #undef MR_ROW_STORE2

@@ -266,6 +266,12 @@
 #define MR_MICRO_AVX2 1
 #endif
 
+/* The x86 kernels also have a convolution kernel that reads B's rows where they are
+ * (mr_sgemm_micro_taps: mr_conv.c's taps path). */
+#if defined(MR_MICRO_AVX512) || defined(MR_MICRO_AVX2)
+#define MR_MICRO_TAPS 1
+#endif
+
 /* The x86 micro-kernels read A by rows with a unit column stride (acs == 1: A in place,
  * or packed by mr_sgemm_pack_a as rows of kc floats), so they step one pointer along k
  * where a stride known only at run time had the compiler keep and step one per row
@@ -425,7 +431,7 @@ MR_INTERNAL void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64
 MR_INTERNAL void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                 const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                                 const float *pf, int64_t pf_rows);
-#ifdef MR_MICRO_AVX512
+#ifdef MR_MICRO_TAPS
 MR_INTERNAL void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                      const float *restrict base, const int64_t *off, float *restrict out,
                                      int64_t out_rs, int64_t mr, int64_t nr, int add);

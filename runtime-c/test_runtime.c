@@ -887,6 +887,9 @@ static void test_conv(void)
         {2, 33, 10, 12, 17, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1}, /* K > KC, a partial row tile */
         {1, 4, 12, 14, 9, 3, 2, 1, 1, 0, 0, 0, 0, 2, 3, 1},   /* dilated */
         {1, 6, 12, 12, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 2},  /* groups = 2, Og = 8 */
+        /* K > KC with rows one panel and a part wide (row mode): a part row added in place */
+        {1, 32, 16, 16, 7, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* NR 16: rows of 14 */
+        {1, 32, 32, 32, 7, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* NR 32: rows of 30 */
         {1, 3, 12, 40, 8, 3, 3, 1, 1, 0, 0, -2, -3, 1, 1, 1}, /* cropped: OW < W - 2 */
         {2, 3, 1, 70, 8, 1, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},    /* 1-d */
         {1, 2, 5, 5, 8, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},     /* one output position */
@@ -1032,6 +1035,11 @@ static void test_pool(void)
         {3, 1, 4, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},   /* identity */
         {1, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* scalar input */
         {2, 2, 9, 8, 3, 2, 2, 1, 1, 0, -2, -3, 1, 1}, /* OH/OW stop short of the input */
+        /* the 2x2, stride-2 path (its vector rows: 8 and 16 outputs at a time, tails) */
+        {2, 3, 28, 28, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
+        {1, 2, 6, 41, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
+        {1, 1, 4, 7, 2, 2, 2, 2, 0, 0, 0, -1, 1, 1},
+        {1, 2, 2, 70, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
     };
     int i, is_max;
     for (is_max = 0; is_max <= 1; ++is_max) {
