@@ -93,11 +93,23 @@ static mr_wino_window mr_wino_window_at(const float *plane, int64_t H, int64_t W
  * A^T m A, m its 36 values of M at mo[xi * s + k], rows [0, nrows) and columns [0,
  * width) of the run's 4 x 4 len outputs, to y (rows OW apart):
  *   A^T = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
- * With AVX-512, 16 tiles at a time in registers, the stride-4 columns picked by
- * permutes (a loop over tiles with a stride of 4 is one gcc leaves mostly scalar: the
- * convolution above, 390 -> 226 us); else loops over the run's tiles.
+ * With AVX-512, 16 tiles at a time in registers (AVX2: 8), the stride-4 columns picked
+ * by permutes (a loop over tiles with a stride of 4 is one gcc leaves mostly scalar: the
+ * convolution above, 390 -> 226 us with AVX-512); else loops over the run's tiles.
  */
-#ifdef MR_AVX512
+#if defined(MR_AVX512) || defined(MR_AVX2)
+/* MR_WN tiles in each vector register: mr_wv is a vector of MR_WN floats and MR_WV(op)
+ * names the intrinsic at its width; the patches' loads, the output's interleave and the
+ * loads and stores of part vectors differ, the transforms and runs are the same. */
+#if defined(MR_AVX512)
+typedef __m512 mr_wv;
+#define MR_WN 16
+#define MR_WV(op) _mm512_##op
+
+/* The n <= 16 floats at p, zeros after them; and stored to p. */
+static mr_wv mr_wv_load_n(const float *p, int64_t n) { return _mm512_maskz_loadu_ps((__mmask16)mr_lanes(0, n), p); }
+static void mr_wv_store_n(float *p, mr_wv v, int64_t n) { _mm512_mask_storeu_ps(p, (__mmask16)mr_lanes(0, n), v); }
+
 /* The 6x6 patches' rows of 16 tiles from float k of window w: e[j] lane t = float
  * k + 4t + j (masked loads: floats outside [w.lo, w.hi) are zeros, and never read). */
 static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m512 e[6])
@@ -121,50 +133,6 @@ static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m512 e[6])
     e[5] = _mm512_permutex2var_ps(e[1], _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17), v[4]);
 }
 
-/* B^T x for the 6 vectors x (lane by lane), into y. */
-static void mr_wino_bt(const __m512 x[6], __m512 y[6])
-{
-    const __m512 two = _mm512_set1_ps(2.0f), four = _mm512_set1_ps(4.0f), five = _mm512_set1_ps(5.0f);
-    y[0] = _mm512_fmadd_ps(four, x[0], _mm512_fnmadd_ps(five, x[2], x[4]));
-    y[1] = _mm512_fnmadd_ps(four, _mm512_add_ps(x[1], x[2]), _mm512_add_ps(x[3], x[4]));
-    y[2] = _mm512_fmadd_ps(four, _mm512_sub_ps(x[1], x[2]), _mm512_sub_ps(x[4], x[3]));
-    y[3] = _mm512_fmadd_ps(two, _mm512_sub_ps(x[3], x[1]), _mm512_sub_ps(x[4], x[2]));
-    y[4] = _mm512_fmadd_ps(two, _mm512_sub_ps(x[1], x[3]), _mm512_sub_ps(x[4], x[2]));
-    y[5] = _mm512_fmadd_ps(four, x[1], _mm512_fnmadd_ps(five, x[3], x[5]));
-}
-
-/* A^T x for the 6 vectors x (lane by lane), into y. */
-static void mr_wino_at(const __m512 x[6], __m512 y[4])
-{
-    const __m512 s12 = _mm512_add_ps(x[1], x[2]), d12 = _mm512_sub_ps(x[1], x[2]);
-    const __m512 s34 = _mm512_add_ps(x[3], x[4]), d34 = _mm512_sub_ps(x[3], x[4]);
-    y[0] = _mm512_add_ps(_mm512_add_ps(x[0], s12), s34);
-    y[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34, d12);
-    y[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34, s12);
-    y[3] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), x[5]);
-}
-
-static void mr_wino_input_run(const mr_wino_window rows[6], int64_t len, float *d, int64_t vs)
-{
-    int64_t k0;
-    int i, b, a;
-    for (k0 = 0; k0 < len; k0 += 16) {
-        const __mmask16 m = (__mmask16)mr_lanes(0, len - k0);
-        __m512 r[6][6];
-        for (i = 0; i < 6; ++i) {
-            __m512 e[6];
-            mr_wino_patch_rows(&rows[i], 4 * k0, e);
-            mr_wino_bt(e, r[i]);
-        }
-        for (b = 0; b < 6; ++b) {
-            __m512 col[6], out[6];
-            for (i = 0; i < 6; ++i) col[i] = r[i][b];
-            mr_wino_bt(col, out);
-            for (a = 0; a < 6; ++a) _mm512_mask_storeu_ps(d + (6 * a + b) * vs + k0, m, out[a]);
-        }
-    }
-}
-
 /* The 64 floats 4k + q = y[q][k] (k < 16, q < 4), as 4 vectors. */
 static void mr_wino_interleave4(const __m512 y[4], __m512 o[4])
 {
@@ -184,32 +152,148 @@ static void mr_wino_interleave4(const __m512 y[4], __m512 o[4])
     o[2] = _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1));
     o[3] = _mm512_shuffle_f32x4(o01, o23, _MM_SHUFFLE(3, 1, 3, 1));
 }
+#else
+typedef __m256 mr_wv;
+#define MR_WN 8
+#define MR_WV(op) _mm256_##op
+
+/* Lanes l of 8 with a <= l < b. */
+static __m256i mr_lanes8(int64_t a, int64_t b)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int lo = (int)(a < 0 ? 0 : a > 8 ? 8 : a), hi = (int)(b < 0 ? 0 : b > 8 ? 8 : b);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lane),
+                               _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lane));
+}
+
+/* The n floats at p (at most 8), zeros after them; and stored to p, a part vector one
+ * float at a time (AVX's masked store is microcoded on AMD's cores). */
+static mr_wv mr_wv_load_n(const float *p, int64_t n) { return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mr_lanes8(0, n)); }
+static void mr_wv_store_n(float *p, mr_wv v, int64_t n)
+{
+    float part[8];
+    int64_t t;
+    if (n >= 8) {
+        _mm256_storeu_ps(p, v);
+        return;
+    }
+    _mm256_storeu_ps(part, v);
+    for (t = 0; t < n; ++t) p[t] = part[t];
+}
+
+/* The 6x6 patches' rows of 8 tiles from float k of window w: e[j] lane t = float
+ * k + 4t + j (masked loads: floats outside [w.lo, w.hi) are zeros, and never read). */
+static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m256 e[6])
+{
+    /* the transposes below leave tiles in the order 0, 2, 4, 6, 1, 3, 5, 7 */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i next = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+    __m256 v[5], t0, t1, t2, t3;
+    int q;
+    /* floats k + 8q .. k + 8q + 7 (tiles 2q and 2q + 1); the fifth holds those past the last tile's */
+    for (q = 0; q < 5; ++q) {
+        const int64_t at = k + 8 * q;
+        v[q] = _mm256_maskload_ps((const float *)(w->at + 4u * (uintptr_t)at), mr_lanes8(w->lo - at, w->hi - at));
+    }
+    /* 4 x 4 transposes in each 128-bit lane: lane L of e[j] holds float j of tiles L, L + 2, ... */
+    t0 = _mm256_unpacklo_ps(v[0], v[1]);
+    t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    t2 = _mm256_unpacklo_ps(v[2], v[3]);
+    t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    e[0] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
+    e[1] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
+    e[2] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
+    e[3] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
+    for (q = 0; q < 4; ++q) e[q] = _mm256_permutevar8x32_ps(e[q], order);
+    /* e[4], e[5]: e[0], e[1] one tile on, the last lane from v[4] (floats 32, 33) */
+    e[4] = _mm256_blend_ps(_mm256_permutevar8x32_ps(e[0], next), _mm256_permutevar8x32_ps(v[4], _mm256_set1_epi32(0)), 0x80);
+    e[5] = _mm256_blend_ps(_mm256_permutevar8x32_ps(e[1], next), _mm256_permutevar8x32_ps(v[4], _mm256_set1_epi32(1)), 0x80);
+}
+
+/* The 32 floats 4k + q = y[q][k] (k < 8, q < 4), as 4 vectors. */
+static void mr_wino_interleave4(const __m256 y[4], __m256 o[4])
+{
+    const __m256 t0 = _mm256_unpacklo_ps(y[0], y[1]), t1 = _mm256_unpackhi_ps(y[0], y[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(y[2], y[3]), t3 = _mm256_unpackhi_ps(y[2], y[3]);
+    /* u_m: tiles m and m + 4 */
+    const __m256 u0 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
+    const __m256 u1 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
+    const __m256 u2 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
+    const __m256 u3 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
+    o[0] = _mm256_permute2f128_ps(u0, u1, 0x20);
+    o[1] = _mm256_permute2f128_ps(u2, u3, 0x20);
+    o[2] = _mm256_permute2f128_ps(u0, u1, 0x31);
+    o[3] = _mm256_permute2f128_ps(u2, u3, 0x31);
+}
+#endif
+
+/* B^T x for the 6 vectors x (lane by lane), into y. */
+static void mr_wino_bt(const mr_wv x[6], mr_wv y[6])
+{
+    const mr_wv two = MR_WV(set1_ps)(2.0f), four = MR_WV(set1_ps)(4.0f), five = MR_WV(set1_ps)(5.0f);
+    y[0] = MR_WV(fmadd_ps)(four, x[0], MR_WV(fnmadd_ps)(five, x[2], x[4]));
+    y[1] = MR_WV(fnmadd_ps)(four, MR_WV(add_ps)(x[1], x[2]), MR_WV(add_ps)(x[3], x[4]));
+    y[2] = MR_WV(fmadd_ps)(four, MR_WV(sub_ps)(x[1], x[2]), MR_WV(sub_ps)(x[4], x[3]));
+    y[3] = MR_WV(fmadd_ps)(two, MR_WV(sub_ps)(x[3], x[1]), MR_WV(sub_ps)(x[4], x[2]));
+    y[4] = MR_WV(fmadd_ps)(two, MR_WV(sub_ps)(x[1], x[3]), MR_WV(sub_ps)(x[4], x[2]));
+    y[5] = MR_WV(fmadd_ps)(four, x[1], MR_WV(fnmadd_ps)(five, x[3], x[5]));
+}
+
+/* A^T x for the 6 vectors x (lane by lane), into y. */
+static void mr_wino_at(const mr_wv x[6], mr_wv y[4])
+{
+    const mr_wv s12 = MR_WV(add_ps)(x[1], x[2]), d12 = MR_WV(sub_ps)(x[1], x[2]);
+    const mr_wv s34 = MR_WV(add_ps)(x[3], x[4]), d34 = MR_WV(sub_ps)(x[3], x[4]);
+    y[0] = MR_WV(add_ps)(MR_WV(add_ps)(x[0], s12), s34);
+    y[1] = MR_WV(fmadd_ps)(MR_WV(set1_ps)(2.0f), d34, d12);
+    y[2] = MR_WV(fmadd_ps)(MR_WV(set1_ps)(4.0f), s34, s12);
+    y[3] = MR_WV(add_ps)(MR_WV(fmadd_ps)(MR_WV(set1_ps)(8.0f), d34, d12), x[5]);
+}
+
+static void mr_wino_input_run(const mr_wino_window rows[6], int64_t len, float *d, int64_t vs)
+{
+    int64_t k0;
+    int i, b, a;
+    for (k0 = 0; k0 < len; k0 += MR_WN) {
+        mr_wv r[6][6];
+        for (i = 0; i < 6; ++i) {
+            mr_wv e[6];
+            mr_wino_patch_rows(&rows[i], 4 * k0, e);
+            mr_wino_bt(e, r[i]);
+        }
+        for (b = 0; b < 6; ++b) {
+            mr_wv col[6], out[6];
+            for (i = 0; i < 6; ++i) col[i] = r[i][b];
+            mr_wino_bt(col, out);
+            for (a = 0; a < 6; ++a) mr_wv_store_n(d + (6 * a + b) * vs + k0, out[a], len - k0);
+        }
+    }
+}
 
 static void mr_wino_output_run(const float *mo, int64_t s, int64_t len, float *y, int64_t OW, int64_t nrows,
                                int64_t width)
 {
     int64_t k0, p;
     int a, q, v;
-    for (k0 = 0; k0 < len; k0 += 16) {
-        const __mmask16 m = (__mmask16)mr_lanes(0, len - k0);
-        __m512 t[6][4], out[4][4];
+    for (k0 = 0; k0 < len; k0 += MR_WN) {
+        mr_wv t[6][4], out[4][4];
         for (a = 0; a < 6; ++a) {
-            __m512 x[6];
-            for (q = 0; q < 6; ++q) x[q] = _mm512_maskz_loadu_ps(m, mo + (6 * a + q) * s + k0);
+            mr_wv x[6];
+            for (q = 0; q < 6; ++q) x[q] = mr_wv_load_n(mo + (6 * a + q) * s + k0, len - k0);
             mr_wino_at(x, t[a]);
         }
         for (q = 0; q < 4; ++q) {
-            __m512 col[6], o[4];
+            mr_wv col[6], o[4];
             for (a = 0; a < 6; ++a) col[a] = t[a][q];
             mr_wino_at(col, o);
             for (p = 0; p < 4; ++p) out[p][q] = o[p];
         }
         for (p = 0; p < nrows; ++p) {
-            __m512 o[4];
+            mr_wv o[4];
             mr_wino_interleave4(out[p], o);
             for (v = 0; v < 4; ++v) {
-                const int64_t c = 4 * k0 + 16 * v;
-                _mm512_mask_storeu_ps(y + p * OW + mr_min_i64(c, width), (__mmask16)mr_lanes(0, width - c), o[v]);
+                const int64_t c = 4 * k0 + MR_WN * v;
+                if (c < width) mr_wv_store_n(y + p * OW + c, o[v], width - c);
             }
         }
     }
