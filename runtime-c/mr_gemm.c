@@ -690,27 +690,23 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
         MR_K_STEP2(base + off[r])
     }
     for (; r < kc; ++r) MR_K_STEP2(base + off[r])
-/* Row i's columns [0, nr): whole rows as they are; a part row through `part`, one float
- * at a time (AVX's masked store is microcoded on AMD's cores, about 20 cycles). */
-#define MR_ROW_STORE2_MASKED(i)                                                              \
+/* Row i's columns [0, nr): a whole row as mr_sgemm_micro stores it, a part row through
+ * `part`, one float at a time (AVX's masked store is microcoded on AMD's cores, about 20
+ * cycles). */
+#define MR_ROW_STORE2_PART(i)                                                                \
     if ((i) < mr) {                                                                          \
-        float *o = out + (i) * out_rs;                                                       \
         if (nr == 16) {                                                                      \
-            if (add) {                                                                       \
-                c##i##0 = _mm256_add_ps(_mm256_loadu_ps(o), c##i##0);                        \
-                c##i##1 = _mm256_add_ps(_mm256_loadu_ps(o + 8), c##i##1);                    \
-            }                                                                                \
-            _mm256_storeu_ps(o, c##i##0);                                                    \
-            _mm256_storeu_ps(o + 8, c##i##1);                                                \
+            MR_ROW_STORE2(i);                                                                \
         } else {                                                                             \
+            float *o = out + (i) * out_rs;                                                   \
             _mm256_storeu_ps(part, c##i##0);                                                 \
             _mm256_storeu_ps(part + 8, c##i##1);                                             \
             for (t = 0; t < nr; ++t) o[t] = add ? o[t] + part[t] : part[t];                  \
         }                                                                                    \
     }
-    MR_ROW_STORE2_MASKED(0) MR_ROW_STORE2_MASKED(1) MR_ROW_STORE2_MASKED(2)
-    MR_ROW_STORE2_MASKED(3) MR_ROW_STORE2_MASKED(4) MR_ROW_STORE2_MASKED(5)
-#undef MR_ROW_STORE2_MASKED
+    MR_ROW_STORE2_PART(0) MR_ROW_STORE2_PART(1) MR_ROW_STORE2_PART(2)
+    MR_ROW_STORE2_PART(3) MR_ROW_STORE2_PART(4) MR_ROW_STORE2_PART(5)
+#undef MR_ROW_STORE2_PART
 }
 #undef MR_TILE_ZERO2
 #undef MR_ROW_FMA2

@@ -353,6 +353,15 @@ static inline unsigned mr_lanes(int64_t a, int64_t b)
     const int64_t lo = a < 0 ? 0 : (a > 16 ? 16 : a), hi = b < 0 ? 0 : (b > 16 ? 16 : b);
     return hi <= lo ? 0u : ((1u << hi) - 1u) & ~((1u << lo) - 1u);
 }
+#elif defined(MR_AVX2)
+/* The lanes [a, b) of 8, clamped, as a vector mask (for AVX's masked loads). */
+static inline __m256i mr_lanes8(int64_t a, int64_t b)
+{
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int lo = (int)(a < 0 ? 0 : a > 8 ? 8 : a), hi = (int)(b < 0 ? 0 : b > 8 ? 8 : b);
+    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lane),
+                               _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lane));
+}
 #endif
 
 /* A running max: v wins if larger or NaN (NaN propagates, as numpy's max). */

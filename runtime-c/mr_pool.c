@@ -81,13 +81,11 @@ static void mr_max_pool_2x2_row_avx2(const float *x0, const float *x1, float *y,
                                                    _mm256_loadu_ps(q), _mm256_loadu_ps(q + 8)));
     }
     if (ow < OW) {
-        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        const int n = (int)(OW - ow);
-        const __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n), lane);
-        const __m256i hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n - 8), lane);
+        const int64_t n = OW - ow;
+        const __m256i lo = mr_lanes8(0, 2 * n), hi = mr_lanes8(0, 2 * n - 8);
         const float *p = x0 + 2 * ow, *q = x1 + 2 * ow;
         float out[8];
-        int t;
+        int64_t t;
         _mm256_storeu_ps(out, mr_max_pool_2x2_8(_mm256_maskload_ps(p, lo), _mm256_maskload_ps(p + 8, hi),
                                                 _mm256_maskload_ps(q, lo), _mm256_maskload_ps(q + 8, hi)));
         for (t = 0; t < n; ++t) y[ow + t] = out[t];

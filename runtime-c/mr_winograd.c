@@ -157,15 +157,6 @@ typedef __m256 mr_wv;
 #define MR_WN 8
 #define MR_WV(op) _mm256_##op
 
-/* Lanes l of 8 with a <= l < b. */
-static __m256i mr_lanes8(int64_t a, int64_t b)
-{
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const int lo = (int)(a < 0 ? 0 : a > 8 ? 8 : a), hi = (int)(b < 0 ? 0 : b > 8 ? 8 : b);
-    return _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), lane),
-                               _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lane));
-}
-
 /* The n floats at p (at most 8), zeros after them; and stored to p, a part vector one
  * float at a time (AVX's masked store is microcoded on AMD's cores). */
 static mr_wv mr_wv_load_n(const float *p, int64_t n) { return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mr_lanes8(0, n)); }
