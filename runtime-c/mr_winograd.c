@@ -105,7 +105,25 @@ static mr_wino_window mr_wino_window_at(const float *plane, int64_t H, int64_t W
 typedef __m512 mr_wv;
 #define MR_WN 16
 #define MR_WV(op) _mm512_##op
+#else
+typedef __m256 mr_wv;
+#define MR_WN 8
+#define MR_WV(op) _mm256_##op
+#endif
 
+/* 4 x 4 transposes within each 128-bit lane: lane i of u[m]'s 128 bits L is lane m of
+ * x[i]'s. */
+static void mr_wv_transpose4(const mr_wv x[4], mr_wv u[4])
+{
+    const mr_wv t0 = MR_WV(unpacklo_ps)(x[0], x[1]), t1 = MR_WV(unpackhi_ps)(x[0], x[1]);
+    const mr_wv t2 = MR_WV(unpacklo_ps)(x[2], x[3]), t3 = MR_WV(unpackhi_ps)(x[2], x[3]);
+    u[0] = MR_WV(castpd_ps)(MR_WV(unpacklo_pd)(MR_WV(castps_pd)(t0), MR_WV(castps_pd)(t2)));
+    u[1] = MR_WV(castpd_ps)(MR_WV(unpackhi_pd)(MR_WV(castps_pd)(t0), MR_WV(castps_pd)(t2)));
+    u[2] = MR_WV(castpd_ps)(MR_WV(unpacklo_pd)(MR_WV(castps_pd)(t1), MR_WV(castps_pd)(t3)));
+    u[3] = MR_WV(castpd_ps)(MR_WV(unpackhi_pd)(MR_WV(castps_pd)(t1), MR_WV(castps_pd)(t3)));
+}
+
+#if defined(MR_AVX512)
 /* The n <= 16 floats at p, zeros after them; and stored to p. */
 static mr_wv mr_wv_load_n(const float *p, int64_t n) { return _mm512_maskz_loadu_ps((__mmask16)mr_lanes(0, n), p); }
 static void mr_wv_store_n(float *p, mr_wv v, int64_t n) { _mm512_mask_storeu_ps(p, (__mmask16)mr_lanes(0, n), v); }
@@ -136,27 +154,18 @@ static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m512 e[6])
 /* The 64 floats 4k + q = y[q][k] (k < 16, q < 4), as 4 vectors. */
 static void mr_wino_interleave4(const __m512 y[4], __m512 o[4])
 {
-    const __m512 t0 = _mm512_unpacklo_ps(y[0], y[1]), t1 = _mm512_unpackhi_ps(y[0], y[1]);
-    const __m512 t2 = _mm512_unpacklo_ps(y[2], y[3]), t3 = _mm512_unpackhi_ps(y[2], y[3]);
-    /* u_m's 128-bit lane L: tile 4L + m */
-    const __m512 u0 = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
-    const __m512 u1 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t2)));
-    const __m512 u2 = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
-    const __m512 u3 = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t1), _mm512_castps_pd(t3)));
-    const __m512 e01 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 e23 = _mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 o01 = _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1));
-    const __m512 o23 = _mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(3, 1, 3, 1));
+    __m512 u[4];
+    mr_wv_transpose4(y, u); /* u[m]'s 128-bit lane L: tile 4L + m */
+    const __m512 e01 = _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 e23 = _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 o01 = _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512 o23 = _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1));
     o[0] = _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(2, 0, 2, 0));
     o[1] = _mm512_shuffle_f32x4(o01, o23, _MM_SHUFFLE(2, 0, 2, 0));
     o[2] = _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1));
     o[3] = _mm512_shuffle_f32x4(o01, o23, _MM_SHUFFLE(3, 1, 3, 1));
 }
 #else
-typedef __m256 mr_wv;
-#define MR_WN 8
-#define MR_WV(op) _mm256_##op
-
 /* The n floats at p (at most 8), zeros after them; and stored to p, a part vector one
  * float at a time (AVX's masked store is microcoded on AMD's cores). */
 static mr_wv mr_wv_load_n(const float *p, int64_t n) { return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mr_lanes8(0, n)); }
@@ -179,22 +188,15 @@ static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m256 e[6])
     /* the transposes below leave tiles in the order 0, 2, 4, 6, 1, 3, 5, 7 */
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i next = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
-    __m256 v[5], t0, t1, t2, t3;
+    __m256 v[5];
     int q;
     /* floats k + 8q .. k + 8q + 7 (tiles 2q and 2q + 1); the fifth holds those past the last tile's */
     for (q = 0; q < 5; ++q) {
         const int64_t at = k + 8 * q;
         v[q] = _mm256_maskload_ps((const float *)(w->at + 4u * (uintptr_t)at), mr_lanes8(w->lo - at, w->hi - at));
     }
-    /* 4 x 4 transposes in each 128-bit lane: lane L of e[j] holds float j of tiles L, L + 2, ... */
-    t0 = _mm256_unpacklo_ps(v[0], v[1]);
-    t1 = _mm256_unpackhi_ps(v[0], v[1]);
-    t2 = _mm256_unpacklo_ps(v[2], v[3]);
-    t3 = _mm256_unpackhi_ps(v[2], v[3]);
-    e[0] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
-    e[1] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
-    e[2] = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
-    e[3] = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
+    /* lane L of e[j] holds float j of tiles L, L + 2, ... */
+    mr_wv_transpose4(v, e);
     for (q = 0; q < 4; ++q) e[q] = _mm256_permutevar8x32_ps(e[q], order);
     /* e[4], e[5]: e[0], e[1] one tile on, the last lane from v[4] (floats 32, 33) */
     e[4] = _mm256_blend_ps(_mm256_permutevar8x32_ps(e[0], next), _mm256_permutevar8x32_ps(v[4], _mm256_set1_epi32(0)), 0x80);
@@ -204,17 +206,12 @@ static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m256 e[6])
 /* The 32 floats 4k + q = y[q][k] (k < 8, q < 4), as 4 vectors. */
 static void mr_wino_interleave4(const __m256 y[4], __m256 o[4])
 {
-    const __m256 t0 = _mm256_unpacklo_ps(y[0], y[1]), t1 = _mm256_unpackhi_ps(y[0], y[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(y[2], y[3]), t3 = _mm256_unpackhi_ps(y[2], y[3]);
-    /* u_m: tiles m and m + 4 */
-    const __m256 u0 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
-    const __m256 u1 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t0), _mm256_castps_pd(t2)));
-    const __m256 u2 = _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
-    const __m256 u3 = _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(t1), _mm256_castps_pd(t3)));
-    o[0] = _mm256_permute2f128_ps(u0, u1, 0x20);
-    o[1] = _mm256_permute2f128_ps(u2, u3, 0x20);
-    o[2] = _mm256_permute2f128_ps(u0, u1, 0x31);
-    o[3] = _mm256_permute2f128_ps(u2, u3, 0x31);
+    __m256 u[4];
+    mr_wv_transpose4(y, u); /* u[m]: tiles m and m + 4 */
+    o[0] = _mm256_permute2f128_ps(u[0], u[1], 0x20);
+    o[1] = _mm256_permute2f128_ps(u[2], u[3], 0x20);
+    o[2] = _mm256_permute2f128_ps(u[0], u[1], 0x31);
+    o[3] = _mm256_permute2f128_ps(u[2], u[3], 0x31);
 }
 #endif
 
