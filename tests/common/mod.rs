@@ -28,9 +28,8 @@ pub fn xorshift64(state: &mut u64) -> u64 {
     *state
 }
 
-/// Runs `f` on every item, as many at a time as the machine has cores (two on CI's and
-/// the developers' machines; a GPU machine's 16 build its nvcc cases 8 times as fast);
-/// returns the failures, sorted.
+/// Runs `f` on every item, as many at a time as the machine has cores (2 on CI's and the
+/// developers' machines, 16 on the GPU machines); returns the failures, sorted.
 pub fn each_case<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
     let next = Mutex::new(0usize);
     let failures = Mutex::new(Vec::new());
