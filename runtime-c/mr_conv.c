@@ -191,7 +191,7 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
     float ap[MR_SGEMM_MR * MR_SGEMM_KC];
     float tile[MR_SGEMM_MR * MR_SGEMM_NR];
     int64_t off[MR_SGEMM_KC];
-    int64_t b0, b1, pc, ic, p, pn, off_pc = -1; /* off holds depth block off_pc's offsets */
+    int64_t b0, b1, pc, sliver, p, pn, off_pc = -1; /* off holds depth block off_pc's offsets */
 #ifdef MR_MICRO_TAPS
     /* the end of the image's wide columns: a panel that ends by it reads inside x */
     const int64_t qmax = mr_wide(P - 1, W, OW) + 1;
@@ -211,11 +211,12 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
                 mr_taps_offsets(pc, kc, H, W, KH, KW, dh, dw, off);
                 off_pc = pc;
             }
-            for (ic = 0; ic < Og; ic += MR_SGEMM_MR) {
-                const int64_t mr = mr_min_i64(MR_SGEMM_MR, Og - ic);
+            for (sliver = 0; sliver < mr_slivers(Og); ++sliver) {
+                int64_t mr;
+                const int64_t ic = mr_sliver_at(Og, sliver, &mr);
                 const float *pa = (const float *)w->q + w->off + ic * Kd + pc;
                 int64_t ars = Kd, acs = 1;
-                if (mr < MR_SGEMM_MR || w->type != MR_F32) {
+                if ((!MR_MICRO_ROWS && mr < MR_SGEMM_MR) || w->type != MR_F32) {
                     mr_sgemm_pack_a(w, ic, pc, mr, kc, ap, &ars, &acs);
                     pa = ap;
                 }
@@ -234,13 +235,13 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
                         /* A panel past qmax is moved back to end there; its first
                          * columns (stored by the previous panel, or not ours) are dropped. */
                         const int64_t qs = mr_min_i64(q, qmax - NR);
-                        mr_sgemm_micro_taps(kc, pa, ars, acs, x + qs, off, tile, NR, MR_SGEMM_MR, NR, 0);
+                        mr_sgemm_micro_taps(kc, pa, ars, acs, x + qs, off, tile, NR, mr, NR, 0);
                         mr_store_wide(tile + (q - qs), mr, q, nq, W, OW, y + ic * P, P, pc > 0);
                         continue;
                     }
 #endif
                     mr_gather_rows(x + q, off, kc, nq, bp);
-                    mr_sgemm_micro(kc, pa, ars, acs, bp, NR, tile, NR, 0, NULL, 0);
+                    mr_sgemm_micro(mr, kc, pa, ars, acs, bp, NR, tile, NR, 0, NULL, 0);
                     mr_store_wide(tile, mr, q, nq, W, OW, y + ic * P, P, pc > 0);
                 }
             }

@@ -483,13 +483,15 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 }
 
 /*
- * mr_sgemm_micro: the register micro-kernel. For i < MR, j < NR, with
+ * mr_sgemm_micro: the register micro-kernel. For i < rows (1 <= rows <= MR), j < NR, with
  *   s = sum_{r<kc} a[i*ars + r*acs] * b[r*bs + j], summed in increasing r:
  *   out[i*out_rs + j] = s, or out[i*out_rs + j] + s when `add`,
  * where b is a B micro-panel (kc rows of NR floats bs apart: packed, or a weight's
  * panel in place) and a is either a packed A sliver (mr_sgemm_pack_a) or A itself when
  * it has a unit stride (no copy needed); the x86 kernels take only acs == 1 (MR_A_ROWS).
- * out is the MR x NR tile or C itself.
+ * out is the MR x NR tile or C itself. With MR_MICRO_ROWS nothing else is read or
+ * written; the other kernels compute and store every row i < MR, reading MR rows of a
+ * (a packed sliver, padded with zeros), so with fewer rows out must be the tile.
  * While it runs, the kernel may prefetch into L2 the pf_rows rows of NR floats (bs apart)
  * that start at pf (none when pf_rows == 0); it reads nothing there.
  * Each row of the tile is a separate accumulator array and every j loop has the
@@ -527,6 +529,8 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #else
 #define MR_NO_UNROLL
 #endif
+/* A kernel's body, inlined into a switch over its row counts (mr_sgemm_micro below). */
+#define MR_BODY static inline __attribute__((always_inline))
 #define MR_K_LOOP(STEP)                                                                  \
     {                                                                                    \
         const int64_t groups_ = kc / MR_K_GROUP;                                         \
@@ -547,60 +551,59 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
     }
 #endif
 
-#if defined(MR_AVX512) && MR_SGEMM_MR == 8 && MR_SGEMM_NR == 32
+#if defined(MR_MICRO_AVX512)
 /* The 8 x 32 tile in 16 zmm accumulators, written out with intrinsics: the same sums in
- * the same order (fused multiply-adds) as the portable kernel below. */
+ * the same order (fused multiply-adds) as the portable kernel below. Its rows
+ * [0, rows) only, rows a constant once inlined (MR_MICRO_ROWS). */
 /* Row i of the tile: its A element times both halves of B's row. */
 #define MR_ROW_FMA(i)                                   \
-    x = _mm512_set1_ps(a[(i) * ars]);                   \
-    c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);          \
-    c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1)
+    if ((i) < rows) {                                   \
+        x = _mm512_set1_ps(a[(i) * ars]);               \
+        c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);      \
+        c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);      \
+    }
 #define MR_ROW_STORE(i)                                                                              \
-    if (add) {                                                                                       \
-        c##i##0 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs), c##i##0);                      \
-        c##i##1 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs + 16), c##i##1);                 \
-    }                                                                                                \
-    _mm512_storeu_ps(out + (i) * out_rs, c##i##0);                                                   \
-    _mm512_storeu_ps(out + (i) * out_rs + 16, c##i##1)
-/* One step of k: B's row at `row` (both halves) against the tile's eight A elements. */
+    if ((i) < rows) {                                                                                \
+        if (add) {                                                                                   \
+            c##i##0 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs), c##i##0);                  \
+            c##i##1 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs + 16), c##i##1);             \
+        }                                                                                            \
+        _mm512_storeu_ps(out + (i) * out_rs, c##i##0);                                               \
+        _mm512_storeu_ps(out + (i) * out_rs + 16, c##i##1);                                          \
+    }
+/* One step of k: B's row at `row` (both halves) against the tile's A elements. */
 #define MR_K_STEP(row)                                                            \
     {                                                                             \
         const float *bq = (row);                                                  \
         const __m512 b0 = _mm512_loadu_ps(bq), b1 = _mm512_loadu_ps(bq + 16);     \
         __m512 x;                                                                 \
-        MR_ROW_FMA(0); MR_ROW_FMA(1); MR_ROW_FMA(2); MR_ROW_FMA(3);               \
-        MR_ROW_FMA(4); MR_ROW_FMA(5); MR_ROW_FMA(6); MR_ROW_FMA(7);               \
+        MR_ROW_FMA(0) MR_ROW_FMA(1) MR_ROW_FMA(2) MR_ROW_FMA(3)                   \
+        MR_ROW_FMA(4) MR_ROW_FMA(5) MR_ROW_FMA(6) MR_ROW_FMA(7)                   \
         ++a; /* acs == 1 (MR_A_ROWS) */                                           \
     }
 #define MR_TILE_ZERO                                                                                       \
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00
-#define MR_TILE_STORE                                                   \
-    MR_ROW_STORE(0); MR_ROW_STORE(1); MR_ROW_STORE(2); MR_ROW_STORE(3); \
-    MR_ROW_STORE(4); MR_ROW_STORE(5); MR_ROW_STORE(6); MR_ROW_STORE(7)
-static void mr_sgemm_micro_8x32(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                                  const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
-                                  const float *pf, int64_t pf_rows)
+MR_BODY void mr_micro_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
+                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                           const float *pf, int64_t pf_rows)
 {
     MR_TILE_ZERO;
-    (void)acs;
     MR_K_LOOP(MR_K_STEP(b))
-    MR_TILE_STORE;
+    MR_ROW_STORE(0) MR_ROW_STORE(1) MR_ROW_STORE(2) MR_ROW_STORE(3)
+    MR_ROW_STORE(4) MR_ROW_STORE(5) MR_ROW_STORE(6) MR_ROW_STORE(7)
 }
 
 /* mr_conv2d_taps_gemm's kernel (MR_MICRO_TAPS): the 8 x 32 tile whose B row r is the
  * 32 floats at base + off[r], read in place; rows [0, mr) and columns [0, nr) of it are
- * stored to out (row i at out + i*out_rs), or added to it when `add`. Not inlined:
- * inside its caller's loops the compiler runs out of registers for the eight row
- * offsets of A and spills them (cnn b1 1t: 2.23 -> 2.09 ms). */
-__attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+ * stored to out (row i at out + i*out_rs), or added to it when `add`. */
+MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
                                 const float *restrict base, const int64_t *off, float *restrict out,
-                                int64_t out_rs, int64_t mr, int64_t nr, int add)
+                                int64_t out_rs, int64_t nr, int add)
 {
     MR_TILE_ZERO;
     const __mmask16 m0 = (__mmask16)mr_lanes(0, nr), m1 = (__mmask16)mr_lanes(0, nr - 16);
     int64_t r;
-    (void)acs;
     for (r = 0; r + MR_B_AHEAD < kc; ++r) {
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD] + 16), _MM_HINT_T0);
@@ -610,7 +613,7 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
 /* Row i's columns [0, nr): masked loads and stores touch no lane past nr, and the
  * second half's address is formed only when it has lanes. */
 #define MR_ROW_STORE_MASKED(i)                                                               \
-    if ((i) < mr) {                                                                          \
+    if ((i) < rows) {                                                                        \
         float *o = out + (i) * out_rs;                                                       \
         if (add) c##i##0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), c##i##0);             \
         _mm512_mask_storeu_ps(o, m0, c##i##0);                                               \
@@ -627,25 +630,32 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
 #undef MR_ROW_STORE
 #undef MR_K_STEP
 #undef MR_TILE_ZERO
-#undef MR_TILE_STORE
-#endif
+/* (mr_sgemm_micro's cases from 6 rows up: see MR_ROWS_SWITCH) */
+#define MR_ROWS_CASES_TOP(F, ...)     \
+    case 6: F(6, __VA_ARGS__); break; \
+    case 7: F(7, __VA_ARGS__); break; \
+    default: F(8, __VA_ARGS__); break;
 
-#ifdef MR_MICRO_AVX2
+#elif defined(MR_MICRO_AVX2)
 /* The 6 x 16 tile in 12 ymm accumulators, written out with intrinsics: the same sums in
  * the same order (fused multiply-adds) as the portable kernel below, which GCC compiles
- * for AVX2 at about a third of the FMA peak (it keeps part of the tile in memory). */
+ * for AVX2 at about a third of the FMA peak (it keeps part of the tile in memory). Its
+ * rows [0, rows) only, rows a constant once inlined (MR_MICRO_ROWS): the other rows'
+ * accumulators and A's elements are never touched. */
 /* Row i of the tile: its A element times both halves of B's row. */
 #define MR_ROW_FMA2(i)                                  \
-    x = _mm256_broadcast_ss(a + (i) * ars);             \
-    c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0);          \
-    c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1)
-/* One step of k: B's row at `row` against the tile's six A elements. */
+    if ((i) < rows) {                                   \
+        x = _mm256_broadcast_ss(a + (i) * ars);         \
+        c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0);      \
+        c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);      \
+    }
+/* One step of k: B's row at `row` against the tile's A elements. */
 #define MR_K_STEP2(row)                                                           \
     {                                                                             \
         const __m256 b0 = _mm256_loadu_ps(row), b1 = _mm256_loadu_ps((row) + 8);  \
         __m256 x;                                                                 \
-        MR_ROW_FMA2(0); MR_ROW_FMA2(1); MR_ROW_FMA2(2);                           \
-        MR_ROW_FMA2(3); MR_ROW_FMA2(4); MR_ROW_FMA2(5);                           \
+        MR_ROW_FMA2(0) MR_ROW_FMA2(1) MR_ROW_FMA2(2)                              \
+        MR_ROW_FMA2(3) MR_ROW_FMA2(4) MR_ROW_FMA2(5)                              \
         ++a; /* acs == 1 (MR_A_ROWS) */                                           \
     }
 #define MR_ROW_STORE2(i)                                                                             \
@@ -658,33 +668,32 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
 #define MR_TILE_ZERO2                                                                                \
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00
-void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                    const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
-                    const float *pf, int64_t pf_rows)
+MR_BODY void mr_micro_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
+                           const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                           const float *pf, int64_t pf_rows)
 {
     MR_TILE_ZERO2;
-    (void)acs;
     MR_K_LOOP(MR_K_STEP2(b))
-    MR_ROW_STORE2(0);
-    MR_ROW_STORE2(1);
-    MR_ROW_STORE2(2);
-    MR_ROW_STORE2(3);
-    MR_ROW_STORE2(4);
-    MR_ROW_STORE2(5);
+#define MR_ROW_STORE2_ROWS(i) \
+    if ((i) < rows) {         \
+        MR_ROW_STORE2(i);     \
+    }
+    MR_ROW_STORE2_ROWS(0) MR_ROW_STORE2_ROWS(1) MR_ROW_STORE2_ROWS(2)
+    MR_ROW_STORE2_ROWS(3) MR_ROW_STORE2_ROWS(4) MR_ROW_STORE2_ROWS(5)
+#undef MR_ROW_STORE2_ROWS
 }
 
 /* mr_conv2d_taps_gemm's kernel (MR_MICRO_TAPS) for AVX2: the 6 x 16 tile whose B row r
  * is the 16 floats at base + off[r], read in place, as the AVX-512 one above. Where it
  * was missing, the taps path copied every tile's B rows into a packed panel, and the
  * avx2 kernels ran lenet b32 2.6 times as long as the avx512 ones on the same Zen 4. */
-__attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
                                 const float *restrict base, const int64_t *off, float *restrict out,
-                                int64_t out_rs, int64_t mr, int64_t nr, int add)
+                                int64_t out_rs, int64_t nr, int add)
 {
     MR_TILE_ZERO2;
     float part[16];
     int64_t r, t;
-    (void)acs;
     for (r = 0; r + MR_B_AHEAD < kc; ++r) {
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
         MR_K_STEP2(base + off[r])
@@ -694,7 +703,7 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
  * `part`, one float at a time (AVX's masked store is microcoded on AMD's cores, about 20
  * cycles). */
 #define MR_ROW_STORE2_PART(i)                                                                \
-    if ((i) < mr) {                                                                          \
+    if ((i) < rows) {                                                                        \
         if (nr == 16) {                                                                      \
             MR_ROW_STORE2(i);                                                                \
         } else {                                                                             \
@@ -712,13 +721,8 @@ __attribute__((noinline)) void mr_sgemm_micro_taps(int64_t kc, const float *rest
 #undef MR_ROW_FMA2
 #undef MR_K_STEP2
 #undef MR_ROW_STORE2
-#elif defined(MR_MICRO_AVX512)
-void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                    const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
-                    const float *pf, int64_t pf_rows)
-{
-    mr_sgemm_micro_8x32(kc, a, ars, acs, b, bs, out, out_rs, add, pf, pf_rows);
-}
+#define MR_ROWS_CASES_TOP(F, ...) \
+    default: F(6, __VA_ARGS__); break;
 #elif defined(MR_MICRO_NEON)
 /* The 12 x 8 tile in 24 q-register accumulators (AArch64 NEON), written out with
  * intrinsics: the same sums in the same order (fused multiply-adds) as the portable
@@ -750,10 +754,11 @@ static inline float32x4_t mr_neon_a4(const float *a, int64_t ars)
     }                                                                                         \
     vst1q_f32(out + (i) * out_rs, c##i##_0);                                                  \
     vst1q_f32(out + (i) * out_rs + 4, c##i##_1)
-void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                     const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                     const float *pf, int64_t pf_rows)
 {
+    (void)rows; /* the whole tile (not MR_MICRO_ROWS) */
     float32x4_t c0_0 = vdupq_n_f32(0.0f), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0, c2_1 = c0_0;
     float32x4_t c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0, c5_1 = c0_0;
     float32x4_t c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0, c8_1 = c0_0;
@@ -777,10 +782,11 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
 #undef MR_ROWS4_FMA_NEON
 #undef MR_ROW_STORE_NEON
 #else
-void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                     const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                     const float *pf, int64_t pf_rows)
 {
+    (void)rows; /* the whole tile (not MR_MICRO_ROWS) */
     (void)pf; /* portable C has no prefetch */
     (void)pf_rows;
     float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
@@ -849,6 +855,44 @@ void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t ac
 }
 #endif
 
+#if MR_MICRO_ROWS
+/* The x86 kernels: a switch over the inlined body for each row count (mr_micro_body,
+ * mr_micro_taps_body), not inlined into their callers nor copied by GCC for a caller's
+ * constant arguments (its clones doubled the kernels' code, about 40 KB). Inlined, the
+ * taps kernel ran out of registers for A's row offsets in its caller's loops and
+ * spilled them (cnn b1 1t, avx512: 2.23 -> 2.09 ms). */
+#if defined(__clang__)
+#define MR_KERNEL __attribute__((noinline))
+#else
+#define MR_KERNEL __attribute__((noinline, noclone))
+#endif
+#define MR_ROWS_SWITCH(n, F, ...)          \
+    switch (n) {                           \
+    case 1: F(1, __VA_ARGS__); break;      \
+    case 2: F(2, __VA_ARGS__); break;      \
+    case 3: F(3, __VA_ARGS__); break;      \
+    case 4: F(4, __VA_ARGS__); break;      \
+    case 5: F(5, __VA_ARGS__); break;      \
+    MR_ROWS_CASES_TOP(F, __VA_ARGS__)      \
+    }
+MR_KERNEL void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                              const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
+                              const float *pf, int64_t pf_rows)
+{
+    (void)acs;
+    MR_ROWS_SWITCH(rows, mr_micro_body, kc, a, ars, b, bs, out, out_rs, add, pf, pf_rows)
+}
+MR_KERNEL void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                   const float *restrict base, const int64_t *off, float *restrict out,
+                                   int64_t out_rs, int64_t mr, int64_t nr, int add)
+{
+    (void)acs;
+    MR_ROWS_SWITCH(mr, mr_micro_taps_body, kc, a, ars, base, off, out, out_rs, nr, add)
+}
+#undef MR_ROWS_SWITCH
+#undef MR_ROWS_CASES_TOP
+#endif
+
 /*
  * mr_sgemm_store: writes the top-left mr x nr part of the MR x NR tile t into C:
  *   overwrite != 0: C[i*c_rs + j*c_cs] = alpha * t[i*NR + j]            (C not read)
@@ -887,7 +931,8 @@ static void mr_sgemm_store(const float *restrict t, int64_t mr, int64_t nr, floa
  * KC x NC block of B onto the stack, unless it is in panels), then the NR-wide
  * micro-panels of the B block and M in blocks of MR. An f32 A with a unit column stride
  * (or, for the kernels that read A by columns, a unit row stride) is read in place by
- * full MR x KC slivers (a partial one is packed once per KC block) with B's
+ * slivers of KC (mr_sliver_at; for a kernel that computes whole tiles a partial one is
+ * packed, once per KC block) with B's
  * micro-panels outside; any other A (narrow, or no unit stride) is packed sliver by
  * sliver, with its slivers outside, so each is packed once per KC block.
  */
@@ -920,11 +965,12 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t K, float alpha, const m
     float bp[MR_SGEMM_KC * MR_SGEMM_NC];
     float ap[MR_SGEMM_MR * MR_SGEMM_KC];
     float tile[MR_SGEMM_MR * MR_SGEMM_NR];
-    const int64_t slivers = (M + MR_SGEMM_MR - 1) / MR_SGEMM_MR;
-    /* with a unit stride, an f32 A's full slivers are read in place and only a partial
-     * last one (rows [tail, M)) is packed, once for every micro-panel of B */
+    const int64_t slivers = mr_slivers(M);
+    /* with a unit stride, an f32 A's slivers are read in place, except that a partial
+     * last one (rows [tail, M)) is packed, once for every micro-panel of B, for a kernel
+     * that computes whole tiles (not MR_MICRO_ROWS) */
     const int a_unit = a->type == MR_F32 && (a->cs == 1 || (!MR_A_ROWS && a->rs == 1));
-    const int64_t tail = M - M % MR_SGEMM_MR;
+    const int64_t tail = MR_MICRO_ROWS ? M : M - M % MR_SGEMM_MR;
     const float *A = (const float *)a->q + a->off; /* (f32 only) */
     int64_t jc, pc, outer, inner;
     for (jc = 0; jc < N; jc += MR_SGEMM_NC) {
@@ -945,9 +991,10 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t K, float alpha, const m
             for (outer = 0; outer < (a_unit ? npanels : slivers); ++outer) {
               for (inner = 0; inner < (a_unit ? slivers : npanels); ++inner) {
                 const int64_t jr = (a_unit ? outer : inner) * MR_SGEMM_NR;
-                const int64_t ic = (a_unit ? inner : outer) * MR_SGEMM_MR;
+                const int64_t sliver = a_unit ? inner : outer;
                 const int64_t nr = mr_min_i64(MR_SGEMM_NR, nc - jr);
-                const int64_t mr = mr_min_i64(MR_SGEMM_MR, M - ic);
+                int64_t mr;
+                const int64_t ic = mr_sliver_at(M, sliver, &mr);
                 /* B's micro-panel: packed, or in place in B's panels (which are
                  * zero-padded to whole panels, so a partial one reads zeros) */
                 const float *pb = in_place ? mr_panel_at(src, pc, jc + jr) : bp + (jr / MR_SGEMM_NR) * kc * MR_SGEMM_NR;
@@ -957,13 +1004,13 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t K, float alpha, const m
                 int64_t next_kc = 0;
                 const float *next = in_place ? mr_next_panel(src, N, K, jc, nc, pc, jc + jr, &next_kc) : NULL;
                 const int64_t per = in_place ? (next_kc + slivers - 1) / slivers : 0;
-                const int64_t pf0 = in_place ? ic / MR_SGEMM_MR * per : 0;
+                const int64_t pf0 = in_place ? sliver * per : 0;
                 const float *pf = pf0 < next_kc ? next + pf0 * bs : NULL;
                 const int64_t pf_rows = pf ? mr_min_i64(per, next_kc - pf0) : 0;
                 const float *pa = ap;
                 int64_t ars = tars, acs = tacs;
                 float *cij = C + ic * c_rs + (jc + jr) * c_cs;
-                if (a_unit && mr == MR_SGEMM_MR) {
+                if (a_unit && ic < tail) {
                     pa = A + ic * a->rs + pc * a->cs;
                     ars = a->rs;
                     acs = a->cs;
@@ -972,12 +1019,14 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t K, float alpha, const m
                     ars = pars;
                     acs = pacs;
                 }
-                if (mr == MR_SGEMM_MR && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f && (overwrite || bet == 1.0f)) {
-                    /* a whole tile of a row-major C: written (or added to) directly, the
-                     * same values as through the tile and mr_sgemm_store */
-                    mr_sgemm_micro(kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
+                if ((MR_MICRO_ROWS || mr == MR_SGEMM_MR) && nr == MR_SGEMM_NR && c_cs == 1 && alpha == 1.0f &&
+                    (overwrite || bet == 1.0f)) {
+                    /* a whole tile of a row-major C (or the sliver's rows of it, with
+                     * MR_MICRO_ROWS): written (or added to) directly, the same values as
+                     * through the tile and mr_sgemm_store */
+                    mr_sgemm_micro(mr, kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
                 } else {
-                    mr_sgemm_micro(kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
+                    mr_sgemm_micro(mr, kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
                     mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
                 }
               }

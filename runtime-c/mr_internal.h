@@ -272,6 +272,15 @@
 #define MR_MICRO_TAPS 1
 #endif
 
+/* The x86 kernels also take a tile of fewer rows (mr_sgemm_micro_rows; the taps kernel's
+ * mr), computing only those rows and reading no row of A past them; the others compute
+ * every row of the tile, so a partial sliver of A is packed and padded with zeros. */
+#if defined(MR_MICRO_AVX512) || defined(MR_MICRO_AVX2)
+#define MR_MICRO_ROWS 1
+#else
+#define MR_MICRO_ROWS 0
+#endif
+
 /* The x86 micro-kernels read A by rows with a unit column stride (acs == 1: A in place,
  * or packed by mr_sgemm_pack_a as rows of kc floats), so they step one pointer along k
  * where a stride known only at run time had the compiler keep and step one per row
@@ -322,6 +331,24 @@ MR_HIDE(mr_softmax_f32_mt)
 /* mr_min_i64, mr_max_i64: the smaller, the larger of a and b. */
 static inline int64_t mr_min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t mr_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* The slivers that rows [0, M) go in: MR_SGEMM_MR rows each, except that where M leaves
+ * a remainder r, the last sliver has r rows, and with MR_MICRO_ROWS, an r of 1 to 3 goes
+ * with the sliver before it as two of about equal rows (mlp b32, 6-row AVX2 tiles: 6, 6,
+ * 6, 6, 4, 4 rather than five of 6 and a 2-row sliver computed as a whole tile; a tile
+ * of 4 rows keeps 8 accumulators, enough for two FMA pipes of 4 cycles' latency). */
+static inline int64_t mr_slivers(int64_t M) { return (M + MR_SGEMM_MR - 1) / MR_SGEMM_MR; }
+static inline int64_t mr_sliver_at(int64_t M, int64_t s, int64_t *rows)
+{
+    const int64_t MR = MR_SGEMM_MR, full = M / MR, r = M % MR;
+    if (MR_MICRO_ROWS && full > 0 && r > 0 && r < 4 && s >= full - 1) {
+        const int64_t hi = (MR + r + 1) / 2;
+        *rows = s == full - 1 ? hi : MR + r - hi;
+        return (full - 1) * MR + (s == full - 1 ? 0 : hi);
+    }
+    *rows = mr_min_i64(MR, M - s * MR);
+    return s * MR;
+}
 
 /*
  * mr_out_range: the output positions t in [0, out_len) whose input coordinate
@@ -437,9 +464,9 @@ static inline void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int6
 MR_INTERNAL void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d);
 MR_INTERNAL void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64_t kc, float *ap,
                                  int64_t *ars, int64_t *acs);
-MR_INTERNAL void mr_sgemm_micro(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                                const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
-                                const float *pf, int64_t pf_rows);
+MR_INTERNAL void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+                                const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs,
+                                int add, const float *pf, int64_t pf_rows);
 #ifdef MR_MICRO_TAPS
 MR_INTERNAL void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                      const float *restrict base, const int64_t *off, float *restrict out,

@@ -280,6 +280,7 @@ static void test_gemm(void)
     static const int64_t big[][3] = {
         {65, 130, 300}, {13, 200, 513}, {128, 64, 256}, {6, 16, 256}, {100, 1, 1000},
         {1, 257, 1}, {37, 67, 257}, {7, 129, 1}, {61, 63, 511}, {2, 300, 40},
+        {10, 70, 129}, {19, 33, 40}, /* with the sizes above, every remainder of 6 and 8 rows */
     };
     const int ns = (int)(sizeof small / sizeof small[0]);
     int im, in, ik, l, t;
