@@ -61,35 +61,28 @@ static inline float mr_q8_scale(const void *src, int64_t b)
 }
 
 /*
- * Widening in vector registers: mr_qv is a vector of MR_QN floats, and mr_qv_f16,
- * mr_qv_bf16 and mr_qv_q8 widen MR_QN consecutive stored elements into one (q8_0
- * without its scale): F16C's vcvtph2ps (part of AVX-512 F; the avx2 variant's target
- * adds F16C, which every AVX2 CPU has), a 16-bit shift, a sign extension and a
- * conversion; NEON's fcvtl, shll and sxtl. Without them (the portable build) the
- * loops below are plain C.
+ * Widening in vector registers (mr_vf, MR_VN): mr_vf_f16, mr_vf_bf16 and mr_vf_q8 widen
+ * MR_VN consecutive stored elements into one vector (q8_0 without its scale): F16C's
+ * vcvtph2ps (part of AVX-512 F; the avx2 variant's target adds F16C, which every AVX2
+ * CPU has), a 16-bit shift, a sign extension and a conversion; NEON's fcvtl, shll and
+ * sxtl. Without them (the portable build) the loops below are plain C.
  */
 #if defined(MR_AVX512) || defined(MR_AVX2)
-/* x86: the same intrinsics at either width, MR_QV(op) naming them; the loads of MR_QN
- * 16-bit and 8-bit elements, and F16C's conversion, differ */
+/* x86: the same intrinsics at either width; the loads of MR_VN 16-bit and 8-bit
+ * elements, and F16C's conversion, differ */
 #if defined(MR_AVX512)
-typedef __m512 mr_qv;
-#define MR_QN 16
-#define MR_QV(op) _mm512_##op
-#define mr_qv_from_bits _mm512_castsi512_ps
-#define mr_qv_load16(h) _mm256_loadu_si256((const __m256i *)(const void *)(h))
-#define mr_qv_load8(q) _mm_loadu_si128((const __m128i *)(const void *)(q))
-static inline mr_qv mr_qv_f16(const uint16_t *h) { return _mm512_cvtph_ps(mr_qv_load16(h)); }
+#define mr_vf_from_bits _mm512_castsi512_ps
+#define mr_vf_load16(h) _mm256_loadu_si256((const __m256i *)(const void *)(h))
+#define mr_vf_load8(q) _mm_loadu_si128((const __m128i *)(const void *)(q))
+static inline mr_vf mr_vf_f16(const uint16_t *h) { return _mm512_cvtph_ps(mr_vf_load16(h)); }
 #else
-typedef __m256 mr_qv;
-#define MR_QN 8
-#define MR_QV(op) _mm256_##op
-#define mr_qv_from_bits _mm256_castsi256_ps
-#define mr_qv_load16(h) _mm_loadu_si128((const __m128i *)(const void *)(h))
-#define mr_qv_load8(q) _mm_loadl_epi64((const __m128i *)(const void *)(q))
-static inline mr_qv mr_qv_f16(const uint16_t *h)
+#define mr_vf_from_bits _mm256_castsi256_ps
+#define mr_vf_load16(h) _mm_loadu_si128((const __m128i *)(const void *)(h))
+#define mr_vf_load8(q) _mm_loadl_epi64((const __m128i *)(const void *)(q))
+static inline mr_vf mr_vf_f16(const uint16_t *h)
 {
 #if defined(MR_ISA_UNITY) || defined(__F16C__)
-    return _mm256_cvtph_ps(mr_qv_load16(h));
+    return _mm256_cvtph_ps(mr_vf_load16(h));
 #else /* -mavx2 -mfma without -mf16c */
     float f[8];
     int t;
@@ -98,24 +91,12 @@ static inline mr_qv mr_qv_f16(const uint16_t *h)
 #endif
 }
 #endif
-#define mr_qv_load MR_QV(loadu_ps)
-#define mr_qv_store MR_QV(storeu_ps)
-#define mr_qv_set1 MR_QV(set1_ps)
-#define mr_qv_mul MR_QV(mul_ps)
-#define mr_qv_fma(x, b, c) MR_QV(fmadd_ps)((x), (b), (c))
-static inline mr_qv mr_qv_bf16(const uint16_t *h) { return mr_qv_from_bits(MR_QV(slli_epi32)(MR_QV(cvtepu16_epi32)(mr_qv_load16(h)), 16)); }
-static inline mr_qv mr_qv_q8(const int8_t *q) { return MR_QV(cvtepi32_ps)(MR_QV(cvtepi8_epi32)(mr_qv_load8(q))); }
+static inline mr_vf mr_vf_bf16(const uint16_t *h) { return mr_vf_from_bits(MR_VF(slli_epi32)(MR_VF(cvtepu16_epi32)(mr_vf_load16(h)), 16)); }
+static inline mr_vf mr_vf_q8(const int8_t *q) { return MR_VF(cvtepi32_ps)(MR_VF(cvtepi8_epi32)(mr_vf_load8(q))); }
 #elif defined(MR_NEON)
-typedef float32x4_t mr_qv;
-#define MR_QN 4
-#define mr_qv_load vld1q_f32
-#define mr_qv_store vst1q_f32
-#define mr_qv_set1 vdupq_n_f32
-#define mr_qv_mul vmulq_f32
-#define mr_qv_fma(x, b, c) vfmaq_f32((c), (x), (b))
-static inline mr_qv mr_qv_f16(const uint16_t *h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))); }
-static inline mr_qv mr_qv_bf16(const uint16_t *h) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(h), 16)); }
-static inline mr_qv mr_qv_q8(const int8_t *q)
+static inline mr_vf mr_vf_f16(const uint16_t *h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))); }
+static inline mr_vf mr_vf_bf16(const uint16_t *h) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(h), 16)); }
+static inline mr_vf mr_vf_q8(const int8_t *q)
 {
     int32_t w;
     memcpy(&w, q, sizeof w);
@@ -143,8 +124,8 @@ static void mr_dequant_rows(int type, const void *src, int64_t nb, int64_t e, in
         for (r = 0; r < rows; ++r, d += len) {
             const uint16_t *h = (const uint16_t *)src + e + r * MR_PANEL;
             t = 0;
-#if defined(MR_QN)
-            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_f16(h + t));
+#if defined(MR_VN)
+            for (; t + MR_VN <= len; t += MR_VN) mr_vf_store(d + t, mr_vf_f16(h + t));
 #endif
             for (; t < len; ++t) d[t] = mr_f16_to_f32(h[t]);
         }
@@ -152,8 +133,8 @@ static void mr_dequant_rows(int type, const void *src, int64_t nb, int64_t e, in
         for (r = 0; r < rows; ++r, d += len) {
             const uint16_t *h = (const uint16_t *)src + e + r * MR_PANEL;
             t = 0;
-#if defined(MR_QN)
-            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_bf16(h + t));
+#if defined(MR_VN)
+            for (; t + MR_VN <= len; t += MR_VN) mr_vf_store(d + t, mr_vf_bf16(h + t));
 #endif
             for (; t < len; ++t) d[t] = mr_bf16_to_f32(h[t]);
         }
@@ -162,8 +143,8 @@ static void mr_dequant_rows(int type, const void *src, int64_t nb, int64_t e, in
         for (r = 0; r < rows; ++r, d += len, q += MR_PANEL) {
             const float s = mr_q8_scale(src, e / 32 + r);
             t = 0;
-#if defined(MR_QN)
-            for (; t + MR_QN <= len; t += MR_QN) mr_qv_store(d + t, mr_qv_mul(mr_qv_set1(s), mr_qv_q8(q + t)));
+#if defined(MR_VN)
+            for (; t + MR_VN <= len; t += MR_VN) mr_vf_store(d + t, mr_vf_mul(mr_vf_set1(s), mr_vf_q8(q + t)));
 #endif
             for (; t < len; ++t) d[t] = s * (float)q[t];
         }
@@ -1198,7 +1179,7 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
     mr_sgemm_at(M, N, K, alpha, A, a_rs, a_cs, B, b_rs, b_cs, beta, C, c_rs, c_cs, NULL);
 }
 
-#if defined(MR_QN)
+#if defined(MR_VN)
 /* Rows of A a vector kernel takes at once: their sums and B's row fill the registers
  * (AVX-512: 8 + 2 of 32; AVX2: 8 + 4 of 16; NEON: 16 + 8 of 32). */
 #if defined(MR_AVX512)
@@ -1206,7 +1187,7 @@ void mr_sgemm(int64_t M, int64_t N, int64_t K, float alpha,
 #else
 #define MR_GEMV_Q_ROWS 2
 #endif
-#define MR_QW (MR_PANEL / MR_QN) /* vectors per panel row */
+#define MR_QW (MR_PANEL / MR_VN) /* vectors per panel row */
 #if defined(__GNUC__)
 #define MR_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
@@ -1224,31 +1205,31 @@ static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_
     const float *f = btype == MR_F32 ? src->p + e0 : NULL;
     const uint16_t *h = btype == MR_F16 || btype == MR_BF16 ? (const uint16_t *)src->q + e0 : NULL;
     const int8_t *q = btype == MR_Q8_0 ? (const int8_t *)((const unsigned char *)src->q + 4 * src->nb) + e0 : NULL;
-    mr_qv c[MR_GEMV_Q_ROWS][MR_QW], b[MR_QW];
+    mr_vf c[MR_GEMV_Q_ROWS][MR_QW], b[MR_QW];
     int64_t k;
     int i, v;
     for (i = 0; i < R; ++i) {
-        for (v = 0; v < MR_QW; ++v) c[i][v] = mr_qv_load(acc + i * MR_PANEL + v * MR_QN);
+        for (v = 0; v < MR_QW; ++v) c[i][v] = mr_vf_load(acc + i * MR_PANEL + v * MR_VN);
     }
     for (k = 0; k < K; ++k) {
         float s = 1.0f;
         if (btype == MR_F32) {
-            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_load(f + k * MR_PANEL + v * MR_QN);
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_vf_load(f + k * MR_PANEL + v * MR_VN);
         } else if (btype == MR_F16) {
-            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_f16(h + k * MR_PANEL + v * MR_QN);
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_vf_f16(h + k * MR_PANEL + v * MR_VN);
         } else if (btype == MR_BF16) {
-            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_bf16(h + k * MR_PANEL + v * MR_QN);
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_vf_bf16(h + k * MR_PANEL + v * MR_VN);
         } else {
             s = mr_q8_scale(src->q, e0 / MR_PANEL + k);
-            for (v = 0; v < MR_QW; ++v) b[v] = mr_qv_q8(q + k * MR_PANEL + v * MR_QN);
+            for (v = 0; v < MR_QW; ++v) b[v] = mr_vf_q8(q + k * MR_PANEL + v * MR_VN);
         }
         for (i = 0; i < R; ++i) {
-            const mr_qv x = mr_qv_set1(s * a[i * a_rs + k * a_cs]);
-            for (v = 0; v < MR_QW; ++v) c[i][v] = mr_qv_fma(x, b[v], c[i][v]);
+            const mr_vf x = mr_vf_set1(s * a[i * a_rs + k * a_cs]);
+            for (v = 0; v < MR_QW; ++v) c[i][v] = mr_vf_fma(x, b[v], c[i][v]);
         }
     }
     for (i = 0; i < R; ++i) {
-        for (v = 0; v < MR_QW; ++v) mr_qv_store(acc + i * MR_PANEL + v * MR_QN, c[i][v]);
+        for (v = 0; v < MR_QW; ++v) mr_vf_store(acc + i * MR_PANEL + v * MR_VN, c[i][v]);
     }
 }
 #endif
@@ -1265,7 +1246,7 @@ static MR_ALWAYS_INLINE void mr_gemv_q_rows(const int R, const int btype, int64_
 static void mr_gemv_panel_q(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, const mr_bsrc *src,
                             int64_t e0, float acc[MR_SGEMV_Q_MAX_M][MR_PANEL])
 {
-#if defined(MR_QN)
+#if defined(MR_VN)
     int64_t i0;
     for (i0 = 0; i0 < M; i0 += MR_GEMV_Q_ROWS) {
         const int64_t r = mr_min_i64(MR_GEMV_Q_ROWS, M - i0);

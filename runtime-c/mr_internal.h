@@ -134,6 +134,41 @@
 #endif
 #endif
 
+/* The variant's float vector, for code written once for every vector width (narrow
+ * weights' widening, Winograd's transforms): mr_vf holds MR_VN floats (AVX-512: 16,
+ * AVX2: 8, NEON: 4), and MR_VF(op) names an x86 intrinsic at its width. None in the
+ * portable build. */
+#if defined(MR_AVX512) || defined(MR_AVX2)
+#if defined(MR_AVX512)
+typedef __m512 mr_vf;
+#define MR_VN 16
+#define MR_VF(op) _mm512_##op
+#else
+typedef __m256 mr_vf;
+#define MR_VN 8
+#define MR_VF(op) _mm256_##op
+#endif
+#define mr_vf_load MR_VF(loadu_ps)
+#define mr_vf_store MR_VF(storeu_ps)
+#define mr_vf_set1 MR_VF(set1_ps)
+#define mr_vf_add MR_VF(add_ps)
+#define mr_vf_sub MR_VF(sub_ps)
+#define mr_vf_mul MR_VF(mul_ps)
+#define mr_vf_fma(x, y, z) MR_VF(fmadd_ps)((x), (y), (z))   /* x * y + z */
+#define mr_vf_fnma(x, y, z) MR_VF(fnmadd_ps)((x), (y), (z)) /* z - x * y */
+#elif defined(MR_NEON)
+typedef float32x4_t mr_vf;
+#define MR_VN 4
+#define mr_vf_load vld1q_f32
+#define mr_vf_store vst1q_f32
+#define mr_vf_set1 vdupq_n_f32
+#define mr_vf_add vaddq_f32
+#define mr_vf_sub vsubq_f32
+#define mr_vf_mul vmulq_f32
+#define mr_vf_fma(x, y, z) vfmaq_f32((z), (x), (y))
+#define mr_vf_fnma(x, y, z) vfmsq_f32((z), (x), (y))
+#endif
+
 /* Dispatch: every external function the ISA-specialized sources define gets the
  * variant's suffix: mithril_runtime.h's functions that dispatch (mr_dispatch.c's table
  * lists the same ones) and the internal ones. mr_dispatch.c (MR_DISPATCHER) keeps the

@@ -97,36 +97,27 @@ static mr_wino_window mr_wino_window_at(const float *plane, int64_t H, int64_t W
  * by permutes (a loop over tiles with a stride of 4 is one gcc leaves mostly scalar: the
  * convolution above, 390 -> 226 us with AVX-512); else loops over the run's tiles.
  */
+#if defined(MR_VN)
+/* MR_VN tiles in each vector register (mr_vf): the patches' loads, the output's
+ * interleave and the loads and stores of part vectors differ by ISA, the transforms and
+ * runs are the same. */
 #if defined(MR_AVX512) || defined(MR_AVX2)
-/* MR_WN tiles in each vector register: mr_wv is a vector of MR_WN floats and MR_WV(op)
- * names the intrinsic at its width; the patches' loads, the output's interleave and the
- * loads and stores of part vectors differ, the transforms and runs are the same. */
-#if defined(MR_AVX512)
-typedef __m512 mr_wv;
-#define MR_WN 16
-#define MR_WV(op) _mm512_##op
-#else
-typedef __m256 mr_wv;
-#define MR_WN 8
-#define MR_WV(op) _mm256_##op
-#endif
-
 /* 4 x 4 transposes within each 128-bit lane: lane i of u[m]'s 128 bits L is lane m of
  * x[i]'s. */
-static void mr_wv_transpose4(const mr_wv x[4], mr_wv u[4])
+static void mr_vf_transpose4(const mr_vf x[4], mr_vf u[4])
 {
-    const mr_wv t0 = MR_WV(unpacklo_ps)(x[0], x[1]), t1 = MR_WV(unpackhi_ps)(x[0], x[1]);
-    const mr_wv t2 = MR_WV(unpacklo_ps)(x[2], x[3]), t3 = MR_WV(unpackhi_ps)(x[2], x[3]);
-    u[0] = MR_WV(castpd_ps)(MR_WV(unpacklo_pd)(MR_WV(castps_pd)(t0), MR_WV(castps_pd)(t2)));
-    u[1] = MR_WV(castpd_ps)(MR_WV(unpackhi_pd)(MR_WV(castps_pd)(t0), MR_WV(castps_pd)(t2)));
-    u[2] = MR_WV(castpd_ps)(MR_WV(unpacklo_pd)(MR_WV(castps_pd)(t1), MR_WV(castps_pd)(t3)));
-    u[3] = MR_WV(castpd_ps)(MR_WV(unpackhi_pd)(MR_WV(castps_pd)(t1), MR_WV(castps_pd)(t3)));
+    const mr_vf t0 = MR_VF(unpacklo_ps)(x[0], x[1]), t1 = MR_VF(unpackhi_ps)(x[0], x[1]);
+    const mr_vf t2 = MR_VF(unpacklo_ps)(x[2], x[3]), t3 = MR_VF(unpackhi_ps)(x[2], x[3]);
+    u[0] = MR_VF(castpd_ps)(MR_VF(unpacklo_pd)(MR_VF(castps_pd)(t0), MR_VF(castps_pd)(t2)));
+    u[1] = MR_VF(castpd_ps)(MR_VF(unpackhi_pd)(MR_VF(castps_pd)(t0), MR_VF(castps_pd)(t2)));
+    u[2] = MR_VF(castpd_ps)(MR_VF(unpacklo_pd)(MR_VF(castps_pd)(t1), MR_VF(castps_pd)(t3)));
+    u[3] = MR_VF(castpd_ps)(MR_VF(unpackhi_pd)(MR_VF(castps_pd)(t1), MR_VF(castps_pd)(t3)));
 }
 
 #if defined(MR_AVX512)
 /* The n <= 16 floats at p, zeros after them; and stored to p. */
-static mr_wv mr_wv_load_n(const float *p, int64_t n) { return _mm512_maskz_loadu_ps((__mmask16)mr_lanes(0, n), p); }
-static void mr_wv_store_n(float *p, mr_wv v, int64_t n) { _mm512_mask_storeu_ps(p, (__mmask16)mr_lanes(0, n), v); }
+static mr_vf mr_vf_load_n(const float *p, int64_t n) { return _mm512_maskz_loadu_ps((__mmask16)mr_lanes(0, n), p); }
+static void mr_vf_store_n(float *p, mr_vf v, int64_t n) { _mm512_mask_storeu_ps(p, (__mmask16)mr_lanes(0, n), v); }
 
 /* The 6x6 patches' rows of 16 tiles from float k of window w: e[j] lane t = float
  * k + 4t + j (masked loads: floats outside [w.lo, w.hi) are zeros, and never read). */
@@ -155,7 +146,7 @@ static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m512 e[6])
 static void mr_wino_interleave4(const __m512 y[4], __m512 o[4])
 {
     __m512 u[4];
-    mr_wv_transpose4(y, u); /* u[m]'s 128-bit lane L: tile 4L + m */
+    mr_vf_transpose4(y, u); /* u[m]'s 128-bit lane L: tile 4L + m */
     const __m512 e01 = _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0));
     const __m512 e23 = _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0));
     const __m512 o01 = _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1));
@@ -168,8 +159,8 @@ static void mr_wino_interleave4(const __m512 y[4], __m512 o[4])
 #else
 /* The n floats at p (at most 8), zeros after them; and stored to p, a part vector one
  * float at a time (AVX's masked store is microcoded on AMD's cores). */
-static mr_wv mr_wv_load_n(const float *p, int64_t n) { return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mr_lanes8(0, n)); }
-static void mr_wv_store_n(float *p, mr_wv v, int64_t n)
+static mr_vf mr_vf_load_n(const float *p, int64_t n) { return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mr_lanes8(0, n)); }
+static void mr_vf_store_n(float *p, mr_vf v, int64_t n)
 {
     float part[8];
     int64_t t;
@@ -196,7 +187,7 @@ static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m256 e[6])
         v[q] = _mm256_maskload_ps((const float *)(w->at + 4u * (uintptr_t)at), mr_lanes8(w->lo - at, w->hi - at));
     }
     /* lane L of e[j] holds float j of tiles L, L + 2, ... */
-    mr_wv_transpose4(v, e);
+    mr_vf_transpose4(v, e);
     for (q = 0; q < 4; ++q) e[q] = _mm256_permutevar8x32_ps(e[q], order);
     /* e[4], e[5]: e[0], e[1] one tile on, the last lane from v[4] (floats 32, 33) */
     e[4] = _mm256_blend_ps(_mm256_permutevar8x32_ps(e[0], next), _mm256_permutevar8x32_ps(v[4], _mm256_set1_epi32(0)), 0x80);
@@ -207,53 +198,108 @@ static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, __m256 e[6])
 static void mr_wino_interleave4(const __m256 y[4], __m256 o[4])
 {
     __m256 u[4];
-    mr_wv_transpose4(y, u); /* u[m]: tiles m and m + 4 */
+    mr_vf_transpose4(y, u); /* u[m]: tiles m and m + 4 */
     o[0] = _mm256_permute2f128_ps(u[0], u[1], 0x20);
     o[1] = _mm256_permute2f128_ps(u[2], u[3], 0x20);
     o[2] = _mm256_permute2f128_ps(u[0], u[1], 0x31);
     o[3] = _mm256_permute2f128_ps(u[2], u[3], 0x31);
 }
 #endif
+#else
+/* NEON. The n floats at p (at most 4), zeros after them; and stored to p. */
+static mr_vf mr_vf_load_n(const float *p, int64_t n)
+{
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (n >= 4) return vld1q_f32(p);
+    memcpy(part, p, sizeof(float) * (size_t)n);
+    return vld1q_f32(part);
+}
+static void mr_vf_store_n(float *p, mr_vf v, int64_t n)
+{
+    float part[4];
+    if (n >= 4) {
+        vst1q_f32(p, v);
+        return;
+    }
+    vst1q_f32(part, v);
+    memcpy(p, part, sizeof(float) * (size_t)n);
+}
+
+/* The 6x6 patches' rows of 4 tiles from float k of window w: e[j] lane t = float
+ * k + 4t + j. vld4q_f32 splits 16 floats by their index mod 4 (e[0..3]); e[4] and e[5]
+ * are e[0] and e[1] one tile on. Floats outside [w.lo, w.hi) are zeros and never read:
+ * a window that does not hold all 18 floats is copied into zeros first. */
+static void mr_wino_patch_rows(const mr_wino_window *w, int64_t k, float32x4_t e[6])
+{
+    const float *p = (const float *)(w->at + 4u * (uintptr_t)k);
+    float part[20];
+    float32x4x4_t d;
+    if (k < w->lo || k + 18 > w->hi) {
+        const int64_t lo = mr_min_i64(mr_max_i64(w->lo - k, 0), 18), hi = mr_min_i64(w->hi - k, 18);
+        memset(part, 0, sizeof part);
+        if (hi > lo) memcpy(part + lo, (const float *)(w->at + 4u * (uintptr_t)(k + lo)), sizeof(float) * (size_t)(hi - lo));
+        p = part;
+    }
+    d = vld4q_f32(p);
+    e[0] = d.val[0];
+    e[1] = d.val[1];
+    e[2] = d.val[2];
+    e[3] = d.val[3];
+    e[4] = vextq_f32(d.val[0], vdupq_n_f32(p[16]), 1);
+    e[5] = vextq_f32(d.val[1], vdupq_n_f32(p[17]), 1);
+}
+
+/* The 16 floats 4k + q = y[q][k] (k, q < 4), as 4 vectors: a 4 x 4 transpose. */
+static void mr_wino_interleave4(const float32x4_t y[4], float32x4_t o[4])
+{
+    const float64x2_t t0 = vreinterpretq_f64_f32(vzip1q_f32(y[0], y[1])), t1 = vreinterpretq_f64_f32(vzip2q_f32(y[0], y[1]));
+    const float64x2_t t2 = vreinterpretq_f64_f32(vzip1q_f32(y[2], y[3])), t3 = vreinterpretq_f64_f32(vzip2q_f32(y[2], y[3]));
+    o[0] = vreinterpretq_f32_f64(vzip1q_f64(t0, t2));
+    o[1] = vreinterpretq_f32_f64(vzip2q_f64(t0, t2));
+    o[2] = vreinterpretq_f32_f64(vzip1q_f64(t1, t3));
+    o[3] = vreinterpretq_f32_f64(vzip2q_f64(t1, t3));
+}
+#endif
 
 /* B^T x for the 6 vectors x (lane by lane), into y. */
-static void mr_wino_bt(const mr_wv x[6], mr_wv y[6])
+static void mr_wino_bt(const mr_vf x[6], mr_vf y[6])
 {
-    const mr_wv two = MR_WV(set1_ps)(2.0f), four = MR_WV(set1_ps)(4.0f), five = MR_WV(set1_ps)(5.0f);
-    y[0] = MR_WV(fmadd_ps)(four, x[0], MR_WV(fnmadd_ps)(five, x[2], x[4]));
-    y[1] = MR_WV(fnmadd_ps)(four, MR_WV(add_ps)(x[1], x[2]), MR_WV(add_ps)(x[3], x[4]));
-    y[2] = MR_WV(fmadd_ps)(four, MR_WV(sub_ps)(x[1], x[2]), MR_WV(sub_ps)(x[4], x[3]));
-    y[3] = MR_WV(fmadd_ps)(two, MR_WV(sub_ps)(x[3], x[1]), MR_WV(sub_ps)(x[4], x[2]));
-    y[4] = MR_WV(fmadd_ps)(two, MR_WV(sub_ps)(x[1], x[3]), MR_WV(sub_ps)(x[4], x[2]));
-    y[5] = MR_WV(fmadd_ps)(four, x[1], MR_WV(fnmadd_ps)(five, x[3], x[5]));
+    const mr_vf two = mr_vf_set1(2.0f), four = mr_vf_set1(4.0f), five = mr_vf_set1(5.0f);
+    y[0] = mr_vf_fma(four, x[0], mr_vf_fnma(five, x[2], x[4]));
+    y[1] = mr_vf_fnma(four, mr_vf_add(x[1], x[2]), mr_vf_add(x[3], x[4]));
+    y[2] = mr_vf_fma(four, mr_vf_sub(x[1], x[2]), mr_vf_sub(x[4], x[3]));
+    y[3] = mr_vf_fma(two, mr_vf_sub(x[3], x[1]), mr_vf_sub(x[4], x[2]));
+    y[4] = mr_vf_fma(two, mr_vf_sub(x[1], x[3]), mr_vf_sub(x[4], x[2]));
+    y[5] = mr_vf_fma(four, x[1], mr_vf_fnma(five, x[3], x[5]));
 }
 
 /* A^T x for the 6 vectors x (lane by lane), into y. */
-static void mr_wino_at(const mr_wv x[6], mr_wv y[4])
+static void mr_wino_at(const mr_vf x[6], mr_vf y[4])
 {
-    const mr_wv s12 = MR_WV(add_ps)(x[1], x[2]), d12 = MR_WV(sub_ps)(x[1], x[2]);
-    const mr_wv s34 = MR_WV(add_ps)(x[3], x[4]), d34 = MR_WV(sub_ps)(x[3], x[4]);
-    y[0] = MR_WV(add_ps)(MR_WV(add_ps)(x[0], s12), s34);
-    y[1] = MR_WV(fmadd_ps)(MR_WV(set1_ps)(2.0f), d34, d12);
-    y[2] = MR_WV(fmadd_ps)(MR_WV(set1_ps)(4.0f), s34, s12);
-    y[3] = MR_WV(add_ps)(MR_WV(fmadd_ps)(MR_WV(set1_ps)(8.0f), d34, d12), x[5]);
+    const mr_vf s12 = mr_vf_add(x[1], x[2]), d12 = mr_vf_sub(x[1], x[2]);
+    const mr_vf s34 = mr_vf_add(x[3], x[4]), d34 = mr_vf_sub(x[3], x[4]);
+    y[0] = mr_vf_add(mr_vf_add(x[0], s12), s34);
+    y[1] = mr_vf_fma(mr_vf_set1(2.0f), d34, d12);
+    y[2] = mr_vf_fma(mr_vf_set1(4.0f), s34, s12);
+    y[3] = mr_vf_add(mr_vf_fma(mr_vf_set1(8.0f), d34, d12), x[5]);
 }
 
 static void mr_wino_input_run(const mr_wino_window rows[6], int64_t len, float *d, int64_t vs)
 {
     int64_t k0;
     int i, b, a;
-    for (k0 = 0; k0 < len; k0 += MR_WN) {
-        mr_wv r[6][6];
+    for (k0 = 0; k0 < len; k0 += MR_VN) {
+        mr_vf r[6][6];
         for (i = 0; i < 6; ++i) {
-            mr_wv e[6];
+            mr_vf e[6];
             mr_wino_patch_rows(&rows[i], 4 * k0, e);
             mr_wino_bt(e, r[i]);
         }
         for (b = 0; b < 6; ++b) {
-            mr_wv col[6], out[6];
+            mr_vf col[6], out[6];
             for (i = 0; i < 6; ++i) col[i] = r[i][b];
             mr_wino_bt(col, out);
-            for (a = 0; a < 6; ++a) mr_wv_store_n(d + (6 * a + b) * vs + k0, out[a], len - k0);
+            for (a = 0; a < 6; ++a) mr_vf_store_n(d + (6 * a + b) * vs + k0, out[a], len - k0);
         }
     }
 }
@@ -263,25 +309,25 @@ static void mr_wino_output_run(const float *mo, int64_t s, int64_t len, float *y
 {
     int64_t k0, p;
     int a, q, v;
-    for (k0 = 0; k0 < len; k0 += MR_WN) {
-        mr_wv t[6][4], out[4][4];
+    for (k0 = 0; k0 < len; k0 += MR_VN) {
+        mr_vf t[6][4], out[4][4];
         for (a = 0; a < 6; ++a) {
-            mr_wv x[6];
-            for (q = 0; q < 6; ++q) x[q] = mr_wv_load_n(mo + (6 * a + q) * s + k0, len - k0);
+            mr_vf x[6];
+            for (q = 0; q < 6; ++q) x[q] = mr_vf_load_n(mo + (6 * a + q) * s + k0, len - k0);
             mr_wino_at(x, t[a]);
         }
         for (q = 0; q < 4; ++q) {
-            mr_wv col[6], o[4];
+            mr_vf col[6], o[4];
             for (a = 0; a < 6; ++a) col[a] = t[a][q];
             mr_wino_at(col, o);
             for (p = 0; p < 4; ++p) out[p][q] = o[p];
         }
         for (p = 0; p < nrows; ++p) {
-            mr_wv o[4];
+            mr_vf o[4];
             mr_wino_interleave4(out[p], o);
             for (v = 0; v < 4; ++v) {
-                const int64_t c = 4 * k0 + MR_WN * v;
-                if (c < width) mr_wv_store_n(y + p * OW + c, o[v], width - c);
+                const int64_t c = 4 * k0 + MR_VN * v;
+                if (c < width) mr_vf_store_n(y + p * OW + c, o[v], width - c);
             }
         }
     }
