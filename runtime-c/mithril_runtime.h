@@ -63,8 +63,9 @@
  *                                           (the dimension the compiler vectorizes)
  *    MR_SGEMM_KC [256]  depth of a packed block
  *    MR_SGEMM_NC [64]   width of a packed block; a multiple of MR_SGEMM_NR
- *    MR_SGEMM_A_BYTES [1.5 MiB for AVX-512, else 384 KiB]  A's share of a core's L2: a
- *                       product whose A is larger goes in blocks of rows that fit it
+ *    MR_SGEMM_A_BYTES [3/4 of a core's L2 as cpuid reports it; where it does not, 1.5 MiB
+ *                      for AVX-512, else 384 KiB]  A's share of a core's L2: a product
+ *                      whose A is larger goes in blocks of rows that fit it
  *    MR_CONV_DIRECT_OG [4]  convolutions with fewer output channels per group than this
  *                           use direct loops instead of the implicit GEMM
  *    MR_MT_MIN_MACS [262144.0]  mr_sgemm_mt splits products of at least this many
@@ -107,6 +108,7 @@
 #define mr_sgd_f32 MR_NAME(mr_sgd_f32)
 #define mr_sgd_f64 MR_NAME(mr_sgd_f64)
 #define mr_isa_name MR_NAME(mr_isa_name)
+#define mr_l2_bytes MR_NAME(mr_l2_bytes)
 #if !defined(MR_RENAMED)
 #define mr_dequantize MR_NAME(mr_dequantize)
 #define mr_sgemm MR_NAME(mr_sgemm)

@@ -177,3 +177,24 @@ const char *mr_isa_name(void)
 }
 
 #endif
+
+/* This core's L2 in bytes, asked of cpuid once (leaf 0x80000006, which AMD's and Intel's
+ * CPUs both answer); 0 where unknown (not x86, or a CPU that does not say). Every
+ * thread that finds it unasked asks and stores the same value: a race without
+ * consequence. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <cpuid.h>
+int64_t mr_l2_bytes(void)
+{
+    static int64_t l2 = -1;
+    int64_t v = __atomic_load_n(&l2, __ATOMIC_RELAXED);
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid(0x80000006u, &a, &b, &c, &d) ? (int64_t)(c >> 16) * 1024 : 0;
+        __atomic_store_n(&l2, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+#else
+int64_t mr_l2_bytes(void) { return 0; }
+#endif

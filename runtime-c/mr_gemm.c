@@ -1018,16 +1018,21 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t K, float alpha, const m
 }
 
 /* Every column block passes over all of A's rows (mr_sgemm_block's loop nest), which
- * must stay in L2 to be read there: A goes in blocks of rows of at most
- * MR_SGEMM_A_BYTES, each a product of its own (B then passes once per block, streaming
- * from L3 with its prefetch). gpt_block's four GEMMs with 1024 rows, 1 thread, avx512:
- * 123 -> 144 GFLOP/s at 1 MiB (146 at 512 KiB, 141 at 2 MiB); with 128 rows, one block. */
+ * must stay in L2 to be read there: A goes in blocks of rows that fit three quarters of
+ * the core's L2 (MR_SGEMM_A_BYTES where fixed, or where cpuid does not say), each a
+ * product of its own (B then passes once per block, streaming from L3 with its
+ * prefetch). gpt_block's four GEMMs with 1024 rows, 1 thread, avx512: 123 -> 144
+ * GFLOP/s at 1 MiB (146 at 512 KiB, 141 at 2 MiB); with 128 rows, one block. With
+ * 128 rows on a Zen 4 (1 MiB of L2), avx2 kernels: 93.2 GFLOP/s with 384 KiB, the
+ * fixed default before, 95.9 with the 768 KiB its L2 gives. */
 void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a, const mr_bsrc *src,
                      float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
     /* as few blocks as fit, of about equal rows (128 rows that fit 126 go as 66 and 62,
      * not as 126 and a 2-row block that streams B again for 2 rows) */
-    const int64_t fit = mr_max_i64(MR_SGEMM_A_BYTES / ((int64_t)sizeof(float) * K), 1);
+    const int64_t l2 = MR_SGEMM_A_FIXED ? 0 : mr_l2_bytes();
+    const int64_t budget = l2 > 0 ? l2 / 4 * 3 : MR_SGEMM_A_BYTES;
+    const int64_t fit = mr_max_i64(budget / ((int64_t)sizeof(float) * K), 1);
     const int64_t blocks = (M + fit - 1) / fit, rows = (M + blocks - 1) / blocks;
     const int64_t mc = (rows + MR_SGEMM_MR - 1) / MR_SGEMM_MR * MR_SGEMM_MR;
     int64_t i0;

@@ -250,12 +250,15 @@ typedef float32x4_t mr_vf;
 #ifndef MR_SGEMM_NC
 #define MR_SGEMM_NC 64
 #endif
-/* A's share of L2 in the GEMM driver (mr_sgemm_driver): three quarters of the 2 MiB a
- * core of recent Xeons has (gpt_block's 128 x 3072 A stays whole: as two blocks, its
- * GEMM went from 152 to 144 GFLOP/s), and of the 512 KiB of Zen 2 and 3 (its 128 x 768
- * A stays whole). For 1 MiB of L2 (Skylake-SP, Zen 4), -DMR_SGEMM_A_BYTES=786432; for
- * 256 KiB (Haswell), 196608. */
-#ifndef MR_SGEMM_A_BYTES
+/* A's share of L2 in the GEMM driver (mr_sgemm_driver): three quarters of the L2 that
+ * cpuid reports for a core (mr_l2_bytes), unless MR_SGEMM_A_BYTES fixes it; where the
+ * CPU does not say, three quarters of the 2 MiB a core of recent Xeons has (gpt_block's
+ * 128 x 3072 A stays whole: as two blocks, its GEMM went from 152 to 144 GFLOP/s), and
+ * of the 512 KiB of Zen 2 and 3 (its 128 x 768 A stays whole). */
+#ifdef MR_SGEMM_A_BYTES
+#define MR_SGEMM_A_FIXED 1
+#else
+#define MR_SGEMM_A_FIXED 0
 #if defined(MR_TARGET_AVX512)
 #define MR_SGEMM_A_BYTES (1536 * 1024)
 #else
@@ -494,6 +497,9 @@ static inline void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int6
         at->ep->fn(at->ep->ctx, at->n, at->i + i0, at->i + i1, at->j + j0, at->j + j1);
     }
 }
+
+/* mr_dispatch.c (one for every variant) */
+MR_INTERNAL int64_t mr_l2_bytes(void);
 
 /* mr_gemm.c */
 MR_INTERNAL void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d);
