@@ -154,6 +154,7 @@ typedef __m256 mr_vf;
 #define mr_vf_add MR_VF(add_ps)
 #define mr_vf_sub MR_VF(sub_ps)
 #define mr_vf_mul MR_VF(mul_ps)
+#define mr_vf_div MR_VF(div_ps)
 #define mr_vf_fma(x, y, z) MR_VF(fmadd_ps)((x), (y), (z))   /* x * y + z */
 #define mr_vf_fnma(x, y, z) MR_VF(fnmadd_ps)((x), (y), (z)) /* z - x * y */
 #elif defined(MR_NEON)
@@ -165,6 +166,7 @@ typedef float32x4_t mr_vf;
 #define mr_vf_add vaddq_f32
 #define mr_vf_sub vsubq_f32
 #define mr_vf_mul vmulq_f32
+#define mr_vf_div vdivq_f32
 #define mr_vf_fma(x, y, z) vfmaq_f32((z), (x), (y))
 #define mr_vf_fnma(x, y, z) vfmsq_f32((z), (x), (y))
 #endif

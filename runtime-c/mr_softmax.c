@@ -25,7 +25,7 @@ static inline float mr_softmax_exp_core(float c)
 static inline float mr_softmax_exp_fix(float d, float y) { return d >= MR_SOFTMAX_EXP_LO ? y : (d != d ? d : 0.0f); }
 static float mr_softmax_exp(float d) { return mr_softmax_exp_fix(d, mr_softmax_exp_core(mr_softmax_exp_arg(d))); }
 
-#ifndef MR_AVX512
+#if !defined(MR_VN)
 /* The max of x[0..n) (exact: any NaN gives NaN, else the largest value), a chunk at a
  * time, by halving the chunk: each halving is an elementwise loop that vectorizes, where
  * GCC leaves a running max in lanes (a reduction of selects) scalar. */
@@ -67,29 +67,36 @@ static void mr_softmax_exps(const float *x, float *y, int64_t n, float m)
 }
 #endif
 
+#if defined(MR_VN)
+/* exp(r) for r = c - n ln 2 on MR_VN lanes: mr_expf_scaled's reduction and polynomial,
+ * in fused multiply-adds, without the 2^n. */
+static inline mr_vf mr_softmax_poly(mr_vf c, mr_vf n)
+{
+    const mr_vf r = mr_vf_fma(n, mr_vf_set1(2.12194440e-4f), mr_vf_fnma(n, mr_vf_set1(0.693359375f), c));
+    mr_vf p = mr_vf_set1(1.9875691500e-4f);
+    p = mr_vf_fma(p, r, mr_vf_set1(1.3981999507e-3f));
+    p = mr_vf_fma(p, r, mr_vf_set1(8.3334519073e-3f));
+    p = mr_vf_fma(p, r, mr_vf_set1(4.1665795894e-2f));
+    p = mr_vf_fma(p, r, mr_vf_set1(1.6666665459e-1f));
+    p = mr_vf_fma(p, r, mr_vf_set1(5.0000001201e-1f));
+    return mr_vf_add(mr_vf_fma(p, mr_vf_mul(r, r), r), mr_vf_set1(1.0f));
+}
+#endif
+
 #ifdef MR_AVX512
-/* mr_softmax_exp on 16 lanes: the same reduction and polynomial, in fused multiply-adds,
- * with 2^n applied by vscalefps. Lanes below -87.34 are computed at -87.34 and then set
- * to 0, never at their own value: a subnormal result costs a microcode assist, and a
- * causal mask's -infs made the row 5 times slower. (The division that follows can still
- * go subnormal, for d near -87 in a row whose sum is large; that is rare.) */
+/* mr_softmax_exp on 16 lanes, but 0 for a NaN d (a NaN in the row makes its max NaN,
+ * so every d, and every output, 0 / 0): mr_softmax_poly with 2^n applied by vscalefps.
+ * Lanes below -87.34 are computed at -87.34 and then set to 0, never at their own
+ * value: a subnormal result costs a microcode assist, and a causal mask's -infs made the
+ * row 5 times slower. (The division that follows can still go subnormal, for d near -87
+ * in a row whose sum is large; that is rare.) */
 static __m512 mr_softmax_exp16(__m512 d)
 {
-    const __m512 lo = _mm512_set1_ps(-87.33654f);
+    const __m512 lo = _mm512_set1_ps(MR_SOFTMAX_EXP_LO);
     const __m512 c = _mm512_max_ps(d, lo); /* NaN gives lo */
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    p = _mm512_mask_mov_ps(_mm512_scalef_ps(p, n), _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q), d);
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, lo, _CMP_NLT_UQ), p); /* d >= lo or NaN */
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, lo, _CMP_GE_OQ), _mm512_scalef_ps(mr_softmax_poly(c, n), n));
 }
 
 /* mr_softmax_row in 16 lanes: the max (exact in any order) with NaNs tracked apart,
@@ -129,9 +136,71 @@ static void mr_softmax_row_avx512(const float *x, float *y, int64_t n)
     for (k = 0; k < body; k += 16) _mm512_storeu_ps(y + k, _mm512_div_ps(_mm512_loadu_ps(y + k), m));
     if (tail) _mm512_mask_storeu_ps(y + k, tail, _mm512_div_ps(_mm512_maskz_loadu_ps(tail, y + k), m));
 }
+#elif defined(MR_VN)
+/* AVX2 and NEON. mr_softmax_exp on MR_VN lanes, as mr_softmax_exp16 with 2^n built in
+ * the exponent bits (n in [-126, 0]); and a running max that NaN wins (mr_max_nan). */
+#if defined(MR_AVX2)
+static inline mr_vf mr_softmax_expv(mr_vf d)
+{
+    const mr_vf lo = mr_vf_set1(MR_SOFTMAX_EXP_LO);
+    const mr_vf c = _mm256_max_ps(d, lo); /* NaN gives lo */
+    const mr_vf n = _mm256_round_ps(_mm256_mul_ps(c, mr_vf_set1(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(mr_softmax_poly(c, n), _mm256_castsi256_ps(e)),
+                         _mm256_cmp_ps(d, lo, _CMP_GE_OQ)); /* 0 below lo and for NaN, as exp16 */
+}
+static inline mr_vf mr_vf_max_nan(mr_vf m, mr_vf v)
+{
+    return _mm256_blendv_ps(m, v, _mm256_or_ps(_mm256_cmp_ps(v, m, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+}
+#else
+static inline mr_vf mr_softmax_expv(mr_vf d)
+{
+    const mr_vf lo = mr_vf_set1(MR_SOFTMAX_EXP_LO);
+    const mr_vf c = vmaxnmq_f32(d, lo); /* NaN gives lo */
+    const mr_vf n = vrndnq_f32(vmulq_f32(c, mr_vf_set1(1.44269504088896341f)));
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vbslq_f32(vcgeq_f32(d, lo), vmulq_f32(mr_softmax_poly(c, n), vreinterpretq_f32_s32(e)),
+                     mr_vf_set1(0.0f)); /* 0 below lo and for NaN, as exp16 */
+}
+static inline mr_vf mr_vf_max_nan(mr_vf m, mr_vf v) { return vmaxq_f32(m, v); } /* FMAX: NaN wins */
 #endif
 
-#ifndef MR_AVX512
+/* mr_softmax_row in MR_VN lanes: the max, the exponentials stored and summed in MR_VN
+ * partial sums, then the divisions; the last n % MR_VN elements by the scalar code
+ * (without AVX's masked stores, which AMD's cores microcode). With the portable row,
+ * the avx2 kernels took gpt_block's softmax 2.4 times as long as the avx512 ones. */
+static void mr_softmax_row_vec(const float *x, float *y, int64_t n)
+{
+    const int64_t body = n - n % MR_VN;
+    mr_vf m = mr_vf_set1(-INFINITY), sum = mr_vf_set1(0.0f), v;
+    float lanes[MR_VN], mx = -INFINITY, s = 0.0f;
+    int64_t k;
+    int l;
+    for (k = 0; k < body; k += MR_VN) m = mr_vf_max_nan(m, mr_vf_load(x + k));
+    mr_vf_store(lanes, m);
+    for (l = 0; l < MR_VN; ++l) mx = mr_max_nan(mx, lanes[l]);
+    for (; k < n; ++k) mx = mr_max_nan(mx, x[k]);
+    m = mr_vf_set1(mx);
+    for (k = 0; k < body; k += MR_VN) {
+        v = mr_softmax_expv(mr_vf_sub(mr_vf_load(x + k), m));
+        mr_vf_store(y + k, v);
+        sum = mr_vf_add(sum, v);
+    }
+    mr_vf_store(lanes, sum);
+    for (l = 0; l < MR_VN; ++l) s += lanes[l];
+    for (; k < n; ++k) {
+        y[k] = mr_softmax_exp(x[k] - mx);
+        s += y[k];
+    }
+    m = mr_vf_set1(s);
+    for (k = 0; k < body; k += MR_VN) mr_vf_store(y + k, mr_vf_div(mr_vf_load(y + k), m));
+    for (; k < n; ++k) y[k] = y[k] / s;
+}
+#endif
+
+#if !defined(MR_VN)
 /*
  * mr_softmax_row: softmax of one contiguous row of length n (n >= 1): m = max x (NaN-
  * propagating), y[k] = mr_softmax_exp(x[k] - m), s = sum y in MR_SOFTMAX_LANES interleaved float
@@ -164,7 +233,8 @@ static void mr_softmax_row(const float *x, float *y, int64_t n)
 /*
  * mr_softmax_f32: y[o,k,i] = exp(x[o,k,i] - m) / sum_k' exp(x[o,k',i] - m), with
  * m = max_k x[o,k,i] (NaN-propagating), for x, y contiguous [outer, n, inner]; all in
- * float. inner == 1 uses mr_softmax_row (mr_softmax_row_avx512 with AVX-512); otherwise
+ * float. inner == 1 uses mr_softmax_row (mr_softmax_row_avx512 with AVX-512,
+ * mr_softmax_row_vec with AVX2 and NEON); otherwise
  * tiles of MR_SOFTMAX_TILE columns of inner are processed together (per-column max and
  * sum in stack arrays, sum in increasing k), so the inner loops run over contiguous
  * memory. y may equal x.
@@ -174,8 +244,10 @@ void mr_softmax_f32(const float *x, float *y, int64_t outer, int64_t n, int64_t 
     int64_t o, k, i0, i;
     if (outer <= 0 || n <= 0 || inner <= 0) return;
     if (inner == 1) {
-#ifdef MR_AVX512
+#if defined(MR_AVX512)
         for (o = 0; o < outer; ++o) mr_softmax_row_avx512(x + o * n, y + o * n, n);
+#elif defined(MR_VN)
+        for (o = 0; o < outer; ++o) mr_softmax_row_vec(x + o * n, y + o * n, n);
 #else
         for (o = 0; o < outer; ++o) mr_softmax_row(x + o * n, y + o * n, n);
 #endif
