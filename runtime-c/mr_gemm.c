@@ -640,12 +640,14 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
         ++a; /* acs == 1 (MR_A_ROWS) */                                           \
     }
 #define MR_ROW_STORE2(i)                                                                             \
-    if (add) {                                                                                       \
-        c##i##0 = _mm256_add_ps(_mm256_loadu_ps(out + (i) * out_rs), c##i##0);                      \
-        c##i##1 = _mm256_add_ps(_mm256_loadu_ps(out + (i) * out_rs + 8), c##i##1);                  \
-    }                                                                                                \
-    _mm256_storeu_ps(out + (i) * out_rs, c##i##0);                                                   \
-    _mm256_storeu_ps(out + (i) * out_rs + 8, c##i##1)
+    if ((i) < rows) {                                                                                \
+        if (add) {                                                                                   \
+            c##i##0 = _mm256_add_ps(_mm256_loadu_ps(out + (i) * out_rs), c##i##0);                  \
+            c##i##1 = _mm256_add_ps(_mm256_loadu_ps(out + (i) * out_rs + 8), c##i##1);              \
+        }                                                                                            \
+        _mm256_storeu_ps(out + (i) * out_rs, c##i##0);                                               \
+        _mm256_storeu_ps(out + (i) * out_rs + 8, c##i##1);                                           \
+    }
 #define MR_TILE_ZERO2                                                                                \
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00
@@ -655,13 +657,8 @@ MR_BODY void mr_micro_body(const int rows, int64_t kc, const float *restrict a, 
 {
     MR_TILE_ZERO2;
     MR_K_LOOP(MR_K_STEP2(b))
-#define MR_ROW_STORE2_ROWS(i) \
-    if ((i) < rows) {         \
-        MR_ROW_STORE2(i);     \
-    }
-    MR_ROW_STORE2_ROWS(0) MR_ROW_STORE2_ROWS(1) MR_ROW_STORE2_ROWS(2)
-    MR_ROW_STORE2_ROWS(3) MR_ROW_STORE2_ROWS(4) MR_ROW_STORE2_ROWS(5)
-#undef MR_ROW_STORE2_ROWS
+    MR_ROW_STORE2(0) MR_ROW_STORE2(1) MR_ROW_STORE2(2)
+    MR_ROW_STORE2(3) MR_ROW_STORE2(4) MR_ROW_STORE2(5)
 }
 
 /* mr_conv2d_taps_gemm's kernel (MR_MICRO_TAPS) for AVX2: the 6 x 16 tile whose B row r
@@ -686,7 +683,7 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
 #define MR_ROW_STORE2_PART(i)                                                                \
     if ((i) < rows) {                                                                        \
         if (nr == 16) {                                                                      \
-            MR_ROW_STORE2(i);                                                                \
+            MR_ROW_STORE2(i)                                                                 \
         } else {                                                                             \
             float *o = out + (i) * out_rs;                                                   \
             _mm256_storeu_ps(part, c##i##0);                                                 \

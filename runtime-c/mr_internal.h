@@ -312,8 +312,8 @@ typedef float32x4_t mr_vf;
 #define MR_MICRO_TAPS 1
 #endif
 
-/* The x86 kernels also take a tile of fewer rows (mr_sgemm_micro_rows; the taps kernel's
- * mr), computing only those rows and reading no row of A past them; the others compute
+/* The x86 kernels also take a tile of fewer rows (mr_sgemm_micro's rows, the taps
+ * kernel's mr), computing only those rows and reading no row of A past them; the others compute
  * every row of the tile, so a partial sliver of A is packed and padded with zeros. */
 #if defined(MR_MICRO_AVX512) || defined(MR_MICRO_AVX2)
 #define MR_MICRO_ROWS 1
