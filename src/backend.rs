@@ -39,6 +39,11 @@ pub trait Backend: Sync {
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted>;
     /// Builds the files `emit` wrote into `dir`.
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()>;
+    /// Builds them for `run` ([`crate::cli::run_target`]): `dir` is scratch and only the
+    /// target's runner uses what is built, so a target may share work between such builds.
+    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
+        self.build(dir, build)
+    }
     /// Runs the artifact built in `dir` (with `build`) on `feeds` (inputs and
     /// parameters by name) and returns the entry's outputs, in order.
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>>;

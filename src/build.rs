@@ -4,8 +4,11 @@
 //! how to install it; a failing one reports its output. Where their output goes is
 //! `outdir`'s business.
 
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use crate::error::{io_message, Error, ErrorKind, Result};
 
@@ -16,9 +19,52 @@ pub fn c_compiler() -> String {
 
 /// Runs `make` in `dir` with the C compiler and flags given.
 pub fn make(dir: &Path, cc: &str, cflags: &str) -> Result<()> {
+    make_with(dir, cc, cflags, &[])
+}
+
+/// [`make`] with more variables (`NAME=value`) set on its command line.
+fn make_with(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<()> {
+    run_tool(make_command(dir, cc, cflags, vars), "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
+}
+
+fn make_command(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Command {
     let mut cmd = Command::new("make");
-    cmd.current_dir(dir).arg("-s").arg(format!("CC={cc}")).arg(format!("CFLAGS={cflags}"));
-    run_tool(cmd, "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
+    cmd.current_dir(dir).arg("-s").arg(format!("CC={cc}")).arg(format!("CFLAGS={cflags}")).args(vars);
+    cmd
+}
+
+/// [`make`] with `vars`, where the objects `reused` (a runtime's, built from `sources`)
+/// are kept for the rest of the process and put back into later builds before make
+/// runs, which then finds them up to date. Builds share them when the sources' bytes
+/// and the commands make would run for them (`make -n`: compiler, flags, everything)
+/// are the same, so a process that builds many models (the test suites, through `run`)
+/// compiles the runtime once per compiler and flags.
+pub fn make_reusing(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: &[&str], reused: &[String]) -> Result<()> {
+    type Objects = Vec<(String, Vec<u8>)>;
+    static BUILT: Mutex<BTreeMap<(String, u64), Arc<Objects>>> = Mutex::new(BTreeMap::new());
+    let key = || -> Option<(String, u64)> {
+        let mut dry = make_command(dir, cc, cflags, vars);
+        let out = dry.arg("-n").args(reused).output().ok().filter(|o| o.status.success())?;
+        let mut hasher = std::hash::DefaultHasher::new();
+        for file in sources {
+            std::fs::read(dir.join(file)).ok()?.hash(&mut hasher);
+        }
+        Some((String::from_utf8(out.stdout).ok()?, hasher.finish()))
+    };
+    let Some(key) = key() else { return make_with(dir, cc, cflags, vars) };
+    let built = BUILT.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+    if let Some(objects) = built {
+        for (name, bytes) in objects.iter() {
+            std::fs::write(dir.join(name), bytes).map_err(|e| Error::internal(format!("cannot write {name}: {}", io_message(&e))))?;
+        }
+        return make_with(dir, cc, cflags, vars);
+    }
+    make_with(dir, cc, cflags, vars)?;
+    let objects: std::io::Result<Objects> = reused.iter().map(|name| Ok((name.clone(), std::fs::read(dir.join(name))?))).collect();
+    if let Ok(objects) = objects {
+        BUILT.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::new(objects));
+    }
+    Ok(())
 }
 
 /// Runs a toolchain command; its failure is an error of kind `Toolchain`.

@@ -883,7 +883,7 @@ pub fn run_target(
     let emitted = target.emit(graphs, &opts)?;
     let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");
-    crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build(d, build))?;
+    crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build_to_run(d, build))?;
     target.run(&dir, build, &emitted.entry, feeds)
 }
 
