@@ -55,7 +55,8 @@ pub fn make_reusing(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: 
     let built = BUILT.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
     if let Some(objects) = built {
         for (name, bytes) in objects.iter() {
-            std::fs::write(dir.join(name), bytes).map_err(|e| Error::internal(format!("cannot write {name}: {}", io_message(&e))))?;
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).map_err(|e| Error::user(format!("cannot write {}: {}", path.display(), io_message(&e))))?;
         }
         return make_with(dir, cc, cflags, vars);
     }
