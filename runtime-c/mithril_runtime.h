@@ -262,7 +262,9 @@ void mr_sgemm_panels_q(int64_t M, int64_t N, int64_t K, float alpha, const float
  * convolutions need no gather: a plain GEMM on x; other unpadded stride-1 ones read
  * each panel's depth rows in place from x, as runs over "wide" columns oh*W + ow). Groups with few output channels
  * (Og < MR_CONV_DIRECT_OG, default 4; e.g. depthwise) use direct loops instead, with the
- * inner loop over ow. Both paths sum over (c, kh, kw) in row-major order.
+ * inner loop over ow; and in the vector variants, unpadded stride-1 ones with at most 16
+ * output channels on images too narrow for the GEMM's tiles hold a position's channels
+ * in vector lanes. Every path sums over (c, kh, kw) in row-major order.
  */
 void mr_conv2d_f32(const float *x, const float *w, float *y,
                    int64_t N, int64_t C, int64_t H, int64_t W,

@@ -510,8 +510,6 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #else
 #define MR_NO_UNROLL
 #endif
-/* A kernel's body, inlined into a switch over its row counts (mr_sgemm_micro below). */
-#define MR_BODY static inline __attribute__((always_inline))
 #define MR_K_LOOP(STEP)                                                                  \
     {                                                                                    \
         const int64_t groups_ = kc / MR_K_GROUP;                                         \
@@ -835,15 +833,9 @@ void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t a
 
 #if MR_MICRO_ROWS
 /* The x86 kernels: a switch over the inlined body for each row count (mr_micro_body,
- * mr_micro_taps_body), not inlined into their callers nor copied by GCC for a caller's
- * constant arguments (its clones doubled the kernels' code, about 40 KB). Inlined, the
- * taps kernel ran out of registers for A's row offsets in its caller's loops and
- * spilled them (cnn b1 1t, avx512: 2.23 -> 2.09 ms). */
-#if defined(__clang__)
-#define MR_KERNEL __attribute__((noinline))
-#else
-#define MR_KERNEL __attribute__((noinline, noclone))
-#endif
+ * mr_micro_taps_body), MR_KERNEL: inlined, the taps kernel ran out of registers for A's
+ * row offsets in its caller's loops and spilled them (cnn b1 1t, avx512: 2.23 -> 2.09
+ * ms). */
 #define MR_ROWS_SWITCH(n, F, ...)          \
     switch (n) {                           \
     case 1: F(1, __VA_ARGS__); break;      \

@@ -36,8 +36,9 @@
  *    variant is deterministic, but results may differ in the last bits between builds
  *    for different targets, and between variants.
  *  - Convolution via the GEMM path sums over (c, kh, kw) in that row-major order; the
- *    direct path (Og < MR_CONV_DIRECT_OG) sums in the same order, so both match the
- *    reference order up to the KC blocking.
+ *    direct path (Og < MR_CONV_DIRECT_OG) and the lanes path (mr_conv2d_lanes, one
+ *    depth block) sum in the same order, so all match the reference order up to the KC
+ *    blocking.
  *  - Max pooling and softmax's max propagate NaN (numpy semantics); average pooling sums
  *    in float in (kh, kw) order and divides by KH*KW (one correctly rounded division).
  *  - Softmax uses mr_fast_expf's reduction and polynomial for exp(x - max) (mithril_ops.h:
@@ -169,6 +170,17 @@ typedef float32x4_t mr_vf;
 #define mr_vf_div vdivq_f32
 #define mr_vf_fma(x, y, z) vfmaq_f32((z), (x), (y))
 #define mr_vf_fnma(x, y, z) vfmsq_f32((z), (x), (y))
+#endif
+
+/* Kernels written once as a body for any count of rows (MR_BODY, inlined), and a
+ * switch that calls the body for each count, so each has its tile in registers
+ * (MR_KERNEL: not inlined into its callers, nor copied by GCC for a caller's constant
+ * arguments, whose clones doubled the GEMM kernels' code, about 40 KB). */
+#define MR_BODY static inline __attribute__((always_inline))
+#if defined(__clang__)
+#define MR_KERNEL __attribute__((noinline))
+#else
+#define MR_KERNEL __attribute__((noinline, noclone))
 #endif
 
 /* Dispatch: every external function the ISA-specialized sources define gets the

@@ -894,6 +894,14 @@ static void test_conv(void)
         {1, 3, 12, 40, 8, 3, 3, 1, 1, 0, 0, -2, -3, 1, 1, 1}, /* cropped: OW < W - 2 */
         {2, 3, 1, 70, 8, 1, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},    /* 1-d */
         {1, 2, 5, 5, 8, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},     /* one output position */
+        /* few channels on narrow rows: channels in vector lanes (mr_conv2d_lanes), rows
+         * in tiles of every width up to a whole row (AVX-512 14, AVX2 and NEON 6) */
+        {2, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* lenet's second */
+        {1, 3, 6, 18, 16, 3, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* rows of 14, one tile */
+        {1, 2, 16, 17, 8, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* Og 8, rows of 15 */
+        {1, 5, 8, 12, 4, 1, 4, 1, 1, 0, 0, 0, 0, 1, 1, 1},    /* Og 4, rows of 9 */
+        {1, 1, 1, 40, 16, 1, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* one row of 38 */
+        {2, 28, 7, 7, 16, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},   /* K = 252, one depth block */
         /* for narrow weights: a direct path with Cg*KH*KW = 360 > KC (widened in parts),
          * groups that start inside a q8_0 block (Og*Cg*KH*KW = 45, 150) */
         {1, 40, 6, 7, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},
