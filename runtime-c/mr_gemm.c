@@ -833,9 +833,9 @@ void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t a
 
 #if MR_MICRO_ROWS
 /* The x86 kernels: a switch over the inlined body for each row count (mr_micro_body,
- * mr_micro_taps_body), MR_KERNEL: inlined, the taps kernel ran out of registers for A's
- * row offsets in its caller's loops and spilled them (cnn b1 1t, avx512: 2.23 -> 2.09
- * ms). */
+ * mr_micro_taps_body), each an MR_KERNEL: inlined into its caller, the taps kernel ran
+ * out of registers for A's row offsets in the caller's loops and spilled them (cnn b1
+ * 1t, avx512: 2.23 -> 2.09 ms). */
 #define MR_ROWS_SWITCH(n, F, ...)          \
     switch (n) {                           \
     case 1: F(1, __VA_ARGS__); break;      \

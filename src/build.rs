@@ -27,6 +27,7 @@ fn make_with(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<()> {
     run_tool(make_command(dir, cc, cflags, vars), "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
 }
 
+/// `make -s` in `dir` with `CC`, `CFLAGS` and `vars` on its command line.
 fn make_command(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Command {
     let mut cmd = Command::new("make");
     cmd.current_dir(dir).arg("-s").arg(format!("CC={cc}")).arg(format!("CFLAGS={cflags}")).args(vars);
