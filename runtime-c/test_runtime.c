@@ -281,6 +281,7 @@ static void test_gemm(void)
         {65, 130, 300}, {13, 200, 513}, {128, 64, 256}, {6, 16, 256}, {100, 1, 1000},
         {1, 257, 1}, {37, 67, 257}, {7, 129, 1}, {61, 63, 511}, {2, 300, 40},
         {10, 70, 129}, {19, 33, 40}, /* with the sizes above, every remainder of 6 and 8 rows */
+        {8, 40, 1100}, /* in depth chunks of whole KC blocks where MR_SGEMM_A_BYTES is 16 KiB */
     };
     const int ns = (int)(sizeof small / sizeof small[0]);
     int im, in, ik, l, t;
@@ -669,6 +670,7 @@ static void test_panels_q(void)
         test_panels_q_case(type, 3, 1000, 333, 0, 0, -0.5f, 1.0f, 1);
         test_panels_q_case(type, 37, 161, 300, 0, 0, 1.0f, 0.5f, 1);
         test_panels_q_case(type, 64, 256, 257, 1, 0, 2.0f, 0.0f, 1);
+        test_panels_q_case(type, 13, 161, 1100, 0, 0, 1.0f, 0.5f, 1); /* depth chunks (16 KiB) */
     }
 }
 
