@@ -530,6 +530,18 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
     }
 #endif
 
+/* Row i of an x86 tile, two vectors of W bits (N floats each), stored to out, or added
+ * to it when `add`. */
+#define MR_ROW_STORE_X86(i, W, N)                                                             \
+    if ((i) < rows) {                                                                         \
+        if (add) {                                                                            \
+            c##i##0 = _mm##W##_add_ps(_mm##W##_loadu_ps(out + (i) * out_rs), c##i##0);         \
+            c##i##1 = _mm##W##_add_ps(_mm##W##_loadu_ps(out + (i) * out_rs + (N)), c##i##1);   \
+        }                                                                                     \
+        _mm##W##_storeu_ps(out + (i) * out_rs, c##i##0);                                      \
+        _mm##W##_storeu_ps(out + (i) * out_rs + (N), c##i##1);                                \
+    }
+
 #if defined(MR_MICRO_AVX512)
 /* The 8 x 32 tile in 16 zmm accumulators, written out with intrinsics: the same sums in
  * the same order (fused multiply-adds) as the portable kernel below. Its rows
@@ -541,15 +553,7 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
         c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);      \
         c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);      \
     }
-#define MR_ROW_STORE(i)                                                                              \
-    if ((i) < rows) {                                                                                \
-        if (add) {                                                                                   \
-            c##i##0 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs), c##i##0);                  \
-            c##i##1 = _mm512_add_ps(_mm512_loadu_ps(out + (i) * out_rs + 16), c##i##1);             \
-        }                                                                                            \
-        _mm512_storeu_ps(out + (i) * out_rs, c##i##0);                                               \
-        _mm512_storeu_ps(out + (i) * out_rs + 16, c##i##1);                                          \
-    }
+#define MR_ROW_STORE(i) MR_ROW_STORE_X86(i, 512, 16)
 /* One step of k: B's row at `row` (both halves) against the tile's A elements. */
 #define MR_K_STEP(row)                                                            \
     {                                                                             \
@@ -637,15 +641,7 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
         MR_ROW_FMA2(3) MR_ROW_FMA2(4) MR_ROW_FMA2(5)                              \
         ++a; /* acs == 1 (MR_A_ROWS) */                                           \
     }
-#define MR_ROW_STORE2(i)                                                                             \
-    if ((i) < rows) {                                                                                \
-        if (add) {                                                                                   \
-            c##i##0 = _mm256_add_ps(_mm256_loadu_ps(out + (i) * out_rs), c##i##0);                  \
-            c##i##1 = _mm256_add_ps(_mm256_loadu_ps(out + (i) * out_rs + 8), c##i##1);              \
-        }                                                                                            \
-        _mm256_storeu_ps(out + (i) * out_rs, c##i##0);                                               \
-        _mm256_storeu_ps(out + (i) * out_rs + 8, c##i##1);                                           \
-    }
+#define MR_ROW_STORE2(i) MR_ROW_STORE_X86(i, 256, 8)
 #define MR_TILE_ZERO2                                                                                \
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00
