@@ -41,6 +41,34 @@ static void mr_max_pool_2x2_row_avx512(const float *x0, const float *x1, float *
     m = mr_max_nan16(m, _mm512_permutex2var_ps(b0, odd, b1));
     _mm512_mask_storeu_ps(y, (__mmask16)((1u << OW) - 1u), m);
 }
+
+/* Two output rows (OW <= 8, y's rows r and r + 1, contiguous) of the same pool in one
+ * vector: rows x0, x1 (row r's pair) and x2, x3 (row r + 1's), read 2 OW floats each;
+ * even and odd (mr_pool_2x2_lanes) put row r's taps in lanes [0, OW) and row r + 1's
+ * in [OW, 2 OW). Each output gets the same updates in the same order as above. */
+static void mr_max_pool_2x2_rows2_avx512(const float *x0, const float *x1, const float *x2, const float *x3, float *y,
+                                         int64_t OW, __m512i even, __m512i odd)
+{
+    const __mmask16 in = (__mmask16)((1u << (2 * OW)) - 1u);
+    const __m512 a0 = _mm512_maskz_loadu_ps(in, x0), b0 = _mm512_maskz_loadu_ps(in, x2);
+    const __m512 a1 = _mm512_maskz_loadu_ps(in, x1), b1 = _mm512_maskz_loadu_ps(in, x3);
+    __m512 m = _mm512_permutex2var_ps(a0, even, b0);
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(a0, odd, b0));
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(a1, even, b1));
+    m = mr_max_nan16(m, _mm512_permutex2var_ps(a1, odd, b1));
+    _mm512_mask_storeu_ps(y, in, m);
+}
+
+/* mr_max_pool_2x2_rows2_avx512's lane indices: lane l < OW takes tap 2l (+1 for odd)
+ * of the first source, lane OW + l tap 2l of the second (indices 16 and up). */
+static void mr_pool_2x2_lanes(int64_t OW, __m512i *even, __m512i *odd)
+{
+    int32_t e[16];
+    int64_t l;
+    for (l = 0; l < 16; ++l) e[l] = (int32_t)(l < OW ? 2 * l : l < 2 * OW ? 16 + 2 * (l - OW) : 0);
+    *even = _mm512_loadu_si512(e);
+    *odd = _mm512_add_epi32(*even, _mm512_set1_epi32(1));
+}
 #elif defined(MR_AVX2)
 /* mr_max_nan on 8 lanes. */
 static __m256 mr_max_nan8(__m256 m, __m256 v)
@@ -69,13 +97,17 @@ static __m256 mr_max_pool_2x2_8(__m256 a0, __m256 a1, __m256 b0, __m256 b1)
 }
 
 /* One output row of a 2x2, stride-2 max pool over input rows x0 and x1, 8 outputs at a
- * time; the last few read with masked loads and stored one by one (AVX's masked store
- * is microcoded on AMD's cores, about 20 cycles). The avx2 kernels' lenet b32 spent
- * three times the avx512 ones' time here with the scalar loop. */
-static void mr_max_pool_2x2_row_avx2(const float *x0, const float *x1, float *y, int64_t OW)
+ * time. The last few, where `whole` says 16 floats from the remainder's start in x0 and
+ * in x1 may be read and 8 outputs from it in y written (the later rows' outputs then
+ * written over them), as a whole vector; else read with masked loads and stored one by
+ * one (AVX's masked store is microcoded on AMD's cores, about 20 cycles). The avx2
+ * kernels' lenet b32 spent three times the avx512 ones' time here with the scalar loop,
+ * and its second pool (rows of 5, b32) took 26.3 us with the masked remainder, 9.4
+ * with whole vectors (alone, one thread, Zen 4). */
+static void mr_max_pool_2x2_row_avx2(const float *x0, const float *x1, float *y, int64_t OW, int whole)
 {
     int64_t ow = 0;
-    for (; ow + 8 <= OW; ow += 8) {
+    for (; ow + 8 <= OW || (whole && ow < OW); ow += 8) {
         const float *p = x0 + 2 * ow, *q = x1 + 2 * ow;
         _mm256_storeu_ps(y + ow, mr_max_pool_2x2_8(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8),
                                                    _mm256_loadu_ps(q), _mm256_loadu_ps(q + 8)));
@@ -108,8 +140,23 @@ void mr_pool2d_f32(const float *x, float *y,
         dil_w == 1 && 2 * OH <= H && 2 * OW <= W) {
         /* The common 2x2, stride-2 window in one pass per output row: the same updates,
          * in the same (kh, kw) order, as the general loops below. */
-        for (pl = 0; pl < planes * OH; ++pl) {
-            const float *restrict x0 = x + (pl / OH) * H * W + (pl % OH) * 2 * W, *restrict x1 = x0 + W;
+        pl = 0;
+#ifdef MR_AVX512
+        if (is_max && OW <= 8) {
+            /* rows of up to 8 outputs two at a time: lenet b32's second pool (rows of 5)
+             * took 14.4 us a row at a time, 6.5 two at a time (alone, one thread, Zen 4) */
+            __m512i even, odd;
+            mr_pool_2x2_lanes(OW, &even, &odd);
+            for (; pl + 2 <= planes * OH; pl += 2) {
+                const float *x0 = x + (pl / OH) * H * W + (pl % OH) * 2 * W;
+                const float *x2 = x + ((pl + 1) / OH) * H * W + ((pl + 1) % OH) * 2 * W;
+                mr_max_pool_2x2_rows2_avx512(x0, x0 + W, x2, x2 + W, y + pl * OW, OW, even, odd);
+            }
+        }
+#endif
+        for (; pl < planes * OH; ++pl) {
+            const int64_t at = (pl / OH) * H * W + (pl % OH) * 2 * W; /* x0's offset in x */
+            const float *restrict x0 = x + at, *restrict x1 = x0 + W;
             float *restrict yr = y + pl * OW;
 #ifdef MR_AVX512
             if (is_max && OW <= 16) {
@@ -118,7 +165,10 @@ void mr_pool2d_f32(const float *x, float *y,
             }
 #elif defined(MR_AVX2)
             if (is_max) {
-                mr_max_pool_2x2_row_avx2(x0, x1, yr, OW);
+                /* whole: the remainder's 16 floats of x1 and 8 outputs of yr lie inside x, y */
+                const int64_t rem = OW - OW % 8;
+                mr_max_pool_2x2_row_avx2(x0, x1, yr, OW,
+                                         at + W + 2 * rem + 16 <= planes * H * W && pl * OW + rem + 8 <= planes * OH * OW);
                 continue;
             }
 #endif

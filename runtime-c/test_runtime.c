@@ -1046,8 +1046,11 @@ static void test_pool(void)
         {3, 1, 4, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},   /* identity */
         {1, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* scalar input */
         {2, 2, 9, 8, 3, 2, 2, 1, 1, 0, -2, -3, 1, 1}, /* OH/OW stop short of the input */
-        /* the 2x2, stride-2 path (its vector rows: 8 and 16 outputs at a time, tails) */
+        /* the 2x2, stride-2 path (its vector rows: 8 and 16 outputs at a time, two rows
+         * of up to 8 at a time, whole vectors over the next rows, tails) */
         {2, 3, 28, 28, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
+        {1, 3, 10, 10, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
+        {1, 1, 9, 4, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
         {1, 2, 6, 41, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
         {1, 1, 4, 7, 2, 2, 2, 2, 0, 0, 0, -1, 1, 1},
         {1, 2, 2, 70, 2, 2, 2, 2, 0, 0, 0, 0, 1, 1},
