@@ -1006,11 +1006,11 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t k0, int64_t k1, float a
 /* Every column block passes over all of A's rows (mr_sgemm_block's loop nest), which
  * must stay in L2 to be read there: an A larger than three quarters of the core's L2
  * (MR_SGEMM_A_BYTES where fixed, or where cpuid does not say) goes as products of their
- * own over chunks of depth, whole KC blocks (the same sums in the same order), that fit,
- * so B still passes once and C once a chunk; where not even one KC block of every row
- * fits, in blocks of rows (B then passes once per block, streaming from L3 with its
- * prefetch). gpt_block's four GEMMs with 1024 rows, 1 thread, avx512: 123 -> 144
- * GFLOP/s at 1 MiB (146 at 512 KiB, 141 at 2 MiB); with 128 rows, one block. With
+ * own, over chunks of depth (whole KC blocks: the same sums in the same order) or blocks
+ * of rows that fit, whichever streams fewer bytes again: C once more a chunk, or B
+ * (streaming from L3 with its prefetch) once more a block. gpt_block's four GEMMs with
+ * 1024 rows, 1 thread, avx512: 123 -> 144 GFLOP/s with blocks of rows at 1 MiB (146 at
+ * 512 KiB, 141 at 2 MiB); with 128 rows, one block. With
  * 128 rows on a Zen 4 (1 MiB of L2), avx2 kernels: 93.2 GFLOP/s with 384 KiB, the
  * fixed default before, 95.9 with the 768 KiB its L2 gives; its 128 x 768 x 3072
  * product (1.5 MiB of A) as two chunks of depth rather than two blocks of rows: 90.9
@@ -1023,15 +1023,15 @@ void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc
     const int64_t fit = mr_max_i64(budget / ((int64_t)sizeof(float) * K), 1);
     const int64_t kblocks = (K + MR_SGEMM_KC - 1) / MR_SGEMM_KC;
     const int64_t kfit = budget / ((int64_t)sizeof(float) * MR_SGEMM_KC * M);
+    /* as few blocks as fit, of about equal rows (128 rows that fit 126 go as 66 and 62,
+     * not as 126 and a 2-row block that streams B again for 2 rows), or of depth */
+    const int64_t blocks = (M + fit - 1) / fit, rows = (M + blocks - 1) / blocks;
+    const int64_t chunks = kfit >= 1 ? (kblocks + kfit - 1) / kfit : 0;
     int64_t mc = M, depth = K, i0, k0;
-    if (M > fit && kfit >= 1) {
-        /* every row at once, in as few chunks of depth as fit, of about equal whole KC blocks */
-        const int64_t chunks = (kblocks + kfit - 1) / kfit;
+    /* each chunk after the first reads and writes C again, each block streams B again */
+    if (blocks > 1 && chunks > 1 && (chunks - 1) * 2 * M <= (blocks - 1) * K) {
         depth = (kblocks + chunks - 1) / chunks * MR_SGEMM_KC;
-    } else if (M > fit) {
-        /* as few blocks as fit, of about equal rows (128 rows that fit 126 go as 66 and 62,
-         * not as 126 and a 2-row block that streams B again for 2 rows) */
-        const int64_t blocks = (M + fit - 1) / fit, rows = (M + blocks - 1) / blocks;
+    } else if (blocks > 1) {
         mc = (rows + MR_SGEMM_MR - 1) / MR_SGEMM_MR * MR_SGEMM_MR;
     }
     for (i0 = 0; i0 < M; i0 += mc) {
