@@ -1008,13 +1008,14 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t k0, int64_t k1, float a
  * (MR_SGEMM_A_BYTES where fixed, or where cpuid does not say) goes as products of their
  * own, over chunks of depth (whole KC blocks: the same sums in the same order) or blocks
  * of rows that fit, whichever streams fewer bytes again: C once more a chunk, or B
- * (streaming from L3 with its prefetch) once more a block. gpt_block's four GEMMs with
- * 1024 rows, 1 thread, avx512: 123 -> 144 GFLOP/s with blocks of rows at 1 MiB (146 at
- * 512 KiB, 141 at 2 MiB); with 128 rows, one block. With
- * 128 rows on a Zen 4 (1 MiB of L2), avx2 kernels: 93.2 GFLOP/s with 384 KiB, the
- * fixed default before, 95.9 with the 768 KiB its L2 gives; its 128 x 768 x 3072
- * product (1.5 MiB of A) as two chunks of depth rather than two blocks of rows: 90.9
- * -> 94.9 GFLOP/s (avx2), 90.8 -> 94.2 (avx512), best of 8 interleaved rounds. */
+ * (streaming from L3 with its prefetch) once more a block. Measured, 1 thread:
+ *  - gpt_block's four GEMMs with 1024 rows, avx512: 123 -> 144 GFLOP/s with blocks of
+ *    rows at 1 MiB (146 at 512 KiB, 141 at 2 MiB); with 128 rows, one block;
+ *  - with 128 rows on a Zen 4 (1 MiB of L2), avx2 kernels: 93.2 GFLOP/s with 384 KiB,
+ *    the fixed default before, 95.9 with the 768 KiB its L2 gives;
+ *  - there, its 128 x 768 x 3072 product (1.5 MiB of A) as two chunks of depth rather
+ *    than two blocks of rows: 90.9 -> 94.9 GFLOP/s (avx2), 90.8 -> 94.2 (avx512), best
+ *    of 8 interleaved rounds. */
 void mr_sgemm_driver(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a, const mr_bsrc *src,
                      float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at)
 {
