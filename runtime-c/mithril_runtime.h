@@ -66,8 +66,8 @@
  *    MR_SGEMM_A_BYTES [3/4 of a core's L2 as cpuid reports it; where it does not, 1.5 MiB
  *                      for AVX-512, else 384 KiB]  A's share of a core's L2: a product
  *                      whose A is larger goes in chunks of depth (whole MR_SGEMM_KC
- *                      blocks, so the sums are the same) that fit it, or, where one
- *                      block of depth does not fit, in blocks of rows that do
+ *                      blocks, so the sums are the same) or in blocks of rows that
+ *                      fit it, whichever streams fewer bytes again (C or B)
  *    MR_CONV_DIRECT_OG [4]  convolutions with fewer output channels per group than this
  *                           use direct loops instead of the implicit GEMM
  *    MR_MT_MIN_MACS [262144.0]  mr_sgemm_mt splits products of at least this many

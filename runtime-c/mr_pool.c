@@ -126,6 +126,13 @@ static void mr_max_pool_2x2_row_avx2(const float *x0, const float *x1, float *y,
 #endif
 
 
+/* Where output row pl (of planes * OH) of a 2x2, stride-2 pool starts reading in x: its
+ * plane's start plus its pair of input rows. */
+static int64_t mr_pool_2x2_at(int64_t pl, int64_t OH, int64_t H, int64_t W)
+{
+    return (pl / OH) * H * W + (pl % OH) * 2 * W;
+}
+
 void mr_pool2d_f32(const float *x, float *y,
                    int64_t N, int64_t C, int64_t H, int64_t W,
                    int64_t KH, int64_t KW, int64_t OH, int64_t OW,
@@ -148,14 +155,13 @@ void mr_pool2d_f32(const float *x, float *y,
             __m512i even, odd;
             mr_pool_2x2_lanes(OW, &even, &odd);
             for (; pl + 2 <= planes * OH; pl += 2) {
-                const float *x0 = x + (pl / OH) * H * W + (pl % OH) * 2 * W;
-                const float *x2 = x + ((pl + 1) / OH) * H * W + ((pl + 1) % OH) * 2 * W;
+                const float *x0 = x + mr_pool_2x2_at(pl, OH, H, W), *x2 = x + mr_pool_2x2_at(pl + 1, OH, H, W);
                 mr_max_pool_2x2_rows2_avx512(x0, x0 + W, x2, x2 + W, y + pl * OW, OW, even, odd);
             }
         }
 #endif
         for (; pl < planes * OH; ++pl) {
-            const int64_t at = (pl / OH) * H * W + (pl % OH) * 2 * W; /* x0's offset in x */
+            const int64_t at = mr_pool_2x2_at(pl, OH, H, W);
             const float *restrict x0 = x + at, *restrict x1 = x0 + W;
             float *restrict yr = y + pl * OW;
 #ifdef MR_AVX512
