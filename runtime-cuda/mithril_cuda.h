@@ -742,6 +742,46 @@ mr_k_conv2d_direct(const mr_conv_args p, const Ep ep)
 #define MR_CONV_DIRECT_MAX_M 4
 
 /*
+ * What mr_cuda_conv2d and mr_cuda_conv2d_tc run. A 1x1, stride 1, unpadded convolution of
+ * one group is, per image, out[b] = W [o, c] x X[b] [c, h*w]: a GEMM batched over the
+ * images, B row-major (the float4 loads) and W broadcast; then this returns true with its
+ * batch in bt. Otherwise it returns false with the implicit GEMM's arguments in p.
+ */
+static inline bool mr_conv_setup(mr_conv_args &p, mr_batch &bt, const float *x, const float *w, float *out, int64_t n,
+                                 int64_t c, int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw, int64_t oh,
+                                 int64_t ow, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                                 int64_t groups)
+{
+    const int64_t ohw = oh * ow;
+    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && groups == 1 && oh == h && ow == wd) {
+        bt.rank = 1;
+        bt.ext[0] = n;
+        bt.a[0] = 0;
+        bt.b[0] = c * h * wd;
+        bt.c[0] = o * ohw;
+        for (int d = 1; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
+        return true;
+    }
+    p.x = x, p.w = w, p.out = out;
+    p.n = n, p.c = c, p.h = h, p.wd = wd, p.o = o, p.kh = kh, p.kw = kw, p.oh = oh, p.ow = ow;
+    p.sh = sh, p.sw = sw, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw, p.groups = groups;
+    p.cg = c / groups;
+    p.M = o / groups;
+    p.K = p.cg * kh * kw;
+    p.ncols = n * ohw;
+    p.w_vec = mr_aligned16(w) && p.K % 4 == 0;
+    return false;
+}
+
+/* The implicit GEMM's grid: a block per MR_GEMM_BM x MR_GEMM_BN tile of a group's output
+ * (x: columns, y: rows), z the groups; each grid-stride loops past 65535. */
+static inline dim3 mr_conv_grid(const mr_conv_args &p)
+{
+    const int64_t mt = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (p.ncols + MR_GEMM_BN - 1) / MR_GEMM_BN;
+    return dim3((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(p.groups < 65535 ? p.groups : 65535));
+}
+
+/*
  * out[b, oc, y, x] = sum over ic of oc's group, ky, kx of
  * x[b, ic, y*sh + ky*dh - ph, x*sw + kx*dw - pw] * w[oc, ic - group start, ky, kx],
  * then ep(b, oc, y*ow + x). NCHW contiguous.
@@ -755,36 +795,17 @@ static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w
     typedef void (*kernel_t)(const mr_conv_args, const Ep);
     if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0 || groups <= 0) return cudaGetLastError();
     const int64_t ohw = oh * ow;
-    /* 1x1, stride 1, no padding, one group: per image, out[b] = W [o, c] x X[b] [c, h*w],
-     * a batched GEMM with B row-major (the float4 loads) and W broadcast. */
-    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && groups == 1 && oh == h && ow == wd) {
-        mr_batch bt;
-        bt.rank = 1;
-        bt.ext[0] = n;
-        bt.a[0] = 0;
-        bt.b[0] = c * h * wd;
-        bt.c[0] = o * ohw;
-        for (int d = 1; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
-        return mr_cuda_sgemm(s, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
-    }
     mr_conv_args p;
-    p.x = x, p.w = w, p.out = out;
-    p.n = n, p.c = c, p.h = h, p.wd = wd, p.o = o, p.kh = kh, p.kw = kw, p.oh = oh, p.ow = ow;
-    p.sh = sh, p.sw = sw, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw, p.groups = groups;
-    p.cg = c / groups;
-    p.M = o / groups;
-    p.K = p.cg * kh * kw;
-    p.ncols = n * ohw;
-    p.w_vec = mr_aligned16(w) && p.K % 4 == 0;
+    mr_batch bt;
+    if (mr_conv_setup(p, bt, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups))
+        return mr_cuda_sgemm(s, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
     if (p.M <= MR_CONV_DIRECT_MAX_M) {
         kernel_t kern = mr_k_conv2d_direct<Ep>;
         MR_LAUNCH(kern, dim3(mr_blocks(n * o * ohw)), dim3(MR_THREADS), s, p, ep);
         return cudaGetLastError();
     }
-    const int64_t mt = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (p.ncols + MR_GEMM_BN - 1) / MR_GEMM_BN;
-    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(groups < 65535 ? groups : 65535));
     kernel_t kern = mr_k_conv2d<Ep>;
-    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, ep);
+    MR_LAUNCH(kern, mr_conv_grid(p), dim3(MR_THREADS), s, p, ep);
     return cudaGetLastError();
 }
 
@@ -1038,39 +1059,38 @@ static inline bool mr_tc_device_ok()
 }
 
 /*
- * mr_cuda_sgemm with the products' operands rounded to prec (see mr_precision) and
+ * mr_cuda_sgemm with the products' operands rounded to P (see mr_precision) and
  * multiplied on tensor cores, f32 accumulation. Falls back to the exact mr_cuda_sgemm for
  * MR_F32, for m <= 4 (the GEMV kernels: tensor cores would idle) and on devices before
  * sm_80; everything else (any strides, batches, edges, k = 0) runs the tensor-core kernel.
+ * P is a template argument, as a model's precision is fixed when it is compiled: a
+ * model then instantiates the kernels of its one precision, not of all three.
  */
-template <class Ep>
-static cudaError_t mr_cuda_sgemm_tc(cudaStream_t s, mr_precision prec, int64_t m, int64_t n, int64_t k, const float *a,
-                                    int64_t a_rs, int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c,
-                                    int64_t c_rs, int64_t c_cs, const mr_batch *batch, Ep ep)
+template <mr_precision P, class Ep>
+static cudaError_t mr_cuda_sgemm_tc(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                                    int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t c_rs,
+                                    int64_t c_cs, const mr_batch *batch, Ep ep)
 {
-    typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
-    if ((prec != MR_TF32 && prec != MR_BF16 && prec != MR_F16) || m <= MR_GEMV_MAX_M || !mr_tc_device_ok())
+    if constexpr (P == MR_F32) {
         return mr_cuda_sgemm(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, ep);
-    mr_batch bt;
-    mr_gemm_args p;
-    bool ak, bk;
-    if (!mr_gemm_setup(p, bt, ak, bk, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch))
+    } else {
+        if (m <= MR_GEMV_MAX_M || !mr_tc_device_ok())
+            return mr_cuda_sgemm(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, ep);
+        mr_batch bt;
+        mr_gemm_args p;
+        bool ak, bk;
+        if (!mr_gemm_setup(p, bt, ak, bk, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch))
+            return cudaGetLastError();
+        const int64_t mt = (m + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (n + MR_GEMM_BN - 1) / MR_GEMM_BN;
+        const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535),
+                        (unsigned)(p.nbatch < 65535 ? p.nbatch : 65535));
+        const int l = (ak ? 2 : 0) + (bk ? 1 : 0);
+        typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
+        const kernel_t kern = l == 3 ? mr_k_sgemm_tc<Ep, P, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, P, true, false>
+                              : l == 1 ? mr_k_sgemm_tc<Ep, P, false, true> : mr_k_sgemm_tc<Ep, P, false, false>;
+        MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, bt, ep);
         return cudaGetLastError();
-    const int64_t mt = (m + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (n + MR_GEMM_BN - 1) / MR_GEMM_BN;
-    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(p.nbatch < 65535 ? p.nbatch : 65535));
-    const int l = (ak ? 2 : 0) + (bk ? 1 : 0);
-    kernel_t kern;
-    if (prec == MR_TF32)
-        kern = l == 3 ? mr_k_sgemm_tc<Ep, MR_TF32, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, MR_TF32, true, false>
-             : l == 1 ? mr_k_sgemm_tc<Ep, MR_TF32, false, true> : mr_k_sgemm_tc<Ep, MR_TF32, false, false>;
-    else if (prec == MR_BF16)
-        kern = l == 3 ? mr_k_sgemm_tc<Ep, MR_BF16, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, MR_BF16, true, false>
-             : l == 1 ? mr_k_sgemm_tc<Ep, MR_BF16, false, true> : mr_k_sgemm_tc<Ep, MR_BF16, false, false>;
-    else
-        kern = l == 3 ? mr_k_sgemm_tc<Ep, MR_F16, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, MR_F16, true, false>
-             : l == 1 ? mr_k_sgemm_tc<Ep, MR_F16, false, true> : mr_k_sgemm_tc<Ep, MR_F16, false, false>;
-    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, bt, ep);
-    return cudaGetLastError();
+    }
 }
 
 /*
@@ -1080,44 +1100,28 @@ static cudaError_t mr_cuda_sgemm_tc(cudaStream_t s, mr_precision prec, int64_t m
  * GEMM mr_cuda_sgemm_tc (tensor cores for > 4 output channels); every other convolution
  * runs the tensor-core implicit GEMM.
  */
-template <class Ep>
-static cudaError_t mr_cuda_conv2d_tc(cudaStream_t s, mr_precision prec, const float *x, const float *w, float *out,
-                                     int64_t n, int64_t c, int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw,
-                                     int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-                                     int64_t dh, int64_t dw, int64_t groups, Ep ep)
+template <mr_precision P, class Ep>
+static cudaError_t mr_cuda_conv2d_tc(cudaStream_t s, const float *x, const float *w, float *out, int64_t n, int64_t c,
+                                     int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                     int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                                     int64_t groups, Ep ep)
 {
-    typedef void (*kernel_t)(const mr_conv_args, const Ep);
     if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0 || groups <= 0) return cudaGetLastError();
-    if ((prec != MR_TF32 && prec != MR_BF16 && prec != MR_F16) || o / groups <= MR_CONV_DIRECT_MAX_M ||
-        !mr_tc_device_ok())
+    if constexpr (P == MR_F32) {
         return mr_cuda_conv2d(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, ep);
-    const int64_t ohw = oh * ow;
-    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && groups == 1 && oh == h && ow == wd) {
+    } else {
+        if (o / groups <= MR_CONV_DIRECT_MAX_M || !mr_tc_device_ok())
+            return mr_cuda_conv2d(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, ep);
+        const int64_t ohw = oh * ow;
+        mr_conv_args p;
         mr_batch bt;
-        bt.rank = 1;
-        bt.ext[0] = n;
-        bt.a[0] = 0;
-        bt.b[0] = c * h * wd;
-        bt.c[0] = o * ohw;
-        for (int d = 1; d < MR_MAX_BATCH; ++d) bt.ext[d] = 1, bt.a[d] = bt.b[d] = bt.c[d] = 0;
-        return mr_cuda_sgemm_tc(s, prec, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
+        if (mr_conv_setup(p, bt, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups))
+            return mr_cuda_sgemm_tc<P>(s, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
+        typedef void (*kernel_t)(const mr_conv_args, const Ep);
+        const kernel_t kern = mr_k_conv2d_tc<Ep, P>;
+        MR_LAUNCH(kern, mr_conv_grid(p), dim3(MR_THREADS), s, p, ep);
+        return cudaGetLastError();
     }
-    mr_conv_args p;
-    p.x = x, p.w = w, p.out = out;
-    p.n = n, p.c = c, p.h = h, p.wd = wd, p.o = o, p.kh = kh, p.kw = kw, p.oh = oh, p.ow = ow;
-    p.sh = sh, p.sw = sw, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw, p.groups = groups;
-    p.cg = c / groups;
-    p.M = o / groups;
-    p.K = p.cg * kh * kw;
-    p.ncols = n * ohw;
-    p.w_vec = mr_aligned16(w) && p.K % 4 == 0;
-    const int64_t mt = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (p.ncols + MR_GEMM_BN - 1) / MR_GEMM_BN;
-    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(groups < 65535 ? groups : 65535));
-    kernel_t kern = prec == MR_TF32 ? mr_k_conv2d_tc<Ep, MR_TF32>
-                    : prec == MR_BF16 ? mr_k_conv2d_tc<Ep, MR_BF16>
-                                      : mr_k_conv2d_tc<Ep, MR_F16>;
-    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, ep);
-    return cudaGetLastError();
 }
 
 /* ------------------------------------------------------------------------------------ */

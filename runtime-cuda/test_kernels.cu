@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
 #include <vector>
 
 static int g_failures = 0, g_checks = 0;
@@ -99,6 +100,25 @@ static void compare(const char *what, const char *name, const std::vector<float>
 /* Which path a case runs: EXACT calls mr_cuda_sgemm / mr_cuda_conv2d; MR_F32 .. MR_F16
  * call the _tc functions with that precision. */
 #define EXACT (-1)
+/* The _tc functions take the precision as a template argument (a model's is fixed when it
+ * is compiled); the cases choose it at run time: f(P) with P its std::integral_constant. */
+template <class F> static cudaError_t with_precision(mr_precision prec, F f)
+{
+    switch (prec) {
+    case MR_TF32: return f(std::integral_constant<mr_precision, MR_TF32>());
+    case MR_BF16: return f(std::integral_constant<mr_precision, MR_BF16>());
+    case MR_F16: return f(std::integral_constant<mr_precision, MR_F16>());
+    default: return f(std::integral_constant<mr_precision, MR_F32>());
+    }
+}
+template <class... Args> static cudaError_t sgemm_tc(mr_precision prec, cudaStream_t s, Args... args)
+{
+    return with_precision(prec, [&](auto P) { return mr_cuda_sgemm_tc<decltype(P)::value>(s, args...); });
+}
+template <class... Args> static cudaError_t conv2d_tc(mr_precision prec, cudaStream_t s, Args... args)
+{
+    return with_precision(prec, [&](auto P) { return mr_cuda_conv2d_tc<decltype(P)::value>(s, args...); });
+}
 static const char *prec_name(int prec)
 {
     return prec == MR_TF32 ? "tf32 " : prec == MR_BF16 ? "bf16 " : prec == MR_F16 ? "f16 " : prec == MR_F32 ? "f32tc " : "";
@@ -214,14 +234,13 @@ static void test_gemm(int prec, int64_t m, int64_t n, int64_t k, bool ta, bool t
         if (prec == EXACT)
             CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
         else
-            CUDA_OK(mr_cuda_sgemm_tc(0, mp, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
-                                     ep));
+            CUDA_OK(sgemm_tc(mp, 0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
     } else if (prec == EXACT) {
         CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
                               mr_no_epilogue()));
     } else {
-        CUDA_OK(mr_cuda_sgemm_tc(0, mp, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
-                                 mr_no_epilogue()));
+        CUDA_OK(sgemm_tc(mp, 0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
+                         mr_no_epilogue()));
     }
     std::vector<float> got = host_from(dC, C.size());
     std::vector<double> ref(C.size()), ref_r(C.size()), scale(C.size(), 0.0), opsum(C.size(), 0.0);
@@ -268,8 +287,8 @@ static void test_gemm_views(int prec, int64_t m, int64_t n, int64_t k)
     if (prec == EXACT)
         CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL, mr_no_epilogue()));
     else
-        CUDA_OK(mr_cuda_sgemm_tc(0, (mr_precision)prec, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL,
-                                 mr_no_epilogue()));
+        CUDA_OK(sgemm_tc((mr_precision)prec, 0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, nullptr,
+                         mr_no_epilogue()));
     std::vector<float> got = host_from(dC, C.size());
     std::vector<double> ref(C.begin(), C.end()), ref_r(C.begin(), C.end()), scale(C.size(), 0.0), opsum(C.size(), 0.0);
     for (int64_t i = 0; i < m; ++i)
@@ -349,12 +368,12 @@ static void test_conv(int prec, const char *label, int64_t n, int64_t c, int64_t
         if (prec == EXACT)
             CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
         else
-            CUDA_OK(mr_cuda_conv2d_tc(0, mp, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
+            CUDA_OK(conv2d_tc(mp, 0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
     } else if (prec == EXACT) {
         CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, mr_no_epilogue()));
     } else {
-        CUDA_OK(mr_cuda_conv2d_tc(0, mp, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g,
-                                  mr_no_epilogue()));
+        CUDA_OK(conv2d_tc(mp, 0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g,
+                          mr_no_epilogue()));
     }
     std::vector<float> got = host_from(dY, Y.size());
     std::vector<double> ref(Y.size()), scale(Y.size()), ref_r(Y.size()), opsum(Y.size());
@@ -696,7 +715,7 @@ static void test_f16_range()
     A[0] = 1e5f;
     float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
     for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
-        CUDA_OK(mr_cuda_sgemm_tc(0, (mr_precision)prec, m, n, k, dA, k, 1, dB, n, 1, dC, n, 1, NULL, mr_no_epilogue()));
+        CUDA_OK(sgemm_tc((mr_precision)prec, 0, m, n, k, dA, k, 1, dB, n, 1, dC, n, 1, nullptr, mr_no_epilogue()));
         std::vector<float> got = host_from(dC, C.size());
         size_t bad = 0, first = 0;
         for (int64_t i = 0; i < m; ++i)

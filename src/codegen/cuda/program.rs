@@ -169,9 +169,9 @@ fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String], precision: Preci
     let args = ops.args;
     let call = match (k, tc) {
         (Kernel::Gemm { .. }, None) => format!("mr_cuda_sgemm(stream, {args}, {batch}, ep)"),
-        (Kernel::Gemm { .. }, Some(p)) => format!("mr_cuda_sgemm_tc(stream, {p}, {args}, {batch}, ep)"),
+        (Kernel::Gemm { .. }, Some(p)) => format!("mr_cuda_sgemm_tc<{p}>(stream, {args}, {batch}, ep)"),
         (Kernel::Conv { .. }, None) => format!("mr_cuda_conv2d(stream, {args}, ep)"),
-        (Kernel::Conv { .. }, Some(p)) => format!("mr_cuda_conv2d_tc(stream, {p}, {args}, ep)"),
+        (Kernel::Conv { .. }, Some(p)) => format!("mr_cuda_conv2d_tc<{p}>(stream, {args}, ep)"),
         (Kernel::Pool { .. }, _) => format!("mr_cuda_pool2d(stream, {args})"),
         (Kernel::Softmax { .. }, _) => format!("mr_cuda_softmax(stream, {args})"),
         (Kernel::Attention { .. }, _) => format!("mr_cuda_attention(stream, {args}, {batch}, ep)"),
