@@ -13,7 +13,7 @@
  * with the same flags, e.g. -O3; no -march is needed. On x86-64 with GCC >= 6 or
  * clang >= 9 the kernels then dispatch at run time: the library holds three variants of
  * the ISA-specialized code, "avx512" (AVX-512 F/DQ/BW/VL: 8 x 32 GEMM tiles and
- * AVX-512 intrinsics), "avx2" (AVX2 and FMA: 6 x 16 tiles, AVX2 intrinsics) and
+ * AVX-512 intrinsics), "avx2" (AVX2 and FMA: 3 x 32 tiles, AVX2 intrinsics) and
  * "generic" (the compiler's target as the flags give it, baseline x86-64 for plain -O3:
  * portable C, 6 x 16), compiled through function-level target attributes, and the first
  * call of a kernel picks the best one this CPU runs, once for the process
@@ -57,9 +57,10 @@
  *
  * Compile-time tuning (-D when compiling the runtime's sources, the same for every mr_*.c;
  * defaults in brackets; "AVX-512" is the avx512 variant, or __AVX512F__ without dispatch):
- *    MR_SGEMM_MR [8 for AVX-512, 12 for NEON, else 6]  rows of the register tile: 4,
- *                                           6 or 8 (12 with NR 8: NEON's kernel)
- *    MR_SGEMM_NR [32 for AVX-512, 8 for NEON, else 16]  columns of the register tile
+ *    MR_SGEMM_MR [8 for AVX-512, 3 for AVX2, 12 for NEON, else 6]  rows of the register
+ *                                           tile: 4, 6 or 8 (12 with NR 8: NEON's kernel;
+ *                                           3 with NR 32: AVX2's)
+ *    MR_SGEMM_NR [32 for AVX-512 and AVX2, 8 for NEON, else 16]  columns of the register tile
  *                                           (the dimension the compiler vectorizes)
  *    MR_SGEMM_KC [256]  depth of a packed block
  *    MR_SGEMM_NC [64]   width of a packed block; a multiple of MR_SGEMM_NR

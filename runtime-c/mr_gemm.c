@@ -502,7 +502,7 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #endif
 /* The group's steps stay a loop: unrolled, each step's B row and A elements are at
  * offsets of their own (multiples of the run-time strides), and GCC, out of registers
- * for them in the 6 x 16 kernel, reloaded one from the stack before every broadcast
+ * for them in the 6 x 16 AVX2 kernel of then, reloaded one from the stack before every broadcast
  * (AVX2 kernels on a Zen 4, gpt_block's four GEMMs, one thread: 87 -> 93 GFLOP/s;
  * AVX-512's unchanged at 97). */
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)
@@ -530,16 +530,13 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
     }
 #endif
 
-/* Row i of an x86 tile, two vectors of W bits (N floats each), stored to out, or added
- * to it when `add`. */
-#define MR_ROW_STORE_X86(i, W, N)                                                             \
-    if ((i) < rows) {                                                                         \
-        if (add) {                                                                            \
-            c##i##0 = _mm##W##_add_ps(_mm##W##_loadu_ps(out + (i) * out_rs), c##i##0);         \
-            c##i##1 = _mm##W##_add_ps(_mm##W##_loadu_ps(out + (i) * out_rs + (N)), c##i##1);   \
-        }                                                                                     \
-        _mm##W##_storeu_ps(out + (i) * out_rs, c##i##0);                                      \
-        _mm##W##_storeu_ps(out + (i) * out_rs + (N), c##i##1);                                \
+/* Accumulator c<i><v> of an x86 tile, W bits: stored to out at row i, column `col`, or
+ * added to what is there when `add`. */
+#define MR_ACC_STORE_X86(i, v, W, col)                                      \
+    {                                                                       \
+        float *o_ = out + (i) * out_rs + (col);                             \
+        if (add) c##i##v = _mm##W##_add_ps(_mm##W##_loadu_ps(o_), c##i##v); \
+        _mm##W##_storeu_ps(o_, c##i##v);                                    \
     }
 
 #if defined(MR_MICRO_AVX512)
@@ -553,7 +550,10 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
         c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);      \
         c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);      \
     }
-#define MR_ROW_STORE(i) MR_ROW_STORE_X86(i, 512, 16)
+#define MR_ROW_STORE(i)                                                        \
+    if ((i) < rows) {                                                          \
+        MR_ACC_STORE_X86(i, 0, 512, 0) MR_ACC_STORE_X86(i, 1, 512, 16)          \
+    }
 /* One step of k: B's row at `row` (both halves) against the tile's A elements. */
 #define MR_K_STEP(row)                                                            \
     {                                                                             \
@@ -613,88 +613,106 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
 #undef MR_ROW_STORE
 #undef MR_K_STEP
 #undef MR_TILE_ZERO
-/* (mr_sgemm_micro's cases from 6 rows up: see MR_ROWS_SWITCH) */
+/* (mr_sgemm_micro's cases from 3 rows up: see MR_ROWS_SWITCH) */
 #define MR_ROWS_CASES_TOP(F, ...)     \
+    case 3: F(3, __VA_ARGS__); break; \
+    case 4: F(4, __VA_ARGS__); break; \
+    case 5: F(5, __VA_ARGS__); break; \
     case 6: F(6, __VA_ARGS__); break; \
     case 7: F(7, __VA_ARGS__); break; \
     default: F(8, __VA_ARGS__); break;
 
 #elif defined(MR_MICRO_AVX2)
-/* The 6 x 16 tile in 12 ymm accumulators, written out with intrinsics: the same sums in
- * the same order (fused multiply-adds) as the portable kernel below, which GCC compiles
- * for AVX2 at about a third of the FMA peak (it keeps part of the tile in memory). Its
- * rows [0, rows) only, rows a constant once inlined (MR_MICRO_ROWS): the other rows'
- * accumulators and A's elements are never touched. */
-/* Row i of the tile: its A element times both halves of B's row. */
-#define MR_ROW_FMA2(i)                                  \
-    if ((i) < rows) {                                   \
-        x = _mm256_broadcast_ss(a + (i) * ars);         \
-        c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0);      \
-        c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);      \
+/* The 3 x 32 tile in 12 ymm accumulators, three for A's broadcasts and one for B's
+ * vector: the same sums in the same order (fused multiply-adds) as the portable kernel
+ * below, which GCC compiles for AVX2 at about a third of the FMA peak (it keeps part of
+ * the tile in memory). Its rows [0, rows) only, rows a constant once inlined
+ * (MR_MICRO_ROWS): the other rows' accumulators and A's elements are never touched.
+ * A tile as wide as a weight panel reads each panel row whole: the 6 x 16 tile it
+ * replaced read half of each 128-byte row, and ran gpt_block's GEMMs at 94 GFLOP/s
+ * against this one's 99.6 (one thread, Zen 4, peak 117). */
+/* Row i's product with B's vector v (bv). */
+#define MR_ROW_FMA3(i, v) \
+    if ((i) < rows) c##i##v = _mm256_fmadd_ps(x##i, bv, c##i##v);
+/* One step of k: the tile's A elements against B's row at `row`, a vector at a time. */
+#define MR_K_STEP3(row)                                                                      \
+    {                                                                                        \
+        const float *bq = (row);                                                             \
+        __m256 x0, x1 = _mm256_setzero_ps(), x2 = x1, bv;                                    \
+        x0 = _mm256_broadcast_ss(a);                                                         \
+        if (1 < rows) x1 = _mm256_broadcast_ss(a + ars);                                     \
+        if (2 < rows) x2 = _mm256_broadcast_ss(a + 2 * ars);                                 \
+        bv = _mm256_loadu_ps(bq);                                                            \
+        MR_ROW_FMA3(0, 0) MR_ROW_FMA3(1, 0) MR_ROW_FMA3(2, 0)                                \
+        bv = _mm256_loadu_ps(bq + 8);                                                        \
+        MR_ROW_FMA3(0, 1) MR_ROW_FMA3(1, 1) MR_ROW_FMA3(2, 1)                                \
+        bv = _mm256_loadu_ps(bq + 16);                                                       \
+        MR_ROW_FMA3(0, 2) MR_ROW_FMA3(1, 2) MR_ROW_FMA3(2, 2)                                \
+        bv = _mm256_loadu_ps(bq + 24);                                                       \
+        MR_ROW_FMA3(0, 3) MR_ROW_FMA3(1, 3) MR_ROW_FMA3(2, 3)                                \
+        ++a; /* acs == 1 (MR_A_ROWS) */                                                      \
     }
-/* One step of k: B's row at `row` against the tile's A elements. */
-#define MR_K_STEP2(row)                                                           \
-    {                                                                             \
-        const __m256 b0 = _mm256_loadu_ps(row), b1 = _mm256_loadu_ps((row) + 8);  \
-        __m256 x;                                                                 \
-        MR_ROW_FMA2(0) MR_ROW_FMA2(1) MR_ROW_FMA2(2)                              \
-        MR_ROW_FMA2(3) MR_ROW_FMA2(4) MR_ROW_FMA2(5)                              \
-        ++a; /* acs == 1 (MR_A_ROWS) */                                           \
+#define MR_ROW_STORE3(i)                                                                     \
+    if ((i) < rows) {                                                                        \
+        MR_ACC_STORE_X86(i, 0, 256, 0) MR_ACC_STORE_X86(i, 1, 256, 8)                        \
+        MR_ACC_STORE_X86(i, 2, 256, 16) MR_ACC_STORE_X86(i, 3, 256, 24)                      \
     }
-#define MR_ROW_STORE2(i) MR_ROW_STORE_X86(i, 256, 8)
-#define MR_TILE_ZERO2                                                                                \
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;         \
-    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00
+#define MR_TILE_ZERO3                                                                        \
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;                       \
+    __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00
 MR_BODY void mr_micro_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
                            const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                            const float *pf, int64_t pf_rows)
 {
-    MR_TILE_ZERO2;
-    MR_K_LOOP(MR_K_STEP2(b))
-    MR_ROW_STORE2(0) MR_ROW_STORE2(1) MR_ROW_STORE2(2)
-    MR_ROW_STORE2(3) MR_ROW_STORE2(4) MR_ROW_STORE2(5)
+    MR_TILE_ZERO3;
+    MR_K_LOOP(MR_K_STEP3(b))
+    MR_ROW_STORE3(0) MR_ROW_STORE3(1) MR_ROW_STORE3(2)
 }
 
-/* mr_conv2d_taps_gemm's kernel (MR_MICRO_TAPS) for AVX2: the 6 x 16 tile whose B row r
- * is the 16 floats at base + off[r], read in place, as the AVX-512 one above. Where it
+/* mr_conv2d_taps_gemm's kernel (MR_MICRO_TAPS) for AVX2: the 3 x 32 tile whose B row r
+ * is the 32 floats at base + off[r], read in place, as the AVX-512 one above. Where it
  * was missing, the taps path copied every tile's B rows into a packed panel, and the
  * avx2 kernels ran lenet b32 2.6 times as long as the avx512 ones on the same Zen 4. */
 MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
                                 const float *restrict base, const int64_t *off, float *restrict out,
                                 int64_t out_rs, int64_t nr, int add)
 {
-    MR_TILE_ZERO2;
-    float part[16];
+    MR_TILE_ZERO3;
+    float part[8];
     int64_t r, t;
     for (r = 0; r + MR_B_AHEAD < kc; ++r) {
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
-        MR_K_STEP2(base + off[r])
+        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD] + 16), _MM_HINT_T0);
+        MR_K_STEP3(base + off[r])
     }
-    for (; r < kc; ++r) MR_K_STEP2(base + off[r])
-/* Row i's columns [0, nr): a whole row as mr_sgemm_micro stores it, a part row through
- * `part`, one float at a time (AVX's masked store is microcoded on AMD's cores, about 20
- * cycles). */
-#define MR_ROW_STORE2_PART(i)                                                                \
+    for (; r < kc; ++r) MR_K_STEP3(base + off[r])
+/* Row i's columns [0, nr): its whole vectors as mr_sgemm_micro stores them, the vector
+ * that nr cuts through `part`, one float at a time (AVX's masked store is microcoded on
+ * AMD's cores, about 20 cycles). */
+#define MR_ACC_STORE3_PART(i, v)                                                             \
+    if (nr >= 8 * (v) + 8) {                                                                 \
+        MR_ACC_STORE_X86(i, v, 256, 8 * (v))                                                 \
+    } else if (nr > 8 * (v)) {                                                               \
+        float *o = out + (i) * out_rs + 8 * (v);                                             \
+        _mm256_storeu_ps(part, c##i##v);                                                     \
+        for (t = 0; t < nr - 8 * (v); ++t) o[t] = add ? o[t] + part[t] : part[t];            \
+    }
+#define MR_ROW_STORE3_PART(i)                                                                \
     if ((i) < rows) {                                                                        \
-        if (nr == 16) {                                                                      \
-            MR_ROW_STORE2(i)                                                                 \
-        } else {                                                                             \
-            float *o = out + (i) * out_rs;                                                   \
-            _mm256_storeu_ps(part, c##i##0);                                                 \
-            _mm256_storeu_ps(part + 8, c##i##1);                                             \
-            for (t = 0; t < nr; ++t) o[t] = add ? o[t] + part[t] : part[t];                  \
-        }                                                                                    \
+        MR_ACC_STORE3_PART(i, 0) MR_ACC_STORE3_PART(i, 1)                                    \
+        MR_ACC_STORE3_PART(i, 2) MR_ACC_STORE3_PART(i, 3)                                    \
     }
-    MR_ROW_STORE2_PART(0) MR_ROW_STORE2_PART(1) MR_ROW_STORE2_PART(2)
-    MR_ROW_STORE2_PART(3) MR_ROW_STORE2_PART(4) MR_ROW_STORE2_PART(5)
-#undef MR_ROW_STORE2_PART
+    MR_ROW_STORE3_PART(0) MR_ROW_STORE3_PART(1) MR_ROW_STORE3_PART(2)
+#undef MR_ROW_STORE3_PART
+#undef MR_ACC_STORE3_PART
 }
-#undef MR_TILE_ZERO2
-#undef MR_ROW_FMA2
-#undef MR_K_STEP2
-#undef MR_ROW_STORE2
+#undef MR_TILE_ZERO3
+#undef MR_ROW_FMA3
+#undef MR_K_STEP3
+#undef MR_ROW_STORE3
+/* (mr_sgemm_micro's cases from 3 rows up: see MR_ROWS_SWITCH) */
 #define MR_ROWS_CASES_TOP(F, ...) \
-    default: F(6, __VA_ARGS__); break;
+    default: F(3, __VA_ARGS__); break;
 #elif defined(MR_MICRO_NEON)
 /* The 12 x 8 tile in 24 q-register accumulators (AArch64 NEON), written out with
  * intrinsics: the same sums in the same order (fused multiply-adds) as the portable
@@ -836,9 +854,6 @@ void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t a
     switch (n) {                           \
     case 1: F(1, __VA_ARGS__); break;      \
     case 2: F(2, __VA_ARGS__); break;      \
-    case 3: F(3, __VA_ARGS__); break;      \
-    case 4: F(4, __VA_ARGS__); break;      \
-    case 5: F(5, __VA_ARGS__); break;      \
     MR_ROWS_CASES_TOP(F, __VA_ARGS__)      \
     }
 MR_KERNEL void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,

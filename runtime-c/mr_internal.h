@@ -232,14 +232,22 @@ typedef float32x4_t mr_vf;
 #include "mithril_ops.h"
 
 /* Register tile, decided here for every ISA: 8 x 32 fills AVX-512's 32 registers (16
- * accumulators of 16 floats); 12 x 8 fills AArch64's 32 128-bit registers (24
- * accumulators of 4 floats, two for B's row, three for A's 12 elements), and its 8
- * columns divide MR_PANEL, so B's panels are still read in place; 6 x 16 suits
- * 16-register AVX2 and the portable kernel, plain C that the compiler vectorizes along
- * NR. AVX-512, AVX2 and NEON have intrinsic kernels. */
+ * accumulators of 16 floats); 3 x 32 fills AVX2's 16 (12 accumulators of 8 floats,
+ * three for A's elements, one for B's vector) and reads each panel row whole; 12 x 8
+ * fills AArch64's 32 128-bit registers (24 accumulators of 4 floats, two for B's row,
+ * three for A's 12 elements), and its 8 columns divide MR_PANEL, so B's panels are still
+ * read in place; 6 x 16 suits the portable kernel, plain C that the compiler vectorizes
+ * along NR. AVX-512, AVX2 and NEON have intrinsic kernels. */
 #if defined(MR_TARGET_AVX512)
 #ifndef MR_SGEMM_MR
 #define MR_SGEMM_MR 8
+#endif
+#ifndef MR_SGEMM_NR
+#define MR_SGEMM_NR 32
+#endif
+#elif defined(MR_AVX2)
+#ifndef MR_SGEMM_MR
+#define MR_SGEMM_MR 3
 #endif
 #ifndef MR_SGEMM_NR
 #define MR_SGEMM_NR 32
@@ -288,8 +296,9 @@ typedef float32x4_t mr_vf;
 #define MR_MICRO_NEON 1
 #endif
 
-#if MR_SGEMM_MR != 4 && MR_SGEMM_MR != 6 && MR_SGEMM_MR != 8 && !defined(MR_MICRO_NEON)
-#error "MR_SGEMM_MR must be 4, 6 or 8 (or 12 with NR 8 on AArch64)"
+#if MR_SGEMM_MR != 4 && MR_SGEMM_MR != 6 && MR_SGEMM_MR != 8 && !defined(MR_MICRO_NEON) && \
+    !(defined(MR_AVX2) && MR_SGEMM_MR == 3 && MR_SGEMM_NR == 32)
+#error "MR_SGEMM_MR must be 4, 6 or 8 (or 12 with NR 8 on AArch64, 3 with NR 32 with AVX2)"
 #endif
 #if MR_SGEMM_NR < 1 || MR_SGEMM_KC < 1 || MR_SGEMM_NC < 1
 #error "MR_SGEMM_NR, MR_SGEMM_KC and MR_SGEMM_NC must be positive"
@@ -312,9 +321,9 @@ typedef float32x4_t mr_vf;
 #define MR_MICRO_AVX512 1
 #endif
 
-/* The 6 x 16 micro-kernel in AVX2 and FMA intrinsics (mr_gemm.c): 12 ymm accumulators,
- * two for B's row and one for A's broadcast fill the 16 registers. */
-#if defined(MR_AVX2) && MR_SGEMM_MR == 6 && MR_SGEMM_NR == 16
+/* The 3 x 32 micro-kernel in AVX2 and FMA intrinsics (mr_gemm.c): 12 ymm accumulators,
+ * three for A's broadcasts and one for B's vector fill the 16 registers. */
+#if defined(MR_AVX2) && MR_SGEMM_MR == 3 && MR_SGEMM_NR == 32
 #define MR_MICRO_AVX2 1
 #endif
 
@@ -386,9 +395,11 @@ static inline int64_t mr_max_i64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* The slivers that rows [0, M) go in: MR_SGEMM_MR rows each, except that where M leaves
  * a remainder r, the last sliver has r rows, and with MR_MICRO_ROWS, an r of 1 to 3 goes
- * with the sliver before it as two of about equal rows (mlp b32, 6-row AVX2 tiles: 6, 6,
- * 6, 6, 4, 4 rather than five of 6 and a 2-row sliver computed as a whole tile; a tile
- * of 4 rows keeps 8 accumulators, enough for two FMA pipes of 4 cycles' latency). */
+ * with the sliver before it as two of about equal rows (32 rows in 6-row tiles: 6, 6,
+ * 6, 6, 4, 4 rather than five of 6 and a 2-row sliver computed as a whole tile: mlp b32
+ * 446 -> 404 us; a tile of 4 rows of 16 keeps 8 accumulators, enough for two FMA pipes
+ * of 4 cycles' latency). AVX2's 3-row tiles of 32 go 2, 2 for an r of 1, and keep 8
+ * accumulators too. */
 static inline int64_t mr_slivers(int64_t M) { return (M + MR_SGEMM_MR - 1) / MR_SGEMM_MR; }
 static inline int64_t mr_sliver_at(int64_t M, int64_t s, int64_t *rows)
 {
