@@ -242,7 +242,7 @@ static void mr_conv2d_taps_gemm(const float *x, const mr_asrc *w, float *y, int6
                     }
 #endif
                     mr_gather_rows(x + q, off, kc, nq, bp);
-                    mr_sgemm_micro(mr, kc, pa, ars, acs, bp, NR, tile, NR, 0, NULL, 0);
+                    mr_sgemm_micro(mr, NR, kc, pa, ars, acs, bp, NR, tile, NR, 0, NULL, 0);
                     mr_store_wide(tile, mr, q, nq, W, OW, y + ic * P, P, pc > 0);
                 }
             }

@@ -473,6 +473,9 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
  * out is the MR x NR tile or C itself. With MR_MICRO_ROWS nothing else is read or
  * written; the other kernels compute and store every row i < MR, reading MR rows of a
  * (a packed sliver, padded with zeros), so with fewer rows out must be the tile.
+ * nr is how many columns the caller uses: where nr <= NR / 2 the x86 kernels compute and
+ * store only j < NR / 2 (a last panel of a narrow B, such as mlp's 10 classes, in half
+ * the time; the others ignore nr).
  * While it runs, the kernel may prefetch into L2 the pf_rows rows of NR floats (bs apart)
  * that start at pf (none when pf_rows == 0); it reads nothing there.
  * Each row of the tile is a separate accumulator array and every j loop has the
@@ -543,23 +546,26 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 /* The 8 x 32 tile in 16 zmm accumulators, written out with intrinsics: the same sums in
  * the same order (fused multiply-adds) as the portable kernel below. Its rows
  * [0, rows) only, rows a constant once inlined (MR_MICRO_ROWS). */
-/* Row i of the tile: its A element times both halves of B's row. */
-#define MR_ROW_FMA(i)                                   \
-    if ((i) < rows) {                                   \
-        x = _mm512_set1_ps(a[(i) * ars]);               \
-        c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);      \
-        c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);      \
+/* Row i of the tile: its A element times both halves of B's row (the first alone when
+ * `half`, a constant once inlined). */
+#define MR_ROW_FMA(i)                                                \
+    if ((i) < rows) {                                                \
+        x = _mm512_set1_ps(a[(i) * ars]);                            \
+        c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);                   \
+        if (!half) c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);        \
     }
 #define MR_ROW_STORE(i)                                                        \
     if ((i) < rows) {                                                          \
-        MR_ACC_STORE_X86(i, 0, 512, 0) MR_ACC_STORE_X86(i, 1, 512, 16)          \
+        MR_ACC_STORE_X86(i, 0, 512, 0)                                         \
+        if (!half) MR_ACC_STORE_X86(i, 1, 512, 16)                             \
     }
-/* One step of k: B's row at `row` (both halves) against the tile's A elements. */
-#define MR_K_STEP(row)                                                            \
-    {                                                                             \
-        const float *bq = (row);                                                  \
-        const __m512 b0 = _mm512_loadu_ps(bq), b1 = _mm512_loadu_ps(bq + 16);     \
-        __m512 x;                                                                 \
+/* One step of k: B's row at `row` (both halves, or the first) against the tile's A
+ * elements. */
+#define MR_K_STEP(row)                                                                       \
+    {                                                                                        \
+        const float *bq = (row);                                                             \
+        const __m512 b0 = _mm512_loadu_ps(bq), b1 = half ? b0 : _mm512_loadu_ps(bq + 16);    \
+        __m512 x;                                                                            \
         MR_ROW_FMA(0) MR_ROW_FMA(1) MR_ROW_FMA(2) MR_ROW_FMA(3)                   \
         MR_ROW_FMA(4) MR_ROW_FMA(5) MR_ROW_FMA(6) MR_ROW_FMA(7)                   \
         ++a; /* acs == 1 (MR_A_ROWS) */                                           \
@@ -567,7 +573,7 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #define MR_TILE_ZERO                                                                                       \
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00; \
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00
-MR_BODY void mr_micro_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
+MR_BODY void mr_micro_body(const int rows, const int half, int64_t kc, const float *restrict a, int64_t ars,
                            const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                            const float *pf, int64_t pf_rows)
 {
@@ -586,6 +592,7 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
 {
     MR_TILE_ZERO;
     const __mmask16 m0 = (__mmask16)mr_lanes(0, nr), m1 = (__mmask16)mr_lanes(0, nr - 16);
+    const int half = 0;
     int64_t r;
     for (r = 0; r + MR_B_AHEAD < kc; ++r) {
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
@@ -634,7 +641,8 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
 /* Row i's product with B's vector v (bv). */
 #define MR_ROW_FMA3(i, v) \
     if ((i) < rows) c##i##v = _mm256_fmadd_ps(x##i, bv, c##i##v);
-/* One step of k: the tile's A elements against B's row at `row`, a vector at a time. */
+/* One step of k: the tile's A elements against B's row at `row`, a vector at a time (the
+ * first two alone when `half`, a constant once inlined). */
 #define MR_K_STEP3(row)                                                                      \
     {                                                                                        \
         const float *bq = (row);                                                             \
@@ -646,21 +654,25 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
         MR_ROW_FMA3(0, 0) MR_ROW_FMA3(1, 0) MR_ROW_FMA3(2, 0)                                \
         bv = _mm256_loadu_ps(bq + 8);                                                        \
         MR_ROW_FMA3(0, 1) MR_ROW_FMA3(1, 1) MR_ROW_FMA3(2, 1)                                \
-        bv = _mm256_loadu_ps(bq + 16);                                                       \
-        MR_ROW_FMA3(0, 2) MR_ROW_FMA3(1, 2) MR_ROW_FMA3(2, 2)                                \
-        bv = _mm256_loadu_ps(bq + 24);                                                       \
-        MR_ROW_FMA3(0, 3) MR_ROW_FMA3(1, 3) MR_ROW_FMA3(2, 3)                                \
+        if (!half) {                                                                         \
+            bv = _mm256_loadu_ps(bq + 16);                                                   \
+            MR_ROW_FMA3(0, 2) MR_ROW_FMA3(1, 2) MR_ROW_FMA3(2, 2)                            \
+            bv = _mm256_loadu_ps(bq + 24);                                                   \
+            MR_ROW_FMA3(0, 3) MR_ROW_FMA3(1, 3) MR_ROW_FMA3(2, 3)                            \
+        }                                                                                    \
         ++a; /* acs == 1 (MR_A_ROWS) */                                                      \
     }
 #define MR_ROW_STORE3(i)                                                                     \
     if ((i) < rows) {                                                                        \
         MR_ACC_STORE_X86(i, 0, 256, 0) MR_ACC_STORE_X86(i, 1, 256, 8)                        \
-        MR_ACC_STORE_X86(i, 2, 256, 16) MR_ACC_STORE_X86(i, 3, 256, 24)                      \
+        if (!half) {                                                                         \
+            MR_ACC_STORE_X86(i, 2, 256, 16) MR_ACC_STORE_X86(i, 3, 256, 24)                  \
+        }                                                                                    \
     }
 #define MR_TILE_ZERO3                                                                        \
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;                       \
     __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00, c20 = c00, c21 = c00, c22 = c00, c23 = c00
-MR_BODY void mr_micro_body(const int rows, int64_t kc, const float *restrict a, int64_t ars,
+MR_BODY void mr_micro_body(const int rows, const int half, int64_t kc, const float *restrict a, int64_t ars,
                            const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                            const float *pf, int64_t pf_rows)
 {
@@ -679,6 +691,7 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
 {
     MR_TILE_ZERO3;
     float part[8];
+    const int half = 0;
     int64_t r, t;
     for (r = 0; r + MR_B_AHEAD < kc; ++r) {
         _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
@@ -744,11 +757,12 @@ static inline float32x4_t mr_neon_a4(const float *a, int64_t ars)
     }                                                                                         \
     vst1q_f32(out + (i) * out_rs, c##i##_0);                                                  \
     vst1q_f32(out + (i) * out_rs + 4, c##i##_1)
-void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+void mr_sgemm_micro(int64_t rows, int64_t nr, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                     const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                     const float *pf, int64_t pf_rows)
 {
     (void)rows; /* the whole tile (not MR_MICRO_ROWS) */
+    (void)nr;
     float32x4_t c0_0 = vdupq_n_f32(0.0f), c0_1 = c0_0, c1_0 = c0_0, c1_1 = c0_0, c2_0 = c0_0, c2_1 = c0_0;
     float32x4_t c3_0 = c0_0, c3_1 = c0_0, c4_0 = c0_0, c4_1 = c0_0, c5_0 = c0_0, c5_1 = c0_0;
     float32x4_t c6_0 = c0_0, c6_1 = c0_0, c7_0 = c0_0, c7_1 = c0_0, c8_0 = c0_0, c8_1 = c0_0;
@@ -772,11 +786,12 @@ void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t a
 #undef MR_ROWS4_FMA_NEON
 #undef MR_ROW_STORE_NEON
 #else
-void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
+void mr_sgemm_micro(int64_t rows, int64_t nr, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                     const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
                     const float *pf, int64_t pf_rows)
 {
     (void)rows; /* the whole tile (not MR_MICRO_ROWS) */
+    (void)nr;
     (void)pf; /* portable C has no prefetch */
     (void)pf_rows;
     float c0[MR_SGEMM_NR], c1[MR_SGEMM_NR], c2[MR_SGEMM_NR], c3[MR_SGEMM_NR];
@@ -856,13 +871,21 @@ void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t a
     case 2: F(2, __VA_ARGS__); break;      \
     MR_ROWS_CASES_TOP(F, __VA_ARGS__)      \
     }
-MR_KERNEL void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                              const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs, int add,
-                              const float *pf, int64_t pf_rows)
+/* mr_micro_body over the tile's whole width, or over its first half (half_), each
+ * inlined. */
+#define MR_MICRO_WIDTH(R, half_, ...)          \
+    if (half_)                                 \
+        mr_micro_body(R, 1, __VA_ARGS__);      \
+    else                                       \
+        mr_micro_body(R, 0, __VA_ARGS__)
+MR_KERNEL void mr_sgemm_micro(int64_t rows, int64_t nr, int64_t kc, const float *restrict a, int64_t ars,
+                              int64_t acs, const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs,
+                              int add, const float *pf, int64_t pf_rows)
 {
     (void)acs;
-    MR_ROWS_SWITCH(rows, mr_micro_body, kc, a, ars, b, bs, out, out_rs, add, pf, pf_rows)
+    MR_ROWS_SWITCH(rows, MR_MICRO_WIDTH, nr <= MR_SGEMM_NR / 2, kc, a, ars, b, bs, out, out_rs, add, pf, pf_rows)
 }
+#undef MR_MICRO_WIDTH
 MR_KERNEL void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                    const float *restrict base, const int64_t *off, float *restrict out,
                                    int64_t out_rs, int64_t mr, int64_t nr, int add)
@@ -1006,9 +1029,9 @@ static void mr_sgemm_block(int64_t M, int64_t N, int64_t k0, int64_t k1, float a
                     /* a whole tile of a row-major C (or the sliver's rows of it, with
                      * MR_MICRO_ROWS): written (or added to) directly, the same values as
                      * through the tile and mr_sgemm_store */
-                    mr_sgemm_micro(mr, kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
+                    mr_sgemm_micro(mr, nr, kc, pa, ars, acs, pb, bs, cij, c_rs, !overwrite, pf, pf_rows);
                 } else {
-                    mr_sgemm_micro(mr, kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
+                    mr_sgemm_micro(mr, nr, kc, pa, ars, acs, pb, bs, tile, MR_SGEMM_NR, 0, pf, pf_rows);
                     mr_sgemm_store(tile, mr, nr, alpha, bet, overwrite, cij, c_rs, c_cs);
                 }
               }

@@ -530,9 +530,9 @@ MR_INTERNAL int64_t mr_l2_bytes(void);
 MR_INTERNAL void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d);
 MR_INTERNAL void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64_t kc, float *ap,
                                  int64_t *ars, int64_t *acs);
-MR_INTERNAL void mr_sgemm_micro(int64_t rows, int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
-                                const float *restrict b, int64_t bs, float *restrict out, int64_t out_rs,
-                                int add, const float *pf, int64_t pf_rows);
+MR_INTERNAL void mr_sgemm_micro(int64_t rows, int64_t nr, int64_t kc, const float *restrict a, int64_t ars,
+                                int64_t acs, const float *restrict b, int64_t bs, float *restrict out,
+                                int64_t out_rs, int add, const float *pf, int64_t pf_rows);
 #ifdef MR_MICRO_TAPS
 MR_INTERNAL void mr_sgemm_micro_taps(int64_t kc, const float *restrict a, int64_t ars, int64_t acs,
                                      const float *restrict base, const int64_t *off, float *restrict out,
