@@ -505,9 +505,9 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #endif
 /* The group's steps stay a loop: unrolled, each step's B row and A elements are at
  * offsets of their own (multiples of the run-time strides), and GCC, out of registers
- * for them in the 6 x 16 AVX2 kernel of then, reloaded one from the stack before every broadcast
- * (AVX2 kernels on a Zen 4, gpt_block's four GEMMs, one thread: 87 -> 93 GFLOP/s;
- * AVX-512's unchanged at 97). */
+ * for them in the AVX2 kernel (then 6 x 16), reloaded one from the stack before every
+ * broadcast (AVX2 kernels on a Zen 4, gpt_block's four GEMMs, one thread: 87 -> 93
+ * GFLOP/s; AVX-512's unchanged at 97). */
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)
 #define MR_NO_UNROLL _Pragma("GCC unroll 1")
 #else
@@ -636,8 +636,8 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
  * the tile in memory). Its rows [0, rows) only, rows a constant once inlined
  * (MR_MICRO_ROWS): the other rows' accumulators and A's elements are never touched.
  * A tile as wide as a weight panel reads each panel row whole: the 6 x 16 tile it
- * replaced read half of each 128-byte row, and ran gpt_block's GEMMs at 94 GFLOP/s
- * against this one's 99.6 (one thread, Zen 4, peak 117). */
+ * replaced read half of each 128-byte row, and ran gpt_block's GEMMs at 94.8 GFLOP/s
+ * against this one's 99.1 (one thread, Zen 4, peak 113-117). */
 /* Row i's product with B's vector v (bv). */
 #define MR_ROW_FMA3(i, v) \
     if ((i) < rows) c##i##v = _mm256_fmadd_ps(x##i, bv, c##i##v);
