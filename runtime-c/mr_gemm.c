@@ -503,6 +503,18 @@ void mr_sgemm_pack_a(const mr_asrc *a, int64_t ic, int64_t pc, int64_t mr, int64
 #ifndef MR_B_AHEAD
 #define MR_B_AHEAD 16
 #endif
+/* The taps kernels' loop over k: STEP on B's row r (the 32 floats at base + off[r]) for
+ * r < kc, each first fetching both cache lines of row r + MR_B_AHEAD into L1. */
+#define MR_TAPS_LOOP(STEP)                                                               \
+    {                                                                                    \
+        int64_t r_;                                                                      \
+        for (r_ = 0; r_ + MR_B_AHEAD < kc; ++r_) {                                       \
+            _mm_prefetch((const char *)(base + off[r_ + MR_B_AHEAD]), _MM_HINT_T0);      \
+            _mm_prefetch((const char *)(base + off[r_ + MR_B_AHEAD] + 16), _MM_HINT_T0); \
+            STEP(base + off[r_])                                                         \
+        }                                                                                \
+        for (; r_ < kc; ++r_) STEP(base + off[r_])                                       \
+    }
 /* The group's steps stay a loop: unrolled, each step's B row and A elements are at
  * offsets of their own (multiples of the run-time strides), and GCC, out of registers
  * for them in the AVX2 kernel (then 6 x 16), reloaded one from the stack before every
@@ -593,13 +605,7 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
     MR_TILE_ZERO;
     const __mmask16 m0 = (__mmask16)mr_lanes(0, nr), m1 = (__mmask16)mr_lanes(0, nr - 16);
     const int half = 0;
-    int64_t r;
-    for (r = 0; r + MR_B_AHEAD < kc; ++r) {
-        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
-        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD] + 16), _MM_HINT_T0);
-        MR_K_STEP(base + off[r])
-    }
-    for (; r < kc; ++r) MR_K_STEP(base + off[r])
+    MR_TAPS_LOOP(MR_K_STEP)
 /* Row i's columns [0, nr): masked loads and stores touch no lane past nr, and the
  * second half's address is formed only when it has lanes. */
 #define MR_ROW_STORE_MASKED(i)                                                               \
@@ -692,13 +698,8 @@ MR_BODY void mr_micro_taps_body(const int rows, int64_t kc, const float *restric
     MR_TILE_ZERO3;
     float part[8];
     const int half = 0;
-    int64_t r, t;
-    for (r = 0; r + MR_B_AHEAD < kc; ++r) {
-        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD]), _MM_HINT_T0);
-        _mm_prefetch((const char *)(base + off[r + MR_B_AHEAD] + 16), _MM_HINT_T0);
-        MR_K_STEP3(base + off[r])
-    }
-    for (; r < kc; ++r) MR_K_STEP3(base + off[r])
+    int64_t t;
+    MR_TAPS_LOOP(MR_K_STEP3)
 /* Row i's columns [0, nr): its whole vectors as mr_sgemm_micro stores them, the vector
  * that nr cuts through `part`, one float at a time (AVX's masked store is microcoded on
  * AMD's cores, about 20 cycles). */
