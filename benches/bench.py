@@ -159,6 +159,10 @@ def print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rou
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
     extra += f" {'ggml f32 1t/2t':>17} {'ratio':>6} {'ggml q8_0 1t/2t':>17} {'ratio':>6} {'XLA':>10} {'ratio':>6}"
     extra += f" {'native':>10} {'portable/native':>15}"
+    # the peak of the instructions the models ran (MR_ISA=avx2 on an AVX-512 CPU), else
+    # the best measured
+    peak_isa = next((isa for isa in kernels if len(kernels) == 1 and isa in peak), next(iter(peak), None))
+    peak = peak.get(peak_isa, {})
     if peak:
         extra += f" {'GFLOP/s':>8} {'% peak':>7} {'floor':>6}"
     print(f"{'case':<14} {'mithrilc 1t':>12} {'mithrilc 2t':>12} {'ORT 1t':>10} {'ORT 2t':>10} {'ratio':>7}{extra}")
@@ -193,15 +197,16 @@ def print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rou
     print("ggml f32 / q8_0: --target ggml with f32 weights / --quantize q8_0, 1 and 2 threads; ratio = the faster / the faster ORT run.")
     print("XLA: --target xla through PJRT's CPU client (every core), one call with the inputs already on the device; ratio to the faster ORT run.")
     if peak:
-        print(f"% peak: the faster mithrilc run's GFLOP/s against the measured FMA peak for its threads ({peak[1]:.0f} / {peak[2]:.0f} GFLOP/s); "
+        print(f"% peak: the faster mithrilc run's GFLOP/s against the measured FMA peak for its threads ({peak[1]:.0f} / {peak[2]:.0f} GFLOP/s, {peak_isa}); "
               "floor: the ratio to ORT of a run at the 2-thread peak.")
     print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
 
 
 def read_peak(path):
-    """The FMA peak in GFLOP/s by thread count, from peak's last line (fma_gflops_1t=...)."""
-    last = open(path).read().strip().splitlines()[-1]
-    return {int(t): float(v) for t, v in re.findall(r"fma_gflops_(\d+)t=([0-9.]+)", last)}
+    """The FMA peaks in GFLOP/s by instruction set and thread count, from peak's summary
+    lines (isa=avx512 fma_gflops_1t=...), the first line's set (the best) first."""
+    return {line.split()[0][4:]: {int(t): float(v) for t, v in re.findall(r"fma_gflops_(\d+)t=([0-9.]+)", line)}
+            for line in open(path).read().splitlines() if line.startswith("isa=")}
 
 
 if __name__ == "__main__":
