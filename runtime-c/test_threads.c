@@ -1,5 +1,5 @@
 /* test_threads.c: mr_sgemm_mt, mr_sgemm_panels_mt, mr_sgemm_panels_q_mt (f16, bf16, q8_0), mr_conv2d_f32_mt,
- * mr_conv2d_winograd_f32_mt and their narrow-weight versions (mr_conv2d_q_mt, mr_conv2d_winograd_q_mt) through a parallel_for that splits the range into single items run in reverse order (as an unlucky scheduler might)
+ * mr_conv2d_winograd_f32_mt and their narrow-weight versions (mr_conv2d_q_mt, mr_conv2d_winograd_q_mt) through a parallel_for that splits the range into single items run in reverse order (as an unlucky scheduler might; the convolutions also into ranges of 3 items)
  * give exactly the serial results, and their epilogues see every element exactly once,
  * after it is final. Prints "N passed, M failed". Not part of the runtime. */
 #include <stdio.h>
@@ -16,6 +16,14 @@ static void reverse_items(void *user, mr_task task, void *ctx, int64_t n) {
     int64_t i;
     (void)user;
     for (i = n - 1; i >= 0; --i) { task(ctx, i, i + 1); }
+}
+
+/* Ranges of 3 items, last first: a convolution's task then gets the end of one image
+ * and whole images, or whole images and the start of one, in one range. */
+static void reverse_ranges(void *user, mr_task task, void *ctx, int64_t n) {
+    int64_t i;
+    (void)user;
+    for (i = n; i > 0; i -= 3) { task(ctx, i > 3 ? i - 3 : 0, i); }
 }
 
 static void fill(float *p, size_t n, unsigned seed) {
@@ -64,7 +72,7 @@ static void once_each(const char *what, const int *visits, size_t n) {
 }
 
 int main(void) {
-    mr_threads threads = { reverse_items, NULL };
+    mr_threads threads = { reverse_items, NULL }, ranges = { reverse_ranges, NULL };
     int64_t dims[][3] = { { 1, 512, 784 }, { 32, 513, 100 }, { 7, 2304, 64 }, { 128, 300, 17 }, { 3, 1, 5 } };
     size_t k;
     const char *isa = test_isa_check(getenv("MR_ISA"), &passed, &failed);
@@ -147,8 +155,10 @@ int main(void) {
                                 { 3, 8, 7, 7, 8, 3, 3, 1, 1, 4 }, { 1, 6, 10, 10, 17, 5, 5, 1, 0, 1 },
                                 { 1, 16, 34, 34, 64, 3, 3, 1, 0, 1 }, { 2, 3, 12, 40, 9, 3, 3, 1, 0, 1 },
                                 { 1, 6, 14, 14, 16, 5, 5, 1, 0, 1 }, { 3, 6, 14, 14, 16, 5, 5, 1, 0, 1 } };
-        for (k = 0; k < sizeof convs / sizeof convs[0]; ++k) {
-            int64_t *c = convs[k];
+        /* each through both splits */
+        for (k = 0; k < 2 * (sizeof convs / sizeof convs[0]); ++k) {
+            int64_t *c = convs[k / 2];
+            const mr_threads *split = k % 2 ? &ranges : &threads;
             int64_t OH = (c[2] + 2 * c[8] - c[5]) / c[7] + 1, OW = (c[3] + 2 * c[8] - c[6]) / c[7] + 1;
             size_t nx = (size_t)(c[0] * c[1] * c[2] * c[3]), nw = (size_t)(c[4] * (c[1] / c[9]) * c[5] * c[6]);
             size_t ny = (size_t)(c[0] * c[4] * OH * OW);
@@ -165,12 +175,12 @@ int main(void) {
             ectx.y = y2; ectx.rows = c[4]; ectx.cols = OH * OW; ectx.bias = bias; ectx.visits = visits;
             ep.ctx = &ectx;
             mr_conv2d_f32(x, w, y1, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9]);
-            mr_conv2d_f32_mt(&threads, x, w, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], NULL);
+            mr_conv2d_f32_mt(split, x, w, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], NULL);
             same("mr_conv2d_f32_mt", y1, y2, ny);
             apply_bias_relu(y1, c[0], c[4], OH * OW, bias);
             for (t = 0; t < 2; ++t) {
                 memset(visits, 0, sizeof(int) * ny);
-                mr_conv2d_f32_mt(t ? &threads : NULL, x, w, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], &ep);
+                mr_conv2d_f32_mt(t ? split : NULL, x, w, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], &ep);
                 same("mr_conv2d_f32_mt with an epilogue", y1, y2, ny);
                 once_each("mr_conv2d_f32_mt's epilogue", visits, ny);
             }
@@ -183,7 +193,7 @@ int main(void) {
                     mr_conv2d_q_mt(NULL, x, wq, type, y1, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], NULL);
                     apply_bias_relu(y1, c[0], c[4], OH * OW, bias);
                     memset(visits, 0, sizeof(int) * ny);
-                    mr_conv2d_q_mt(&threads, x, wq, type, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], &ep);
+                    mr_conv2d_q_mt(split, x, wq, type, y2, c[0], c[1], c[2], c[3], c[4], c[5], c[6], OH, OW, c[7], c[7], c[8], c[8], 1, 1, c[9], &ep);
                     same("mr_conv2d_q_mt with an epilogue", y1, y2, ny);
                     once_each("mr_conv2d_q_mt's epilogue", visits, ny);
                 }
