@@ -6,7 +6,10 @@
 //! exist, an empty directory, or a directory it wrote before. It knows its own by a
 //! marker file ([`MARKER`]) listing every file it wrote with a hash of its contents:
 //! a directory holding any file that is not listed is refused, and one whose listed
-//! files were changed since is replaced only with `--force`. The current directory, its
+//! files were changed since is replaced only with `--force`. It is checked before the
+//! build and again once the previous output has been moved aside, just before the new
+//! one takes its place, so a file the user wrote into it meanwhile is never lost: the
+//! directory goes back as it was and the command fails. The current directory, its
 //! parents and any directory holding the command's own input files are refused too.
 //!
 //! Every temporary directory is registered while it lives, and removed on failure (its
@@ -79,6 +82,13 @@ impl Scratch {
     pub fn path(&self) -> &Path {
         self.dir.as_ref().map_or(Path::new(""), |d| d.path())
     }
+
+    /// Keeps the directory (it holds the user's files after a failure), unregistered.
+    fn keep(mut self) -> PathBuf {
+        let dir = self.dir.take().map_or_else(PathBuf::new, |d| d.keep());
+        lock_live().retain(|p| *p != dir);
+        dir
+    }
 }
 
 impl Drop for Scratch {
@@ -126,11 +136,25 @@ pub fn write_atomically(dir: &Path, files: &[(String, Vec<u8>)], guard: &Guard, 
     std::fs::write(staged.path().join(MARKER), marker).map_err(|e| Error::user(format!("cannot write {}: {}", dir.display(), io_message(&e))))?;
     let cannot = |e: std::io::Error| Error::user(format!("cannot write {}: {}", dir.display(), io_message(&e)));
     if dir.exists() {
-        // The previous output, checked above to hold only mithrilc's files, moves aside
-        // (a scratch directory of its own, so a signal removes it too) and is dropped.
+        // The previous output moves aside (a scratch directory of its own, so a signal
+        // removes it too) and is dropped. It is checked again once aside, where nothing
+        // can be added to it any more: a file written into it while the build ran is the
+        // user's, so the directory goes back and nothing is replaced.
         let old = Scratch::new_in(&parent)?;
         let aside = old.path().join("old");
         std::fs::rename(dir, &aside).map_err(|e| Error::user(format!("cannot replace {}: {}", dir.display(), io_message(&e))))?;
+        if let Err(e) = check_contents(&aside, dir, guard) {
+            if let Err(back) = std::fs::rename(&aside, dir) {
+                let kept = old.keep();
+                return Err(Error::user(format!(
+                    "-o {}: changed while mithrilc built, and could not be put back ({}); it is now {}",
+                    dir.display(),
+                    io_message(&back),
+                    kept.join("old").display()
+                )));
+            }
+            return Err(e.note("it changed while mithrilc built; nothing was replaced"));
+        }
         if let Err(e) = std::fs::rename(staged.path(), dir) {
             let _ = std::fs::rename(&aside, dir); // put the previous output back
             return Err(cannot(e));
@@ -173,11 +197,18 @@ pub fn check_replaceable(dir: &Path, guard: &Guard) -> Result<()> {
     if !meta.is_dir() {
         return Err(refuse("is a file, not a directory; mithrilc writes a directory of files there".into()));
     }
-    let present = hash_files(dir).map_err(|e| e.context(format!("-o {}", dir.display())))?;
+    check_contents(dir, dir, guard)
+}
+
+/// Whether the directory at `path` (the output directory `dir`, or where it was moved)
+/// holds only files mithrilc wrote, unchanged unless `guard.force`.
+fn check_contents(path: &Path, dir: &Path, guard: &Guard) -> Result<()> {
+    let refuse = |why: String| Error::user(format!("-o {}: {why}", dir.display()));
+    let present = hash_files(path).map_err(|e| e.context(format!("-o {}", dir.display())))?;
     if present.is_empty() {
         return Ok(());
     }
-    let marker = dir.join(MARKER);
+    let marker = path.join(MARKER);
     let Ok(text) = std::fs::read_to_string(&marker) else {
         return Err(refuse(format!("is not empty and was not written by mithrilc (it has no {MARKER}); it would be replaced as a whole"))
             .note("give a new or empty directory, or remove this one first"));
@@ -345,6 +376,24 @@ mod tests {
         let guard = Guard { inputs: vec![file.clone()], force: false };
         let err = write_atomically(tmp.path(), &[], &guard, |_| Ok(())).unwrap_err();
         assert!(err.message.contains("holds") && err.message.contains("notes.txt, an input of this command"), "{err}");
+        assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_file_written_into_the_output_while_building_is_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        write(&out, &[("a.c", "x")]).unwrap();
+        let late = out.join("results.csv");
+        let err = write_atomically(&out, &[("a.c".into(), b"y".to_vec())], &Guard::default(), |_| {
+            std::fs::write(&late, "the user's").map_err(|e| Error::user(e.to_string()))
+        })
+        .unwrap_err();
+        assert_eq!(err.kind, crate::error::ErrorKind::User);
+        assert_eq!(err.message, format!("-o {}: holds 1 file(s) mithrilc did not write: results.csv", out.display()));
+        assert_eq!(err.notes, ["move them elsewhere, or give another directory", "it changed while mithrilc built; nothing was replaced"]);
+        assert_eq!(std::fs::read_to_string(&late).unwrap(), "the user's");
+        assert_eq!(std::fs::read_to_string(out.join("a.c")).unwrap(), "x");
         assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
     }
 
