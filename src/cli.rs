@@ -365,6 +365,8 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     if let Some(path) = &args.output {
         let names: Vec<String> = graph.outputs.iter().map(|o| o.name.clone()).collect();
         data::check_output(path, &names)?;
+        let inputs: Vec<&Path> = std::iter::once(args.model.model.as_path()).chain(owned.iter().map(|f| f.path.as_path())).collect();
+        crate::outdir::check_not_input(path, &inputs, "-o")?;
     }
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
     let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
@@ -388,9 +390,17 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             if args.check {
                 let want = interp()?;
                 for ((name, diff), (_, reference)) in compare(&outputs, &want).into_iter().zip(&want) {
-                    let scale = reference.data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-                    let relative = if scale > 0.0 { format!(", {:.3e} of it", diff / scale) } else { String::new() };
-                    let _ = writeln!(report, "check {name}: largest difference from the interpreter {diff:.3e} (largest |interpreter| {scale:.3e}{relative})");
+                    let scale = reference.data.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
+                    let relative = if scale > 0.0 { format!(", {:.3e} of it", diff.largest / scale) } else { String::new() };
+                    let non_finite = match diff.non_finite {
+                        0 => String::new(),
+                        n => format!("; {n} position(s) NaN or infinite in one and not the same in the other"),
+                    };
+                    let _ = writeln!(
+                        report,
+                        "check {name}: largest difference from the interpreter {:.3e} (largest |interpreter| {scale:.3e}{relative}){non_finite}",
+                        diff.largest
+                    );
                 }
             }
             outputs
@@ -793,7 +803,18 @@ pub fn export_weights(args: &ExportArgs) -> Result<String> {
     })?;
     let names: Vec<String> = program.weights.iter().map(|w| w.name.clone()).collect();
     data::check_output(&args.output, &names)?;
-    let blob = std::fs::read(&args.weights).map_err(|e| Error::user(format!("cannot read {}: {}", args.weights.display(), crate::error::io_message(&e))))?;
+    let inputs = [Some(args.model.model.as_path()), args.params.as_deref(), Some(args.weights.as_path()), args.header.as_deref()];
+    crate::outdir::check_not_input(&args.output, &inputs.into_iter().flatten().collect::<Vec<_>>(), "-o")?;
+    let blob = read_at_most(&args.weights, program.weights_size)?
+        .ok_or_else(|| {
+            // A file says how long it is; a device or a pipe only that it goes on.
+            let held = match std::fs::metadata(&args.weights) {
+                Ok(m) if m.is_file() => m.len().to_string(),
+                _ => format!("more than {}", program.weights_size),
+            };
+            Error::user(format!("{}: the blob holds {held} bytes, and the model's weights take {}", args.weights.display(), program.weights_size))
+                .note(crate::codegen::weights::FLAGS_NOTE)
+        })?;
     let values = crate::codegen::weights::blob_values(&program, &blob).map_err(|e| e.context(args.weights.display()))?;
     let checked = check_weights_layout(&program, args)?;
     data::write_arrays(&args.output, &values)?;
@@ -825,7 +846,11 @@ fn check_weights_layout(program: &crate::lower::Program, args: &ExportArgs) -> R
         None if beside.is_file() => beside,
         None => return Ok(Some(format!("note: the layout was not checked: no {name}.h beside the blob (give --header {name}.h)\n"))),
     };
-    let text = std::fs::read_to_string(&header).map_err(|e| Error::user(format!("cannot read {}: {}", header.display(), crate::error::io_message(&e))))?;
+    // A header is a few kilobytes; a file past this is not one (and is not read whole).
+    const HEADER_MAX: u64 = 64 << 20;
+    let text = read_at_most(&header, HEADER_MAX)?
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .ok_or_else(|| Error::user(format!("{}: longer than {HEADER_MAX} bytes: not a header mithrilc wrote", header.display())))?;
     let key = format!("#define {}_WEIGHTS_LAYOUT UINT64_C(0x", name.to_uppercase());
     let found = text.lines().find_map(|l| l.strip_prefix(&key)?.strip_suffix(')')).and_then(|hex| u64::from_str_radix(hex, 16).ok());
     let Some(found) = found else {
@@ -841,6 +866,18 @@ fn check_weights_layout(program: &crate::lower::Program, args: &ExportArgs) -> R
         .note("give the flags the model was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)"));
     }
     Ok(None)
+}
+
+/// The bytes of the file at `path` when it holds at most `limit` (`None` when it holds
+/// more): it is read up to one byte past `limit`, never to its end, so a device such as
+/// `/dev/zero` or a pipe ends the read too.
+fn read_at_most(path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| Error::user(format!("cannot read {}: {}", path.display(), crate::error::io_message(&e)));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(cannot)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
 /// The file name alone: generated files name their source without the directory,
@@ -892,17 +929,33 @@ pub fn param_weights(graph: &Graph, feeds: &BTreeMap<String, Tensor>) -> BTreeMa
     graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, RawTensor::from_tensor(t)))).collect()
 }
 
-/// The largest |a - b| between two runs' outputs, per output.
-pub fn compare(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Vec<(String, f64)> {
+/// How one output of two runs differs: the largest |a - b| where both are finite, and
+/// how many positions hold a NaN or an infinity in one run and not the same in the
+/// other (both NaN, or the same infinity, agree). Outputs of different shapes differ
+/// by infinity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Difference {
+    pub largest: f64,
+    pub non_finite: u64,
+}
+
+/// The [`Difference`] of each output between two runs.
+pub fn compare(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Vec<(String, Difference)> {
     a.iter()
         .zip(b)
         .map(|((n, x), (_, y))| {
-            let worst = if x.shape != y.shape {
-                f64::INFINITY
-            } else {
-                x.data.iter().zip(&y.data).map(|(p, q)| if p == q { 0.0 } else { (p - q).abs() }).fold(0.0, f64::max)
-            };
-            (n.clone(), worst)
+            let mut d = Difference { largest: 0.0, non_finite: 0 };
+            if x.shape != y.shape {
+                d.largest = f64::INFINITY;
+            }
+            for (p, q) in x.data.iter().zip(&y.data).filter(|_| x.shape == y.shape) {
+                if p.is_finite() && q.is_finite() {
+                    d.largest = d.largest.max((p - q).abs());
+                } else if !(p == q || (p.is_nan() && q.is_nan())) {
+                    d.non_finite += 1;
+                }
+            }
+            (n.clone(), d)
         })
         .collect()
 }

@@ -30,7 +30,7 @@ pub const MARKER: &str = ".mithrilc-output";
 /// The exit code after an interrupting signal (128 + SIGINT, as shells report it).
 pub const INTERRUPTED_EXIT: i32 = 130;
 
-/// Temporary directories alive now, removed if a signal ends the process.
+/// Temporary directories and files alive now, removed if a signal ends the process.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Installs the handler that removes every live temporary directory when SIGINT,
@@ -42,8 +42,8 @@ pub fn remove_scratch_on_signals() {
             Ok(dirs) => dirs.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         };
-        for dir in dirs {
-            let _ = std::fs::remove_dir_all(dir);
+        for path in dirs {
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
         }
         eprintln!("error: interrupted; temporary files removed");
         std::process::exit(INTERRUPTED_EXIT);
@@ -102,6 +102,54 @@ impl Drop for Scratch {
 
 fn lock_live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Writes the file `path` whole: `write` fills a temporary file beside it (registered
+/// like a scratch directory, so a signal removes it too), which replaces `path` only
+/// once complete. A failure leaves `path` as it was.
+pub fn write_file_atomically(path: &Path, write: impl FnOnce(&mut std::io::BufWriter<&std::fs::File>) -> Result<()>) -> Result<()> {
+    let cannot = |e: &std::io::Error| Error::user(format!("cannot write {}: {}", path.display(), io_message(e)));
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let temp = tempfile::Builder::new().prefix(".mithrilc-").tempfile_in(parent).map_err(|e| cannot(&e))?;
+    lock_live().push(temp.path().to_path_buf());
+    let unregister = |p: &Path| lock_live().retain(|live| live != p);
+    let written = {
+        let mut out = std::io::BufWriter::new(temp.as_file());
+        write(&mut out).and_then(|()| std::io::Write::flush(&mut out).map_err(|e| cannot(&e)))
+    };
+    let temp_path = temp.path().to_path_buf();
+    let result = written.and_then(|()| temp.persist(path).map(drop).map_err(|e| cannot(&e.error)));
+    unregister(&temp_path);
+    result
+}
+
+/// Refuses an output file that is one of the command's `inputs`: the same file
+/// (device and inode, so another spelling, a link or a hard link of it too), which
+/// writing the outputs would destroy.
+pub fn check_not_input(output: &Path, inputs: &[&Path], flag: &str) -> Result<()> {
+    if let Some(input) = inputs.iter().find(|input| same_file(output, input)) {
+        return Err(Error::user(format!("{flag} {}: is {}, an input of this command; writing it would destroy it", output.display(), input.display()))
+            .note("name another file for the output"));
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` both exist and are the same file.
+#[cfg(unix)]
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
 /// What may not be replaced by an output directory.

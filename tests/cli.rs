@@ -987,6 +987,78 @@ fn compile_linear_source(dir: &Path, out: &str, extra: &[&str]) -> (i32, String,
     mithrilc(&[&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "-o", out][..], extra].concat(), dir)
 }
 
+/// `run -o` and `export-weights -o` never write over one of the command's own inputs,
+/// however the output is spelled (another path, a hard link): the model, parameters and
+/// data stay as they were, and nothing runs.
+#[test]
+fn outputs_never_replace_inputs() {
+    let Some(shared) = shared() else { return };
+    let dir = linear_dir(&shared);
+    let before = std::fs::read(dir.path().join("linear.npz")).unwrap();
+    std::fs::hard_link(dir.path().join("linear.npz"), dir.path().join("link.npz")).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    for (args, input) in [
+        (&["--data", "linear.npz", "-o", "linear.npz"][..], "linear.npz"),
+        (&["--data", "linear.npz", "-o", "sub/../linear.npz"], "linear.npz"),
+        (&["--data", "linear.npz", "-o", "link.npz"], "linear.npz"),
+        (&["--params", "linear.npz", "--data", "input=x.npy", "-o", "./linear.npz"], "linear.npz"),
+        (&["--data", "input=x.npy", "--params", "linear.npz", "-o", "x.npy"], "x.npy"),
+    ] {
+        data::write_npy(&dir.path().join("x.npy"), &halves(&[3, 4])).unwrap();
+        let x = std::fs::read(dir.path().join("x.npy")).unwrap();
+        let out = args[args.len() - 1];
+        let (code, stdout, stderr) = mithrilc(&[&["run", "linear.json"][..], args].concat(), dir.path());
+        assert_eq!(
+            (code, stdout.as_str(), stderr),
+            (1, "", format!("error: -o {out}: is {input}, an input of this command; writing it would destroy it\n  note: name another file for the output\n")),
+            "{args:?}"
+        );
+        assert_eq!(std::fs::read(dir.path().join("linear.npz")).unwrap(), before, "{args:?}");
+        assert_eq!(std::fs::read(dir.path().join("x.npy")).unwrap(), x, "{args:?}");
+    }
+    let (code, _, stderr) = compile_linear_source(dir.path(), "out", &[]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let export = |weights: &str, out: &str| mithrilc(&["export-weights", "linear.json", "--params", "linear.npz", "--weights", weights, "-o", out], dir.path());
+    let (code, _, stderr) = export("out/weights.bin", "link.npz");
+    assert_eq!(
+        (code, stderr.as_str()),
+        (1, "error: -o link.npz: is linear.npz, an input of this command; writing it would destroy it\n  note: name another file for the output\n")
+    );
+    assert_eq!(std::fs::read(dir.path().join("linear.npz")).unwrap(), before);
+    // A blob is read up to the model's size, never to its end: /dev/zero is too long.
+    let (code, _, stderr) = export("/dev/zero", "w.npz");
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            1,
+            "error: /dev/zero: the blob holds more than 576 bytes, and the model's weights take 576\n  \
+             note: give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)\n"
+        )
+    );
+    assert_eq!(export("out/weights.bin", "w.npz").0, 0);
+    assert_eq!(scratch_left_in(dir.path()), Vec::<String>::new());
+}
+
+/// `run --check` counts the positions where one run has a NaN or an infinity and the
+/// other not the same one: a largest difference of the finite values alone would hide
+/// exactly the mismatch the check is for.
+#[test]
+fn check_counts_differing_nans_and_infinities() {
+    let t = |v: &[f64]| Tensor::new(Dtype::F32, vec![v.len() as u64], v.to_vec());
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let cases = [
+        (t(&[1.0, nan, inf, -inf]), t(&[1.0, nan, inf, -inf]), 0.0, 0),
+        (t(&[1.0, 2.0, 3.0]), t(&[1.0, nan, 3.5]), 0.5, 1),
+        (t(&[nan, inf, 0.0]), t(&[0.0, -inf, nan]), 0.0, 3),
+    ];
+    for (a, b, largest, non_finite) in cases {
+        let got = mithrilc::cli::compare(&[("y".into(), a)], &[("y".into(), b)]);
+        assert_eq!(got, [("y".to_string(), mithrilc::cli::Difference { largest, non_finite })]);
+    }
+    let got = mithrilc::cli::compare(&[("y".into(), t(&[1.0]))], &[("y".into(), t(&[1.0, 2.0]))]);
+    assert_eq!(got[0].1.largest, f64::INFINITY);
+}
+
 /// `-o` never replaces what mithrilc did not write: a directory of the user's, a file,
 /// the current directory or its parents, or the directory holding the model. Its own
 /// output it rewrites, unless its files were edited (then only with --force).

@@ -65,6 +65,9 @@ pub fn layout_fingerprint(p: &Program) -> u64 {
     crate::hash::fnv1a(text.as_bytes())
 }
 
+/// What to give when a blob does not fit the model: the flags decide its layout.
+pub const FLAGS_NOTE: &str = "give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)";
+
 /// The parameter values in `blob`, a weights blob of program `p` (after a training step
 /// updated it, say): [`weights_blob`] inverted, in the program's parameter order. Where a
 /// parameter's values went is found by laying out its element numbers with
@@ -76,7 +79,7 @@ pub fn layout_fingerprint(p: &Program) -> u64 {
 pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
     if blob.len() as u64 != p.weights_size {
         return Err(Error::user(format!("the blob holds {} bytes, and the model's weights take {}", blob.len(), p.weights_size))
-            .note("give the model and the flags it was compiled with (--shape, --grad, --target, --weight-layout, --max, --quantize)"));
+            .note(FLAGS_NOTE));
     }
     let mut out = Vec::with_capacity(p.weights.len());
     for port in &p.weights {

@@ -20,7 +20,7 @@ mod npy;
 mod safetensors;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Cursor, Read, Write};
+use std::io::{self, Cursor, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -245,8 +245,11 @@ pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
     for (name, t) in arrays {
         check_tensor(path, name, t)?;
     }
-    let file = File::create(path).map_err(|e| write_error(path, &e))?;
-    let mut zip = zip::ZipWriter::new(BufWriter::new(file));
+    crate::outdir::write_file_atomically(path, |out| write_npz_to(out, path, arrays))
+}
+
+fn write_npz_to(out: &mut (impl Write + io::Seek), path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
+    let mut zip = zip::ZipWriter::new(out);
     let zip_error = |e: zip::result::ZipError| match e {
         zip::result::ZipError::Io(e) => write_error(path, &e),
         other => crate::user_error!("cannot write {}: {other}", path.display()),
@@ -262,8 +265,8 @@ pub fn write_npz(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
         zip.start_file(format!("{}.npy", npz_key(name)), options).map_err(zip_error)?;
         npy::encode(&mut zip, t).map_err(|e| write_error(path, &e))?;
     }
-    let mut out = zip.finish().map_err(zip_error)?;
-    out.flush().map_err(|e| write_error(path, &e))
+    zip.finish().map_err(zip_error)?;
+    Ok(())
 }
 
 /// The key an array named `name` is written under in an npz: `name` with every part
@@ -291,10 +294,7 @@ pub fn npz_key(name: &str) -> String {
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     check_tensor(path, &name, t)?;
-    let file = File::create(path).map_err(|e| write_error(path, &e))?;
-    let mut out = BufWriter::new(file);
-    npy::encode(&mut out, t).map_err(|e| write_error(path, &e))?;
-    out.flush().map_err(|e| write_error(path, &e))
+    crate::outdir::write_file_atomically(path, |out| npy::encode(out, t).map_err(|e| write_error(path, &e)))
 }
 
 /// The bytes of a `.safetensors` file holding `arrays`, each in its own dtype, laid out
@@ -316,7 +316,7 @@ pub fn write_safetensors(path: &Path, arrays: &[(String, Tensor)]) -> Result<()>
         check_tensor(path, name, t)?;
     }
     let bytes = safetensors_bytes(arrays).map_err(|e| crate::user_error!("cannot write {}: {}", path.display(), e.message))?;
-    std::fs::write(path, bytes).map_err(|e| write_error(path, &e))
+    crate::outdir::write_file_atomically(path, |out| out.write_all(&bytes).map_err(|e| write_error(path, &e)))
 }
 
 /// Refuses, before anything is computed, an output file that [`write_arrays`] would
