@@ -321,7 +321,8 @@ pub fn write_safetensors(path: &Path, arrays: &[(String, Tensor)]) -> Result<()>
 
 /// Refuses, before anything is computed, an output file that [`write_arrays`] would
 /// refuse for arrays named `names`: an extension other than `.npz`, `.npy` and
-/// `.safetensors`, or a `.npy` (which holds one array) for any number of arrays but one.
+/// `.safetensors`, a `.npy` (which holds one array) for any number of arrays but one, or
+/// a `.safetensors` for an array named `__metadata__` (the format's own key).
 /// Both are usage errors: the command line asks for what cannot be written.
 pub fn check_output(path: &Path, names: &[String]) -> Result<()> {
     match Format::by_extension(path) {
@@ -336,6 +337,9 @@ pub fn check_output(path: &Path, names: &[String]) -> Result<()> {
             names.join(", ")
         ))
         .note("write them to a .npz or .safetensors file, which hold each array under its name")),
+        Some(Format::Safetensors) if names.iter().any(|n| n == safetensors::RESERVED) => {
+            Err(Error { kind: crate::error::ErrorKind::Usage, ..safetensors::reserved_error(&path.display().to_string()) })
+        }
         Some(_) => Ok(()),
     }
 }

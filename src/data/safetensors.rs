@@ -100,6 +100,16 @@ fn stored_as(st: StDtype) -> Option<Stored> {
     Some(stored)
 }
 
+/// The one header key that names no tensor: the file's metadata. A tensor of this name
+/// would make a file no strict reader opens (mithrilc's included).
+pub(super) const RESERVED: &str = "__metadata__";
+
+/// Why a tensor named [`RESERVED`] cannot be written to the safetensors file `file`.
+pub(super) fn reserved_error(file: &str) -> Error {
+    Error::user(format!("cannot write {file}: an array named `{RESERVED}`: the format reserves that key for the file's metadata"))
+        .note("write a .npz, which holds an array of any name")
+}
+
 /// The safetensors bytes of `tensors`, each in its own dtype (bool `BOOL`, f16 `F16`,
 /// bf16 `BF16`, ...), little-endian, laid out in name order. The header is JSON with
 /// sorted keys and no metadata, padded with spaces to a multiple of 8 bytes, so the
@@ -114,6 +124,9 @@ pub(super) fn encode(tensors: &[(String, RawTensor)]) -> Result<Vec<u8>> {
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(w) = sorted.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(crate::user_error!("cannot write safetensors: tensor name '{}' is used twice", w[0].0));
+    }
+    if sorted.iter().any(|(name, _)| name == RESERVED) {
+        return Err(reserved_error("safetensors"));
     }
     let mut header = std::collections::BTreeMap::new();
     let mut end = 0usize;

@@ -643,3 +643,26 @@ fn write_arrays_by_extension_round_trips() {
     assert_eq!(err.message, format!("cannot write {}: unknown data file extension (accepted: .npz, .npy, .safetensors)", dir.path().join("all.txt").display()));
     assert!(!dir.path().join("two.npy").exists() && !dir.path().join("all.txt").exists());
 }
+
+/// `__metadata__` is the safetensors header's own key: an array of that name is refused
+/// before anything is written (a usage error, as for a .npy of two arrays) and by the
+/// encoder itself; a .npz holds it.
+#[test]
+fn safetensors_refuses_the_metadata_name() {
+    let names = vec!["__metadata__".to_string(), "y".to_string()];
+    let err = super::check_output(Path::new("out.safetensors"), &names).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot write out.safetensors: an array named `__metadata__`: the format reserves that key for the file's metadata\n  \
+         note: write a .npz, which holds an array of any name"
+    );
+    assert_eq!(err.kind, crate::error::ErrorKind::Usage);
+    assert!(super::check_output(Path::new("out.npz"), &names).is_ok());
+    let arrays = vec![("__metadata__".to_string(), sample(Dtype::F32, vec![2]))];
+    let err = super::safetensors_bytes(&arrays).unwrap_err();
+    assert_eq!(err.kind, crate::error::ErrorKind::User);
+    assert!(err.message.starts_with("cannot write safetensors: an array named `__metadata__`"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    assert!(super::write_arrays(&dir.path().join("o.safetensors"), &arrays).is_err());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing is left behind");
+}
