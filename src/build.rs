@@ -22,16 +22,32 @@ pub fn make(dir: &Path, cc: &str, cflags: &str) -> Result<()> {
     make_with(dir, cc, cflags, &[])
 }
 
-/// [`make`] with more variables (`NAME=value`) set on its command line.
+/// [`make`] with more variables (`NAME=value`, written by mithrilc) set on its command
+/// line.
 fn make_with(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<()> {
-    run_tool(make_command(dir, cc, cflags, vars), "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
+    run_tool(make_command(dir, cc, cflags, vars)?, "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
 }
 
-/// `make -s` in `dir` with `CC`, `CFLAGS` and `vars` on its command line.
-fn make_command(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Command {
+/// `make -s` in `dir` with `CC`, `CFLAGS` ([`make_var`]) and `vars` on its command line.
+fn make_command(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<Command> {
     let mut cmd = Command::new("make");
-    cmd.current_dir(dir).arg("-s").arg(format!("CC={cc}")).arg(format!("CFLAGS={cflags}")).args(vars);
-    cmd
+    cmd.current_dir(dir).arg("-s").arg(make_var("CC", cc, "$CC")?).arg(make_var("CFLAGS", cflags, "--cflags")?).args(vars);
+    Ok(cmd)
+}
+
+/// `NAME=VALUE` for make's command line, where VALUE is `value` (what the user gave as
+/// `what`: `--cflags`, `$CC`) split into words as a POSIX shell splits them (quotes
+/// group, nothing is expanded), each quoted for the shell that runs make's recipes,
+/// with make's `$` doubled: the words reach the compiler as written, and nothing in
+/// them (`$(shell ...)`, backquotes, `;`) is evaluated by make or the shell.
+pub fn make_var(name: &str, value: &str, what: &str) -> Result<String> {
+    let refuse = |why: &str| Error::usage(format!("{what} {value:?}: {why}"));
+    let words = shlex::split(value).ok_or_else(|| refuse("a quote is not closed"))?;
+    if words.iter().any(|w| w.chars().any(char::is_control)) {
+        return Err(refuse("a control character (such as a line break) cannot be part of a flag"));
+    }
+    let quoted = shlex::try_join(words.iter().map(String::as_str)).map_err(|_| refuse("a NUL cannot be part of a flag"))?;
+    Ok(format!("{name}={}", quoted.replace('$', "$$")))
 }
 
 /// [`make`] with `vars`, where the objects `reused` (a runtime's, built from `sources`)
@@ -44,7 +60,7 @@ pub fn make_reusing(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: 
     type Objects = Vec<(String, Vec<u8>)>;
     static BUILT: Mutex<BTreeMap<(String, u64), Arc<Objects>>> = Mutex::new(BTreeMap::new());
     let key = || -> Option<(String, u64)> {
-        let mut dry = make_command(dir, cc, cflags, vars);
+        let mut dry = make_command(dir, cc, cflags, vars).ok()?;
         let out = dry.arg("-n").args(reused).output().ok().filter(|o| o.status.success())?;
         let mut hasher = std::hash::DefaultHasher::new();
         for file in sources {
@@ -200,6 +216,31 @@ mod tests {
     fn env(vars: &[(&str, &std::path::Path)]) -> impl Fn(&str) -> Option<OsString> {
         let vars: HashMap<String, OsString> = vars.iter().map(|(k, v)| (k.to_string(), v.as_os_str().to_owned())).collect();
         move |name| vars.get(name).cloned()
+    }
+
+    /// `--cflags` and `$CC` reach the recipes as the words a shell would split them
+    /// into, and nothing in them runs: not backquotes or `$(...)` in the shell, not
+    /// make's `$(shell ...)`.
+    #[test]
+    fn flags_reach_make_as_words_and_nothing_in_them_runs() {
+        if Command::new("make").arg("--version").output().is_err() {
+            return println!("skipped: make is not installed");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Makefile"), "all:\n\t@printf '%s\\n' $(CC) $(CFLAGS) > words.txt\n").unwrap();
+        let cflags = r#"-O2 -DNAME="a b" `touch tick` $(touch dollar) $(shell touch made) '$$x' ;touch semi"#;
+        let cc = "ccache 'my cc'";
+        run_tool(make_command(dir.path(), cc, cflags, &[]).unwrap(), "make", "").unwrap();
+        let words = std::fs::read_to_string(dir.path().join("words.txt")).unwrap();
+        let want = ["ccache", "my cc", "-O2", "-DNAME=a b", "`touch", "tick`", "$(touch", "dollar)", "$(shell", "touch", "made)", "$$x", ";touch", "semi"];
+        assert_eq!(words.lines().collect::<Vec<_>>(), want);
+        for file in ["tick", "dollar", "made", "semi"] {
+            assert!(!dir.path().join(file).exists(), "{file} was run");
+        }
+        let err = make_command(dir.path(), "cc", "-O2 'open", &[]).unwrap_err();
+        assert_eq!((err.kind, err.to_string()), (ErrorKind::Usage, "--cflags \"-O2 'open\": a quote is not closed".to_string()));
+        let err = make_command(dir.path(), "cc", "-O2 '-DX=a\nb'", &[]).unwrap_err();
+        assert_eq!(err.to_string(), "--cflags \"-O2 '-DX=a\\nb'\": a control character (such as a line break) cannot be part of a flag");
     }
 
     #[test]
