@@ -78,8 +78,20 @@ MR_OPS_FN float erff(float x) { return 1.0f - erfcf(x); }
  * exist (x86-64 ELF with glibc; GCC >= 6, clang >= 14), and not for a build for one CPU
  * (MR_NO_DISPATCH); empty elsewhere. Feature names, not "arch=x86-64-v3": clang 14
  * drops that clone and never picks its v4 one. Results are the same in every clone
- * (GCC in ISO C mode contracts no a*b + c; clang may, where the clone has FMA). */
-#if !defined(MR_NO_DISPATCH) && defined(__x86_64__) && defined(__ELF__) && defined(__GLIBC__) && \
+ * (GCC in ISO C mode contracts no a*b + c; clang may, where the clone has FMA).
+ * Not under a sanitizer either: an ifunc's resolver runs while the program is being
+ * relocated, before the sanitizer's runtime has started, and its instrumented code
+ * crashes there (TSan: at load); the runtime's own kernels dispatch at their first
+ * call, not by ifunc, so they keep their AVX2 and AVX-512 variants. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define MR_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define MR_SANITIZED 1
+#endif
+#if !defined(MR_NO_DISPATCH) && !defined(MR_SANITIZED) && defined(__x86_64__) && defined(__ELF__) && defined(__GLIBC__) && \
     ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 6))
 #define MR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
