@@ -119,6 +119,37 @@ fn a_missing_jax_is_a_toolchain_error() {
     assert!(err.contains("MITHRILC_PYTHON=/nonexistent/python3: cannot run it") && err.contains("pip install jax==0.10.2 jaxlib==0.10.2 safetensors==0.8.0 numpy==2.4.6"), "{err}");
 }
 
+/// A Python with the pinned jax but no safetensors (whose reader the runner reads
+/// weights with) is refused as the toolchain's error (exit 3) naming what it lacks and
+/// giving the install command, before anything runs.
+#[test]
+fn a_python_without_safetensors_is_a_toolchain_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    // Answers the version query as a Python with jax and jaxlib 0.10.2 and no safetensors.
+    let python = tmp.path().join("python3");
+    std::fs::write(&python, "#!/bin/sh\nprintf '0.10.2\\n0.10.2\\nnone\\n'\n").unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+        .args(["run", "--target", "xla", "--data"])
+        .arg(root.join("examples/mlp/data.npz"))
+        .arg(root.join("examples/mlp/mlp.json"))
+        .env("MITHRILC_PYTHON", &python)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "error: MITHRILC_PYTHON={}: it has no safetensors\n  note: install it: python3 -m venv {cache}/mithrilc/jax-0.10.2 && {cache}/mithrilc/jax-0.10.2/bin/pip install jax==0.10.2 jaxlib==0.10.2 safetensors==0.8.0 numpy==2.4.6 (or set MITHRILC_PYTHON to a Python that has them)\n",
+            python.display(),
+            cache = std::env::var("XDG_CACHE_HOME").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| format!("{}/.cache", std::env::var("HOME").unwrap())),
+        )
+    );
+}
+
 /// The ops whose meaning HLO spells differently from the interpreter, on awkward
 /// values: floor division of negative integers and by zero, arg-max ties and NaNs,
 /// negative gather indices, negative slice steps, casts of NaN and negatives, shifts
