@@ -116,7 +116,38 @@ fn a_missing_jax_is_a_toolchain_error() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains("MITHRILC_PYTHON=/nonexistent/python3: cannot run it") && err.contains("pip install jax==0.10.2 jaxlib==0.10.2"), "{err}");
+    assert!(err.contains("MITHRILC_PYTHON=/nonexistent/python3: cannot run it") && err.contains("pip install jax==0.10.2 jaxlib==0.10.2 safetensors==0.8.0 numpy==2.4.6"), "{err}");
+}
+
+/// A Python with the pinned jax but no safetensors (whose reader the runner reads
+/// weights with) is refused as the toolchain's error (exit 3) naming what it lacks and
+/// giving the install command, before anything runs.
+#[test]
+fn a_python_without_safetensors_is_a_toolchain_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    // Answers the version query as a Python with jax and jaxlib 0.10.2 and no safetensors.
+    let python = tmp.path().join("python3");
+    std::fs::write(&python, "#!/bin/sh\nprintf '0.10.2\\n0.10.2\\nnone\\n'\n").unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+        .args(["run", "--target", "xla", "--data"])
+        .arg(root.join("examples/mlp/data.npz"))
+        .arg(root.join("examples/mlp/mlp.json"))
+        .env("MITHRILC_PYTHON", &python)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "error: MITHRILC_PYTHON={}: it has no safetensors\n  note: install it: python3 -m venv {cache}/mithrilc/jax-0.10.2 && {cache}/mithrilc/jax-0.10.2/bin/pip install jax==0.10.2 jaxlib==0.10.2 safetensors==0.8.0 numpy==2.4.6 (or set MITHRILC_PYTHON to a Python that has them)\n",
+            python.display(),
+            cache = std::env::var("XDG_CACHE_HOME").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| format!("{}/.cache", std::env::var("HOME").unwrap())),
+        )
+    );
 }
 
 /// The ops whose meaning HLO spells differently from the interpreter, on awkward
@@ -417,4 +448,288 @@ fn a_mesh_for_another_target_or_malformed_is_a_usage_error() {
     assert_eq!(e.kind, mithrilc::error::ErrorKind::Usage);
     assert!(e.to_string().starts_with("--mesh data=2,pipe=2: no axis `pipe`"), "{e}");
     assert!(!tmp.path().join("out").exists());
+}
+
+/// A model whose two inputs are named `x=y` and `x` (legal names, and `--input
+/// x=y=FILE` fits both), with token ids `k` that gather rows of the weight `w`.
+const HOSTILE: &str = "graph hostile {
+  %0 = input \"x=y\" : f32[2, 3]
+  %1 = input \"x\" : f32[2, 3]
+  %2 = input \"k\" : i64[2]
+  %3 = param \"w\" : f32[4, 3]
+  %4 = gather %3, %2 {axis = 0} : f32[2, 3]
+  %5 = sub %0, %1 : f32[2, 3]
+  %6 = add %5, %4 : f32[2, 3]
+  output \"y\" = %6
+}
+";
+
+/// The values of [`HOSTILE`]'s inputs and weight.
+fn hostile_feeds() -> std::collections::BTreeMap<String, mithrilc::tensor::Tensor> {
+    use mithrilc::ir::Dtype;
+    use mithrilc::tensor::Tensor;
+    let f32s = |shape: Vec<u64>, from: f64| Tensor::new(Dtype::F32, shape.clone(), (0..shape.iter().product::<u64>()).map(|i| from + i as f64 * 0.5).collect());
+    [("x=y", f32s(vec![2, 3], 1.0)), ("x", f32s(vec![2, 3], -4.0)), ("k", Tensor::new(Dtype::I64, vec![2], vec![3.0, -4.0])), ("w", f32s(vec![4, 3], 10.0))]
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t))
+        .collect()
+}
+
+/// Writes the artifact of `text` (weights from `feeds`, partitioned over `mesh`) to
+/// `dir`; returns its entry.
+fn write_artifact(text: &str, feeds: &std::collections::BTreeMap<String, mithrilc::tensor::Tensor>, mesh: &str, dir: &Path) -> mithrilc::backend::Entry {
+    let g = parse(text).unwrap();
+    let mesh = if mesh.is_empty() { Vec::new() } else { mithrilc::codegen::xla::mesh::parse(mesh).unwrap() };
+    let opts = EmitOptions { source: "m.json".into(), weights: Some(cli::param_weights(&g, feeds)), mesh, ..Default::default() };
+    let emitted = XlaTarget.emit(&cli::Graphs { forward: g, backward: None }, &opts).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, bytes) in &emitted.files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    emitted.entry
+}
+
+/// `run --target xla` of a model with inputs named `x=y` and `x` gives each its own
+/// value (mithrilc passes inputs by index), as the interpreter does.
+#[test]
+fn an_input_named_with_equals_runs_as_the_interpreter_does() {
+    if ready().is_none() {
+        return;
+    }
+    let g = parse(HOSTILE).unwrap();
+    let feeds = hostile_feeds();
+    let want = mithrilc::interp::run(&g, &feeds).unwrap();
+    let graphs = cli::Graphs { forward: g, backward: None };
+    let got = cli::run_target(&XlaTarget, &graphs, &feeds, Path::new("hostile.json"), &BuildConfig::default(), Default::default()).unwrap();
+    let (bad, _) = cases::compare("x=y", &got, &want, 0.0);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The bytes of a safetensors file: the 8-byte header length (`length`, or the
+/// header's own), the header, the body.
+fn safetensors_file(header: &str, length: Option<u64>, body: &[u8]) -> Vec<u8> {
+    let mut bytes = length.unwrap_or(header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// A `.npy` file (version 1.0) of `descr`, `shape` and the raw `body`.
+fn npy_file(descr: &str, shape: &str, body: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// The runner refuses hostile weights, inputs, arguments and output directories with
+/// one line on stderr and its documented exit status, before it starts XLA: weights
+/// mislabelled, overlapping, with a short or overlong header, or not the model's; token
+/// ids that are floats, NaN, bools or strings (never truncated to integers), of the
+/// wrong shape, pickled or missing; an `--input` that fits two names; an `--out` that
+/// is a file, under a file, or so long that no file fits in it. It writes nowhere
+/// without `--out`, and takes `--input-index` and `--input NAME=FILE` for a run.
+#[test]
+fn the_runner_refuses_hostile_files_in_one_line() {
+    if ready().is_none() {
+        return;
+    }
+    let python = mithrilc::codegen::xla::toolchain::python().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, t) = (tmp.path().join("artifact"), tmp.path());
+    let feeds = hostile_feeds();
+    write_artifact(HOSTILE, &feeds, "", &dir);
+    let file = |name: &str, bytes: &[u8]| {
+        std::fs::write(t.join(name), bytes).unwrap();
+        t.join(name).display().to_string()
+    };
+    let f32s: Vec<u8> = (0..12).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let i64s = |v: &[i64]| v.iter().flat_map(|i| i.to_le_bytes()).collect::<Vec<u8>>();
+    let w = |dtype: &str, shape: &str| format!("{{\"w\":{{\"dtype\":\"{dtype}\",\"shape\":{shape},\"data_offsets\":[0,48]}}}}");
+    let i32_labelled = file("i32.safetensors", &safetensors_file(&w("I32", "[4,3]"), None, &f32s));
+    let transposed = file("t.safetensors", &safetensors_file(&w("F32", "[3,4]"), None, &f32s));
+    let overlapping = "{\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"w\":{\"dtype\":\"F32\",\"shape\":[4,3],\"data_offsets\":[0,48]}}";
+    let overlapping = file("overlap.safetensors", &safetensors_file(overlapping, None, &f32s));
+    let short = file("short.safetensors", &safetensors_file(&w("F32", "[4,3]"), Some(20), &f32s));
+    let overlong = file("long.safetensors", &safetensors_file(&w("F32", "[4,3]"), Some(1 << 40), &f32s));
+    let extra = "{\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[48,56]},\"w\":{\"dtype\":\"F32\",\"shape\":[4,3],\"data_offsets\":[0,48]}}";
+    let extra = file("extra.safetensors", &safetensors_file(extra, None, &[f32s.clone(), vec![0; 8]].concat()));
+    let empty = file("empty.safetensors", b"");
+    let npy = |name: &str, feed: &str| {
+        mithrilc::data::write_npy(&t.join(name), &feeds[feed]).unwrap();
+        t.join(name).display().to_string()
+    };
+    let (xy, x, k) = (npy("xy.npy", "x=y"), npy("x.npy", "x"), npy("k.npy", "k"));
+    let floats = file("kf.npy", &npy_file("<f8", "(2,)", &[1.0f64.to_le_bytes(), 2.5f64.to_le_bytes()].concat()));
+    let nan = file("knan.npy", &npy_file("<f8", "(2,)", &[1.0f64.to_le_bytes(), f64::NAN.to_le_bytes()].concat()));
+    let bools = file("kb.npy", &npy_file("|b1", "(2,)", &[1, 0]));
+    let strings = file("ks.npy", &npy_file("<U1", "(2,)", &[b'a', 0, 0, 0, b'b', 0, 0, 0]));
+    let f32_ids = file("k32.npy", &npy_file("<f4", "(2,)", &f32s[..8]));
+    let three = file("k3.npy", &npy_file("<i8", "(3,)", &i64s(&[0, 1, 2])));
+    let big = file("kbig.npy", &npy_file("<i8", "(2,)", &i64s(&[0, 4])));
+    let pickled = file("kobj.npy", &npy_file("|O", "(2,)", b"\x80\x04N."));
+    let missing = t.join("nope.npy").display().to_string();
+    let a_file = file("a_file", b"");
+    // A directory whose path leaves no room for `/output_0.npy` under PATH_MAX (4096).
+    let mut long = t.join("long");
+    while long.as_os_str().len() < 4090 {
+        long.push("d".repeat((4089 - long.as_os_str().len()).clamp(1, 200)));
+    }
+    std::fs::create_dir_all(&long).unwrap();
+    let long = long.display().to_string();
+    let good = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["--input-index", &format!("0={xy}"), "--input", &format!("x={x}"), "--input", &format!("k={k}"), "--out", &t.join("out").display().to_string()].map(String::from).to_vec();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let with_k = |k: &str| -> Vec<String> { ["--input-index".into(), format!("0={xy}"), "--input".into(), format!("x={x}"), "--input".into(), format!("k={k}"), "--out".into(), t.join("out").display().to_string()].to_vec() };
+    let weights = |w: &str| good(&["--weights", w]);
+    let out = |o: &str| -> Vec<String> { ["--input-index".into(), format!("0={xy}"), "--input-index".into(), format!("1={x}"), "--input-index".into(), format!("2={k}"), "--out".into(), o.to_string()].to_vec() };
+    let inputs = "(inputs: 0 `x=y`, 1 `x`, 2 `k`)";
+    let runs: Vec<(Vec<String>, i32, String)> = vec![
+        (weights(&i32_labelled), 1, format!("weight `w` is f32[4, 3]: {i32_labelled} holds i32[4, 3]")),
+        (weights(&transposed), 1, format!("weight `w` is f32[4, 3]: {transposed} holds f32[3, 4]")),
+        (weights(&overlapping), 1, format!("cannot read the weights {overlapping}: Error while deserializing header: invalid offset for tensor `w`")),
+        (weights(&short), 1, format!("cannot read the weights {short}: Error while deserializing header: invalid JSON in header: EOF while parsing a value at line 1 column 20")),
+        (weights(&overlong), 1, format!("cannot read the weights {overlong}: Error while deserializing header: header too large")),
+        (weights(&extra), 1, format!("{extra}: tensor `v` is not a weight of the model (its weights: w)")),
+        (weights(&empty), 1, format!("cannot read the weights {empty}: Error while deserializing header: header too small")),
+        (with_k(&floats), 1, format!("input `k` is i64[2]: {floats} holds f64[2]")),
+        (with_k(&nan), 1, format!("input `k` is i64[2]: {nan} holds f64[2]")),
+        (with_k(&bools), 1, format!("input `k` is i64[2]: {bools} holds bool[2]")),
+        (with_k(&strings), 1, format!("input `k` is i64[2]: {strings} holds <U1[2]")),
+        (with_k(&f32_ids), 1, format!("input `k` is i64[2]: {f32_ids} holds f32[2]")),
+        (with_k(&three), 1, format!("input `k` is i64[2]: {three} holds i64[3]")),
+        (with_k(&pickled), 1, format!("cannot read {pickled}: Object arrays cannot be loaded when allow_pickle=False")),
+        (with_k(&missing), 1, format!("cannot read {missing}: No such file or directory")),
+        (with_k(&big), 4, "index 4 at [1] of input `k` is out of range for 4 rows (valid: -4 to 3)".into()),
+        (vec!["--input".into(), format!("x=y={xy}"), "--out".into(), "o".into()], 2, format!("--input x=y={xy}: fits the names `x=y` and `x`: give --input-index I=FILE {inputs}")),
+        (vec!["--input-index".into(), format!("3={xy}"), "--out".into(), "o".into()], 2, format!("--input-index 3={xy}: no input 3 {inputs}")),
+        (vec!["--input-index".into(), format!("x={xy}"), "--out".into(), "o".into()], 2, format!("--input-index x={xy}: expected I=FILE with I the input's index {inputs}")),
+        (vec!["--input".into(), format!("z={xy}"), "--out".into(), "o".into()], 2, format!("--input z={xy}: expected NAME=FILE with NAME an input or weight of the module {inputs}")),
+        (good(&[]).into_iter().take(6).collect(), 2, "give --out DIR, the directory output_<i>.npy are written to".into()),
+        (out(&a_file), 1, format!("--out {a_file}: not a directory")),
+        (out(&format!("{a_file}/sub")), 1, format!("--out {a_file}/sub: cannot create it: Not a directory")),
+        (out(&long), 1, format!("cannot write {long}/output_0.npy: File name too long")),
+        (good(&[]), 0, String::new()),
+    ];
+    let failures = each_case(&runs, |(args, status, message)| {
+        let run = std::process::Command::new(&python).arg(dir.join("run_hlo.py")).args(args).current_dir(t).output().unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        let want = if message.is_empty() { String::new() } else { format!("run_hlo.py: {message}\n") };
+        let last = stderr.lines().last().map(|l| format!("{l}\n")).unwrap_or_default();
+        // The refusals come before XLA starts, so they are all stderr holds.
+        let got = if *status == 0 || args.contains(&long) { last } else { stderr.to_string() };
+        if run.status.code() == Some(*status) && got == want {
+            Ok(())
+        } else {
+            Err(format!("{args:?}: exit {:?}, stderr:\n{stderr}\nwanted exit {status}: {want}", run.status.code()))
+        }
+    });
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    assert!(!t.join("output_0.npy").exists(), "written without --out");
+    let got = mithrilc::data::read_arrays(&t.join("out/output_0.npy")).unwrap().arrays.into_values().next().unwrap();
+    let want = mithrilc::interp::run(&parse(HOSTILE).unwrap(), &feeds).unwrap();
+    let (bad, _) = cases::compare("hostile", &[("y".into(), got)], &want, 0.0);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// `run --target xla` reads the runner's refusals as mithrilc's errors with its
+/// message: data the runner refuses (float token ids, malformed weights) and an index
+/// out of range are the user's (exit 1).
+#[test]
+fn the_runners_refusals_are_errors_in_the_users_data() {
+    if ready().is_none() {
+        return;
+    }
+    use mithrilc::error::ErrorKind;
+    use mithrilc::ir::Dtype;
+    use mithrilc::tensor::Tensor;
+    let tmp = tempfile::tempdir().unwrap();
+    let feeds = hostile_feeds();
+    let run = |feeds: &std::collections::BTreeMap<String, Tensor>, dir: &Path| {
+        let entry = write_artifact(HOSTILE, &hostile_feeds(), "", dir);
+        XlaTarget.run(dir, &BuildConfig::default(), &entry, feeds).unwrap_err()
+    };
+    let mut floats = feeds.clone();
+    floats.insert("k".into(), Tensor::new(Dtype::F64, vec![2], vec![1.0, 2.5]));
+    let mut big = feeds.clone();
+    big.insert("k".into(), Tensor::new(Dtype::I64, vec![2], vec![9.0, 0.0]));
+    let corrupt = tmp.path().join("corrupt");
+    write_artifact(HOSTILE, &feeds, "", &corrupt);
+    let cases: Vec<(&str, std::collections::BTreeMap<String, Tensor>, String)> = vec![
+        ("floats", floats, format!("run_hlo.py: input `k` is i64[2]: {}/input_2.npy holds f64[2]", tmp.path().join("floats").display())),
+        ("big", big, "run_hlo.py: index 9 at [0] of input `k` is out of range for 4 rows (valid: -4 to 3)".into()),
+        ("corrupt", feeds.clone(), format!("run_hlo.py: cannot read the weights {}/hostile.safetensors: Error while deserializing header: incomplete metadata, file not fully covered", tmp.path().join("corrupt").display())),
+    ];
+    let failures = each_case(&cases, |(name, feeds, want)| {
+        let dir = tmp.path().join(name);
+        let e = if *name == "corrupt" {
+            let entry = write_artifact(HOSTILE, feeds, "", &dir);
+            let weights = dir.join("hostile.safetensors");
+            let mut bytes = std::fs::read(&weights).unwrap();
+            bytes.extend_from_slice(b"tail");
+            std::fs::write(&weights, bytes).unwrap();
+            XlaTarget.run(&dir, &BuildConfig::default(), &entry, feeds).unwrap_err()
+        } else {
+            run(feeds, &dir)
+        };
+        if (e.kind, e.kind.exit_code(), e.to_string()) == (ErrorKind::User, 1, want.clone()) { Ok(()) } else { Err(format!("{name}: {:?} {e}", e.kind)) }
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `--mesh` asks for at most 256 devices in all: more is a usage error naming the
+/// limit, and the largest meshes, 16 x 16 and 256 on one axis, compile and run a
+/// Linear as the interpreter does.
+#[test]
+fn the_mesh_is_bounded_and_its_largest_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        target: &XlaTarget,
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(tmp.path().join("out")),
+        mesh: Some("data=4096,model=4096".into()),
+        ..Default::default()
+    };
+    let e = cli::compile(&args).unwrap_err();
+    assert_eq!(
+        (e.kind, e.to_string()),
+        (
+            mithrilc::error::ErrorKind::Usage,
+            "--mesh data=4096,model=4096: `4096` is not a device count from 1 to 256 (expected AXIS=N,..., axes data and model, e.g. data=2,model=2)".to_string()
+        )
+    );
+    let e = cli::compile(&cli::CompileArgs { mesh: Some("data=32,model=16".into()), ..args }).unwrap_err();
+    assert_eq!(e.to_string(), "--mesh data=32,model=16: 512 devices, more than the 256 the runner builds (expected AXIS=N,..., axes data and model, e.g. data=2,model=2)");
+    assert!(!tmp.path().join("out").exists());
+    if ready().is_none() {
+        return;
+    }
+    use mithrilc::ir::Dtype;
+    use mithrilc::tensor::Tensor;
+    let linear = "graph linear {\n  %0 = input \"x\" : f32[256, 32]\n  %1 = param \"w\" : f32[32, 32]\n  %2 = transpose %1 {perm = [1, 0]} : f32[32, 32]\n  %3 = matmul %0, %2 : f32[256, 32]\n  output \"y\" = %3\n}\n";
+    let feeds: std::collections::BTreeMap<String, Tensor> = [
+        ("x".to_string(), Tensor::new(Dtype::F32, vec![256, 32], (0..256 * 32).map(|i| f64::from(i % 7) - 3.0).collect())),
+        ("w".to_string(), Tensor::new(Dtype::F32, vec![32, 32], (0..32 * 32).map(|i| f64::from(i % 5) * 0.25).collect())),
+    ]
+    .into_iter()
+    .collect();
+    let want = mithrilc::interp::run(&parse(linear).unwrap(), &feeds).unwrap();
+    let failures = each_case(&["data=16,model=16", "data=256"], |mesh| {
+        let dir = tmp.path().join(mesh.replace([',', '='], "_"));
+        let entry = write_artifact(linear, &feeds, mesh, &dir);
+        let got = XlaTarget.run(&dir, &BuildConfig::default(), &entry, &feeds).map_err(|e| format!("{mesh}: {e}"))?;
+        let (bad, _) = cases::compare(mesh, &got, &want, 1e-5);
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -3,22 +3,39 @@
 //! PJRT with the runner, and `run --target xla` runs the runner on the data.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;
 
 use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry};
 use crate::cli::Graphs;
-use crate::codegen::c::backend::run_demo_command;
 use crate::codegen::names::identifier;
-use crate::error::{ErrorKind, Result};
+use crate::data;
+use crate::error::{Error, ErrorKind, Result};
 use crate::ir::{Graph, ValueId};
 use crate::tensor::Tensor;
 
 pub struct XlaTarget;
 
-/// How the runner's own failures read: jax missing where it runs.
-const NO_JAX: (i32, ErrorKind, &str) =
-    (super::RUNNER_NO_JAX_EXIT, ErrorKind::Toolchain, "the runner needs jax and jaxlib 0.10.2: pip install jax==0.10.2 jaxlib==0.10.2");
+/// How the runner's exit statuses read as mithrilc's errors, each with the runner's
+/// one-line message (its rejection of the inputs, [`super::RUNNER_REJECTED_EXIT`], is
+/// the user's data too): data it refuses is the user's (mithrilc passes it on); wrong
+/// arguments are mithrilc's own fault, since it writes them; a missing or broken jax,
+/// and XLA's own failures, are the toolchain's.
+const STATUSES: [(i32, ErrorKind, &str); 4] = [
+    (super::RUNNER_DATA_EXIT, ErrorKind::User, ""),
+    (super::RUNNER_USAGE_EXIT, ErrorKind::Internal, ""),
+    (super::RUNNER_TOOLCHAIN_EXIT, ErrorKind::Toolchain, ""),
+    (super::RUNNER_XLA_EXIT, ErrorKind::Toolchain, ""),
+];
+
+/// Runs the runner with `args`, its failures read as [`STATUSES`] say.
+fn run_runner(dir: &Path, args: &[OsString]) -> Result<()> {
+    let mut cmd = Command::new(super::toolchain::python()?);
+    cmd.current_dir(dir).arg(dir.join("run_hlo.py")).args(args);
+    let install = format!("pip install {}", super::toolchain::RUNNER_WHEELS);
+    crate::build::run_program(cmd, "run_hlo.py", &install, super::RUNNER_REJECTED_EXIT, &STATUSES)
+}
 
 impl Backend for XlaTarget {
     fn name(&self) -> &'static str {
@@ -55,19 +72,34 @@ impl Backend for XlaTarget {
 
     /// Parses, verifies and compiles every module through PJRT (`run_hlo.py --check`).
     fn build(&self, dir: &Path, _build: &BuildConfig) -> Result<()> {
-        let mut cmd = Command::new(super::toolchain::python()?);
-        cmd.current_dir(dir).arg(dir.join("run_hlo.py")).arg("--check");
-        crate::build::run_program(cmd, "run_hlo.py --check", &format!("pip install {}", super::toolchain::JAX_WHEELS), super::RUNNER_REJECTED_EXIT, &[NO_JAX])
+        run_runner(dir, &["--check".into()])
     }
 
     fn shards(&self) -> bool {
         true
     }
 
+    /// Writes each input to `input_<i>.npy` and gives it by its index (`--input-index
+    /// I=FILE`: a name may hold `=`, so `--input NAME=FILE` could fit several), then
+    /// reads `output_<i>.npy`.
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
-        let mut cmd = Command::new(super::toolchain::python()?);
-        cmd.arg(dir.join("run_hlo.py"));
-        run_demo_command(cmd, dir, entry, feeds, &[NO_JAX])
+        let mut args: Vec<OsString> = vec!["--out".into(), dir.into()];
+        for (i, input) in entry.inputs.iter().enumerate() {
+            let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
+            let path = dir.join(format!("input_{i}.npy"));
+            data::write_npy(&path, t)?;
+            let mut arg = OsString::from(format!("{i}="));
+            arg.push(&path);
+            args.extend(["--input-index".into(), arg]);
+        }
+        run_runner(dir, &args)?;
+        let mut outputs = Vec::new();
+        for (i, name) in entry.outputs.iter().enumerate() {
+            let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
+            let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
+            outputs.push((name.clone(), t));
+        }
+        Ok(outputs)
     }
 }
 

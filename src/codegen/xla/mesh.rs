@@ -21,10 +21,18 @@ use crate::ir::{Graph, Op};
 /// The axes a mesh may have.
 pub const AXES: [&str; 2] = ["data", "model"];
 
+/// The most devices a mesh may have (the product of its axes). jaxlib 0.10.2's CPU
+/// client makes up to 2048 virtual devices (more fail inside XLA: "Multiprocess
+/// computations aren't implemented on the CPU backend"), and every device holds its own
+/// copy of each replicated weight, so memory grows with the count; 256 runs a small
+/// model in about a second (tests/xla_target.rs runs `data=16,model=16`).
+pub const MAX_DEVICES: u64 = 256;
+
 /// Per dimension of a parameter: the mesh axis (its index) that splits it, if any.
 pub type Spec = Vec<Option<usize>>;
 
-/// Parses `--mesh data=4` / `--mesh data=2,model=2`.
+/// Parses `--mesh data=4` / `--mesh data=2,model=2`: each axis and their product from
+/// 1 to [`MAX_DEVICES`].
 pub fn parse(arg: &str) -> Result<Vec<(String, u64)>> {
     let usage = |why: String| Error::usage(format!("--mesh {arg}: {why} (expected AXIS=N,..., axes {}, e.g. data=2,model=2)", AXES.join(" and ")));
     let mut axes: Vec<(String, u64)> = Vec::new();
@@ -37,10 +45,17 @@ pub fn parse(arg: &str) -> Result<Vec<(String, u64)>> {
         if axes.iter().any(|(a, _)| a == name) {
             return Err(usage(format!("axis `{name}` is given twice")));
         }
-        let n: u64 = n.trim().parse().ok().filter(|&n| (1..=4096).contains(&n)).ok_or_else(|| usage(format!("`{n}` is not a device count from 1 to 4096")))?;
+        let n: u64 = n.trim().parse().ok().filter(|&n| (1..=MAX_DEVICES).contains(&n)).ok_or_else(|| usage(format!("`{n}` is not a device count from 1 to {MAX_DEVICES}")))?;
         axes.push((name.to_string(), n));
     }
-    Ok(axes)
+    match axes.iter().try_fold(1u64, |acc, (_, n)| acc.checked_mul(*n)) {
+        Some(devices) if devices <= MAX_DEVICES => Ok(axes),
+        devices => {
+            let sizes: Vec<String> = axes.iter().map(|(_, n)| n.to_string()).collect();
+            let count = devices.map_or_else(|| sizes.join(" x "), |d| d.to_string());
+            Err(usage(format!("{count} devices, more than the {MAX_DEVICES} the runner builds")))
+        }
+    }
 }
 
 /// How each entry parameter of `graph` (by name) is split over `mesh`; unsplit
@@ -146,7 +161,17 @@ mod tests {
     fn mesh_arguments_are_checked() {
         assert_eq!(parse("data=2,model=2").unwrap(), mesh(&[("data", 2), ("model", 2)]));
         assert_eq!(parse("model=4").unwrap(), mesh(&[("model", 4)]));
-        for (bad, why) in [("data", "`data` is not AXIS=N"), ("pipe=2", "no axis `pipe`"), ("data=2,data=2", "axis `data` is given twice"), ("data=0", "`0` is not a device count from 1 to 4096")] {
+        assert_eq!(parse("data=16,model=16").unwrap(), mesh(&[("data", 16), ("model", 16)]));
+        assert_eq!(parse("model=256").unwrap(), mesh(&[("model", 256)]));
+        for (bad, why) in [
+            ("data", "`data` is not AXIS=N"),
+            ("pipe=2", "no axis `pipe`"),
+            ("data=2,data=2", "axis `data` is given twice"),
+            ("data=0", "`0` is not a device count from 1 to 256"),
+            ("data=4096", "`4096` is not a device count from 1 to 256"),
+            ("data=32,model=16", "512 devices, more than the 256 the runner builds"),
+            ("data=18446744073709551617", "`18446744073709551617` is not a device count from 1 to 256"),
+        ] {
             assert_eq!(parse(bad).unwrap_err().to_string(), format!("--mesh {bad}: {why} (expected AXIS=N,..., axes data and model, e.g. data=2,model=2)"));
         }
     }

@@ -44,12 +44,23 @@ use hlo::{element_type, HloWriter, Parameter, Shardings};
 /// The runner shipped with every artifact.
 pub const RUNNER: &str = include_str!("../../../runtime-xla/run_hlo.py");
 
-/// The runner's exit status when the data it is given does not fit the model (a
-/// missing input, a wrong shape): the C demo's.
+/// The runner's exit statuses (its docstring and docs/xla.md list them; a unit test
+/// checks that the runner defines the same): the data (a file missing, malformed or
+/// not of the type and shape the model declares; an unusable `--out`).
+pub const RUNNER_DATA_EXIT: i32 = 1;
+
+/// The runner's arguments are wrong.
+pub const RUNNER_USAGE_EXIT: i32 = 2;
+
+/// jax, jaxlib or safetensors is missing or not the pinned version (or XLA has too
+/// few devices for the mesh).
+pub const RUNNER_TOOLCHAIN_EXIT: i32 = 3;
+
+/// The model refused its inputs (a gather index out of range): the C demo's status.
 pub const RUNNER_REJECTED_EXIT: i32 = crate::codegen::c::DEMO_REJECTED_EXIT;
 
-/// The runner's exit status when jax or jaxlib is missing or not the pinned version.
-pub const RUNNER_NO_JAX_EXIT: i32 = 3;
+/// XLA failed to parse, compile or run a module, or the runner failed.
+pub const RUNNER_XLA_EXIT: i32 = 5;
 
 /// Everything the XLA target's emit takes.
 #[derive(Debug, Clone, Default)]
