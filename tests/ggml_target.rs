@@ -733,3 +733,67 @@ fn the_demo_checks_its_arguments_and_writes_only_under_out() {
     let y = mithrilc::data::read_arrays(&add.join("output_0.npy")).unwrap();
     assert_eq!(y.arrays.values().next().unwrap().data, vec![11.0, 22.0]);
 }
+
+/// A version 1.0 `.npy` file with the header text `dict` (padded as NumPy pads it) and
+/// `data`.
+fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = dict.to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+/// The demo reads a `.npy` header as the dictionary it is: a Fortran-order array (in
+/// spellings NumPy reads) is refused, not read as C order; the element type is the
+/// whole `descr`, not a substring found anywhere in the header; a header NumPy would not
+/// write (an unknown key) is refused. The same header in double quotes, as NumPy also
+/// reads, is read. An output of rank 200 (a header far beyond 512 bytes) is written
+/// whole and matches the interpreter.
+#[test]
+fn the_demo_reads_npy_headers_strictly_and_writes_any_rank() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp");
+    let (_, data) = compile_example_mlp(&out);
+    let x = &data.arrays["input/input"];
+    let le: Vec<u8> = x.data.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect();
+    let demo = |dict: &str| {
+        std::fs::write(out.join("x.npy"), npy_file(dict, &le)).unwrap();
+        let run = Command::new(out.join("mlp_demo")).current_dir(&out).args(["--input", "input=x.npy", "--out", "."]).output().unwrap();
+        (run.status.code().unwrap_or(-1), String::from_utf8_lossy(&run.stderr).into_owned())
+    };
+    let fortran = "mlp_demo: a Fortran-order array (save it in C order: numpy.ascontiguousarray): x.npy\n";
+    for (dict, want) in [
+        ("{'descr': '<f4', 'fortran_order': True, 'shape': (4, 5), }", fortran),
+        ("{'descr':'<f4','fortran_order':True,'shape':(4,5)}", fortran),
+        ("{\"shape\": (4, 5), \"fortran_order\": True, \"descr\": \"<f4\"}", fortran),
+        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), 'note': '<f4'}", "mlp_demo: bad .npy header: x.npy\n"),
+        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), }", "mlp_demo: wrong element type in: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), 'descr': '<f4'}", "mlp_demo: bad .npy header: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (5, 4), }", "mlp_demo: the array's shape does not match the input's: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5, 1), }", "mlp_demo: the array's shape does not match the input's: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), } x", "mlp_demo: bad .npy header: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (4, 5), }", "mlp_demo: bad .npy header: x.npy\n"),
+    ] {
+        assert_eq!(demo(dict), (1, want.to_string()), "{dict}");
+    }
+    for dict in ["{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), }", "{\"shape\": (4,5,), \"descr\": \"<f4\", \"fortran_order\": False}"] {
+        assert_eq!(demo(dict), (0, String::new()), "{dict}");
+        let got = mithrilc::data::read_arrays(&out.join("output_0.npy")).unwrap();
+        let want = &data.arrays["output/output"];
+        assert!(got.arrays.values().next().unwrap().data.iter().zip(&want.data).all(|(g, w)| (g - w).abs() <= 1e-5), "{dict}");
+    }
+    // rank 200: [1, ..., 1, 2, 3]
+    let shape: Vec<String> = std::iter::repeat_n("1".to_string(), 198).chain(["2".into(), "3".into()]).collect();
+    let ir = format!("graph tall {{\n  %0 = input \"x\" : f32[2, 3]\n  %1 = reshape %0 : f32[{}]\n  output \"y\" = %1\n}}\n", shape.join(", "));
+    let (got, want) = ggml_and_interpreter(&ir, &[("x", f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))]);
+    let (got, want) = (got.unwrap(), want.unwrap());
+    assert_eq!(got[0].1.shape.len(), 200);
+    assert!(differences(&got, &want).is_empty());
+}
