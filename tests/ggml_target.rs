@@ -610,6 +610,15 @@ fn a_batch_of_zero_gives_an_empty_output() {
     assert_eq!(got.iter().map(|(_, t)| t.shape.clone()).collect::<Vec<_>>(), vec![vec![0, 3], vec![0, 5], vec![3, 5]]);
     let bad = differences(&got, &want);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // A result with elements read from one of none (the interpreter's sum of nothing is
+    // 0) is refused when compiling, not left to ggml.
+    let g = mithrilc::ir::parse::parse("graph sum0 {\n  %0 = input \"x\" : f32[0, 3]\n  %1 = reduce_sum %0 {axes = [0], keepdim = false} : f32[3]\n  output \"y\" = %1\n}\n").unwrap();
+    assert_eq!(
+        check_supported(&GgmlTarget, &g).unwrap_err().to_string(),
+        "the ggml target cannot compile 1 node of the model:
+  reduce_sum f32[3] (%1): an operand of no elements in a result with some (ggml cannot allocate a tensor of no elements)
+  note: ops it cannot compile here: reduce_sum"
+    );
 }
 
 /// The mithrilc binary run in `dir`: (exit status, stdout, stderr).
