@@ -30,7 +30,9 @@ target/release/mithrilc compile examples/mlp/mlp.json --target ggml --params exa
 clang -g -O1 -std=c11 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$work/mlp" -I"$ggml/include" tests/fuzz-ggml/fuzz_gguf.c "$work/mlp/mlp.c" \
   -L"$lib" -lggml -lggml-base -lggml-cpu -Wl,-rpath,"$lib" -lm -o "$work/fuzz_gguf"
-dir="$(mktemp -d)"
+# The inputs are written to a file in memory where there is one (a disk under load
+# stalled one open() past the timeout).
+dir="$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 FUZZ_GGUF_DIR="$dir" "$work/fuzz_gguf" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-  -timeout=10 -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" tests/fuzz-ggml/corpus
+  -timeout=60 -artifact_prefix="$work/" -print_final_stats=1 "$work/corpus" tests/fuzz-ggml/corpus
