@@ -397,7 +397,7 @@ fn the_loader_refuses_a_gguf_file_of_another_model() {
     let out = dir.path().join("mlp");
     let (args, data) = compile_example_mlp(&out);
     mithrilc::data::write_npy(&out.join("x.npy"), &data.arrays["input/input"]).unwrap();
-    let demo = |gguf: &Path, threads: &str| Command::new(out.join("mlp_demo")).current_dir(&out).arg("--gguf").arg(gguf).args(["--input", "input=x.npy", "--threads", threads]).output().unwrap();
+    let demo = |gguf: &Path, threads: &str| Command::new(out.join("mlp_demo")).current_dir(&out).arg("--gguf").arg(gguf).args(["--input", "input=x.npy", "--threads", threads, "--out", "."]).output().unwrap();
     let mut outputs = Vec::new();
     for threads in ["1", "2"] {
         let run = demo(&out.join("mlp.gguf"), threads);
@@ -442,4 +442,367 @@ fn the_loader_refuses_a_gguf_file_of_another_model() {
         assert_eq!(run.status.code(), Some(4), "{stderr}");
         assert!(stderr.contains(want), "{}: {stderr}", file.display());
     }
+}
+
+/// `graph` (IR text) run through the ggml target on `feeds` and through the interpreter:
+/// (ggml's outputs or its error, the interpreter's outputs).
+type Outputs = Vec<(String, mithrilc::tensor::Tensor)>;
+fn ggml_and_interpreter(ir: &str, feeds: &[(&str, mithrilc::tensor::Tensor)]) -> (Result<Outputs, String>, Result<Outputs, String>) {
+    let graph = mithrilc::ir::parse::parse(ir).unwrap();
+    let feeds: BTreeMap<String, mithrilc::tensor::Tensor> = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+    let want = mithrilc::interp::run(&graph, &feeds).map_err(|e| e.to_string());
+    let graphs = cli::Graphs { forward: graph, backward: None };
+    let got = cli::run_target(&GgmlTarget, &graphs, &feeds, Path::new("model.ir"), &BuildConfig::default(), Default::default()).map_err(|e| e.to_string());
+    (got, want)
+}
+
+/// Where `got` and `want` differ (exactly: NaN where the other is NaN, infinities of
+/// the same sign), an output a line.
+fn differences(got: &Outputs, want: &Outputs) -> Vec<String> {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .filter_map(|((name, g), (_, w))| {
+            let same = g.shape == w.shape && g.data.iter().zip(&w.data).all(|(x, y)| x == y || (x.is_nan() && y.is_nan()));
+            (!same).then(|| format!("{name}: got {:?} {:?}, the interpreter {:?} {:?}", g.shape, g.data, w.shape, w.data))
+        })
+        .collect()
+}
+
+fn f32s(shape: &[u64], data: &[f64]) -> mithrilc::tensor::Tensor {
+    mithrilc::tensor::Tensor::new(mithrilc::ir::Dtype::F32, shape.to_vec(), data.to_vec())
+}
+
+/// A gather index is range-checked in the type the model declares before anything
+/// narrows it to ggml's int32 rows: token 2^32 + 3 (as i64) is refused, not run as row 3,
+/// as are 2^31 and -2^32 + 1; indices in range, negative ones too, match the interpreter.
+#[test]
+fn an_index_beyond_int32_is_refused() {
+    let Some(_) = ggml_ready() else { return };
+    let ir = "graph emb {\n  %0 = input \"tokens\" : i64[2, 3]\n  %1 = param \"table\" : f32[5, 2]\n  %2 = gather %1, %0 {axis = 0} : f32[2, 3, 2]\n  output \"y\" = %2\n}\n";
+    let table = f32s(&[5, 2], &(0..10).map(f64::from).collect::<Vec<_>>());
+    let tokens = |t: [f64; 6]| mithrilc::tensor::Tensor::new(mithrilc::ir::Dtype::I64, vec![2, 3], t.to_vec());
+    let (got, want) = ggml_and_interpreter(ir, &[("tokens", tokens([0.0, 4.0, -5.0, -1.0, 2.0, 3.0])), ("table", table.clone())]);
+    let bad = differences(&got.unwrap(), &want.unwrap());
+    assert!(bad.is_empty(), "{bad:?}");
+    for t in [4294967299.0, 2147483648.0, -4294967295.0] {
+        let (got, _) = ggml_and_interpreter(ir, &[("tokens", tokens([0.0, 1.0, t, 2.0, 3.0, 4.0])), ("table", table.clone())]);
+        assert_eq!(got.err().as_deref(), Some("the compiled model: a gather or embedding index is out of range (outside [-n, n) for an axis of size n)"), "token {t}");
+    }
+}
+
+/// Inputs and outputs in their declared types: an i64 input read as a number (and
+/// given back), a bool input negated, match the interpreter; an integer beyond ±2^24,
+/// which ggml's f32 cannot hold exactly, is refused rather than rounded.
+#[test]
+fn integers_and_booleans_keep_their_types() {
+    let Some(_) = ggml_ready() else { return };
+    let ir = "graph ints {\n  %0 = input \"n\" : i64[3]\n  %1 = cast %0 {to = f32} : f32[3]\n  %2 = input \"b\" : bool[3]\n  %3 = not %2 : bool[3]\n  output \"x\" = %1\n  output \"same\" = %0\n  output \"not\" = %3\n}\n";
+    let ints = |v: [f64; 3]| mithrilc::tensor::Tensor::new(mithrilc::ir::Dtype::I64, vec![3], v.to_vec());
+    let bools = mithrilc::tensor::Tensor::new(mithrilc::ir::Dtype::Bool, vec![3], vec![1.0, 0.0, 1.0]);
+    let (got, want) = ggml_and_interpreter(ir, &[("n", ints([3.0, -16777216.0, 16777216.0])), ("b", bools.clone())]);
+    let (got, want) = (got.unwrap(), want.unwrap());
+    assert_eq!(got.iter().map(|(_, t)| t.dtype).collect::<Vec<_>>(), [mithrilc::ir::Dtype::F32, mithrilc::ir::Dtype::I64, mithrilc::ir::Dtype::Bool]);
+    let bad = differences(&got, &want);
+    assert!(bad.is_empty(), "{bad:?}");
+    for n in [16777217.0, -16777217.0, 4294967299.0] {
+        let (got, _) = ggml_and_interpreter(ir, &[("n", ints([0.0, n, 1.0])), ("b", bools.clone())]);
+        assert_eq!(got.err().as_deref(), Some("the compiled model: an integer input is beyond +-2^24, where ggml's f32 holds every integer"), "{n}");
+    }
+}
+
+/// NaN and infinities through relu, maximum, minimum, max and min reductions, max
+/// pooling (plain, padded, dilated, over a row of `-inf`), comparisons, sign and a cast
+/// to bool: the same as the interpreter's (which propagates NaN as NumPy does), NaN
+/// positions included.
+#[test]
+fn nan_propagates_like_the_interpreter() {
+    let Some(_) = ggml_ready() else { return };
+    let ir = "graph nans {
+  %0 = input \"x\" : f32[1, 2, 4, 4]
+  %1 = input \"y\" : f32[1, 2, 4, 4]
+  %2 = relu %0 : f32[1, 2, 4, 4]
+  %3 = max %0, %1 : f32[1, 2, 4, 4]
+  %4 = min %0, %1 : f32[1, 2, 4, 4]
+  %5 = reduce_max %0 {axes = [3], keepdim = false} : f32[1, 2, 4]
+  %6 = reduce_min %0 {axes = [1, 3], keepdim = false} : f32[1, 4]
+  %7 = max_pool %0 {kernel = [2, 2], stride = [2, 2], padding = [(0, 0), (0, 0)], dilation = [1, 1]} : f32[1, 2, 2, 2]
+  %8 = max_pool %0 {kernel = [3, 3], stride = [1, 1], padding = [(1, 1), (1, 1)], dilation = [1, 1]} : f32[1, 2, 4, 4]
+  %9 = max_pool %0 {kernel = [2, 2], stride = [1, 1], padding = [(0, 1), (1, 0)], dilation = [2, 1]} : f32[1, 2, 3, 4]
+  %10 = eq %0, %1 : bool[1, 2, 4, 4]
+  %11 = ne %0, %1 : bool[1, 2, 4, 4]
+  %12 = lt %0, %1 : bool[1, 2, 4, 4]
+  %13 = le %0, %1 : bool[1, 2, 4, 4]
+  %14 = gt %0, %1 : bool[1, 2, 4, 4]
+  %15 = ge %0, %1 : bool[1, 2, 4, 4]
+  %16 = sign %0 : f32[1, 2, 4, 4]
+  %17 = cast %0 {to = bool} : bool[1, 2, 4, 4]
+  %18 = max_pool %0 {kernel = [1, 2], stride = [1, 2], padding = [(0, 0), (0, 0)], dilation = [1, 1]} : f32[1, 2, 4, 2]
+  output \"relu\" = %2
+  output \"maximum\" = %3
+  output \"minimum\" = %4
+  output \"max\" = %5
+  output \"min\" = %6
+  output \"pool\" = %7
+  output \"padded_pool\" = %8
+  output \"dilated_pool\" = %9
+  output \"eq\" = %10
+  output \"ne\" = %11
+  output \"lt\" = %12
+  output \"le\" = %13
+  output \"gt\" = %14
+  output \"ge\" = %15
+  output \"sign\" = %16
+  output \"nonzero\" = %17
+  output \"row_pool\" = %18
+}
+";
+    let (nan, inf) = (f64::NAN, f64::INFINITY);
+    let x = [nan, -1.0, 2.0, -inf, 0.5, -2.0, nan, 3.0, -inf, -inf, -inf, -inf, 1.0, inf, -3.0, 0.0, -1.0, -2.0, -3.0, -4.0, nan, nan, 1.0, 2.0, inf, -inf, 0.0, 0.0, 5.0, 6.0, 7.0, nan];
+    let y = [1.0, nan, 2.0, -inf, -inf, 3.0, nan, -1.0, 0.0, inf, -inf, 2.0, nan, inf, -3.0, 1.0, -2.0, -1.0, nan, 4.0, 0.0, nan, -1.0, 3.0, inf, -inf, nan, 1.0, 5.0, 7.0, 6.0, 1.0];
+    let (got, want) = ggml_and_interpreter(ir, &[("x", f32s(&[1, 2, 4, 4], &x)), ("y", f32s(&[1, 2, 4, 4], &y))]);
+    let (got, want) = (got.unwrap(), want.unwrap());
+    for (name, t) in want.iter().filter(|(_, t)| t.dtype.is_float()) {
+        assert!(t.data.iter().any(|v| v.is_nan()), "the interpreter's {name} holds no NaN");
+    }
+    let bad = differences(&got, &want);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// A batch of 0 runs, as on the other targets, giving an empty output (ggml itself
+/// cannot allocate a tensor of no elements: the library never asks it to): the example
+/// MLP through `mithrilc run --target ggml`, and a graph whose outputs are empty (a
+/// product, an embedding of no tokens) and not (a parameter).
+#[test]
+fn a_batch_of_zero_gives_an_empty_output() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
+    let mut arrays: Vec<(String, mithrilc::tensor::Tensor)> = example.arrays.iter().filter_map(|(k, t)| k.strip_prefix("param/").map(|n| (n.to_string(), t.clone()))).collect();
+    arrays.push(("input".into(), f32s(&[0, 5], &[])));
+    mithrilc::data::write_npz(&dir.path().join("b0.npz"), &arrays).unwrap();
+    let model = root.join("examples/mlp/mlp.json").display().to_string();
+    for (target, out) in [("ggml", "g.npz"), ("interp", "i.npz")] {
+        let (code, _, stderr) = mithrilc_in(dir.path(), &["run", &model, "--data", "b0.npz", "--target", target, "-o", out]);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{target}");
+    }
+    let read = |f: &str| mithrilc::data::read_arrays(&dir.path().join(f)).unwrap().arrays;
+    assert_eq!(read("g.npz"), read("i.npz"));
+    assert_eq!(read("g.npz").values().next().unwrap().shape, vec![0, 3]);
+    let ir = "graph b0 {
+  %0 = input \"x\" : f32[0, 5]
+  %1 = param \"w\" : f32[3, 5]
+  %2 = transpose %1 {perm = [1, 0]} : f32[5, 3]
+  %3 = matmul %0, %2 : f32[0, 3]
+  %4 = relu %3 : f32[0, 3]
+  %5 = input \"tokens\" : i64[0]
+  %6 = gather %1, %5 {axis = 0} : f32[0, 5]
+  output \"y\" = %4
+  output \"rows\" = %6
+  output \"w\" = %1
+}
+";
+    let w = f32s(&[3, 5], &(0..15).map(f64::from).collect::<Vec<_>>());
+    let tokens = mithrilc::tensor::Tensor::new(mithrilc::ir::Dtype::I64, vec![0], vec![]);
+    let (got, want) = ggml_and_interpreter(ir, &[("x", f32s(&[0, 5], &[])), ("w", w), ("tokens", tokens)]);
+    let (got, want) = (got.unwrap(), want.unwrap());
+    assert_eq!(got.iter().map(|(_, t)| t.shape.clone()).collect::<Vec<_>>(), vec![vec![0, 3], vec![0, 5], vec![3, 5]]);
+    let bad = differences(&got, &want);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // A result with elements read from one of none (the interpreter's sum of nothing is
+    // 0) is refused when compiling, not left to ggml.
+    let g = mithrilc::ir::parse::parse("graph sum0 {\n  %0 = input \"x\" : f32[0, 3]\n  %1 = reduce_sum %0 {axes = [0], keepdim = false} : f32[3]\n  output \"y\" = %1\n}\n").unwrap();
+    assert_eq!(
+        check_supported(&GgmlTarget, &g).unwrap_err().to_string(),
+        "the ggml target cannot compile 1 node of the model:
+  reduce_sum f32[3] (%1): an operand of no elements in a result with some (ggml cannot allocate a tensor of no elements)
+  note: ops it cannot compile here: reduce_sum"
+    );
+}
+
+/// The mithrilc binary run in `dir`: (exit status, stdout, stderr).
+fn mithrilc_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_mithrilc")).current_dir(dir).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A Mithril model of one `submodel` (`Relu`, `Add`) whose ports are named as `ports`
+/// says (its key, then the name the model gives it).
+fn one_op_model(submodel: &str, ports: &[(&str, &str)]) -> String {
+    let connections: Vec<String> = ports.iter().map(|(k, n)| format!("\"{k}\": {{\"key\": {{\"name\": \"{n}\"}}}}")).collect();
+    format!(
+        r#"{{"name": "Model", "args": {{}},
+        "connections": {{"m_0": {{{}}}}},
+        "submodels": {{"m_0": {{"name": "{submodel}", "args": {{}}, "exposed_keys": ["output"], "assigned_shapes": [], "assigned_types": [],
+            "assigned_differentiabilities": [], "assigned_constraints": [], "assigned_cins": [], "assigned_couts": []}}}},
+        "exposed_keys": [], "assigned_shapes": [], "assigned_types": [], "assigned_differentiabilities": [], "assigned_constraints": [],
+        "assigned_cins": [], "assigned_couts": []}}"#,
+        connections.join(", ")
+    )
+}
+
+/// Input names may hold `=` (a model may name its ports so): `mithrilc run --target
+/// ggml` passes its inputs to the demo by index, and matches the interpreter on a model
+/// with inputs `a` and `a=b`.
+#[test]
+fn an_input_named_with_equals_runs() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("add.json"), one_op_model("Add", &[("left", "a"), ("right", "a=b"), ("output", "output")])).unwrap();
+    let (a, b) = (f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), f32s(&[2, 3], &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]));
+    mithrilc::data::write_npz(&dir.path().join("d.npz"), &[("a".into(), a), ("a=b".into(), b)]).unwrap();
+    for (target, out) in [("ggml", "g.npz"), ("interp", "i.npz")] {
+        let (code, _, stderr) = mithrilc_in(dir.path(), &["run", "add.json", "--data", "d.npz", "--target", target, "-o", out]);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{target}");
+    }
+    let read = |f: &str| mithrilc::data::read_arrays(&dir.path().join(f)).unwrap().arrays;
+    let (got, want) = (read("g.npz"), read("i.npz"));
+    assert_eq!(got, want);
+    assert_eq!(got.values().next().unwrap().data, vec![11.0, 22.0, 33.0, 44.0, 55.0, 66.0]);
+}
+
+/// The demo writes files only under `--out` (run without it, in an empty directory, it
+/// leaves the directory empty); `--threads` and `--repeat` refuse what is not a whole
+/// number within their bounds (1 to 256 threads, 1 to 1000000 calls), and `--input`
+/// names an input exactly, refusing a name that fits two inputs (`a=b=FILE`: `a` or
+/// `a=b`) in favour of `--input-index I=FILE`.
+#[test]
+fn the_demo_checks_its_arguments_and_writes_only_under_out() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp");
+    let (_, data) = compile_example_mlp(&out);
+    mithrilc::data::write_npy(&out.join("x.npy"), &data.arrays["input/input"]).unwrap();
+    let cwd = dir.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let demo = |args: &[&str]| {
+        let run = Command::new(out.join("mlp_demo")).current_dir(&cwd).arg("--gguf").arg(out.join("mlp.gguf")).args(args).output().unwrap();
+        (run.status.code().unwrap_or(-1), String::from_utf8_lossy(&run.stderr).into_owned())
+    };
+    let x = out.join("x.npy").display().to_string();
+    let input = format!("input={x}");
+    let (code, stderr) = demo(&["--input", &input, "--threads", "2", "--repeat", "3"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0, "the demo wrote into its working directory without --out");
+    let outputs = dir.path().join("outputs");
+    std::fs::create_dir(&outputs).unwrap();
+    let (code, stderr) = demo(&["--input-index", &format!("0={x}"), "--out", outputs.to_str().unwrap()]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let got = mithrilc::data::read_arrays(&outputs.join("output_0.npy")).unwrap();
+    let want = &data.arrays["output/output"];
+    assert!(got.arrays.values().next().unwrap().data.iter().zip(&want.data).all(|(g, w)| (g - w).abs() <= 1e-5));
+    for (flag, value, bound) in [
+        ("--threads", "abc", "1 to 256"),
+        ("--threads", "2x", "1 to 256"),
+        ("--threads", "", "1 to 256"),
+        ("--threads", "0", "1 to 256"),
+        ("--threads", "-1", "1 to 256"),
+        ("--threads", "+2", "1 to 256"),
+        ("--threads", "100000", "1 to 256"),
+        ("--threads", "99999999999999999999999", "1 to 256"),
+        ("--repeat", "0", "1 to 1000000"),
+        ("--repeat", "-1", "1 to 1000000"),
+        ("--repeat", "abc", "1 to 1000000"),
+        ("--repeat", "1000001", "1 to 1000000"),
+        ("--repeat", " 1", "1 to 1000000"),
+    ] {
+        let (code, stderr) = demo(&["--input", &input, flag, value]);
+        assert_eq!((code, stderr), (1, format!("mlp_demo: {flag} wants a whole number from {bound}: {value}\n")));
+    }
+    for (args, want) in [
+        (vec!["--input".to_string(), format!("nothing={x}")], format!("mlp_demo: the model has no input named like: nothing={x}\n")),
+        (vec!["--input-index".to_string(), format!("1={x}")], format!("mlp_demo: --input-index wants I=FILE with I from 0 to 0: 1={x}\n")),
+        (vec!["--input-index".to_string(), format!("-0={x}")], format!("mlp_demo: --input-index wants I=FILE with I from 0 to 0: -0={x}\n")),
+        (vec!["--input-index".to_string(), x.clone()], format!("mlp_demo: --input-index wants I=FILE with I from 0 to 0: {x}\n")),
+        (vec!["--threads".to_string()], "mlp_demo: missing value after: --threads\n".to_string()),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(demo(&args), (1, want));
+    }
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0);
+    // A model whose inputs are `a` and `a=b`.
+    let add = dir.path().join("add");
+    let graph = mithrilc::ir::parse::parse("graph add {\n  %0 = input \"a\" : f32[2]\n  %1 = input \"a=b\" : f32[2]\n  %2 = add %0, %1 : f32[2]\n  output \"y\" = %2\n}\n").unwrap();
+    let files = GgmlTarget.emit(&cli::Graphs { forward: graph, backward: None }, &EmitOptions { weights: Some(BTreeMap::new()), ..Default::default() }).unwrap().files;
+    std::fs::create_dir(&add).unwrap();
+    for (name, bytes) in &files {
+        std::fs::write(add.join(name), bytes).unwrap();
+    }
+    GgmlTarget.build(&add, &BuildConfig::default()).unwrap();
+    mithrilc::data::write_npy(&add.join("one.npy"), &f32s(&[2], &[1.0, 2.0])).unwrap();
+    mithrilc::data::write_npy(&add.join("ten.npy"), &f32s(&[2], &[10.0, 20.0])).unwrap();
+    std::fs::write(add.join("b=ten.npy"), std::fs::read(add.join("ten.npy")).unwrap()).unwrap();
+    let run = |args: &[&str]| {
+        let run = Command::new(add.join("add_demo")).current_dir(&add).args(args).output().unwrap();
+        (run.status.code().unwrap_or(-1), String::from_utf8_lossy(&run.stderr).into_owned())
+    };
+    assert_eq!(run(&["--input", "a=b=ten.npy"]), (1, "add_demo: --input names more than one input (use --input-index I=FILE): a=b=ten.npy\n".to_string()));
+    assert_eq!(run(&["--input-index", "0=one.npy", "--input-index", "1=ten.npy", "--out", "."]), (0, String::new()));
+    let y = mithrilc::data::read_arrays(&add.join("output_0.npy")).unwrap();
+    assert_eq!(y.arrays.values().next().unwrap().data, vec![11.0, 22.0]);
+}
+
+/// A version 1.0 `.npy` file with the header text `dict` (padded as NumPy pads it) and
+/// `data`.
+fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = dict.to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+/// The demo reads a `.npy` header as the dictionary it is: a Fortran-order array (in
+/// spellings NumPy reads) is refused, not read as C order; the element type is the
+/// whole `descr`, not a substring found anywhere in the header; a header NumPy would not
+/// write (an unknown key) is refused. The same header in double quotes, as NumPy also
+/// reads, is read. An output of rank 200 (a header far beyond 512 bytes) is written
+/// whole and matches the interpreter.
+#[test]
+fn the_demo_reads_npy_headers_strictly_and_writes_any_rank() {
+    let Some(_) = ggml_ready() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mlp");
+    let (_, data) = compile_example_mlp(&out);
+    let x = &data.arrays["input/input"];
+    let le: Vec<u8> = x.data.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect();
+    let demo = |dict: &str| {
+        std::fs::write(out.join("x.npy"), npy_file(dict, &le)).unwrap();
+        let run = Command::new(out.join("mlp_demo")).current_dir(&out).args(["--input", "input=x.npy", "--out", "."]).output().unwrap();
+        (run.status.code().unwrap_or(-1), String::from_utf8_lossy(&run.stderr).into_owned())
+    };
+    let fortran = "mlp_demo: a Fortran-order array (save it in C order: numpy.ascontiguousarray): x.npy\n";
+    for (dict, want) in [
+        ("{'descr': '<f4', 'fortran_order': True, 'shape': (4, 5), }", fortran),
+        ("{'descr':'<f4','fortran_order':True,'shape':(4,5)}", fortran),
+        ("{\"shape\": (4, 5), \"fortran_order\": True, \"descr\": \"<f4\"}", fortran),
+        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), 'note': '<f4'}", "mlp_demo: bad .npy header: x.npy\n"),
+        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), }", "mlp_demo: wrong element type in: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), 'descr': '<f4'}", "mlp_demo: bad .npy header: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (5, 4), }", "mlp_demo: the array's shape does not match the input's: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5, 1), }", "mlp_demo: the array's shape does not match the input's: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), } x", "mlp_demo: bad .npy header: x.npy\n"),
+        ("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (4, 5), }", "mlp_demo: bad .npy header: x.npy\n"),
+    ] {
+        assert_eq!(demo(dict), (1, want.to_string()), "{dict}");
+    }
+    for dict in ["{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), }", "{\"shape\": (4,5,), \"descr\": \"<f4\", \"fortran_order\": False}"] {
+        assert_eq!(demo(dict), (0, String::new()), "{dict}");
+        let got = mithrilc::data::read_arrays(&out.join("output_0.npy")).unwrap();
+        let want = &data.arrays["output/output"];
+        assert!(got.arrays.values().next().unwrap().data.iter().zip(&want.data).all(|(g, w)| (g - w).abs() <= 1e-5), "{dict}");
+    }
+    // rank 200: [1, ..., 1, 2, 3]
+    let shape: Vec<String> = std::iter::repeat_n("1".to_string(), 198).chain(["2".into(), "3".into()]).collect();
+    let ir = format!("graph tall {{\n  %0 = input \"x\" : f32[2, 3]\n  %1 = reshape %0 : f32[{}]\n  output \"y\" = %1\n}}\n", shape.join(", "));
+    let (got, want) = ggml_and_interpreter(&ir, &[("x", f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))]);
+    let (got, want) = (got.unwrap(), want.unwrap());
+    assert_eq!(got[0].1.shape.len(), 200);
+    assert!(differences(&got, &want).is_empty());
 }

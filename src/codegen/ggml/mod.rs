@@ -13,8 +13,12 @@
 //! integers only as gather indices or compile-time constants. What ggml cannot express
 //! (integer arithmetic, products over an axis, 3-d windows, row-strided slices,
 //! non-zero padding) is refused by [`writer::lacks`], every node at once; ops it
-//! has no kernel for (where, pow, erf, isnan, backwards slices) are small C kernels run
-//! as ggml custom ops.
+//! has no kernel for (where, pow, erf, isnan, backwards slices), or whose kernel drops
+//! NaN (relu, sign, max, min, comparisons, max pooling), are small C kernels run as
+//! ggml custom ops. Inputs and outputs have the model's element types; `_forward`
+//! checks and converts them (gather indices in their own type before narrowing them to
+//! ggml's int32 rows). Tensors of no elements are never made (ggml cannot allocate
+//! them).
 //! `--quantize` stores the weights of matrix products as f16, bf16, q8_0 or q4_0
 //! ([`Quantize`]); everything else stays f32.
 
@@ -60,6 +64,13 @@ pub struct Options {
 /// file (the C target's status for a refused input: `run_demo` reports it as the user's).
 pub const DEMO_REJECTED_EXIT: i32 = crate::codegen::c::DEMO_REJECTED_EXIT;
 
+/// The most threads the demo's `--threads` takes (more is refused: ggml starts each one,
+/// and a typo such as 100000 would load the machine for minutes).
+pub const DEMO_MAX_THREADS: u32 = 256;
+
+/// The most calls the demo's `--repeat` takes (it keeps each call's time).
+pub const DEMO_MAX_REPEAT: u32 = 1_000_000;
+
 /// A parameter's name as a GGUF tensor name: itself when it fits ggml's names, else its
 /// start and a hash of the whole name (every parameter name is in `mithrilc.parameters`).
 pub fn gguf_name(name: &str) -> String {
@@ -99,17 +110,21 @@ struct Port {
     comment: String,
     /// The .npy element type.
     descr: &'static str,
-    /// What the library takes or gives: float, or int32_t for integer indices.
+    /// What the library takes or gives, the type the model declares: float, uint8_t
+    /// (bool), int32_t or int64_t.
     ctype: &'static str,
+    /// The same as a code of the library's `struct port` (`T_FLOAT` ...).
+    code: &'static str,
     rank: usize,
-    shape4: String,
+    /// The shape, comma-separated (`0` for a scalar, whose rank is 0).
+    shape: String,
     size: u64,
     /// For a gather's indices, the rows they index (0: not indices): `_forward` checks
     /// them against `[-rows, rows)`, since ggml_get_rows aborts on one out of range.
     rows: u64,
-    /// Whether `_forward` counts negative indices from the end in a staging copy (they
-    /// are only indices, of one table size); otherwise it refuses them.
-    wrap: bool,
+    /// Whether `_forward` counts negative indices from the end as it narrows them (they
+    /// index tables of one size); otherwise it refuses them.
+    wrap: u8,
 }
 
 #[derive(Serialize)]
@@ -141,6 +156,10 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     for v in graph.ids() {
         let node = graph.node(v);
         let shape = node.ty.shape.as_known().unwrap_or_default();
+        // (a tensor of no elements is never made: `writer::Writer::node`)
+        if shape.contains(&0) {
+            continue;
+        }
         let (stored, data, ty) = match node.op {
             Op::Param => {
                 let pname = node.name.clone().unwrap_or_default();
@@ -188,23 +207,24 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     let port = |v: ValueId, label: &str| -> Port {
         let ty = graph.ty(v);
         let shape = ty.shape.as_known().unwrap_or_default();
-        let mut s4 = shape.clone();
-        s4.resize(4, 0);
+        // (every other type `writer::lacks` refuses)
+        let (descr, ctype, code) = match ty.dtype {
+            Dtype::Bool => ("|b1", "uint8_t", "T_BOOL"),
+            Dtype::I32 => ("<i4", "int32_t", "T_INT32"),
+            Dtype::I64 => ("<i8", "int64_t", "T_INT64"),
+            _ => ("<f4", "float", "T_FLOAT"),
+        };
         Port {
             label: c_string(&port_label(label)),
             comment: comment_safe(&format!("{label}: {ty}")),
-            descr: match ty.dtype {
-                Dtype::Bool => "|b1",
-                Dtype::I32 => "<i4",
-                Dtype::I64 => "<i8",
-                _ => "<f4",
-            },
-            ctype: if matches!(ty.dtype, Dtype::I32 | Dtype::I64) { "int32_t" } else { "float" },
+            descr,
+            ctype,
+            code,
             rank: shape.len(),
-            shape4: s4.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+            shape: if shape.is_empty() { "0".into() } else { shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ") },
             size: shape.iter().product(),
             rows: index_rows.get(&v).map_or(0, |r| r.0),
-            wrap: index_rows.get(&v).is_some_and(|r| r.0 == r.1) && writer::indices_only(graph, v),
+            wrap: u8::from(index_rows.get(&v).is_some_and(|r| r.0 == r.1)),
         }
     };
     let inputs: Vec<Port> = graph.inputs().map(|v| port(v, graph.node(v).name.as_deref().unwrap_or_default())).collect();
@@ -219,18 +239,26 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     ctx.insert("NAME", &name.to_uppercase());
     ctx.insert("version", env!("CARGO_PKG_VERSION"));
     ctx.insert("source", &comment_safe(&opts.source));
-    ctx.insert("checks_indices", &inputs.iter().any(|p| p.rows > 0));
+    let fed = || inputs.iter().zip(&w.inputs);
+    ctx.insert("checks_indices", &fed().any(|(_, t)| t.index != "NULL"));
+    ctx.insert("stages_numbers", &fed().any(|(p, t)| t.number != "NULL" && p.code != "T_FLOAT"));
+    ctx.insert("converts_outputs", &outputs.iter().zip(&w.outputs).any(|(p, t)| t != "NULL" && p.code != "T_FLOAT"));
+    ctx.insert("max_rank", &inputs.iter().chain(&outputs).map(|p| p.rank).max().unwrap_or(0).max(1));
     ctx.insert("inputs", &inputs);
     ctx.insert("outputs", &outputs);
     ctx.insert("stored", &stored);
     ctx.insert("code", w.code.trim_end());
-    ctx.insert("kernels", &w.customs.iter().map(|k| writer::custom_kernel(k)).collect::<Vec<_>>().join("\n"));
+    ctx.insert("makes_tensors", &(w.tensors > 0));
+    ctx.insert("kernels", w.customs.iter().map(|k| writer::custom_kernel(k)).collect::<Vec<_>>().join("\n").trim_end());
     ctx.insert("input_vars", &w.inputs);
     ctx.insert("output_vars", &w.outputs);
     // Every tensor the calls create, the weights' views included, and room for the graph
     // to list each once as a node or a leaf.
     ctx.insert("graph_size", &(w.tensors + w.loads.len() + 16));
     ctx.insert("rejected_exit", &DEMO_REJECTED_EXIT);
+    ctx.insert("max_threads", &DEMO_MAX_THREADS);
+    ctx.insert("max_repeat", &DEMO_MAX_REPEAT);
+    ctx.insert("last_input", &(inputs.len() as i64 - 1));
     let mut tera = tera::Tera::default();
     let templates = [
         ("model.h", include_str!("../../../templates/ggml/model.h.tera")),

@@ -9,9 +9,11 @@
 //! `ne0`. `ggml_mul_mat(x[K,N], y[K,M])` is `[N,M]` in ggml's order, `y @ x^T` in the
 //! IR's: a product `A @ B` is `ggml_mul_mat(B^T, A)`.
 //!
-//! Booleans are f32 0 and 1 (comparisons are built from `ggml_step`); integer tensors
-//! have no place here (ggml's CPU arithmetic is floating point), so a model that needs
-//! them (gather indices, argmax) is refused through [`Writer::lacks`].
+//! Booleans are f32 0 and 1 (comparisons are [`CUSTOM`] kernels); integers are ggml
+//! int32 rows only as a gather's indices, and f32 elsewhere (ggml's CPU arithmetic is
+//! floating point), so a model that computes them (argmax, shifts) is refused through
+//! [`lacks`]. A node of no elements is never made (ggml cannot allocate one): its
+//! variable is `NULL`, and [`lacks`] refuses a node with elements that reads it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -28,12 +30,26 @@ pub const MAX_RANK: usize = 4;
 /// `ggml_map_custom1/2/3` (operands broadcast to the result's shape first): the model
 /// op's name, its arity and the value of element `i` from operands `x0`, `x1`, `x2`.
 /// `where` is not `c * a + (1 - c) * b` because that makes NaN of an infinite branch
-/// not taken (a causal mask's `-inf`).
+/// not taken (a causal mask's `-inf`). The others ggml has ops for, but ops that drop
+/// NaN (`ggml_relu`, `ggml_sgn` and `ggml_step` give 0 for it) or make it of
+/// infinities (`a + relu(b - a)` for a maximum): these propagate NaN as the interpreter
+/// (NumPy) does, and compare as C does (false for NaN but in `!=`).
 pub const CUSTOM: &[(&str, usize, &str)] = &[
     ("where", 3, "x0 != 0.0f ? x1 : x2"),
     ("pow", 2, "powf(x0, x1)"),
     ("erf", 1, "erff(x0)"),
     ("isnan", 1, "isnan(x0) ? 1.0f : 0.0f"),
+    ("relu", 1, "isnan(x0) || x0 > 0.0f ? x0 : 0.0f"),
+    ("sign", 1, "x0 > 0.0f ? 1.0f : x0 < 0.0f ? -1.0f : x0"),
+    ("nonzero", 1, "x0 != 0.0f ? 1.0f : 0.0f"),
+    ("max", 2, "isnan(x0) || isnan(x1) ? NAN : x0 > x1 ? x0 : x1"),
+    ("min", 2, "isnan(x0) || isnan(x1) ? NAN : x0 < x1 ? x0 : x1"),
+    ("eq", 2, "x0 == x1 ? 1.0f : 0.0f"),
+    ("ne", 2, "x0 != x1 ? 1.0f : 0.0f"),
+    ("lt", 2, "x0 < x1 ? 1.0f : 0.0f"),
+    ("le", 2, "x0 <= x1 ? 1.0f : 0.0f"),
+    ("gt", 2, "x0 > x1 ? 1.0f : 0.0f"),
+    ("ge", 2, "x0 >= x1 ? 1.0f : 0.0f"),
 ];
 
 /// The kernel of a slice that runs backwards along some axes: its contiguous operand
@@ -58,28 +74,73 @@ static void custom_reverse(struct ggml_tensor *dst, const struct ggml_tensor *a0
 }
 ";
 
-/// The C source of the custom kernel named `name` ([`CUSTOM`], or `reverse`).
+/// Max pooling with the model's semantics, for pooling and max reductions: ggml's
+/// `ggml_pool_2d` drops NaN and starts from `-FLT_MAX` (so a window of `-inf` gives
+/// `-FLT_MAX`), where the interpreter propagates NaN and starts from `-inf`.
+const MAX_POOL_KERNEL: &str = "/* Max pooling as the model means it (ggml_pool_2d drops NaN and starts from -FLT_MAX):
+ * dst [OW, OH, C, N] from its source [W, H, C, N] (contiguous), each element the largest
+ * of a window's taps, NaN if one is NaN; userdata (int64_t[8]) holds the window's width
+ * and height, strides, dilations, and left and top padding (taps there are skipped). */
+static void custom_max_pool(struct ggml_tensor *dst, int ith, int nth, void *userdata) {
+    const int64_t *p = (const int64_t *)userdata;
+    const struct ggml_tensor *a = dst->src[0];
+    const int64_t n = ggml_nelements(dst), per = (n + nth - 1) / nth, lo = per * ith, hi = lo + per < n ? lo + per : n;
+    int64_t i;
+    for (i = lo; i < hi; ++i) {
+        const int64_t ox = i % dst->ne[0], oy = i / dst->ne[0] % dst->ne[1], plane = i / (dst->ne[0] * dst->ne[1]);
+        const float *x = (const float *)a->data + plane * a->ne[0] * a->ne[1];
+        float best = -INFINITY;
+        int64_t kx, ky;
+        for (ky = 0; ky < p[1]; ++ky) {
+            const int64_t y = oy * p[3] + ky * p[5] - p[7];
+            for (kx = 0; y >= 0 && y < a->ne[1] && kx < p[0]; ++kx) {
+                const int64_t xx = ox * p[2] + kx * p[4] - p[6];
+                const float v = xx >= 0 && xx < a->ne[0] ? x[y * a->ne[0] + xx] : -INFINITY;
+                /* (once best is NaN, nothing is greater) */
+                best = isnan(v) || v > best ? v : best;
+            }
+        }
+        ((float *)dst->data)[i] = best;
+    }
+}
+";
+
+/// The C source of the custom kernel named `name` ([`CUSTOM`], `reverse` or `max_pool`).
 pub fn custom_kernel(name: &str) -> String {
     if name == "reverse" {
         return REVERSE_KERNEL.to_string();
+    }
+    if name == "max_pool" {
+        return MAX_POOL_KERNEL.to_string();
     }
     let Some((_, arity, expr)) = CUSTOM.iter().find(|(n, _, _)| *n == name) else { return String::new() };
     let params: Vec<String> = (0..*arity).map(|k| format!("const struct ggml_tensor *a{k}")).collect();
     let loads: Vec<String> = (0..*arity).map(|k| format!("x{k} = ((const float *)a{k}->data)[i]")).collect();
     format!(
-        "/* The model's {name}, elementwise (ggml has no such op): run by ggml_map_custom{arity}. */\n\
-static void custom_{name}(struct ggml_tensor *dst, {}, int ith, int nth, void *userdata) {{\n\
-    const int64_t n = ggml_nelements(dst), per = (n + nth - 1) / nth, lo = per * ith, hi = lo + per < n ? lo + per : n;\n\
-    int64_t i;\n\
-    (void)userdata;\n\
-    for (i = lo; i < hi; ++i) {{\n\
-        const float {};\n\
-        ((float *)dst->data)[i] = {expr};\n\
-    }}\n\
-}}\n",
+        r#"/* The model's {name}, elementwise (ggml has no such op, or one that loses NaN): run by ggml_map_custom{arity}. */
+static void custom_{name}(struct ggml_tensor *dst, {}, int ith, int nth, void *userdata) {{
+    const int64_t n = ggml_nelements(dst), per = (n + nth - 1) / nth, lo = per * ith, hi = lo + per < n ? lo + per : n;
+    int64_t i;
+    (void)userdata;
+    for (i = lo; i < hi; ++i) {{
+        const float {};
+        ((float *)dst->data)[i] = {expr};
+    }}
+}}
+"#,
         params.join(", "),
         loads.join(", ")
     )
+}
+
+/// The ggml tensors a model input is fed into, as C expressions (`NULL`: none): its
+/// values as f32 (`number`: a float or bool input, or integers other ops than a gather
+/// read), and its gather indices as ggml's int32 rows (`index`). An input of no elements
+/// has neither.
+#[derive(serde::Serialize, Clone, Debug)]
+pub struct InputVars {
+    pub number: String,
+    pub index: String,
 }
 
 /// The C statements that build the graph, and what the library needs to know about them.
@@ -91,9 +152,9 @@ pub struct Writer {
     pub code: String,
     /// An upper bound on the tensors the statements create (sizes the graph context).
     pub tensors: usize,
-    /// The C variable of each model input, in order.
-    pub inputs: Vec<String>,
-    /// The C variable of each model output, in order.
+    /// The ggml tensors of each model input, in order.
+    pub inputs: Vec<InputVars>,
+    /// The C variable of each model output, in order (`NULL` for one of no elements).
     pub outputs: Vec<String>,
     /// The names of stored tensors the build reads, with their ggml shape.
     pub loads: Vec<(String, [u64; 4])>,
@@ -241,29 +302,6 @@ impl Writer {
         self.call("ggml_scale_bias", &format!("{x}, {}, {}", c_float(s), c_float(b)))
     }
 
-    /// A comparison of the (broadcast) operands as 0 or 1: `step(a - b)` is `a > b`.
-    fn compare(&mut self, graph: &Graph, v: ValueId, op: BinaryOp) -> String {
-        let (a, b) = self.both(graph, v);
-        let d = self.call("ggml_sub", &format!("{a}, {b}"));
-        match op {
-            BinaryOp::Gt => self.call("ggml_step", &d),
-            BinaryOp::Lt | BinaryOp::Ge => {
-                let n = self.call("ggml_neg", &d);
-                let lt = self.call("ggml_step", &n);
-                if op == BinaryOp::Lt { lt } else { self.affine(&lt, -1.0, 1.0) }
-            }
-            BinaryOp::Le => {
-                let gt = self.call("ggml_step", &d);
-                self.affine(&gt, -1.0, 1.0)
-            }
-            _ => {
-                let m = self.call("ggml_abs", &d);
-                let ne = self.call("ggml_step", &m);
-                if op == BinaryOp::Ne { ne } else { self.affine(&ne, -1.0, 1.0) }
-            }
-        }
-    }
-
     /// `x` (IR shape `shape`) with the IR axes `axes` moved innermost and flattened into
     /// ggml's `ne0`: `[R, rest]` with `R` the product of those axes; for reductions.
     fn rows_over(&mut self, x: &str, shape: &[u64], axes: &[usize]) -> (String, u64, u64) {
@@ -281,9 +319,35 @@ impl Writer {
         (rows, n, rest)
     }
 
-    /// The largest element of each row of `rows` (`[n, rest]`): a max pooling over the row.
-    fn row_max(&mut self, rows: &str, n: u64) -> String {
-        self.call("ggml_pool_2d", &format!("{rows}, GGML_OP_POOL_MAX, {n}, 1, {n}, 1, 0, 0"))
+    /// The largest element of each row of `rows` (`[n, rest]`), as `[1, rest]`: a max
+    /// pooling over the row.
+    fn row_max(&mut self, rows: &str, n: u64, rest: u64) -> String {
+        self.max_windows(rows, [1, rest, 1, 1], [n, 1, n, 1, 1, 1, 0, 0])
+    }
+
+    /// [`MAX_POOL_KERNEL`] over `x` (ggml `[W, H, C, N]`) to ggml shape `out`, with `p` its
+    /// window (width, height, strides, dilations, left and top padding), kept in a static
+    /// array since the graph keeps the pointer.
+    fn max_windows(&mut self, x: &str, out: [u64; 4], p: [u64; 8]) -> String {
+        let params = self.fresh();
+        let list: Vec<String> = p.iter().map(u64::to_string).collect();
+        let _ = writeln!(self.code, "    static const int64_t {params}[8] = {{ {} }};", list.join(", "));
+        self.customs.insert("max_pool");
+        self.call("ggml_custom_4d", &format!("GGML_TYPE_F32, {}, &{x}, 1, custom_max_pool, GGML_N_TASKS_MAX, (void *){params}", ne_args(out)))
+    }
+
+    /// Max pooling node `v` of `x` by [`MAX_POOL_KERNEL`] (a 1-d window is 2-d of height 1).
+    fn max_pool(&mut self, graph: &Graph, v: ValueId, x: &str) -> String {
+        let Op::Pool(p) = &graph.node(v).op else { return String::new() };
+        let (xn, out) = (ne(&shape(graph, graph.node(v).args[0])), ne(&shape(graph, v)));
+        let (x4, o4, window) = if p.kernel.len() == 2 {
+            (xn, out, [p.kernel[1], p.kernel[0], p.stride[1], p.stride[0], p.dilation[1], p.dilation[0], p.padding[1].0, p.padding[0].0])
+        } else {
+            ([xn[0], 1, xn[1], xn[2]], [out[0], 1, out[1], out[2]], [p.kernel[0], 1, p.stride[0], 1, p.dilation[0], 1, p.padding[0].0, 0])
+        };
+        let x2 = self.reshape(x, xn, x4);
+        let pooled = self.max_windows(&x2, o4, window);
+        self.reshape(&pooled, o4, out)
     }
 
     /// A stored tensor (parameter or constant) of ggml shape `n`, checked by the loader.
@@ -312,6 +376,10 @@ pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
     let ty = &node.ty;
     if !ty.shape.is_static() {
         return Some("a symbolic dimension (ggml builds its graph at fixed sizes: give every size)".into());
+    }
+    let empty = |v: ValueId| graph.ty(v).shape.as_known().is_some_and(|s| s.contains(&0));
+    if !empty(v) && node.args.iter().any(|&a| empty(a)) {
+        return Some("an operand of no elements in a result with some (ggml cannot allocate a tensor of no elements)".into());
     }
     if ty.rank() > MAX_RANK && !merges_alike(graph, v) {
         return Some(format!("rank {} (ggml tensors have at most {MAX_RANK} dimensions)", ty.rank()));
@@ -431,29 +499,44 @@ impl GraphWriter for Writer {
         let arg_vars: Vec<String> = node.args.iter().map(|&x| self.var(x)).collect();
         let a = |i: usize| arg_vars[i].clone();
         let in_ne = |i: usize| ne(&shape(graph, node.args[i]));
+        // ggml cannot allocate a tensor of no elements (gallocr aborts): such a node is
+        // never made, and nothing that is made reads it (`lacks`).
+        if out_shape.contains(&0) {
+            let _ = writeln!(self.code, "    /* (no elements: not computed) */");
+            if node.op == Op::Input {
+                self.inputs.push(InputVars { number: "NULL".into(), index: "NULL".into() });
+            }
+            self.vars.insert(v, "NULL".into());
+            return Ok(());
+        }
         if folded_into_products(graph, v) {
             let _ = writeln!(self.code, "    /* (read transposed by the products that use it) */");
             self.vars.insert(v, String::new());
             return Ok(());
         }
         let result = match &node.op {
+            // The library converts each input from the type the model declares: to int32
+            // rows for the gathers it feeds (after checking them), to f32 for the other
+            // ops (integers only within f32's exact ones).
             Op::Input => {
                 let int = matches!(node.ty.dtype, Dtype::I32 | Dtype::I64);
-                let t = self.call("ggml_new_tensor_4d", &format!("{}, {}", if int { "GGML_TYPE_I32" } else { "GGML_TYPE_F32" }, ne_args(out)));
-                let _ = writeln!(self.code, "    ggml_set_input({t});");
-                self.inputs.push(t.clone());
-                if int {
+                let mut fed = |ty: &str| {
+                    let t = self.call("ggml_new_tensor_4d", &format!("{ty}, {}", ne_args(out)));
+                    let _ = writeln!(self.code, "    ggml_set_input({t});");
+                    t
+                };
+                let index = (int && graph.ids().any(|u| matches!(graph.node(u).op, Op::Gather { .. }) && graph.node(u).args[1] == v)).then(|| fed("GGML_TYPE_I32"));
+                let number = (!int || !indices_only(graph, v)).then(|| fed("GGML_TYPE_F32"));
+                let null = || "NULL".to_string();
+                self.inputs.push(InputVars { number: number.clone().unwrap_or_else(null), index: index.clone().unwrap_or_else(null) });
+                if let Some(t) = &index {
                     self.int_vars.insert(v, t.clone());
                 }
-                // Integers that other ops than a gather read, as f32 (exact below 2^24).
-                if int && !indices_only(graph, v) { self.call("ggml_cast", &format!("{t}, GGML_TYPE_F32")) } else { t }
+                number.or(index).unwrap_or_default()
             }
             Op::Param | Op::Constant(_) | Op::Iota { .. } => self.load(v, out)?,
             Op::StopGradient => a(0),
-            Op::Cast { to: Dtype::Bool } if graph.ty(node.args[0]).dtype != Dtype::Bool => {
-                let m = self.call("ggml_abs", &a(0));
-                self.call("ggml_step", &m)
-            }
+            Op::Cast { to: Dtype::Bool } if graph.ty(node.args[0]).dtype != Dtype::Bool => self.custom(graph, v, "nonzero"),
             Op::Cast { .. } => a(0),
             Op::Unary(u) => {
                 let x = a(0);
@@ -461,7 +544,6 @@ impl GraphWriter for Writer {
                     Some(match u {
                         UnaryOp::Neg => "ggml_neg",
                         UnaryOp::Abs => "ggml_abs",
-                        UnaryOp::Sign => "ggml_sgn",
                         UnaryOp::Exp => "ggml_exp",
                         UnaryOp::Log => "ggml_log",
                         UnaryOp::Sqrt => "ggml_sqrt",
@@ -469,11 +551,10 @@ impl GraphWriter for Writer {
                         UnaryOp::Cos => "ggml_cos",
                         UnaryOp::Tanh => "ggml_tanh",
                         UnaryOp::Sigmoid => "ggml_sigmoid",
-                        UnaryOp::Relu => "ggml_relu",
                         UnaryOp::Gelu => "ggml_gelu_erf",
                         UnaryOp::Softplus => "ggml_softplus",
                         UnaryOp::Floor => "ggml_floor",
-                        UnaryOp::GeluTanh | UnaryOp::Not | UnaryOp::Erf | UnaryOp::IsNan => return None,
+                        UnaryOp::GeluTanh | UnaryOp::Not | UnaryOp::Erf | UnaryOp::IsNan | UnaryOp::Relu | UnaryOp::Sign => return None,
                     })
                 };
                 match (simple(*u), u) {
@@ -482,6 +563,8 @@ impl GraphWriter for Writer {
                     (None, UnaryOp::Not) => self.affine(&x, -1.0, 1.0),
                     (None, UnaryOp::Erf) => self.custom(graph, v, "erf"),
                     (None, UnaryOp::IsNan) => self.custom(graph, v, "isnan"),
+                    (None, UnaryOp::Relu) => self.custom(graph, v, "relu"),
+                    (None, UnaryOp::Sign) => self.custom(graph, v, "sign"),
                     // ggml_gelu reads a float16 table; this is the formula, in f32:
                     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
                     (None, UnaryOp::GeluTanh) => {
@@ -519,21 +602,21 @@ impl GraphWriter for Writer {
                     }
                     _ => self.custom(graph, v, "pow"),
                 },
-                // max(a, b) == a + relu(b - a); min(a, b) == a - relu(a - b)
-                BinaryOp::Max | BinaryOp::Min | BinaryOp::Or => {
-                    let (x, y) = self.both(graph, v);
-                    let (p, q) = if *b == BinaryOp::Min { (&x, &y) } else { (&y, &x) };
-                    let d = self.call("ggml_sub", &format!("{p}, {q}"));
-                    let r = self.call("ggml_relu", &d);
-                    self.call(if *b == BinaryOp::Min { "ggml_sub" } else { "ggml_add" }, &format!("{x}, {r}"))
-                }
+                // a or b == max(a, b) for 0/1 values
+                BinaryOp::Max | BinaryOp::Or => self.custom(graph, v, "max"),
+                BinaryOp::Min => self.custom(graph, v, "min"),
                 // a xor b == |a - b| for 0/1 values
                 BinaryOp::Xor => {
                     let (x, y) = self.both(graph, v);
                     let d = self.call("ggml_sub", &format!("{x}, {y}"));
                     self.call("ggml_abs", &d)
                 }
-                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => self.compare(graph, v, *b),
+                BinaryOp::Eq => self.custom(graph, v, "eq"),
+                BinaryOp::Ne => self.custom(graph, v, "ne"),
+                BinaryOp::Lt => self.custom(graph, v, "lt"),
+                BinaryOp::Le => self.custom(graph, v, "le"),
+                BinaryOp::Gt => self.custom(graph, v, "gt"),
+                BinaryOp::Ge => self.custom(graph, v, "ge"),
                 BinaryOp::Shl | BinaryOp::Shr => return Err(Error::internal("ggml: shifts lacks() refuses")),
             },
             Op::Where => self.custom(graph, v, "where"),
@@ -594,10 +677,11 @@ impl GraphWriter for Writer {
                     y
                 }
             }
+            Op::Pool(p) if p.kind == PoolKind::Max => self.max_pool(graph, v, &a(0)),
             Op::Pool(_) if !pools_natively(graph, v) => self.pool_by_im2col(graph, v, &a(0)),
             Op::Pool(p) => {
                 let spatial = shape(graph, node.args[0]).len() - 2;
-                let op = if p.kind == PoolKind::Max { "GGML_OP_POOL_MAX" } else { "GGML_OP_POOL_AVG" };
+                let op = "GGML_OP_POOL_AVG";
                 if spatial == 2 {
                     self.call("ggml_pool_2d", &format!("{}, {op}, {}, {}, {}, {}, {}, {}", a(0), p.kernel[1], p.kernel[0], p.stride[1], p.stride[0], p.padding[1].0, p.padding[0].0))
                 } else {
@@ -617,11 +701,11 @@ impl GraphWriter for Writer {
                     let r = match kind {
                         ReduceKind::Sum => self.call("ggml_sum_rows", &rows),
                         ReduceKind::Mean => self.call("ggml_mean", &rows),
-                        ReduceKind::Max => self.row_max(&rows, n),
+                        ReduceKind::Max => self.row_max(&rows, n, rest),
                         // min(x) == -max(-x)
                         ReduceKind::Min => {
                             let neg = self.call("ggml_neg", &rows);
-                            let m = self.row_max(&neg, n);
+                            let m = self.row_max(&neg, n, rest);
                             self.call("ggml_neg", &m)
                         }
                         ReduceKind::Prod => return Err(Error::internal("ggml: product lacks() refuses")),
@@ -735,6 +819,10 @@ impl GraphWriter for Writer {
     fn outputs(&mut self, graph: &Graph) -> Result<()> {
         let _ = writeln!(self.code, "    /* outputs */");
         for o in &graph.outputs {
+            if shape(graph, o.value).contains(&0) {
+                self.outputs.push("NULL".into());
+                continue;
+            }
             // A copy of its own, so every output lives in the computed buffer (even one
             // that is an input or a weight).
             let t = self.call("ggml_cont", &self.var(o.value));
@@ -746,11 +834,10 @@ impl GraphWriter for Writer {
 }
 
 impl Writer {
-    /// Pooling `ggml_pool_2d` cannot do (dilated, or padded unevenly): the input padded
-    /// (with `-FLT_MAX` for a max, so padding never wins; zeros for an average, which
-    /// counts them, as the interpreter does), each channel's windows laid out as rows by
-    /// `ggml_im2col` (which dilates; a 1-d window is 2-d of height 1), and each row's
-    /// max or mean.
+    /// Average pooling `ggml_pool_2d` cannot do (dilated, or padded unevenly): the input
+    /// padded with zeros (which the average counts, as the interpreter does), each
+    /// channel's windows laid out as rows by `ggml_im2col` (which dilates; a 1-d window is
+    /// 2-d of height 1), and each row's mean. (Max pooling is [`MAX_POOL_KERNEL`]'s.)
     fn pool_by_im2col(&mut self, graph: &Graph, v: ValueId, x: &str) -> String {
         let Op::Pool(p) = &graph.node(v).op else { return String::new() };
         let (xs, out) = (shape(graph, graph.node(v).args[0]), ne(&shape(graph, v)));
@@ -766,18 +853,7 @@ impl Writer {
         let x2 = self.reshape(x, xn, x4);
         let padded = pads.iter().any(|&(l, r)| l + r > 0);
         let pad_args = format!("{}, {}, {}, {}, 0, 0, 0, 0", pads[0].0, pads[0].1, pads[1].0, pads[1].1);
-        let xp = if !padded {
-            x2
-        } else if p.kind == PoolKind::Avg {
-            self.call("ggml_pad_ext", &format!("{x2}, {pad_args}"))
-        } else {
-            let zeros = self.call("ggml_pad_ext", &format!("{x2}, {pad_args}"));
-            let ones = self.call("ggml_fill", &format!("{x2}, 1.0f"));
-            let mask = self.call("ggml_pad_ext", &format!("{ones}, {pad_args}"));
-            // 0 inside, -FLT_MAX in the padding.
-            let low = self.call("ggml_scale_bias", &format!("{mask}, FLT_MAX, -FLT_MAX"));
-            self.call("ggml_add", &format!("{zeros}, {low}"))
-        };
+        let xp = if padded { self.call("ggml_pad_ext", &format!("{x2}, {pad_args}")) } else { x2 };
         let (wp, hp) = (x4[0] + pads[0].0 + pads[0].1, x4[1] + pads[1].0 + pads[1].1);
         let channels = self.reshape(&xp, [wp, hp, x4[2], x4[3]], [wp, hp, 1, x4[2] * x4[3]]);
         // im2col reads only the kernel's shape.
@@ -786,7 +862,7 @@ impl Writer {
         let taps = k.0 * k.1;
         let windows: u64 = out.iter().product();
         let rows = self.call("ggml_reshape_2d", &format!("{cols}, {taps}, {windows}"));
-        let r = if p.kind == PoolKind::Max { self.row_max(&rows, taps) } else { self.call("ggml_mean", &rows) };
+        let r = self.call("ggml_mean", &rows);
         self.reshape(&r, [1, windows, 1, 1], out)
     }
 
