@@ -22,9 +22,9 @@ pub fn make(dir: &Path, cc: &str, cflags: &str) -> Result<()> {
     make_with(dir, cc, cflags, &[])
 }
 
-/// [`make`] with more variables (`NAME=value`, written by mithrilc) set on its command
-/// line.
-fn make_with(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<()> {
+/// [`make`] with more variables (`NAME=value`, written by mithrilc or by [`make_word`])
+/// set on its command line.
+pub fn make_with(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<()> {
     run_tool(make_command(dir, cc, cflags, vars)?, "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
 }
 
@@ -33,6 +33,17 @@ fn make_command(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<Com
     let mut cmd = Command::new("make");
     cmd.current_dir(dir).arg("-s").arg(make_var("CC", cc, "$CC")?).arg(make_var("CFLAGS", cflags, "--cflags")?).args(vars);
     Ok(cmd)
+}
+
+/// `NAME=VALUE` for make's command line where VALUE is one word, `path` (a toolchain's
+/// directory or program), quoted as [`make_var`] quotes each of its words.
+pub fn make_word(name: &str, path: &Path) -> Result<String> {
+    let text = path.to_str().ok_or_else(|| Error::user(format!("{}: a path make is given must be UTF-8", path.display())))?;
+    if text.chars().any(char::is_control) {
+        return Err(Error::user(format!("{text:?}: a path make is given cannot hold a control character")));
+    }
+    let quoted = shlex::try_quote(text).map_err(|_| Error::user(format!("{text:?}: a path holds a NUL")))?;
+    Ok(format!("{name}={}", quoted.replace('$', "$$")))
 }
 
 /// `NAME=VALUE` for make's command line, where VALUE is `value` (what the user gave as

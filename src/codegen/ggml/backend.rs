@@ -54,14 +54,8 @@ impl Backend for GgmlTarget {
 
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
         let ggml = crate::build::ggml()?;
-        let mut cmd = std::process::Command::new("make");
-        cmd.current_dir(dir)
-            .arg("-s")
-            .arg(format!("CC={}", build.cc))
-            .arg(format!("CFLAGS={}", build.cflags))
-            .arg(format!("GGML_INCLUDE={}", ggml.include.display()))
-            .arg(format!("GGML_LIB={}", ggml.lib.display()));
-        crate::build::run_tool(cmd, "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
+        let vars = [crate::build::make_word("GGML_INCLUDE", &ggml.include)?, crate::build::make_word("GGML_LIB", &ggml.lib)?];
+        crate::build::make_with(dir, &build.cc, &build.cflags, &vars.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     /// The demo, given each input by its index (`--input-index I=FILE`: a name may hold
