@@ -315,20 +315,20 @@ static int npy_check_shape(const struct npy_header *h, const mr_port *p, mr_dims
     char q[MR_ERR_SIZE];
     int d;
     quoted(q, sizeof q, p->name, strlen(p->name));
-    if (h->rank != p->rank) { return fail(err, path, "the array has %d dimension(s), the input %s has %d", h->rank, q, p->rank); }
+    if (h->rank != p->rank) { return fail(err, path, "the array has %d dimension(s); the input %s has %d", h->rank, q, p->rank); }
     for (d = 0; d < p->rank; ++d) {
         unsigned long long n = h->shape[d];
         if (p->sym[d] < 0) {
             if (n != (unsigned long long)p->shape[d]) {
-                return fail(err, path, "dimension %d of the array is %llu, the input %s's is %lld", d, n, q, p->shape[d]);
+                return fail(err, path, "dimension %d of the array is %llu; the input %s wants %lld", d, n, q, p->shape[d]);
             }
         } else {
             int s = p->sym[d];
             if (n < 1 || n > (unsigned long long)p->shape[d]) {
-                return fail(err, path, "dimension %d of the array is %llu, the input %s's is from 1 to %lld", d, n, q, p->shape[d]);
+                return fail(err, path, "dimension %d of the array is %llu; the input %s takes 1 to %lld there", d, n, q, p->shape[d]);
             }
             if (dims->set[s] && (unsigned long long)dims->value[s] != n) {
-                return fail(err, path, "dimension %d of the array is %llu, which another input's file set to %lld", d, n, dims->value[s]);
+                return fail(err, path, "dimension %d of the array is %llu; another input's file set it to %lld", d, n, dims->value[s]);
             }
         }
     }
@@ -374,7 +374,7 @@ int mr_npy_read_stream(FILE *f, const char *path, const mr_port *p, mr_dims *dim
         quoted(q, sizeof q, h.descr, h.descr_len);
         quoted(name, sizeof name, p->name, strlen(p->name));
         free(text);
-        return fail(err, path, "the array's element type is %s, the input %s's is '%s'", q, name, p->descr);
+        return fail(err, path, "the array's element type is %s; the input %s wants '%s'", q, name, p->descr);
     }
     free(text);
     if (npy_check_shape(&h, p, dims, err, path) != 0) { return -1; }

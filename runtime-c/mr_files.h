@@ -25,8 +25,9 @@ extern "C" {
 /* Room for one message (longer ones are cut; a message is never a path to use). */
 #define MR_ERR_SIZE 1024
 
-/* The most dimensions an .npy array may have: NumPy 2's NPY_MAXDIMS. */
-#define MR_NPY_MAX_DIMS 64
+/* The most dimensions an .npy array may have: more than NumPy's 64 (NPY_MAXDIMS), as a
+ * model's arrays may have more and mithrilc writes them. */
+#define MR_NPY_MAX_DIMS 1024
 
 /* The longest .npy header read (bytes): NumPy's own reader stops at 10,000 unless told. */
 #define MR_NPY_MAX_HEADER (1L << 20)

@@ -190,11 +190,11 @@ static void test_npy_hostile(void)
     CHECK_ERR(read_npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), 'x': '<f4'}", six, 24, &port_x, got),
               "t.npy: the .npy header has the key 'x' (it may have only 'descr', 'fortran_order' and 'shape')");
     CHECK_ERR(read_npy(1, "{'descr': '<f4x', 'fortran_order': False, 'shape': (2, 3), }", six, 24, &port_x, got),
-              "t.npy: the array's element type is '<f4x', the input 'x''s is '<f4'");
+              "t.npy: the array's element type is '<f4x'; the input 'x' wants '<f4'");
     CHECK_ERR(read_npy(1, "{'descr': '=f4', 'fortran_order': False, 'shape': (2, 3), }", six, 24, &port_x, got),
-              "t.npy: the array's element type is '=f4', the input 'x''s is '<f4'");
+              "t.npy: the array's element type is '=f4'; the input 'x' wants '<f4'");
     CHECK_ERR(read_npy(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", six, 24, &port_x, got),
-              "t.npy: the array's element type is '>f4', the input 'x''s is '<f4'");
+              "t.npy: the array's element type is '>f4'; the input 'x' wants '<f4'");
     CHECK_ERR(read_npy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2, 3), }", six, 24, &port_x, got),
               "t.npy: the .npy header's descr is not a plain quoted string");
     /* The key set. */
@@ -221,35 +221,35 @@ static void test_npy_hostile(void)
     CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (02, 3), }", six, 24, &port_x, got),
               "t.npy: the .npy header's shape is not a tuple of whole numbers");
     CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", six, 24, &port_x, got),
-              "t.npy: dimension 0 of the array is 3, the input 'x''s is 2");
+              "t.npy: dimension 0 of the array is 3; the input 'x' wants 2");
     CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", six, 24, &port_x, got),
-              "t.npy: the array has 1 dimension(s), the input 'x' has 2");
+              "t.npy: the array has 1 dimension(s); the input 'x' has 2");
     CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", six, 24, &port_x, got),
-              "t.npy: dimension 0 of the array is 4294967296, the input 'x''s is 2");
+              "t.npy: dimension 0 of the array is 4294967296; the input 'x' wants 2");
     CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999, 3), }", six, 24, &port_x, got),
               "t.npy: a dimension in the .npy header's shape is too large");
     {
-        /* 65 dimensions of 1. */
-        char dict[512];
+        /* 1025 dimensions of 1. */
+        static char dict[4000];
         int d;
         strcpy(dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
-        for (d = 0; d < 65; ++d) { strcat(dict, "1, "); }
+        for (d = 0; d < 1025; ++d) { strcat(dict, "1, "); }
         strcat(dict, "), }");
-        CHECK_ERR(read_npy(1, dict, six, 4, &port_x, got), "t.npy: the .npy array has more than 64 dimensions");
+        CHECK_ERR(read_npy(1, dict, six, 4, &port_x, got), "t.npy: the .npy array has more than 1024 dimensions");
     }
     /* Symbolic dimensions: 1 to the maximum, and the same across inputs. */
     reset_dims();
     CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 2), }", six, 0, &port_y, got),
-              "t.npy: dimension 0 of the array is 0, the input 'y''s is from 1 to 4");
+              "t.npy: dimension 0 of the array is 0; the input 'y' takes 1 to 4 there");
     CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5, 2), }", six, 40, &port_y, got),
-              "t.npy: dimension 0 of the array is 5, the input 'y''s is from 1 to 4");
+              "t.npy: dimension 0 of the array is 5; the input 'y' takes 1 to 4 there");
     CHECK(dim_set[0] == 0);
     CHECK_OK(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", six, 24, &port_y, got));
     CHECK(dim_set[0] == 1 && dim_value[0] == 3 && mr_port_count(&port_y, &dims) == 6);
     {
         long long z[4] = { 1, 2, 3, 4 };
         FILE *f = npy_of(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", z, 16);
-        CHECK_ERR(mr_npy_read_stream(f, "z.npy", &port_z, &dims, z, sizeof z, err), "z.npy: dimension 0 of the array is 2, which another input's file set to 3");
+        CHECK_ERR(mr_npy_read_stream(f, "z.npy", &port_z, &dims, z, sizeof z, err), "z.npy: dimension 0 of the array is 2; another input's file set it to 3");
         fclose(f);
     }
     /* The data: exactly what the header says. */
@@ -315,7 +315,7 @@ static void test_npy_write(void)
             shape[i] = 1;
             sym[i] = -1;
         }
-        for (rank = 64; rank <= 30000; rank = rank == 64 ? 30000 : 30001) {
+        for (rank = 200; rank <= 30000; rank = rank == 200 ? 30000 : 30001) {
             const mr_port p = { "h", "<f4", 4, 1, rank, shape, sym };
             unsigned char pre[12];
             unsigned long len;
@@ -325,8 +325,8 @@ static void test_npy_write(void)
             rewind(f);
             CHECK(fread(pre, 1, 12, f) == 12);
             len = pre[6] == 1 ? (unsigned long)pre[8] | (unsigned long)pre[9] << 8 : (unsigned long)pre[8] | (unsigned long)pre[9] << 8 | (unsigned long)pre[10] << 16;
-            CHECK(pre[6] == (rank == 64 ? 1 : 2) && (unsigned long)size == (pre[6] == 1 ? 10 : 12) + len + 4 && (size - 4) % 64 == 0);
-            if (rank == 64) {
+            CHECK(pre[6] == (rank == 200 ? 1 : 2) && (unsigned long)size == (pre[6] == 1 ? 10 : 12) + len + 4 && (size - 4) % 64 == 0);
+            if (rank == 200) {
                 rewind(f);
                 CHECK_OK(mr_npy_read_stream(f, "h.npy", &p, &dims, back, sizeof back, err));
                 CHECK(back[0] == 0);
