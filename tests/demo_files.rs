@@ -209,6 +209,10 @@ fn hostile_files(target: &str) {
     let (code, err) = demo(&exe, dir, &["--weights", &write("exact.bin", &vec![0; blob_size as usize])]);
     assert_eq!(code, 0, "{target}: {err}");
 
+    if target != "c" {
+        library_loader_takes_exactly_the_blob(target, &exe, blob_size);
+    }
+
     // Counts and input positions.
     for bad in ["-1", "0", "abc", "3x", "10000001"] {
         refused(&["--safetensors", &good, "--repeat", bad], format!("--repeat wants a whole number from 1 to 10000000, not '{bad}'"));
@@ -244,6 +248,38 @@ fn hostile_files(target: &str) {
     let (code, err) = demo(&exe, &quiet, &["--safetensors", &good, "--input", &format!("input={c_npy}")]);
     assert_eq!(code, 0, "{target}: {err}");
     assert!(std::fs::read_dir(&quiet).unwrap().next().is_none(), "{target}: the demo wrote a file it was not asked for");
+}
+
+/// The CUDA and Metal libraries' own `<name>_load_weights` (library code, not the demo's
+/// readers) takes a weights file of exactly the blob's size: a shorter or longer one, or
+/// /dev/zero, is `<NAME>_ERROR_FILE`. Run through a small program against the emulated
+/// library beside the demo `exe`.
+fn library_loader_takes_exactly_the_blob(target: &str, exe: &Path, blob_size: u64) {
+    let out = exe.parent().unwrap();
+    let (program, build): (&str, Vec<&str>) = if target == "cuda" {
+        let text = "#include <stdio.h>\n#include \"lenet.h\"\nint main(int argc, char **argv) {\n    void *dev = NULL;\n    int i;\n    \
+                    if (cudaMalloc(&dev, LENET_WEIGHTS_SIZE) != cudaSuccess) { return 2; }\n    \
+                    for (i = 1; i < argc; ++i) { printf(\"%d\\n\", lenet_load_weights(argv[i], dev)); }\n    return 0;\n}\n";
+        std::fs::write(out.join("load.cpp"), text).unwrap();
+        ("load", vec!["c++", "-std=c++17", "-w", "-DMR_CUDA_EMULATE", "-x", "c++", "lenet.cu", "load.cpp", "-pthread", "-o", "load"])
+    } else {
+        let text = "#include <stdio.h>\n#include \"lenet.h\"\nint main(int argc, char **argv) {\n    lenet_model *model = NULL;\n    void *buf;\n    int i;\n    \
+                    if (lenet_open(&model, NULL, \"lenet.metallib\") != 0) { return 2; }\n    \
+                    buf = mr_metal_buffer_new(lenet_runtime(model), LENET_WEIGHTS_SIZE);\n    \
+                    for (i = 1; i < argc; ++i) { printf(\"%d\\n\", lenet_load_weights(argv[i], buf)); }\n    return 0;\n}\n";
+        std::fs::write(out.join("load.c"), text).unwrap();
+        ("load", vec!["sh", "-c", "cc -c load.c -o load.o && c++ load.o lenet_host.o lenet_emu.o mithril_metal_emu.o -pthread -o load"])
+    };
+    let built = Command::new(build[0]).args(&build[1..]).current_dir(out).output().unwrap();
+    assert!(built.status.success(), "{target}: {}", String::from_utf8_lossy(&built.stderr));
+    let sized = |name: &str, n: u64| {
+        std::fs::write(out.join(name), vec![0u8; n as usize]).unwrap();
+        name.to_string()
+    };
+    let files = [sized("exact.bin", blob_size), sized("short.bin", blob_size - 1), sized("long.bin", blob_size + 1), "/dev/zero".to_string()];
+    let run = Command::new(out.join(program)).args(&files).current_dir(out).output().unwrap();
+    // 0, then LENET_ERROR_FILE (-4) three times.
+    assert_eq!(String::from_utf8_lossy(&run.stdout), "0\n-4\n-4\n-4\n", "{target}: {}", String::from_utf8_lossy(&run.stderr));
 }
 
 #[test]
