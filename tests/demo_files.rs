@@ -134,8 +134,16 @@ fn hostile_files(target: &str) {
         std::fs::write(dir.join(name), bytes).unwrap();
         path(name)
     };
+    // Every mismatch is collected, so one run lists every class of file that is not
+    // handled (the assertion at the end).
+    let failures = std::cell::RefCell::new(Vec::<String>::new());
+    let fail = |what: String| failures.borrow_mut().push(what);
     let refused = |args: &[&str], want: String| {
-        assert_eq!(demo(&exe, dir, args), (1, format!("lenet_demo: {want}\n")), "{target}: {args:?}");
+        let (code, got) = demo(&exe, dir, args);
+        let want = format!("lenet_demo: {want}\n");
+        if (code, got.as_str()) != (1, want.as_str()) {
+            fail(format!("{args:?}: exit status {code} and\n    {got}wanted 1 and\n    {want}"));
+        }
     };
 
     // The parameters: a checkpoint laid out anew, then made hostile one way at a time.
@@ -147,8 +155,10 @@ fn hostile_files(target: &str) {
     let run_ok = |args: &[&str]| -> Vec<u8> {
         let _ = std::fs::remove_file(dir.join("output_0.npy"));
         let (code, err) = demo(&exe, dir, &[&["--safetensors", good.as_str(), "--out", dir.to_str().unwrap()], args].concat());
-        assert_eq!(code, 0, "{target}: {args:?}: {err}");
-        std::fs::read(dir.join("output_0.npy")).unwrap()
+        if code != 0 {
+            fail(format!("{args:?}: exit status {code}: {err}"));
+        }
+        std::fs::read(dir.join("output_0.npy")).unwrap_or_default()
     };
     let reference = run_ok(&["--input", &format!("input={c_npy}")]);
     let want = data::read_arrays(&bench.join("lenet_b1_output.npy")).unwrap().arrays.into_values().next().unwrap();
@@ -163,7 +173,9 @@ fn hostile_files(target: &str) {
         .enumerate()
     {
         let file = write(&format!("f{i}.npy"), &npy(dict, &fortran));
-        assert!(run_ok(&["--input-index", &format!("0={file}")]) == reference, "{target}: {dict} was misread");
+        if run_ok(&["--input", &format!("input={file}")]) != reference {
+            fail(format!("{dict} was misread"));
+        }
     }
     // The element type is the descr, whole; the key set is NumPy's; the data is the header's.
     let sneaky = write("sneaky.npy", &npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 1, 28, 28), 'x': '<f4'}", &c_order));
@@ -207,10 +219,14 @@ fn hostile_files(target: &str) {
     refused(&["--weights", &blob], format!("{blob}: the weights file is longer than the model's {blob_size} bytes"));
     refused(&["--weights", "/dev/zero"], format!("/dev/zero: the weights file is longer than the model's {blob_size} bytes"));
     let (code, err) = demo(&exe, dir, &["--weights", &write("exact.bin", &vec![0; blob_size as usize])]);
-    assert_eq!(code, 0, "{target}: {err}");
+    if code != 0 {
+        fail(format!("a blob of the right size: exit status {code}: {err}"));
+    }
 
     if target != "c" {
-        library_loader_takes_exactly_the_blob(target, &exe, blob_size);
+        if let Err(e) = library_loader_takes_exactly_the_blob(target, &exe, blob_size) {
+            fail(e);
+        }
     }
 
     // Counts and input positions.
@@ -240,21 +256,26 @@ fn hostile_files(target: &str) {
     assert!(made.success());
     refused(&["--safetensors", &good, "--out", &deep], format!("{}: cannot write: File name too long", shown(&format!("{deep}/output_0.npy"))));
     let found = Command::new("find").args(["o", "-type", "f"]).current_dir(dir).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&found.stdout), "", "{target}: a file was written under the long path");
+    if !found.stdout.is_empty() {
+        fail(format!("a file was written under the long path: {}", String::from_utf8_lossy(&found.stdout)));
+    }
 
     // Without --out, nothing is written.
     let quiet = dir.join("quiet");
     std::fs::create_dir(&quiet).unwrap();
     let (code, err) = demo(&exe, &quiet, &["--safetensors", &good, "--input", &format!("input={c_npy}")]);
-    assert_eq!(code, 0, "{target}: {err}");
-    assert!(std::fs::read_dir(&quiet).unwrap().next().is_none(), "{target}: the demo wrote a file it was not asked for");
+    if code != 0 || std::fs::read_dir(&quiet).unwrap().next().is_some() {
+        fail(format!("without --out: exit status {code} ({err}), or a file written"));
+    }
+    let failures = failures.into_inner();
+    assert!(failures.is_empty(), "{target}: {} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
 /// The CUDA and Metal libraries' own `<name>_load_weights` (library code, not the demo's
 /// readers) takes a weights file of exactly the blob's size: a shorter or longer one, or
 /// /dev/zero, is `<NAME>_ERROR_FILE`. Run through a small program against the emulated
 /// library beside the demo `exe`.
-fn library_loader_takes_exactly_the_blob(target: &str, exe: &Path, blob_size: u64) {
+fn library_loader_takes_exactly_the_blob(target: &str, exe: &Path, blob_size: u64) -> Result<(), String> {
     let out = exe.parent().unwrap();
     let (program, build): (&str, Vec<&str>) = if target == "cuda" {
         let text = "#include <stdio.h>\n#include \"lenet.h\"\nint main(int argc, char **argv) {\n    void *dev = NULL;\n    int i;\n    \
@@ -279,7 +300,8 @@ fn library_loader_takes_exactly_the_blob(target: &str, exe: &Path, blob_size: u6
     let files = [sized("exact.bin", blob_size), sized("short.bin", blob_size - 1), sized("long.bin", blob_size + 1), "/dev/zero".to_string()];
     let run = Command::new(out.join(program)).args(&files).current_dir(out).output().unwrap();
     // 0, then LENET_ERROR_FILE (-4) three times.
-    assert_eq!(String::from_utf8_lossy(&run.stdout), "0\n-4\n-4\n-4\n", "{target}: {}", String::from_utf8_lossy(&run.stderr));
+    let got = String::from_utf8_lossy(&run.stdout);
+    if got == "0\n-4\n-4\n-4\n" { Ok(()) } else { Err(format!("lenet_load_weights of exact, short, long and /dev/zero: {got:?}, wanted 0, -4, -4, -4")) }
 }
 
 #[test]
