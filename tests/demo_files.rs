@@ -117,8 +117,10 @@ fn lenet_demo(target: &str, bench: &Path, dir: &Path) -> (PathBuf, u64) {
 }
 
 /// Runs the demo in `cwd` with `args`: its exit status and what it printed on stderr.
+/// Under `timeout`, so a demo that takes `--repeat 10000001` fails in two minutes (exit
+/// status 124) rather than running for hours.
 fn demo(exe: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
-    let out = Command::new(exe).args(args).current_dir(cwd).output().expect("the demo runs");
+    let out = Command::new("timeout").arg("120").arg(exe).args(args).current_dir(cwd).output().expect("the demo runs");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
