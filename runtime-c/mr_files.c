@@ -284,7 +284,7 @@ static int npy_descr_ok(const struct npy_header *h, const mr_port *p)
 {
     size_t n = strlen(p->descr);
     if (h->descr_len != n) { return 0; }
-    if (p->elem == 1 && n > 1 && strchr("|<>=", h->descr[0])) { return memcmp(h->descr + 1, p->descr + 1, n - 1) == 0; }
+    if (p->elem == 1 && n > 1 && h->descr[0] != 0 && strchr("|<>=", h->descr[0])) { return memcmp(h->descr + 1, p->descr + 1, n - 1) == 0; }
     return memcmp(h->descr, p->descr, n) == 0;
 }
 
@@ -1230,8 +1230,11 @@ static int cli_input(mr_cli *cli, const char *spec, int *which, const char **fil
         size_t n = strlen(cli->inputs[k].name);
         if (strncmp(spec, cli->inputs[k].name, n) == 0 && spec[n] == '=') {
             if (found >= 0) {
-                return fail(err, NULL, "--input %s is ambiguous: it fits the inputs '%s' and '%s' (names may contain '='); use --input-index I=FILE, I the input's position from 0",
-                            quoted(q, sizeof q, spec, strlen(spec)), cli->inputs[found].name, cli->inputs[k].name);
+                char a[MR_ERR_SIZE], b[MR_ERR_SIZE];
+                quoted(a, sizeof a, cli->inputs[found].name, strlen(cli->inputs[found].name));
+                quoted(b, sizeof b, cli->inputs[k].name, strlen(cli->inputs[k].name));
+                return fail(err, NULL, "--input %s is ambiguous: it fits the inputs %s and %s (names may contain '='); use --input-index I=FILE, I the input's position from 0",
+                            quoted(q, sizeof q, spec, strlen(spec)), a, b);
             }
             found = k;
         }
@@ -1299,7 +1302,9 @@ int mr_cli_parse(mr_cli *cli, int argc, char **argv, char *err)
             int which = 0;
             const char *file = NULL;
             if ((!strcmp(arg, "--input-index") ? cli_input_index(cli, value, &which, &file, err) : cli_input(cli, value, &which, &file, err)) != 0) { return -1; }
-            if (cli->input_paths[which]) { return fail(err, NULL, "the input '%s' is given twice", cli->inputs[which].name); }
+            if (cli->input_paths[which]) {
+                return fail(err, NULL, "the input %s is given twice", quoted(q, sizeof q, cli->inputs[which].name, strlen(cli->inputs[which].name)));
+            }
             if (!*file) { return fail(err, NULL, "%s %s names no file", arg, quoted(q, sizeof q, value, strlen(value))); }
             cli->input_paths[which] = file;
         } else if (!strcmp(arg, "--repeat")) {

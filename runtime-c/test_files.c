@@ -142,6 +142,17 @@ static void test_npy_well_formed(void)
     CHECK_OK(read_npy(1, "{ 'shape' :\t( 2 ,\n3 ) , 'descr' : '<f4' , 'fortran_order' : False }  ", six, 24, &port_x, got));
     /* A one-byte type in any byte order. */
     CHECK_OK(read_npy(1, "{'descr': '<b1', 'fortran_order': False, 'shape': (3,), }", "\1\0\1", 3, &port_b, flags));
+    /* (Not a NUL in its place.) */
+    {
+        static const char dict[] = "{'descr': '\0b1', 'fortran_order': False, 'shape': (3,), }";
+        FILE *f = tmpfile();
+        fwrite("\x93NUMPY\x01\x00\x3a\x00", 1, 10, f);
+        fwrite(dict, 1, sizeof dict - 1, f);
+        fwrite("\n\1\0\1", 1, 4, f);
+        rewind(f);
+        CHECK_ERR(mr_npy_read_stream(f, "t.npy", &port_b, &dims, flags, 3, err), "t.npy: the array's element type is '\\x00b1'; the input 'b' wants '|b1'");
+        fclose(f);
+    }
     /* Fortran order (np.asfortranarray(np.arange(6).reshape(2, 3)) stores 0 3 1 4 2 5),
      * in NumPy's spelling and others, transposed to C order. */
     {
