@@ -17,8 +17,9 @@
 //!
 //! Files written (for a model named `mlp`): `mlp.h`, `mlp.c`, the runtime
 //! ([`RUNTIME_FILES`]: `mithril_ops.h`, `mithril_runtime.h` and the `mr_*` files),
-//! `mlp_demo.c` and its file readers ([`DEMO_FILES`]: `mr_files.h`, `mr_files.c`), `Makefile`, and `weights.bin` (+ `mlp_weights.S` when embedded) when
-//! parameter values were given.
+//! `mlp_demo.c` and its file readers ([`DEMO_FILES`]: `mr_files.h`, `mr_files.c`),
+//! `Makefile`, and `weights.bin` (+ `mlp_weights.S` when embedded) when parameter values
+//! were given.
 
 pub mod backend;
 pub mod dialect;
