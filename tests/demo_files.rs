@@ -39,7 +39,7 @@ fn bench_for(target: &str) -> Option<PathBuf> {
 /// An `.npy` file (format 1.0) with the dictionary `dict`, padded as NumPy pads it, then `data`.
 fn npy(dict: &str, data: &[u8]) -> Vec<u8> {
     let mut header = dict.to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
@@ -69,7 +69,7 @@ fn safetensors(entries: &[Entry], trailing: &str, data: &[u8], header_len: Optio
         })
         .collect();
     let mut header = format!("{{\"__metadata__\":{{\"format\":\"pt\"}},{}{trailing}}} ", items.join(","));
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(' ');
     }
     let mut out = header_len.unwrap_or(header.len() as u64).to_le_bytes().to_vec();
