@@ -356,8 +356,8 @@ fn symbolic_batch_runs_at_every_size() {
         let path = tmp.path().join(format!("{model}_too_big.npy"));
         data::write_npy(&path, &Tensor { dtype: big.dtype, shape, data: too_big }).unwrap();
         let run = Command::new(out.join(format!("{model}_demo"))).current_dir(&out).arg("--input").arg(format!("input={}", path.display())).output().unwrap();
-        assert!(!run.status.success(), "{model}: batch {} past --max {max} was accepted", max + 1);
-        assert!(String::from_utf8_lossy(&run.stderr).contains("out of range"), "{}", String::from_utf8_lossy(&run.stderr));
+        let want = format!("{model}_demo: {}: dimension 0 of the array is {}; the input 'input' takes 1 to {max} there\n", path.display(), max + 1);
+        assert_eq!((run.status.code(), String::from_utf8_lossy(&run.stderr).into_owned()), (Some(1), want), "{model}: batch {} past --max {max}", max + 1);
     }
 }
 

@@ -1364,8 +1364,9 @@ fn hostile_names_make_code_that_compiles() {
             std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         files.sort();
         // the model's header, source and demo, the Makefile, its install templates, the marker
-        // and the runtime
-        assert_eq!(files.len(), 7 + mithrilc::codegen::c::RUNTIME_FILES.len(), "{model}: no file replaced another: {files:?}");
+        // and the runtime, and the demo's file readers
+        let copied = mithrilc::codegen::c::RUNTIME_FILES.len() + mithrilc::codegen::c::DEMO_FILES.len();
+        assert_eq!(files.len(), 7 + copied, "{model}: no file replaced another: {files:?}");
         assert!(files.iter().all(|f| f.len() <= 64), "{model}: {files:?}");
     }
 }

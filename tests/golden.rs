@@ -4,8 +4,9 @@
 //! weights are read narrow by the GEMM and widened for the convolutions), and every
 //! test-data case.
 //! - `tests/out/c/{bench,testdata}/<case>/`: the C files as `mithrilc compile --target c
-//!   --emit source` writes them. The runtime's files (`mithril_*`, copied verbatim from
-//!   `runtime-c/`) and `weights.bin` are not kept.
+//!   --emit source` writes them. The runtime's files (`mithril_*` and `mr_*`, copied
+//!   verbatim from `runtime-c/`, the demo's file readers `mr_files.*` among them) and
+//!   `weights.bin` are not kept.
 //! - `tests/out/cuda/.../`: `<name>.cu` and `<name>.h` as `compile --target cuda --emit
 //!   source` writes them (the demo and Makefile come from templates the C files show;
 //!   `tests/cuda_target.rs` builds everything with nvcc and runs it under emulation).
@@ -85,7 +86,8 @@ fn generate(case: &Case, target: &'static dyn Backend, runtime: &[(&str, &str)],
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&out).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        if runtime.iter().any(|(file, _)| *file == name) || name == "weights.bin" || name.starts_with('.') || !keep(&name) {
+        let copied = runtime.iter().chain(c::DEMO_FILES).any(|(file, _)| *file == name);
+        if copied || name == "weights.bin" || name.starts_with('.') || !keep(&name) {
             continue;
         }
         files.insert(name.clone(), std::fs::read_to_string(out.join(&name)).unwrap());

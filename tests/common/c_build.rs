@@ -147,6 +147,7 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
         .arg("-pthread")
         .arg(format!("{name}.c"))
         .arg(format!("{name}_demo.c"))
+        .arg("mr_files.c")
         .args(&tc.runtime)
         .args(["-lm", "-o"])
         .arg(&demo)
@@ -161,7 +162,7 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
         let t = feeds.get(&port.name).ok_or_else(|| format!("no feed for {}", port.name))?;
         let path = dir.join(format!("input_{i}.npy"));
         data::write_npy(&path, t).unwrap();
-        run.arg("--input").arg(format!("{}={}", mithrilc::codegen::names::port_label(&port.name), path.display()));
+        run.arg("--input-index").arg(format!("{i}={}", path.display()));
     }
     let out = run.output().unwrap();
     if !out.status.success() {

@@ -17,8 +17,9 @@
 //!
 //! Files written (for a model named `mlp`): `mlp.h`, `mlp.c`, the runtime
 //! ([`RUNTIME_FILES`]: `mithril_ops.h`, `mithril_runtime.h` and the `mr_*` files),
-//! `mlp_demo.c`, `Makefile`, and `weights.bin` (+ `mlp_weights.S` when embedded) when
-//! parameter values were given.
+//! `mlp_demo.c` and its file readers ([`DEMO_FILES`]: `mr_files.h`, `mr_files.c`),
+//! `Makefile`, and `weights.bin` (+ `mlp_weights.S` when embedded) when parameter values
+//! were given.
 
 pub mod backend;
 pub mod dialect;
@@ -109,6 +110,13 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("mr_isa_avx512.c", include_str!("../../../runtime-c/mr_isa_avx512.c")),
     ("mr_dispatch.c", include_str!("../../../runtime-c/mr_dispatch.c")),
 ];
+
+/// The demo program's file readers and writers (`.npy`, safetensors, the weights blob)
+/// and its command line, copied into the output directory of every target whose demo
+/// is the C template (C, CUDA, Metal): host code that prints and allocates, which the
+/// demo links and no library does (`runtime-c/mr_files.h`).
+pub const DEMO_FILES: &[(&str, &str)] =
+    &[("mr_files.h", include_str!("../../../runtime-c/mr_files.h")), ("mr_files.c", include_str!("../../../runtime-c/mr_files.c"))];
 
 /// The runtime's C sources (of [`RUNTIME_FILES`]), which every library compiles.
 pub fn runtime_sources() -> impl Iterator<Item = &'static str> {
@@ -238,7 +246,7 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
         (format!("{name}.h"), render("model.h", &main)?.into_bytes()),
         (format!("{name}.c"), model_c(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
     ];
-    files.extend(RUNTIME_FILES.iter().map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
+    files.extend(RUNTIME_FILES.iter().chain(DEMO_FILES).map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
     files.extend([
         (format!("{name}_demo.c"), render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
@@ -363,6 +371,8 @@ struct TensorInfo {
     /// The symbol index of each dimension, -1 for a static one (`0` for a scalar, as
     /// C has no empty initializers).
     dim_syms_or0: String,
+    /// The name as the demo spells it ([`port_label`]; a weight's safetensors key), as
+    /// a C string's body.
     name_c: String,
     ctype: &'static str,
     descr: &'static str,
@@ -374,8 +384,6 @@ struct TensorInfo {
     shape_list_or0: String,
     offset: u64,
     bytes: u64,
-    /// The name as a JSON string's body (a safetensors key), as a C string's body.
-    json_key_c: String,
     st_dtype: &'static str,
     /// How the blob stores it: 0 row-major, 1 transposed (a matrix `[rows, cols]` kept
     /// as `[cols, rows]`), 2 that transpose in column panels (see `Layout`).
@@ -512,7 +520,6 @@ impl TemplateContext {
                     _ => 0,
                 },
                 bytes: shape.iter().product::<u64>() * b.dtype.size() as u64,
-                json_key_c: c_string(&port_label(serde_json::to_string(n).unwrap_or_default().trim_matches('"'))),
                 st_dtype: match b.dtype {
                     Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "F32",
                     Dtype::F64 => "F64",

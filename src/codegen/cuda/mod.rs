@@ -13,7 +13,8 @@
 //! in order on the caller's stream and never synchronises.
 //!
 //! Files written (for a model named `mlp`): `mlp.h`, `mlp.cu`, the runtime
-//! ([`RUNTIME_FILES`]), `mlp_demo.cu` (the C target's demo, compiled as C++), `Makefile`,
+//! ([`RUNTIME_FILES`]), `mlp_demo.cu` (the C target's demo, compiled as C++) and its file
+//! readers (`mr_files.h`, `mr_files.c`: [`crate::codegen::c::DEMO_FILES`]), `Makefile`,
 //! and `weights.bin` when parameter values were given.
 
 pub mod backend;
@@ -149,7 +150,7 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options, precision: 
         (format!("{name}.h"), tera.render("model.h", &main)?.into_bytes()),
         (format!("{name}.cu"), model_cu(p, backward, train.as_ref(), &name, opts, precision, flag)?.into_bytes()),
     ];
-    files.extend(RUNTIME_FILES.iter().map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
+    files.extend(RUNTIME_FILES.iter().chain(crate::codegen::c::DEMO_FILES).map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
     files.extend([
         (format!("{name}_demo.cu"), tera.render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), tera.render("Makefile", &main)?.into_bytes()),

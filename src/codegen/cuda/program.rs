@@ -304,6 +304,10 @@ extern "C" int {name}_load_weights(const char *path, void *weights_dev)
         }}
         done += want;
     }}
+    /* Exactly the blob: a longer file (or /dev/zero) is not these weights. */
+    if (status == 0 && fgetc(f) != EOF) {{
+        status = {upper}_ERROR_FILE;
+    }}
     (void)cudaFreeHost(chunk);
     fclose(f);
     return status;

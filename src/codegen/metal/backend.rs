@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::backend::{emit_device, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
 use crate::cli::Graphs;
-use crate::codegen::c::backend::run_demo;
+use crate::codegen::c::backend::run_indexed_demo;
 use crate::codegen::cstyle::Dialect;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::{Graph, ValueId};
@@ -65,7 +65,7 @@ impl Backend for MetalTarget {
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
         let demo = dir.join(format!("{}_demo{}", entry.name, if build.emulate { "_emu" } else { "" }));
         let no_gpu = (super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, "run --target metal needs a Metal device (macOS); --emulate runs the kernels on the CPU instead");
-        run_demo(&demo, dir, entry, feeds, &[no_gpu])
+        run_indexed_demo(&demo, dir, entry, feeds, &[no_gpu])
     }
 
     fn precisions(&self) -> &'static [Precision] {

@@ -19,7 +19,7 @@
 //!
 //! Files written (for a model named `mlp`): `mlp.h`, `mlp.c`, `mlp.metal`, `mlp_emu.cpp`
 //! (the kernels' table for emulation), the runtime ([`RUNTIME_FILES`]), `mlp_demo.c`
-//! (the C target's demo), `Makefile`, and `weights.bin` when parameter values were given.
+//! (the C target's demo) and its file readers ([`crate::codegen::c::DEMO_FILES`]), `Makefile`, and `weights.bin` when parameter values were given.
 
 pub mod backend;
 mod program;
@@ -241,7 +241,7 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options, precision: 
         (format!("{name}.metal"), sources.kernels.into_bytes()),
         (format!("{name}_emu.cpp"), sources.emulation.into_bytes()),
     ];
-    files.extend(RUNTIME_FILES.iter().map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
+    files.extend(RUNTIME_FILES.iter().chain(crate::codegen::c::DEMO_FILES).map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
     files.extend([
         (format!("{name}_demo.c"), tera.render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), tera.render("Makefile", &main)?.into_bytes()),

@@ -437,7 +437,7 @@ fn load_weights(p: &Program, name: &str, upper: &str, s: &mut String) {
     }
     let _ = writeln!(
         s,
-        "    FILE *f = fopen(path, \"rb\");\n    size_t got;\n    if (!f) {{\n        return {upper}_ERROR_FILE;\n    }}\n    got = fread(mr_metal_contents(weights), 1, {upper}_WEIGHTS_SIZE, f);\n    fclose(f);\n    return got == {upper}_WEIGHTS_SIZE ? 0 : {upper}_ERROR_FILE;\n}}"
+        "    FILE *f = fopen(path, \"rb\");\n    size_t got;\n    if (!f) {{\n        return {upper}_ERROR_FILE;\n    }}\n    got = fread(mr_metal_contents(weights), 1, {upper}_WEIGHTS_SIZE, f);\n    /* Exactly the blob: a longer file (or /dev/zero) is not these weights. */\n    if (got == {upper}_WEIGHTS_SIZE && fgetc(f) != EOF) {{\n        got = 0;\n    }}\n    fclose(f);\n    return got == {upper}_WEIGHTS_SIZE ? 0 : {upper}_ERROR_FILE;\n}}"
     );
 }
 
