@@ -73,7 +73,7 @@ impl Backend for CTarget {
     }
 
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
-        run_indexed_demo(&dir.join(format!("{}_demo", entry.name)), dir, entry, feeds, &[])
+        run_demo(&dir.join(format!("{}_demo", entry.name)), dir, entry, feeds, &[])
     }
 }
 
@@ -88,22 +88,10 @@ fn programs(graphs: &Graphs, opts: &EmitOptions) -> Result<(Program, Option<Prog
     lower_programs(graphs, &lower, passes, &opts.print_after)
 }
 
-/// How a runner is told which file holds each input.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum InputArgs {
-    /// `--input-index I=FILE`, I the input's position: unambiguous whatever the names
-    /// hold (the C template's demos: C, CUDA, Metal).
-    ByIndex,
-    /// `--input LABEL=FILE`, which a name containing `=` can make ambiguous (runners
-    /// that take nothing else yet).
-    ByName,
-}
-
 /// Runs a demo program built in `dir` (the C target's, or another target's built from
-/// the same template) on `feeds`, through .npy files, and reads its outputs back. Its
-/// exit statuses besides the model's rejection are `statuses` ([`crate::build::run_program`]).
-/// Inputs go by name ([`InputArgs::ByName`]); the C template's demos use
-/// [`run_indexed_demo`].
+/// the same template or taking the same arguments: the ggml demo) on `feeds`, through
+/// .npy files ([`pass_inputs`]), and reads its outputs back ([`read_outputs`]). Its exit
+/// statuses besides the model's rejection are `statuses` ([`crate::build::run_program`]).
 pub(crate) fn run_demo(
     demo: &Path,
     dir: &Path,
@@ -111,56 +99,32 @@ pub(crate) fn run_demo(
     feeds: &BTreeMap<String, Tensor>,
     statuses: &[(i32, crate::error::ErrorKind, &str)],
 ) -> Result<Vec<(String, Tensor)>> {
-    run_demo_with(std::process::Command::new(demo), dir, entry, feeds, statuses, InputArgs::ByName)
+    let mut cmd = std::process::Command::new(demo);
+    cmd.current_dir(dir);
+    pass_inputs(&mut cmd, dir, entry, feeds)?;
+    crate::build::run_program(cmd, "the compiled model", "the build above should have produced it", super::DEMO_REJECTED_EXIT, statuses)?;
+    read_outputs(dir, entry)
 }
 
-/// [`run_demo`] for a demo that takes `--input-index` (the C template's: C, CUDA and
-/// Metal), so that input names containing `=` reach it unambiguously.
-pub(crate) fn run_indexed_demo(
-    demo: &Path,
-    dir: &Path,
-    entry: &Entry,
-    feeds: &BTreeMap<String, Tensor>,
-    statuses: &[(i32, crate::error::ErrorKind, &str)],
-) -> Result<Vec<(String, Tensor)>> {
-    run_demo_with(std::process::Command::new(demo), dir, entry, feeds, statuses, InputArgs::ByIndex)
-}
-
-/// [`run_demo`] of a command that takes the demo's arguments (`--out DIR`, `--input
-/// LABEL=PATH`) and writes its outputs alike (`output_<i>.npy`): a demo program, or
-/// another target's runner (XLA's `run_hlo.py` under Python).
-pub(crate) fn run_demo_command(
-    cmd: std::process::Command,
-    dir: &Path,
-    entry: &Entry,
-    feeds: &BTreeMap<String, Tensor>,
-    statuses: &[(i32, crate::error::ErrorKind, &str)],
-) -> Result<Vec<(String, Tensor)>> {
-    run_demo_with(cmd, dir, entry, feeds, statuses, InputArgs::ByName)
-}
-
-/// [`run_demo_command`], passing the inputs as `inputs` says.
-pub(crate) fn run_demo_with(
-    mut cmd: std::process::Command,
-    dir: &Path,
-    entry: &Entry,
-    feeds: &BTreeMap<String, Tensor>,
-    statuses: &[(i32, crate::error::ErrorKind, &str)],
-    inputs: InputArgs,
-) -> Result<Vec<(String, Tensor)>> {
-    cmd.current_dir(dir).arg("--out").arg(dir);
+/// Writes input `i` of `entry` as `dir/input_<i>.npy` and gives `cmd` the arguments
+/// every demo and runner takes: `--out dir`, and `--input-index I=FILE` for each input,
+/// by its position (a name may hold `=`, which would make `--input NAME=FILE`
+/// ambiguous).
+pub(crate) fn pass_inputs(cmd: &mut std::process::Command, dir: &Path, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<()> {
+    cmd.arg("--out").arg(dir);
     for (i, input) in entry.inputs.iter().enumerate() {
         let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
         let path = dir.join(format!("input_{i}.npy"));
         data::write_npy(&path, t)?;
-        let (flag, mut spec) = match inputs {
-            InputArgs::ByIndex => ("--input-index", std::ffi::OsString::from(format!("{i}="))),
-            InputArgs::ByName => ("--input", std::ffi::OsString::from(format!("{}=", super::port_label(input)))),
-        };
+        let mut spec = std::ffi::OsString::from(format!("{i}="));
         spec.push(&path);
-        cmd.arg(flag).arg(spec);
+        cmd.arg("--input-index").arg(spec);
     }
-    crate::build::run_program(cmd, "the compiled model", "the build above should have produced it", super::DEMO_REJECTED_EXIT, statuses)?;
+    Ok(())
+}
+
+/// The outputs a demo or runner wrote into `dir` (`output_<i>.npy`), by name.
+pub(crate) fn read_outputs(dir: &Path, entry: &Entry) -> Result<Vec<(String, Tensor)>> {
     let mut outputs = Vec::new();
     for (i, name) in entry.outputs.iter().enumerate() {
         let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::backend::{emit_device, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
 use crate::cli::Graphs;
-use crate::codegen::c::backend::run_indexed_demo;
+use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
 use crate::error::{ErrorKind, Result};
 use crate::ir::{Graph, ValueId};
@@ -47,9 +47,9 @@ impl Backend for CudaTarget {
         let mut cmd = std::process::Command::new("make");
         cmd.current_dir(dir).arg("-s");
         if build.emulate {
-            cmd.arg("emulate").arg(format!("CXX={}", cxx()));
+            cmd.arg("emulate").arg(crate::build::make_var("CXX", &cxx(), "$CXX")?);
         } else {
-            cmd.arg(format!("NVCC={}", crate::build::nvcc()?.display()));
+            cmd.arg(crate::build::make_word("NVCC", &crate::build::nvcc()?)?);
         }
         crate::build::run_tool(cmd, "make", "apt-get install make g++ (Debian/Ubuntu)")
     }
@@ -57,7 +57,7 @@ impl Backend for CudaTarget {
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
         let demo = dir.join(format!("{}_demo{}", entry.name, if build.emulate { "_emu" } else { "" }));
         let no_gpu = (super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, "run --target cuda needs an NVIDIA GPU and its driver; --emulate runs the kernels on the CPU instead");
-        run_indexed_demo(&demo, dir, entry, feeds, &[no_gpu])
+        run_demo(&demo, dir, entry, feeds, &[no_gpu])
     }
 
     fn built_report(&self, dir: &Path, entry: &Entry) -> Result<String> {

@@ -11,9 +11,9 @@ use std::path::Path;
 
 use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry, Quantize};
 use crate::cli::Graphs;
-use crate::codegen::c::backend::run_demo_command;
+use crate::codegen::c::backend::run_demo;
 use crate::codegen::names::identifier;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ir::{Graph, ValueId};
 use crate::tensor::Tensor;
 
@@ -58,21 +58,7 @@ impl Backend for GgmlTarget {
         crate::build::make_with(dir, &build.cc, &build.cflags, &vars.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
-    /// The demo, given each input by its index (`--input-index I=FILE`: a name may hold
-    /// `=`, which would make `--input NAME=FILE` ambiguous), and the rest as for the C
-    /// target's demo.
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
-        let mut cmd = std::process::Command::new(dir.join(format!("{}_demo", entry.name)));
-        for (i, input) in entry.inputs.iter().enumerate() {
-            let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
-            let path = dir.join(format!("input_{i}.npy"));
-            crate::data::write_npy(&path, t)?;
-            let mut spec = std::ffi::OsString::from(format!("{i}="));
-            spec.push(&path);
-            cmd.arg("--input-index").arg(spec);
-        }
-        // (the inputs are passed above)
-        let outputs_only = Entry { inputs: Vec::new(), ..entry.clone() };
-        run_demo_command(cmd, dir, &outputs_only, feeds, &[])
+        run_demo(&dir.join(format!("{}_demo", entry.name)), dir, entry, feeds, &[])
     }
 }

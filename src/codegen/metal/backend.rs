@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::backend::{emit_device, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
 use crate::cli::Graphs;
-use crate::codegen::c::backend::run_indexed_demo;
+use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::{Graph, ValueId};
@@ -51,7 +51,8 @@ impl Backend for MetalTarget {
         if build.emulate {
             cmd.arg("emulate");
             for (var, default) in [("CC", "cc"), ("CXX", "c++")] {
-                cmd.arg(format!("{var}={}", std::env::var(var).ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| default.to_string())));
+                let value = std::env::var(var).ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| default.to_string());
+                cmd.arg(crate::build::make_var(var, &value, &format!("${var}"))?);
             }
         } else if !cfg!(target_os = "macos") {
             return Err(Error::new(
@@ -65,7 +66,7 @@ impl Backend for MetalTarget {
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
         let demo = dir.join(format!("{}_demo{}", entry.name, if build.emulate { "_emu" } else { "" }));
         let no_gpu = (super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, "run --target metal needs a Metal device (macOS); --emulate runs the kernels on the CPU instead");
-        run_indexed_demo(&demo, dir, entry, feeds, &[no_gpu])
+        run_demo(&demo, dir, entry, feeds, &[no_gpu])
     }
 
     fn precisions(&self) -> &'static [Precision] {

@@ -10,8 +10,7 @@ use std::process::Command;
 use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry};
 use crate::cli::Graphs;
 use crate::codegen::names::identifier;
-use crate::data;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::ir::{Graph, ValueId};
 use crate::tensor::Tensor;
 
@@ -30,9 +29,12 @@ const STATUSES: [(i32, ErrorKind, &str); 4] = [
 ];
 
 /// Runs the runner with `args`, its failures read as [`STATUSES`] say.
-fn run_runner(dir: &Path, args: &[OsString]) -> Result<()> {
+fn run_runner(dir: &Path, args: &[OsString], run: Option<(&Entry, &BTreeMap<String, Tensor>)>) -> Result<()> {
     let mut cmd = Command::new(super::toolchain::python()?);
     cmd.current_dir(dir).arg(dir.join("run_hlo.py")).args(args);
+    if let Some((entry, feeds)) = run {
+        crate::codegen::c::backend::pass_inputs(&mut cmd, dir, entry, feeds)?;
+    }
     let install = format!("pip install {}", super::toolchain::RUNNER_WHEELS);
     crate::build::run_program(cmd, "run_hlo.py", &install, super::RUNNER_REJECTED_EXIT, &STATUSES)
 }
@@ -72,7 +74,7 @@ impl Backend for XlaTarget {
 
     /// Parses, verifies and compiles every module through PJRT (`run_hlo.py --check`).
     fn build(&self, dir: &Path, _build: &BuildConfig) -> Result<()> {
-        run_runner(dir, &["--check".into()])
+        run_runner(dir, &["--check".into()], None)
     }
 
     fn shards(&self) -> bool {
@@ -83,23 +85,8 @@ impl Backend for XlaTarget {
     /// I=FILE`: a name may hold `=`, so `--input NAME=FILE` could fit several), then
     /// reads `output_<i>.npy`.
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
-        let mut args: Vec<OsString> = vec!["--out".into(), dir.into()];
-        for (i, input) in entry.inputs.iter().enumerate() {
-            let t = feeds.get(input).ok_or_else(|| Error::internal(format!("no feed for {input}")))?;
-            let path = dir.join(format!("input_{i}.npy"));
-            data::write_npy(&path, t)?;
-            let mut arg = OsString::from(format!("{i}="));
-            arg.push(&path);
-            args.extend(["--input-index".into(), arg]);
-        }
-        run_runner(dir, &args)?;
-        let mut outputs = Vec::new();
-        for (i, name) in entry.outputs.iter().enumerate() {
-            let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
-            let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
-            outputs.push((name.clone(), t));
-        }
-        Ok(outputs)
+        run_runner(dir, &[], Some((entry, feeds)))?;
+        crate::codegen::c::backend::read_outputs(dir, entry)
     }
 }
 
