@@ -4,8 +4,8 @@
 #
 #   tests/fuzz-ggml/run.sh [SECONDS]     # default 60
 #
-# Needs clang (with libFuzzer), a built mithrilc (target/release/mithrilc, else
-# `cargo build --release` runs) and ggml where mithrilc finds it ($MITHRILC_GGML, or
+# Needs clang (with libFuzzer), a built mithrilc ($MITHRILC_BIN, else
+# target/release/mithrilc, else `cargo build --release` runs) and ggml where mithrilc finds it ($MITHRILC_GGML, or
 # ~/.cache/mithrilc/ggml-0.20.2.post1). ggml's own libraries are the prebuilt ones, not
 # instrumented: coverage guides the mutations through the generated loader only, and
 # a fault inside ggml shows as a crash without its sanitizer report. New inputs go to
@@ -23,10 +23,11 @@ else
 fi
 lib="$ggml/lib64"
 [ -e "$lib/libggml.so" ] || lib="$ggml/lib"
-[ -x target/release/mithrilc ] || cargo build --release
+mithrilc="${MITHRILC_BIN:-target/release/mithrilc}"
+[ -x "$mithrilc" ] || cargo build --release
 # The library for examples/mlp, as mithrilc writes it.
 rm -rf "$work/mlp"
-target/release/mithrilc compile examples/mlp/mlp.json --target ggml --params examples/mlp/data.npz --emit source -o "$work/mlp" >/dev/null
+"$mithrilc" compile examples/mlp/mlp.json --target ggml --params examples/mlp/data.npz --emit source -o "$work/mlp" >/dev/null
 clang -g -O1 -std=c11 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I"$work/mlp" -I"$ggml/include" tests/fuzz-ggml/fuzz_gguf.c "$work/mlp/mlp.c" \
   -L"$lib" -lggml -lggml-base -lggml-cpu -Wl,-rpath,"$lib" -lm -o "$work/fuzz_gguf"
