@@ -664,9 +664,9 @@ fn the_runners_refusals_are_errors_in_the_users_data() {
     let corrupt = tmp.path().join("corrupt");
     write_artifact(HOSTILE, &feeds, "", &corrupt);
     let cases: Vec<(&str, std::collections::BTreeMap<String, Tensor>, String)> = vec![
-        ("floats", floats, format!("run_hlo.py: input `k` is i64[2]: {}/input_2.npy holds f64[2]", tmp.path().join("floats").display())),
-        ("big", big, "run_hlo.py: index 9 at [0] of input `k` is out of range for 4 rows (valid: -4 to 3)".into()),
-        ("corrupt", feeds.clone(), format!("run_hlo.py: cannot read the weights {}/hostile.safetensors: Error while deserializing header: incomplete metadata, file not fully covered", tmp.path().join("corrupt").display())),
+        ("floats", floats, format!("the compiled model: input `k` is i64[2]: {}/input_2.npy holds f64[2]", tmp.path().join("floats").display())),
+        ("big", big, "the compiled model: index 9 at [0] of input `k` is out of range for 4 rows (valid: -4 to 3)".into()),
+        ("corrupt", feeds.clone(), format!("the compiled model: cannot read the weights {}/hostile.safetensors: Error while deserializing header: incomplete metadata, file not fully covered", tmp.path().join("corrupt").display())),
     ];
     let failures = each_case(&cases, |(name, feeds, want)| {
         let dir = tmp.path().join(name);

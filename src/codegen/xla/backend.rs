@@ -30,13 +30,15 @@ const STATUSES: [(i32, ErrorKind, &str); 4] = [
 
 /// Runs the runner with `args`, its failures read as [`STATUSES`] say.
 fn run_runner(dir: &Path, args: &[OsString], run: Option<(&Entry, &BTreeMap<String, Tensor>)>) -> Result<()> {
+    // A run's refusals read as every target's do; a build's name the runner's check.
+    let tool = if run.is_some() { "the compiled model" } else { "run_hlo.py --check" };
     let mut cmd = Command::new(super::toolchain::python()?);
     cmd.current_dir(dir).arg(dir.join("run_hlo.py")).args(args);
     if let Some((entry, feeds)) = run {
         crate::codegen::c::backend::pass_inputs(&mut cmd, dir, entry, feeds)?;
     }
     let install = format!("pip install {}", super::toolchain::RUNNER_WHEELS);
-    crate::build::run_program(cmd, "run_hlo.py", &install, super::RUNNER_REJECTED_EXIT, &STATUSES)
+    crate::build::run_program(cmd, tool, &install, super::RUNNER_REJECTED_EXIT, &STATUSES)
 }
 
 impl Backend for XlaTarget {
