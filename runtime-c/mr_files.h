@@ -2,9 +2,9 @@
  * mr_files.h -- the files a generated demo program reads and writes, and its command
  * line: .npy arrays (read and written), safetensors checkpoints and weights blobs (read).
  *
- * Host code for the demos of the C, CUDA and Metal targets (mr_files.c; C99 that also
- * compiles as C++), never part of a generated library, which neither prints nor
- * allocates. Every file is treated as hostile: sizes and offsets are checked before
+ * Host code for the demos of the C, CUDA, Metal and ggml targets (mr_files.c; C99 that
+ * also compiles as C++ and as C11), never part of a generated library, which neither
+ * prints nor allocates. Every file is treated as hostile: sizes and offsets are checked before
  * they are used (no arithmetic can overflow), nothing is read past what the format
  * says, and a file that is shorter or longer than its header says is refused.
  *

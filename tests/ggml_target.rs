@@ -663,10 +663,11 @@ fn an_input_named_with_equals_runs() {
 }
 
 /// The demo writes files only under `--out` (run without it, in an empty directory, it
-/// leaves the directory empty); `--threads` and `--repeat` refuse what is not a whole
-/// number within their bounds (1 to 256 threads, 1 to 1000000 calls), and `--input`
-/// names an input exactly, refusing a name that fits two inputs (`a=b=FILE`: `a` or
-/// `a=b`) in favour of `--input-index I=FILE`.
+/// leaves the directory empty); its command line is mr_files.c's (`mr_cli_parse`, as
+/// the C target's demo's): `--threads` and `--repeat` refuse what is not a whole number
+/// within their bounds (1 to 64 threads, 1 to 10000000 calls), `--gguf` wants a value
+/// and is given once, and `--input` names an input exactly, refusing a name that fits
+/// two inputs (`a=b=FILE`: `a` or `a=b`) in favour of `--input-index I=FILE`.
 #[test]
 fn the_demo_checks_its_arguments_and_writes_only_under_out() {
     let Some(_) = ggml_ready() else { return };
@@ -693,29 +694,32 @@ fn the_demo_checks_its_arguments_and_writes_only_under_out() {
     let want = &data.arrays["output/output"];
     assert!(got.arrays.values().next().unwrap().data.iter().zip(&want.data).all(|(g, w)| (g - w).abs() <= 1e-5));
     for (flag, value, bound) in [
-        ("--threads", "abc", "1 to 256"),
-        ("--threads", "2x", "1 to 256"),
-        ("--threads", "", "1 to 256"),
-        ("--threads", "0", "1 to 256"),
-        ("--threads", "-1", "1 to 256"),
-        ("--threads", "+2", "1 to 256"),
-        ("--threads", "100000", "1 to 256"),
-        ("--threads", "99999999999999999999999", "1 to 256"),
-        ("--repeat", "0", "1 to 1000000"),
-        ("--repeat", "-1", "1 to 1000000"),
-        ("--repeat", "abc", "1 to 1000000"),
-        ("--repeat", "1000001", "1 to 1000000"),
-        ("--repeat", " 1", "1 to 1000000"),
+        ("--threads", "abc", "1 to 64"),
+        ("--threads", "2x", "1 to 64"),
+        ("--threads", "", "1 to 64"),
+        ("--threads", "0", "1 to 64"),
+        ("--threads", "-1", "1 to 64"),
+        ("--threads", "+2", "1 to 64"),
+        ("--threads", "65", "1 to 64"),
+        ("--threads", "100000", "1 to 64"),
+        ("--threads", "99999999999999999999999", "1 to 64"),
+        ("--repeat", "0", "1 to 10000000"),
+        ("--repeat", "-1", "1 to 10000000"),
+        ("--repeat", "abc", "1 to 10000000"),
+        ("--repeat", "10000001", "1 to 10000000"),
+        ("--repeat", " 1", "1 to 10000000"),
     ] {
         let (code, stderr) = demo(&["--input", &input, flag, value]);
-        assert_eq!((code, stderr), (1, format!("mlp_demo: {flag} wants a whole number from {bound}: {value}\n")));
+        assert_eq!((code, stderr), (1, format!("mlp_demo: {flag} wants a whole number from {bound}, not '{value}'\n")));
     }
     for (args, want) in [
-        (vec!["--input".to_string(), format!("nothing={x}")], format!("mlp_demo: the model has no input named like: nothing={x}\n")),
-        (vec!["--input-index".to_string(), format!("1={x}")], format!("mlp_demo: --input-index wants I=FILE with I from 0 to 0: 1={x}\n")),
-        (vec!["--input-index".to_string(), format!("-0={x}")], format!("mlp_demo: --input-index wants I=FILE with I from 0 to 0: -0={x}\n")),
-        (vec!["--input-index".to_string(), x.clone()], format!("mlp_demo: --input-index wants I=FILE with I from 0 to 0: {x}\n")),
-        (vec!["--threads".to_string()], "mlp_demo: missing value after: --threads\n".to_string()),
+        (vec!["--input".to_string(), format!("nothing={x}")], format!("mlp_demo: --input 'nothing={x}' names no input of the model (its inputs: 'input')\n")),
+        (vec!["--input-index".to_string(), format!("1={x}")], format!("mlp_demo: --input-index wants I=FILE.npy with I from 0 to 0 (the model's inputs), not '1={x}'\n")),
+        (vec!["--input-index".to_string(), format!("-0={x}")], format!("mlp_demo: --input-index wants I=FILE.npy with I from 0 to 0 (the model's inputs), not '-0={x}'\n")),
+        (vec!["--input-index".to_string(), x.clone()], format!("mlp_demo: --input-index wants I=FILE.npy with I from 0 to 0 (the model's inputs), not '{x}'\n")),
+        (vec!["--threads".to_string()], "mlp_demo: --threads wants a value\n".to_string()),
+        (vec!["--gguf".to_string()], "mlp_demo: --gguf wants a value\n".to_string()),
+        (vec!["--gguf".to_string(), out.join("mlp.gguf").display().to_string()], "mlp_demo: --gguf is given twice\n".to_string()),
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         assert_eq!(demo(&args), (1, want));
@@ -737,7 +741,10 @@ fn the_demo_checks_its_arguments_and_writes_only_under_out() {
         let run = Command::new(add.join("add_demo")).current_dir(&add).args(args).output().unwrap();
         (run.status.code().unwrap_or(-1), String::from_utf8_lossy(&run.stderr).into_owned())
     };
-    assert_eq!(run(&["--input", "a=b=ten.npy"]), (1, "add_demo: --input names more than one input (use --input-index I=FILE): a=b=ten.npy\n".to_string()));
+    assert_eq!(
+        run(&["--input", "a=b=ten.npy"]),
+        (1, "add_demo: --input 'a=b=ten.npy' is ambiguous: it fits the inputs 'a' and 'a=b' (names may contain '='); use --input-index I=FILE, I the input's position from 0\n".to_string())
+    );
     assert_eq!(run(&["--input-index", "0=one.npy", "--input-index", "1=ten.npy", "--out", "."]), (0, String::new()));
     let y = mithrilc::data::read_arrays(&add.join("output_0.npy")).unwrap();
     assert_eq!(y.arrays.values().next().unwrap().data, vec![11.0, 22.0]);
@@ -758,12 +765,13 @@ fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The demo reads a `.npy` header as the dictionary it is: a Fortran-order array (in
-/// spellings NumPy reads) is refused, not read as C order; the element type is the
+/// The demo reads a `.npy` header as the dictionary it is (mr_files.c): a Fortran-order
+/// array (in spellings NumPy reads) is transposed to C order, never read as C order, so
+/// the outputs match the interpreter's on the same values; the element type is the
 /// whole `descr`, not a substring found anywhere in the header; a header NumPy would not
-/// write (an unknown key) is refused. The same header in double quotes, as NumPy also
-/// reads, is read. An output of rank 200 (a header far beyond 512 bytes) is written
-/// whole and matches the interpreter.
+/// write (an unknown key, a key twice) is refused. The same header in double quotes, as
+/// NumPy also reads, is read. An output of rank 200 (a header far beyond 512 bytes) is
+/// written whole and matches the interpreter.
 #[test]
 fn the_demo_reads_npy_headers_strictly_and_writes_any_rank() {
     let Some(_) = ggml_ready() else { return };
@@ -772,28 +780,31 @@ fn the_demo_reads_npy_headers_strictly_and_writes_any_rank() {
     let (_, data) = compile_example_mlp(&out);
     let x = &data.arrays["input/input"];
     let le: Vec<u8> = x.data.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect();
-    let demo = |dict: &str| {
-        std::fs::write(out.join("x.npy"), npy_file(dict, &le)).unwrap();
+    // The same values in Fortran order: element (i, j) of [4, 5] at j * 4 + i.
+    assert_eq!(x.shape, [4, 5]);
+    let fortran: Vec<u8> = (0..5).flat_map(|j| (0..4).map(move |i| i * 5 + j)).flat_map(|k| (x.data[k] as f32).to_le_bytes()).collect();
+    assert_ne!(fortran, le, "the input is its own transpose: the test could not tell the orders apart");
+    let demo = |dict: &str, data: &[u8]| {
+        std::fs::write(out.join("x.npy"), npy_file(dict, data)).unwrap();
         let run = Command::new(out.join("mlp_demo")).current_dir(&out).args(["--input", "input=x.npy", "--out", "."]).output().unwrap();
         (run.status.code().unwrap_or(-1), String::from_utf8_lossy(&run.stderr).into_owned())
     };
-    let fortran = "mlp_demo: a Fortran-order array (save it in C order: numpy.ascontiguousarray): x.npy\n";
     for (dict, want) in [
-        ("{'descr': '<f4', 'fortran_order': True, 'shape': (4, 5), }", fortran),
-        ("{'descr':'<f4','fortran_order':True,'shape':(4,5)}", fortran),
-        ("{\"shape\": (4, 5), \"fortran_order\": True, \"descr\": \"<f4\"}", fortran),
-        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), 'note': '<f4'}", "mlp_demo: bad .npy header: x.npy\n"),
-        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), }", "mlp_demo: wrong element type in: x.npy\n"),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), 'descr': '<f4'}", "mlp_demo: bad .npy header: x.npy\n"),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (5, 4), }", "mlp_demo: the array's shape does not match the input's: x.npy\n"),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5, 1), }", "mlp_demo: the array's shape does not match the input's: x.npy\n"),
-        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), } x", "mlp_demo: bad .npy header: x.npy\n"),
-        ("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (4, 5), }", "mlp_demo: bad .npy header: x.npy\n"),
+        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), 'note': '<f4'}", "mlp_demo: x.npy: the .npy header has the key 'note' (it may have only 'descr', 'fortran_order' and 'shape')\n"),
+        ("{'descr': '>f4', 'fortran_order': False, 'shape': (4, 5), }", "mlp_demo: x.npy: the array's element type is '>f4'; the input 'input' wants '<f4'\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), 'descr': '<f4'}", "mlp_demo: x.npy: the .npy header has the key 'descr' twice\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (5, 4), }", "mlp_demo: x.npy: dimension 0 of the array is 5; the input 'input' wants 4\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5, 1), }", "mlp_demo: x.npy: the array has 3 dimension(s); the input 'input' has 2\n"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), } x", "mlp_demo: x.npy: the .npy header has text after its dictionary\n"),
+        ("{'descr': '<f4', 'fortran_order': Falsey, 'shape': (4, 5), }", "mlp_demo: x.npy: the .npy header's fortran_order is not True or False\n"),
     ] {
-        assert_eq!(demo(dict), (1, want.to_string()), "{dict}");
+        assert_eq!(demo(dict, &le), (1, want.to_string()), "{dict}");
     }
-    for dict in ["{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), }", "{\"shape\": (4,5,), \"descr\": \"<f4\", \"fortran_order\": False}"] {
-        assert_eq!(demo(dict), (0, String::new()), "{dict}");
+    let c_order = ["{'descr': '<f4', 'fortran_order': False, 'shape': (4, 5), }", "{\"shape\": (4,5,), \"descr\": \"<f4\", \"fortran_order\": False}"];
+    let fortran_order =
+        ["{'descr': '<f4', 'fortran_order': True, 'shape': (4, 5), }", "{'descr':'<f4','fortran_order':True,'shape':(4,5)}", "{\"shape\": (4, 5), \"fortran_order\": True, \"descr\": \"<f4\"}"];
+    for (dict, bytes) in c_order.iter().map(|d| (d, &le)).chain(fortran_order.iter().map(|d| (d, &fortran))) {
+        assert_eq!(demo(dict, bytes), (0, String::new()), "{dict}");
         let got = mithrilc::data::read_arrays(&out.join("output_0.npy")).unwrap();
         let want = &data.arrays["output/output"];
         assert!(got.arrays.values().next().unwrap().data.iter().zip(&want.data).all(|(g, w)| (g - w).abs() <= 1e-5), "{dict}");

@@ -112,9 +112,9 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
 ];
 
 /// The demo program's file readers and writers (`.npy`, safetensors, the weights blob)
-/// and its command line, copied into the output directory of every target whose demo
-/// is the C template (C, CUDA, Metal): host code that prints and allocates, which the
-/// demo links and no library does (`runtime-c/mr_files.h`).
+/// and its command line, copied into the output directory of every target with a C
+/// demo (the C template's: C, CUDA, Metal; and ggml's): host code that prints and
+/// allocates, which the demo links and no library does (`runtime-c/mr_files.h`).
 pub const DEMO_FILES: &[(&str, &str)] =
     &[("mr_files.h", include_str!("../../../runtime-c/mr_files.h")), ("mr_files.c", include_str!("../../../runtime-c/mr_files.c"))];
 

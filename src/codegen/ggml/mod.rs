@@ -4,9 +4,10 @@
 //! A graph target (`codegen::graph`): [`writer`] turns each IR node into ggml calls;
 //! [`gguf`] writes the parameters (and the graph's constants) as the GGUF file the
 //! library loads. Files written for a model named `mlp`: `mlp.h` (`mlp_init`,
-//! `mlp_forward`, `mlp_free`; `docs/ggml.md`), `mlp.c`, `mlp_demo.c`, `Makefile`
-//! (`libmlp.so` and the demo, linked against ggml with an rpath) and, when the
-//! parameters' values are given, `mlp.gguf`.
+//! `mlp_forward`, `mlp_free`; `docs/ggml.md`), `mlp.c`, `mlp_demo.c` and its file
+//! readers and command line ([`crate::codegen::c::DEMO_FILES`]: `mr_files.h`,
+//! `mr_files.c`), `Makefile` (`libmlp.so` and the demo, linked against ggml with an
+//! rpath) and, when the parameters' values are given, `mlp.gguf`.
 //!
 //! Limits: static shapes of rank 4 (higher only where leading axes merge alike:
 //! `writer::merges_alike`); f32 arithmetic, booleans as 0 and 1,
@@ -64,13 +65,6 @@ pub struct Options {
 /// file (the C target's status for a refused input: `run_demo` reports it as the user's).
 pub const DEMO_REJECTED_EXIT: i32 = crate::codegen::c::DEMO_REJECTED_EXIT;
 
-/// The most threads the demo's `--threads` takes (more is refused: ggml starts each one,
-/// and a typo such as 100000 would load the machine for minutes).
-pub const DEMO_MAX_THREADS: u32 = 256;
-
-/// The most calls the demo's `--repeat` takes (it keeps each call's time).
-pub const DEMO_MAX_REPEAT: u32 = 1_000_000;
-
 /// A parameter's name as a GGUF tensor name: itself when it fits ggml's names, else its
 /// start and a hash of the whole name (every parameter name is in `mithrilc.parameters`).
 pub fn gguf_name(name: &str) -> String {
@@ -118,6 +112,9 @@ struct Port {
     rank: usize,
     /// The shape, comma-separated (`0` for a scalar, whose rank is 0).
     shape: String,
+    /// The symbol of each dimension for the demo's `mr_port`: `-1` each (static), one
+    /// `-1` for a scalar (C has no empty array).
+    syms: String,
     size: u64,
     /// For a gather's indices, the rows they index (0: not indices): `_forward` checks
     /// them against `[-rows, rows)`, since ggml_get_rows aborts on one out of range.
@@ -222,6 +219,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
             code,
             rank: shape.len(),
             shape: if shape.is_empty() { "0".into() } else { shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ") },
+            syms: vec!["-1"; shape.len().max(1)].join(", "),
             size: shape.iter().product(),
             rows: index_rows.get(&v).map_or(0, |r| r.0),
             wrap: u8::from(index_rows.get(&v).is_some_and(|r| r.0 == r.1)),
@@ -243,7 +241,6 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     ctx.insert("checks_indices", &fed().any(|(_, t)| t.index != "NULL"));
     ctx.insert("stages_numbers", &fed().any(|(p, t)| t.number != "NULL" && p.code != "T_FLOAT"));
     ctx.insert("converts_outputs", &outputs.iter().zip(&w.outputs).any(|(p, t)| t != "NULL" && p.code != "T_FLOAT"));
-    ctx.insert("max_rank", &inputs.iter().chain(&outputs).map(|p| p.rank).max().unwrap_or(0).max(1));
     ctx.insert("inputs", &inputs);
     ctx.insert("outputs", &outputs);
     ctx.insert("stored", &stored);
@@ -256,9 +253,6 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
     // to list each once as a node or a leaf.
     ctx.insert("graph_size", &(w.tensors + w.loads.len() + 16));
     ctx.insert("rejected_exit", &DEMO_REJECTED_EXIT);
-    ctx.insert("max_threads", &DEMO_MAX_THREADS);
-    ctx.insert("max_repeat", &DEMO_MAX_REPEAT);
-    ctx.insert("last_input", &(inputs.len() as i64 - 1));
     let mut tera = tera::Tera::default();
     let templates = [
         ("model.h", include_str!("../../../templates/ggml/model.h.tera")),
@@ -275,6 +269,8 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         (format!("{name}_demo.c"), render("demo.c")?),
         ("Makefile".to_string(), render("Makefile")?),
     ];
+    // The demo's file readers and command line, the C target's demo's.
+    files.extend(crate::codegen::c::DEMO_FILES.iter().map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
     if opts.weights.is_some() {
         files.push((format!("{name}.gguf"), gguf::write(&metadata, tensors)));
     }
