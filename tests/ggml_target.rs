@@ -750,21 +750,6 @@ fn the_demo_checks_its_arguments_and_writes_only_under_out() {
     assert_eq!(y.arrays.values().next().unwrap().data, vec![11.0, 22.0]);
 }
 
-/// A version 1.0 `.npy` file with the header text `dict` (padded as NumPy pads it) and
-/// `data`.
-fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
-    let mut header = dict.to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(data);
-    bytes
-}
-
 /// The demo reads a `.npy` header as the dictionary it is (mr_files.c): a Fortran-order
 /// array (in spellings NumPy reads) is transposed to C order, never read as C order, so
 /// the outputs match the interpreter's on the same values; the element type is the
@@ -785,7 +770,7 @@ fn the_demo_reads_npy_headers_strictly_and_writes_any_rank() {
     let fortran: Vec<u8> = (0..5).flat_map(|j| (0..4).map(move |i| i * 5 + j)).flat_map(|k| (x.data[k] as f32).to_le_bytes()).collect();
     assert_ne!(fortran, le, "the input is its own transpose: the test could not tell the orders apart");
     let demo = |dict: &str, data: &[u8]| {
-        std::fs::write(out.join("x.npy"), npy_file(dict, data)).unwrap();
+        std::fs::write(out.join("x.npy"), common::npy_file(dict, data)).unwrap();
         let run = Command::new(out.join("mlp_demo")).current_dir(&out).args(["--input", "input=x.npy", "--out", "."]).output().unwrap();
         (run.status.code().unwrap_or(-1), String::from_utf8_lossy(&run.stderr).into_owned())
     };

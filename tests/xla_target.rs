@@ -516,16 +516,7 @@ fn safetensors_file(header: &str, length: Option<u64>, body: &[u8]) -> Vec<u8> {
 
 /// A `.npy` file (version 1.0) of `descr`, `shape` and the raw `body`.
 fn npy_file(descr: &str, shape: &str, body: &[u8]) -> Vec<u8> {
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(body);
-    bytes
+    common::npy_file(&format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"), body)
 }
 
 /// The runner refuses hostile weights, inputs, arguments and output directories with

@@ -53,3 +53,18 @@ pub fn each_case<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<(), String> + Sy
     failures.sort();
     failures
 }
+
+/// A version 1.0 `.npy` file whose header is the text `dict` (padded as NumPy pads it),
+/// then `data`: any header at all, for tests of the readers of generated programs.
+pub fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = dict.to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    bytes
+}
