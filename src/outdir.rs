@@ -113,7 +113,13 @@ pub fn write_file_atomically(path: &Path, write: impl FnOnce(&mut std::io::BufWr
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let temp = tempfile::Builder::new().prefix(".mithrilc-").tempfile_in(parent).map_err(|e| cannot(&e))?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".mithrilc-");
+    // A file the user asked for, made as any other: 0666 less the umask, not a
+    // temporary file's 0600.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let temp = builder.tempfile_in(parent).map_err(|e| cannot(&e))?;
     lock_live().push(temp.path().to_path_buf());
     let unregister = |p: &Path| lock_live().retain(|live| live != p);
     let written = {
@@ -424,6 +430,22 @@ mod tests {
         let guard = Guard { inputs: vec![file.clone()], force: false };
         let err = write_atomically(tmp.path(), &[], &guard, |_| Ok(())).unwrap_err();
         assert!(err.message.contains("holds") && err.message.contains("notes.txt, an input of this command"), "{err}");
+        assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
+    }
+
+    /// A file written whole gets the mode any new file gets (0666 less the umask), not a
+    /// temporary file's 0600, and replaces the old one.
+    #[cfg(unix)]
+    #[test]
+    fn files_written_whole_have_the_usual_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("y.npz");
+        std::fs::write(&path, "old").unwrap();
+        let usual = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        write_file_atomically(&path, |out| std::io::Write::write_all(out, b"new").map_err(|e| Error::user(e.to_string()))).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, usual);
         assert_eq!(leftovers(tmp.path()), Vec::<String>::new());
     }
 
