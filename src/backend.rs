@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::build::CacheUse;
+use crate::cache::Cache;
 use crate::cli::Graphs;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, ValueId};
@@ -37,11 +39,12 @@ pub trait Backend: Sync {
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String>;
     /// The artifact's files, by name in a fixed order (what `--emit source` writes).
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted>;
-    /// Builds the files `emit` wrote into `dir`.
-    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()>;
-    /// Builds them for `run` ([`crate::cli::run_target`]): `dir` is scratch and only the
-    /// target's runner uses what is built, so a target may share work between such builds.
-    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
+    /// Builds the files `emit` wrote into `dir`; says how it had the files it takes from
+    /// the build cache, if it takes any (`--report`).
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>>;
+    /// Builds what `run` needs of them ([`crate::cli::run_target`]): `dir` is scratch and
+    /// only the target's runner uses what is built.
+    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>> {
         self.build(dir, build)
     }
     /// Runs the artifact built in `dir` (with `build`) on `feeds` (inputs and
@@ -269,13 +272,15 @@ pub struct Entry {
     pub outputs: Vec<String>,
 }
 
-/// How a target builds: the compiler and its flags (`$CC` and `--cflags` for C).
+/// How a target builds: the compiler and its flags (`$CC` and `--cflags` for C), and the
+/// build cache.
 #[derive(Debug, Clone)]
 pub struct BuildConfig {
     pub cc: String,
     pub cflags: String,
     /// Build a GPU target's code for CPU emulation (`run --emulate`) instead of the GPU.
     pub emulate: bool,
+    pub cache: Cache,
 }
 
 /// The C compiler's flags unless `--cflags` says otherwise: optimised, for no CPU in
@@ -285,7 +290,7 @@ pub const HOST_CFLAGS: &str = "-O3";
 
 impl Default for BuildConfig {
     fn default() -> BuildConfig {
-        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string(), emulate: false }
+        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string(), emulate: false, cache: Cache::from_env() }
     }
 }
 

@@ -4,12 +4,10 @@
 //! how to install it; a failing one reports its output. Where their output goes is
 //! `outdir`'s business.
 
-use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 
+use crate::cache::{Cache, Key, Miss};
 use crate::error::{io_message, Error, ErrorKind, Result};
 
 /// The C compiler: `$CC`, else `cc`.
@@ -25,14 +23,31 @@ pub fn make(dir: &Path, cc: &str, cflags: &str) -> Result<()> {
 /// [`make`] with more variables (`NAME=value`, written by mithrilc or by [`make_word`])
 /// set on its command line.
 pub fn make_with(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<()> {
-    run_tool(make_command(dir, cc, cflags, vars)?, "make", "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler")
+    run_tool(make_command(dir, cc, cflags, vars)?, "make", MAKE_INSTALL)
 }
 
-/// `make -s` in `dir` with `CC`, `CFLAGS` ([`make_var`]) and `vars` on its command line.
+/// [`make_in`] `dir` with `CC`, `CFLAGS` ([`make_var`]) and `vars` on its command line.
 fn make_command(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<Command> {
-    let mut cmd = Command::new("make");
-    cmd.current_dir(dir).arg("-s").arg(make_var("CC", cc, "$CC")?).arg(make_var("CFLAGS", cflags, "--cflags")?).args(vars);
+    let mut cmd = make_in(dir);
+    cmd.arg(make_var("CC", cc, "$CC")?).arg(make_var("CFLAGS", cflags, "--cflags")?).args(vars);
     Ok(cmd)
+}
+
+/// `make -s` in `dir`, running as many recipes at once as the machine has cores
+/// ([`jobs`]).
+pub fn make_in(dir: &Path) -> Command {
+    let mut cmd = Command::new("make");
+    cmd.current_dir(dir).arg("-s").args(jobs());
+    cmd
+}
+
+/// make's `-jN` for N cores, unless `MAKEFLAGS` says how many jobs already (the user's
+/// choice, or a make that runs mithrilc passing its job server down).
+fn jobs() -> Option<String> {
+    let flags = std::env::var("MAKEFLAGS").unwrap_or_default();
+    let given = flags.split_whitespace().any(|w| w.starts_with("-j") || w.starts_with("--jobserver") || (!w.starts_with('-') && !w.contains('=') && w.contains('j')));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (!given).then(|| format!("-j{cores}"))
 }
 
 /// `NAME=VALUE` for make's command line where VALUE is one word, `path` (a toolchain's
@@ -61,39 +76,150 @@ pub fn make_var(name: &str, value: &str, what: &str) -> Result<String> {
     Ok(format!("{name}={}", quoted.replace('$', "$$")))
 }
 
-/// [`make`] with `vars`, where the objects `reused` (a runtime's, built from `sources`)
-/// are kept for the rest of the process and put back into later builds before make
-/// runs, which then finds them up to date. Builds share them when the sources' bytes
-/// and the commands make would run for them (`make -n`: compiler, flags, everything)
-/// are the same, so a process that builds many models (the test suites, through `run`)
-/// compiles the runtime once per compiler and flags.
-pub fn make_reusing(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: &[&str], reused: &[String]) -> Result<()> {
-    type Objects = Vec<(String, Vec<u8>)>;
-    static BUILT: Mutex<BTreeMap<(String, u64), Arc<Objects>>> = Mutex::new(BTreeMap::new());
-    let key = || -> Option<(String, u64)> {
-        let mut dry = make_command(dir, cc, cflags, vars).ok()?;
-        let out = dry.arg("-n").args(reused).output().ok().filter(|o| o.status.success())?;
-        let mut hasher = std::hash::DefaultHasher::new();
-        for file in sources {
-            std::fs::read(dir.join(file)).ok()?.hash(&mut hasher);
+/// How a build had the files it takes from the build cache, for `--report`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheUse {
+    /// Copied from the entry with this key.
+    Reused(String),
+    /// Built, and stored as the entry with this key (after removing a corrupt one: why).
+    Stored(String, Option<String>),
+    /// Built and not cached, because of this.
+    Uncached(String),
+}
+
+impl CacheUse {
+    /// The `--report` line: `runtime: ...`.
+    pub fn line(&self) -> String {
+        match self {
+            CacheUse::Reused(key) => format!("runtime: reused from the build cache (entry {})", &key[..16]),
+            CacheUse::Stored(key, None) => format!("runtime: built and stored in the build cache (entry {})", &key[..16]),
+            CacheUse::Stored(key, Some(why)) => format!("runtime: built again and stored in the build cache (entry {}: {why})", &key[..16]),
+            CacheUse::Uncached(why) => format!("runtime: built, not cached ({why})"),
         }
-        Some((String::from_utf8(out.stdout).ok()?, hasher.finish()))
+    }
+
+    /// The word `--report=json` gives.
+    pub fn word(&self) -> &'static str {
+        match self {
+            CacheUse::Reused(_) => "reused",
+            CacheUse::Stored(..) => "stored",
+            CacheUse::Uncached(_) => "uncached",
+        }
+    }
+}
+
+/// `make goals` in `dir` (everything when `goals` is empty), where the files `products`,
+/// which make builds from the files `sources` alone and the same way for every model
+/// (the runtime's objects), come from the build cache when it holds them and go into it
+/// when it does not; make then finds them up to date. The entry's key is everything that
+/// decides their bytes ([`cache_key`]). Objects with debug information name the
+/// directory they were built in, so they are not cached; an unwritable cache directory
+/// means building without it, with a note on stderr (once per process).
+pub fn make_cached(dir: &Path, cc: &str, cflags: &str, vars: &[&str], goals: &[&str], sources: &[&str], products: &[String], cache: &Cache) -> Result<CacheUse> {
+    let make = |goals: &[&str]| -> Result<()> {
+        let mut cmd = make_command(dir, cc, cflags, vars)?;
+        cmd.args(goals);
+        run_tool(cmd, "make", MAKE_INSTALL)
     };
-    let Some(key) = key() else { return make_with(dir, cc, cflags, vars) };
-    let built = BUILT.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-    if let Some(objects) = built {
-        for (name, bytes) in objects.iter() {
-            let path = dir.join(name);
-            std::fs::write(&path, bytes).map_err(|e| Error::user(format!("cannot write {}: {}", path.display(), io_message(&e))))?;
+    let root = match cache {
+        Cache::At(root) => root,
+        Cache::Off(why) => {
+            make(goals)?;
+            return Ok(CacheUse::Uncached(why.clone()));
         }
-        return make_with(dir, cc, cflags, vars);
+    };
+    let key = match cache_key(dir, cc, cflags, vars, sources, products) {
+        Ok(key) => key,
+        Err(why) => {
+            make(goals)?;
+            return Ok(CacheUse::Uncached(why));
+        }
+    };
+    let lock = crate::cache::lock(root, &key);
+    let corrupt = match crate::cache::fetch(root, &key, products, dir) {
+        Ok(()) => {
+            drop(lock);
+            make(goals)?;
+            return Ok(CacheUse::Reused(key));
+        }
+        Err(Miss::Absent) => None,
+        Err(Miss::Corrupt(why)) => Some(why),
+    };
+    let built: Vec<&str> = products.iter().map(String::as_str).collect();
+    make(&built)?;
+    let used = match crate::cache::store(root, &key, products, dir) {
+        Ok(()) => CacheUse::Stored(key, corrupt),
+        Err(why) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            let why = format!("cannot write the build cache {}: {why}", root.display());
+            SAID.call_once(|| eprintln!("note: {why}; building without it (--no-cache or MITHRILC_NO_CACHE=1 says not to try)"));
+            CacheUse::Uncached(why)
+        }
+    };
+    drop(lock);
+    make(goals)?;
+    Ok(used)
+}
+
+/// How to install make and a C compiler, said when either is missing.
+const MAKE_INSTALL: &str = "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler";
+
+/// The build cache's key of `products` built in `dir`: the commands make would run for
+/// them (`make -n`: the compiler as invoked and every flag, define, `--cpu` and target
+/// option), the contents of `sources`, the compiler itself (where `PATH` finds it, its
+/// size and time, its `--version`; what `native` in a flag means on this machine), and
+/// the environment variables the compiler reads its search paths from. The error says
+/// why the products cannot be cached.
+pub fn cache_key(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: &[&str], products: &[String]) -> std::result::Result<String, String> {
+    let mut dry = make_command(dir, cc, cflags, vars).map_err(|e| e.message)?;
+    let out = dry.args(["-n", "-B"]).args(products).output().map_err(|e| format!("cannot run make: {}", io_message(&e)))?;
+    if !out.status.success() {
+        return Err(format!("make -n failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
     }
-    make_with(dir, cc, cflags, vars)?;
-    let objects: std::io::Result<Objects> = reused.iter().map(|name| Ok((name.clone(), std::fs::read(dir.join(name))?))).collect();
-    if let Ok(objects) = objects {
-        BUILT.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::new(objects));
+    let commands = String::from_utf8_lossy(&out.stdout).into_owned();
+    let words: Vec<String> = commands.lines().flat_map(|line| shlex::split(line).unwrap_or_default()).collect();
+    if words.iter().any(|w| w.starts_with("-g") && w != "-g0") {
+        return Err("a -g build: its objects name the directory they were built in".to_string());
     }
-    Ok(())
+    let mut key = Key::new("make products");
+    key.add("commands", commands.as_bytes());
+    for file in sources {
+        let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {}", io_message(&e)))?;
+        key.add(file, &bytes);
+    }
+    let compiler = shlex::split(cc).filter(|w| !w.is_empty()).ok_or_else(|| format!("$CC {cc:?} is not a command"))?;
+    let found = which(&compiler[0]).ok_or_else(|| format!("{} is not found on PATH", compiler[0]))?;
+    key.add("compiler", found.as_os_str().as_encoded_bytes());
+    if let Ok(meta) = std::fs::metadata(&found) {
+        let time = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+        key.add("compiler file", format!("{} {}", meta.len(), time.as_nanos()).as_bytes());
+    }
+    let ask = |args: &[&str]| -> std::result::Result<Vec<u8>, String> {
+        let out = Command::new(&compiler[0]).args(&compiler[1..]).args(args).output().map_err(|e| format!("cannot run {cc}: {}", io_message(&e)))?;
+        Ok([out.stdout, out.stderr].concat())
+    };
+    key.add("--version", &ask(&["--version"])?);
+    // -march=native and its kin mean this machine's CPU: the driver's expansion of
+    // them (-###) says which.
+    let native: Vec<&str> = words.iter().map(String::as_str).filter(|w| w.contains("native")).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    if !native.is_empty() {
+        key.add("native", &ask(&[native.as_slice(), &["-###", "-E", "-x", "c", "/dev/null"]].concat())?);
+    }
+    for name in ["CPATH", "C_INCLUDE_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX"] {
+        if let Some(value) = std::env::var_os(name) {
+            key.add(name, value.as_encoded_bytes());
+        }
+    }
+    Ok(key.finish())
+}
+
+/// Where `PATH` finds `program` (a name without `/`), or `program` itself made absolute.
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    if program.contains('/') {
+        return std::fs::canonicalize(program).ok();
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()).and_then(|p| std::fs::canonicalize(p).ok())
 }
 
 /// Runs a toolchain command; its failure is an error of kind `Toolchain`.
@@ -188,9 +314,8 @@ pub fn ggml() -> Result<Ggml> {
 
 /// The virtual environment `.ci/run` installs [`GGML_WHEEL`] into.
 fn ggml_venv(env: &impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<std::path::PathBuf> {
-    let cache = env("XDG_CACHE_HOME").filter(|p| !p.is_empty()).map(std::path::PathBuf::from).or_else(|| env("HOME").map(|h| std::path::PathBuf::from(h).join(".cache")))?;
     let version = GGML_WHEEL.split_once("==").map_or(GGML_WHEEL, |(_, v)| v);
-    Some(cache.join("mithrilc").join(format!("ggml-{version}")))
+    Some(crate::cache::user_cache_dir(env)?.join(format!("ggml-{version}")))
 }
 
 /// [`ggml`] with the environment given.

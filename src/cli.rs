@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::build::CacheUse;
+use crate::cache::Cache;
 pub use crate::backend::{BuildConfig, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
 use crate::backend::{check_precision, check_quantize, check_supported, Backend, EmitOptions};
 use crate::data::{self, Array, ArrayFile};
@@ -247,6 +249,8 @@ pub struct RunArgs {
     pub output: Option<PathBuf>,
     /// `--triple`: refused unless it is this machine's (compile cross-builds).
     pub triple: Option<String>,
+    /// `--no-cache`: build without the build cache.
+    pub no_cache: bool,
 }
 
 /// Reads a `--data` argument: `FILE`, or `NAME=FILE` for a file holding one array.
@@ -384,7 +388,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             if args.emulate && !target.emulates() {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
             }
-            let build = BuildConfig { emulate: args.emulate, ..Default::default() };
+            let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
             let opts = EmitOptions { print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
             let outputs = run_target(target, &graphs, &feeds, &args.model.model, &build, opts)?;
             if args.check {
@@ -576,6 +580,17 @@ pub struct CompileArgs {
     pub mesh: Option<String>,
     /// How the weights of matrix products and convolutions are stored.
     pub quantize: Quantize,
+    /// `--no-cache`: build without the build cache.
+    pub no_cache: bool,
+}
+
+/// The build cache, unless `--no-cache` turns it off.
+fn cache_of(no_cache: bool) -> Cache {
+    if no_cache {
+        Cache::Off("--no-cache".to_string())
+    } else {
+        Cache::from_env()
+    }
 }
 
 impl Default for CompileArgs {
@@ -599,6 +614,7 @@ impl Default for CompileArgs {
             precision: Precision::F32,
             mesh: None,
             quantize: Default::default(),
+            no_cache: false,
         }
     }
 }
@@ -720,14 +736,16 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     inputs.extend(args.params.clone());
     let guard = crate::outdir::Guard { inputs, force: args.force };
     let cflags = args.cflags.clone().unwrap_or_else(|| HOST_CFLAGS.to_string());
+    let cache = cache_of(args.no_cache);
     let config = match &triple {
-        Some(t) => BuildConfig { cc: t.c_compiler(), cflags, ..Default::default() },
-        None => BuildConfig { cflags, ..Default::default() },
+        Some(t) => BuildConfig { cc: t.c_compiler(), cflags, cache, ..Default::default() },
+        None => BuildConfig { cflags, cache, ..Default::default() },
     };
     let mut built_report = String::new();
+    let mut cache_use = None;
     crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| {
         if build {
-            args.target.build(dir, &config)?;
+            cache_use = args.target.build(dir, &config)?;
             if args.report && args.report_format == ReportFormat::Human {
                 built_report = args.target.built_report(dir, &emitted.entry)?;
             }
@@ -741,6 +759,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
             "files": emitted.files.len(),
             "built": build,
             "sizes": emitted.sizes,
+            "cache": cache_use.as_ref().map(CacheUse::word),
         });
         return Ok(format!("{json}\n"));
     }
@@ -749,6 +768,9 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     if args.report {
         report.push_str(&emitted.report);
         report.push_str(&built_report);
+        if let Some(used) = &cache_use {
+            report.push_str(&format!("{}\n", used.line()));
+        }
     }
     Ok(report)
 }
@@ -920,7 +942,7 @@ pub fn run_target(
     let emitted = target.emit(graphs, &opts)?;
     let scratch = crate::outdir::Scratch::new()?;
     let dir = scratch.path().join("build");
-    crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build_to_run(d, build))?;
+    crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build_to_run(d, build).map(drop))?;
     target.run(&dir, build, &emitted.entry, feeds)
 }
 
@@ -958,4 +980,22 @@ pub fn compare(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> Vec<(String, D
             (n.clone(), d)
         })
         .collect()
+}
+
+/// `mithrilc cache`: where the build cache is and what it holds; with `clean`, empties
+/// it first.
+pub fn cache(clean: bool) -> String {
+    let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64);
+    let root = match Cache::from_env() {
+        Cache::At(root) => root,
+        Cache::Off(why) => return format!("build cache: off ({why})\n"),
+    };
+    let mut text = format!("build cache: {}\n", root.display());
+    if clean {
+        let removed = crate::cache::clean(&root);
+        text.push_str(&format!("removed {} entries ({})\n", removed.entries, mib(removed.bytes)));
+    }
+    let usage = crate::cache::usage(&root);
+    text.push_str(&format!("entries: {} ({}; at most {}, the entries used longest ago removed first)\n", usage.entries, mib(usage.bytes), mib(crate::cache::LIMIT)));
+    text
 }

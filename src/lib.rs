@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod build;
+pub mod cache;
 pub mod cli;
 pub mod codegen;
 pub mod data;

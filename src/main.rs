@@ -163,6 +163,9 @@ enum Command {
         /// Refused unless this machine's: compile --triple cross-builds
         #[arg(long, value_name = "TRIPLE")]
         triple: Option<String>,
+        /// Build without the build cache (so does MITHRILC_NO_CACHE=1; see mithrilc cache)
+        #[arg(long)]
+        no_cache: bool,
     },
     /// Compile the model for a target and build it
     Compile {
@@ -231,6 +234,19 @@ enum Command {
         /// (docs/ggml.md); other targets f32 only. Not with --grad
         #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
         quantize: Quantize,
+        /// Build without the build cache (so does MITHRILC_NO_CACHE=1; see mithrilc cache)
+        #[arg(long)]
+        no_cache: bool,
+    },
+    /// Show the build cache: where it is, its entries and their size (`clean` empties it)
+    ///
+    /// compile and run keep the objects that are the same for every model (the C
+    /// target's runtime) in it, and copy them instead of compiling them again. It is
+    /// $MITHRILC_CACHE_DIR, else $XDG_CACHE_HOME/mithrilc/builds, else
+    /// ~/.cache/mithrilc/builds; MITHRILC_NO_CACHE=1 or --no-cache turns it off
+    Cache {
+        #[command(subcommand)]
+        action: Option<CacheAction>,
     },
     /// List the targets, with what each builds and the tools it needs
     Targets {
@@ -287,6 +303,12 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum CacheAction {
+    /// Remove every entry (only what mithrilc put there)
+    Clean,
+}
+
 /// Whether the raw arguments ask for JSON errors, for the errors clap finds before the
 /// parsed `--message-format` exists.
 fn json_requested() -> bool {
@@ -317,15 +339,16 @@ fn main() -> ExitCode {
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check, emulate, precision, quantize, triple } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, quantize, data, params, output, triple }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, quantize } => {
+        Command::Run { model, grad, data, params, output, target, check, emulate, precision, quantize, triple, no_cache } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, quantize, data, params, output, triple, no_cache }).map(|(_, report)| report)),
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, quantize, no_cache } => {
             with_grad(model, &grad).and_then(|model| {
                 let (report, report_format) = (report.is_some(), report.unwrap_or_default());
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, quantize };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, quantize, no_cache };
                 cli::compile(&args)
             })
         }
+        Command::Cache { action } => Ok(cli::cache(matches!(action, Some(CacheAction::Clean)))),
         Command::Targets { ops: false } => Ok(targets()),
         Command::Targets { ops: true } => Ok(mithrilc::docs::op_support_text()),
         Command::Completions { shell } => {

@@ -32,6 +32,7 @@ fn check(model: &str, batches: &[u32]) {
             params: Some(dir.join(format!("{model}.safetensors"))),
             output: None,
             triple: None,
+            no_cache: false,
         };
         let (outputs, _) = cli::run(&args).unwrap_or_else(|e| panic!("{model} b{b}: {e}"));
         let want = data::read_arrays(&dir.join(format!("{model}_b{b}_output.npy"))).unwrap();

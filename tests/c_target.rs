@@ -57,7 +57,7 @@ fn every_model_with(cc: &str, flags: &str) {
         common::skip(&format!("{cc} is not installed (apt-get install {cc})"));
         return;
     }
-    check_all(&BuildConfig { cc: cc.into(), cflags: format!("-O2 {flags}").trim().to_string(), emulate: false }, |_| true);
+    check_all(&BuildConfig { cc: cc.into(), cflags: format!("-O2 {flags}").trim().to_string(), emulate: false, ..Default::default() }, |_| true);
 }
 
 /// Portable, as `compile` builds by default: the runtime's kernels dispatched at run
@@ -85,38 +85,7 @@ fn every_conformance_case_under_sanitizers() {
     // under the sanitizers.
     let flags = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DMR_NO_DISPATCH";
     // The bench models at small batch sizes too; the large ones take long under ASan.
-    check_all(&BuildConfig { cc: "gcc".into(), cflags: flags.into(), emulate: false }, |c| !c.label.ends_with("b32") && !c.label.ends_with("b8"));
-}
-
-/// `run`'s builds share the runtime's objects (`make_reusing`): a build whose sources and
-/// commands are those of an earlier one compiles nothing again and gets the same object;
-/// other flags, or a changed source, compile it again.
-#[test]
-fn run_builds_reuse_objects_only_when_sources_and_commands_match() {
-    if !have("make") || !have("gcc") {
-        common::skip("gcc and make are needed (apt-get install gcc make)");
-        return;
-    }
-    let root = tempfile::tempdir().unwrap();
-    // Each compilation adds a line to the log.
-    let makefile = "all: x.o\nx.o: x.c\n\techo x.o >> ../log\n\t$(CC) $(CFLAGS) -c x.c -o x.o\n";
-    let build = |name: &str, cflags: &str, source: &str| {
-        let dir = root.path().join(name);
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::write(dir.join("Makefile"), makefile).unwrap();
-        std::fs::write(dir.join("x.c"), source).unwrap();
-        mithrilc::build::make_reusing(&dir, "gcc", cflags, &[], &["x.c"], &["x.o".to_string()]).unwrap();
-        let compiled = std::fs::read_to_string(root.path().join("log")).unwrap().lines().count();
-        (compiled, std::fs::read(dir.join("x.o")).unwrap())
-    };
-    let one = "int f(void) { return 1; }\n";
-    let (compiled, first) = build("a", "-O1", one);
-    assert_eq!(compiled, 1);
-    let (compiled, again) = build("b", "-O1", one);
-    assert_eq!(compiled, 1, "the same sources and commands compiled again");
-    assert_eq!(again, first);
-    assert_eq!(build("c", "-O2", one).0, 2, "other flags reused the object");
-    assert_eq!(build("d", "-O1", "int f(void) { return 2; }\n").0, 3, "a changed source reused the object");
+    check_all(&BuildConfig { cc: "gcc".into(), cflags: flags.into(), emulate: false, ..Default::default() }, |c| !c.label.ends_with("b32") && !c.label.ends_with("b8"));
 }
 
 #[test]

@@ -326,6 +326,7 @@ pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::
         params: Some(root.join("examples/mlp/data.npz")),
         output: None,
         triple: None,
+        no_cache: false,
     }
 }
 

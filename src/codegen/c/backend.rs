@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::build::CacheUse;
 use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Quantize, WeightLayout};
 use crate::cli::Graphs;
 use crate::data;
@@ -57,24 +58,31 @@ impl Backend for CTarget {
         Ok(Some(programs(graphs, opts)?.0))
     }
 
-    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
-        crate::build::make(dir, &build.cc, &build.cflags)
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>> {
+        make(dir, build, &[])
     }
 
-    /// The runtime's external names get one prefix for every model (`PRIVATE`, which
-    /// `compile` makes the model's name so that libraries link together; only the demo
-    /// links here), so its objects are the same for every model and one process builds
-    /// them once per compiler and flags: the dispatched runtime is most of a small
-    /// model's build (at -O3, 7.8 s of mlp's 8.2).
-    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
-        let sources: Vec<&str> = super::RUNTIME_FILES.iter().map(|(file, _)| *file).collect();
-        let objects: Vec<String> = super::runtime_sources().map(|c| format!("{}.o", c.trim_end_matches(".c"))).collect();
-        crate::build::make_reusing(dir, &build.cc, &build.cflags, &["PRIVATE=-DMR_PREFIX=mr_run_"], &sources, &objects)
+    /// The demo alone (the shared library is not needed to run).
+    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>> {
+        make(dir, build, &["demo"])
     }
 
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
         run_demo(&dir.join(format!("{}_demo", entry.name)), dir, entry, feeds, &[])
     }
+}
+
+/// `make goals` in `dir`, with the objects that are the same for every model (the
+/// runtime's, compiled with its own names, and the demo's file readers) from the build
+/// cache ([`crate::build::make_cached`]): the runtime is most of a small model's build
+/// (at -O3, 7.8 s of mlp's 8.2).
+fn make(dir: &Path, build: &BuildConfig, goals: &[&str]) -> Result<Option<CacheUse>> {
+    // The demo's readers are there where the target is hosted.
+    let readers = if dir.join("mr_files.c").exists() { super::DEMO_FILES } else { &[] };
+    let sources: Vec<&str> = super::RUNTIME_FILES.iter().chain(readers).map(|(file, _)| *file).collect();
+    let runtime = super::runtime_sources().map(|c| format!("{}.any.o", c.trim_end_matches(".c")));
+    let products: Vec<String> = runtime.chain((!readers.is_empty()).then(|| "mr_files.o".to_string())).collect();
+    crate::build::make_cached(dir, &build.cc, &build.cflags, &[], goals, &sources, &products, &build.cache).map(Some)
 }
 
 /// The forward (and backward) program the C target renders, with its program passes.

@@ -130,6 +130,39 @@ fn isa_variant_sources() -> impl Iterator<Item = &'static str> {
     variant.lines().filter_map(|line| line.strip_prefix("#include \"")?.strip_suffix('"')).filter(|file| file.ends_with(".c"))
 }
 
+/// The external names the runtime's objects define and call one another by, compiled
+/// without `MR_PREFIX` (as the Makefile compiles the objects every model shares), read
+/// from the headers that rename them: `mithril_runtime.h`'s `#define mr_x MR_NAME(mr_x)`
+/// lines, and each of `mr_internal.h`'s `#define mr_x MR_VARIANT(mr_x)` once per
+/// variant suffix (`MR_VARIANT(name) MR_NAME(name##_avx2)`). A test checks that every
+/// `mr_` symbol of the compiled objects is here.
+pub fn runtime_names() -> Vec<String> {
+    let header = |file: &str| RUNTIME_FILES.iter().find(|(name, _)| *name == file).map_or("", |(_, text)| *text);
+    let renamed = |text: &'static str, macro_name: &'static str| {
+        text.lines().filter_map(move |line| {
+            let (name, value) = line.strip_prefix("#define ")?.split_once(' ')?;
+            (value == format!("{macro_name}({name})")).then_some(name)
+        })
+    };
+    let suffixes: Vec<&str> = header("mr_internal.h")
+        .lines()
+        .filter_map(|line| line.strip_prefix("#define MR_VARIANT(name) MR_NAME(name##")?.strip_suffix(')'))
+        .collect();
+    let mut names: Vec<String> = renamed(header("mithril_runtime.h"), "MR_NAME").map(str::to_string).collect();
+    for name in renamed(header("mr_internal.h"), "MR_VARIANT") {
+        names.extend(suffixes.iter().map(|suffix| format!("{name}{suffix}")));
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// `<name>.syms`: objcopy's `--redefine-syms` list that gives the runtime's objects the
+/// library's names (`mr_sgemm <name>_mr_sgemm`, as `-DMR_PREFIX=<name>_` would have).
+fn runtime_syms(name: &str) -> String {
+    runtime_names().iter().map(|n| format!("{n} {name}_{n}\n")).collect()
+}
+
 #[cfg(test)]
 mod runtime_facts;
 
@@ -246,8 +279,11 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options) -> Result<V
         (format!("{name}.h"), render("model.h", &main)?.into_bytes()),
         (format!("{name}.c"), model_c(p, backward, train.as_ref(), &name, opts)?.into_bytes()),
     ];
-    files.extend(RUNTIME_FILES.iter().chain(DEMO_FILES).map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
+    // The demo's readers only where there is a demo (a hosted target).
+    let demo_files = if ctx.hosted { DEMO_FILES } else { &[] };
+    files.extend(RUNTIME_FILES.iter().chain(demo_files).map(|(file, text)| (file.to_string(), text.as_bytes().to_vec())));
     files.extend([
+        (format!("{name}.syms"), runtime_syms(&name).into_bytes()),
         (format!("{name}_demo.c"), render(DEMO, &demo)?.into_bytes()),
         ("Makefile".to_string(), render("Makefile", &main)?.into_bytes()),
         // What `make install` fills in and installs.

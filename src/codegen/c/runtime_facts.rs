@@ -300,3 +300,32 @@ fn the_runtime_reads_the_narrow_weights_the_compiler_writes() {
         }
     }
 }
+
+/// Every `mr_` symbol the runtime's objects define or call, compiled with its own names
+/// (as the Makefile compiles the objects all models share), is one that `<name>.syms`
+/// renames ([`super::runtime_names`]): none is left to clash with another library's.
+#[test]
+fn every_runtime_symbol_is_one_the_libraries_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    let cc = crate::build::c_compiler();
+    let have = |tool: &str| Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !have(&cc) || !have("nm") {
+        let required = std::env::var("MITHRILC_REQUIRE_TOOLS").is_ok_and(|v| !v.is_empty() && v != "0");
+        assert!(!required, "MITHRILC_REQUIRE_TOOLS is set, and this test needs {cc} and nm");
+        return println!("skipped: {cc} and nm are needed");
+    }
+    for (name, text) in RUNTIME_FILES {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let out = Command::new(&cc).current_dir(dir.path()).args(["-std=c99", "-c"]).args(runtime_sources()).output().unwrap();
+    assert!(out.status.success(), "the runtime does not compile: {}", String::from_utf8_lossy(&out.stderr));
+    let objects: Vec<String> = runtime_sources().map(|c| c.replace(".c", ".o")).collect();
+    let out = Command::new("nm").current_dir(dir.path()).arg("-g").args(&objects).output().unwrap();
+    assert!(out.status.success());
+    let renamed = super::runtime_names();
+    let symbols: std::collections::BTreeSet<String> =
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.split_whitespace().count() >= 2).filter_map(|l| l.split_whitespace().last()).filter(|s| s.starts_with("mr_")).map(str::to_string).collect();
+    assert!(symbols.len() > 20, "nm found too few of the runtime's symbols: {symbols:?}");
+    let missed: Vec<&String> = symbols.iter().filter(|s| !renamed.contains(s)).collect();
+    assert!(missed.is_empty(), "symbols of the runtime that the libraries would not rename: {missed:?}");
+}

@@ -43,15 +43,15 @@ impl Backend for CudaTarget {
 
     /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler
     /// (`$CXX`, else `c++`) for emulation.
-    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
-        let mut cmd = std::process::Command::new("make");
-        cmd.current_dir(dir).arg("-s");
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
+        let mut cmd = crate::build::make_in(dir);
         if build.emulate {
             cmd.arg("emulate").arg(crate::build::make_var("CXX", &cxx(), "$CXX")?);
         } else {
             cmd.arg(crate::build::make_word("NVCC", &crate::build::nvcc()?)?);
         }
-        crate::build::run_tool(cmd, "make", "apt-get install make g++ (Debian/Ubuntu)")
+        crate::build::run_tool(cmd, "make", "apt-get install make g++ (Debian/Ubuntu)")?;
+        Ok(None)
     }
 
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {

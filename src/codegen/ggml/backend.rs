@@ -52,10 +52,11 @@ impl Backend for GgmlTarget {
         Ok(Emitted { files, entry, report: format!("gguf: {} bytes\n", crate::cli::group(size as u64)), sizes: serde_json::json!({"gguf_bytes": size}) })
     }
 
-    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
         let ggml = crate::build::ggml()?;
         let vars = [crate::build::make_word("GGML_INCLUDE", &ggml.include)?, crate::build::make_word("GGML_LIB", &ggml.lib)?];
-        crate::build::make_with(dir, &build.cc, &build.cflags, &vars.iter().map(String::as_str).collect::<Vec<_>>())
+        crate::build::make_with(dir, &build.cc, &build.cflags, &vars.iter().map(String::as_str).collect::<Vec<_>>())?;
+        Ok(None)
     }
 
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {

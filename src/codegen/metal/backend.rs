@@ -45,9 +45,8 @@ impl Backend for MetalTarget {
     /// `make` with xcrun's Metal compiler on macOS; the host C and C++ compilers (`$CC`,
     /// `$CXX`) for emulation. Elsewhere a real build is refused: no Metal compiler runs
     /// there.
-    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<()> {
-        let mut cmd = std::process::Command::new("make");
-        cmd.current_dir(dir).arg("-s");
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
+        let mut cmd = crate::build::make_in(dir);
         if build.emulate {
             cmd.arg("emulate");
             for (var, default) in [("CC", "cc"), ("CXX", "c++")] {
@@ -60,7 +59,8 @@ impl Backend for MetalTarget {
                 "the Metal target builds with Apple's Metal compiler (xcrun -sdk macosx metal), which runs only on macOS; here, `compile --emit source` writes the sources without building them, and `run --emulate` compiles the kernels as C++ and runs them on the CPU".to_string(),
             ));
         }
-        crate::build::run_tool(cmd, "make", "on macOS: xcode-select --install (the Metal compiler comes with Xcode); for --emulate: apt-get install make gcc g++ (Debian/Ubuntu)")
+        crate::build::run_tool(cmd, "make", "on macOS: xcode-select --install (the Metal compiler comes with Xcode); for --emulate: apt-get install make gcc g++ (Debian/Ubuntu)")?;
+        Ok(None)
     }
 
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {

@@ -75,8 +75,9 @@ impl Backend for XlaTarget {
     }
 
     /// Parses, verifies and compiles every module through PJRT (`run_hlo.py --check`).
-    fn build(&self, dir: &Path, _build: &BuildConfig) -> Result<()> {
-        run_runner(dir, &["--check".into()], None)
+    fn build(&self, dir: &Path, _build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
+        run_runner(dir, &["--check".into()], None)?;
+        Ok(None)
     }
 
     fn shards(&self) -> bool {

@@ -33,8 +33,7 @@ pub fn python() -> Result<PathBuf> {
 
 /// The cached virtual environment's directory under the cache directory.
 fn venv(env: &impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    let cache = env("XDG_CACHE_HOME").filter(|p| !p.is_empty()).map(PathBuf::from).or_else(|| env("HOME").map(|h| Path::new(&h).join(".cache")))?;
-    Some(cache.join(format!("mithrilc/jax-{JAX_VERSION}")))
+    Some(crate::cache::user_cache_dir(env)?.join(format!("jax-{JAX_VERSION}")))
 }
 
 /// [`python`] with the environment and the check of a Python given.
