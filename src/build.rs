@@ -112,9 +112,8 @@ impl CacheUse {
 /// which make builds from the files `sources` alone and the same way for every model
 /// (the runtime's objects), come from the build cache when it holds them and go into it
 /// when it does not; make then finds them up to date. The entry's key is everything that
-/// decides their bytes ([`cache_key`]). Objects with debug information name the
-/// directory they were built in, so they are not cached; an unwritable cache directory
-/// means building without it, with a note on stderr (once per process).
+/// decides their bytes ([`cache_key`]). An unwritable cache directory means building
+/// without it, with a note on stderr (once per process).
 pub fn make_cached(dir: &Path, cc: &str, cflags: &str, vars: &[&str], goals: &[&str], sources: &[&str], products: &[String], cache: &Cache) -> Result<CacheUse> {
     let make = |goals: &[&str]| -> Result<()> {
         let mut cmd = make_command(dir, cc, cflags, vars)?;
@@ -176,11 +175,13 @@ pub fn cache_key(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: &[&
     if !out.status.success() {
         return Err(format!("make -n failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
     }
-    let commands = String::from_utf8_lossy(&out.stdout).into_owned();
-    let words: Vec<String> = commands.lines().flat_map(|line| shlex::split(line).unwrap_or_default()).collect();
-    if words.iter().any(|w| w.starts_with("-g") && w != "-g0") {
-        return Err("a -g build: its objects name the directory they were built in".to_string());
+    // The build directory's path is in the commands (debug information is told to
+    // name it `.`), not in the objects: the key leaves it out.
+    let mut commands = String::from_utf8_lossy(&out.stdout).into_owned();
+    if let Some(path) = std::fs::canonicalize(dir).ok().and_then(|d| d.to_str().map(str::to_string)) {
+        commands = commands.replace(&path, "<build directory>");
     }
+    let words: Vec<String> = commands.lines().flat_map(|line| shlex::split(line).unwrap_or_default()).collect();
     let mut key = Key::new("make products");
     key.add("commands", commands.as_bytes());
     for file in sources {

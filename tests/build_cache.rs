@@ -32,12 +32,13 @@ fn tools() -> bool {
 const CFLAGS: [&str; 2] = ["--cflags", "-O0"];
 
 /// `mithrilc compile` of the example MLP for the C target into `out` with `--report`,
-/// the cache at `cache` (`MITHRILC_CACHE_DIR`) and `args` more; the process's output.
+/// the cache at `cache` (`MITHRILC_CACHE_DIR`) and `args` more (with [`CFLAGS`] unless
+/// they give `--cflags`); the process's output.
 fn compile(cache: &Path, out: &Path, args: &[&str]) -> Output {
     let mlp = root().join("examples/mlp");
     Command::new(env!("CARGO_BIN_EXE_mithrilc"))
         .args(["compile", "--target", "c", "--report"])
-        .args(CFLAGS)
+        .args(if args.contains(&"--cflags") { &[][..] } else { &CFLAGS[..] })
         .arg(mlp.join("mlp.json"))
         .arg("--params")
         .arg(mlp.join("data.npz"))
@@ -101,6 +102,17 @@ fn a_second_compile_reuses_the_entry_and_writes_the_same_files() {
     assert_same_files(&tmp.path().join("a"), &tmp.path().join("c"));
     assert_eq!(entries(&cache).len(), 1);
 
+    // With debug information too: it names the build directory `.`, so objects built
+    // in another directory are the same.
+    let debug = ["--cflags", "-O0 -g"];
+    assert!(runtime_line(&compile(&cache, &tmp.path().join("g1"), &debug)).starts_with("runtime: built and stored"));
+    assert!(runtime_line(&compile(&cache, &tmp.path().join("g2"), &debug)).starts_with("runtime: reused"));
+    let off = runtime_line(&compile(&cache, &tmp.path().join("g3"), &[&debug[..], &["--no-cache"]].concat()));
+    assert!(off.starts_with("runtime: built, not cached"));
+    assert_same_files(&tmp.path().join("g1"), &tmp.path().join("g2"));
+    assert_same_files(&tmp.path().join("g1"), &tmp.path().join("g3"));
+    assert_eq!(entries(&cache).len(), 2);
+
     // `mithrilc cache` shows it; `cache clean` removes it, and nothing the cache did not make.
     std::fs::write(cache.join("notes.txt"), "the user's").unwrap();
     let cache_cmd = |args: &[&str]| {
@@ -109,9 +121,9 @@ fn a_second_compile_reuses_the_entry_and_writes_the_same_files() {
         String::from_utf8(out.stdout).unwrap()
     };
     let shown = cache_cmd(&[]);
-    assert!(shown.contains(&format!("build cache: {}", cache.display())) && shown.contains("entries: 1 ("), "{shown}");
+    assert!(shown.contains(&format!("build cache: {}", cache.display())) && shown.contains("entries: 2 ("), "{shown}");
     let cleaned = cache_cmd(&["clean"]);
-    assert!(cleaned.contains("removed 1 entries") && cleaned.contains("entries: 0 ("), "{cleaned}");
+    assert!(cleaned.contains("removed 2 entries") && cleaned.contains("entries: 0 ("), "{cleaned}");
     assert!(entries(&cache).is_empty() && cache.join("notes.txt").exists());
 }
 
@@ -287,7 +299,4 @@ fn a_new_flag_compiler_or_source_makes_a_new_key() {
     write_compiler("2");
     let (other, compiled, _) = build("e", "-O1", one);
     assert!(key(&other) != key(&used) && compiled == 4, "another compiler reused the object");
-    // -g objects name their directory: not cached.
-    let (debug, compiled, _) = build("f", "-O1 -g", one);
-    assert!(matches!(debug, CacheUse::Uncached(_)) && compiled == 5, "{debug:?}");
 }

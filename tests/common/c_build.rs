@@ -1,7 +1,7 @@
 //! Builds and runs models on the C target the way `cli::run_target` does (same lowering
-//! options, files and demo), except that the runtime is compiled once per test process
-//! and linked into every model: building the runtime's 2,000 lines per model would
-//! dominate a test's time. The compiler is `$CC` (default `cc`) with the warning flags
+//! options, files and demo), except that the runtime and the demo's file readers are
+//! compiled once per test process and linked into every model: building them per model
+//! would dominate a test's time (as the build cache spares `run --target c`). The compiler is `$CC` (default `cc`) with the warning flags
 //! every generated file must build under.
 #![allow(dead_code)]
 
@@ -21,7 +21,7 @@ pub const WARNINGS: &[&str] = &["-std=c99", "-pedantic", "-Wall", "-Wextra", "-W
 /// A scratch directory with the runtime compiled once.
 pub struct Toolchain {
     pub dir: tempfile::TempDir,
-    /// The runtime's objects, one per source.
+    /// The runtime's objects, one per source, and the demo's file readers' (`mr_files.o`).
     pub runtime: Vec<PathBuf>,
     pub cflags: Vec<String>,
     /// Said under any failure: whether this compiler, with these flags, miscompiles
@@ -88,10 +88,10 @@ pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
             std::fs::create_dir_all(&runtime_dir).unwrap();
             // The runtime's files as the C target writes them into every library, its
             // sources compiled in one run (each to its own object).
-            for (name, text) in mithrilc::codegen::c::RUNTIME_FILES {
+            for (name, text) in mithrilc::codegen::c::RUNTIME_FILES.iter().chain(mithrilc::codegen::c::DEMO_FILES) {
                 std::fs::write(runtime_dir.join(name), text).unwrap();
             }
-            let sources: Vec<&str> = mithrilc::codegen::c::runtime_sources().collect();
+            let sources: Vec<&str> = mithrilc::codegen::c::runtime_sources().chain(["mr_files.c"]).collect();
             let runtime = sources.iter().map(|c| runtime_dir.join(c.replace(".c", ".o"))).collect();
             let out = Command::new(mithrilc::build::c_compiler())
                 .current_dir(&runtime_dir)
@@ -147,7 +147,6 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
         .arg("-pthread")
         .arg(format!("{name}.c"))
         .arg(format!("{name}_demo.c"))
-        .arg("mr_files.c")
         .args(&tc.runtime)
         .args(["-lm", "-o"])
         .arg(&demo)
