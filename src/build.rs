@@ -15,27 +15,9 @@ pub fn c_compiler() -> String {
     std::env::var("CC").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| "cc".to_string())
 }
 
-/// Runs `make` in `dir` with the C compiler and flags given.
-pub fn make(dir: &Path, cc: &str, cflags: &str) -> Result<()> {
-    make_with(dir, cc, cflags, &[])
-}
-
-/// [`make`] with more variables (`NAME=value`, written by mithrilc or by [`make_word`])
-/// set on its command line.
-pub fn make_with(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<()> {
-    run_tool(make_command(dir, cc, cflags, vars)?, "make", MAKE_INSTALL)
-}
-
-/// [`make_in`] `dir` with `CC`, `CFLAGS` ([`make_var`]) and `vars` on its command line.
-fn make_command(dir: &Path, cc: &str, cflags: &str, vars: &[&str]) -> Result<Command> {
-    let mut cmd = make_in(dir);
-    cmd.arg(make_var("CC", cc, "$CC")?).arg(make_var("CFLAGS", cflags, "--cflags")?).args(vars);
-    Ok(cmd)
-}
-
 /// `make -s` in `dir`, running as many recipes at once as the machine has cores
 /// ([`jobs`]).
-pub fn make_in(dir: &Path) -> Command {
+fn make_in(dir: &Path) -> Command {
     let mut cmd = Command::new("make");
     cmd.current_dir(dir).arg("-s").args(jobs());
     cmd
@@ -88,13 +70,13 @@ pub enum CacheUse {
 }
 
 impl CacheUse {
-    /// The `--report` line: `runtime: ...`.
+    /// The `--report` line: `build cache: ...`.
     pub fn line(&self) -> String {
         match self {
-            CacheUse::Reused(key) => format!("runtime: reused from the build cache (entry {})", &key[..16]),
-            CacheUse::Stored(key, None) => format!("runtime: built and stored in the build cache (entry {})", &key[..16]),
-            CacheUse::Stored(key, Some(why)) => format!("runtime: built again and stored in the build cache (entry {}: {why})", &key[..16]),
-            CacheUse::Uncached(why) => format!("runtime: built, not cached ({why})"),
+            CacheUse::Reused(key) => format!("build cache: reused entry {}", &key[..16]),
+            CacheUse::Stored(key, None) => format!("build cache: built and stored entry {}", &key[..16]),
+            CacheUse::Stored(key, Some(why)) => format!("build cache: built again and stored entry {} (the one there was corrupt: {why})", &key[..16]),
+            CacheUse::Uncached(why) => format!("build cache: not used ({why})"),
         }
     }
 
@@ -108,17 +90,25 @@ impl CacheUse {
     }
 }
 
-/// `make goals` in `dir` (everything when `goals` is empty), where the files `products`,
-/// which make builds from the files `sources` alone and the same way for every model
-/// (the runtime's objects), come from the build cache when it holds them and go into it
-/// when it does not; make then finds them up to date. The entry's key is everything that
-/// decides their bytes ([`cache_key`]). An unwritable cache directory means building
-/// without it, with a note on stderr (once per process).
-pub fn make_cached(dir: &Path, cc: &str, cflags: &str, vars: &[&str], goals: &[&str], sources: &[&str], products: &[String], cache: &Cache) -> Result<CacheUse> {
+/// What a target's build shares with every other model's: the files `products` (objects
+/// of a runtime, a demo's file readers), which make builds from the files `sources`
+/// alone, the same way for every model.
+pub struct Shared<'a> {
+    pub sources: Vec<&'a str>,
+    pub products: Vec<String>,
+}
+
+/// `make goals` in `dir` (everything when `goals` is empty) with `vars` on its command
+/// line, where `shared`'s products come from the build cache when it holds them and go
+/// into it when it does not; make then finds them up to date. The entry's key is
+/// everything that decides their bytes ([`cache_key`]). An unwritable cache directory
+/// means building without it, with a note on stderr (once per process). A failure says
+/// `install` (how to install the toolchain).
+pub fn make_cached(dir: &Path, vars: &[String], goals: &[&str], shared: &Shared, cache: &Cache, install: &str) -> Result<CacheUse> {
     let make = |goals: &[&str]| -> Result<()> {
-        let mut cmd = make_command(dir, cc, cflags, vars)?;
-        cmd.args(goals);
-        run_tool(cmd, "make", MAKE_INSTALL)
+        let mut cmd = make_in(dir);
+        cmd.args(vars).args(goals);
+        run_tool(cmd, "make", install)
     };
     let root = match cache {
         Cache::At(root) => root,
@@ -127,13 +117,14 @@ pub fn make_cached(dir: &Path, cc: &str, cflags: &str, vars: &[&str], goals: &[&
             return Ok(CacheUse::Uncached(why.clone()));
         }
     };
-    let key = match cache_key(dir, cc, cflags, vars, sources, products) {
+    let key = match cache_key(dir, vars, shared) {
         Ok(key) => key,
         Err(why) => {
             make(goals)?;
             return Ok(CacheUse::Uncached(why));
         }
     };
+    let products = &shared.products;
     let lock = crate::cache::lock(root, &key);
     let corrupt = match crate::cache::fetch(root, &key, products, dir) {
         Ok(()) => {
@@ -144,8 +135,7 @@ pub fn make_cached(dir: &Path, cc: &str, cflags: &str, vars: &[&str], goals: &[&
         Err(Miss::Absent) => None,
         Err(Miss::Corrupt(why)) => Some(why),
     };
-    let built: Vec<&str> = products.iter().map(String::as_str).collect();
-    make(&built)?;
+    make(&products.iter().map(String::as_str).collect::<Vec<_>>())?;
     let used = match crate::cache::store(root, &key, products, dir) {
         Ok(()) => CacheUse::Stored(key, corrupt),
         Err(why) => {
@@ -161,17 +151,21 @@ pub fn make_cached(dir: &Path, cc: &str, cflags: &str, vars: &[&str], goals: &[&
 }
 
 /// How to install make and a C compiler, said when either is missing.
-const MAKE_INSTALL: &str = "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler";
+pub const MAKE_INSTALL: &str = "apt-get install make gcc (Debian/Ubuntu), or set CC to your C compiler";
 
-/// The build cache's key of `products` built in `dir`: the commands make would run for
-/// them (`make -n`: the compiler as invoked and every flag, define, `--cpu` and target
-/// option), the contents of `sources`, the compiler itself (where `PATH` finds it, its
-/// size and time, its `--version`; what `native` in a flag means on this machine), and
-/// the environment variables the compiler reads its search paths from. The error says
-/// why the products cannot be cached.
-pub fn cache_key(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: &[&str], products: &[String]) -> std::result::Result<String, String> {
-    let mut dry = make_command(dir, cc, cflags, vars).map_err(|e| e.message)?;
-    let out = dry.args(["-n", "-B"]).args(products).output().map_err(|e| format!("cannot run make: {}", io_message(&e)))?;
+/// `CC` and `CFLAGS` for make's command line ([`make_var`]).
+pub fn c_vars(cc: &str, cflags: &str) -> Result<Vec<String>> {
+    Ok(vec![make_var("CC", cc, "$CC")?, make_var("CFLAGS", cflags, "--cflags")?])
+}
+
+/// The build cache's key of `shared`'s products built in `dir` by make with `vars`: the
+/// commands make would run for them (`make -n`: each compiler as invoked and every flag,
+/// define, `--cpu` and target option), the contents of the sources, each compiler itself
+/// (where `PATH` finds it, its size and time, its `--version`; what `native` in a flag
+/// means on this machine), and the environment variables compilers read their search
+/// paths from. The error says why the products cannot be cached.
+pub fn cache_key(dir: &Path, vars: &[String], shared: &Shared) -> std::result::Result<String, String> {
+    let out = make_in(dir).args(vars).args(["-n", "-B"]).args(&shared.products).output().map_err(|e| format!("cannot run make: {}", io_message(&e)))?;
     if !out.status.success() {
         return Err(format!("make -n failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
     }
@@ -181,32 +175,36 @@ pub fn cache_key(dir: &Path, cc: &str, cflags: &str, vars: &[&str], sources: &[&
     if let Some(path) = std::fs::canonicalize(dir).ok().and_then(|d| d.to_str().map(str::to_string)) {
         commands = commands.replace(&path, "<build directory>");
     }
-    let words: Vec<String> = commands.lines().flat_map(|line| shlex::split(line).unwrap_or_default()).collect();
     let mut key = Key::new("make products");
     key.add("commands", commands.as_bytes());
-    for file in sources {
+    for file in &shared.sources {
         let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {}", io_message(&e)))?;
         key.add(file, &bytes);
     }
-    let compiler = shlex::split(cc).filter(|w| !w.is_empty()).ok_or_else(|| format!("$CC {cc:?} is not a command"))?;
-    let found = which(&compiler[0]).ok_or_else(|| format!("{} is not found on PATH", compiler[0]))?;
-    key.add("compiler", found.as_os_str().as_encoded_bytes());
-    if let Ok(meta) = std::fs::metadata(&found) {
-        let time = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
-        key.add("compiler file", format!("{} {}", meta.len(), time.as_nanos()).as_bytes());
+    let lines: Vec<Vec<String>> = commands.lines().filter_map(shlex::split).filter(|words| !words.is_empty()).collect();
+    let compilers: std::collections::BTreeSet<&str> = lines.iter().map(|words| words[0].as_str()).collect();
+    for compiler in compilers {
+        let found = which(compiler).ok_or_else(|| format!("{compiler} is not found on PATH"))?;
+        key.add("compiler", found.as_os_str().as_encoded_bytes());
+        if let Ok(meta) = std::fs::metadata(&found) {
+            let time = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).unwrap_or_default();
+            key.add("compiler file", format!("{} {}", meta.len(), time.as_nanos()).as_bytes());
+        }
+        let ask = |args: &[&str]| -> std::result::Result<Vec<u8>, String> {
+            let out = Command::new(compiler).args(args).output().map_err(|e| format!("cannot run {compiler}: {}", io_message(&e)))?;
+            Ok([out.stdout, out.stderr].concat())
+        };
+        key.add("--version", &ask(&["--version"])?);
+        // -march=native and its kin mean this machine's CPU: the driver's expansion of
+        // them (-###) says which.
+        let native: std::collections::BTreeSet<&str> =
+            lines.iter().filter(|words| words[0] == compiler).flatten().map(String::as_str).filter(|w| w.contains("native")).collect();
+        if !native.is_empty() {
+            let native: Vec<&str> = native.into_iter().collect();
+            key.add("native", &ask(&[native.as_slice(), &["-###", "-E", "-x", "c", "/dev/null"]].concat())?);
+        }
     }
-    let ask = |args: &[&str]| -> std::result::Result<Vec<u8>, String> {
-        let out = Command::new(&compiler[0]).args(&compiler[1..]).args(args).output().map_err(|e| format!("cannot run {cc}: {}", io_message(&e)))?;
-        Ok([out.stdout, out.stderr].concat())
-    };
-    key.add("--version", &ask(&["--version"])?);
-    // -march=native and its kin mean this machine's CPU: the driver's expansion of
-    // them (-###) says which.
-    let native: Vec<&str> = words.iter().map(String::as_str).filter(|w| w.contains("native")).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    if !native.is_empty() {
-        key.add("native", &ask(&[native.as_slice(), &["-###", "-E", "-x", "c", "/dev/null"]].concat())?);
-    }
-    for name in ["CPATH", "C_INCLUDE_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX"] {
+    for name in ["CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX"] {
         if let Some(value) = std::env::var_os(name) {
             key.add(name, value.as_encoded_bytes());
         }
@@ -367,16 +365,18 @@ mod tests {
         std::fs::write(dir.path().join("Makefile"), "all:\n\t@printf '%s\\n' $(CC) $(CFLAGS) > words.txt\n").unwrap();
         let cflags = r#"-O2 -DNAME="a b" `touch tick` $(touch dollar) $(shell touch made) '$$x' ;touch semi"#;
         let cc = "ccache 'my cc'";
-        run_tool(make_command(dir.path(), cc, cflags, &[]).unwrap(), "make", "").unwrap();
+        let mut make = make_in(dir.path());
+        make.args(c_vars(cc, cflags).unwrap());
+        run_tool(make, "make", "").unwrap();
         let words = std::fs::read_to_string(dir.path().join("words.txt")).unwrap();
         let want = ["ccache", "my cc", "-O2", "-DNAME=a b", "`touch", "tick`", "$(touch", "dollar)", "$(shell", "touch", "made)", "$$x", ";touch", "semi"];
         assert_eq!(words.lines().collect::<Vec<_>>(), want);
         for file in ["tick", "dollar", "made", "semi"] {
             assert!(!dir.path().join(file).exists(), "{file} was run");
         }
-        let err = make_command(dir.path(), "cc", "-O2 'open", &[]).unwrap_err();
+        let err = c_vars("cc", "-O2 'open").unwrap_err();
         assert_eq!((err.kind, err.to_string()), (ErrorKind::Usage, "--cflags \"-O2 'open\": a quote is not closed".to_string()));
-        let err = make_command(dir.path(), "cc", "-O2 '-DX=a\nb'", &[]).unwrap_err();
+        let err = c_vars("cc", "-O2 '-DX=a\nb'").unwrap_err();
         assert_eq!(err.to_string(), "--cflags \"-O2 '-DX=a\\nb'\": a control character (such as a line break) cannot be part of a flag");
     }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use mithrilc::build::{make_cached, CacheUse};
+use mithrilc::build::{c_vars, make_cached, CacheUse, Shared, MAKE_INSTALL};
 use mithrilc::cache::{Cache, MANIFEST};
 
 mod common;
@@ -51,11 +51,11 @@ fn compile(cache: &Path, out: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The `runtime:` line of a successful compile's report.
+/// The `build cache:` line of a successful compile's report.
 fn runtime_line(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "compile failed: {}{stdout}", String::from_utf8_lossy(&out.stderr));
-    stdout.lines().find(|l| l.starts_with("runtime: ")).unwrap_or_else(|| panic!("no runtime line in the report: {stdout}")).to_string()
+    stdout.lines().find(|l| l.starts_with("build cache: ")).unwrap_or_else(|| panic!("no build cache line in the report: {stdout}")).to_string()
 }
 
 /// Every file under `dir`, by its path relative to it.
@@ -92,12 +92,12 @@ fn a_second_compile_reuses_the_entry_and_writes_the_same_files() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let first = runtime_line(&compile(&cache, &tmp.path().join("a"), &[]));
-    assert!(first.starts_with("runtime: built and stored in the build cache (entry "), "{first}");
-    let entry = first.rsplit("entry ").next().unwrap().trim_end_matches(')').to_string();
+    assert!(first.starts_with("build cache: built and stored entry "), "{first}");
+    let entry = first.rsplit("entry ").next().unwrap().to_string();
     let again = runtime_line(&compile(&cache, &tmp.path().join("b"), &[]));
-    assert_eq!(again, format!("runtime: reused from the build cache (entry {entry})"));
+    assert_eq!(again, format!("build cache: reused entry {entry}"));
     let off = runtime_line(&compile(&cache, &tmp.path().join("c"), &["--no-cache"]));
-    assert_eq!(off, "runtime: built, not cached (--no-cache)");
+    assert_eq!(off, "build cache: not used (--no-cache)");
     assert_same_files(&tmp.path().join("a"), &tmp.path().join("b"));
     assert_same_files(&tmp.path().join("a"), &tmp.path().join("c"));
     assert_eq!(entries(&cache).len(), 1);
@@ -105,10 +105,10 @@ fn a_second_compile_reuses_the_entry_and_writes_the_same_files() {
     // With debug information too: it names the build directory `.`, so objects built
     // in another directory are the same.
     let debug = ["--cflags", "-O0 -g"];
-    assert!(runtime_line(&compile(&cache, &tmp.path().join("g1"), &debug)).starts_with("runtime: built and stored"));
-    assert!(runtime_line(&compile(&cache, &tmp.path().join("g2"), &debug)).starts_with("runtime: reused"));
+    assert!(runtime_line(&compile(&cache, &tmp.path().join("g1"), &debug)).starts_with("build cache: built and stored"));
+    assert!(runtime_line(&compile(&cache, &tmp.path().join("g2"), &debug)).starts_with("build cache: reused"));
     let off = runtime_line(&compile(&cache, &tmp.path().join("g3"), &[&debug[..], &["--no-cache"]].concat()));
-    assert!(off.starts_with("runtime: built, not cached"));
+    assert!(off.starts_with("build cache: not used"));
     assert_same_files(&tmp.path().join("g1"), &tmp.path().join("g2"));
     assert_same_files(&tmp.path().join("g1"), &tmp.path().join("g3"));
     assert_eq!(entries(&cache).len(), 2);
@@ -186,7 +186,7 @@ fn concurrent_compiles_of_one_key_both_succeed_with_the_same_files() {
     let (a, b) = (spawn("a"), spawn("b"));
     let lines = [runtime_line(&a.wait_with_output().unwrap()), runtime_line(&b.wait_with_output().unwrap())];
     // One built the entry while the other waited for it (or, without locks, both built it).
-    assert!(lines.iter().any(|l| l.starts_with("runtime: built and stored")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("build cache: built and stored")), "{lines:?}");
     assert_same_files(&tmp.path().join("a"), &tmp.path().join("b"));
     assert_eq!(entries(&cache).len(), 1);
 }
@@ -218,10 +218,10 @@ fn a_corrupt_entry_is_built_again() {
         damage(&entry);
         let out = tmp.path().join(format!("after{i}"));
         let line = runtime_line(&compile(&cache, &out, &[]));
-        assert!(line.starts_with("runtime: built again and stored in the build cache"), "{what}: {line}");
+        assert!(line.starts_with("build cache: built again and stored entry"), "{what}: {line}");
         assert_same_files(&tmp.path().join("first"), &out);
         let reused = runtime_line(&compile(&cache, &tmp.path().join(format!("reused{i}")), &[]));
-        assert!(reused.starts_with("runtime: reused"), "{what}: the rebuilt entry is not used: {reused}");
+        assert!(reused.starts_with("build cache: reused"), "{what}: the rebuilt entry is not used: {reused}");
     }
 }
 
@@ -235,7 +235,7 @@ fn an_unwritable_cache_directory_still_builds() {
     std::fs::write(tmp.path().join("file"), "").unwrap();
     let out = compile(&tmp.path().join("file/cache"), &tmp.path().join("out"), &[]);
     let line = runtime_line(&out);
-    assert!(line.starts_with("runtime: built, not cached (cannot write the build cache"), "{line}");
+    assert!(line.starts_with("build cache: not used (cannot write the build cache"), "{line}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().filter(|l| l.starts_with("note: cannot write the build cache")).count(), 1, "{stderr}");
     assert!(tmp.path().join("out/mlp_demo").exists());
@@ -248,7 +248,7 @@ fn an_unwritable_cache_directory_still_builds() {
         return println!("the read-only case skipped: this user writes read-only directories (root)");
     }
     let line = runtime_line(&compile(&cache, &tmp.path().join("out2"), &[]));
-    assert!(line.starts_with("runtime: built, not cached (cannot write the build cache"), "{line}");
+    assert!(line.starts_with("build cache: not used (cannot write the build cache"), "{line}");
 }
 
 /// `make_cached` on a one-object Makefile: a build whose commands, sources and compiler
@@ -277,7 +277,8 @@ fn a_new_flag_compiler_or_source_makes_a_new_key() {
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("Makefile"), makefile).unwrap();
         std::fs::write(dir.join("x.c"), source).unwrap();
-        let used = make_cached(&dir, &cc, cflags, &[], &[], &["x.c"], &["x.o".to_string()], &cache).unwrap();
+        let shared = Shared { sources: vec!["x.c"], products: vec!["x.o".to_string()] };
+        let used = make_cached(&dir, &c_vars(&cc, cflags).unwrap(), &[], &shared, &cache, MAKE_INSTALL).unwrap();
         let compiled = std::fs::read_to_string(root.path().join("log")).unwrap().lines().count();
         (used, compiled, std::fs::read(dir.join("x.o")).unwrap())
     };

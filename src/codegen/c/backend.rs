@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::build::CacheUse;
+use crate::build::{CacheUse, Shared};
 use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Quantize, WeightLayout};
 use crate::cli::Graphs;
 use crate::data;
@@ -79,10 +79,12 @@ impl Backend for CTarget {
 fn make(dir: &Path, build: &BuildConfig, goals: &[&str]) -> Result<Option<CacheUse>> {
     // The demo's readers are there where the target is hosted.
     let readers = if dir.join("mr_files.c").exists() { super::DEMO_FILES } else { &[] };
-    let sources: Vec<&str> = super::RUNTIME_FILES.iter().chain(readers).map(|(file, _)| *file).collect();
     let runtime = super::runtime_sources().map(|c| format!("{}.any.o", c.trim_end_matches(".c")));
-    let products: Vec<String> = runtime.chain((!readers.is_empty()).then(|| "mr_files.o".to_string())).collect();
-    crate::build::make_cached(dir, &build.cc, &build.cflags, &[], goals, &sources, &products, &build.cache).map(Some)
+    let shared = Shared {
+        sources: super::RUNTIME_FILES.iter().chain(readers).map(|(file, _)| *file).collect(),
+        products: runtime.chain((!readers.is_empty()).then(|| "mr_files.o".to_string())).collect(),
+    };
+    crate::build::make_cached(dir, &crate::build::c_vars(&build.cc, &build.cflags)?, goals, &shared, &build.cache, crate::build::MAKE_INSTALL).map(Some)
 }
 
 /// The forward (and backward) program the C target renders, with its program passes.

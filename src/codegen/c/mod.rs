@@ -118,6 +118,17 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
 pub const DEMO_FILES: &[(&str, &str)] =
     &[("mr_files.h", include_str!("../../../runtime-c/mr_files.h")), ("mr_files.c", include_str!("../../../runtime-c/mr_files.c"))];
 
+/// What the build of a target whose demo links the file readers ([`DEMO_FILES`]) shares
+/// with every other model's: their object `object` (`mr_files.o`, or another name where
+/// the Makefile compiles them differently), and `more` of its own, built from `sources`
+/// besides the readers'.
+pub fn shared_with_readers<'a>(object: &str, sources: &[&'a str], more: &[&str]) -> crate::build::Shared<'a> {
+    crate::build::Shared {
+        sources: DEMO_FILES.iter().map(|(file, _)| *file).chain(sources.iter().copied()).collect(),
+        products: more.iter().map(|p| p.to_string()).chain([object.to_string()]).collect(),
+    }
+}
+
 /// The runtime's C sources (of [`RUNTIME_FILES`]), which every library compiles.
 pub fn runtime_sources() -> impl Iterator<Item = &'static str> {
     RUNTIME_FILES.iter().map(|(name, _)| *name).filter(|name| name.ends_with(".c"))

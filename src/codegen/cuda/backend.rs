@@ -44,14 +44,13 @@ impl Backend for CudaTarget {
     /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler
     /// (`$CXX`, else `c++`) for emulation.
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
-        let mut cmd = crate::build::make_in(dir);
-        if build.emulate {
-            cmd.arg("emulate").arg(crate::build::make_var("CXX", &cxx(), "$CXX")?);
+        // The demo's file readers are compiled as C++, by the compiler that builds the rest.
+        let (vars, goals, shared) = if build.emulate {
+            (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], crate::codegen::c::shared_with_readers("mr_files_emu.o", &[], &[]))
         } else {
-            cmd.arg(crate::build::make_word("NVCC", &crate::build::nvcc()?)?);
-        }
-        crate::build::run_tool(cmd, "make", "apt-get install make g++ (Debian/Ubuntu)")?;
-        Ok(None)
+            (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], &[]))
+        };
+        crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, "apt-get install make g++ (Debian/Ubuntu)").map(Some)
     }
 
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {

@@ -55,8 +55,9 @@ impl Backend for GgmlTarget {
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
         let ggml = crate::build::ggml()?;
         let vars = [crate::build::make_word("GGML_INCLUDE", &ggml.include)?, crate::build::make_word("GGML_LIB", &ggml.lib)?];
-        crate::build::make_with(dir, &build.cc, &build.cflags, &vars.iter().map(String::as_str).collect::<Vec<_>>())?;
-        Ok(None)
+        let vars = [crate::build::c_vars(&build.cc, &build.cflags)?, vars.to_vec()].concat();
+        let shared = crate::codegen::c::shared_with_readers("mr_files.o", &[], &[]);
+        crate::build::make_cached(dir, &vars, &[], &shared, &build.cache, crate::build::MAKE_INSTALL).map(Some)
     }
 
     fn run(&self, dir: &Path, _build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {

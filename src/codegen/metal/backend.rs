@@ -46,12 +46,11 @@ impl Backend for MetalTarget {
     /// `$CXX`) for emulation. Elsewhere a real build is refused: no Metal compiler runs
     /// there.
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
-        let mut cmd = crate::build::make_in(dir);
+        let mut vars = Vec::new();
         if build.emulate {
-            cmd.arg("emulate");
             for (var, default) in [("CC", "cc"), ("CXX", "c++")] {
                 let value = std::env::var(var).ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| default.to_string());
-                cmd.arg(crate::build::make_var(var, &value, &format!("${var}"))?);
+                vars.push(crate::build::make_var(var, &value, &format!("${var}"))?);
             }
         } else if !cfg!(target_os = "macos") {
             return Err(Error::new(
@@ -59,8 +58,12 @@ impl Backend for MetalTarget {
                 "the Metal target builds with Apple's Metal compiler (xcrun -sdk macosx metal), which runs only on macOS; here, `compile --emit source` writes the sources without building them, and `run --emulate` compiles the kernels as C++ and runs them on the CPU".to_string(),
             ));
         }
-        crate::build::run_tool(cmd, "make", "on macOS: xcode-select --install (the Metal compiler comes with Xcode); for --emulate: apt-get install make gcc g++ (Debian/Ubuntu)")?;
-        Ok(None)
+        // The Metal runtime's emulation is the same for every model, as are the demo's readers.
+        let runtime: Vec<&str> = super::RUNTIME_FILES.iter().map(|(file, _)| *file).collect();
+        let (goals, more) = if build.emulate { (&["emulate"][..], &["mithril_metal_emu.o"][..]) } else { (&[][..], &[][..]) };
+        let shared = crate::codegen::c::shared_with_readers("mr_files.o", &runtime, more);
+        let install = "on macOS: xcode-select --install (the Metal compiler comes with Xcode); for --emulate: apt-get install make gcc g++ (Debian/Ubuntu)";
+        crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, install).map(Some)
     }
 
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
