@@ -52,7 +52,7 @@ fn compile(cache: &Path, out: &Path, args: &[&str]) -> Output {
 }
 
 /// The `build cache:` line of a successful compile's report.
-fn runtime_line(out: &Output) -> String {
+fn cache_line(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "compile failed: {}{stdout}", String::from_utf8_lossy(&out.stderr));
     stdout.lines().find(|l| l.starts_with("build cache: ")).unwrap_or_else(|| panic!("no build cache line in the report: {stdout}")).to_string()
@@ -91,12 +91,12 @@ fn a_second_compile_reuses_the_entry_and_writes_the_same_files() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
-    let first = runtime_line(&compile(&cache, &tmp.path().join("a"), &[]));
+    let first = cache_line(&compile(&cache, &tmp.path().join("a"), &[]));
     assert!(first.starts_with("build cache: built and stored entry "), "{first}");
     let entry = first.rsplit("entry ").next().unwrap().to_string();
-    let again = runtime_line(&compile(&cache, &tmp.path().join("b"), &[]));
+    let again = cache_line(&compile(&cache, &tmp.path().join("b"), &[]));
     assert_eq!(again, format!("build cache: reused entry {entry}"));
-    let off = runtime_line(&compile(&cache, &tmp.path().join("c"), &["--no-cache"]));
+    let off = cache_line(&compile(&cache, &tmp.path().join("c"), &["--no-cache"]));
     assert_eq!(off, "build cache: not used (--no-cache)");
     assert_same_files(&tmp.path().join("a"), &tmp.path().join("b"));
     assert_same_files(&tmp.path().join("a"), &tmp.path().join("c"));
@@ -105,9 +105,9 @@ fn a_second_compile_reuses_the_entry_and_writes_the_same_files() {
     // With debug information too: it names the build directory `.`, so objects built
     // in another directory are the same.
     let debug = ["--cflags", "-O0 -g"];
-    assert!(runtime_line(&compile(&cache, &tmp.path().join("g1"), &debug)).starts_with("build cache: built and stored"));
-    assert!(runtime_line(&compile(&cache, &tmp.path().join("g2"), &debug)).starts_with("build cache: reused"));
-    let off = runtime_line(&compile(&cache, &tmp.path().join("g3"), &[&debug[..], &["--no-cache"]].concat()));
+    assert!(cache_line(&compile(&cache, &tmp.path().join("g1"), &debug)).starts_with("build cache: built and stored"));
+    assert!(cache_line(&compile(&cache, &tmp.path().join("g2"), &debug)).starts_with("build cache: reused"));
+    let off = cache_line(&compile(&cache, &tmp.path().join("g3"), &[&debug[..], &["--no-cache"]].concat()));
     assert!(off.starts_with("build cache: not used"));
     assert_same_files(&tmp.path().join("g1"), &tmp.path().join("g2"));
     assert_same_files(&tmp.path().join("g1"), &tmp.path().join("g3"));
@@ -184,7 +184,7 @@ fn concurrent_compiles_of_one_key_both_succeed_with_the_same_files() {
             .unwrap()
     };
     let (a, b) = (spawn("a"), spawn("b"));
-    let lines = [runtime_line(&a.wait_with_output().unwrap()), runtime_line(&b.wait_with_output().unwrap())];
+    let lines = [cache_line(&a.wait_with_output().unwrap()), cache_line(&b.wait_with_output().unwrap())];
     // One built the entry while the other waited for it (or, without locks, both built it).
     assert!(lines.iter().any(|l| l.starts_with("build cache: built and stored")), "{lines:?}");
     assert_same_files(&tmp.path().join("a"), &tmp.path().join("b"));
@@ -198,7 +198,7 @@ fn a_corrupt_entry_is_built_again() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
-    runtime_line(&compile(&cache, &tmp.path().join("first"), &[]));
+    cache_line(&compile(&cache, &tmp.path().join("first"), &[]));
     let [entry] = entries(&cache).try_into().unwrap();
     type Damage = fn(&Path);
     let damages: [(&str, Damage); 2] = [
@@ -217,10 +217,10 @@ fn a_corrupt_entry_is_built_again() {
     for (i, (what, damage)) in damages.iter().enumerate() {
         damage(&entry);
         let out = tmp.path().join(format!("after{i}"));
-        let line = runtime_line(&compile(&cache, &out, &[]));
+        let line = cache_line(&compile(&cache, &out, &[]));
         assert!(line.starts_with("build cache: built again and stored entry"), "{what}: {line}");
         assert_same_files(&tmp.path().join("first"), &out);
-        let reused = runtime_line(&compile(&cache, &tmp.path().join(format!("reused{i}")), &[]));
+        let reused = cache_line(&compile(&cache, &tmp.path().join(format!("reused{i}")), &[]));
         assert!(reused.starts_with("build cache: reused"), "{what}: the rebuilt entry is not used: {reused}");
     }
 }
@@ -234,7 +234,7 @@ fn an_unwritable_cache_directory_still_builds() {
     // A directory below a file can never be made, even by root.
     std::fs::write(tmp.path().join("file"), "").unwrap();
     let out = compile(&tmp.path().join("file/cache"), &tmp.path().join("out"), &[]);
-    let line = runtime_line(&out);
+    let line = cache_line(&out);
     assert!(line.starts_with("build cache: not used (cannot write the build cache"), "{line}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().filter(|l| l.starts_with("note: cannot write the build cache")).count(), 1, "{stderr}");
@@ -247,7 +247,7 @@ fn an_unwritable_cache_directory_still_builds() {
     if std::fs::write(cache.join("probe"), "").is_ok() {
         return println!("the read-only case skipped: this user writes read-only directories (root)");
     }
-    let line = runtime_line(&compile(&cache, &tmp.path().join("out2"), &[]));
+    let line = cache_line(&compile(&cache, &tmp.path().join("out2"), &[]));
     assert!(line.starts_with("build cache: not used (cannot write the build cache"), "{line}");
 }
 

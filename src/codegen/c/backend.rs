@@ -77,14 +77,12 @@ impl Backend for CTarget {
 /// cache ([`crate::build::make_cached`]): the runtime is most of a small model's build
 /// (at -O3, 7.8 s of mlp's 8.2).
 fn make(dir: &Path, build: &BuildConfig, goals: &[&str]) -> Result<Option<CacheUse>> {
+    let sources: Vec<&str> = super::RUNTIME_FILES.iter().map(|(file, _)| *file).collect();
+    let objects: Vec<String> = super::runtime_sources().map(|c| format!("{}.any.o", c.trim_end_matches(".c"))).collect();
     // The demo's readers are there where the target is hosted.
-    let readers = if dir.join("mr_files.c").exists() { super::DEMO_FILES } else { &[] };
-    let runtime = super::runtime_sources().map(|c| format!("{}.any.o", c.trim_end_matches(".c")));
-    let shared = Shared {
-        sources: super::RUNTIME_FILES.iter().chain(readers).map(|(file, _)| *file).collect(),
-        products: runtime.chain((!readers.is_empty()).then(|| "mr_files.o".to_string())).collect(),
-    };
-    crate::build::make_cached(dir, &crate::build::c_vars(&build.cc, &build.cflags)?, goals, &shared, &build.cache, crate::build::MAKE_INSTALL).map(Some)
+    let shared = if dir.join("mr_files.c").exists() { super::shared_with_readers("mr_files.o", &sources, objects) } else { Shared { sources, products: objects } };
+    let install = "apt-get install make gcc binutils (Debian/Ubuntu; for --triple, its gcc and binutils), or set CC and OBJCOPY";
+    crate::build::make_cached(dir, &crate::build::c_vars(&build.cc, &build.cflags)?, goals, &shared, &build.cache, install).map(Some)
 }
 
 /// The forward (and backward) program the C target renders, with its program passes.

@@ -122,10 +122,10 @@ pub const DEMO_FILES: &[(&str, &str)] =
 /// with every other model's: their object `object` (`mr_files.o`, or another name where
 /// the Makefile compiles them differently), and `more` of its own, built from `sources`
 /// besides the readers'.
-pub fn shared_with_readers<'a>(object: &str, sources: &[&'a str], more: &[&str]) -> crate::build::Shared<'a> {
+pub fn shared_with_readers<'a>(object: &str, sources: &[&'a str], more: Vec<String>) -> crate::build::Shared<'a> {
     crate::build::Shared {
         sources: DEMO_FILES.iter().map(|(file, _)| *file).chain(sources.iter().copied()).collect(),
-        products: more.iter().map(|p| p.to_string()).chain([object.to_string()]).collect(),
+        products: more.into_iter().chain([object.to_string()]).collect(),
     }
 }
 

@@ -46,9 +46,9 @@ impl Backend for CudaTarget {
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
         // The demo's file readers are compiled as C++, by the compiler that builds the rest.
         let (vars, goals, shared) = if build.emulate {
-            (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], crate::codegen::c::shared_with_readers("mr_files_emu.o", &[], &[]))
+            (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], crate::codegen::c::shared_with_readers("mr_files_emu.o", &[], Vec::new()))
         } else {
-            (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], &[]))
+            (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new()))
         };
         crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, "apt-get install make g++ (Debian/Ubuntu)").map(Some)
     }

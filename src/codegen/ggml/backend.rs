@@ -56,7 +56,7 @@ impl Backend for GgmlTarget {
         let ggml = crate::build::ggml()?;
         let vars = [crate::build::make_word("GGML_INCLUDE", &ggml.include)?, crate::build::make_word("GGML_LIB", &ggml.lib)?];
         let vars = [crate::build::c_vars(&build.cc, &build.cflags)?, vars.to_vec()].concat();
-        let shared = crate::codegen::c::shared_with_readers("mr_files.o", &[], &[]);
+        let shared = crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new());
         crate::build::make_cached(dir, &vars, &[], &shared, &build.cache, crate::build::MAKE_INSTALL).map(Some)
     }
 
