@@ -7,6 +7,8 @@
 //! interleaved so that noise falls on every column alike.
 //!
 //!   cargo bench --bench build_time [-- [--runs R]]
+//!
+//! `MITHRILC_BIN=PATH` times another mithrilc (an older build: a before-and-after table).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,7 +68,7 @@ enum Step {
 /// Seconds `step` of `case` takes, with the build cache in `cache` (emptied first for a
 /// cold step) and outputs under `scratch`.
 fn time(case: &Case, step: Step, cache: &Path, scratch: &Path) -> Result<f64, String> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mithrilc"));
+    let mut cmd = Command::new(mithrilc());
     let out = scratch.join("out");
     let _ = std::fs::remove_dir_all(&out);
     match step {
@@ -95,6 +97,11 @@ fn time(case: &Case, step: Step, cache: &Path, scratch: &Path) -> Result<f64, St
         return Err(format!("{}: {}", case.label, String::from_utf8_lossy(&done.stderr)));
     }
     Ok(seconds)
+}
+
+/// The mithrilc timed: `$MITHRILC_BIN`, else this build's.
+fn mithrilc() -> PathBuf {
+    std::env::var_os("MITHRILC_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_mithrilc")), PathBuf::from)
 }
 
 /// The CPU's model name, as `lscpu` gives it, and the cores this process may use.
@@ -141,7 +148,7 @@ fn main() {
             }
         }
     }
-    println!("seconds per command (mithrilc as a user runs it, spawn to exit), best of {runs} round(s); {}", machine());
+    println!("seconds per command ({} as a user runs it, spawn to exit), best of {runs} round(s); {}", mithrilc().display(), machine());
     print!("{:<28}", "case");
     for (name, _) in COLUMNS {
         print!("{name:>14}");

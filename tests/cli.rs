@@ -1111,7 +1111,7 @@ fn compile_never_replaces_what_it_did_not_write() {
     );
 
     assert_eq!(compile("out", &[]).0, 0);
-    assert_eq!(compile("out", &[]), (0, "wrote out (23 files)\n".into(), String::new()), "its own output is rewritten");
+    assert_eq!(compile("out", &[]), (0, "wrote out (24 files)\n".into(), String::new()), "its own output is rewritten");
     std::fs::write(dir.path().join("out/linear.c"), "/* edited */").unwrap();
     let (code, _, stderr) = compile("out", &[]);
     assert_eq!((code, stderr.as_str()), (1, "error: -o out: 1 file(s) were changed since mithrilc wrote them: linear.c\n  note: --force replaces them\n"));
@@ -1244,7 +1244,7 @@ fn strict_arguments_and_attributes() {
     // A flags value that starts with `-` and holds a space is the flags, not an option.
     let (code, stdout, stderr) =
         mithrilc(&["compile", "linear.json", "--target", "c", "--params", "linear.npz", "--emit", "source", "--cflags", "-O1 -g", "-o", "out"], dir.path());
-    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote out (23 files)\n", ""));
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "wrote out (24 files)\n", ""));
 }
 
 /// A gather index out of range is an error in compiled code as in the interpreter,
@@ -1363,10 +1363,10 @@ fn hostile_names_make_code_that_compiles() {
         let mut files: Vec<String> =
             std::fs::read_dir(dir.path().join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         files.sort();
-        // the model's header, source and demo, the Makefile, its install templates, the marker
-        // and the runtime, and the demo's file readers
+        // the model's header, source and demo, the Makefile, its install templates, the
+        // runtime's renaming list, the marker and the runtime, and the demo's file readers
         let copied = mithrilc::codegen::c::RUNTIME_FILES.len() + mithrilc::codegen::c::DEMO_FILES.len();
-        assert_eq!(files.len(), 7 + copied, "{model}: no file replaced another: {files:?}");
+        assert_eq!(files.len(), 8 + copied, "{model}: no file replaced another: {files:?}");
         assert!(files.iter().all(|f| f.len() <= 64), "{model}: {files:?}");
     }
 }
