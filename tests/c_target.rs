@@ -30,24 +30,20 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
         common::skip("../shared is not present");
         return;
     };
-    let mut failures = Vec::new();
-    let mut checked = 0;
-    let mut worst = (0.0f64, String::new());
-    for case in cases(&dir).iter().filter(|c| filter(c)) {
+    let all: Vec<Case> = cases(&dir).into_iter().filter(|c| filter(c)).collect();
+    let worst = std::sync::Mutex::new((0.0f64, String::new()));
+    let failures = common::each_case(&all, |case| {
         let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-        match cli::run_target(&CTarget, &case.graphs, &case.feeds, &case.source, build, Default::default()) {
-            Err(e) => failures.push(format!("{}: {e}", case.label)),
-            Ok(got) => {
-                checked += 1;
-                let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
-                failures.extend(bad);
-                if err > worst.0 {
-                    worst = (err, case.label.clone());
-                }
-            }
+        let got = cli::run_target(&CTarget, &case.graphs, &case.feeds, &case.source, build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
+        let mut worst = worst.lock().unwrap();
+        if err > worst.0 {
+            *worst = (err, case.label.clone());
         }
-    }
-    println!("{} with {}: {checked} models match the interpreter; worst abs error {:.2e} ({})", build.cc, build.cflags, worst.0, worst.1);
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    let worst = worst.into_inner().unwrap();
+    println!("{} with {}: {} models match the interpreter; worst abs error {:.2e} ({})", build.cc, build.cflags, all.len() - failures.len(), worst.0, worst.1);
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 

@@ -5,7 +5,8 @@
 //! test-data case.
 //! - `tests/out/c/{bench,testdata}/<case>/`: the C files as `mithrilc compile --target c
 //!   --emit source` writes them. The runtime's files (`mithril_*` and `mr_*`, copied
-//!   verbatim from `runtime-c/`, the demo's file readers `mr_files.*` among them) and
+//!   verbatim from `runtime-c/`, the demo's file readers `mr_files.*` among them), the
+//!   runtime's renaming list `<name>.syms` (the same names for every model) and
 //!   `weights.bin` are not kept.
 //! - `tests/out/cuda/.../`: `<name>.cu` and `<name>.h` as `compile --target cuda --emit
 //!   source` writes them (the demo and Makefile come from templates the C files show;
@@ -69,7 +70,8 @@ impl Case {
 }
 
 /// The files of one `compile --emit source` for `target`, by name, that `keep` keeps
-/// (the runtime's copies, `weights.bin` and the output directory's own record never).
+/// (the runtime's copies, its renaming list `<name>.syms`, `weights.bin` and the output
+/// directory's own record never).
 fn generate(case: &Case, target: &'static dyn Backend, runtime: &[(&str, &str)], keep: impl Fn(&str) -> bool) -> Files {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
@@ -87,7 +89,7 @@ fn generate(case: &Case, target: &'static dyn Backend, runtime: &[(&str, &str)],
     for entry in std::fs::read_dir(&out).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         let copied = runtime.iter().chain(c::DEMO_FILES).any(|(file, _)| *file == name);
-        if copied || name == "weights.bin" || name.starts_with('.') || !keep(&name) {
+        if copied || name == "weights.bin" || name.ends_with(".syms") || name.starts_with('.') || !keep(&name) {
             continue;
         }
         files.insert(name.clone(), std::fs::read_to_string(out.join(&name)).unwrap());

@@ -67,10 +67,20 @@ pub fn latent(case: &str) -> Vec<(String, serde_json::Value)> {
     v["set"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-/// Every testdata variant (with the gradients of all its parameters) and every bench
-/// model at every batch size.
+/// Every bench model at every batch size and every testdata variant (with the
+/// gradients of all its parameters). The largest come first: the cases run as many at a
+/// time as there are cores ([`crate::common::each_case`]), and a large one started last
+/// would keep one core busy after the others are done.
 pub fn cases(dir: &Path) -> Vec<Case> {
     let mut out = Vec::new();
+    for (model, batches) in [("gpt_block", [8, 1]), ("cnn", [32, 1]), ("lenet", [32, 1]), ("mlp", [32, 1])] {
+        let params = data::read_arrays(&dir.join(format!("bench/{model}.safetensors"))).unwrap();
+        for b in batches {
+            let input = data::read_arrays(&dir.join(format!("bench/{model}_b{b}_input.npy"))).unwrap();
+            let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
+            out.push(load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![], Wrt::None, format!("{model} b{b}")));
+        }
+    }
     let text = std::fs::read_to_string(dir.join("testdata/manifest.json")).unwrap();
     let text = text.replace(": Infinity", ": null").replace(": NaN", ": null");
     let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -81,14 +91,6 @@ pub fn cases(dir: &Path) -> Vec<Case> {
             let file = data::read_arrays(&dir.join("testdata").join(npz)).unwrap();
             let json = dir.join("testdata").join(entry["json"].as_str().unwrap());
             out.push(load(&json, &[&file], latent(case), Wrt::AllParams, npz.to_string()));
-        }
-    }
-    for (model, batches) in [("mlp", [1, 32]), ("lenet", [1, 32]), ("cnn", [1, 32]), ("gpt_block", [1, 8])] {
-        let params = data::read_arrays(&dir.join(format!("bench/{model}.safetensors"))).unwrap();
-        for b in batches {
-            let input = data::read_arrays(&dir.join(format!("bench/{model}_b{b}_input.npy"))).unwrap();
-            let input = ArrayFile { path: input.path, arrays: [("input".to_string(), input.arrays[0].clone())].into_iter().collect() };
-            out.push(load(&dir.join(format!("bench/{model}.json")), &[&params, &input], vec![], Wrt::None, format!("{model} b{b}")));
         }
     }
     out.extend(own_cases());
