@@ -285,6 +285,8 @@ pub fn trim(dir: &Path, limit: u64) {
             break;
         }
         remove_entry(dir, &key);
+        // (A process holding this lock still builds safely: the first rename wins.)
+        let _ = fs::remove_file(dir.join(format!("{key}.lock")));
         total -= bytes;
     }
     let stale = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > STALE));
