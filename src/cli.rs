@@ -991,11 +991,15 @@ pub fn cache(clean: bool) -> String {
         Cache::Off(why) => return format!("build cache: off ({why})\n"),
     };
     let mut text = format!("build cache: {}\n", root.display());
-    if clean {
-        let removed = crate::cache::clean(&root);
-        text.push_str(&format!("removed {} entries ({})\n", removed.entries, mib(removed.bytes)));
-    }
-    let usage = crate::cache::usage(&root);
+    let usage = if clean {
+        let before = crate::cache::clean(&root);
+        // What is left is what could not be removed (a read-only directory).
+        let after = crate::cache::usage(&root);
+        text.push_str(&format!("removed {} entries ({})\n", before.entries.saturating_sub(after.entries), mib(before.bytes.saturating_sub(after.bytes))));
+        after
+    } else {
+        crate::cache::usage(&root)
+    };
     text.push_str(&format!("entries: {} ({}; at most {}, the entries used longest ago removed first)\n", usage.entries, mib(usage.bytes), mib(crate::cache::LIMIT)));
     text
 }
