@@ -52,13 +52,6 @@ pub enum Cache {
     Off(String),
 }
 
-impl Default for Cache {
-    /// [`Cache::from_env`].
-    fn default() -> Cache {
-        Cache::from_env()
-    }
-}
-
 impl Cache {
     /// The cache the environment asks for (module docs).
     pub fn from_env() -> Cache {
@@ -77,14 +70,6 @@ impl Cache {
         match user_cache_dir(&env) {
             Some(dir) => Cache::At(dir.join("builds")),
             None => Cache::Off("neither XDG_CACHE_HOME nor HOME is set".to_string()),
-        }
-    }
-
-    /// The directory, when the cache is on.
-    pub fn dir(&self) -> Option<&Path> {
-        match self {
-            Cache::At(dir) => Some(dir),
-            Cache::Off(_) => None,
         }
     }
 }
