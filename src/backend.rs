@@ -1,7 +1,9 @@
-//! Targets. A [`Backend`] is everything `--target NAME` means: which nodes it can
-//! compile, the files it writes, how it builds them and how `run --target` runs the
-//! result. [`BACKENDS`] is the one table the command line reads (its `--help`, the
-//! values `--target` accepts); a new target is one `impl Backend` and one entry there.
+//! Targets. A [`Backend`] is what `--target NAME` compiles to: which nodes it can
+//! compile, what it offers ([`Capabilities`]) and the files it writes, all without
+//! starting a process; its [`Toolchain`] builds those files and runs the result.
+//! [`BACKENDS`] is the one table the command line reads (its `--help`, the values
+//! `--target` accepts); a new target is one `impl Backend`, one `impl Toolchain` and
+//! one entry there.
 //!
 //! Targets come in two shapes. Program targets (C, CUDA, Metal) lower the graph
 //! to a [`Program`] with their kernel library's capabilities ([`lower_programs`]), run
@@ -14,21 +16,25 @@ use std::path::Path;
 
 use crate::build::CacheUse;
 use crate::cache::Cache;
-use crate::cli::Graphs;
+use crate::pipeline::Graphs;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, ValueId};
 use crate::lower::Program;
 use crate::passes;
 use crate::tensor::{RawTensor, Tensor};
 
-/// One compile target.
+/// One compile target: what it can compile and the files it writes. Nothing here
+/// starts a process or writes a file; building and running what it wrote is its
+/// [`Toolchain`]'s.
 pub trait Backend: Sync {
     /// The name `--target` takes.
     fn name(&self) -> &'static str;
     /// What it builds, in a line (for `--help`).
     fn about(&self) -> &'static str;
-    /// What building and running it needs, in a line (for `mithrilc targets`).
-    fn toolchain(&self) -> &'static str;
+    /// What it offers beyond compiling the graph (the flags it takes).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE
+    }
     /// The program passes a program target runs between lowering and `fuse` (none for a
     /// graph target); `--print-after` takes their names.
     fn program_passes(&self) -> &'static [passes::ProgramPass] {
@@ -39,44 +45,60 @@ pub trait Backend: Sync {
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String>;
     /// The artifact's files, by name in a fixed order (what `--emit source` writes).
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted>;
-    /// Builds the files `emit` wrote into `dir`; says how it had the files it takes from
-    /// the build cache, if it takes any (`--report`).
-    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>>;
-    /// Builds what `run` needs of them ([`crate::cli::run_target`]): `dir` is scratch and
-    /// only the target's runner uses what is built.
-    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>> {
-        self.build(dir, build)
-    }
-    /// Runs the artifact built in `dir` (with `build`) on `feeds` (inputs and
-    /// parameters by name) and returns the entry's outputs, in order.
-    fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>>;
-    /// What `--report` adds once the artifact is built in `dir` (the CUDA target: ptxas's
-    /// registers, shared memory and spills per kernel).
-    fn built_report(&self, _dir: &Path, _entry: &Entry) -> Result<String> {
-        Ok(String::new())
-    }
-    /// The `--precision` values the target's matrix products and convolutions offer.
-    fn precisions(&self) -> &'static [Precision] {
-        &[Precision::F32]
-    }
-    /// The `--quantize` values the target stores its matrix-product and convolution
-    /// weights in.
-    fn quantizations(&self) -> &'static [Quantize] {
-        &[Quantize::F32]
-    }
-    /// Whether `run --emulate` can run the target's kernels on the CPU (a GPU target's).
-    fn emulates(&self) -> bool {
-        false
-    }
-    /// Whether `--mesh` can partition the target's program over several devices (XLA's).
-    fn shards(&self) -> bool {
-        false
-    }
     /// The program whose weight offsets and layouts the artifact's `weights.bin` has, as
     /// `emit` lowers it (`export-weights` reads the blob back through it); `None` for a
     /// target that writes no `weights.bin`.
     fn weights_program(&self, _graphs: &Graphs, _opts: &EmitOptions) -> Result<Option<Program>> {
         Ok(None)
+    }
+    /// What builds and runs the files `emit` writes.
+    fn toolchain(&self) -> &dyn Toolchain;
+}
+
+/// What a target offers beyond compiling the graph: the command line asks this, never
+/// the target's name.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// The `--precision` values its matrix products and convolutions offer.
+    pub precisions: &'static [Precision],
+    /// The `--quantize` values it stores matrix-product and convolution weights in.
+    pub quantizations: &'static [Quantize],
+    /// `run --emulate` can run its kernels on the CPU (a GPU target's).
+    pub emulates: bool,
+    /// `--mesh` can partition its program over several devices (XLA's).
+    pub shards: bool,
+    /// `--cpu` builds its library for one CPU (C's).
+    pub picks_cpu: bool,
+    /// `--triple` cross-builds it (C's).
+    pub cross_builds: bool,
+}
+
+impl Capabilities {
+    /// f32 only, on one device, for the host.
+    pub const NONE: Capabilities =
+        Capabilities { precisions: &[Precision::F32], quantizations: &[Quantize::F32], emulates: false, shards: false, picks_cpu: false, cross_builds: false };
+}
+
+/// How a target's files are built and run: its compilers and its runner. Everything
+/// here may start processes; it reads and writes only inside the directory it is given.
+pub trait Toolchain: Sync {
+    /// What building and running needs, in a line (for `mithrilc targets`).
+    fn needs(&self) -> &'static str;
+    /// Builds the files `emit` wrote into `dir`; says how it had the files it takes from
+    /// the build cache, if it takes any (`--report`).
+    fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>>;
+    /// Builds what `run` needs of them ([`crate::exec::Built`]): `dir` is scratch and
+    /// only the target's runner uses what is built.
+    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>> {
+        self.build(dir, build)
+    }
+    /// Runs the artifact built in `dir` (with `build`) on `feeds` (its inputs by name)
+    /// and returns the entry's outputs, in order.
+    fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>>;
+    /// What `--report` adds once the artifact is built in `dir` (the CUDA target: ptxas's
+    /// registers, shared memory and spills per kernel).
+    fn built_report(&self, _dir: &Path, _entry: &Entry) -> Result<String> {
+        Ok(String::new())
     }
 }
 
@@ -172,7 +194,7 @@ impl Precision {
 
 /// Refuses a `--precision` the target does not offer (a usage error naming those it does).
 pub fn check_precision(target: &dyn Backend, precision: Precision) -> Result<()> {
-    check_offered("--precision", precision, target.precisions(), Precision::name, &format!("the {} target computes in", target.name()))
+    check_offered("--precision", precision, target.capabilities().precisions, Precision::name, &format!("the {} target computes in", target.name()))
 }
 
 /// How the weights of matrix products and convolutions are stored (`--quantize`); the
@@ -210,7 +232,7 @@ impl Quantize {
 
 /// Refuses a `--quantize` the target does not take (a usage error naming those it does).
 pub fn check_quantize(target: &dyn Backend, quantize: Quantize) -> Result<()> {
-    check_offered("--quantize", quantize, target.quantizations(), Quantize::name, &format!("the {} target stores its weights as", target.name()))
+    check_offered("--quantize", quantize, target.capabilities().quantizations, Quantize::name, &format!("the {} target stores its weights as", target.name()))
 }
 
 /// A usage error for `flag value` unless `value` is `offered`: `"{flag} {value}: {says}
@@ -405,15 +427,15 @@ pub fn memory_report(p: &Program) -> String {
     let ratio = if p.peak_live == 0 { 1.0 } else { p.arena_size as f64 / p.peak_live as f64 };
     let narrowed: Vec<&str> = p.weights.iter().filter(|w| w.stored != crate::lower::Stored::F32).map(|w| w.stored.name()).collect();
     let wide = match (f32_weights_size(p), narrowed.first()) {
-        (Some(wide), Some(name)) => format!(" ({} of them as {name}; {} bytes in f32)", narrowed.len(), crate::cli::group(wide)),
+        (Some(wide), Some(name)) => format!(" ({} of them as {name}; {} bytes in f32)", narrowed.len(), group(wide)),
         _ => String::new(),
     };
     format!(
         "kernels: {}\nweights: {} bytes{wide}\narena: {} bytes (peak live {} bytes, ratio {ratio:.3})\n",
         p.steps.len(),
-        crate::cli::group(p.weights_size),
-        crate::cli::group(p.arena_size),
-        crate::cli::group(p.peak_live)
+        group(p.weights_size),
+        group(p.arena_size),
+        group(p.peak_live)
     )
 }
 
@@ -428,4 +450,17 @@ fn f32_weights_size(p: &Program) -> Option<u64> {
         let n = if w.shape.iter().product::<u64>() == 0 { 0 } else { b.len };
         Some(crate::lower::align(offset.checked_add(n.checked_mul(b.dtype.size() as u64)?)?))
     })
+}
+
+/// `1337344` → `1,337,344`.
+pub fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

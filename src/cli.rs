@@ -1,22 +1,26 @@
 //! The `mithrilc` commands, as library functions (the binary is a thin clap front).
 //!
-//! Every command reads the model through the frontend, runs the pass pipeline, and
-//! prints or writes its result; all failures come back as [`Error`]s whose kind is
-//! the exit code.
+//! Every command turns its arguments into what the pipeline takes
+//! ([`crate::pipeline`]: load, passes, a target; [`crate::exec`]: running), and prints
+//! or writes the result; all failures come back as [`Error`]s whose kind is the exit
+//! code. Nothing below this module imports it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::backend::{group, Backend, EmitOptions};
+pub use crate::backend::{BuildConfig, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
 use crate::build::CacheUse;
 use crate::cache::Cache;
-pub use crate::backend::{BuildConfig, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
-use crate::backend::{check_precision, check_quantize, check_supported, Backend, EmitOptions};
 use crate::data::{self, Array, ArrayFile};
 use crate::error::{Error, Result};
-use crate::frontend::mithril;
+use crate::exec::{Executable, Interpreter};
+use crate::frontend;
 use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
+use crate::outdir::file_name;
 use crate::passes;
+use crate::pipeline::{self, Graphs, ModelSpec};
 use crate::tensor::{RawTensor, Tensor};
 
 /// What every command that reads a model takes.
@@ -81,6 +85,36 @@ fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
     Ok((path.trim().to_string(), value))
 }
 
+impl ModelArgs {
+    /// What the pipeline loads: the model, with the arguments parsed and the types
+    /// `known_types` gives (from data files, [`known_types`]).
+    pub fn spec(&self, known_types: BTreeMap<String, TensorType>) -> Result<ModelSpec> {
+        let mut opts = frontend::Options { known_types, ..Default::default() };
+        for s in &self.shapes {
+            let (name, shape) = parse_shape_arg(s)?;
+            opts.shapes.insert(name, shape);
+        }
+        for s in &self.set {
+            opts.mithril.set.push(parse_set_arg(s)?);
+        }
+        for s in &self.constants {
+            let (name, value) = s
+                .split_once('=')
+                .ok_or_else(|| Error::usage(format!("--const {s}: expected NAME=VALUE, e.g. axis=1 or kernel=[[1.0,0.0],[0.0,1.0]]")))?;
+            let value = serde_json::from_str(value).map_err(|e| Error::usage(format!("--const {s}: the value is not JSON ({e})")))?;
+            opts.constants.push((name.trim().to_string(), value));
+        }
+        for s in &self.lists {
+            let n = s
+                .split_once('=')
+                .and_then(|(name, n)| Some((name.trim().to_string(), n.trim().parse::<usize>().ok()?)))
+                .ok_or_else(|| Error::usage(format!("--list {s}: expected NAME=N, e.g. input=3")))?;
+            opts.mithril.list_inputs.push(n);
+        }
+        Ok(ModelSpec { path: self.model.clone(), frontend: opts, grad: self.grad.clone(), print_after: self.print_after.clone() })
+    }
+}
+
 /// Reads the model into verified IR after the pass pipeline: with `--grad`, the graph
 /// with its backward pass. `files` supply the types of inputs and parameters they hold.
 pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
@@ -88,94 +122,26 @@ pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
     Ok(graphs.backward.unwrap_or(graphs.forward))
 }
 
-/// What a compiled library is built from: the model's graph and, with `--grad`, the
-/// same graph with its backward pass appended. Both are after the pass pipeline.
-pub struct Graphs {
-    pub forward: Graph,
-    pub backward: Option<Graph>,
-}
-
-impl Graphs {
-    /// The graph that computes everything asked for: the backward graph when there is
-    /// one (it computes the outputs too).
-    pub fn main(&self) -> &Graph {
-        self.backward.as_ref().unwrap_or(&self.forward)
-    }
-
-    /// The two pipelines over one frontend graph; `after` sees the passes of the
-    /// backward graph when there is one, else of the forward graph.
-    pub fn new(graph: Graph, grad: &passes::autodiff::Wrt, mut after: impl FnMut(&str, &Graph)) -> Result<Graphs> {
-        let training = *grad != passes::autodiff::Wrt::None;
-        let quiet = |_: &str, _: &Graph| {};
-        let none = passes::Options::default();
-        if training {
-            let mut forward = graph.clone();
-            passes::run_pipeline(&mut forward, passes::PIPELINE, &none, quiet)?;
-            let mut backward = graph;
-            passes::run_pipeline(&mut backward, passes::PIPELINE, &passes::Options { grad: grad.clone() }, after)?;
-            Ok(Graphs { forward, backward: Some(backward) })
-        } else {
-            let mut forward = graph;
-            passes::run_pipeline(&mut forward, passes::PIPELINE, &none, &mut after)?;
-            Ok(Graphs { forward, backward: None })
-        }
-    }
-}
-
 /// [`load_model`], keeping the forward graph too.
 pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
-    load_typed_graphs(args, known_types(files)?)
+    load_known(args, known_types(files)?)
 }
 
-/// [`load_graphs`] given the types the files hold ([`known_types`]).
-fn load_typed_graphs(args: &ModelArgs, known_types: BTreeMap<String, TensorType>) -> Result<Graphs> {
-    let mut opts = mithril::Options::default();
-    for s in &args.shapes {
-        let (name, shape) = parse_shape_arg(s)?;
-        opts.shapes.insert(name, shape);
+/// Loads the model through the pipeline given the types the data files hold
+/// ([`known_types`]), printing the frontend's warnings.
+fn load_known(args: &ModelArgs, known_types: BTreeMap<String, TensorType>) -> Result<Graphs> {
+    let loaded = pipeline::load(&args.spec(known_types)?)?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
     }
-    for s in &args.set {
-        opts.set.push(parse_set_arg(s)?);
-    }
-    for s in &args.constants {
-        let (name, value) = s
-            .split_once('=')
-            .ok_or_else(|| Error::usage(format!("--const {s}: expected NAME=VALUE, e.g. axis=1 or kernel=[[1.0,0.0],[0.0,1.0]]")))?;
-        let value = serde_json::from_str(value)
-            .map_err(|e| Error::usage(format!("--const {s}: the value is not JSON ({e})")))?;
-        opts.constants.push((name.trim().to_string(), value));
-    }
-    for s in &args.lists {
-        let n = s
-            .split_once('=')
-            .and_then(|(name, n)| Some((name.trim().to_string(), n.trim().parse::<usize>().ok()?)))
-            .ok_or_else(|| Error::usage(format!("--list {s}: expected NAME=N, e.g. input=3")))?;
-        opts.list_inputs.push(n);
-    }
-    opts.known_types = known_types;
-    for p in &args.print_after {
-        let names = crate::backend::pass_names();
-        if !names.contains(&p.as_str()) {
-            return Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", names.join(", "))));
-        }
-    }
-    let graph = mithril::load(&args.model, &opts)?;
-    let training = args.grad != passes::autodiff::Wrt::None;
-    for w in graph.warnings.iter().filter(|w| training || !w.gradient_only) {
-        eprintln!("warning: {}: {}", args.model.display(), w.message);
-    }
-    Graphs::new(graph, &args.grad, |name, g| {
-        if args.print_after.iter().any(|p| p == name) {
-            eprint!("// after {name}\n{}", ir::print::print(g));
-        }
-    })
+    Ok(loaded.graphs)
 }
 
 /// `mithrilc inspect`: the IR after shape inference and a summary.
 pub fn inspect(args: &ModelArgs, params: Option<&Path>) -> Result<String> {
     let params = params.map(data::read_raw_arrays).transpose()?;
     let params: Vec<&ArrayFile<RawTensor>> = params.iter().collect();
-    let graphs = load_typed_graphs(args, known_types(&params)?)?;
+    let graphs = load_known(args, known_types(&params)?)?;
     let graph = graphs.backward.unwrap_or(graphs.forward);
     let mut out = ir::print::print(&graph);
     out.push('\n');
@@ -213,19 +179,6 @@ fn summary(graph: &Graph) -> String {
     };
     let _ = writeln!(s, "FLOPs (2 per multiply-add of matmul/conv): {}", flops.unwrap_or_else(|| "overflow".into()));
     s
-}
-
-/// `1337344` → `1,337,344`.
-pub(crate) fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `mithrilc run`: evaluates the model on the given data with the interpreter or a
@@ -373,7 +326,8 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         crate::outdir::check_not_input(path, &inputs, "-o")?;
     }
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
-    let interp = || crate::interp::run(graph, &feeds).map_err(|e| e.context(args.model.model.display()));
+    // The interpreter takes the parameters with the inputs, as the data files give them.
+    let interp = |graphs| Interpreter::new(graphs, BTreeMap::new()).run(&feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = conversion_note(graph, &files)?;
     let outputs = match args.target {
         RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda or metal".to_string())),
@@ -383,16 +337,16 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         RunTarget::Interp if args.quantize != Quantize::F32 => {
             return Err(Error::usage("--quantize is for a compiled target (--target c or ggml): the interpreter reads the parameters as given".to_string()))
         }
-        RunTarget::Interp => interp()?,
+        RunTarget::Interp => interp(graphs)?,
         RunTarget::Compiled(target) => {
-            if args.emulate && !target.emulates() {
+            if args.emulate && !target.capabilities().emulates {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
             }
             let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
-            let opts = EmitOptions { print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
-            let outputs = run_target(target, &graphs, &feeds, &args.model.model, &build, opts)?;
+            let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
+            let outputs = crate::exec::Built::new(target, &graphs, &feeds, build, opts)?.run(&feeds)?;
             if args.check {
-                let want = interp()?;
+                let want = interp(graphs)?;
                 for ((name, diff), (_, reference)) in compare(&outputs, &want).into_iter().zip(&want) {
                     let scale = reference.data.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
                     let relative = if scale > 0.0 { format!(", {:.3e} of it", diff.largest / scale) } else { String::new() };
@@ -658,79 +612,33 @@ pub fn parse_max_args(args: &[String]) -> Result<BTreeMap<String, u64>> {
     Ok(out)
 }
 
-/// Every `--max` names a symbolic dimension of the model.
-fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
-    let symbols: std::collections::BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.ty.shape.symbols()).collect();
-    for (name, n) in max {
-        if !symbols.contains(name.as_str()) {
-            let known = if symbols.is_empty() {
-                "it has none; make one with --shape, e.g. --shape input=B,784".to_string()
-            } else {
-                format!("its symbols: {}", symbols.iter().copied().collect::<Vec<_>>().join(", "))
-            };
-            return Err(Error::usage(format!("--max {name}={n}: the model has no symbolic dimension {name} ({known})")));
-        }
-    }
-    Ok(())
-}
-
 /// Compiles a model for a target; returns the report to print.
 pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_raw_arrays).transpose()?;
-    let graphs = load_typed_graphs(&args.model, known_types(&params.iter().collect::<Vec<_>>())?)?;
+    let graphs = load_known(&args.model, known_types(&params.iter().collect::<Vec<_>>())?)?;
     if args.emit == Emit::Ir {
         return Ok(ir::print::print(graphs.main()));
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
-    let max = parse_max_args(&args.max)?;
-    check_max_symbols(&max, graphs.main())?;
-    let source = file_name(&args.model.model);
-    check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
-    check_precision(args.target, args.precision)?;
-    let mesh = args.mesh.as_deref().map(crate::codegen::xla::mesh::parse).transpose()?.unwrap_or_default();
-    if !mesh.is_empty() && !args.target.shards() {
-        return Err(Error::usage(format!("--mesh partitions over several devices: the {} target runs on one (give --target xla)", args.target.name())));
-    }
-    if let Some(cpu) = &args.cpu {
-        if args.target.name() != "c" {
-            return Err(Error::usage(format!("--cpu is for the C target; the {} target's code does not depend on the host CPU's vector extensions", args.target.name())));
-        }
-        // It becomes a compiler flag in the Makefile: one word, nothing a shell reads.
-        let word = cpu.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c)) && cpu.starts_with(|c: char| c.is_ascii_alphanumeric());
-        if !word {
-            return Err(Error::usage(format!("--cpu wants a -march value such as native, haswell or x86-64-v3 (letters, digits and . _ + -), not {cpu:?}")));
-        }
-    }
-    let triple = args.triple.as_deref().map(crate::codegen::c::Triple::parse).transpose()?;
-    if triple.is_some() && args.target.name() != "c" {
-        return Err(Error::usage(format!("--triple is for the C target; the {} target builds for the host", args.target.name())));
-    }
-    check_quantizing(args.target, args.quantize, &graphs)?;
-    if args.quantize != Quantize::F32 && args.weights == WeightsMode::Safetensors {
-        return Err(Error::usage(format!(
-            "--quantize {} with --weights safetensors: the demo reads the parameters from the safetensors file at run time and does not narrow them",
-            args.quantize.name()
-        ))
-        .note("give --weights file (the default), embed or embed-c for a library with narrowed weights"));
-    }
     let weights = match &params {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
     };
+    let triple = args.triple.as_deref().map(crate::codegen::c::Triple::parse).transpose()?;
     let opts = EmitOptions {
-        source: source.clone(),
+        source: file_name(&args.model.model),
         weights,
         weights_mode: args.weights,
         layout: args.layout,
-        max,
+        max: parse_max_args(&args.max)?,
         print_after: args.model.print_after.clone(),
         precision: args.precision,
-        mesh,
+        mesh: args.mesh.as_deref().map(crate::codegen::xla::mesh::parse).transpose()?.unwrap_or_default(),
         quantize: args.quantize,
         cpu: args.cpu.clone(),
         triple: triple.clone(),
     };
-    let emitted = args.target.emit(&graphs, &opts).map_err(|e| e.context(&source))?;
+    let emitted = pipeline::emit(args.target, &graphs, &opts)?;
     let build = args.emit == Emit::Build;
     let mut inputs = vec![args.model.model.clone()];
     inputs.extend(args.params.clone());
@@ -745,9 +653,9 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
     let mut cache_use = None;
     crate::outdir::write_atomically(out, &emitted.files, &guard, |dir| {
         if build {
-            cache_use = args.target.build(dir, &config)?;
+            cache_use = args.target.toolchain().build(dir, &config)?;
             if args.report && args.report_format == ReportFormat::Human {
-                built_report = args.target.built_report(dir, &emitted.entry)?;
+                built_report = args.target.toolchain().built_report(dir, &emitted.entry)?;
             }
         }
         Ok(())
@@ -797,29 +705,15 @@ pub struct ExportArgs {
     pub output: PathBuf,
 }
 
-/// Refuses a `--quantize` the target does not take, and any with `--grad`: gradients
-/// are of the f32 weights, which a training step updates in place.
-fn check_quantizing(target: &dyn Backend, quantize: Quantize, graphs: &Graphs) -> Result<()> {
-    check_quantize(target, quantize)?;
-    if quantize != Quantize::F32 && graphs.backward.is_some() {
-        return Err(Error::usage(format!("--quantize {} with --grad: gradients are taken of the f32 weights, which a training step updates in place", quantize.name()))
-            .note("compile the trained model without --grad to store its weights narrow"));
-    }
-    Ok(())
-}
-
 /// Reads the parameters back from a weights blob through the program the target lowers
 /// the model to, as `compile` with the same flags does
 /// ([`crate::codegen::weights::blob_values`]), and writes them under their names.
 pub fn export_weights(args: &ExportArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
-    let graphs = load_graphs(&args.model, &params.iter().collect::<Vec<_>>())?;
-    let max = parse_max_args(&args.max)?;
-    check_max_symbols(&max, graphs.main())?;
+    let graphs = load_known(&args.model, known_types(&params.iter().collect::<Vec<_>>())?)?;
     let source = file_name(&args.model.model);
-    check_supported(args.target, graphs.main()).map_err(|e| e.context(&source))?;
-    check_quantizing(args.target, args.quantize, &graphs)?;
-    let opts = EmitOptions { source: source.clone(), layout: args.layout, max, quantize: args.quantize, print_after: args.model.print_after.clone(), ..Default::default() };
+    let opts = EmitOptions { source: source.clone(), layout: args.layout, max: parse_max_args(&args.max)?, quantize: args.quantize, print_after: args.model.print_after.clone(), ..Default::default() };
+    pipeline::check(args.target, &graphs, &opts)?;
     let program = args.target.weights_program(&graphs, &opts).map_err(|e| e.context(&source))?.ok_or_else(|| {
         Error::usage(format!("the {} target writes no weights.bin (export-weights reads the c, cuda and metal targets' blobs)", args.target.name()))
     })?;
@@ -902,12 +796,6 @@ fn read_at_most(path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
     Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
-/// The file name alone: generated files name their source without the directory,
-/// so they do not depend on where the compiler ran.
-fn file_name(path: &Path) -> String {
-    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
-}
-
 /// Parameter values by name, from a parameters file, each in the file's type (the
 /// weights' writer converts it to the model's).
 fn param_values(graph: &Graph, file: &ArrayFile<RawTensor>) -> Result<BTreeMap<String, RawTensor>> {
@@ -922,33 +810,6 @@ fn param_values(graph: &Graph, file: &ArrayFile<RawTensor>) -> Result<BTreeMap<S
         }
     }
     Ok(out)
-}
-
-/// Runs the model through a compiled target: builds it in a scratch directory, runs
-/// it on the data (the backward pass, when there is one), and reads the outputs back.
-/// `opts` are the emit options beyond the source and weights (which this fills in).
-pub fn run_target(
-    target: &dyn Backend,
-    graphs: &Graphs,
-    feeds: &BTreeMap<String, Tensor>,
-    source: &Path,
-    build: &BuildConfig,
-    opts: EmitOptions,
-) -> Result<Vec<(String, Tensor)>> {
-    check_supported(target, graphs.main()).map_err(|e| e.context(file_name(source)))?;
-    check_precision(target, opts.precision)?;
-    check_quantizing(target, opts.quantize, graphs)?;
-    let opts = EmitOptions { source: file_name(source), weights: Some(param_weights(&graphs.forward, feeds)), ..opts };
-    let emitted = target.emit(graphs, &opts)?;
-    let scratch = crate::outdir::Scratch::new()?;
-    let dir = scratch.path().join("build");
-    crate::outdir::write_atomically(&dir, &emitted.files, &Default::default(), |d| target.build_to_run(d, build).map(drop))?;
-    target.run(&dir, build, &emitted.entry, feeds)
-}
-
-/// The values `feeds` give the parameters of `graph`, as a target's weights.
-pub fn param_weights(graph: &Graph, feeds: &BTreeMap<String, Tensor>) -> BTreeMap<String, RawTensor> {
-    graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, RawTensor::from_tensor(t)))).collect()
 }
 
 /// How one output of two runs differs: the largest |a - b| where both are finite, and

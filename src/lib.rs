@@ -12,6 +12,7 @@ pub mod codegen;
 pub mod data;
 pub mod docs;
 pub mod error;
+pub mod exec;
 pub mod frontend;
 pub mod hash;
 pub mod interp;
@@ -19,6 +20,7 @@ pub mod ir;
 pub mod lower;
 pub mod outdir;
 pub mod passes;
+pub mod pipeline;
 pub mod tensor;
 
 pub use error::{Error, ErrorKind, Result};

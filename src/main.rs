@@ -321,7 +321,7 @@ fn json_requested() -> bool {
 fn targets() -> String {
     let mut s = String::new();
     for b in backend::BACKENDS {
-        s.push_str(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain()));
+        s.push_str(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain().needs()));
     }
     s
 }

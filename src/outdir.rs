@@ -479,3 +479,10 @@ mod tests {
         assert!(lock_live().iter().all(|p| !p.starts_with(tmp.path())));
     }
 }
+
+/// The file name alone: generated files name their source without the directory,
+/// so they do not depend on where the compiler ran.
+pub fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+

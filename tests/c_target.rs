@@ -2,7 +2,7 @@
 //! compiled, built with gcc (and clang when installed) under
 //! `-std=c99 -pedantic -Wall -Wextra -Werror`, run, and compared with the interpreter
 //! within 1e-4 absolute + 1e-4 relative; once more under AddressSanitizer and UBSan.
-//! They build through `run` (`cli::run_target`): the generated Makefile, with the
+//! They build through `run` (`mithrilc::exec::run_once`): the generated Makefile, with the
 //! runtime's objects compiled once per compiler and flags and shared between models.
 
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ fn check_all(build: &BuildConfig, filter: impl Fn(&Case) -> bool) {
     let worst = std::sync::Mutex::new((0.0f64, String::new()));
     let failures = common::each_case(&all, |case| {
         let want = mithrilc::interp::run(case.graph(), &case.feeds).unwrap();
-        let got = cli::run_target(&CTarget, &case.graphs, &case.feeds, &case.source, build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let got = mithrilc::exec::run_once(&CTarget, &case.graphs, &case.feeds, &case.source, build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
         let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
         let mut worst = worst.lock().unwrap();
         if err > worst.0 {
@@ -382,7 +382,7 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
         let r = node(&mut g, Op::Unary(UnaryOp::Relu), vec![c]);
         let y = node(&mut g, Op::Pool(attrs), vec![r]);
         g.outputs.push(Output { name: "y".into(), value: y, loss: false });
-        let graphs = cli::Graphs::new(g, &Wrt::AllParams, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let graphs = mithrilc::pipeline::Graphs::new(g, &Wrt::AllParams, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
         // Values on a 1/64 grid: the convolution is exact in f32, so the C code sees the
         // interpreter's ties.
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
@@ -399,7 +399,7 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
             })
             .collect();
         let want = mithrilc::interp::run(main, &feeds).unwrap_or_else(|e| panic!("{label}: {e}"));
-        let got = match cli::run_target(&CTarget, &graphs, &feeds, Path::new("pool.json"), &build, Default::default()) {
+        let got = match mithrilc::exec::run_once(&CTarget, &graphs, &feeds, Path::new("pool.json"), &build, Default::default()) {
             Ok(got) => got,
             Err(e) => {
                 failures.push(format!("{label}: {e}"));

@@ -126,6 +126,19 @@ fn missing_model_file() {
     );
 }
 
+/// A file in no format mithrilc reads (here the start of an ONNX protobuf) is refused
+/// by the frontend boundary, naming the formats it reads, before any parser sees it.
+#[test]
+fn model_in_no_format_mithrilc_reads() {
+    let dir = tempdir_with(&[]);
+    std::fs::write(dir.path().join("model.onnx"), b"\x08\x07\x12\x07pytorch\x1a\x032.1:\x00\xff").unwrap();
+    let (code, stdout, stderr) = mithrilc(&["inspect", "model.onnx"], dir.path());
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (1, "", "error: model.onnx: not a model mithrilc reads (it reads Mithril model JSON)\n")
+    );
+}
+
 #[test]
 fn unknown_class_with_a_close_spelling() {
     let dir = tempdir_with(&[("lineer.json", r#"{"name": "Lineer", "args": {"dimension": 5, "use_bias": true}}"#)]);
@@ -475,7 +488,7 @@ fn targets_and_op_support() {
     let (code, stdout, stderr) = mithrilc(&["targets"], cwd);
     assert_eq!((code, stderr.as_str()), (0, ""));
     for b in mithrilc::backend::BACKENDS {
-        assert!(stdout.contains(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain())), "{}:\n{stdout}", b.name());
+        assert!(stdout.contains(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain().needs())), "{}:\n{stdout}", b.name());
     }
     assert!(stdout.starts_with("c\n  builds: portable C99"), "{stdout}");
 

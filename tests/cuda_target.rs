@@ -119,7 +119,7 @@ fn reduced_precisions_on_the_gpu() {
 /// returns the entry the demo runs.
 fn emit(case: &Case, out: &Path) -> Result<mithrilc::backend::Entry, String> {
     let graph = &case.graphs.forward;
-    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), weights: Some(mithrilc::cli::param_weights(graph, &case.feeds)), ..Default::default() };
+    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), weights: Some(mithrilc::exec::param_weights(graph, &case.feeds)), ..Default::default() };
     let emitted = CudaTarget.emit(&case.graphs, &opts).map_err(|e| format!("{}: {e}", case.label))?;
     std::fs::create_dir_all(out).unwrap();
     for (name, bytes) in &emitted.files {
@@ -169,7 +169,7 @@ fn every_model_builds_with_nvcc() {
         if bench {
             // What --report prints: every kernel, the library's and the generated ones,
             // without register spills at sm_90.
-            let report = CudaTarget.built_report(&out, &entry).map_err(|e| format!("{}: {e}", case.label))?;
+            let report = CudaTarget.toolchain().built_report(&out, &entry).map_err(|e| format!("{}: {e}", case.label))?;
             let kernels: Vec<&str> = report.lines().skip(1).collect();
             let spilling: Vec<&&str> = kernels.iter().filter(|l| !l.ends_with("no spills")).collect();
             if kernels.len() < 2 || !report.contains("mr_k_") || !spilling.is_empty() {

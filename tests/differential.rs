@@ -7,7 +7,7 @@
 //! gradient, the input's too for random models, whose input is differentiable). Each
 //! run is compared with the interpreter on the same graph.
 //!
-//! The C library is built the way `cli::run_target` builds it (same lowering options,
+//! The C library is built the way `mithrilc::exec::run_once` builds it (same lowering options,
 //! files and demo), except that the runtime is compiled once per test process and
 //! linked into every model, and cases run on every core: building the 2,000-line
 //! runtime per model would dominate the test's time.
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use mithrilc::cli::Graphs;
+use mithrilc::pipeline::Graphs;
 use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
 use mithrilc::ir::{Dtype, Graph, Shape, TensorType};

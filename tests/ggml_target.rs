@@ -43,8 +43,8 @@ fn ggml_ready() -> Option<(PathBuf, mithrilc::build::Ggml)> {
 }
 
 /// The case's forward graph alone (the conformance cases load with gradients).
-fn forward(case: &Case) -> cli::Graphs {
-    cli::Graphs { forward: case.graphs.forward.clone(), backward: None }
+fn forward(case: &Case) -> mithrilc::pipeline::Graphs {
+    mithrilc::pipeline::Graphs { forward: case.graphs.forward.clone(), backward: None }
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn quantized_weights_stay_within_their_tolerance() {
         let graphs = forward(case);
         let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
         let opts = EmitOptions { quantize, ..Default::default() };
-        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), opts).map_err(|e| format!("{label}: {e}"))?;
+        let got = mithrilc::exec::run_once(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), opts).map_err(|e| format!("{label}: {e}"))?;
         let (bad, err) = cases::compare_scaled(&label, &got, &want, tol);
         worst.lock().unwrap().push((format!("{quantize:?}"), err, label));
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
@@ -203,8 +203,8 @@ fn ggml_reads_back_the_gguf_file() {
     let graph = &case.graphs.forward;
     let weights: BTreeMap<String, mithrilc::tensor::Tensor> = graph.params().filter_map(|v| graph.node(v).name.clone()).map(|n| (n.clone(), case.feeds[&n].clone())).collect();
     for (quantize, tol) in [(Quantize::F32, 0.0), (Quantize::F16, 1e-3), (Quantize::Bf16, 4e-3), (Quantize::Q8_0, 1e-2), (Quantize::Q4_0, 1.5e-1)] {
-        let opts = EmitOptions { source: "mlp.json".into(), weights: Some(cli::param_weights(graph, &weights)), quantize, ..Default::default() };
-        let emitted = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap();
+        let opts = EmitOptions { source: "mlp.json".into(), weights: Some(mithrilc::exec::param_weights(graph, &weights)), quantize, ..Default::default() };
+        let emitted = GgmlTarget.emit(&mithrilc::pipeline::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap();
         let (name, bytes) = emitted.files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap();
         let path = tmp.path().join(name);
         std::fs::write(&path, bytes).unwrap();
@@ -378,7 +378,7 @@ fn random_models_match_the_interpreter() {
         let case = cases::own_case(&json, &shapes, &format!("random model {seed} ({})", m.summary));
         let graphs = forward(&case);
         let want = mithrilc::interp::run(&graphs.forward, &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-        let got = cli::run_target(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+        let got = mithrilc::exec::run_once(&GgmlTarget, &graphs, &case.feeds, &case.source, &BuildConfig::default(), Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
         let (bad, _) = cases::compare(&case.label, &got, &want, 1e-4);
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
     });
@@ -409,8 +409,8 @@ fn the_loader_refuses_a_gguf_file_of_another_model() {
     // with a parameter of another shape.
     let gguf = std::fs::read(out.join("mlp.gguf")).unwrap();
     let other = |name: &str, graph: &mithrilc::ir::Graph, weights: BTreeMap<String, mithrilc::tensor::Tensor>| {
-        let opts = EmitOptions { weights: Some(cli::param_weights(graph, &weights)), ..Default::default() };
-        let files = GgmlTarget.emit(&cli::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap().files;
+        let opts = EmitOptions { weights: Some(mithrilc::exec::param_weights(graph, &weights)), ..Default::default() };
+        let files = GgmlTarget.emit(&mithrilc::pipeline::Graphs { forward: graph.clone(), backward: None }, &opts).unwrap().files;
         let path = dir.path().join(name);
         std::fs::write(&path, &files.iter().find(|(n, _)| n.ends_with(".gguf")).unwrap().1).unwrap();
         path
@@ -451,8 +451,8 @@ fn ggml_and_interpreter(ir: &str, feeds: &[(&str, mithrilc::tensor::Tensor)]) ->
     let graph = mithrilc::ir::parse::parse(ir).unwrap();
     let feeds: BTreeMap<String, mithrilc::tensor::Tensor> = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
     let want = mithrilc::interp::run(&graph, &feeds).map_err(|e| e.to_string());
-    let graphs = cli::Graphs { forward: graph, backward: None };
-    let got = cli::run_target(&GgmlTarget, &graphs, &feeds, Path::new("model.ir"), &BuildConfig::default(), Default::default()).map_err(|e| e.to_string());
+    let graphs = mithrilc::pipeline::Graphs { forward: graph, backward: None };
+    let got = mithrilc::exec::run_once(&GgmlTarget, &graphs, &feeds, Path::new("model.ir"), &BuildConfig::default(), Default::default()).map_err(|e| e.to_string());
     (got, want)
 }
 
@@ -728,12 +728,12 @@ fn the_demo_checks_its_arguments_and_writes_only_under_out() {
     // A model whose inputs are `a` and `a=b`.
     let add = dir.path().join("add");
     let graph = mithrilc::ir::parse::parse("graph add {\n  %0 = input \"a\" : f32[2]\n  %1 = input \"a=b\" : f32[2]\n  %2 = add %0, %1 : f32[2]\n  output \"y\" = %2\n}\n").unwrap();
-    let files = GgmlTarget.emit(&cli::Graphs { forward: graph, backward: None }, &EmitOptions { weights: Some(BTreeMap::new()), ..Default::default() }).unwrap().files;
+    let files = GgmlTarget.emit(&mithrilc::pipeline::Graphs { forward: graph, backward: None }, &EmitOptions { weights: Some(BTreeMap::new()), ..Default::default() }).unwrap().files;
     std::fs::create_dir(&add).unwrap();
     for (name, bytes) in &files {
         std::fs::write(add.join(name), bytes).unwrap();
     }
-    GgmlTarget.build(&add, &BuildConfig::default()).unwrap();
+    GgmlTarget.toolchain().build(&add, &BuildConfig::default()).unwrap();
     mithrilc::data::write_npy(&add.join("one.npy"), &f32s(&[2], &[1.0, 2.0])).unwrap();
     mithrilc::data::write_npy(&add.join("ten.npy"), &f32s(&[2], &[10.0, 20.0])).unwrap();
     std::fs::write(add.join("b=ten.npy"), std::fs::read(add.join("ten.npy")).unwrap()).unwrap();

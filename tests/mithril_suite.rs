@@ -43,7 +43,7 @@ use std::sync::{Mutex, OnceLock};
 
 use serde_json::{json, Map, Value};
 
-use mithrilc::cli::Graphs;
+use mithrilc::pipeline::Graphs;
 use mithrilc::data;
 use mithrilc::frontend::mithril;
 use mithrilc::ir::{Dtype, Op, Shape, TensorType};

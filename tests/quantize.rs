@@ -76,7 +76,7 @@ fn bench_models_with_narrow_weights_stay_within_their_tolerance() {
 /// `weights.bin` of `case` compiled with `quantize` (no build), and the sizes `--report`
 /// gives.
 fn blob(case: &Case, quantize: Quantize) -> (Vec<u8>, serde_json::Value) {
-    let opts = EmitOptions { source: "model.json".into(), weights: Some(mithrilc::cli::param_weights(&case.graphs.forward, &case.feeds)), quantize, ..Default::default() };
+    let opts = EmitOptions { source: "model.json".into(), weights: Some(mithrilc::exec::param_weights(&case.graphs.forward, &case.feeds)), quantize, ..Default::default() };
     let emitted = CTarget.emit(&case.graphs, &opts).unwrap_or_else(|e| panic!("{}: {e}", case.label));
     let blob = emitted.files.into_iter().find(|(n, _)| n == "weights.bin").expect("weights.bin").1;
     (blob, emitted.sizes)

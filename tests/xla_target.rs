@@ -78,7 +78,7 @@ fn the_artifact_is_deterministic_and_names_the_model_ops() {
     let params = mithrilc::data::read_arrays(&root.join("examples/mlp/data.npz")).unwrap();
     let margs = cli::ModelArgs { model: model.clone(), grad: mithrilc::passes::autodiff::Wrt::AllParams, ..Default::default() };
     let graphs = cli::load_graphs(&margs, &[&params]).unwrap();
-    let weights = cli::param_weights(&graphs.forward, &cli::feeds(&graphs.forward, &[&params]).unwrap());
+    let weights = mithrilc::exec::param_weights(&graphs.forward, &cli::feeds(&graphs.forward, &[&params]).unwrap());
     let opts = EmitOptions { source: "mlp.json".into(), weights: Some(weights), ..Default::default() };
     let a = XlaTarget.emit(&graphs, &opts).unwrap();
     let b = XlaTarget.emit(&graphs, &opts).unwrap();
@@ -239,8 +239,8 @@ fn awkward_values_match_the_interpreter() {
     .map(|(n, t)| (n.to_string(), t))
     .collect();
     let want = mithrilc::interp::run(&g, &feeds).unwrap();
-    let graphs = cli::Graphs { forward: g, backward: None };
-    let got = cli::run_target(&XlaTarget, &graphs, &feeds, Path::new("awkward.json"), &BuildConfig::default(), Default::default()).unwrap();
+    let graphs = mithrilc::pipeline::Graphs { forward: g, backward: None };
+    let got = mithrilc::exec::run_once(&XlaTarget, &graphs, &feeds, Path::new("awkward.json"), &BuildConfig::default(), Default::default()).unwrap();
     let (bad, _) = cases::compare("awkward", &got, &want, 1e-6);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
@@ -371,7 +371,7 @@ fn the_training_step_trains_as_the_interpreter_does() {
     let tmp = tempfile::tempdir().unwrap();
     // Trains on one device, or partitioned over `mesh`, in `dir`; returns the losses.
     let train = |mesh: Vec<(String, u64)>, dir: &Path| {
-        let opts = EmitOptions { source: "train_mlp.json".into(), weights: Some(cli::param_weights(&graph, &weights)), mesh, ..Default::default() };
+        let opts = EmitOptions { source: "train_mlp.json".into(), weights: Some(mithrilc::exec::param_weights(&graph, &weights)), mesh, ..Default::default() };
         let emitted = XlaTarget.emit(&graphs, &opts).unwrap();
         std::fs::create_dir_all(dir).unwrap();
         for (name, bytes) in &emitted.files {
@@ -480,8 +480,8 @@ fn hostile_feeds() -> std::collections::BTreeMap<String, mithrilc::tensor::Tenso
 fn write_artifact(text: &str, feeds: &std::collections::BTreeMap<String, mithrilc::tensor::Tensor>, mesh: &str, dir: &Path) -> mithrilc::backend::Entry {
     let g = parse(text).unwrap();
     let mesh = if mesh.is_empty() { Vec::new() } else { mithrilc::codegen::xla::mesh::parse(mesh).unwrap() };
-    let opts = EmitOptions { source: "m.json".into(), weights: Some(cli::param_weights(&g, feeds)), mesh, ..Default::default() };
-    let emitted = XlaTarget.emit(&cli::Graphs { forward: g, backward: None }, &opts).unwrap();
+    let opts = EmitOptions { source: "m.json".into(), weights: Some(mithrilc::exec::param_weights(&g, feeds)), mesh, ..Default::default() };
+    let emitted = XlaTarget.emit(&mithrilc::pipeline::Graphs { forward: g, backward: None }, &opts).unwrap();
     std::fs::create_dir_all(dir).unwrap();
     for (name, bytes) in &emitted.files {
         std::fs::write(dir.join(name), bytes).unwrap();
@@ -499,8 +499,8 @@ fn an_input_named_with_equals_runs_as_the_interpreter_does() {
     let g = parse(HOSTILE).unwrap();
     let feeds = hostile_feeds();
     let want = mithrilc::interp::run(&g, &feeds).unwrap();
-    let graphs = cli::Graphs { forward: g, backward: None };
-    let got = cli::run_target(&XlaTarget, &graphs, &feeds, Path::new("hostile.json"), &BuildConfig::default(), Default::default()).unwrap();
+    let graphs = mithrilc::pipeline::Graphs { forward: g, backward: None };
+    let got = mithrilc::exec::run_once(&XlaTarget, &graphs, &feeds, Path::new("hostile.json"), &BuildConfig::default(), Default::default()).unwrap();
     let (bad, _) = cases::compare("x=y", &got, &want, 0.0);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
@@ -646,7 +646,7 @@ fn the_runners_refusals_are_errors_in_the_users_data() {
     let feeds = hostile_feeds();
     let run = |feeds: &std::collections::BTreeMap<String, Tensor>, dir: &Path| {
         let entry = write_artifact(HOSTILE, &hostile_feeds(), "", dir);
-        XlaTarget.run(dir, &BuildConfig::default(), &entry, feeds).unwrap_err()
+        XlaTarget.toolchain().run(dir, &BuildConfig::default(), &entry, feeds).unwrap_err()
     };
     let mut floats = feeds.clone();
     floats.insert("k".into(), Tensor::new(Dtype::F64, vec![2], vec![1.0, 2.5]));
@@ -667,7 +667,7 @@ fn the_runners_refusals_are_errors_in_the_users_data() {
             let mut bytes = std::fs::read(&weights).unwrap();
             bytes.extend_from_slice(b"tail");
             std::fs::write(&weights, bytes).unwrap();
-            XlaTarget.run(&dir, &BuildConfig::default(), &entry, feeds).unwrap_err()
+            XlaTarget.toolchain().run(&dir, &BuildConfig::default(), &entry, feeds).unwrap_err()
         } else {
             run(feeds, &dir)
         };
@@ -718,7 +718,7 @@ fn the_mesh_is_bounded_and_its_largest_runs() {
     let failures = each_case(&["data=16,model=16", "data=256"], |mesh| {
         let dir = tmp.path().join(mesh.replace([',', '='], "_"));
         let entry = write_artifact(linear, &feeds, mesh, &dir);
-        let got = XlaTarget.run(&dir, &BuildConfig::default(), &entry, &feeds).map_err(|e| format!("{mesh}: {e}"))?;
+        let got = XlaTarget.toolchain().run(&dir, &BuildConfig::default(), &entry, &feeds).map_err(|e| format!("{mesh}: {e}"))?;
         let (bad, _) = cases::compare(mesh, &got, &want, 1e-5);
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
     });

@@ -1,4 +1,66 @@
-//! Frontends: input formats parsed into the IR. Nothing downstream knows which
-//! format a graph came from.
+//! Frontends: input formats parsed into the IR. Each format is one folder behind
+//! [`load`], which picks the format from the file's content; nothing downstream knows
+//! which format a graph came from.
+//!
+//! A format is one [`Format`] and one entry in [`FORMATS`]. What every format takes
+//! (shapes, compile-time constants, the types data files give) is [`Options`]; what
+//! only one format understands is that format's own field in it (`mithril`).
 
 pub mod mithril;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use crate::error::{io_message, Error, Result};
+use crate::ir::{Graph, Shape, TensorType};
+
+/// What the caller knows beyond the model file.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Shapes of inputs and parameters (`--shape NAME=D0,D1`), by name; a dimension may
+    /// be a symbol.
+    pub shapes: BTreeMap<String, Shape>,
+    /// Types of inputs and parameters known from data files, by name.
+    pub known_types: BTreeMap<String, TensorType>,
+    /// Values of the model's keys fixed at compile time (`--const NAME=VALUE`): a
+    /// number, or a nested list for a tensor.
+    pub constants: Vec<(String, serde_json::Value)>,
+    /// What only Mithril's model JSON understands.
+    pub mithril: mithril::Extra,
+}
+
+/// One input format.
+pub trait Format: Sync {
+    /// What the format is called in messages ("Mithril model JSON").
+    fn name(&self) -> &'static str;
+    /// Whether a file starting with `head` (its first bytes, at most [`HEAD`]) is in
+    /// this format.
+    fn recognizes(&self, head: &[u8]) -> bool;
+    /// Reads the model at `path` into a graph (before any pass).
+    fn load(&self, path: &Path, opts: &Options) -> Result<Graph>;
+}
+
+/// Every format [`load`] reads.
+pub static FORMATS: &[&dyn Format] = &[&mithril::MithrilJson];
+
+/// How many bytes of a file [`Format::recognizes`] sees.
+pub const HEAD: usize = 512;
+
+/// Reads the model at `path`, in the format its content says.
+pub fn load(path: &Path, opts: &Options) -> Result<Graph> {
+    let head = head(path)?;
+    let format = FORMATS.iter().find(|f| f.recognizes(&head)).ok_or_else(|| {
+        let names: Vec<&str> = FORMATS.iter().map(|f| f.name()).collect();
+        Error::user(format!("{}: not a model mithrilc reads (it reads {})", path.display(), names.join(", ")))
+    })?;
+    format.load(path, opts)
+}
+
+/// The first [`HEAD`] bytes of the file at `path` (fewer if it is shorter).
+fn head(path: &Path) -> Result<Vec<u8>> {
+    let cannot = |e: std::io::Error| Error::user(format!("cannot read {}: {}", path.display(), io_message(&e)));
+    let mut head = Vec::with_capacity(HEAD);
+    std::fs::File::open(path).map_err(cannot)?.take(HEAD as u64).read_to_end(&mut head).map_err(cannot)?;
+    Ok(head)
+}

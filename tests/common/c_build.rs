@@ -1,4 +1,4 @@
-//! Builds and runs models on the C target the way `cli::run_target` does (same lowering
+//! Builds and runs models on the C target the way `mithrilc::exec::run_once` does (same lowering
 //! options, files and demo), except that the runtime and the demo's file readers are
 //! compiled once per test process and linked into every model: building them per model
 //! would dominate a test's time (as the build cache spares `run --target c`). The compiler is `$CC` (default `cc`) with the warning flags
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use mithrilc::cli::Graphs;
+use mithrilc::pipeline::Graphs;
 use mithrilc::data;
 use mithrilc::ir::Graph;
 use mithrilc::tensor::Tensor;
@@ -124,13 +124,13 @@ pub fn run_c_with(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tens
 
 /// [`run_c`] with the lowering options `opts` (`quantize`: weights stored narrow).
 pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, dir: &Path, opts: &mithrilc::lower::Options) -> Result<Vec<(String, Tensor)>, String> {
-    // As `cli::run_target`: the fast layouts forward; row-major when training.
+    // As `mithrilc::exec::run_once`: the fast layouts forward; row-major when training.
     let passes = if graphs.backward.is_some() { mithrilc::codegen::c::PASSES_ROW_MAJOR } else { mithrilc::codegen::c::PASSES };
     let lower = |g: &Graph| mithrilc::passes::compile(g, opts, passes, |_, _| {}).map_err(|e| format!("lowering: {e}"));
     let forward = lower(&graphs.forward)?;
     let backward = graphs.backward.as_ref().map(lower).transpose()?;
     let g = &graphs.forward;
-    let copts = mithrilc::codegen::c::Options { source: "model.json".into(), weights: Some(mithrilc::cli::param_weights(g, feeds)), ..Default::default() };
+    let copts = mithrilc::codegen::c::Options { source: "model.json".into(), weights: Some(mithrilc::exec::param_weights(g, feeds)), ..Default::default() };
     let files = mithrilc::codegen::c::emit(&forward, backward.as_ref(), &copts).map_err(|e| format!("emit: {e}"))?;
     let program = backward.as_ref().unwrap_or(&forward);
     let name = mithrilc::codegen::names::identifier(&program.name);

@@ -38,7 +38,7 @@ pub fn shared_with_build() -> Option<PathBuf> {
 /// A model with its data: the graphs, the feeds, and the model file.
 pub struct Case {
     pub label: String,
-    pub graphs: cli::Graphs,
+    pub graphs: mithrilc::pipeline::Graphs,
     pub feeds: BTreeMap<String, Tensor>,
     pub source: PathBuf,
 }
@@ -55,7 +55,7 @@ pub fn load(json: &Path, files: &[&ArrayFile], set: Vec<(String, serde_json::Val
     let known_types = cli::known_types(files).unwrap_or_else(|e| panic!("{label}: {e}"));
     let opts = mithril::Options { set, known_types, ..Default::default() };
     let graph = mithril::load(json, &opts).unwrap_or_else(|e| panic!("{label}: {e}"));
-    let graphs = cli::Graphs::new(graph, &grad, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
+    let graphs = mithrilc::pipeline::Graphs::new(graph, &grad, |_, _| {}).unwrap_or_else(|e| panic!("{label}: {e}"));
     let feeds = cli::feeds(graphs.main(), files).unwrap_or_else(|e| panic!("{label}: {e}"));
     Case { label, graphs, feeds, source: json.to_path_buf() }
 }
@@ -121,7 +121,7 @@ pub fn own_case(json: &Path, shapes: &[(&str, &[u64])], label: &str) -> Case {
         opts.shapes.insert((*name).into(), Shape::known(shape));
     }
     let graph = mithril::load(json, &opts).unwrap();
-    let graphs = cli::Graphs::new(graph, &Wrt::AllParams, |_, _| {}).unwrap();
+    let graphs = mithrilc::pipeline::Graphs::new(graph, &Wrt::AllParams, |_, _| {}).unwrap();
     let mut state = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || (common::xorshift64(&mut state) % 129) as f64 / 64.0 - 1.0;
     let g = graphs.main();
@@ -235,9 +235,9 @@ impl Worst {
 /// Runs `graphs` (what `case` compiles, or a part of it) through `target` built with
 /// `build` and compares every output with the interpreter's within 1e-4, noting the
 /// largest error in `worst`.
-pub fn matches_interpreter(target: &dyn mithrilc::backend::Backend, case: &Case, graphs: &cli::Graphs, build: &cli::BuildConfig, worst: &Worst) -> Result<(), String> {
+pub fn matches_interpreter(target: &dyn mithrilc::backend::Backend, case: &Case, graphs: &mithrilc::pipeline::Graphs, build: &cli::BuildConfig, worst: &Worst) -> Result<(), String> {
     let want = mithrilc::interp::run(graphs.main(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-    let got = cli::run_target(target, graphs, &case.feeds, &case.source, build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
+    let got = mithrilc::exec::run_once(target, graphs, &case.feeds, &case.source, build, Default::default()).map_err(|e| format!("{}: {e}", case.label))?;
     let (bad, err) = compare(&case.label, &got, &want, 1e-4);
     worst.note(err, &case.label);
     if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
@@ -358,7 +358,7 @@ pub fn reduced_precisions_match(target: &dyn mithrilc::backend::Backend, build: 
         let label = format!("{} at {}", case.label, precision.name());
         let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
         let opts = mithrilc::backend::EmitOptions { precision, ..Default::default() };
-        let got = cli::run_target(target, &case.graphs, &case.feeds, &case.source, build, opts).map_err(|e| format!("{label}: {e}"))?;
+        let got = mithrilc::exec::run_once(target, &case.graphs, &case.feeds, &case.source, build, opts).map_err(|e| format!("{label}: {e}"))?;
         let (bad, err) = compare_scaled(&label, &got, &want, tol);
         worst.lock().unwrap().push((precision.name(), err, label));
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }

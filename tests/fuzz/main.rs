@@ -48,7 +48,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use mithrilc::cli::{self, Graphs};
+use mithrilc::cli;
+use mithrilc::pipeline::Graphs;
 use mithrilc::data;
 use mithrilc::frontend::mithril;
 use mithrilc::passes::autodiff::Wrt;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::build::{CacheUse, Shared};
-use crate::backend::{lower_programs, program_emitted, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Quantize, WeightLayout};
-use crate::cli::Graphs;
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain, WeightLayout, lower_programs, program_emitted, program_target_lacks};
+use crate::pipeline::Graphs;
 use crate::data;
 use crate::error::{Error, Result};
 use crate::codegen::cstyle::Dialect;
@@ -27,18 +27,8 @@ impl Backend for CTarget {
         "portable C99 with no allocation: a static library, a shared library, a header and a demo program"
     }
 
-    fn toolchain(&self) -> &'static str {
-        "make and a C99 compiler ($CC, default cc; a cross compiler through $CC)"
-    }
-
     fn program_passes(&self) -> &'static [ProgramPass] {
         super::PASSES
-    }
-
-    /// Stored narrow in `weights.bin` and widened to f32 as the kernels read them
-    /// (`layout.rs`).
-    fn quantizations(&self) -> &'static [Quantize] {
-        &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0]
     }
 
     /// What lowering cannot express, and element types the C dialect lacks (f16/bf16
@@ -56,6 +46,22 @@ impl Backend for CTarget {
 
     fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<Program>> {
         Ok(Some(programs(graphs, opts)?.0))
+    }
+
+    /// Weights stored narrow in `weights.bin` and widened to f32 as the kernels read
+    /// them (`layout.rs`); a library for one CPU (`--cpu`) or another machine (`--triple`).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], picks_cpu: true, cross_builds: true, ..Capabilities::NONE }
+    }
+
+    fn toolchain(&self) -> &dyn Toolchain {
+        self
+    }
+}
+
+impl Toolchain for CTarget {
+    fn needs(&self) -> &'static str {
+        "make and a C99 compiler ($CC, default cc; a cross compiler through $CC)"
     }
 
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<CacheUse>> {

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{emit_device, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
-use crate::cli::Graphs;
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, emit_device, program_target_lacks};
+use crate::pipeline::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
 use crate::error::{ErrorKind, Result};
@@ -24,10 +24,6 @@ impl Backend for CudaTarget {
         "CUDA C++ for NVIDIA GPUs (sm_80 and newer), built with nvcc: a shared library, a header and a demo program"
     }
 
-    fn toolchain(&self) -> &'static str {
-        "make and nvcc from the CUDA toolkit, an NVIDIA GPU to run; run --emulate: a C++ compiler ($CXX, default c++)"
-    }
-
     /// What lowering cannot express, and element types the dialect lacks.
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         program_target_lacks(graph, v, |d| super::Cuda.supports(d))
@@ -39,6 +35,20 @@ impl Backend for CudaTarget {
 
     fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
         Ok(Some(crate::backend::device_programs(graphs, opts, super::LIBRARY)?.0))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { precisions: &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16], emulates: true, ..Capabilities::NONE }
+    }
+
+    fn toolchain(&self) -> &dyn Toolchain {
+        self
+    }
+}
+
+impl Toolchain for CudaTarget {
+    fn needs(&self) -> &'static str {
+        "make and nvcc from the CUDA toolkit, an NVIDIA GPU to run; run --emulate: a C++ compiler ($CXX, default c++)"
     }
 
     /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler
@@ -61,14 +71,6 @@ impl Backend for CudaTarget {
 
     fn built_report(&self, dir: &Path, entry: &Entry) -> Result<String> {
         super::report::ptxas_report(dir, &entry.name)
-    }
-
-    fn precisions(&self) -> &'static [Precision] {
-        &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16]
-    }
-
-    fn emulates(&self) -> bool {
-        true
     }
 }
 

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry, Quantize};
-use crate::cli::Graphs;
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain};
+use crate::pipeline::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::names::identifier;
 use crate::error::Result;
@@ -28,18 +28,8 @@ impl Backend for GgmlTarget {
         "C that builds the model's ggml graph (CPU backend, weights in GGUF): a shared library, a header and a demo program"
     }
 
-    fn toolchain(&self) -> &'static str {
-        "make, a C compiler ($CC) and ggml ($MITHRILC_GGML, or the ggml wheel in mithrilc's cache)"
-    }
-
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         super::writer::lacks(graph, v)
-    }
-
-    /// ggml's own types for the weights of matrix products (`gguf::TensorType`), each of
-    /// which its CPU backend's products read.
-    fn quantizations(&self) -> &'static [Quantize] {
-        &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0, Quantize::Q4_0]
     }
 
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
@@ -49,7 +39,23 @@ impl Backend for GgmlTarget {
         let ports = graph.inputs().filter_map(|v| graph.node(v).name.clone()).collect();
         let entry = Entry { name: identifier(&graph.name), inputs: ports, outputs: graph.outputs.iter().map(|o| o.name.clone()).collect() };
         let size: usize = files.iter().find(|(n, _)| n.ends_with(".gguf")).map_or(0, |(_, b)| b.len());
-        Ok(Emitted { files, entry, report: format!("gguf: {} bytes\n", crate::cli::group(size as u64)), sizes: serde_json::json!({"gguf_bytes": size}) })
+        Ok(Emitted { files, entry, report: format!("gguf: {} bytes\n", crate::backend::group(size as u64)), sizes: serde_json::json!({"gguf_bytes": size}) })
+    }
+
+    /// ggml's own types for the weights of matrix products (`gguf::TensorType`), each of
+    /// which its CPU backend's products read.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0, Quantize::Q4_0], ..Capabilities::NONE }
+    }
+
+    fn toolchain(&self) -> &dyn Toolchain {
+        self
+    }
+}
+
+impl Toolchain for GgmlTarget {
+    fn needs(&self) -> &'static str {
+        "make, a C compiler ($CC) and ggml ($MITHRILC_GGML, or the ggml wheel in mithrilc's cache)"
     }
 
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{emit_device, program_target_lacks, Backend, BuildConfig, EmitOptions, Emitted, Entry, Precision};
-use crate::cli::Graphs;
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, emit_device, program_target_lacks};
+use crate::pipeline::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
 use crate::error::{Error, ErrorKind, Result};
@@ -25,10 +25,6 @@ impl Backend for MetalTarget {
         "Metal Shading Language kernels and C host code for Apple GPUs, built on macOS with xcrun: a metallib, a library, a header and a demo program"
     }
 
-    fn toolchain(&self) -> &'static str {
-        "make and xcrun metal (macOS with Xcode); run --emulate: C and C++ compilers ($CC, $CXX)"
-    }
-
     /// What lowering cannot express, and element types Metal lacks (f64).
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         program_target_lacks(graph, v, |d| super::Metal.supports(d))
@@ -40,6 +36,20 @@ impl Backend for MetalTarget {
 
     fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
         Ok(Some(crate::backend::device_programs(graphs, opts, super::LIBRARY)?.0))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { precisions: &[Precision::F32, Precision::Bf16, Precision::F16], emulates: true, ..Capabilities::NONE }
+    }
+
+    fn toolchain(&self) -> &dyn Toolchain {
+        self
+    }
+}
+
+impl Toolchain for MetalTarget {
+    fn needs(&self) -> &'static str {
+        "make and xcrun metal (macOS with Xcode); run --emulate: C and C++ compilers ($CC, $CXX)"
     }
 
     /// `make` with xcrun's Metal compiler on macOS; the host C and C++ compilers (`$CC`,
@@ -70,13 +80,5 @@ impl Backend for MetalTarget {
         let demo = dir.join(format!("{}_demo{}", entry.name, if build.emulate { "_emu" } else { "" }));
         let no_gpu = (super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, "run --target metal needs a Metal device (macOS); --emulate runs the kernels on the CPU instead");
         run_demo(&demo, dir, entry, feeds, &[no_gpu])
-    }
-
-    fn precisions(&self) -> &'static [Precision] {
-        &[Precision::F32, Precision::Bf16, Precision::F16]
-    }
-
-    fn emulates(&self) -> bool {
-        true
     }
 }

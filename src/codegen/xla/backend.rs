@@ -7,8 +7,8 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;
 
-use crate::backend::{Backend, BuildConfig, EmitOptions, Emitted, Entry};
-use crate::cli::Graphs;
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Toolchain};
+use crate::pipeline::Graphs;
 use crate::codegen::names::identifier;
 use crate::error::{ErrorKind, Result};
 use crate::ir::{Graph, ValueId};
@@ -50,10 +50,6 @@ impl Backend for XlaTarget {
         "XLA HLO text run through PJRT (jaxlib's CPU client): HLO modules, weights as safetensors and a Python runner"
     }
 
-    fn toolchain(&self) -> &'static str {
-        "Python 3 with the pinned jax and jaxlib (a build without them says the pip command)"
-    }
-
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         super::lacks(graph, v)
     }
@@ -74,14 +70,24 @@ impl Backend for XlaTarget {
         Ok(Emitted { files, entry, report, sizes })
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { shards: true, ..Capabilities::NONE }
+    }
+
+    fn toolchain(&self) -> &dyn Toolchain {
+        self
+    }
+}
+
+impl Toolchain for XlaTarget {
+    fn needs(&self) -> &'static str {
+        "Python 3 with the pinned jax and jaxlib (a build without them says the pip command)"
+    }
+
     /// Parses, verifies and compiles every module through PJRT (`run_hlo.py --check`).
     fn build(&self, dir: &Path, _build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
         run_runner(dir, &["--check".into()], None)?;
         Ok(None)
-    }
-
-    fn shards(&self) -> bool {
-        true
     }
 
     /// Writes each input to `input_<i>.npy` and gives it by its index (`--input-index

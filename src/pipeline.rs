@@ -1,0 +1,150 @@
+//! The compiler below its command line: load a model through [`frontend::load`], run
+//! the graph passes for the forward and (with gradients) backward graphs
+//! ([`Graphs`]), and hand them to a target ([`emit`]) or to something that runs them
+//! ([`crate::exec`]). The CLI and any embedder call this; nothing here knows about
+//! arguments or printing results.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use crate::backend::{self, Backend, EmitOptions, Emitted, Quantize, WeightsMode};
+use crate::error::{Error, Result};
+use crate::frontend;
+use crate::ir::{self, Graph};
+use crate::passes::{self, autodiff::Wrt};
+
+/// A model to load: its file, what the frontend is told, the gradients asked for.
+#[derive(Debug, Clone, Default)]
+pub struct ModelSpec {
+    pub path: PathBuf,
+    pub frontend: frontend::Options,
+    /// The gradients to derive (`--grad`).
+    pub grad: Wrt,
+    /// Passes after which the IR is printed to stderr (`--print-after`).
+    pub print_after: Vec<String>,
+}
+
+/// What a compiled library is built from: the model's graph and, with gradients, the
+/// same graph with its backward pass appended. Both are after the pass pipeline.
+pub struct Graphs {
+    pub forward: Graph,
+    pub backward: Option<Graph>,
+}
+
+impl Graphs {
+    /// The graph that computes everything asked for: the backward graph when there is
+    /// one (it computes the outputs too).
+    pub fn main(&self) -> &Graph {
+        self.backward.as_ref().unwrap_or(&self.forward)
+    }
+
+    /// The two pipelines over one frontend graph; `after` sees the passes of the
+    /// backward graph when there is one, else of the forward graph.
+    pub fn new(graph: Graph, grad: &Wrt, mut after: impl FnMut(&str, &Graph)) -> Result<Graphs> {
+        let none = passes::Options::default();
+        if *grad == Wrt::None {
+            let mut forward = graph;
+            passes::run_pipeline(&mut forward, passes::PIPELINE, &none, &mut after)?;
+            return Ok(Graphs { forward, backward: None });
+        }
+        let mut forward = graph.clone();
+        passes::run_pipeline(&mut forward, passes::PIPELINE, &none, |_, _| {})?;
+        let mut backward = graph;
+        passes::run_pipeline(&mut backward, passes::PIPELINE, &passes::Options { grad: grad.clone() }, after)?;
+        Ok(Graphs { forward, backward: Some(backward) })
+    }
+}
+
+/// A loaded model: its graphs after the passes, and the frontend's warnings about it
+/// (those about gradients only when gradients were asked for).
+pub struct Loaded {
+    pub graphs: Graphs,
+    pub warnings: Vec<String>,
+}
+
+/// Reads the model and runs the graph passes.
+pub fn load(spec: &ModelSpec) -> Result<Loaded> {
+    check_pass_names(&spec.print_after)?;
+    let graph = frontend::load(&spec.path, &spec.frontend)?;
+    let training = spec.grad != Wrt::None;
+    let warnings = graph.warnings.iter().filter(|w| training || !w.gradient_only).map(|w| format!("{}: {}", spec.path.display(), w.message)).collect();
+    let graphs = Graphs::new(graph, &spec.grad, |name, g| {
+        if spec.print_after.iter().any(|p| p == name) {
+            eprint!("// after {name}\n{}", ir::print::print(g));
+        }
+    })?;
+    Ok(Loaded { graphs, warnings })
+}
+
+/// Refuses a `--print-after` that names no pass.
+fn check_pass_names(print_after: &[String]) -> Result<()> {
+    let names = backend::pass_names();
+    match print_after.iter().find(|p| !names.contains(&p.as_str())) {
+        Some(p) => Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", names.join(", ")))),
+        None => Ok(()),
+    }
+}
+
+/// Hands the graphs to `target`: checks that it can compile every node and takes
+/// every option asked for (asking its capabilities), then emits its files. `opts.source`
+/// names the model in messages.
+pub fn emit(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
+    check(target, graphs, opts)?;
+    target.emit(graphs, opts).map_err(|e| e.context(&opts.source))
+}
+
+/// What [`emit`] checks before the target writes anything.
+pub fn check(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Result<()> {
+    check_max_symbols(&opts.max, graphs.main())?;
+    backend::check_supported(target, graphs.main()).map_err(|e| e.context(&opts.source))?;
+    let can = target.capabilities();
+    backend::check_precision(target, opts.precision)?;
+    backend::check_quantize(target, opts.quantize)?;
+    if opts.quantize != Quantize::F32 && graphs.backward.is_some() {
+        return Err(Error::usage(format!(
+            "--quantize {} with --grad: gradients are taken of the f32 weights, which a training step updates in place",
+            opts.quantize.name()
+        ))
+        .note("compile the trained model without --grad to store its weights narrow"));
+    }
+    if opts.quantize != Quantize::F32 && opts.weights_mode == WeightsMode::Safetensors {
+        return Err(Error::usage(format!(
+            "--quantize {} with --weights safetensors: the demo reads the parameters from the safetensors file at run time and does not narrow them",
+            opts.quantize.name()
+        ))
+        .note("give --weights file (the default), embed or embed-c for a library with narrowed weights"));
+    }
+    if !opts.mesh.is_empty() && !can.shards {
+        return Err(Error::usage(format!("--mesh partitions over several devices: the {} target runs on one (give --target xla)", target.name())));
+    }
+    if let Some(cpu) = &opts.cpu {
+        if !can.picks_cpu {
+            return Err(Error::usage(format!("--cpu is for the C target; the {} target's code does not depend on the host CPU's vector extensions", target.name())));
+        }
+        // It becomes a compiler flag in the Makefile: one word, nothing a shell reads.
+        let word = cpu.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c)) && cpu.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !word {
+            return Err(Error::usage(format!("--cpu wants a -march value such as native, haswell or x86-64-v3 (letters, digits and . _ + -), not {cpu:?}")));
+        }
+    }
+    if opts.triple.is_some() && !can.cross_builds {
+        return Err(Error::usage(format!("--triple is for the C target; the {} target builds for the host", target.name())));
+    }
+    Ok(())
+}
+
+/// Every `--max` names a symbolic dimension of the model.
+fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
+    let symbols: BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.ty.shape.symbols()).collect();
+    for (name, n) in max {
+        if !symbols.contains(name.as_str()) {
+            let known = if symbols.is_empty() {
+                "it has none; make one with --shape, e.g. --shape input=B,784".to_string()
+            } else {
+                format!("its symbols: {}", symbols.iter().copied().collect::<Vec<_>>().join(", "))
+            };
+            return Err(Error::usage(format!("--max {name}={n}: the model has no symbolic dimension {name} ({known})")));
+        }
+    }
+    Ok(())
+}
