@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::frontend::mithril::{known_classes, COMPOSITES, MITHRIL_UNSUPPORTED, PRIMITIVES};
-use crate::ir::{Dtype, Graph, Op, Shape, TensorType, ValueId};
+use crate::ir::{Category, ConvAttrs, Dtype, Graph, Op, PoolAttrs, Shape, TensorType, ValueId};
 
 /// The contents of `docs/ops.md`.
 pub fn ops_markdown() -> String {
@@ -40,20 +40,28 @@ pub fn ops_markdown() -> String {
     s.push_str("Every IR op has a shape rule (`passes/shape.rs`) and a meaning in the reference interpreter (`interp`), ");
     s.push_str("both exhaustive matches over `ir::Op`, and a vector-Jacobian product in other ops (`passes/autodiff.rs`; an op ");
     s.push_str("outside what it covers is an error naming the node, never a wrong gradient). What each target compiles is under Targets below.\n\n");
-    s.push_str("| op | arguments | elementwise | gradient |\n|---|---|---|---|\n");
-    let mut seen = std::collections::BTreeSet::new();
-    for op in Op::catalogue() {
-        if !seen.insert(op.name()) {
-            continue;
+    s.push_str("Each op is declared once, as a row of the tables in `ir/op.rs`: its attributes, its name, how many arguments it takes and ");
+    s.push_str("its group below. The IR's text form writes the attributes listed as `{key = value, ...}`; what it takes from the node ");
+    s.push_str("instead (a constant's values, written `{value = [..]}`, the shape of a `reshape`, which is the node's type) is not listed. ");
+    s.push_str("An op of the elementwise groups computes each output element from the same-index elements of its arguments (after broadcasting).\n");
+    let ops = Op::catalogue();
+    for category in Category::ALL {
+        let group: Vec<&Op> = ops.iter().filter(|op| op.category() == category).collect();
+        // The column of attributes only where an op of the group has some.
+        let with_attrs = group.iter().any(|op| !op.attribute_types().is_empty());
+        let _ = writeln!(s, "\n### {}\n", category.name());
+        let _ = writeln!(s, "{}", if with_attrs { "| op | arguments | attributes | gradient |\n|---|---|---|---|" } else { "| op | arguments | gradient |\n|---|---|---|" });
+        for op in group {
+            let (min, max) = op.arity();
+            let args = match max {
+                Some(m) if m == min => min.to_string(),
+                Some(m) => format!("{min}–{m}"),
+                None => format!("{min}+"),
+            };
+            let attrs: Vec<String> = op.attribute_types().iter().map(|(key, ty)| format!("`{key}: {ty}`")).collect();
+            let attrs = if with_attrs { format!(" {} |", attrs.join(", ")) } else { String::new() };
+            let _ = writeln!(s, "| `{}` | {args} |{attrs} {} |", op.name(), crate::passes::autodiff::support(op));
         }
-        let (min, max) = op.arity();
-        let args = match max {
-            Some(m) if m == min => min.to_string(),
-            Some(m) => format!("{min}–{m}"),
-            None => format!("{min}+"),
-        };
-        let grad = crate::passes::autodiff::support(&op);
-        let _ = writeln!(s, "| `{}` | {args} | {} | {grad} |", op.name(), if op.is_elementwise() { "yes" } else { "" });
     }
     s.push_str("\n## Targets\n\n");
     let _ = writeln!(s, "{OP_SUPPORT_ABOUT} `mithrilc targets --ops` prints the same table.\n");
@@ -82,11 +90,7 @@ pub struct OpSupport {
 /// The op-support table ([`OpSupport`]), in catalogue order.
 pub fn op_support() -> Vec<OpSupport> {
     let mut rows = Vec::new();
-    let mut seen = std::collections::BTreeSet::new();
     for op in Op::catalogue() {
-        if !seen.insert(op.name()) {
-            continue;
-        }
         let samples: Vec<(Dtype, Graph, ValueId)> = Dtype::ALL.into_iter().filter_map(|d| sample(&op, d).map(|(g, v)| (d, g, v))).collect();
         let targets = crate::backend::BACKENDS
             .iter()
@@ -113,10 +117,13 @@ fn sample(op: &Op, d: Dtype) -> Option<(Graph, ValueId)> {
         Op::Binary(_) => (op.clone(), vec![matrix.clone(), matrix]),
         Op::Where => (op.clone(), vec![ty(Dtype::Bool, &[2, 3]), matrix.clone(), matrix]),
         Op::MatMul => (op.clone(), vec![matrix, ty(d, &[3, 4])]),
-        // The catalogue's convolution and pooling are 1-d with a window of 1.
-        Op::Conv(_) => (op.clone(), vec![ty(d, &[1, 2, 5]), ty(d, &[3, 2, 1])]),
-        Op::Pool(_) => (op.clone(), vec![ty(d, &[1, 2, 5])]),
-        // The catalogue's reshape, transpose, broadcast, slice and pad are of a scalar.
+        // 1-d, with a window of 1.
+        Op::Conv(_) => (Op::Conv(ConvAttrs { stride: vec![1], padding: vec![(0, 0)], dilation: vec![1], groups: 1 }), vec![ty(d, &[1, 2, 5]), ty(d, &[3, 2, 1])]),
+        Op::Pool(p) => {
+            let window = PoolAttrs { kind: p.kind, kernel: vec![1], stride: vec![1], padding: vec![(0, 0)], dilation: vec![1] };
+            (Op::Pool(window), vec![ty(d, &[1, 2, 5])])
+        }
+        // The catalogue's reshape, transpose, broadcast, slice and pad (empty attributes) are of a scalar.
         Op::Reshape { .. } | Op::Transpose { .. } | Op::BroadcastTo { .. } | Op::Slice { .. } | Op::Pad { .. } => (op.clone(), vec![ty(d, &[])]),
         Op::Concat { .. } => (op.clone(), vec![ty(d, &[2]), ty(d, &[2])]),
         Op::Gather { .. } => (op.clone(), vec![ty(d, &[3]), ty(Dtype::I64, &[2])]),

@@ -6,13 +6,19 @@
 //! too, so the list order is a valid execution order. The verifier checks this after
 //! the frontend and after every pass.
 
+#[macro_use]
+mod declare;
+mod attr;
 mod op;
 pub mod parse;
 pub mod print;
 pub mod stats;
+#[cfg(test)]
+mod tests;
 mod types;
 pub mod verify;
 
+pub use attr::*;
 pub use op::*;
 pub use types::*;
 

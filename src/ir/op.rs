@@ -1,9 +1,17 @@
-//! The IR's operations: one enum, whose variants carry their attributes.
+//! The IR's operations, each declared once: one enum, whose variants carry their
+//! attributes, written as the tables below (the macros are in `declare.rs`).
 //!
-//! Each concern over ops is one exhaustive `match` in a file named after it: the shape
-//! rule in `passes/shape.rs`, the meaning in `interp`, and (later) gradients and each
-//! target's lowering. Adding a variant makes the compiler list every place to extend.
-//! Static facts about ops (names, arity, elementwise-ness) live here.
+//! A row gives a variant's fields, its name in the text form, how many arguments it takes
+//! and its category; the enum, `ALL` and `name` of each kinds enum, and `Op::name`,
+//! `arity`, `category`, `is_elementwise`, the printer and parser of attributes and
+//! `catalogue` are made from it. What an op means is one exhaustive `match` in a file
+//! named after each concern: the shape rule in `passes/shape.rs`, the meaning in `interp`,
+//! the gradient in `passes/autodiff.rs` and each target's lowering. Adding a row makes the
+//! compiler list every place to extend.
+//!
+//! Adding an elementwise op of one argument is one line in `UnaryOp` below; an op with
+//! attributes is one row in `Op`, for example
+//! `LayerNorm { axes: Vec<usize>, epsilon: f64 } = "layer_norm", args 3, Normalization;`.
 
 use super::types::{Dtype, Shape};
 
@@ -11,149 +19,199 @@ use super::types::{Dtype, Shape};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConstId(pub u32);
 
-#[derive(Debug, Clone, PartialEq)]
-pub enum Op {
-    /// A data input of the model, named by its node.
-    Input,
-    /// A trainable parameter (weight) of the model, named by its node.
-    Param,
-    /// A constant tensor stored in the graph.
-    Constant(ConstId),
-    /// Elementwise function of one tensor.
-    Unary(UnaryOp),
-    /// Elementwise function of two tensors, with NumPy broadcasting.
-    Binary(BinaryOp),
-    /// `where(cond, a, b)`, with NumPy broadcasting of all three.
-    Where,
-    /// Elementwise conversion to another element type.
-    Cast { to: Dtype },
-    /// NumPy `matmul`: batched over leading dimensions, which broadcast; a rank-1
-    /// operand is promoted to a matrix and the added dimension removed again.
-    MatMul,
-    /// Cross-correlation over the trailing spatial dimensions (NCW or NCHW):
-    /// args `(input, weight)` or `(input, weight, bias)`, weight `[O, C/groups, k...]`,
-    /// the bias broadcast onto the output.
-    Conv(ConvAttrs),
-    /// Max or average pooling over the trailing spatial dimensions.
-    Pool(PoolAttrs),
-    /// Reduction over `axes` (sorted, distinct).
-    Reduce { kind: ReduceKind, axes: Vec<usize>, keepdim: bool },
-    /// Index of the maximum or minimum along `axis`, or over the flattened tensor.
-    ArgReduce { kind: ArgKind, axis: Option<usize>, keepdim: bool },
-    /// Variance over `axes` with `correction` (NumPy's `ddof`).
-    Variance { axes: Vec<usize>, keepdim: bool, correction: f64 },
-    /// `exp(x - max) / sum(exp(x - max))` along `axis`.
-    Softmax { axis: usize },
-    /// Same elements in row-major order, new shape.
-    Reshape { shape: Shape },
-    /// Permutation of dimensions: output dim `i` is input dim `perm[i]`.
-    Transpose { perm: Vec<usize> },
-    /// NumPy `broadcast_to`.
-    BroadcastTo { shape: Shape },
-    /// Python-style slicing, one range per dimension.
-    Slice { ranges: Vec<SliceRange> },
-    /// Concatenation of all args along `axis`.
-    Concat { axis: usize },
-    /// `take(data, indices, axis)`: args `(data, indices)`; the indices' shape replaces
-    /// dimension `axis` of data. Embedding lookup is `Gather { axis: 0 }`.
-    Gather { axis: usize },
-    /// A tensor whose elements are their own index along `axis`.
-    Iota { shape: Shape, axis: usize, dtype: Dtype },
-    /// Constant padding: `(before, after)` per dimension.
-    Pad { pads: Vec<(u64, u64)>, value: f64 },
-    /// Identity whose gradient is zero.
-    StopGradient,
+ops! {
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Op {
+        /// A data input of the model, named by its node.
+        Input = "input", args 0, Source;
+        /// A trainable parameter (weight) of the model, named by its node.
+        Param = "param", args 0, Source;
+        /// A constant tensor stored in the graph.
+        Constant(#[node] ConstId) = "constant", args 0, Source;
+        /// Elementwise function of one tensor.
+        Unary(#[kind] UnaryOp), args 1, ElementwiseUnary;
+        /// Elementwise function of two tensors, with NumPy broadcasting.
+        Binary(#[kind] BinaryOp), args 2, ElementwiseBinary;
+        /// `where(cond, a, b)`, with NumPy broadcasting of all three.
+        Where = "where", args 3, Elementwise;
+        /// Elementwise conversion to another element type.
+        Cast { to: Dtype } = "cast", args 1, Elementwise;
+        /// NumPy `matmul`: batched over leading dimensions, which broadcast; a rank-1
+        /// operand is promoted to a matrix and the added dimension removed again.
+        MatMul = "matmul", args 2, LinearAlgebra;
+        /// Cross-correlation over the trailing spatial dimensions (NCW or NCHW):
+        /// args `(input, weight)` or `(input, weight, bias)`, weight `[O, C/groups, k...]`,
+        /// the bias broadcast onto the output.
+        Conv(
+            /// Attributes of a convolution with `n` spatial dimensions (every vector has length `n`).
+            #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+            ConvAttrs { stride: Vec<u64>, padding: Vec<(u64, u64)>, dilation: Vec<u64>, groups: u64 }
+        ) = "conv", args 2..=3, Window;
+        /// Max or average pooling over the trailing spatial dimensions.
+        Pool(
+            /// Attributes of a pooling window with `n` spatial dimensions.
+            #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+            PoolAttrs { #[kind] kind: PoolKind, kernel: Vec<u64>, stride: Vec<u64>, padding: Vec<(u64, u64)>, dilation: Vec<u64> }
+        ), args 1, Window;
+        /// Reduction over `axes` (sorted, distinct).
+        Reduce { #[kind] kind: ReduceKind, axes: Vec<usize>, keepdim: bool }, args 1, Reduction;
+        /// Index of the maximum or minimum along `axis`, or over the flattened tensor.
+        ArgReduce { #[kind] kind: ArgKind, axis: Option<usize>, keepdim: bool }, args 1, Reduction;
+        /// Variance over `axes` with `correction` (NumPy's `ddof`).
+        Variance { axes: Vec<usize>, keepdim: bool, correction: f64 } = "variance", args 1, Reduction;
+        /// `exp(x - max) / sum(exp(x - max))` along `axis`.
+        Softmax { axis: usize } = "softmax", args 1, Normalization;
+        /// Same elements in row-major order, new shape.
+        Reshape { #[node] shape: Shape } = "reshape", args 1, Movement;
+        /// Permutation of dimensions: output dim `i` is input dim `perm[i]`.
+        Transpose { perm: Vec<usize> } = "transpose", args 1, Movement;
+        /// NumPy `broadcast_to`.
+        BroadcastTo { #[node] shape: Shape } = "broadcast_to", args 1, Movement;
+        /// Python-style slicing, one range per dimension.
+        Slice { ranges: Vec<SliceRange> } = "slice", args 1, Movement;
+        /// Concatenation of all args along `axis`.
+        Concat { axis: usize } = "concat", args 1.., Movement;
+        /// `take(data, indices, axis)`: args `(data, indices)`; the indices' shape replaces
+        /// dimension `axis` of data. Embedding lookup is `Gather { axis: 0 }`.
+        Gather { axis: usize } = "gather", args 2, Movement;
+        /// A tensor whose elements are their own index along `axis`.
+        Iota { #[node] shape: Shape, axis: usize, #[node] dtype: Dtype } = "iota", args 0, Source;
+        /// Constant padding: `(before, after)` per dimension.
+        Pad { pads: Vec<(u64, u64)>, value: f64 } = "pad", args 1, Movement;
+        /// Identity whose gradient is zero.
+        StopGradient = "stop_gradient", args 1, Elementwise;
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum UnaryOp {
-    Neg,
-    Abs,
-    Sign,
-    Exp,
-    Log,
-    Sqrt,
-    Sin,
-    Cos,
-    Tanh,
-    Sigmoid,
-    Relu,
-    /// `x * Phi(x)`, with the exact normal CDF (erf form).
-    Gelu,
-    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
-    GeluTanh,
-    /// `log(1 + exp(x))`, computed stably.
-    Softplus,
-    /// The error function (exact GELU's derivative needs it).
-    Erf,
-    Floor,
-    /// Logical not of a bool tensor.
-    Not,
-    /// `isnan(x)` (bool result).
-    IsNan,
+kinds! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum UnaryOp {
+        Neg = "neg",
+        Abs = "abs",
+        Sign = "sign",
+        Exp = "exp",
+        Log = "log",
+        Sqrt = "sqrt",
+        Sin = "sin",
+        Cos = "cos",
+        Tanh = "tanh",
+        Sigmoid = "sigmoid",
+        Relu = "relu",
+        /// `x * Phi(x)`, with the exact normal CDF (erf form).
+        Gelu = "gelu",
+        /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+        GeluTanh = "gelu_tanh",
+        /// `log(1 + exp(x))`, computed stably.
+        Softplus = "softplus",
+        /// The error function (exact GELU's derivative needs it).
+        Erf = "erf",
+        Floor = "floor",
+        /// Logical not of a bool tensor.
+        Not = "not",
+        /// `isnan(x)` (bool result).
+        IsNan = "isnan",
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum BinaryOp {
+        Add = "add",
+        Sub = "sub",
+        Mul = "mul",
+        Div = "div",
+        Pow = "pow",
+        Max = "max",
+        Min = "min",
+        FloorDiv = "floordiv",
+        Eq = "eq",
+        Ne = "ne",
+        Lt = "lt",
+        Le = "le",
+        Gt = "gt",
+        Ge = "ge",
+        And = "and",
+        Or = "or",
+        Xor = "xor",
+        Shl = "shl",
+        Shr = "shr",
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum ReduceKind {
+        Sum = "reduce_sum",
+        Mean = "reduce_mean",
+        Max = "reduce_max",
+        Min = "reduce_min",
+        Prod = "reduce_prod",
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum ArgKind {
+        ArgMax = "argmax",
+        ArgMin = "argmin",
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum PoolKind {
+        Max = "max_pool",
+        Avg = "avg_pool",
+    }
+
+    /// The groups of the op list in `docs/ops.md`, named by their headings there.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Category {
+        /// Values with no arguments.
+        Source = "Sources",
+        ElementwiseUnary = "Elementwise, one argument",
+        ElementwiseBinary = "Elementwise, two arguments",
+        Elementwise = "Elementwise, other",
+        LinearAlgebra = "Linear algebra",
+        /// Sliding windows over spatial dimensions.
+        Window = "Convolution and pooling",
+        Reduction = "Reductions",
+        Normalization = "Normalizations",
+        /// Ops that move, select or repeat elements without computing new ones.
+        Movement = "Data movement",
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Max,
-    Min,
-    FloorDiv,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    And,
-    Or,
-    Xor,
-    Shl,
-    Shr,
+impl Category {
+    /// Whether the group's ops are elementwise ([`Op::is_elementwise`]).
+    pub fn is_elementwise(self) -> bool {
+        matches!(self, Category::ElementwiseUnary | Category::ElementwiseBinary | Category::Elementwise)
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ReduceKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
+impl Op {
+    /// Elementwise ops: each output element depends on the same-index input elements
+    /// (after broadcasting); the candidates for loop fusion.
+    pub fn is_elementwise(&self) -> bool {
+        self.category().is_elementwise()
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ArgKind {
-    ArgMax,
-    ArgMin,
+/// How many arguments an op takes, as its row in the table writes it: `N`, `MIN..=MAX`
+/// or `MIN..`.
+pub trait ArgCount {
+    /// `(min, max)`; `None` for any number ≥ min.
+    fn bounds(self) -> (usize, Option<usize>);
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PoolKind {
-    Max,
-    Avg,
+impl ArgCount for usize {
+    fn bounds(self) -> (usize, Option<usize>) {
+        (self, Some(self))
+    }
 }
 
-/// Attributes of a convolution with `n` spatial dimensions (every vector has length `n`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ConvAttrs {
-    pub stride: Vec<u64>,
-    pub padding: Vec<(u64, u64)>,
-    pub dilation: Vec<u64>,
-    pub groups: u64,
+impl ArgCount for std::ops::RangeInclusive<usize> {
+    fn bounds(self) -> (usize, Option<usize>) {
+        (*self.start(), Some(*self.end()))
+    }
 }
 
-/// Attributes of a pooling window with `n` spatial dimensions.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PoolAttrs {
-    pub kind: PoolKind,
-    pub kernel: Vec<u64>,
-    pub stride: Vec<u64>,
-    pub padding: Vec<(u64, u64)>,
-    pub dilation: Vec<u64>,
+impl ArgCount for std::ops::RangeFrom<usize> {
+    fn bounds(self) -> (usize, Option<usize>) {
+        (self.start, None)
+    }
 }
 
 /// One dimension of a slice, as Python's `slice(start, stop, step)` with `None`s resolved
@@ -201,99 +259,7 @@ impl SliceRange {
     }
 }
 
-impl UnaryOp {
-    pub const ALL: [UnaryOp; 18] = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Sign,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::GeluTanh,
-        UnaryOp::Softplus,
-        UnaryOp::Erf,
-        UnaryOp::Floor,
-        UnaryOp::Not,
-        UnaryOp::IsNan,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Sign => "sign",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::Softplus => "softplus",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Not => "not",
-            UnaryOp::IsNan => "isnan",
-        }
-    }
-}
-
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 19] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Max,
-        BinaryOp::Min,
-        BinaryOp::FloorDiv,
-        BinaryOp::Eq,
-        BinaryOp::Ne,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-        BinaryOp::And,
-        BinaryOp::Or,
-        BinaryOp::Xor,
-        BinaryOp::Shl,
-        BinaryOp::Shr,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
-            BinaryOp::FloorDiv => "floordiv",
-            BinaryOp::Eq => "eq",
-            BinaryOp::Ne => "ne",
-            BinaryOp::Lt => "lt",
-            BinaryOp::Le => "le",
-            BinaryOp::Gt => "gt",
-            BinaryOp::Ge => "ge",
-            BinaryOp::And => "and",
-            BinaryOp::Or => "or",
-            BinaryOp::Xor => "xor",
-            BinaryOp::Shl => "shl",
-            BinaryOp::Shr => "shr",
-        }
-    }
-
     /// Comparisons produce bool whatever their operands.
     pub fn is_comparison(self) -> bool {
         matches!(
@@ -308,156 +274,3 @@ impl BinaryOp {
     }
 }
 
-impl ReduceKind {
-    pub const ALL: [ReduceKind; 5] =
-        [ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max, ReduceKind::Min, ReduceKind::Prod];
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceKind::Sum => "reduce_sum",
-            ReduceKind::Mean => "reduce_mean",
-            ReduceKind::Max => "reduce_max",
-            ReduceKind::Min => "reduce_min",
-            ReduceKind::Prod => "reduce_prod",
-        }
-    }
-}
-
-impl ArgKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ArgKind::ArgMax => "argmax",
-            ArgKind::ArgMin => "argmin",
-        }
-    }
-}
-
-impl PoolKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            PoolKind::Max => "max_pool",
-            PoolKind::Avg => "avg_pool",
-        }
-    }
-}
-
-impl Op {
-    /// The op's name in the text form of the IR.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Op::Input => "input",
-            Op::Param => "param",
-            Op::Constant(_) => "constant",
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::Where => "where",
-            Op::Cast { .. } => "cast",
-            Op::MatMul => "matmul",
-            Op::Conv(_) => "conv",
-            Op::Pool(p) => p.kind.name(),
-            Op::Reduce { kind, .. } => kind.name(),
-            Op::ArgReduce { kind, .. } => kind.name(),
-            Op::Variance { .. } => "variance",
-            Op::Softmax { .. } => "softmax",
-            Op::Reshape { .. } => "reshape",
-            Op::Transpose { .. } => "transpose",
-            Op::BroadcastTo { .. } => "broadcast_to",
-            Op::Slice { .. } => "slice",
-            Op::Concat { .. } => "concat",
-            Op::Gather { .. } => "gather",
-            Op::Iota { .. } => "iota",
-            Op::Pad { .. } => "pad",
-            Op::StopGradient => "stop_gradient",
-        }
-    }
-
-    /// How many arguments the op takes: `(min, max)`; `None` for any number ≥ min.
-    pub fn arity(&self) -> (usize, Option<usize>) {
-        match self {
-            Op::Input | Op::Param | Op::Constant(_) | Op::Iota { .. } => (0, Some(0)),
-            Op::Unary(_)
-            | Op::Cast { .. }
-            | Op::Pool(_)
-            | Op::Reduce { .. }
-            | Op::ArgReduce { .. }
-            | Op::Variance { .. }
-            | Op::Softmax { .. }
-            | Op::Reshape { .. }
-            | Op::Transpose { .. }
-            | Op::BroadcastTo { .. }
-            | Op::Slice { .. }
-            | Op::Pad { .. }
-            | Op::StopGradient => (1, Some(1)),
-            Op::Binary(_) | Op::MatMul | Op::Gather { .. } => (2, Some(2)),
-            Op::Conv(_) => (2, Some(3)),
-            Op::Where => (3, Some(3)),
-            Op::Concat { .. } => (1, None),
-        }
-    }
-
-    /// Elementwise ops: each output element depends on the same-index input elements
-    /// (after broadcasting); the candidates for loop fusion.
-    pub fn is_elementwise(&self) -> bool {
-        match self {
-            Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } | Op::StopGradient => true,
-            Op::Input
-            | Op::Param
-            | Op::Constant(_)
-            | Op::MatMul
-            | Op::Conv(_)
-            | Op::Pool(_)
-            | Op::Reduce { .. }
-            | Op::ArgReduce { .. }
-            | Op::Variance { .. }
-            | Op::Softmax { .. }
-            | Op::Reshape { .. }
-            | Op::Transpose { .. }
-            | Op::BroadcastTo { .. }
-            | Op::Slice { .. }
-            | Op::Concat { .. }
-            | Op::Gather { .. }
-            | Op::Iota { .. }
-            | Op::Pad { .. } => false,
-        }
-    }
-
-    /// Every kind of op, one representative each, for tables generated from the code
-    /// (the op-support matrix in `docs/ops.md`).
-    pub fn catalogue() -> Vec<Op> {
-        let mut ops = vec![Op::Input, Op::Param, Op::Constant(ConstId(0))];
-        ops.extend(UnaryOp::ALL.into_iter().map(Op::Unary));
-        ops.extend(BinaryOp::ALL.into_iter().map(Op::Binary));
-        let conv = ConvAttrs { stride: vec![1], padding: vec![(0, 0)], dilation: vec![1], groups: 1 };
-        let pool = |kind| PoolAttrs {
-            kind,
-            kernel: vec![1],
-            stride: vec![1],
-            padding: vec![(0, 0)],
-            dilation: vec![1],
-        };
-        ops.extend([
-            Op::Where,
-            Op::Cast { to: Dtype::F32 },
-            Op::MatMul,
-            Op::Conv(conv),
-            Op::Pool(pool(PoolKind::Max)),
-            Op::Pool(pool(PoolKind::Avg)),
-        ]);
-        ops.extend(ReduceKind::ALL.into_iter().map(|kind| Op::Reduce { kind, axes: vec![], keepdim: false }));
-        ops.extend([
-            Op::ArgReduce { kind: ArgKind::ArgMax, axis: None, keepdim: false },
-            Op::ArgReduce { kind: ArgKind::ArgMin, axis: None, keepdim: false },
-            Op::Variance { axes: vec![], keepdim: false, correction: 0.0 },
-            Op::Softmax { axis: 0 },
-            Op::Reshape { shape: Shape::scalar() },
-            Op::Transpose { perm: vec![] },
-            Op::BroadcastTo { shape: Shape::scalar() },
-            Op::Slice { ranges: vec![] },
-            Op::Concat { axis: 0 },
-            Op::Gather { axis: 0 },
-            Op::Iota { shape: Shape::scalar(), axis: 0, dtype: Dtype::I32 },
-            Op::Pad { pads: vec![], value: 0.0 },
-            Op::StopGradient,
-        ]);
-        ops
-    }
-}

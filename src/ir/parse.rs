@@ -1,12 +1,13 @@
 //! Reads the text form of the IR back (what [`super::print`] writes), so passes can be
 //! tested on small hand-written graphs: `tests/passes/*.ir`.
 //!
-//! Constants must be written with their values (`{value = [..]}`); the `// ...`
-//! comments are read back as names (`"name"`) and origins (`from ...`).
+//! This file reads the lines; each op and its attributes are read by [`Op::parse`], made
+//! from the op table as the printer is. Constants must be written with their values
+//! (`{value = [..]}`); the `// ...` comments are read back as names (`"name"`) and
+//! origins (`from ...`).
 
 use super::*;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
 
 /// Parses a whole `graph NAME { ... }`.
 pub fn parse(text: &str) -> Result<Graph> {
@@ -59,7 +60,6 @@ fn node(g: &mut Graph, line: &str) -> Result<(), String> {
     let mut words = before_attrs.splitn(2, ' ');
     let opname = words.next().unwrap_or_default();
     let rest = words.next().unwrap_or_default().trim();
-    let attr = |key: &str| -> Result<&str, String> { find_attr(attrs, key).ok_or(format!("{opname} needs `{key} = ...`")) };
     let mut name = None;
     let args: Vec<ValueId> = if matches!(opname, "input" | "param") {
         name = Some(serde_json::from_str::<String>(rest).map_err(|e| format!("name: {e}"))?);
@@ -69,68 +69,7 @@ fn node(g: &mut Graph, line: &str) -> Result<(), String> {
     } else {
         rest.split(", ").map(|a| value_id(a).ok_or(format!("bad argument `{a}`"))).collect::<Result<_, _>>()?
     };
-    let op = match opname {
-        "input" => Op::Input,
-        "param" => Op::Param,
-        "constant" => {
-            let values = list_f64(attr("value")?)?;
-            let shape = ty.shape.as_known().ok_or("a constant needs a static shape")?;
-            let t = Tensor::new(ty.dtype, shape, values);
-            let cid = ConstId(g.consts.len() as u32);
-            g.consts.push(t.into());
-            Op::Constant(cid)
-        }
-        "where" => Op::Where,
-        "matmul" => Op::MatMul,
-        "stop_gradient" => Op::StopGradient,
-        "cast" => Op::Cast { to: Dtype::from_name(attr("to")?).ok_or("bad dtype")? },
-        "conv" => Op::Conv(ConvAttrs {
-            stride: list_u64(attr("stride")?)?,
-            padding: pairs(attr("padding")?)?,
-            dilation: list_u64(attr("dilation")?)?,
-            groups: attr("groups")?.parse().map_err(|_| "bad groups")?,
-        }),
-        "max_pool" | "avg_pool" => Op::Pool(PoolAttrs {
-            kind: if opname == "max_pool" { PoolKind::Max } else { PoolKind::Avg },
-            kernel: list_u64(attr("kernel")?)?,
-            stride: list_u64(attr("stride")?)?,
-            padding: pairs(attr("padding")?)?,
-            dilation: list_u64(attr("dilation")?)?,
-        }),
-        "variance" => Op::Variance {
-            axes: list_usize(attr("axes")?)?,
-            keepdim: attr("keepdim")? == "true",
-            correction: attr("correction")?.parse().map_err(|_| "bad correction")?,
-        },
-        "argmax" | "argmin" => Op::ArgReduce {
-            kind: if opname == "argmax" { ArgKind::ArgMax } else { ArgKind::ArgMin },
-            axis: match attr("axis")? {
-                "none" => None,
-                a => Some(a.parse().map_err(|_| "bad axis")?),
-            },
-            keepdim: attr("keepdim")? == "true",
-        },
-        "softmax" => Op::Softmax { axis: attr("axis")?.parse().map_err(|_| "bad axis")? },
-        "concat" => Op::Concat { axis: attr("axis")?.parse().map_err(|_| "bad axis")? },
-        "gather" => Op::Gather { axis: attr("axis")?.parse().map_err(|_| "bad axis")? },
-        "reshape" => Op::Reshape { shape: ty.shape.clone() },
-        "broadcast_to" => Op::BroadcastTo { shape: ty.shape.clone() },
-        "transpose" => Op::Transpose { perm: list_usize(attr("perm")?)? },
-        "iota" => Op::Iota { shape: ty.shape.clone(), axis: attr("axis")?.parse().map_err(|_| "bad axis")?, dtype: ty.dtype },
-        "pad" => Op::Pad { pads: pairs(attr("pads")?)?, value: attr("value")?.parse().map_err(|_| "bad value")? },
-        "slice" => Op::Slice { ranges: ranges(attr("ranges")?)? },
-        other => {
-            if let Some(u) = UnaryOp::ALL.into_iter().find(|u| u.name() == other) {
-                Op::Unary(u)
-            } else if let Some(b) = BinaryOp::ALL.into_iter().find(|b| b.name() == other) {
-                Op::Binary(b)
-            } else if let Some(k) = ReduceKind::ALL.into_iter().find(|k| k.name() == other) {
-                Op::Reduce { kind: k, axes: list_usize(attr("axes")?)?, keepdim: attr("keepdim")? == "true" }
-            } else {
-                return Err(format!("unknown op `{other}`"));
-            }
-        }
-    };
+    let op = Op::parse(&mut ParseCx { op: opname, attrs, ty: &ty, graph: g })?;
     let v = g.push(op, args, ty);
     let n = &mut g.nodes[v.index()];
     n.name = name;
@@ -177,7 +116,7 @@ pub(crate) fn find_attr<'a>(attrs: &'a str, key: &str) -> Option<&'a str> {
     None
 }
 
-fn items(s: &str) -> Result<Vec<&str>, String> {
+pub(super) fn items(s: &str) -> Result<Vec<&str>, String> {
     let inner = s.strip_prefix('[').and_then(|s| s.strip_suffix(']')).ok_or(format!("expected a list, got `{s}`"))?;
     Ok(if inner.trim().is_empty() { Vec::new() } else { split_top(inner) })
 }
@@ -201,52 +140,17 @@ fn split_top(s: &str) -> Vec<&str> {
     out
 }
 
+// The program's text form (`lower::parse`) writes these lists as the IR does.
 pub(crate) fn list_f64(s: &str) -> Result<Vec<f64>, String> {
-    items(s)?
-        .into_iter()
-        .map(|x| match x {
-            "inf" => Ok(f64::INFINITY),
-            "-inf" => Ok(f64::NEG_INFINITY),
-            "NaN" | "nan" => Ok(f64::NAN),
-            x => x.parse().map_err(|_| format!("bad number `{x}`")),
-        })
-        .collect()
+    Attr::parse(s)
 }
 
 pub(crate) fn list_u64(s: &str) -> Result<Vec<u64>, String> {
-    items(s)?.into_iter().map(|x| x.parse().map_err(|_| format!("bad size `{x}`"))).collect()
-}
-
-fn list_usize(s: &str) -> Result<Vec<usize>, String> {
-    items(s)?.into_iter().map(|x| x.parse().map_err(|_| format!("bad index `{x}`"))).collect()
+    Attr::parse(s)
 }
 
 pub(crate) fn pairs(s: &str) -> Result<Vec<(u64, u64)>, String> {
-    items(s)?
-        .into_iter()
-        .map(|p| {
-            let inner = p.strip_prefix('(').and_then(|p| p.strip_suffix(')')).ok_or(format!("bad pair `{p}`"))?;
-            let (a, b) = inner.split_once(',').ok_or(format!("bad pair `{p}`"))?;
-            Ok((a.trim().parse().map_err(|_| "bad pair")?, b.trim().parse().map_err(|_| "bad pair")?))
-        })
-        .collect()
-}
-
-fn ranges(s: &str) -> Result<Vec<SliceRange>, String> {
-    items(s)?
-        .into_iter()
-        .map(|r| {
-            let parts: Vec<&str> = r.split(':').collect();
-            let opt = |x: &str| -> Result<Option<i64>, String> {
-                if x.is_empty() { Ok(None) } else { x.parse().map(Some).map_err(|_| format!("bad slice `{r}`")) }
-            };
-            match parts.as_slice() {
-                [a, b] => Ok(SliceRange { start: opt(a)?, stop: opt(b)?, step: 1 }),
-                [a, b, c] => Ok(SliceRange { start: opt(a)?, stop: opt(b)?, step: c.parse().map_err(|_| "bad step")? }),
-                _ => Err(format!("bad slice `{r}`")),
-            }
-        })
-        .collect()
+    Attr::parse(s)
 }
 
 /// `f32[2, B, 4]`.

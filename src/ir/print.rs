@@ -37,7 +37,7 @@ pub fn print_node(graph: &Graph, v: ValueId) -> String {
             }
         }
     }
-    let attrs = attributes(graph, &node.op);
+    let attrs = node.op.attributes(graph);
     if !attrs.is_empty() {
         let _ = write!(s, " {{{}}}", attrs.join(", "));
     }
@@ -54,68 +54,6 @@ pub fn print_node(graph: &Graph, v: ValueId) -> String {
         let _ = write!(s, "  // {}", comment.join(", "));
     }
     s
-}
-
-fn attributes(graph: &Graph, op: &Op) -> Vec<String> {
-    fn list<T: std::fmt::Display>(v: &[T]) -> String {
-        let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
-        format!("[{}]", items.join(", "))
-    }
-    fn pairs(v: &[(u64, u64)]) -> String {
-        let items: Vec<String> = v.iter().map(|(a, b)| format!("({a}, {b})")).collect();
-        format!("[{}]", items.join(", "))
-    }
-    match op {
-        Op::Input
-        | Op::Param
-        | Op::Unary(_)
-        | Op::Binary(_)
-        | Op::Where
-        | Op::MatMul
-        | Op::StopGradient => vec![],
-        Op::Constant(c) => match graph.consts.get(c.0 as usize) {
-            Some(t) if t.numel() <= 8 => vec![format!("value = {}", constant_values(t))],
-            _ => vec![format!("id = {}", c.0)],
-        },
-        Op::Cast { to } => vec![format!("to = {to}")],
-        Op::Conv(a) => vec![
-            format!("stride = {}", list(&a.stride)),
-            format!("padding = {}", pairs(&a.padding)),
-            format!("dilation = {}", list(&a.dilation)),
-            format!("groups = {}", a.groups),
-        ],
-        Op::Pool(a) => vec![
-            format!("kernel = {}", list(&a.kernel)),
-            format!("stride = {}", list(&a.stride)),
-            format!("padding = {}", pairs(&a.padding)),
-            format!("dilation = {}", list(&a.dilation)),
-        ],
-        Op::Reduce { axes, keepdim, .. } => vec![format!("axes = {}", list(axes)), format!("keepdim = {keepdim}")],
-        Op::ArgReduce { axis, keepdim, .. } => vec![
-            format!("axis = {}", axis.map_or("none".to_string(), |a| a.to_string())),
-            format!("keepdim = {keepdim}"),
-        ],
-        Op::Variance { axes, keepdim, correction } => vec![
-            format!("axes = {}", list(axes)),
-            format!("keepdim = {keepdim}"),
-            format!("correction = {correction}"),
-        ],
-        Op::Softmax { axis } | Op::Concat { axis } | Op::Gather { axis } => vec![format!("axis = {axis}")],
-        Op::Reshape { .. } | Op::BroadcastTo { .. } => vec![],
-        Op::Transpose { perm } => vec![format!("perm = {}", list(perm))],
-        Op::Slice { ranges } => {
-            let items: Vec<String> = ranges
-                .iter()
-                .map(|r| {
-                    let o = |v: Option<i64>| v.map_or(String::new(), |x| x.to_string());
-                    if r.step == 1 { format!("{}:{}", o(r.start), o(r.stop)) } else { format!("{}:{}:{}", o(r.start), o(r.stop), r.step) }
-                })
-                .collect();
-            vec![format!("ranges = [{}]", items.join(", "))]
-        }
-        Op::Iota { axis, .. } => vec![format!("axis = {axis}")],
-        Op::Pad { pads, value } => vec![format!("pads = {}", pairs(pads)), format!("value = {value}")],
-    }
 }
 
 /// A constant's elements as `[1.0, 2.5]`, each the shortest text that reads back as the

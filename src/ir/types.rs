@@ -2,38 +2,21 @@
 
 use std::fmt;
 
-/// Element type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dtype {
-    F32,
-    F64,
-    F16,
-    Bf16,
-    I32,
-    I64,
-    Bool,
+kinds! {
+    /// Element type of a tensor.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Dtype {
+        F32 = "f32",
+        F64 = "f64",
+        F16 = "f16",
+        Bf16 = "bf16",
+        I32 = "i32",
+        I64 = "i64",
+        Bool = "bool",
+    }
 }
 
 impl Dtype {
-    pub const ALL: [Dtype; 7] =
-        [Dtype::F32, Dtype::F64, Dtype::F16, Dtype::Bf16, Dtype::I32, Dtype::I64, Dtype::Bool];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "f32",
-            Dtype::F64 => "f64",
-            Dtype::F16 => "f16",
-            Dtype::Bf16 => "bf16",
-            Dtype::I32 => "i32",
-            Dtype::I64 => "i64",
-            Dtype::Bool => "bool",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Dtype> {
-        Dtype::ALL.into_iter().find(|d| d.name() == name)
-    }
-
     pub fn is_float(self) -> bool {
         matches!(self, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16)
     }
