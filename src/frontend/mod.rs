@@ -5,7 +5,11 @@
 //! A format is one [`Format`] and one entry in [`FORMATS`]. What every format takes
 //! (shapes, compile-time constants, the types data files give) is [`Options`]; what
 //! only one format understands is that format's own field in it (`mithril`).
+//!
+//! Every frontend emits its nodes through the shared [`builder::Builder`], so the same
+//! model read from two formats is the same graph, in the patterns the passes match.
 
+pub mod builder;
 pub mod mithril;
 
 use std::collections::BTreeMap;

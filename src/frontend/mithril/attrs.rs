@@ -6,7 +6,6 @@ use super::emit::Val;
 use super::value::Static;
 use crate::error::{Error, Result};
 use crate::ir::*;
-use crate::passes::shape;
 
 pub(super) fn seq(items: Vec<Val>, list: bool) -> Val {
     match all_static(&items) {
@@ -54,57 +53,6 @@ pub(super) fn dim_static(d: &Dim) -> Static {
         Dim::Known(n) => Static::Int(*n as i64),
         Dim::Sym(s) => Static::Dim(s.clone()),
     }
-}
-
-/// The product of dimensions, which may hold at most one symbol among 1s.
-pub(super) fn merge_dims(dims: &[Dim]) -> Result<Dim, String> {
-    let mut known = 1u64;
-    let mut sym: Option<&str> = None;
-    for d in dims {
-        match d {
-            Dim::Known(n) => known = known.checked_mul(*n).ok_or("size overflows")?,
-            Dim::Sym(s) if sym.is_none() => sym = Some(s),
-            Dim::Sym(_) => return Err(format!("cannot merge several symbolic dimensions of {}", Shape(dims.to_vec()))),
-        }
-    }
-    match sym {
-        None => Ok(Dim::Known(known)),
-        Some(s) if known == 1 => Ok(Dim::Sym(s.to_string())),
-        Some(_) => Err(format!("cannot merge a symbolic dimension with others in {}", Shape(dims.to_vec()))),
-    }
-}
-
-/// A reshape target with at most one `-1` (None), resolved against the input shape.
-pub(super) fn resolve_infer_dim(input: &Shape, target: &[Option<Dim>]) -> Result<Shape, String> {
-    let holes = target.iter().filter(|d| d.is_none()).count();
-    if holes > 1 {
-        return Err("only one dimension can be -1".into());
-    }
-    let given: Vec<Dim> = target.iter().flatten().cloned().collect();
-    if holes == 0 {
-        return Ok(Shape(given));
-    }
-    let (in_known, mut in_syms) = shape::numel_key(input);
-    let (t_known, t_syms) = shape::numel_key(&Shape(given));
-    let (in_known, t_known) = (in_known.ok_or("size overflows")?, t_known.ok_or("size overflows")?);
-    for s in &t_syms {
-        match in_syms.iter().position(|x| x == s) {
-            Some(i) => {
-                in_syms.remove(i);
-            }
-            None => return Err(format!("the symbolic dimension {s} does not occur in the input")),
-        }
-    }
-    if t_known == 0 || in_known % t_known != 0 {
-        return Err("the element count does not divide".into());
-    }
-    let rest = in_known / t_known;
-    let hole = match in_syms.as_slice() {
-        [] => Dim::Known(rest),
-        [s] if rest == 1 => Dim::Sym(s.clone()),
-        _ => return Err("-1 would stand for a product of symbolic dimensions".into()),
-    };
-    Ok(Shape(target.iter().map(|d| d.clone().unwrap_or_else(|| hole.clone())).collect()))
 }
 
 pub(super) fn static_shape(s: &Static) -> Result<Shape> {
@@ -293,23 +241,6 @@ pub(super) fn fold_binary(a: &Static, b: &Static, op: BinaryOp) -> Option<Static
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sym(s: &str) -> Dim {
-        Dim::Sym(s.into())
-    }
-
-    #[test]
-    fn reshape_infers_minus_one_with_symbols() {
-        let x = Shape(vec![sym("B"), Dim::Known(128), Dim::Known(768)]);
-        let target = [None, Some(Dim::Known(128)), Some(Dim::Known(12)), Some(Dim::Known(64))];
-        assert_eq!(
-            resolve_infer_dim(&x, &target).unwrap(),
-            Shape(vec![sym("B"), Dim::Known(128), Dim::Known(12), Dim::Known(64)])
-        );
-        assert_eq!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(2)), None]).unwrap(), Shape::known(&[2, 12]));
-        assert!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(5)), None]).is_err());
-        assert!(resolve_infer_dim(&Shape::known(&[4]), &[None, None]).is_err());
-    }
 
     #[test]
     fn mithril_padding_and_stride_conversions() {

@@ -1,22 +1,22 @@
 //! From the logical graph to the IR: names the model's inputs as Mithril does,
 //! resolves their shapes (command line, data files, shape templates), folds
 //! compile-time values (shapes, axes, paddings, slices) and emits one or a few IR ops
-//! per primitive, checking shapes as it goes.
+//! per primitive through the shared [`Builder`], which checks shapes as it goes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use serde_json::Value;
 
-use super::attrs::{all_static, fold_binary, resolve_infer_dim};
+use super::attrs::{all_static, fold_binary};
 use super::json::{self, ModelNode};
 use super::library;
 use super::net::{Instance, Net, PNode, SlotId};
 use super::template::{template_text, Bindings};
 use super::value::Static;
 use crate::error::{Error, Result};
+use crate::frontend::builder::{self, Builder};
 use crate::ir::*;
-use crate::passes::shape;
 use crate::tensor::{Constant, Tensor};
 
 /// What the caller knows beyond the model file.
@@ -233,13 +233,12 @@ pub(super) enum Val {
 pub(super) struct Emitter<'a> {
     pub(super) net: &'a Net,
     pub(super) opts: &'a Options,
-    pub(super) graph: Graph,
+    /// The graph, and the primitive being emitted (its origin, and its inputs' keys for
+    /// messages).
+    pub(super) b: Builder,
     pub(super) vals: HashMap<SlotId, Val>,
     /// Names of the model's inputs (slot root → physical name).
     pub(super) input_names: BTreeMap<SlotId, String>,
-    /// The primitive being emitted, and its inputs (for messages).
-    pub(super) origin: String,
-    pub(super) current: Vec<(String, Val)>,
     /// The formula of each primitive that computed a tensor, in emission order.
     pub(super) tensor_formulas: Vec<&'static str>,
     /// Primitives already emitted, by formula and inputs: a second identical one (the
@@ -268,11 +267,9 @@ impl<'a> Emitter<'a> {
         Emitter {
             net,
             opts,
-            graph: Graph::new(name),
+            b: Builder::new(name),
             vals: HashMap::new(),
             input_names: BTreeMap::new(),
-            origin: String::new(),
-            current: Vec::new(),
             tensor_formulas: Vec::new(),
             emitted: HashMap::new(),
             resolving: BTreeSet::new(),
@@ -297,14 +294,14 @@ impl<'a> Emitter<'a> {
             let v = self.value(*slot)?;
             let id = self.tensor(&v, None).map_err(|e| e.context(format!("output `{name}`")))?;
             let loss = loss == Some(name.as_str());
-            if loss && (self.rank(id) != 0 || !self.graph.ty(id).dtype.is_float()) {
-                return Err(Error::user(format!("the loss `{name}` is {}, not a float scalar", self.graph.ty(id)))
+            if loss && (self.b.rank(id) != 0 || !self.b.dtype(id).is_float()) {
+                return Err(Error::user(format!("the loss `{name}` is {}, not a float scalar", self.b.graph.ty(id)))
                     .note("give each loss a reduce step that reduces it to a scalar (Mithril's default is Mean)"));
             }
-            self.graph.outputs.push(Output { name: name.clone(), value: id, loss });
+            self.b.graph.outputs.push(Output { name: name.clone(), value: id, loss });
         }
         self.check_templates()?;
-        Ok(std::mem::take(&mut self.graph))
+        Ok(std::mem::take(&mut self.b).finish())
     }
 
     /// Mithril's physical names: a key named at the top level keeps its name; other
@@ -469,10 +466,8 @@ impl<'a> Emitter<'a> {
             Some(k) => k.dtype,
             None => slot.dtype.unwrap_or(Dtype::F32),
         };
-        let op = if trainable { Op::Param } else { Op::Input };
-        let id = self.graph.push(op, vec![], TensorType::new(dtype, shape));
-        self.graph.nodes[id.index()].name = Some(name);
-        Ok(id)
+        let ty = TensorType::new(dtype, shape);
+        Ok(if trainable { self.b.param(&name, ty) } else { self.b.input(&name, ty) })
     }
 
     /// Whether input slot `r`, named `name`, is a parameter (trainable) rather than data.
@@ -520,7 +515,7 @@ impl<'a> Emitter<'a> {
 
     pub(super) fn known_shape(&self, s: SlotId) -> Option<Shape> {
         match self.vals.get(&self.net.find(s)) {
-            Some(Val::T(id)) => Some(self.graph.ty(*id).shape.clone()),
+            Some(Val::T(id)) => Some(self.b.graph.ty(*id).shape.clone()),
             _ => None,
         }
     }
@@ -565,7 +560,7 @@ impl<'a> Emitter<'a> {
     // ---- emission -------------------------------------------------------------
 
     pub(super) fn emit_node(&mut self, node: &PNode) -> Result<()> {
-        self.origin = node.origin.clone();
+        self.b.origin = node.origin.clone();
         let mut ins: Vec<(String, Val)> = Vec::new();
         for (k, s) in &node.inputs {
             ins.push((k.clone(), self.value(*s)?));
@@ -581,7 +576,13 @@ impl<'a> Emitter<'a> {
             self.vals.insert(self.net.find(node.output), v);
             return Ok(());
         }
-        self.current = ins.clone();
+        self.b.operands = ins
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Val::T(id) => Some((k.clone(), *id)),
+                _ => None,
+            })
+            .collect();
         let out = self.formula(node, &ins).map_err(|e| {
             if e.kind != crate::ErrorKind::User || e.message.starts_with(&node.origin) {
                 return e;
@@ -590,7 +591,7 @@ impl<'a> Emitter<'a> {
             let tensors: Vec<String> = ins
                 .iter()
                 .filter_map(|(k, v)| match v {
-                    Val::T(id) => Some(format!("{k} = {}", self.describe_value(*id).trim_start_matches(&format!("{k} = ")))),
+                    Val::T(id) => Some(format!("{k} = {}", self.b.describe(*id).trim_start_matches(&format!("{k} = ")))),
                     _ => None,
                 })
                 .collect();
@@ -602,7 +603,7 @@ impl<'a> Emitter<'a> {
             }
         })?;
         if let Val::T(id) = out {
-            let n = &mut self.graph.nodes[id.index()];
+            let n = &mut self.b.graph.nodes[id.index()];
             if n.name.is_none() && !matches!(n.op, Op::Input | Op::Param) {
                 if let Some((name, depth)) = &self.net.slot(node.output).base_name {
                     if *depth == 0 {
@@ -613,59 +614,13 @@ impl<'a> Emitter<'a> {
         }
         // Primitives folded to constants are compile-time values, as in Mithril.
         if let Val::T(id) = out {
-            if !matches!(self.graph.node(id).op, Op::Constant(_)) {
+            if !matches!(self.b.graph.node(id).op, Op::Constant(_)) {
                 self.tensor_formulas.push(node.formula.key());
             }
         }
         self.emitted.entry(identity).or_default().push((constants, out.clone()));
         self.vals.insert(self.net.find(node.output), out);
         Ok(())
-    }
-
-    /// Pushes an IR op, inferring its type; shape errors name the operands.
-    pub(super) fn op(&mut self, op: Op, args: Vec<ValueId>) -> Result<ValueId> {
-        let tys: Vec<&TensorType> = args.iter().map(|a| self.graph.ty(*a)).collect();
-        let ty = shape::infer(&op, &tys, &TensorType::new(Dtype::F32, Shape::scalar()), &self.graph.consts).map_err(|msg| {
-            let operands: Vec<String> = args.iter().map(|a| self.describe_value(*a)).collect();
-            Error::user(msg).note(format!("{} of {}", op.name(), operands.join(" and ")))
-        })?;
-        let id = self.graph.push(op, args, ty);
-        self.graph.nodes[id.index()].origin = Some(self.origin.clone());
-        Ok(id)
-    }
-
-    /// `left = `x` f32[3, 4]`: the primitive's key (when the value is one of its
-    /// inputs), the value's name, and its type.
-    pub(super) fn describe_value(&self, v: ValueId) -> String {
-        let n = self.graph.node(v);
-        let key = self.current.iter().find(|(_, val)| matches!(val, Val::T(id) if *id == v)).map(|(k, _)| k);
-        let what = match &n.name {
-            Some(name) => format!("`{name}` {}", n.ty),
-            None => format!("{}", n.ty),
-        };
-        match key {
-            Some(k) => format!("{k} = {what}"),
-            None => what,
-        }
-    }
-
-    /// Records a deliberate difference from Mithril at the node being emitted.
-    pub(super) fn warn(&mut self, what: &str, gradient_only: bool) {
-        let message = format!("{}: {what}", self.origin);
-        let w = Warning { message, gradient_only };
-        if !self.graph.warnings.contains(&w) {
-            self.graph.warnings.push(w);
-        }
-    }
-
-    pub(super) fn constant(&mut self, t: impl Into<Constant>) -> ValueId {
-        let id = self.graph.add_constant(t.into());
-        self.graph.nodes[id.index()].origin = Some(self.origin.clone());
-        id
-    }
-
-    pub(super) fn scalar(&mut self, dtype: Dtype, x: f64) -> ValueId {
-        self.constant(Tensor::scalar(dtype, x))
     }
 
     /// A tensor operand. A compile-time scalar takes `like`'s dtype when given
@@ -677,7 +632,7 @@ impl<'a> Emitter<'a> {
             Val::T(id) => Ok(*id),
             Val::S(Static::Tensor(c)) if c.dtype() == Dtype::F64 && self.float != Dtype::F64 => {
                 let t = c.to_tensor();
-                Ok(self.constant(Tensor::new(self.float, t.shape, t.data)))
+                Ok(self.b.constant(Tensor::new(self.float, t.shape, t.data)))
             }
             Val::S(s) => {
                 let float = like.filter(|d| d.is_float()).unwrap_or(self.float);
@@ -687,7 +642,7 @@ impl<'a> Emitter<'a> {
                     _ => s.to_constant(float, int),
                 }
                 .ok_or_else(|| Error::user(format!("expected a tensor, got the value {s}")))?;
-                Ok(self.constant(t))
+                Ok(self.b.constant(t))
             }
             Val::Seq(items, _) => {
                 if let Some(s) = all_static(items) {
@@ -702,7 +657,7 @@ impl<'a> Emitter<'a> {
         ins.iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v)
-            .ok_or_else(|| Error::internal(format!("{}: primitive has no input `{key}`", self.origin)))
+            .ok_or_else(|| Error::internal(format!("{}: primitive has no input `{key}`", self.b.origin)))
     }
 
     pub(super) fn t(&mut self, ins: &[(String, Val)], key: &str) -> Result<ValueId> {
@@ -728,17 +683,9 @@ impl<'a> Emitter<'a> {
         s.as_bool().ok_or_else(|| Error::user(format!("`{key}` must be True or False, got {s}")))
     }
 
-    pub(super) fn rank(&self, v: ValueId) -> usize {
-        self.graph.ty(v).rank()
-    }
-
-    pub(super) fn shape(&self, v: ValueId) -> Shape {
-        self.graph.ty(v).shape.clone()
-    }
-
     pub(super) fn unary(&mut self, ins: &[(String, Val)], u: UnaryOp) -> Result<Val> {
         let x = self.t(ins, "input")?;
-        Ok(Val::T(self.op(Op::Unary(u), vec![x])?))
+        Ok(Val::T(self.b.unary(u, x)?))
     }
 
     /// A binary op on two operands; compile-time operands fold (shape arithmetic).
@@ -752,27 +699,15 @@ impl<'a> Emitter<'a> {
             Val::T(id) => Some(g.ty(*id).dtype),
             _ => None,
         };
-        let (dl, dr) = (like(l, &self.graph), like(r, &self.graph));
+        let (dl, dr) = (like(l, &self.b.graph), like(r, &self.b.graph));
         let a = self.tensor(l, dr)?;
         let c = self.tensor(r, dl)?;
-        Ok(Val::T(self.op(Op::Binary(b), vec![a, c])?))
+        Ok(Val::T(self.b.binary(b, a, c)?))
     }
 
     pub(super) fn bin(&mut self, ins: &[(String, Val)], lk: &str, rk: &str, b: BinaryOp) -> Result<Val> {
         let (l, r) = (self.arg(ins, lk)?.clone(), self.arg(ins, rk)?.clone());
         self.binary(&l, &r, b)
-    }
-
-    pub(super) fn tbin(&mut self, a: ValueId, c: ValueId, b: BinaryOp) -> Result<ValueId> {
-        self.op(Op::Binary(b), vec![a, c])
-    }
-
-    pub(super) fn axis(&self, ax: i64, rank: usize) -> Result<usize> {
-        let r = rank as i64;
-        if ax < -r || ax >= r {
-            return Err(Error::user(format!("axis {ax} is out of range for a rank-{rank} tensor")));
-        }
-        Ok(if ax < 0 { (ax + r) as usize } else { ax as usize })
     }
 
     /// `axis` as Mithril's reductions take it: None (all), an int, or a tuple.
@@ -781,7 +716,7 @@ impl<'a> Emitter<'a> {
             Static::None => (0..rank).collect(),
             other => {
                 let ints = other.as_ints().ok_or_else(|| Error::user(format!("`axis` must be None, an int or a tuple of ints, got {other}")))?;
-                ints.iter().map(|&a| self.axis(a, rank)).collect::<Result<Vec<_>>>()?
+                ints.iter().map(|&a| builder::axis(a, rank)).collect::<Result<Vec<_>>>()?
             }
         };
         v.sort();
@@ -795,9 +730,9 @@ impl<'a> Emitter<'a> {
 
     pub(super) fn reduce(&mut self, ins: &[(String, Val)], kind: ReduceKind) -> Result<Val> {
         let x = self.t(ins, "input")?;
-        let axes = self.axes(&self.s(ins, "axis")?, self.rank(x))?;
+        let axes = self.axes(&self.s(ins, "axis")?, self.b.rank(x))?;
         let keepdim = self.flag(ins, "keepdim")?;
-        Ok(Val::T(self.op(Op::Reduce { kind, axes, keepdim }, vec![x])?))
+        Ok(Val::T(self.b.reduce(kind, x, axes, keepdim)?))
     }
 
     /// Mithril's `polynomial_features` of `input [N, d]`: every monomial of degree 1
@@ -807,7 +742,7 @@ impl<'a> Emitter<'a> {
     pub(super) fn polynomial_features(&mut self, ins: &[(String, Val)]) -> Result<Val> {
         let x = self.t(ins, "input")?;
         let degree = self.int(ins, "degree")?;
-        let shape = self.shape(x);
+        let shape = self.b.shape(x);
         let d = match shape.0.as_slice() {
             [_, Dim::Known(d)] => *d as usize,
             _ => return Err(Error::user(format!("polynomial features need an input [N, d] with d known, got {shape}"))),
@@ -832,7 +767,7 @@ impl<'a> Emitter<'a> {
             for &c in combo.iter().filter(|&&c| c > 0) {
                 product = Some(match product {
                     None => cols[c - 1],
-                    Some(p) => self.tbin(p, cols[c - 1], BinaryOp::Mul)?,
+                    Some(p) => self.b.binary(BinaryOp::Mul, p, cols[c - 1])?,
                 });
             }
             features.extend(product);
@@ -841,7 +776,7 @@ impl<'a> Emitter<'a> {
             let v = combo[i] + 1;
             combo[i..].iter_mut().for_each(|c| *c = v);
         }
-        Ok(Val::T(self.op(Op::Concat { axis: 1 }, features)?))
+        Ok(Val::T(self.b.op(Op::Concat { axis: 1 }, features)?))
     }
 
     pub(super) fn reshape(&mut self, x: ValueId, target: &Static) -> Result<ValueId> {
@@ -859,15 +794,8 @@ impl<'a> Emitter<'a> {
                 other => return Err(Error::user(format!("bad size {other} in reshape target {target}"))),
             });
         }
-        let shape = resolve_infer_dim(&self.shape(x), &dims).map_err(|m| Error::user(format!("reshape {} to {target}: {m}", self.shape(x))))?;
-        self.op(Op::Reshape { shape }, vec![x])
-    }
-
-    pub(super) fn transpose(&mut self, x: ValueId, perm: Vec<usize>) -> Result<ValueId> {
-        if perm.iter().enumerate().all(|(i, &p)| i == p) {
-            return Ok(x);
-        }
-        self.op(Op::Transpose { perm }, vec![x])
+        let shape = builder::resolve_infer_dim(&self.b.shape(x), &dims).map_err(|m| Error::user(format!("reshape {} to {target}: {m}", self.b.shape(x))))?;
+        self.b.reshape(x, shape)
     }
 
     /// `x[index]` on a tensor: ints, slices, None and at most one Ellipsis, as NumPy's
@@ -878,7 +806,7 @@ impl<'a> Emitter<'a> {
             Static::Seq { items, list: false } => items.clone(),
             other => vec![other.clone()],
         };
-        let shape = self.shape(x);
+        let shape = self.b.shape(x);
         let rank = shape.rank();
         let consumed = items.iter().filter(|i| !matches!(i, Static::None | Static::Ellipsis)).count();
         let ellipses = items.iter().filter(|i| matches!(i, Static::Ellipsis)).count();
@@ -924,12 +852,12 @@ impl<'a> Emitter<'a> {
                 }
             }
         }
-        let sliced = if ranges.iter().all(SliceRange::is_full) { x } else { self.op(Op::Slice { ranges }, vec![x])? };
+        let sliced = if ranges.iter().all(SliceRange::is_full) { x } else { self.b.op(Op::Slice { ranges }, vec![x])? };
         let out = Shape(out_dims);
-        if self.shape(sliced) == out {
+        if self.b.shape(sliced) == out {
             Ok(sliced)
         } else {
-            self.op(Op::Reshape { shape: out }, vec![sliced])
+            self.b.reshape(sliced, out)
         }
     }
 

@@ -1,6 +1,8 @@
 //! The meaning of each Mithril formula in IR ops: one arm per formula, folding
-//! compile-time values and emitting tensor ops (with the composite formulas —
-//! attention, cross entropy, the robust variants — spelled out in helpers below).
+//! compile-time values and emitting tensor ops through the shared
+//! [`Builder`](crate::frontend::builder::Builder) (attention, log-softmax and the
+//! one-hot picks are its composites; the formulas only Mithril has — cross entropy's
+//! variants, the robust ops — are spelled out in helpers below).
 
 use super::attrs::*;
 use super::emit::{Emitter, Val};
@@ -8,6 +10,7 @@ use super::library::Formula;
 use super::net::PNode;
 use super::value::Static;
 use crate::error::{Error, Result};
+use crate::frontend::builder;
 use crate::ir::*;
 use crate::tensor::Tensor;
 
@@ -37,32 +40,33 @@ impl Emitter<'_> {
             F::IsNan => self.unary(ins, U::IsNan)?,
             F::LogicalNot => self.unary(ins, U::Not)?,
             F::Gelu => {
-                let u = if self.flag(ins, "approximate")? { U::GeluTanh } else { U::Gelu };
-                self.unary(ins, u)?
+                let approximate = self.flag(ins, "approximate")?;
+                let x = self.t(ins, "input")?;
+                Val::T(self.b.gelu(x, approximate)?)
             }
             F::Square => {
                 let x = self.t(ins, "input")?;
-                Val::T(self.tbin(x, x, B::Mul)?)
+                Val::T(self.b.binary(B::Mul, x, x)?)
             }
             F::LeakyRelu => {
                 // Mithril's max(0, x) + slope * min(0, x), as x > 0 ? x : slope * x: the
                 // same values, and Mithril's gradient (slope at 0, not the two halves of
                 // a tie between max and min).
                 let x = self.t(ins, "input")?;
-                let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
-                let pos = self.tbin(x, zero, B::Gt)?;
+                let zero = self.b.scalar(self.b.dtype(x), 0.0);
+                let pos = self.b.binary(B::Gt, x, zero)?;
                 let slope = self.arg(ins, "slope")?.clone();
                 let scaled = self.binary(&slope, &Val::T(x), B::Mul)?;
                 let scaled = self.tensor(&scaled, None)?;
-                Val::T(self.op(Op::Where, vec![pos, x, scaled])?)
+                Val::T(self.b.select(pos, x, scaled)?)
             }
             F::StopGradient => {
                 let x = self.t(ins, "input")?;
-                Val::T(self.op(Op::StopGradient, vec![x])?)
+                Val::T(self.b.op(Op::StopGradient, vec![x])?)
             }
             F::Buffer => self.arg(ins, "input")?.clone(),
             F::Clamp => {
-                self.warn(TIE_GRADIENT, true);
+                self.b.warn(TIE_GRADIENT, true);
                 // np.clip: min(max(x, lo), hi), a None bound is no bound.
                 let mut v = self.arg(ins, "input")?.clone();
                 for (k, b) in [("min_val", B::Max), ("max_val", B::Min)] {
@@ -75,12 +79,11 @@ impl Emitter<'_> {
             }
             F::ZerosLike => {
                 let x = self.t(ins, "input")?;
-                let z = self.scalar(self.graph.ty(x).dtype, 0.0);
-                Val::T(self.op(Op::BroadcastTo { shape: self.shape(x) }, vec![z])?)
+                Val::T(self.b.full(self.b.dtype(x), self.b.shape(x), 0.0)?)
             }
             F::AtLeast1D => {
                 let x = self.t(ins, "input")?;
-                if self.rank(x) == 0 { Val::T(self.op(Op::Reshape { shape: Shape::known(&[1]) }, vec![x])?) } else { Val::T(x) }
+                if self.b.rank(x) == 0 { Val::T(self.b.reshape(x, Shape::known(&[1]))?) } else { Val::T(x) }
             }
             F::Add => self.bin(ins, "left", "right", B::Add)?,
             F::Subtract => self.bin(ins, "left", "right", B::Sub)?,
@@ -89,7 +92,7 @@ impl Emitter<'_> {
             F::FloorDivide => self.bin(ins, "numerator", "denominator", B::FloorDiv)?,
             F::Power => self.bin(ins, "base", "exponent", B::Pow)?,
             F::Minimum | F::Maximum => {
-                self.warn(TIE_GRADIENT, true);
+                self.b.warn(TIE_GRADIENT, true);
                 self.bin(ins, "left", "right", if node.formula == F::Minimum { B::Min } else { B::Max })?
             }
             F::Greater => self.bin(ins, "left", "right", B::Gt)?,
@@ -107,15 +110,15 @@ impl Emitter<'_> {
                 let c = self.t(ins, "cond")?;
                 let a = self.arg(ins, "input1")?.clone();
                 let b = self.arg(ins, "input2")?.clone();
-                let da = if let Val::T(id) = a { Some(self.graph.ty(id).dtype) } else { None };
-                let db = if let Val::T(id) = b { Some(self.graph.ty(id).dtype) } else { None };
+                let da = if let Val::T(id) = a { Some(self.b.dtype(id)) } else { None };
+                let db = if let Val::T(id) = b { Some(self.b.dtype(id)) } else { None };
                 let a = self.tensor(&a, db)?;
                 let b = self.tensor(&b, da)?;
-                Val::T(self.op(Op::Where, vec![c, a, b])?)
+                Val::T(self.b.select(c, a, b)?)
             }
             F::MatrixMultiplication => {
                 let (l, r) = (self.t(ins, "left")?, self.t(ins, "right")?);
-                Val::T(self.op(Op::MatMul, vec![l, r])?)
+                Val::T(self.b.matmul(l, r)?)
             }
             F::Conv2d | F::Conv2dBias | F::Conv1d | F::Conv1dBias => {
                 let two_d = matches!(node.formula, F::Conv2d | F::Conv2dBias);
@@ -132,7 +135,7 @@ impl Emitter<'_> {
                     dilation: positive_list(&self.s(ins, "dilation")?, n, "dilation")?,
                     groups: if two_d { positive(self.int(ins, "groups")?, "groups")? } else { 1 },
                 };
-                Val::T(self.op(Op::Conv(attrs), args)?)
+                Val::T(self.b.op(Op::Conv(attrs), args)?)
             }
             F::MaxPool2d | F::AvgPool2d | F::MaxPool1d => {
                 let n = if node.formula == F::MaxPool1d { 1 } else { 2 };
@@ -145,47 +148,47 @@ impl Emitter<'_> {
                     dilation: positive_list(&self.s(ins, "dilation")?, n, "dilation")?,
                 };
                 if attrs.kind == PoolKind::Max && attrs.padding.iter().any(|&(a, b)| a + b > 0) {
-                    self.warn(
+                    self.b.warn(
                         "max pooling pads with -inf (padding never wins); Mithril's NumPy backend pads with 0, which differs \
                          where a padded window's real values are all negative",
                         false,
                     );
                 }
-                Val::T(self.op(Op::Pool(attrs), vec![x])?)
+                Val::T(self.b.op(Op::Pool(attrs), vec![x])?)
             }
             F::Embedding => {
                 let idx = self.t(ins, "input")?;
                 let w = self.t(ins, "weight")?;
-                Val::T(self.op(Op::Gather { axis: 0 }, vec![w, idx])?)
+                Val::T(self.b.op(Op::Gather { axis: 0 }, vec![w, idx])?)
             }
             F::PermuteTensor => {
                 let x = self.t(ins, "input")?;
                 let idx = self.t(ins, "indices")?;
-                Val::T(self.op(Op::Gather { axis: 0 }, vec![x, idx])?)
+                Val::T(self.b.op(Op::Gather { axis: 0 }, vec![x, idx])?)
             }
             F::ScaledDotProductAttention => self.attention(ins)?,
             F::CartesianDiff => {
                 // left[:, None, :] - right[None, :, :]
                 let (l, r) = (self.t(ins, "left")?, self.t(ins, "right")?);
-                let (ls, rs) = (self.shape(l), self.shape(r));
+                let (ls, rs) = (self.b.shape(l), self.b.shape(r));
                 if ls.rank() != 2 || rs.rank() != 2 {
                     return Err(Error::user(format!("cartesian difference needs two matrices, got {ls} and {rs}")));
                 }
-                let l3 = self.op(Op::Reshape { shape: Shape(vec![ls.0[0].clone(), Dim::Known(1), ls.0[1].clone()]) }, vec![l])?;
-                let r3 = self.op(Op::Reshape { shape: Shape(vec![Dim::Known(1), rs.0[0].clone(), rs.0[1].clone()]) }, vec![r])?;
-                Val::T(self.tbin(l3, r3, B::Sub)?)
+                let l3 = self.b.reshape(l, Shape(vec![ls.0[0].clone(), Dim::Known(1), ls.0[1].clone()]))?;
+                let r3 = self.b.reshape(r, Shape(vec![Dim::Known(1), rs.0[0].clone(), rs.0[1].clone()]))?;
+                Val::T(self.b.binary(B::Sub, l3, r3)?)
             }
             F::Softmax => {
                 let x = self.t(ins, "input")?;
-                let axis = self.axis(self.int(ins, "axis")?, self.rank(x))?;
-                Val::T(self.op(Op::Softmax { axis }, vec![x])?)
+                let axis = builder::axis(self.int(ins, "axis")?, self.b.rank(x))?;
+                Val::T(self.b.softmax(x, axis)?)
             }
             F::ReduceMean => self.reduce(ins, ReduceKind::Mean)?,
             F::ReduceSum => {
                 // NumPy (and Torch) sum bools as int64 counts.
                 let x = self.t(ins, "input")?;
-                if self.graph.ty(x).dtype == Dtype::Bool {
-                    let counts = self.op(Op::Cast { to: Dtype::I64 }, vec![x])?;
+                if self.b.dtype(x) == Dtype::Bool {
+                    let counts = self.b.cast(x, Dtype::I64)?;
                     let ins: Vec<(String, Val)> =
                         ins.iter().map(|(k, v)| (k.clone(), if k == "input" { Val::T(counts) } else { v.clone() })).collect();
                     self.reduce(&ins, ReduceKind::Sum)?
@@ -200,19 +203,19 @@ impl Emitter<'_> {
                 let x = self.t(ins, "input")?;
                 let axis = match self.s(ins, "axis")? {
                     Static::None => None,
-                    s => Some(self.axis(s.as_int().ok_or_else(|| Error::user(format!("`axis` must be None or an int, got {s}")))?, self.rank(x))?),
+                    s => Some(builder::axis(s.as_int().ok_or_else(|| Error::user(format!("`axis` must be None or an int, got {s}")))?, self.b.rank(x))?),
                 };
                 let kind = if node.formula == F::ReduceArgmax { ArgKind::ArgMax } else { ArgKind::ArgMin };
                 let keepdim = self.flag(ins, "keepdim")?;
-                Val::T(self.op(Op::ArgReduce { kind, axis, keepdim }, vec![x])?)
+                Val::T(self.b.op(Op::ArgReduce { kind, axis, keepdim }, vec![x])?)
             }
             F::Variance => {
                 let x = self.t(ins, "input")?;
-                let axes = self.axes(&self.s(ins, "axis")?, self.rank(x))?;
+                let axes = self.axes(&self.s(ins, "axis")?, self.b.rank(x))?;
                 let keepdim = self.flag(ins, "keepdim")?;
                 let c = self.s(ins, "correction")?;
                 let correction = c.as_f64().ok_or_else(|| Error::user(format!("`correction` must be a number, got {c}")))?;
-                Val::T(self.op(Op::Variance { axes, keepdim, correction }, vec![x])?)
+                Val::T(self.b.variance(x, axes, keepdim, correction)?)
             }
             F::Reshape => {
                 let x = self.t(ins, "input")?;
@@ -221,52 +224,45 @@ impl Emitter<'_> {
             }
             F::Flatten => {
                 let x = self.t(ins, "input")?;
-                let shape = self.shape(x);
-                let rank = shape.rank();
+                let rank = self.b.rank(x);
                 if rank == 0 {
-                    return Ok(Val::T(self.op(Op::Reshape { shape: Shape::known(&[1]) }, vec![x])?));
+                    return Ok(Val::T(self.b.reshape(x, Shape::known(&[1]))?));
                 }
-                let start = self.axis(self.int(ins, "start_dim")?, rank)?;
-                let end = self.axis(self.int(ins, "end_dim")?, rank)?;
-                if start > end {
-                    return Err(Error::user(format!("flatten start_dim {start} is after end_dim {end}")));
-                }
-                let merged = merge_dims(&shape.0[start..=end]).map_err(Error::user)?;
-                let mut dims = shape.0[..start].to_vec();
-                dims.push(merged);
-                dims.extend(shape.0[end + 1..].iter().cloned());
-                Val::T(self.op(Op::Reshape { shape: Shape(dims) }, vec![x])?)
+                let start = builder::axis(self.int(ins, "start_dim")?, rank)?;
+                let end = builder::axis(self.int(ins, "end_dim")?, rank)?;
+                Val::T(self.b.flatten(x, start, end)?)
             }
             F::Transpose => {
                 let x = self.t(ins, "input")?;
-                let rank = self.rank(x);
+                let rank = self.b.rank(x);
                 let perm = match self.s(ins, "axes")? {
                     Static::None => (0..rank).rev().collect(),
                     s => {
                         let ints = s.as_ints().ok_or_else(|| Error::user(format!("`axes` must be a tuple of ints, got {s}")))?;
-                        ints.iter().map(|&a| self.axis(a, rank)).collect::<Result<Vec<_>>>()?
+                        ints.iter().map(|&a| builder::axis(a, rank)).collect::<Result<Vec<_>>>()?
                     }
                 };
-                Val::T(self.op(Op::Transpose { perm }, vec![x])?)
+                Val::T(self.b.transpose(x, perm)?)
             }
             F::SwapAxes => {
                 let x = self.t(ins, "input")?;
-                let rank = self.rank(x);
-                let (a, b) = (self.axis(self.int(ins, "axis1")?, rank)?, self.axis(self.int(ins, "axis2")?, rank)?);
+                let rank = self.b.rank(x);
+                let (a, b) = (builder::axis(self.int(ins, "axis1")?, rank)?, builder::axis(self.int(ins, "axis2")?, rank)?);
                 let mut perm: Vec<usize> = (0..rank).collect();
                 perm.swap(a, b);
-                Val::T(self.transpose(x, perm)?)
+                // swapaxes(x, a, a) is x itself.
+                Val::T(if a == b { x } else { self.b.transpose(x, perm)? })
             }
             F::Squeeze => {
                 let x = self.t(ins, "input")?;
-                let dims: Vec<Dim> = self.shape(x).0.into_iter().filter(|d| !d.is_one()).collect();
-                Val::T(self.op(Op::Reshape { shape: Shape(dims) }, vec![x])?)
+                let dims: Vec<Dim> = self.b.shape(x).0.into_iter().filter(|d| !d.is_one()).collect();
+                Val::T(self.b.reshape(x, Shape(dims))?)
             }
             F::BroadcastTo => {
                 let x = self.t(ins, "input")?;
                 let target = self.s(ins, "shape")?;
                 let shape = static_shape(&target)?;
-                Val::T(self.op(Op::BroadcastTo { shape }, vec![x])?)
+                Val::T(self.b.broadcast_to(x, shape)?)
             }
             F::Concat => {
                 let items = match self.arg(ins, "input")?.clone() {
@@ -282,16 +278,16 @@ impl Emitter<'_> {
                     Static::None => {
                         let mut flat = Vec::new();
                         for t in ts {
-                            let n = merge_dims(&self.shape(t).0).map_err(Error::user)?;
-                            flat.push(self.op(Op::Reshape { shape: Shape(vec![n]) }, vec![t])?);
+                            let n = builder::merge_dims(&self.b.shape(t).0).map_err(Error::user)?;
+                            flat.push(self.b.reshape(t, Shape(vec![n]))?);
                         }
-                        Val::T(self.op(Op::Concat { axis: 0 }, flat)?)
+                        Val::T(self.b.op(Op::Concat { axis: 0 }, flat)?)
                     }
                     s => {
                         let first = *ts.first().ok_or_else(|| Error::user("concat of an empty list".to_string()))?;
                         let ax = s.as_int().ok_or_else(|| Error::user(format!("`axis` must be an int or None, got {s}")))?;
-                        let axis = self.axis(ax, self.rank(first))?;
-                        Val::T(self.op(Op::Concat { axis }, ts)?)
+                        let axis = builder::axis(ax, self.b.rank(first))?;
+                        Val::T(self.b.op(Op::Concat { axis }, ts)?)
                     }
                 }
             }
@@ -300,11 +296,11 @@ impl Emitter<'_> {
                 // x[..., i*len : (i+1)*len, ...].
                 let x = self.t(ins, "input")?;
                 let n = self.int(ins, "split_size")?;
-                let rank = self.rank(x);
-                let axis = self.axis(self.int(ins, "axis")?, rank)?;
-                let len = self.shape(x).0[axis]
+                let rank = self.b.rank(x);
+                let axis = builder::axis(self.int(ins, "axis")?, rank)?;
+                let len = self.b.shape(x).0[axis]
                     .known()
-                    .ok_or_else(|| Error::user(format!("cannot split the symbolic dimension of {}", self.shape(x))))?;
+                    .ok_or_else(|| Error::user(format!("cannot split the symbolic dimension of {}", self.b.shape(x))))?;
                 if n <= 0 || n as u64 > len {
                     return Err(Error::user(format!("split_size must be from 1 to the size of axis {axis} ({len}), got {n}")));
                 }
@@ -313,16 +309,16 @@ impl Emitter<'_> {
                 for i in 0..n {
                     let mut ranges = vec![SliceRange::FULL; rank];
                     ranges[axis] = SliceRange { start: Some(i * chunk), stop: Some((i + 1) * chunk), step: 1 };
-                    parts.push(Val::T(self.op(Op::Slice { ranges }, vec![x])?));
+                    parts.push(Val::T(self.b.op(Op::Slice { ranges }, vec![x])?));
                 }
                 Val::Seq(parts, true)
             }
             F::Pad => {
                 let x = self.t(ins, "input")?;
-                let rank = self.rank(x);
+                let rank = self.b.rank(x);
                 let pw = self.s(ins, "pad_width")?;
                 let pads = numpy_pad_width(&pw, rank)?;
-                Val::T(self.op(Op::Pad { pads, value: 0.0 }, vec![x])?)
+                Val::T(self.b.op(Op::Pad { pads, value: 0.0 }, vec![x])?)
             }
             F::Indexer => {
                 let index = self.s(ins, "index")?;
@@ -337,22 +333,22 @@ impl Emitter<'_> {
                 let x = self.t(ins, "input")?;
                 let d = self.s(ins, "dtype")?;
                 let to = parse_dtype(&d).ok_or_else(|| Error::user(format!("unknown dtype {d}")))?;
-                Val::T(self.op(Op::Cast { to }, vec![x])?)
+                Val::T(self.b.cast(x, to)?)
             }
             F::Shape => {
                 let x = self.t(ins, "input")?;
-                Val::S(Static::tuple(self.shape(x).0.iter().map(dim_static).collect()))
+                Val::S(Static::tuple(self.b.shape(x).0.iter().map(dim_static).collect()))
             }
             F::Size => {
                 let x = self.t(ins, "input")?;
-                let shape = self.shape(x);
+                let shape = self.b.shape(x);
                 match self.s(ins, "dim")? {
-                    Static::None => Val::S(dim_static(&merge_dims(&shape.0).map_err(Error::user)?)),
+                    Static::None => Val::S(dim_static(&builder::merge_dims(&shape.0).map_err(Error::user)?)),
                     s => {
                         let ints = s.as_ints().ok_or_else(|| Error::user(format!("`dim` must be None, an int or a tuple, got {s}")))?;
                         let mut out = Vec::new();
                         for a in &ints {
-                            out.push(dim_static(&shape.0[self.axis(*a, shape.rank())?]));
+                            out.push(dim_static(&shape.0[builder::axis(*a, shape.rank())?]));
                         }
                         if matches!(s, Static::Int(_)) { Val::S(out.remove(0)) } else { Val::S(Static::tuple(out)) }
                     }
@@ -360,12 +356,12 @@ impl Emitter<'_> {
             }
             F::Length => {
                 let x = self.t(ins, "input")?;
-                let shape = self.shape(x);
+                let shape = self.b.shape(x);
                 Val::S(dim_static(shape.0.first().ok_or_else(|| Error::user("len() of a scalar".to_string()))?))
             }
             F::Dtype => {
                 let x = self.t(ins, "input")?;
-                Val::S(Static::Str(self.graph.ty(x).dtype.name().to_string()))
+                Val::S(Static::Str(self.b.dtype(x).name().to_string()))
             }
             F::ToTuple | F::ToList | F::Union => {
                 let items: Vec<Val> = ins.iter().map(|(_, v)| v.clone()).collect();
@@ -416,7 +412,7 @@ impl Emitter<'_> {
                 if let Some(d) = dtype {
                     t = Tensor::new(d, t.shape, t.data);
                 }
-                Val::T(self.constant(t))
+                Val::T(self.b.constant(t))
             }
             F::Arange => self.arange(ins)?,
             F::Eye => {
@@ -432,23 +428,22 @@ impl Emitter<'_> {
                 let numel = n.checked_mul(m).filter(|&v| v <= crate::interp::MAX_ELEMENTS).ok_or_else(|| Error::user(format!("eye({n}, {m}) is too large")))?;
                 let data = (0..numel).map(|i| if i / m == i % m { 1.0 } else { 0.0 }).collect();
                 let dtype = self.dtype_arg(ins)?.unwrap_or(Dtype::F32);
-                Val::T(self.constant(Tensor::new(dtype, vec![n, m], data)))
+                Val::T(self.b.constant(Tensor::new(dtype, vec![n, m], data)))
             }
             F::Ones => {
                 let shape = static_shape(&self.s(ins, "shape")?)?;
                 let dtype = self.dtype_arg(ins)?.unwrap_or(Dtype::F32);
-                let one = self.scalar(dtype, 1.0);
-                Val::T(self.op(Op::BroadcastTo { shape }, vec![one])?)
+                Val::T(self.b.full(dtype, shape, 1.0)?)
             }
             F::SquaredError => {
                 let d = self.bin(ins, "input", "target", B::Sub)?;
                 let d = self.tensor(&d, None)?;
-                Val::T(self.tbin(d, d, B::Mul)?)
+                Val::T(self.b.binary(B::Mul, d, d)?)
             }
             F::AbsoluteError => {
                 let d = self.bin(ins, "input", "target", B::Sub)?;
                 let d = self.tensor(&d, None)?;
-                Val::T(self.op(Op::Unary(U::Abs), vec![d])?)
+                Val::T(self.b.unary(U::Abs, d)?)
             }
             F::HingeLoss | F::QuadHingeLoss => {
                 // max(0, 1 - target * input), squared for the quadratic hinge.
@@ -457,7 +452,7 @@ impl Emitter<'_> {
                 let h = self.binary(&Val::S(Static::Float(0.0)), &m, B::Max)?;
                 if node.formula == F::QuadHingeLoss {
                     let h = self.tensor(&h, None)?;
-                    Val::T(self.tbin(h, h, B::Mul)?)
+                    Val::T(self.b.binary(B::Mul, h, h)?)
                 } else {
                     h
                 }
@@ -482,67 +477,67 @@ impl Emitter<'_> {
                 // |x| < t ? |x| * (1 / sqrt(t)) : sqrt(|x|)
                 let x = self.t(ins, "input")?;
                 let t = self.threshold(ins, x)?;
-                let a = self.op(Op::Unary(U::Abs), vec![x])?;
-                let small = self.tbin(a, t, B::Lt)?;
-                let st = self.op(Op::Unary(U::Sqrt), vec![t])?;
-                let rst = self.reciprocal(st)?;
-                let lin = self.tbin(a, rst, B::Mul)?;
+                let a = self.b.unary(U::Abs, x)?;
+                let small = self.b.binary(B::Lt, a, t)?;
+                let st = self.b.unary(U::Sqrt, t)?;
+                let rst = self.b.reciprocal(st)?;
+                let lin = self.b.binary(B::Mul, a, rst)?;
                 let safe = self.untaken(small, a)?;
-                let sq = self.op(Op::Unary(U::Sqrt), vec![safe])?;
-                Val::T(self.op(Op::Where, vec![small, lin, sq])?)
+                let sq = self.b.unary(U::Sqrt, safe)?;
+                Val::T(self.b.select(small, lin, sq)?)
             }
             F::RobustPower => {
                 // cond = exponent < 1 - log(t)/log|base| and |base| < t;
                 // cond ? |base| / t : |base| ** exponent
                 let base = self.t(ins, "base")?;
                 let e = self.arg(ins, "exponent")?.clone();
-                let e = self.tensor(&e, Some(self.graph.ty(base).dtype))?;
+                let e = self.tensor(&e, Some(self.b.dtype(base)))?;
                 let t = self.threshold(ins, base)?;
-                let d = self.graph.ty(base).dtype;
-                let a = self.op(Op::Unary(U::Abs), vec![base])?;
-                let (lt, la) = (self.op(Op::Unary(U::Log), vec![t])?, self.op(Op::Unary(U::Log), vec![a])?);
-                let ratio = self.tbin(lt, la, B::Div)?;
-                let one = self.scalar(d, 1.0);
-                let bound = self.tbin(one, ratio, B::Sub)?;
-                let c1 = self.tbin(e, bound, B::Lt)?;
-                let c2 = self.tbin(a, t, B::Lt)?;
-                let cond = self.tbin(c1, c2, B::And)?;
-                let rt = self.reciprocal(t)?;
-                let lin = self.tbin(rt, a, B::Mul)?;
+                let d = self.b.dtype(base);
+                let a = self.b.unary(U::Abs, base)?;
+                let (lt, la) = (self.b.unary(U::Log, t)?, self.b.unary(U::Log, a)?);
+                let ratio = self.b.binary(B::Div, lt, la)?;
+                let one = self.b.scalar(d, 1.0);
+                let bound = self.b.binary(B::Sub, one, ratio)?;
+                let c1 = self.b.binary(B::Lt, e, bound)?;
+                let c2 = self.b.binary(B::Lt, a, t)?;
+                let cond = self.b.binary(B::And, c1, c2)?;
+                let rt = self.b.reciprocal(t)?;
+                let lin = self.b.binary(B::Mul, rt, a)?;
                 // Outside `cond` a zero base has exponent >= 1 (log 0 = -inf makes the
                 // bound 1), so its power is 0; written as 0, the exponent's gradient
                 // there is Mithril's 0 rather than 0 * log 0.
-                let zero = self.scalar(d, 0.0);
-                let at_zero = self.tbin(a, zero, B::Eq)?;
-                let guard = self.tbin(cond, at_zero, B::Or)?;
+                let zero = self.b.scalar(d, 0.0);
+                let at_zero = self.b.binary(B::Eq, a, zero)?;
+                let guard = self.b.binary(B::Or, cond, at_zero)?;
                 let safe = self.untaken(guard, a)?;
-                let pw = self.tbin(safe, e, B::Pow)?;
-                let rest = self.op(Op::Where, vec![at_zero, zero, pw])?;
-                Val::T(self.op(Op::Where, vec![cond, lin, rest])?)
+                let pw = self.b.binary(B::Pow, safe, e)?;
+                let rest = self.b.select(at_zero, zero, pw)?;
+                Val::T(self.b.select(cond, lin, rest)?)
             }
             F::StableReciprocal => {
                 // |x| < t ? (sign(x) + (1 - sign(|x|))) * 2 * (1/t) + (-x / t²) : 1/x
                 let x = self.t(ins, "input")?;
                 let t = self.threshold(ins, x)?;
-                let d = self.graph.ty(x).dtype;
-                let a = self.op(Op::Unary(U::Abs), vec![x])?;
-                let small = self.tbin(a, t, B::Lt)?;
-                let sx = self.op(Op::Unary(U::Sign), vec![x])?;
-                let sa = self.op(Op::Unary(U::Sign), vec![a])?;
-                let one = self.scalar(d, 1.0);
-                let two = self.scalar(d, 2.0);
-                let not_a = self.tbin(one, sa, B::Sub)?;
-                let s = self.tbin(sx, not_a, B::Add)?;
-                let s2 = self.tbin(s, two, B::Mul)?;
-                let rt = self.reciprocal(t)?;
-                let lin0 = self.tbin(s2, rt, B::Mul)?;
-                let t2 = self.tbin(t, t, B::Mul)?;
-                let nx = self.op(Op::Unary(U::Neg), vec![x])?;
-                let xt = self.tbin(nx, t2, B::Div)?;
-                let lin = self.tbin(lin0, xt, B::Add)?;
+                let d = self.b.dtype(x);
+                let a = self.b.unary(U::Abs, x)?;
+                let small = self.b.binary(B::Lt, a, t)?;
+                let sx = self.b.unary(U::Sign, x)?;
+                let sa = self.b.unary(U::Sign, a)?;
+                let one = self.b.scalar(d, 1.0);
+                let two = self.b.scalar(d, 2.0);
+                let not_a = self.b.binary(B::Sub, one, sa)?;
+                let s = self.b.binary(B::Add, sx, not_a)?;
+                let s2 = self.b.binary(B::Mul, s, two)?;
+                let rt = self.b.reciprocal(t)?;
+                let lin0 = self.b.binary(B::Mul, s2, rt)?;
+                let t2 = self.b.binary(B::Mul, t, t)?;
+                let nx = self.b.unary(U::Neg, x)?;
+                let xt = self.b.binary(B::Div, nx, t2)?;
+                let lin = self.b.binary(B::Add, lin0, xt)?;
                 let safe = self.untaken(small, x)?;
-                let rec = self.reciprocal(safe)?;
-                Val::T(self.op(Op::Where, vec![small, lin, rec])?)
+                let rec = self.b.reciprocal(safe)?;
+                Val::T(self.b.select(small, lin, rec)?)
             }
             F::KlDivergence => {
                 // target * (robust_log(target) - robust_log(input))
@@ -551,14 +546,14 @@ impl Emitter<'_> {
                 let t = self.arg(ins, "threshold")?.clone();
                 let lx = self.robust_log(x, &t)?;
                 let lt = self.robust_log(target, &t)?;
-                let diff = self.tbin(lt, lx, B::Sub)?;
-                Val::T(self.tbin(target, diff, B::Mul)?)
+                let diff = self.b.binary(B::Sub, lt, lx)?;
+                Val::T(self.b.binary(B::Mul, target, diff)?)
             }
             F::PolynomialFeatures => self.polynomial_features(ins)?,
             F::NanToNum => {
                 // NaN -> nan, +inf -> posinf (default: the largest finite value), -inf -> neginf.
                 let x = self.t(ins, "input")?;
-                let d = self.graph.ty(x).dtype;
+                let d = self.b.dtype(x);
                 let max = match d {
                     Dtype::F64 => f64::MAX,
                     Dtype::F16 => half::f16::MAX.to_f64(),
@@ -575,14 +570,14 @@ impl Emitter<'_> {
                     (value(self.s(ins, "nan")?, 0.0)?, value(self.s(ins, "posinf")?, max)?, value(self.s(ins, "neginf")?, -max)?);
                 let mut y = x;
                 for (probe, with) in [(f64::INFINITY, pinf), (f64::NEG_INFINITY, ninf)] {
-                    let p = self.scalar(d, probe);
-                    let hit = self.tbin(y, p, B::Eq)?;
-                    let w = self.scalar(d, with);
-                    y = self.op(Op::Where, vec![hit, w, y])?;
+                    let p = self.b.scalar(d, probe);
+                    let hit = self.b.binary(B::Eq, y, p)?;
+                    let w = self.b.scalar(d, with);
+                    y = self.b.select(hit, w, y)?;
                 }
-                let isnan = self.op(Op::Unary(U::IsNan), vec![x])?;
-                let w = self.scalar(d, nan);
-                Val::T(self.op(Op::Where, vec![isnan, w, y])?)
+                let isnan = self.b.unary(U::IsNan, x)?;
+                let w = self.b.scalar(d, nan);
+                Val::T(self.b.select(isnan, w, y)?)
             }
         })
     }
@@ -590,65 +585,31 @@ impl Emitter<'_> {
     /// Mithril's `scaled_dot_product_attention`: `softmax(q kᵀ · scale + bias) v`, with
     /// scale 1/√d by default and a causal bias of -inf above the diagonal.
     pub(super) fn attention(&mut self, ins: &[(String, Val)]) -> Result<Val> {
-        use BinaryOp as B;
         let (q, k, v) = (self.t(ins, "query")?, self.t(ins, "key")?, self.t(ins, "value")?);
         let dropout = self.s(ins, "dropout_p")?;
         if dropout.as_f64() != Some(0.0) {
             return Err(Error::user(format!("dropout_p must be 0 for inference, got {dropout}")));
         }
-        let (qs, ks) = (self.shape(q), self.shape(k));
-        if qs.rank() < 2 || ks.rank() < 2 {
-            return Err(Error::user(format!("attention needs query and key of rank 2 or more, got {qs} and {ks}")));
-        }
-        let dtype = self.graph.ty(q).dtype;
         let scale = match self.s(ins, "scale")? {
-            Static::None => {
-                let d = qs.0[qs.rank() - 1].known().ok_or_else(|| Error::user(format!("attention needs a known head size, got {qs}")))?;
-                1.0 / (d as f64).sqrt()
-            }
-            s => s.as_f64().ok_or_else(|| Error::user(format!("`scale` must be a number, got {s}")))?,
+            Static::None => None,
+            s => Some(s.as_f64().ok_or_else(|| Error::user(format!("`scale` must be a number, got {s}")))?),
         };
-        let rank = ks.rank();
-        let mut perm: Vec<usize> = (0..rank).collect();
-        perm.swap(rank - 2, rank - 1);
-        let kt = self.op(Op::Transpose { perm }, vec![k])?;
-        let scores = self.op(Op::MatMul, vec![q, kt])?;
-        let sc = self.scalar(dtype, scale);
-        let mut w = self.tbin(scores, sc, B::Mul)?;
-        let (l, s) = (qs.0[qs.rank() - 2].clone(), ks.0[rank - 2].clone());
         let causal = self.flag(ins, "is_causal")?;
         let mask = self.arg(ins, "attn_mask")?.clone();
+        if causal && !matches!(mask, Val::S(Static::None)) {
+            return Err(Error::user("attention with is_causal=True takes no attn_mask".to_string()));
+        }
+        // The builder's parts rather than `Builder::attention`: a compile-time mask
+        // becomes a constant only here, after the scores.
+        let mut w = self.b.attention_scores(q, k, scale)?;
         if causal {
-            if !matches!(mask, Val::S(Static::None)) {
-                return Err(Error::user("attention with is_causal=True takes no attn_mask".to_string()));
-            }
-            // bias[i, j] = 0 where j <= i (np.tril), else -inf.
-            let ls = Shape(vec![l.clone(), s.clone()]);
-            let rows = self.op(Op::Iota { shape: ls.clone(), axis: 0, dtype: Dtype::I32 }, vec![])?;
-            let cols = self.op(Op::Iota { shape: ls, axis: 1, dtype: Dtype::I32 }, vec![])?;
-            let keep = self.tbin(cols, rows, B::Le)?;
-            let zero = self.scalar(dtype, 0.0);
-            let ninf = self.scalar(dtype, f64::NEG_INFINITY);
-            let bias = self.op(Op::Where, vec![keep, zero, ninf])?;
-            w = self.tbin(w, bias, B::Add)?;
+            w = self.b.causal_mask(w)?;
         }
-        match mask {
-            Val::S(Static::None) => {}
-            m => {
-                let m = self.tensor(&m, Some(dtype))?;
-                if self.graph.ty(m).dtype == Dtype::Bool {
-                    let zero = self.scalar(dtype, 0.0);
-                    let ninf = self.scalar(dtype, f64::NEG_INFINITY);
-                    let bias = self.op(Op::Where, vec![m, zero, ninf])?;
-                    w = self.tbin(w, bias, B::Add)?;
-                } else {
-                    w = self.tbin(w, m, B::Add)?;
-                }
-            }
+        if !matches!(mask, Val::S(Static::None)) {
+            let m = self.tensor(&mask, Some(self.b.dtype(q)))?;
+            w = self.b.attention_mask(w, m)?;
         }
-        let axis = self.rank(w) - 1;
-        let p = self.op(Op::Softmax { axis }, vec![w])?;
-        Ok(Val::T(self.op(Op::MatMul, vec![p, v])?))
+        Ok(Val::T(self.b.attend(w, v)?))
     }
 
     /// The `threshold` input as a scalar tensor of `like`'s dtype (Mithril's constants
@@ -659,11 +620,11 @@ impl Emitter<'_> {
     }
 
     pub(super) fn threshold_of(&mut self, t: &Val, like: ValueId) -> Result<ValueId> {
-        let d = self.graph.ty(like).dtype;
+        let d = self.b.dtype(like);
         match t {
             Val::S(Static::Named(n)) => {
                 let v = super::value::named_constant(n, d).ok_or_else(|| Error::user(format!("unknown constant Constant.{n}")))?;
-                Ok(self.scalar(d, v))
+                Ok(self.b.scalar(d, v))
             }
             other => self.tensor(other, Some(d)),
         }
@@ -673,14 +634,8 @@ impl Emitter<'_> {
     /// untaken branch then sees a harmless input, so its derivative is finite and the
     /// zero cotangent the `where` sends it stays zero (not 0 · inf = NaN).
     pub(super) fn untaken(&mut self, cond: ValueId, x: ValueId) -> Result<ValueId> {
-        let one = self.scalar(self.graph.ty(x).dtype, 1.0);
-        self.op(Op::Where, vec![cond, one, x])
-    }
-
-    /// `1 / x` (NumPy's `reciprocal`).
-    pub(super) fn reciprocal(&mut self, x: ValueId) -> Result<ValueId> {
-        let one = self.scalar(self.graph.ty(x).dtype, 1.0);
-        self.tbin(one, x, BinaryOp::Div)
+        let one = self.b.scalar(self.b.dtype(x), 1.0);
+        self.b.select(cond, one, x)
     }
 
     /// Mithril's `robust_log`: `|x| < t ? log(t) + |x|/t - 1 : log(|x|)`. `|x|` is
@@ -689,19 +644,19 @@ impl Emitter<'_> {
     pub(super) fn robust_log(&mut self, x: ValueId, t: &Val) -> Result<ValueId> {
         use BinaryOp as B;
         let t = self.threshold_of(t, x)?;
-        let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
-        let neg = self.tbin(x, zero, B::Lt)?;
-        let nx = self.op(Op::Unary(UnaryOp::Neg), vec![x])?;
-        let a = self.op(Op::Where, vec![neg, nx, x])?;
-        let small = self.tbin(a, t, B::Lt)?;
-        let lt = self.op(Op::Unary(UnaryOp::Log), vec![t])?;
-        let at = self.tbin(a, t, B::Div)?;
-        let one = self.scalar(self.graph.ty(a).dtype, 1.0);
-        let s = self.tbin(lt, at, B::Add)?;
-        let lin = self.tbin(s, one, B::Sub)?;
+        let zero = self.b.scalar(self.b.dtype(x), 0.0);
+        let neg = self.b.binary(B::Lt, x, zero)?;
+        let nx = self.b.unary(UnaryOp::Neg, x)?;
+        let a = self.b.select(neg, nx, x)?;
+        let small = self.b.binary(B::Lt, a, t)?;
+        let lt = self.b.unary(UnaryOp::Log, t)?;
+        let at = self.b.binary(B::Div, a, t)?;
+        let one = self.b.scalar(self.b.dtype(a), 1.0);
+        let s = self.b.binary(B::Add, lt, at)?;
+        let lin = self.b.binary(B::Sub, s, one)?;
         let safe = self.untaken(small, a)?;
-        let la = self.op(Op::Unary(UnaryOp::Log), vec![safe])?;
-        self.op(Op::Where, vec![small, lin, la])
+        let la = self.b.unary(UnaryOp::Log, safe)?;
+        self.b.select(small, lin, la)
     }
 
     /// The log a loss takes of a probability: `robust_log` with the `threshold` input
@@ -711,32 +666,8 @@ impl Emitter<'_> {
             let t = self.arg(ins, "threshold")?.clone();
             self.robust_log(x, &t)
         } else {
-            self.op(Op::Unary(UnaryOp::Log), vec![x])
+            self.b.unary(UnaryOp::Log, x)
         }
-    }
-
-    /// `take_along_axis(x, target[:, None], axis=1)[:, 0]`, as a masked sum over the
-    /// class axis (the IR has no take-along-axis; the mask's gradient is the one-hot).
-    fn pick_class(&mut self, x: ValueId, target: ValueId) -> Result<ValueId> {
-        let xs = self.shape(x);
-        let mut t_shape = self.shape(target).0;
-        t_shape.insert(1.min(t_shape.len()), Dim::Known(1));
-        let t2 = self.op(Op::Reshape { shape: Shape(t_shape) }, vec![target])?;
-        let cls = self.op(Op::Iota { shape: xs, axis: 1, dtype: self.graph.ty(target).dtype }, vec![])?;
-        let hit = self.tbin(cls, t2, BinaryOp::Eq)?;
-        let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
-        let picked = self.op(Op::Where, vec![hit, x, zero])?;
-        self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![picked])
-    }
-
-    /// Logits over the class axis 1, shifted by their maximum, and the log of the sum
-    /// of their exponentials (kept as a size-1 axis).
-    fn log_normalizer(&mut self, x: ValueId) -> Result<(ValueId, ValueId)> {
-        let mx = self.op(Op::Reduce { kind: ReduceKind::Max, axes: vec![1], keepdim: true }, vec![x])?;
-        let norm = self.tbin(x, mx, BinaryOp::Sub)?;
-        let e = self.op(Op::Unary(UnaryOp::Exp), vec![norm])?;
-        let se = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: true }, vec![e])?;
-        Ok((norm, self.op(Op::Unary(UnaryOp::Log), vec![se])?))
     }
 
     /// Mithril's `calculate_cross_entropy_class_weights` for `weights="auto"`: the
@@ -745,31 +676,27 @@ impl Emitter<'_> {
     /// Mithril caches them.
     fn auto_class_weights(&mut self, x: ValueId, target: ValueId, categorical: bool) -> Result<ValueId> {
         use BinaryOp as B;
-        let xs = self.shape(x);
-        let dtype = self.graph.ty(x).dtype;
+        let xs = self.b.shape(x);
+        let dtype = self.b.dtype(x);
         let classes = xs.0[1].known().ok_or_else(|| Error::user(format!("cross entropy with weights='auto' needs a known class count, got {xs}")))?;
         let labels = if categorical {
-            if self.rank(target) != 1 {
-                return Err(Error::user(format!("cross entropy with weights='auto' needs class targets of shape [N], got {}", self.shape(target))));
+            if self.b.rank(target) != 1 {
+                return Err(Error::user(format!("cross entropy with weights='auto' needs class targets of shape [N], got {}", self.b.shape(target))));
             }
-            let one_hot_shape = Shape(vec![xs.0[0].clone(), xs.0[1].clone()]);
-            let n = self.shape(target).0[0].clone();
-            let t2 = self.op(Op::Reshape { shape: Shape(vec![n, Dim::Known(1)]) }, vec![target])?;
-            let cls = self.op(Op::Iota { shape: one_hot_shape, axis: 1, dtype: self.graph.ty(target).dtype }, vec![])?;
-            let hit = self.tbin(cls, t2, B::Eq)?;
-            self.op(Op::Cast { to: dtype }, vec![hit])?
+            let hit = self.b.one_hot(target, Shape(vec![xs.0[0].clone(), xs.0[1].clone()]), 1)?;
+            self.b.cast(hit, dtype)?
         } else {
             target
         };
-        let rank = self.rank(labels);
+        let rank = self.b.rank(labels);
         let others: Vec<usize> = (0..rank).filter(|&i| i != 1).collect();
-        let counts = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: others, keepdim: false }, vec![labels])?;
-        let total = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: (0..rank).collect(), keepdim: false }, vec![labels])?;
-        let inv = self.reciprocal(counts)?;
-        let scaled = self.tbin(inv, total, B::Mul)?;
-        let c = self.scalar(dtype, classes as f64);
-        let w = self.tbin(scaled, c, B::Div)?;
-        self.op(Op::StopGradient, vec![w])
+        let counts = self.b.reduce(ReduceKind::Sum, labels, others, false)?;
+        let total = self.b.reduce(ReduceKind::Sum, labels, (0..rank).collect(), false)?;
+        let inv = self.b.reciprocal(counts)?;
+        let scaled = self.b.binary(B::Mul, inv, total)?;
+        let c = self.b.scalar(dtype, classes as f64);
+        let w = self.b.binary(B::Div, scaled, c)?;
+        self.b.op(Op::StopGradient, vec![w])
     }
 
     /// Mithril's `cross_entropy_with_logits`, `cross_entropy` (probabilities) and
@@ -781,11 +708,11 @@ impl Emitter<'_> {
         use BinaryOp as B;
         use Formula as F;
         let x = self.t(ins, "input")?;
-        let xs = self.shape(x);
+        let xs = self.b.shape(x);
         if xs.rank() < 2 {
             return Err(Error::user(format!("cross entropy needs input of shape [N, C, ...], got {xs}")));
         }
-        let dtype = self.graph.ty(x).dtype;
+        let dtype = self.b.dtype(x);
         let target = self.t(ins, "target")?;
         let categorical = self.flag(ins, "categorical")?;
         let weights = match self.s(ins, "weights")? {
@@ -795,53 +722,49 @@ impl Emitter<'_> {
             Static::Str(s) if s == "auto" => Some(self.auto_class_weights(x, target, categorical)?),
             w => {
                 let w = w.to_tensor(dtype, dtype).ok_or_else(|| Error::user(format!("cross entropy weights must be a list of numbers or 'auto', got {w}")))?;
-                Some(self.constant(Tensor::new(dtype, vec![w.numel() as u64], w.data)))
+                Some(self.b.constant(Tensor::new(dtype, vec![w.numel() as u64], w.data)))
             }
         };
         if categorical {
-            let td = self.graph.ty(target).dtype;
+            let td = self.b.dtype(target);
             if !td.is_int() {
                 return Err(Error::user(format!("categorical cross entropy needs integer targets, got {td}")));
             }
             let loss = if formula == F::CrossEntropyWithLogits {
                 // log(sum(exp(x - max))) - (x - max)[target]
-                let (norm, lse) = self.log_normalizer(x)?;
-                let label = self.pick_class(norm, target)?;
-                let lse = self.op(Op::Reshape { shape: self.shape(label) }, vec![lse])?;
-                self.tbin(lse, label, B::Sub)?
+                let (norm, lse) = self.b.log_softmax_parts(x, 1)?;
+                let label = self.b.pick(norm, target, 1)?;
+                let lse = self.b.reshape(lse, self.b.shape(label))?;
+                self.b.binary(B::Sub, lse, label)?
             } else {
                 // -log(x[target]) (the log of the picked probability only), -x[target]
-                let p = self.pick_class(x, target)?;
+                let p = self.b.pick(x, target, 1)?;
                 let lp = if formula == F::CrossEntropy { self.loss_log(ins, p)? } else { p };
-                self.op(Op::Unary(UnaryOp::Neg), vec![lp])?
+                self.b.unary(UnaryOp::Neg, lp)?
             };
             return Ok(Val::T(match weights {
                 Some(w) => {
-                    let wt = self.op(Op::Gather { axis: 0 }, vec![w, target])?;
-                    self.tbin(loss, wt, B::Mul)?
+                    let wt = self.b.op(Op::Gather { axis: 0 }, vec![w, target])?;
+                    self.b.binary(B::Mul, loss, wt)?
                 }
                 None => loss,
             }));
         }
         let log_p = match formula {
-            F::CrossEntropyWithLogits => {
-                // log_softmax(x) = (x - max) - log(sum(exp(x - max)))
-                let (norm, lse) = self.log_normalizer(x)?;
-                self.tbin(norm, lse, B::Sub)?
-            }
+            F::CrossEntropyWithLogits => self.b.log_softmax(x, 1)?,
             F::CrossEntropy => self.loss_log(ins, x)?,
             _ => x,
         };
-        let mut prod = self.tbin(target, log_p, B::Mul)?;
+        let mut prod = self.b.binary(B::Mul, target, log_p)?;
         if let Some(w) = weights {
             // weights along the class axis: [1, C, 1, ...]
             let mut ws = vec![Dim::Known(1); xs.rank()];
             ws[1] = xs.0[1].clone();
-            let w = self.op(Op::Reshape { shape: Shape(ws) }, vec![w])?;
-            prod = self.tbin(prod, w, B::Mul)?;
+            let w = self.b.reshape(w, Shape(ws))?;
+            prod = self.b.binary(B::Mul, prod, w)?;
         }
-        let s = self.op(Op::Reduce { kind: ReduceKind::Sum, axes: vec![1], keepdim: false }, vec![prod])?;
-        Ok(Val::T(self.op(Op::Unary(UnaryOp::Neg), vec![s])?))
+        let s = self.b.reduce(ReduceKind::Sum, prod, vec![1], false)?;
+        Ok(Val::T(self.b.unary(UnaryOp::Neg, s)?))
     }
 
     /// Mithril's `binary_cross_entropy` (probabilities):
@@ -855,10 +778,10 @@ impl Emitter<'_> {
     pub(super) fn binary_cross_entropy(&mut self, formula: Formula, ins: &[(String, Val)]) -> Result<Val> {
         use BinaryOp as B;
         let x = self.t(ins, "input")?;
-        let dtype = self.graph.ty(x).dtype;
+        let dtype = self.b.dtype(x);
         let mut target = self.t(ins, "target")?;
-        if !self.graph.ty(target).dtype.is_float() {
-            target = self.op(Op::Cast { to: dtype }, vec![target])?;
+        if !self.b.dtype(target).is_float() {
+            target = self.b.cast(target, dtype)?;
         }
         let probs = formula == Formula::BinaryCrossEntropy;
         let pos_weight = match self.s(ins, "pos_weight")? {
@@ -868,41 +791,41 @@ impl Emitter<'_> {
             Static::Bool(false) => Some(if probs { 0.0 } else { 1.0 }),
             s => Some(s.as_f64().ok_or_else(|| Error::user(format!("pos_weight must be a number or 'auto', got {s}")))?),
         };
-        let one = self.scalar(dtype, 1.0);
+        let one = self.b.scalar(dtype, 1.0);
         let pw = match pos_weight {
-            Some(w) => self.scalar(dtype, w),
+            Some(w) => self.b.scalar(dtype, w),
             None => {
-                let labels = if probs { target } else { self.op(Op::Unary(UnaryOp::Sigmoid), vec![target])? };
-                let axes = (0..self.rank(labels)).collect();
-                let m = self.op(Op::Reduce { kind: ReduceKind::Mean, axes, keepdim: false }, vec![labels])?;
-                let om = self.tbin(one, m, B::Sub)?;
-                let w = self.tbin(om, m, B::Div)?;
-                self.op(Op::StopGradient, vec![w])?
+                let labels = if probs { target } else { self.b.unary(UnaryOp::Sigmoid, target)? };
+                let axes = (0..self.b.rank(labels)).collect();
+                let m = self.b.reduce(ReduceKind::Mean, labels, axes, false)?;
+                let om = self.b.binary(B::Sub, one, m)?;
+                let w = self.b.binary(B::Div, om, m)?;
+                self.b.op(Op::StopGradient, vec![w])?
             }
         };
-        let one_minus_t = self.tbin(one, target, B::Sub)?;
+        let one_minus_t = self.b.binary(B::Sub, one, target)?;
         if probs {
-            let npw = self.op(Op::Unary(UnaryOp::Neg), vec![pw])?;
-            let wt = self.tbin(npw, target, B::Mul)?;
+            let npw = self.b.unary(UnaryOp::Neg, pw)?;
+            let wt = self.b.binary(B::Mul, npw, target)?;
             let lx = self.loss_log(ins, x)?;
-            let pos = self.tbin(wt, lx, B::Mul)?;
-            let one_minus_x = self.tbin(one, x, B::Sub)?;
+            let pos = self.b.binary(B::Mul, wt, lx)?;
+            let one_minus_x = self.b.binary(B::Sub, one, x)?;
             let l1x = self.loss_log(ins, one_minus_x)?;
-            let neg = self.tbin(one_minus_t, l1x, B::Mul)?;
-            return Ok(Val::T(self.tbin(pos, neg, B::Sub)?));
+            let neg = self.b.binary(B::Mul, one_minus_t, l1x)?;
+            return Ok(Val::T(self.b.binary(B::Sub, pos, neg)?));
         }
-        let a = self.tbin(one_minus_t, x, B::Mul)?;
-        let nx = self.op(Op::Unary(UnaryOp::Neg), vec![x])?;
-        let sp = self.op(Op::Unary(UnaryOp::Softplus), vec![nx])?;
+        let a = self.b.binary(B::Mul, one_minus_t, x)?;
+        let nx = self.b.unary(UnaryOp::Neg, x)?;
+        let sp = self.b.unary(UnaryOp::Softplus, nx)?;
         let sp = if pos_weight == Some(1.0) {
             sp
         } else {
-            let pw1 = self.tbin(pw, one, B::Sub)?;
-            let lw = self.tbin(pw1, target, B::Mul)?;
-            let lw = self.tbin(lw, one, B::Add)?;
-            self.tbin(lw, sp, B::Mul)?
+            let pw1 = self.b.binary(B::Sub, pw, one)?;
+            let lw = self.b.binary(B::Mul, pw1, target)?;
+            let lw = self.b.binary(B::Add, lw, one)?;
+            self.b.binary(B::Mul, lw, sp)?
         };
-        Ok(Val::T(self.tbin(a, sp, B::Add)?))
+        Ok(Val::T(self.b.binary(B::Add, a, sp)?))
     }
 
     /// The optional `dtype` input (None when not given).
@@ -926,7 +849,7 @@ impl Emitter<'_> {
         };
         if let (Static::Dim(sym), Some(0), Some(1)) = (&stop, start.as_int(), step.as_int()) {
             let shape = Shape(vec![Dim::Sym(sym.clone())]);
-            return Ok(Val::T(self.op(Op::Iota { shape, axis: 0, dtype }, vec![])?));
+            return Ok(Val::T(self.b.op(Op::Iota { shape, axis: 0, dtype }, vec![])?));
         }
         let (a, b, s) = match (start.as_f64(), stop.as_f64(), step.as_f64()) {
             (Some(a), Some(b), Some(s)) if s != 0.0 => (a, b, s),
@@ -938,6 +861,6 @@ impl Emitter<'_> {
         }
         let n = n as u64;
         let data = (0..n).map(|i| a + s * i as f64).collect();
-        Ok(Val::T(self.constant(Tensor::new(dtype, vec![n], data))))
+        Ok(Val::T(self.b.constant(Tensor::new(dtype, vec![n], data))))
     }
 }

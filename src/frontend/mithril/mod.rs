@@ -3,7 +3,8 @@
 //!
 //! Three steps, one file each: `json` parses the file into model nodes, `net`
 //! instantiates them into primitives over union-found value slots (expanding named
-//! models with `library`), and `emit` evaluates compile-time values and emits the IR.
+//! models with `library`), and `emit` evaluates compile-time values and emits the IR
+//! (`formulas`: each primitive's ops) through the shared [`crate::frontend::builder`].
 
 mod attrs;
 mod emit;
