@@ -67,6 +67,8 @@ pub struct Capabilities {
     pub emulates: bool,
     /// `--mesh` can partition its program over several devices (XLA's).
     pub shards: bool,
+    /// The `--weights` modes it writes (every target takes `file`, its own weights file).
+    pub weights_modes: &'static [WeightsMode],
     /// `--cpu` builds its library for one CPU (C's).
     pub picks_cpu: bool,
     /// `--triple` cross-builds it (C's).
@@ -76,7 +78,15 @@ pub struct Capabilities {
 impl Capabilities {
     /// f32 only, on one device, for the host.
     pub const NONE: Capabilities =
-        Capabilities { precisions: &[Precision::F32], quantizations: &[Quantize::F32], emulates: false, shards: false, picks_cpu: false, cross_builds: false };
+        Capabilities {
+        precisions: &[Precision::F32],
+        quantizations: &[Quantize::F32],
+        weights_modes: &[WeightsMode::File],
+        emulates: false,
+        shards: false,
+        picks_cpu: false,
+        cross_builds: false,
+    };
 }
 
 /// How a target's files are built and run: its compilers and its runner. Everything
@@ -235,6 +245,11 @@ pub fn check_quantize(target: &dyn Backend, quantize: Quantize) -> Result<()> {
     check_offered("--quantize", quantize, target.capabilities().quantizations, Quantize::name, &format!("the {} target stores its weights as", target.name()))
 }
 
+/// Refuses a `--weights` mode the target does not write (a usage error naming those it does).
+pub fn check_weights_mode(target: &dyn Backend, mode: WeightsMode) -> Result<()> {
+    check_offered("--weights", mode, target.capabilities().weights_modes, WeightsMode::name, &format!("the {} target writes its weights as", target.name()))
+}
+
 /// A usage error for `flag value` unless `value` is `offered`: `"{flag} {value}: {says}
 /// {offered...}"`.
 fn check_offered<T: PartialEq + Copy>(flag: &str, value: T, offered: &[T], name: fn(T) -> &'static str, says: &str) -> Result<()> {
@@ -259,6 +274,18 @@ pub enum WeightsMode {
     EmbedC,
     /// The demo reads the parameters from a safetensors file at run time
     Safetensors,
+}
+
+impl WeightsMode {
+    /// The name `--weights` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightsMode::File => "file",
+            WeightsMode::Embed => "embed",
+            WeightsMode::EmbedC => "embed-c",
+            WeightsMode::Safetensors => "safetensors",
+        }
+    }
 }
 
 /// How the weights blob stores the parameters (`--weight-layout`).

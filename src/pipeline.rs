@@ -100,6 +100,7 @@ pub fn check(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Resul
     let can = target.capabilities();
     backend::check_precision(target, opts.precision)?;
     backend::check_quantize(target, opts.quantize)?;
+    backend::check_weights_mode(target, opts.weights_mode)?;
     if opts.quantize != Quantize::F32 && graphs.backward.is_some() {
         return Err(Error::usage(format!(
             "--quantize {} with --grad: gradients are taken of the f32 weights, which a training step updates in place",

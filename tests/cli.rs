@@ -1246,6 +1246,22 @@ fn strict_arguments_and_attributes() {
     assert_eq!(compile("gnu", "c").2, not_a_word.replace("arm-none;rm", "gnu"));
     let ggml = "error: --triple is for the C target; the ggml target builds for the host\n";
     assert_eq!(compile("aarch64-linux-gnu", "ggml"), (2, String::new(), ggml.to_string()));
+    // Each option is asked of the target's capabilities, never its name, and refused
+    // as a usage error before anything is written.
+    let with = |target: &str, extra: &[&str]| {
+        let args = [&["compile", "linear.json", "--target", target, "--params", "linear.npz", "-o", "out"][..], extra].concat();
+        mithrilc(&args, dir.path())
+    };
+    for (target, extra, refusal) in [
+        ("xla", &["--weights", "embed"][..], "--weights embed: the xla target writes its weights as file"),
+        ("ggml", &["--weights", "safetensors"], "--weights safetensors: the ggml target writes its weights as file"),
+        ("cuda", &["--weights", "embed-c"], "--weights embed-c: the cuda target writes its weights as file, safetensors"),
+        ("metal", &["--cpu", "native"], "--cpu is for the C target; the metal target's code does not depend on the host CPU's vector extensions"),
+        ("ggml", &["--precision", "bf16"], "--precision bf16: the ggml target computes in f32"),
+    ] {
+        assert_eq!(with(target, extra), (2, String::new(), format!("error: {refusal}\n")), "{target} {extra:?}");
+        assert!(!dir.path().join("out").exists());
+    }
     // run runs here: a triple this machine cannot run is refused, saying what to do.
     let (code, stdout, stderr) = mithrilc(&["run", "linear.json", "--data", "linear.npz", "--target", "c", "--triple", "riscv64-linux-gnu"], dir.path());
     let host = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);

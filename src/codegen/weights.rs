@@ -177,13 +177,12 @@ pub fn widen(bytes: &[u8], stored: Stored, n: usize) -> Option<Vec<f64>> {
 /// `weights.bin` for a GPU target (`target`, for messages), whose weights live in
 /// memory the caller fills: written with `--weights file` when parameter values were
 /// given; none with `--weights safetensors`, whose demo reads the parameters from a
-/// safetensors file at run time; `--weights embed` (the C target's) refused.
+/// safetensors file at run time. (`--weights embed` is the C target's alone: its
+/// capabilities say so, and the pipeline refuses it before any target emits.)
 pub fn device_weights(target: &str, p: &Program, opts: &crate::codegen::c::Options) -> Result<Option<(String, Vec<u8>)>> {
     use crate::backend::WeightsMode;
     match (opts.mode, &opts.weights) {
-        (WeightsMode::Embed | WeightsMode::EmbedC, _) => Err(Error::user(format!(
-            "--weights embed and embed-c are the C target's: the {target} target's weights live in memory the caller fills (--weights file or safetensors)"
-        ))),
+        (WeightsMode::Embed | WeightsMode::EmbedC, _) => Err(Error::internal(format!("the {target} target cannot embed its weights: its capabilities refuse --weights embed"))),
         (WeightsMode::Safetensors, _) | (WeightsMode::File, None) => Ok(None),
         (WeightsMode::File, Some(values)) => Ok(Some(("weights.bin".to_string(), weights_blob(p, values)?))),
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::build::{CacheUse, Shared};
-use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain, WeightLayout, lower_programs, program_emitted, program_target_lacks};
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain, WeightLayout, lower_programs, program_emitted, program_target_lacks, WeightsMode};
 use crate::pipeline::Graphs;
 use crate::data;
 use crate::error::{Error, Result};
@@ -51,7 +51,7 @@ impl Backend for CTarget {
     /// Weights stored narrow in `weights.bin` and widened to f32 as the kernels read
     /// them (`layout.rs`); a library for one CPU (`--cpu`) or another machine (`--triple`).
     fn capabilities(&self) -> Capabilities {
-        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], picks_cpu: true, cross_builds: true, ..Capabilities::NONE }
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], picks_cpu: true, cross_builds: true, weights_modes: &[WeightsMode::File, WeightsMode::Embed, WeightsMode::EmbedC, WeightsMode::Safetensors], ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, emit_device, program_target_lacks};
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, emit_device, program_target_lacks, WeightsMode};
 use crate::pipeline::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
@@ -39,7 +39,7 @@ impl Backend for MetalTarget {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { precisions: &[Precision::F32, Precision::Bf16, Precision::F16], emulates: true, ..Capabilities::NONE }
+        Capabilities { precisions: &[Precision::F32, Precision::Bf16, Precision::F16], emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {
