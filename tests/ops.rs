@@ -43,7 +43,11 @@
 //!   table lists it with the reason. `// known: autodiff: REASON` says the gradients
 //!   are wrong (the finite differences disagree; every target computes the same wrong
 //!   gradient, so they still run): the test prints it, and fails once the gradients
-//!   are right, so that the line is removed with the fix.
+//!   are right, so that the line is removed with the fix. A known bug on a target is
+//!   not run (it would fail the merged build); `MITHRILC_OPS_KNOWN=1` runs those files
+//!   too, to check a fix.
+//!
+//! `MITHRILC_OPS_TARGETS=c,xla` runs the targets named only (while writing a file).
 //!
 //! The graph is named after the file (`graph sigmoid {` in `sigmoid.ir`). Every op of
 //! `Op::catalogue()` must appear in some file ([`every_catalogue_op_has_a_file`]).
@@ -426,8 +430,9 @@ fn tolerance(header: &Header, target: &str, dtype: Dtype) -> f64 {
 }
 
 /// `got` against `want` within `tol * (1 + |want|)` per element (NaN matches NaN, an
-/// infinity the same infinity). `Ok` holds the largest difference; `Err` says where the
-/// largest one is, what it is and how many elements are out.
+/// infinity the same infinity). `Ok` holds the largest error in the tolerance's units,
+/// `|got - want| / (1 + |want|)`; `Err` says where the largest difference is, what it
+/// is and how many elements are out.
 fn compare(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
     if got.shape != want.shape {
         return Err(format!("shape {:?}, the interpreter's {:?}", got.shape, want.shape));
@@ -444,7 +449,7 @@ fn compare(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
         if bad && at.is_none_or(|(_, d)| diff > d) {
             at = Some((i, diff));
         }
-        worst = worst.max(diff);
+        worst = worst.max(diff / (1.0 + w.abs()));
     }
     match at {
         None => Ok(worst),
@@ -634,7 +639,8 @@ fn targets() -> Vec<Target> {
 enum Cell {
     /// Not asked (no backward pass).
     None,
-    Ran,
+    /// Ran and matched, with the largest error in the tolerance's units.
+    Ran(f64),
     Refused(String),
     Known(String),
     Failed(String),
@@ -644,7 +650,7 @@ impl Cell {
     fn mark(&self) -> &'static str {
         match self {
             Cell::None => "-",
-            Cell::Ran => "ok",
+            Cell::Ran(_) => "ok",
             Cell::Refused(_) => "skip",
             Cell::Known(_) => "known",
             Cell::Failed(_) => "FAIL",
@@ -741,7 +747,8 @@ fn run_merged(target: &Target, files: &[&OpFile], phase: Phase) -> Vec<(String, 
 /// Why `target` does not run `phase` of `f`, if it does not: a known bug (the file's
 /// `// known:`) or the target's refusal (its first line).
 fn not_run(target: &Target, f: &OpFile, phase: Phase) -> Option<Cell> {
-    if let Some(k) = f.header.known.iter().find(|k| k.target == target.name && (!k.backward_only || phase == Phase::Backward)) {
+    let run_known = std::env::var("MITHRILC_OPS_KNOWN").is_ok_and(|v| v == "1");
+    if let Some(k) = f.header.known.iter().find(|k| !run_known && k.target == target.name && (!k.backward_only || phase == Phase::Backward)) {
         return Some(Cell::Known(k.reason.clone()));
     }
     let graph = match phase {
@@ -770,7 +777,7 @@ fn run_target_files(target: &Target, files: &[OpFile]) -> (BTreeMap<String, [Cel
         }
         for (stem, result) in run_merged(target, &group, phase) {
             cells.get_mut(&stem).unwrap()[slot] = match result {
-                Ok(_) => Cell::Ran,
+                Ok(worst) => Cell::Ran(worst),
                 Err(e) => Cell::Failed(e),
             };
         }
@@ -841,16 +848,42 @@ fn every_op_matches_the_interpreter_on_every_target() {
             None => ready.push(t),
         }
     }
+    run_and_report(files, &all, &ready);
+}
+
+/// Every file on each of `ready` (two targets at a time on two cores); prints the
+/// table of `all` and fails with every failure.
+fn run_and_report(files: &[OpFile], all: &[Target], ready: &[&Target]) {
     let results: Mutex<BTreeMap<&str, (BTreeMap<String, [Cell; 2]>, String)>> = Mutex::default();
-    common::each_case(&ready, |t| {
+    common::each_case(ready, |t| {
         let r = run_target_files(t, files);
         results.lock().unwrap().insert(t.name, r);
         Ok(())
     });
     let results = results.into_inner().unwrap();
-    let (table, failures) = report(files, &all, &results);
+    let (table, failures) = report(files, all, &results);
     println!("{table}");
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// On an NVIDIA GPU: every file built for the cuda target as `compile` builds it (nvcc,
+/// no emulation) and run there against the interpreter, forward and backward. CI has
+/// no GPU, so this runs only when asked: `cargo test --release --test ops --
+/// --ignored` (nvcc found as `run --target cuda` finds it: MITHRILC_NVCC, PATH, ...).
+#[test]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --test ops -- --ignored on a machine with one"]
+fn every_op_matches_the_interpreter_on_the_gpu() {
+    let smi = std::process::Command::new("nvidia-smi").arg("-L").output();
+    match smi {
+        Ok(out) if out.status.success() && !out.stdout.is_empty() => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        Ok(out) => panic!("nvidia-smi -L finds no GPU: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        Err(e) => panic!("no NVIDIA driver here (nvidia-smi: {e})"),
+    }
+    let nvcc = mithrilc::build::nvcc().unwrap_or_else(|e| panic!("{e}"));
+    println!("nvcc: {}", nvcc.display());
+    let (files, _) = load_all();
+    let gpu = Target { name: "cuda", backend: &mithrilc::codegen::cuda::backend::CudaTarget, build: BuildConfig::default(), missing: None };
+    run_and_report(files, std::slice::from_ref(&gpu), &[&gpu]);
 }
 
 /// The table (file by target, `forward/backward`), the counts and reasons per target;
@@ -890,14 +923,20 @@ fn report(files: &[OpFile], all: &[Target], results: &BTreeMap<&str, (BTreeMap<S
             continue;
         };
         let count = |slot: usize, f: fn(&Cell) -> bool| cells.values().filter(|c| f(&c[slot])).count();
+        let worst = cells
+            .iter()
+            .flat_map(|(stem, c)| c.iter().filter_map(move |c| if let Cell::Ran(w) = c { Some((*w, stem.as_str())) } else { None }))
+            .fold((0.0, ""), |a, b| if b.0 > a.0 { b } else { a });
         out.push_str(&format!(
-            "{}: forward {} ran, {} skipped; backward {} ran, {} skipped; {} failed; {time}\n",
+            "{}: forward {} ran, {} skipped; backward {} ran, {} skipped; {} failed; largest error {:.1e} x (1 + |interpreter|) ({}); {time}\n",
             t.name,
-            count(0, |c| matches!(c, Cell::Ran | Cell::Failed(_))),
+            count(0, |c| matches!(c, Cell::Ran(_) | Cell::Failed(_))),
             count(0, |c| matches!(c, Cell::Refused(_) | Cell::Known(_))),
-            count(1, |c| matches!(c, Cell::Ran | Cell::Failed(_))),
+            count(1, |c| matches!(c, Cell::Ran(_) | Cell::Failed(_))),
             count(1, |c| matches!(c, Cell::Refused(_) | Cell::Known(_))),
             cells.values().flatten().filter(|c| matches!(c, Cell::Failed(_))).count(),
+            worst.0,
+            worst.1,
         ));
         for (stem, [a, b]) in cells {
             for (phase, c) in [(Phase::Forward, a), (Phase::Backward, b)] {
@@ -920,7 +959,8 @@ fn comparison_catches_wrong_values() {
     let mut got = want.clone();
     assert_eq!(compare(&got, &want, 1e-5), Ok(0.0));
     got.data[4] = 100.0 * (1.0 + 5e-6);
-    assert!(compare(&got, &want, 1e-5).is_ok(), "within the tolerance");
+    let scaled = compare(&got, &want, 1e-5).expect("within the tolerance");
+    assert!((scaled - 5e-4 / 101.0).abs() < 1e-9, "{scaled}");
     got.data[4] = 100.01;
     let e = compare(&got, &want, 1e-5).unwrap_err();
     assert!(e.starts_with("largest difference 1.000e-2 at [1, 1] (got 100.01, interpreter 100), tolerance 1e-5"), "{e}");
@@ -994,6 +1034,9 @@ fn headers_are_read_and_mistakes_refused() {
     assert_eq!(params_without_grad.err().unwrap(), "it has parameters but no `// grad:` line (declare data as `input`)");
     let typo = load_text("t", "// inputs: z=bool\ngraph t {\n  %0 = input \"x\" : bool[2]\n  %1 = not %0 : bool[2]\n  output \"y\" = %1\n}\n");
     assert_eq!(typo.err().unwrap(), "inputs: no input or parameter `z`");
+    // The line of the file, comments and blank lines counted.
+    let bad = load_text("t", "// A comment.\n\ngraph t {\n  %0 = input \"x\" : f32[2]\n  %1 = nosuch %0 : f32[2]\n}\n");
+    assert_eq!(bad.err().unwrap(), "IR line 5: unknown op `nosuch`");
     let outside = load_text("t", "// inputs: x=uniform(-2,-1)\ngraph t {\n  %0 = input \"x\" : f32[2]\n  %1 = log %0 : f32[2]\n  output \"y\" = %1\n}\n");
     assert_eq!(outside.err().unwrap(), "the interpreter's `t/y` is not finite everywhere: choose inputs in the op's domain (`// inputs:`)");
 }
