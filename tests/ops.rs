@@ -17,7 +17,13 @@
 //! gradients merged likewise (backward). Every input, parameter and output of a file is
 //! named `STEM/NAME` (`sigmoid/x`; gradients `grad/sigmoid/x`), so each output is
 //! attributed to its file. When a merged artifact fails to build or run, the files are
-//! split in halves until the failing ones are found.
+//! split in halves until the failing ones are found (and when each half runs alone,
+//! every file of the group fails, naming the others).
+//!
+//! The harness cannot pass by accident: `comparison_catches_wrong_values`,
+//! `finite_differences_catch_a_wrong_vjp` (a gradient scaled by 1.01, or replaced by
+//! another, fails) and `the_harness_finds_and_names_each_failure` (a target with a
+//! wrong op, a build failing only when merged, and an op it refuses) check it.
 //!
 //! # A file's header
 //! `//` lines before the `graph` line; `KEY: VALUE` lines with the keys below are the
@@ -444,6 +450,8 @@ fn compare(got: &Tensor, want: &Tensor, tol: f64) -> Result<f64, String> {
     for (i, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
         let same = g == w || (g.is_nan() && w.is_nan());
         let diff = if same { 0.0 } else if g.is_finite() && w.is_finite() { (g - w).abs() } else { f64::INFINITY };
+        // (not `diff > bound`: a NaN bound, where the interpreter has NaN, must fail)
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
         let bad = !same && !(diff <= tol * (1.0 + w.abs()));
         out += bad as usize;
         if bad && at.is_none_or(|(_, d)| diff > d) {
@@ -634,6 +642,9 @@ fn targets() -> Vec<Target> {
     ]
 }
 
+/// A target's cells by file (forward, backward), and how long each pass took.
+type TargetResult = (BTreeMap<String, [Cell; 2]>, String);
+
 /// What happened to one file's pass on one target.
 #[derive(Debug, Clone, PartialEq)]
 enum Cell {
@@ -691,16 +702,26 @@ fn owner(output: &str) -> &str {
 /// with the interpreter's: each file's outcome. A merged artifact that fails to build
 /// or run is split in halves until the files that fail are found.
 fn run_merged(target: &Target, files: &[&OpFile], phase: Phase) -> Vec<(String, Result<f64, String>)> {
+    run_group(target, files, phase).0
+}
+
+/// [`run_merged`], and whether some build or run within failed (not only a comparison).
+fn run_group(target: &Target, files: &[&OpFile], phase: Phase) -> (Vec<(String, Result<f64, String>)>, bool) {
     if files.is_empty() {
-        return Vec::new();
+        return (Vec::new(), false);
     }
     let parsed: Vec<&Graph> = files.iter().map(|f| &f.parsed).collect();
     let wrt = match phase {
         Phase::Forward => Wrt::None,
-        Phase::Backward => Wrt::Params(files.iter().flat_map(|f| match &f.wrt {
-            Wrt::Params(p) => p.clone(),
-            _ => Vec::new(),
-        }).collect()),
+        Phase::Backward => Wrt::Params(
+            files
+                .iter()
+                .flat_map(|f| match &f.wrt {
+                    Wrt::Params(p) => p.clone(),
+                    _ => Vec::new(),
+                })
+                .collect(),
+        ),
     };
     let feeds: BTreeMap<String, Tensor> = files.iter().flat_map(|f| f.feeds.iter().map(|(k, v)| (k.clone(), v.clone()))).collect();
     let ran = passes(merge(&parsed), &wrt).and_then(|graphs| {
@@ -713,22 +734,39 @@ fn run_merged(target: &Target, files: &[&OpFile], phase: Phase) -> Vec<(String, 
     });
     let outs = match ran {
         Ok(outs) => outs,
-        Err(e) if files.len() == 1 => return vec![(files[0].stem.clone(), Err(e))],
-        Err(_) => {
+        Err(e) if files.len() == 1 => return (vec![(files[0].stem.clone(), Err(e))], true),
+        Err(e) => {
             let (a, b) = files.split_at(files.len() / 2);
-            let mut out = run_merged(target, a, phase);
-            out.extend(run_merged(target, b, phase));
-            return out;
+            let (mut out, failed_a) = run_group(target, a, phase);
+            let (more, failed_b) = run_group(target, b, phase);
+            out.extend(more);
+            // Each half builds and runs alone but not merged: the failure is the merging's
+            // (a pass across parts, a limit of the target on the whole), and it must not
+            // pass unseen. Every file of the group is marked with it.
+            if !failed_a && !failed_b {
+                let stems: Vec<&str> = files.iter().map(|f| f.stem.as_str()).collect();
+                let why = format!("merged with {} it fails, though each half runs alone: {e}", stems.join(", "));
+                out = out
+                    .into_iter()
+                    .map(|(stem, r)| {
+                        let r = match r {
+                            Ok(_) => Err(why.clone()),
+                            Err(own) => Err(format!("{why}\n    {own}")),
+                        };
+                        (stem, r)
+                    })
+                    .collect();
+            }
+            return (out, true);
         }
     };
     let by_name: BTreeMap<&str, &Tensor> = outs.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    files
+    let results = files
         .iter()
         .map(|f| {
             let mut worst = 0.0f64;
             let mut bad = Vec::new();
             for (name, want) in f.reference(phase) {
-                debug_assert_eq!(owner(name), f.stem);
                 let Some(got) = by_name.get(name.as_str()) else {
                     bad.push(format!("{name}: missing from the target's outputs"));
                     continue;
@@ -741,7 +779,8 @@ fn run_merged(target: &Target, files: &[&OpFile], phase: Phase) -> Vec<(String, 
             }
             (f.stem.clone(), if bad.is_empty() { Ok(worst) } else { Err(bad.join("\n    ")) })
         })
-        .collect()
+        .collect();
+    (results, false)
 }
 
 /// Why `target` does not run `phase` of `f`, if it does not: a known bug (the file's
@@ -762,14 +801,14 @@ fn not_run(target: &Target, f: &OpFile, phase: Phase) -> Option<Cell> {
 }
 
 /// Every file on `target`: the cells of the table, by file, forward and backward.
-fn run_target_files(target: &Target, files: &[OpFile]) -> (BTreeMap<String, [Cell; 2]>, String) {
+fn run_target_files(target: &Target, files: &[&OpFile]) -> TargetResult {
     let mut cells: BTreeMap<String, [Cell; 2]> = files.iter().map(|f| (f.stem.clone(), [Cell::None, Cell::None])).collect();
     let mut times = Vec::new();
     for phase in [Phase::Forward, Phase::Backward] {
         let started = Instant::now();
         let slot = phase as usize;
         let mut group = Vec::new();
-        for f in files.iter().filter(|f| phase == Phase::Forward || f.backward.is_some()) {
+        for &f in files.iter().filter(|f| phase == Phase::Forward || f.backward.is_some()) {
             match not_run(target, f, phase) {
                 Some(cell) => cells.get_mut(&f.stem).unwrap()[slot] = cell,
                 None => group.push(f),
@@ -854,9 +893,10 @@ fn every_op_matches_the_interpreter_on_every_target() {
 /// Every file on each of `ready` (two targets at a time on two cores); prints the
 /// table of `all` and fails with every failure.
 fn run_and_report(files: &[OpFile], all: &[Target], ready: &[&Target]) {
-    let results: Mutex<BTreeMap<&str, (BTreeMap<String, [Cell; 2]>, String)>> = Mutex::default();
+    let results: Mutex<BTreeMap<&str, TargetResult>> = Mutex::default();
+    let files_ref: Vec<&OpFile> = files.iter().collect();
     common::each_case(ready, |t| {
-        let r = run_target_files(t, files);
+        let r = run_target_files(t, &files_ref);
         results.lock().unwrap().insert(t.name, r);
         Ok(())
     });
@@ -888,7 +928,7 @@ fn every_op_matches_the_interpreter_on_the_gpu() {
 
 /// The table (file by target, `forward/backward`), the counts and reasons per target;
 /// and the failures, each naming the file, target and pass.
-fn report(files: &[OpFile], all: &[Target], results: &BTreeMap<&str, (BTreeMap<String, [Cell; 2]>, String)>) -> (String, Vec<String>) {
+fn report(files: &[OpFile], all: &[Target], results: &BTreeMap<&str, TargetResult>) -> (String, Vec<String>) {
     let mut out = String::new();
     let width = files.iter().map(|f| f.stem.len()).max().unwrap_or(4).max(4);
     out.push_str(&format!("{:width$}", "file"));
@@ -1055,5 +1095,80 @@ fn merged_files_compute_what_each_file_does() {
     for ((n, t), (m, u)) in outs.iter().zip(want) {
         assert_eq!((n, owner(n)), (m, owner(m)));
         assert_eq!(compare(t, u, 0.0), Ok(0.0), "{n}");
+    }
+}
+
+/// A target for testing the harness itself: the interpreter, with a bug in sigmoid's
+/// results (1e-3 added to each), a failure whenever `add` and `mul` are built together,
+/// and no `neg`.
+struct Faulty;
+
+thread_local! {
+    /// What `Faulty` last emitted (on the thread that runs it).
+    static EMITTED: std::cell::RefCell<Option<Graph>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Backend for Faulty {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+    fn about(&self) -> &'static str {
+        "the interpreter with bugs, for the harness's own test"
+    }
+    fn toolchain(&self) -> &'static str {
+        "none"
+    }
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        (graph.node(v).op == Op::Unary(mithrilc::ir::UnaryOp::Neg)).then(|| "no neg here".into())
+    }
+    fn emit(&self, graphs: &cli::Graphs, _: &mithrilc::backend::EmitOptions) -> mithrilc::Result<mithrilc::backend::Emitted> {
+        let g = graphs.main().clone();
+        let entry = mithrilc::backend::Entry { name: g.name.clone(), inputs: Vec::new(), outputs: g.outputs.iter().map(|o| o.name.clone()).collect() };
+        EMITTED.with(|e| *e.borrow_mut() = Some(g));
+        Ok(mithrilc::backend::Emitted { files: Vec::new(), entry, report: String::new(), sizes: Default::default() })
+    }
+    fn build(&self, _: &Path, _: &BuildConfig) -> mithrilc::Result<Option<mithrilc::build::CacheUse>> {
+        Ok(None)
+    }
+    fn run(&self, _: &Path, _: &BuildConfig, _: &mithrilc::backend::Entry, feeds: &BTreeMap<String, Tensor>) -> mithrilc::Result<Vec<(String, Tensor)>> {
+        let g = EMITTED.with(|e| e.borrow_mut().take()).expect("emitted before it runs");
+        let parts: BTreeSet<&str> = g.outputs.iter().map(|o| owner(&o.name)).collect();
+        if parts.contains("add") && parts.contains("mul") {
+            return Err(mithrilc::Error::user("add and mul cannot be built together".to_string()));
+        }
+        let mut outs = mithrilc::interp::run(&g, feeds)?;
+        for (name, t) in &mut outs {
+            if owner(name) == "sigmoid" {
+                t.data.iter_mut().for_each(|x| *x += 1e-3);
+            }
+        }
+        Ok(outs)
+    }
+}
+
+/// The harness fails, naming the file, for a wrong result on a target, for a build that
+/// fails only with some files merged (every file of the smallest group that fails is
+/// named), and skips what the target refuses, saying why; what is right passes.
+#[test]
+fn the_harness_finds_and_names_each_failure() {
+    let (files, _) = load_all();
+    let pick = |names: &[&str]| -> Vec<&OpFile> { names.iter().map(|n| files.iter().find(|f| f.stem == *n).unwrap()).collect() };
+    let faulty = Target { name: "faulty", backend: &Faulty, build: BuildConfig::default(), missing: None };
+
+    let (cells, _) = run_target_files(&faulty, &pick(&["exp", "sigmoid"]));
+    assert!(matches!(cells["exp"], [Cell::Ran(_), Cell::Ran(_)]), "{:?}", cells["exp"]);
+    for phase in 0..2 {
+        let Cell::Failed(e) = &cells["sigmoid"][phase] else { panic!("{:?}", cells["sigmoid"]) };
+        assert!(e.starts_with("sigmoid/y (f32): largest difference 1.000e-3 at [0, 0] (got "), "{e}");
+    }
+
+    let (cells, _) = run_target_files(&faulty, &pick(&["add", "exp", "mul", "neg", "sigmoid"]));
+    assert_eq!(cells["neg"], [Cell::Refused("neg f32[3, 1, 37] (%1): no neg here".into()), Cell::Refused("neg f32[3, 1, 37] (%1): no neg here".into())]);
+    for stem in ["add", "exp", "mul", "sigmoid"] {
+        for c in &cells[stem] {
+            let Cell::Failed(e) = c else { panic!("{stem}: {c:?}") };
+            assert!(e.starts_with("merged with add, exp, mul, sigmoid it fails, though each half runs alone: add and mul cannot be built together"), "{stem}: {e}");
+            assert_eq!(stem == "sigmoid", e.contains("sigmoid/y (f32): largest difference"), "{stem}: {e}");
+        }
     }
 }
