@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 
 /// Parses a whole `graph NAME { ... }`.
 pub fn parse(text: &str) -> Result<Graph> {
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("//")).enumerate();
+    // Numbered before comments and blank lines are dropped: errors name the text's line.
+    let mut lines = text.lines().map(str::trim).enumerate().filter(|(_, l)| !l.is_empty() && !l.starts_with("//"));
     let err = |n: usize, msg: String| Error::user(format!("IR line {}: {msg}", n + 1));
     let (n0, head) = lines.next().ok_or_else(|| Error::user("empty IR text".to_string()))?;
     let name = head
