@@ -64,8 +64,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use mithrilc::backend::{check_supported, Backend, BuildConfig};
-use mithrilc::cli;
+use mithrilc::backend::{check_supported, Backend, BuildConfig, Toolchain};
+use mithrilc::pipeline::Graphs;
 use mithrilc::ir::{Dtype, Graph, Op, ValueId};
 use mithrilc::passes::autodiff::{grad_name, output_grad_name, Wrt};
 use mithrilc::tensor::Tensor;
@@ -77,14 +77,14 @@ mod common;
 
 /// The graph passes over a parsed graph: the forward graph, and with `wrt` the backward
 /// graph too.
-fn passes(graph: Graph, wrt: &Wrt) -> Result<cli::Graphs, String> {
-    cli::Graphs::new(graph, wrt, |_, _| {}).map_err(|e| e.to_string())
+fn passes(graph: Graph, wrt: &Wrt) -> Result<Graphs, String> {
+    Graphs::new(graph, wrt, |_, _| {}).map_err(|e| e.to_string())
 }
 
 /// `graphs` built for `target` with `build` and run on `feeds`: the outputs of the
 /// backward graph when there is one, else of the forward graph, in order.
-fn build_and_run(target: &dyn Backend, graphs: &cli::Graphs, feeds: &BTreeMap<String, Tensor>, build: &BuildConfig) -> Result<Vec<(String, Tensor)>, String> {
-    cli::run_target(target, graphs, feeds, Path::new("ops.ir"), build, Default::default()).map_err(|e| e.to_string())
+fn build_and_run(target: &dyn Backend, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, build: &BuildConfig) -> Result<Vec<(String, Tensor)>, String> {
+    mithrilc::exec::run_once(target, graphs, feeds, Path::new("ops.ir"), build, Default::default()).map_err(|e| e.to_string())
 }
 
 // ---------------------------------------------------------------------------------
@@ -310,7 +310,7 @@ struct OpFile {
     /// As parsed, with inputs, parameters and outputs named `STEM/NAME`.
     parsed: Graph,
     wrt: Wrt,
-    graphs: cli::Graphs,
+    graphs: Graphs,
     feeds: BTreeMap<String, Tensor>,
     /// The interpreter's outputs of the forward graph, and of the backward graph.
     forward: Vec<(String, Tensor)>,
@@ -1115,17 +1115,23 @@ impl Backend for Faulty {
     fn about(&self) -> &'static str {
         "the interpreter with bugs, for the harness's own test"
     }
-    fn toolchain(&self) -> &'static str {
-        "none"
-    }
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         (graph.node(v).op == Op::Unary(mithrilc::ir::UnaryOp::Neg)).then(|| "no neg here".into())
     }
-    fn emit(&self, graphs: &cli::Graphs, _: &mithrilc::backend::EmitOptions) -> mithrilc::Result<mithrilc::backend::Emitted> {
+    fn emit(&self, graphs: &Graphs, _: &mithrilc::backend::EmitOptions) -> mithrilc::Result<mithrilc::backend::Emitted> {
         let g = graphs.main().clone();
         let entry = mithrilc::backend::Entry { name: g.name.clone(), inputs: Vec::new(), outputs: g.outputs.iter().map(|o| o.name.clone()).collect() };
         EMITTED.with(|e| *e.borrow_mut() = Some(g));
         Ok(mithrilc::backend::Emitted { files: Vec::new(), entry, report: String::new(), sizes: Default::default() })
+    }
+    fn toolchain(&self) -> &dyn Toolchain {
+        self
+    }
+}
+
+impl Toolchain for Faulty {
+    fn needs(&self) -> &'static str {
+        "none"
     }
     fn build(&self, _: &Path, _: &BuildConfig) -> mithrilc::Result<Option<mithrilc::build::CacheUse>> {
         Ok(None)
