@@ -16,7 +16,7 @@ use std::path::Path;
 
 use crate::build::CacheUse;
 use crate::cache::Cache;
-use crate::pipeline::Graphs;
+use crate::passes::Graphs;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, ValueId};
 use crate::lower::Program;

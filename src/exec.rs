@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use crate::backend::{Backend, BuildConfig, EmitOptions, Entry};
 use crate::error::{Error, Result};
 use crate::ir::Graph;
-use crate::pipeline::{self, Graphs};
+use crate::passes::Graphs;
+use crate::pipeline;
 use crate::tensor::{RawTensor, Tensor};
 
 /// A loaded model that runs.

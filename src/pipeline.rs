@@ -11,7 +11,8 @@ use crate::backend::{self, Backend, EmitOptions, Emitted, Quantize, WeightsMode}
 use crate::error::{Error, Result};
 use crate::frontend;
 use crate::ir::{self, Graph};
-use crate::passes::{self, autodiff::Wrt};
+use crate::passes::autodiff::Wrt;
+pub use crate::passes::Graphs;
 
 /// A model to load: its file, what the frontend is told, the gradients asked for.
 #[derive(Debug, Clone, Default)]
@@ -22,37 +23,6 @@ pub struct ModelSpec {
     pub grad: Wrt,
     /// Passes after which the IR is printed to stderr (`--print-after`).
     pub print_after: Vec<String>,
-}
-
-/// What a compiled library is built from: the model's graph and, with gradients, the
-/// same graph with its backward pass appended. Both are after the pass pipeline.
-pub struct Graphs {
-    pub forward: Graph,
-    pub backward: Option<Graph>,
-}
-
-impl Graphs {
-    /// The graph that computes everything asked for: the backward graph when there is
-    /// one (it computes the outputs too).
-    pub fn main(&self) -> &Graph {
-        self.backward.as_ref().unwrap_or(&self.forward)
-    }
-
-    /// The two pipelines over one frontend graph; `after` sees the passes of the
-    /// backward graph when there is one, else of the forward graph.
-    pub fn new(graph: Graph, grad: &Wrt, mut after: impl FnMut(&str, &Graph)) -> Result<Graphs> {
-        let none = passes::Options::default();
-        if *grad == Wrt::None {
-            let mut forward = graph;
-            passes::run_pipeline(&mut forward, passes::PIPELINE, &none, &mut after)?;
-            return Ok(Graphs { forward, backward: None });
-        }
-        let mut forward = graph.clone();
-        passes::run_pipeline(&mut forward, passes::PIPELINE, &none, |_, _| {})?;
-        let mut backward = graph;
-        passes::run_pipeline(&mut backward, passes::PIPELINE, &passes::Options { grad: grad.clone() }, after)?;
-        Ok(Graphs { forward, backward: Some(backward) })
-    }
 }
 
 /// A loaded model: its graphs after the passes, and the frontend's warnings about it

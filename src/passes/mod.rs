@@ -47,6 +47,37 @@ pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], options: &Options, mut a
     Ok(())
 }
 
+/// What a compiled library is built from: the model's graph and, with gradients, the
+/// same graph with its backward pass appended. Both are after the pass pipeline.
+pub struct Graphs {
+    pub forward: Graph,
+    pub backward: Option<Graph>,
+}
+
+impl Graphs {
+    /// The graph that computes everything asked for: the backward graph when there is
+    /// one (it computes the outputs too).
+    pub fn main(&self) -> &Graph {
+        self.backward.as_ref().unwrap_or(&self.forward)
+    }
+
+    /// The two pipelines over one frontend graph; `after` sees the passes of the
+    /// backward graph when there is one, else of the forward graph.
+    pub fn new(graph: Graph, grad: &autodiff::Wrt, mut after: impl FnMut(&str, &Graph)) -> Result<Graphs> {
+        let none = Options::default();
+        if *grad == autodiff::Wrt::None {
+            let mut forward = graph;
+            run_pipeline(&mut forward, PIPELINE, &none, &mut after)?;
+            return Ok(Graphs { forward, backward: None });
+        }
+        let mut forward = graph.clone();
+        run_pipeline(&mut forward, PIPELINE, &none, |_, _| {})?;
+        let mut backward = graph;
+        run_pipeline(&mut backward, PIPELINE, &Options { grad: grad.clone() }, after)?;
+        Ok(Graphs { forward, backward: Some(backward) })
+    }
+}
+
 /// A named pass over a lowered program, given the options it was lowered with (what
 /// the target's library computes, how its weights are stored).
 pub type ProgramPass = (&'static str, fn(&mut Program, &crate::lower::Options) -> Result<()>);

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::build::{CacheUse, Shared};
 use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain, WeightLayout, lower_programs, program_emitted, program_target_lacks, WeightsMode};
-use crate::pipeline::Graphs;
+use crate::passes::Graphs;
 use crate::data;
 use crate::error::{Error, Result};
 use crate::codegen::cstyle::Dialect;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, emit_device, program_target_lacks, WeightsMode};
-use crate::pipeline::Graphs;
+use crate::passes::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
 use crate::error::{ErrorKind, Result};

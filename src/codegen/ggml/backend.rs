@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain};
-use crate::pipeline::Graphs;
+use crate::passes::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::names::identifier;
 use crate::error::Result;

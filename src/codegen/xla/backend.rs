@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Toolchain};
-use crate::pipeline::Graphs;
+use crate::passes::Graphs;
 use crate::codegen::names::identifier;
 use crate::error::{ErrorKind, Result};
 use crate::ir::{Graph, ValueId};

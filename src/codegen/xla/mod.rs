@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use crate::pipeline::Graphs;
+use crate::passes::Graphs;
 use crate::codegen::graph::{write_graph, GraphWriter};
 use crate::codegen::names::identifier;
 use crate::error::{Error, Result};
