@@ -66,6 +66,7 @@ pub fn composite(c: Composite, x: f64) -> f64 {
             x / (1.0 + (-2.0 * c * (x + 0.044715 * x * x * x)).exp())
         }
         Composite::Softplus => (-x.abs()).exp().ln_1p() + max_nan(x, 0.0),
+        Composite::Mish => x * composite(Composite::Softplus, x).tanh(),
     }
 }
 

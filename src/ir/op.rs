@@ -124,6 +124,8 @@ kinds! {
         GeluTanh = "gelu_tanh",
         /// `log(1 + exp(x))`, computed stably.
         Softplus = "softplus",
+        /// `x tanh(softplus(x))` (ONNX's Mish).
+        Mish = "mish",
     }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -146,6 +146,13 @@ pub fn expand(b: &mut Builder, c: Composite, x: ValueId) -> Result<ValueId> {
             let pos = b.binary(B::Max, x, zero)?;
             b.binary(B::Add, log1p, pos)
         }
+        // mish(x) = x tanh(softplus(x)): softplus is the target's own where it claims it,
+        // else its rule's.
+        Composite::Mish => {
+            let s = b.unary(UnaryOp::Composite(Composite::Softplus), x)?;
+            let t = b.unary(UnaryOp::Tanh, s)?;
+            b.binary(B::Mul, x, t)
+        }
     }
 }
 
@@ -223,6 +230,11 @@ mod tests {
     #[test]
     fn softplus_rule_matches_the_kernel() {
         check(Composite::Softplus, 4.0, 0.0);
+    }
+
+    #[test]
+    fn mish_rule_matches_the_kernel() {
+        check(Composite::Mish, 4.0, 0.0);
     }
 
     /// A claimed composite stays, an integer argument is cast first, and a graph without
