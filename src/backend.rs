@@ -18,7 +18,7 @@ use crate::build::CacheUse;
 use crate::cache::Cache;
 use crate::passes::Graphs;
 use crate::error::{Error, Result};
-use crate::ir::{Graph, ValueId};
+use crate::ir::{Composite, Graph, Op, UnaryOp, ValueId};
 use crate::lower::Program;
 use crate::passes;
 use crate::tensor::{RawTensor, Tensor};
@@ -39,6 +39,13 @@ pub trait Backend: Sync {
     /// graph target); `--print-after` takes their names.
     fn program_passes(&self) -> &'static [passes::ProgramPass] {
         &[]
+    }
+    /// Whether it computes composite `c` whole, with a function of its own; the
+    /// `decompose` pass rewrites the composites it does not claim into primitives
+    /// before the graphs reach it ([`crate::pipeline::emit`]). Answered from the same
+    /// function that writes them, so the two cannot drift.
+    fn claims(&self, _c: Composite) -> bool {
+        false
     }
     /// Why the target cannot compile node `v` of a graph whose shapes are known, if it
     /// cannot. [`check_supported`] asks this of every node before anything is written.
@@ -126,14 +133,14 @@ pub fn find(name: &str) -> Option<&'static dyn Backend> {
     BACKENDS.iter().copied().find(|b| b.name() == name)
 }
 
-/// Every pass `--print-after` can name: the graph passes, every target's program
-/// passes, and the shared program passes.
+/// Every pass `--print-after` can name: the graph passes (`decompose` last), every
+/// target's program passes, and the shared program passes.
 pub fn pass_names() -> Vec<&'static str> {
     let mut names = passes::names(&[]);
     for b in BACKENDS {
         for (name, _) in b.program_passes() {
             if !names.contains(name) {
-                names.insert(passes::PIPELINE.len(), name);
+                names.insert(passes::PIPELINE.len() + 1, name);
             }
         }
     }
@@ -350,7 +357,11 @@ pub fn check_supported(backend: &dyn Backend, graph: &Graph) -> Result<()> {
     let mut lines = Vec::new();
     let mut ops: Vec<&str> = Vec::new();
     for v in graph.ids() {
-        let Some(why) = backend.lacks(graph, v) else { continue };
+        let unclaimed = match graph.node(v).op {
+            Op::Unary(UnaryOp::Composite(c)) if !backend.claims(c) => Some("a composite the target does not claim, left for the decompose pass to rewrite".to_string()),
+            _ => None,
+        };
+        let Some(why) = unclaimed.or_else(|| backend.lacks(graph, v)) else { continue };
         let node = graph.node(v);
         let mut line = format!("  {} {}", node.op.name(), node.ty);
         match (&node.name, &node.origin) {

@@ -713,8 +713,7 @@ pub fn export_weights(args: &ExportArgs) -> Result<String> {
     let graphs = load_known(&args.model, known_types(&params.iter().collect::<Vec<_>>())?)?;
     let source = file_name(&args.model.model);
     let opts = EmitOptions { source: source.clone(), layout: args.layout, max: parse_max_args(&args.max)?, quantize: args.quantize, print_after: args.model.print_after.clone(), ..Default::default() };
-    pipeline::check(args.target, &graphs, &opts)?;
-    let program = args.target.weights_program(&graphs, &opts).map_err(|e| e.context(&source))?.ok_or_else(|| {
+    let program = pipeline::weights_program(args.target, &graphs, &opts)?.ok_or_else(|| {
         Error::usage(format!("the {} target writes no weights.bin (export-weights reads the c, cuda and metal targets' blobs)", args.target.name()))
     })?;
     let names: Vec<String> = program.weights.iter().map(|w| w.name.clone()).collect();

@@ -77,7 +77,8 @@ pub fn ops_markdown() -> String {
 
 /// Which element types each target compiles each IR op in: what
 /// [`crate::backend::check_supported`] asks of every node of a model
-/// ([`crate::backend::Backend::lacks`]), asked of one node of each op of
+/// ([`crate::backend::Backend::lacks`]; of a composite the target does not claim, of its
+/// decomposition), asked of one node of each op of
 /// [`Op::catalogue`] at small static shapes, once per element type of its operands.
 /// A row per op: its name, then per target of [`crate::backend::BACKENDS`] the types it
 /// compiles, out of `takes`, the types the op's shape rule accepts.
@@ -94,11 +95,18 @@ pub fn op_support() -> Vec<OpSupport> {
         let samples: Vec<(Dtype, Graph, ValueId)> = Dtype::ALL.into_iter().filter_map(|d| sample(&op, d).map(|(g, v)| (d, g, v))).collect();
         let targets = crate::backend::BACKENDS
             .iter()
-            .map(|b| (b.name(), samples.iter().filter(|(_, g, v)| b.lacks(g, *v).is_none()).map(|(d, _, _)| *d).collect()))
+            .map(|b| (b.name(), samples.iter().filter(|(_, g, v)| compiles(*b, g, *v)).map(|(d, _, _)| *d).collect()))
             .collect();
         rows.push(OpSupport { op: op.name(), takes: samples.iter().map(|(d, _, _)| *d).collect(), targets });
     }
     rows
+}
+
+/// Whether target `b` compiles node `v` of `graph` (the last), as `pipeline::emit` hands
+/// it over: a composite it does not claim decomposed, then no node from `v` on lacking.
+fn compiles(b: &dyn crate::backend::Backend, graph: &Graph, v: ValueId) -> bool {
+    let mut g = graph.clone();
+    crate::passes::decompose::run(&mut g, |c| b.claims(c)).is_ok() && g.ids().skip(v.index()).all(|u| b.lacks(&g, u).is_none())
 }
 
 /// A graph whose last node applies `op` to operands of element type `d` (a condition

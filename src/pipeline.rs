@@ -4,6 +4,7 @@
 //! ([`crate::exec`]). The CLI and any embedder call this; nothing here knows about
 //! arguments or printing results.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -11,7 +12,7 @@ use crate::backend::{self, Backend, EmitOptions, Emitted, Quantize, WeightsMode}
 use crate::error::{Error, Result};
 use crate::frontend;
 use crate::ir::{self, Graph};
-use crate::passes::autodiff::Wrt;
+use crate::passes::{self, autodiff::Wrt};
 pub use crate::passes::Graphs;
 
 /// A model to load: its file, what the frontend is told, the gradients asked for.
@@ -59,12 +60,50 @@ fn check_pass_names(print_after: &[String]) -> Result<()> {
 /// every option asked for (asking its capabilities), then emits its files. `opts.source`
 /// names the model in messages.
 pub fn emit(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
-    check(target, graphs, opts)?;
-    target.emit(graphs, opts).map_err(|e| e.context(&opts.source))
+    let graphs = for_target(target, graphs, &opts.print_after)?;
+    check_target_graphs(target, &graphs, opts)?;
+    target.emit(&graphs, opts).map_err(|e| e.context(&opts.source))
+}
+
+/// The graphs as `target` receives them: every composite it does not claim rewritten
+/// into primitives by the `decompose` pass (verified after it), or the graphs
+/// themselves when there is none. The main graph is printed after it when
+/// `print_after` names it.
+pub fn for_target<'g>(target: &dyn Backend, graphs: &'g Graphs, print_after: &[String]) -> Result<Cow<'g, Graphs>> {
+    let claims = |c| target.claims(c);
+    let needed = |g: &Graph| passes::decompose::needed(g, claims);
+    let graphs = if needed(&graphs.forward) || graphs.backward.as_ref().is_some_and(needed) {
+        let mut own = graphs.clone();
+        for g in std::iter::once(&mut own.forward).chain(own.backward.as_mut()) {
+            passes::decompose::run(g, claims)?;
+            ir::verify::verify(g)?;
+        }
+        Cow::Owned(own)
+    } else {
+        Cow::Borrowed(graphs)
+    };
+    if print_after.iter().any(|p| p == passes::DECOMPOSE) {
+        eprint!("// after {}\n{}", passes::DECOMPOSE, ir::print::print(graphs.main()));
+    }
+    Ok(graphs)
+}
+
+/// The program whose offsets and layouts the target's `weights.bin` has, as [`emit`]
+/// lowers it (after the same checks); `None` for a target that writes no
+/// `weights.bin`.
+pub fn weights_program(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
+    let graphs = for_target(target, graphs, &opts.print_after)?;
+    check_target_graphs(target, &graphs, opts)?;
+    target.weights_program(&graphs, opts).map_err(|e| e.context(&opts.source))
 }
 
 /// What [`emit`] checks before the target writes anything.
 pub fn check(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Result<()> {
+    check_target_graphs(target, &*for_target(target, graphs, &[])?, opts)
+}
+
+/// [`check`] of the graphs [`for_target`] made.
+fn check_target_graphs(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Result<()> {
     check_max_symbols(&opts.max, graphs.main())?;
     backend::check_supported(target, graphs.main()).map_err(|e| e.context(&opts.source))?;
     let can = target.capabilities();

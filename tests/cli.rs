@@ -374,7 +374,7 @@ fn help_lists_commands_and_options() {
             &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report[=<FORMAT>]"],
         ),
         // Every choice shows its values.
-        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, c-layout, fuse", "- bf16: As bfloat16"]),
+        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, decompose, c-layout, fuse", "- bf16: As bfloat16"]),
         (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:", "--quantize <TYPE>"]),
         (&["completions", "--help"], &["[possible values: bash, elvish, fish, powershell, zsh]"]),
     ];
@@ -396,7 +396,7 @@ fn choice_flags_list_their_values() {
     assert!(stderr.starts_with("error: invalid value 'asm' for '--emit <WHAT>'\n  [possible values: build, source, ir]\n"), "{stderr}");
     let (code, _, stderr) = mithrilc(&["inspect", "relu.json", "--print-after", "fusion"], dir.path());
     assert_eq!(code, 2);
-    assert!(stderr.contains("[possible values: shape, autodiff, simplify, c-layout, fuse, attention, memory]"), "{stderr}");
+    assert!(stderr.contains("[possible values: shape, autodiff, simplify, decompose, c-layout, fuse, attention, memory]"), "{stderr}");
 }
 
 /// `--message-format json`: every error is one JSON object on stderr, with its kind, exit

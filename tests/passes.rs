@@ -3,7 +3,8 @@
 //! too), an input, and the expected output after `// expect:`.
 //!
 //! - `*.ir` starts from a graph, which is parsed and verified. A graph pass runs on it,
-//!   the graph is verified again and printed; for a program pass (`c-layout`, `fuse`, `memory`)
+//!   the graph is verified again and printed (`decompose` with the composites a
+//!   `// target: NAME` line's target claims, none without one); for a program pass (`c-layout`, `fuse`, `memory`)
 //!   the graph is lowered for the target's library (the C target's unless a
 //!   `// library: cuda` line says otherwise), the target's passes and the
 //!   program passes up to and including PASS run (with symbolic
@@ -27,7 +28,7 @@ use mithrilc::ir::{parse::parse, print::print, verify::verify};
 use mithrilc::lower::Program;
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::lower::Library;
-use mithrilc::passes::{run_program_pass, Options, ProgramPass, PIPELINE, PROGRAM_PIPELINE};
+use mithrilc::passes::{run_program_pass, Options, ProgramPass, DECOMPOSE, PIPELINE, PROGRAM_PIPELINE};
 
 #[test]
 fn pass_filetests() {
@@ -66,6 +67,13 @@ fn graph_filetest(input: &str, pass_name: &str) -> Result<String> {
             Some(names) => Wrt::Params(names.split(',').map(|n| n.trim().to_string()).collect()),
         };
         pass(&mut g, &Options { grad })?;
+        verify(&g)?;
+        return Ok(print(&g));
+    }
+    if pass_name == DECOMPOSE {
+        // `// target: NAME`: the composites that target claims stay (none without it).
+        let target = input.lines().find_map(|l| l.strip_prefix("// target: ")).map(|n| mithrilc::backend::find(n.trim()).unwrap_or_else(|| panic!("no target {n}")));
+        mithrilc::passes::decompose::run(&mut g, |c| target.is_some_and(|t| t.claims(c)))?;
         verify(&g)?;
         return Ok(print(&g));
     }

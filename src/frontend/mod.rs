@@ -6,10 +6,9 @@
 //! (shapes, compile-time constants, the types data files give) is [`Options`]; what
 //! only one format understands is that format's own field in it (`mithril`).
 //!
-//! Every frontend emits its nodes through the shared [`builder::Builder`], so the same
+//! Every frontend emits its nodes through the shared [`crate::ir::builder::Builder`], so the same
 //! model read from two formats is the same graph, in the patterns the passes match.
 
-pub mod builder;
 pub mod mithril;
 
 use std::collections::BTreeMap;

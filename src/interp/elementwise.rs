@@ -6,7 +6,7 @@
 use super::index::{broadcast_strides, Offsets};
 use super::special::{erf, erfc};
 use crate::error::Result;
-use crate::ir::{BinaryOp, Dtype, UnaryOp};
+use crate::ir::{BinaryOp, Composite, Dtype, UnaryOp};
 use crate::tensor::Tensor;
 use crate::user_error;
 
@@ -34,8 +34,21 @@ fn unary_fn(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Relu => max_nan(x, 0.0),
+        UnaryOp::Erf => erf(x),
+        UnaryOp::Composite(c) => composite(c, x),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Not => bool_f64(x == 0.0),
+        UnaryOp::IsNan => bool_f64(x.is_nan()),
+    }
+}
+
+/// The meaning of each composite: what its decomposition (`passes::decompose`) and
+/// every target's own function for it are tested against.
+pub fn composite(c: Composite, x: f64) -> f64 {
+    match c {
         // Each branch exponentiates a non-positive number, so neither overflows.
-        UnaryOp::Sigmoid => {
+        Composite::Sigmoid => {
             if x >= 0.0 {
                 1.0 / (1.0 + (-x).exp())
             } else {
@@ -43,21 +56,17 @@ fn unary_fn(op: UnaryOp, x: f64) -> f64 {
                 e / (1.0 + e)
             }
         }
-        UnaryOp::Relu => max_nan(x, 0.0),
         // x * Phi(x) with Phi(x) = (1 + erf(x/sqrt2))/2 = erfc(-x/sqrt2)/2; the erfc form
         // keeps full relative precision for large negative x, where 1 + erf cancels.
-        UnaryOp::Gelu => x * erfc(-x / std::f64::consts::SQRT_2) / 2.0,
+        Composite::Gelu => x * erfc(-x / std::f64::consts::SQRT_2) / 2.0,
         // 0.5 x (1 + tanh(u)) written as the equal x / (1 + exp(-2u)), which keeps full
         // relative precision for large negative x, where 1 + tanh cancels.
-        UnaryOp::GeluTanh => {
+        Composite::GeluTanh => {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             x / (1.0 + (-2.0 * c * (x + 0.044715 * x * x * x)).exp())
         }
-        UnaryOp::Erf => erf(x),
-        UnaryOp::Softplus => (-x.abs()).exp().ln_1p() + max_nan(x, 0.0),
-        UnaryOp::Floor => x.floor(),
-        UnaryOp::Not => bool_f64(x == 0.0),
-        UnaryOp::IsNan => bool_f64(x.is_nan()),
+        Composite::Softplus => (-x.abs()).exp().ln_1p() + max_nan(x, 0.0),
+        Composite::Mish => x * composite(Composite::Softplus, x).tanh(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The two macros that let each IR op be declared once, in the tables of `op.rs`.
 //!
 //! [`kinds!`] declares enums of named kinds (`UnaryOp`, `ReduceKind`, ...): each variant
-//! with its name in the text form, from which `ALL`, `name` and `from_name` are made.
+//! with its name in the text form, from which `ALL`, `name` and `from_name` are made; a
+//! variant may nest another such enum (`UnaryOp::Composite(Composite)`).
 //!
 //! [`ops!`] declares the `Op` enum, one row per variant: its fields, its name in the text
 //! form, its category and how many arguments it takes. From the rows it makes the enum,
@@ -22,21 +23,62 @@
 
 /// Enums of named kinds: `pub enum E { Variant = "name", ... }`, each variant with its
 /// docs. Adds `E::ALL` (declaration order), `E::name` and `E::from_name`.
+///
+/// A row `Variant(Kinds)` nests another kinds enum: its kinds are this enum's too
+/// (`ALL` lists them after the named rows, `name` and `from_name` pass through), so
+/// `UnaryOp::Composite(Composite::Sigmoid)` is the op `sigmoid`.
 macro_rules! kinds {
-    ($( $(#[$meta:meta])* pub enum $E:ident { $( $(#[$vmeta:meta])* $V:ident = $name:literal ),* $(,)? } )*) => {$(
+    ($( $(#[$meta:meta])* pub enum $E:ident { $($rows:tt)* } )*) => {$(
+        kinds!(@row [$(#[$meta])*] $E [] [] $($rows)*);
+    )*};
+
+    // Each row is collected as named (`Variant = "name"`) or nested (`Variant(Kinds)`).
+    (@row $meta:tt $E:ident [$($named:tt)*] $nested:tt
+        $(#[$vmeta:meta])* $V:ident = $name:literal $(, $($rest:tt)*)?) => {
+        kinds!(@row $meta $E [$($named)* { [$(#[$vmeta])*] $V $name }] $nested $($($rest)*)?);
+    };
+    (@row $meta:tt $E:ident $named:tt [$($nested:tt)*]
+        $(#[$vmeta:meta])* $V:ident ($K:ident) $(, $($rest:tt)*)?) => {
+        kinds!(@row $meta $E $named [$($nested)* { [$(#[$vmeta])*] $V $K }] $($($rest)*)?);
+    };
+
+    // All rows read: generate.
+    (@row [$(#[$meta:meta])*] $E:ident
+        [$({ [$(#[$vmeta:meta])*] $V:ident $name:literal })*]
+        [$({ [$(#[$nmeta:meta])*] $N:ident $K:ident })*]) => {
         $(#[$meta])*
         pub enum $E {
-            $( $(#[$vmeta])* $V ),*
+            $( $(#[$vmeta])* $V, )*
+            $( $(#[$nmeta])* $N($K), )*
         }
 
         impl $E {
-            /// Every kind, in declaration order.
-            pub const ALL: [$E; [$($name),*].len()] = [$($E::$V),*];
+            /// Every kind, in declaration order (a nested enum's after the named ones).
+            pub const ALL: [$E; [$($name),*].len() $( + $K::ALL.len() )*] = {
+                let named = [$($E::$V),*];
+                let mut all = [named[0]; [$($name),*].len() $( + $K::ALL.len() )*];
+                let mut i = 0;
+                while i < named.len() {
+                    all[i] = named[i];
+                    i += 1;
+                }
+                $(
+                    let mut j = 0;
+                    while j < $K::ALL.len() {
+                        all[i] = $E::$N($K::ALL[j]);
+                        i += 1;
+                        j += 1;
+                    }
+                )*
+                let _ = i;
+                all
+            };
 
             /// The kind's name in the text form of the IR.
             pub fn name(self) -> &'static str {
                 match self {
                     $( $E::$V => $name, )*
+                    $( $E::$N(k) => k.name(), )*
                 }
             }
 
@@ -44,11 +86,11 @@ macro_rules! kinds {
             pub fn from_name(name: &str) -> Option<$E> {
                 match name {
                     $( $name => Some($E::$V), )*
-                    _ => None,
+                    _ => None$( .or_else(|| $K::from_name(name).map($E::$N)) )*,
                 }
             }
         }
-    )*};
+    };
 }
 
 /// The `Op` enum and its static facts, from one row per variant (see the module docs):

@@ -9,6 +9,7 @@
 #[macro_use]
 mod declare;
 mod attr;
+pub mod builder;
 mod op;
 pub mod parse;
 pub mod print;

@@ -9,8 +9,9 @@
 //! the gradient in `passes/autodiff.rs` and each target's lowering. Adding a row makes the
 //! compiler list every place to extend.
 //!
-//! Adding an elementwise op of one argument is one line in `UnaryOp` below; an op with
-//! attributes is one row in `Op`, for example
+//! Adding an elementwise op of one argument is one line in `UnaryOp` below (in
+//! `Composite` when the primitives compose it: then no target needs to know it); an op
+//! with attributes is one row in `Op`, for example
 //! `LayerNorm { axes: Vec<usize>, epsilon: f64 } = "layer_norm", args 3, Normalization;`.
 
 use super::types::{Dtype, Shape};
@@ -95,14 +96,7 @@ kinds! {
         Sin = "sin",
         Cos = "cos",
         Tanh = "tanh",
-        Sigmoid = "sigmoid",
         Relu = "relu",
-        /// `x * Phi(x)`, with the exact normal CDF (erf form).
-        Gelu = "gelu",
-        /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
-        GeluTanh = "gelu_tanh",
-        /// `log(1 + exp(x))`, computed stably.
-        Softplus = "softplus",
         /// The error function (exact GELU's derivative needs it).
         Erf = "erf",
         Floor = "floor",
@@ -110,6 +104,28 @@ kinds! {
         Not = "not",
         /// `isnan(x)` (bool result).
         IsNan = "isnan",
+        /// A function the ones above compose ([`Composite`]).
+        Composite(Composite),
+    }
+
+    /// Elementwise functions of one float tensor that the primitive [`UnaryOp`]s
+    /// compose. A target computes whole those it claims
+    /// ([`crate::backend::Backend::claims`]), with its library's function; the
+    /// `decompose` pass rewrites the others into primitives by its rule for each
+    /// (`passes/decompose.rs`). A new one needs its row here, an interpreter kernel and
+    /// a decomposition rule, and then runs on every target.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Composite {
+        /// `1 / (1 + exp(-x))`.
+        Sigmoid = "sigmoid",
+        /// `x * Phi(x)`, with the exact normal CDF (erf form).
+        Gelu = "gelu",
+        /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+        GeluTanh = "gelu_tanh",
+        /// `log(1 + exp(x))`, computed stably.
+        Softplus = "softplus",
+        /// `x tanh(softplus(x))` (ONNX's Mish).
+        Mish = "mish",
     }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -361,6 +361,43 @@ impl Builder<'_> {
     }
 }
 
+/// The VJP of composite `c` of `a`, given `dy`, as that of its decomposition: the
+/// primitives computing `c(a)` (`decompose::expand`) appended to the backward graph,
+/// and differentiated back to `a` in reverse order, as [`run`] does the whole graph.
+fn through_decomposition(b: &mut Builder, c: Composite, a: ValueId, dy: ValueId) -> Result<ValueId> {
+    let start = b.g.nodes.len();
+    let origin = b.origin.clone().unwrap_or_default();
+    let mut shared = crate::ir::builder::Builder { graph: std::mem::take(b.g), origin, operands: Vec::new() };
+    let y = crate::passes::decompose::expand(&mut shared, c, a);
+    *b.g = shared.graph;
+    let y = y?;
+    let end = b.g.nodes.len();
+    // Values of the decomposition that depend on `a`: only they carry gradients.
+    let mut active = vec![false; end];
+    active[a.index()] = true;
+    for i in start..end {
+        let n = &b.g.nodes[i];
+        active[i] = n.ty.dtype.is_float() && n.args.iter().any(|u| active[u.index()]);
+    }
+    let mut cot: Vec<Option<ValueId>> = vec![None; end];
+    cot[y.index()] = Some(dy);
+    for i in (start..end).rev() {
+        let Some(g) = cot[i] else { continue };
+        let node = b.g.nodes[i].clone();
+        let needs: Vec<bool> = node.args.iter().map(|u| active[u.index()]).collect();
+        if !needs.contains(&true) {
+            continue;
+        }
+        let grads = vjp(b, ValueId(i as u32), &node, g, &needs)?;
+        for ((&u, g), need) in node.args.iter().zip(grads).zip(needs) {
+            if let (Some(g), true) = (g, need) {
+                b.accumulate(&mut cot, u, g)?;
+            }
+        }
+    }
+    cot[a.index()].ok_or_else(|| Error::internal(format!("the decomposition of {} does not depend on its argument", c.name())))
+}
+
 fn known(shape: &Shape) -> Result<Vec<u64>> {
     shape.as_known().ok_or_else(|| Error::user(format!("its gradient needs static shapes here, not {shape}")))
 }
@@ -414,59 +451,10 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                     let d = b.binary(BinaryOp::Sub, one, y2)?;
                     b.mul(dy, d)?
                 }
-                UnaryOp::Sigmoid => {
-                    let one = b.scalar(1.0, b.g.ty(y).dtype);
-                    let c = b.binary(BinaryOp::Sub, one, y)?;
-                    let d = b.mul(y, c)?;
-                    b.mul(dy, d)?
-                }
                 UnaryOp::Relu => {
                     let zero = b.scalar(0.0, b.g.ty(a).dtype);
                     let pos = b.binary(BinaryOp::Gt, a, zero)?;
                     b.mask(pos, dy)?
-                }
-                UnaryOp::Gelu => {
-                    // Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
-                    let t = b.scale(a, std::f64::consts::FRAC_1_SQRT_2)?;
-                    let e = b.unary(UnaryOp::Erf, t)?;
-                    let one = b.scalar(1.0, b.g.ty(a).dtype);
-                    let e1 = b.binary(BinaryOp::Add, e, one)?;
-                    let cdf = b.scale(e1, 0.5)?;
-                    let x2 = b.mul(a, a)?;
-                    let m = b.scale(x2, -0.5)?;
-                    let ex = b.unary(UnaryOp::Exp, m)?;
-                    let pdf = b.scale(ex, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
-                    let xp = b.mul(a, pdf)?;
-                    let d = b.binary(BinaryOp::Add, cdf, xp)?;
-                    b.mul(dy, d)?
-                }
-                UnaryOp::GeluTanh => {
-                    // u = c (x + k x^3), t = tanh u:
-                    // d = (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2
-                    let (c, k) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
-                    let dt = b.g.ty(a).dtype;
-                    let x2 = b.mul(a, a)?;
-                    let x3 = b.mul(x2, a)?;
-                    let kx3 = b.scale(x3, k)?;
-                    let inner = b.binary(BinaryOp::Add, a, kx3)?;
-                    let u = b.scale(inner, c)?;
-                    let t = b.unary(UnaryOp::Tanh, u)?;
-                    let one = b.scalar(1.0, dt);
-                    let t1 = b.binary(BinaryOp::Add, one, t)?;
-                    let first = b.scale(t1, 0.5)?;
-                    let t2 = b.mul(t, t)?;
-                    let sech2 = b.binary(BinaryOp::Sub, one, t2)?;
-                    let kx2 = b.scale(x2, 3.0 * k)?;
-                    let du = b.binary(BinaryOp::Add, one, kx2)?;
-                    let du = b.scale(du, 0.5 * c)?;
-                    let xs = b.mul(a, sech2)?;
-                    let second = b.mul(xs, du)?;
-                    let d = b.binary(BinaryOp::Add, first, second)?;
-                    b.mul(dy, d)?
-                }
-                UnaryOp::Softplus => {
-                    let s = b.unary(UnaryOp::Sigmoid, a)?;
-                    b.mul(dy, s)?
                 }
                 UnaryOp::Erf => {
                     // 2 / sqrt(pi) exp(-x^2)
@@ -476,6 +464,61 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                     let d = b.scale(e, 2.0 / std::f64::consts::PI.sqrt())?;
                     b.mul(dy, d)?
                 }
+                // The composites' own VJPs, where they are simpler than their
+                // decompositions'; any other is differentiated through its decomposition.
+                UnaryOp::Composite(c) => match c {
+                    Composite::Sigmoid => {
+                        let one = b.scalar(1.0, b.g.ty(y).dtype);
+                        let c = b.binary(BinaryOp::Sub, one, y)?;
+                        let d = b.mul(y, c)?;
+                        b.mul(dy, d)?
+                    }
+                    Composite::Gelu => {
+                        // Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+                        let t = b.scale(a, std::f64::consts::FRAC_1_SQRT_2)?;
+                        let e = b.unary(UnaryOp::Erf, t)?;
+                        let one = b.scalar(1.0, b.g.ty(a).dtype);
+                        let e1 = b.binary(BinaryOp::Add, e, one)?;
+                        let cdf = b.scale(e1, 0.5)?;
+                        let x2 = b.mul(a, a)?;
+                        let m = b.scale(x2, -0.5)?;
+                        let ex = b.unary(UnaryOp::Exp, m)?;
+                        let pdf = b.scale(ex, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                        let xp = b.mul(a, pdf)?;
+                        let d = b.binary(BinaryOp::Add, cdf, xp)?;
+                        b.mul(dy, d)?
+                    }
+                    Composite::GeluTanh => {
+                        // u = c (x + k x^3), t = tanh u:
+                        // d = (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2
+                        let (c, k) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
+                        let dt = b.g.ty(a).dtype;
+                        let x2 = b.mul(a, a)?;
+                        let x3 = b.mul(x2, a)?;
+                        let kx3 = b.scale(x3, k)?;
+                        let inner = b.binary(BinaryOp::Add, a, kx3)?;
+                        let u = b.scale(inner, c)?;
+                        let t = b.unary(UnaryOp::Tanh, u)?;
+                        let one = b.scalar(1.0, dt);
+                        let t1 = b.binary(BinaryOp::Add, one, t)?;
+                        let first = b.scale(t1, 0.5)?;
+                        let t2 = b.mul(t, t)?;
+                        let sech2 = b.binary(BinaryOp::Sub, one, t2)?;
+                        let kx2 = b.scale(x2, 3.0 * k)?;
+                        let du = b.binary(BinaryOp::Add, one, kx2)?;
+                        let du = b.scale(du, 0.5 * c)?;
+                        let xs = b.mul(a, sech2)?;
+                        let second = b.mul(xs, du)?;
+                        let d = b.binary(BinaryOp::Add, first, second)?;
+                        b.mul(dy, d)?
+                    }
+                    Composite::Softplus => {
+                        let s = b.unary(UnaryOp::Composite(Composite::Sigmoid), a)?;
+                        b.mul(dy, s)?
+                    }
+                    #[allow(unreachable_patterns)] // the composites without a VJP of their own
+                    _ => through_decomposition(b, *c, a, dy)?,
+                },
             };
             vec![Some(g)]
         }

@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod autodiff;
+pub mod decompose;
 pub mod fuse;
 pub mod memory;
 pub mod shape;
@@ -35,6 +36,10 @@ pub const PIPELINE: &[Pass] = &[
     ("simplify", |g, _| simplify::run(g)),
 ];
 
+/// The graph pass that runs once per target, after [`PIPELINE`], on the graphs it is
+/// handed (`pipeline::emit`): [`decompose`], with the composites the target claims.
+pub const DECOMPOSE: &str = "decompose";
+
 /// Runs `passes` in order, verifying the graph after each; `after` sees the graph
 /// after every pass (for `--print-after`).
 pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], options: &Options, mut after: impl FnMut(&str, &Graph)) -> Result<()> {
@@ -49,6 +54,7 @@ pub fn run_pipeline(graph: &mut Graph, passes: &[Pass], options: &Options, mut a
 
 /// What a compiled library is built from: the model's graph and, with gradients, the
 /// same graph with its backward pass appended. Both are after the pass pipeline.
+#[derive(Clone)]
 pub struct Graphs {
     pub forward: Graph,
     pub backward: Option<Graph>,
@@ -88,7 +94,8 @@ pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", |p, _| fuse::run(p)), ("
 /// Every pass name, in the order they run (for `--print-after`), with a target's
 /// program passes.
 pub fn names(target_passes: &[ProgramPass]) -> Vec<&'static str> {
-    PIPELINE.iter().map(|(n, _)| *n).chain(target_passes.iter().chain(PROGRAM_PIPELINE).map(|(n, _)| *n)).collect()
+    let graph = PIPELINE.iter().map(|(n, _)| *n).chain([DECOMPOSE]);
+    graph.chain(target_passes.iter().chain(PROGRAM_PIPELINE).map(|(n, _)| *n)).collect()
 }
 
 /// Lowers a graph (for the target's library, in `opts`), runs the target's program

@@ -62,11 +62,8 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
                 | UnaryOp::Sin
                 | UnaryOp::Cos
                 | UnaryOp::Tanh
-                | UnaryOp::Sigmoid
-                | UnaryOp::Gelu
-                | UnaryOp::GeluTanh
-                | UnaryOp::Softplus
-                | UnaryOp::Erf => float_result(x.dtype),
+                | UnaryOp::Erf
+                | UnaryOp::Composite(_) => float_result(x.dtype),
             };
             Ok(TensorType::new(dtype, x.shape.clone()))
         }

@@ -33,6 +33,10 @@ impl Backend for CTarget {
 
     /// What lowering cannot express, and element types the C dialect lacks (f16/bf16
     /// have no C arithmetic yet).
+    fn claims(&self, c: crate::ir::Composite) -> bool {
+        crate::codegen::cstyle::composite_helper(c).is_some()
+    }
+
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         program_target_lacks(graph, v, |d| super::dialect::C.supports(d))
     }

@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use crate::ir::{ArgKind, BinaryOp, Dtype, ReduceKind, UnaryOp};
+use crate::ir::{ArgKind, BinaryOp, Composite, Dtype, ReduceKind, UnaryOp};
 use crate::error::{Error, Result};
 use crate::lower::{Expr, Kernel, Program, View};
 
@@ -320,12 +320,10 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                     UnaryOp::Tanh => f("tanh"),
                     UnaryOp::Floor if t.is_float() => f("floor"),
                     UnaryOp::Floor => a,
-                    UnaryOp::Sigmoid => h("sigmoid"),
                     UnaryOp::Relu if t.is_float() => h("relu"),
                     UnaryOp::Relu => format!("(({a}) > 0 ? ({a}) : 0)"),
-                    UnaryOp::Gelu => h("gelu"),
-                    UnaryOp::GeluTanh => h("gelu_tanh"),
-                    UnaryOp::Softplus => h("softplus"),
+                    // Only the claimed ones reach a program (`decompose` rewrites the others).
+                    UnaryOp::Composite(c) => h(composite_helper(*c).unwrap_or(c.name())),
                     UnaryOp::Erf => f("erf"),
                     UnaryOp::Not => format!("(({b})!({a}))"),
                     UnaryOp::IsNan => {
@@ -425,6 +423,20 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
 
 pub fn pad(depth: usize) -> String {
     "    ".repeat(depth)
+}
+
+/// The scalar helper of `mithril_ops.h` that computes composite `c` whole (`mr_sigmoidf`
+/// for f32, see [`Dialect::helper`]), if it has one: the composites the C, CUDA and Metal
+/// targets claim. The header defines each in every dialect's float types.
+pub fn composite_helper(c: Composite) -> Option<&'static str> {
+    match c {
+        Composite::Sigmoid => Some("sigmoid"),
+        Composite::Gelu => Some("gelu"),
+        Composite::GeluTanh => Some("gelu_tanh"),
+        Composite::Softplus => Some("softplus"),
+        #[allow(unreachable_patterns)] // the composites added without a helper
+        _ => None,
+    }
 }
 
 /// Scalar helpers the rendered expressions call (`runtime-c/mithril_ops.h`), in every

@@ -25,6 +25,10 @@ impl Backend for CudaTarget {
     }
 
     /// What lowering cannot express, and element types the dialect lacks.
+    fn claims(&self, c: crate::ir::Composite) -> bool {
+        crate::codegen::cstyle::composite_helper(c).is_some()
+    }
+
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         program_target_lacks(graph, v, |d| super::Cuda.supports(d))
     }

@@ -28,6 +28,10 @@ impl Backend for GgmlTarget {
         "C that builds the model's ggml graph (CPU backend, weights in GGUF): a shared library, a header and a demo program"
     }
 
+    fn claims(&self, c: crate::ir::Composite) -> bool {
+        super::writer::composite_call(c).is_some()
+    }
+
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         super::writer::lacks(graph, v)
     }

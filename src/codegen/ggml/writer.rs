@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use crate::codegen::graph::GraphWriter;
 use crate::codegen::names::comment_safe;
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, Dtype, Graph, Op, PoolKind, ReduceKind, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, Composite, Dtype, Graph, Op, PoolKind, ReduceKind, UnaryOp, ValueId};
 
 /// ggml's tensors have at most this many dimensions.
 pub const MAX_RANK: usize = 4;
@@ -370,6 +370,20 @@ pub fn c_float(x: f64) -> String {
     }
 }
 
+/// ggml's function that computes composite `c` whole, if it has one: the composites the
+/// ggml target claims. (`ggml_gelu` reads a float16 table, so `gelu_tanh` is left to
+/// its decomposition, in f32.)
+pub fn composite_call(c: Composite) -> Option<&'static str> {
+    match c {
+        Composite::Sigmoid => Some("ggml_sigmoid"),
+        Composite::Gelu => Some("ggml_gelu_erf"),
+        Composite::Softplus => Some("ggml_softplus"),
+        Composite::GeluTanh => None,
+        #[allow(unreachable_patterns)] // the composites added without a ggml function
+        _ => None,
+    }
+}
+
 /// Why the ggml target has no translation for `v`, if it has none.
 pub fn lacks(graph: &Graph, v: ValueId) -> Option<String> {
     let node = graph.node(v);
@@ -550,11 +564,9 @@ impl GraphWriter for Writer {
                         UnaryOp::Sin => "ggml_sin",
                         UnaryOp::Cos => "ggml_cos",
                         UnaryOp::Tanh => "ggml_tanh",
-                        UnaryOp::Sigmoid => "ggml_sigmoid",
-                        UnaryOp::Gelu => "ggml_gelu_erf",
-                        UnaryOp::Softplus => "ggml_softplus",
                         UnaryOp::Floor => "ggml_floor",
-                        UnaryOp::GeluTanh | UnaryOp::Not | UnaryOp::Erf | UnaryOp::IsNan | UnaryOp::Relu | UnaryOp::Sign => return None,
+                        UnaryOp::Composite(c) => return composite_call(c),
+                        UnaryOp::Not | UnaryOp::Erf | UnaryOp::IsNan | UnaryOp::Relu | UnaryOp::Sign => return None,
                     })
                 };
                 match (simple(*u), u) {
@@ -565,19 +577,7 @@ impl GraphWriter for Writer {
                     (None, UnaryOp::IsNan) => self.custom(graph, v, "isnan"),
                     (None, UnaryOp::Relu) => self.custom(graph, v, "relu"),
                     (None, UnaryOp::Sign) => self.custom(graph, v, "sign"),
-                    // ggml_gelu reads a float16 table; this is the formula, in f32:
-                    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-                    (None, UnaryOp::GeluTanh) => {
-                        let sq = self.call("ggml_sqr", &x);
-                        let cube = self.call("ggml_mul", &format!("{sq}, {x}"));
-                        let c = (2.0 / std::f64::consts::PI).sqrt();
-                        let inner = self.call("ggml_scale", &format!("{cube}, {}", c_float(0.044715 * c)));
-                        let lin = self.call("ggml_scale", &format!("{x}, {}", c_float(c)));
-                        let sum = self.call("ggml_add", &format!("{lin}, {inner}"));
-                        let th = self.call("ggml_tanh", &sum);
-                        let one_plus = self.affine(&th, 0.5, 0.5);
-                        self.call("ggml_mul", &format!("{x}, {one_plus}"))
-                    }
+                    // Only the claimed composites reach the writer (`decompose`).
                     (None, _) => return Err(Error::internal(format!("ggml: no translation of {}", u.name()))),
                 }
             }

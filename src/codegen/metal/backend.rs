@@ -26,6 +26,10 @@ impl Backend for MetalTarget {
     }
 
     /// What lowering cannot express, and element types Metal lacks (f64).
+    fn claims(&self, c: crate::ir::Composite) -> bool {
+        crate::codegen::cstyle::composite_helper(c).is_some()
+    }
+
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         program_target_lacks(graph, v, |d| super::Metal.supports(d))
     }

@@ -50,6 +50,10 @@ impl Backend for XlaTarget {
         "XLA HLO text run through PJRT (jaxlib's CPU client): HLO modules, weights as safetensors and a Python runner"
     }
 
+    fn claims(&self, c: crate::ir::Composite) -> bool {
+        super::hlo::composite_instruction(c).is_some()
+    }
+
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         super::lacks(graph, v)
     }

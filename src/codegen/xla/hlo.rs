@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 use crate::codegen::graph::GraphWriter;
 use crate::error::{Error, Result};
-use crate::ir::{ArgKind, BinaryOp, Dtype, Graph, Op, PoolKind, ReduceKind, UnaryOp, ValueId};
+use crate::ir::{ArgKind, BinaryOp, Composite, Dtype, Graph, Op, PoolKind, ReduceKind, UnaryOp, ValueId};
 
 /// An entry parameter of the module: an input or a weight of the graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -344,7 +344,7 @@ impl HloWriter {
                 // isnan looks at the value itself.
                 let compute = if *u == UnaryOp::IsNan { arg_ty(0) } else { out_ty };
                 let x = self.operand(graph, v, 0, compute, &out)?;
-                self.unary_op(*u, &x, compute, &out)
+                self.unary_op(*u, &x, compute, &out)?
             }
             Op::Binary(b) => {
                 let compute = if b.is_comparison() { Dtype::promote(arg_ty(0), arg_ty(1)) } else { out_ty };
@@ -574,8 +574,8 @@ impl HloWriter {
     }
 
     /// One elementwise function of `x` (already of the result's type `d`).
-    fn unary_op(&mut self, u: UnaryOp, x: &str, d: Dtype, dims: &[u64]) -> String {
-        match u {
+    fn unary_op(&mut self, u: UnaryOp, x: &str, d: Dtype, dims: &[u64]) -> Result<String> {
+        Ok(match u {
             UnaryOp::Neg => self.unary("negate", x, d, dims),
             UnaryOp::Abs => self.unary("abs", x, d, dims),
             UnaryOp::Sign => self.unary("sign", x, d, dims),
@@ -585,38 +585,8 @@ impl HloWriter {
             UnaryOp::Sin => self.unary("sine", x, d, dims),
             UnaryOp::Cos => self.unary("cosine", x, d, dims),
             UnaryOp::Tanh => self.unary("tanh", x, d, dims),
-            UnaryOp::Sigmoid => self.unary("logistic", x, d, dims),
             // max(x, 0) keeps NaN, as the interpreter's max does.
             UnaryOp::Relu => self.with_constant("maximum", x, 0.0, d, dims),
-            UnaryOp::Gelu => {
-                // x * (1 + erf(x / sqrt 2)) / 2
-                let s = self.with_constant("multiply", x, std::f64::consts::FRAC_1_SQRT_2, d, dims);
-                let e = self.unary("erf", &s, d, dims);
-                let one = self.with_constant("add", &e, 1.0, d, dims);
-                let xe = self.binary("multiply", x, &one, d, dims);
-                self.with_constant("multiply", &xe, 0.5, d, dims)
-            }
-            UnaryOp::GeluTanh => {
-                // x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3)))
-                let c = (2.0 / std::f64::consts::PI).sqrt();
-                let x2 = self.binary("multiply", x, x, d, dims);
-                let x3 = self.binary("multiply", &x2, x, d, dims);
-                let k = self.with_constant("multiply", &x3, 0.044715, d, dims);
-                let inner = self.binary("add", x, &k, d, dims);
-                let arg = self.with_constant("multiply", &inner, -2.0 * c, d, dims);
-                let e = self.unary("exponential", &arg, d, dims);
-                let den = self.with_constant("add", &e, 1.0, d, dims);
-                self.binary("divide", x, &den, d, dims)
-            }
-            UnaryOp::Softplus => {
-                // log1p(exp(-|x|)) + max(x, 0)
-                let a = self.unary("abs", x, d, dims);
-                let n = self.unary("negate", &a, d, dims);
-                let e = self.unary("exponential", &n, d, dims);
-                let l = self.unary("log-plus-one", &e, d, dims);
-                let m = self.with_constant("maximum", x, 0.0, d, dims);
-                self.binary("add", &l, &m, d, dims)
-            }
             UnaryOp::Erf => self.unary("erf", x, d, dims),
             // The floor of an integer is itself.
             UnaryOp::Floor if !d.is_float() => x.to_string(),
@@ -624,7 +594,12 @@ impl HloWriter {
             UnaryOp::Not => self.unary("not", x, d, dims),
             UnaryOp::IsNan if !d.is_float() => self.splat(Dtype::Bool, 0.0, dims),
             UnaryOp::IsNan => self.compare(x, x, "NE", dims),
-        }
+            // Only the claimed composites reach the writer (`decompose`).
+            UnaryOp::Composite(c) => match composite_instruction(c) {
+                Some(op) => self.unary(op, x, d, dims),
+                None => return Err(Error::internal(format!("xla: composite {} reached the writer", c.name()))),
+            },
+        })
     }
 
     /// One elementwise function of `l` and `r`, both of type `d` and shape `dims`.
@@ -786,6 +761,16 @@ impl HloWriter {
         }
         self.root(&types, &values);
         Ok(())
+    }
+}
+
+/// The HLO instruction that computes composite `c` whole, if there is one: the
+/// composites the XLA target claims.
+pub fn composite_instruction(c: Composite) -> Option<&'static str> {
+    match c {
+        Composite::Sigmoid => Some("logistic"),
+        #[allow(unreachable_patterns)] // the composites without an instruction of their own
+        _ => None,
     }
 }
 

@@ -15,7 +15,7 @@ use super::net::{Instance, Net, PNode, SlotId};
 use super::template::{template_text, Bindings};
 use super::value::Static;
 use crate::error::{Error, Result};
-use crate::frontend::builder::{self, Builder};
+use crate::ir::builder::{self, Builder};
 use crate::ir::*;
 use crate::tensor::{Constant, Tensor};
 

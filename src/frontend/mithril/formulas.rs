@@ -1,6 +1,6 @@
 //! The meaning of each Mithril formula in IR ops: one arm per formula, folding
 //! compile-time values and emitting tensor ops through the shared
-//! [`Builder`](crate::frontend::builder::Builder) (attention, log-softmax and the
+//! [`Builder`](crate::ir::builder::Builder) (attention, log-softmax and the
 //! one-hot picks are its composites; the formulas only Mithril has — cross entropy's
 //! variants, the robust ops — are spelled out in helpers below).
 
@@ -10,7 +10,7 @@ use super::library::Formula;
 use super::net::PNode;
 use super::value::Static;
 use crate::error::{Error, Result};
-use crate::frontend::builder;
+use crate::ir::builder;
 use crate::ir::*;
 use crate::tensor::Tensor;
 
@@ -32,9 +32,9 @@ impl Emitter<'_> {
             F::Sin => self.unary(ins, U::Sin)?,
             F::Cos => self.unary(ins, U::Cos)?,
             F::Tanh => self.unary(ins, U::Tanh)?,
-            F::Sigmoid => self.unary(ins, U::Sigmoid)?,
+            F::Sigmoid => self.unary(ins, U::Composite(Composite::Sigmoid))?,
             F::Relu => self.unary(ins, U::Relu)?,
-            F::Softplus => self.unary(ins, U::Softplus)?,
+            F::Softplus => self.unary(ins, U::Composite(Composite::Softplus))?,
             F::Sign => self.unary(ins, U::Sign)?,
             F::Floor => self.unary(ins, U::Floor)?,
             F::IsNan => self.unary(ins, U::IsNan)?,
@@ -795,7 +795,7 @@ impl Emitter<'_> {
         let pw = match pos_weight {
             Some(w) => self.b.scalar(dtype, w),
             None => {
-                let labels = if probs { target } else { self.b.unary(UnaryOp::Sigmoid, target)? };
+                let labels = if probs { target } else { self.b.unary(UnaryOp::Composite(Composite::Sigmoid), target)? };
                 let axes = (0..self.b.rank(labels)).collect();
                 let m = self.b.reduce(ReduceKind::Mean, labels, axes, false)?;
                 let om = self.b.binary(B::Sub, one, m)?;
@@ -816,7 +816,7 @@ impl Emitter<'_> {
         }
         let a = self.b.binary(B::Mul, one_minus_t, x)?;
         let nx = self.b.unary(UnaryOp::Neg, x)?;
-        let sp = self.b.unary(UnaryOp::Softplus, nx)?;
+        let sp = self.b.unary(UnaryOp::Composite(Composite::Softplus), nx)?;
         let sp = if pos_weight == Some(1.0) {
             sp
         } else {

@@ -4,7 +4,7 @@
 //! Three steps, one file each: `json` parses the file into model nodes, `net`
 //! instantiates them into primitives over union-found value slots (expanding named
 //! models with `library`), and `emit` evaluates compile-time values and emits the IR
-//! (`formulas`: each primitive's ops) through the shared [`crate::frontend::builder`].
+//! (`formulas`: each primitive's ops) through the shared [`crate::ir::builder`].
 
 mod attrs;
 mod emit;

@@ -1,6 +1,6 @@
-//! Graph building that every frontend shares: a [`Builder`] appends typed IR nodes to
-//! a [`Graph`] (each one's type inferred, its origin stamped, a shape error naming its
-//! operands), and spells the composite computations (layer norm, linear layers,
+//! Graph building that every frontend and graph rewrite (`decompose`) shares: a
+//! [`Builder`] appends typed IR nodes to a [`Graph`] (each one's type inferred, its
+//! origin stamped, a shape error naming its operands), and spells the composite computations (layer norm, linear layers,
 //! attention, log-softmax, one-hot picks) in the one node pattern the program passes
 //! recognize. A frontend maps its format's operators onto these methods; it does not
 //! push nodes of its own, so two formats that describe the same model give the same
@@ -221,7 +221,7 @@ impl Builder {
     /// so `fuse` inlines it into the bias add before it (a matrix product's epilogue)
     /// and the ops after.
     pub fn gelu(&mut self, x: ValueId, approximate: bool) -> Result<ValueId> {
-        self.unary(if approximate { UnaryOp::GeluTanh } else { UnaryOp::Gelu }, x)
+        self.unary(UnaryOp::Composite(if approximate { Composite::GeluTanh } else { Composite::Gelu }), x)
     }
 
     /// `1 / x`: a constant one of `x`'s type and a `div`.
