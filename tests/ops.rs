@@ -9,7 +9,8 @@
 //! 3. run on every compiled target whose toolchain is present (c; cuda and metal
 //!    through CPU emulation; ggml; xla) and compared with the interpreter within a
 //!    tolerance per element type ([`default_tolerance`]). A file a target refuses
-//!    (`backend::check_supported`) is skipped on it with the reason, and a table of what
+//!    (`backend::check_supported`, after `pipeline::for_target` decomposed what it does
+//!    not claim) is skipped on it with the reason, and a table of what
 //!    ran where is printed (`cargo test --release --test ops -- --nocapture`).
 //!
 //! To keep CI cheap, each target builds two artifacts, not one per file: all files it
@@ -790,9 +791,14 @@ fn not_run(target: &Target, f: &OpFile, phase: Phase) -> Option<Cell> {
     if let Some(k) = f.header.known.iter().find(|k| !run_known && k.target == target.name && (!k.backward_only || phase == Phase::Backward)) {
         return Some(Cell::Known(k.reason.clone()));
     }
+    // What the target compiles: the graphs with the composites it does not claim decomposed.
+    let graphs = match mithrilc::pipeline::for_target(target.backend, &f.graphs, &[]) {
+        Ok(graphs) => graphs,
+        Err(e) => return Some(Cell::Failed(format!("decompose: {e}"))),
+    };
     let graph = match phase {
-        Phase::Forward => &f.graphs.forward,
-        Phase::Backward => f.graphs.backward.as_ref()?,
+        Phase::Forward => &graphs.forward,
+        Phase::Backward => graphs.backward.as_ref()?,
     };
     check_supported(target.backend, graph).err().map(|e| {
         let text = e.to_string();
@@ -1114,6 +1120,10 @@ impl Backend for Faulty {
     }
     fn about(&self) -> &'static str {
         "the interpreter with bugs, for the harness's own test"
+    }
+    /// Sigmoid whole, so its results are the ones with the bug.
+    fn claims(&self, c: mithrilc::ir::Composite) -> bool {
+        c == mithrilc::ir::Composite::Sigmoid
     }
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
         (graph.node(v).op == Op::Unary(mithrilc::ir::UnaryOp::Neg)).then(|| "no neg here".into())
