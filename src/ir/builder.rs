@@ -40,11 +40,19 @@ pub struct Builder {
     /// The source node's names for its tensor operands (`left`, `right`), by which a
     /// shape error names them.
     pub operands: Vec<(String, ValueId)>,
+    /// The pass rewriting the graph, when a pass builds (not a frontend): a node that
+    /// does not fit its operands is then that pass's bug, an internal error.
+    pub pass: Option<&'static str>,
 }
 
 impl Builder {
     pub fn new(name: &str) -> Builder {
         Builder { graph: Graph::new(name), ..Builder::default() }
+    }
+
+    /// A builder that appends to `graph` for the pass `pass`.
+    pub fn rewriting(graph: Graph, pass: &'static str) -> Builder {
+        Builder { graph, pass: Some(pass), ..Builder::default() }
     }
 
     /// The graph built.
@@ -84,12 +92,15 @@ impl Builder {
     /// that does not fit is the user's error, naming the operands.
     pub fn op(&mut self, op: Op, args: Vec<ValueId>) -> Result<ValueId> {
         let tys: Vec<&TensorType> = args.iter().map(|a| self.graph.ty(*a)).collect();
-        let ty = shape::infer(&op, &tys, &TensorType::new(Dtype::F32, Shape::scalar()), &self.graph.consts).map_err(|msg| {
-            let operands: Vec<String> = args.iter().map(|a| self.describe(*a)).collect();
-            Error::user(msg).note(format!("{} of {}", op.name(), operands.join(" and ")))
+        let ty = shape::infer(&op, &tys, &TensorType::new(Dtype::F32, Shape::scalar()), &self.graph.consts).map_err(|msg| match self.pass {
+            Some(pass) => Error::internal(format!("{pass} built an ill-typed {}: {msg}", op.name())),
+            None => {
+                let operands: Vec<String> = args.iter().map(|a| self.describe(*a)).collect();
+                Error::user(msg).note(format!("{} of {}", op.name(), operands.join(" and ")))
+            }
         })?;
         let id = self.graph.push(op, args, ty);
-        self.graph.nodes[id.index()].origin = Some(self.origin.clone());
+        self.graph.nodes[id.index()].origin = self.stamp();
         Ok(id)
     }
 
@@ -113,8 +124,13 @@ impl Builder {
     /// ones).
     pub fn constant(&mut self, c: impl Into<Constant>) -> ValueId {
         let id = self.graph.add_constant(c.into());
-        self.graph.nodes[id.index()].origin = Some(self.origin.clone());
+        self.graph.nodes[id.index()].origin = self.stamp();
         id
+    }
+
+    /// The origin a node built now takes (none while `origin` is empty).
+    fn stamp(&self) -> Option<String> {
+        (!self.origin.is_empty()).then(|| self.origin.clone())
     }
 
     pub fn scalar(&mut self, dtype: Dtype, x: f64) -> ValueId {

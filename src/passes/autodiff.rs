@@ -16,8 +16,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::*;
-use crate::passes::shape::{describe_node, infer};
-use crate::tensor::Tensor;
+use crate::ir::builder::Builder;
+use crate::passes::shape::describe_node;
 
 /// Which parameters to differentiate with respect to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -78,24 +78,22 @@ pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
         }
     }
     let forward = graph.nodes.len();
-    let mut b = Builder { g: graph, origin: None };
+    let mut b = Builder::rewriting(std::mem::take(graph), "autodiff");
     let mut cot: Vec<Option<ValueId>> = vec![None; forward];
     // A model with a loss is differentiated through its loss alone, with a cotangent
     // of one (Mithril's TrainModel); otherwise every float output's cotangent is an
     // input, like Mithril's `output_gradients`.
-    let outputs = b.g.outputs.clone();
+    let outputs = b.graph.outputs.clone();
     let has_loss = outputs.iter().any(|o| o.loss);
     for out in &outputs {
-        let ty = b.g.ty(out.value).clone();
+        let ty = b.graph.ty(out.value).clone();
         if !ty.dtype.is_float() || has_loss && !out.loss {
             continue;
         }
         let seed = if out.loss {
-            b.scalar(1.0, ty.dtype)
+            b.scalar(ty.dtype, 1.0)
         } else {
-            let seed = b.g.push(Op::Input, Vec::new(), ty);
-            b.g.nodes[seed.index()].name = Some(output_grad_name(&out.name));
-            seed
+            b.input(&output_grad_name(&out.name), ty)
         };
         if active[out.value.index()] {
             b.accumulate(&mut cot, out.value, seed)?;
@@ -104,18 +102,18 @@ pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
     for i in (0..forward).rev() {
         let v = ValueId(i as u32);
         let Some(dy) = cot[i] else { continue };
-        let node = b.g.node(v).clone();
+        let node = b.graph.node(v).clone();
         let needs: Vec<bool> = node.args.iter().map(|a| active[a.index()]).collect();
         if !needs.contains(&true) {
             continue;
         }
-        b.origin = Some(match &node.origin {
+        b.origin = match &node.origin {
             Some(o) => format!("gradient of {} ({o})", node.op.name()),
             None => format!("gradient of {}", node.op.name()),
-        });
+        };
         let grads = vjp(&mut b, v, &node, dy, &needs).map_err(|e| match e.kind {
             ErrorKind::Internal => e,
-            _ => e.context(format!("cannot differentiate {}", describe_node(b.g, v))),
+            _ => e.context(format!("cannot differentiate {}", describe_node(&b.graph, v))),
         })?;
         for ((&a, g), need) in node.args.iter().zip(grads).zip(needs) {
             if let (Some(g), true) = (g, need) {
@@ -123,24 +121,25 @@ pub fn run(graph: &mut Graph, wrt: &Wrt) -> Result<()> {
             }
         }
     }
-    b.origin = None;
+    b.origin.clear();
     let mut seen = BTreeSet::new();
     for &t in &targets {
         if !seen.insert(t) {
             continue;
         }
-        let name = b.g.node(t).name.clone().unwrap_or_default();
+        let name = b.graph.node(t).name.clone().unwrap_or_default();
         let g = match cot[t.index()] {
             Some(g) => g,
             // A parameter no output depends on: its gradient is zero.
             None => {
-                let ty = b.g.ty(t).clone();
-                let zero = b.scalar(0.0, ty.dtype);
+                let ty = b.graph.ty(t).clone();
+                let zero = b.scalar(ty.dtype, 0.0);
                 b.op(Op::BroadcastTo { shape: ty.shape }, vec![zero])?
             }
         };
-        b.g.outputs.push(Output { name: grad_name(&name), value: g, loss: false });
+        b.graph.outputs.push(Output { name: grad_name(&name), value: g, loss: false });
     }
+    *graph = b.finish();
     Ok(())
 }
 
@@ -158,61 +157,52 @@ pub fn support(op: &Op) -> &'static str {
     }
 }
 
-/// Appends typed nodes to the graph; every node it makes is marked with `origin`.
-struct Builder<'g> {
-    g: &'g mut Graph,
-    origin: Option<String>,
+/// What the VJPs build beyond single nodes, on the shared [`Builder`]: the graph
+/// being differentiated, every node marked with its origin (`gradient of ...`).
+trait Gradients {
+    fn mul(&mut self, x: ValueId, y: ValueId) -> Result<ValueId>;
+    fn scale(&mut self, x: ValueId, c: f64) -> Result<ValueId>;
+    fn mask(&mut self, cond: ValueId, x: ValueId) -> Result<ValueId>;
+    fn reshaped(&mut self, x: ValueId, shape: Shape) -> Result<ValueId>;
+    fn permuted(&mut self, x: ValueId, perm: Vec<usize>) -> Result<ValueId>;
+    fn regroup(&mut self, x: ValueId, split: &[u64], perm: &[usize], joined: &[u64], rest: &[u64]) -> Result<ValueId>;
+    fn sum(&mut self, x: ValueId, axes: Vec<usize>, keepdim: bool) -> Result<ValueId>;
+    fn unbroadcast(&mut self, dy: ValueId, shape: &Shape) -> Result<ValueId>;
+    fn expand(&mut self, dy: ValueId, shape: &Shape, axes: &[usize]) -> Result<ValueId>;
+    fn accumulate(&mut self, cot: &mut [Option<ValueId>], v: ValueId, g: ValueId) -> Result<()>;
+    fn pad_or_crop(&mut self, x: ValueId, axis: usize, lo: i64, hi: i64) -> Result<ValueId>;
+    fn dilate(&mut self, x: ValueId, strides: &[u64]) -> Result<ValueId>;
+    fn spread(&mut self, x: ValueId, axis: usize, s: u64) -> Result<ValueId>;
+    fn unslice(&mut self, g: ValueId, ranges: &[SliceRange], shape: &[u64]) -> Result<ValueId>;
 }
 
-impl Builder<'_> {
-    fn op(&mut self, op: Op, args: Vec<ValueId>) -> Result<ValueId> {
-        let tys: Vec<&TensorType> = args.iter().map(|&a| self.g.ty(a)).collect();
-        let declared = TensorType::new(Dtype::F32, Shape::scalar());
-        let ty = infer(&op, &tys, &declared, &self.g.consts)
-            .map_err(|msg| Error::internal(format!("autodiff built an ill-typed {}: {msg}", op.name())))?;
-        let v = self.g.push(op, args, ty);
-        self.g.nodes[v.index()].origin = self.origin.clone();
-        Ok(v)
-    }
-
-    fn scalar(&mut self, x: f64, dtype: Dtype) -> ValueId {
-        let v = self.g.add_const(Tensor::scalar(dtype, x));
-        self.g.nodes[v.index()].origin = self.origin.clone();
-        v
-    }
-
-    fn unary(&mut self, u: UnaryOp, x: ValueId) -> Result<ValueId> {
-        self.op(Op::Unary(u), vec![x])
-    }
-
-    fn binary(&mut self, op: BinaryOp, x: ValueId, y: ValueId) -> Result<ValueId> {
-        self.op(Op::Binary(op), vec![x, y])
-    }
-
+impl Gradients for Builder {
     fn mul(&mut self, x: ValueId, y: ValueId) -> Result<ValueId> {
         self.binary(BinaryOp::Mul, x, y)
     }
 
     /// `x * c` for a constant `c` of `x`'s type.
     fn scale(&mut self, x: ValueId, c: f64) -> Result<ValueId> {
-        let c = self.scalar(c, self.g.ty(x).dtype);
+        let c = self.scalar(self.graph.ty(x).dtype, c);
         self.mul(x, c)
     }
 
     /// `cond ? x : 0`.
     fn mask(&mut self, cond: ValueId, x: ValueId) -> Result<ValueId> {
-        let zero = self.scalar(0.0, self.g.ty(x).dtype);
+        let zero = self.scalar(self.graph.ty(x).dtype, 0.0);
         self.op(Op::Where, vec![cond, x, zero])
     }
 
-    fn reshape(&mut self, x: ValueId, shape: Shape) -> Result<ValueId> {
-        if self.g.ty(x).shape == shape {
+    /// `x` reshaped, with no node when it has the shape already.
+    fn reshaped(&mut self, x: ValueId, shape: Shape) -> Result<ValueId> {
+        if self.graph.ty(x).shape == shape {
             return Ok(x);
         }
         self.op(Op::Reshape { shape }, vec![x])
     }
 
-    fn transpose(&mut self, x: ValueId, perm: Vec<usize>) -> Result<ValueId> {
+    /// `x` transposed, with no node for the identity permutation.
+    fn permuted(&mut self, x: ValueId, perm: Vec<usize>) -> Result<ValueId> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(x);
         }
@@ -223,9 +213,9 @@ impl Builder<'_> {
     /// reshaped to [joined..., rest...]: channels regrouped.
     fn regroup(&mut self, x: ValueId, split: &[u64], perm: &[usize], joined: &[u64], rest: &[u64]) -> Result<ValueId> {
         let with_rest = |head: &[u64]| Shape::known(&[head, rest].concat());
-        let r = self.reshape(x, with_rest(split))?;
-        let t = self.transpose(r, perm.iter().copied().chain(perm.len()..perm.len() + rest.len()).collect())?;
-        self.reshape(t, with_rest(joined))
+        let r = self.reshaped(x, with_rest(split))?;
+        let t = self.permuted(r, perm.iter().copied().chain(perm.len()..perm.len() + rest.len()).collect())?;
+        self.reshaped(t, with_rest(joined))
     }
 
     fn sum(&mut self, x: ValueId, axes: Vec<usize>, keepdim: bool) -> Result<ValueId> {
@@ -233,10 +223,6 @@ impl Builder<'_> {
             return Ok(x);
         }
         self.op(Op::Reduce { kind: ReduceKind::Sum, axes, keepdim }, vec![x])
-    }
-
-    fn shape(&self, v: ValueId) -> Shape {
-        self.g.ty(v).shape.clone()
     }
 
     /// Sums `dy` down to `shape`, undoing NumPy broadcasting (the VJP of a broadcast).
@@ -250,13 +236,13 @@ impl Builder<'_> {
             .filter(|&i| i < lead || (shape.dims()[i - lead].is_one() && !from.dims()[i].is_one()))
             .collect();
         let summed = self.sum(dy, axes, true)?;
-        self.reshape(summed, shape.clone())
+        self.reshaped(summed, shape.clone())
     }
 
     /// `dy` (shaped like a reduction of `shape` over `axes`) broadcast back to `shape`.
     fn expand(&mut self, dy: ValueId, shape: &Shape, axes: &[usize]) -> Result<ValueId> {
         let kept = Shape(shape.dims().iter().enumerate().map(|(i, d)| if axes.contains(&i) { Dim::Known(1) } else { d.clone() }).collect());
-        let r = self.reshape(dy, kept)?;
+        let r = self.reshaped(dy, kept)?;
         if self.shape(r) == *shape {
             return Ok(r);
         }
@@ -267,8 +253,8 @@ impl Builder<'_> {
     fn accumulate(&mut self, cot: &mut [Option<ValueId>], v: ValueId, g: ValueId) -> Result<()> {
         let shape = self.shape(v);
         let mut g = self.unbroadcast(g, &shape)?;
-        let dtype = self.g.ty(v).dtype;
-        if self.g.ty(g).dtype != dtype {
+        let dtype = self.graph.ty(v).dtype;
+        if self.graph.ty(g).dtype != dtype {
             g = self.op(Op::Cast { to: dtype }, vec![g])?;
         }
         cot[v.index()] = Some(match cot[v.index()] {
@@ -280,7 +266,7 @@ impl Builder<'_> {
 
     /// Pads (positive) or crops (negative) `x` along `axis` by `lo` before and `hi` after.
     fn pad_or_crop(&mut self, x: ValueId, axis: usize, lo: i64, hi: i64) -> Result<ValueId> {
-        let rank = self.g.ty(x).rank();
+        let rank = self.graph.ty(x).rank();
         let mut x = x;
         if lo > 0 || hi > 0 {
             let mut pads = vec![(0, 0); rank];
@@ -317,13 +303,13 @@ impl Builder<'_> {
         }
         let mut split = shape.clone();
         split.insert(axis + 1, 1);
-        let r = self.reshape(x, Shape::known(&split))?;
+        let r = self.reshaped(x, Shape::known(&split))?;
         let mut pads = vec![(0, 0); split.len()];
         pads[axis + 1] = (0, s - 1);
         let p = self.op(Op::Pad { pads, value: 0.0 }, vec![r])?;
         let mut flat = shape;
         flat[axis] *= s;
-        let y = self.reshape(p, Shape::known(&flat))?;
+        let y = self.reshaped(p, Shape::known(&flat))?;
         self.pad_or_crop(y, axis, 0, -(s as i64 - 1))
     }
 
@@ -338,8 +324,8 @@ impl Builder<'_> {
             }
             if len == 0 {
                 // Nothing taken: the gradient is zero.
-                let dtype = self.g.ty(g).dtype;
-                let zero = self.scalar(0.0, dtype);
+                let dtype = self.graph.ty(g).dtype;
+                let zero = self.scalar(dtype, 0.0);
                 return self.op(Op::BroadcastTo { shape: Shape::known(shape) }, vec![zero]);
             }
             // A negative step takes elements in reverse: reverse the cotangent, so it
@@ -365,25 +351,21 @@ impl Builder<'_> {
 /// primitives computing `c(a)` (`decompose::expand`) appended to the backward graph,
 /// and differentiated back to `a` in reverse order, as [`run`] does the whole graph.
 fn through_decomposition(b: &mut Builder, c: Composite, a: ValueId, dy: ValueId) -> Result<ValueId> {
-    let start = b.g.nodes.len();
-    let origin = b.origin.clone().unwrap_or_default();
-    let mut shared = crate::ir::builder::Builder { graph: std::mem::take(b.g), origin, operands: Vec::new() };
-    let y = crate::passes::decompose::expand(&mut shared, c, a);
-    *b.g = shared.graph;
-    let y = y?;
-    let end = b.g.nodes.len();
+    let start = b.graph.nodes.len();
+    let y = crate::passes::decompose::expand(b, c, a)?;
+    let end = b.graph.nodes.len();
     // Values of the decomposition that depend on `a`: only they carry gradients.
     let mut active = vec![false; end];
     active[a.index()] = true;
     for i in start..end {
-        let n = &b.g.nodes[i];
+        let n = &b.graph.nodes[i];
         active[i] = n.ty.dtype.is_float() && n.args.iter().any(|u| active[u.index()]);
     }
     let mut cot: Vec<Option<ValueId>> = vec![None; end];
     cot[y.index()] = Some(dy);
     for i in (start..end).rev() {
         let Some(g) = cot[i] else { continue };
-        let node = b.g.nodes[i].clone();
+        let node = b.graph.nodes[i].clone();
         let needs: Vec<bool> = node.args.iter().map(|u| active[u.index()]).collect();
         if !needs.contains(&true) {
             continue;
@@ -447,12 +429,12 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                 UnaryOp::Tanh => {
                     // dy * (1 - y^2)
                     let y2 = b.mul(y, y)?;
-                    let one = b.scalar(1.0, b.g.ty(y).dtype);
+                    let one = b.scalar(b.graph.ty(y).dtype, 1.0);
                     let d = b.binary(BinaryOp::Sub, one, y2)?;
                     b.mul(dy, d)?
                 }
                 UnaryOp::Relu => {
-                    let zero = b.scalar(0.0, b.g.ty(a).dtype);
+                    let zero = b.scalar(b.graph.ty(a).dtype, 0.0);
                     let pos = b.binary(BinaryOp::Gt, a, zero)?;
                     b.mask(pos, dy)?
                 }
@@ -468,7 +450,7 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                 // decompositions'; any other is differentiated through its decomposition.
                 UnaryOp::Composite(c) => match c {
                     Composite::Sigmoid => {
-                        let one = b.scalar(1.0, b.g.ty(y).dtype);
+                        let one = b.scalar(b.graph.ty(y).dtype, 1.0);
                         let c = b.binary(BinaryOp::Sub, one, y)?;
                         let d = b.mul(y, c)?;
                         b.mul(dy, d)?
@@ -477,7 +459,7 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                         // Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
                         let t = b.scale(a, std::f64::consts::FRAC_1_SQRT_2)?;
                         let e = b.unary(UnaryOp::Erf, t)?;
-                        let one = b.scalar(1.0, b.g.ty(a).dtype);
+                        let one = b.scalar(b.graph.ty(a).dtype, 1.0);
                         let e1 = b.binary(BinaryOp::Add, e, one)?;
                         let cdf = b.scale(e1, 0.5)?;
                         let x2 = b.mul(a, a)?;
@@ -492,14 +474,14 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                         // u = c (x + k x^3), t = tanh u:
                         // d = (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2
                         let (c, k) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
-                        let dt = b.g.ty(a).dtype;
+                        let dt = b.graph.ty(a).dtype;
                         let x2 = b.mul(a, a)?;
                         let x3 = b.mul(x2, a)?;
                         let kx3 = b.scale(x3, k)?;
                         let inner = b.binary(BinaryOp::Add, a, kx3)?;
                         let u = b.scale(inner, c)?;
                         let t = b.unary(UnaryOp::Tanh, u)?;
-                        let one = b.scalar(1.0, dt);
+                        let one = b.scalar(dt, 1.0);
                         let t1 = b.binary(BinaryOp::Add, one, t)?;
                         let first = b.scale(t1, 0.5)?;
                         let t2 = b.mul(t, t)?;
@@ -545,7 +527,7 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                 BinaryOp::Pow => {
                     let gl = if needs[0] {
                         // dy * r * l^(r - 1)
-                        let one = b.scalar(1.0, b.g.ty(r).dtype);
+                        let one = b.scalar(b.graph.ty(r).dtype, 1.0);
                         let rm1 = b.binary(BinaryOp::Sub, r, one)?;
                         let p = b.binary(BinaryOp::Pow, l, rm1)?;
                         let d = b.mul(r, p)?;
@@ -571,7 +553,7 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                     let cmp = if *op == BinaryOp::Max { BinaryOp::Gt } else { BinaryOp::Lt };
                     let tie = b.binary(BinaryOp::Eq, l, r)?;
                     let half = b.scale(dy, 0.5)?;
-                    let zero = b.scalar(0.0, b.g.ty(dy).dtype);
+                    let zero = b.scalar(b.graph.ty(dy).dtype, 0.0);
                     let side = |b: &mut Builder, win: ValueId| -> Result<ValueId> {
                         let lose = b.op(Op::Where, vec![tie, half, zero])?;
                         b.op(Op::Where, vec![win, dy, lose])
@@ -596,13 +578,13 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
         }
         Op::Where => {
             let c = x(0);
-            let zero = b.scalar(0.0, b.g.ty(dy).dtype);
+            let zero = b.scalar(b.graph.ty(dy).dtype, 0.0);
             let ga = if needs[1] { Some(b.op(Op::Where, vec![c, dy, zero])?) } else { None };
             let gb = if needs[2] { Some(b.op(Op::Where, vec![c, zero, dy])?) } else { None };
             vec![None, ga, gb]
         }
         Op::Cast { .. } => {
-            let from = b.g.ty(x(0)).dtype;
+            let from = b.graph.ty(x(0)).dtype;
             vec![if from.is_float() { Some(b.op(Op::Cast { to: from }, vec![dy])?) } else { None }]
         }
         Op::MatMul => matmul_vjp(b, x(0), x(1), dy, needs)?,
@@ -623,7 +605,7 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                     // `reduce_max_grad` (and JAX and Torch) do.
                     let yb = spread(b, y)?;
                     let hit = b.binary(BinaryOp::Eq, a, yb)?;
-                    let ones = b.op(Op::Cast { to: b.g.ty(dy).dtype }, vec![hit])?;
+                    let ones = b.op(Op::Cast { to: b.graph.ty(dy).dtype }, vec![hit])?;
                     let count = b.op(Op::Reduce { kind: ReduceKind::Sum, axes: axes.clone(), keepdim: *keepdim }, vec![ones])?;
                     let share = b.binary(BinaryOp::Div, dy, count)?;
                     let shareb = spread(b, share)?;
@@ -632,9 +614,9 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                 ReduceKind::Prod => {
                     // The product of the other elements: y / x, except at a zero, where
                     // it is the product of the rest (zero when another element is zero too).
-                    let dt = b.g.ty(a).dtype;
-                    let zero = b.scalar(0.0, dt);
-                    let one = b.scalar(1.0, dt);
+                    let dt = b.graph.ty(a).dtype;
+                    let zero = b.scalar(dt, 0.0);
+                    let one = b.scalar(dt, 1.0);
                     let is_zero = b.binary(BinaryOp::Eq, a, zero)?;
                     let nonzero = b.op(Op::Where, vec![is_zero, one, a])?;
                     let flags = b.op(Op::Cast { to: dt }, vec![is_zero])?;
@@ -671,14 +653,14 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
         }
         Op::Reshape { .. } => {
             let shape = b.shape(x(0));
-            vec![Some(b.reshape(dy, shape)?)]
+            vec![Some(b.reshaped(dy, shape)?)]
         }
         Op::Transpose { perm } => {
             let mut inv = vec![0; perm.len()];
             for (i, &p) in perm.iter().enumerate() {
                 inv[p] = i;
             }
-            vec![Some(b.transpose(dy, inv)?)]
+            vec![Some(b.permuted(dy, inv)?)]
         }
         Op::BroadcastTo { .. } => vec![Some(dy)], // summed back by `accumulate`
         Op::Slice { ranges } => {
@@ -713,16 +695,16 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
             let count = known(&b.shape(idx))?.iter().product::<u64>();
             let before: u64 = dshape[..*axis].iter().product();
             let rest: u64 = dshape[axis + 1..].iter().product();
-            let flat_idx = b.reshape(idx, Shape::known(&[count, 1]))?;
-            let idx_dtype = b.g.ty(idx).dtype;
+            let flat_idx = b.reshaped(idx, Shape::known(&[count, 1]))?;
+            let idx_dtype = b.graph.ty(idx).dtype;
             let iota = b.op(Op::Iota { shape: Shape::known(&[count, dshape[*axis]]), axis: 1, dtype: idx_dtype }, vec![])?;
             let hit = b.binary(BinaryOp::Eq, iota, flat_idx)?;
-            let dt = b.g.ty(dy).dtype;
+            let dt = b.graph.ty(dy).dtype;
             let onehot = b.op(Op::Cast { to: dt }, vec![hit])?;
-            let oh_t = b.transpose(onehot, vec![1, 0])?;
-            let dy2 = if *axis == 0 { b.reshape(dy, Shape::known(&[count, rest]))? } else { b.reshape(dy, Shape::known(&[before, count, rest]))? };
+            let oh_t = b.permuted(onehot, vec![1, 0])?;
+            let dy2 = if *axis == 0 { b.reshaped(dy, Shape::known(&[count, rest]))? } else { b.reshaped(dy, Shape::known(&[before, count, rest]))? };
             let g = b.op(Op::MatMul, vec![oh_t, dy2])?;
-            vec![Some(b.reshape(g, Shape::known(&dshape))?), None]
+            vec![Some(b.reshaped(g, Shape::known(&dshape))?), None]
         }
     })
 }
@@ -731,8 +713,8 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
 /// to matrices and broadcast batch dimensions summed back (by `accumulate`).
 fn matmul_vjp(b: &mut Builder, a: ValueId, m: ValueId, dy: ValueId, needs: &[bool]) -> Result<Vec<Option<ValueId>>> {
     let (sa, sm) = (b.shape(a), b.shape(m));
-    let a2 = if sa.rank() == 1 { b.reshape(a, Shape(vec![Dim::Known(1), sa.dims()[0].clone()]))? } else { a };
-    let m2 = if sm.rank() == 1 { b.reshape(m, Shape(vec![sm.dims()[0].clone(), Dim::Known(1)]))? } else { m };
+    let a2 = if sa.rank() == 1 { b.reshaped(a, Shape(vec![Dim::Known(1), sa.dims()[0].clone()]))? } else { a };
+    let m2 = if sm.rank() == 1 { b.reshaped(m, Shape(vec![sm.dims()[0].clone(), Dim::Known(1)]))? } else { m };
     // dy with the promoted dimensions back
     let mut dshape = b.shape(dy).0;
     if sa.rank() == 1 {
@@ -742,7 +724,7 @@ fn matmul_vjp(b: &mut Builder, a: ValueId, m: ValueId, dy: ValueId, needs: &[boo
     if sm.rank() == 1 {
         dshape.push(Dim::Known(1));
     }
-    let dy2 = b.reshape(dy, Shape(dshape))?;
+    let dy2 = b.reshaped(dy, Shape(dshape))?;
     let swap = |rank: usize| -> Vec<usize> {
         let mut p: Vec<usize> = (0..rank).collect();
         p.swap(rank - 2, rank - 1);
@@ -752,16 +734,16 @@ fn matmul_vjp(b: &mut Builder, a: ValueId, m: ValueId, dy: ValueId, needs: &[boo
     let product = |b: &mut Builder, lhs: ValueId, rhs: ValueId, like: ValueId, shape: Shape| -> Result<ValueId> {
         let g = b.op(Op::MatMul, vec![lhs, rhs])?;
         let g = b.unbroadcast(g, &b.shape(like))?;
-        b.reshape(g, shape)
+        b.reshaped(g, shape)
     };
     let ga = if needs[0] {
-        let mt = b.transpose(m2, swap(b.g.ty(m2).rank()))?;
+        let mt = b.permuted(m2, swap(b.graph.ty(m2).rank()))?;
         Some(product(b, dy2, mt, a2, sa)?)
     } else {
         None
     };
     let gm = if needs[1] {
-        let at = b.transpose(a2, swap(b.g.ty(a2).rank()))?;
+        let at = b.permuted(a2, swap(b.graph.ty(a2).rank()))?;
         Some(product(b, at, dy2, m2, sm)?)
     } else {
         None
@@ -790,7 +772,7 @@ fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs:
     if needs[0] && xs.contains(&0) {
         // An empty input (its windows lie in the padding) has an empty gradient; the
         // full convolution below would have no window to run.
-        let zero = b.scalar(0.0, b.g.ty(x).dtype);
+        let zero = b.scalar(b.graph.ty(x).dtype, 0.0);
         out[0] = Some(b.op(Op::BroadcastTo { shape: Shape::known(&xs) }, vec![zero])?);
     } else if needs[0] {
         let mut g = b.dilate(dy, &attrs.stride)?;
@@ -806,7 +788,7 @@ fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs:
         ranges.extend((0..n).map(|_| SliceRange { start: None, stop: None, step: -1 }));
         let flipped = b.op(Op::Slice { ranges }, vec![w])?;
         let wt = if groups == 1 {
-            b.transpose(flipped, swap01.clone())?
+            b.permuted(flipped, swap01.clone())?
         } else {
             b.regroup(flipped, &[groups, o_per, c_per], &[0, 2, 1], &[groups * c_per, o_per], &ws[2..])?
         };
@@ -817,18 +799,18 @@ fn conv_vjp(b: &mut Builder, node: &Node, attrs: &ConvAttrs, dy: ValueId, needs:
         // x [N, C, H...] as [N, G, C/G, H...] -> [C/G, G, N, H...] -> [C/G, G*N, H...]
         // (padded), correlated in G groups with dy^T [O, N, OH...]: [C/G, O, >= k...]
         let xt = if groups == 1 {
-            b.transpose(x, swap01.clone())?
+            b.permuted(x, swap01.clone())?
         } else {
             b.regroup(x, &[xs[0], groups, c_per], &[2, 1, 0], &[c_per, groups * xs[0]], &xs[2..])?
         };
-        let dyt = b.transpose(dy, swap01.clone())?;
+        let dyt = b.permuted(dy, swap01.clone())?;
         let swapped = ConvAttrs { stride: attrs.dilation.clone(), padding: attrs.padding.clone(), dilation: attrs.stride.clone(), groups };
         let mut g = b.op(Op::Conv(swapped), vec![xt, dyt])?;
         let gs = known(&b.shape(g))?;
         for i in 0..n {
             g = b.pad_or_crop(g, 2 + i, 0, ws[2 + i] as i64 - gs[2 + i] as i64)?;
         }
-        out[1] = Some(b.transpose(g, swap01)?);
+        out[1] = Some(b.permuted(g, swap01)?);
     }
     if node.args.len() > 2 && needs[2] {
         out[2] = Some(dy); // summed to the bias's shape by `accumulate`
@@ -921,12 +903,12 @@ fn tiled_pool_vjp(b: &mut Builder, x: ValueId, y: ValueId, attrs: &PoolAttrs, dy
         split.extend([ys[lead + i], k]);
         ones.extend([ys[lead + i], 1]);
     }
-    let xr = b.reshape(covered, Shape::known(&split))?;
-    let dyr = b.reshape(dy, Shape::known(&ones))?;
+    let xr = b.reshaped(covered, Shape::known(&split))?;
+    let dyr = b.reshaped(dy, Shape::known(&ones))?;
     let dyb = b.op(Op::BroadcastTo { shape: Shape::known(&split) }, vec![dyr])?;
     let g = match attrs.kind {
         PoolKind::Max => {
-            let yr = b.reshape(y, Shape::known(&ones))?;
+            let yr = b.reshaped(y, Shape::known(&ones))?;
             let hit = b.binary(BinaryOp::Eq, xr, yr)?;
             b.mask(hit, dyb)?
         }
@@ -934,7 +916,7 @@ fn tiled_pool_vjp(b: &mut Builder, x: ValueId, y: ValueId, attrs: &PoolAttrs, dy
     };
     let mut flat = xs[..lead].to_vec();
     flat.extend((0..n).map(|i| ys[lead + i] * attrs.kernel[i]));
-    let mut g = b.reshape(g, Shape::known(&flat))?;
+    let mut g = b.reshaped(g, Shape::known(&flat))?;
     for i in 0..n {
         g = b.pad_or_crop(g, lead + i, 0, (xs[lead + i] - flat[lead + i]) as i64)?;
     }

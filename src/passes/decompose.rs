@@ -40,7 +40,7 @@ fn rewrite(graph: &mut Graph, unclaimed: &impl Fn(&Node) -> bool) -> Result<()> 
     let old = std::mem::take(graph);
     // The constants keep their ids; a rule's constants are added after them.
     let fresh = Graph { name: old.name, consts: old.consts, warnings: old.warnings, ..Graph::default() };
-    let mut b = Builder { graph: fresh, ..Builder::default() };
+    let mut b = Builder::rewriting(fresh, "decompose");
     let mut map: Vec<ValueId> = Vec::with_capacity(old.nodes.len());
     for node in old.nodes {
         let args: Vec<ValueId> = node.args.iter().map(|a| map[a.index()]).collect();
