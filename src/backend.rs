@@ -1,12 +1,13 @@
 //! Targets. A [`Backend`] is what `--target NAME` compiles to: which nodes it can
 //! compile, what it offers ([`Capabilities`]) and the files it writes, all without
 //! starting a process; its [`Toolchain`] builds those files and runs the result.
-//! [`BACKENDS`] is the one table the command line reads (its `--help`, the values
-//! `--target` accepts); a new target is one `impl Backend`, one `impl Toolchain` and
-//! one entry there.
+//! `codegen::TARGETS` is the one table of them the command line reads (its `--help`,
+//! the values `--target` accepts); a new target is one `impl Backend`, one `impl
+//! Toolchain` and one entry there. This module names no target: the targets import it.
 //!
 //! Targets come in two shapes. Program targets (C, CUDA, Metal) lower the graph
-//! to a [`Program`] with their kernel library's capabilities ([`lower_programs`]), run
+//! to a [`Program`] with their kernel library's capabilities
+//! (`codegen::program_target::lower_programs`), run
 //! their own program passes, and render its kernels through the C-style renderer
 //! (`codegen::cstyle`). Graph targets (ggml, XLA) write one library call or instruction
 //! per node of the graph itself (`codegen::graph`).
@@ -119,39 +120,6 @@ pub trait Toolchain: Sync {
     }
 }
 
-/// Every target, in the order `--help` lists them.
-pub static BACKENDS: &[&dyn Backend] = &[
-    &crate::codegen::c::backend::CTarget,
-    &crate::codegen::cuda::backend::CudaTarget,
-    &crate::codegen::metal::backend::MetalTarget,
-    &crate::codegen::ggml::backend::GgmlTarget,
-    &crate::codegen::xla::backend::XlaTarget,
-];
-
-/// The target called `name`.
-pub fn find(name: &str) -> Option<&'static dyn Backend> {
-    BACKENDS.iter().copied().find(|b| b.name() == name)
-}
-
-/// Every pass `--print-after` can name: the graph passes (`decompose` last), every
-/// target's program passes, and the shared program passes.
-pub fn pass_names() -> Vec<&'static str> {
-    let mut names = passes::names(&[]);
-    for b in BACKENDS {
-        for (name, _) in b.program_passes() {
-            if !names.contains(name) {
-                names.insert(passes::PIPELINE.len() + 1, name);
-            }
-        }
-    }
-    names
-}
-
-/// The names of every target, for messages (`c, cuda`).
-pub fn names() -> String {
-    BACKENDS.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
-}
-
 /// What every target's `emit` takes beyond the graphs.
 #[derive(Debug, Clone, Default)]
 pub struct EmitOptions {
@@ -178,7 +146,7 @@ pub struct EmitOptions {
     /// `None`: portable, its kernels chosen at run time for the CPU it runs on.
     pub cpu: Option<String>,
     /// The C target's cross-build triple (`--triple`); `None`: the host.
-    pub triple: Option<crate::codegen::c::Triple>,
+    pub triple: Option<crate::build::Triple>,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else
@@ -381,113 +349,6 @@ pub fn check_supported(backend: &dyn Backend, graph: &Graph) -> Result<()> {
     let plural = if count == 1 { "" } else { "s" };
     Err(Error::user(format!("the {} target cannot compile {count} node{plural} of the model:\n{}", backend.name(), lines.join("\n")))
         .note(format!("ops it cannot compile here: {}", ops.join(", "))))
-}
-
-/// The programs of a program target: the forward pass and, with `--grad`, the backward
-/// pass, each lowered with `lower` (the target's library) and run through
-/// `target_passes` and the shared program passes, printed after those named in
-/// `print_after`.
-pub fn lower_programs(
-    graphs: &Graphs,
-    lower: &crate::lower::Options,
-    target_passes: &[passes::ProgramPass],
-    print_after: &[String],
-) -> Result<(Program, Option<Program>)> {
-    let one = |g: &Graph| {
-        passes::compile(g, lower, target_passes, |name, p| {
-            if print_after.iter().any(|n| n == name) {
-                eprint!("// after {name}\n{}", crate::lower::print::print(p));
-            }
-        })
-    };
-    Ok((one(&graphs.forward)?, graphs.backward.as_ref().map(one).transpose()?))
-}
-
-/// Why a program target whose kernels compute in the element types `supports` accepts
-/// cannot compile node `v` (its [`Backend::lacks`]).
-pub fn program_target_lacks(graph: &Graph, v: ValueId, supports: impl Fn(crate::ir::Dtype) -> bool) -> Option<String> {
-    let dtype = graph.ty(v).dtype;
-    if !supports(dtype) {
-        return Some(format!("no {dtype} arithmetic"));
-    }
-    crate::lower::lacking(graph, v)
-}
-
-/// What a GPU target writes, as files by name: the forward (and backward) program,
-/// given the target's kernel library and its renderer.
-pub type DeviceEmit = fn(&Program, Option<&Program>, &crate::codegen::c::Options, Precision) -> Result<Vec<(String, Vec<u8>)>>;
-
-/// A GPU target's [`Backend::emit`]: the programs lowered with the target's `library`
-/// (every weight row-major: its kernels read any strides) and rendered by `emit`.
-pub fn emit_device(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library, emit: DeviceEmit) -> Result<Emitted> {
-    let (forward, backward) = device_programs(graphs, opts, library)?;
-    let c = crate::codegen::c::Options::of(opts);
-    let files = emit(&forward, backward.as_ref(), &c, opts.precision)?;
-    Ok(program_emitted(files, &forward, backward.as_ref()))
-}
-
-/// The programs a GPU target's [`emit_device`] renders, lowered with its `library`.
-pub fn device_programs(graphs: &Graphs, opts: &EmitOptions, library: crate::lower::Library) -> Result<(Program, Option<Program>)> {
-    let lower = crate::lower::Options { max: opts.max.clone(), library, ..Default::default() };
-    lower_programs(graphs, &lower, &[], &opts.print_after)
-}
-
-/// What a program target's `emit` returns for the programs it wrote as `files`: the
-/// memory report of each, and the entry its demo runs (the backward pass when there is
-/// one).
-pub fn program_emitted(files: Vec<(String, Vec<u8>)>, forward: &Program, backward: Option<&Program>) -> Emitted {
-    let mut report = memory_report(forward);
-    let mut sizes = memory_sizes(forward);
-    if let Some(b) = backward {
-        report.push_str("backward pass:\n");
-        report.push_str(&memory_report(b));
-        sizes["backward"] = memory_sizes(b);
-    }
-    let program = backward.unwrap_or(forward);
-    let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
-    let entry = Entry { name: crate::codegen::names::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs) };
-    Emitted { files, entry, report, sizes }
-}
-
-/// [`memory_report`]'s sizes as JSON (`--report=json`), in bytes; with weights stored
-/// narrow, also what they would take in f32 (`weights_f32_bytes`).
-pub fn memory_sizes(p: &Program) -> serde_json::Value {
-    let mut sizes = serde_json::json!({"kernels": p.steps.len(), "weights_bytes": p.weights_size, "arena_bytes": p.arena_size, "peak_live_bytes": p.peak_live});
-    if let Some(wide) = f32_weights_size(p) {
-        sizes["weights_f32_bytes"] = wide.into();
-    }
-    sizes
-}
-
-/// `kernels`, `weights`, `arena` lines of `--report` for one program (the weights'
-/// f32 size beside theirs when some are stored narrow).
-pub fn memory_report(p: &Program) -> String {
-    let ratio = if p.peak_live == 0 { 1.0 } else { p.arena_size as f64 / p.peak_live as f64 };
-    let narrowed: Vec<&str> = p.weights.iter().filter(|w| w.stored != crate::lower::Stored::F32).map(|w| w.stored.name()).collect();
-    let wide = match (f32_weights_size(p), narrowed.first()) {
-        (Some(wide), Some(name)) => format!(" ({} of them as {name}; {} bytes in f32)", narrowed.len(), group(wide)),
-        _ => String::new(),
-    };
-    format!(
-        "kernels: {}\nweights: {} bytes{wide}\narena: {} bytes (peak live {} bytes, ratio {ratio:.3})\n",
-        p.steps.len(),
-        group(p.weights_size),
-        group(p.arena_size),
-        group(p.peak_live)
-    )
-}
-
-/// The bytes the weights blob would take with every weight in f32 (in the same
-/// layouts), when some weight is stored narrow.
-fn f32_weights_size(p: &Program) -> Option<u64> {
-    if p.weights.iter().all(|w| w.stored == crate::lower::Stored::F32) {
-        return None;
-    }
-    p.weights.iter().try_fold(0u64, |offset, w| {
-        let b = &p.buffers[w.buf.0];
-        let n = if w.shape.iter().product::<u64>() == 0 { 0 } else { b.len };
-        Some(crate::lower::align(offset.checked_add(n.checked_mul(b.dtype.size() as u64)?)?))
-    })
 }
 
 /// `1337344` → `1,337,344`.

@@ -437,3 +437,50 @@ mod tests {
         assert!(include_str!("../.ci/run").contains(&format!("pip\" install -q {CUDA_WHEELS}")));
     }
 }
+
+/// A cross build's target (`compile --triple`): one word such as `aarch64-linux-gnu`
+/// or `arm-none-eabi`, the prefix of its toolchain's programs (`TRIPLE-gcc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triple(String);
+
+impl Triple {
+    /// A triple as given: ASCII letters, digits, `_`, `.` and `-`, with at least one
+    /// `-` (it names programs and becomes words of the Makefile, never shell syntax).
+    pub fn parse(text: &str) -> Result<Triple> {
+        let word = text.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && text.starts_with(|c: char| c.is_ascii_alphanumeric());
+        if !word || !text.contains('-') {
+            return Err(Error::usage(format!(
+                "--triple wants a target triple such as aarch64-linux-gnu or arm-none-eabi (letters, digits and . _ -), not {text:?}"
+            )));
+        }
+        Ok(Triple(text.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the target has an operating system (a shared library and the demo make
+    /// sense): not `arm-none-eabi`, `riscv64-unknown-elf` and other bare-metal triples.
+    pub fn hosted(&self) -> bool {
+        !self.0.split('-').any(|part| part == "none" || part == "elf")
+    }
+
+    /// Whether programs built for it run on this machine: the same architecture and
+    /// operating system.
+    pub fn runs_here(&self) -> bool {
+        let mut parts = self.0.split('-');
+        let os = match std::env::consts::OS {
+            "macos" => "darwin",
+            os => os,
+        };
+        // (Apple spells AArch64 arm64.)
+        let arch = parts.next().map(|a| if a == "arm64" { "aarch64" } else { a });
+        arch == Some(std::env::consts::ARCH) && self.hosted() && self.0.contains(os)
+    }
+
+    /// Its C compiler: `$CC` when set (and not empty), else `TRIPLE-gcc`.
+    pub fn c_compiler(&self) -> String {
+        std::env::var("CC").ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| format!("{}-gcc", self.0))
+    }
+}

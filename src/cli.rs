@@ -310,7 +310,7 @@ pub fn arrays_by_name<'a, A>(files: &[&'a ArrayFile<A>]) -> Result<BTreeMap<Stri
 
 /// Runs the model; returns the outputs and a printable report.
 pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
-    if let Some(t) = args.triple.as_deref().map(crate::codegen::c::Triple::parse).transpose()?.filter(|t| !t.runs_here()) {
+    if let Some(t) = args.triple.as_deref().map(crate::build::Triple::parse).transpose()?.filter(|t| !t.runs_here()) {
         let host = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
         return Err(Error::usage(format!("run builds and runs the model on this machine ({host}), which cannot run code for {}", t.as_str()))
             .note(format!("cross-build it with `mithrilc compile --target c --triple {}` and run its demo there (or under an emulator such as qemu-user)", t.as_str())));
@@ -624,7 +624,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         Some(p) => Some(param_values(&graphs.forward, p)?),
         None => None,
     };
-    let triple = args.triple.as_deref().map(crate::codegen::c::Triple::parse).transpose()?;
+    let triple = args.triple.as_deref().map(crate::build::Triple::parse).transpose()?;
     let opts = EmitOptions {
         source: file_name(&args.model.model),
         weights,

@@ -80,7 +80,7 @@ pub fn ops_markdown() -> String {
 /// ([`crate::backend::Backend::lacks`]; of a composite the target does not claim, of its
 /// decomposition), asked of one node of each op of
 /// [`Op::catalogue`] at small static shapes, once per element type of its operands.
-/// A row per op: its name, then per target of [`crate::backend::BACKENDS`] the types it
+/// A row per op: its name, then per target of [`crate::codegen::TARGETS`] the types it
 /// compiles, out of `takes`, the types the op's shape rule accepts.
 pub struct OpSupport {
     pub op: &'static str,
@@ -93,7 +93,7 @@ pub fn op_support() -> Vec<OpSupport> {
     let mut rows = Vec::new();
     for op in Op::catalogue() {
         let samples: Vec<(Dtype, Graph, ValueId)> = Dtype::ALL.into_iter().filter_map(|d| sample(&op, d).map(|(g, v)| (d, g, v))).collect();
-        let targets = crate::backend::BACKENDS
+        let targets = crate::codegen::TARGETS
             .iter()
             .map(|b| (b.name(), samples.iter().filter(|(_, g, v)| compiles(*b, g, *v)).map(|(d, _, _)| *d).collect()))
             .collect();
@@ -157,7 +157,7 @@ ranks or shapes, saying why.";
 /// (`all` where it compiles every element type the op takes, `not ...` where it lacks
 /// fewer than it has), and the types the op takes.
 fn op_support_cells() -> Vec<Vec<String>> {
-    let names = crate::backend::BACKENDS.iter().map(|b| b.name());
+    let names = crate::codegen::TARGETS.iter().map(|b| b.name());
     let list = |ds: &[Dtype]| ds.iter().map(|d| d.name()).collect::<Vec<_>>().join(" ");
     let cell = |row: &OpSupport, have: &[Dtype]| {
         let lacking: Vec<Dtype> = row.takes.iter().copied().filter(|d| !have.contains(d)).collect();

@@ -5,21 +5,22 @@ use std::process::ExitCode;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use mithrilc::backend::{self, Backend, Precision, Quantize, WeightLayout, WeightsMode};
+use mithrilc::backend::{Backend, Precision, Quantize, WeightLayout, WeightsMode};
+use mithrilc::codegen;
 use mithrilc::cli;
 
 /// `--target` of `compile`: a name from the backend table (`--help` lists them, with
 /// what each builds; any other name is a usage error that lists them).
 fn compile_target() -> impl TypedValueParser<Value = &'static dyn Backend> {
-    let values = backend::BACKENDS.iter().map(|b| PossibleValue::new(b.name()).help(b.about()));
-    PossibleValuesParser::new(values).map(|name| backend::find(&name).expect("a listed target"))
+    let values = codegen::TARGETS.iter().map(|b| PossibleValue::new(b.name()).help(b.about()));
+    PossibleValuesParser::new(values).map(|name| codegen::find(&name).expect("a listed target"))
 }
 
 /// `--target` of `run`: the interpreter or a compiled target.
 fn run_target() -> impl TypedValueParser<Value = cli::RunTarget> {
     let interp = PossibleValue::new("interp").help("the reference interpreter (default)");
-    let values = std::iter::once(interp).chain(backend::BACKENDS.iter().map(|b| PossibleValue::new(b.name()).help(b.about())));
-    PossibleValuesParser::new(values).map(|name| match backend::find(&name) {
+    let values = std::iter::once(interp).chain(codegen::TARGETS.iter().map(|b| PossibleValue::new(b.name()).help(b.about())));
+    PossibleValuesParser::new(values).map(|name| match codegen::find(&name) {
         Some(b) => cli::RunTarget::Compiled(b),
         None => cli::RunTarget::Interp,
     })
@@ -64,7 +65,7 @@ struct ModelOpts {
     lists: Vec<String>,
     /// Print the IR (or, after a program pass, the program) after this pass, to stderr;
     /// repeatable
-    #[arg(long = "print-after", value_name = "PASS", value_parser = PossibleValuesParser::new(backend::pass_names()))]
+    #[arg(long = "print-after", value_name = "PASS", value_parser = PossibleValuesParser::new(codegen::pass_names()))]
     print_after: Vec<String>,
 }
 
@@ -320,7 +321,7 @@ fn json_requested() -> bool {
 /// `mithrilc targets`: each target, what it builds and what it needs.
 fn targets() -> String {
     let mut s = String::new();
-    for b in backend::BACKENDS {
+    for b in codegen::TARGETS {
         s.push_str(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain().needs()));
     }
     s

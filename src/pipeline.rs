@@ -49,7 +49,7 @@ pub fn load(spec: &ModelSpec) -> Result<Loaded> {
 
 /// Refuses a `--print-after` that names no pass.
 fn check_pass_names(print_after: &[String]) -> Result<()> {
-    let names = backend::pass_names();
+    let names = crate::codegen::pass_names();
     match print_after.iter().find(|p| !names.contains(&p.as_str())) {
         Some(p) => Err(Error::usage(format!("--print-after {p}: no such pass (passes: {})", names.join(", ")))),
         None => Ok(()),
@@ -66,7 +66,7 @@ pub fn emit(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions) -> Result
 }
 
 /// The graphs as `target` receives them: every composite it does not claim rewritten
-/// into primitives by the `decompose` pass (verified after it), or the graphs
+/// into primitives by the `decompose` pass and simplified again (verified after), or the graphs
 /// themselves when there is none. The main graph is printed after it when
 /// `print_after` names it.
 pub fn for_target<'g>(target: &dyn Backend, graphs: &'g Graphs, print_after: &[String]) -> Result<Cow<'g, Graphs>> {
@@ -76,6 +76,8 @@ pub fn for_target<'g>(target: &dyn Backend, graphs: &'g Graphs, print_after: &[S
         let mut own = graphs.clone();
         for g in std::iter::once(&mut own.forward).chain(own.backward.as_mut()) {
             passes::decompose::run(g, claims)?;
+            // The rules' scalars merged, and what their identities make of them.
+            passes::simplify::run(g)?;
             ir::verify::verify(g)?;
         }
         Cow::Owned(own)

@@ -487,7 +487,7 @@ fn targets_and_op_support() {
     let cwd = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (code, stdout, stderr) = mithrilc(&["targets"], cwd);
     assert_eq!((code, stderr.as_str()), (0, ""));
-    for b in mithrilc::backend::BACKENDS {
+    for b in mithrilc::codegen::TARGETS {
         assert!(stdout.contains(&format!("{}\n  builds: {}\n  needs:  {}\n", b.name(), b.about(), b.toolchain().needs())), "{}:\n{stdout}", b.name());
     }
     assert!(stdout.starts_with("c\n  builds: portable C99"), "{stdout}");
@@ -772,7 +772,7 @@ fn compile_error_exit_codes() {
     let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "tpu", "--shape", "input=3,4", "-o", "x"], &testdata);
     // Targets come from the backend table: an unknown one is a usage error listing them.
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("invalid value 'tpu' for '--target <TARGET>'") && stderr.contains(&format!("[possible values: {}]", mithrilc::backend::names())), "{stderr}");
+    assert!(stderr.contains("invalid value 'tpu' for '--target <TARGET>'") && stderr.contains(&format!("[possible values: {}]", mithrilc::codegen::target_names())), "{stderr}");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_mithrilc"))

@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use mithrilc::backend::{Backend, BuildConfig, BACKENDS};
+use mithrilc::backend::{Backend, BuildConfig};
+use mithrilc::codegen::TARGETS;
 use mithrilc::ir::{Composite, Dtype};
 use mithrilc::tensor::Tensor;
 
@@ -51,7 +52,7 @@ fn every_composite_matches_the_interpreter_on_every_target() {
     let want = mithrilc::interp::run(&g, &feeds).unwrap();
     let graphs = mithrilc::pipeline::Graphs { forward: g, backward: None };
     let mut bad = Vec::new();
-    for &target in BACKENDS {
+    for &target in TARGETS {
         let build = match build(target) {
             Ok(b) => b,
             Err(why) => {

@@ -72,7 +72,7 @@ fn graph_filetest(input: &str, pass_name: &str) -> Result<String> {
     }
     if pass_name == DECOMPOSE {
         // `// target: NAME`: the composites that target claims stay (none without it).
-        let target = input.lines().find_map(|l| l.strip_prefix("// target: ")).map(|n| mithrilc::backend::find(n.trim()).unwrap_or_else(|| panic!("no target {n}")));
+        let target = input.lines().find_map(|l| l.strip_prefix("// target: ")).map(|n| mithrilc::codegen::find(n.trim()).unwrap_or_else(|| panic!("no target {n}")));
         mithrilc::passes::decompose::run(&mut g, |c| target.is_some_and(|t| t.claims(c)))?;
         verify(&g)?;
         return Ok(print(&g));

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::build::{CacheUse, Shared};
-use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain, WeightLayout, lower_programs, program_emitted, program_target_lacks, WeightsMode};
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain, WeightLayout, WeightsMode};
+use crate::codegen::program_target::{lower_programs, program_emitted, program_target_lacks};
 use crate::passes::Graphs;
 use crate::data;
 use crate::error::{Error, Result};

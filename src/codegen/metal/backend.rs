@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, emit_device, program_target_lacks, WeightsMode};
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, WeightsMode};
+use crate::codegen::program_target::{emit_device, program_target_lacks};
 use crate::passes::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
@@ -39,7 +40,7 @@ impl Backend for MetalTarget {
     }
 
     fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
-        Ok(Some(crate::backend::device_programs(graphs, opts, super::LIBRARY)?.0))
+        Ok(Some(crate::codegen::program_target::device_programs(graphs, opts, super::LIBRARY)?.0))
     }
 
     fn capabilities(&self) -> Capabilities {
