@@ -401,6 +401,10 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
     /// The reduction step `acc = combine(acc, v)` and its initial value.
     pub fn reduce_parts(&self, kind: ReduceKind, t: Dtype) -> (String, String) {
         match kind {
+            // A bool holds 0 or 1, never a count: a sum or max of bools is any, a
+            // product or min all (as the interpreter's, and NumPy's `any`, `all`).
+            ReduceKind::Sum | ReduceKind::Max if t == Dtype::Bool => ("0".into(), "(acc | v)".into()),
+            ReduceKind::Prod | ReduceKind::Min if t == Dtype::Bool => ("1".into(), "(acc & v)".into()),
             ReduceKind::Sum | ReduceKind::Mean => ("0".into(), "acc + v".into()),
             ReduceKind::Prod => ("1".into(), "acc * v".into()),
             ReduceKind::Max if t.is_float() => (self.literal(f64::NEG_INFINITY, t), format!("{}(acc, v)", self.d.helper("max", t))),
