@@ -83,14 +83,7 @@ fn reduced_precisions_under_emulation() {
 /// (`--ignored`), so a machine that cannot run them is a mistake to report, not a skip.
 fn gpu_ready() -> std::path::PathBuf {
     let dir = shared().expect("../shared is not present");
-    let smi = Command::new("nvidia-smi").arg("-L").output();
-    match smi {
-        Ok(out) if out.status.success() && !out.stdout.is_empty() => print!("{}", String::from_utf8_lossy(&out.stdout)),
-        Ok(out) => panic!("nvidia-smi -L finds no GPU: {}", String::from_utf8_lossy(&out.stderr).trim()),
-        Err(e) => panic!("no NVIDIA driver here (nvidia-smi: {e})"),
-    }
-    let nvcc = mithrilc::build::nvcc().unwrap_or_else(|e| panic!("{e}"));
-    println!("nvcc: {}", nvcc.display());
+    common::require_gpu();
     dir
 }
 

@@ -919,14 +919,7 @@ fn run_and_report(files: &[OpFile], all: &[Target], ready: &[&Target]) {
 #[test]
 #[ignore = "needs an NVIDIA GPU: cargo test --release --test ops -- --ignored on a machine with one"]
 fn every_op_matches_the_interpreter_on_the_gpu() {
-    let smi = std::process::Command::new("nvidia-smi").arg("-L").output();
-    match smi {
-        Ok(out) if out.status.success() && !out.stdout.is_empty() => print!("{}", String::from_utf8_lossy(&out.stdout)),
-        Ok(out) => panic!("nvidia-smi -L finds no GPU: {}", String::from_utf8_lossy(&out.stderr).trim()),
-        Err(e) => panic!("no NVIDIA driver here (nvidia-smi: {e})"),
-    }
-    let nvcc = mithrilc::build::nvcc().unwrap_or_else(|e| panic!("{e}"));
-    println!("nvcc: {}", nvcc.display());
+    common::require_gpu();
     let (files, _) = load_all();
     let gpu = Target { name: "cuda", backend: &mithrilc::codegen::cuda::backend::CudaTarget, build: BuildConfig::default(), missing: None };
     run_and_report(files, std::slice::from_ref(&gpu), &[&gpu]);

@@ -68,3 +68,18 @@ pub fn npy_file(dict: &str, data: &[u8]) -> Vec<u8> {
     bytes.extend_from_slice(data);
     bytes
 }
+
+/// For a test behind `--ignored` that needs an NVIDIA GPU: prints the GPUs
+/// `nvidia-smi -L` lists and the nvcc `run --target cuda` would use (panicking, with
+/// why, where there is no driver, no GPU or no nvcc), and returns that nvcc.
+pub fn require_gpu() -> std::path::PathBuf {
+    let smi = std::process::Command::new("nvidia-smi").arg("-L").output();
+    match smi {
+        Ok(out) if out.status.success() && !out.stdout.is_empty() => print!("{}", String::from_utf8_lossy(&out.stdout)),
+        Ok(out) => panic!("nvidia-smi -L finds no GPU: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        Err(e) => panic!("no NVIDIA driver here (nvidia-smi: {e})"),
+    }
+    let nvcc = mithrilc::build::nvcc().unwrap_or_else(|e| panic!("{e}"));
+    println!("nvcc: {}", nvcc.display());
+    nvcc
+}
