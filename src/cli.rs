@@ -5,7 +5,7 @@
 //! or writes the result; all failures come back as [`Error`]s whose kind is the exit
 //! code. Nothing below this module imports it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -124,24 +124,32 @@ pub fn load_model(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graph> {
 
 /// [`load_model`], keeping the forward graph too.
 pub fn load_graphs(args: &ModelArgs, files: &[&ArrayFile]) -> Result<Graphs> {
-    load_known(args, known_types(files)?)
+    Ok(load_known(args, known_types(files)?, files)?.0)
 }
 
 /// Loads the model through the pipeline given the types the data files hold
-/// ([`known_types`]), printing the frontend's warnings.
-fn load_known(args: &ModelArgs, known_types: BTreeMap<String, TensorType>) -> Result<Graphs> {
+/// ([`known_types`]), printing the frontend's warnings. Returns the graphs and the
+/// parameter values the model file carries (ONNX's initializers), as a file of their
+/// own: the model's path, and no array the data files `given` also hold (a parameters
+/// file overrides the model's values by name).
+fn load_known<A>(args: &ModelArgs, known_types: BTreeMap<String, TensorType>, given: &[&ArrayFile<A>]) -> Result<(Graphs, Option<ArrayFile<RawTensor>>)> {
     let loaded = pipeline::load(&args.spec(known_types)?)?;
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
-    Ok(loaded.graphs)
+    let overridden: BTreeSet<&str> = given.iter().flat_map(|f| f.arrays.keys().map(|k| argument_name(k))).collect();
+    let mut weights = loaded.weights;
+    weights.retain(|name, _| !overridden.contains(name.as_str()));
+    let carried = (!weights.is_empty()).then(|| ArrayFile { path: args.model.clone(), arrays: weights });
+    Ok((loaded.graphs, carried))
 }
 
 /// `mithrilc inspect`: the IR after shape inference and a summary.
 pub fn inspect(args: &ModelArgs, params: Option<&Path>) -> Result<String> {
     let params = params.map(data::read_raw_arrays).transpose()?;
     let params: Vec<&ArrayFile<RawTensor>> = params.iter().collect();
-    let graphs = load_known(args, known_types(&params)?)?;
+    let (graphs, carried) = load_known(args, known_types(&params)?, &params)?;
+    let params: Vec<&ArrayFile<RawTensor>> = carried.iter().chain(params).collect();
     let graph = graphs.backward.unwrap_or(graphs.forward);
     let mut out = ir::print::print(&graph);
     out.push('\n');
@@ -315,9 +323,13 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         return Err(Error::usage(format!("run builds and runs the model on this machine ({host}), which cannot run code for {}", t.as_str()))
             .note(format!("cross-build it with `mithrilc compile --target c --triple {}` and run its demo there (or under an emulator such as qemu-user)", t.as_str())));
     }
-    let owned = run_files(args)?;
+    let mut owned = run_files(args)?;
+    let given: Vec<&ArrayFile> = owned.iter().collect();
+    let (graphs, carried) = load_known(&args.model, known_types(&given)?, &given)?;
+    if let Some(c) = carried {
+        owned.insert(0, ArrayFile { path: c.path, arrays: c.arrays.into_iter().map(|(k, t)| (k, t.to_tensor())).collect() });
+    }
     let files: Vec<&ArrayFile> = owned.iter().collect();
-    let graphs = load_graphs(&args.model, &files)?;
     let graph = graphs.main();
     if let Some(path) = &args.output {
         let names: Vec<String> = graph.outputs.iter().map(|o| o.name.clone()).collect();
@@ -615,14 +627,16 @@ pub fn parse_max_args(args: &[String]) -> Result<BTreeMap<String, u64>> {
 /// Compiles a model for a target; returns the report to print.
 pub fn compile(args: &CompileArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_raw_arrays).transpose()?;
-    let graphs = load_known(&args.model, known_types(&params.iter().collect::<Vec<_>>())?)?;
+    let given: Vec<&ArrayFile<RawTensor>> = params.iter().collect();
+    let (graphs, carried) = load_known(&args.model, known_types(&given)?, &given)?;
+    let params: Vec<&ArrayFile<RawTensor>> = carried.iter().chain(params.iter()).collect();
     if args.emit == Emit::Ir {
         return Ok(ir::print::print(graphs.main()));
     }
     let out = args.out.as_ref().ok_or_else(|| Error::usage("compile needs -o OUTDIR".to_string()))?;
-    let weights = match &params {
-        Some(p) => Some(param_values(&graphs.forward, p)?),
-        None => None,
+    let weights = match params.is_empty() {
+        false => Some(param_values(&graphs.forward, &params)?),
+        true => None,
     };
     let triple = args.triple.as_deref().map(crate::build::Triple::parse).transpose()?;
     let opts = EmitOptions {
@@ -672,7 +686,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         return Ok(format!("{json}\n"));
     }
     let mut report = format!("wrote {} ({} files{})\n", out.display(), emitted.files.len(), if build { ", built" } else { "" });
-    report.push_str(&conversion_note(&graphs.forward, &params.iter().collect::<Vec<_>>())?);
+    report.push_str(&conversion_note(&graphs.forward, &params)?);
     if args.report {
         report.push_str(&emitted.report);
         report.push_str(&built_report);
@@ -710,7 +724,8 @@ pub struct ExportArgs {
 /// ([`crate::codegen::weights::blob_values`]), and writes them under their names.
 pub fn export_weights(args: &ExportArgs) -> Result<String> {
     let params = args.params.as_deref().map(data::read_arrays).transpose()?;
-    let graphs = load_known(&args.model, known_types(&params.iter().collect::<Vec<_>>())?)?;
+    let given: Vec<&ArrayFile> = params.iter().collect();
+    let (graphs, _) = load_known(&args.model, known_types(&given)?, &given)?;
     let source = file_name(&args.model.model);
     let opts = EmitOptions { source: source.clone(), layout: args.layout, max: parse_max_args(&args.max)?, quantize: args.quantize, print_after: args.model.print_after.clone(), ..Default::default() };
     let program = pipeline::weights_program(args.target, &graphs, &opts)?.ok_or_else(|| {
@@ -795,10 +810,10 @@ fn read_at_most(path: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
     Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 
-/// Parameter values by name, from a parameters file, each in the file's type (the
+/// Parameter values by name, from the parameters files (the model's own first), each in its file's type (the
 /// weights' writer converts it to the model's).
-fn param_values(graph: &Graph, file: &ArrayFile<RawTensor>) -> Result<BTreeMap<String, RawTensor>> {
-    let arrays = arrays_by_name(&[file])?;
+fn param_values(graph: &Graph, files: &[&ArrayFile<RawTensor>]) -> Result<BTreeMap<String, RawTensor>> {
+    let arrays = arrays_by_name(files)?;
     let mut out = BTreeMap::new();
     for v in graph.params() {
         let node = graph.node(v);

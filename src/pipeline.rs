@@ -26,17 +26,19 @@ pub struct ModelSpec {
     pub print_after: Vec<String>,
 }
 
-/// A loaded model: its graphs after the passes, and the frontend's warnings about it
-/// (those about gradients only when gradients were asked for).
+/// A loaded model: its graphs after the passes, the parameter values the model file
+/// carries (ONNX's initializers), and the frontend's warnings about it (those about
+/// gradients only when gradients were asked for).
 pub struct Loaded {
     pub graphs: Graphs,
+    pub weights: indexmap::IndexMap<String, crate::tensor::RawTensor>,
     pub warnings: Vec<String>,
 }
 
 /// Reads the model and runs the graph passes.
 pub fn load(spec: &ModelSpec) -> Result<Loaded> {
     check_pass_names(&spec.print_after)?;
-    let graph = frontend::load(&spec.path, &spec.frontend)?;
+    let frontend::Model { graph, weights } = frontend::load(&spec.path, &spec.frontend)?;
     let training = spec.grad != Wrt::None;
     let warnings = graph.warnings.iter().filter(|w| training || !w.gradient_only).map(|w| format!("{}: {}", spec.path.display(), w.message)).collect();
     let graphs = Graphs::new(graph, &spec.grad, |name, g| {
@@ -44,7 +46,7 @@ pub fn load(spec: &ModelSpec) -> Result<Loaded> {
             eprint!("// after {name}\n{}", ir::print::print(g));
         }
     })?;
-    Ok(Loaded { graphs, warnings })
+    Ok(Loaded { graphs, weights, warnings })
 }
 
 /// Refuses a `--print-after` that names no pass.

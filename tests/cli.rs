@@ -126,17 +126,29 @@ fn missing_model_file() {
     );
 }
 
-/// A file in no format mithrilc reads (here the start of an ONNX protobuf) is refused
-/// by the frontend boundary, naming the formats it reads, before any parser sees it.
+/// A file in no format mithrilc reads (here a PNG image) is refused by the frontend
+/// boundary, naming the formats it reads, before any parser sees it.
 #[test]
 fn model_in_no_format_mithrilc_reads() {
     let dir = tempdir_with(&[]);
-    std::fs::write(dir.path().join("model.onnx"), b"\x08\x07\x12\x07pytorch\x1a\x032.1:\x00\xff").unwrap();
-    let (code, stdout, stderr) = mithrilc(&["inspect", "model.onnx"], dir.path());
+    std::fs::write(dir.path().join("model.png"), b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").unwrap();
+    let (code, stdout, stderr) = mithrilc(&["inspect", "model.png"], dir.path());
     assert_eq!(
         (code, stdout.as_str(), stderr.as_str()),
-        (1, "", "error: model.onnx: not a model mithrilc reads (it reads Mithril model JSON)\n")
+        (1, "", "error: model.png: not a model mithrilc reads (it reads ONNX, Mithril model JSON)\n")
     );
+}
+
+/// A truncated ONNX file (the start of an exported model) is refused by the protobuf
+/// decoder, as the user's error.
+#[test]
+fn truncated_onnx_model() {
+    let dir = tempdir_with(&[]);
+    std::fs::write(dir.path().join("model.onnx"), b"\x08\x07\x12\x07pytorch\x1a\x032.1:\x00\xff").unwrap();
+    let (code, stdout, stderr) = mithrilc(&["inspect", "model.onnx"], dir.path());
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    assert!(stderr.starts_with("error: model.onnx: not a valid ONNX model: "), "{stderr}");
+    assert!(stderr.contains("note: the file is truncated or corrupt"), "{stderr}");
 }
 
 #[test]

@@ -69,13 +69,16 @@ enum Format {
     Npz,
     Npy,
     Safetensors,
+    /// ONNX's serialized `TensorProto` (`input_0.pb` of its test data sets): one array,
+    /// named by the tensor; read only.
+    OnnxTensor,
 }
 
 impl Format {
     /// The format of `path`'s extension (any case), if it names one.
     fn by_extension(path: &Path) -> Option<Format> {
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
-        [("npz", Format::Npz), ("npy", Format::Npy), ("safetensors", Format::Safetensors)]
+        [("npz", Format::Npz), ("npy", Format::Npy), ("safetensors", Format::Safetensors), ("pb", Format::OnnxTensor)]
             .into_iter()
             .find(|(name, _)| ext.eq_ignore_ascii_case(name))
             .map(|(_, format)| format)
@@ -84,7 +87,7 @@ impl Format {
     fn of(path: &Path) -> Result<Format> {
         Format::by_extension(path).ok_or_else(|| {
             crate::user_error!(
-                "cannot read {}: unknown data file extension (expected .npz, .npy or .safetensors)",
+                "cannot read {}: unknown data file extension (expected .npz, .npy, .safetensors or .pb)",
                 path.display()
             )
         })
@@ -121,6 +124,7 @@ pub fn read_raw_arrays(path: &Path) -> Result<ArrayFile<RawTensor>> {
             IndexMap::from([(name, t)])
         }
         Format::Safetensors => safetensors::decode(&file, path)?,
+        Format::OnnxTensor => IndexMap::from([crate::frontend::onnx::read_tensor_file(path)?]),
     };
     Ok(ArrayFile { path: path.to_path_buf(), arrays })
 }
@@ -145,7 +149,7 @@ impl Backing for Mapped {
 }
 
 /// The bytes of the file at `path`, mapped (an empty file is read: it cannot be mapped).
-fn map_file(path: &Path) -> Result<Arc<dyn Backing>> {
+pub(crate) fn map_file(path: &Path) -> Result<Arc<dyn Backing>> {
     let file = File::open(path).map_err(|e| read_error(path, &e))?;
     let len = file.metadata().map_err(|e| read_error(path, &e))?.len();
     if len == 0 {
@@ -337,6 +341,7 @@ pub fn check_output(path: &Path, names: &[String]) -> Result<()> {
             names.join(", ")
         ))
         .note("write them to a .npz or .safetensors file, which hold each array under its name")),
+        Some(Format::OnnxTensor) => Err(Error::usage(format!("cannot write {}: mithrilc reads .pb tensors but writes .npz, .npy and .safetensors", path.display()))),
         Some(Format::Safetensors) if names.iter().any(|n| n == safetensors::RESERVED) => {
             Err(Error { kind: crate::error::ErrorKind::Usage, ..safetensors::reserved_error(&path.display().to_string()) })
         }
@@ -355,6 +360,7 @@ pub fn write_arrays(path: &Path, arrays: &[(String, Tensor)]) -> Result<()> {
         (Format::Npy, [(_, t)]) => write_npy(path, t),
         (Format::Safetensors, _) => write_safetensors(path, arrays),
         (Format::Npy, _) => Err(crate::internal_error!("check_output let {} arrays into a .npy", arrays.len())),
+        (Format::OnnxTensor, _) => check_output(path, &[]),
     }
 }
 

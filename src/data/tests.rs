@@ -256,7 +256,7 @@ fn missing_file_and_unknown_extension() {
     assert_eq!(
         read_error(&path),
         format!(
-            "cannot read {}: unknown data file extension (expected .npz, .npy or .safetensors)",
+            "cannot read {}: unknown data file extension (expected .npz, .npy, .safetensors or .pb)",
             path.display()
         )
     );

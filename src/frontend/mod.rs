@@ -10,13 +10,17 @@
 //! model read from two formats is the same graph, in the patterns the passes match.
 
 pub mod mithril;
+pub mod onnx;
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
+use indexmap::IndexMap;
+
 use crate::error::{io_message, Error, Result};
 use crate::ir::{Graph, Shape, TensorType};
+use crate::tensor::RawTensor;
 
 /// What the caller knows beyond the model file.
 #[derive(Debug, Clone, Default)]
@@ -41,17 +45,28 @@ pub trait Format: Sync {
     /// this format.
     fn recognizes(&self, head: &[u8]) -> bool;
     /// Reads the model at `path` into a graph (before any pass).
-    fn load(&self, path: &Path, opts: &Options) -> Result<Graph>;
+    fn load(&self, path: &Path, opts: &Options) -> Result<Model>;
 }
 
-/// Every format [`load`] reads.
-pub static FORMATS: &[&dyn Format] = &[&mithril::MithrilJson];
+/// A model as a frontend reads it.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    pub graph: Graph,
+    /// The values of parameters that the model file carries (ONNX's initializers), by
+    /// name, each in the file's element type and left in the file where it can be (a
+    /// mapped view). A parameters file given with the model overrides them by name.
+    pub weights: IndexMap<String, RawTensor>,
+}
+
+/// Every format [`load`] reads, the first that recognizes a file reading it (ONNX
+/// before Mithril's JSON, which takes any text).
+pub static FORMATS: &[&dyn Format] = &[&onnx::Onnx, &mithril::MithrilJson];
 
 /// How many bytes of a file [`Format::recognizes`] sees.
 pub const HEAD: usize = 512;
 
 /// Reads the model at `path`, in the format its content says.
-pub fn load(path: &Path, opts: &Options) -> Result<Graph> {
+pub fn load(path: &Path, opts: &Options) -> Result<Model> {
     let head = head(path)?;
     let format = FORMATS.iter().find(|f| f.recognizes(&head)).ok_or_else(|| {
         let names: Vec<&str> = FORMATS.iter().map(|f| f.name()).collect();

@@ -21,7 +21,6 @@ pub use library::{known_classes, Formula, COMPOSITES, MITHRIL_UNSUPPORTED, PRIMI
 use std::path::Path;
 
 use crate::error::Result;
-use crate::ir::Graph;
 
 /// What only Mithril's model JSON understands, beyond [`super::Options`].
 #[derive(Debug, Clone, Default)]
@@ -52,7 +51,7 @@ impl super::Format for MithrilJson {
         !text.contains('\0')
     }
 
-    fn load(&self, path: &Path, opts: &super::Options) -> Result<Graph> {
+    fn load(&self, path: &Path, opts: &super::Options) -> Result<super::Model> {
         let opts = Options {
             shapes: opts.shapes.clone(),
             known_types: opts.known_types.clone(),
@@ -61,6 +60,6 @@ impl super::Format for MithrilJson {
             constants: opts.constants.clone(),
             list_inputs: opts.mithril.list_inputs.clone(),
         };
-        load(path, &opts)
+        Ok(super::Model { graph: load(path, &opts)?, weights: Default::default() })
     }
 }

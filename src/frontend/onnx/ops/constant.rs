@@ -1,0 +1,111 @@
+//! Values fixed when compiling: `Constant`, shapes and sizes of tensors whose shapes
+//! are known, `ConstantOfShape`, `Range` and `EyeLike`.
+
+use super::{input_floats, input_ints, Cx};
+use crate::frontend::onnx::node::{invalid, unsupported, Node, Out};
+use crate::frontend::onnx::tensor;
+use crate::ir::{BinaryOp, Dtype, Op, Shape};
+use crate::tensor::Tensor;
+
+/// `Constant`: its one `value*` attribute.
+pub fn constant(cx: &mut Cx, node: &Node) -> Out {
+    let t = if let Some(t) = node.tensor("value")? {
+        cx.tensor_attr(t).map_err(|e| e.context("its value"))?
+    } else if node.has("value_float") {
+        Tensor::scalar(Dtype::F32, node.float("value_float", 0.0)?)
+    } else if let Some(v) = node.floats("value_floats")? {
+        Tensor::new(Dtype::F32, vec![v.len() as u64], v)
+    } else if let Some(v) = node.int_opt("value_int")? {
+        Tensor::scalar(Dtype::I64, v as f64)
+    } else if let Some(v) = node.ints("value_ints")? {
+        Tensor::new(Dtype::I64, vec![v.len() as u64], v.iter().map(|&x| x as f64).collect())
+    } else if node.has("sparse_value") {
+        return unsupported("a sparse constant");
+    } else if node.has("value_string") || node.has("value_strings") {
+        return unsupported("a string constant");
+    } else {
+        return invalid("Constant has no value");
+    };
+    Ok(vec![cx.b.constant(t)])
+}
+
+/// `Shape`: the dimensions from `start` to `end` (opset 15), as an i64 vector.
+pub fn shape(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    let shape = cx.b.shape(x);
+    let rank = shape.rank() as i64;
+    let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+    let (start, end) = (clamp(node.int("start", 0)?), clamp(node.int("end", rank)?));
+    let picked = &shape.0[start..end.max(start)];
+    let Some(dims) = Shape(picked.to_vec()).as_known() else {
+        return unsupported(format!("the shape of {shape}, whose symbolic dimensions are not known when compiling"));
+    };
+    let t = Tensor::new(Dtype::I64, vec![dims.len() as u64], dims.iter().map(|&d| d as f64).collect());
+    Ok(vec![cx.b.constant(t)])
+}
+
+pub fn size(cx: &mut Cx, node: &Node) -> Out {
+    let shape = cx.b.shape(node.input(0)?);
+    let Some(n) = shape.numel() else { return unsupported(format!("the size of symbolic {shape}")) };
+    Ok(vec![cx.b.constant(Tensor::scalar(Dtype::I64, n as f64))])
+}
+
+/// `ConstantOfShape`: its `value` (one element; f32 zero by default) broadcast.
+pub fn constant_of_shape(cx: &mut Cx, node: &Node) -> Out {
+    let Some(dims) = input_ints(cx, node, 0)? else { return invalid("ConstantOfShape has no shape") };
+    if dims.iter().any(|&d| d < 0) {
+        return invalid(format!("shape {dims:?} has a negative dimension"));
+    }
+    let value = match node.tensor("value")? {
+        Some(t) => cx.tensor_attr(t)?,
+        None => Tensor::scalar(Dtype::F32, 0.0),
+    };
+    let Some(&v) = value.data.first() else { return invalid("ConstantOfShape's value is empty") };
+    let shape = Shape::known(&dims.iter().map(|&d| d as u64).collect::<Vec<_>>());
+    Ok(vec![cx.b.full(value.dtype, shape, v)?])
+}
+
+/// `Range(start, limit, delta)`: `max(ceil((limit - start) / delta), 0)` elements
+/// `start + i delta`, of the inputs' type.
+pub fn range(cx: &mut Cx, node: &Node) -> Out {
+    let dtype = cx.b.dtype(node.input(0)?);
+    let one = |v: Option<Vec<f64>>| v.and_then(|v| v.first().copied());
+    let (start, limit, delta) = (one(input_floats(cx, node, 0)?), one(input_floats(cx, node, 1)?), one(input_floats(cx, node, 2)?));
+    let (Some(start), Some(limit), Some(delta)) = (start, limit, delta) else { return invalid("Range needs start, limit and delta") };
+    if delta == 0.0 {
+        return invalid("Range's delta is 0");
+    }
+    let count = ((limit - start) / delta).ceil().max(0.0);
+    if count > (1u64 << 32) as f64 {
+        return invalid(format!("Range({start}, {limit}, {delta}) has {count} elements"));
+    }
+    let n = count as u64;
+    let positions = cx.b.op(Op::Iota { shape: Shape::known(&[n]), axis: 0, dtype }, vec![])?;
+    let d = cx.b.scalar(dtype, delta);
+    let s = cx.b.scalar(dtype, start);
+    let steps = cx.b.binary(BinaryOp::Mul, positions, d)?;
+    Ok(vec![cx.b.binary(BinaryOp::Add, steps, s)?])
+}
+
+/// `EyeLike`: ones on the diagonal shifted by `k`, of `dtype` (default: the input's).
+pub fn eye_like(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    let shape = cx.b.shape(x);
+    if shape.rank() != 2 {
+        return invalid(format!("EyeLike wants a matrix, got {shape}"));
+    }
+    let dtype = match node.int_opt("dtype")? {
+        Some(code) => match tensor::dtype(code as i32) {
+            Ok(d) => d,
+            Err(why) => return unsupported(why),
+        },
+        None => cx.b.dtype(x),
+    };
+    let k = node.int("k", 0)?;
+    let rows = cx.b.op(Op::Iota { shape: shape.clone(), axis: 0, dtype: Dtype::I64 }, vec![])?;
+    let cols = cx.b.op(Op::Iota { shape, axis: 1, dtype: Dtype::I64 }, vec![])?;
+    let kk = cx.b.scalar(Dtype::I64, k as f64);
+    let shifted = cx.b.binary(BinaryOp::Add, rows, kk)?;
+    let hit = cx.b.binary(BinaryOp::Eq, cols, shifted)?;
+    Ok(vec![cx.b.cast(hit, dtype)?])
+}

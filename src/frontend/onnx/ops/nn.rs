@@ -1,0 +1,264 @@
+//! Convolution, pooling, normalizations and softmax.
+
+use super::{axis, Cx};
+use crate::frontend::onnx::node::{invalid, unsupported, Fail, Node, Out};
+use crate::ir::{BinaryOp, ConvAttrs, Dim, Op, PoolAttrs, PoolKind, ReduceKind, Shape, UnaryOp, ValueId};
+
+/// The spatial sizes of `x` (its dimensions after batch and channel), known.
+fn spatial(cx: &Cx, x: ValueId, op: &str) -> Result<Vec<u64>, Fail> {
+    let shape = cx.b.shape(x);
+    if shape.rank() < 3 {
+        return invalid(format!("{op} wants [N, C, spatial...], got {shape}"));
+    }
+    match Shape(shape.0[2..].to_vec()).as_known() {
+        Some(s) => Ok(s),
+        None => unsupported(format!("{op} over symbolic spatial dimensions {shape}")),
+    }
+}
+
+/// The window attributes every convolution and pooling shares: strides, dilations
+/// and the padding (`pads`, or what `auto_pad` makes), per spatial dimension.
+struct Window {
+    stride: Vec<u64>,
+    dilation: Vec<u64>,
+    padding: Vec<(u64, u64)>,
+}
+
+fn window(node: &Node, input: &[u64], kernel: &[u64]) -> Result<Window, Fail> {
+    let n = input.len();
+    let list = |name: &str| -> Result<Vec<u64>, Fail> {
+        match node.ints(name)? {
+            None => Ok(vec![1; n]),
+            Some(v) if v.len() == n && v.iter().all(|&x| x >= 1) => Ok(v.iter().map(|&x| x as u64).collect()),
+            Some(v) => invalid(format!("{name} {v:?} are not {n} positive numbers")),
+        }
+    };
+    let (stride, dilation) = (list("strides")?, list("dilations")?);
+    let auto_pad = node.string_or("auto_pad", "NOTSET")?;
+    let padding = match auto_pad.as_str() {
+        "NOTSET" => match node.ints("pads")? {
+            None => vec![(0, 0); n],
+            Some(p) if p.len() == 2 * n && p.iter().all(|&x| x >= 0) => (0..n).map(|i| (p[i] as u64, p[n + i] as u64)).collect(),
+            Some(p) => return invalid(format!("pads {p:?} are not {} non-negative numbers", 2 * n)),
+        },
+        "VALID" => vec![(0, 0); n],
+        "SAME_UPPER" | "SAME_LOWER" => (0..n)
+            .map(|i| {
+                let out = input[i].div_ceil(stride[i]);
+                let span = (kernel[i] - 1) * dilation[i] + 1;
+                let total = ((out.saturating_sub(1)) * stride[i] + span).saturating_sub(input[i]);
+                let small = total / 2;
+                if auto_pad == "SAME_UPPER" { (small, total - small) } else { (total - small, small) }
+            })
+            .collect(),
+        other => return invalid(format!("auto_pad {other:?} is not NOTSET, VALID, SAME_UPPER or SAME_LOWER")),
+    };
+    Ok(Window { stride, dilation, padding })
+}
+
+pub fn conv(cx: &mut Cx, node: &Node) -> Out {
+    let (x, w, bias) = (node.input(0)?, node.input(1)?, node.opt(2));
+    let input = spatial(cx, x, "Conv")?;
+    let wshape = cx.b.shape(w);
+    let Some(kernel) = Shape(wshape.0.get(2..).unwrap_or_default().to_vec()).as_known() else {
+        return unsupported(format!("Conv with weight {wshape}"));
+    };
+    if kernel.len() != input.len() {
+        return invalid(format!("the weight {wshape} has {} spatial dimensions, and the input {}", kernel.len(), input.len()));
+    }
+    let win = window(node, &input, &kernel)?;
+    let groups = node.int("group", 1)?;
+    if groups < 1 {
+        return invalid(format!("group {groups} is not positive"));
+    }
+    let attrs = ConvAttrs { stride: win.stride, padding: win.padding, dilation: win.dilation, groups: groups as u64 };
+    let mut args = vec![x, w];
+    if let Some(bias) = bias {
+        // The IR's bias broadcasts onto the output: [M] becomes [M, 1, ...].
+        let mut dims = cx.b.shape(bias).0;
+        dims.extend(std::iter::repeat_n(Dim::Known(1), input.len()));
+        args.push(cx.b.reshape(bias, Shape(dims))?);
+    }
+    Ok(vec![cx.b.op(Op::Conv(attrs), args)?])
+}
+
+/// `MaxPool` and `AveragePool`. Windows past the end (`ceil_mode`) are extra end
+/// padding; an average that leaves padding out of its count (`count_include_pad = 0`,
+/// ONNX's default), or counts only the explicit padding, divides the IR's average
+/// (which counts every tap) by the same average of ones.
+pub fn pool(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    if node.outputs() > 1 {
+        return unsupported("MaxPool's Indices output");
+    }
+    let input = spatial(cx, x, node.op_type)?;
+    let Some(kernel) = node.ints("kernel_shape")? else { return invalid(format!("{} has no kernel_shape", node.op_type)) };
+    if kernel.len() != input.len() || kernel.iter().any(|&k| k < 1) {
+        return invalid(format!("kernel_shape {kernel:?} does not fit the input's {} spatial dimensions", input.len()));
+    }
+    let kernel: Vec<u64> = kernel.iter().map(|&k| k as u64).collect();
+    let win = window(node, &input, &kernel)?;
+    let explicit = win.padding.clone();
+    let mut padding = win.padding.clone();
+    if node.int("ceil_mode", 0)? != 0 {
+        for i in 0..input.len() {
+            let span = (kernel[i] - 1) * win.dilation[i] + 1;
+            let padded = input[i] + padding[i].0 + padding[i].1;
+            if padded < span {
+                continue;
+            }
+            let mut out = (padded - span).div_ceil(win.stride[i]) + 1;
+            // The last window must start inside the input or its front padding.
+            if (out - 1) * win.stride[i] >= input[i] + padding[i].0 {
+                out -= 1;
+            }
+            padding[i].1 += ((out - 1) * win.stride[i] + span).saturating_sub(padded);
+        }
+    }
+    let kind = if node.op_type == "MaxPool" { PoolKind::Max } else { PoolKind::Avg };
+    let attrs = PoolAttrs { kind, kernel: kernel.clone(), stride: win.stride.clone(), padding: padding.clone(), dilation: win.dilation.clone() };
+    let y = cx.b.op(Op::Pool(attrs.clone()), vec![x])?;
+    if kind == PoolKind::Max {
+        return Ok(vec![y]);
+    }
+    let include_pad = node.int("count_include_pad", 0)? != 0;
+    let counted = if include_pad { explicit } else { vec![(0, 0); input.len()] };
+    if counted == padding {
+        return Ok(vec![y]);
+    }
+    // Ones where a tap counts (the input, and the explicit padding when it counts),
+    // pooled the same way: the fraction of the window that counts.
+    let dtype = cx.b.dtype(x);
+    let mut dims = vec![Dim::Known(1), Dim::Known(1)];
+    dims.extend(input.iter().map(|&d| Dim::Known(d)));
+    let mut ones = cx.b.full(dtype, Shape(dims), 1.0)?;
+    if counted.iter().any(|&(lo, hi)| lo + hi > 0) {
+        let mut pads = vec![(0, 0), (0, 0)];
+        pads.extend(&counted);
+        ones = cx.b.op(Op::Pad { pads, value: 1.0 }, vec![ones])?;
+    }
+    let rest: Vec<(u64, u64)> = padding.iter().zip(&counted).map(|(p, c)| (p.0 - c.0, p.1 - c.1)).collect();
+    let share = cx.b.op(Op::Pool(PoolAttrs { padding: rest, ..attrs }), vec![ones])?;
+    Ok(vec![cx.b.binary(BinaryOp::Div, y, share)?])
+}
+
+pub fn global_pool(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    let rank = cx.b.rank(x);
+    let kind = if node.op_type == "GlobalMaxPool" { ReduceKind::Max } else { ReduceKind::Mean };
+    Ok(vec![cx.b.reduce(kind, x, (2..rank).collect(), true)?])
+}
+
+/// A per-channel vector `[C]` shaped to broadcast onto `[N, C, spatial...]`.
+fn per_channel(cx: &mut Cx, v: ValueId, rank: usize) -> crate::error::Result<ValueId> {
+    let mut dims = cx.b.shape(v).0;
+    dims.extend(std::iter::repeat_n(Dim::Known(1), rank.saturating_sub(2)));
+    cx.b.reshape(v, Shape(dims))
+}
+
+/// Inference: `(x - mean) / sqrt(var + epsilon) * scale + B`, per channel.
+pub fn batch_norm(cx: &mut Cx, node: &Node) -> Out {
+    if node.int("training_mode", 0)? != 0 || node.outputs() > 1 {
+        return unsupported("BatchNormalization in training mode (batch statistics)");
+    }
+    let x = node.input(0)?;
+    let rank = cx.b.rank(x);
+    let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| node.input(i));
+    let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
+    let eps = node.float("epsilon", 1e-5)?;
+    let [scale, bias, mean, var] = [scale, bias, mean, var].map(|v| per_channel(cx, v, rank));
+    let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
+    let dtype = cx.b.dtype(var);
+    let e = cx.b.scalar(dtype, eps);
+    let ve = cx.b.binary(BinaryOp::Add, var, e)?;
+    let sd = cx.b.unary(UnaryOp::Sqrt, ve)?;
+    let centered = cx.b.binary(BinaryOp::Sub, x, mean)?;
+    let normed = cx.b.binary(BinaryOp::Div, centered, sd)?;
+    let scaled = cx.b.binary(BinaryOp::Mul, normed, scale)?;
+    Ok(vec![cx.b.binary(BinaryOp::Add, scaled, bias)?])
+}
+
+/// Normalization over the spatial axes, per sample and channel.
+pub fn instance_norm(cx: &mut Cx, node: &Node) -> Out {
+    let (x, scale, bias) = (node.input(0)?, node.input(1)?, node.input(2)?);
+    let rank = cx.b.rank(x);
+    let eps = node.float("epsilon", 1e-5)?;
+    let (scale, bias) = (per_channel(cx, scale, rank)?, per_channel(cx, bias, rank)?);
+    Ok(vec![cx.b.layer_norm(x, (2..rank).collect(), eps, Some(scale), Some(bias))?])
+}
+
+/// Over the axes from `axis` on, scaled and shifted; the mean and inverse deviation
+/// outputs are not computed.
+pub fn layer_norm(cx: &mut Cx, node: &Node) -> Out {
+    if node.outputs() > 1 {
+        return unsupported("LayerNormalization's Mean and InvStdDev outputs");
+    }
+    let (x, scale, bias) = (node.input(0)?, node.input(1)?, node.opt(2));
+    let rank = cx.b.rank(x);
+    let from = axis(node.int("axis", -1)?, rank)?;
+    let eps = node.float("epsilon", 1e-5)?;
+    Ok(vec![cx.b.layer_norm(x, (from..rank).collect(), eps, Some(scale), bias)?])
+}
+
+/// Over each group of channels: `[N, C, ...]` viewed as `[N, G, C/G * ...]`. The
+/// scale and bias are per group before opset 21, per channel since.
+pub fn group_norm(cx: &mut Cx, node: &Node) -> Out {
+    let (x, scale, bias) = (node.input(0)?, node.input(1)?, node.input(2)?);
+    let shape = cx.b.shape(x);
+    let (Some(groups), Some(dims)) = (node.int_opt("num_groups")?, shape.as_known()) else {
+        return unsupported(format!("GroupNormalization of {shape} (symbolic, or no num_groups)"));
+    };
+    let (rank, c) = (dims.len(), dims.get(1).copied().unwrap_or(0));
+    if groups < 1 || c % groups as u64 != 0 {
+        return invalid(format!("{c} channels do not split into {groups} groups"));
+    }
+    let g = groups as u64;
+    let eps = node.float("epsilon", 1e-5)?;
+    let per_group: u64 = dims[1..].iter().product::<u64>() / g;
+    let grouped = cx.b.reshape(x, Shape::known(&[dims[0], g, per_group]))?;
+    let normed = cx.b.layer_norm(grouped, vec![2], eps, None, None)?;
+    let (scale, bias, normed) = if node.opset < 21 {
+        let s = cx.b.reshape(scale, Shape::known(&[g, 1]))?;
+        let b = cx.b.reshape(bias, Shape::known(&[g, 1]))?;
+        let scaled = cx.b.binary(BinaryOp::Mul, normed, s)?;
+        let shifted = cx.b.binary(BinaryOp::Add, scaled, b)?;
+        return Ok(vec![cx.b.reshape(shifted, Shape::known(&dims))?]);
+    } else {
+        (per_channel(cx, scale, rank)?, per_channel(cx, bias, rank)?, cx.b.reshape(normed, Shape::known(&dims))?)
+    };
+    let scaled = cx.b.binary(BinaryOp::Mul, normed, scale)?;
+    Ok(vec![cx.b.binary(BinaryOp::Add, scaled, bias)?])
+}
+
+/// `Softmax`, `LogSoftmax` and `Hardmax` along `axis` (since opset 13), or, before,
+/// over the input flattened to `[prod(dims[..axis]), prod(dims[axis..])]`.
+pub fn softmax(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    let rank = cx.b.rank(x);
+    if node.opset >= 13 {
+        let ax = axis(node.int("axis", -1)?, rank.max(1))?;
+        return Ok(vec![along(cx, node.op_type, x, ax)?]);
+    }
+    let ax = axis(node.int("axis", 1)?, rank.max(1))?;
+    let shape = cx.b.shape(x);
+    let Some(dims) = shape.as_known() else { return unsupported(format!("{} (opset {}) of symbolic {shape}", node.op_type, node.opset)) };
+    let (rows, cols) = (dims[..ax].iter().product::<u64>(), dims[ax..].iter().product::<u64>());
+    let flat = cx.b.reshape(x, Shape::known(&[rows, cols]))?;
+    let y = along(cx, node.op_type, flat, 1)?;
+    Ok(vec![cx.b.reshape(y, shape)?])
+}
+
+fn along(cx: &mut Cx, op: &str, x: ValueId, ax: usize) -> crate::error::Result<ValueId> {
+    match op {
+        "Softmax" => cx.b.softmax(x, ax),
+        "LogSoftmax" => cx.b.log_softmax(x, ax),
+        _ => {
+            // One at the first maximum, zero elsewhere.
+            let i = cx.b.op(Op::ArgReduce { kind: crate::ir::ArgKind::ArgMax, axis: Some(ax), keepdim: false }, vec![x])?;
+            let shape = cx.b.shape(x);
+            let hit = cx.b.one_hot(i, shape, ax)?;
+            let dtype = cx.b.dtype(x);
+            cx.b.cast(hit, dtype)
+        }
+    }
+}

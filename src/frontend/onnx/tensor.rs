@@ -1,0 +1,181 @@
+//! `TensorProto`s as arrays: element types, inline data (`raw_data` or the typed
+//! fields) and external data (another file beside the model, mapped).
+//!
+//! Every size comes from the file and is checked: the element count against the
+//! bytes present, an external file's `offset` and `length` against its size, and its
+//! `location` against the model's folder, which it may not leave.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use prost::Message;
+
+use super::proto::tensor_proto::{DataLocation, DataType};
+use super::proto::TensorProto;
+use crate::error::{Error, Result};
+use crate::ir::Dtype;
+use crate::tensor::{Backing, RawTensor};
+
+/// The IR's element type for an ONNX `DataType` code, or why there is none.
+pub fn dtype(code: i32) -> std::result::Result<Dtype, String> {
+    let t = DataType::try_from(code).map_err(|_| format!("unknown ONNX element type {code}"))?;
+    Ok(match t {
+        DataType::Float => Dtype::F32,
+        DataType::Double => Dtype::F64,
+        DataType::Float16 => Dtype::F16,
+        DataType::Bfloat16 => Dtype::Bf16,
+        DataType::Int32 => Dtype::I32,
+        DataType::Int64 => Dtype::I64,
+        DataType::Bool => Dtype::Bool,
+        other => return Err(format!("element type {} is not supported (mithrilc's are f32, f64, f16, bf16, i32, i64 and bool)", type_name(other))),
+    })
+}
+
+/// ONNX's name of an element type, in lower case (`uint8`, `float8e4m3fn`).
+fn type_name(t: DataType) -> String {
+    let name = t.as_str_name().to_ascii_lowercase();
+    match name.as_str() {
+        "float" => "float32".into(),
+        "double" => "float64".into(),
+        _ => name,
+    }
+}
+
+/// External files a model's tensors are in, mapped once each.
+#[derive(Default)]
+pub struct External {
+    maps: HashMap<PathBuf, Arc<dyn Backing>>,
+}
+
+/// Reads a tensor of a model whose file is `model_path` (mapped as `file`; inline
+/// `raw_data` is a view of it, external data a view of its own file).
+pub fn read(t: &TensorProto, model_path: &Path, file: &super::model::File, external: &mut External) -> Result<RawTensor> {
+    let dtype = dtype(t.data_type.unwrap_or(0)).map_err(Error::user)?;
+    let shape = dims(&t.dims)?;
+    let numel = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(|| Error::user(format!("shape {shape:?} has too many elements")))?;
+    let size = numel.checked_mul(dtype.size() as u64).and_then(|s| usize::try_from(s).ok()).ok_or_else(|| Error::user(format!("shape {shape:?} is too large")))?;
+    let short = |held: usize| Error::user(format!("its data holds {held} bytes, and {dtype}{shape:?} takes {size}"));
+    if t.data_location == Some(DataLocation::External as i32) {
+        let (backing, range) = external.locate(t, model_path)?;
+        let len = range.len();
+        return RawTensor::new(dtype, shape.clone(), backing, range).ok_or_else(|| short(len));
+    }
+    if let Some(raw) = &t.raw_data {
+        return match file.range_of(raw) {
+            Some(range) => RawTensor::new(dtype, shape.clone(), file.backing.clone(), range).ok_or_else(|| short(raw.len())),
+            None => RawTensor::owned(dtype, shape.clone(), raw.to_vec()).ok_or_else(|| short(raw.len())),
+        };
+    }
+    let bytes = typed_bytes(t, dtype, numel)?;
+    let held = bytes.len();
+    RawTensor::owned(dtype, shape.clone(), bytes).ok_or_else(|| short(held))
+}
+
+/// Dimensions from the file: none negative.
+fn dims(dims: &[i64]) -> Result<Vec<u64>> {
+    dims.iter().map(|&d| u64::try_from(d).map_err(|_| Error::user(format!("dimension {d} is negative")))).collect()
+}
+
+/// The elements of the typed fields (`float_data`, `int32_data`, ...) as
+/// little-endian bytes of `dtype`; their count must be `numel` (checked by the caller
+/// through the byte count).
+fn typed_bytes(t: &TensorProto, dtype: Dtype, numel: u64) -> Result<Vec<u8>> {
+    let held = match dtype {
+        Dtype::F32 => t.float_data.len(),
+        Dtype::F64 => t.double_data.len(),
+        Dtype::I64 => t.int64_data.len(),
+        Dtype::I32 | Dtype::Bool | Dtype::F16 | Dtype::Bf16 => t.int32_data.len(),
+    };
+    if held as u64 != numel {
+        return Err(Error::user(format!("it holds {held} elements, and its shape {:?} has {numel}", t.dims)));
+    }
+    let mut out = Vec::with_capacity(held * dtype.size());
+    match dtype {
+        Dtype::F32 => t.float_data.iter().for_each(|v| out.extend(v.to_le_bytes())),
+        Dtype::F64 => t.double_data.iter().for_each(|v| out.extend(v.to_le_bytes())),
+        Dtype::I64 => t.int64_data.iter().for_each(|v| out.extend(v.to_le_bytes())),
+        Dtype::I32 => t.int32_data.iter().for_each(|v| out.extend(v.to_le_bytes())),
+        Dtype::Bool => t.int32_data.iter().for_each(|&v| out.push(u8::from(v != 0))),
+        // The 16 bits of each half float, in an int32 each.
+        Dtype::F16 | Dtype::Bf16 => t.int32_data.iter().for_each(|&v| out.extend((v as u16).to_le_bytes())),
+    }
+    Ok(out)
+}
+
+impl External {
+    /// The mapped file and byte range of an external tensor: its `location` (inside the
+    /// model's folder), `offset` (default 0) and `length` (default: to the end).
+    fn locate(&mut self, t: &TensorProto, model_path: &Path) -> Result<(Arc<dyn Backing>, std::ops::Range<usize>)> {
+        let key = |k: &str| t.external_data.iter().find(|e| e.key.as_deref() == Some(k)).and_then(|e| e.value.clone());
+        let location = key("location").ok_or_else(|| Error::user("its external data has no location"))?;
+        let number = |k: &str| -> Result<Option<usize>> {
+            key(k).map(|v| v.trim().parse::<usize>().map_err(|_| Error::user(format!("its external data's {k} {v:?} is not a byte count")))).transpose()
+        };
+        let (offset, length) = (number("offset")?.unwrap_or(0), number("length")?);
+        let path = inside_model_folder(model_path, &location)?;
+        let backing = match self.maps.get(&path) {
+            Some(b) => b.clone(),
+            None => {
+                let b = crate::data::map_file(&path)?;
+                self.maps.insert(path.clone(), b.clone());
+                b
+            }
+        };
+        let held = backing.bytes().len();
+        let end = match length {
+            Some(len) => offset.checked_add(len),
+            None => Some(held),
+        };
+        match end {
+            Some(end) if offset <= end && end <= held => Ok((backing, offset..end)),
+            _ => Err(Error::user(format!(
+                "its external data ({location}, offset {offset}, length {}) lies past the end of the file ({held} bytes)",
+                length.map_or("to the end".to_string(), |l| l.to_string())
+            ))),
+        }
+    }
+}
+
+/// The file `location` names, relative to the model's folder, which it may not leave
+/// (no absolute path, no `..`, no link out of it).
+fn inside_model_folder(model_path: &Path, location: &str) -> Result<PathBuf> {
+    let leaves = || Error::user(format!("its external data's location {location:?} is outside the model's folder")).note("ONNX external data must lie in the model's folder or below it");
+    let rel = Path::new(location);
+    if location.is_empty() || !rel.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(leaves());
+    }
+    let folder = model_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let path = folder.join(rel);
+    let cannot = |p: &Path, e: std::io::Error| Error::user(format!("cannot read {}: {}", p.display(), crate::error::io_message(&e)));
+    let (real_folder, real) = (folder.canonicalize().map_err(|e| cannot(folder, e))?, path.canonicalize().map_err(|e| cannot(&path, e))?);
+    if !real.starts_with(&real_folder) {
+        return Err(leaves());
+    }
+    Ok(real)
+}
+
+/// Reads a serialized `TensorProto` file (ONNX's test data: `input_0.pb`) as one
+/// array named by the tensor's name (or, without one, the file's stem).
+pub fn read_tensor_file(path: &Path) -> Result<(String, RawTensor)> {
+    let backing = crate::data::map_file(path)?;
+    let t = TensorProto::decode(backing.bytes()).map_err(|e| Error::user(format!("{}: not a valid ONNX TensorProto: {e}", path.display())))?;
+    let name = match t.name.as_deref() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+    };
+    if t.data_location == Some(DataLocation::External as i32) {
+        return Err(Error::user(format!("{}: tensor {name} has external data, which a data file may not", path.display())));
+    }
+    let dtype = dtype(t.data_type.unwrap_or(0)).map_err(|e| Error::user(format!("{}: tensor {name}: {e}", path.display())))?;
+    let shape = dims(&t.dims).map_err(|e| e.context(format!("{}: tensor {name}", path.display())))?;
+    let tensor = match &t.raw_data {
+        Some(raw) => RawTensor::owned(dtype, shape.clone(), raw.to_vec()),
+        None => {
+            let numel = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).unwrap_or(u64::MAX);
+            RawTensor::owned(dtype, shape.clone(), typed_bytes(&t, dtype, numel).map_err(|e| e.context(format!("{}: tensor {name}", path.display())))?)
+        }
+    };
+    let tensor = tensor.ok_or_else(|| Error::user(format!("{}: tensor {name}: its data does not fill {dtype}{shape:?}", path.display())))?;
+    Ok((name, tensor))
+}
