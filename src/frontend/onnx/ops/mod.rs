@@ -4,6 +4,7 @@
 //! model's opset) and returns its outputs' values, or says what it cannot compile.
 
 mod constant;
+mod conv_transpose;
 mod elementwise;
 mod linalg;
 mod nn;
@@ -102,6 +103,7 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Gemm", linalg::gemm),
     // Convolution, pooling and normalization (nn.rs).
     ("Conv", nn::conv),
+    ("ConvTranspose", conv_transpose::conv_transpose),
     ("MaxPool", nn::pool),
     ("AveragePool", nn::pool),
     ("GlobalAveragePool", nn::global_pool),

@@ -4,7 +4,7 @@
 
 use super::{axes, axis, input_ints, Cx};
 use crate::frontend::onnx::node::{Node, Out};
-use crate::ir::{ArgKind, BinaryOp, Op, ReduceKind, SliceRange, UnaryOp};
+use crate::ir::{ArgKind, BinaryOp, Dim, Dtype, Op, ReduceKind, Shape, SliceRange, UnaryOp};
 
 pub fn reduce(cx: &mut Cx, node: &Node) -> Out {
     let x = node.input(0)?;
@@ -21,6 +21,14 @@ pub fn reduce(cx: &mut Cx, node: &Node) -> Out {
         }
         _ => (0..rank).collect(),
     };
+    let shape = cx.b.shape(x);
+    if axes.iter().any(|&a| shape.0[a] == Dim::Known(0)) {
+        if let Some(identity) = empty_identity(node.op_type, cx.b.dtype(x)) {
+            // Over no elements the extremes are their identities (ONNX since opset 18).
+            let dims = shape.0.iter().enumerate().filter_map(|(i, d)| if !axes.contains(&i) { Some(d.clone()) } else { keep.then_some(Dim::Known(1)) }).collect();
+            return Ok(vec![cx.b.full(cx.b.dtype(x), Shape(dims), identity)?]);
+        }
+    }
     let b = &mut cx.b;
     let sum = |b: &mut crate::ir::builder::Builder, v| b.reduce(ReduceKind::Sum, v, axes.clone(), keep);
     let y = match node.op_type {
@@ -55,6 +63,21 @@ pub fn reduce(cx: &mut Cx, node: &Node) -> Out {
         other => unreachable!("{other} is not registered as a reduction"),
     };
     Ok(vec![y])
+}
+
+/// What a max or min over no elements gives: the other end of the type's range.
+fn empty_identity(op: &str, dtype: Dtype) -> Option<f64> {
+    let (lo, hi) = match dtype {
+        Dtype::I32 => (i32::MIN as f64, i32::MAX as f64),
+        Dtype::I64 => (i64::MIN as f64, i64::MAX as f64),
+        Dtype::Bool => (0.0, 1.0),
+        _ => (f64::NEG_INFINITY, f64::INFINITY),
+    };
+    match op {
+        "ReduceMax" | "ReduceLogSumExp" => Some(lo),
+        "ReduceMin" => Some(hi),
+        _ => None,
+    }
 }
 
 /// `ArgMax`/`ArgMin` along `axis`; with `select_last_index`, the last of equal

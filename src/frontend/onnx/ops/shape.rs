@@ -14,7 +14,9 @@ pub fn identity(cx: &mut Cx, node: &Node) -> Out {
             Some(_) => input_ints(cx, node, 2)?.is_some_and(|t| t.iter().any(|&v| v != 0)),
             None => node.opset < 7 && node.int("is_test", 0)? == 0,
         };
-        if training {
+        // The ratio: an attribute before opset 12, an input since (default 1/2).
+        let ratio = if node.opset < 12 { node.float("ratio", 0.5)? } else { input_floats(cx, node, 1)?.and_then(|r| r.first().copied()).unwrap_or(0.5) };
+        if training && ratio != 0.0 {
             return unsupported("Dropout in training mode (random)");
         }
         if node.outputs() > 1 {
