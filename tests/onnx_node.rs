@@ -1,13 +1,14 @@
 //! ONNX's own backend node tests (1,765 one-operator models, with inputs and expected
 //! outputs, shipped in the pinned onnx 1.22.0 wheel's `onnx/backend/test/data/node`),
-//! run through the interpreter and compared with the expected outputs.
+//! run through the interpreter and through the C target (the runtime built once, the
+//! cases compiled two at a time) and compared with the expected outputs.
 //!
 //! `.ci/run` installs the wheel into `~/.cache/mithrilc/onnx-1.22.0`;
 //! `MITHRILC_ONNX_NODE_TESTS` names another copy of the folder. The test prints the pass
 //! rate overall, per operator and per category of failure, writes the same report to
-//! `target/onnx-node-report.txt`, and fails when a test listed in
-//! `tests/onnx/node_pass.txt` no longer passes. `MITHRILC_ONNX_UPDATE=1` rewrites the list
-//! from this run.
+//! `target/onnx-node-report-{interp,c}.txt`, and fails when a test listed in
+//! `tests/onnx/node_pass_{interp,c}.txt` no longer passes. `MITHRILC_ONNX_UPDATE=1`
+//! rewrites the lists from this run.
 //!
 //! Inputs that an operator needs known when compiling (a shape, axes, pads), which the
 //! node tests give as graph inputs, are given as a user would, with `--const`: a model
@@ -16,6 +17,8 @@
 //! integer inputs).
 
 mod common;
+#[path = "common/c_build.rs"]
+mod c_build;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -50,6 +53,8 @@ enum Category {
     Feature,
     /// The model failed to load for another reason: a bug, or a model mithrilc rejects.
     Load,
+    /// Loaded, but the target cannot compile it (an element type or op it lacks).
+    Target,
     /// Loaded, but running failed.
     Run,
     /// Ran, and computed other values.
@@ -63,6 +68,7 @@ impl Category {
             Category::Operator => "unsupported operator",
             Category::Feature => "unsupported feature",
             Category::Load => "load error",
+            Category::Target => "unsupported by the target",
             Category::Run => "run error",
             Category::Values => "wrong values",
         }
@@ -144,7 +150,23 @@ fn json(t: &Tensor) -> serde_json::Value {
     nest(&t.shape, &t.data)
 }
 
-fn run_one(dir: &Path) -> Result<(), (Category, String)> {
+/// What runs a loaded model.
+#[derive(Clone, Copy)]
+enum Runner {
+    Interp,
+    C(&'static c_build::Toolchain),
+}
+
+impl Runner {
+    fn name(self) -> &'static str {
+        match self {
+            Runner::Interp => "interp",
+            Runner::C(_) => "c",
+        }
+    }
+}
+
+fn run_one(dir: &Path, runner: Runner) -> Result<(), (Category, String)> {
     let model = dir.join("model.onnx");
     let set = dir.join("test_data_set_0");
     let inputs = tensors(&set, "input_").map_err(|e| (Category::Dtype, e))?;
@@ -170,10 +192,27 @@ fn run_one(dir: &Path) -> Result<(), (Category, String)> {
         }
     }
     .map_err(|e| (Category::of_load_error(&e.to_string()), e.to_string()))?;
-    let params = loaded.weights.into_iter().map(|(n, t)| (n, t.to_tensor())).collect();
-    let exe = Interpreter::new(loaded.graphs, params);
-    let feeds: BTreeMap<String, Tensor> = inputs.into_iter().filter(|(n, _)| exe.inputs().contains(n)).collect();
-    let got = exe.run(&feeds).map_err(|e| (Category::Run, e.to_string()))?;
+    let params: BTreeMap<String, Tensor> = loaded.weights.into_iter().map(|(n, t)| (n, t.to_tensor())).collect();
+    let got = match runner {
+        Runner::Interp => {
+            let exe = Interpreter::new(loaded.graphs, params);
+            let feeds: BTreeMap<String, Tensor> = inputs.into_iter().filter(|(n, _)| exe.inputs().contains(n)).collect();
+            exe.run(&feeds).map_err(|e| (Category::Run, e.to_string()))?
+        }
+        Runner::C(tc) => {
+            // As `pipeline::emit` hands the graphs to the target: checked, composites
+            // the target lacks decomposed.
+            let target = &mithrilc::codegen::c::backend::CTarget;
+            pipeline::check(target, &loaded.graphs, &Default::default()).map_err(|e| (Category::Target, e.to_string()))?;
+            let graphs = pipeline::for_target(target, &loaded.graphs, &[]).map_err(|e| (Category::Target, e.to_string()))?;
+            let mut feeds = params;
+            feeds.extend(inputs);
+            let scratch = tc.dir.path().join(dir.file_name().unwrap());
+            let got = c_build::run_c(tc, &graphs, &feeds, &scratch).map_err(|e| (Category::Run, e));
+            let _ = std::fs::remove_dir_all(&scratch);
+            got?
+        }
+    };
     if got.len() != outputs.len() {
         return Err((Category::Values, format!("{} outputs, expected {}", got.len(), outputs.len())));
     }
@@ -188,10 +227,10 @@ fn run_one(dir: &Path) -> Result<(), (Category, String)> {
 }
 
 /// The report: pass rate overall, per category, per operator.
-fn report(outcomes: &[Outcome]) -> String {
+fn report(outcomes: &[Outcome], runner: Runner) -> String {
     let total = outcomes.len();
     let passed = outcomes.iter().filter(|o| o.failure.is_none()).count();
-    let mut s = format!("ONNX node tests (onnx 1.22.0), interpreter: {passed} of {total} pass ({:.1}%)\n", 100.0 * passed as f64 / total.max(1) as f64);
+    let mut s = format!("ONNX node tests (onnx 1.22.0), {}: {passed} of {total} pass ({:.1}%)\n", runner.name(), 100.0 * passed as f64 / total.max(1) as f64);
     let mut by_cat: BTreeMap<Category, Vec<&Outcome>> = BTreeMap::new();
     for o in outcomes {
         if let Some((c, _)) = &o.failure {
@@ -223,16 +262,34 @@ fn report(outcomes: &[Outcome]) -> String {
 
 #[test]
 fn onnx_node_tests_pass_on_the_interpreter() {
+    node_tests_pass(|| Some(Runner::Interp));
+}
+
+#[test]
+fn onnx_node_tests_pass_on_the_c_target() {
+    node_tests_pass(|| match c_build::toolchain(&["-O1".to_string()]) {
+        Some(tc) => Some(Runner::C(tc)),
+        None => {
+            common::skip("no C compiler");
+            None
+        }
+    });
+}
+
+/// Runs every node test with the runner `runner()` makes, reports, and checks the pass
+/// list.
+fn node_tests_pass(runner: impl FnOnce() -> Option<Runner>) {
     let Some(root) = node_tests() else {
         return common::skip("ONNX's node tests are not installed (.ci/run installs onnx 1.22.0 into ~/.cache/mithrilc/onnx-1.22.0)");
     };
+    let Some(runner) = runner() else { return };
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root).unwrap().flatten().map(|e| e.path()).filter(|p| p.join("model.onnx").is_file()).collect();
     dirs.sort();
     assert!(dirs.len() > 1000, "{} holds {} node tests, expected 1,765", root.display(), dirs.len());
     let outcomes = std::sync::Mutex::new(Vec::new());
     common::each_case(&dirs, |dir| {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        let failure = match std::panic::catch_unwind(|| run_one(dir)) {
+        let failure = match std::panic::catch_unwind(|| run_one(dir, runner)) {
             Ok(r) => r.err(),
             Err(_) => Some((Category::Load, "panicked".to_string())),
         };
@@ -241,17 +298,18 @@ fn onnx_node_tests_pass_on_the_interpreter() {
     });
     let mut outcomes = outcomes.into_inner().unwrap();
     outcomes.sort_by(|a, b| a.name.cmp(&b.name));
-    let text = report(&outcomes);
+    let text = report(&outcomes, runner);
     println!("{text}");
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
     let _ = std::fs::create_dir_all(&target);
-    let _ = std::fs::write(target.join("onnx-node-report.txt"), &text);
+    let _ = std::fs::write(target.join(format!("onnx-node-report-{}.txt", runner.name())), &text);
 
-    let list_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/node_pass.txt");
+    let list_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/onnx/node_pass_{}.txt", runner.name()));
     let passing: BTreeSet<&str> = outcomes.iter().filter(|o| o.failure.is_none()).map(|o| o.name.as_str()).collect();
     if std::env::var("MITHRILC_ONNX_UPDATE").is_ok_and(|v| v == "1") {
         let body: String = passing.iter().map(|n| format!("{n}\n")).collect();
-        std::fs::write(&list_path, format!("# ONNX node tests that pass on the interpreter (tests/onnx_node.rs; MITHRILC_ONNX_UPDATE=1 rewrites)\n{body}")).unwrap();
+        let header = format!("# ONNX node tests that pass on the {} runner (tests/onnx_node.rs; MITHRILC_ONNX_UPDATE=1 rewrites)\n", runner.name());
+        std::fs::write(&list_path, header + &body).unwrap();
         return;
     }
     let listed = std::fs::read_to_string(&list_path).unwrap_or_default();
@@ -266,7 +324,7 @@ fn onnx_node_tests_pass_on_the_interpreter() {
         .collect();
     let new = passing.iter().filter(|n| !listed.contains(*n)).count();
     if new > 0 {
-        println!("{new} test(s) pass that tests/onnx/node_pass.txt does not list (MITHRILC_ONNX_UPDATE=1 adds them)");
+        println!("{new} test(s) pass that {} does not list (MITHRILC_ONNX_UPDATE=1 adds them)", list_path.display());
     }
-    assert!(regressed.is_empty(), "{} listed ONNX node test(s) no longer pass:\n{}", regressed.len(), regressed.join("\n"));
+    assert!(regressed.is_empty(), "{} listed ONNX node test(s) no longer pass on the {} runner:\n{}", regressed.len(), runner.name(), regressed.join("\n"));
 }

@@ -30,16 +30,8 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
     narrowed_comment(p, s);
     for (i, t) in p.consts.iter().enumerate() {
         let ty = C.ty(t.dtype());
-        // Written straight into the file: a large constant's literals are never held
-        // as strings of their own.
-        let _ = write!(s, "static const {ty} {name}_const{i}[{}] = {{ ", t.numel().max(1));
-        for (j, x) in t.values().enumerate() {
-            if j > 0 {
-                s.push_str(", ");
-            }
-            s.push_str(&r.literal(x, t.dtype()));
-        }
-        s.push_str(" };\n");
+        let _ = write!(s, "static const {ty} {name}_const{i}[{}] = ", t.numel().max(1));
+        r.initializer(t, s);
     }
     let _ = writeln!(s, "\n/* What every kernel reads its buffers from. */");
     let dims_field = if p.symbols.is_empty() {

@@ -225,6 +225,23 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
         }
     }
 
+    /// `{ a, b, ... }`, the initializer of a constant's array, written straight into
+    /// `out` (a large constant's literals are never held as strings of their own). An
+    /// empty constant gets one zero: C has no empty arrays or initializers.
+    pub fn initializer(&self, t: &crate::tensor::Constant, out: &mut String) {
+        out.push_str("{ ");
+        for (j, x) in t.values().enumerate() {
+            if j > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&self.literal(x, t.dtype()));
+        }
+        if t.numel() == 0 {
+            out.push('0');
+        }
+        out.push_str(" };\n");
+    }
+
     pub fn literal(&self, x: f64, d: Dtype) -> String {
         match d {
             Dtype::F32 | Dtype::F16 | Dtype::Bf16 => {

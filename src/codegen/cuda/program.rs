@@ -29,16 +29,8 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
     let r = Renderer { p, d: &Cuda, names: &names, loads: None };
     r.check_all(|_| true)?;
     for (i, t) in p.consts.iter().enumerate() {
-        // Written straight into the file: a large constant's literals are never held as
-        // strings of their own.
-        let _ = write!(s, "static __device__ const {} {name}_const{i}[{}] = {{ ", Cuda.ty(t.dtype()), t.numel().max(1));
-        for (j, x) in t.values().enumerate() {
-            if j > 0 {
-                s.push_str(", ");
-            }
-            s.push_str(&r.literal(x, t.dtype()));
-        }
-        s.push_str(" };\n");
+        let _ = write!(s, "static __device__ const {} {name}_const{i}[{}] = ", Cuda.ty(t.dtype()), t.numel().max(1));
+        r.initializer(t, s);
     }
     let dims = dim_params(p);
     let mut launches = String::new();

@@ -144,14 +144,8 @@ impl Constants {
         let mut offsets = Vec::new();
         for (i, t) in p.consts.iter().enumerate() {
             let array = format!("{prefix}_const{i}");
-            let _ = write!(self.arrays, "static const {} {array}[{}] = {{ ", C.ty(t.dtype()), t.numel().max(1));
-            for (j, x) in t.values().enumerate() {
-                if j > 0 {
-                    self.arrays.push_str(", ");
-                }
-                self.arrays.push_str(&r.literal(x, t.dtype()));
-            }
-            self.arrays.push_str(" };\n");
+            let _ = write!(self.arrays, "static const {} {array}[{}] = ", C.ty(t.dtype()), t.numel().max(1));
+            r.initializer(t, &mut self.arrays);
             offsets.push(self.size);
             self.placed.push((array, self.size));
             self.size = align(self.size + (t.numel().max(1) * t.dtype().size()) as u64);
