@@ -7,6 +7,7 @@ mod constant;
 mod elementwise;
 mod linalg;
 mod nn;
+mod norm;
 mod reduce;
 mod shape;
 
@@ -137,6 +138,11 @@ pub static OPS: &[(&str, Handler)] = &[
     ("ConstantOfShape", constant::constant_of_shape),
     ("Range", constant::range),
     ("EyeLike", constant::eye_like),
+    // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
+    ("LpNormalization", norm::lp_normalization),
+    ("MeanVarianceNormalization", norm::mean_variance_normalization),
+    ("LRN", norm::lrn),
+    ("LpPool", norm::lp_pool),
 ];
 
 /// Operators known to be outside what the IR expresses, with the reason given.
