@@ -6,6 +6,7 @@
 mod constant;
 mod elementwise;
 mod linalg;
+mod loss;
 mod nn;
 mod norm;
 mod reduce;
@@ -139,6 +140,8 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Range", constant::range),
     ("EyeLike", constant::eye_like),
     // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
+    ("NegativeLogLikelihoodLoss", loss::nll_loss),
+    ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy),
     ("LpNormalization", norm::lp_normalization),
     ("MeanVarianceNormalization", norm::mean_variance_normalization),
     ("LRN", norm::lrn),
