@@ -3,6 +3,7 @@
 //! tract's op register does). A handler reads its node's inputs and attributes (for the
 //! model's opset) and returns its outputs' values, or says what it cannot compile.
 
+mod attention;
 mod constant;
 mod elementwise;
 mod linalg;
@@ -140,6 +141,9 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Range", constant::range),
     ("EyeLike", constant::eye_like),
     // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
+    ("Attention", attention::attention),
+    ("RMSNormalization", attention::rms_norm),
+    ("RotaryEmbedding", attention::rotary_embedding),
     ("NegativeLogLikelihoodLoss", loss::nll_loss),
     ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy),
     ("LpNormalization", norm::lp_normalization),
