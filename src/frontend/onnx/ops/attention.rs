@@ -42,7 +42,8 @@ pub fn attention(cx: &mut Cx, node: &Node) -> Out {
         (Some(pk), Some(pv)) => {
             k = cx.b.op(Op::Concat { axis: 2 }, vec![pk, k])?;
             v = cx.b.op(Op::Concat { axis: 2 }, vec![pv, v])?;
-            cx.b.shape(pk).0[2].known().unwrap_or(0)
+            let Some(past) = cx.b.shape(pk).0[2].known() else { return unsupported("Attention with a symbolic past length") };
+            past
         }
         (None, None) => 0,
         _ => return invalid("Attention takes past_key and past_value together"),
@@ -51,7 +52,8 @@ pub fn attention(cx: &mut Cx, node: &Node) -> Out {
     let [hq, hkv, hv] = [q, k, v].map(|x| cx.b.shape(x).0[1].known());
     let (Some(hq), Some(hkv)) = (hq, hkv) else { return unsupported("Attention with a symbolic number of heads") };
     if hv != Some(hkv) || hkv == 0 || hq % hkv != 0 {
-        return invalid(format!("Attention's {hq} query heads do not group over {hkv} key and {hv:?} value heads"));
+        let [k, v] = [k, v].map(|x| cx.b.shape(x));
+        return invalid(format!("Attention's {hq} query heads do not share key and value heads {k} and {v} evenly"));
     }
     let group = hq / hkv;
     let (q, k, v) = if group > 1 { (group_heads(cx, q, hkv, group)?, group_heads(cx, k, hkv, 1)?, group_heads(cx, v, hkv, 1)?) } else { (q, k, v) };
@@ -86,20 +88,24 @@ pub fn attention(cx: &mut Cx, node: &Node) -> Out {
             _ => return invalid(format!("softmax_precision {code} is not a float type mithrilc has")),
         },
     };
-    let (y, probs) = if precision == dtype {
-        (cx.b.attend(scores, v)?, cx.b.softmax(scores, last)?)
+    let y = if precision == dtype {
+        cx.b.attend(scores, v)?
     } else {
         let wide = cx.b.cast(scores, precision)?;
         let p = cx.b.softmax(wide, last)?;
         let p = cx.b.cast(p, dtype)?;
-        (cx.b.matmul(p, v)?, p)
+        qk.push(p);
+        cx.b.matmul(p, v)?
     };
-    qk.push(probs);
     let y = ungroup(cx, y, hq)?;
     let y = if rank == 3 { merge_heads(cx, y)? } else { y };
     let mut outs = vec![y, present[0], present[1]];
     if node.outputs() > 3 {
         let mode = node.int("qk_matmul_output_mode", 0)?;
+        if mode == 3 && qk.len() == 3 {
+            // attend's softmax again, which simplify merges.
+            qk.push(cx.b.softmax(scores, last)?);
+        }
         let Some(&out) = usize::try_from(mode).ok().and_then(|m| qk.get(m)) else { return invalid(format!("qk_matmul_output_mode {mode} is not 0, 1, 2 or 3")) };
         outs.push(ungroup(cx, out, hq)?);
     }
@@ -162,7 +168,10 @@ fn causal_after(cx: &mut Cx, scores: ValueId, past: u64) -> Result<ValueId, Fail
 /// false), and, for grouped heads, its head axis split as the query's was.
 fn fit_mask(cx: &mut Cx, mask: ValueId, scores: ValueId, groups: u64, per_group: u64) -> Result<ValueId, Fail> {
     let (ms, ss) = (cx.b.shape(mask), cx.b.shape(scores));
-    let (Some(m), Some(t)) = (ms.0.last().cloned(), ss.0.last().cloned()) else { return invalid(format!("Attention's attn_mask is a scalar {ms}")) };
+    let (Some(m), Some(t)) = (ms.0.last().cloned(), ss.0.last().cloned()) else { return invalid("Attention's attn_mask is a scalar") };
+    if ms.rank() > 4 {
+        return invalid(format!("Attention's attn_mask {ms} has more than 4 dimensions"));
+    }
     let mut mask = mask;
     if m != t {
         let (Some(m), Some(t)) = (m.known(), t.known()) else { return unsupported(format!("Attention's attn_mask {ms} for symbolic keys {ss}")) };
@@ -287,4 +296,135 @@ fn slice_last(cx: &mut Cx, x: ValueId, start: u64, stop: u64, step: i64) -> crat
     let mut ranges = vec![SliceRange::FULL; cx.b.rank(x)];
     ranges[cx.b.rank(x) - 1] = SliceRange { start: Some(start as i64), stop: Some(stop as i64), step };
     cx.b.op(Op::Slice { ranges }, vec![x])
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::path::PathBuf;
+
+    use prost::Message;
+
+    use crate::frontend::onnx::proto::attribute_proto::AttributeType;
+    use crate::frontend::onnx::proto::tensor_shape_proto::{dimension, Dimension};
+    use crate::frontend::onnx::proto::{type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto};
+    use crate::ir::builder::Builder;
+    use crate::ir::{Dtype, Graph, Shape, TensorType};
+    use crate::lower::{Kernel, Library};
+
+    /// An attribute's value.
+    pub enum Attr {
+        Int(i64),
+        Float(f32),
+    }
+
+    /// The file of a model of one node `op` (default domain, `opset`) reading graph
+    /// inputs `(name, type, dims)` and writing `outputs`, in a folder kept while the
+    /// first value lives.
+    pub fn one_node(op: &str, inputs: &[(&str, Dtype, &[u64])], outputs: &[&str], attrs: &[(&str, Attr)], opset: i64) -> (tempfile::TempDir, PathBuf) {
+        let code = |d: Dtype| match d {
+            Dtype::F32 => 1,
+            Dtype::I64 => 7,
+            Dtype::Bool => 9,
+            other => unreachable!("no test uses {other}"),
+        };
+        let input = |(name, dtype, dims): &(&str, Dtype, &[u64])| ValueInfoProto {
+            name: Some(name.to_string()),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type: Some(code(*dtype)),
+                    shape: Some(TensorShapeProto { dim: dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d as i64)), ..Default::default() }).collect() }),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let attribute = attrs
+            .iter()
+            .map(|(name, value)| match value {
+                Attr::Int(i) => AttributeProto { name: Some(name.to_string()), r#type: Some(AttributeType::Int as i32), i: Some(*i), ..Default::default() },
+                Attr::Float(f) => AttributeProto { name: Some(name.to_string()), r#type: Some(AttributeType::Float as i32), f: Some(*f), ..Default::default() },
+            })
+            .collect();
+        let node = NodeProto { input: inputs.iter().map(|i| i.0.to_string()).collect(), output: outputs.iter().map(|o| o.to_string()).collect(), op_type: Some(op.into()), attribute, ..Default::default() };
+        let graph = GraphProto {
+            name: Some("g".into()),
+            node: vec![node],
+            input: inputs.iter().map(input).collect(),
+            output: outputs.iter().map(|o| ValueInfoProto { name: Some(o.to_string()), ..Default::default() }).collect(),
+            ..Default::default()
+        };
+        let model = ModelProto { ir_version: Some(10), opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }], graph: Some(graph), ..Default::default() };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.onnx");
+        std::fs::write(&path, model.encode_to_vec()).unwrap();
+        (dir, path)
+    }
+
+    /// The graph the frontend reads from a model of one node, or its error's message.
+    pub fn load(op: &str, inputs: &[(&str, Dtype, &[u64])], outputs: &[&str], attrs: &[(&str, Attr)], opset: i64) -> Result<Graph, String> {
+        let (_dir, path) = one_node(op, inputs, outputs, attrs, opset);
+        crate::frontend::load(&path, &Default::default()).map(|m| m.graph).map_err(|e| e.to_string().replace(&path.display().to_string(), "model.onnx"))
+    }
+
+    /// The kernels `graph` compiles to (after the graph passes and the program
+    /// pipeline) for a library with attention.
+    fn kernels(mut graph: Graph) -> Vec<&'static str> {
+        crate::passes::run_pipeline(&mut graph, crate::passes::PIPELINE, &Default::default(), |_, _| {}).unwrap();
+        let library = Library { gemm: &[Dtype::F32], softmax: &[Dtype::F32], attention: &[Dtype::F32], attention_dim: 128, ..Default::default() };
+        let opts = crate::lower::Options { library, ..Default::default() };
+        let p = crate::passes::compile(&graph, &opts, &[], |_, _| {}).unwrap();
+        p.steps
+            .iter()
+            .map(|s| match &s.kernel {
+                Kernel::Attention { .. } => "attention",
+                Kernel::Gemm { .. } => "gemm",
+                Kernel::Softmax { .. } => "softmax",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    const F32: Dtype = Dtype::F32;
+
+    #[test]
+    fn attention_is_the_builders_and_one_kernel() {
+        // 4-D, causal, with an additive mask: exactly Builder::attention's nodes.
+        let qkvm: &[(&str, Dtype, &[u64])] = &[("q", F32, &[1, 2, 8, 16]), ("k", F32, &[1, 2, 8, 16]), ("v", F32, &[1, 2, 8, 16]), ("mask", F32, &[8, 8])];
+        let onnx = load("Attention", qkvm, &["y"], &[("is_causal", Attr::Int(1))], 23).unwrap();
+        let mut b = Builder::new("model");
+        let [q, k, v, m] = [0, 1, 2, 3].map(|i| b.input(qkvm[i].0, TensorType::new(F32, Shape::known(qkvm[i].2))));
+        b.origin = "#0 (Attention)".into();
+        let y = b.attention(q, k, v, None, true, Some(m)).unwrap();
+        b.graph.outputs.push(crate::ir::Output { name: "y".into(), value: y, loss: false });
+        assert_eq!(crate::ir::print::print(&onnx), crate::ir::print::print(&b.graph));
+        // 3-D heads split and merged, and grouped-query heads: one attention kernel, which
+        // stores through the heads' transpose, and reads each key and value head once.
+        let qkv = |hq: u64, hkv: u64| [("q", F32, [1, 8, hq * 16]), ("k", F32, [1, 8, hkv * 16]), ("v", F32, [1, 8, hkv * 16])];
+        let heads = |hq, hkv| [("q_num_heads", Attr::Int(hq)), ("kv_num_heads", Attr::Int(hkv)), ("is_causal", Attr::Int(1))];
+        let mha = qkv(2, 2).map(|(n, d, s)| (n, d, s.to_vec()));
+        let mha: Vec<(&str, Dtype, &[u64])> = mha.iter().map(|(n, d, s)| (*n, *d, s.as_slice())).collect();
+        assert_eq!(kernels(load("Attention", &mha, &["y"], &heads(2, 2), 23).unwrap()), ["attention"]);
+        let gqa = qkv(4, 2).map(|(n, d, s)| (n, d, s.to_vec()));
+        let gqa: Vec<(&str, Dtype, &[u64])> = gqa.iter().map(|(n, d, s)| (*n, *d, s.as_slice())).collect();
+        let ks = kernels(load("Attention", &gqa, &["y"], &heads(4, 2), 23).unwrap());
+        assert_eq!(ks.iter().filter(|k| **k != "other").collect::<Vec<_>>(), [&"attention"], "{ks:?}");
+    }
+
+    #[test]
+    fn attention_says_what_it_needs() {
+        let qkv: &[(&str, Dtype, &[u64])] = &[("q", F32, &[1, 8, 32]), ("k", F32, &[1, 8, 32]), ("v", F32, &[1, 8, 32])];
+        assert_eq!(load("Attention", qkv, &["y"], &[], 23).unwrap_err(), "model.onnx: node 0 (Attention): Attention of 3-D inputs needs q_num_heads and kv_num_heads");
+        let heads = [("q_num_heads", Attr::Int(3)), ("kv_num_heads", Attr::Int(3))];
+        assert_eq!(load("Attention", qkv, &["y"], &heads, 23).unwrap_err(), "model.onnx: node 0 (Attention): Attention's hidden size 32 does not split into 3 heads");
+        let heads = [("q_num_heads", Attr::Int(2)), ("kv_num_heads", Attr::Int(2)), ("qk_matmul_output_mode", Attr::Int(4))];
+        assert_eq!(
+            load("Attention", qkv, &["y", "", "", "qk"], &heads, 23).unwrap_err(),
+            "model.onnx: node 0 (Attention): qk_matmul_output_mode 4 is not 0, 1, 2 or 3"
+        );
+        let qkv4: &[(&str, Dtype, &[u64])] = &[("q", F32, &[1, 3, 8, 16]), ("k", F32, &[1, 2, 8, 16]), ("v", F32, &[1, 2, 8, 16])];
+        assert_eq!(
+            load("Attention", qkv4, &["y"], &[], 23).unwrap_err(),
+            "model.onnx: node 0 (Attention): Attention's 3 query heads do not share key and value heads [1, 2, 8, 16] and [1, 2, 8, 16] evenly"
+        );
+    }
 }

@@ -335,3 +335,27 @@ fn along(cx: &mut Cx, op: &str, x: ValueId, ax: usize) -> crate::error::Result<V
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::attention::tests::{load, Attr};
+    use crate::ir::{Dtype, Graph, Op, ReduceKind};
+
+    /// How many means and variances `graph` computes after `simplify`.
+    fn statistics(mut graph: Graph) -> (usize, usize) {
+        crate::passes::simplify::run(&mut graph).unwrap();
+        let means = graph.nodes.iter().filter(|n| matches!(n.op, Op::Reduce { kind: ReduceKind::Mean, .. })).count();
+        let variances = graph.nodes.iter().filter(|n| matches!(n.op, Op::Variance { .. })).count();
+        (means, variances)
+    }
+
+    #[test]
+    fn statistics_outputs_reuse_the_normalizations_own() {
+        const F32: Dtype = Dtype::F32;
+        let ln = load("LayerNormalization", &[("x", F32, &[2, 3, 4]), ("scale", F32, &[4]), ("bias", F32, &[4])], &["y", "mean", "inv_std"], &[("epsilon", Attr::Float(1e-3))], 17).unwrap();
+        assert_eq!(statistics(ln), (1, 1));
+        let inputs: &[(&str, Dtype, &[u64])] = &[("x", F32, &[2, 3, 4, 5]), ("scale", F32, &[3]), ("bias", F32, &[3]), ("mean", F32, &[3]), ("var", F32, &[3])];
+        let bn = load("BatchNormalization", inputs, &["y", "running_mean", "running_var"], &[("training_mode", Attr::Int(1))], 15).unwrap();
+        assert_eq!(statistics(bn), (1, 1));
+    }
+}
