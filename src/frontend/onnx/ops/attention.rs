@@ -40,9 +40,12 @@ pub fn attention(cx: &mut Cx, node: &Node) -> Out {
     };
     let past = match (node.opt(4), node.opt(5)) {
         (Some(pk), Some(pv)) => {
+            let lengths = [pk, k, pv, v].map(|x| cx.b.shape(x).0.get(2).and_then(Dim::known));
+            let [Some(past), Some(_), Some(_), Some(_)] = lengths else {
+                return unsupported("Attention's past_key/past_value with a symbolic sequence length (the IR concatenates known lengths only)");
+            };
             k = cx.b.op(Op::Concat { axis: 2 }, vec![pk, k])?;
             v = cx.b.op(Op::Concat { axis: 2 }, vec![pv, v])?;
-            let Some(past) = cx.b.shape(pk).0[2].known() else { return unsupported("Attention with a symbolic past length") };
             past
         }
         (None, None) => 0,
@@ -115,9 +118,9 @@ pub fn attention(cx: &mut Cx, node: &Node) -> Out {
 /// `[B, L, H·D]` as heads `[B, H, L, D]`.
 fn split_heads(cx: &mut Cx, x: ValueId, heads: i64) -> Result<ValueId, Fail> {
     let s = cx.b.shape(x);
-    let Some(hidden) = s.0[2].known() else { return unsupported(format!("Attention with a symbolic hidden size {s}")) };
+    let Some(hidden) = s.0[2].known() else { return unsupported(format!("heads of a symbolic hidden size {s}")) };
     if heads < 1 || hidden % heads as u64 != 0 {
-        return invalid(format!("Attention's hidden size {hidden} does not split into {heads} heads"));
+        return invalid(format!("the hidden size {hidden} of {s} does not split into {heads} heads"));
     }
     let h = heads as u64;
     let split = cx.b.reshape(x, Shape(vec![s.0[0].clone(), s.0[1].clone(), Dim::Known(h), Dim::Known(hidden / h)]))?;
@@ -264,7 +267,8 @@ pub fn rotary_embedding(cx: &mut Cx, node: &Node) -> Out {
     }
     cs.insert(1, Dim::Known(1));
     let (cos, sin) = (cx.b.reshape(cos, Shape(cs.clone()))?, cx.b.reshape(sin, Shape(cs))?);
-    let (x1, x2) = if node.int("interleaved", 0)? != 0 {
+    let interleaved = node.int("interleaved", 0)? != 0;
+    let (x1, x2) = if interleaved {
         (slice_last(cx, xh, 0, r, 2)?, slice_last(cx, xh, 1, r, 2)?)
     } else {
         (slice_last(cx, xh, 0, r / 2, 1)?, slice_last(cx, xh, r / 2, r, 1)?)
@@ -272,7 +276,7 @@ pub fn rotary_embedding(cx: &mut Cx, node: &Node) -> Out {
     let [cx1, sx2, sx1, cx2] = [(cos, x1), (sin, x2), (sin, x1), (cos, x2)].map(|(a, b)| cx.b.binary(BinaryOp::Mul, a, b));
     let real = cx.b.binary(BinaryOp::Sub, cx1?, sx2?)?;
     let imag = cx.b.binary(BinaryOp::Add, sx1?, cx2?)?;
-    let rotated = if node.int("interleaved", 0)? != 0 {
+    let rotated = if interleaved {
         // The pairs back in place: [.., r/2, 2] as [.., r].
         let mut pair = cx.b.shape(real).0;
         pair.push(Dim::Known(1));
@@ -308,7 +312,7 @@ pub(super) mod tests {
     use crate::frontend::onnx::proto::tensor_shape_proto::{dimension, Dimension};
     use crate::frontend::onnx::proto::{type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto};
     use crate::ir::builder::Builder;
-    use crate::ir::{Dtype, Graph, Shape, TensorType};
+    use crate::ir::{Dim, Dtype, Graph, Shape, TensorType};
     use crate::lower::{Kernel, Library};
 
     /// An attribute's value.
@@ -349,7 +353,8 @@ pub(super) mod tests {
         let graph = GraphProto {
             name: Some("g".into()),
             node: vec![node],
-            input: inputs.iter().map(input).collect(),
+            // An input named "" is a slot left out.
+            input: inputs.iter().filter(|i| !i.0.is_empty()).map(input).collect(),
             output: outputs.iter().map(|o| ValueInfoProto { name: Some(o.to_string()), ..Default::default() }).collect(),
             ..Default::default()
         };
@@ -362,8 +367,14 @@ pub(super) mod tests {
 
     /// The graph the frontend reads from a model of one node, or its error's message.
     pub fn load(op: &str, inputs: &[(&str, Dtype, &[u64])], outputs: &[&str], attrs: &[(&str, Attr)], opset: i64) -> Result<Graph, String> {
+        load_shaped(op, inputs, outputs, attrs, opset, &[])
+    }
+
+    /// [`load`], with some inputs' shapes given as `--shape` gives them.
+    pub fn load_shaped(op: &str, inputs: &[(&str, Dtype, &[u64])], outputs: &[&str], attrs: &[(&str, Attr)], opset: i64, shapes: &[(&str, Shape)]) -> Result<Graph, String> {
         let (_dir, path) = one_node(op, inputs, outputs, attrs, opset);
-        crate::frontend::load(&path, &Default::default()).map(|m| m.graph).map_err(|e| e.to_string().replace(&path.display().to_string(), "model.onnx"))
+        let opts = crate::frontend::Options { shapes: shapes.iter().map(|(n, s)| (n.to_string(), s.clone())).collect(), ..Default::default() };
+        crate::frontend::load(&path, &opts).map(|m| m.graph).map_err(|e| e.to_string().replace(&path.display().to_string(), "model.onnx"))
     }
 
     /// The kernels `graph` compiles to (after the graph passes and the program
@@ -415,7 +426,7 @@ pub(super) mod tests {
         let qkv: &[(&str, Dtype, &[u64])] = &[("q", F32, &[1, 8, 32]), ("k", F32, &[1, 8, 32]), ("v", F32, &[1, 8, 32])];
         assert_eq!(load("Attention", qkv, &["y"], &[], 23).unwrap_err(), "model.onnx: node 0 (Attention): Attention of 3-D inputs needs q_num_heads and kv_num_heads");
         let heads = [("q_num_heads", Attr::Int(3)), ("kv_num_heads", Attr::Int(3))];
-        assert_eq!(load("Attention", qkv, &["y"], &heads, 23).unwrap_err(), "model.onnx: node 0 (Attention): Attention's hidden size 32 does not split into 3 heads");
+        assert_eq!(load("Attention", qkv, &["y"], &heads, 23).unwrap_err(), "model.onnx: node 0 (Attention): the hidden size 32 of [1, 8, 32] does not split into 3 heads");
         let heads = [("q_num_heads", Attr::Int(2)), ("kv_num_heads", Attr::Int(2)), ("qk_matmul_output_mode", Attr::Int(4))];
         assert_eq!(
             load("Attention", qkv, &["y", "", "", "qk"], &heads, 23).unwrap_err(),
@@ -425,6 +436,13 @@ pub(super) mod tests {
         assert_eq!(
             load("Attention", qkv4, &["y"], &[], 23).unwrap_err(),
             "model.onnx: node 0 (Attention): Attention's 3 query heads do not share key and value heads [1, 2, 8, 16] and [1, 2, 8, 16] evenly"
+        );
+        // A KV cache of symbolic length, as exports declare it.
+        let cache: &[(&str, Dtype, &[u64])] = &[("q", F32, &[1, 2, 1, 16]), ("k", F32, &[1, 2, 1, 16]), ("v", F32, &[1, 2, 1, 16]), ("", F32, &[]), ("past_k", F32, &[1, 2, 7, 16]), ("past_v", F32, &[1, 2, 7, 16])];
+        let sym = Shape(vec![Dim::Known(1), Dim::Known(2), Dim::Sym("P".into()), Dim::Known(16)]);
+        assert_eq!(
+            load_shaped("Attention", cache, &["y", "present_k", "present_v"], &[], 23, &[("past_k", sym.clone()), ("past_v", sym)]).unwrap_err(),
+            "model.onnx: 1 of the model's 1 node(s) cannot be compiled:\n  node 0 (Attention): Attention's past_key/past_value with a symbolic sequence length (the IR concatenates known lengths only)"
         );
     }
 }
