@@ -3,11 +3,14 @@
 //! tract's op register does). A handler reads its node's inputs and attributes (for the
 //! model's opset) and returns its outputs' values, or says what it cannot compile.
 
+mod attention;
 mod constant;
 mod conv_transpose;
 mod elementwise;
 mod linalg;
+mod loss;
 mod nn;
+mod norm;
 mod reduce;
 mod shape;
 
@@ -139,6 +142,16 @@ pub static OPS: &[(&str, Handler)] = &[
     ("ConstantOfShape", constant::constant_of_shape),
     ("Range", constant::range),
     ("EyeLike", constant::eye_like),
+    // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
+    ("Attention", attention::attention),
+    ("RMSNormalization", attention::rms_norm),
+    ("RotaryEmbedding", attention::rotary_embedding),
+    ("NegativeLogLikelihoodLoss", loss::nll_loss),
+    ("SoftmaxCrossEntropyLoss", loss::softmax_cross_entropy),
+    ("LpNormalization", norm::lp_normalization),
+    ("MeanVarianceNormalization", norm::mean_variance_normalization),
+    ("LRN", norm::lrn),
+    ("LpPool", norm::lp_pool),
 ];
 
 /// Operators known to be outside what the IR expresses, with the reason given.

@@ -2,10 +2,11 @@
 
 use super::{axis, Cx};
 use crate::frontend::onnx::node::{invalid, unsupported, Fail, Node, Out};
-use crate::ir::{BinaryOp, ConvAttrs, Dim, Op, PoolAttrs, PoolKind, ReduceKind, Shape, UnaryOp, ValueId};
+use crate::frontend::onnx::tensor;
+use crate::ir::{BinaryOp, ConvAttrs, Dim, Dtype, Op, PoolAttrs, PoolKind, ReduceKind, Shape, UnaryOp, ValueId};
 
 /// The spatial sizes of `x` (its dimensions after batch and channel), known.
-fn spatial(cx: &Cx, x: ValueId, op: &str) -> Result<Vec<u64>, Fail> {
+pub(super) fn spatial(cx: &Cx, x: ValueId, op: &str) -> Result<Vec<u64>, Fail> {
     let shape = cx.b.shape(x);
     if shape.rank() < 3 {
         return invalid(format!("{op} wants [N, C, spatial...], got {shape}"));
@@ -82,24 +83,18 @@ pub fn conv(cx: &mut Cx, node: &Node) -> Out {
     Ok(vec![cx.b.op(Op::Conv(attrs), args)?])
 }
 
-/// `MaxPool` and `AveragePool`. Windows past the end (`ceil_mode`) are extra end
-/// padding; an average that leaves padding out of its count (`count_include_pad = 0`,
-/// ONNX's default), or counts only the explicit padding, divides the IR's average
-/// (which counts every tap) by the same average of ones.
-pub fn pool(cx: &mut Cx, node: &Node) -> Out {
-    let x = node.input(0)?;
-    if node.outputs() > 1 {
-        return unsupported("MaxPool's Indices output");
-    }
-    let input = spatial(cx, x, node.op_type)?;
+/// A pooling node's window (`kernel_shape` and what [`window`] reads) over `input`:
+/// windows past the end (`ceil_mode`) are extra end padding. Also the explicit padding
+/// alone (`pads` or `auto_pad`'s).
+pub(super) fn pool_window(node: &Node, input: &[u64], kind: PoolKind) -> Result<(PoolAttrs, Vec<(u64, u64)>), Fail> {
     let Some(kernel) = node.ints("kernel_shape")? else { return invalid(format!("{} has no kernel_shape", node.op_type)) };
     if kernel.len() != input.len() || kernel.iter().any(|&k| k < 1) {
         return invalid(format!("kernel_shape {kernel:?} does not fit the input's {} spatial dimensions", input.len()));
     }
     let kernel: Vec<u64> = kernel.iter().map(|&k| k as u64).collect();
-    let win = window(node, &input, &kernel)?;
+    let win = window(node, input, &kernel)?;
     let explicit = win.padding.clone();
-    let mut padding = win.padding.clone();
+    let mut padding = win.padding;
     if node.int("ceil_mode", 0)? != 0 {
         for i in 0..input.len() {
             let span = (kernel[i] - 1) * win.dilation[i] + 1;
@@ -115,8 +110,22 @@ pub fn pool(cx: &mut Cx, node: &Node) -> Out {
             padding[i].1 += ((out - 1) * win.stride[i] + span).saturating_sub(padded);
         }
     }
+    Ok((PoolAttrs { kind, kernel, stride: win.stride, padding, dilation: win.dilation }, explicit))
+}
+
+/// `MaxPool` and `AveragePool`. Windows past the end (`ceil_mode`) are extra end
+/// padding; an average that leaves padding out of its count (`count_include_pad = 0`,
+/// ONNX's default), or counts only the explicit padding, divides the IR's average
+/// (which counts every tap) by the same average of ones.
+pub fn pool(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    if node.outputs() > 1 {
+        return unsupported("MaxPool's Indices output");
+    }
+    let input = spatial(cx, x, node.op_type)?;
     let kind = if node.op_type == "MaxPool" { PoolKind::Max } else { PoolKind::Avg };
-    let attrs = PoolAttrs { kind, kernel: kernel.clone(), stride: win.stride.clone(), padding: padding.clone(), dilation: win.dilation.clone() };
+    let (attrs, explicit) = pool_window(node, &input, kind)?;
+    let padding = attrs.padding.clone();
     let y = cx.b.op(Op::Pool(attrs.clone()), vec![x])?;
     if kind == PoolKind::Max {
         return Ok(vec![y]);
@@ -156,18 +165,50 @@ fn per_channel(cx: &mut Cx, v: ValueId, rank: usize) -> crate::error::Result<Val
     cx.b.reshape(v, Shape(dims))
 }
 
-/// Inference: `(x - mean) / sqrt(var + epsilon) * scale + B`, per channel.
+/// `(x - mean) / sqrt(var + epsilon) * scale + B`, per channel. In inference the mean
+/// and variance are the inputs; in training (`training_mode` since opset 14, before it
+/// when more than Y is asked for) they are the batch's, over every axis but the
+/// channel (the variance without correction: [`Builder::layer_norm`]'s), and the
+/// outputs after Y are the running statistics `input * momentum + batch * (1 -
+/// momentum)`, then (before opset 14) the batch's own. Before opset 9, `spatial = 0`
+/// keeps statistics per activation (`[C, D1, ...]`, over the batch axis only).
+///
+/// [`Builder::layer_norm`]: crate::ir::builder::Builder::layer_norm
 pub fn batch_norm(cx: &mut Cx, node: &Node) -> Out {
-    if node.int("training_mode", 0)? != 0 || node.outputs() > 1 {
-        return unsupported("BatchNormalization in training mode (batch statistics)");
-    }
     let x = node.input(0)?;
     let rank = cx.b.rank(x);
     let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| node.input(i));
     let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
     let eps = node.float("epsilon", 1e-5)?;
-    let [scale, bias, mean, var] = [scale, bias, mean, var].map(|v| per_channel(cx, v, rank));
-    let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
+    let training = if node.opset >= 14 { node.int("training_mode", 0)? != 0 } else { node.outputs() > 1 };
+    let per_activation = node.opset < 9 && node.int("spatial", 1)? == 0;
+    let shaped = |cx: &mut Cx, v: ValueId| if per_activation { Ok(v) } else { per_channel(cx, v, rank) };
+    let (scale, bias) = (shaped(cx, scale)?, shaped(cx, bias)?);
+    if training {
+        let axes: Vec<usize> = if per_activation { vec![0] } else { (0..rank).filter(|&a| a != 1).collect() };
+        let y = cx.b.layer_norm(x, axes.clone(), eps, Some(scale), Some(bias))?;
+        // The same nodes as layer_norm's mean and variance, which simplify merges.
+        let batch_mean = cx.b.reduce(ReduceKind::Mean, x, axes.clone(), true)?;
+        let batch_var = cx.b.variance(x, axes, true, 0.0)?;
+        let momentum = node.float("momentum", 0.9)?;
+        let mut outs = vec![y];
+        for (running, batch) in [(mean, batch_mean), (var, batch_var)] {
+            let batch = cx.b.reshape(batch, cx.b.shape(running))?;
+            let dtype = cx.b.dtype(running);
+            let (m, rest) = (cx.b.scalar(dtype, momentum), cx.b.scalar(dtype, 1.0 - momentum));
+            let kept = cx.b.binary(BinaryOp::Mul, running, m)?;
+            let new = cx.b.binary(BinaryOp::Mul, batch, rest)?;
+            outs.push(cx.b.binary(BinaryOp::Add, kept, new)?);
+        }
+        if node.opset < 14 {
+            for v in [batch_mean, batch_var] {
+                let shape = cx.b.shape(mean);
+                outs.push(cx.b.reshape(v, shape)?);
+            }
+        }
+        return Ok(outs);
+    }
+    let (mean, var) = (shaped(cx, mean)?, shaped(cx, var)?);
     let dtype = cx.b.dtype(var);
     let e = cx.b.scalar(dtype, eps);
     let ve = cx.b.binary(BinaryOp::Add, var, e)?;
@@ -187,17 +228,49 @@ pub fn instance_norm(cx: &mut Cx, node: &Node) -> Out {
     Ok(vec![cx.b.layer_norm(x, (2..rank).collect(), eps, Some(scale), Some(bias))?])
 }
 
-/// Over the axes from `axis` on, scaled and shifted; the mean and inverse deviation
-/// outputs are not computed.
+/// `(x - mean) / sqrt(var + epsilon) * scale + B` over the axes from `axis` on, in
+/// the precision `stash_type` names where it is wider than x's; the optional outputs
+/// are that mean and `1 / sqrt(var + epsilon)` (size-1 axes kept, of the stash type),
+/// built as [`Builder::layer_norm`] builds them so that `simplify` computes each once.
+///
+/// [`Builder::layer_norm`]: crate::ir::builder::Builder::layer_norm
 pub fn layer_norm(cx: &mut Cx, node: &Node) -> Out {
-    if node.outputs() > 1 {
-        return unsupported("LayerNormalization's Mean and InvStdDev outputs");
-    }
     let (x, scale, bias) = (node.input(0)?, node.input(1)?, node.opt(2));
     let rank = cx.b.rank(x);
-    let from = axis(node.int("axis", -1)?, rank)?;
+    let axes: Vec<usize> = (axis(node.int("axis", -1)?, rank)?..rank).collect();
     let eps = node.float("epsilon", 1e-5)?;
-    Ok(vec![cx.b.layer_norm(x, (from..rank).collect(), eps, Some(scale), bias)?])
+    let dtype = cx.b.dtype(x);
+    let (compute, stash) = stash_type(node, dtype)?;
+    let xs = convert(cx, x, compute)?;
+    let y = cx.b.layer_norm(xs, axes.clone(), eps, Some(scale), bias)?;
+    let mut outs = vec![convert(cx, y, dtype)?];
+    if node.outputs() > 1 {
+        let mean = cx.b.reduce(ReduceKind::Mean, xs, axes.clone(), true)?;
+        let var = cx.b.variance(xs, axes, true, 0.0)?;
+        let e = cx.b.scalar(cx.b.dtype(var), eps);
+        let ve = cx.b.binary(BinaryOp::Add, var, e)?;
+        let sd = cx.b.unary(UnaryOp::Sqrt, ve)?;
+        let inv = cx.b.reciprocal(sd)?;
+        outs.push(convert(cx, mean, stash)?);
+        outs.push(convert(cx, inv, stash)?);
+    }
+    Ok(outs)
+}
+
+/// The element type `stash_type` names (float32 by default) for a normalization's
+/// statistics, and the type it computes in: the wider of that and x's (`dtype`).
+pub(super) fn stash_type(node: &Node, dtype: Dtype) -> Result<(Dtype, Dtype), Fail> {
+    let code = node.int("stash_type", 1)?;
+    let stash = match i32::try_from(code).map(tensor::dtype) {
+        Ok(Ok(d)) if d.is_float() => d,
+        _ => return invalid(format!("stash_type {code} is not a float type mithrilc has")),
+    };
+    Ok((if stash.size() > dtype.size() { stash } else { dtype }, stash))
+}
+
+/// `v` as `dtype`: itself when it has that type, else a cast.
+pub(super) fn convert(cx: &mut Cx, v: ValueId, dtype: Dtype) -> crate::error::Result<ValueId> {
+    if cx.b.dtype(v) == dtype { Ok(v) } else { cx.b.cast(v, dtype) }
 }
 
 /// Over each group of channels: `[N, C, ...]` viewed as `[N, G, C/G * ...]`. The
@@ -260,5 +333,29 @@ fn along(cx: &mut Cx, op: &str, x: ValueId, ax: usize) -> crate::error::Result<V
             let dtype = cx.b.dtype(x);
             cx.b.cast(hit, dtype)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::attention::tests::{load, Attr};
+    use crate::ir::{Dtype, Graph, Op, ReduceKind};
+
+    /// How many means and variances `graph` computes after `simplify`.
+    fn statistics(mut graph: Graph) -> (usize, usize) {
+        crate::passes::simplify::run(&mut graph).unwrap();
+        let means = graph.nodes.iter().filter(|n| matches!(n.op, Op::Reduce { kind: ReduceKind::Mean, .. })).count();
+        let variances = graph.nodes.iter().filter(|n| matches!(n.op, Op::Variance { .. })).count();
+        (means, variances)
+    }
+
+    #[test]
+    fn statistics_outputs_reuse_the_normalizations_own() {
+        const F32: Dtype = Dtype::F32;
+        let ln = load("LayerNormalization", &[("x", F32, &[2, 3, 4]), ("scale", F32, &[4]), ("bias", F32, &[4])], &["y", "mean", "inv_std"], &[("epsilon", Attr::Float(1e-3))], 17).unwrap();
+        assert_eq!(statistics(ln), (1, 1));
+        let inputs: &[(&str, Dtype, &[u64])] = &[("x", F32, &[2, 3, 4, 5]), ("scale", F32, &[3]), ("bias", F32, &[3]), ("mean", F32, &[3]), ("var", F32, &[3])];
+        let bn = load("BatchNormalization", inputs, &["y", "running_mean", "running_var"], &[("training_mode", Attr::Int(1))], 15).unwrap();
+        assert_eq!(statistics(bn), (1, 1));
     }
 }
