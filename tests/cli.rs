@@ -1506,3 +1506,34 @@ fn emulate_needs_a_gpu_target() {
     let (code, _, stderr) = run("c");
     assert_eq!((code, stderr.as_str()), (2, "error: --emulate is for GPU targets; the c target runs natively\n"));
 }
+
+/// The README's ONNX example: `run` reads the model's initializers as its parameters
+/// and matches ONNX Runtime's output (committed beside it); a parameters file
+/// overrides an initializer by name.
+#[test]
+fn the_onnx_example_runs_and_params_override_its_initializers() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/onnx");
+    let dir = tempdir_with(&[]);
+    for f in ["tiny_cnn.onnx", "input.npy", "output_ort.npy"] {
+        std::fs::copy(example.join(f), dir.path().join(f)).unwrap();
+    }
+    let (code, _, stderr) = mithrilc(&["run", "tiny_cnn.onnx", "--data", "input=input.npy", "-o", "out.npz"], dir.path());
+    assert_eq!(code, 0, "{stderr}");
+    let got = data::read_arrays(&dir.path().join("out.npz")).unwrap().arrays.shift_remove("logits").unwrap();
+    let ort = data::read_arrays(&dir.path().join("output_ort.npy")).unwrap().arrays.into_values().next().unwrap();
+    assert_eq!(got.shape, ort.shape);
+    let worst = got.data.iter().zip(&ort.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(worst < 1e-5, "differs from ONNX Runtime by {worst}");
+
+    // fc.bias replaced by zeros: every logit drops by the model's own bias.
+    let zeros = Tensor::new(Dtype::F32, vec![10], vec![0.0; 10]);
+    data::write_arrays(&dir.path().join("bias.safetensors"), &[("fc.bias".to_string(), zeros)]).unwrap();
+    let (code, _, stderr) = mithrilc(&["run", "tiny_cnn.onnx", "--data", "input=input.npy", "--params", "bias.safetensors", "-o", "zero.npz"], dir.path());
+    assert_eq!(code, 0, "{stderr}");
+    let zero = data::read_arrays(&dir.path().join("zero.npz")).unwrap().arrays.shift_remove("logits").unwrap();
+    let model = mithrilc::frontend::load(&dir.path().join("tiny_cnn.onnx"), &Default::default()).unwrap();
+    let bias: Vec<f64> = model.weights["fc.bias"].values().collect();
+    for (i, (a, b)) in got.data.iter().zip(&zero.data).enumerate() {
+        assert!((a - b - bias[i % 10]).abs() < 1e-5, "logit {i}: {a} - {b} is not the bias {}", bias[i % 10]);
+    }
+}

@@ -96,9 +96,12 @@ impl Cx<'_> {
                 return Err(Error::user("a graph input has no name"));
             }
             let ty = value_type(input).map_err(|e| Error::user(format!("graph input {name:?}: {e}")))?;
-            let ty = match opts.shapes.get(&name) {
-                Some(shape) => fit_shape(&ty, shape).map_err(|e| Error::usage(format!("--shape {name}: {e}")))?,
-                None => ty,
+            // A shape given (`--shape`), or that of the data given for a run, binds the
+            // model's symbols.
+            let ty = match (opts.shapes.get(&name), opts.known_types.get(&name)) {
+                (Some(shape), _) => fit_shape(&ty, shape).map_err(|e| Error::usage(format!("--shape {name}: {e}")))?,
+                (None, Some(known)) => fit_shape(&ty, &known.shape).map_err(|e| Error::user(format!("the data for input {name}: {e}")))?,
+                (None, None) => ty,
             };
             let v = match opts.constants.iter().rev().find(|(n, _)| *n == name) {
                 // An input fixed when compiling (`--const`): a shape or axes an operator
