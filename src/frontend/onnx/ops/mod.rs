@@ -104,6 +104,7 @@ pub static OPS: &[(&str, Handler)] = &[
     // Products (linalg.rs).
     ("MatMul", linalg::matmul),
     ("Gemm", linalg::gemm),
+    ("Einsum", linalg::einsum),
     // Convolution, pooling and normalization (nn.rs).
     ("Conv", nn::conv),
     ("ConvTranspose", conv_transpose::conv_transpose),
