@@ -78,7 +78,7 @@ impl Category {
     fn of_load_error(msg: &str) -> Category {
         if msg.contains("element type") && msg.contains("not supported") || msg.contains("is not a tensor") {
             Category::Dtype
-        } else if ["no ONNX operator", "control flow", "sequences and optionals", "strings are not", "random operators", "contrib operator", "operators of domain"].iter().any(|w| msg.contains(w)) {
+        } else if ["no ONNX operator", "control flow", "sequences and optionals", "strings are not", "random operators", "contrib operator", "operators of domain", "shape depends on the input"].iter().any(|w| msg.contains(w)) {
             Category::Operator
         } else if msg.contains("cannot be compiled") {
             Category::Feature

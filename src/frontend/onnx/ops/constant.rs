@@ -1,5 +1,5 @@
 //! Values fixed when compiling: `Constant`, shapes and sizes of tensors whose shapes
-//! are known, `ConstantOfShape`, `Range` and `EyeLike`.
+//! are known, `ConstantOfShape`, `Range`, `EyeLike` and the window functions.
 
 use super::{input_floats, input_ints, Cx};
 use crate::frontend::onnx::node::{invalid, unsupported, Node, Out};
@@ -108,4 +108,28 @@ pub fn eye_like(cx: &mut Cx, node: &Node) -> Out {
     let shifted = cx.b.binary(BinaryOp::Add, rows, kk)?;
     let hit = cx.b.binary(BinaryOp::Eq, cols, shifted)?;
     Ok(vec![cx.b.cast(hit, dtype)?])
+}
+
+/// `HannWindow`, `HammingWindow`, `BlackmanWindow` of a size known when compiling:
+/// `sum_k a_k cos(2 pi k n / N)` (signs alternating), `N` the size (`periodic`, the
+/// default) or the size less one.
+pub fn window(cx: &mut Cx, node: &Node) -> Out {
+    let Some(&[size]) = input_ints(cx, node, 0)?.as_deref() else { return invalid(format!("{} wants one size", node.op_type)) };
+    if !(0..=1 << 24).contains(&size) {
+        return invalid(format!("window size {size}"));
+    }
+    let dtype = match tensor::dtype(node.int("output_datatype", 1)? as i32) {
+        Ok(d) => d,
+        Err(why) => return unsupported(why),
+    };
+    let a: &[f64] = match node.op_type {
+        "HannWindow" => &[0.5, 0.5],
+        "HammingWindow" => &[25.0 / 46.0, 1.0 - 25.0 / 46.0],
+        _ => &[0.42, 0.5, 0.08],
+    };
+    let n = if node.int("periodic", 1)? != 0 { size } else { size - 1 } as f64;
+    let values = (0..size)
+        .map(|i| a.iter().enumerate().map(|(k, ak)| if k % 2 == 0 { 1.0 } else { -1.0 } * ak * (2.0 * std::f64::consts::PI * k as f64 * i as f64 / n).cos()).sum())
+        .collect();
+    Ok(vec![cx.b.constant(Tensor::new(dtype, vec![size as u64], values))])
 }

@@ -143,6 +143,9 @@ pub static OPS: &[(&str, Handler)] = &[
     ("ConstantOfShape", constant::constant_of_shape),
     ("Range", constant::range),
     ("EyeLike", constant::eye_like),
+    ("HannWindow", constant::window),
+    ("HammingWindow", constant::window),
+    ("BlackmanWindow", constant::window),
     // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
     ("Attention", attention::attention),
     ("RMSNormalization", attention::rms_norm),
@@ -164,6 +167,7 @@ const REFUSED: &[(&[&str], &str)] = &[
     ),
     (&["StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch", "TfIdfVectorizer"], "strings are not supported"),
     (&["RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"], "random operators are not supported (a compiled model is deterministic)"),
+    (&["NonZero", "Unique", "NonMaxSuppression"], "the output's shape depends on the input's values (mithrilc's shapes are known when compiling, up to symbols)"),
 ];
 
 /// The handler of an operator [`refusal`] let through.
