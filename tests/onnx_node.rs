@@ -51,6 +51,8 @@ enum Category {
     Operator,
     /// The operator is read, but not with this node's attributes or run-time inputs.
     Feature,
+    /// An opset older than those read (7).
+    Opset,
     /// The model failed to load for another reason: a bug, or a model mithrilc rejects.
     Load,
     /// Loaded, but the target cannot compile it (an element type or op it lacks).
@@ -67,6 +69,7 @@ impl Category {
             Category::Dtype => "unsupported element type",
             Category::Operator => "unsupported operator",
             Category::Feature => "unsupported feature",
+            Category::Opset => "opset older than 7",
             Category::Load => "load error",
             Category::Target => "unsupported by the target",
             Category::Run => "run error",
@@ -80,6 +83,8 @@ impl Category {
             Category::Dtype
         } else if ["no ONNX operator", "control flow", "sequences and optionals", "strings are not", "random operators", "contrib operator", "operators of domain", "shape depends on the input"].iter().any(|w| msg.contains(w)) {
             Category::Operator
+        } else if msg.contains("older than the opsets") {
+            Category::Opset
         } else if msg.contains("cannot be compiled") {
             Category::Feature
         } else {

@@ -26,7 +26,8 @@ pub struct File {
     pub model: ModelProto,
     /// The file, mapped; `raw_data` fields are slices of it ([`File::range_of`]).
     pub backing: Arc<dyn Backing>,
-    /// The opset of the default domain.
+    /// The opset of the default domain; 0 when the model imports none (its operators
+    /// are all of other domains, which are refused per node).
     pub opset: i64,
 }
 
@@ -74,9 +75,7 @@ fn check_versions(model: &ModelProto) -> Result<i64> {
             .note("re-export the model, or convert it with onnx.version_converter"));
     }
     let default = model.opset_import.iter().find(|o| is_default_domain(o.domain.as_deref().unwrap_or_default()));
-    let Some(OperatorSetIdProto { version: Some(opset), .. }) = default else {
-        return Err(Error::user("the model imports no opset of the default ONNX domain"));
-    };
+    let Some(OperatorSetIdProto { version: Some(opset), .. }) = default else { return Ok(0) };
     let opset = *opset;
     if !(OPSET_MIN..=OPSET_MAX).contains(&opset) {
         let why = if opset < OPSET_MIN { "older than" } else { "newer than" };

@@ -176,7 +176,7 @@ pub fn handler(op_type: &str) -> Handler {
 }
 
 /// Why a node cannot be imported whatever its attributes, if it cannot.
-pub fn refusal(node: &NodeProto, _opset: i64) -> Option<String> {
+pub fn refusal(node: &NodeProto, opset: i64) -> Option<String> {
     let domain = node.domain.as_deref().unwrap_or_default();
     let op = node.op_type.as_deref().unwrap_or_default();
     if domain == "com.microsoft" {
@@ -184,6 +184,9 @@ pub fn refusal(node: &NodeProto, _opset: i64) -> Option<String> {
     }
     if !is_default_domain(domain) {
         return Some(format!("operators of domain {domain} are not supported"));
+    }
+    if opset == 0 {
+        return Some("the model imports no opset of the default domain, which holds ONNX's operators".into());
     }
     if OPS.iter().any(|(name, _)| *name == op) {
         return None;
