@@ -16,6 +16,23 @@ mod common;
 #[path = "common/cases.rs"]
 mod cases;
 
+/// The peak resident set of `child` (waited for here, which must succeed), from
+/// `wait4`'s rusage of that one child (not of every child the test binary ran).
+#[cfg(target_os = "linux")]
+fn peak_resident(child: std::process::Child, what: &str) -> u64 {
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data, for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits once for the child spawned by the caller, which nothing else waits
+    // for, writing only into the two locals.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{what} failed (status {status:#x})");
+    // ru_maxrss is in kilobytes on Linux.
+    usage.ru_maxrss as u64 * 1024
+}
+
 /// `params` with every float array rounded to `dtype`, as safetensors bytes.
 fn rounded_checkpoint(params: &data::ArrayFile, dtype: Dtype) -> Vec<u8> {
     let arrays: Vec<(String, Tensor)> =
@@ -122,8 +139,8 @@ fn integer_parameters_are_refused() {
 /// no more than twice its weights file in memory, the compiler's own footprint
 /// included: the weights go from the mapped file into the blob (C), the safetensors
 /// file (XLA) or the GGUF file (ggml) with no f64 copy and no second copy of the
-/// output, and each parameter's pages are let go once written. Measured as the child's peak resident set, from `wait4`'s
-/// rusage of that one child (not of every child the test binary ran).
+/// output, and each parameter's pages are let go once written (the child's peak
+/// resident set).
 #[cfg(target_os = "linux")]
 #[test]
 fn compiling_gpt_block_takes_at_most_twice_its_weights_file_in_memory() {
@@ -142,18 +159,56 @@ fn compiling_gpt_block_takes_at_most_twice_its_weights_file_in_memory() {
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let pid = child.id() as libc::pid_t;
-        let mut status = 0;
-        // SAFETY: rusage is plain data, for wait4 to fill in.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waits once for the child spawned above, which nothing else waits for,
-        // writing only into the two locals.
-        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "mithrilc compile --target {target} failed (status {status:#x})");
-        // ru_maxrss is in kilobytes on Linux.
-        let peak = usage.ru_maxrss as u64 * 1024;
+        let peak = peak_resident(child, &format!("mithrilc compile --target {target}"));
         println!("gpt_block for {target}: peak resident {:.1} MB for a {:.1} MB weights file", peak as f64 / 1e6, size as f64 / 1e6);
         assert!(peak <= 2 * size, "{target}: peak resident {peak} bytes is more than twice the weights file ({size} bytes)");
     }
+}
+
+/// An ONNX model whose 2 GiB weight is external data (a sparse file: no disk taken
+/// until written) is read through a mapping: `inspect` takes a few megabytes. Compiling
+/// it takes what the C target's writer takes for any model: the blob it builds and
+/// the one parameter being written (here the whole model), as the gpt_block test above
+/// bounds it.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_onnx_model_with_2_gib_of_external_data_is_mapped_not_read() {
+    use mithrilc::frontend::onnx::proto::{tensor_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto};
+    use prost::Message;
+    let (k, n) = (16384i64, 32768i64);
+    let size = (k * n * 4) as u64;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::File::create(dir.path().join("weights.bin")).unwrap().set_len(size).unwrap();
+    let info = |name: &str, dims: &[i64]| {
+        let dim = dims.iter().map(|&d| type_proto_dim(d)).collect();
+        let t = type_proto::Tensor { elem_type: Some(tensor_proto::DataType::Float as i32), shape: Some(TensorShapeProto { dim }) };
+        ValueInfoProto { name: Some(name.into()), r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(t)), ..Default::default() }), ..Default::default() }
+    };
+    let entry = |k: &str, v: &str| StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    let weight = TensorProto {
+        name: Some("w".into()),
+        dims: vec![k, n],
+        data_type: Some(tensor_proto::DataType::Float as i32),
+        data_location: Some(tensor_proto::DataLocation::External as i32),
+        external_data: vec![entry("location", "weights.bin"), entry("offset", "0"), entry("length", &size.to_string())],
+        ..Default::default()
+    };
+    let node = NodeProto { op_type: Some("MatMul".into()), input: vec!["x".into(), "w".into()], output: vec!["y".into()], ..Default::default() };
+    let graph = GraphProto { name: Some("big".into()), node: vec![node], input: vec![info("x", &[1, k])], output: vec![info("y", &[1, n])], initializer: vec![weight], ..Default::default() };
+    let model = ModelProto { ir_version: Some(8), opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }], graph: Some(graph), ..Default::default() };
+    std::fs::write(dir.path().join("big.onnx"), model.encode_to_vec()).unwrap();
+    let spawn = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_mithrilc")).args(args).current_dir(dir.path()).stdout(std::process::Stdio::null()).spawn().unwrap();
+    let inspect = peak_resident(spawn(&["inspect", "big.onnx"]), "mithrilc inspect big.onnx");
+    println!("inspect of a model with {:.1} GB of external data: peak resident {:.1} MB", size as f64 / 1e9, inspect as f64 / 1e6);
+    assert!(inspect < 64 << 20, "inspect took {inspect} bytes");
+    let compile = peak_resident(spawn(&["compile", "big.onnx", "--target", "c", "--emit", "source", "-o", "out"]), "mithrilc compile big.onnx");
+    println!("compile --emit source: peak resident {:.1} MB", compile as f64 / 1e6);
+    assert!(compile <= 2 * size + (256 << 20), "compile took {compile} bytes for a {size}-byte weight");
+    assert_eq!(std::fs::metadata(dir.path().join("out/weights.bin")).unwrap().len(), size);
+}
+
+/// A static dimension of an ONNX type.
+fn type_proto_dim(d: i64) -> mithrilc::frontend::onnx::proto::tensor_shape_proto::Dimension {
+    use mithrilc::frontend::onnx::proto::tensor_shape_proto::{dimension, Dimension};
+    Dimension { value: Some(dimension::Value::DimValue(d)), ..Default::default() }
 }
