@@ -30,7 +30,6 @@ pub mod proto {
 use std::path::Path;
 
 pub use model::{OPSET_MAX, OPSET_MIN};
-pub use ops::supported_ops;
 pub use tensor::read_tensor_file;
 
 use crate::error::Result;

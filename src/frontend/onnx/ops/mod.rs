@@ -197,13 +197,6 @@ pub fn refusal(node: &NodeProto, opset: i64) -> Option<String> {
     })
 }
 
-/// The ONNX operators mithrilc reads, for the op-support listing.
-pub fn supported_ops() -> Vec<&'static str> {
-    let mut ops: Vec<&str> = OPS.iter().map(|(name, _)| *name).collect();
-    ops.sort_unstable();
-    ops
-}
-
 /// Input `i` as integers, which the operator needs at compile time (a shape, axes,
 /// pads); `None` when the node leaves it out.
 pub fn input_ints(cx: &mut Cx, node: &Node, i: usize) -> std::result::Result<Option<Vec<i64>>, super::node::Fail> {
