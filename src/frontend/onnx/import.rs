@@ -28,6 +28,9 @@ use crate::tensor::{RawTensor, Tensor};
 /// Compile-time values are computed only up to this many elements (shapes, axes,
 /// small constant tables); larger ones stay computations of the graph.
 const VALUE_LIMIT: u64 = 1 << 16;
+/// How many ops deep a compile-time value is looked for (shape subgraphs are a few;
+/// the bound keeps a long chain of constant ops from exhausting the stack).
+const VALUE_DEPTH: usize = 64;
 
 /// The state of one import, which handlers build through.
 pub struct Cx<'f> {
@@ -85,11 +88,15 @@ impl Cx<'_> {
             let v = self.initializer(t, &name).map_err(|e| e.context(format!("initializer {name:?}")))?;
             values.insert(name, v);
         }
+        let initializers = values.len();
         for input in &graph.input {
             let name = input.name.clone().unwrap_or_default();
             // Before IR version 4 every initializer was also listed as an input; since,
             // an input with an initializer is one whose default the initializer is.
-            if values.contains_key(&name) {
+            if let Some(&v) = values.get(&name) {
+                if v.index() >= initializers && self.b.graph.node(v).op == Op::Input {
+                    return Err(Error::user(format!("graph input {name:?} is listed twice")));
+                }
                 continue;
             }
             if name.is_empty() {
@@ -213,6 +220,10 @@ impl Cx<'_> {
     /// a constant when its value is asked for: the operator needs it fixed (a shape,
     /// Resize's scales), so `--params` cannot change it.
     pub fn value(&mut self, v: ValueId) -> Result<Option<Tensor>> {
+        self.value_within(v, VALUE_DEPTH)
+    }
+
+    fn value_within(&mut self, v: ValueId, depth: usize) -> Result<Option<Tensor>> {
         if let Some(t) = self.known.get(&v) {
             return Ok(Some(t.clone()));
         }
@@ -236,8 +247,11 @@ impl Cx<'_> {
             Op::Constant(c) => self.b.graph.consts[c.0 as usize].to_tensor(),
             op => {
                 let mut args = Vec::with_capacity(node.args.len());
+                if depth == 0 {
+                    return Ok(None);
+                }
                 for &a in &node.args {
-                    match self.value(a)? {
+                    match self.value_within(a, depth - 1)? {
                         Some(t) => args.push(t),
                         None => return Ok(None),
                     }

@@ -147,6 +147,10 @@ fn graphs_that_are_not_dags_are_refused() {
     g.node = vec![node("Relu", &["x"], &["y"])];
     g.output.push(value_info("y", &[-1, 2]));
     assert_eq!(error(&m), "graph output \"y\" is listed twice");
+    let g = m.graph.as_mut().unwrap();
+    g.output.pop();
+    g.input.push(value_info("x", &[-1, 2]));
+    assert_eq!(error(&m), "graph input \"x\" is listed twice");
 }
 
 #[test]
