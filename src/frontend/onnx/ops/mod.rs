@@ -5,6 +5,7 @@
 
 mod constant;
 mod elementwise;
+mod index;
 mod linalg;
 mod nn;
 mod reduce;
@@ -137,6 +138,20 @@ pub static OPS: &[(&str, Handler)] = &[
     ("ConstantOfShape", constant::constant_of_shape),
     ("Range", constant::range),
     ("EyeLike", constant::eye_like),
+    // Indexing (index.rs) and resizing (resize.rs).
+    ("GatherElements", index::gather_elements),
+    ("GatherND", index::gather_nd),
+    ("ScatterElements", index::scatter_elements),
+    ("Scatter", index::scatter_elements),
+    ("ScatterND", index::scatter_nd),
+    ("Trilu", index::trilu),
+    ("OneHot", index::one_hot),
+    ("CumSum", index::cumulative),
+    ("CumProd", index::cumulative),
+    ("TopK", index::top_k),
+    ("Compress", index::compress),
+    ("ReverseSequence", index::reverse_sequence),
+    ("CenterCropPad", index::center_crop_pad),
 ];
 
 /// Operators known to be outside what the IR expresses, with the reason given.
