@@ -9,6 +9,7 @@ mod index;
 mod linalg;
 mod nn;
 mod reduce;
+mod resize;
 mod shape;
 
 use super::import::Cx;
@@ -152,6 +153,8 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Compress", index::compress),
     ("ReverseSequence", index::reverse_sequence),
     ("CenterCropPad", index::center_crop_pad),
+    ("Resize", resize::resize),
+    ("Upsample", resize::resize),
 ];
 
 /// Operators known to be outside what the IR expresses, with the reason given.
