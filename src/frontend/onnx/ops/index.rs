@@ -17,12 +17,14 @@ use crate::ir::builder::merge_dims;
 use crate::ir::{ArgKind, BinaryOp, Dim, Dtype, Op, ReduceKind, Shape, SliceRange, UnaryOp, ValueId};
 use crate::tensor::Tensor;
 
-/// The dimensions of `v`, which `op` needs known.
+/// The dimensions of `v`, which `op` needs known, and whose element count (and so every
+/// flat offset into it) an i64 holds.
 fn dims(cx: &Cx, v: ValueId, op: &str) -> std::result::Result<Vec<u64>, Fail> {
     let shape = cx.b.shape(v);
-    match shape.as_known() {
-        Some(d) => Ok(d),
-        None => unsupported(format!("{op} of symbolic {shape}")),
+    let Some(d) = shape.as_known() else { return unsupported(format!("{op} of symbolic {shape}")) };
+    match d.iter().try_fold(1u64, |n, &x| n.checked_mul(x)) {
+        Some(n) if n <= i64::MAX as u64 => Ok(d),
+        _ => invalid(format!("{op} of {shape}, which has more elements than an i64 counts")),
     }
 }
 
@@ -42,6 +44,18 @@ fn wrap(cx: &mut Cx, i: ValueId, len: u64) -> Result<ValueId> {
     cx.b.select(negative, up, i)
 }
 
+/// Whether the (wrapped) indices `i` lie in an axis of `len`, and-ed into `all`.
+fn in_range(cx: &mut Cx, i: ValueId, len: u64, all: Option<ValueId>) -> Result<ValueId> {
+    let zero = cx.b.scalar(Dtype::I64, 0.0);
+    let n = cx.b.scalar(Dtype::I64, len as f64);
+    let (lo, hi) = (cx.b.binary(BinaryOp::Ge, i, zero)?, cx.b.binary(BinaryOp::Lt, i, n)?);
+    let ok = cx.b.binary(BinaryOp::And, lo, hi)?;
+    match all {
+        Some(all) => cx.b.binary(BinaryOp::And, all, ok),
+        None => Ok(ok),
+    }
+}
+
 /// Each position's index along `axis` of `dims`, as i64.
 fn iota(cx: &mut Cx, dims: &[u64], axis: usize) -> Result<ValueId> {
     cx.b.op(Op::Iota { shape: Shape::known(dims), axis, dtype: Dtype::I64 }, vec![])
@@ -57,10 +71,9 @@ fn inserted(dims: &[u64], at: usize, d: u64) -> Vec<u64> {
 /// `x` moved `by` places along `ax` (towards its end, or its front when `back`), the
 /// places left filled with `fill`: a slice and a constant pad.
 fn shift(cx: &mut Cx, x: ValueId, ax: usize, by: u64, back: bool, fill: f64) -> Result<ValueId> {
-    let mut shape = cx.b.shape(x);
+    let shape = cx.b.shape(x);
     let n = shape.0[ax].known().unwrap_or(0);
     if by >= n {
-        shape.0[ax] = Dim::Known(n);
         let dtype = cx.b.dtype(x);
         return cx.b.full(dtype, shape, fill);
     }
@@ -101,13 +114,19 @@ fn offset(cx: &mut Cx, coords: &[ValueId], lead: &[u64]) -> Result<ValueId> {
 /// `data[c0, .., c(n-1), :, ..]` at every position of `grid`, where `coords` index the
 /// first `n` axes of `data` (dimensions `d`) and broadcast to `grid`: data viewed as rows
 /// `[d0 * .. * d(n-1), rest]`, one `gather` of the rows at [`offset`]. The result is
-/// `grid ++ d[n..]`.
-fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], grid: &[u64]) -> Result<ValueId> {
+/// `grid ++ d[n..]`. Where `valid` (from [`in_range`]) is false, the row read is one
+/// past the last, so that the gather fails (as ONNX has an index out of range) instead
+/// of reading another row.
+fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], valid: Option<ValueId>, grid: &[u64]) -> Result<ValueId> {
     let n = coords.len();
     let rows: u64 = d[..n].iter().product();
     let rest: Vec<u64> = d[n..].to_vec();
     let flat = cx.b.reshape(data, Shape::known(&inserted(&rest, 0, rows)))?;
     let mut at = offset(cx, coords, &d[..n])?;
+    if let Some(valid) = valid {
+        let past = cx.b.scalar(Dtype::I64, rows as f64);
+        at = cx.b.select(valid, at, past)?;
+    }
     if cx.b.shape(at) != Shape::known(grid) {
         at = cx.b.broadcast_to(at, Shape::known(grid))?;
     }
@@ -115,18 +134,22 @@ fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], grid: 
 }
 
 /// The components of `indices` `[.., m]` along its last axis, each of shape `[..]` and
-/// wrapped into its axis of `into` (`into[j]` for component `j`).
-fn components(cx: &mut Cx, indices: ValueId, q: &[u64], into: &[u64]) -> Result<Vec<ValueId>> {
+/// wrapped into its axis of `into` (`into[j]` for component `j`), and whether all of
+/// them are in range.
+fn components(cx: &mut Cx, indices: ValueId, q: &[u64], into: &[u64]) -> Result<(Vec<ValueId>, Option<ValueId>)> {
     let k = q.len() - 1;
     let mut out = Vec::with_capacity(into.len());
+    let mut valid = None;
     for (j, &len) in into.iter().enumerate() {
         let mut ranges = vec![SliceRange::FULL; q.len()];
         ranges[k] = SliceRange { start: Some(j as i64), stop: Some(j as i64 + 1), step: 1 };
         let c = cx.b.op(Op::Slice { ranges }, vec![indices])?;
         let c = cx.b.reshape(c, Shape::known(&q[..k]))?;
-        out.push(wrap(cx, c, len)?);
+        let c = wrap(cx, c, len)?;
+        valid = Some(in_range(cx, c, len, valid)?);
+        out.push(c);
     }
-    Ok(out)
+    Ok((out, valid))
 }
 
 /// `GatherElements`: `y[i] = data[i with i[axis] = indices[i]]`, one gather of the
@@ -138,11 +161,13 @@ pub fn gather_elements(cx: &mut Cx, node: &Node) -> Out {
     if grid.len() != d.len() || (0..d.len()).any(|m| m != ax && grid[m] > d[m]) {
         return invalid(format!("indices {grid:?} do not fit data {d:?} along axis {ax}"));
     }
+    let at = wrap(cx, indices, d[ax])?;
+    let valid = in_range(cx, at, d[ax], None)?;
     let mut coords = Vec::with_capacity(d.len());
     for m in 0..d.len() {
-        coords.push(if m == ax { wrap(cx, indices, d[ax])? } else { iota(cx, &grid, m)? });
+        coords.push(if m == ax { at } else { iota(cx, &grid, m)? });
     }
-    Ok(vec![gather_rows(cx, data, &d, &coords, &grid)?])
+    Ok(vec![gather_rows(cx, data, &d, &coords, Some(valid), &grid)?])
 }
 
 /// `GatherND` with `batch_dims` b: indices `[q.., m]` pick slices
@@ -160,13 +185,15 @@ pub fn gather_nd(cx: &mut Cx, node: &Node) -> Out {
     for t in 0..b {
         coords.push(iota(cx, grid, t)?);
     }
-    coords.extend(components(cx, indices, &q, &d[b..b + m])?);
-    Ok(vec![gather_rows(cx, data, &d, &coords, grid)?])
+    let (picked, valid) = components(cx, indices, &q, &d[b..b + m])?;
+    coords.extend(picked);
+    Ok(vec![gather_rows(cx, data, &d, &coords, valid, grid)?])
 }
 
 /// `data` (`[pre, K, post]`) with `updates` written at `target` along `ax`; target
 /// and updates are `[pre, J, post]` (target's `post` may be 1s, which broadcast), the
-/// target an i64 position along `ax` (one outside `0..K` writes nothing). The mask
+/// target an i64 position along `ax` (one outside `0..K` writes nothing, where ONNX calls
+/// it an error). The mask
 /// `hit[pre, k, j, post] = (k == target[pre, j, post])` is reduced over `j`:
 /// `none` keeps the last update to each position (as ONNX's reference writes them in
 /// order; ONNX leaves duplicates undefined), `add` and `mul` combine them with the data, `max` and `min` take the extreme
@@ -198,7 +225,7 @@ fn scatter_along(cx: &mut Cx, data: ValueId, target: ValueId, updates: ValueId, 
             for m in 0..d.len() {
                 coords.push(if m == ax { from } else { iota(cx, &d, m)? });
             }
-            let value = gather_rows(cx, updates, &u, &coords, &d)?;
+            let value = gather_rows(cx, updates, &u, &coords, None, &d)?;
             cx.b.select(written, value, data)?
         }
         "add" | "mul" => {
@@ -258,8 +285,13 @@ pub fn scatter_nd(cx: &mut Cx, node: &Node) -> Out {
     if q.is_empty() || m > d.len() || u[..] != [lead, &d[m..]].concat()[..] {
         return invalid(format!("indices {q:?} and updates {u:?} do not fit data {d:?}"));
     }
-    let coords = components(cx, indices, &q, &d[..m])?;
-    let rows = offset(cx, &coords, &d[..m])?;
+    // A target with a component out of range writes nothing (ONNX calls it an error).
+    let (coords, valid) = components(cx, indices, &q, &d[..m])?;
+    let mut rows = offset(cx, &coords, &d[..m])?;
+    if let Some(valid) = valid {
+        let nowhere = cx.b.scalar(Dtype::I64, -1.0);
+        rows = cx.b.select(valid, rows, nowhere)?;
+    }
     let count: u64 = lead.iter().product();
     let rows = cx.b.reshape(rows, Shape::known(&[count, 1]))?;
     let (p, s) = (d[..m].iter().product::<u64>(), d[m..].iter().product::<u64>());
@@ -344,6 +376,9 @@ pub fn cumulative(cx: &mut Cx, node: &Node) -> Out {
     Ok(vec![y])
 }
 
+/// The largest `k` TopK takes (each of the `k` rounds is a pass over the input).
+const TOP_K_ROUNDS: u64 = 1024;
+
 /// `TopK` with `k` known when compiling: `k` rounds, each taking the best value not yet
 /// taken (`reduce_max`, or `reduce_min` when not `largest`) and the first position
 /// holding it (`argmax` of the match); values and indices are concatenated in order, so
@@ -360,6 +395,9 @@ pub fn top_k(cx: &mut Cx, node: &Node) -> Out {
         return invalid(format!("TopK's k {k} is not in 0..={n}"));
     }
     let k = k as u64;
+    if k > TOP_K_ROUNDS {
+        return unsupported(format!("TopK with k = {k}: more than {TOP_K_ROUNDS} rounds of selection"));
+    }
     let largest = node.int("largest", 1)? != 0;
     let dtype = cx.b.dtype(x);
     if k == 0 {
@@ -460,11 +498,13 @@ pub fn reverse_sequence(cx: &mut Cx, node: &Node) -> Out {
     let end = cx.b.binary(BinaryOp::Sub, len, one)?;
     let back = cx.b.binary(BinaryOp::Sub, end, t)?;
     let source = cx.b.select(within, back, t)?;
+    // A length past the time axis reads out of range: the gather fails.
+    let valid = in_range(cx, source, d[tx], None)?;
     let mut coords = Vec::with_capacity(grid.len());
     for m in 0..grid.len() {
         coords.push(if m == tx { source } else { iota(cx, grid, m)? });
     }
-    Ok(vec![gather_rows(cx, x, &d, &coords, grid)?])
+    Ok(vec![gather_rows(cx, x, &d, &coords, Some(valid), grid)?])
 }
 
 /// `CenterCropPad` to `shape` on `axes`: each axis longer than its target is cropped
@@ -657,6 +697,9 @@ pub(super) mod tests {
         check(&y, &[2, 3, 4], &want);
         let y = one("ScatterND", 16, &[("reduction", A::S("add"))], vec![Fed(iota(&[2, 3])), Fed(i64s(&[3, 2], &[0.0, 1.0, 0.0, 1.0, 1.0, -1.0])), Fed(f32s(&[3], &[10.0, 20.0, 30.0]))]);
         check(&y, &[2, 3], &[0.0, 31.0, 2.0, 3.0, 4.0, 35.0]);
+        // [0, 3] is out of range (and not row [1, 0]): it writes nothing.
+        let y = one("ScatterND", 13, &[], vec![Fed(iota(&[2, 3])), Fed(i64s(&[1, 2], &[0.0, 3.0])), Fed(f32s(&[1], &[-1.0]))]);
+        check(&y, &[2, 3], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     }
 
     #[test]
@@ -666,6 +709,11 @@ pub(super) mod tests {
         // Fewer rows of indices than of data (onnxruntime allows it; the reference not).
         let y = one("GatherElements", 13, &[("axis", A::I(1))], vec![Fed(iota(&[3, 4])), Fed(i64s(&[1, 3], &[3.0, -4.0, 1.0]))]);
         check(&y, &[1, 3], &[3.0, 0.0, 1.0]);
+        // An index out of range fails, as ONNX has it, rather than read another row.
+        let e = run("GatherElements", 13, &[("axis", A::I(1))], vec![Fed(iota(&[3, 4])), Fed(i64s(&[1, 1], &[4.0]))], 1).unwrap_err();
+        assert_eq!(e, "%19 = gather (#0 (GatherElements)): gather index 12 is out of range for axis 0 of size 12");
+        let e = run("GatherND", 13, &[], vec![Fed(iota(&[3, 4])), Fed(i64s(&[1, 2], &[0.0, -5.0]))], 1).unwrap_err();
+        assert_eq!(e, "%33 = gather (#0 (GatherND)): gather index 12 is out of range for axis 0 of size 12");
     }
 
     #[test]
@@ -729,5 +777,7 @@ pub(super) mod tests {
         assert_eq!(e, "m.onnx: node 0 (Compress): Compress's condition selects position 4 of an axis of 4");
         let e = run("TopK", 11, &[], vec![Fed(iota(&[4])), Known(i64s(&[1], &[5.0]))], 2).unwrap_err();
         assert_eq!(e, "m.onnx: node 0 (TopK): TopK's k 5 is not in 0..=4");
+        let e = run("TopK", 11, &[], vec![Fed(iota(&[2000])), Known(i64s(&[1], &[1025.0]))], 2).unwrap_err();
+        assert_eq!(e, "m.onnx: 1 of the model's 1 node(s) cannot be compiled:\n  node 0 (TopK): TopK with k = 1025: more than 1024 rounds of selection");
     }
 }
