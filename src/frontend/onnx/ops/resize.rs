@@ -58,6 +58,9 @@ struct Filter {
     exclude_outside: bool,
 }
 
+/// The most output positions along one axis (whose taps are computed when compiling).
+const MAX_POSITIONS: u64 = 1 << 24;
+
 /// One output position's taps: (source index, weight).
 type Taps = Vec<(u64, f64)>;
 
@@ -342,6 +345,9 @@ pub fn resize(cx: &mut Cx, node: &Node) -> Out {
     let mut y = x;
     for &a in &axes {
         let (Some(n), Some(m)) = (input(a), output[a]) else { continue };
+        if m > MAX_POSITIONS {
+            return unsupported(format!("{} to {m} positions along axis {a}: more than the {MAX_POSITIONS} whose taps mithrilc computes when compiling", node.op_type));
+        }
         let identity = (scale[a] - 1.0).abs() <= 1e-9 * scale[a].abs().max(1.0) && m == n && roi[a] == (0.0, 1.0);
         if identity {
             continue;
@@ -443,6 +449,8 @@ mod tests {
     fn what_cannot_be_resized_is_said() {
         let e = run("Upsample", 9, &[], vec![image(), scales(&[1.0, 1.0, 2.0, 0.5])], 1).unwrap_err();
         assert_eq!(e, "m.onnx: node 0 (Upsample): Upsample scale 0.5 is not at least 1");
+        let e = run("Resize", 13, &[], vec![image(), Absent, scales(&[1.0, 1.0, 1e8, 1.0])], 1).unwrap_err();
+        assert_eq!(e, "m.onnx: 1 of the model's 1 node(s) cannot be compiled:\n  node 0 (Resize): Resize to 300000000 positions along axis 2: more than the 16777216 whose taps mithrilc computes when compiling");
         let e = run("Resize", 13, &[], vec![image(), Absent, scales(&[1.0, 1.0, 2.0, 2.0]), sizes(&[1.0, 1.0, 6.0, 10.0])], 1).unwrap_err();
         assert_eq!(e, "m.onnx: node 0 (Resize): Resize needs either scales or sizes, one per axis of [0, 1, 2, 3]");
         let x = Fed(t(Dtype::I32, &[2, 3], &[0.0; 6]));
