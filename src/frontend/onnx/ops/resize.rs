@@ -244,14 +244,9 @@ fn choice<T: Copy>(node: &Node, attr: &str, default: &str, names: &[(&str, T)]) 
     }
 }
 
-/// `Resize` and `Upsample`: each axis whose size or source positions change resampled
-/// in turn (see the module's doc). The output size along an axis is
-/// `floor(scale * input)` for `scales`, or `sizes` (under `keep_aspect_ratio_policy`
-/// `not_larger`/`not_smaller`, one scale for all `axes`, `round(scale * input)`).
-pub fn resize(cx: &mut Cx, node: &Node) -> Out {
-    let x = node.input(0)?;
-    let shape = cx.b.shape(x);
-    let r = shape.rank();
+/// The node's filter and where its output positions' sources lie: before opset 11 (and
+/// in `Upsample`) always asymmetric, nearest rounding as [`Rounding::Legacy`].
+fn filter(node: &Node) -> std::result::Result<(Filter, Coordinates), Fail> {
     let legacy = node.op_type == "Upsample" || node.opset < 11;
     let (coordinates, rounding) = if legacy {
         (Coordinates::Asymmetric, Rounding::Legacy)
@@ -272,97 +267,115 @@ pub fn resize(cx: &mut Cx, node: &Node) -> Out {
         other => return invalid(format!("{} mode {other:?} is not nearest, linear or cubic", node.op_type)),
     };
     let filter = Filter { mode, antialias: node.int("antialias", 0)? != 0, exclude_outside: node.int("exclude_outside", 0)? != 0 };
-    let dtype = cx.b.dtype(x);
-    if !matches!(mode, Mode::Nearest(_)) && !dtype.is_float() {
-        return unsupported(format!("{} of {dtype} by interpolation (integers are resized by nearest only: ONNX Runtime and the reference round them differently)", node.op_type));
-    }
+    Ok((filter, coordinates))
+}
 
-    // The scales or sizes, and the axes they are for.
+/// Each axis' scale and output size (`None` for a symbolic axis left as it is), from
+/// `scales` (`floor(scale * input)`) or `sizes` (under `keep_aspect_ratio_policy`
+/// `not_larger` or `not_smaller`, one scale for all `axes`, `round(scale * input)`).
+fn targets(cx: &mut Cx, node: &Node, axes: &[usize]) -> std::result::Result<(Vec<f64>, Vec<Option<u64>>), Fail> {
+    let shape = cx.b.shape(node.input(0)?);
     let nonempty = |v: Option<Vec<f64>>| v.filter(|v| !v.is_empty());
     let (scales, sizes) = match (node.op_type, node.opset) {
-        ("Upsample", 7..=8) => (node.floats("scales")?, None),
-        (_, ..=10) => (input_floats(cx, node, 1)?, None),
+        ("Upsample", ..=8) => (node.floats("scales")?, None),
+        ("Upsample", _) | (_, ..=10) => (input_floats(cx, node, 1)?, None),
         _ => (nonempty(if node.opt(2).is_some() { input_floats(cx, node, 2)? } else { None }), input_ints(cx, node, 3)?),
     };
-    let axes: Vec<usize> = match node.ints("axes")? {
-        Some(list) => super::axes(&list, r).and(list.iter().map(|&a| axis(a, r)).collect::<std::result::Result<_, _>>())?,
-        None => (0..r).collect(),
+    let known = |a: usize| match shape.0[a].known() {
+        Some(n) => Ok(n),
+        None => unsupported(format!("{} of the symbolic axis {a} of {shape}", node.op_type)),
     };
-    let input = |a: usize| shape.0[a].known();
-    let mut scale = vec![1.0; r];
-    let mut output: Vec<Option<u64>> = (0..r).map(input).collect();
+    let mut scale = vec![1.0; shape.rank()];
+    let mut output: Vec<Option<u64>> = shape.0.iter().map(|d| d.known()).collect();
     match (scales, sizes.filter(|s| !s.is_empty())) {
         (Some(s), None) if s.len() == axes.len() => {
+            let least = if node.op_type == "Upsample" { 1.0 } else { f64::MIN_POSITIVE };
             for (&a, &f) in axes.iter().zip(&s) {
-                if !(f > 0.0 && f.is_finite()) || node.op_type == "Upsample" && f < 1.0 {
-                    return invalid(format!("{} scale {f} is not {}", node.op_type, if node.op_type == "Upsample" { "at least 1" } else { "positive" }));
+                if !(f >= least && f.is_finite()) {
+                    return invalid(format!("{} scale {f} is not {}", node.op_type, if least == 1.0 { "at least 1" } else { "positive" }));
                 }
                 scale[a] = f;
                 if f != 1.0 {
-                    let Some(n) = input(a) else { return unsupported(format!("{} of the symbolic axis {a} of {shape}", node.op_type)) };
-                    output[a] = Some((f * n as f64).floor() as u64);
+                    output[a] = Some((f * known(a)? as f64).floor() as u64);
                 }
             }
         }
         (None, Some(z)) if z.len() == axes.len() => {
-            let mut known = Vec::with_capacity(axes.len());
+            let mut ratios = Vec::with_capacity(axes.len());
             for (&a, &size) in axes.iter().zip(&z) {
-                let Some(n) = input(a) else { return unsupported(format!("{} of the symbolic axis {a} of {shape}", node.op_type)) };
+                let n = known(a)?;
                 if size < 0 || n == 0 {
-                    return invalid(format!("size {size} for an axis of {n}"));
+                    return invalid(format!("size {size} for axis {a} of {shape}"));
                 }
-                known.push((a, n, size as u64));
+                ratios.push(size as f64 / n as f64);
             }
-            let policy = choice(node, "keep_aspect_ratio_policy", "stretch", &[("stretch", 0), ("not_larger", 1), ("not_smaller", 2)])?;
-            let ratios = known.iter().map(|&(_, n, size)| size as f64 / n as f64);
-            let shared = match policy {
-                1 => ratios.clone().reduce(f64::min),
-                2 => ratios.clone().reduce(f64::max),
-                _ => None,
+            let shared = match node.string_or("keep_aspect_ratio_policy", "stretch")?.as_str() {
+                "stretch" => None,
+                "not_larger" => ratios.iter().copied().reduce(f64::min),
+                "not_smaller" => ratios.iter().copied().reduce(f64::max),
+                other => return invalid(format!("keep_aspect_ratio_policy {other:?} is not stretch, not_larger or not_smaller")),
             };
-            for (&(a, n, size), ratio) in known.iter().zip(ratios) {
+            for ((&a, &size), ratio) in axes.iter().zip(&z).zip(ratios) {
                 scale[a] = shared.unwrap_or(ratio);
-                output[a] = Some(if shared.is_some() { (scale[a] * n as f64 + 0.5) as u64 } else { size });
+                output[a] = Some(if shared.is_some() { (scale[a] * known(a)? as f64 + 0.5) as u64 } else { size as u64 });
             }
         }
         _ => return invalid(format!("{} needs either scales or sizes, one per axis of {axes:?}", node.op_type)),
     }
+    Ok((scale, output))
+}
 
-    // The region of interest, per axis (`tf_crop_and_resize` only).
-    let mut roi = vec![(0.0, 1.0); r];
-    if coordinates == Coordinates::TfCropAndResize {
-        match nonempty(input_floats(cx, node, 1)?) {
-            Some(v) if v.len() == 2 * axes.len() => {
-                for (i, &a) in axes.iter().enumerate() {
-                    roi[a] = (v[i], v[axes.len() + i]);
-                }
-            }
-            other => return invalid(format!("tf_crop_and_resize needs a roi of {} numbers, got {other:?}", 2 * axes.len())),
-        }
+/// Each axis' region of interest (start, end), from the `roi` input of
+/// `tf_crop_and_resize` (starts then ends, one per axis of `axes`).
+fn region(cx: &mut Cx, node: &Node, rank: usize, axes: &[usize]) -> std::result::Result<Vec<(f64, f64)>, Fail> {
+    let mut roi = vec![(0.0, 1.0); rank];
+    let v = input_floats(cx, node, 1)?.unwrap_or_default();
+    if v.len() != 2 * axes.len() {
+        return invalid(format!("tf_crop_and_resize needs a roi of {} numbers, and the node gives {}", 2 * axes.len(), v.len()));
     }
-    let extrapolation = node.float("extrapolation_value", 0.0)?;
+    for (i, &a) in axes.iter().enumerate() {
+        roi[a] = (v[i], v[axes.len() + i]);
+    }
+    Ok(roi)
+}
 
+/// `Resize` and `Upsample`: each axis whose size or source positions change resampled
+/// in turn (see the module's doc), its taps per output position computed here.
+pub fn resize(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    let (shape, dtype) = (cx.b.shape(x), cx.b.dtype(x));
+    let (filter, coordinates) = filter(node)?;
+    if !matches!(filter.mode, Mode::Nearest(_)) && !dtype.is_float() {
+        return unsupported(format!("{} of {dtype} by interpolation (integers are resized by nearest only: ONNX Runtime and the reference round them differently)", node.op_type));
+    }
+    let axes: Vec<usize> = match node.ints("axes")? {
+        Some(list) => super::axes(&list, shape.rank()).and(list.iter().map(|&a| axis(a, shape.rank())).collect())?,
+        None => (0..shape.rank()).collect(),
+    };
+    let (scale, output) = targets(cx, node, &axes)?;
+    let cropped = coordinates == Coordinates::TfCropAndResize;
+    let roi = if cropped { region(cx, node, shape.rank(), &axes)? } else { vec![(0.0, 1.0); shape.rank()] };
+    let extrapolation = node.float("extrapolation_value", 0.0)?;
     let mut y = x;
     for &a in &axes {
-        let (Some(n), Some(m)) = (input(a), output[a]) else { continue };
+        let (Some(n), Some(m), s) = (shape.0[a].known(), output[a], scale[a]) else { continue };
         if m > MAX_POSITIONS {
             return unsupported(format!("{} to {m} positions along axis {a}: more than the {MAX_POSITIONS} whose taps mithrilc computes when compiling", node.op_type));
         }
-        let identity = (scale[a] - 1.0).abs() <= 1e-9 * scale[a].abs().max(1.0) && m == n && roi[a] == (0.0, 1.0);
-        if identity {
+        // The reference's test for an axis left as it is.
+        if (s - 1.0).abs() <= 1e-9 * s.max(1.0) && m == n && roi[a] == (0.0, 1.0) {
             continue;
         }
         if n == 0 {
             return invalid(format!("cannot resize the empty axis {a} of {shape} to {m}"));
         }
-        let mut taps = Vec::with_capacity(m as usize);
-        let mut outside = Vec::with_capacity(m as usize);
+        let (mut taps, mut outside) = (Vec::with_capacity(m as usize), Vec::with_capacity(m as usize));
         for o in 0..m {
-            let at = source(coordinates, o as f64, scale[a], n, m, roi[a]);
-            outside.push(coordinates == Coordinates::TfCropAndResize && (at < 0.0 || at > (n - 1) as f64));
-            taps.push(match mode {
-                Mode::Nearest(rounding) => vec![(nearest(rounding, at, scale[a]).clamp(0, n as i64 - 1) as u64, 1.0)],
-                _ => interpolate(&filter, at, scale[a], n),
+            let at = source(coordinates, o as f64, s, n, m, roi[a]);
+            outside.push(cropped && (at < 0.0 || at > (n - 1) as f64));
+            taps.push(match filter.mode {
+                Mode::Nearest(rounding) => vec![(nearest(rounding, at, s).clamp(0, n as i64 - 1) as u64, 1.0)],
+                _ => interpolate(&filter, at, s, n),
             });
         }
         y = resample(cx, y, a, &taps, &outside, extrapolation)?;
