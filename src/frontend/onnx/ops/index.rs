@@ -406,38 +406,21 @@ pub fn top_k(cx: &mut Cx, node: &Node) -> Out {
         let empty = cx.b.op(Op::Slice { ranges }, vec![x])?;
         return Ok(vec![empty, cx.b.cast(empty, Dtype::I64)?]);
     }
-    let worst = match (dtype, largest) {
-        (Dtype::I32, true) => i32::MIN as f64,
-        (Dtype::I32, false) => i32::MAX as f64,
-        (Dtype::I64, true) => i64::MIN as f64,
-        (Dtype::I64, false) => i64::MAX as f64,
-        (d, _) if d.is_float() => if largest { f64::NEG_INFINITY } else { f64::INFINITY },
-        (d, _) => return unsupported(format!("TopK of {d}")),
+    // What a taken position holds in the next rounds: never better than another.
+    let (low, high) = match dtype {
+        Dtype::I32 => (i32::MIN as f64, i32::MAX as f64),
+        Dtype::I64 => (i64::MIN as f64, i64::MAX as f64),
+        d if d.is_float() => (f64::NEG_INFINITY, f64::INFINITY),
+        d => return unsupported(format!("TopK of {d}")),
     };
-    let worst = cx.b.scalar(dtype, worst);
+    let worst = cx.b.scalar(dtype, if largest { low } else { high });
     let kind = if largest { ReduceKind::Max } else { ReduceKind::Min };
     let mut kept = shape.clone();
     kept.0[ax] = Dim::Known(1);
     let (mut values, mut indices) = (Vec::new(), Vec::new());
     let mut taken: Option<ValueId> = None;
     for round in 0..k {
-        let open = match taken {
-            Some(t) => cx.b.select(t, worst, x)?,
-            None => x,
-        };
-        let best = cx.b.reduce(kind, open, vec![ax], true)?;
-        let mut here = cx.b.binary(BinaryOp::Eq, x, best)?;
-        if dtype.is_float() {
-            let (xn, bn) = (cx.b.unary(UnaryOp::IsNan, x)?, cx.b.unary(UnaryOp::IsNan, best)?);
-            let both = cx.b.binary(BinaryOp::And, xn, bn)?;
-            here = cx.b.binary(BinaryOp::Or, here, both)?;
-        }
-        if let Some(t) = taken {
-            let free = cx.b.unary(UnaryOp::Not, t)?;
-            here = cx.b.binary(BinaryOp::And, here, free)?;
-        }
-        let score = cx.b.cast(here, Dtype::I32)?;
-        let at = cx.b.op(Op::ArgReduce { kind: ArgKind::ArgMax, axis: Some(ax), keepdim: false }, vec![score])?;
+        let (best, at) = best_open(cx, x, taken, worst, kind, ax)?;
         values.push(best);
         indices.push(cx.b.reshape(at, kept.clone())?);
         if round + 1 < k {
@@ -450,6 +433,30 @@ pub fn top_k(cx: &mut Cx, node: &Node) -> Out {
     }
     let join = |cx: &mut Cx, parts: Vec<ValueId>| if parts.len() == 1 { Ok(parts[0]) } else { cx.b.op(Op::Concat { axis: ax }, parts) };
     Ok(vec![join(cx, values)?, join(cx, indices)?])
+}
+
+/// One round of TopK: the best (`kind`) of `x` along `ax` where not `taken` (`worst`
+/// stands there), kept as a size-1 axis, and the first position not taken that holds
+/// it (NaN matching NaN), without the axis.
+fn best_open(cx: &mut Cx, x: ValueId, taken: Option<ValueId>, worst: ValueId, kind: ReduceKind, ax: usize) -> Result<(ValueId, ValueId)> {
+    let open = match taken {
+        Some(t) => cx.b.select(t, worst, x)?,
+        None => x,
+    };
+    let best = cx.b.reduce(kind, open, vec![ax], true)?;
+    let mut here = cx.b.binary(BinaryOp::Eq, x, best)?;
+    if cx.b.dtype(x).is_float() {
+        let (xn, bn) = (cx.b.unary(UnaryOp::IsNan, x)?, cx.b.unary(UnaryOp::IsNan, best)?);
+        let both = cx.b.binary(BinaryOp::And, xn, bn)?;
+        here = cx.b.binary(BinaryOp::Or, here, both)?;
+    }
+    if let Some(t) = taken {
+        let free = cx.b.unary(UnaryOp::Not, t)?;
+        here = cx.b.binary(BinaryOp::And, here, free)?;
+    }
+    let score = cx.b.cast(here, Dtype::I32)?;
+    let at = cx.b.op(Op::ArgReduce { kind: ArgKind::ArgMax, axis: Some(ax), keepdim: false }, vec![score])?;
+    Ok((best, at))
 }
 
 /// `Compress` by a `condition` known when compiling: a gather of the positions where it
