@@ -164,7 +164,13 @@ fn index_checks(r: &Renderer<C>, name: &str, k: usize, step: &crate::lower::Step
     declare(s, r.p, r.names, &bufs, "ctx->", name);
     s.push_str("    (void)ctx;\n");
     for g in gathers {
-        let mut depth = 1;
+        // A check with no loop (a constant index) gets a block, so that two of them
+        // do not both declare `j` in one scope.
+        let block = g.vars.is_empty();
+        if block {
+            s.push_str("    {\n");
+        }
+        let mut depth = 1 + usize::from(block);
         for &v in &g.vars {
             let _ = writeln!(s, "{}for (int64_t i{v} = 0; i{v} < {}; ++i{v}) {{", pad(depth), ext[v]);
             depth += 1;

@@ -266,6 +266,8 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                 }
             }
             Dtype::I32 => format!("(({}){})", self.d.ty(d), x as i64),
+            // -9223372036854775808 negates a constant too large for int64_t.
+            Dtype::I64 if x as i64 == i64::MIN => self.d.int_limit(d, false).to_string(),
             Dtype::I64 => self.d.i64_literal(x as i64),
             Dtype::Bool => format!("(({}){})", self.d.ty(d), u8::from(x != 0.0)),
         }

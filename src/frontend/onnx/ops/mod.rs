@@ -7,11 +7,13 @@ mod attention;
 mod constant;
 mod conv_transpose;
 mod elementwise;
+mod index;
 mod linalg;
 mod loss;
 mod nn;
 mod norm;
 mod reduce;
+mod resize;
 mod shape;
 
 use super::import::Cx;
@@ -156,6 +158,22 @@ pub static OPS: &[(&str, Handler)] = &[
     ("MeanVarianceNormalization", norm::mean_variance_normalization),
     ("LRN", norm::lrn),
     ("LpPool", norm::lp_pool),
+    // Indexing (index.rs) and resizing (resize.rs).
+    ("GatherElements", index::gather_elements),
+    ("GatherND", index::gather_nd),
+    ("ScatterElements", index::scatter_elements),
+    ("Scatter", index::scatter_elements),
+    ("ScatterND", index::scatter_nd),
+    ("Trilu", index::trilu),
+    ("OneHot", index::one_hot),
+    ("CumSum", index::cumulative),
+    ("CumProd", index::cumulative),
+    ("TopK", index::top_k),
+    ("Compress", index::compress),
+    ("ReverseSequence", index::reverse_sequence),
+    ("CenterCropPad", index::center_crop_pad),
+    ("Resize", resize::resize),
+    ("Upsample", resize::resize),
 ];
 
 /// Operators known to be outside what the IR expresses, with the reason given.
