@@ -11,9 +11,9 @@ the input `input` and the output `output` as in the JSON, the batch dimension sy
 Each Mithril layer becomes what torch.onnx writes for its PyTorch counterpart:
   Linear            Gemm(transB=1) on a matrix; on more axes Transpose of the weight,
                     MatMul and Add (torchlib's aten_linear)
-  Convolution2D     Conv with pads, strides, dilations and group, then Add of the bias:
-                    the bias is [1, C, 1, 1] in Mithril's layout (a module adding that
-                    tensor to F.conv2d's result exports so)
+  Convolution2D     Conv with pads, strides, dilations and group; its bias input is the
+                    [1, C, 1, 1] weight (Mithril's layout) through a Reshape to [C], as
+                    F.conv2d(x, w, b.view(-1)) exports
   MaxPool2D         MaxPool (kernel_shape, strides, pads, dilations, ceil_mode 0)
   Flatten           Flatten(axis=1) from axis 1 to the end; from a later axis a Reshape
                     to a constant shape with the batch as -1 (x.reshape(-1, C, H * W))
@@ -126,6 +126,8 @@ class Exporter:
     def shape(self, value):
         """The shape of `value` as ONNX's shape inference gives it, the batch "batch"
         (the weights given as typed inputs, so their data is not copied)."""
+        if value == "input":
+            return self.input_shape
         inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, self.input_shape)]
         inputs += [helper.make_tensor_value_info(n, t.data_type, list(t.dims)) for n, t in self.inits.items() if n in self.weights]
         consts = [t for n, t in self.inits.items() if n not in self.weights]
@@ -160,9 +162,10 @@ class Exporter:
             else:  # ((top, bottom), (left, right))
                 pads = [pads[0][0], pads[1][0], pads[0][1], pads[1][1]]
             pair = lambda v: [v, v] if isinstance(v, int) else list(v)
-            y = self.op("Conv", [x, w], key, kernel_shape=k, pads=pads, strides=pair(args.get("stride", 1)),
-                        dilations=pair(args.get("dilation", 1)), group=args.get("groups", 1))
-            return self.op("Add", [y, b], key) if b else y
+            # Conv's bias is 1-D: the [1, C, 1, 1] weight viewed so (b.view(-1)).
+            bias = [self.op("Reshape", [b, self.const([-1], np.int64)], key)] if b else []
+            return self.op("Conv", [x, w] + bias, key, kernel_shape=k, pads=pads, strides=pair(args.get("stride", 1)),
+                           dilations=pair(args.get("dilation", 1)), group=args.get("groups", 1))
         if cls == "MaxPool2D":
             k = args["kernel_size"]
             k = [k, k] if isinstance(k, int) else list(k)
