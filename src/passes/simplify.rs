@@ -29,6 +29,7 @@ pub fn run(g: &mut Graph) -> Result<()> {
             // Constants are re-interned in the new graph.
             new.op = Op::Constant(consts.carry(c, &mut out));
         }
+        // reshape(reshape(x)) == reshape(x)
         compose_reshapes(&out, &mut new);
         if let Some(v) = identity(&out, &new) {
             map.push(v);
