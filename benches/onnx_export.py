@@ -42,8 +42,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-# Attention is an operator of the default domain since opset 23.
+# Attention is an operator of the default domain since opset 23, which IR version 11
+# (onnx 1.18) brought; later onnx releases would write their own newer IR version.
 OPSET = 23
+IR_VERSION = 11
 MODELS = ("mlp", "lenet", "cnn", "gpt_block")
 SAFETENSORS_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 
@@ -234,7 +236,7 @@ class Exporter:
             [helper.make_tensor_value_info("input", TensorProto.FLOAT, self.input_shape)],
             [helper.make_tensor_value_info("output", TensorProto.FLOAT, out_shape)],
             list(self.inits.values()))
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
                                   producer_name="mithrilc benches/onnx_export.py")
         onnx.checker.check_model(model, full_check=True)
         return model
