@@ -16,6 +16,13 @@ every case is also compiled with it and timed in the same rounds, and a last col
 gives this build / the baseline (best of 1 and 2 threads each): a change's effect on
 latency, measured side by side.
 
+With --onnx DIR (the bench models as ONNX, written by onnx_export.py, which run.sh
+passes), each case is also compiled from DIR/NAME.onnx (its own weights, embedded as
+the JSON version's) and timed in the same rounds: a row "NAME bB onnx" below each case
+gives its latency and ratio to ORT, and onnx/json the faster ONNX run / the faster JSON
+run. The two frontends make the same graph of these models (tests/onnx_bench.rs), so
+the ratio is 1 within the machine's noise.
+
 The same build for this CPU only (`--cpu native`) is timed in the same rounds too: the
 "native" column gives the faster of its 1- and 2-thread runs and portable / native, what
 portability costs.
@@ -41,7 +48,7 @@ ORT that a run at the 2-thread peak would have: where the floor is above a targe
 no f32 code can reach that ratio on this machine.
 
 Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER] [--peak FILE]
-                       [--models NAME,...] [--narrow-only]
+                       [--onnx DIR] [--models NAME,...] [--narrow-only]
 """
 
 import json
@@ -60,7 +67,9 @@ def main():
     peak = read_peak(sys.argv[sys.argv.index("--peak") + 1]) if "--peak" in sys.argv else {}
     models = sys.argv[sys.argv.index("--models") + 1].split(",") if "--models" in sys.argv else ["mlp", "lenet", "cnn", "gpt_block"]
     narrow_only = "--narrow-only" in sys.argv
+    onnx_dir = sys.argv[sys.argv.index("--onnx") + 1] if "--onnx" in sys.argv and not narrow_only else None
     builds = [("new", mithrilc, [])] + ([] if narrow_only else [("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else []))
+    builds += [("onnx", mithrilc, [])] if onnx_dir else []
     narrow_types = ("f16", "bf16", "q8_0")
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
     cases = []
@@ -79,8 +88,11 @@ def main():
             narrow_builds = [(f"c {q}", mithrilc, ["--quantize", q]) for q in narrow_types] if batch == "1" else []
             for build, compiler, flags in builds + narrow_builds:
                 out = fresh(f"{work}/{name}_b{batch}" + ("" if build == "new" else f"_{build.replace(' ', '_')}"))
-                subprocess.run([compiler, "compile", f"{bench}/{name}.json", "--target", "c", "--shape", f"input={shape}",
-                                "--params", f"{bench}/{name}.safetensors", "--weights", "embed", "-o", out, "--force"] + flags,
+                # The ONNX version carries its weights; the JSON version takes them from
+                # the safetensors file.
+                source = [f"{onnx_dir}/{name}.onnx"] if build == "onnx" else [f"{bench}/{name}.json", "--params", f"{bench}/{name}.safetensors"]
+                subprocess.run([compiler, "compile"] + source + ["--target", "c", "--shape", f"input={shape}",
+                                "--weights", "embed", "-o", out, "--force"] + flags,
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((build, name, batch, info, out))
             if narrow_only:
@@ -96,7 +108,7 @@ def main():
                             "--params", f"{bench}/{name}.safetensors", "-o", out, "--force"],
                            check=True, stdout=subprocess.DEVNULL)
             cases.append(("xla", name, batch, info, out))
-    ours, base, native, ort, ggml, xla, narrow = {}, {}, {}, {}, {}, {}, {}
+    ours, base, native, ort, ggml, xla, narrow, onnx = {}, {}, {}, {}, {}, {}, {}, {}
     kernels = set()
 
     def keep(table, key, us):
@@ -119,7 +131,7 @@ def main():
                 elif build.startswith("c "):
                     keep(narrow, (build[2:], name, threads), us)
                 else:
-                    keep({"new": ours, "native": native, "base": base}[build], (name, batch, threads), us)
+                    keep({"new": ours, "native": native, "base": base, "onnx": onnx}[build], (name, batch, threads), us)
                     if build == "new":
                         kernels.update(re.findall(r", (\w+) kernels", demo))
         if narrow_only:
@@ -130,7 +142,7 @@ def main():
             _, name, batch, threads, us = line.split()
             keep(ort, (name, batch, int(threads)), float(us))
     if not narrow_only:
-        print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rounds, baseline)
+        print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline)
     print_narrow(ours, narrow, narrow_types, work, rounds)
 
 
@@ -154,8 +166,9 @@ def print_narrow(ours, narrow, types, work, rounds):
           "vs f32 = the faster narrow run / the faster f32 run; weights = weights.bin.")
 
 
-def print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rounds, baseline):
-    """The main table: every case against ONNX Runtime, ggml, XLA and the native build."""
+def print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline):
+    """The main table: every case against ONNX Runtime, ggml, XLA and the native build,
+    and below each the same model compiled from ONNX, when timed."""
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
     extra += f" {'ggml f32 1t/2t':>17} {'ratio':>6} {'ggml q8_0 1t/2t':>17} {'ratio':>6} {'XLA':>10} {'ratio':>6}"
     extra += f" {'native':>10} {'portable/native':>15}"
@@ -190,6 +203,10 @@ def print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rou
             floor = flops / peak[2] / 1e3 / min(o1, o2)
             row += f" {gflops:>8.1f} {100 * gflops / peak[threads]:>6.0f}% {floor:>6.2f}"
         print(row)
+        if (name, batch, 1) in onnx:
+            n1, n2 = onnx[(name, batch, 1)], onnx[(name, batch, 2)]
+            print(f"{name + ' b' + batch + ' onnx':<14} {n1:>10.1f}us {n2:>10.1f}us {o1:>8.1f}us {o2:>8.1f}us {min(n1, n2) / min(o1, o2):>7.2f}"
+                  f"  onnx/json {min(n1, n2) / min(us, m2):.3f}")
     print(f"ratio = the faster mithrilc run / the faster ORT run; median latency of one call, the best of {rounds} rounds in this run.")
     print(f"mithrilc's runtime ran its {', '.join(sorted(kernels))} kernels; native = the same models built with --cpu native.")
     if baseline:
@@ -199,6 +216,9 @@ def print_table(ours, base, native, ort, ggml, xla, kernels, manifest, peak, rou
     if peak:
         print(f"% peak: the faster mithrilc run's GFLOP/s against the measured FMA peak for its threads ({peak[1]:.0f} / {peak[2]:.0f} GFLOP/s, {peak_isa}); "
               "floor: the ratio to ORT of a run at the 2-thread peak.")
+    if onnx:
+        print("NAME bB onnx: the same model compiled from the ONNX file onnx_export.py writes (its own weights), the same rounds; "
+              "onnx/json = its faster run / the JSON version's faster run.")
     print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
 
 

@@ -5,8 +5,9 @@
 # machine's FMA peak and bandwidth (benches/peak) and the large GEMMs' share of it
 # (runtime-c's bench-gemm). Installs the peer (onnxruntime, onnx, numpy,
 # safetensors from PyPI, pinned) into target/bench-venv once, and the ggml and XLA
-# targets' toolchains as .ci/run does where they are missing, builds mithrilc, then
-# runs benches/bench.py.
+# targets' toolchains as .ci/run does where they are missing, builds mithrilc, writes
+# the bench models as ONNX (benches/onnx_export.py, into target/bench/onnx), then runs
+# benches/bench.py, which times them too (rows "NAME bB onnx", with onnx/json).
 #   bash benches/run.sh [--repeat N] [--rounds R] [--baseline OTHER_MITHRILC]
 # MR_ISA=avx2 in the environment runs the portable builds' avx2 kernels on an AVX-512
 # CPU (the nearest thing to an AVX2-only one), and their "% peak" is of the AVX2 peak.
@@ -44,4 +45,6 @@ fi
 # The large GEMMs alone (gpt_block's four, one thread) as a fraction of the peak, with
 # each kernel set this CPU runs.
 make -s -C runtime-c bench-gemm PEAK="$(sed -n 's/^isa=\([a-z0-9]*\) fma_gflops_1t=\([0-9.]*\).*/\2 \1/p' target/bench/peak.txt | tr '\n' ' ')"
-"$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" --peak target/bench/peak.txt "$@"
+"$venv/bin/python" benches/onnx_export.py "$PWD/../shared/bench" "$PWD/target/bench/onnx"
+"$venv/bin/python" benches/bench.py "$PWD/target/release/mithrilc" "$PWD/../shared/bench" "$PWD/target/bench" --peak target/bench/peak.txt \
+  --onnx "$PWD/target/bench/onnx" "$@"

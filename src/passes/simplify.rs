@@ -29,6 +29,8 @@ pub fn run(g: &mut Graph) -> Result<()> {
             // Constants are re-interned in the new graph.
             new.op = Op::Constant(consts.carry(c, &mut out));
         }
+        // reshape(reshape(x)) == reshape(x)
+        compose_reshapes(&out, &mut new);
         if let Some(v) = identity(&out, &new) {
             map.push(v);
             continue;
@@ -112,6 +114,19 @@ fn is_splat(g: &Graph, v: ValueId, x: f64) -> bool {
     match g.node(v).op {
         Op::Constant(c) => g.consts[c.0 as usize].values().all(|y| y == x),
         _ => false,
+    }
+}
+
+/// reshape(reshape(x)) == reshape(x): a view of a view is one view of the source (a
+/// weight stored in one layout and viewed through another, as ONNX's 1-D conv bias of
+/// a `[1, C, 1, 1]` parameter); [`identity`] then drops it where it gives x's shape. The
+/// inner reshape goes when nothing else reads it.
+fn compose_reshapes(g: &Graph, n: &mut Node) {
+    if let Op::Reshape { .. } = n.op {
+        let inner = g.node(n.args[0]);
+        if let Op::Reshape { .. } = inner.op {
+            n.args[0] = inner.args[0];
+        }
     }
 }
 

@@ -110,6 +110,12 @@ impl Cx<'_> {
                 (None, Some(known)) => fit_shape(&ty, &known.shape).map_err(|e| Error::user(format!("the data for input {name}: {e}")))?,
                 (None, None) => ty,
             };
+            // The data's shape (`run --data`) binds the symbols, as a Mithril model's
+            // inputs take it; the element type stays the model's.
+            let ty = match opts.known_types.get(&name) {
+                Some(known) => fit_shape(&ty, &known.shape).map_err(|e| Error::user(format!("the data's {name:?}, of shape {}: {e}", known.shape)))?,
+                None => ty,
+            };
             let v = match opts.constants.iter().rev().find(|(n, _)| *n == name) {
                 // An input fixed when compiling (`--const`): a shape or axes an operator
                 // needs known.
@@ -378,8 +384,8 @@ fn symbol(param: &str) -> String {
     s
 }
 
-/// The input's type with the shape `--shape` gives, which must keep the model's known
-/// dimensions.
+/// The input's type with the shape `--shape` or the data gives, which must keep the
+/// model's known dimensions.
 fn fit_shape(ty: &TensorType, shape: &Shape) -> std::result::Result<TensorType, String> {
     if shape.rank() != ty.rank() {
         return Err(format!("the model's input is {ty}, of rank {}", ty.rank()));

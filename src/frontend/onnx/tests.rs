@@ -10,7 +10,7 @@ use super::proto::tensor_shape_proto::{dimension, Dimension};
 use super::proto::type_proto::{self, Value as TypeValue};
 use super::proto::*;
 use crate::frontend::{self, Options};
-use crate::ir::{Dim, Op};
+use crate::ir::{Dim, Dtype, Op, Shape, TensorType};
 
 fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
     let dim = dims.iter().map(|&d| Dimension { value: Some(if d < 0 { dimension::Value::DimParam("N".into()) } else { dimension::Value::DimValue(d) }), ..Default::default() }).collect();
@@ -69,6 +69,20 @@ fn inputs_initializers_and_symbols_are_read() {
     assert_eq!(w.values().collect::<Vec<_>>(), [1.0, 2.0]);
     let file = std::fs::read(&path).unwrap();
     assert!(file.windows(8).any(|win| win == w.bytes()));
+}
+
+/// `run --data`'s arrays bind an input's symbols (its element type stays the model's);
+/// one whose shape contradicts the model's is refused.
+#[test]
+fn the_datas_shape_binds_an_inputs_symbols() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), &add_model());
+    let data = |dims: &[u64]| Options { known_types: [("x".to_string(), TensorType::new(Dtype::F64, Shape::known(dims)))].into_iter().collect(), ..Default::default() };
+    let model = frontend::load(&path, &data(&[3, 2])).unwrap();
+    let x = model.graph.inputs().next().unwrap();
+    assert_eq!(model.graph.ty(x).to_string(), "f32[3, 2]");
+    let msg = frontend::load(&path, &data(&[3, 5])).unwrap_err().to_string();
+    assert_eq!(msg, format!("{}: the data's \"x\", of shape [3, 5]: dimension 1 of the model's input f32[N, 2] is 2", path.display()));
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use super::Cx;
 use crate::frontend::onnx::node::{invalid, unsupported, Node, Out};
-use crate::ir::{ConvAttrs, Dim, Op, Shape, SliceRange, ValueId};
+use crate::ir::{ConvAttrs, Op, Shape, SliceRange, ValueId};
 
 pub fn conv_transpose(cx: &mut Cx, node: &Node) -> Out {
     let (x, w, bias) = (node.input(0)?, node.input(1)?, node.opt(2));
@@ -96,9 +96,7 @@ pub fn conv_transpose(cx: &mut Cx, node: &Node) -> Out {
     let attrs = ConvAttrs { stride: vec![1; n], padding, dilation: dilation.iter().map(|&d| d as u64).collect(), groups: g };
     let mut args = vec![cropped, wf];
     if let Some(bias) = bias {
-        let mut dims = cx.b.shape(bias).0;
-        dims.extend(std::iter::repeat_n(Dim::Known(1), n));
-        args.push(cx.b.reshape(bias, Shape(dims))?);
+        args.push(super::nn::conv_bias(cx, bias, n)?);
     }
     Ok(vec![cx.b.op(Op::Conv(attrs), args)?])
 }

@@ -75,12 +75,20 @@ pub fn conv(cx: &mut Cx, node: &Node) -> Out {
     let attrs = ConvAttrs { stride: win.stride, padding: win.padding, dilation: win.dilation, groups: groups as u64 };
     let mut args = vec![x, w];
     if let Some(bias) = bias {
-        // The IR's bias broadcasts onto the output: [M] becomes [M, 1, ...].
-        let mut dims = cx.b.shape(bias).0;
-        dims.extend(std::iter::repeat_n(Dim::Known(1), input.len()));
-        args.push(cx.b.reshape(bias, Shape(dims))?);
+        args.push(conv_bias(cx, bias, input.len())?);
     }
     Ok(vec![cx.b.op(Op::Conv(attrs), args)?])
+}
+
+/// A convolution's bias `[M]` as the IR's conv takes it from Mithril's layers:
+/// `[1, M, 1, ...]`, broadcast onto the output `[N, M, spatial...]`. A bias that is a
+/// reshape of a `[1, M, 1, ...]` weight (`b.view(-1)`) becomes that weight again
+/// (`simplify` composes the two reshapes): the same graph as Mithril's.
+pub(super) fn conv_bias(cx: &mut Cx, bias: ValueId, spatial: usize) -> crate::error::Result<ValueId> {
+    let mut dims = vec![Dim::Known(1)];
+    dims.extend(cx.b.shape(bias).0);
+    dims.extend(std::iter::repeat_n(Dim::Known(1), spatial));
+    cx.b.reshape(bias, Shape(dims))
 }
 
 /// A pooling node's window (`kernel_shape` and what [`window`] reads) over `input`:
