@@ -103,18 +103,13 @@ impl Cx<'_> {
                 return Err(Error::user("a graph input has no name"));
             }
             let ty = value_type(input).map_err(|e| Error::user(format!("graph input {name:?}: {e}")))?;
-            // A shape given (`--shape`), or that of the data given for a run, binds the
-            // model's symbols.
+            // A shape given (`--shape`), or else that of the data given for a run, binds
+            // the model's symbols, as a Mithril model's inputs take it; the element type
+            // stays the model's.
             let ty = match (opts.shapes.get(&name), opts.known_types.get(&name)) {
                 (Some(shape), _) => fit_shape(&ty, shape).map_err(|e| Error::usage(format!("--shape {name}: {e}")))?,
-                (None, Some(known)) => fit_shape(&ty, &known.shape).map_err(|e| Error::user(format!("the data for input {name}: {e}")))?,
+                (None, Some(known)) => fit_shape(&ty, &known.shape).map_err(|e| Error::user(format!("the data's {name:?}, of shape {}: {e}", known.shape)))?,
                 (None, None) => ty,
-            };
-            // The data's shape (`run --data`) binds the symbols, as a Mithril model's
-            // inputs take it; the element type stays the model's.
-            let ty = match opts.known_types.get(&name) {
-                Some(known) => fit_shape(&ty, &known.shape).map_err(|e| Error::user(format!("the data's {name:?}, of shape {}: {e}", known.shape)))?,
-                None => ty,
             };
             let v = match opts.constants.iter().rev().find(|(n, _)| *n == name) {
                 // An input fixed when compiling (`--const`): a shape or axes an operator
