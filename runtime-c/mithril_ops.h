@@ -195,13 +195,21 @@ MR_OPS_FN int64_t mr_floordiv_i64(int64_t a, int64_t b) {
     q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-MR_OPS_FN int64_t mr_pow_i64(int64_t base, int64_t e) {
-    int64_t r = 1;
+/* Powers by squaring modulo 2^64 (unsigned: no signed overflow); the caller converts
+ * the result to the operands' type, which wraps it to that type's width. */
+MR_OPS_FN uint64_t mr_pow_u64(uint64_t base, uint64_t e) {
+    uint64_t r = 1;
     while (e > 0) { if (e & 1) { r *= base; } base *= base; e >>= 1; }
     return r;
 }
+MR_OPS_FN int64_t mr_pow_i64(int64_t base, int64_t e) { return e > 0 ? (int64_t)mr_pow_u64((uint64_t)base, (uint64_t)e) : 1; }
 MR_OPS_FN int64_t mr_shl_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? 0 : (int64_t)((uint64_t)a << s); }
 MR_OPS_FN int64_t mr_shr_i64(int64_t a, int64_t s, int bits) { return (s < 0 || s >= bits) ? (a < 0 ? -1 : 0) : a >> s; }
+/* u64's own: its values past INT64_MAX do not pass through int64_t. The narrower
+ * unsigned types use the i64 helpers, which hold their values. */
+MR_OPS_FN uint64_t mr_floordiv_u64(uint64_t a, uint64_t b) { return b == 0 ? 0 : a / b; }
+MR_OPS_FN uint64_t mr_shl_u64(uint64_t a, uint64_t s, int bits) { return s >= (uint64_t)bits ? 0 : a << s; }
+MR_OPS_FN uint64_t mr_shr_u64(uint64_t a, uint64_t s, int bits) { return s >= (uint64_t)bits ? 0 : a >> s; }
 /* A gather index in [-n, n) (generated code checks every index before the kernel
  * runs) as an offset in [0, n); the clamp only keeps a read in bounds regardless. */
 MR_OPS_FN int64_t mr_wrap_index(int64_t i, int64_t n) {
@@ -217,6 +225,11 @@ MR_OPS_FN float mr_wheref(uint8_t c, float a, float b) { return c ? a : b; }
 MR_OPS_FN int32_t mr_where_i32(uint8_t c, int32_t a, int32_t b) { return c ? a : b; }
 MR_OPS_FN int64_t mr_where_i64(uint8_t c, int64_t a, int64_t b) { return c ? a : b; }
 MR_OPS_FN uint8_t mr_where_u8(uint8_t c, uint8_t a, uint8_t b) { return c ? a : b; }
+MR_OPS_FN int8_t mr_where_i8(uint8_t c, int8_t a, int8_t b) { return c ? a : b; }
+MR_OPS_FN int16_t mr_where_i16(uint8_t c, int16_t a, int16_t b) { return c ? a : b; }
+MR_OPS_FN uint16_t mr_where_u16(uint8_t c, uint16_t a, uint16_t b) { return c ? a : b; }
+MR_OPS_FN uint32_t mr_where_u32(uint8_t c, uint32_t a, uint32_t b) { return c ? a : b; }
+MR_OPS_FN uint64_t mr_where_u64(uint8_t c, uint64_t a, uint64_t b) { return c ? a : b; }
 
 #if MR_OPS_F64
 MR_OPS_FN double mr_max(double a, double b) { return (a != a || a > b) ? a : b; }
@@ -244,6 +257,22 @@ MR_OPS_FN int64_t mr_f2i64(double x) {
     if (x <= -9223372036854775808.0) { return INT64_MIN; }
     return (int64_t)x;
 }
+/* The same for the other integer types, whose limits are all exact doubles (2^64 for
+ * UINT64_MAX: the largest double below it converts exactly). */
+#define MR_F2INT(name, type, lo, hi) \
+    MR_OPS_FN type name(double x) { \
+        if (x != x) { return 0; } \
+        if (x >= (double)(hi)) { return (type)(hi); } \
+        if (x <= (double)(lo)) { return (type)(lo); } \
+        return (type)x; \
+    }
+MR_F2INT(mr_f2i8, int8_t, INT8_MIN, INT8_MAX)
+MR_F2INT(mr_f2u8, uint8_t, 0, UINT8_MAX)
+MR_F2INT(mr_f2i16, int16_t, INT16_MIN, INT16_MAX)
+MR_F2INT(mr_f2u16, uint16_t, 0, UINT16_MAX)
+MR_F2INT(mr_f2u32, uint32_t, 0, UINT32_MAX)
+MR_F2INT(mr_f2u64, uint64_t, 0, UINT64_MAX)
+#undef MR_F2INT
 MR_OPS_FN double mr_where(uint8_t c, double a, double b) { return c ? a : b; }
 #endif /* MR_OPS_F64 */
 

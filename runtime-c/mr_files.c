@@ -1015,10 +1015,15 @@ static int st_skip(FILE *f, unsigned long long n)
     return 1;
 }
 
-/* The model's element size for a parameter's dtype ("F32" 4, "F64" 8, ...). */
+/* The model's element size for a parameter's dtype, one of the format's ("F32" 4, "U8"
+ * 1, "U64" 8, ...; st_check_param has matched it to the file's or to F32). */
 static size_t st_model_elem(const char *dtype)
 {
-    return !strcmp(dtype, "F64") || !strcmp(dtype, "I64") ? 8 : !strcmp(dtype, "BOOL") ? 1 : 4;
+    size_t d;
+    for (d = 0; d < sizeof st_dtypes / sizeof st_dtypes[0]; ++d) {
+        if (!strcmp(st_dtypes[d].name, dtype)) { return st_dtypes[d].bits / 8; }
+    }
+    return 0;
 }
 
 /* Checks one wanted parameter's tensor: the dtype and shape the model wants. */

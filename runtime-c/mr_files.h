@@ -40,7 +40,8 @@ extern "C" {
 #define MR_MAX_REPEAT 10000000L
 
 /* An input or output of a model: its name (the demo's label), the .npy descr of its
- * element type ("<f4", "<f8", "<i4", "<i8" or "|b1"), the bytes of an element, its
+ * element type ("<f4", "<f8", "<i4", "<i8", "|b1", "|i1", "|u1", "<i2", "<u2", "<u4" or
+ * "<u8"), the bytes of an element, its
  * element count at the maxima, its rank and shape (symbolic dimensions at their
  * maxima), and the symbol of each dimension (-1: static). */
 typedef struct mr_port {
@@ -94,8 +95,9 @@ int mr_blob_read(const char *path, void *dst, size_t size, char *err);
 int mr_blob_read_stream(FILE *f, const char *path, void *dst, size_t size, char *err);
 
 /* A parameter a model wants from a safetensors file: its key (key_len bytes, which may
- * include NUL), its element type in the file's spelling ("F32", "F64", "I32", "I64" or
- * "BOOL"; an F32 parameter may also come as F16, BF16 or F64 and is converted), and its
+ * include NUL), its element type in the file's spelling ("F32", "F64", "I32", "I64",
+ * "BOOL", "I8", "U8", "I16", "U16", "U32" or "U64"; an F32 parameter may also come as
+ * F16, BF16 or F64 and is converted), and its
  * shape, which the file's must equal. */
 typedef struct mr_st_param {
     const char *key;

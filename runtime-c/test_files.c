@@ -675,6 +675,75 @@ static void test_cli(void)
     CHECK_ERR(parse(&cli, 0, "--input", "c=x\n", "--bad\x01", NULL), "unknown argument '--bad\\x01' (usage: demo [--weights FILE] ...)");
 }
 
+/* The integer types other than i32 and i64: their .npy descriptors (a one-byte type in
+ * any byte order, the others only little-endian, never another type of the same size),
+ * read and written exactly, and safetensors parameters of their own element sizes. */
+static void test_integer_types(void)
+{
+    static const long long shape_2[] = { 2 };
+    static const mr_port port_u8 = { "u", "|u1", 1, 3, 1, shape_3, sym_static1 };
+    static const mr_port port_u16 = { "h", "<u2", 2, 2, 1, shape_2, sym_static1 };
+    static const mr_port port_u64 = { "q", "<u8", 8, 2, 1, shape_2, sym_static1 };
+    static const mr_port port_i8 = { "c", "|i1", 1, 3, 1, shape_3, sym_static1 };
+    static const unsigned char bytes3[3] = { 0, 200, 255 };
+    static const uint64_t big[2] = { UINT64_MAX, 9007199254740993ULL };
+    static const uint16_t halves[2] = { 65535, 7 };
+    unsigned char got[64], header[128];
+    uint64_t wide[2];
+    uint16_t narrow[2];
+    FILE *f;
+    reset_dims();
+    CHECK_OK(read_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", bytes3, 3, &port_u8, got));
+    CHECK(memcmp(got, bytes3, 3) == 0);
+    CHECK_OK(read_npy(1, "{'descr': '<u1', 'fortran_order': False, 'shape': (3,), }", bytes3, 3, &port_u8, got));
+    CHECK_ERR(read_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (3,), }", bytes3, 3, &port_u8, got),
+              "t.npy: the array's element type is '|i1'; the input 'u' wants '|u1'");
+    CHECK_ERR(read_npy(1, "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", bytes3, 3, &port_u8, got),
+              "t.npy: the array's element type is '|b1'; the input 'u' wants '|u1'");
+    CHECK_OK(read_npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", halves, 4, &port_u16, narrow));
+    CHECK(narrow[0] == 65535 && narrow[1] == 7);
+    CHECK_ERR(read_npy(1, "{'descr': '>u2', 'fortran_order': False, 'shape': (2,), }", halves, 4, &port_u16, narrow),
+              "t.npy: the array's element type is '>u2'; the input 'h' wants '<u2'");
+    CHECK_ERR(read_npy(1, "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", halves, 4, &port_u16, narrow),
+              "t.npy: the array's element type is '<i2'; the input 'h' wants '<u2'");
+    CHECK_ERR(read_npy(1, "{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", halves, 3, &port_u16, narrow),
+              "t.npy: the file is shorter than its header says (4 bytes of data): the file ends early");
+    CHECK_OK(read_npy(1, "{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }", big, 16, &port_u64, wide));
+    CHECK(wide[0] == UINT64_MAX && wide[1] == 9007199254740993ULL);
+    CHECK_ERR(read_npy(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", big, 16, &port_u64, wide),
+              "t.npy: the array's element type is '<i8'; the input 'q' wants '<u8'");
+    /* Written with NumPy's descr, and read back. */
+    f = tmpfile();
+    CHECK_OK(mr_npy_write_stream(f, "o.npy", &port_i8, &dims, bytes3, err));
+    rewind(f);
+    CHECK(fread(header, 1, 128, f) == 128 && memcmp(header + 10, "{'descr': '|i1', 'fortran_order': False, 'shape': (3,), }", 57) == 0);
+    rewind(f);
+    CHECK_OK(mr_npy_read_stream(f, "o.npy", &port_i8, &dims, got, sizeof got, err));
+    CHECK(memcmp(got, bytes3, 3) == 0);
+    fclose(f);
+    /* safetensors parameters of 1 and 8 bytes an element: each gets its own size. */
+    {
+        static const long long st_3[] = { 3 }, st_2[] = { 2 };
+        static const mr_st_param params[] = { { "u", 1, "U8", 1, st_3 }, { "q", 1, "U64", 1, st_2 }, { "h", 1, "I16", 1, st_2 } };
+        unsigned char data[3 + 16 + 4];
+        memcpy(data, bytes3, 3);
+        memcpy(data + 3, big, 16);
+        memcpy(data + 19, halves, 4);
+        f = st_of("{\"u\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},\"q\":{\"dtype\":\"U64\",\"shape\":[2],\"data_offsets\":[3,19]},"
+                  "\"h\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[19,23]}}", ~0ULL, data, sizeof data);
+        memset(placed_bytes, 0, sizeof placed_bytes);
+        CHECK_OK(mr_safetensors_read_stream(f, "p.st", params, 3, place, NULL, err));
+        fclose(f);
+        CHECK(placed_bytes[0] == 3 && memcmp(placed[0], bytes3, 3) == 0);
+        CHECK(placed_bytes[1] == 16 && memcmp(placed[1], big, 16) == 0);
+        CHECK(placed_bytes[2] == 4 && memcmp(placed[2], halves, 4) == 0);
+        /* A parameter of the same size and another type is refused. */
+        f = st_of("{\"u\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[0,3]}}", ~0ULL, bytes3, 3);
+        CHECK_ERR(mr_safetensors_read_stream(f, "p.st", params, 1, place, NULL, err), "p.st: the parameter 'u' is I8, the model wants U8");
+        fclose(f);
+    }
+}
+
 int main(void)
 {
     test_npy_well_formed();
@@ -683,6 +752,7 @@ int main(void)
     test_blob();
     test_safetensors_well_formed();
     test_safetensors_hostile();
+    test_integer_types();
     test_cli();
     printf("files: %d passed, %d failed\n", g_passed, g_failed);
     return g_failed == 0 ? 0 : 1;

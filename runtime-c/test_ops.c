@@ -52,6 +52,32 @@ int main(void) {
     check("mr_fast_tanhf", NAN, mr_fast_tanhf(NAN), NAN, 0, 0);
     check("mr_fast_tanhf", INFINITY, mr_fast_tanhf(INFINITY), 1.0, 0, 0);
     check("mr_fast_tanhf", -INFINITY, mr_fast_tanhf(-INFINITY), -1.0, 0, 0);
+    /* Floats to the narrower and unsigned integer types: truncated, saturated, NaN 0. */
+    check("mr_f2u8", 300.5, mr_f2u8(300.5), 255, 0, 0);
+    check("mr_f2u8", -3.5, mr_f2u8(-3.5), 0, 0, 0);
+    check("mr_f2u8", 254.9, mr_f2u8(254.9), 254, 0, 0);
+    check("mr_f2u8", NAN, mr_f2u8(NAN), 0, 0, 0);
+    check("mr_f2i8", -1e9, mr_f2i8(-1e9), -128, 0, 0);
+    check("mr_f2i8", -7.9, mr_f2i8(-7.9), -7, 0, 0);
+    check("mr_f2i8", INFINITY, mr_f2i8(INFINITY), 127, 0, 0);
+    check("mr_f2u16", 70000, mr_f2u16(70000), 65535, 0, 0);
+    check("mr_f2i16", -40000, mr_f2i16(-40000), -32768, 0, 0);
+    check("mr_f2u32", 5e9, mr_f2u32(5e9), 4294967295.0, 0, 0);
+    check("mr_f2u64", 1e30, (double)mr_f2u64(1e30), 18446744073709551616.0, 0, 0);
+    check("mr_f2u64", 18446744073709549568.0, (double)mr_f2u64(18446744073709549568.0), 18446744073709549568.0, 0, 0);
+    check("mr_f2u64", -INFINITY, (double)mr_f2u64(-INFINITY), 0, 0, 0);
+    /* Integer helpers: powers wrap modulo 2^64 without signed overflow (UBSan checks it),
+     * u64's own division and shifts past 2^63. */
+    check("mr_pow_i64", 3, (double)(mr_pow_i64(3, 41) == (int64_t)(uint64_t)18026252303461234787ULL), 1, 0, 0);
+    check("mr_pow_i64", -2, (double)mr_pow_i64(-2, 63), -9223372036854775808.0, 0, 0);
+    check("mr_pow_i64", 5, (double)mr_pow_i64(5, -1), 1, 0, 0);
+    check("mr_pow_u64", 3, (double)(mr_pow_u64(3, 41) == 18026252303461234787ULL), 1, 0, 0);
+    check("mr_floordiv_u64", 2, (double)(mr_floordiv_u64(UINT64_MAX, 2) == UINT64_MAX / 2), 1, 0, 0);
+    check("mr_floordiv_u64", 0, (double)mr_floordiv_u64(7, 0), 0, 0, 0);
+    check("mr_shr_u64", 60, (double)mr_shr_u64(UINT64_MAX, 60, 64), 15, 0, 0);
+    check("mr_shr_u64", 64, (double)mr_shr_u64(UINT64_MAX, 64, 64), 0, 0, 0);
+    check("mr_shl_u64", 63, (double)(mr_shl_u64(3, 63, 64) == 9223372036854775808ULL), 1, 0, 0);
+    check("mr_shl_u64", 64, (double)mr_shl_u64(1, 64, 64), 0, 0, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -2,7 +2,9 @@
 //! constants of the IR and of compiled programs.
 //!
 //! A [`Tensor`] stores its elements as `f64` whatever the dtype: every f32/f16/bf16/
-//! i32/bool value, and every i64 up to 2^53, is exact in f64. Values are rounded to
+//! i8/u8/i16/u16/i32/u32/bool value, and every i64 and u64 up to 2^53 in magnitude, is
+//! exact in f64 (larger 64-bit integers round to the nearest f64: the interpreter's
+//! one inexactness; files and weights keep them exactly, see [`RawTensor`]). Values are rounded to
 //! their dtype when a tensor is made with [`Tensor::new`], so an f32 tensor holds
 //! exactly f32 values. A [`Constant`] holds the same values in their own dtype (an f32
 //! constant takes 4 bytes per element, not 8) and shares them between clones: a model
@@ -66,23 +68,60 @@ pub fn strides(shape: &[u64]) -> Vec<usize> {
     out
 }
 
-/// Rounds `x` to the nearest value representable in `dtype` (ints truncate toward zero,
-/// as a C cast does; bool is `x != 0`).
+/// Rounds `x` to a value of `dtype`: floats to the nearest value, bool to `x != 0`.
+/// An integer type takes the value truncated toward zero (NaN as 0) and, for the
+/// types of up to 32 bits, wrapped modulo 2^bits into the type's range, as C converts
+/// an integer to a narrower integer type (`(uint8_t)300 == 44`, `(int8_t)200 == -56`),
+/// so that an integer op's result wraps as C's does. i64 and u64 saturate instead: an
+/// f64 holds their values exactly only up to 2^53 in magnitude, and i64::MAX and
+/// u64::MAX round to 2^63 and 2^64, which must stay the maxima. Infinities and values
+/// beyond 2^64 in magnitude, which no integer op produces, saturate too.
+///
+/// A float converted to an integer type by a cast saturates: [`float_to_int`].
 pub fn round_to(dtype: Dtype, x: f64) -> f64 {
     match dtype {
         Dtype::F64 => x,
         Dtype::F32 => x as f32 as f64,
         Dtype::F16 => half::f16::from_f64(x).to_f64(),
         Dtype::Bf16 => half::bf16::from_f64(x).to_f64(),
-        Dtype::I32 => {
-            if x.is_nan() { 0.0 } else { x.trunc().clamp(i32::MIN as f64, i32::MAX as f64) }
-        }
-        Dtype::I64 => {
-            if x.is_nan() { 0.0 } else { x.trunc().clamp(i64::MIN as f64, i64::MAX as f64) }
-        }
         Dtype::Bool => {
             if x != 0.0 { 1.0 } else { 0.0 }
         }
+        Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64 => wrap_int(dtype, x),
+    }
+}
+
+/// [`round_to`] for an integer type.
+fn wrap_int(dtype: Dtype, x: f64) -> f64 {
+    let Some((lo, hi)) = dtype.int_range() else { return x };
+    if x.is_nan() {
+        return 0.0;
+    }
+    // (+ 0.0: truncation leaves -0.0 for -0.5, and an integer has no sign of zero)
+    let t = x.trunc() + 0.0;
+    if (lo..=hi).contains(&t) {
+        return t;
+    }
+    let bits = dtype.size() * 8;
+    if bits == 64 || t.abs() >= 18446744073709551616.0 {
+        return t.clamp(lo, hi);
+    }
+    // |t| < 2^64: exact in an i128, and wrapped there.
+    let m = (t as i128).rem_euclid(1i128 << bits);
+    let m = if dtype.is_signed_int() && m >= 1i128 << (bits - 1) { m - (1i128 << bits) } else { m };
+    m as f64
+}
+
+/// A float converted to integer type `dtype` as a cast converts it (in the interpreter
+/// and in every target): truncated toward zero, saturating at the type's limits, NaN
+/// as 0. C leaves an out-of-range conversion undefined; mithrilc defines it this way
+/// (`mithril_ops.h`'s `mr_f2*` helpers compute the same). Any other `dtype` is
+/// [`round_to`]'s.
+pub fn float_to_int(dtype: Dtype, x: f64) -> f64 {
+    match dtype.int_range() {
+        Some(_) if x.is_nan() => 0.0,
+        Some((lo, hi)) => x.trunc().clamp(lo, hi) + 0.0,
+        None => round_to(dtype, x),
     }
 }
 
@@ -105,6 +144,12 @@ enum Elements {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    I16(Vec<i16>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
 }
 
 impl Constant {
@@ -118,10 +163,17 @@ impl Constant {
             Dtype::F32 => Elements::F32(data.map(|x| x as f32).collect()),
             Dtype::F16 => Elements::F16(data.map(half::f16::from_f64).collect()),
             Dtype::Bf16 => Elements::Bf16(data.map(half::bf16::from_f64).collect()),
-            // Through `round_to`: truncation toward zero, saturation, NaN as 0.
+            // Through `round_to`: truncation toward zero, NaN as 0, wrapped (saturated
+            // for 64 bits) into the type's range.
             Dtype::I32 => Elements::I32(data.map(|x| round_to(Dtype::I32, x) as i32).collect()),
             Dtype::I64 => Elements::I64(data.map(|x| round_to(Dtype::I64, x) as i64).collect()),
             Dtype::Bool => Elements::Bool(data.map(|x| x != 0.0).collect()),
+            Dtype::I8 => Elements::I8(data.map(|x| round_to(Dtype::I8, x) as i8).collect()),
+            Dtype::U8 => Elements::U8(data.map(|x| round_to(Dtype::U8, x) as u8).collect()),
+            Dtype::I16 => Elements::I16(data.map(|x| round_to(Dtype::I16, x) as i16).collect()),
+            Dtype::U16 => Elements::U16(data.map(|x| round_to(Dtype::U16, x) as u16).collect()),
+            Dtype::U32 => Elements::U32(data.map(|x| round_to(Dtype::U32, x) as u32).collect()),
+            Dtype::U64 => Elements::U64(data.map(|x| round_to(Dtype::U64, x) as u64).collect()),
         };
         Constant { shape, data: Arc::new(data) }
     }
@@ -139,6 +191,12 @@ impl Constant {
             Elements::I32(_) => Dtype::I32,
             Elements::I64(_) => Dtype::I64,
             Elements::Bool(_) => Dtype::Bool,
+            Elements::I8(_) => Dtype::I8,
+            Elements::U8(_) => Dtype::U8,
+            Elements::I16(_) => Dtype::I16,
+            Elements::U16(_) => Dtype::U16,
+            Elements::U32(_) => Dtype::U32,
+            Elements::U64(_) => Dtype::U64,
         }
     }
 
@@ -155,6 +213,12 @@ impl Constant {
             Elements::I32(v) => v.len(),
             Elements::I64(v) => v.len(),
             Elements::Bool(v) => v.len(),
+            Elements::I8(v) => v.len(),
+            Elements::U8(v) => v.len(),
+            Elements::I16(v) => v.len(),
+            Elements::U16(v) => v.len(),
+            Elements::U32(v) => v.len(),
+            Elements::U64(v) => v.len(),
         }
     }
 
@@ -168,6 +232,12 @@ impl Constant {
             Elements::I32(v) => f64::from(*v.get(i)?),
             Elements::I64(v) => *v.get(i)? as f64,
             Elements::Bool(v) => f64::from(u8::from(*v.get(i)?)),
+            Elements::I8(v) => f64::from(*v.get(i)?),
+            Elements::U8(v) => f64::from(*v.get(i)?),
+            Elements::I16(v) => f64::from(*v.get(i)?),
+            Elements::U16(v) => f64::from(*v.get(i)?),
+            Elements::U32(v) => f64::from(*v.get(i)?),
+            Elements::U64(v) => *v.get(i)? as f64,
         })
     }
 
@@ -181,6 +251,12 @@ impl Constant {
             Elements::I32(v) => Box::new(v.iter().map(|&x| f64::from(x))),
             Elements::I64(v) => Box::new(v.iter().map(|&x| x as f64)),
             Elements::Bool(v) => Box::new(v.iter().map(|&x| f64::from(u8::from(x)))),
+            Elements::I8(v) => Box::new(v.iter().map(|&x| f64::from(x))),
+            Elements::U8(v) => Box::new(v.iter().map(|&x| f64::from(x))),
+            Elements::I16(v) => Box::new(v.iter().map(|&x| f64::from(x))),
+            Elements::U16(v) => Box::new(v.iter().map(|&x| f64::from(x))),
+            Elements::U32(v) => Box::new(v.iter().map(|&x| f64::from(x))),
+            Elements::U64(v) => Box::new(v.iter().map(|&x| x as f64)),
         }
     }
 
@@ -203,6 +279,12 @@ impl Constant {
             (Elements::I32(a), Elements::I32(b)) => a == b,
             (Elements::I64(a), Elements::I64(b)) => a == b,
             (Elements::Bool(a), Elements::Bool(b)) => a == b,
+            (Elements::I8(a), Elements::I8(b)) => a == b,
+            (Elements::U8(a), Elements::U8(b)) => a == b,
+            (Elements::I16(a), Elements::I16(b)) => a == b,
+            (Elements::U16(a), Elements::U16(b)) => a == b,
+            (Elements::U32(a), Elements::U32(b)) => a == b,
+            (Elements::U64(a), Elements::U64(b)) => a == b,
             _ => false,
         }
     }
@@ -219,6 +301,12 @@ impl Constant {
             Elements::I32(v) => v.hash(h),
             Elements::I64(v) => v.hash(h),
             Elements::Bool(v) => v.hash(h),
+            Elements::I8(v) => v.hash(h),
+            Elements::U8(v) => v.hash(h),
+            Elements::I16(v) => v.hash(h),
+            Elements::U16(v) => v.hash(h),
+            Elements::U32(v) => v.hash(h),
+            Elements::U64(v) => v.hash(h),
         }
     }
 
@@ -319,7 +407,7 @@ impl RawTensor {
     }
 
     /// Element `i` (row-major) as an f64, which holds every value of every dtype
-    /// exactly but i64 beyond 2^53. The caller guarantees `i < numel()`.
+    /// exactly but i64 and u64 beyond 2^53. The caller guarantees `i < numel()`.
     pub fn get(&self, i: usize) -> f64 {
         let n = self.dtype.size();
         element(self.dtype, &self.bytes()[i * n..(i + 1) * n])
@@ -375,6 +463,12 @@ fn element(dtype: Dtype, b: &[u8]) -> f64 {
         Dtype::I32 => f64::from(i32::from_le_bytes(le(b))),
         Dtype::I64 => i64::from_le_bytes(le(b)) as f64,
         Dtype::Bool => f64::from(u8::from(b[0] != 0)),
+        Dtype::I8 => f64::from(b[0] as i8),
+        Dtype::U8 => f64::from(b[0]),
+        Dtype::I16 => f64::from(i16::from_le_bytes(le(b))),
+        Dtype::U16 => f64::from(u16::from_le_bytes(le(b))),
+        Dtype::U32 => f64::from(u32::from_le_bytes(le(b))),
+        Dtype::U64 => u64::from_le_bytes(le(b)) as f64,
     }
 }
 
@@ -394,5 +488,88 @@ pub fn write_elements(values: impl Iterator<Item = f64>, dtype: Dtype, out: &mut
         Dtype::I32 => put(values, out, |x| (round_to(Dtype::I32, x) as i32).to_le_bytes()),
         Dtype::I64 => put(values, out, |x| (round_to(Dtype::I64, x) as i64).to_le_bytes()),
         Dtype::Bool => put(values, out, |x| [u8::from(x != 0.0)]),
+        Dtype::I8 => put(values, out, |x| (round_to(Dtype::I8, x) as i8).to_le_bytes()),
+        Dtype::U8 => put(values, out, |x| (round_to(Dtype::U8, x) as u8).to_le_bytes()),
+        Dtype::I16 => put(values, out, |x| (round_to(Dtype::I16, x) as i16).to_le_bytes()),
+        Dtype::U16 => put(values, out, |x| (round_to(Dtype::U16, x) as u16).to_le_bytes()),
+        Dtype::U32 => put(values, out, |x| (round_to(Dtype::U32, x) as u32).to_le_bytes()),
+        Dtype::U64 => put(values, out, |x| (round_to(Dtype::U64, x) as u64).to_le_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_wrap_as_c_converts_them() {
+        // Up to 32 bits, modulo 2^bits into the type's range, after truncation.
+        assert_eq!(round_to(Dtype::U8, 300.0), 44.0);
+        assert_eq!(round_to(Dtype::U8, -1.0), 255.0);
+        assert_eq!(round_to(Dtype::U8, -2.9), 254.0);
+        assert_eq!(round_to(Dtype::I8, 200.0), -56.0);
+        assert_eq!(round_to(Dtype::I8, -129.0), 127.0);
+        assert_eq!(round_to(Dtype::I16, 32768.0), -32768.0);
+        assert_eq!(round_to(Dtype::U16, 65536.0 * 3.0 + 5.0), 5.0);
+        assert_eq!(round_to(Dtype::I32, 2147483648.0), -2147483648.0);
+        assert_eq!(round_to(Dtype::U32, -1.0), 4294967295.0);
+        assert_eq!(round_to(Dtype::U32, 2.5), 2.0);
+        // 64 bits saturate: i64::MAX's f64 image stays the maximum.
+        assert_eq!(round_to(Dtype::I64, i64::MAX as f64), i64::MAX as f64);
+        assert_eq!(round_to(Dtype::I64, 1e30), i64::MAX as f64);
+        assert_eq!(round_to(Dtype::U64, -1.0), 0.0);
+        assert_eq!(round_to(Dtype::U64, u64::MAX as f64), u64::MAX as f64);
+        // NaN is 0; infinities and values beyond 2^64 saturate.
+        for d in [Dtype::I8, Dtype::U8, Dtype::I16, Dtype::U16, Dtype::I32, Dtype::U32, Dtype::I64, Dtype::U64] {
+            let (lo, hi) = d.int_range().expect("an integer type");
+            assert_eq!(round_to(d, f64::NAN), 0.0, "{d}");
+            assert_eq!((round_to(d, f64::INFINITY), round_to(d, f64::NEG_INFINITY)), (hi, lo), "{d}");
+            assert_eq!((round_to(d, 1e20), round_to(d, -1e20)), (hi, lo), "{d}");
+            assert_eq!((round_to(d, lo), round_to(d, hi)), (lo, hi), "{d}");
+        }
+    }
+
+    #[test]
+    fn floats_saturate_into_integers() {
+        assert_eq!(float_to_int(Dtype::U8, 300.5), 255.0);
+        assert_eq!(float_to_int(Dtype::U8, -3.5), 0.0);
+        assert_eq!(float_to_int(Dtype::U8, 254.9), 254.0);
+        assert_eq!(float_to_int(Dtype::I8, -1e9), -128.0);
+        assert_eq!(float_to_int(Dtype::I8, -7.9), -7.0);
+        assert_eq!(float_to_int(Dtype::U16, 70000.0), 65535.0);
+        assert_eq!(float_to_int(Dtype::I16, f64::NAN), 0.0);
+        assert_eq!(float_to_int(Dtype::U32, 5e9), 4294967295.0);
+        assert_eq!(float_to_int(Dtype::U64, 1e30), u64::MAX as f64);
+        assert_eq!(float_to_int(Dtype::U64, -1e30), 0.0);
+        assert_eq!(float_to_int(Dtype::I32, 3e9), 2147483647.0);
+        assert_eq!(float_to_int(Dtype::F32, 0.1), 0.1f32 as f64);
+    }
+
+    #[test]
+    fn raw_elements_of_every_integer_type() {
+        let cases: [(Dtype, Vec<f64>, Vec<u8>); 6] = [
+            (Dtype::I8, vec![-128.0, 127.0], vec![0x80, 0x7f]),
+            (Dtype::U8, vec![0.0, 255.0], vec![0, 0xff]),
+            (Dtype::I16, vec![-2.0, 258.0], vec![0xfe, 0xff, 2, 1]),
+            (Dtype::U16, vec![65535.0, 1.0], vec![0xff, 0xff, 1, 0]),
+            (Dtype::U32, vec![4294967295.0, 256.0], vec![0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0]),
+            (Dtype::U64, vec![9007199254740992.0, 1.0], [9007199254740992u64, 1].iter().flat_map(|x| x.to_le_bytes()).collect()),
+        ];
+        for (d, values, bytes) in cases {
+            let t = Tensor::new(d, vec![2], values.clone());
+            let raw = RawTensor::from_tensor(&t);
+            assert_eq!(raw.bytes(), bytes.as_slice(), "{d}");
+            assert_eq!(raw.to_tensor(), t, "{d}");
+            let c = Constant::from(&t);
+            assert_eq!((c.dtype(), c.values().collect::<Vec<_>>()), (d, t.data.clone()), "{d}");
+            assert!(c.same_bits(&Constant::from(&t)), "{d}");
+            // Converted to another type, values wrap as `round_to` says.
+            let wrapped = raw.converted(Dtype::U8);
+            assert_eq!(wrapped.to_tensor().data, t.data.iter().map(|&x| round_to(Dtype::U8, x)).collect::<Vec<_>>(), "{d}");
+        }
+        // u64 beyond 2^53 are read from bytes exactly (and rounded only as f64s).
+        let raw = RawTensor::owned(Dtype::U64, vec![1], u64::MAX.to_le_bytes().to_vec()).expect("8 bytes");
+        assert_eq!(raw.get(0), u64::MAX as f64);
+        assert_eq!(raw.converted(Dtype::U64).bytes(), u64::MAX.to_le_bytes());
     }
 }

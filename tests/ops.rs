@@ -424,7 +424,7 @@ fn default_tolerance(dtype: Dtype) -> f64 {
         Dtype::F32 => 1e-5,
         Dtype::F16 => 2e-3,
         Dtype::Bf16 => 1.6e-2,
-        Dtype::I32 | Dtype::I64 | Dtype::Bool => 0.0,
+        Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64 | Dtype::Bool => 0.0,
     }
 }
 

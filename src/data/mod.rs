@@ -4,8 +4,8 @@
 //! The formats are handled by their crates (`npyz`, `zip`, `safetensors`); this module
 //! dispatches on the file extension, turns every failure into a user error that names
 //! the file, and keeps arrays in a deterministic order: file order for `.npz`, sorted by
-//! name for `.safetensors`. Element types mithrilc lacks are widened on read (i8, i16,
-//! u8, u16 to i32; u32 to i64); bf16 has no NumPy dtype and is written as f32.
+//! name for `.safetensors`. Every integer type of up to 64 bits, signed or unsigned,
+//! is read and written as itself; bf16 has no NumPy dtype and is written as f32.
 //! Nothing a file contains can cause a panic: sizes from headers are checked against the
 //! bytes present.
 //!
@@ -13,11 +13,12 @@
 //! and the stored (uncompressed) members of `.npz` are mapped into memory and their
 //! arrays are views of the mapping, so a checkpoint on its way into a weights blob is
 //! never copied whole, let alone widened. Compressed members, big-endian or Fortran-order
-//! arrays, and the element types mithrilc widens are read into memory in mithrilc's
-//! dtype. [`read_arrays`] gives the values as [`Tensor`]s, for the interpreter.
+//! arrays, and bools (checked to be 0 or 1) are read into memory in their own dtype. [`read_arrays`] gives the values as [`Tensor`]s, for the interpreter.
 
 mod npy;
 mod safetensors;
+
+pub use npy::npy_descr;
 
 use std::fs::File;
 use std::io::{self, Cursor, Read, Write};
@@ -234,7 +235,7 @@ fn check_tensor(path: &Path, name: &str, t: &Tensor) -> Result<()> {
 
 /// Writes `arrays` to a `.npz` archive, each as a deflated `NAME.npy` entry (names may
 /// contain `/`, as NumPy allows). Dtypes are preserved (f32 `<f4`, f64 `<f8`, f16 `<f2`,
-/// i32 `<i4`, i64 `<i8`, bool `|b1`), except bf16: NumPy has no bf16 dtype, so bf16
+/// i32 `<i4`, u8 `|u1`, ..., bool `|b1`: [`npy_descr`]), except bf16: NumPy has no bf16 dtype, so bf16
 /// arrays are written as f32 (`<f4`), which holds every bf16 value exactly.
 /// Each array is the member `npz_key(name).npy`: `numpy.load` gives it back under
 /// [`npz_key`]`(name)`, which is `name` itself for every name that is safe to unzip.

@@ -1,12 +1,12 @@
 //! One NumPy `.npy` array: decoding it from bytes into a [`RawTensor`] and encoding a
 //! tensor back, both through the `npyz` crate.
 //!
-//! Decoding accepts the element types mithrilc can hold and widens the narrow integer
-//! types NumPy has and mithrilc does not: i8, i16, u8 and u16 become i32; u32 and i64
-//! become i64. A little-endian, row-major array of a type mithrilc has is a view of the
-//! bytes it was decoded from; any other is converted into memory: Fortran-order arrays
-//! are transposed into row-major order, big-endian data is converted by `npyz`. Anything else (u64, f128, complex, strings, records, objects)
-//! is a user error naming the file, the array and the NumPy dtype. Every size taken from
+//! Decoding accepts the element types mithrilc holds, each as itself: float16/32/64,
+//! int8/16/32/64, uint8/16/32/64 and bool. A little-endian, row-major array is a view
+//! of the bytes it was decoded from; any other is converted into memory: Fortran-order
+//! arrays are transposed into row-major order, big-endian data is converted by `npyz`.
+//! Anything else (f128, complex, strings, records, objects) is a user error naming the
+//! file, the array and the NumPy dtype. Every size taken from
 //! a header is checked against the bytes actually present before anything is allocated.
 
 use std::io::{self, Write};
@@ -18,7 +18,7 @@ use npyz::{DType, Endianness, NpyFile, NpyHeader, Order, TypeChar, TypeStr, Writ
 
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
-use crate::tensor::{write_elements, Backing, RawTensor, Tensor};
+use crate::tensor::{Backing, RawTensor, Tensor};
 
 /// The element types read from a `.npy` file, each with the Rust type `npyz` reads it as.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +33,7 @@ enum Elem {
     U8,
     U16,
     U32,
+    U64,
     Bool,
 }
 
@@ -50,6 +51,7 @@ impl Elem {
             (TypeChar::Uint, 1) => Elem::U8,
             (TypeChar::Uint, 2) => Elem::U16,
             (TypeChar::Uint, 4) => Elem::U32,
+            (TypeChar::Uint, 8) => Elem::U64,
             (TypeChar::Bool, 1) => Elem::Bool,
             // `TypeChar` is non-exhaustive; every other code and size is unsupported.
             _ => return None,
@@ -63,8 +65,14 @@ impl Elem {
             Elem::F16 => Dtype::F16,
             Elem::F32 => Dtype::F32,
             Elem::F64 => Dtype::F64,
-            Elem::I8 | Elem::I16 | Elem::I32 | Elem::U8 | Elem::U16 => Dtype::I32,
-            Elem::I64 | Elem::U32 => Dtype::I64,
+            Elem::I8 => Dtype::I8,
+            Elem::I16 => Dtype::I16,
+            Elem::I32 => Dtype::I32,
+            Elem::I64 => Dtype::I64,
+            Elem::U8 => Dtype::U8,
+            Elem::U16 => Dtype::U16,
+            Elem::U32 => Dtype::U32,
+            Elem::U64 => Dtype::U64,
             Elem::Bool => Dtype::Bool,
         }
     }
@@ -75,7 +83,7 @@ impl Elem {
             Elem::I8 | Elem::U8 | Elem::Bool => 1,
             Elem::F16 | Elem::I16 | Elem::U16 => 2,
             Elem::F32 | Elem::I32 | Elem::U32 => 4,
-            Elem::F64 | Elem::I64 => 8,
+            Elem::F64 | Elem::I64 | Elem::U64 => 8,
         }
     }
 }
@@ -177,7 +185,7 @@ pub(super) fn decode(backing: &Arc<dyn Backing>, range: Range<usize>, file: &Pat
             file,
             name,
             format!(
-                "unsupported dtype {} (supported: float16/32/64, int8/16/32/64, uint8/16/32, bool)",
+                "unsupported dtype {} (supported: float16/32/64, int8/16/32/64, uint8/16/32/64, bool)",
                 dtype.descr()
             ),
         ));
@@ -202,7 +210,7 @@ pub(super) fn decode(backing: &Arc<dyn Backing>, range: Range<usize>, file: &Pat
     }
     let order = header.order();
     // Bool is read through npyz, which refuses bytes other than 0 and 1.
-    let as_stored = matches!(elem, Elem::F16 | Elem::F32 | Elem::F64 | Elem::I32 | Elem::I64);
+    let as_stored = !matches!(elem, Elem::Bool);
     if as_stored && endianness != Endianness::Big && order == Order::C {
         let data = range.end - rest.len()..range.end;
         return RawTensor::new(elem.dtype(), shape, backing.clone(), data)
@@ -210,20 +218,21 @@ pub(super) fn decode(backing: &Arc<dyn Backing>, range: Range<usize>, file: &Pat
     }
     let npy = NpyFile::with_header(header, rest);
     let out_dtype = elem.dtype();
+    // Each element goes through its own type's bytes (`to_le_bytes`), never an f64, so
+    // i64 and u64 beyond 2^53 stay exact.
     let read = match elem {
-        Elem::F16 => read_as(npy, out_dtype, |x: half::f16| x.to_f64()),
-        Elem::F32 => read_as(npy, out_dtype, |x: f32| f64::from(x)),
-        Elem::F64 => read_as(npy, out_dtype, |x: f64| x),
-        Elem::I8 => read_as(npy, out_dtype, |x: i8| f64::from(x)),
-        Elem::I16 => read_as(npy, out_dtype, |x: i16| f64::from(x)),
-        Elem::I32 => read_as(npy, out_dtype, |x: i32| f64::from(x)),
-        // i64 beyond 2^53 rounds to the nearest f64 on the way, as the host tensor
-        // documents.
-        Elem::I64 => read_as(npy, out_dtype, |x: i64| x as f64),
-        Elem::U8 => read_as(npy, out_dtype, |x: u8| f64::from(x)),
-        Elem::U16 => read_as(npy, out_dtype, |x: u16| f64::from(x)),
-        Elem::U32 => read_as(npy, out_dtype, |x: u32| f64::from(x)),
-        Elem::Bool => read_as(npy, out_dtype, |x: bool| if x { 1.0 } else { 0.0 }),
+        Elem::F16 => read_as(npy, |x: half::f16| x.to_le_bytes()),
+        Elem::F32 => read_as(npy, |x: f32| x.to_le_bytes()),
+        Elem::F64 => read_as(npy, |x: f64| x.to_le_bytes()),
+        Elem::I8 => read_as(npy, |x: i8| x.to_le_bytes()),
+        Elem::I16 => read_as(npy, |x: i16| x.to_le_bytes()),
+        Elem::I32 => read_as(npy, |x: i32| x.to_le_bytes()),
+        Elem::I64 => read_as(npy, |x: i64| x.to_le_bytes()),
+        Elem::U8 => read_as(npy, |x: u8| x.to_le_bytes()),
+        Elem::U16 => read_as(npy, |x: u16| x.to_le_bytes()),
+        Elem::U32 => read_as(npy, |x: u32| x.to_le_bytes()),
+        Elem::U64 => read_as(npy, |x: u64| x.to_le_bytes()),
+        Elem::Bool => read_as(npy, |x: bool| [u8::from(x)]),
     };
     let data = read.map_err(|e| array_error(file, name, format!("invalid .npy data: {e}")))?;
 
@@ -234,12 +243,12 @@ pub(super) fn decode(backing: &Arc<dyn Backing>, range: Range<usize>, file: &Pat
     RawTensor::owned(out_dtype, shape, data).ok_or_else(|| crate::internal_error!("{}: array '{name}' does not fit its bytes", file.display()))
 }
 
-/// Reads every element as `T` and writes it as a little-endian element of `dtype`.
-fn read_as<T: npyz::Deserialize>(npy: NpyFile<&[u8]>, dtype: Dtype, conv: impl Fn(T) -> f64) -> io::Result<Vec<u8>> {
+/// Reads every element as `T` and appends its `N` little-endian bytes.
+fn read_as<T: npyz::Deserialize, const N: usize>(npy: NpyFile<&[u8]>, bytes: impl Fn(T) -> [u8; N]) -> io::Result<Vec<u8>> {
     let reader = npy.data::<T>().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-    let mut out = vec![0u8; reader.len() as usize * dtype.size()];
-    for (value, slot) in reader.zip(out.chunks_exact_mut(dtype.size())) {
-        write_elements(std::iter::once(conv(value?)), dtype, slot);
+    let mut out = Vec::with_capacity(reader.len() as usize * N);
+    for value in reader {
+        out.extend_from_slice(&bytes(value?));
     }
     Ok(out)
 }
@@ -274,9 +283,9 @@ fn fortran_to_c(shape: &[u64], data: &[u8], size: usize) -> Vec<u8> {
     out
 }
 
-/// The NumPy dtype a tensor of `dtype` is written as. bf16 has no NumPy dtype, so it is
-/// written as f32, which holds every bf16 value exactly.
-fn npy_descr(dtype: Dtype) -> &'static str {
+/// The NumPy dtype a tensor of `dtype` is written as (NumPy's `dtype.str`). bf16 has
+/// no NumPy dtype, so it is written as f32, which holds every bf16 value exactly.
+pub fn npy_descr(dtype: Dtype) -> &'static str {
     match dtype {
         Dtype::F32 | Dtype::Bf16 => "<f4",
         Dtype::F64 => "<f8",
@@ -284,6 +293,12 @@ fn npy_descr(dtype: Dtype) -> &'static str {
         Dtype::I32 => "<i4",
         Dtype::I64 => "<i8",
         Dtype::Bool => "|b1",
+        Dtype::I8 => "|i1",
+        Dtype::U8 => "|u1",
+        Dtype::I16 => "<i2",
+        Dtype::U16 => "<u2",
+        Dtype::U32 => "<u4",
+        Dtype::U64 => "<u8",
     }
 }
 
@@ -300,6 +315,12 @@ pub(super) fn encode<W: Write>(w: W, t: &Tensor) -> io::Result<()> {
         Dtype::I32 => write_as(w, descr, &t.shape, data.map(|x| x as i32)),
         Dtype::I64 => write_as(w, descr, &t.shape, data.map(|x| x as i64)),
         Dtype::Bool => write_as(w, descr, &t.shape, data.map(|x| x != 0.0)),
+        Dtype::I8 => write_as(w, descr, &t.shape, data.map(|x| x as i8)),
+        Dtype::U8 => write_as(w, descr, &t.shape, data.map(|x| x as u8)),
+        Dtype::I16 => write_as(w, descr, &t.shape, data.map(|x| x as i16)),
+        Dtype::U16 => write_as(w, descr, &t.shape, data.map(|x| x as u16)),
+        Dtype::U32 => write_as(w, descr, &t.shape, data.map(|x| x as u32)),
+        Dtype::U64 => write_as(w, descr, &t.shape, data.map(|x| x as u64)),
     }
 }
 

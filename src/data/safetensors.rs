@@ -1,10 +1,10 @@
 //! `.safetensors` files, decoded with the `safetensors` crate.
 //!
 //! The crate checks the header (offsets, sizes, overflow) against the buffer; each
-//! tensor of a type mithrilc has (f16, bf16, f32, f64, i32, i64) is a view of that
-//! buffer in its own dtype. i8, i16, u8 and u16 become i32, u32 becomes i64, and bool is
-//! made 0 or 1, in memory. u64, complex and the sub-byte and 8-bit float formats are
-//! user errors naming the file, the tensor and its dtype. Tensors are returned sorted by
+//! tensor of a type mithrilc has (f16, bf16, f32, f64, and the signed and unsigned
+//! integers of 8 to 64 bits) is a view of that buffer in its own dtype; bool is made 0
+//! or 1, in memory. Complex and the sub-byte and 8-bit float formats are user errors
+//! naming the file, the tensor and its dtype. Tensors are returned sorted by
 //! name.
 
 use std::path::Path;
@@ -49,7 +49,7 @@ pub(super) fn decode(backing: &Arc<dyn Backing>, file: &Path) -> Result<IndexMap
                     file,
                     &name,
                     format!(
-                        "unsupported dtype {} (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, BOOL)",
+                        "unsupported dtype {} (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL)",
                         view.dtype()
                     ),
                 ))
@@ -79,13 +79,13 @@ fn stored_as(st: StDtype) -> Option<Stored> {
         StDtype::I32 => Stored::AsIs(Dtype::I32),
         StDtype::I64 => Stored::AsIs(Dtype::I64),
         StDtype::BOOL => Stored::Widened(Dtype::Bool, 1, |b| f64::from(u8::from(b[0] != 0))),
-        StDtype::U8 => Stored::Widened(Dtype::I32, 1, |b| f64::from(b[0])),
-        StDtype::I8 => Stored::Widened(Dtype::I32, 1, |b| f64::from(b[0] as i8)),
-        StDtype::I16 => Stored::Widened(Dtype::I32, 2, |b| f64::from(i16::from_le_bytes([b[0], b[1]]))),
-        StDtype::U16 => Stored::Widened(Dtype::I32, 2, |b| f64::from(u16::from_le_bytes([b[0], b[1]]))),
-        StDtype::U32 => Stored::Widened(Dtype::I64, 4, |b| f64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-        StDtype::U64
-        | StDtype::C64
+        StDtype::U8 => Stored::AsIs(Dtype::U8),
+        StDtype::I8 => Stored::AsIs(Dtype::I8),
+        StDtype::I16 => Stored::AsIs(Dtype::I16),
+        StDtype::U16 => Stored::AsIs(Dtype::U16),
+        StDtype::U32 => Stored::AsIs(Dtype::U32),
+        StDtype::U64 => Stored::AsIs(Dtype::U64),
+        StDtype::C64
         | StDtype::F4
         | StDtype::F6_E2M3
         | StDtype::F6_E3M2
@@ -141,6 +141,12 @@ pub(super) fn encode(tensors: &[(String, RawTensor)]) -> Result<Vec<u8>> {
             Dtype::I32 => "I32",
             Dtype::I64 => "I64",
             Dtype::Bool => "BOOL",
+            Dtype::I8 => "I8",
+            Dtype::U8 => "U8",
+            Dtype::I16 => "I16",
+            Dtype::U16 => "U16",
+            Dtype::U32 => "U32",
+            Dtype::U64 => "U64",
         };
         header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [start, end]}));
     }

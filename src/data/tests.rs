@@ -79,7 +79,8 @@ fn sample(dtype: Dtype, shape: Vec<u64>) -> Tensor {
     let data = (0..n)
         .map(|i| match dtype {
             Dtype::Bool => (i % 2) as f64,
-            Dtype::I32 | Dtype::I64 => i as f64 * 37.0 - 100.0,
+            Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => i as f64 * 37.0 - 100.0,
+            Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => i as f64 * 37.0 + 3.0,
             Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16 => i as f64 * 0.3 - 1.7,
         })
         .collect();
@@ -303,12 +304,17 @@ fn big_endian_and_narrow_integers() {
     write_raw(&path, ">i8", &[2], c, vec![-5i64, 1 << 40]);
     assert_eq!(read_arrays(&path).expect("read").arrays["v"].data, vec![-5.0, (1u64 << 40) as f64]);
 
-    let cases: [(&str, Dtype, Vec<f64>); 5] = [
-        ("|u1", Dtype::I32, vec![0.0, 255.0]),
-        ("|i1", Dtype::I32, vec![-128.0, 127.0]),
-        (">i2", Dtype::I32, vec![-32768.0, 32767.0]),
-        ("<u2", Dtype::I32, vec![0.0, 65535.0]),
-        ("<u4", Dtype::I64, vec![0.0, 4294967295.0]),
+    // Each integer type is read as itself (no widening), big-endian ones too, and
+    // written back as the same NumPy dtype.
+    let cases: [(&str, Dtype, Vec<f64>); 8] = [
+        ("|u1", Dtype::U8, vec![0.0, 255.0]),
+        ("|i1", Dtype::I8, vec![-128.0, 127.0]),
+        (">i2", Dtype::I16, vec![-32768.0, 32767.0]),
+        ("<u2", Dtype::U16, vec![0.0, 65535.0]),
+        ("<u4", Dtype::U32, vec![0.0, 4294967295.0]),
+        (">u4", Dtype::U32, vec![0.0, 4294967295.0]),
+        ("<u8", Dtype::U64, vec![0.0, 9007199254740992.0]),
+        (">u8", Dtype::U64, vec![0.0, 9007199254740992.0]),
     ];
     for (descr, dtype, values) in cases {
         match descr {
@@ -316,10 +322,36 @@ fn big_endian_and_narrow_integers() {
             "|i1" => write_raw(&path, descr, &[2], c, vec![-128i8, 127]),
             ">i2" => write_raw(&path, descr, &[2], c, vec![i16::MIN, i16::MAX]),
             "<u2" => write_raw(&path, descr, &[2], c, vec![0u16, u16::MAX]),
+            "<u8" | ">u8" => write_raw(&path, descr, &[2], c, vec![0u64, 1 << 53]),
             _ => write_raw(&path, descr, &[2], c, vec![0u32, u32::MAX]),
         }
         let t = &read_arrays(&path).expect("read").arrays["v"];
         assert_eq!((t.dtype, &t.data), (dtype, &values), "{descr}");
+        let back = dir.path().join("back.npy");
+        write_npy(&back, t).expect("write");
+        let little = descr.replace('>', "<");
+        assert!(String::from_utf8_lossy(&std::fs::read(&back).expect("read back")).contains(&format!("'descr': '{little}'")), "{descr}");
+        assert_eq!(&read_arrays(&back).expect("read back").arrays["back"], t, "{descr}");
+    }
+}
+
+#[test]
+fn sixty_four_bit_integers_stay_exact_in_raw_arrays() {
+    // Beyond 2^53 an f64 cannot hold them; the file's own bytes (a view, or converted
+    // from big-endian) keep them, as the weights blob and the C target see them.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v.npy");
+    let big = [u64::MAX, (1 << 53) + 1];
+    let signed = [i64::MIN + 1, (1 << 53) + 1];
+    for descr in ["<u8", ">u8", "<i8", ">i8"] {
+        if descr.ends_with("u8") {
+            write_raw(&path, descr, &[2], npyz::Order::C, big.to_vec());
+        } else {
+            write_raw(&path, descr, &[2], npyz::Order::C, signed.to_vec());
+        }
+        let raw = &super::read_raw_arrays(&path).expect("read").arrays["v"];
+        let want: Vec<u8> = if descr.ends_with("u8") { big.iter().flat_map(|x| x.to_le_bytes()).collect() } else { signed.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        assert_eq!(raw.bytes(), want.as_slice(), "{descr}");
     }
 }
 
@@ -327,11 +359,11 @@ fn big_endian_and_narrow_integers() {
 fn unsupported_npy_dtypes_are_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("u.npy");
-    write_raw(&path, "<u8", &[2], npyz::Order::C, vec![1u64, 2]);
-    let supported = "(supported: float16/32/64, int8/16/32/64, uint8/16/32, bool)";
+    std::fs::write(&path, npy_bytes("{'descr': '<f16', 'fortran_order': False, 'shape': (1,), }", &[0; 16])).expect("write");
+    let supported = "(supported: float16/32/64, int8/16/32/64, uint8/16/32/64, bool)";
     assert_eq!(
         read_error(&path),
-        format!("cannot read {}: array 'u': unsupported dtype '<u8' {supported}", path.display())
+        format!("cannot read {}: array 'u': unsupported dtype '<f16' {supported}", path.display())
     );
     std::fs::write(&path, npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", &[0; 8]))
         .expect("write");
@@ -435,18 +467,33 @@ fn safetensors_dtypes_and_order() {
     let names: Vec<&str> = file.arrays.keys().map(String::as_str).collect();
     assert_eq!(names, ["alpha", "flags", "mid", "s", "zeta"]);
     assert_eq!(file.arrays["zeta"], Tensor::new(Dtype::Bf16, vec![2], vec![1.5, -3.0]));
-    assert_eq!(file.arrays["alpha"], Tensor::new(Dtype::I32, vec![1, 2], vec![-3.0, 100.0]));
-    assert_eq!(file.arrays["mid"], Tensor::new(Dtype::I64, vec![2], vec![7.0, 4294967295.0]));
+    assert_eq!(file.arrays["alpha"], Tensor::new(Dtype::I8, vec![1, 2], vec![-3.0, 100.0]));
+    assert_eq!(file.arrays["mid"], Tensor::new(Dtype::U32, vec![2], vec![7.0, 4294967295.0]));
     assert_eq!(file.arrays["flags"], Tensor::new(Dtype::Bool, vec![3], vec![0.0, 1.0, 1.0]));
     assert_eq!(file.arrays["s"], Tensor::scalar(Dtype::F64, 0.1));
 
-    let u64s = [0u8; 16];
-    let views = vec![("big", TensorView::new(St::U64, vec![2], &u64s).expect("view"))];
+    // Every integer type is a view of the file in its own dtype, u64 beyond 2^53
+    // exactly, and is written back as itself.
+    let u64s: Vec<u8> = [u64::MAX, 5].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let i16s: Vec<u8> = [i16::MIN, 7].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let views = vec![("big", TensorView::new(St::U64, vec![2], &u64s).expect("view")), ("short", TensorView::new(St::I16, vec![2], &i16s).expect("view"))];
+    std::fs::write(&path, ::safetensors::serialize(views, None).expect("serialize")).expect("write");
+    let raw = super::read_raw_arrays(&path).expect("read");
+    assert_eq!((raw.arrays["big"].dtype, raw.arrays["big"].bytes()), (Dtype::U64, u64s.as_slice()));
+    assert_eq!((raw.arrays["short"].dtype, raw.arrays["short"].bytes()), (Dtype::I16, i16s.as_slice()));
+    let arrays: Vec<(String, crate::tensor::RawTensor)> = raw.arrays.into_iter().collect();
+    let back = super::raw_safetensors_bytes(&arrays).expect("write");
+    let st = ::safetensors::SafeTensors::deserialize(&back).expect("read back");
+    assert_eq!((st.tensor("big").expect("big").dtype(), st.tensor("big").expect("big").data()), (St::U64, u64s.as_slice()));
+    assert_eq!((st.tensor("short").expect("short").dtype(), st.tensor("short").expect("short").data()), (St::I16, i16s.as_slice()));
+
+    let c64s = [0u8; 16];
+    let views = vec![("big", TensorView::new(St::C64, vec![2], &c64s).expect("view"))];
     std::fs::write(&path, ::safetensors::serialize(views, None).expect("serialize")).expect("write");
     assert_eq!(
         read_error(&path),
         format!(
-            "cannot read {}: tensor 'big': unsupported dtype U64 (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, BOOL)",
+            "cannot read {}: tensor 'big': unsupported dtype C64 (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL)",
             path.display()
         )
     );

@@ -1,17 +1,52 @@
-//! Elementwise kernels: unary functions, binary operators with NumPy broadcasting, and
-//! `where`. Each element is computed in f64; the caller rounds the result to the node's
-//! dtype, so integer results that overflow their type saturate (see `tensor::round_to`)
-//! rather than wrap as NumPy's fixed-width integers would.
+//! Elementwise kernels: unary functions, binary operators with NumPy broadcasting,
+//! `where` and casts. Float results are computed in f64 and rounded by the caller to
+//! the node's dtype. Integer arithmetic (negation, +, -, *, powers, floor division,
+//! shifts) is computed on the operands' two's-complement bits and wraps modulo 2^bits
+//! of the result type, as C's (and NumPy's) fixed-width integers do: see [`to_bits`].
 
 use super::index::{broadcast_strides, Offsets};
 use super::special::{erf, erfc};
 use crate::error::Result;
 use crate::ir::{BinaryOp, Composite, Dtype, UnaryOp};
-use crate::tensor::Tensor;
+use crate::tensor::{float_to_int, Tensor};
 use crate::user_error;
 
 pub fn unary(op: UnaryOp, x: &Tensor) -> Vec<f64> {
-    x.data.iter().map(|&v| unary_fn(op, v)).collect()
+    let d = x.dtype;
+    match op {
+        UnaryOp::Neg if d.is_int() => x.data.iter().map(|&v| from_bits(d, 0u64.wrapping_sub(to_bits(d, v)))).collect(),
+        UnaryOp::Abs if d.is_signed_int() => x.data.iter().map(|&v| if v < 0.0 { from_bits(d, 0u64.wrapping_sub(to_bits(d, v))) } else { v }).collect(),
+        _ => x.data.iter().map(|&v| unary_fn(op, v)).collect(),
+    }
+}
+
+/// `x` converted to `to` as a cast converts it: a float to an integer saturating
+/// (`tensor::float_to_int`), an integer to another wrapping as C does (its bits, cut
+/// to the width or sign-extended); the rest as the caller's rounding to `to` does.
+pub fn cast(x: &Tensor, to: Dtype) -> Vec<f64> {
+    let from = x.dtype;
+    x.data
+        .iter()
+        .map(|&v| match (from.is_float(), from.is_int() && to.is_int()) {
+            (true, _) => float_to_int(to, v),
+            (false, true) => from_bits(to, to_bits(from, v)),
+            (false, false) => v,
+        })
+        .collect()
+}
+
+/// The two's-complement bits of `x`, a value of integer type `dtype`. The f64 images
+/// of i64::MAX and u64::MAX (2^63 and 2^64, which the conversion saturates) are those
+/// maxima again.
+pub(super) fn to_bits(dtype: Dtype, x: f64) -> u64 {
+    if dtype.is_signed_int() { x as i64 as u64 } else { x as u64 }
+}
+
+/// The value of integer type `dtype` whose bits are the low bits of `v`: wrapped modulo
+/// 2^bits, as C converts an integer to a narrower or differently signed type.
+pub(super) fn from_bits(dtype: Dtype, v: u64) -> f64 {
+    let shift = 64 - 8 * dtype.size() as u32;
+    if dtype.is_signed_int() { ((v << shift) as i64 >> shift) as f64 } else { ((v << shift) >> shift) as f64 }
 }
 
 fn unary_fn(op: UnaryOp, x: f64) -> f64 {
@@ -85,6 +120,11 @@ pub fn binary(op: BinaryOp, l: &Tensor, r: &Tensor, out: &[u64], dtype: Dtype) -
 }
 
 fn binary_fn(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> f64 {
+    if dtype.is_int() {
+        if let Some(v) = int_binary(op, dtype, a, b) {
+            return v;
+        }
+    }
     match op {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
@@ -93,13 +133,7 @@ fn binary_fn(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> f64 {
         BinaryOp::Pow => a.powf(b),
         BinaryOp::Max => max_nan(a, b),
         BinaryOp::Min => min_nan(a, b),
-        BinaryOp::FloorDiv => {
-            if dtype.is_float() {
-                (a / b).floor()
-            } else {
-                int_floor_div(a as i64, b as i64) as f64
-            }
-        }
+        BinaryOp::FloorDiv => (a / b).floor(),
         BinaryOp::Eq => bool_f64(a == b),
         BinaryOp::Ne => bool_f64(a != b),
         BinaryOp::Lt => bool_f64(a < b),
@@ -109,9 +143,53 @@ fn binary_fn(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> f64 {
         BinaryOp::And => bool_f64(a != 0.0 && b != 0.0),
         BinaryOp::Or => bool_f64(a != 0.0 || b != 0.0),
         BinaryOp::Xor => bool_f64((a != 0.0) != (b != 0.0)),
-        BinaryOp::Shl => shift_left(dtype, a as i64, b as i64),
-        BinaryOp::Shr => shift_right(dtype, a as i64, b as i64),
+        // Shifts take integers only (`shape` refuses other operands): `int_binary`.
+        BinaryOp::Shl | BinaryOp::Shr => f64::NAN,
     }
+}
+
+/// `op` on integers `a` and `b` of the result type `dtype` (the operands' values are
+/// exact in it: promotion widens), wrapping as C's fixed-width arithmetic; `None` for
+/// the ops whose f64 result is already exact (comparisons, max, min).
+fn int_binary(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> Option<f64> {
+    let (x, y) = (to_bits(dtype, a), to_bits(dtype, b));
+    let bits = 8 * dtype.size() as u64;
+    let wrap = |v: u64| Some(from_bits(dtype, v));
+    match op {
+        BinaryOp::Add => wrap(x.wrapping_add(y)),
+        BinaryOp::Sub => wrap(x.wrapping_sub(y)),
+        BinaryOp::Mul => wrap(x.wrapping_mul(y)),
+        // (a negative exponent is refused before)
+        BinaryOp::Pow => wrap(wrapping_pow(x, y)),
+        BinaryOp::FloorDiv if dtype.is_signed_int() => wrap(int_floor_div(x as i64, y as i64) as u64),
+        // Division by zero gives 0, as for signed integers.
+        BinaryOp::FloorDiv => wrap(x.checked_div(y).unwrap_or(0)),
+        // NumPy's `left_shift` in the operand width: bits shifted out are lost, and a
+        // shift by a negative amount or by the width or more gives 0.
+        BinaryOp::Shl if (0.0..bits as f64).contains(&b) => wrap(x << y),
+        BinaryOp::Shl => Some(0.0),
+        // NumPy's `right_shift`: arithmetic for signed types, and a shift by the width
+        // or more (or a negative amount) leaves only the sign: -1 for negative numbers,
+        // 0 otherwise.
+        BinaryOp::Shr if (0.0..bits as f64).contains(&b) => {
+            wrap(if dtype.is_signed_int() { ((x as i64) >> y) as u64 } else { x >> y })
+        }
+        BinaryOp::Shr => Some(if a < 0.0 { -1.0 } else { 0.0 }),
+        _ => None,
+    }
+}
+
+/// `base^e` modulo 2^64, by squaring.
+fn wrapping_pow(mut base: u64, mut e: u64) -> u64 {
+    let mut r = 1u64;
+    while e > 0 {
+        if e & 1 == 1 {
+            r = r.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    r
 }
 
 /// `where(cond, a, b)` with all three broadcast to `out`.
@@ -162,28 +240,3 @@ fn int_floor_div(a: i64, b: i64) -> i64 {
     }
 }
 
-fn bit_width(dtype: Dtype) -> i64 {
-    if dtype == Dtype::I32 { 32 } else { 64 }
-}
-
-/// NumPy's `left_shift` in the operand width: bits shifted out are lost, and a shift by
-/// a negative amount or by the width or more gives 0.
-fn shift_left(dtype: Dtype, a: i64, s: i64) -> f64 {
-    if !(0..bit_width(dtype)).contains(&s) {
-        return 0.0;
-    }
-    if dtype == Dtype::I32 {
-        ((a as i32) << s) as f64
-    } else {
-        (a << s) as f64
-    }
-}
-
-/// NumPy's `right_shift`: arithmetic, and a shift by the width or more (or a negative
-/// amount) leaves only the sign: -1 for negative numbers, 0 otherwise.
-fn shift_right(dtype: Dtype, a: i64, s: i64) -> f64 {
-    if !(0..bit_width(dtype)).contains(&s) {
-        return if a < 0 { -1.0 } else { 0.0 };
-    }
-    (a >> s) as f64
-}

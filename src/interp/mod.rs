@@ -52,9 +52,8 @@ pub fn eval_op(op: &Op, args: &[&Tensor], ty: &TensorType, consts: &[Constant]) 
         Op::Unary(u) => elementwise::unary(*u, args[0]),
         Op::Binary(b) => elementwise::binary(*b, args[0], args[1], &out, ty.dtype)?,
         Op::Where => elementwise::select(args[0], args[1], args[2], &out),
-        // Tensor::new below does the conversion (ints truncate toward zero).
-        Op::Cast { .. } => args[0].data.clone(),
-        Op::MatMul => matmul::matmul(args[0], args[1], &out),
+        Op::Cast { to } => elementwise::cast(args[0], *to),
+        Op::MatMul => matmul::matmul(args[0], args[1], &out, ty.dtype),
         Op::Conv(attrs) => window::conv(attrs, args[0], args[1], args.get(2).copied(), &out),
         Op::Pool(attrs) => window::pool(attrs, args[0], &out),
         Op::Reduce { kind, axes, keepdim: _ } => reduce::reduce(*kind, args[0], axes)?,
@@ -200,8 +199,10 @@ fn last_uses(graph: &Graph) -> Result<Vec<Option<usize>>> {
 /// The fed value of input or parameter `v`, checked against its declared type.
 ///
 /// A float feed for a float input of another width (f64 data for an f32 input, say) is
-/// rounded to the declared dtype, as a caller would cast at the boundary; any other dtype
-/// difference is an error, since converting ints or bools could silently change meaning.
+/// rounded to the declared dtype, as a caller would cast at the boundary, and an integer
+/// feed for an integer input that holds all its values (u8 data for an i32 input) is
+/// taken as it is; any other dtype difference is an error, since converting ints or
+/// bools could silently change meaning.
 fn feed<'a>(graph: &Graph, v: ValueId, feeds: &'a BTreeMap<String, Tensor>) -> Result<Cow<'a, Tensor>> {
     let node = graph.node(v);
     let kind = if node.op == Op::Param { "parameter" } else { "input" };
@@ -226,6 +227,8 @@ fn feed<'a>(graph: &Graph, v: ValueId, feeds: &'a BTreeMap<String, Tensor>) -> R
         Ok(Cow::Borrowed(t))
     } else if t.dtype.is_float() && ty.dtype.is_float() {
         Ok(Cow::Owned(Tensor::new(ty.dtype, t.shape.clone(), t.data.clone())))
+    } else if t.dtype.is_int() && ty.dtype.is_int() && crate::ir::Dtype::promote(t.dtype, ty.dtype) == ty.dtype {
+        Ok(Cow::Owned(Tensor { dtype: ty.dtype, shape: t.shape.clone(), data: t.data.clone() }))
     } else {
         Err(user_error!("{kind} `{name}` is declared {ty} but was given {} values", t.dtype))
     }

@@ -1,10 +1,12 @@
 //! Reductions: sum/mean/max/min/prod over a set of axes, argmax/argmin, variance and
-//! softmax. All accumulate in f64, in row-major order of the input.
+//! softmax. All accumulate in f64, in row-major order of the input, but sums and
+//! products of integers, which accumulate their two's-complement bits and wrap as C's
+//! do.
 //!
 //! The output of a reduction is laid out the same with or without `keepdim` (the kept
 //! size-1 dimensions do not move any element), so the kernels ignore `keepdim`.
 
-use super::elementwise::{max_nan, min_nan};
+use super::elementwise::{from_bits, max_nan, min_nan, to_bits};
 use super::index::{numel, split_at_axis, Offsets};
 use crate::error::Result;
 use crate::ir::{ArgKind, ReduceKind, Shape};
@@ -40,6 +42,15 @@ pub fn reduce(kind: ReduceKind, x: &Tensor, axes: &[usize]) -> Result<Vec<f64>> 
             kind.name(),
             Shape::known(&x.shape)
         ));
+    }
+    let d = x.dtype;
+    if d.is_int() && matches!(kind, ReduceKind::Sum | ReduceKind::Prod) {
+        let (init, combine): (u64, fn(u64, u64) -> u64) = if kind == ReduceKind::Sum { (0, u64::wrapping_add) } else { (1, u64::wrapping_mul) };
+        let mut acc = vec![init; outputs];
+        for (&v, slot) in x.data.iter().zip(walk) {
+            acc[slot] = combine(acc[slot], to_bits(d, v));
+        }
+        return Ok(acc.into_iter().map(|v| from_bits(d, v)).collect());
     }
     let mut acc = vec![init; outputs];
     for (&v, slot) in x.data.iter().zip(walk) {

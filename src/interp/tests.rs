@@ -569,3 +569,120 @@ fn intermediates_are_freed_after_their_last_use() {
     // x, w and c die at their single use; the matmul dies at the add; y and total are outputs.
     assert_eq!(last_uses(&g).unwrap(), vec![Some(3), Some(3), Some(4), Some(4), None, None]);
 }
+
+fn ints(dtype: Dtype, data: &[f64]) -> Tensor {
+    t(dtype, &[data.len() as u64], data)
+}
+
+/// Integer arithmetic wraps in the result type, as C's fixed-width integers (and
+/// NumPy's) do: u8 200 + 100 is 44, i8 100 + 100 is -56.
+#[test]
+fn narrow_integer_arithmetic_wraps() {
+    let (a, b) = (ints(Dtype::U8, &[200.0, 3.0, 0.0, 255.0]), ints(Dtype::U8, &[100.0, 5.0, 1.0, 255.0]));
+    assert_eq!(binary(BinaryOp::Add, &a, &b).data, vec![44.0, 8.0, 1.0, 254.0]);
+    assert_eq!(binary(BinaryOp::Sub, &a, &b).data, vec![100.0, 254.0, 255.0, 0.0]);
+    assert_eq!(binary(BinaryOp::Mul, &a, &b).data, vec![32.0, 15.0, 0.0, 1.0]);
+    assert_eq!(unary(UnaryOp::Neg, &a), vec![56.0, 253.0, 0.0, 1.0]);
+    let i = ints(Dtype::I8, &[100.0, -128.0, -5.0, 127.0]);
+    assert_eq!(binary(BinaryOp::Add, &i, &i).data, vec![-56.0, 0.0, -10.0, -2.0]);
+    assert_eq!(unary(UnaryOp::Neg, &i), vec![-100.0, -128.0, 5.0, -127.0]);
+    assert_eq!(unary(UnaryOp::Abs, &i), vec![100.0, -128.0, 5.0, 127.0]);
+    // u16 * u16 wraps modulo 2^16 (C computes it in uint32_t).
+    let w = ints(Dtype::U16, &[65535.0, 300.0]);
+    assert_eq!(binary(BinaryOp::Mul, &w, &w).data, vec![1.0, 24464.0]);
+    // u32 and i32 products are exact before wrapping (not rounded through an f64).
+    let u = ints(Dtype::U32, &[4294967295.0, 123456789.0]);
+    assert_eq!(binary(BinaryOp::Mul, &u, &u).data, vec![1.0, (123456789u64 * 123456789 % (1 << 32)) as f64]);
+    let s = ints(Dtype::I32, &[2147483647.0, -2147483648.0]);
+    assert_eq!(binary(BinaryOp::Add, &s, &ints(Dtype::I32, &[1.0, -1.0])).data, vec![-2147483648.0, 2147483647.0]);
+    assert_eq!(binary(BinaryOp::Mul, &s, &s).data, vec![1.0, 0.0]);
+    // Powers wrap too: 3^20 modulo 2^8, and (-2)^7 in i8.
+    assert_eq!(binary(BinaryOp::Pow, &ints(Dtype::U8, &[3.0]), &ints(Dtype::U8, &[20.0])).data, vec![(3u64.pow(20) % 256) as f64]);
+    assert_eq!(binary(BinaryOp::Pow, &ints(Dtype::I8, &[-2.0, -2.0]), &ints(Dtype::I8, &[7.0, 8.0])).data, vec![-128.0, 0.0]);
+    // Mixed operands promote as NumPy's: u8 and i8 to i16, without wrapping.
+    let m = binary(BinaryOp::Add, &ints(Dtype::U8, &[255.0]), &ints(Dtype::I8, &[-128.0]));
+    assert_eq!((m.dtype, m.data), (Dtype::I16, vec![127.0]));
+    // Comparisons, max and min of unsigned values.
+    let (p, q) = (ints(Dtype::U32, &[4294967295.0, 7.0]), ints(Dtype::U32, &[0.0, 9.0]));
+    assert_eq!(binary(BinaryOp::Gt, &p, &q).data, vec![1.0, 0.0]);
+    assert_eq!(binary(BinaryOp::Max, &p, &q).data, vec![4294967295.0, 9.0]);
+    assert_eq!(binary(BinaryOp::Min, &p, &q).data, vec![0.0, 7.0]);
+}
+
+#[test]
+fn integer_division_and_shifts_of_every_width() {
+    // Unsigned floor division truncates; by zero it gives 0, as signed division does.
+    let (a, b) = (ints(Dtype::U8, &[7.0, 255.0, 9.0]), ints(Dtype::U8, &[2.0, 16.0, 0.0]));
+    assert_eq!(binary(BinaryOp::FloorDiv, &a, &b).data, vec![3.0, 15.0, 0.0]);
+    // -128 // -1 is 128, which wraps to -128 in i8 (NumPy gives the same).
+    let (c, d) = (ints(Dtype::I8, &[-128.0, -7.0]), ints(Dtype::I8, &[-1.0, 2.0]));
+    assert_eq!(binary(BinaryOp::FloorDiv, &c, &d).data, vec![-128.0, -4.0]);
+    // u64 beyond i64's range divides as unsigned (u64::MAX's f64 image is 2^64).
+    let big = ints(Dtype::U64, &[u64::MAX as f64, 1e19]);
+    assert_eq!(binary(BinaryOp::FloorDiv, &big, &ints(Dtype::U64, &[2.0, 10.0])).data, vec![(u64::MAX / 2) as f64, 1e18]);
+    // Shifts in the type's width: u8 1 << 7 is 128, 1 << 8 gives 0; i8 1 << 7 is -128;
+    // right shifts are logical for unsigned types and arithmetic for signed ones.
+    let one = ints(Dtype::U8, &[1.0, 1.0, 255.0, 255.0]);
+    assert_eq!(binary(BinaryOp::Shl, &one, &ints(Dtype::U8, &[7.0, 8.0, 4.0, 200.0])).data, vec![128.0, 0.0, 240.0, 0.0]);
+    assert_eq!(binary(BinaryOp::Shr, &one, &ints(Dtype::U8, &[0.0, 1.0, 4.0, 9.0])).data, vec![1.0, 0.0, 15.0, 0.0]);
+    let i = ints(Dtype::I8, &[1.0, -128.0, -128.0, 64.0]);
+    assert_eq!(binary(BinaryOp::Shl, &i, &ints(Dtype::I8, &[7.0, 1.0, 0.0, 1.0])).data, vec![-128.0, 0.0, -128.0, -128.0]);
+    assert_eq!(binary(BinaryOp::Shr, &i, &ints(Dtype::I8, &[1.0, 7.0, 8.0, -1.0])).data, vec![0.0, -1.0, -1.0, 0.0]);
+    let u = ints(Dtype::U64, &[u64::MAX as f64, 1.0]);
+    assert_eq!(binary(BinaryOp::Shr, &u, &ints(Dtype::U64, &[60.0, 64.0])).data, vec![15.0, 0.0]);
+    assert_eq!(binary(BinaryOp::Shl, &ints(Dtype::U64, &[1.0]), &ints(Dtype::U64, &[63.0])).data, vec![(1u64 << 63) as f64]);
+}
+
+#[test]
+fn casts_between_integers_wrap_and_floats_saturate() {
+    let i = ints(Dtype::I32, &[300.0, -1.0, 65535.0, -129.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::U8 }, &[&i]).data, vec![44.0, 255.0, 255.0, 127.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I8 }, &[&i]).data, vec![44.0, -1.0, -1.0, 127.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I16 }, &[&i]).data, vec![300.0, -1.0, -1.0, -129.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::U32 }, &[&i]).data, vec![300.0, 4294967295.0, 65535.0, 4294967167.0]);
+    // 64 bits: -1 is u64::MAX, and u64::MAX back is -1 (through the bits, not the f64).
+    let m = ok(Op::Cast { to: Dtype::U64 }, &[&i64t(&[1], &[-1.0])]);
+    assert_eq!(m.data, vec![u64::MAX as f64]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I64 }, &[&m]).data, vec![-1.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I32 }, &[&i64t(&[1], &[4294967296.0 + 7.0])]).data, vec![7.0]);
+    // Floats truncate toward zero and saturate, NaN as 0 (C leaves these undefined).
+    let x = f64t(&[6], &[300.5, -3.5, 254.9, f64::NAN, f64::INFINITY, -0.5]);
+    assert_eq!(ok(Op::Cast { to: Dtype::U8 }, &[&x]).data, vec![255.0, 0.0, 254.0, 0.0, 255.0, 0.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I8 }, &[&x]).data, vec![127.0, -3.0, 127.0, 0.0, 127.0, 0.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::U64 }, &[&x]).data, vec![300.0, 0.0, 254.0, 0.0, u64::MAX as f64, 0.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I32 }, &[&f64t(&[1], &[3e9])]).data, vec![2147483647.0]);
+    // Bools are 0 and 1; integers become bools by != 0.
+    assert_eq!(ok(Op::Cast { to: Dtype::U16 }, &[&boolt(&[2], &[1.0, 0.0])]).data, vec![1.0, 0.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::Bool }, &[&ints(Dtype::U8, &[0.0, 200.0])]).data, vec![0.0, 1.0]);
+}
+
+#[test]
+fn integer_sums_products_and_matmuls_wrap() {
+    let x = t(Dtype::U8, &[2, 3], &[200.0, 100.0, 1.0, 16.0, 16.0, 2.0]);
+    assert_eq!(reduce(ReduceKind::Sum, &[1], false, &x).data, vec![45.0, 34.0]);
+    assert_eq!(reduce(ReduceKind::Prod, &[1], false, &x).data, vec![32.0, 0.0]);
+    assert_eq!(reduce(ReduceKind::Max, &[1], false, &x).data, vec![200.0, 16.0]);
+    let p = ints(Dtype::U32, &[4294967295.0, 4294967295.0, 3.0]);
+    assert_eq!(reduce(ReduceKind::Prod, &[0], false, &p).data, vec![3.0]);
+    // [1, 3] x [3, 1] of u32: 4294967295^2 + 1 + 2*2^31 = 2^64 - 2^33 + 2^32 + 2 wraps.
+    let a = t(Dtype::U32, &[1, 3], &[4294967295.0, 1.0, 2.0]);
+    let b = t(Dtype::U32, &[3, 1], &[4294967295.0, 1.0, 2147483648.0]);
+    assert_eq!(ok(Op::MatMul, &[&a, &b]).data, vec![2.0]);
+    let c = t(Dtype::I8, &[1, 2], &[100.0, 100.0]);
+    assert_eq!(ok(Op::MatMul, &[&c, &t(Dtype::I8, &[2, 1], &[2.0, 1.0])]).data, vec![44.0]);
+}
+
+/// An integer feed for a wider integer input that holds all its values is taken (u8
+/// data for an i32 input, as data files gave before they kept u8); one that may not
+/// fit is refused.
+#[test]
+fn integer_feeds_widen_only_when_every_value_fits() {
+    let mut g = Graph::new("widen");
+    let x = g.push(Op::Input, vec![], TensorType::new(Dtype::I32, Shape::known(&[2])));
+    g.nodes[x.index()].name = Some("x".into());
+    g.outputs = vec![Output { name: "y".into(), value: x, loss: false }];
+    let out = run(&g, &feeds(&[("x", ints(Dtype::U8, &[255.0, 0.0]))])).expect("u8 into i32");
+    assert_eq!((out[0].1.dtype, &out[0].1.data), (Dtype::I32, &vec![255.0, 0.0]));
+    assert_eq!(run(&g, &feeds(&[("x", ints(Dtype::U32, &[1.0, 2.0]))])).unwrap_err().to_string(), "input `x` is declared i32[2] but was given u32 values");
+    assert_eq!(run(&g, &feeds(&[("x", boolt(&[2], &[1.0, 0.0]))])).unwrap_err().to_string(), "input `x` is declared i32[2] but was given bool values");
+}

@@ -78,3 +78,57 @@ fn bad_attributes_are_reported_on_their_line() {
         assert_eq!(got, want, "for `{line}`");
     }
 }
+
+/// Integer promotion is NumPy's: this table is `numpy.promote_types` (NumPy 2.x) for
+/// every pair of integer types, row by column, in the order of `INTS`.
+#[test]
+fn integer_promotion_is_numpys() {
+    use Dtype::*;
+    const INTS: [Dtype; 8] = [I8, U8, I16, U16, I32, U32, I64, U64];
+    let numpy: [[Dtype; 8]; 8] = [
+        [I8, I16, I16, I32, I32, I64, I64, F64],
+        [I16, U8, I16, U16, I32, U32, I64, U64],
+        [I16, I16, I16, I32, I32, I64, I64, F64],
+        [I32, U16, I32, U16, I32, U32, I64, U64],
+        [I32, I32, I32, I32, I32, I64, I64, F64],
+        [I64, U32, I64, U32, I64, U32, I64, U64],
+        [I64, I64, I64, I64, I64, I64, I64, F64],
+        [F64, U64, F64, U64, F64, U64, F64, U64],
+    ];
+    for (a, row) in INTS.iter().zip(numpy) {
+        for (b, want) in INTS.iter().zip(row) {
+            assert_eq!(Dtype::promote(*a, *b), want, "{a} with {b}");
+        }
+    }
+    // Bool gives way; an integer with a float gives the float (not NumPy's f64 for
+    // i32 with f32, as before these types).
+    for d in INTS {
+        assert_eq!(Dtype::promote(Bool, d), d);
+        assert_eq!(Dtype::promote(d, F32), F32);
+        assert_eq!(Dtype::promote(F16, d), F16);
+    }
+    assert_eq!(Dtype::promote(F16, Bf16), F32);
+    assert_eq!(Dtype::promote(F64, F32), F64);
+}
+
+#[test]
+fn integer_types_sizes_signs_and_names() {
+    use Dtype::*;
+    let rows = [(I8, "i8", 1, true), (U8, "u8", 1, false), (I16, "i16", 2, true), (U16, "u16", 2, false), (I32, "i32", 4, true), (U32, "u32", 4, false), (I64, "i64", 8, true), (U64, "u64", 8, false)];
+    for (d, name, size, signed) in rows {
+        assert_eq!((d.name(), d.size(), d.is_int(), d.is_signed_int(), d.is_unsigned_int(), d.is_float()), (name, size, true, signed, !signed, false));
+        assert_eq!(Dtype::from_name(name), Some(d));
+    }
+    assert_eq!(U8.int_range(), Some((0.0, 255.0)));
+    assert_eq!(I16.int_range(), Some((-32768.0, 32767.0)));
+    assert_eq!(Bool.int_range(), None);
+    assert!(!Bool.is_int());
+}
+
+/// A graph of the new types prints and reads back, constants included.
+#[test]
+fn integer_types_print_and_read_back() {
+    let text = "graph g {\n  %0 = input \"x\" : u8[3]\n  %1 = constant {value = [250, 7, 0]} : u8[3]\n  %2 = add %0, %1 : u8[3]\n  %3 = cast %2 {to = u64} : u64[3]\n  %4 = constant {value = [-3, 4, 5]} : i16[3]\n  %5 = mul %3, %3 : u64[3]\n  %6 = cast %4 {to = i8} : i8[3]\n  %7 = cast %6 {to = u16} : u16[3]\n  %8 = cast %7 {to = u32} : u32[3]\n  output \"y\" = %5\n  output \"z\" = %8\n}\n";
+    let g = parse(text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(print(&g), text);
+}

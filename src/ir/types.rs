@@ -13,6 +13,12 @@ kinds! {
         I32 = "i32",
         I64 = "i64",
         Bool = "bool",
+        I8 = "i8",
+        U8 = "u8",
+        I16 = "i16",
+        U16 = "u16",
+        U32 = "u32",
+        U64 = "u64",
     }
 }
 
@@ -21,38 +27,88 @@ impl Dtype {
         matches!(self, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16)
     }
 
+    /// Whether the type is an integer type, signed or unsigned (bool is not).
     pub fn is_int(self) -> bool {
-        matches!(self, Dtype::I32 | Dtype::I64)
+        self.is_signed_int() || self.is_unsigned_int()
+    }
+
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64)
+    }
+
+    pub fn is_unsigned_int(self) -> bool {
+        matches!(self, Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64)
     }
 
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
         match self {
-            Dtype::F64 | Dtype::I64 => 8,
-            Dtype::F32 | Dtype::I32 => 4,
-            Dtype::F16 | Dtype::Bf16 => 2,
-            Dtype::Bool => 1,
+            Dtype::F64 | Dtype::I64 | Dtype::U64 => 8,
+            Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
+            Dtype::F16 | Dtype::Bf16 | Dtype::I16 | Dtype::U16 => 2,
+            Dtype::Bool | Dtype::I8 | Dtype::U8 => 1,
         }
     }
 
-    /// NumPy-style promotion of two tensor operands: bool < ints < floats, wider wins.
+    /// The smallest and largest value of an integer type, as f64s (those of i64 and
+    /// u64 rounded: `i64::MAX` and `u64::MAX` become 2^63 and 2^64); `None` for the
+    /// others.
+    pub fn int_range(self) -> Option<(f64, f64)> {
+        Some(match self {
+            Dtype::I8 => (f64::from(i8::MIN), f64::from(i8::MAX)),
+            Dtype::U8 => (0.0, f64::from(u8::MAX)),
+            Dtype::I16 => (f64::from(i16::MIN), f64::from(i16::MAX)),
+            Dtype::U16 => (0.0, f64::from(u16::MAX)),
+            Dtype::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
+            Dtype::U32 => (0.0, f64::from(u32::MAX)),
+            Dtype::I64 => (i64::MIN as f64, i64::MAX as f64),
+            Dtype::U64 => (0.0, u64::MAX as f64),
+            Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16 | Dtype::Bool => return None,
+        })
+    }
+
+    /// NumPy's promotion of two tensor operands (`numpy.promote_types`) among
+    /// integers: the wider of two of the same signedness; for a signed and an unsigned
+    /// type, the signed one if it is wider, else the signed type twice the unsigned
+    /// one's width (u8 and i8 give i16), and f64 for u64 with any signed type (no
+    /// integer type holds both). Bool gives way to everything; an integer and a float
+    /// give the float (as Mithril and PyTorch promote, where NumPy would widen an f32
+    /// for i32 to f64); f16 and bf16 give f32; otherwise the wider float.
     pub fn promote(a: Dtype, b: Dtype) -> Dtype {
-        fn rank(d: Dtype) -> u8 {
+        fn float_rank(d: Dtype) -> u8 {
             match d {
-                Dtype::Bool => 0,
-                Dtype::I32 => 1,
-                Dtype::I64 => 2,
-                Dtype::Bf16 => 3,
-                Dtype::F16 => 4,
-                Dtype::F32 => 5,
-                Dtype::F64 => 6,
+                Dtype::Bf16 => 0,
+                Dtype::F16 => 1,
+                Dtype::F32 => 2,
+                _ => 3,
             }
         }
         match (a, b) {
+            _ if a == b => a,
+            (Dtype::Bool, other) | (other, Dtype::Bool) => other,
             // f16 and bf16 have no common narrower type.
             (Dtype::F16, Dtype::Bf16) | (Dtype::Bf16, Dtype::F16) => Dtype::F32,
-            _ if rank(a) >= rank(b) => a,
-            _ => b,
+            _ if a.is_float() && b.is_float() => {
+                if float_rank(a) >= float_rank(b) { a } else { b }
+            }
+            _ if a.is_float() => a,
+            _ if b.is_float() => b,
+            _ if a.is_signed_int() == b.is_signed_int() => {
+                if a.size() >= b.size() { a } else { b }
+            }
+            _ => {
+                let (s, u) = if a.is_signed_int() { (a, b) } else { (b, a) };
+                if s.size() > u.size() {
+                    s
+                } else {
+                    match u {
+                        Dtype::U8 => Dtype::I16,
+                        Dtype::U16 => Dtype::I32,
+                        Dtype::U32 => Dtype::I64,
+                        _ => Dtype::F64,
+                    }
+                }
+            }
         }
     }
 }

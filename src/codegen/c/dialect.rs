@@ -24,6 +24,12 @@ impl Dialect for C {
             Dtype::I32 => "int32_t",
             Dtype::I64 => "int64_t",
             Dtype::Bool => "uint8_t",
+            Dtype::I8 => "int8_t",
+            Dtype::U8 => "uint8_t",
+            Dtype::I16 => "int16_t",
+            Dtype::U16 => "uint16_t",
+            Dtype::U32 => "uint32_t",
+            Dtype::U64 => "uint64_t",
             // Rejected before rendering (lowering refuses f16/bf16 for C).
             Dtype::F16 | Dtype::Bf16 => "float",
         }

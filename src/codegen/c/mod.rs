@@ -510,7 +510,7 @@ impl TemplateContext {
                 name: comment_safe(n),
                 name_c: c_string(&port_label(n)),
                 ctype: C.ty(b.dtype),
-                descr: npy_descr(b.dtype),
+                descr: crate::data::npy_descr(b.dtype),
                 elem: b.dtype.size(),
                 size: shape.iter().product(),
                 rank: shape.len(),
@@ -528,6 +528,12 @@ impl TemplateContext {
                     Dtype::I32 => "I32",
                     Dtype::I64 => "I64",
                     Dtype::Bool => "BOOL",
+                    Dtype::I8 => "I8",
+                    Dtype::U8 => "U8",
+                    Dtype::I16 => "I16",
+                    Dtype::U16 => "U16",
+                    Dtype::U32 => "U32",
+                    Dtype::U64 => "U64",
                 },
                 layout: match port.layout {
                     Layout::RowMajor => 0,
@@ -646,17 +652,6 @@ fn train_step_c(b: &Program, t: &TrainLayout, name: &str, s: &mut String) {
         );
     }
     let _ = writeln!(s, "    return *(const {ty} *)outputs[{}];\n}}", t.loss);
-}
-
-
-fn npy_descr(d: Dtype) -> &'static str {
-    match d {
-        Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "<f4",
-        Dtype::F64 => "<f8",
-        Dtype::I32 => "<i4",
-        Dtype::I64 => "<i8",
-        Dtype::Bool => "|b1",
-    }
 }
 
 /// `model.c`: the forward pass, and with `--grad` the backward pass and the training

@@ -34,14 +34,14 @@ pub trait Dialect {
         }
     }
     /// The scalar helper `op` of `mithril_ops.h` for `d`: the header's names end in `f`
-    /// for f32, nothing for f64, `_i32`, `_i64` and `_u8` for the others.
+    /// for f32, nothing for f64, and the integer type's name for the others (`_i32`,
+    /// `_u64`; bool is `_u8`, the C type that holds it).
     fn helper(&self, op: &str, d: Dtype) -> String {
         match d {
             Dtype::F32 | Dtype::F16 | Dtype::Bf16 => format!("mr_{op}f"),
             Dtype::F64 => format!("mr_{op}"),
-            Dtype::I32 => format!("mr_{op}_i32"),
-            Dtype::I64 => format!("mr_{op}_i64"),
             Dtype::Bool => format!("mr_{op}_u8"),
+            Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64 => format!("mr_{op}_{d}"),
         }
     }
     /// NaN of a float type.
@@ -63,19 +63,27 @@ pub trait Dialect {
     }
     /// The smallest or largest value of an integer type (reduction identities).
     fn int_limit(&self, d: Dtype, max: bool) -> &'static str {
-        match (d == Dtype::I32, max) {
-            (true, false) => "INT32_MIN",
-            (true, true) => "INT32_MAX",
-            (false, false) => "INT64_MIN",
-            (false, true) => "INT64_MAX",
+        match (d, max) {
+            (Dtype::I8, false) => "INT8_MIN",
+            (Dtype::I8, true) => "INT8_MAX",
+            (Dtype::I16, false) => "INT16_MIN",
+            (Dtype::I16, true) => "INT16_MAX",
+            (Dtype::I32, false) => "INT32_MIN",
+            (Dtype::I32, true) => "INT32_MAX",
+            (Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64, false) => "0",
+            (Dtype::U8, true) => "UINT8_MAX",
+            (Dtype::U16, true) => "UINT16_MAX",
+            (Dtype::U32, true) => "UINT32_MAX",
+            (Dtype::U64, true) => "UINT64_MAX",
+            (_, false) => "INT64_MIN",
+            (_, true) => "INT64_MAX",
         }
     }
     /// Float `s` (of type `from`) converted to integer type `to`, saturating with NaN
-    /// as 0 as the interpreter does (a plain C cast of an out-of-range float is
-    /// undefined).
+    /// as 0 as the interpreter does (`tensor::float_to_int`; a plain C cast of an
+    /// out-of-range float is undefined): `mr_f2i32`, `mr_f2u8`, ...
     fn float_to_int(&self, s: &str, _from: Dtype, to: Dtype) -> String {
-        let f = if to == Dtype::I32 { "mr_f2i32" } else { "mr_f2i64" };
-        format!("{f}((double)({s}))")
+        format!("mr_f2{to}((double)({s}))")
     }
     /// The type sums and products of floats accumulate in (the interpreter's is f64).
     fn accumulator(&self) -> Dtype {
@@ -269,8 +277,22 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             // -9223372036854775808 negates a constant too large for int64_t.
             Dtype::I64 if x as i64 == i64::MIN => self.d.int_limit(d, false).to_string(),
             Dtype::I64 => self.d.i64_literal(x as i64),
+            // A value of the type, as the interpreter makes it (`round_to`: a pad value
+            // of -3 is 253 in u8); unsigned constants beyond `int`'s range take their
+            // suffix from the macro.
+            Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 => format!("(({}){})", self.d.ty(d), crate::tensor::round_to(d, x) as i64),
+            Dtype::U32 => format!("UINT32_C({})", crate::tensor::round_to(d, x) as u32),
+            Dtype::U64 => format!("UINT64_C({})", crate::tensor::round_to(d, x) as u64),
             Dtype::Bool => format!("(({}){})", self.d.ty(d), u8::from(x != 0.0)),
         }
+    }
+
+    /// `s`, a C expression of integer type `t` that C computes in `int` when `t` is
+    /// narrower (`i8`, `u8`, `i16`, `u16`: C promotes them), converted back to `t`, so
+    /// that it wraps as the interpreter's result does (`tensor::round_to`) before
+    /// anything else reads it.
+    fn narrowed(&self, s: String, t: Dtype) -> String {
+        if t.is_int() && t.size() < 4 { format!("(({})({s}))", self.d.ty(t)) } else { s }
     }
 
     /// The expression converted to `to` (no-op when it already has that type).
@@ -286,7 +308,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
 
     fn convert(&self, s: &str, from: Dtype, to: Dtype) -> String {
         match (from.is_float(), to) {
-            (true, Dtype::I32 | Dtype::I64) => self.d.float_to_int(s, from, to),
+            (true, to) if to.is_int() => self.d.float_to_int(s, from, to),
             (_, Dtype::Bool) => format!("(({})(({s}) != 0))", self.d.ty(to)),
             _ => format!("(({})({s}))", self.d.ty(to)),
         }
@@ -323,11 +345,15 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                 let h = |name: &str| format!("{}({a})", d.helper(name, *t));
                 let fl = *t == Dtype::F32;
                 let b = d.ty(Dtype::Bool);
+                let unsigned = t.is_unsigned_int();
                 match u {
-                    UnaryOp::Neg => format!("(-{a})"),
+                    UnaryOp::Neg => self.narrowed(format!("(-{a})"), *t),
                     UnaryOp::Abs if t.is_float() => f("fabs"),
-                    UnaryOp::Abs => format!("{}({a})", d.helper("abs", Dtype::I64)),
+                    UnaryOp::Abs if unsigned => a,
+                    UnaryOp::Abs => self.narrowed(format!("{}({a})", d.helper("abs", Dtype::I64)), *t),
                     UnaryOp::Sign if t.is_float() => h("sign"),
+                    // (Comparing an unsigned value below 0 is always false; compilers warn.)
+                    UnaryOp::Sign if unsigned => format!("(({})(({a}) != 0))", d.ty(*t)),
                     UnaryOp::Sign => format!("(({}){a} > 0) - (({}){a} < 0)", d.ty(*t), d.ty(*t)),
                     UnaryOp::Exp if fl => h("fast_exp"),
                     UnaryOp::Exp => f("exp"),
@@ -340,6 +366,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                     UnaryOp::Floor if t.is_float() => f("floor"),
                     UnaryOp::Floor => a,
                     UnaryOp::Relu if t.is_float() => h("relu"),
+                    UnaryOp::Relu if unsigned => a,
                     UnaryOp::Relu => format!("(({a}) > 0 ? ({a}) : 0)"),
                     // Only the claimed ones reach a program (`decompose` rewrites the others).
                     UnaryOp::Composite(c) => h(composite_helper(*c).unwrap_or(c.name())),
@@ -364,11 +391,14 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                 let (x, y) = (self.as_type(l, operand_ty), self.as_type(r, operand_ty));
                 let h = |name: &str| format!("{}({x}, {y})", d.helper(name, *t));
                 let bt = d.ty(Dtype::Bool);
-                let i64h = |name: &str| d.helper(name, Dtype::I64);
+                // Integer helpers compute in int64_t, u64's in uint64_t.
+                let i64h = |name: &str| d.helper(name, if *t == Dtype::U64 { Dtype::U64 } else { Dtype::I64 });
                 match b {
-                    BinaryOp::Add => format!("({x} + {y})"),
-                    BinaryOp::Sub => format!("({x} - {y})"),
-                    BinaryOp::Mul => format!("({x} * {y})"),
+                    BinaryOp::Add => self.narrowed(format!("({x} + {y})"), *t),
+                    BinaryOp::Sub => self.narrowed(format!("({x} - {y})"), *t),
+                    // u16 * u16 in `int` (C's promotion) can overflow it: unsigned instead.
+                    BinaryOp::Mul if *t == Dtype::U16 => self.narrowed(format!("((uint32_t){x} * {y})"), *t),
+                    BinaryOp::Mul => self.narrowed(format!("({x} * {y})"), *t),
                     BinaryOp::Div => format!("({x} / {y})"),
                     BinaryOp::Pow if t.is_float() => format!("{}({x}, {y})", d.math("pow", *t)),
                     BinaryOp::Pow => format!("(({}){}({x}, {y}))", d.ty(*t), i64h("pow")),
@@ -425,6 +455,8 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             ReduceKind::Sum | ReduceKind::Max if t == Dtype::Bool => ("0".into(), "(acc | v)".into()),
             ReduceKind::Prod | ReduceKind::Min if t == Dtype::Bool => ("1".into(), "(acc & v)".into()),
             ReduceKind::Sum | ReduceKind::Mean => ("0".into(), "acc + v".into()),
+            // u16 * u16 in `int` (C's promotion) can overflow it: unsigned instead.
+            ReduceKind::Prod if t == Dtype::U16 => ("1".into(), "(uint32_t)acc * v".into()),
             ReduceKind::Prod => ("1".into(), "acc * v".into()),
             ReduceKind::Max if t.is_float() => (self.literal(f64::NEG_INFINITY, t), format!("{}(acc, v)", self.d.helper("max", t))),
             ReduceKind::Min if t.is_float() => (self.literal(f64::INFINITY, t), format!("{}(acc, v)", self.d.helper("min", t))),

@@ -84,8 +84,10 @@ impl Dialect for Metal {
     fn name(&self) -> &'static str {
         "Metal"
     }
+    /// No f64 in Metal; f16/bf16 and the integer types other than i32 and i64 have
+    /// no kernels here yet (their loads, stores and the host's files are untested).
     fn supports(&self, d: Dtype) -> bool {
-        !matches!(d, Dtype::F64 | Dtype::F16 | Dtype::Bf16)
+        matches!(d, Dtype::F32 | Dtype::I32 | Dtype::I64 | Dtype::Bool)
     }
     fn ty(&self, d: Dtype) -> &'static str {
         match d {
@@ -93,6 +95,12 @@ impl Dialect for Metal {
             Dtype::I32 => "int",
             Dtype::I64 => "long",
             Dtype::Bool => "uchar",
+            Dtype::I8 => "char",
+            Dtype::U8 => "uchar",
+            Dtype::I16 => "short",
+            Dtype::U16 => "ushort",
+            Dtype::U32 => "uint",
+            Dtype::U64 => "ulong",
         }
     }
     /// `metal::` has the float functions (overloaded, no `f` suffix) except `erf`,

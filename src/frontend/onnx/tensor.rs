@@ -28,7 +28,13 @@ pub fn dtype(code: i32) -> std::result::Result<Dtype, String> {
         DataType::Int32 => Dtype::I32,
         DataType::Int64 => Dtype::I64,
         DataType::Bool => Dtype::Bool,
-        other => return Err(format!("element type {} is not supported (mithrilc's are f32, f64, f16, bf16, i32, i64 and bool)", type_name(other))),
+        DataType::Int8 => Dtype::I8,
+        DataType::Uint8 => Dtype::U8,
+        DataType::Int16 => Dtype::I16,
+        DataType::Uint16 => Dtype::U16,
+        DataType::Uint32 => Dtype::U32,
+        DataType::Uint64 => Dtype::U64,
+        other => return Err(format!("element type {} is not supported (mithrilc's are f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64 and bool)", type_name(other))),
     })
 }
 
@@ -85,7 +91,8 @@ fn typed_bytes(t: &TensorProto, dtype: Dtype, numel: u64) -> Result<Vec<u8>> {
         Dtype::F32 => t.float_data.len(),
         Dtype::F64 => t.double_data.len(),
         Dtype::I64 => t.int64_data.len(),
-        Dtype::I32 | Dtype::Bool | Dtype::F16 | Dtype::Bf16 => t.int32_data.len(),
+        Dtype::U32 | Dtype::U64 => t.uint64_data.len(),
+        Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::Bool | Dtype::F16 | Dtype::Bf16 => t.int32_data.len(),
     };
     if held as u64 != numel {
         return Err(Error::user(format!("it holds {held} elements, and its shape {:?} has {numel}", t.dims)));
@@ -97,6 +104,14 @@ fn typed_bytes(t: &TensorProto, dtype: Dtype, numel: u64) -> Result<Vec<u8>> {
         Dtype::I64 => t.int64_data.iter().for_each(|v| out.extend(v.to_le_bytes())),
         Dtype::I32 => t.int32_data.iter().for_each(|v| out.extend(v.to_le_bytes())),
         Dtype::Bool => t.int32_data.iter().for_each(|&v| out.push(u8::from(v != 0))),
+        // The narrow integers in an int32 each, uint32 and uint64 in a uint64 each: the
+        // low bytes (`as` keeps them).
+        Dtype::I8 => t.int32_data.iter().for_each(|&v| out.extend((v as i8).to_le_bytes())),
+        Dtype::U8 => t.int32_data.iter().for_each(|&v| out.extend((v as u8).to_le_bytes())),
+        Dtype::I16 => t.int32_data.iter().for_each(|&v| out.extend((v as i16).to_le_bytes())),
+        Dtype::U16 => t.int32_data.iter().for_each(|&v| out.extend((v as u16).to_le_bytes())),
+        Dtype::U32 => t.uint64_data.iter().for_each(|&v| out.extend((v as u32).to_le_bytes())),
+        Dtype::U64 => t.uint64_data.iter().for_each(|&v| out.extend(v.to_le_bytes())),
         // The 16 bits of each half float, in an int32 each.
         Dtype::F16 | Dtype::Bf16 => t.int32_data.iter().for_each(|&v| out.extend((v as u16).to_le_bytes())),
     }
