@@ -516,8 +516,8 @@ fn targets_and_op_support() {
     // What the targets' checks say: runtime-c convolves floats only; ggml has no shifts.
     assert_eq!(row("conv")[1], "f32 f64");
     assert_eq!(row("shl")[4], "-");
-    assert_eq!(row("shl")[6], "i32 i64");
-    assert_eq!(row("add")[5], "not bool");
+    assert_eq!(row("shl")[6], "i32 i64 i8 u8 i16 u16 u32 u64");
+    assert_eq!(row("add")[5], "f32 f64 f16 bf16 i32 i64");
     for op in ["matmul", "gather", "softmax", "reduce_sum", "where"] {
         assert_eq!(row(op).len(), 7, "{op}");
     }
