@@ -19,6 +19,7 @@ mod npy;
 mod safetensors;
 
 pub use npy::npy_descr;
+pub use safetensors::dtype_name as safetensors_dtype_name;
 
 use std::fs::File;
 use std::io::{self, Cursor, Read, Write};

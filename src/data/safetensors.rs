@@ -133,21 +133,7 @@ pub(super) fn encode(tensors: &[(String, RawTensor)]) -> Result<Vec<u8>> {
     for (name, t) in &sorted {
         let start = end;
         end = start.checked_add(t.bytes().len()).ok_or_else(|| crate::user_error!("cannot write safetensors: the tensors take more bytes than this machine can address"))?;
-        let dtype = match t.dtype {
-            Dtype::F32 => "F32",
-            Dtype::F64 => "F64",
-            Dtype::F16 => "F16",
-            Dtype::Bf16 => "BF16",
-            Dtype::I32 => "I32",
-            Dtype::I64 => "I64",
-            Dtype::Bool => "BOOL",
-            Dtype::I8 => "I8",
-            Dtype::U8 => "U8",
-            Dtype::I16 => "I16",
-            Dtype::U16 => "U16",
-            Dtype::U32 => "U32",
-            Dtype::U64 => "U64",
-        };
+        let dtype = dtype_name(t.dtype);
         header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [start, end]}));
     }
     let mut json = serde_json::to_string(&header).map_err(|e| crate::internal_error!("safetensors header: {e}"))?;
@@ -162,4 +148,23 @@ pub(super) fn encode(tensors: &[(String, RawTensor)]) -> Result<Vec<u8>> {
         t.release();
     }
     Ok(out)
+}
+
+/// The safetensors name of an element type (`F32`, `BF16`, `U8`, ...).
+pub fn dtype_name(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F32 => "F32",
+        Dtype::F64 => "F64",
+        Dtype::F16 => "F16",
+        Dtype::Bf16 => "BF16",
+        Dtype::I32 => "I32",
+        Dtype::I64 => "I64",
+        Dtype::Bool => "BOOL",
+        Dtype::I8 => "I8",
+        Dtype::U8 => "U8",
+        Dtype::I16 => "I16",
+        Dtype::U16 => "U16",
+        Dtype::U32 => "U32",
+        Dtype::U64 => "U64",
+    }
 }

@@ -522,19 +522,8 @@ impl TemplateContext {
                     _ => 0,
                 },
                 bytes: shape.iter().product::<u64>() * b.dtype.size() as u64,
-                st_dtype: match b.dtype {
-                    Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "F32",
-                    Dtype::F64 => "F64",
-                    Dtype::I32 => "I32",
-                    Dtype::I64 => "I64",
-                    Dtype::Bool => "BOOL",
-                    Dtype::I8 => "I8",
-                    Dtype::U8 => "U8",
-                    Dtype::I16 => "I16",
-                    Dtype::U16 => "U16",
-                    Dtype::U32 => "U32",
-                    Dtype::U64 => "U64",
-                },
+                // Halves are widened to f32 in the demo's safetensors file.
+                st_dtype: crate::data::safetensors_dtype_name(if matches!(b.dtype, Dtype::F16 | Dtype::Bf16) { Dtype::F32 } else { b.dtype }),
                 layout: match port.layout {
                     Layout::RowMajor => 0,
                     Layout::Transposed => 1,
