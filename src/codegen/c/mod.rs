@@ -509,7 +509,11 @@ impl TemplateContext {
                 },
                 name: comment_safe(n),
                 name_c: c_string(&port_label(n)),
-                ctype: C.ty(b.dtype),
+                ctype: match b.dtype {
+                    Dtype::F16 => "uint16_t (f16 bits)",
+                    Dtype::Bf16 => "uint16_t (bf16 bits)",
+                    d => C.ty(d),
+                },
                 descr: crate::data::npy_descr(b.dtype),
                 elem: b.dtype.size(),
                 size: shape.iter().product(),
@@ -523,7 +527,9 @@ impl TemplateContext {
                 },
                 bytes: shape.iter().product::<u64>() * b.dtype.size() as u64,
                 st_dtype: match b.dtype {
-                    Dtype::F32 | Dtype::F16 | Dtype::Bf16 => "F32",
+                    Dtype::F32 => "F32",
+                    Dtype::F16 => "F16",
+                    Dtype::Bf16 => "BF16",
                     Dtype::F64 => "F64",
                     Dtype::I32 => "I32",
                     Dtype::I64 => "I64",
