@@ -231,6 +231,73 @@ MR_OPS_FN uint16_t mr_where_u16(uint8_t c, uint16_t a, uint16_t b) { return c ? 
 MR_OPS_FN uint32_t mr_where_u32(uint8_t c, uint32_t a, uint32_t b) { return c ? a : b; }
 MR_OPS_FN uint64_t mr_where_u64(uint8_t c, uint64_t a, uint64_t b) { return c ? a : b; }
 
+/* f16 and bf16 tensors are held as their bits (uint16_t) and computed in float: loads
+ * widen, stores narrow, and each op's result is rounded to the type (mr_round_f16), as
+ * the interpreter rounds every result. Rounding is to nearest even; NaN stays a quiet
+ * NaN with its payload's top bits, as Rust's `half` converts. */
+MR_OPS_FN float mr_bits_to_f32(uint32_t b) {
+    float f;
+#if defined(__METAL_VERSION__)
+    f = metal::as_type<float>(b);
+#else
+    memcpy(&f, &b, sizeof f);
+#endif
+    return f;
+}
+MR_OPS_FN uint32_t mr_f32_to_bits(float f) {
+    uint32_t b;
+#if defined(__METAL_VERSION__)
+    b = metal::as_type<uint32_t>(f);
+#else
+    memcpy(&b, &f, sizeof b);
+#endif
+    return b;
+}
+/* IEEE binary16 to f32, exactly, by moving the fields (no _Float16: C99, every target):
+ * the exponent is rebiased by 112; an all-ones exponent (inf, NaN) becomes f32's; a
+ * zero exponent (zero, subnormal) goes through 2^-14 (1 + m/1024) - 2^-14, exact and
+ * without touching an f32 subnormal (slow on x86, zero under flush-to-zero). Masks, not
+ * branches or ?:, so that GCC vectorizes loops of it (the runtime's f16 weights: with
+ * ?: it did not, 10x slower). */
+MR_OPS_FN float mr_f16_to_f32(uint16_t h) {
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, e = em & 0x0f800000u;
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t infnan = 0u - (uint32_t)(e == 0x0f800000u), zero = 0u - (uint32_t)(e == 0);
+    const uint32_t o = em + 0x38000000u + (infnan & 0x38000000u);
+    const uint32_t sub = mr_f32_to_bits(mr_bits_to_f32(em + 0x38800000u) - mr_bits_to_f32(0x38800000u));
+    return mr_bits_to_f32((o & ~zero) | (sub & zero) | sign);
+}
+MR_OPS_FN uint16_t mr_f32_to_f16(float f) {
+    uint32_t x = mr_f32_to_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) { return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); }
+    /* 65520 and above (halfway past 65504, the largest f16) round to infinity */
+    if (a >= 0x477ff000u) { return (uint16_t)(sign | 0x7c00u); }
+    if (a < 0x38800000u) {
+        /* below 2^-14: a subnormal q * 2^-24 with q = m * 2^(e - 126), e the float's
+         * biased exponent (at most 112, so a shift of at least 14) */
+        uint32_t e = a >> 23, shift = 126u - e, m = (a & 0x7fffffu) | 0x800000u, q, rest, half;
+        if (e == 0 || shift > 24u) { return (uint16_t)sign; }
+        q = m >> shift;
+        rest = m & ((1u << shift) - 1u);
+        half = 1u << (shift - 1u);
+        q += (rest > half || (rest == half && (q & 1u))) ? 1u : 0u;
+        return (uint16_t)(sign | q);
+    }
+    /* normal: rebias the exponent (127 to 15) and round away the 13 low bits; a carry
+     * out of the mantissa moves to the exponent, as it should */
+    a -= 0x38000000u;
+    a += 0xfffu + ((a >> 13) & 1u);
+    return (uint16_t)(sign | a >> 13);
+}
+MR_OPS_FN float mr_bf16_to_f32(uint16_t h) { return mr_bits_to_f32((uint32_t)h << 16); }
+MR_OPS_FN uint16_t mr_f32_to_bf16(float f) {
+    uint32_t x = mr_f32_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((x >> 16) | 0x40u); }
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+MR_OPS_FN float mr_round_f16(float x) { return mr_f16_to_f32(mr_f32_to_f16(x)); }
+MR_OPS_FN float mr_round_bf16(float x) { return mr_bf16_to_f32(mr_f32_to_bf16(x)); }
+
 #if MR_OPS_F64
 MR_OPS_FN double mr_max(double a, double b) { return (a != a || a > b) ? a : b; }
 MR_OPS_FN double mr_min(double a, double b) { return (a != a || a < b) ? a : b; }

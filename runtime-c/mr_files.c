@@ -309,6 +309,24 @@ static void fortran_to_c(const unsigned char *src, unsigned char *dst, const uns
     }
 }
 
+/* Whether `p` holds bf16 (2-byte elements, descr '<f4'): NumPy has no bf16, so its
+ * files hold f32, as mithrilc writes bf16 data files; each value is rounded to bf16 on
+ * reading and written exactly. */
+static int port_bf16(const mr_port *p)
+{
+    return p->elem == 2 && strcmp(p->descr, "<f4") == 0;
+}
+
+/* The bf16 bits of the little-endian f32 at b, rounded to nearest even, a NaN kept a
+ * quiet NaN: mithril_ops.h's mr_f32_to_bf16, repeated here because the demo's files go
+ * without the runtime's headers (the ggml target's demo). */
+static uint16_t bf16_of(const unsigned char *b)
+{
+    uint32_t x = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    if ((x & 0x7fffffffu) > 0x7f800000u) { return (uint16_t)((x >> 16) | 0x40u); }
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 /* Checks the header's shape against the port's, setting symbolic dimensions' sizes. */
 static int npy_check_shape(const struct npy_header *h, const mr_port *p, mr_dims *dims, char *err, const char *path)
 {
@@ -345,12 +363,12 @@ static int npy_check_shape(const struct npy_header *h, const mr_port *p, mr_dims
 int mr_npy_read_stream(FILE *f, const char *path, const mr_port *p, mr_dims *dims, void *dst, size_t capacity, char *err)
 {
     unsigned char pre[12];
-    unsigned long long header_len, count = 1, bytes;
-    size_t len_size;
+    unsigned long long header_len, count = 1, bytes, room;
+    size_t len_size, file_elem = port_bf16(p) ? 4 : (size_t)p->elem, i;
     char *text;
     struct npy_header h;
     unsigned char *data;
-    int d;
+    int d, fortran;
     if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) { return fail(err, path, "not a .npy file (it does not start with \\x93NUMPY)"); }
     if ((pre[6] != 1 && pre[6] != 2 && pre[6] != 3) || pre[7] != 0) { return fail(err, path, "unsupported .npy format version %u.%u (1.0, 2.0 and 3.0 are)", pre[6], pre[7]); }
     len_size = pre[6] == 1 ? 2 : 4;
@@ -381,23 +399,40 @@ int mr_npy_read_stream(FILE *f, const char *path, const mr_port *p, mr_dims *dim
     for (d = 0; d < h.rank; ++d) {
         if (!mul_ok(count, h.shape[d], &count)) { return fail(err, path, "the array's element count overflows"); }
     }
-    if (!mul_ok(count, (unsigned long long)p->elem, &bytes) || !fits_size(bytes) || bytes > capacity) {
+    if (!mul_ok(count, (unsigned long long)file_elem, &bytes) || !fits_size(bytes) || !mul_ok(count, (unsigned long long)p->elem, &room) || room > capacity) {
         return fail(err, path, "the array's %llu elements do not fit the input's buffer", count);
     }
     data = (unsigned char *)dst;
-    if (h.fortran && h.rank > 1 && bytes > 0) {
-        /* Fortran order: read as it is, then transposed to C order. */
-        data = (unsigned char *)malloc((size_t)bytes);
+    fortran = h.fortran && h.rank > 1 && bytes > 0;
+    if (fortran || file_elem != (size_t)p->elem) {
+        /* Fortran order: read as it is, then transposed to C order; bf16: read as f32,
+         * then rounded. */
+        data = (unsigned char *)malloc(bytes ? (size_t)bytes : 1);
         if (!data) { return fail(err, path, "out of memory for the array"); }
     }
     if (!read_all(f, data, (size_t)bytes)) {
         if (data != dst) { free(data); }
         return fail(err, path, "the file is shorter than its header says (%llu bytes of data): %s", bytes, short_read(f));
     }
-    if (data != dst) {
+    if (data != dst && file_elem == (size_t)p->elem) {
         fortran_to_c(data, (unsigned char *)dst, h.shape, h.rank, (size_t)p->elem, (size_t)count);
-        free(data);
+    } else if (data != dst) {
+        unsigned char *c_order = data;
+        if (fortran) {
+            c_order = (unsigned char *)malloc((size_t)bytes);
+            if (!c_order) {
+                free(data);
+                return fail(err, path, "out of memory for the array");
+            }
+            fortran_to_c(data, c_order, h.shape, h.rank, file_elem, (size_t)count);
+        }
+        for (i = 0; i < (size_t)count; ++i) {
+            uint16_t v = bf16_of(c_order + 4 * i);
+            memcpy((unsigned char *)dst + 2 * i, &v, 2);
+        }
+        if (c_order != data) { free(c_order); }
     }
+    if (data != dst) { free(data); }
     if (!at_end(f)) { return fail(err, path, "the file is longer than its header says (%llu bytes of data)", bytes); }
     return 0;
 }
@@ -459,7 +494,24 @@ int mr_npy_write_stream(FILE *f, const char *path, const mr_port *p, const mr_di
     pre[11] = (unsigned char)(len >> 24 & 0xff);
     ok = fwrite(pre, 1, pre_len, f) == pre_len && fwrite(header, 1, len, f) == len;
     free(header);
-    if (ok && count > 0) { ok = fwrite(src, (size_t)p->elem, count, f) == count; }
+    if (ok && count > 0 && port_bf16(p)) {
+        /* bf16 as the f32 it widens to, exactly, a block at a time. */
+        unsigned char block[4 * 256];
+        size_t i, k, n;
+        for (i = 0; ok && i < count; i += n) {
+            n = count - i < 256 ? count - i : 256;
+            for (k = 0; k < n; ++k) {
+                uint16_t v;
+                memcpy(&v, (const unsigned char *)src + 2 * (i + k), 2);
+                block[4 * k] = block[4 * k + 1] = 0;
+                block[4 * k + 2] = (unsigned char)(v & 0xffu);
+                block[4 * k + 3] = (unsigned char)(v >> 8);
+            }
+            ok = fwrite(block, 4, n, f) == n;
+        }
+    } else if (ok && count > 0) {
+        ok = fwrite(src, (size_t)p->elem, count, f) == count;
+    }
     if (!ok || fflush(f) != 0) { return fail(err, path, "cannot write: %s", strerror(errno)); }
     return 0;
 }

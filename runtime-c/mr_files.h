@@ -40,8 +40,9 @@ extern "C" {
 #define MR_MAX_REPEAT 10000000L
 
 /* An input or output of a model: its name (the demo's label), the .npy descr of its
- * element type ("<f4", "<f8", "<i4", "<i8", "|b1", "|i1", "|u1", "<i2", "<u2", "<u4" or
- * "<u8"), the bytes of an element, its
+ * element type ("<f4", "<f8", "<f2", "<i4", "<i8", "|b1", "|i1", "|u1", "<i2", "<u2",
+ * "<u4" or "<u8"; bf16, which NumPy lacks, is "<f4" with 2-byte elements: its files
+ * hold f32, rounded to nearest even when read), the bytes of an element, its
  * element count at the maxima, its rank and shape (symbolic dimensions at their
  * maxima), and the symbol of each dimension (-1: static). */
 typedef struct mr_port {

@@ -20,36 +20,7 @@ static const float *mr_panel_at(const mr_bsrc *src, int64_t k, int64_t j)
 /* Narrow weights (mithril_runtime.h's MR_F16, MR_BF16, MR_Q8_0)                        */
 /* ------------------------------------------------------------------------------------ */
 
-static inline float mr_f32_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint32_t mr_bits_f32(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-/* IEEE binary16 to f32, exactly, by moving the fields (no _Float16: C99, every target):
- * the exponent is rebiased by 112; an all-ones exponent (inf, NaN) becomes f32's; a
- * zero exponent (zero, subnormal) goes through 2^-14 (1 + m/1024) - 2^-14, exact and
- * without touching an f32 subnormal (slow on x86, zero under flush-to-zero). Masks, not
- * branches or ?:, so that GCC vectorizes loops of it (with ?: it did not: 10x slower). */
-static inline float mr_f16_to_f32(uint16_t h)
-{
-    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, e = em & 0x0f800000u;
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t infnan = 0u - (uint32_t)(e == 0x0f800000u), zero = 0u - (uint32_t)(e == 0);
-    const uint32_t o = em + 0x38000000u + (infnan & 0x38000000u);
-    const uint32_t sub = mr_bits_f32(mr_f32_bits(em + 0x38800000u) - mr_f32_bits(0x38800000u));
-    return mr_f32_bits((o & ~zero) | (sub & zero) | sign);
-}
-
-static inline float mr_bf16_to_f32(uint16_t h) { return mr_f32_bits((uint32_t)h << 16); }
+/* mr_f16_to_f32 and mr_bf16_to_f32 widen the stored elements: mithril_ops.h. */
 
 /* The q8_0 scale of block b of a sequence stored at src (read through memcpy: the
  * compiler makes it one load). */

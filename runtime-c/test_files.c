@@ -721,6 +721,33 @@ static void test_integer_types(void)
     CHECK_OK(mr_npy_read_stream(f, "o.npy", &port_i8, &dims, got, sizeof got, err));
     CHECK(memcmp(got, bytes3, 3) == 0);
     fclose(f);
+    /* bf16 (2-byte elements, descr '<f4'): its files hold f32, each value rounded to
+     * nearest even on reading (ties to even, NaN kept NaN), in either order, and
+     * written back exactly. */
+    {
+        static const long long shape_22[] = { 2, 2 };
+        static const int sym_22[] = { -1, -1 };
+        static const mr_port port_bf = { "t", "<f4", 2, 4, 2, shape_22, sym_22 };
+        /* 1 + 2^-8 (a tie: to 1), 1 + 3 * 2^-8 (a tie: to 1 + 2^-6), -2.5, NaN */
+        static const uint32_t f32s[4] = { 0x3f808000u, 0x3f818000u, 0xc0200000u, 0x7fa00001u };
+        static const uint16_t want[4] = { 0x3f80, 0x3f82, 0xc020, 0x7fe0 }, fortran_want[4] = { 0x3f80, 0xc020, 0x3f82, 0x7fe0 };
+        uint16_t got16[8];
+        uint32_t back[4];
+        CHECK_OK(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }", f32s, 16, &port_bf, got16));
+        CHECK(memcmp(got16, want, 8) == 0);
+        CHECK_OK(read_npy(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", f32s, 16, &port_bf, got16));
+        CHECK(memcmp(got16, fortran_want, 8) == 0);
+        CHECK_ERR(read_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }", f32s, 8, &port_bf, got16),
+                  "t.npy: the file is shorter than its header says (16 bytes of data): the file ends early");
+        CHECK_ERR(read_npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 2), }", f32s, 8, &port_bf, got16),
+                  "t.npy: the array's element type is '<f2'; the input 't' wants '<f4'");
+        f = tmpfile();
+        CHECK_OK(mr_npy_write_stream(f, "o.npy", &port_bf, &dims, want, err));
+        CHECK(ftell(f) == 128 + 16);
+        fseek(f, 128, SEEK_SET);
+        CHECK(fread(back, 4, 4, f) == 4 && back[0] == 0x3f800000u && back[1] == 0x3f820000u && back[2] == 0xc0200000u && back[3] == 0x7fe00000u);
+        fclose(f);
+    }
     /* safetensors parameters of 1 and 8 bytes an element: each gets its own size. */
     {
         static const long long st_3[] = { 3 }, st_2[] = { 2 };

@@ -514,7 +514,7 @@ fn targets_and_op_support() {
     let header = row("op");
     assert_eq!(header, ["op", "c", "cuda", "metal", "ggml", "xla", "takes"]);
     // What the targets' checks say: runtime-c convolves floats only; ggml has no shifts.
-    assert_eq!(row("conv")[1], "f32 f64");
+    assert_eq!(row("conv")[1], "f32 f64 f16 bf16");
     assert_eq!(row("shl")[4], "-");
     assert_eq!(row("shl")[6], "i32 i64 i8 u8 i16 u16 u32 u64");
     assert_eq!(row("add")[5], "f32 f64 f16 bf16 i32 i64");
@@ -1479,9 +1479,9 @@ fn unsupported_nodes_are_listed_all_at_once() {
     let arrays = [("input".to_string(), half(&[3, 4])), ("weight".to_string(), half(&[5, 4])), ("bias".to_string(), half(&[5]))];
     data::write_npz(&dir.path().join("p.npz"), &arrays).unwrap();
     let model = testdata.join("linear.json");
-    let args = ["compile", model.to_str().unwrap(), "--target", "c", "--params", "p.npz", "-o", "out"];
+    let args = ["compile", model.to_str().unwrap(), "--target", "cuda", "--params", "p.npz", "-o", "out"];
     let (code, stdout, stderr) = mithrilc(&args, dir.path());
-    let want = "error: linear.json: the c target cannot compile 6 nodes of the model:
+    let want = "error: linear.json: the cuda target cannot compile 6 nodes of the model:
   param f16[5, 4] `weight` (%0): no f16 arithmetic
   transpose f16[4, 5] at top-level Linear (%1): no f16 arithmetic
   input f16[3, 4] `input` (%2): no f16 arithmetic

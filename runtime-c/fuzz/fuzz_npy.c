@@ -15,6 +15,11 @@ static const mr_port ports[] = {
     { "i", "<i8", 8, 1, 0, shape_23, sym_none },
     { "j", "<i4", 4, 8, 1, shape_b, sym_b },
     { "d", "<f8", 8, 12, 5, shape_5, sym_5 },
+    { "u", "|u1", 1, 8, 1, shape_b, sym_b },
+    { "h", "<f2", 2, 6, 2, shape_23, sym_none },
+    /* bf16: f32 files rounded on reading */
+    { "t", "<f4", 2, 24, 2, shape_b3, sym_b3 },
+    { "q", "<u8", 8, 8, 1, shape_b, sym_b },
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -59,7 +59,9 @@ impl Lowerer<'_> {
             // over [batch..., i, j, l] (the domain a `Gemm` has).
             let nb = batch.len();
             let at = |view: View, rows: usize, cols: usize| Expr::Load { view, vars: (0..nb).chain([rows, cols]).collect() };
-            let expr = Expr::Binary(BinaryOp::Mul, Box::new(at(a, nb, nb + 2)), Box::new(at(b, nb + 2, nb + 1)), dtype);
+            let (pd, x, y) = (super::product_dtype(dtype), at(a, nb, nb + 2), at(b, nb + 2, nb + 1));
+            let (x, y) = if pd == dtype { (x, y) } else { (Expr::Cast(Box::new(x), pd), Expr::Cast(Box::new(y), pd)) };
+            let expr = Expr::Binary(BinaryOp::Mul, Box::new(x), Box::new(y), pd);
             Kernel::Reduce { out: c, reduced: vec![full_k], kind: ReduceKind::Sum, expr, scale: None }
         };
         self.step(kernel, vec![self.origin(v)], dims);

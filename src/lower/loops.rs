@@ -116,7 +116,7 @@ impl Lowerer<'_> {
     pub(super) fn conv_loops(&mut self, v: ValueId, attrs: &ConvAttrs, shape: &[u64]) -> Result<View> {
         let (x_value, w_value) = (self.graph.node(v).args[0], self.graph.node(v).args[1]);
         let (x, w) = (self.view_of(x_value)?, self.view_of(w_value)?);
-        let dtype = self.graph.ty(v).dtype;
+        let dtype = super::product_dtype(self.graph.ty(v).dtype);
         let d = shape.len() - 2;
         let (groups, cg) = (attrs.groups, w.shape[1]);
         let og = shape[1] / groups;

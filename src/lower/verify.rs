@@ -189,11 +189,15 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
             let d = body(p, expr, &domain, o, OwnReads::AtElement)?;
             same_dtype("the body", d, out_dtype)?;
         }
-        Kernel::Reduce { out: o, expr, .. } => {
+        Kernel::Reduce { out: o, expr, kind, .. } => {
             contiguous("the output", o)?;
             whole("the output", o)?;
             let d = body(p, expr, &domain, o, OwnReads::Never)?;
-            same_dtype("the body", d, out_dtype)?;
+            // A sum of f16 or bf16 products may multiply in f32 (`lower::product_dtype`).
+            let exact_products = *kind == crate::ir::ReduceKind::Sum && d == crate::lower::product_dtype(out_dtype);
+            if !exact_products {
+                same_dtype("the body", d, out_dtype)?;
+            }
         }
         Kernel::ArgReduce { out: o, expr, .. } => {
             contiguous("the output", o)?;

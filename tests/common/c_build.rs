@@ -170,7 +170,11 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
     let mut outputs = Vec::new();
     for (i, port) in program.outputs.iter().enumerate() {
         let file = data::read_arrays(&dir.join(format!("output_{i}.npy"))).map_err(|e| e.to_string())?;
-        outputs.push((port.name.clone(), file.arrays.into_values().next().ok_or("an empty output file")?));
+        let t = file.arrays.into_values().next().ok_or("an empty output file")?;
+        // A bf16 output's file holds f32 (NumPy has no bf16): the same values.
+        let dtype = program.buffers[port.buf.0].dtype;
+        let t = if dtype == mithrilc::ir::Dtype::Bf16 { Tensor::new(dtype, t.shape, t.data) } else { t };
+        outputs.push((port.name.clone(), t));
     }
     Ok(outputs)
 }

@@ -14,8 +14,9 @@ impl Dialect for C {
     fn name(&self) -> &'static str {
         "C"
     }
-    fn supports(&self, d: Dtype) -> bool {
-        !matches!(d, Dtype::F16 | Dtype::Bf16)
+    /// Every type: f16 and bf16 are held as their bits and computed in float.
+    fn supports(&self, _d: Dtype) -> bool {
+        true
     }
     fn ty(&self, d: Dtype) -> &'static str {
         match d {
@@ -30,8 +31,13 @@ impl Dialect for C {
             Dtype::U16 => "uint16_t",
             Dtype::U32 => "uint32_t",
             Dtype::U64 => "uint64_t",
-            // Rejected before rendering (lowering refuses f16/bf16 for C).
             Dtype::F16 | Dtype::Bf16 => "float",
+        }
+    }
+    fn storage(&self, d: Dtype) -> &'static str {
+        match d {
+            Dtype::F16 | Dtype::Bf16 => "uint16_t",
+            _ => self.ty(d),
         }
     }
     fn partial_sums(&self) -> bool {

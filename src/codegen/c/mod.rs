@@ -509,7 +509,11 @@ impl TemplateContext {
                 },
                 name: comment_safe(n),
                 name_c: c_string(&port_label(n)),
-                ctype: C.ty(b.dtype),
+                ctype: match b.dtype {
+                    Dtype::F16 => "uint16_t (f16 bits)",
+                    Dtype::Bf16 => "uint16_t (bf16 bits)",
+                    d => C.ty(d),
+                },
                 descr: crate::data::npy_descr(b.dtype),
                 elem: b.dtype.size(),
                 size: shape.iter().product(),
@@ -522,8 +526,7 @@ impl TemplateContext {
                     _ => 0,
                 },
                 bytes: shape.iter().product::<u64>() * b.dtype.size() as u64,
-                // Halves are widened to f32 in the demo's safetensors file.
-                st_dtype: crate::data::safetensors_dtype_name(if matches!(b.dtype, Dtype::F16 | Dtype::Bf16) { Dtype::F32 } else { b.dtype }),
+                st_dtype: crate::data::safetensors_dtype_name(b.dtype),
                 layout: match port.layout {
                     Layout::RowMajor => 0,
                     Layout::Transposed => 1,

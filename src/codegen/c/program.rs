@@ -29,7 +29,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
     }
     narrowed_comment(p, s);
     for (i, t) in p.consts.iter().enumerate() {
-        let ty = C.ty(t.dtype());
+        let ty = C.storage(t.dtype());
         let _ = write!(s, "static const {ty} {name}_const{i}[{}] = ", t.numel().max(1));
         r.initializer(t, s);
     }
@@ -221,7 +221,7 @@ pub fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::low
     for b in bufs {
         let buf = &p.buffers[b.0];
         let narrow = p.weights.iter().any(|w| w.buf == *b && w.stored != Stored::F32);
-        let ty = if narrow { "void" } else { C.ty(buf.dtype) };
+        let ty = if narrow { "void" } else { C.storage(buf.dtype) };
         let n = &names[b.0];
         let _ = match buf.storage {
             Storage::Input(k) => writeln!(s, "    const {ty} *{n} = (const {ty} *){via}inputs[{k}];"),

@@ -6,7 +6,9 @@
 //! `MR_WINOGRAD_SCRATCH`), and the Winograd weight transform (G g G^T: the compiler's
 //! for `weights.bin`, `mr_winograd_weights_f32` for the demo's safetensors loader), and
 //! the narrow forms of `--quantize` (`codegen::weights::narrow` writes them,
-//! `mr_dequantize` and `mr_sgemm_panels_q` read them).
+//! `mr_dequantize` and `mr_sgemm_panels_q` read them), and the f16 and bf16 conversions
+//! the generated code computes those types with (`mithril_ops.h`'s, `half`'s in the
+//! interpreter and the weights).
 //! The constants are read from the runtime's header text; the rest runs the runtime,
 //! through a small C driver built with it, on the values the compiler writes.
 
@@ -39,6 +41,7 @@ const DRIVER: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include "mithril_runtime.h"
+#include "mithril_ops.h"
 
 static float *read_floats(size_t n)
 {
@@ -96,6 +99,22 @@ int main(int argc, char **argv)
         mr_sgemm_panels_q(K, N, K, 1.0f, eye, K, 1, bp, type, 0.0f, out, N, 1);
         for (i = 0; i < K; ++i) mr_sgemm_panels_q(1, N, K, 1.0f, eye + i * K, K, 1, bp, type, 0.0f, out + K * N + i * N, N, 1);
         write_floats(out, (size_t)(2 * K * N));
+        return 0;
+    }
+    if (argc == 3 && strcmp(argv[1], "halves") == 0) {
+        /* n floats in; for each, its f16 and bf16 bits (mr_f32_to_f16, mr_f32_to_bf16),
+         * then its value rounded to each (mr_round_f16, mr_round_bf16) out */
+        const size_t n = (size_t)atoll(argv[2]);
+        float *x = read_floats(n), r[2];
+        uint16_t h[2];
+        size_t i;
+        for (i = 0; i < n; ++i) {
+            h[0] = mr_f32_to_f16(x[i]);
+            h[1] = mr_f32_to_bf16(x[i]);
+            r[0] = mr_round_f16(x[i]);
+            r[1] = mr_round_bf16(x[i]);
+            if (fwrite(h, sizeof h[0], 2, stdout) != 2 || fwrite(r, sizeof r[0], 2, stdout) != 2) return 2;
+        }
         return 0;
     }
     if (argc == 4 && strcmp(argv[1], "panels") == 0) {
@@ -328,4 +347,38 @@ fn every_runtime_symbol_is_one_the_libraries_rename() {
     assert!(symbols.len() > 20, "nm found too few of the runtime's symbols: {symbols:?}");
     let missed: Vec<&String> = symbols.iter().filter(|s| !renamed.contains(s)).collect();
     assert!(missed.is_empty(), "symbols of the runtime that the libraries would not rename: {missed:?}");
+}
+
+/// `mithril_ops.h`'s f16 and bf16 conversions, with which generated C stores and rounds
+/// those types, are `half`'s (the interpreter's and the weights'), bit for bit: every
+/// 16-bit pattern widened and narrowed back, and a sweep of f32 values with their
+/// halfway cases, subnormals, the overflow threshold, infinities and NaNs narrowed.
+#[test]
+fn the_runtimes_half_conversions_are_the_interpreters() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = driver_or_skip(dir.path()) else { return };
+    let mut xs: Vec<f32> = (0..65536u32).flat_map(|h| [half::f16::from_bits(h as u16).to_f32(), half::bf16::from_bits(h as u16).to_f32()]).collect();
+    // Halfway between neighbours of each type, and just either side of halfway.
+    let mids: Vec<f32> = (0..65535u32)
+        .flat_map(|h| {
+            let f16 = (half::f16::from_bits(h as u16).to_f64() + half::f16::from_bits(h as u16 + 1).to_f64()) / 2.0;
+            let bf16 = (half::bf16::from_bits(h as u16).to_f64() + half::bf16::from_bits(h as u16 + 1).to_f64()) / 2.0;
+            [f16, bf16].into_iter().flat_map(|m| { let m = m as f32; [m, f32::from_bits(m.to_bits() + 1), f32::from_bits(m.to_bits().wrapping_sub(1))] })
+        })
+        .filter(|x| x.is_finite())
+        .collect();
+    xs.extend(mids);
+    xs.extend((0..u32::MAX).step_by(4099).map(f32::from_bits));
+    xs.extend([65504.0, 65519.99, 65520.0, 65536.0, 1e-8, 2.9802322e-8, 5.9604645e-8, f32::MIN_POSITIVE, 1e-45, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::from_bits(0x7fa0_0001), f32::from_bits(0xffc0_1234)]);
+    let input: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let out = run(&exe, &["halves".into(), xs.len().to_string()], &input);
+    assert_eq!(out.len(), xs.len() * 12);
+    for (x, o) in xs.iter().zip(out.chunks_exact(12)) {
+        let (f16, bf16) = (u16::from_le_bytes([o[0], o[1]]), u16::from_le_bytes([o[2], o[3]]));
+        let (r16, rb16) = (f32::from_le_bytes([o[4], o[5], o[6], o[7]]), f32::from_le_bytes([o[8], o[9], o[10], o[11]]));
+        assert_eq!(f16, half::f16::from_f32(*x).to_bits(), "mr_f32_to_f16({x:e}) ({:#010x})", x.to_bits());
+        assert_eq!(bf16, half::bf16::from_f32(*x).to_bits(), "mr_f32_to_bf16({x:e}) ({:#010x})", x.to_bits());
+        assert_eq!(r16.to_bits(), half::f16::from_f32(*x).to_f32().to_bits(), "mr_round_f16({x:e}) ({:#010x})", x.to_bits());
+        assert_eq!(rb16.to_bits(), half::bf16::from_f32(*x).to_f32().to_bits(), "mr_round_bf16({x:e}) ({:#010x})", x.to_bits());
+    }
 }

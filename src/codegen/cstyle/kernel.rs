@@ -45,7 +45,7 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             let depth = d.open_outer(s, outer);
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let t = r.p.buffers[out.buf.0].dtype;
-            let value = r.expr(&Expr::Cast(Box::new(expr.clone()), t));
+            let value = r.store(r.expr(&Expr::Cast(Box::new(expr.clone()), t)), t);
             let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
             d.close_outer(s, outer);
         }
@@ -60,6 +60,7 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
                 Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(*f, d.accumulator())),
                 None => format!("({}) acc", d.ty(t)),
             };
+            let value = r.store(value, t);
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let store = format!("{}[{}] = {value};", r.names[out.buf.0], r.index(out, &vars));
             if let Some(w) = warp_reduce(r, k) {

@@ -24,8 +24,14 @@ pub trait Dialect {
     fn name(&self) -> &'static str;
     /// Whether kernels may use element type `d` ([`Renderer::check`] refuses others).
     fn supports(&self, d: Dtype) -> bool;
-    /// The scalar type of an element type (`uint8_t` holds a bool in C).
+    /// The scalar type of an element type's values in expressions (`uint8_t` holds a
+    /// bool in C; f16 and bf16 compute in `float`).
     fn ty(&self, d: Dtype) -> &'static str;
+    /// The type a buffer of element type `d` holds: [`Dialect::ty`], but where a type
+    /// is stored as bits and computed in another (f16 and bf16 as `uint16_t` in C).
+    fn storage(&self, d: Dtype) -> &'static str {
+        self.ty(d)
+    }
     /// A math function for `d` (`expf` for f32 and `exp` for f64 in C).
     fn math(&self, name: &str, d: Dtype) -> String {
         match d {
@@ -242,12 +248,40 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             if j > 0 {
                 out.push_str(", ");
             }
-            out.push_str(&self.literal(x, t.dtype()));
+            out.push_str(&self.stored_literal(x, t.dtype()));
         }
         if t.numel() == 0 {
             out.push('0');
         }
         out.push_str(" };\n");
+    }
+
+    /// An element of a constant's array as the buffer holds it: f16 and bf16 as their
+    /// bits ([`Renderer::store`]), any other type as its [`Renderer::literal`].
+    fn stored_literal(&self, x: f64, d: Dtype) -> String {
+        match d {
+            Dtype::F16 => format!("0x{:04x}", half::f16::from_f64(x).to_bits()),
+            Dtype::Bf16 => format!("0x{:04x}", half::bf16::from_f64(x).to_bits()),
+            _ => self.literal(x, d),
+        }
+    }
+
+    /// A value of type `d` read from a buffer's element `s`: f16 and bf16 widened from
+    /// their bits to `float` (`mithril_ops.h`), the others as they are.
+    fn load(&self, s: String, d: Dtype) -> String {
+        if is_half(d) { format!("mr_{d}_to_f32({s})") } else { s }
+    }
+
+    /// `value`, of type `d`, as a buffer of `d` stores it: f16 and bf16 narrowed to
+    /// their bits (rounding to nearest even), the others as they are.
+    pub fn store(&self, value: String, d: Dtype) -> String {
+        if is_half(d) { format!("mr_f32_to_{d}({value})") } else { value }
+    }
+
+    /// `s`, an op's result of f16 or bf16 computed in `float`, rounded to the type, as
+    /// the interpreter rounds every op's result before the next reads it.
+    fn rounded(&self, s: String, d: Dtype) -> String {
+        if is_half(d) { format!("mr_round_{d}({s})") } else { s }
     }
 
     pub fn literal(&self, x: f64, d: Dtype) -> String {
@@ -310,6 +344,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
         match (from.is_float(), to) {
             (true, to) if to.is_int() => self.d.float_to_int(s, from, to),
             (_, Dtype::Bool) => format!("(({})(({s}) != 0))", self.d.ty(to)),
+            (_, Dtype::F16 | Dtype::Bf16) => self.rounded(format!("(({})({s}))", self.d.ty(to)), to),
             _ => format!("(({})({s}))", self.d.ty(to)),
         }
     }
@@ -320,7 +355,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             Expr::Const(x, dt) => self.literal(*x, *dt),
             Expr::Load { view, vars } => match self.loads.and_then(|f| f(view, vars)) {
                 Some(value) => value,
-                None => format!("{}[{}]", self.names[view.buf.0], self.index(view, vars)),
+                None => self.load(format!("{}[{}]", self.names[view.buf.0], self.index(view, vars)), self.dtype(e)),
             },
             Expr::Index(v) => format!("i{v}"),
             Expr::Gather { view, vars, axis, index } => {
@@ -328,7 +363,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                 let base = self.index(view, vars);
                 let idx = self.as_type(index, Dtype::I64);
                 let stride = view.strides[*axis];
-                format!("{}[{base} + mr_wrap_index({idx}, {n}) * {stride}]", self.names[view.buf.0])
+                self.load(format!("{}[{base} + mr_wrap_index({idx}, {n}) * {stride}]", self.names[view.buf.0]), self.dtype(e))
             }
             Expr::Cast(x, to) => self.as_type(x, *to),
             Expr::Select(c, a, b, t) => {
@@ -339,88 +374,97 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                 let f = d.helper("where", *t);
                 format!("{f}({}, {}, {})", self.as_type(c, Dtype::Bool), self.as_type(a, *t), self.as_type(b, *t))
             }
-            Expr::Unary(u, x, t) => {
-                let a = self.as_type(x, *t);
-                let f = |name: &str| format!("{}({a})", d.math(name, *t));
-                let h = |name: &str| format!("{}({a})", d.helper(name, *t));
-                let fl = *t == Dtype::F32;
-                let b = d.ty(Dtype::Bool);
-                let unsigned = t.is_unsigned_int();
-                match u {
-                    UnaryOp::Neg => self.narrowed(format!("(-{a})"), *t),
-                    UnaryOp::Abs if t.is_float() => f("fabs"),
-                    UnaryOp::Abs if unsigned => a,
-                    UnaryOp::Abs => self.narrowed(format!("{}({a})", d.helper("abs", Dtype::I64)), *t),
-                    UnaryOp::Sign if t.is_float() => h("sign"),
-                    // (Comparing an unsigned value below 0 is always false; compilers warn.)
-                    UnaryOp::Sign if unsigned => format!("(({})(({a}) != 0))", d.ty(*t)),
-                    UnaryOp::Sign => format!("(({}){a} > 0) - (({}){a} < 0)", d.ty(*t), d.ty(*t)),
-                    UnaryOp::Exp if fl => h("fast_exp"),
-                    UnaryOp::Exp => f("exp"),
-                    UnaryOp::Log => f("log"),
-                    UnaryOp::Sqrt => f("sqrt"),
-                    UnaryOp::Sin => f("sin"),
-                    UnaryOp::Cos => f("cos"),
-                    UnaryOp::Tanh if fl => h("fast_tanh"),
-                    UnaryOp::Tanh => f("tanh"),
-                    UnaryOp::Floor if t.is_float() => f("floor"),
-                    UnaryOp::Floor => a,
-                    UnaryOp::Relu if t.is_float() => h("relu"),
-                    UnaryOp::Relu if unsigned => a,
-                    UnaryOp::Relu => format!("(({a}) > 0 ? ({a}) : 0)"),
-                    // Only the claimed ones reach a program (`decompose` rewrites the others).
-                    UnaryOp::Composite(c) => h(composite_helper(*c).unwrap_or(c.name())),
-                    UnaryOp::Erf => f("erf"),
-                    UnaryOp::Not => format!("(({b})!({a}))"),
-                    UnaryOp::IsNan => {
-                        let x = self.expr(x);
-                        format!("(({b})(({x}) != ({x})))")
-                    }
-                }
+            // f16 and bf16 compute in float; each op's result is rounded to its type.
+            Expr::Unary(u, x, t) => self.rounded(self.unary(*u, x, *t), *t),
+            Expr::Binary(b, l, r, t) => self.rounded(self.binary(*b, l, r, *t), *t),
+        }
+    }
+
+    /// Unary op `u` of `x`, of result type `t` (before [`Renderer::rounded`]).
+    fn unary(&self, u: UnaryOp, x: &Expr, t: Dtype) -> String {
+        let d = self.d;
+        let a = self.as_type(x, t);
+        let f = |name: &str| format!("{}({a})", d.math(name, t));
+        let h = |name: &str| format!("{}({a})", d.helper(name, t));
+        let fl = t == Dtype::F32;
+        let b = d.ty(Dtype::Bool);
+        let unsigned = t.is_unsigned_int();
+        match u {
+            UnaryOp::Neg => self.narrowed(format!("(-{a})"), t),
+            UnaryOp::Abs if t.is_float() => f("fabs"),
+            UnaryOp::Abs if unsigned => a,
+            UnaryOp::Abs => self.narrowed(format!("{}({a})", d.helper("abs", Dtype::I64)), t),
+            UnaryOp::Sign if t.is_float() => h("sign"),
+            // (Comparing an unsigned value below 0 is always false; compilers warn.)
+            UnaryOp::Sign if unsigned => format!("(({})(({a}) != 0))", d.ty(t)),
+            UnaryOp::Sign => format!("(({}){a} > 0) - (({}){a} < 0)", d.ty(t), d.ty(t)),
+            UnaryOp::Exp if fl => h("fast_exp"),
+            UnaryOp::Exp => f("exp"),
+            UnaryOp::Log => f("log"),
+            UnaryOp::Sqrt => f("sqrt"),
+            UnaryOp::Sin => f("sin"),
+            UnaryOp::Cos => f("cos"),
+            UnaryOp::Tanh if fl => h("fast_tanh"),
+            UnaryOp::Tanh => f("tanh"),
+            UnaryOp::Floor if t.is_float() => f("floor"),
+            UnaryOp::Floor => a,
+            UnaryOp::Relu if t.is_float() => h("relu"),
+            UnaryOp::Relu if unsigned => a,
+            UnaryOp::Relu => format!("(({a}) > 0 ? ({a}) : 0)"),
+            // Only the claimed ones reach a program (`decompose` rewrites the others).
+            UnaryOp::Composite(c) => h(composite_helper(c).unwrap_or(c.name())),
+            UnaryOp::Erf => f("erf"),
+            UnaryOp::Not => format!("(({b})!({a}))"),
+            UnaryOp::IsNan => {
+                let x = self.expr(x);
+                format!("(({b})(({x}) != ({x})))")
             }
-            Expr::Binary(b, l, r, t) => {
-                // Comparisons and logical ops work on their operands' common type;
-                // arithmetic converts both operands to the result type first.
-                let operand_ty = if b.is_comparison() {
-                    Dtype::promote(self.dtype(l), self.dtype(r))
-                } else if b.is_logical() {
-                    Dtype::Bool
-                } else {
-                    *t
-                };
-                let (x, y) = (self.as_type(l, operand_ty), self.as_type(r, operand_ty));
-                let h = |name: &str| format!("{}({x}, {y})", d.helper(name, *t));
-                let bt = d.ty(Dtype::Bool);
-                // Integer helpers compute in int64_t, u64's in uint64_t.
-                let i64h = |name: &str| d.helper(name, if *t == Dtype::U64 { Dtype::U64 } else { Dtype::I64 });
-                match b {
-                    BinaryOp::Add => self.narrowed(format!("({x} + {y})"), *t),
-                    BinaryOp::Sub => self.narrowed(format!("({x} - {y})"), *t),
-                    // u16 * u16 in `int` (C's promotion) can overflow it: unsigned instead.
-                    BinaryOp::Mul if *t == Dtype::U16 => self.narrowed(format!("((uint32_t){x} * {y})"), *t),
-                    BinaryOp::Mul => self.narrowed(format!("({x} * {y})"), *t),
-                    BinaryOp::Div => format!("({x} / {y})"),
-                    BinaryOp::Pow if t.is_float() => format!("{}({x}, {y})", d.math("pow", *t)),
-                    BinaryOp::Pow => format!("(({}){}({x}, {y}))", d.ty(*t), i64h("pow")),
-                    BinaryOp::Max if t.is_float() => h("max"),
-                    BinaryOp::Min if t.is_float() => h("min"),
-                    BinaryOp::Max => format!("(({x}) > ({y}) ? ({x}) : ({y}))"),
-                    BinaryOp::Min => format!("(({x}) < ({y}) ? ({x}) : ({y}))"),
-                    BinaryOp::FloorDiv if t.is_float() => format!("{}({x} / {y})", d.math("floor", *t)),
-                    BinaryOp::FloorDiv => format!("(({}){}({x}, {y}))", d.ty(*t), i64h("floordiv")),
-                    BinaryOp::Eq => format!("(({bt})({x} == {y}))"),
-                    BinaryOp::Ne => format!("(({bt})({x} != {y}))"),
-                    BinaryOp::Lt => format!("(({bt})({x} < {y}))"),
-                    BinaryOp::Le => format!("(({bt})({x} <= {y}))"),
-                    BinaryOp::Gt => format!("(({bt})({x} > {y}))"),
-                    BinaryOp::Ge => format!("(({bt})({x} >= {y}))"),
-                    BinaryOp::And => format!("(({bt})({x} && {y}))"),
-                    BinaryOp::Or => format!("(({bt})({x} || {y}))"),
-                    BinaryOp::Xor => format!("(({bt})(!({x}) != !({y})))"),
-                    BinaryOp::Shl => format!("(({}){}({x}, {y}, {}))", d.ty(*t), i64h("shl"), t.size() * 8),
-                    BinaryOp::Shr => format!("(({}){}({x}, {y}, {}))", d.ty(*t), i64h("shr"), t.size() * 8),
-                }
-            }
+        }
+    }
+
+    /// Binary op `b` of `l` and `r`, of result type `t` (before [`Renderer::rounded`]).
+    fn binary(&self, b: BinaryOp, l: &Expr, r: &Expr, t: Dtype) -> String {
+        let d = self.d;
+        // Comparisons and logical ops work on their operands' common type;
+        // arithmetic converts both operands to the result type first.
+        let operand_ty = if b.is_comparison() {
+            Dtype::promote(self.dtype(l), self.dtype(r))
+        } else if b.is_logical() {
+            Dtype::Bool
+        } else {
+            t
+        };
+        let (x, y) = (self.as_type(l, operand_ty), self.as_type(r, operand_ty));
+        let h = |name: &str| format!("{}({x}, {y})", d.helper(name, t));
+        let bt = d.ty(Dtype::Bool);
+        // Integer helpers compute in int64_t, u64's in uint64_t.
+        let i64h = |name: &str| d.helper(name, if t == Dtype::U64 { Dtype::U64 } else { Dtype::I64 });
+        match b {
+            BinaryOp::Add => self.narrowed(format!("({x} + {y})"), t),
+            BinaryOp::Sub => self.narrowed(format!("({x} - {y})"), t),
+            // u16 * u16 in `int` (C's promotion) can overflow it: unsigned instead.
+            BinaryOp::Mul if t == Dtype::U16 => self.narrowed(format!("((uint32_t){x} * {y})"), t),
+            BinaryOp::Mul => self.narrowed(format!("({x} * {y})"), t),
+            BinaryOp::Div => format!("({x} / {y})"),
+            BinaryOp::Pow if t.is_float() => format!("{}({x}, {y})", d.math("pow", t)),
+            BinaryOp::Pow => format!("(({}){}({x}, {y}))", d.ty(t), i64h("pow")),
+            BinaryOp::Max if t.is_float() => h("max"),
+            BinaryOp::Min if t.is_float() => h("min"),
+            BinaryOp::Max => format!("(({x}) > ({y}) ? ({x}) : ({y}))"),
+            BinaryOp::Min => format!("(({x}) < ({y}) ? ({x}) : ({y}))"),
+            BinaryOp::FloorDiv if t.is_float() => format!("{}({x} / {y})", d.math("floor", t)),
+            BinaryOp::FloorDiv => format!("(({}){}({x}, {y}))", d.ty(t), i64h("floordiv")),
+            BinaryOp::Eq => format!("(({bt})({x} == {y}))"),
+            BinaryOp::Ne => format!("(({bt})({x} != {y}))"),
+            BinaryOp::Lt => format!("(({bt})({x} < {y}))"),
+            BinaryOp::Le => format!("(({bt})({x} <= {y}))"),
+            BinaryOp::Gt => format!("(({bt})({x} > {y}))"),
+            BinaryOp::Ge => format!("(({bt})({x} >= {y}))"),
+            BinaryOp::And => format!("(({bt})({x} && {y}))"),
+            BinaryOp::Or => format!("(({bt})({x} || {y}))"),
+            BinaryOp::Xor => format!("(({bt})(!({x}) != !({y})))"),
+            BinaryOp::Shl => format!("(({}){}({x}, {y}, {}))", d.ty(t), i64h("shl"), t.size() * 8),
+            BinaryOp::Shr => format!("(({}){}({x}, {y}, {}))", d.ty(t), i64h("shr"), t.size() * 8),
         }
     }
 
@@ -474,6 +518,11 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             (ArgKind::ArgMin, false) => "(v < best)",
         }
     }
+}
+
+/// Whether `d` is held as 16 bits and computed in `float` (f16, bf16).
+fn is_half(d: Dtype) -> bool {
+    matches!(d, Dtype::F16 | Dtype::Bf16)
 }
 
 pub fn pad(depth: usize) -> String {

@@ -194,3 +194,34 @@ pub fn read_tensor_file(path: &Path) -> Result<(String, RawTensor)> {
     let tensor = tensor.ok_or_else(|| Error::user(format!("{}: tensor {name}: its data does not fill {dtype}{shape:?}", path.display())))?;
     Ok((name, tensor))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The integer types: int8 to uint16 in `int32_data`, uint32 and uint64 in
+    /// `uint64_data`, each element's low bytes as the type's own (values beyond 2^53
+    /// exactly), and the types that remain refused named with those that are read.
+    #[test]
+    fn integer_types_from_typed_fields() {
+        let typed = |code: DataType, int32: Vec<i32>, uint64: Vec<u64>| {
+            let t = TensorProto { data_type: Some(code as i32), dims: vec![2], int32_data: int32, uint64_data: uint64, ..Default::default() };
+            let d = dtype(code as i32).expect("a type mithrilc has");
+            (d, typed_bytes(&t, d, 2).expect("two elements"))
+        };
+        assert_eq!(typed(DataType::Int8, vec![-128, 127], vec![]), (Dtype::I8, vec![0x80, 0x7f]));
+        assert_eq!(typed(DataType::Uint8, vec![0, 255], vec![]), (Dtype::U8, vec![0, 0xff]));
+        assert_eq!(typed(DataType::Int16, vec![-2, 258], vec![]), (Dtype::I16, vec![0xfe, 0xff, 2, 1]));
+        assert_eq!(typed(DataType::Uint16, vec![65535, 1], vec![]), (Dtype::U16, vec![0xff, 0xff, 1, 0]));
+        assert_eq!(typed(DataType::Uint32, vec![], vec![4294967295, 256]), (Dtype::U32, vec![0xff, 0xff, 0xff, 0xff, 0, 1, 0, 0]));
+        let big: Vec<u8> = [u64::MAX, (1 << 53) + 1].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(typed(DataType::Uint64, vec![], vec![u64::MAX, (1 << 53) + 1]), (Dtype::U64, big));
+        // The count is of the type's own field.
+        let t = TensorProto { data_type: Some(DataType::Uint32 as i32), dims: vec![2], int32_data: vec![1, 2], ..Default::default() };
+        assert_eq!(typed_bytes(&t, Dtype::U32, 2).unwrap_err().to_string(), "it holds 0 elements, and its shape [2] has 2");
+        assert_eq!(
+            dtype(DataType::Int4 as i32).unwrap_err(),
+            "element type int4 is not supported (mithrilc's are f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64 and bool)"
+        );
+    }
+}
