@@ -177,12 +177,15 @@ impl<'g> Lowerer<'g> {
         .note("give the dimension a static size with --shape")
     }
 
-    /// Symbolic dimensions must come before every static dimension larger than 1, so a
-    /// row-major layout for the maxima is also one for smaller values (a prefix).
+    /// Buffers are laid out for the symbols' maxima; the caller's arrays (and the
+    /// runtime calls that flatten leading dimensions) are row-major for the run-time
+    /// sizes. The two agree only when no symbolic dimension follows the first one
+    /// larger than 1: the smaller array is then a prefix of the larger one.
     fn require_leading(&self, v: ValueId, dims: &[Option<usize>], shape: &[u64], what: &str) -> Result<()> {
-        let first_static = dims.iter().zip(shape).position(|(d, &n)| d.is_none() && n > 1).unwrap_or(dims.len());
-        if dims[first_static..].iter().any(Option::is_some) {
-            return Err(self.unsupported_symbolic(v, &format!("{what} with a symbolic dimension after a static one")));
+        let first = shape.iter().position(|&n| n > 1).unwrap_or(shape.len());
+        if let Some(d) = (first + 1..dims.len()).find(|&d| dims[d].is_some() && shape[d] > 1) {
+            let name = &self.p.symbols[dims[d].expect("symbolic")].0;
+            return Err(self.unsupported_symbolic(v, &format!("{what} with the symbolic dimension {name} inside another dimension")));
         }
         Ok(())
     }
