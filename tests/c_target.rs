@@ -417,3 +417,76 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
     println!("{} with {}: {} pooling configurations checked", build.cc, build.cflags, configs.len());
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
+
+/// Loop extents that are expressions of a symbol: an ONNX model reshapes `[B, 4, 8]` to
+/// `[4*B, 8]` (its own `Shape` for the way back) for a product, a row sum and a
+/// broadcast add. Compiled once with `--max B=5`, its demo computes at B = 1, 3 and 5
+/// what the same arithmetic written out here gives.
+#[test]
+fn expression_extents_run_at_every_size() {
+    use mithrilc::frontend::onnx::proto::{attribute_proto, tensor_proto, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto};
+    use prost::Message;
+    if !have("make") || !have("cc") {
+        common::skip("make and cc are needed (apt-get install make gcc)");
+        return;
+    }
+    let info = |name: &str| {
+        let dims = [Some("B"), None, None].iter().zip([0, 4, 8]).map(|(s, n)| tensor_shape_proto::Dimension {
+            value: Some(s.map_or(tensor_shape_proto::dimension::Value::DimValue(n), |s| tensor_shape_proto::dimension::Value::DimParam(s.into()))),
+            ..Default::default()
+        });
+        let t = type_proto::Tensor { elem_type: Some(tensor_proto::DataType::Float as i32), shape: Some(TensorShapeProto { dim: dims.collect() }) };
+        ValueInfoProto { name: Some(name.into()), r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(t)), ..Default::default() }), ..Default::default() }
+    };
+    let node = |op: &str, inputs: &[&str], output: &str| NodeProto { op_type: Some(op.into()), input: inputs.iter().map(|s| s.to_string()).collect(), output: vec![output.into()], ..Default::default() };
+    let ints = |name: &str, values: &[i64]| TensorProto { name: Some(name.into()), dims: vec![values.len() as i64], data_type: Some(tensor_proto::DataType::Int64 as i32), int64_data: values.to_vec(), ..Default::default() };
+    let w: Vec<f32> = (0..64).map(|i| ((i * 37 % 19) as f32 - 9.0) / 8.0).collect();
+    let weight = TensorProto { name: Some("w".into()), dims: vec![8, 8], data_type: Some(tensor_proto::DataType::Float as i32), float_data: w.clone(), ..Default::default() };
+    let attr = |name: &str, i: Option<i64>, ints: Vec<i64>, ty: attribute_proto::AttributeType| AttributeProto { name: Some(name.into()), i, ints, r#type: Some(ty as i32), ..Default::default() };
+    let sum = NodeProto {
+        attribute: vec![attr("axes", None, vec![1], attribute_proto::AttributeType::Ints), attr("keepdims", Some(1), vec![], attribute_proto::AttributeType::Int)],
+        ..node("ReduceSum", &["q"], "rs")
+    };
+    let nodes = vec![
+        node("Shape", &["x"], "shape"),
+        node("Reshape", &["x", "rows"], "r"),
+        node("MatMul", &["r", "w"], "m"),
+        node("Relu", &["m"], "q"),
+        sum,
+        node("Add", &["q", "rs"], "q2"),
+        node("Reshape", &["q2", "shape"], "y"),
+    ];
+    let graph = GraphProto { name: Some("g".into()), node: nodes, input: vec![info("x")], output: vec![info("y")], initializer: vec![weight, ints("rows", &[-1, 8])], ..Default::default() };
+    let model = ModelProto { ir_version: Some(7), opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(12) }], graph: Some(graph), ..Default::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.onnx");
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let out = dir.path().join("out");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: path, ..Default::default() },
+        out: Some(out.clone()),
+        cflags: Some("-O2".into()),
+        max: vec!["B=5".into()],
+        ..Default::default()
+    };
+    cli::compile(&args).unwrap();
+    let source = std::fs::read_to_string(out.join("rows.c")).unwrap();
+    assert!(source.contains("(4 * ctx.dims[0])"), "the extent 4*B at run time:\n{source}");
+    for b in [1u64, 3, 5] {
+        let x: Vec<f64> = (0..b * 32).map(|i| ((i * 13 % 23) as f64 - 11.0) / 7.0).collect();
+        let input = out.join(format!("x_{b}.npy"));
+        data::write_npy(&input, &Tensor::new(mithrilc::ir::Dtype::F32, vec![b, 4, 8], x.clone())).unwrap();
+        let run = Command::new(out.join("rows_demo")).current_dir(&out).arg("--input").arg(format!("x={}", input.display())).arg("--out").arg(&out).output().unwrap();
+        assert!(run.status.success(), "B={b}: {}", String::from_utf8_lossy(&run.stderr));
+        let got = data::read_arrays(&out.join("output_0.npy")).unwrap().arrays.into_values().next().unwrap();
+        assert_eq!(got.shape, [b, 4, 8]);
+        for row in 0..(b * 4) as usize {
+            let q: Vec<f64> = (0..8).map(|j| (0..8).map(|k| x[row * 8 + k] * w[k * 8 + j] as f64).sum::<f64>().max(0.0)).collect();
+            let total: f64 = q.iter().sum();
+            for j in 0..8 {
+                let (g, want) = (got.data[row * 8 + j], q[j] + total);
+                assert!((g - want).abs() <= 1e-4 + 1e-4 * want.abs(), "B={b}, row {row}, column {j}: {g} against {want}");
+            }
+        }
+    }
+}

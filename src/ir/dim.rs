@@ -158,6 +158,12 @@ impl Poly {
         })
     }
 
+    /// Whether every coefficient, inside divisions too, is positive (so every part of
+    /// the polynomial is at least 0 for symbols at least 1).
+    pub fn is_positive(&self) -> bool {
+        self.0.iter().all(|(atoms, &c)| c > 0 && atoms.iter().all(|a| !matches!(a, Atom::Div(p, _) if !p.is_positive())))
+    }
+
     /// Symbols in order of first appearance (pushed onto `out` once each).
     pub fn symbols<'a>(&'a self, out: &mut Vec<&'a str>) {
         for atoms in self.0.keys() {

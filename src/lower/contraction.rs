@@ -48,7 +48,7 @@ impl Lowerer<'_> {
             db.push(None);
         }
         let mut dims = self.dims(v)?[..batch.len()].to_vec();
-        dims.extend([da[da.len() - 2], db[db.len() - 1], da[da.len() - 1]]);
+        dims.extend([da[da.len() - 2].clone(), db[db.len() - 1].clone(), da[da.len() - 1].clone()]);
         let buf = self.arena(v, dtype, &shape);
         let c = View::contiguous(buf, &full);
         let by_library = self.library.gemm.contains(&dtype) && [arg(0), arg(1)].iter().all(|&x| self.graph.ty(x).dtype == dtype);

@@ -195,7 +195,7 @@ impl Lowerer<'_> {
 
     /// Adds a `Reduce` kernel for value `v` (its kind, expression and scale) into a new
     /// arena buffer of the `kept` shape; returns the buffer's view.
-    fn reduce_into(&mut self, v: ValueId, kept: &[u64], reduced: Vec<u64>, (kind, expr, scale): (ReduceKind, Expr, Option<f64>), dims: Vec<Option<usize>>) -> View {
+    fn reduce_into(&mut self, v: ValueId, kept: &[u64], reduced: Vec<u64>, (kind, expr, scale): (ReduceKind, Expr, Option<f64>), dims: Vec<Option<Dim>>) -> View {
         let out = View::contiguous(self.arena(v, self.graph.ty(v).dtype, kept), kept);
         self.step(Kernel::Reduce { out: out.clone(), reduced, kind, expr, scale }, vec![self.origin(v)], dims);
         out

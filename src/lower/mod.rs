@@ -154,24 +154,43 @@ impl<'g> Lowerer<'g> {
         }
     }
 
-    /// The symbol of each of the value's dimensions (see [`Step::dims`]).
-    fn dims(&mut self, v: ValueId) -> Result<Vec<Option<usize>>> {
+    /// The run-time extent of each of the value's dimensions, `None` for a static one
+    /// (see [`Step::dims`]); their symbols join [`Program::symbols`].
+    fn dims(&mut self, v: ValueId) -> Result<Vec<Option<Dim>>> {
         self.shape(v)?; // every symbol has a maximum
         let mut out = Vec::new();
         for d in self.graph.ty(v).shape.dims() {
-            out.push(match d {
-                Dim::Known(_) => None,
-                Dim::Expr(_) => return Err(self.unsupported_symbolic(v, &format!("the dimension {d}"))),
-                Dim::Sym(s) => Some(match self.p.symbols.iter().position(|(n, _)| n == s) {
-                    Some(i) => i,
-                    None => {
-                        self.p.symbols.push((s.clone(), self.max[s]));
-                        self.p.symbols.len() - 1
-                    }
-                }),
-            });
+            if let Dim::Known(_) = d {
+                out.push(None);
+                continue;
+            }
+            // Generated code divides sizes with C's `/`, the floor only of what is not
+            // negative: every coefficient positive keeps each part so.
+            if !d.poly().is_ok_and(|p| p.is_positive()) {
+                return Err(self.unsupported_symbolic(v, &format!("the dimension {d}, which has a subtraction")));
+            }
+            let mut symbols = Vec::new();
+            d.symbols(&mut symbols);
+            for s in symbols {
+                if !self.p.symbols.iter().any(|(n, _)| n == s) {
+                    self.p.symbols.push((s.to_string(), self.max[s]));
+                }
+            }
+            out.push(Some(d.clone()));
         }
         Ok(out)
+    }
+
+    /// The symbol of each dimension of a model input or output (see [`Port::dims`]),
+    /// which the caller gives or reads as it is: an expression there is refused.
+    fn port_dims(&self, v: ValueId, dims: &[Option<Dim>], what: &str) -> Result<Vec<Option<usize>>> {
+        dims.iter()
+            .map(|d| match d {
+                None => Ok(None),
+                Some(Dim::Sym(s)) => Ok(self.p.symbols.iter().position(|(n, _)| n == s)),
+                Some(d) => Err(self.unsupported_symbolic(v, &format!("{what} with the dimension {d}"))),
+            })
+            .collect()
     }
 
     /// An error for a use of a symbolic dimension compiled code does not support.
@@ -184,16 +203,16 @@ impl<'g> Lowerer<'g> {
     /// runtime calls that flatten leading dimensions) are row-major for the run-time
     /// sizes. The two agree only when no symbolic dimension follows the first one
     /// larger than 1: the smaller array is then a prefix of the larger one.
-    fn require_leading(&self, v: ValueId, dims: &[Option<usize>], shape: &[u64], what: &str) -> Result<()> {
+    fn require_leading(&self, v: ValueId, dims: &[Option<Dim>], shape: &[u64], what: &str) -> Result<()> {
         let first = shape.iter().position(|&n| n > 1).unwrap_or(shape.len());
         if let Some(d) = (first + 1..dims.len()).find(|&d| dims[d].is_some() && shape[d] > 1) {
-            let name = &self.p.symbols[dims[d].expect("symbolic")].0;
+            let name = dims[d].as_ref().expect("symbolic");
             return Err(self.unsupported_symbolic(v, &format!("{what} with the symbolic dimension {name} inside another dimension")));
         }
         Ok(())
     }
 
-    fn step(&mut self, kernel: Kernel, origins: Vec<String>, dims: Vec<Option<usize>>) {
+    fn step(&mut self, kernel: Kernel, origins: Vec<String>, dims: Vec<Option<Dim>>) {
         self.p.steps.push(Step { kernel, origins, dims });
     }
 
@@ -227,12 +246,14 @@ impl<'g> Lowerer<'g> {
             let len = shape.iter().product();
             let dtype = graph.ty(o.value).dtype;
             let dims = self.dims(o.value)?;
-            self.require_leading(o.value, &dims, &shape, &format!("the model output {:?}", o.name))?;
+            let what = format!("the model output {:?}", o.name);
+            self.require_leading(o.value, &dims, &shape, &what)?;
+            let symbols = self.port_dims(o.value, &dims, &what)?;
             let buf = self.buffer(format!("out_{}", i), dtype, len, Storage::Output(i));
             let out = View::contiguous(buf, &shape);
             let expr = self.expr_of(o.value)?;
             self.step(Kernel::Map { out, expr }, vec![format!("output {:?}", o.name)], dims.clone());
-            self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims, layout: Layout::RowMajor, stored: Stored::F32 });
+            self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims: symbols, layout: Layout::RowMajor, stored: Stored::F32 });
             if o.loss {
                 self.p.loss = Some(i);
             }
@@ -333,6 +354,7 @@ impl<'g> Lowerer<'g> {
         let name = node.name.clone().unwrap_or_default();
         let dims = self.dims(v)?;
         self.require_leading(v, &dims, &shape, "a model input")?;
+        let dims = self.port_dims(v, &dims, "a model input")?;
         let buf = self.buffer(name.clone(), dtype, shape.iter().product::<u64>().max(1), Storage::Input(idx));
         self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor, stored: Stored::F32 });
         self.views.insert(v, View::contiguous(buf, &shape));
@@ -348,6 +370,7 @@ impl<'g> Lowerer<'g> {
         if dims.iter().any(Option::is_some) {
             return Err(self.unsupported_symbolic(v, "a parameter with a symbolic dimension"));
         }
+        let dims = vec![None; dims.len()];
         let len: u64 = shape.iter().product();
         let buf = self.buffer(name.clone(), dtype, len.max(1), Storage::Weight { offset });
         self.p.weights_size = align(offset + len * dtype.size() as u64);

@@ -210,10 +210,10 @@ fn step(p: &mut Program, line: &str) -> Result<(), String> {
     }
     let mut dims = vec![None; kernel.domain().len()];
     for d in dynamic.split(", ").filter(|d| !d.is_empty()) {
-        let (dim, sym) = d.strip_prefix('d').and_then(|d| d.split_once('=')).ok_or(format!("expected `dN=SYMBOL`, got `{d}`"))?;
+        let (dim, extent) = d.strip_prefix('d').and_then(|d| d.split_once('=')).ok_or(format!("expected `dN=EXTENT`, got `{d}`"))?;
         let dim: usize = number(dim, "dimension")?;
         let slot = dims.get_mut(dim).ok_or(format!("d{dim} of a domain of rank {}", kernel.domain().len()))?;
-        *slot = Some(p.symbols.iter().position(|(n, _)| n == sym).ok_or(format!("unknown symbol `{sym}`"))?);
+        *slot = Some(crate::ir::Dim::parse(extent)?);
     }
     let origins = if origins.is_empty() { Vec::new() } else { origins.split("; ").map(str::to_string).collect() };
     p.steps.push(Step { kernel, origins, dims });

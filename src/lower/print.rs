@@ -66,7 +66,7 @@ pub fn print(p: &Program) -> String {
     for (i, step) in p.steps.iter().enumerate() {
         // Loops whose extent is a symbol's run-time value.
         let dynamic: Vec<String> =
-            step.dims.iter().enumerate().filter_map(|(d, sym)| sym.map(|x| format!("d{d}={}", p.symbols[x].0))).collect();
+            step.dims.iter().enumerate().filter_map(|(d, sym)| sym.as_ref().map(|e| format!("d{d}={e}"))).collect();
         let dynamic = if dynamic.is_empty() { String::new() } else { format!(" [{}]", dynamic.join(", ")) };
         let _ = writeln!(s, "  k{i}: {}{dynamic}  // {}", kernel(p, &step.kernel), step.origins.join("; "));
     }

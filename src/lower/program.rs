@@ -336,10 +336,27 @@ pub struct Step {
     pub kernel: Kernel,
     /// `transpose (submodels.m_0 (Linear))`, for the comment above the kernel.
     pub origins: Vec<String>,
-    /// For each dimension of the kernel's domain ([`Kernel::domain`]), the symbol (an
-    /// index into [`Program::symbols`]) whose run-time value is its extent; `None` for
-    /// a static extent.
-    pub dims: Vec<Option<usize>>,
+    /// For each dimension of the kernel's domain ([`Kernel::domain`]), its run-time
+    /// extent: a symbol of [`Program::symbols`] or an expression of them (`4*B`, every
+    /// coefficient positive); `None` for a static extent.
+    pub dims: Vec<Option<Dim>>,
+}
+
+impl Step {
+    /// The indices into `symbols` ([`Program::symbols`]) of the symbols that the extents
+    /// of the domain dimensions `which` use, sorted.
+    pub fn symbols_of(&self, which: impl IntoIterator<Item = usize>, symbols: &[(String, u64)]) -> Vec<usize> {
+        let mut names = Vec::new();
+        for d in which {
+            if let Some(Some(e)) = self.dims.get(d) {
+                e.symbols(&mut names);
+            }
+        }
+        let mut out: Vec<usize> = names.iter().filter_map(|n| symbols.iter().position(|(s, _)| s == n)).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
 }
 
 /// A model input, output or parameter.

@@ -86,13 +86,13 @@ impl Lowerer<'_> {
 
     /// The domain symbols of a reduction of `x` over `axes`: kept dimensions, then
     /// reduced ones. A mean's count must be static.
-    fn reduce_dims(&mut self, x: ValueId, axes: &[usize], mean: bool) -> Result<Vec<Option<usize>>> {
+    fn reduce_dims(&mut self, x: ValueId, axes: &[usize], mean: bool) -> Result<Vec<Option<Dim>>> {
         let dims = self.dims(x)?;
-        let reduced: Vec<Option<usize>> = axes.iter().map(|&a| dims[a]).collect();
+        let reduced: Vec<Option<Dim>> = axes.iter().map(|&a| dims[a].clone()).collect();
         if mean && reduced.iter().any(Option::is_some) {
             return Err(self.unsupported_symbolic(x, "a mean or variance over a symbolic dimension"));
         }
-        let mut out: Vec<Option<usize>> = (0..dims.len()).filter(|d| !axes.contains(d)).map(|d| dims[d]).collect();
+        let mut out: Vec<Option<Dim>> = (0..dims.len()).filter(|d| !axes.contains(d)).map(|d| dims[d].clone()).collect();
         out.extend(reduced);
         Ok(out)
     }

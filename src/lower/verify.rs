@@ -176,8 +176,12 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
     if step.dims.len() != domain.len() {
         return Err(format!("dims {:?} for a domain of rank {}", step.dims, domain.len()));
     }
-    if let Some(s) = step.dims.iter().flatten().find(|&&s| s >= p.symbols.len()) {
-        return Err(format!("dims name symbol {s} of {}", p.symbols.len()));
+    let mut names = Vec::new();
+    for e in step.dims.iter().flatten() {
+        e.symbols(&mut names);
+    }
+    if let Some(s) = names.iter().find(|s| !p.symbols.iter().any(|(n, _)| n == *s)) {
+        return Err(format!("dims name the symbol {s}, which the program does not list"));
     }
     let contiguous = |what: &str, v: &View| if v.is_contiguous() { Ok(()) } else { Err(format!("{what} %b{} is not contiguous: {}", v.buf.0, print::view(p, v))) };
     let whole = |what: &str, v: &View| within(p, v, &full(v)).map_err(|e| format!("{what} {e}"));

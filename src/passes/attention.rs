@@ -82,7 +82,7 @@ fn fuse(p: &mut Program, first: usize, softmax: usize, second: usize) {
     // The domain is the scores' [batch..., m, n], then d (the first product's length)
     // and e (the second's width).
     let (one, two) = (&p.steps[first], &p.steps[second]);
-    let dims = one.dims[..=r].iter().chain([&two.dims[r - 1]]).copied().collect();
+    let dims = one.dims[..=r].iter().chain([&two.dims[r - 1]]).cloned().collect();
     let origins = [first, softmax, second].iter().flat_map(|&s| p.steps[s].origins.clone()).collect();
     p.steps[second] = Step { kernel: Kernel::Attention { q, k, v, out, scores, score: epilogue }, origins, dims };
     p.steps.remove(softmax);

@@ -123,7 +123,7 @@ fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<
             let pads: Vec<(u64, u64)> = [(0, 0), (0, 0)].into_iter().chain(attrs.padding.iter().copied()).collect();
             let out = View::contiguous(buf, &full);
             let expr = padded(x.clone(), &pads, &full, 0.0, dtype);
-            let dims = step.dims.iter().take(1).copied().chain(std::iter::repeat(None)).take(full.len()).collect();
+            let dims = step.dims.iter().take(1).cloned().chain(std::iter::repeat(None)).take(full.len()).collect();
             let origins = vec![format!("padding of {}", step.origins.join("; "))];
             add.steps.push((w_copy.unwrap_or(i), Step { kernel: Kernel::Map { out: out.clone(), expr }, origins, dims }));
             add.padded.push((i, out));

@@ -53,10 +53,10 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
         }
         match &step.kernel {
             Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => {
-                let ext = extents(step, "ctx->");
+                let ext = extents(step, &p.symbols, "ctx->");
                 // Tasks split the outermost loop that can run more than once.
                 let split = ext[..out.shape.len()].iter().position(|e| e != "1");
-                let extent = split.map_or("1".to_string(), |d| extents(step, "ctx.")[d].clone());
+                let extent = split.map_or("1".to_string(), |d| extents(step, &p.symbols, "ctx.")[d].clone());
                 let _ = writeln!(s, "\n{comment}\n{}\n{{", C.kernel_signature(&format!("{name}_k{k}"), &[]));
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
                 declare(s, p, &names, &buffers_of(&step.kernel), "ctx->", name);
@@ -73,7 +73,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 // pays; a task that gets the whole batch splits each product instead.
                 let has_ep = epilogue_fn(&r, name, k, &step.kernel, s)?;
                 let rank = c.shape.len();
-                let ext = extents(step, "ctx->");
+                let ext = extents(step, &p.symbols, "ctx->");
                 let count = product(&ext[..rank - 2]);
                 let _ = writeln!(s, "\n{comment}\n{}\n{{", C.kernel_signature(&format!("{name}_k{k}"), &[]));
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
@@ -90,7 +90,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 gemm(&r, a, b, c, &ext, has_ep.then_some("&ep"), false, &weights, s)?;
                 s.push_str("    }\n}\n");
                 let cost = step.kernel.domain().iter().product::<u64>() * 2;
-                let total = product(&extents(step, "ctx.")[..rank - 2]);
+                let total = product(&extents(step, &p.symbols, "ctx.")[..rank - 2]);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {total}, {cost}.0);"));
             }
             other => {
@@ -101,7 +101,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 } else {
                     None
                 };
-                runtime_call(&r, other, &extents(step, "ctx."), ep, &weights, &mut body)?;
+                runtime_call(&r, other, &extents(step, &p.symbols, "ctx."), ep, &weights, &mut body)?;
                 calls.push(format!("\n    {comment}\n    {{\n{body}    }}"));
             }
         }
@@ -152,7 +152,7 @@ fn index_checks(r: &Renderer<C>, name: &str, k: usize, step: &crate::lower::Step
     if gathers.is_empty() {
         return false;
     }
-    let ext = extents(step, "ctx->");
+    let ext = extents(step, &r.p.symbols, "ctx->");
     let _ = writeln!(s, "\n/* kernel {k}'s gather indices, each in [-n, n) for an axis of size n: {} */", comment_safe(&step.origins.join("; ")));
     let _ = writeln!(s, "static int {name}_check{k}(const struct {name}_ctx *ctx)\n{{");
     let mut bufs = Vec::new();
@@ -188,8 +188,8 @@ fn index_checks(r: &Renderer<C>, name: &str, k: usize, step: &crate::lower::Step
 
 /// The extents of a step's loops, a symbol's run-time value read through `via`
 /// (`ctx->` or `ctx.`).
-fn extents(step: &crate::lower::Step, via: &str) -> Vec<String> {
-    crate::codegen::cstyle::kernel::extents(step, |s| format!("{via}dims[{s}]"))
+fn extents(step: &crate::lower::Step, symbols: &[(String, u64)], via: &str) -> Vec<String> {
+    crate::codegen::cstyle::kernel::extents(step, symbols, |s| format!("{via}dims[{s}]"))
 }
 
 /// A comment listing the weights stored narrow (`--quantize`), and how each is read.

@@ -64,9 +64,7 @@ pub fn kernel_params<D: Dialect + ?Sized>(r: &Renderer<D>, step: &crate::lower::
         .into_iter()
         .map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: if b == written { ParamKind::Write } else { ParamKind::Read } })
         .collect();
-    let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
-    used.sort_unstable();
-    used.dedup();
+    let used = step.symbols_of(0..step.dims.len(), &p.symbols);
     params.extend(used.into_iter().map(|i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
     params
 }
@@ -76,7 +74,7 @@ pub fn kernel_params<D: Dialect + ?Sized>(r: &Renderer<D>, step: &crate::lower::
 pub fn device_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, fname: &str, k: usize, step: &crate::lower::Step) -> Result<String> {
     let dims = dim_params(r.p);
     let mut s = format!("/* kernel {k}: {} */\n{}\n{{\n", comment_safe(&step.origins.join("; ")), r.d.kernel_signature(fname, &kernel_params(r, step)));
-    loop_kernel(r, &step.kernel, &extents(step, |i| dims[i].clone()), &mut s)?;
+    loop_kernel(r, &step.kernel, &extents(step, &r.p.symbols, |i| dims[i].clone()), &mut s)?;
     s.push_str("}\n");
     Ok(s)
 }
@@ -145,9 +143,7 @@ pub fn epilogue_functor<D: Device>(r: &Renderer<D>, name: &str, k: usize, step: 
     // The scores have no memory: the functor is given the product instead.
     bufs.retain(|b| p.buffers[b.0].storage != Storage::Local && !skip(*b));
     let dims = dim_params(p);
-    let mut used: Vec<usize> = step.dims.iter().flatten().copied().collect();
-    used.sort_unstable();
-    used.dedup();
+    let used = step.symbols_of(0..step.dims.len(), &p.symbols);
     let mut fields = Vec::new();
     let mut values = Vec::new();
     for b in &bufs {
@@ -302,9 +298,7 @@ pub fn index_check<D: Device>(r: &Renderer<D>, fname: &str, k: usize, step: &cra
     bufs.sort();
     bufs.dedup();
     let mut params: Vec<Param> = bufs.iter().map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: ParamKind::Read }).collect();
-    let mut syms: Vec<usize> = check.vars.iter().filter_map(|&v| step.dims.get(v).copied().flatten()).collect();
-    syms.sort_unstable();
-    syms.dedup();
+    let syms = step.symbols_of(check.vars.iter().copied(), &p.symbols);
     params.extend(syms.iter().map(|&i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
     params.push(Param { name: "error".into(), dtype: Dtype::I32, kind: ParamKind::Write });
     let vars: Vec<String> = check.vars.iter().map(|&v| ext[v].clone()).collect();
@@ -369,7 +363,8 @@ mod tests {
     fn program() -> Program {
         let buf = |name: &str, len, storage| Buffer { name: name.into(), dtype: Dtype::F64, len, storage };
         let x = || Expr::Load { view: View::contiguous(BufId(0), &[2, 4]), vars: vec![0, 1] };
-        let step = |kernel, origin: &str| Step { kernel, origins: vec![origin.into()], dims: vec![Some(0), None] };
+        let batch = || Some(crate::ir::Dim::Sym("batch".into()));
+        let step = |kernel, origin: &str| Step { kernel, origins: vec![origin.into()], dims: vec![batch(), None] };
         let gemm = Kernel::Gemm { a: View::contiguous(BufId(0), &[2, 4]), b: View::contiguous(BufId(0), &[4, 2]), c: View::contiguous(BufId(2), &[2, 2]), epilogue: None };
         Program {
             name: "tiny".into(),
@@ -377,7 +372,7 @@ mod tests {
             steps: vec![
                 step(Kernel::Map { out: View::contiguous(BufId(1), &[2, 4]), expr: Expr::Unary(UnaryOp::Exp, Box::new(x()), Dtype::F64) }, "exp (m_0)"),
                 step(Kernel::Reduce { out: View::contiguous(BufId(2), &[2]), reduced: vec![4], kind: ReduceKind::Sum, expr: x(), scale: None }, "sum (m_1)"),
-                Step { kernel: gemm, origins: vec!["matmul (m_2)".into()], dims: vec![Some(0), None, None] },
+                Step { kernel: gemm, origins: vec!["matmul (m_2)".into()], dims: vec![batch(), None, None] },
             ],
             consts: vec![],
             symbols: vec![("batch".into(), 2)],

@@ -7,14 +7,46 @@ use std::fmt::Write as _;
 
 use super::{pad, Dialect, Renderer, Warp};
 use crate::error::{Error, Result};
-use crate::ir::{Dtype, ReduceKind};
+use crate::ir::{Atom, Dim, Dtype, Poly, ReduceKind};
 use crate::lower::{Expr, Kernel, Step};
 
-/// The extents of a step's loops ([`Kernel::domain`]): static sizes, or the run-time
-/// value of symbol `s` as `dim(s)` spells it.
-pub fn extents(step: &Step, dim: impl Fn(usize) -> String) -> Vec<String> {
+/// The extents of a step's loops ([`Kernel::domain`]): static sizes, or expressions of
+/// the run-time value of symbol `s` of `symbols` ([`crate::lower::Program::symbols`])
+/// as `dim(s)` spells it.
+pub fn extents(step: &Step, symbols: &[(String, u64)], dim: impl Fn(usize) -> String) -> Vec<String> {
+    let sym = |name: &str| dim(symbols.iter().position(|(s, _)| s == name).expect("the program lists every symbol its steps use"));
     let domain = step.kernel.domain();
-    domain.iter().enumerate().map(|(d, n)| step.dims.get(d).copied().flatten().map_or(n.to_string(), &dim)).collect()
+    domain.iter().enumerate().map(|(d, n)| step.dims.get(d).and_then(Option::as_ref).map_or(n.to_string(), |e| extent(e, &sym))).collect()
+}
+
+/// A dimension as a C expression (`(4 * dims[0] + dims[1] / 2)`). Its parts are never
+/// negative (the lowering sees to it), so C's division is the floor it stands for.
+fn extent(d: &Dim, sym: &dyn Fn(&str) -> String) -> String {
+    match d {
+        Dim::Known(n) => n.to_string(),
+        Dim::Sym(s) => sym(s),
+        Dim::Expr(p) => poly(p, sym),
+    }
+}
+
+fn poly(p: &Poly, sym: &dyn Fn(&str) -> String) -> String {
+    let terms: Vec<String> = p
+        .terms()
+        .map(|(c, atoms)| {
+            let mut factors: Vec<String> = atoms
+                .iter()
+                .map(|a| match a {
+                    Atom::Sym(s) => sym(s),
+                    Atom::Div(q, k) => format!("{} / {k}", poly(q, sym)),
+                })
+                .collect();
+            if c != 1 || factors.is_empty() {
+                factors.insert(0, c.to_string());
+            }
+            factors.join(" * ")
+        })
+        .collect();
+    format!("({})", terms.join(" + "))
 }
 
 /// `a * b * ...` for extents (`1` for none).

@@ -37,7 +37,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
     let mut launches_head = String::new();
     for (k, step) in p.steps.iter().enumerate() {
         let comment = format!("/* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
-        let ext = extents(step, |i| dims[i].clone());
+        let ext = extents(step, &p.symbols, |i| dims[i].clone());
         let _ = writeln!(launches, "\n    {comment}");
         if let Some(at) = flag {
             for (g, check) in gather_checks(&step.kernel).iter().enumerate() {

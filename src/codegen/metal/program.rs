@@ -177,7 +177,7 @@ fn program(p: &Program, name: &str, prefix: &str, precision: Precision, flag: Op
     let decl: String = dims.iter().map(|n| format!(", int64_t {n}")).collect();
     let mut body = String::new();
     for (k, step) in p.steps.iter().enumerate() {
-        let ext = extents(step, |i| dims[i].clone());
+        let ext = extents(step, &p.symbols, |i| dims[i].clone());
         let _ = writeln!(body, "\n    /* kernel {k}: {} */", comment_safe(&step.origins.join("; ")));
         if let Some(at) = flag {
             for (g, check) in gather_checks(&step.kernel).iter().enumerate() {
