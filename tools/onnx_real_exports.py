@@ -192,6 +192,13 @@ WHISPER = transformers.WhisperConfig(num_mel_bins=16, d_model=32, encoder_layers
 WAV2VEC2 = transformers.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                        conv_dim=(16, 16, 16), conv_kernel=(10, 3, 3), conv_stride=(5, 2, 2), feat_extract_norm="group",
                                        num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4, vocab_size=32)
+LLAMA = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, max_position_embeddings=32, use_cache=False)
+ROBERTA = transformers.RobertaConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                     max_position_embeddings=40, pad_token_id=1)
+SEGFORMER = transformers.SegformerConfig(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+                                         patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+                                         decoder_hidden_size=32, num_labels=4, initializer_range=0.2)
 T5 = transformers.T5Config(vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
                            relative_attention_max_distance=16, feed_forward_proj="relu")
 
@@ -203,10 +210,8 @@ MOBILENET_V3_SMALL = torchvision.models.mobilenetv3._mobilenet_v3_conf("mobilene
 # name: (what it is, how to build it, its inputs from a numpy generator, its outputs'
 # names, the dimensions that stay symbolic: {input: {axis: symbol}}).
 MODELS = {
-    "resnet_tiny": ("torchvision ResNet (BasicBlock) at widths 16 and 32, BatchNorm folded or not by the exporter",
-                    lambda: trained_like(TinyResNet()), image((1, 3, 32, 32)), ["logits"], {}),
-    "resnet_tiny_batch": ("resnet_tiny with a symbolic batch",
-                          lambda: trained_like(TinyResNet()), image((2, 3, 32, 32)), ["logits"], {"input": {0: "batch"}}),
+    "resnet_tiny": ("torchvision ResNet (BasicBlock) at widths 16 and 32, with a symbolic batch",
+                    lambda: trained_like(TinyResNet()), image((2, 3, 32, 32)), ["logits"], {"input": {0: "batch"}}),
     "mobilenet_v2": ("torchvision MobileNetV2(width_mult=0.5) with the first 4 of its 7 stages: depthwise convolutions, ReLU6",
                      lambda: trained_like(torchvision.models.MobileNetV2(num_classes=10, width_mult=0.5, inverted_residual_setting=MOBILENET_V2)),
                      image((1, 3, 32, 32)), ["logits"], {}),
@@ -242,6 +247,16 @@ MODELS = {
     "t5_encoder": ("transformers T5EncoderModel (d_model 32, 2 layers, 4 heads): RMS norm, relative position buckets",
                    hf(transformers.T5EncoderModel, T5, ["input_ids", "attention_mask"], ["last_hidden_state"]),
                    tokens(96, 2, 8, mask=True), ["last_hidden_state"], {}),
+    "llama": ("transformers LlamaForCausalLM (hidden 32, 2 layers, 4 heads over 2 key-value heads): rotary positions, RMS norm, SiLU gate",
+              hf(transformers.LlamaForCausalLM, LLAMA, ["input_ids", "attention_mask"], ["logits"]), tokens(96, 1, 8, mask=True),
+              ["logits"], {}),
+    "roberta": ("transformers RobertaModel (hidden 32, 2 layers): position ids counted from the tokens that are not padding",
+                hf(transformers.RobertaModel, ROBERTA, ["input_ids", "attention_mask"], ["last_hidden_state"]),
+                tokens(96, 2, 8, mask=True), ["last_hidden_state"], {}),
+    "segformer": ("transformers SegformerForSemanticSegmentation (2 blocks of 16 and 32): overlapping patches, reduced attention, "
+                  "depthwise Mix-FFN, bilinear upsampling",
+                  hf(transformers.SegformerForSemanticSegmentation, SEGFORMER, ["pixel_values"], ["logits"]),
+                  lambda rng: {"pixel_values": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}, ["logits"], {}),
 }
 EXPORTERS = ("classic", "dynamo")
 
