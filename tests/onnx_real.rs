@@ -165,14 +165,14 @@ fn run(export: &Export, runner: Runner, tc: &c_build::Toolchain) -> Result<Vec<(
 
 /// `got` against ONNX Runtime's outputs within 1e-4 + 1e-3 |want|: the largest error,
 /// or the first element of the first output that differs.
-fn compare(export: &Export, got: &[(String, Tensor)]) -> Result<f64, String> {
+fn compare(got: &[(String, Tensor)], want: &[(String, Tensor)]) -> Result<f64, String> {
     let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
-    let want: Vec<&str> = export.outputs.iter().map(|(n, _)| n.as_str()).collect();
-    if names != want {
-        return Err(format!("outputs {names:?}, ONNX Runtime's are {want:?}"));
+    let want_names: Vec<&str> = want.iter().map(|(n, _)| n.as_str()).collect();
+    if names != want_names {
+        return Err(format!("outputs {names:?}, ONNX Runtime's are {want_names:?}"));
     }
     let mut worst = 0.0f64;
-    for ((name, g), (_, w)) in got.iter().zip(&export.outputs) {
+    for ((name, g), (_, w)) in got.iter().zip(want) {
         if g.shape != w.shape {
             return Err(format!("output {name}: shape {:?}, ONNX Runtime's {:?}", g.shape, w.shape));
         }
@@ -187,19 +187,54 @@ fn compare(export: &Export, got: &[(String, Tensor)]) -> Result<f64, String> {
     Ok(worst)
 }
 
+/// A run: the export's name and the runner's.
+type Key = (String, String);
+
 /// `tests/onnx/real/expected_failures.txt`: `EXPORT RUNNER: ERROR` per line (the
 /// error's lines joined by " / "), `#` comments.
-fn expected_failures() -> BTreeMap<(String, String), String> {
-    let path = Path::new(ROOT).join("expected_failures.txt");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+fn expected_failures(text: &str) -> Result<BTreeMap<Key, String>, String> {
     text.lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| {
-            let (key, why) = l.split_once(": ").unwrap_or_else(|| panic!("{}: `{l}` is not `EXPORT RUNNER: ERROR`", path.display()));
-            let (export, runner) = key.split_once(' ').unwrap_or_else(|| panic!("{}: `{key}` is not `EXPORT RUNNER`", path.display()));
-            ((export.to_string(), runner.to_string()), why.to_string())
+            let (key, why) = l.split_once(": ").ok_or_else(|| format!("`{l}` is not `EXPORT RUNNER: ERROR`"))?;
+            let (export, runner) = key.split_once(' ').ok_or_else(|| format!("`{key}` is not `EXPORT RUNNER`"))?;
+            Ok(((export.to_string(), runner.to_string()), why.to_string()))
         })
         .collect()
+}
+
+/// Each run's outcome judged against the list of expected failures: what to show of it,
+/// and every way the two disagree (a run that fails unlisted, a listed one that passes
+/// or fails otherwise, a listed run that does not exist).
+fn judge(outcomes: &BTreeMap<Key, Result<f64, String>>, expected: &BTreeMap<Key, String>) -> (BTreeMap<Key, String>, Vec<String>) {
+    const LIST: &str = "tests/onnx/real/expected_failures.txt";
+    let mut problems: Vec<String> = expected.keys().filter(|k| !outcomes.contains_key(*k)).map(|(e, r)| format!("{LIST} lists {e} {r}, which is not a run of this test")).collect();
+    let mut cells = BTreeMap::new();
+    for (key @ (export, runner), outcome) in outcomes {
+        let cell = match (outcome, expected.get(key)) {
+            (Ok(err), None) => format!("pass ({err:.1e})"),
+            (Ok(_), Some(_)) => {
+                problems.push(format!("{export} {runner} passes: remove it from {LIST}"));
+                "pass, but listed".to_string()
+            }
+            (Err(e), listed) => {
+                let e = e.lines().collect::<Vec<_>>().join(" / ");
+                match listed {
+                    Some(why) if *why == e => "expected failure".to_string(),
+                    Some(why) => {
+                        problems.push(format!("{export} {runner} fails otherwise than {LIST} says:\n  now:    {e}\n  listed: {why}"));
+                        "FAIL (otherwise)".to_string()
+                    }
+                    None => {
+                        problems.push(format!("{export} {runner}: {e}"));
+                        "FAIL".to_string()
+                    }
+                }
+            }
+        };
+        cells.insert(key.clone(), cell);
+    }
+    (cells, problems)
 }
 
 #[test]
@@ -213,7 +248,8 @@ fn real_exports_match_onnx_runtime() {
     // The emulated CUDA builds at -O0 unless CXXFLAGS says otherwise (the generated
     // Makefile's `CXXFLAGS ?= -O1` takes it from the environment, and the build cache's
     // key has it): the same kernels, compiled in a third of -O1's time, and these
-    // models run in milliseconds either way. No other test runs in this process.
+    // models run in milliseconds either way. The other tests of this file build nothing
+    // and read no environment.
     if std::env::var_os("CXXFLAGS").is_none() {
         std::env::set_var("CXXFLAGS", "-O0");
     }
@@ -224,47 +260,29 @@ fn real_exports_match_onnx_runtime() {
     let seconds = Mutex::new(Vec::new());
     common::each_case(&runs, |&(export, runner)| {
         let start = std::time::Instant::now();
-        let outcome = run(export, runner, tc).and_then(|got| compare(export, &got));
+        // A panic is a failure of this run, reported with the others.
+        let outcome = std::panic::catch_unwind(|| run(export, runner, tc).and_then(|got| compare(&got, &export.outputs))).unwrap_or_else(|p| {
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+            Err(format!("panicked: {msg}"))
+        });
         seconds.lock().unwrap().push((runner, start.elapsed().as_secs_f64()));
         outcomes.lock().unwrap().insert((export.name.clone(), runner.name().to_string()), outcome);
         Ok(())
     });
     let outcomes = outcomes.into_inner().unwrap();
 
-    let expected = expected_failures();
-    let mut problems = Vec::new();
-    for key in expected.keys().filter(|k| !outcomes.contains_key(*k)) {
-        problems.push(format!("tests/onnx/real/expected_failures.txt lists {} {}, which is not a run of this test", key.0, key.1));
-    }
-    let mut table: BTreeMap<&str, BTreeMap<&str, String>> = BTreeMap::new();
-    for ((export, runner), outcome) in &outcomes {
-        let cell = match (outcome, expected.get(&(export.clone(), runner.clone()))) {
-            (Ok(err), None) => format!("pass ({err:.1e})"),
-            (Ok(_), Some(_)) => {
-                problems.push(format!("{export} {runner} passes: remove it from tests/onnx/real/expected_failures.txt"));
-                "pass, but listed as failing".to_string()
-            }
-            (Err(e), listed) => {
-                let e = e.lines().collect::<Vec<_>>().join(" / ");
-                match listed {
-                    Some(why) if *why == e => "expected failure".to_string(),
-                    Some(why) => {
-                        problems.push(format!("{export} {runner} fails otherwise than tests/onnx/real/expected_failures.txt says:\n  now:    {e}\n  listed: {why}"));
-                        "FAIL (otherwise)".to_string()
-                    }
-                    None => {
-                        problems.push(format!("{export} {runner}: {e}"));
-                        "FAIL".to_string()
-                    }
-                }
-            }
-        };
+    let path = Path::new(ROOT).join("expected_failures.txt");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let expected = expected_failures(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let (cells, problems) = judge(&outcomes, &expected);
+    let mut table: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
+    for ((export, runner), cell) in &cells {
         table.entry(export).or_default().insert(runner, cell);
     }
     let columns: Vec<&str> = Runner::ALL.iter().map(|r| r.name()).collect();
     println!("{:<28} {}", "export", columns.iter().map(|c| format!("{c:<22}")).collect::<String>());
     for (export, cells) in &table {
-        let row: String = columns.iter().map(|c| format!("{:<22}", cells.get(c).map_or("-", String::as_str))).collect();
+        let row: String = columns.iter().map(|c| format!("{:<22}", cells.get(c).copied().unwrap_or("-"))).collect();
         println!("{export:<28} {row}");
     }
     let passed = outcomes.values().filter(|o| o.is_ok()).count();
@@ -273,4 +291,64 @@ fn real_exports_match_onnx_runtime() {
     let per_runner: Vec<String> = Runner::ALL.iter().map(|r| format!("{} {:.0} s", r.name(), seconds.iter().filter(|(s, _)| s == r).map(|(_, t)| t).sum::<f64>())).collect();
     println!("time spent per runner (all threads): {}", per_runner.join(", "));
     assert!(problems.is_empty(), "{} problem(s):\n{}", problems.len(), problems.join("\n"));
+}
+
+/// f64, whose values are the literals (f32 would round them).
+fn f64s(shape: &[u64], data: &[f64]) -> Tensor {
+    Tensor::new(mithrilc::ir::Dtype::F64, shape.to_vec(), data.to_vec())
+}
+
+/// The tolerance is 1e-4 absolute plus 1e-3 of ONNX Runtime's value, and names, shapes
+/// and NaNs must agree.
+#[test]
+fn outputs_match_within_1e4_plus_1e3_relative() {
+    let want = vec![("y".to_string(), f64s(&[3], &[0.0, 10.0, -1.0]))];
+    let out = |d: &[f64]| vec![("y".to_string(), f64s(&[3], d))];
+    assert_eq!(compare(&out(&[0.0, 10.0, -1.0]), &want), Ok(0.0));
+    let err = compare(&out(&[9e-5, 10.01, -1.001]), &want).unwrap();
+    assert!((err - 0.01).abs() < 1e-9, "{err}");
+    assert_eq!(compare(&out(&[1.1e-4, 10.0, -1.0]), &want), Err("output y: element 0 is 0.00011, ONNX Runtime's 0".to_string()));
+    assert_eq!(compare(&out(&[0.0, 10.0102, -1.0]), &want), Err("output y: element 1 is 10.0102, ONNX Runtime's 10".to_string()));
+    assert_eq!(compare(&out(&[0.0, 10.0, f64::NAN]), &want), Err("output y: element 2 is NaN, ONNX Runtime's -1".to_string()));
+    assert_eq!(compare(&[("y".to_string(), f64s(&[1, 3], &[0.0, 10.0, -1.0]))], &want), Err("output y: shape [1, 3], ONNX Runtime's [3]".to_string()));
+    assert_eq!(compare(&[("z".to_string(), f64s(&[3], &[0.0, 10.0, -1.0]))], &want), Err("outputs [\"z\"], ONNX Runtime's are [\"y\"]".to_string()));
+}
+
+/// The list of expected failures stays true: a run that fails unlisted, a listed run
+/// that passes or fails with another error, and a listed run that does not exist are
+/// each reported.
+#[test]
+fn the_list_of_expected_failures_is_kept_true() {
+    let key = |e: &str, r: &str| (e.to_string(), r.to_string());
+    let expected = expected_failures(
+        "# a comment\n\
+         m c-symbolic: m/model.onnx: node 1 (Shape): why\n\
+         m cuda-emulate-symbolic: the old error\n\
+         n c: it fails\n\
+         gone interp: no such export\n",
+    )
+    .unwrap();
+    assert_eq!(expected[&key("m", "c-symbolic")], "m/model.onnx: node 1 (Shape): why");
+    let outcomes: BTreeMap<Key, Result<f64, String>> = [
+        (key("m", "interp"), Ok(1e-7)),
+        (key("m", "c"), Err("cc failed:\nan error".to_string())),
+        (key("m", "c-symbolic"), Err("m/model.onnx: node 1 (Shape): why".to_string())),
+        (key("m", "cuda-emulate-symbolic"), Err("a new error".to_string())),
+        (key("n", "c"), Ok(0.0)),
+    ]
+    .into_iter()
+    .collect();
+    let (cells, problems) = judge(&outcomes, &expected);
+    assert_eq!(
+        problems,
+        [
+            "tests/onnx/real/expected_failures.txt lists gone interp, which is not a run of this test",
+            "m c: cc failed: / an error",
+            "m cuda-emulate-symbolic fails otherwise than tests/onnx/real/expected_failures.txt says:\n  now:    a new error\n  listed: the old error",
+            "n c passes: remove it from tests/onnx/real/expected_failures.txt",
+        ]
+    );
+    assert_eq!(cells[&key("m", "interp")], "pass (1.0e-7)");
+    assert_eq!(cells[&key("m", "c-symbolic")], "expected failure");
+    assert_eq!(expected_failures("m c"), Err("`m c` is not `EXPORT RUNNER: ERROR`".to_string()));
 }

@@ -235,9 +235,10 @@ MODELS = {
     "gpt2": ("transformers GPT2LMHeadModel (n_embd 32, 2 layers, 4 heads): causal decoder, tied head",
              hf(transformers.GPT2LMHeadModel, GPT2, ["input_ids", "attention_mask"], ["logits"]), tokens(96, 1, 8, mask=True),
              ["logits"], {}),
-    "vit": ("transformers ViTForImageClassification (32x32 image, 8x8 patches, hidden 32, 2 layers)",
+    "vit": ("transformers ViTForImageClassification (32x32 image, 8x8 patches, hidden 32, 2 layers), with a symbolic batch",
             hf(transformers.ViTForImageClassification, VIT, ["pixel_values"], ["logits"]),
-            lambda rng: {"pixel_values": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}, ["logits"], {}),
+            lambda rng: {"pixel_values": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}, ["logits"],
+            {"pixel_values": {0: "batch"}}),
     "whisper_encoder": ("transformers WhisperEncoder (16 mel bins, d_model 32, 2 layers): 1-D convolutions, GELU",
                         hf(transformers.models.whisper.modeling_whisper.WhisperEncoder, WHISPER, ["input_features"], ["last_hidden_state"]),
                         lambda rng: {"input_features": rng.standard_normal((1, 16, 32)).astype(np.float32)}, ["last_hidden_state"], {}),
@@ -256,7 +257,8 @@ MODELS = {
     "segformer": ("transformers SegformerForSemanticSegmentation (2 blocks of 16 and 32): overlapping patches, reduced attention, "
                   "depthwise Mix-FFN, bilinear upsampling",
                   hf(transformers.SegformerForSemanticSegmentation, SEGFORMER, ["pixel_values"], ["logits"]),
-                  lambda rng: {"pixel_values": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}, ["logits"], {}),
+                  lambda rng: {"pixel_values": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}, ["logits"],
+            {"pixel_values": {0: "batch"}}),
 }
 EXPORTERS = ("classic", "dynamo")
 
