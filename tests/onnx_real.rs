@@ -178,6 +178,8 @@ fn compare(got: &[(String, Tensor)], want: &[(String, Tensor)]) -> Result<f64, S
         }
         for (i, (x, y)) in g.data.iter().zip(&w.data).enumerate() {
             let err = (x - y).abs();
+            // Negated, so that a NaN on either side fails.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
             if !(err <= ATOL + RTOL * y.abs()) {
                 return Err(format!("output {name}: element {i} is {x}, ONNX Runtime's {y}"));
             }

@@ -150,8 +150,8 @@ class Wrapper(torch.nn.Module):
 
 def hf(cls, config, inputs, outputs):
     def build():
-        # Eager attention and SDPA differ only in how torch computes it; SDPA is the
-        # default a user's export gets.
+        # With the configuration's default attention (torch's scaled_dot_product_attention),
+        # as a user's export gets it.
         return Wrapper(cls(config), inputs, outputs)
 
     return build
