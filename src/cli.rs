@@ -69,7 +69,7 @@ pub fn parse_shape_arg(arg: &str) -> Result<(String, Shape)> {
     // Sizes are indexed in i64 by generated code and VJPs: the element count must fit.
     let count = out.iter().try_fold(1u64, |n, d| match d {
         Dim::Known(k) => n.checked_mul(*k).filter(|&n| n <= i64::MAX as u64),
-        Dim::Sym(_) => Some(n),
+        _ => Some(n),
     });
     if count.is_none() {
         return Err(Error::usage(format!("--shape {arg}: more elements than a 64-bit index can count")));

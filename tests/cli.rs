@@ -775,8 +775,19 @@ fn compile_error_exit_codes() {
         (code, stderr.as_str()),
         (
             1,
-            "error: linear.json: `input` (shape [3, T]): compiled code does not support a model input with a symbolic dimension after \
-             a static one yet\n  note: give the dimension a static size with --shape\n"
+            "error: linear.json: `input` (shape [3, T]): compiled code does not support a model input with the symbolic dimension T \
+             inside another dimension yet\n  note: give the dimension a static size with --shape\n"
+        )
+    );
+    // Nor inside another symbolic one: its layout for the maxima is not the caller's.
+    let args = ["compile", "linear.json", "--target", "c", "--shape", "input=B,T", "--max", "B=2", "--max", "T=8", "-o", "/nonexistent/x"];
+    let (code, _, stderr) = mithrilc(&args, &testdata);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (
+            1,
+            "error: linear.json: `input` (shape [B, T]): compiled code does not support a model input with the symbolic dimension T \
+             inside another dimension yet\n  note: give the dimension a static size with --shape\n"
         )
     );
     let (code, _, stderr) = mithrilc(&["compile", "linear.json", "--target", "c", "--shape", "input=3,4"], &testdata);

@@ -195,7 +195,7 @@ impl Builder {
             return Err(Error::user(format!("flatten start_dim {start} is after end_dim {end}")));
         }
         let shape = self.shape(x);
-        let merged = merge_dims(&shape.0[start..=end]).map_err(Error::user)?;
+        let merged = Dim::product(&shape.0[start..=end]).map_err(Error::user)?;
         let mut dims = shape.0[..start].to_vec();
         dims.push(merged);
         dims.extend(shape.0[end + 1..].iter().cloned());
@@ -420,24 +420,6 @@ pub fn axis(ax: i64, rank: usize) -> Result<usize> {
     Ok(if ax < 0 { (ax + r) as usize } else { ax as usize })
 }
 
-/// The product of dimensions, which may hold at most one symbol among 1s.
-pub fn merge_dims(dims: &[Dim]) -> Result<Dim, String> {
-    let mut known = 1u64;
-    let mut sym: Option<&str> = None;
-    for d in dims {
-        match d {
-            Dim::Known(n) => known = known.checked_mul(*n).ok_or("size overflows")?,
-            Dim::Sym(s) if sym.is_none() => sym = Some(s),
-            Dim::Sym(_) => return Err(format!("cannot merge several symbolic dimensions of {}", Shape(dims.to_vec()))),
-        }
-    }
-    match sym {
-        None => Ok(Dim::Known(known)),
-        Some(s) if known == 1 => Ok(Dim::Sym(s.to_string())),
-        Some(_) => Err(format!("cannot merge a symbolic dimension with others in {}", Shape(dims.to_vec()))),
-    }
-}
-
 /// A reshape target with at most one `-1` (None), resolved against the input shape.
 pub fn resolve_infer_dim(input: &Shape, target: &[Option<Dim>]) -> Result<Shape, String> {
     let holes = target.iter().filter(|d| d.is_none()).count();
@@ -448,26 +430,14 @@ pub fn resolve_infer_dim(input: &Shape, target: &[Option<Dim>]) -> Result<Shape,
     if holes == 0 {
         return Ok(Shape(given));
     }
-    let (in_known, mut in_syms) = shape::numel_key(input);
-    let (t_known, t_syms) = shape::numel_key(&Shape(given));
-    let (in_known, t_known) = (in_known.ok_or("size overflows")?, t_known.ok_or("size overflows")?);
-    for s in &t_syms {
-        match in_syms.iter().position(|x| x == s) {
-            Some(i) => {
-                in_syms.remove(i);
-            }
-            None => return Err(format!("the symbolic dimension {s} does not occur in the input")),
-        }
-    }
-    if t_known == 0 || in_known % t_known != 0 {
+    let (total, part) = (input.numel_dim()?, Shape(given).numel_dim()?);
+    if part == Dim::Known(0) {
         return Err("the element count does not divide".into());
     }
-    let rest = in_known / t_known;
-    let hole = match in_syms.as_slice() {
-        [] => Dim::Known(rest),
-        [s] if rest == 1 => Dim::Sym(s.clone()),
-        _ => return Err("-1 would stand for a product of symbolic dimensions".into()),
-    };
+    let hole = total.div_exact(&part).ok_or_else(|| match (&total, &part) {
+        (Dim::Known(_), Dim::Known(_)) => "the element count does not divide".to_string(),
+        _ => format!("{total} elements do not divide by {part} for every value of the symbols"),
+    })?;
     Ok(Shape(target.iter().map(|d| d.clone().unwrap_or_else(|| hole.clone())).collect()))
 }
 
@@ -613,7 +583,8 @@ mod tests {
         let x = b.input("x", TensorType::new(Dtype::F32, Shape(vec![sym("B"), Dim::Known(3), Dim::Known(4)])));
         let y = b.flatten(x, 1, 2).unwrap();
         assert_eq!(b.graph.ty(y).to_string(), "f32[B, 12]");
-        assert_eq!(b.flatten(x, 0, 1).unwrap_err().to_string(), "cannot merge a symbolic dimension with others in [B, 3]");
+        let y = b.flatten(x, 0, 1).unwrap();
+        assert_eq!(b.graph.ty(y).to_string(), "f32[3*B, 4]");
         assert_eq!(b.flatten(x, 2, 1).unwrap_err().to_string(), "flatten start_dim 2 is after end_dim 1");
         let x = Shape(vec![sym("B"), Dim::Known(128), Dim::Known(768)]);
         let target = [None, Some(Dim::Known(128)), Some(Dim::Known(12)), Some(Dim::Known(64))];
@@ -621,6 +592,11 @@ mod tests {
         assert_eq!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(2)), None]).unwrap(), Shape::known(&[2, 12]));
         assert_eq!(resolve_infer_dim(&Shape::known(&[2, 3, 4]), &[Some(Dim::Known(5)), None]).unwrap_err(), "the element count does not divide");
         assert_eq!(resolve_infer_dim(&Shape::known(&[4]), &[None, None]).unwrap_err(), "only one dimension can be -1");
+        // -1 stands for a product of symbols, or what dividing by one leaves.
+        let x = Shape(vec![sym("B"), sym("S"), Dim::Known(768)]);
+        assert_eq!(resolve_infer_dim(&x, &[None, Some(Dim::Known(768))]).unwrap().to_string(), "[B*S, 768]");
+        assert_eq!(resolve_infer_dim(&x, &[Some(sym("S")), None, Some(Dim::Known(64))]).unwrap().to_string(), "[S, 12*B, 64]");
+        assert_eq!(resolve_infer_dim(&x, &[Some(sym("T")), None]).unwrap_err(), "768*B*S elements do not divide by T for every value of the symbols");
     }
 
     #[test]

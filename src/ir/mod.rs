@@ -9,6 +9,7 @@
 #[macro_use]
 mod declare;
 mod attr;
+mod dim;
 pub mod builder;
 mod op;
 pub mod parse;

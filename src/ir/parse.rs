@@ -159,12 +159,6 @@ pub fn parse_type(s: &str) -> Result<TensorType, String> {
     let s = s.trim();
     let open = s.find('[').ok_or(format!("bad type `{s}`"))?;
     let dtype = Dtype::from_name(&s[..open]).ok_or(format!("bad element type in `{s}`"))?;
-    let dims = items(&s[open..])?
-        .into_iter()
-        .map(|d| match d.parse::<u64>() {
-            Ok(n) => Dim::Known(n),
-            Err(_) => Dim::Sym(d.to_string()),
-        })
-        .collect();
+    let dims = items(&s[open..])?.into_iter().map(|d| Dim::parse(&d)).collect::<Result<_, _>>()?;
     Ok(TensorType::new(dtype, Shape(dims)))
 }

@@ -11,10 +11,8 @@ pub fn param_count(graph: &Graph) -> Option<u64> {
 /// convolutions (the convention of the benchmark manifests), with every symbolic
 /// dimension replaced by `sym(name)`.
 pub fn flops(graph: &Graph, sym: &dyn Fn(&str) -> u64) -> Option<u64> {
-    let size = |d: &Dim| match d {
-        Dim::Known(n) => *n,
-        Dim::Sym(s) => sym(s),
-    };
+    // (an overflowing size makes the count overflow, so it is unknown)
+    let size = |d: &Dim| d.eval(&|s| Some(sym(s))).unwrap_or(u64::MAX);
     let numel = |s: &Shape| s.0.iter().try_fold(1u64, |a, d| a.checked_mul(size(d)));
     let mut total = 0u64;
     for v in graph.ids() {

@@ -119,39 +119,7 @@ impl fmt::Display for Dtype {
     }
 }
 
-/// One dimension: a known size, or a named symbol bound at run time (a batch size).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dim {
-    Known(u64),
-    Sym(String),
-}
-
-impl Dim {
-    pub fn known(self: &Dim) -> Option<u64> {
-        match self {
-            Dim::Known(n) => Some(*n),
-            Dim::Sym(_) => None,
-        }
-    }
-    pub fn is_one(&self) -> bool {
-        *self == Dim::Known(1)
-    }
-}
-
-impl fmt::Display for Dim {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Dim::Known(n) => write!(f, "{n}"),
-            Dim::Sym(s) => f.write_str(s),
-        }
-    }
-}
-
-impl From<u64> for Dim {
-    fn from(n: u64) -> Dim {
-        Dim::Known(n)
-    }
-}
+pub use super::dim::{Atom, Dim, Poly};
 
 /// A tensor shape, outermost dimension first (row-major).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -185,13 +153,13 @@ impl Shape {
     pub fn symbols(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for d in &self.0 {
-            if let Dim::Sym(s) = d {
-                if !out.contains(&s.as_str()) {
-                    out.push(s);
-                }
-            }
+            d.symbols(&mut out);
         }
         out
+    }
+    /// The number of elements as a dimension (`B*S*64`).
+    pub fn numel_dim(&self) -> Result<Dim, String> {
+        Dim::product(&self.0)
     }
 }
 

@@ -122,18 +122,20 @@ impl<'g> Lowerer<'g> {
     /// The value's shape with each symbolic dimension at its maximum.
     fn shape(&self, v: ValueId) -> Result<Vec<u64>> {
         let mut out = Vec::new();
-        for d in self.graph.ty(v).shape.dims() {
-            out.push(match d {
-                Dim::Known(n) => *n,
-                Dim::Sym(s) => *self.max.get(s).ok_or_else(|| {
-                    Error::user(format!(
-                        "{} has the symbolic shape {}: compiled code takes {s} at run time, up to a maximum given at compile time",
-                        self.describe(v),
-                        self.graph.ty(v).shape
-                    ))
-                    .note(format!("give it with --max {s}=N (or a static size with --shape)"))
-                })?,
-            });
+        let ty = self.graph.ty(v);
+        for d in ty.shape.dims() {
+            let mut symbols = Vec::new();
+            d.symbols(&mut symbols);
+            if let Some(s) = symbols.into_iter().find(|s| !self.max.contains_key(*s)) {
+                return Err(Error::user(format!(
+                    "{} has the symbolic shape {}: compiled code takes {s} at run time, up to a maximum given at compile time",
+                    self.describe(v),
+                    ty.shape
+                ))
+                .note(format!("give it with --max {s}=N (or a static size with --shape)")));
+            }
+            let max = d.upper_bound(&|s| self.max.get(s).copied());
+            out.push(max.ok_or_else(|| Error::user(format!("{} (shape {}): {d} overflows at the symbols' --max", self.describe(v), ty.shape)))?);
         }
         if buffer_bytes(&out, self.graph.ty(v).dtype).is_none() {
             return Err(Error::user(format!(
@@ -159,6 +161,7 @@ impl<'g> Lowerer<'g> {
         for d in self.graph.ty(v).shape.dims() {
             out.push(match d {
                 Dim::Known(_) => None,
+                Dim::Expr(_) => return Err(self.unsupported_symbolic(v, &format!("the dimension {d}"))),
                 Dim::Sym(s) => Some(match self.p.symbols.iter().position(|(n, _)| n == s) {
                     Some(i) => i,
                     None => {
@@ -177,12 +180,15 @@ impl<'g> Lowerer<'g> {
         .note("give the dimension a static size with --shape")
     }
 
-    /// Symbolic dimensions must come before every static dimension larger than 1, so a
-    /// row-major layout for the maxima is also one for smaller values (a prefix).
+    /// Buffers are laid out for the symbols' maxima; the caller's arrays (and the
+    /// runtime calls that flatten leading dimensions) are row-major for the run-time
+    /// sizes. The two agree only when no symbolic dimension follows the first one
+    /// larger than 1: the smaller array is then a prefix of the larger one.
     fn require_leading(&self, v: ValueId, dims: &[Option<usize>], shape: &[u64], what: &str) -> Result<()> {
-        let first_static = dims.iter().zip(shape).position(|(d, &n)| d.is_none() && n > 1).unwrap_or(dims.len());
-        if dims[first_static..].iter().any(Option::is_some) {
-            return Err(self.unsupported_symbolic(v, &format!("{what} with a symbolic dimension after a static one")));
+        let first = shape.iter().position(|&n| n > 1).unwrap_or(shape.len());
+        if let Some(d) = (first + 1..dims.len()).find(|&d| dims[d].is_some() && shape[d] > 1) {
+            let name = &self.p.symbols[dims[d].expect("symbolic")].0;
+            return Err(self.unsupported_symbolic(v, &format!("{what} with the symbolic dimension {name} inside another dimension")));
         }
         Ok(())
     }

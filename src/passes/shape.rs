@@ -129,7 +129,7 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
         }
         Op::Reshape { shape } => {
             let x = a(0);
-            if numel_key(&x.shape) != numel_key(shape) {
+            if x.shape.numel_dim()? != shape.numel_dim()? {
                 return Err(format!("cannot reshape {} into {}: element counts differ", x.shape, shape));
             }
             Ok(TensorType::new(x.dtype, shape.clone()))
@@ -160,7 +160,7 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
                 dims.push(match d {
                     _ if r.is_full() => d.clone(),
                     Dim::Known(n) => Dim::Known(r.resolve(*n)?.2),
-                    Dim::Sym(s) => return Err(format!("cannot slice the symbolic dimension {s} of {}", x.shape)),
+                    d => return Err(format!("cannot slice the symbolic dimension {d} of {}", x.shape)),
                 });
             }
             Ok(TensorType::new(x.dtype, Shape(dims)))
@@ -168,7 +168,7 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
         Op::Concat { axis } => {
             let first = a(0);
             check_axis(*axis, first.rank())?;
-            let mut total = 0u64;
+            let mut total = Dim::Known(0);
             for t in args {
                 if t.rank() != first.rank() || t.dtype != first.dtype {
                     return Err(format!("cannot concatenate {} with {}", first, t));
@@ -178,13 +178,10 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
                         return Err(format!("cannot concatenate {} with {} along axis {axis}", first.shape, t.shape));
                     }
                 }
-                let n = t.shape.0[*axis]
-                    .known()
-                    .ok_or_else(|| format!("cannot concatenate along the symbolic dimension of {}", t.shape))?;
-                total = total.checked_add(n).ok_or("concatenated size overflows")?;
+                total = total.add(&t.shape.0[*axis])?;
             }
             let mut shape = first.shape.clone();
-            shape.0[*axis] = Dim::Known(total);
+            shape.0[*axis] = total;
             Ok(TensorType::new(first.dtype, shape))
         }
         Op::Gather { axis } => {
@@ -211,10 +208,7 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
             for (&(lo, hi), d) in pads.iter().zip(&x.shape.0) {
                 dims.push(match d {
                     _ if lo == 0 && hi == 0 => d.clone(),
-                    Dim::Known(n) => Dim::Known(
-                        n.checked_add(lo).and_then(|v| v.checked_add(hi)).ok_or("padded size overflows")?,
-                    ),
-                    Dim::Sym(s) => return Err(format!("cannot pad the symbolic dimension {s}")),
+                    d => d.add(&Dim::Known(lo))?.add(&Dim::Known(hi))?,
                 });
             }
             Ok(TensorType::new(x.dtype, Shape(dims)))
@@ -280,24 +274,6 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, String> {
         });
     }
     Ok(Shape(dims))
-}
-
-/// Element count as (product of known sizes, sorted symbols), comparable across
-/// shapes with symbolic dimensions.
-pub fn numel_key(s: &Shape) -> (Option<u64>, Vec<String>) {
-    let mut known = Some(1u64);
-    let mut syms = Vec::new();
-    for d in &s.0 {
-        match d {
-            Dim::Known(n) => known = known.and_then(|k| k.checked_mul(*n)),
-            Dim::Sym(s) => syms.push(s.clone()),
-        }
-    }
-    syms.sort();
-    if known == Some(0) {
-        syms.clear();
-    }
-    (known, syms)
 }
 
 fn reduce_shape(shape: &Shape, axes: &[usize], keepdim: bool) -> Result<Shape, String> {

@@ -51,7 +51,7 @@ pub(super) fn index_seq(items: &[Val], list: bool, index: &Static) -> Result<Val
 pub(super) fn dim_static(d: &Dim) -> Static {
     match d {
         Dim::Known(n) => Static::Int(*n as i64),
-        Dim::Sym(s) => Static::Dim(s.clone()),
+        d => Static::Dim(d.clone()),
     }
 }
 
@@ -64,7 +64,7 @@ pub(super) fn static_shape(s: &Static) -> Result<Shape> {
         .iter()
         .map(|it| match it {
             Static::Int(n) if *n >= 0 => Ok(Dim::Known(*n as u64)),
-            Static::Dim(d) => Ok(Dim::Sym(d.clone())),
+            Static::Dim(d) => Ok(d.clone()),
             other => Err(Error::user(format!("bad size {other} in shape {s}"))),
         })
         .collect::<Result<Vec<_>>>()

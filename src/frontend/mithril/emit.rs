@@ -790,7 +790,7 @@ impl<'a> Emitter<'a> {
             dims.push(match it {
                 Static::Int(-1) => None,
                 Static::Int(n) if *n >= 0 => Some(Dim::Known(*n as u64)),
-                Static::Dim(s) => Some(Dim::Sym(s.clone())),
+                Static::Dim(d) => Some(d.clone()),
                 other => return Err(Error::user(format!("bad size {other} in reshape target {target}"))),
             });
         }
@@ -843,7 +843,7 @@ impl<'a> Emitter<'a> {
                     out_dims.push(match &shape.0[dim] {
                         d if r.is_full() => d.clone(),
                         Dim::Known(len) => Dim::Known(r.resolve(*len).map_err(Error::user)?.2),
-                        Dim::Sym(s) => return Err(Error::user(format!("cannot slice the symbolic dimension {s} of {shape}"))),
+                        d => return Err(Error::user(format!("cannot slice the symbolic dimension {d} of {shape}"))),
                     });
                     ranges.push(r);
                 }
@@ -900,8 +900,8 @@ fn binds_to(template: &Shape, concrete: &Shape) -> bool {
     let mut seen: BTreeMap<&str, &Dim> = BTreeMap::new();
     template.rank() == concrete.rank()
         && template.0.iter().zip(&concrete.0).all(|(t, c)| match t {
-            Dim::Known(_) => t == c,
             Dim::Sym(s) => *seen.entry(s.as_str()).or_insert(c) == c,
+            _ => t == c,
         })
 }
 

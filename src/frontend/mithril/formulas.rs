@@ -278,7 +278,7 @@ impl Emitter<'_> {
                     Static::None => {
                         let mut flat = Vec::new();
                         for t in ts {
-                            let n = builder::merge_dims(&self.b.shape(t).0).map_err(Error::user)?;
+                            let n = Dim::product(&self.b.shape(t).0).map_err(Error::user)?;
                             flat.push(self.b.reshape(t, Shape(vec![n]))?);
                         }
                         Val::T(self.b.op(Op::Concat { axis: 0 }, flat)?)
@@ -343,7 +343,7 @@ impl Emitter<'_> {
                 let x = self.t(ins, "input")?;
                 let shape = self.b.shape(x);
                 match self.s(ins, "dim")? {
-                    Static::None => Val::S(dim_static(&builder::merge_dims(&shape.0).map_err(Error::user)?)),
+                    Static::None => Val::S(dim_static(&Dim::product(&shape.0).map_err(Error::user)?)),
                     s => {
                         let ints = s.as_ints().ok_or_else(|| Error::user(format!("`dim` must be None, an int or a tuple, got {s}")))?;
                         let mut out = Vec::new();
@@ -847,8 +847,8 @@ impl Emitter<'_> {
             (d, true) if d.is_float() => Dtype::I32,
             (d, _) => d,
         };
-        if let (Static::Dim(sym), Some(0), Some(1)) = (&stop, start.as_int(), step.as_int()) {
-            let shape = Shape(vec![Dim::Sym(sym.clone())]);
+        if let (Static::Dim(d), Some(0), Some(1)) = (&stop, start.as_int(), step.as_int()) {
+            let shape = Shape(vec![d.clone()]);
             return Ok(Val::T(self.b.op(Op::Iota { shape, axis: 0, dtype }, vec![])?));
         }
         let (a, b, s) = match (start.as_f64(), stop.as_f64(), step.as_f64()) {

@@ -6,7 +6,7 @@ use std::fmt;
 use serde_json::Value;
 
 use super::json::Json;
-use crate::ir::Dtype;
+use crate::ir::{Dim, Dtype};
 use crate::tensor::{Constant, Tensor};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,7 +18,7 @@ pub enum Static {
     Str(String),
     Ellipsis,
     /// A symbolic size (a dimension of a tensor whose shape has a symbol).
-    Dim(String),
+    Dim(Dim),
     /// A Python tuple (`list: false`) or list.
     Seq { items: Vec<Static>, list: bool },
     Slice { start: Option<i64>, stop: Option<i64>, step: Option<i64> },
@@ -259,7 +259,7 @@ impl fmt::Display for Static {
             Static::Float(x) => write!(f, "{x:?}"),
             Static::Str(s) => write!(f, "{s:?}"),
             Static::Ellipsis => f.write_str("..."),
-            Static::Dim(s) => f.write_str(s),
+            Static::Dim(d) => write!(f, "{d}"),
             Static::Seq { items, list } => {
                 f.write_str(if *list { "[" } else { "(" })?;
                 for (i, it) in items.iter().enumerate() {

@@ -43,6 +43,8 @@ pub struct Cx<'f> {
     weights: IndexMap<String, RawTensor>,
     /// Compile-time values computed so far.
     known: HashMap<ValueId, Tensor>,
+    /// Integer lists known as dimensions of the symbols ([`super::symbolic`]).
+    pub(super) lists: super::symbolic::Lists,
 }
 
 /// Reads the ONNX model at `path`.
@@ -50,7 +52,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Model> {
     let file = model::read(path)?;
     let graph = file.model.graph.as_ref().expect("model::read checks the graph");
     let name = path.file_stem().map_or("model".to_string(), |s| s.to_string_lossy().into_owned());
-    let mut cx = Cx { b: Builder::new(&name), file: &file, path, external: External::default(), weights: IndexMap::new(), known: HashMap::new() };
+    let mut cx = Cx { b: Builder::new(&name), file: &file, path, external: External::default(), weights: IndexMap::new(), known: HashMap::new(), lists: HashMap::new() };
     let import = (|| {
         let mut values = cx.arguments(graph, opts)?;
         cx.nodes(graph, &mut values)?;

@@ -6,7 +6,7 @@
 //! graph in dependency order, making graph inputs inputs, initializers parameters or
 //! constants, and each node IR ops through the one handler `ops` registers for its
 //! operator; `node` is what a handler sees of its node (inputs, typed attributes,
-//! compile-time values).
+//! compile-time values); `symbolic` folds shape arithmetic over symbolic dimensions.
 //!
 //! What ONNX names an operator is mapped in one table (`ops::OPS`), one operator
 //! family per file, onto the shared [`crate::ir::builder::Builder`]: an ONNX model and
@@ -16,6 +16,7 @@ mod import;
 mod model;
 mod node;
 mod ops;
+mod symbolic;
 mod tensor;
 #[cfg(test)]
 mod tests;

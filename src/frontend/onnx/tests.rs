@@ -183,3 +183,53 @@ fn every_unsupported_node_is_listed_at_once() {
          node 2 (Frobnicate): no ONNX operator Frobnicate in mithrilc"
     );
 }
+
+/// Shape arithmetic over symbols folds when compiling: `Shape → Gather → Mul → Concat
+/// → Reshape` gives `[B*S, 2, 4]`, `Range` up to a symbol has that length, and
+/// `ConstantOfShape` and `Size` take symbolic shapes.
+#[test]
+fn shape_arithmetic_over_symbols_folds() {
+    let info = |name: &str, elem: DataType, dims: &[&str]| {
+        let dim = dims
+            .iter()
+            .map(|d| Dimension { value: Some(d.parse().map_or_else(|_| dimension::Value::DimParam(d.to_string()), dimension::Value::DimValue)), ..Default::default() })
+            .collect();
+        let tensor = type_proto::Tensor { elem_type: Some(elem as i32), shape: Some(TensorShapeProto { dim }) };
+        ValueInfoProto { name: Some(name.into()), r#type: Some(TypeProto { value: Some(TypeValue::TensorType(tensor)), ..Default::default() }), ..Default::default() }
+    };
+    let concat = |inputs: &[&str], output: &str| {
+        let axis = AttributeProto { name: Some("axis".into()), i: Some(0), r#type: Some(attribute_proto::AttributeType::Int as i32), ..Default::default() };
+        NodeProto { attribute: vec![axis], ..node("Concat", inputs, &[output]) }
+    };
+    let ints = |name: &str, dims: &[i64], values: &[i64]| TensorProto { name: Some(name.into()), dims: dims.to_vec(), data_type: Some(DataType::Int64 as i32), int64_data: values.to_vec(), ..Default::default() };
+    let graph = GraphProto {
+        name: Some("g".into()),
+        node: vec![
+            node("Shape", &["x"], &["shape"]),
+            node("Gather", &["shape", "zero"], &["b"]),
+            node("Gather", &["shape", "one"], &["s"]),
+            node("Mul", &["b", "s"], &["bs"]),
+            concat(&["bs", "two_minus_one"], "target"),
+            node("Reshape", &["x", "target"], &["r"]),
+            node("Gather", &["shape", "one_scalar"], &["s_scalar"]),
+            node("Range", &["zero_scalar", "s_scalar", "one_scalar"], &["positions"]),
+            concat(&["b", "s"], "bs_shape"),
+            node("ConstantOfShape", &["bs_shape"], &["zeros"]),
+            node("Size", &["x"], &["count"]),
+        ],
+        input: vec![info("x", DataType::Float, &["B", "S", "8"])],
+        output: vec![
+            info("r", DataType::Float, &["N", "2", "4"]),
+            info("positions", DataType::Int64, &["S"]),
+            info("zeros", DataType::Float, &["B", "S"]),
+            info("count", DataType::Int64, &[]),
+        ],
+        initializer: vec![ints("zero", &[1], &[0]), ints("one", &[1], &[1]), ints("two_minus_one", &[2], &[2, -1]), ints("one_scalar", &[], &[1]), ints("zero_scalar", &[], &[0])],
+        ..Default::default()
+    };
+    let model = ModelProto { ir_version: Some(8), opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }], graph: Some(graph), ..Default::default() };
+    let dir = tempfile::tempdir().unwrap();
+    let g = frontend::load(&write(dir.path(), &model), &Options::default()).unwrap().graph;
+    let types: Vec<String> = g.outputs.iter().map(|o| g.ty(o.value).to_string()).collect();
+    assert_eq!(types, ["f32[B*S, 2, 4]", "i64[S]", "f32[B, S]", "i64[]"]);
+}

@@ -1,10 +1,11 @@
 //! Values fixed when compiling: `Constant`, shapes and sizes of tensors whose shapes
 //! are known, `ConstantOfShape`, `Range`, `EyeLike` and the window functions.
 
-use super::{input_floats, input_ints, Cx};
-use crate::frontend::onnx::node::{invalid, unsupported, Node, Out};
+use super::{input_dims, input_floats, input_ints, show_dims, Cx};
+use crate::error::Error;
+use crate::frontend::onnx::node::{invalid, unsupported, Fail, Node, Out};
 use crate::frontend::onnx::tensor;
-use crate::ir::{BinaryOp, Dtype, Op, Shape};
+use crate::ir::{BinaryOp, Dim, Dtype, Op, Poly, Shape, ValueId};
 use crate::tensor::Tensor;
 
 /// `Constant`: its one `value*` attribute.
@@ -29,46 +30,48 @@ pub fn constant(cx: &mut Cx, node: &Node) -> Out {
     Ok(vec![cx.b.constant(t)])
 }
 
-/// `Shape`: the dimensions from `start` to `end` (opset 15), as an i64 vector.
+/// `Shape`: the dimensions from `start` to `end` (opset 15), as an i64 vector; symbolic
+/// ones are known when compiling as what they stand for (`super::super::symbolic`).
 pub fn shape(cx: &mut Cx, node: &Node) -> Out {
-    let x = node.input(0)?;
-    let shape = cx.b.shape(x);
+    let shape = cx.b.shape(node.input(0)?);
     let rank = shape.rank() as i64;
     let clamp = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
     let (start, end) = (clamp(node.int("start", 0)?), clamp(node.int("end", rank)?));
-    let picked = &shape.0[start..end.max(start)];
-    let Some(dims) = Shape(picked.to_vec()).as_known() else {
-        return unsupported(format!("the shape of {shape}, whose symbolic dimensions are not known when compiling"));
-    };
-    let t = Tensor::new(Dtype::I64, vec![dims.len() as u64], dims.iter().map(|&d| d as f64).collect());
-    Ok(vec![cx.b.constant(t)])
+    Ok(vec![cx.shape_value(&Shape(shape.0[start..end.max(start)].to_vec()))?])
 }
 
+/// `Size`: the element count, a product of symbols where the shape has them.
 pub fn size(cx: &mut Cx, node: &Node) -> Out {
     let shape = cx.b.shape(node.input(0)?);
-    let Some(n) = shape.numel() else { return unsupported(format!("the size of symbolic {shape}")) };
-    Ok(vec![cx.b.constant(Tensor::scalar(Dtype::I64, n as f64))])
+    let n = shape.numel_dim().map_err(Error::user)?;
+    if let Dim::Known(n) = n {
+        return Ok(vec![cx.b.constant(Tensor::scalar(Dtype::I64, n as f64))]);
+    }
+    let v = cx.shape_value(&Shape(vec![n]))?;
+    Ok(vec![cx.b.reshape(v, Shape::scalar())?])
 }
 
 /// `ConstantOfShape`: its `value` (one element; f32 zero by default) broadcast.
 pub fn constant_of_shape(cx: &mut Cx, node: &Node) -> Out {
-    let Some(dims) = input_ints(cx, node, 0)? else { return invalid("ConstantOfShape has no shape") };
-    if dims.iter().any(|&d| d < 0) {
-        return invalid(format!("shape {dims:?} has a negative dimension"));
-    }
+    let Some(dims) = input_dims(cx, node, 0)? else { return invalid("ConstantOfShape has no shape") };
+    let Some(shape) = dims.iter().map(|d| Dim::from_poly(d.clone())).collect::<Option<Vec<_>>>() else {
+        return invalid(format!("shape {} has a negative dimension", show_dims(&dims)));
+    };
     let value = match node.tensor("value")? {
         Some(t) => cx.tensor_attr(t)?,
         None => Tensor::scalar(Dtype::F32, 0.0),
     };
     let Some(&v) = value.data.first() else { return invalid("ConstantOfShape's value is empty") };
-    let shape = Shape::known(&dims.iter().map(|&d| d as u64).collect::<Vec<_>>());
-    Ok(vec![cx.b.full(value.dtype, shape, v)?])
+    Ok(vec![cx.b.full(value.dtype, Shape(shape), v)?])
 }
 
 /// `Range(start, limit, delta)`: `max(ceil((limit - start) / delta), 0)` elements
 /// `start + i delta`, of the inputs' type.
 pub fn range(cx: &mut Cx, node: &Node) -> Out {
     let dtype = cx.b.dtype(node.input(0)?);
+    if let Some(out) = symbolic_range(cx, node, dtype)? {
+        return Ok(vec![out]);
+    }
     let one = |v: Option<Vec<f64>>| v.and_then(|v| v.first().copied());
     let (start, limit, delta) = (one(input_floats(cx, node, 0)?), one(input_floats(cx, node, 1)?), one(input_floats(cx, node, 2)?));
     let (Some(start), Some(limit), Some(delta)) = (start, limit, delta) else { return invalid("Range needs start, limit and delta") };
@@ -85,6 +88,28 @@ pub fn range(cx: &mut Cx, node: &Node) -> Out {
     let s = cx.b.scalar(dtype, start);
     let steps = cx.b.binary(BinaryOp::Mul, positions, d)?;
     Ok(vec![cx.b.binary(BinaryOp::Add, steps, s)?])
+}
+
+/// An integer `Range` whose limit (or start) is symbolic, with a constant positive
+/// delta: positions up to `limit` in a sequence of symbolic length.
+fn symbolic_range(cx: &mut Cx, node: &Node, dtype: Dtype) -> Result<Option<ValueId>, Fail> {
+    if !dtype.is_int() {
+        return Ok(None);
+    }
+    let one = |l: Option<Vec<Poly>>| l.and_then(|l| l.first().cloned());
+    let (start, limit, delta) = (one(input_dims(cx, node, 0)?), one(input_dims(cx, node, 1)?), one(input_dims(cx, node, 2)?));
+    let (Some(start), Some(limit), Some(delta)) = (start, limit, delta) else { return Ok(None) };
+    if start.as_constant().is_some() && limit.as_constant().is_some() {
+        return Ok(None);
+    }
+    let Some(d) = delta.as_constant().filter(|&d| d > 0) else { return unsupported(format!("Range with the symbolic limit {limit} and the delta {delta}")) };
+    // ceil((limit - start) / delta)
+    let count = limit.sub(&start).and_then(|c| c.add(&Poly::constant(d - 1))).and_then(|c| c.div_floor(d as u64)).map_err(Error::user)?;
+    let Some(n) = Dim::from_poly(count.clone()) else { return invalid(format!("Range({start}, {limit}, {d}) has {count} elements")) };
+    let positions = cx.b.op(Op::Iota { shape: Shape(vec![n]), axis: 0, dtype }, vec![])?;
+    let step = cx.b.scalar(dtype, d as f64);
+    let steps = cx.b.binary(BinaryOp::Mul, positions, step)?;
+    Ok(Some(cx.b.binary(BinaryOp::Add, steps, node.input(0)?)?))
 }
 
 /// `EyeLike`: ones on the diagonal shifted by `k`, of `dtype` (default: the input's).

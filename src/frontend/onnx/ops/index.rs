@@ -13,7 +13,6 @@
 use super::{axis, input_floats, input_ints, Cx};
 use crate::error::Result;
 use crate::frontend::onnx::node::{invalid, unsupported, Fail, Node, Out};
-use crate::ir::builder::merge_dims;
 use crate::ir::{ArgKind, BinaryOp, Dim, Dtype, Op, ReduceKind, Shape, SliceRange, UnaryOp, ValueId};
 use crate::tensor::Tensor;
 
@@ -468,7 +467,7 @@ pub fn compress(cx: &mut Cx, node: &Node) -> Out {
     let (x, ax) = match node.int_opt("axis")? {
         Some(a) => (x, axis(a, cx.b.rank(x))?),
         None => {
-            let all = merge_dims(&cx.b.shape(x).0).map_err(crate::error::Error::user)?;
+            let all = Dim::product(&cx.b.shape(x).0).map_err(crate::error::Error::user)?;
             (cx.b.reshape(x, Shape(vec![all]))?, 0)
         }
     };

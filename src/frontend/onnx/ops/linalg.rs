@@ -167,7 +167,7 @@ fn contract(cx: &mut Cx, (a, la): (ValueId, &[char]), (b, lb): (ValueId, &[char]
     let free_a: Vec<char> = la.iter().copied().filter(|c| !shared.contains(c)).collect();
     let free_b: Vec<char> = lb.iter().copied().filter(|c| !shared.contains(c)).collect();
     let dim = |cx: &Cx, v: ValueId, l: &[char], c: char| cx.b.shape(v).0[l.iter().position(|x| *x == c).expect("letter of the operand")].clone();
-    let size = |cx: &Cx, v: ValueId, l: &[char], cs: &[char]| crate::ir::builder::merge_dims(&cs.iter().map(|&c| dim(cx, v, l, c)).collect::<Vec<_>>()).map_err(crate::error::Error::user);
+    let size = |cx: &Cx, v: ValueId, l: &[char], cs: &[char]| crate::ir::Dim::product(&cs.iter().map(|&c| dim(cx, v, l, c)).collect::<Vec<_>>()).map_err(crate::error::Error::user);
     let arrange = |cx: &mut Cx, v: ValueId, l: &[char], order: Vec<char>, dims: Vec<Dim>| -> crate::error::Result<ValueId> {
         let perm: Vec<usize> = order.iter().map(|c| l.iter().position(|x| x == c).expect("letter")).collect();
         let t = if perm.iter().enumerate().all(|(i, &p)| i == p) { v } else { cx.b.transpose(v, perm)? };

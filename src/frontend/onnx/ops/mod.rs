@@ -17,6 +17,7 @@ mod resize;
 mod shape;
 
 use super::import::Cx;
+use crate::ir::Poly;
 use super::model::is_default_domain;
 use super::node::{Node, Out};
 use super::proto::NodeProto;
@@ -227,11 +228,32 @@ pub fn input_floats(cx: &mut Cx, node: &Node, i: usize) -> std::result::Result<O
     Ok(input_values(cx, node, i)?.map(|t| t.data))
 }
 
+/// Input `i`, an integer list the operator needs when compiling (a shape), as
+/// dimensions: constants, or polynomials of the symbols that shape arithmetic makes
+/// (`super::symbolic`); `None` when the node leaves it out.
+pub fn input_dims(cx: &mut Cx, node: &Node, i: usize) -> std::result::Result<Option<Vec<Poly>>, super::node::Fail> {
+    let Some(v) = node.opt(i) else { return Ok(None) };
+    match cx.dims_value(v)? {
+        Some(l) => Ok(Some(l)),
+        None => run_time(node, i),
+    }
+}
+
+/// The refusal of an input computed at run time that the operator needs known.
+fn run_time<T>(node: &Node, i: usize) -> std::result::Result<T, super::node::Fail> {
+    super::node::unsupported(format!("its input {i} ({}) is computed at run time, and {} needs it known when compiling", node.proto.input[i], node.op_type))
+}
+
+/// A list of dimensions as ONNX writes a shape: `[B, S, -1]`.
+pub fn show_dims(l: &[Poly]) -> String {
+    format!("[{}]", l.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "))
+}
+
 fn input_values(cx: &mut Cx, node: &Node, i: usize) -> std::result::Result<Option<crate::tensor::Tensor>, super::node::Fail> {
     let Some(v) = node.opt(i) else { return Ok(None) };
     match cx.value(v)? {
         Some(t) => Ok(Some(t)),
-        None => super::node::unsupported(format!("its input {i} ({}) is computed at run time, and {} needs it known when compiling", node.proto.input[i], node.op_type)),
+        None => run_time(node, i),
     }
 }
 

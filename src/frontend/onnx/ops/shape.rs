@@ -1,10 +1,10 @@
 //! Shapes and data movement: reshapes, transposes, broadcasts, concatenation,
 //! splitting, slicing, gathering, tiling and padding.
 
-use super::{axes, axis, input_floats, input_ints, Cx};
+use super::{axes, axis, input_dims, input_floats, input_ints, show_dims, Cx};
 use crate::frontend::onnx::node::{invalid, unsupported, Node, Out};
-use crate::ir::builder::{merge_dims, resolve_infer_dim};
-use crate::ir::{Dim, Op, Shape, SliceRange, ValueId};
+use crate::ir::builder::resolve_infer_dim;
+use crate::ir::{Dim, Op, Poly, Shape, SliceRange, ValueId};
 
 /// `Identity` and `Dropout` (at inference, the identity; its mask all true).
 pub fn identity(cx: &mut Cx, node: &Node) -> Out {
@@ -32,20 +32,22 @@ pub fn identity(cx: &mut Cx, node: &Node) -> Out {
 /// input's dimension (unless `allowzero`), `-1` is inferred.
 pub fn reshape(cx: &mut Cx, node: &Node) -> Out {
     let x = node.input(0)?;
-    let target = if node.opset < 5 { node.ints("shape")? } else { input_ints(cx, node, 1)? };
+    let target = if node.opset < 5 { node.ints("shape")?.map(|l| l.into_iter().map(Poly::constant).collect()) } else { input_dims(cx, node, 1)? };
     let Some(target) = target else { return invalid("Reshape has no shape") };
-    let input = cx.b.shape(x);
+    let (input, shown) = (cx.b.shape(x), show_dims(&target));
     let allow_zero = node.int("allowzero", 0)? != 0;
     let mut dims = Vec::with_capacity(target.len());
-    for (i, &d) in target.iter().enumerate() {
-        dims.push(match d {
-            -1 => None,
-            0 if !allow_zero => Some(input.0.get(i).cloned().ok_or_else(|| crate::error::Error::user(format!("shape {target:?} copies dimension {i} of {input}, which has none")))?),
-            d if d >= 0 => Some(Dim::Known(d as u64)),
-            d => return invalid(format!("shape {target:?} has dimension {d}")),
+    for (i, d) in target.iter().enumerate() {
+        dims.push(match d.as_constant() {
+            Some(-1) => None,
+            Some(0) if !allow_zero => Some(input.0.get(i).cloned().ok_or_else(|| crate::error::Error::user(format!("shape {shown} copies dimension {i} of {input}, which has none")))?),
+            _ => match Dim::from_poly(d.clone()) {
+                Some(d) => Some(d),
+                None => return invalid(format!("shape {shown} has dimension {d}")),
+            },
         });
     }
-    let shape = resolve_infer_dim(&input, &dims).map_err(|e| crate::error::Error::user(format!("cannot reshape {input} to {target:?}: {e}")))?;
+    let shape = resolve_infer_dim(&input, &dims).map_err(|e| crate::error::Error::user(format!("cannot reshape {input} to {shown}: {e}")))?;
     Ok(vec![cx.b.reshape(x, shape)?])
 }
 
@@ -56,7 +58,7 @@ pub fn flatten(cx: &mut Cx, node: &Node) -> Out {
     let rank = shape.rank();
     let ax = node.int("axis", 1)?;
     let ax = if ax == rank as i64 { rank } else { axis(ax, rank)? };
-    let merge = |dims: &[Dim]| merge_dims(dims).map_err(crate::error::Error::user);
+    let merge = |dims: &[Dim]| Dim::product(dims).map_err(crate::error::Error::user);
     let (outer, inner) = (merge(&shape.0[..ax])?, merge(&shape.0[ax..])?);
     Ok(vec![cx.b.reshape(x, Shape(vec![outer, inner]))?])
 }
@@ -104,8 +106,11 @@ pub fn transpose(cx: &mut Cx, node: &Node) -> Out {
 /// `Expand`: broadcast to the NumPy broadcast of the input's shape and `shape`.
 pub fn expand(cx: &mut Cx, node: &Node) -> Out {
     let x = node.input(0)?;
-    let Some(target) = input_ints(cx, node, 1)? else { return invalid("Expand has no shape") };
-    let given = Shape(target.iter().map(|&d| Dim::Known(d.max(0) as u64)).collect());
+    let Some(target) = input_dims(cx, node, 1)? else { return invalid("Expand has no shape") };
+    let Some(given) = target.iter().map(|d| Dim::from_poly(d.clone())).collect::<Option<Vec<_>>>() else {
+        return invalid(format!("Expand's shape {} has a negative dimension", show_dims(&target)));
+    };
+    let given = Shape(given);
     let out = crate::passes::shape::broadcast(&cx.b.shape(x), &given).map_err(crate::error::Error::user)?;
     Ok(vec![cx.b.broadcast_to(x, out)?])
 }

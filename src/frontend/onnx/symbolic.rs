@@ -1,0 +1,139 @@
+//! Shape arithmetic over symbolic dimensions, folded when compiling.
+//!
+//! Exporters compute shapes at run time: `Shape → Gather → Concat → Reshape`, or
+//! `Shape → Gather → Range` for positions. With symbolic dimensions no such value is a
+//! constant, but each is a short list of [`Poly`]s (`[B, S, -1]`, `[B*S, 768]`), and the
+//! operators that need a shape when compiling (Reshape, Expand, ConstantOfShape, Range)
+//! take it as one. `Shape` of a symbolic tensor records its dimensions here and also
+//! builds the value as IR ops (a sum of ones per dimension), so a use at run time that
+//! nothing folds still computes the right numbers.
+
+use std::collections::HashMap;
+
+use super::import::Cx;
+use crate::error::Result;
+use crate::ir::{BinaryOp, Dim, Dtype, Op, Poly, ReduceKind, Shape, ValueId};
+use crate::tensor::Tensor;
+
+/// Longest integer list followed through shape arithmetic.
+const LIST_LIMIT: u64 = 64;
+/// How many ops deep a list is followed.
+const DEPTH: usize = 64;
+
+/// Lists of dimensions known so far, by value.
+pub type Lists = HashMap<ValueId, Vec<Poly>>;
+
+impl Cx<'_> {
+    /// `Shape`'s value for `shape`: a constant when static, else IR ops whose value
+    /// [`Cx::dims_value`] knows as `shape`'s dimensions.
+    pub fn shape_value(&mut self, shape: &Shape) -> Result<ValueId> {
+        if let Some(dims) = shape.as_known() {
+            let t = Tensor::new(Dtype::I64, vec![dims.len() as u64], dims.iter().map(|&d| d as f64).collect());
+            return Ok(self.b.constant(t));
+        }
+        let mut parts = Vec::with_capacity(shape.rank());
+        for d in shape.dims() {
+            parts.push(match d {
+                Dim::Known(n) => self.b.constant(Tensor::new(Dtype::I64, vec![1], vec![*n as f64])),
+                d => {
+                    let one = self.b.scalar(Dtype::I64, 1.0);
+                    let ones = self.b.broadcast_to(one, Shape(vec![d.clone()]))?;
+                    self.b.reduce(ReduceKind::Sum, ones, vec![0], true)?
+                }
+            });
+        }
+        let v = match parts.len() {
+            0 => self.b.constant(Tensor::new(Dtype::I64, vec![0], vec![])),
+            1 => parts[0],
+            _ => self.b.op(Op::Concat { axis: 0 }, parts)?,
+        };
+        let polys = shape.dims().iter().map(Dim::poly).collect::<std::result::Result<Vec<_>, _>>().map_err(crate::error::Error::user)?;
+        self.lists.insert(v, polys);
+        Ok(v)
+    }
+
+    /// The value of an integer tensor of rank 0 or 1 as dimensions of the symbols, when
+    /// shape arithmetic over constants and `Shape`s computes it.
+    pub fn dims_value(&mut self, v: ValueId) -> Result<Option<Vec<Poly>>> {
+        self.dims_within(v, DEPTH)
+    }
+
+    fn dims_within(&mut self, v: ValueId, depth: usize) -> Result<Option<Vec<Poly>>> {
+        if let Some(l) = self.lists.get(&v) {
+            return Ok(Some(l.clone()));
+        }
+        let node = self.b.graph.node(v).clone();
+        if !node.ty.dtype.is_int() || node.ty.rank() > 1 || node.ty.shape.numel().is_none_or(|n| n > LIST_LIMIT) {
+            return Ok(None);
+        }
+        if let Some(t) = self.value(v)? {
+            return Ok(Some(t.data.iter().map(|&x| Poly::constant(x as i64)).collect()));
+        }
+        if depth == 0 {
+            return Ok(None);
+        }
+        let mut args = Vec::with_capacity(node.args.len());
+        for &a in &node.args {
+            match self.dims_within(a, depth - 1)? {
+                Some(l) => args.push(l),
+                None => return Ok(None),
+            }
+        }
+        let len = node.ty.shape.numel().expect("checked above") as usize;
+        let out = fold(&node.op, &args, len);
+        if let Some(l) = &out {
+            self.lists.insert(v, l.clone());
+        }
+        Ok(out)
+    }
+}
+
+/// One op of shape arithmetic over lists (a scalar is a list of one); `None` where the
+/// op is not one or the result is no polynomial.
+fn fold(op: &Op, args: &[Vec<Poly>], len: usize) -> Option<Vec<Poly>> {
+    let at = |l: &Vec<Poly>, i: usize| if l.len() == 1 { l[0].clone() } else { l[i].clone() };
+    match op {
+        Op::Cast { to } if to.is_int() => Some(args[0].clone()),
+        Op::Reshape { .. } | Op::StopGradient => Some(args[0].clone()),
+        Op::BroadcastTo { .. } if args[0].len() == 1 => Some(vec![args[0][0].clone(); len]),
+        Op::Concat { .. } => Some(args.concat()),
+        Op::Gather { axis: 0 } => {
+            let n = args[0].len() as i64;
+            args[1]
+                .iter()
+                .map(|i| {
+                    let i = i.as_constant()?;
+                    let i = if i < 0 { i + n } else { i };
+                    args[0].get(usize::try_from(i).ok()?).cloned()
+                })
+                .collect()
+        }
+        Op::Slice { ranges } => {
+            let (start, step, count) = ranges[0].resolve(args[0].len() as u64).ok()?;
+            (0..count as i64).map(|k| args[0].get(usize::try_from(start + k * step).ok()?).cloned()).collect()
+        }
+        Op::Binary(b) => (0..len)
+            .map(|i| {
+                let (x, y) = (at(&args[0], i), at(&args[1], i));
+                match b {
+                    BinaryOp::Add => x.add(&y).ok(),
+                    BinaryOp::Sub => x.sub(&y).ok(),
+                    BinaryOp::Mul => x.mul(&y).ok(),
+                    // ONNX's integer Div truncates, which is the floor for sizes (never
+                    // negative); a -1 among them is a constant and divides as one.
+                    BinaryOp::Div | BinaryOp::FloorDiv => match (x.as_constant(), y.as_constant()) {
+                        (Some(a), Some(c)) if c != 0 => Some(Poly::constant(if *b == BinaryOp::Div { a / c } else { a.div_euclid(c) })),
+                        (None, Some(c)) if c > 0 && x.terms().all(|(k, _)| k > 0) => x.div_floor(c as u64).ok(),
+                        _ => x.div_exact(&y),
+                    },
+                    BinaryOp::Max | BinaryOp::Min => {
+                        let (a, c) = (x.as_constant()?, y.as_constant()?);
+                        Some(Poly::constant(if *b == BinaryOp::Max { a.max(c) } else { a.min(c) }))
+                    }
+                    _ => None,
+                }
+            })
+            .collect(),
+        _ => None,
+    }
+}
