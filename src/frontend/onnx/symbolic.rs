@@ -63,7 +63,8 @@ impl Cx<'_> {
             return Ok(Some(l.clone()));
         }
         let node = self.b.graph.node(v).clone();
-        if !node.ty.dtype.is_int() || node.ty.rank() > 1 || node.ty.shape.numel().is_none_or(|n| n > LIST_LIMIT) {
+        // (a bool list is 0s and 1s: exporters test shapes, `Where(Equal(shape, -1), ...)`)
+        if !(node.ty.dtype.is_int() || node.ty.dtype == Dtype::Bool) || node.ty.rank() > 1 || node.ty.shape.numel().is_none_or(|n| n > LIST_LIMIT) {
             return Ok(None);
         }
         if let Some(t) = self.value(v)? {
@@ -94,6 +95,12 @@ fn fold(op: &Op, args: &[Vec<Poly>], len: usize) -> Option<Vec<Poly>> {
     let at = |l: &Vec<Poly>, i: usize| if l.len() == 1 { l[0].clone() } else { l[i].clone() };
     match op {
         Op::Cast { to } if to.is_int() => Some(args[0].clone()),
+        Op::Where => (0..len)
+            .map(|i| match at(&args[0], i).as_constant()? {
+                0 => Some(at(&args[2], i)),
+                _ => Some(at(&args[1], i)),
+            })
+            .collect(),
         Op::Reshape { .. } | Op::StopGradient => Some(args[0].clone()),
         Op::BroadcastTo { .. } if args[0].len() == 1 => Some(vec![args[0][0].clone(); len]),
         Op::Concat { .. } => Some(args.concat()),
@@ -126,6 +133,10 @@ fn fold(op: &Op, args: &[Vec<Poly>], len: usize) -> Option<Vec<Poly>> {
                         (None, Some(c)) if c > 0 && x.terms().all(|(k, _)| k > 0) => x.div_floor(c as u64).ok(),
                         _ => x.div_exact(&y),
                     },
+                    BinaryOp::Eq | BinaryOp::Ne => {
+                        let equal = equal(&x, &y)?;
+                        Some(Poly::constant((equal == (*b == BinaryOp::Eq)) as i64))
+                    }
                     BinaryOp::Max | BinaryOp::Min => {
                         let (a, c) = (x.as_constant()?, y.as_constant()?);
                         Some(Poly::constant(if *b == BinaryOp::Max { a.max(c) } else { a.min(c) }))
@@ -134,6 +145,25 @@ fn fold(op: &Op, args: &[Vec<Poly>], len: usize) -> Option<Vec<Poly>> {
                 }
             })
             .collect(),
+        _ => None,
+    }
+}
+
+/// Whether two dimensions are equal for every value of the symbols, when that is
+/// decided: the same polynomial, or a difference that is a nonzero constant, or a size
+/// with symbols (at least 1 for symbols at least 1) against a constant below 1 (the
+/// `-1` of a reshape target).
+fn equal(x: &Poly, y: &Poly) -> Option<bool> {
+    if x == y {
+        return Some(true);
+    }
+    if let Some(d) = x.sub(y).ok()?.as_constant() {
+        return Some(d == 0);
+    }
+    let at_least_one = |p: &Poly| p.is_positive() && p.as_constant().is_none();
+    match (x.as_constant(), y.as_constant()) {
+        (Some(c), None) if c < 1 && at_least_one(y) => Some(false),
+        (None, Some(c)) if c < 1 && at_least_one(x) => Some(false),
         _ => None,
     }
 }
