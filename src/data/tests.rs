@@ -74,6 +74,16 @@ fn write_raw<T: npyz::Serialize>(
     std::fs::write(path, bytes).expect("write file");
 }
 
+/// The type a .npy holds `dtype`'s values as (itself where NumPy has it).
+fn npy_stand_in(dtype: Dtype) -> Dtype {
+    match dtype {
+        Dtype::Bf16 => Dtype::F32,
+        Dtype::I4 | Dtype::I2 => Dtype::I8,
+        d if d.is_narrow_float() || d.bits() < 8 => Dtype::U8,
+        d => d,
+    }
+}
+
 fn sample(dtype: Dtype, shape: Vec<u64>) -> Tensor {
     let n: u64 = shape.iter().product();
     let data = (0..n)
@@ -82,6 +92,9 @@ fn sample(dtype: Dtype, shape: Vec<u64>) -> Tensor {
             Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => i as f64 * 37.0 - 100.0,
             Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => i as f64 * 37.0 + 3.0,
             Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16 => i as f64 * 0.3 - 1.7,
+            Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => i as f64 * 0.3 - 1.7,
+            Dtype::I4 | Dtype::I2 => (i % 3) as f64 - 2.0,
+            Dtype::U4 | Dtype::U2 => (i % 4) as f64,
         })
         .collect();
     Tensor::new(dtype, shape, data)
@@ -106,9 +119,11 @@ fn npz_round_trip_every_dtype() {
     assert_eq!(names, expected, "file order is kept");
     for (name, t) in &arrays {
         let got = &file.arrays[name];
-        // bf16 has no NumPy dtype: it comes back as f32 holding the same values.
-        let dtype = if t.dtype == Dtype::Bf16 { Dtype::F32 } else { t.dtype };
-        assert_eq!(got, &Tensor { dtype, ..t.clone() }, "array {name}");
+        // bf16 has no NumPy dtype: it comes back as f32 holding the same values; the
+        // narrow floats as their codes (u8), the 4- and 2-bit integers as i8 or u8.
+        assert_eq!(got.dtype, npy_stand_in(t.dtype), "array {name}");
+        let back = if got.dtype == t.dtype { got.clone() } else { super::from_stand_in(got, t.dtype).expect("the stand-in's values") };
+        assert_eq!(&back, t, "array {name}");
     }
     assert_eq!(file.arrays["scalar"].shape, Vec::<u64>::new());
     assert_eq!(file.arrays["empty"].numel(), 0);
@@ -123,9 +138,11 @@ fn npy_round_trip_named_by_stem() {
         write_npy(&path, &t).expect("write_npy");
         let file = read_arrays(&path).expect("read_arrays");
         let name = format!("x_{}", dtype.name());
-        let expected_dtype = if dtype == Dtype::Bf16 { Dtype::F32 } else { dtype };
         assert_eq!(file.arrays.len(), 1);
-        assert_eq!(file.arrays[&name], Tensor { dtype: expected_dtype, ..t });
+        let got = &file.arrays[&name];
+        assert_eq!(got.dtype, npy_stand_in(dtype), "{dtype}");
+        let back = if got.dtype == dtype { got.clone() } else { super::from_stand_in(got, dtype).expect("the stand-in's values") };
+        assert_eq!(back, t);
     }
 }
 
@@ -493,7 +510,7 @@ fn safetensors_dtypes_and_order() {
     assert_eq!(
         read_error(&path),
         format!(
-            "cannot read {}: tensor 'big': unsupported dtype C64 (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL)",
+            "cannot read {}: tensor 'big': unsupported dtype C64 (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL, F8_E4M3, F8_E4M3FNUZ, F8_E5M2, F8_E5M2FNUZ)",
             path.display()
         )
     );
