@@ -730,3 +730,36 @@ fn safetensors_refuses_the_metadata_name() {
     assert!(super::write_arrays(&dir.path().join("o.safetensors"), &arrays).is_err());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing is left behind");
 }
+
+/// The float8 types are safetensors' F8_E4M3, F8_E4M3FNUZ, F8_E5M2 and F8_E5M2FNUZ (one
+/// code a byte, read back as themselves); float4 and the 4- and 2-bit integers have no
+/// safetensors type of a byte each and are refused by name; a .npy stand-in whose values
+/// the type cannot hold is not taken for it.
+#[test]
+fn narrow_types_in_safetensors_and_stand_ins() {
+    let arrays: Vec<(String, Tensor)> = [Dtype::F8E4M3Fn, Dtype::F8E4M3Fnuz, Dtype::F8E5M2, Dtype::F8E5M2Fnuz]
+        .iter()
+        .map(|&d| (d.name().to_string(), Tensor::new(d, vec![3], vec![0.5, -224.0, f64::NAN])))
+        .collect();
+    let bytes = super::safetensors_bytes(&arrays).expect("encode");
+    let header = String::from_utf8_lossy(&bytes[8..]).into_owned();
+    for name in ["\"F8_E4M3\"", "\"F8_E4M3FNUZ\"", "\"F8_E5M2\"", "\"F8_E5M2FNUZ\""] {
+        assert!(header.contains(name), "{name} in {header}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("f8.safetensors");
+    std::fs::write(&path, &bytes).expect("write");
+    let file = read_arrays(&path).expect("read");
+    for (name, t) in &arrays {
+        let got = &file.arrays[name];
+        assert_eq!((got.dtype, &got.data[..2]), (t.dtype, &t.data[..2]), "{name}");
+        assert!(got.data[2].is_nan(), "{name}");
+    }
+    let i4 = vec![("q".to_string(), Tensor::new(Dtype::I4, vec![2], vec![-8.0, 7.0]))];
+    assert_eq!(
+        super::safetensors_bytes(&i4).unwrap_err().to_string(),
+        "cannot write safetensors: tensor 'q' is i4, which safetensors has no type for (of the narrow types it has f8e4m3fn, f8e4m3fnuz, f8e5m2 and f8e5m2fnuz)"
+    );
+    assert_eq!(super::from_stand_in(&Tensor::new(Dtype::I8, vec![2], vec![7.0, 8.0]), Dtype::I4), None);
+    assert_eq!(super::from_stand_in(&Tensor::new(Dtype::U8, vec![1], vec![0x7e as f64]), Dtype::F8E4M3Fn).map(|t| t.data), Some(vec![448.0]));
+}
