@@ -733,3 +733,23 @@ fn casts_to_the_narrow_types_are_onnxs() {
     assert!(s.data[0].is_nan(), "448 + 32 is past e4m3fn's largest value: {:?}", s.data);
     assert_eq!(s.data[1], 0.5625);
 }
+
+/// A .npy holds a narrow float as its codes and a 4- or 2-bit integer as int8/uint8
+/// values (`data::npy_descr`): a u8 feed for a float8 input is its codes, an i8 feed for
+/// an i4 input is taken when every value fits, and refused when one does not.
+#[test]
+fn narrow_inputs_take_their_npy_stand_ins() {
+    let input = |d: Dtype| {
+        let mut g = Graph::new("narrow");
+        let x = g.push(Op::Input, vec![], TensorType::new(d, Shape::known(&[2])));
+        g.nodes[x.index()].name = Some("x".into());
+        g.outputs = vec![Output { name: "y".into(), value: x, loss: false }];
+        g
+    };
+    let f8 = run(&input(Dtype::F8E4M3Fn), &feeds(&[("x", ints(Dtype::U8, &[0x7e as f64, 0xb8 as f64]))])).expect("codes");
+    assert_eq!((f8[0].1.dtype, &f8[0].1.data), (Dtype::F8E4M3Fn, &vec![448.0, -1.0]));
+    let g = input(Dtype::I4);
+    let i4 = run(&g, &feeds(&[("x", ints(Dtype::I8, &[-8.0, 7.0]))])).expect("fits");
+    assert_eq!((i4[0].1.dtype, &i4[0].1.data), (Dtype::I4, &vec![-8.0, 7.0]));
+    assert_eq!(run(&g, &feeds(&[("x", ints(Dtype::I8, &[8.0, 0.0]))])).unwrap_err().to_string(), "input `x` is declared i4[2] but was given i8 values");
+}

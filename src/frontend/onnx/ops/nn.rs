@@ -66,7 +66,7 @@ pub fn conv(cx: &mut Cx, node: &Node) -> Out {
 /// attributes say (`pads`, `auto_pad`, `strides`, `dilations`, `group`): Conv's, and
 /// the integer and quantized convolutions' (`quantize.rs`).
 pub(super) fn convolution(cx: &mut Cx, node: &Node, x: ValueId, w: ValueId, bias: Option<ValueId>) -> Result<ValueId, Fail> {
-    let input = spatial(cx, x, &node.op_type)?;
+    let input = spatial(cx, x, node.op_type)?;
     let wshape = cx.b.shape(w);
     let Some(kernel) = Shape(wshape.0.get(2..).unwrap_or_default().to_vec()).as_known() else {
         return unsupported(format!("Conv with weight {wshape}"));
