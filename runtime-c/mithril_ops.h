@@ -298,6 +298,81 @@ MR_OPS_FN uint16_t mr_f32_to_bf16(float f) {
 MR_OPS_FN float mr_round_f16(float x) { return mr_f16_to_f32(mr_f32_to_f16(x)); }
 MR_OPS_FN float mr_round_bf16(float x) { return mr_bf16_to_f32(mr_f32_to_bf16(x)); }
 
+/* ONNX's narrow floats (float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz; float4 e2m1) are held
+ * as their code in a uint8_t and computed in float, each op's result rounded to the type
+ * as f16's is. The conversions are src/narrow.rs's (ONNX's reference, ml_dtypes'): to
+ * nearest, ties to the even code; past the largest finite value, infinity (e5m2), NaN
+ * (e4m3fn, the fnuz types) or the largest value (e2m1, which has neither). A format is
+ * E exponent and M mantissa bits, a bias, and its specials K: 0 IEEE-like (all-ones
+ * exponent: infinity and NaNs), 1 "fn" (only all ones is NaN), 2 "fnuz" (0x80 is the one
+ * NaN; no -0), 3 none. */
+MR_OPS_FN uint32_t mr_fp_max_code(uint32_t e, uint32_t m, uint32_t k) {
+    const uint32_t all = (1u << (e + m)) - 1u;
+    return k == 0 ? all - (1u << m) : (k == 1 ? all - 1u : all);
+}
+MR_OPS_FN uint32_t mr_fp_nan(uint32_t e, uint32_t m, uint32_t k, uint32_t negative) {
+    const uint32_t s = 1u << (e + m), sign = negative ? s : 0u;
+    if (k == 0) { return (s - (1u << m)) | (1u << (m - 1u)) | sign; }
+    if (k == 1) { return (s - 1u) | sign; }
+    if (k == 2) { return s; }
+    return negative ? 0u : s; /* none: ml_dtypes gives -0's code (+0's for a negative NaN) */
+}
+/* 2^k, for k in float's normal range. */
+MR_OPS_FN float mr_pow2f(int k) { return mr_bits_to_f32((uint32_t)(127 + k) << 23); }
+MR_OPS_FN float mr_fp_decode(uint32_t code, uint32_t e, uint32_t m, int bias, uint32_t k) {
+    const uint32_t s = 1u << (e + m), mag = code & (s - 1u), ef = mag >> m, frac = mag & ((1u << m) - 1u);
+    const float sign = (code & s) ? -1.0f : 1.0f, nan = mr_bits_to_f32(0x7fc00000u);
+    if ((k == 2 && code == s) || (k == 1 && mag == s - 1u)) { return nan; }
+    if (k == 0 && mag > mr_fp_max_code(e, m, k)) { return mag == s - (1u << m) ? sign * mr_bits_to_f32(0x7f800000u) : nan; }
+    if (ef == 0) { return sign * (float)frac * mr_pow2f(1 - bias - (int)m); }
+    return sign * (float)((1u << m) + frac) * mr_pow2f((int)ef - bias - (int)m);
+}
+MR_OPS_FN uint32_t mr_fp_encode(float x, uint32_t e, uint32_t m, int bias, uint32_t k) {
+    const uint32_t b = mr_f32_to_bits(x), negative = b >> 31, a = b & 0x7fffffffu, s = 1u << (e + m);
+    const uint32_t sign = negative ? s : 0u, maxc = mr_fp_max_code(e, m, k);
+    const uint32_t over = k == 0 ? (s - (1u << m)) | sign : (k == 3 ? maxc | sign : mr_fp_nan(e, m, k, negative));
+    const int emin = 1 - bias, ex = (int)(a >> 23) - 127;
+    int q = emin - (int)m, shift;
+    uint32_t n = 0, mag;
+    if (a > 0x7f800000u) { return mr_fp_nan(e, m, k, negative); }
+    /* beyond the largest exponent (infinity too): overflow, whatever the rounding */
+    if (ex > (int)(maxc >> m) - bias + 1) { return over; }
+    if ((a >> 23) != 0) {
+        /* |x| = sig 2^(ex - 23); n = |x| / 2^q, the quantum at x's exponent (at least
+         * the subnormals'), rounded to even; shift is at least 23 - m */
+        const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
+        q = (ex > emin ? ex : emin) - (int)m;
+        shift = q - ex + 23;
+        if (shift < 32) {
+            const uint32_t rest = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+            n = sig >> shift;
+            n += (rest > half || (rest == half && (n & 1u))) ? 1u : 0u;
+        }
+    }
+    /* subnormal codes count quanta from 0, normal ones continue them (a carry into the
+     * next binade is its first code) */
+    mag = ((uint32_t)(q + (int)m - emin) << m) + n;
+    if (mag > maxc) { return over; }
+    if (mag == 0 && k == 2) { return 0u; }
+    return mag | sign;
+}
+#define MR_NARROW_FLOAT(name, e, m, bias, k) \
+    MR_OPS_FN float mr_##name##_to_f32(uint8_t c) { return mr_fp_decode(c, e, m, bias, k); } \
+    MR_OPS_FN uint8_t mr_f32_to_##name(float x) { return (uint8_t)mr_fp_encode(x, e, m, bias, k); } \
+    MR_OPS_FN float mr_round_##name(float x) { return mr_fp_decode(mr_fp_encode(x, e, m, bias, k), e, m, bias, k); }
+MR_NARROW_FLOAT(f8e4m3fn, 4u, 3u, 7, 1u)
+MR_NARROW_FLOAT(f8e4m3fnuz, 4u, 3u, 8, 2u)
+MR_NARROW_FLOAT(f8e5m2, 5u, 2u, 15, 0u)
+MR_NARROW_FLOAT(f8e5m2fnuz, 5u, 2u, 16, 2u)
+MR_NARROW_FLOAT(f4e2m1, 2u, 1u, 1, 3u)
+#undef MR_NARROW_FLOAT
+/* i4, u4, i2 and u2 are held in an int8_t or uint8_t; their arithmetic (in int) wraps to
+ * their width, as the interpreter's (tensor::round_to). */
+MR_OPS_FN int8_t mr_wrap_i4(int64_t x) { return (int8_t)((int)(((uint64_t)x & 15u) ^ 8u) - 8); }
+MR_OPS_FN uint8_t mr_wrap_u4(int64_t x) { return (uint8_t)((uint64_t)x & 15u); }
+MR_OPS_FN int8_t mr_wrap_i2(int64_t x) { return (int8_t)((int)(((uint64_t)x & 3u) ^ 2u) - 2); }
+MR_OPS_FN uint8_t mr_wrap_u2(int64_t x) { return (uint8_t)((uint64_t)x & 3u); }
+
 #if MR_OPS_F64
 MR_OPS_FN double mr_max(double a, double b) { return (a != a || a > b) ? a : b; }
 MR_OPS_FN double mr_min(double a, double b) { return (a != a || a < b) ? a : b; }
@@ -340,6 +415,15 @@ MR_F2INT(mr_f2u16, uint16_t, 0, UINT16_MAX)
 MR_F2INT(mr_f2u32, uint32_t, 0, UINT32_MAX)
 MR_F2INT(mr_f2u64, uint64_t, 0, UINT64_MAX)
 #undef MR_F2INT
+/* A float to the 4- and 2-bit integers wraps, as ONNX converts to them (tensor.rs's
+ * float_to_int): truncated, modulo 2^bits; NaN and infinities (x - x is not 0) give 0. */
+#define MR_F2WRAP(t, type) \
+    MR_OPS_FN type mr_f2##t(double x) { return (x - x == 0.0) ? mr_wrap_##t((int64_t)fmod(x, 256.0)) : (type)0; }
+MR_F2WRAP(i4, int8_t)
+MR_F2WRAP(u4, uint8_t)
+MR_F2WRAP(i2, int8_t)
+MR_F2WRAP(u2, uint8_t)
+#undef MR_F2WRAP
 MR_OPS_FN double mr_where(uint8_t c, double a, double b) { return c ? a : b; }
 #endif /* MR_OPS_F64 */
 

@@ -294,6 +294,9 @@ pub struct Entry {
     pub name: String,
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
+    /// Each output's element type: an output file that holds a stand-in for it (a
+    /// narrow float's codes, bf16's f32: `data::npy_descr`) is read back as it.
+    pub output_types: Vec<crate::ir::Dtype>,
 }
 
 /// How a target builds: the compiler and its flags (`$CC` and `--cflags` for C), and the

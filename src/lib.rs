@@ -18,6 +18,7 @@ pub mod hash;
 pub mod interp;
 pub mod ir;
 pub mod lower;
+pub mod narrow;
 pub mod outdir;
 pub mod passes;
 pub mod pipeline;

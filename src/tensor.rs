@@ -88,6 +88,8 @@ pub fn round_to(dtype: Dtype, x: f64) -> f64 {
             if x != 0.0 { 1.0 } else { 0.0 }
         }
         Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64 => wrap_int(dtype, x),
+        Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => wrap_int(dtype, x),
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => crate::narrow::round(dtype, x),
     }
 }
 
@@ -102,7 +104,7 @@ fn wrap_int(dtype: Dtype, x: f64) -> f64 {
     if (lo..=hi).contains(&t) {
         return t;
     }
-    let bits = dtype.size() * 8;
+    let bits = dtype.bits();
     if bits == 64 || t.abs() >= 18446744073709551616.0 {
         return t.clamp(lo, hi);
     }
@@ -115,10 +117,13 @@ fn wrap_int(dtype: Dtype, x: f64) -> f64 {
 /// A float converted to integer type `dtype` as a cast converts it (in the interpreter
 /// and in every target): truncated toward zero, saturating at the type's limits, NaN
 /// as 0. C leaves an out-of-range conversion undefined; mithrilc defines it this way
-/// (`mithril_ops.h`'s `mr_f2*` helpers compute the same). Any other `dtype` is
-/// [`round_to`]'s.
+/// (`mithril_ops.h`'s `mr_f2*` helpers compute the same). The 4- and 2-bit integers
+/// wrap instead, as ONNX's reference (ml_dtypes) converts to them: truncated, then
+/// modulo 2^bits, NaN and infinities as 0. Any other `dtype` is [`round_to`]'s.
 pub fn float_to_int(dtype: Dtype, x: f64) -> f64 {
     match dtype.int_range() {
+        Some(_) if dtype.bits() < 8 && !x.is_finite() => 0.0,
+        Some(_) if dtype.bits() < 8 => round_to(dtype, x % 256.0),
         Some(_) if x.is_nan() => 0.0,
         Some((lo, hi)) => x.trunc().clamp(lo, hi) + 0.0,
         None => round_to(dtype, x),
@@ -150,6 +155,9 @@ enum Elements {
     U16(Vec<u16>),
     U32(Vec<u32>),
     U64(Vec<u64>),
+    /// A type of 8 bits or fewer of [`crate::narrow`], each element as the byte
+    /// [`crate::narrow::to_byte`] makes.
+    Narrow(Dtype, Vec<u8>),
 }
 
 impl Constant {
@@ -174,6 +182,9 @@ impl Constant {
             Dtype::U16 => Elements::U16(data.map(|x| round_to(Dtype::U16, x) as u16).collect()),
             Dtype::U32 => Elements::U32(data.map(|x| round_to(Dtype::U32, x) as u32).collect()),
             Dtype::U64 => Elements::U64(data.map(|x| round_to(Dtype::U64, x) as u64).collect()),
+            Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => {
+                Elements::Narrow(dtype, data.map(|x| crate::narrow::to_byte(dtype, x)).collect())
+            }
         };
         Constant { shape, data: Arc::new(data) }
     }
@@ -197,6 +208,7 @@ impl Constant {
             Elements::U16(_) => Dtype::U16,
             Elements::U32(_) => Dtype::U32,
             Elements::U64(_) => Dtype::U64,
+            Elements::Narrow(d, _) => *d,
         }
     }
 
@@ -219,6 +231,7 @@ impl Constant {
             Elements::U16(v) => v.len(),
             Elements::U32(v) => v.len(),
             Elements::U64(v) => v.len(),
+            Elements::Narrow(_, v) => v.len(),
         }
     }
 
@@ -238,6 +251,7 @@ impl Constant {
             Elements::U16(v) => f64::from(*v.get(i)?),
             Elements::U32(v) => f64::from(*v.get(i)?),
             Elements::U64(v) => *v.get(i)? as f64,
+            Elements::Narrow(d, v) => crate::narrow::from_byte(*d, *v.get(i)?),
         })
     }
 
@@ -257,6 +271,7 @@ impl Constant {
             Elements::U16(v) => Box::new(v.iter().map(|&x| f64::from(x))),
             Elements::U32(v) => Box::new(v.iter().map(|&x| f64::from(x))),
             Elements::U64(v) => Box::new(v.iter().map(|&x| x as f64)),
+            Elements::Narrow(d, v) => Box::new(v.iter().map(|&b| crate::narrow::from_byte(*d, b))),
         }
     }
 
@@ -285,6 +300,7 @@ impl Constant {
             (Elements::U16(a), Elements::U16(b)) => a == b,
             (Elements::U32(a), Elements::U32(b)) => a == b,
             (Elements::U64(a), Elements::U64(b)) => a == b,
+            (Elements::Narrow(d, a), Elements::Narrow(e, b)) => d == e && a == b,
             _ => false,
         }
     }
@@ -307,6 +323,7 @@ impl Constant {
             Elements::U16(v) => v.hash(h),
             Elements::U32(v) => v.hash(h),
             Elements::U64(v) => v.hash(h),
+            Elements::Narrow(_, v) => v.hash(h),
         }
     }
 
@@ -469,6 +486,9 @@ fn element(dtype: Dtype, b: &[u8]) -> f64 {
         Dtype::U16 => f64::from(u16::from_le_bytes(le(b))),
         Dtype::U32 => f64::from(u32::from_le_bytes(le(b))),
         Dtype::U64 => u64::from_le_bytes(le(b)) as f64,
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => {
+            crate::narrow::from_byte(dtype, b[0])
+        }
     }
 }
 
@@ -494,6 +514,9 @@ pub fn write_elements(values: impl Iterator<Item = f64>, dtype: Dtype, out: &mut
         Dtype::U16 => put(values, out, |x| (round_to(Dtype::U16, x) as u16).to_le_bytes()),
         Dtype::U32 => put(values, out, |x| (round_to(Dtype::U32, x) as u32).to_le_bytes()),
         Dtype::U64 => put(values, out, |x| (round_to(Dtype::U64, x) as u64).to_le_bytes()),
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => {
+            put(values, out, |x| [crate::narrow::to_byte(dtype, x)])
+        }
     }
 }
 

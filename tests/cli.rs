@@ -514,9 +514,9 @@ fn targets_and_op_support() {
     let header = row("op");
     assert_eq!(header, ["op", "c", "cuda", "metal", "ggml", "xla", "takes"]);
     // What the targets' checks say: runtime-c convolves floats only; ggml has no shifts.
-    assert_eq!(row("conv")[1], "f32 f64 f16 bf16");
+    assert_eq!(row("conv")[1], "f32 f64 f16 bf16 f8e4m3fn f8e4m3fnuz f8e5m2 f8e5m2fnuz f4e2m1");
     assert_eq!(row("shl")[4], "-");
-    assert_eq!(row("shl")[6], "i32 i64 i8 u8 i16 u16 u32 u64");
+    assert_eq!(row("shl")[6], "i32 i64 i8 u8 i16 u16 u32 u64 i4 u4 i2 u2");
     assert_eq!(row("add")[5], "f32 f64 f16 bf16 i32 i64");
     for op in ["matmul", "gather", "softmax", "reduce_sum", "where"] {
         assert_eq!(row(op).len(), 7, "{op}");

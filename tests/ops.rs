@@ -424,7 +424,13 @@ fn default_tolerance(dtype: Dtype) -> f64 {
         Dtype::F32 => 1e-5,
         Dtype::F16 => 2e-3,
         Dtype::Bf16 => 1.6e-2,
+        // One step of the type at most (a function computed in float rather than f64
+        // may round to the other side of a halfway point).
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz => 0.125,
+        Dtype::F8E5M2 | Dtype::F8E5M2Fnuz => 0.25,
+        Dtype::F4E2M1 => 0.5,
         Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64 | Dtype::Bool => 0.0,
+        Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => 0.0,
     }
 }
 
@@ -1123,7 +1129,8 @@ impl Backend for Faulty {
     }
     fn emit(&self, graphs: &Graphs, _: &mithrilc::backend::EmitOptions) -> mithrilc::Result<mithrilc::backend::Emitted> {
         let g = graphs.main().clone();
-        let entry = mithrilc::backend::Entry { name: g.name.clone(), inputs: Vec::new(), outputs: g.outputs.iter().map(|o| o.name.clone()).collect() };
+        let output_types = g.outputs.iter().map(|o| g.ty(o.value).dtype).collect();
+        let entry = mithrilc::backend::Entry { name: g.name.clone(), inputs: Vec::new(), outputs: g.outputs.iter().map(|o| o.name.clone()).collect(), output_types };
         EMITTED.with(|e| *e.borrow_mut() = Some(g));
         Ok(mithrilc::backend::Emitted { files: Vec::new(), entry, report: String::new(), sizes: Default::default() })
     }

@@ -71,7 +71,8 @@ pub fn program_emitted(files: Vec<(String, Vec<u8>)>, forward: &Program, backwar
     }
     let program = backward.unwrap_or(forward);
     let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
-    let entry = Entry { name: super::names::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs) };
+    let output_types = program.outputs.iter().map(|p| program.buffers[p.buf.0].dtype).collect();
+    let entry = Entry { name: super::names::identifier(&program.name), inputs: ports(&program.inputs), outputs: ports(&program.outputs), output_types };
     Emitted { files, entry, report, sizes }
 }
 

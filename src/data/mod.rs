@@ -296,6 +296,26 @@ pub fn npz_key(name: &str) -> String {
     parts.join("/")
 }
 
+/// An array read from a file, taken as the values of type `dtype` that NumPy has no
+/// type for, written as [`npy_descr`] writes them: bf16 from f32 (rounded), a narrow
+/// float from its codes (u8), a 4- or 2-bit integer from int8 or uint8 values that it
+/// holds; `None` when `t` is not such a file's array for `dtype`.
+pub fn from_stand_in(t: &Tensor, dtype: Dtype) -> Option<Tensor> {
+    let values = match (t.dtype, dtype) {
+        (Dtype::F32, Dtype::Bf16) => t.data.clone(),
+        (Dtype::U8, d) if d.is_narrow_float() => t.data.iter().map(|&b| crate::narrow::decode(d, b as u8)).collect(),
+        (Dtype::I8 | Dtype::U8, d) if d.is_int() && d.bits() < 8 => {
+            let (lo, hi) = d.int_range()?;
+            if t.data.iter().any(|x| !(lo..=hi).contains(x)) {
+                return None;
+            }
+            t.data.clone()
+        }
+        _ => return None,
+    };
+    Some(Tensor::new(dtype, t.shape.clone(), values))
+}
+
 /// Writes one tensor as a `.npy` file (bf16 as f32, as in [`write_npz`]).
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<()> {
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

@@ -284,7 +284,10 @@ fn fortran_to_c(shape: &[u64], data: &[u8], size: usize) -> Vec<u8> {
 }
 
 /// The NumPy dtype a tensor of `dtype` is written as (NumPy's `dtype.str`). bf16 has
-/// no NumPy dtype, so it is written as f32, which holds every bf16 value exactly.
+/// no NumPy dtype, so it is written as f32, which holds every bf16 value exactly. Nor
+/// have the narrow floats: each element is written as its code, a `u1` (what
+/// `a.view(np.uint8)` gives of an ml_dtypes array, and what the C target holds); the
+/// 4- and 2-bit integers are written as `i1` and `u1` values.
 pub fn npy_descr(dtype: Dtype) -> &'static str {
     match dtype {
         Dtype::F32 | Dtype::Bf16 => "<f4",
@@ -299,6 +302,9 @@ pub fn npy_descr(dtype: Dtype) -> &'static str {
         Dtype::U16 => "<u2",
         Dtype::U32 => "<u4",
         Dtype::U64 => "<u8",
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => "|u1",
+        Dtype::I4 | Dtype::I2 => "|i1",
+        Dtype::U4 | Dtype::U2 => "|u1",
     }
 }
 
@@ -321,6 +327,9 @@ pub(super) fn encode<W: Write>(w: W, t: &Tensor) -> io::Result<()> {
         Dtype::U16 => write_as(w, descr, &t.shape, data.map(|x| x as u16)),
         Dtype::U32 => write_as(w, descr, &t.shape, data.map(|x| x as u32)),
         Dtype::U64 => write_as(w, descr, &t.shape, data.map(|x| x as u64)),
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => write_as(w, descr, &t.shape, data.map(|x| crate::narrow::encode(t.dtype, x))),
+        Dtype::I4 | Dtype::I2 => write_as(w, descr, &t.shape, data.map(|x| x as i8)),
+        Dtype::U4 | Dtype::U2 => write_as(w, descr, &t.shape, data.map(|x| x as u8)),
     }
 }
 

@@ -49,7 +49,7 @@ pub(super) fn decode(backing: &Arc<dyn Backing>, file: &Path) -> Result<IndexMap
                     file,
                     &name,
                     format!(
-                        "unsupported dtype {} (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL)",
+                        "unsupported dtype {} (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL, F8_E4M3, F8_E4M3FNUZ, F8_E5M2, F8_E5M2FNUZ)",
                         view.dtype()
                     ),
                 ))
@@ -85,15 +85,12 @@ fn stored_as(st: StDtype) -> Option<Stored> {
         StDtype::U16 => Stored::AsIs(Dtype::U16),
         StDtype::U32 => Stored::AsIs(Dtype::U32),
         StDtype::U64 => Stored::AsIs(Dtype::U64),
-        StDtype::C64
-        | StDtype::F4
-        | StDtype::F6_E2M3
-        | StDtype::F6_E3M2
-        | StDtype::F8_E5M2
-        | StDtype::F8_E4M3
-        | StDtype::F8_E8M0
-        | StDtype::F8_E4M3FNUZ
-        | StDtype::F8_E5M2FNUZ => return None,
+        StDtype::F8_E4M3 => Stored::AsIs(Dtype::F8E4M3Fn),
+        StDtype::F8_E4M3FNUZ => Stored::AsIs(Dtype::F8E4M3Fnuz),
+        StDtype::F8_E5M2 => Stored::AsIs(Dtype::F8E5M2),
+        StDtype::F8_E5M2FNUZ => Stored::AsIs(Dtype::F8E5M2Fnuz),
+        // (F4 packs two elements a byte)
+        StDtype::C64 | StDtype::F4 | StDtype::F6_E2M3 | StDtype::F6_E3M2 | StDtype::F8_E8M0 => return None,
         // `safetensors::Dtype` is non-exhaustive: a dtype added later is unsupported too.
         _ => return None,
     };
@@ -133,7 +130,9 @@ pub(super) fn encode(tensors: &[(String, RawTensor)]) -> Result<Vec<u8>> {
     for (name, t) in &sorted {
         let start = end;
         end = start.checked_add(t.bytes().len()).ok_or_else(|| crate::user_error!("cannot write safetensors: the tensors take more bytes than this machine can address"))?;
-        let dtype = dtype_name(t.dtype);
+        let dtype = dtype_name(t.dtype).ok_or_else(|| {
+            crate::user_error!("cannot write safetensors: tensor '{name}' is {}, which safetensors has no type for (of the narrow types it has f8e4m3fn, f8e4m3fnuz, f8e5m2 and f8e5m2fnuz)", t.dtype)
+        })?;
         header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [start, end]}));
     }
     let mut json = serde_json::to_string(&header).map_err(|e| crate::internal_error!("safetensors header: {e}"))?;
@@ -150,9 +149,11 @@ pub(super) fn encode(tensors: &[(String, RawTensor)]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The safetensors name of an element type (`F32`, `BF16`, `U8`, ...).
-pub fn dtype_name(d: Dtype) -> &'static str {
-    match d {
+/// The safetensors name of an element type (`F32`, `BF16`, `U8`, `F8_E4M3`, ...), if
+/// it has one: float4 and the 4- and 2-bit integers have none that holds one element a
+/// byte (safetensors' `F4` packs two).
+pub fn dtype_name(d: Dtype) -> Option<&'static str> {
+    Some(match d {
         Dtype::F32 => "F32",
         Dtype::F64 => "F64",
         Dtype::F16 => "F16",
@@ -166,5 +167,10 @@ pub fn dtype_name(d: Dtype) -> &'static str {
         Dtype::U16 => "U16",
         Dtype::U32 => "U32",
         Dtype::U64 => "U64",
-    }
+        Dtype::F8E4M3Fn => "F8_E4M3",
+        Dtype::F8E4M3Fnuz => "F8_E4M3FNUZ",
+        Dtype::F8E5M2 => "F8_E5M2",
+        Dtype::F8E5M2Fnuz => "F8_E5M2FNUZ",
+        Dtype::F4E2M1 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => return None,
+    })
 }

@@ -74,6 +74,16 @@ fn write_raw<T: npyz::Serialize>(
     std::fs::write(path, bytes).expect("write file");
 }
 
+/// The type a .npy holds `dtype`'s values as (itself where NumPy has it).
+fn npy_stand_in(dtype: Dtype) -> Dtype {
+    match dtype {
+        Dtype::Bf16 => Dtype::F32,
+        Dtype::I4 | Dtype::I2 => Dtype::I8,
+        d if d.is_narrow_float() || d.bits() < 8 => Dtype::U8,
+        d => d,
+    }
+}
+
 fn sample(dtype: Dtype, shape: Vec<u64>) -> Tensor {
     let n: u64 = shape.iter().product();
     let data = (0..n)
@@ -82,6 +92,9 @@ fn sample(dtype: Dtype, shape: Vec<u64>) -> Tensor {
             Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => i as f64 * 37.0 - 100.0,
             Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => i as f64 * 37.0 + 3.0,
             Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::Bf16 => i as f64 * 0.3 - 1.7,
+            Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => i as f64 * 0.3 - 1.7,
+            Dtype::I4 | Dtype::I2 => (i % 3) as f64 - 2.0,
+            Dtype::U4 | Dtype::U2 => (i % 4) as f64,
         })
         .collect();
     Tensor::new(dtype, shape, data)
@@ -106,9 +119,11 @@ fn npz_round_trip_every_dtype() {
     assert_eq!(names, expected, "file order is kept");
     for (name, t) in &arrays {
         let got = &file.arrays[name];
-        // bf16 has no NumPy dtype: it comes back as f32 holding the same values.
-        let dtype = if t.dtype == Dtype::Bf16 { Dtype::F32 } else { t.dtype };
-        assert_eq!(got, &Tensor { dtype, ..t.clone() }, "array {name}");
+        // bf16 has no NumPy dtype: it comes back as f32 holding the same values; the
+        // narrow floats as their codes (u8), the 4- and 2-bit integers as i8 or u8.
+        assert_eq!(got.dtype, npy_stand_in(t.dtype), "array {name}");
+        let back = if got.dtype == t.dtype { got.clone() } else { super::from_stand_in(got, t.dtype).expect("the stand-in's values") };
+        assert_eq!(&back, t, "array {name}");
     }
     assert_eq!(file.arrays["scalar"].shape, Vec::<u64>::new());
     assert_eq!(file.arrays["empty"].numel(), 0);
@@ -123,9 +138,11 @@ fn npy_round_trip_named_by_stem() {
         write_npy(&path, &t).expect("write_npy");
         let file = read_arrays(&path).expect("read_arrays");
         let name = format!("x_{}", dtype.name());
-        let expected_dtype = if dtype == Dtype::Bf16 { Dtype::F32 } else { dtype };
         assert_eq!(file.arrays.len(), 1);
-        assert_eq!(file.arrays[&name], Tensor { dtype: expected_dtype, ..t });
+        let got = &file.arrays[&name];
+        assert_eq!(got.dtype, npy_stand_in(dtype), "{dtype}");
+        let back = if got.dtype == dtype { got.clone() } else { super::from_stand_in(got, dtype).expect("the stand-in's values") };
+        assert_eq!(back, t);
     }
 }
 
@@ -493,7 +510,7 @@ fn safetensors_dtypes_and_order() {
     assert_eq!(
         read_error(&path),
         format!(
-            "cannot read {}: tensor 'big': unsupported dtype C64 (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL)",
+            "cannot read {}: tensor 'big': unsupported dtype C64 (supported: F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, BOOL, F8_E4M3, F8_E4M3FNUZ, F8_E5M2, F8_E5M2FNUZ)",
             path.display()
         )
     );
@@ -712,4 +729,37 @@ fn safetensors_refuses_the_metadata_name() {
     let dir = tempfile::tempdir().unwrap();
     assert!(super::write_arrays(&dir.path().join("o.safetensors"), &arrays).is_err());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing is left behind");
+}
+
+/// The float8 types are safetensors' F8_E4M3, F8_E4M3FNUZ, F8_E5M2 and F8_E5M2FNUZ (one
+/// code a byte, read back as themselves); float4 and the 4- and 2-bit integers have no
+/// safetensors type of a byte each and are refused by name; a .npy stand-in whose values
+/// the type cannot hold is not taken for it.
+#[test]
+fn narrow_types_in_safetensors_and_stand_ins() {
+    let arrays: Vec<(String, Tensor)> = [Dtype::F8E4M3Fn, Dtype::F8E4M3Fnuz, Dtype::F8E5M2, Dtype::F8E5M2Fnuz]
+        .iter()
+        .map(|&d| (d.name().to_string(), Tensor::new(d, vec![3], vec![0.5, -224.0, f64::NAN])))
+        .collect();
+    let bytes = super::safetensors_bytes(&arrays).expect("encode");
+    let header = String::from_utf8_lossy(&bytes[8..]).into_owned();
+    for name in ["\"F8_E4M3\"", "\"F8_E4M3FNUZ\"", "\"F8_E5M2\"", "\"F8_E5M2FNUZ\""] {
+        assert!(header.contains(name), "{name} in {header}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("f8.safetensors");
+    std::fs::write(&path, &bytes).expect("write");
+    let file = read_arrays(&path).expect("read");
+    for (name, t) in &arrays {
+        let got = &file.arrays[name];
+        assert_eq!((got.dtype, &got.data[..2]), (t.dtype, &t.data[..2]), "{name}");
+        assert!(got.data[2].is_nan(), "{name}");
+    }
+    let i4 = vec![("q".to_string(), Tensor::new(Dtype::I4, vec![2], vec![-8.0, 7.0]))];
+    assert_eq!(
+        super::safetensors_bytes(&i4).unwrap_err().to_string(),
+        "cannot write safetensors: tensor 'q' is i4, which safetensors has no type for (of the narrow types it has f8e4m3fn, f8e4m3fnuz, f8e5m2 and f8e5m2fnuz)"
+    );
+    assert_eq!(super::from_stand_in(&Tensor::new(Dtype::I8, vec![2], vec![7.0, 8.0]), Dtype::I4), None);
+    assert_eq!(super::from_stand_in(&Tensor::new(Dtype::U8, vec![1], vec![0x7e as f64]), Dtype::F8E4M3Fn).map(|t| t.data), Some(vec![448.0]));
 }

@@ -45,7 +45,7 @@ pub(super) fn to_bits(dtype: Dtype, x: f64) -> u64 {
 /// The value of integer type `dtype` whose bits are the low bits of `v`: wrapped modulo
 /// 2^bits, as C converts an integer to a narrower or differently signed type.
 pub(super) fn from_bits(dtype: Dtype, v: u64) -> f64 {
-    let shift = 64 - 8 * dtype.size() as u32;
+    let shift = 64 - dtype.bits() as u32;
     if dtype.is_signed_int() { ((v << shift) as i64 >> shift) as f64 } else { ((v << shift) >> shift) as f64 }
 }
 
@@ -153,7 +153,7 @@ fn binary_fn(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> f64 {
 /// the ops whose f64 result is already exact (comparisons, max, min).
 fn int_binary(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> Option<f64> {
     let (x, y) = (to_bits(dtype, a), to_bits(dtype, b));
-    let bits = 8 * dtype.size() as u64;
+    let bits = dtype.bits() as u64;
     let wrap = |v: u64| Some(from_bits(dtype, v));
     match op {
         BinaryOp::Add => wrap(x.wrapping_add(y)),

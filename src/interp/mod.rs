@@ -227,7 +227,11 @@ fn feed<'a>(graph: &Graph, v: ValueId, feeds: &'a BTreeMap<String, Tensor>) -> R
         Ok(Cow::Borrowed(t))
     } else if t.dtype.is_float() && ty.dtype.is_float() {
         Ok(Cow::Owned(Tensor::new(ty.dtype, t.shape.clone(), t.data.clone())))
-    } else if t.dtype.is_int() && ty.dtype.is_int() && crate::ir::Dtype::promote(t.dtype, ty.dtype) == ty.dtype {
+    } else if let Some(t) = ty.dtype.is_narrow_float().then(|| crate::data::from_stand_in(t, ty.dtype)).flatten() {
+        // A narrow float's codes, as a .npy holds them (`data::npy_descr`).
+        Ok(Cow::Owned(t))
+    } else if t.dtype.is_int() && ty.dtype.is_int() && (crate::ir::Dtype::promote(t.dtype, ty.dtype) == ty.dtype || ty.dtype.bits() < 8 && crate::data::from_stand_in(t, ty.dtype).is_some()) {
+        // (int8 or uint8 values for a 4- or 2-bit input, as a .npy holds them, when they fit)
         Ok(Cow::Owned(Tensor { dtype: ty.dtype, shape: t.shape.clone(), data: t.data.clone() }))
     } else {
         Err(user_error!("{kind} `{name}` is declared {ty} but was given {} values", t.dtype))

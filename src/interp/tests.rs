@@ -686,3 +686,70 @@ fn integer_feeds_widen_only_when_every_value_fits() {
     assert_eq!(run(&g, &feeds(&[("x", ints(Dtype::U32, &[1.0, 2.0]))])).unwrap_err().to_string(), "input `x` is declared i32[2] but was given u32 values");
     assert_eq!(run(&g, &feeds(&[("x", boolt(&[2], &[1.0, 0.0]))])).unwrap_err().to_string(), "input `x` is declared i32[2] but was given bool values");
 }
+
+/// The narrow floats and the 4- and 2-bit integers, against ONNX's reference (its
+/// node tests' values: test_cast_FLOAT_to_FLOAT8E4M3FN, _no_saturate_, _to_INT4, ...).
+#[test]
+fn casts_to_the_narrow_types_are_onnxs() {
+    let x = f64t(&[8], &[0.4789254665374756, 0.8191054463386536, 1e6, 1e-7, f64::NAN, f64::INFINITY, -1e-7, -1e6]);
+    let nan = f64::NAN;
+    // Without saturation (the IR's cast; ONNX's saturate=0): NaN past the largest value,
+    // e5m2's infinity; no negative zero in the fnuz types.
+    let cases: [(Dtype, [f64; 8]); 4] = [
+        (Dtype::F8E4M3Fn, [0.46875, 0.8125, nan, 0.0, nan, nan, -0.0, nan]),
+        (Dtype::F8E4M3Fnuz, [0.46875, 0.8125, nan, 0.0, nan, nan, 0.0, nan]),
+        (Dtype::F8E5M2, [0.5, 0.875, f64::INFINITY, 0.0, nan, f64::INFINITY, -0.0, f64::NEG_INFINITY]),
+        (Dtype::F8E5M2Fnuz, [0.5, 0.875, nan, 0.0, nan, nan, 0.0, nan]),
+    ];
+    for (d, want) in cases {
+        let got = ok(Op::Cast { to: d }, &[&x]);
+        assert_eq!(got.dtype, d);
+        for (g, w) in got.data.iter().zip(want) {
+            assert!(g.to_bits() == w.to_bits() || g.is_nan() && w.is_nan(), "{d}: {:?}, expected {want:?}", got.data);
+        }
+    }
+    // float4 saturates (it has no infinity or NaN), ties to even.
+    let f4 = ok(Op::Cast { to: Dtype::F4E2M1 }, &[&f64t(&[6], &[0.25, -3.5, 9.0, 1.05, f64::INFINITY, 0.75])]);
+    assert_eq!(f4.data, vec![0.0, -4.0, 6.0, 1.0, 6.0, 1.0]);
+    // Floats to the 4- and 2-bit integers truncate and wrap (ml_dtypes' conversion).
+    let v = f64t(&[7], &[-9.0, -8.0, 7.0, 8.0, 15.5, -0.5, f64::NAN]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I4 }, &[&v]).data, vec![7.0, -8.0, 7.0, -8.0, -1.0, 0.0, 0.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::U4 }, &[&v]).data, vec![7.0, 8.0, 7.0, 8.0, 15.0, 0.0, 0.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I2 }, &[&v]).data, vec![-1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 0.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::U2 }, &[&v]).data, vec![3.0, 0.0, 3.0, 0.0, 3.0, 0.0, 0.0]);
+    // Integers to them wrap through the bits, and back widen exactly.
+    let i = ints(Dtype::I32, &[-9.0, 17.0, 3.0]);
+    let i4 = ok(Op::Cast { to: Dtype::I4 }, &[&i]);
+    assert_eq!(i4.data, vec![7.0, 1.0, 3.0]);
+    assert_eq!(ok(Op::Cast { to: Dtype::I8 }, &[&i4]).data, vec![7.0, 1.0, 3.0]);
+    // Arithmetic in i4 wraps to 4 bits, in f8e4m3fn rounds each result.
+    let a = t(Dtype::I4, &[3], &[7.0, -8.0, 5.0]);
+    let b = t(Dtype::I4, &[3], &[1.0, -1.0, 5.0]);
+    assert_eq!(binary(BinaryOp::Add, &a, &b).data, vec![-8.0, 7.0, -6.0]);
+    assert_eq!(binary(BinaryOp::Mul, &a, &b).data, vec![7.0, -8.0, -7.0]);
+    let p = t(Dtype::F8E4M3Fn, &[2], &[448.0, 0.5]);
+    let q = t(Dtype::F8E4M3Fn, &[2], &[32.0, 0.0625]);
+    let s = binary(BinaryOp::Add, &p, &q);
+    assert!(s.data[0].is_nan(), "448 + 32 is past e4m3fn's largest value: {:?}", s.data);
+    assert_eq!(s.data[1], 0.5625);
+}
+
+/// A .npy holds a narrow float as its codes and a 4- or 2-bit integer as int8/uint8
+/// values (`data::npy_descr`): a u8 feed for a float8 input is its codes, an i8 feed for
+/// an i4 input is taken when every value fits, and refused when one does not.
+#[test]
+fn narrow_inputs_take_their_npy_stand_ins() {
+    let input = |d: Dtype| {
+        let mut g = Graph::new("narrow");
+        let x = g.push(Op::Input, vec![], TensorType::new(d, Shape::known(&[2])));
+        g.nodes[x.index()].name = Some("x".into());
+        g.outputs = vec![Output { name: "y".into(), value: x, loss: false }];
+        g
+    };
+    let f8 = run(&input(Dtype::F8E4M3Fn), &feeds(&[("x", ints(Dtype::U8, &[0x7e as f64, 0xb8 as f64]))])).expect("codes");
+    assert_eq!((f8[0].1.dtype, &f8[0].1.data), (Dtype::F8E4M3Fn, &vec![448.0, -1.0]));
+    let g = input(Dtype::I4);
+    let i4 = run(&g, &feeds(&[("x", ints(Dtype::I8, &[-8.0, 7.0]))])).expect("fits");
+    assert_eq!((i4[0].1.dtype, &i4[0].1.data), (Dtype::I4, &vec![-8.0, 7.0]));
+    assert_eq!(run(&g, &feeds(&[("x", ints(Dtype::I8, &[8.0, 0.0]))])).unwrap_err().to_string(), "input `x` is declared i4[2] but was given i8 values");
+}

@@ -404,11 +404,11 @@ impl<'g> Lowerer<'g> {
 /// loop nest (their padding and the average's rounding would need definitions of their
 /// own). A program target's `Backend::lacks` includes this.
 /// The type a matrix product's or a convolution's loops multiply in: the result's, but
-/// f32 for f16 and bf16, whose products f32 holds exactly; their sum is rounded to the
+/// f32 for f16, bf16 and the narrow floats, whose products f32 holds exactly; their sum is rounded to the
 /// result's type once, when stored, as the interpreter's kernels sum exact products
 /// (the program verifier allows such a body).
 pub fn product_dtype(d: Dtype) -> Dtype {
-    if matches!(d, Dtype::F16 | Dtype::Bf16) { Dtype::F32 } else { d }
+    if matches!(d, Dtype::F16 | Dtype::Bf16) || d.is_narrow_float() { Dtype::F32 } else { d }
 }
 
 pub fn lacking(graph: &Graph, v: ValueId) -> Option<String> {

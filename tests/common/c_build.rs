@@ -171,9 +171,10 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
     for (i, port) in program.outputs.iter().enumerate() {
         let file = data::read_arrays(&dir.join(format!("output_{i}.npy"))).map_err(|e| e.to_string())?;
         let t = file.arrays.into_values().next().ok_or("an empty output file")?;
-        // A bf16 output's file holds f32 (NumPy has no bf16): the same values.
+        // A bf16 output's file holds f32 (NumPy has no bf16), a narrow float's its codes,
+        // a 4- or 2-bit integer's int8 or uint8: the same values (`data::npy_descr`).
         let dtype = program.buffers[port.buf.0].dtype;
-        let t = if dtype == mithrilc::ir::Dtype::Bf16 { Tensor::new(dtype, t.shape, t.data) } else { t };
+        let t = if dtype == t.dtype { t } else { data::from_stand_in(&t, dtype).ok_or_else(|| format!("output {}: {} values in a file for {dtype}", port.name, t.dtype))? };
         outputs.push((port.name.clone(), t));
     }
     Ok(outputs)

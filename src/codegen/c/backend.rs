@@ -148,6 +148,11 @@ pub(crate) fn read_outputs(dir: &Path, entry: &Entry) -> Result<Vec<(String, Ten
     for (i, name) in entry.outputs.iter().enumerate() {
         let file = data::read_arrays(&dir.join(format!("output_{i}.npy")))?;
         let t = file.arrays.into_values().next().ok_or_else(|| Error::internal("empty output file"))?;
+        // A type NumPy lacks comes back as its stand-in (`data::npy_descr`).
+        let t = match entry.output_types.get(i) {
+            Some(&d) if d != t.dtype => data::from_stand_in(&t, d).ok_or_else(|| Error::internal(format!("output {name}: {} values in a file for {d}", t.dtype)))?,
+            _ => t,
+        };
         outputs.push((name.clone(), t));
     }
     Ok(outputs)

@@ -14,7 +14,8 @@ impl Dialect for C {
     fn name(&self) -> &'static str {
         "C"
     }
-    /// Every type: f16 and bf16 are held as their bits and computed in float.
+    /// Every type: f16, bf16 and the narrow floats are held as their bits and computed
+    /// in float; i4, u4, i2 and u2 a byte each, wrapped to their width.
     fn supports(&self, _d: Dtype) -> bool {
         true
     }
@@ -32,11 +33,15 @@ impl Dialect for C {
             Dtype::U32 => "uint32_t",
             Dtype::U64 => "uint64_t",
             Dtype::F16 | Dtype::Bf16 => "float",
+            Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => "float",
+            Dtype::I4 | Dtype::I2 => "int8_t",
+            Dtype::U4 | Dtype::U2 => "uint8_t",
         }
     }
     fn storage(&self, d: Dtype) -> &'static str {
         match d {
             Dtype::F16 | Dtype::Bf16 => "uint16_t",
+            _ if d.is_narrow_float() => "uint8_t",
             _ => self.ty(d),
         }
     }

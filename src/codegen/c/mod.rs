@@ -512,6 +512,11 @@ impl TemplateContext {
                 ctype: match b.dtype {
                     Dtype::F16 => "uint16_t (f16 bits)",
                     Dtype::Bf16 => "uint16_t (bf16 bits)",
+                    Dtype::F8E4M3Fn => "uint8_t (f8e4m3fn bits)",
+                    Dtype::F8E4M3Fnuz => "uint8_t (f8e4m3fnuz bits)",
+                    Dtype::F8E5M2 => "uint8_t (f8e5m2 bits)",
+                    Dtype::F8E5M2Fnuz => "uint8_t (f8e5m2fnuz bits)",
+                    Dtype::F4E2M1 => "uint8_t (f4e2m1 bits, the low four)",
                     d => C.ty(d),
                 },
                 descr: crate::data::npy_descr(b.dtype),
@@ -526,7 +531,9 @@ impl TemplateContext {
                     _ => 0,
                 },
                 bytes: shape.iter().product::<u64>() * b.dtype.size() as u64,
-                st_dtype: crate::data::safetensors_dtype_name(b.dtype),
+                // A type safetensors lacks: no tensor of a file matches it (the demo's
+                // loader refuses any in its place).
+                st_dtype: crate::data::safetensors_dtype_name(b.dtype).unwrap_or(""),
                 layout: match port.layout {
                     Layout::RowMajor => 0,
                     Layout::Transposed => 1,

@@ -117,6 +117,31 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (argc == 3 && strcmp(argv[1], "narrow") == 0) {
+        /* n floats in; for each, its code in each narrow float (e4m3fn, e4m3fnuz, e5m2,
+         * e5m2fnuz, e2m1), then the f32 each of the 256 codes (16 for e2m1) decodes to */
+        const size_t n = (size_t)atoll(argv[2]);
+        float *x = read_floats(n), v[5];
+        uint8_t c[5];
+        size_t i;
+        for (i = 0; i < n; ++i) {
+            c[0] = mr_f32_to_f8e4m3fn(x[i]);
+            c[1] = mr_f32_to_f8e4m3fnuz(x[i]);
+            c[2] = mr_f32_to_f8e5m2(x[i]);
+            c[3] = mr_f32_to_f8e5m2fnuz(x[i]);
+            c[4] = mr_f32_to_f4e2m1(x[i]);
+            if (fwrite(c, 1, 5, stdout) != 5) return 2;
+        }
+        for (i = 0; i < 256; ++i) {
+            v[0] = mr_f8e4m3fn_to_f32((uint8_t)i);
+            v[1] = mr_f8e4m3fnuz_to_f32((uint8_t)i);
+            v[2] = mr_f8e5m2_to_f32((uint8_t)i);
+            v[3] = mr_f8e5m2fnuz_to_f32((uint8_t)i);
+            v[4] = mr_f4e2m1_to_f32((uint8_t)(i & 15));
+            if (fwrite(v, sizeof v[0], 5, stdout) != 5) return 2;
+        }
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "panels") == 0) {
         /* B [K, N] in panels in; out, row-major: I_K B as mr_sgemm_panels reads it,
          * then B element by element through MR_PANEL_INDEX (as the demo's loader) */
@@ -380,5 +405,45 @@ fn the_runtimes_half_conversions_are_the_interpreters() {
         assert_eq!(bf16, half::bf16::from_f32(*x).to_bits(), "mr_f32_to_bf16({x:e}) ({:#010x})", x.to_bits());
         assert_eq!(r16.to_bits(), half::f16::from_f32(*x).to_f32().to_bits(), "mr_round_f16({x:e}) ({:#010x})", x.to_bits());
         assert_eq!(rb16.to_bits(), half::bf16::from_f32(*x).to_f32().to_bits(), "mr_round_bf16({x:e}) ({:#010x})", x.to_bits());
+    }
+}
+
+/// `mithril_ops.h`'s narrow-float conversions, with which generated C stores and rounds
+/// float8 and float4, are `narrow.rs`'s (the interpreter's, ONNX's reference's): every
+/// code decoded, and every code's value, the halfway points between neighbours and
+/// either side of them, overflow thresholds, subnormals, infinities and NaNs encoded.
+#[test]
+fn the_runtimes_narrow_float_conversions_are_the_interpreters() {
+    const TYPES: [Dtype; 5] = [Dtype::F8E4M3Fn, Dtype::F8E4M3Fnuz, Dtype::F8E5M2, Dtype::F8E5M2Fnuz, Dtype::F4E2M1];
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = driver_or_skip(dir.path()) else { return };
+    let mut xs: Vec<f32> = Vec::new();
+    for d in TYPES {
+        let mut values: Vec<f64> = (0..1u32 << d.bits()).map(|c| crate::narrow::decode(d, c as u8)).filter(|v| v.is_finite()).collect();
+        values.sort_by(f64::total_cmp);
+        for w in values.windows(2) {
+            let mid = ((w[0] + w[1]) / 2.0) as f32;
+            xs.extend([w[0] as f32, mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits().wrapping_sub(1))]);
+        }
+        let max = crate::narrow::max_finite(d).unwrap() as f32;
+        xs.extend([max * 1.0625, max * 1.0625 + 1.0, max * 1.125, max * 4.0, max * 2.0]);
+    }
+    xs.extend((0..u32::MAX).step_by(65521).map(f32::from_bits));
+    xs.extend([0.0, -0.0, 1e-30, -1e-30, 1e-45, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MAX, f32::MIN]);
+    let input: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let out = run(&exe, &["narrow".into(), xs.len().to_string()], &input);
+    assert_eq!(out.len(), xs.len() * 5 + 256 * 20);
+    let (codes, decoded) = out.split_at(xs.len() * 5);
+    for (x, c) in xs.iter().zip(codes.chunks_exact(5)) {
+        for (d, &code) in TYPES.iter().zip(c) {
+            assert_eq!(code, crate::narrow::encode(*d, f64::from(*x)), "mr_f32_to_{d}({x:e}) ({:#010x})", x.to_bits());
+        }
+    }
+    for (code, v) in decoded.chunks_exact(20).enumerate() {
+        for (k, d) in TYPES.iter().enumerate() {
+            let got = f32::from_le_bytes([v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]]);
+            let want = crate::narrow::decode(*d, (code & if *d == Dtype::F4E2M1 { 15 } else { 255 }) as u8);
+            assert!(got.to_bits() == (want as f32).to_bits() || got.is_nan() && want.is_nan(), "mr_{d}_to_f32({code:#x}): {got}, expected {want}");
+        }
     }
 }

@@ -45,9 +45,13 @@ pub trait Dialect {
     fn helper(&self, op: &str, d: Dtype) -> String {
         match d {
             Dtype::F32 | Dtype::F16 | Dtype::Bf16 => format!("mr_{op}f"),
+            Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => format!("mr_{op}f"),
             Dtype::F64 => format!("mr_{op}"),
             Dtype::Bool => format!("mr_{op}_u8"),
             Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::U32 | Dtype::I64 | Dtype::U64 => format!("mr_{op}_{d}"),
+            // Held in an int8_t or uint8_t.
+            Dtype::I4 | Dtype::I2 => format!("mr_{op}_i8"),
+            Dtype::U4 | Dtype::U2 => format!("mr_{op}_u8"),
         }
     }
     /// NaN of a float type.
@@ -81,6 +85,13 @@ pub trait Dialect {
             (Dtype::U16, true) => "UINT16_MAX",
             (Dtype::U32, true) => "UINT32_MAX",
             (Dtype::U64, true) => "UINT64_MAX",
+            (Dtype::I4, false) => "(-8)",
+            (Dtype::I4, true) => "7",
+            (Dtype::U4 | Dtype::U2, false) => "0",
+            (Dtype::U4, true) => "15",
+            (Dtype::I2, false) => "(-2)",
+            (Dtype::I2, true) => "1",
+            (Dtype::U2, true) => "3",
             (_, false) => "INT64_MIN",
             (_, true) => "INT64_MAX",
         }
@@ -262,6 +273,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
         match d {
             Dtype::F16 => format!("0x{:04x}", half::f16::from_f64(x).to_bits()),
             Dtype::Bf16 => format!("0x{:04x}", half::bf16::from_f64(x).to_bits()),
+            _ if d.is_narrow_float() => format!("0x{:02x}", crate::narrow::encode(d, x)),
             _ => self.literal(x, d),
         }
     }
@@ -269,24 +281,32 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
     /// A value of type `d` read from a buffer's element `s`: f16 and bf16 widened from
     /// their bits to `float` (`mithril_ops.h`), the others as they are.
     fn load(&self, s: String, d: Dtype) -> String {
-        if is_half(d) { format!("mr_{d}_to_f32({s})") } else { s }
+        if held_as_bits(d) { format!("mr_{d}_to_f32({s})") } else { s }
     }
 
     /// `value`, of type `d`, as a buffer of `d` stores it: f16 and bf16 narrowed to
     /// their bits (rounding to nearest even), the others as they are.
     pub fn store(&self, value: String, d: Dtype) -> String {
-        if is_half(d) { format!("mr_f32_to_{d}({value})") } else { value }
+        if held_as_bits(d) { format!("mr_f32_to_{d}({value})") } else { value }
     }
 
-    /// `s`, an op's result of f16 or bf16 computed in `float`, rounded to the type, as
-    /// the interpreter rounds every op's result before the next reads it.
+    /// `s`, an op's result of f16, bf16 or a narrow float computed in `float`, rounded
+    /// to the type, as the interpreter rounds every op's result before the next reads
+    /// it; of i4, u4, i2 or u2 (held in a byte, computed in `int`), wrapped to the
+    /// type's width (`mr_wrap_i4`, ...) as `tensor::round_to` wraps it.
     fn rounded(&self, s: String, d: Dtype) -> String {
-        if is_half(d) { format!("mr_round_{d}({s})") } else { s }
+        if held_as_bits(d) {
+            format!("mr_round_{d}({s})")
+        } else if d.is_int() && d.bits() < 8 {
+            format!("mr_wrap_{d}((int64_t)({s}))")
+        } else {
+            s
+        }
     }
 
     pub fn literal(&self, x: f64, d: Dtype) -> String {
         match d {
-            Dtype::F32 | Dtype::F16 | Dtype::Bf16 => {
+            Dtype::F32 | Dtype::F16 | Dtype::Bf16 | Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => {
                 if x.is_nan() {
                     self.d.nan(d)
                 } else if x.is_infinite() {
@@ -314,7 +334,9 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             // A value of the type, as the interpreter makes it (`round_to`: a pad value
             // of -3 is 253 in u8); unsigned constants beyond `int`'s range take their
             // suffix from the macro.
-            Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 => format!("(({}){})", self.d.ty(d), crate::tensor::round_to(d, x) as i64),
+            Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => {
+                format!("(({}){})", self.d.ty(d), crate::tensor::round_to(d, x) as i64)
+            }
             Dtype::U32 => format!("UINT32_C({})", crate::tensor::round_to(d, x) as u32),
             Dtype::U64 => format!("UINT64_C({})", crate::tensor::round_to(d, x) as u64),
             Dtype::Bool => format!("(({}){})", self.d.ty(d), u8::from(x != 0.0)),
@@ -344,7 +366,8 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
         match (from.is_float(), to) {
             (true, to) if to.is_int() => self.d.float_to_int(s, from, to),
             (_, Dtype::Bool) => format!("(({})(({s}) != 0))", self.d.ty(to)),
-            (_, Dtype::F16 | Dtype::Bf16) => self.rounded(format!("(({})({s}))", self.d.ty(to)), to),
+            (_, to) if held_as_bits(to) => self.rounded(format!("(({})({s}))", self.d.ty(to)), to),
+            (_, to) if to.is_int() && to.bits() < 8 => self.rounded(format!("(({})({s}))", self.d.ty(to)), to),
             _ => format!("(({})({s}))", self.d.ty(to)),
         }
     }
@@ -463,8 +486,8 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             BinaryOp::And => format!("(({bt})({x} && {y}))"),
             BinaryOp::Or => format!("(({bt})({x} || {y}))"),
             BinaryOp::Xor => format!("(({bt})(!({x}) != !({y})))"),
-            BinaryOp::Shl => format!("(({}){}({x}, {y}, {}))", d.ty(t), i64h("shl"), t.size() * 8),
-            BinaryOp::Shr => format!("(({}){}({x}, {y}, {}))", d.ty(t), i64h("shr"), t.size() * 8),
+            BinaryOp::Shl => format!("(({}){}({x}, {y}, {}))", d.ty(t), i64h("shl"), t.bits()),
+            BinaryOp::Shr => format!("(({}){}({x}, {y}, {}))", d.ty(t), i64h("shr"), t.bits()),
         }
     }
 
@@ -520,9 +543,10 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
     }
 }
 
-/// Whether `d` is held as 16 bits and computed in `float` (f16, bf16).
-fn is_half(d: Dtype) -> bool {
-    matches!(d, Dtype::F16 | Dtype::Bf16)
+/// Whether `d` is held as its bits and computed in `float` (f16 and bf16 in 16 bits,
+/// the narrow floats in 8).
+fn held_as_bits(d: Dtype) -> bool {
+    matches!(d, Dtype::F16 | Dtype::Bf16) || d.is_narrow_float()
 }
 
 pub fn pad(depth: usize) -> String {

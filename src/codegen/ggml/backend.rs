@@ -41,7 +41,8 @@ impl Backend for GgmlTarget {
         let options = super::Options { source: opts.source.clone(), weights: opts.weights.clone(), quantize: opts.quantize };
         let files = super::emit(graph, &options)?;
         let ports = graph.inputs().filter_map(|v| graph.node(v).name.clone()).collect();
-        let entry = Entry { name: identifier(&graph.name), inputs: ports, outputs: graph.outputs.iter().map(|o| o.name.clone()).collect() };
+        let output_types = graph.outputs.iter().map(|o| graph.ty(o.value).dtype).collect();
+        let entry = Entry { name: identifier(&graph.name), inputs: ports, outputs: graph.outputs.iter().map(|o| o.name.clone()).collect(), output_types };
         let size: usize = files.iter().find(|(n, _)| n.ends_with(".gguf")).map_or(0, |(_, b)| b.len());
         Ok(Emitted { files, entry, report: format!("gguf: {} bytes\n", crate::backend::group(size as u64)), sizes: serde_json::json!({"gguf_bytes": size}) })
     }

@@ -101,6 +101,10 @@ impl Dialect for Metal {
             Dtype::U16 => "ushort",
             Dtype::U32 => "uint",
             Dtype::U64 => "ulong",
+            // (refused by `supports`)
+            Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => "float",
+            Dtype::I4 | Dtype::I2 => "char",
+            Dtype::U4 | Dtype::U2 => "uchar",
         }
     }
     /// `metal::` has the float functions (overloaded, no `f` suffix) except `erf`,

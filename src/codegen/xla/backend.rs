@@ -67,6 +67,7 @@ impl Backend for XlaTarget {
             name: identifier(&graphs.forward.name),
             inputs: names(&mut g.inputs()),
             outputs: g.outputs.iter().map(|o| o.name.clone()).collect(),
+            output_types: g.outputs.iter().map(|o| g.ty(o.value).dtype).collect(),
         };
         let modules: Vec<(&String, usize)> = files.iter().filter(|(f, _)| f.ends_with(".hlo")).map(|(f, text)| (f, instructions(&String::from_utf8_lossy(text)))).collect();
         let report = modules.iter().map(|(f, n)| format!("{f}: {n} instructions\n")).collect();

@@ -69,6 +69,16 @@ pub fn element_type(d: Dtype) -> &'static str {
         Dtype::U16 => "u16",
         Dtype::U32 => "u32",
         Dtype::U64 => "u64",
+        // (refused by `lacks`; HLO's names for them)
+        Dtype::F8E4M3Fn => "f8e4m3fn",
+        Dtype::F8E4M3Fnuz => "f8e4m3fnuz",
+        Dtype::F8E5M2 => "f8e5m2",
+        Dtype::F8E5M2Fnuz => "f8e5m2fnuz",
+        Dtype::F4E2M1 => "f4e2m1fn",
+        Dtype::I4 => "s4",
+        Dtype::U4 => "u4",
+        Dtype::I2 => "s2",
+        Dtype::U2 => "u2",
     }
 }
 
@@ -92,7 +102,7 @@ fn scalar_literal(d: Dtype, x: f64) -> String {
         Dtype::I32 => format!("{}", x.clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i64),
         Dtype::I64 => format!("{}", x as i64),
         // (refused by `lacks`, but spelled as their own type's values)
-        Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::U32 | Dtype::U64 => {
+        Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::U32 | Dtype::U64 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => {
             let (lo, hi) = d.int_range().unwrap_or((0.0, 0.0));
             format!("{}", x.clamp(lo, hi) as i128)
         }
@@ -101,6 +111,8 @@ fn scalar_literal(d: Dtype, x: f64) -> String {
         // The shortest text that reads back as the same value of the type.
         Dtype::F32 => format!("{:?}", x as f32),
         Dtype::F64 | Dtype::F16 | Dtype::Bf16 => format!("{x:?}"),
+        // (refused by `lacks`)
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz | Dtype::F4E2M1 => format!("{x:?}"),
     }
 }
 
@@ -795,8 +807,11 @@ impl GraphWriter for HloWriter {
         }
         // The runner's files (safetensors, .npy) and the interpreter agree on them, but
         // nothing here has run them through PJRT yet.
-        if let ty @ (Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::U32 | Dtype::U64) = node.ty.dtype {
+        if let ty @ (Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::U32 | Dtype::U64 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2) = node.ty.dtype {
             return Some(format!("no {ty} values in the XLA target yet (its integers are i32 and i64)"));
+        }
+        if node.ty.dtype.is_narrow_float() {
+            return Some(format!("no {} values in the XLA target yet (its floats are f16, bf16, f32 and f64)", node.ty.dtype));
         }
         let bool_arith = match &node.op {
             Op::Binary(b) => !b.is_comparison() && !b.is_logical() && node.ty.dtype == Dtype::Bool,

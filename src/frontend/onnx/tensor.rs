@@ -34,9 +34,21 @@ pub fn dtype(code: i32) -> std::result::Result<Dtype, String> {
         DataType::Uint16 => Dtype::U16,
         DataType::Uint32 => Dtype::U32,
         DataType::Uint64 => Dtype::U64,
-        other => return Err(format!("element type {} is not supported (mithrilc's are f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64 and bool)", type_name(other))),
+        DataType::Float8e4m3fn => Dtype::F8E4M3Fn,
+        DataType::Float8e4m3fnuz => Dtype::F8E4M3Fnuz,
+        DataType::Float8e5m2 => Dtype::F8E5M2,
+        DataType::Float8e5m2fnuz => Dtype::F8E5M2Fnuz,
+        DataType::Float4e2m1 => Dtype::F4E2M1,
+        DataType::Int4 => Dtype::I4,
+        DataType::Uint4 => Dtype::U4,
+        DataType::Int2 => Dtype::I2,
+        DataType::Uint2 => Dtype::U2,
+        other => return Err(format!("element type {} is not supported (mithrilc's are {})", type_name(other), TYPES_READ)),
     })
 }
+
+/// The ONNX element types read, by ONNX's names (the error that refuses another lists them).
+const TYPES_READ: &str = "float32, float64, float16, bfloat16, float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1, int2, int4, int8, int16, int32, int64, uint2, uint4, uint8, uint16, uint32, uint64 and bool";
 
 /// ONNX's name of an element type, in lower case (`uint8`, `float8e4m3fn`).
 fn type_name(t: DataType) -> String {
@@ -65,7 +77,13 @@ pub fn read(t: &TensorProto, model_path: &Path, file: &super::model::File, exter
     if t.data_location == Some(DataLocation::External as i32) {
         let (backing, range) = external.locate(t, model_path)?;
         let len = range.len();
+        if dtype.bits() < 8 {
+            return unpacked(dtype, shape, numel, &backing.bytes()[range]);
+        }
         return RawTensor::new(dtype, shape.clone(), backing, range).ok_or_else(|| short(len));
+    }
+    if dtype.bits() < 8 {
+        return unpacked(dtype, shape, numel, &packed_bytes(t));
     }
     if let Some(raw) = &t.raw_data {
         return match file.range_of(raw) {
@@ -76,6 +94,25 @@ pub fn read(t: &TensorProto, model_path: &Path, file: &super::model::File, exter
     let bytes = typed_bytes(t, dtype, numel)?;
     let held = bytes.len();
     RawTensor::owned(dtype, shape.clone(), bytes).ok_or_else(|| short(held))
+}
+
+/// The packed elements of a tensor of a sub-byte type: its `raw_data`, else the low
+/// byte of each `int32_data` entry (each holds a byte's worth of elements).
+fn packed_bytes(t: &TensorProto) -> std::borrow::Cow<'_, [u8]> {
+    match &t.raw_data {
+        Some(raw) => std::borrow::Cow::Borrowed(&raw[..]),
+        None => std::borrow::Cow::Owned(t.int32_data.iter().map(|&v| v as u8).collect()),
+    }
+}
+
+/// A tensor of sub-byte type `dtype` from its packed elements (several a byte, low bits
+/// first), one byte each as mithrilc holds them.
+fn unpacked(dtype: Dtype, shape: Vec<u64>, numel: u64, packed: &[u8]) -> Result<RawTensor> {
+    let per = (8 / dtype.bits()) as u64;
+    let n = usize::try_from(numel).map_err(|_| Error::user(format!("shape {shape:?} is too large")))?;
+    let bytes = crate::narrow::unpack(dtype, packed, n)
+        .ok_or_else(|| Error::user(format!("its data holds {} bytes, and {dtype}{shape:?} takes {} ({per} elements a byte)", packed.len(), numel.div_ceil(per))))?;
+    RawTensor::owned(dtype, shape.clone(), bytes).ok_or_else(|| Error::internal(format!("unpacked {dtype}{shape:?} has another size")))
 }
 
 /// Dimensions from the file: none negative.
@@ -93,6 +130,9 @@ fn typed_bytes(t: &TensorProto, dtype: Dtype, numel: u64) -> Result<Vec<u8>> {
         Dtype::I64 => t.int64_data.len(),
         Dtype::U32 | Dtype::U64 => t.uint64_data.len(),
         Dtype::I8 | Dtype::U8 | Dtype::I16 | Dtype::U16 | Dtype::I32 | Dtype::Bool | Dtype::F16 | Dtype::Bf16 => t.int32_data.len(),
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz => t.int32_data.len(),
+        // (read packed, by `unpacked`)
+        Dtype::F4E2M1 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => return Err(Error::internal(format!("{dtype} is read packed"))),
     };
     if held as u64 != numel {
         return Err(Error::user(format!("it holds {held} elements, and its shape {:?} has {numel}", t.dims)));
@@ -114,6 +154,9 @@ fn typed_bytes(t: &TensorProto, dtype: Dtype, numel: u64) -> Result<Vec<u8>> {
         Dtype::U64 => t.uint64_data.iter().for_each(|&v| out.extend(v.to_le_bytes())),
         // The 16 bits of each half float, in an int32 each.
         Dtype::F16 | Dtype::Bf16 => t.int32_data.iter().for_each(|&v| out.extend((v as u16).to_le_bytes())),
+        // The 8 bits of each float8, in an int32 each.
+        Dtype::F8E4M3Fn | Dtype::F8E4M3Fnuz | Dtype::F8E5M2 | Dtype::F8E5M2Fnuz => t.int32_data.iter().for_each(|&v| out.push(v as u8)),
+        Dtype::F4E2M1 | Dtype::I4 | Dtype::U4 | Dtype::I2 | Dtype::U2 => {}
     }
     Ok(out)
 }
@@ -184,6 +227,11 @@ pub fn read_tensor_file(path: &Path) -> Result<(String, RawTensor)> {
     }
     let dtype = dtype(t.data_type.unwrap_or(0)).map_err(|e| Error::user(format!("{}: tensor {name}: {e}", path.display())))?;
     let shape = dims(&t.dims).map_err(|e| e.context(format!("{}: tensor {name}", path.display())))?;
+    if dtype.bits() < 8 {
+        let numel = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).unwrap_or(u64::MAX);
+        let t = unpacked(dtype, shape, numel, &packed_bytes(&t)).map_err(|e| e.context(format!("{}: tensor {name}", path.display())))?;
+        return Ok((name, t));
+    }
     let tensor = match &t.raw_data {
         Some(raw) => RawTensor::owned(dtype, shape.clone(), raw.to_vec()),
         None => {
@@ -220,8 +268,35 @@ mod tests {
         let t = TensorProto { data_type: Some(DataType::Uint32 as i32), dims: vec![2], int32_data: vec![1, 2], ..Default::default() };
         assert_eq!(typed_bytes(&t, Dtype::U32, 2).unwrap_err().to_string(), "it holds 0 elements, and its shape [2] has 2");
         assert_eq!(
-            dtype(DataType::Int4 as i32).unwrap_err(),
-            "element type int4 is not supported (mithrilc's are f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64 and bool)"
+            dtype(DataType::Float8e8m0 as i32).unwrap_err(),
+            "element type float8e8m0 is not supported (mithrilc's are float32, float64, float16, bfloat16, float8e4m3fn, float8e4m3fnuz, float8e5m2, float8e5m2fnuz, float4e2m1, int2, int4, int8, int16, int32, int64, uint2, uint4, uint8, uint16, uint32, uint64 and bool)"
         );
+    }
+
+    /// The narrow types: float8 one a byte (raw) or an int32 each, the 4- and 2-bit
+    /// types packed, low bits first, in `raw_data` or in the low byte of each
+    /// `int32_data` entry (ONNX's test_cast_FLOAT_to_INT4 and _UINT2 outputs), a short
+    /// last byte padded; a byte count that does not fit the shape refused.
+    #[test]
+    fn narrow_types_unpacked() {
+        let read = |code: DataType, dims: Vec<i64>, raw: Option<Vec<u8>>, int32: Vec<i32>| {
+            let t = TensorProto { data_type: Some(code as i32), dims, raw_data: raw.map(Into::into), int32_data: int32, name: Some("t".into()), ..Default::default() };
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.pb");
+            std::fs::write(&path, t.encode_to_vec()).unwrap();
+            read_tensor_file(&path).map(|(_, r)| r.to_tensor())
+        };
+        let i4 = read(DataType::Int4, vec![5], Some(vec![0x87, 0xa9, 0x0b]), vec![]).unwrap();
+        assert_eq!((i4.dtype, i4.data), (Dtype::I4, vec![7.0, -8.0, -7.0, -6.0, -5.0]));
+        let u2 = read(DataType::Uint2, vec![7, 1], None, vec![0x39, 0x39]).unwrap();
+        assert_eq!((u2.dtype, u2.data), (Dtype::U2, vec![1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0]));
+        let f4 = read(DataType::Float4e2m1, vec![3], Some(vec![0xe2, 0x07]), vec![]).unwrap();
+        assert_eq!(f4.data, vec![1.0, -4.0, 6.0]);
+        let f8 = read(DataType::Float8e4m3fn, vec![3], None, vec![0x7e, 0x2f, 0xfe]).unwrap();
+        assert_eq!(f8.data, vec![448.0, 0.46875, -448.0]);
+        let f8 = read(DataType::Float8e5m2, vec![2], Some(vec![0x7c, 0x3c]), vec![]).unwrap();
+        assert_eq!(f8.data, vec![f64::INFINITY, 1.0]);
+        let short = read(DataType::Int4, vec![5], Some(vec![0x87, 0xa9]), vec![]).unwrap_err().to_string();
+        assert!(short.ends_with("tensor t: its data holds 2 bytes, and i4[5] takes 3 (2 elements a byte)"), "{short}");
     }
 }

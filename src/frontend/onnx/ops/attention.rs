@@ -327,8 +327,12 @@ pub(super) mod tests {
     pub fn one_node(op: &str, inputs: &[(&str, Dtype, &[u64])], outputs: &[&str], attrs: &[(&str, Attr)], opset: i64) -> (tempfile::TempDir, PathBuf) {
         let code = |d: Dtype| match d {
             Dtype::F32 => 1,
+            Dtype::U8 => 2,
+            Dtype::I8 => 3,
+            Dtype::I32 => 6,
             Dtype::I64 => 7,
             Dtype::Bool => 9,
+            Dtype::F8E4M3Fn => 17,
             other => unreachable!("no test uses {other}"),
         };
         let input = |(name, dtype, dims): &(&str, Dtype, &[u64])| ValueInfoProto {

@@ -123,8 +123,13 @@ pub fn is_inf(cx: &mut Cx, node: &Node) -> Out {
 /// `Round`: to the nearest integer, halves to even: `r = floor(x + 1/2)`, less one
 /// where `x` was a half and `r` is odd.
 pub fn round(cx: &mut Cx, node: &Node) -> Out {
+    Ok(vec![round_half_even(cx, node.input(0)?)?])
+}
+
+/// `x` rounded to the nearest integer, halves to even (NumPy's `rint`): floor(x + 0.5),
+/// less one where x was halfway and that is odd.
+pub(super) fn round_half_even(cx: &mut Cx, x: ValueId) -> crate::error::Result<ValueId> {
     use BinaryOp::*;
-    let x = node.input(0)?;
     let h = with_scalar(cx, Add, x, 0.5)?;
     let r = cx.b.unary(UnaryOp::Floor, h)?;
     let d = cx.b.binary(Sub, r, x)?;
@@ -136,7 +141,7 @@ pub fn round(cx: &mut Cx, node: &Node) -> Out {
     let both = cx.b.binary(And, tie, odd)?;
     let one = scalar(cx, x, 1.0);
     let down = cx.b.binary(Sub, r, one)?;
-    Ok(vec![cx.b.select(both, down, r)?])
+    cx.b.select(both, down, r)
 }
 
 /// Binary operators, with ONNX's result types: an arithmetic result has the first
@@ -243,7 +248,30 @@ pub fn cast(cx: &mut Cx, node: &Node) -> Out {
             Err(why) => return unsupported(why),
         }
     };
-    Ok(vec![cx.b.cast(x, to)?])
+    // `saturate` (opset 19 on, default 1) concerns casts to float8 only; `round_mode`
+    // (opset 24 on) casts to float8e8m0 only, which mithrilc refuses.
+    let saturate = node.int_opt("saturate")?.unwrap_or(1) != 0;
+    Ok(vec![if saturate { saturating_cast(cx, x, to)? } else { cx.b.cast(x, to)? }])
+}
+
+/// `x` cast to `to` as ONNX's `saturate` asks (Cast and QuantizeLinear from opset 19):
+/// to a float8 type, a value beyond its largest finite one (an infinity too) becomes
+/// that value, of its sign, and NaN stays NaN (the clamp propagates it); any other cast
+/// is the plain one (float4 has no infinity or NaN: its conversion saturates anyway).
+/// The clamp is in the source type when that is a 16-bit or wider float (each holds
+/// every float8 maximum), else in f32, which holds every value a float8 does not
+/// saturate.
+pub(super) fn saturating_cast(cx: &mut Cx, x: ValueId, to: Dtype) -> crate::error::Result<ValueId> {
+    let Some(max) = crate::narrow::max_finite(to).filter(|_| to != Dtype::F4E2M1) else {
+        return cx.b.cast(x, to);
+    };
+    let x = match cx.b.dtype(x) {
+        Dtype::F64 | Dtype::F32 | Dtype::F16 | Dtype::Bf16 => x,
+        _ => cx.b.cast(x, Dtype::F32)?,
+    };
+    let y = with_scalar(cx, BinaryOp::Min, x, max)?;
+    let y = with_scalar(cx, BinaryOp::Max, y, -max)?;
+    cx.b.cast(y, to)
 }
 
 /// `Clip` between `min` and `max`: attributes before opset 11, optional inputs since.

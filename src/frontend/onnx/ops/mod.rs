@@ -12,6 +12,7 @@ mod linalg;
 mod loss;
 mod nn;
 mod norm;
+mod quantize;
 mod reduce;
 mod resize;
 mod shape;
@@ -122,6 +123,14 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Softmax", nn::softmax),
     ("LogSoftmax", nn::softmax),
     ("Hardmax", nn::softmax),
+    // Quantization and integer products (quantize.rs).
+    ("QuantizeLinear", quantize::quantize_linear),
+    ("DequantizeLinear", quantize::dequantize_linear),
+    ("DynamicQuantizeLinear", quantize::dynamic_quantize_linear),
+    ("MatMulInteger", quantize::matmul_integer),
+    ("ConvInteger", quantize::conv_integer),
+    ("QLinearMatMul", quantize::qlinear_matmul),
+    ("QLinearConv", quantize::qlinear_conv),
     // Shapes and data movement (shape.rs).
     ("Identity", shape::identity),
     ("Dropout", shape::identity),

@@ -59,7 +59,14 @@ fn window(node: &Node, input: &[u64], kernel: &[u64]) -> Result<Window, Fail> {
 
 pub fn conv(cx: &mut Cx, node: &Node) -> Out {
     let (x, w, bias) = (node.input(0)?, node.input(1)?, node.opt(2));
-    let input = spatial(cx, x, "Conv")?;
+    Ok(vec![convolution(cx, node, x, w, bias)?])
+}
+
+/// The convolution of `x` by `w` (plus `bias`, `[M]`) as a `Conv`-like `node`'s
+/// attributes say (`pads`, `auto_pad`, `strides`, `dilations`, `group`): Conv's, and
+/// the integer and quantized convolutions' (`quantize.rs`).
+pub(super) fn convolution(cx: &mut Cx, node: &Node, x: ValueId, w: ValueId, bias: Option<ValueId>) -> Result<ValueId, Fail> {
+    let input = spatial(cx, x, node.op_type)?;
     let wshape = cx.b.shape(w);
     let Some(kernel) = Shape(wshape.0.get(2..).unwrap_or_default().to_vec()).as_known() else {
         return unsupported(format!("Conv with weight {wshape}"));
@@ -77,7 +84,7 @@ pub fn conv(cx: &mut Cx, node: &Node) -> Out {
     if let Some(bias) = bias {
         args.push(conv_bias(cx, bias, input.len())?);
     }
-    Ok(vec![cx.b.op(Op::Conv(attrs), args)?])
+    Ok(cx.b.op(Op::Conv(attrs), args)?)
 }
 
 /// A convolution's bias `[M]` as the IR's conv takes it from Mithril's layers:
