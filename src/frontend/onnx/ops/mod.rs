@@ -15,6 +15,7 @@ mod norm;
 mod reduce;
 mod resize;
 mod shape;
+mod training;
 
 use super::import::Cx;
 use super::model::is_default_domain;
@@ -183,6 +184,10 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Upsample", resize::resize),
 ];
 
+/// The domain of ONNX's training operators, and those of them mithrilc reads.
+const TRAINING_DOMAIN: &str = "ai.onnx.preview.training";
+static TRAINING_OPS: &[(&str, Handler)] = &[("Adagrad", training::adagrad), ("Adam", training::adam), ("Momentum", training::momentum)];
+
 /// Operators known to be outside what the IR expresses, with the reason given.
 const REFUSED: &[(&[&str], &str)] = &[
     (&["If", "Loop", "Scan"], "control flow is not supported (mithrilc compiles one static graph)"),
@@ -195,9 +200,22 @@ const REFUSED: &[(&[&str], &str)] = &[
     (&["NonZero", "Unique", "NonMaxSuppression"], "the output's shape depends on the input's values (mithrilc's shapes are known when compiling, up to symbols)"),
 ];
 
-/// The handler of an operator [`refusal`] let through.
-pub fn handler(op_type: &str) -> Handler {
-    OPS.iter().find(|(name, _)| *name == op_type).map(|(_, h)| *h).expect("refusal() lets only OPS through")
+/// The table of domain `domain`'s operators read.
+fn table(domain: &str) -> &'static [(&'static str, Handler)] {
+    if domain == TRAINING_DOMAIN {
+        TRAINING_OPS
+    } else if is_default_domain(domain) {
+        OPS
+    } else {
+        &[]
+    }
+}
+
+/// The handler of a node [`refusal`] let through.
+pub fn handler(node: &NodeProto) -> Handler {
+    let op_type = node.op_type.as_deref().unwrap_or_default();
+    let ops = table(node.domain.as_deref().unwrap_or_default());
+    ops.iter().find(|(name, _)| *name == op_type).map(|(_, h)| *h).expect("refusal() lets only OPS and TRAINING_OPS through")
 }
 
 /// Why a node cannot be imported whatever its attributes, if it cannot.
@@ -206,6 +224,9 @@ pub fn refusal(node: &NodeProto, opset: i64) -> Option<String> {
     let op = node.op_type.as_deref().unwrap_or_default();
     if domain == "com.microsoft" {
         return Some(format!("{op} is an ONNX Runtime contrib operator (domain com.microsoft), which mithrilc does not read"));
+    }
+    if domain == TRAINING_DOMAIN {
+        return (!TRAINING_OPS.iter().any(|(name, _)| *name == op)).then(|| format!("no operator {op} of domain {domain} in mithrilc"));
     }
     if !is_default_domain(domain) {
         return Some(format!("operators of domain {domain} are not supported"));
