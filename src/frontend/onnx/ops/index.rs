@@ -19,7 +19,7 @@ use crate::tensor::Tensor;
 
 /// The dimensions of `v`, which `op` needs known, and whose element count (and so every
 /// flat offset into it) an i64 holds.
-fn dims(cx: &Cx, v: ValueId, op: &str) -> std::result::Result<Vec<u64>, Fail> {
+pub(super) fn dims(cx: &Cx, v: ValueId, op: &str) -> std::result::Result<Vec<u64>, Fail> {
     let shape = cx.b.shape(v);
     let Some(d) = shape.as_known() else { return unsupported(format!("{op} of symbolic {shape}")) };
     match d.iter().try_fold(1u64, |n, &x| n.checked_mul(x)) {

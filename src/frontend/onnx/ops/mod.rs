@@ -12,6 +12,7 @@ mod linalg;
 mod loss;
 mod nn;
 mod norm;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -166,6 +167,10 @@ pub static OPS: &[(&str, Handler)] = &[
     ("MeanVarianceNormalization", norm::mean_variance_normalization),
     ("LRN", norm::lrn),
     ("LpPool", norm::lp_pool),
+    // Recurrent layers (recurrent.rs).
+    ("RNN", recurrent::rnn),
+    ("GRU", recurrent::gru),
+    ("LSTM", recurrent::lstm),
     // Indexing (index.rs) and resizing (resize.rs).
     ("GatherElements", index::gather_elements),
     ("GatherND", index::gather_nd),
