@@ -16,6 +16,7 @@ mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
+mod spectral;
 mod training;
 
 use super::import::Cx;
@@ -157,6 +158,10 @@ pub static OPS: &[(&str, Handler)] = &[
     ("HannWindow", constant::window),
     ("HammingWindow", constant::window),
     ("BlackmanWindow", constant::window),
+    ("MelWeightMatrix", constant::mel_weight_matrix),
+    // Fourier transforms (spectral.rs).
+    ("DFT", spectral::dft),
+    ("STFT", spectral::stft),
     // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
     ("Attention", attention::attention),
     ("RMSNormalization", attention::rms_norm),
