@@ -555,6 +555,48 @@ pub fn center_crop_pad(cx: &mut Cx, node: &Node) -> Out {
 /// One-node models built here and run through the interpreter, for what ONNX's node
 /// tests leave out. The expected values are onnxruntime 1.22's (ONNX's reference agrees
 /// unless a test says otherwise); `resize.rs` builds its models with these helpers too.
+/// `TensorScatter` (opset 24): `update` `[B, .., S, ..]` written into `past_cache`
+/// `[B, .., M, ..]` along `axis` (default -2, not the batch axis) from each batch
+/// entry's `write_indices[b]` (default 0) on; mode `circular` wraps positions modulo M.
+/// Each cache position `p` reads the update at `p - w[b]` (modulo M when circular)
+/// where that lies below S, and keeps the cache elsewhere.
+pub fn tensor_scatter(cx: &mut Cx, node: &Node) -> Out {
+    let (cache, update) = (node.input(0)?, node.input(1)?);
+    let (cd, ud) = (dims(cx, cache, "TensorScatter")?, dims(cx, update, "TensorScatter")?);
+    let ax = axis(node.int("axis", -2)?, cd.len())?;
+    let fits = ud.len() == cd.len() && ud.iter().zip(&cd).enumerate().all(|(i, (u, c))| if i == ax { u <= c } else { u == c });
+    if ax == 0 || !fits {
+        return invalid(format!("TensorScatter of update {} into {} along axis {ax}", cx.b.shape(update), cx.b.shape(cache)));
+    }
+    let circular = match node.string_or("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => return invalid(format!("TensorScatter's mode is linear or circular, got {m:?}")),
+    };
+    let (m, s) = (cd[ax] as f64, ud[ax]);
+    let mut pos = iota(cx, &cd, ax)?;
+    if let Some(w) = node.opt(2) {
+        let w = int64(cx, w)?;
+        let mut wd = vec![1; cd.len()];
+        wd[0] = cd[0];
+        let w = cx.b.reshape(w, Shape::known(&wd))?;
+        pos = cx.b.binary(BinaryOp::Sub, pos, w)?;
+    }
+    if circular {
+        // pos - M floor(pos / M)
+        let mm = cx.b.scalar(Dtype::I64, m);
+        let q = cx.b.binary(BinaryOp::FloorDiv, pos, mm)?;
+        let qm = cx.b.binary(BinaryOp::Mul, q, mm)?;
+        pos = cx.b.binary(BinaryOp::Sub, pos, qm)?;
+    }
+    let valid = in_range(cx, pos, s, None)?;
+    let zero = cx.b.scalar(Dtype::I64, 0.0);
+    let at = cx.b.select(valid, pos, zero)?;
+    let coords = (0..cd.len()).map(|i| if i == ax { Ok(at) } else { iota(cx, &cd, i) }).collect::<Result<Vec<_>>>()?;
+    let read = gather_rows(cx, update, &ud, &coords, None, &cd)?;
+    Ok(vec![cx.b.select(valid, read, cache)?])
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use std::collections::BTreeMap;

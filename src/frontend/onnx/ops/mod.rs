@@ -120,6 +120,7 @@ pub static OPS: &[(&str, Handler)] = &[
     // Convolution, pooling and normalization (nn.rs).
     ("Conv", nn::conv),
     ("ConvTranspose", conv_transpose::conv_transpose),
+    ("CausalConvWithState", nn::causal_conv_with_state),
     ("MaxPool", nn::pool),
     ("AveragePool", nn::pool),
     ("GlobalAveragePool", nn::global_pool),
@@ -164,6 +165,7 @@ pub static OPS: &[(&str, Handler)] = &[
     ("STFT", spectral::stft),
     // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
     ("Attention", attention::attention),
+    ("LinearAttention", attention::linear_attention),
     ("RMSNormalization", attention::rms_norm),
     ("RotaryEmbedding", attention::rotary_embedding),
     ("NegativeLogLikelihoodLoss", loss::nll_loss),
@@ -190,6 +192,7 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Compress", index::compress),
     ("ReverseSequence", index::reverse_sequence),
     ("CenterCropPad", index::center_crop_pad),
+    ("TensorScatter", index::tensor_scatter),
     ("Resize", resize::resize),
     ("Upsample", resize::resize),
 ];

@@ -80,6 +80,43 @@ pub fn conv(cx: &mut Cx, node: &Node) -> Out {
     Ok(vec![cx.b.op(Op::Conv(attrs), args)?])
 }
 
+/// `CausalConvWithState`: a depthwise 1-d convolution of `[batch, channels, length]`
+/// (weight `[channels, 1, k]`) over the input after `past_state` (`[batch, channels,
+/// k - 1]`, zeros without one), so output `t` sees inputs up to `t`; then the optional
+/// bias and `activation` (`silu`, or its alias `swish`: `y sigmoid(y)`). The second
+/// output, the next call's state, is the last `k - 1` positions of that padded input.
+pub fn causal_conv_with_state(cx: &mut Cx, node: &Node) -> Out {
+    let (x, w) = (node.input(0)?, node.input(1)?);
+    let (xs, ws) = (cx.b.shape(x), cx.b.shape(w));
+    let (Some(&[batch, channels, length]), Some(&[wc, 1, k])) = (xs.as_known().as_deref(), ws.as_known().as_deref()) else {
+        return invalid(format!("CausalConvWithState takes [batch, channels, length] and a weight [channels, 1, k], got {xs} and {ws}"));
+    };
+    if wc != channels || k == 0 {
+        return invalid(format!("CausalConvWithState's weight {ws} does not fit the input {xs}"));
+    }
+    let past = match node.opt(3) {
+        Some(p) => p,
+        None => cx.b.full(cx.b.dtype(x), Shape::known(&[batch, channels, k - 1]), 0.0)?,
+    };
+    let padded = if k > 1 { cx.b.op(Op::Concat { axis: 2 }, vec![past, x])? } else { x };
+    let attrs = ConvAttrs { stride: vec![1], padding: vec![(0, 0)], dilation: vec![1], groups: channels };
+    let mut args = vec![padded, w];
+    if let Some(bias) = node.opt(2) {
+        args.push(conv_bias(cx, bias, 1)?);
+    }
+    let mut y = cx.b.op(Op::Conv(attrs), args)?;
+    match node.string_or("activation", "none")?.as_str() {
+        "none" => {}
+        "silu" | "swish" => {
+            let s = cx.b.unary(UnaryOp::Composite(crate::ir::Composite::Sigmoid), y)?;
+            y = cx.b.binary(BinaryOp::Mul, y, s)?;
+        }
+        a => return invalid(format!("CausalConvWithState's activation is none, silu or swish, got {a:?}")),
+    }
+    let state = super::shape::take(cx, padded, 2, length, k - 1)?;
+    Ok(vec![y, state])
+}
+
 /// A convolution's bias `[M]` as the IR's conv takes it from Mithril's layers:
 /// `[1, M, 1, ...]`, broadcast onto the output `[N, M, spatial...]`. A bias that is a
 /// reshape of a `[1, M, 1, ...]` weight (`b.view(-1)`) becomes that weight again
