@@ -57,7 +57,7 @@ fn in_range(cx: &mut Cx, i: ValueId, len: u64, all: Option<ValueId>) -> Result<V
 }
 
 /// Each position's index along `axis` of `dims`, as i64.
-fn iota(cx: &mut Cx, dims: &[u64], axis: usize) -> Result<ValueId> {
+pub(super) fn iota(cx: &mut Cx, dims: &[u64], axis: usize) -> Result<ValueId> {
     cx.b.op(Op::Iota { shape: Shape::known(dims), axis, dtype: Dtype::I64 }, vec![])
 }
 
@@ -117,7 +117,7 @@ fn offset(cx: &mut Cx, coords: &[ValueId], lead: &[u64]) -> Result<ValueId> {
 /// `grid ++ d[n..]`. Where `valid` (from [`in_range`]) is false, the row read is one
 /// past the last, so that the gather fails (as ONNX has an index out of range) instead
 /// of reading another row.
-fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], valid: Option<ValueId>, grid: &[u64]) -> Result<ValueId> {
+pub(super) fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], valid: Option<ValueId>, grid: &[u64]) -> Result<ValueId> {
     let n = coords.len();
     let rows: u64 = d[..n].iter().product();
     let rest: Vec<u64> = d[n..].to_vec();

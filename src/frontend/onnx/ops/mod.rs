@@ -15,6 +15,7 @@ mod norm;
 mod recurrent;
 mod reduce;
 mod resize;
+mod sample;
 mod shape;
 mod spectral;
 mod training;
@@ -194,6 +195,8 @@ pub static OPS: &[(&str, Handler)] = &[
     ("CenterCropPad", index::center_crop_pad),
     ("TensorScatter", index::tensor_scatter),
     ("Resize", resize::resize),
+    ("GridSample", sample::grid_sample),
+    ("AffineGrid", sample::affine_grid),
     ("Upsample", resize::resize),
 ];
 
