@@ -407,10 +407,12 @@ pub fn top_k(cx: &mut Cx, node: &Node) -> Out {
         return Ok(vec![empty, cx.b.cast(empty, Dtype::I64)?]);
     }
     // What a taken position holds in the next rounds: never better than another.
+    // (An integer type's limits: 2^bits - 1 of u64 is 2^64 as f64, which stands for it.)
+    let bits = 8 * dtype.size() as i32;
     let (low, high) = match dtype {
-        Dtype::I32 => (i32::MIN as f64, i32::MAX as f64),
-        Dtype::I64 => (i64::MIN as f64, i64::MAX as f64),
         d if d.is_float() => (f64::NEG_INFINITY, f64::INFINITY),
+        d if d.is_signed_int() => (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0),
+        d if d.is_unsigned_int() => (0.0, 2f64.powi(bits) - 1.0),
         d => return unsupported(format!("TopK of {d}")),
     };
     let worst = cx.b.scalar(dtype, if largest { low } else { high });
@@ -595,6 +597,43 @@ pub fn tensor_scatter(cx: &mut Cx, node: &Node) -> Out {
     let coords = (0..cd.len()).map(|i| if i == ax { Ok(at) } else { iota(cx, &cd, i) }).collect::<Result<Vec<_>>>()?;
     let read = gather_rows(cx, update, &ud, &coords, None, &cd)?;
     Ok(vec![cx.b.select(valid, read, cache)?])
+}
+
+/// `MaxUnpool`: `X` `[N, C, d..]` written into zeros of the pooled input's shape
+/// (`(d - 1) stride - pads + kernel` per axis) at `I`, MaxPool's indices into that
+/// tensor flattened (a scatter along it); then padded with zeros at the end of each axis
+/// up to `output_shape` when given (known when compiling).
+pub fn max_unpool(cx: &mut Cx, node: &Node) -> Out {
+    let (x, at) = (node.input(0)?, node.input(1)?);
+    let xd = dims(cx, x, "MaxUnpool")?;
+    let n = xd.len().saturating_sub(2);
+    let Some(kernel) = node.ints("kernel_shape")? else { return invalid("MaxUnpool has no kernel_shape") };
+    let strides = node.ints("strides")?.unwrap_or_else(|| vec![1; n]);
+    let pads = node.ints("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
+    if n == 0 || kernel.len() != n || strides.len() != n || pads.len() != 2 * n || cx.b.shape(at) != cx.b.shape(x) {
+        return invalid(format!("MaxUnpool of {} at indices {} with kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?}", cx.b.shape(x), cx.b.shape(at)));
+    }
+    let mut shape = xd[..2].to_vec();
+    for i in 0..n {
+        match (xd[i + 2] as i64 - 1).checked_mul(strides[i]).map(|v| v - pads[i] - pads[n + i] + kernel[i]) {
+            Some(d) if (1..=1 << 40).contains(&d) => shape.push(d as u64),
+            _ => return invalid(format!("MaxUnpool of {} with kernel_shape {kernel:?}, strides {strides:?} and pads {pads:?} has no output", cx.b.shape(x))),
+        }
+    }
+    let (total, count): (u64, u64) = (shape.iter().product(), xd.iter().product());
+    let dtype = cx.b.dtype(x);
+    let zeros = cx.b.full(dtype, Shape::known(&[1, total, 1]), 0.0)?;
+    let target = cx.b.reshape(at, Shape::known(&[1, count, 1]))?;
+    let target = int64(cx, target)?;
+    let values = cx.b.reshape(x, Shape::known(&[1, count, 1]))?;
+    let flat = scatter_along(cx, zeros, target, values, 1, "none")?;
+    let y = cx.b.reshape(flat, Shape::known(&shape))?;
+    let Some(out) = input_ints(cx, node, 2)? else { return Ok(vec![y]) };
+    if out.len() != shape.len() || out.iter().zip(&shape).any(|(&o, &s)| o < s as i64) {
+        return invalid(format!("MaxUnpool's output_shape {out:?} is smaller than the unpooled {shape:?}"));
+    }
+    let grow = out.iter().zip(&shape).map(|(&o, &s)| (0, o as u64 - s)).collect();
+    Ok(vec![cx.b.op(Op::Pad { pads: grow, value: 0.0 }, vec![y])?])
 }
 
 #[cfg(test)]

@@ -122,6 +122,7 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Conv", nn::conv),
     ("ConvTranspose", conv_transpose::conv_transpose),
     ("CausalConvWithState", nn::causal_conv_with_state),
+    ("Col2Im", conv_transpose::col2im),
     ("MaxPool", nn::pool),
     ("AveragePool", nn::pool),
     ("GlobalAveragePool", nn::global_pool),
@@ -194,9 +195,12 @@ pub static OPS: &[(&str, Handler)] = &[
     ("ReverseSequence", index::reverse_sequence),
     ("CenterCropPad", index::center_crop_pad),
     ("TensorScatter", index::tensor_scatter),
+    ("MaxUnpool", index::max_unpool),
     ("Resize", resize::resize),
     ("GridSample", sample::grid_sample),
     ("AffineGrid", sample::affine_grid),
+    ("RoiAlign", sample::roi_align),
+    ("DeformConv", sample::deform_conv),
     ("Upsample", resize::resize),
 ];
 
@@ -231,7 +235,7 @@ fn table(domain: &str) -> &'static [(&'static str, Handler)] {
 pub fn handler(node: &NodeProto) -> Handler {
     let op_type = node.op_type.as_deref().unwrap_or_default();
     let ops = table(node.domain.as_deref().unwrap_or_default());
-    ops.iter().find(|(name, _)| *name == op_type).map(|(_, h)| *h).expect("refusal() lets only OPS and TRAINING_OPS through")
+    ops.iter().find(|(name, _)| *name == op_type).map(|(_, h)| *h).expect("refusal() lets only the tables' operators through")
 }
 
 /// Why a node cannot be imported whatever its attributes, if it cannot.
@@ -242,7 +246,7 @@ pub fn refusal(node: &NodeProto, opset: i64) -> Option<String> {
         return Some(format!("{op} is an ONNX Runtime contrib operator (domain com.microsoft), which mithrilc does not read"));
     }
     if domain == TRAINING_DOMAIN {
-        return (!TRAINING_OPS.iter().any(|(name, _)| *name == op)).then(|| format!("no operator {op} of domain {domain} in mithrilc"));
+        return (!table(domain).iter().any(|(name, _)| *name == op)).then(|| format!("no operator {op} of domain {domain} in mithrilc"));
     }
     if !is_default_domain(domain) {
         return Some(format!("operators of domain {domain} are not supported"));
