@@ -216,6 +216,43 @@ fn hide_padding(cx: &mut Cx, scores: ValueId, counts: ValueId) -> Result<ValueId
     Ok(cx.b.attention_mask(scores, keep)?)
 }
 
+/// `FlexAttention` (domain `ai.onnx.preview`): `softmax(q kᵀ · scale) v` over rank-4
+/// heads (`scale` by default `1/√head_size`), grouped-query heads as in `Attention`,
+/// the scores and softmax in `softmax_precision` (by default f32, or f64 for f64
+/// inputs). Its `score_mod` and `prob_mod`, graphs applied to every score or
+/// probability, are refused.
+pub fn flex_attention(cx: &mut Cx, node: &Node) -> Out {
+    if let Some(m) = ["score_mod", "prob_mod"].into_iter().find(|m| node.has(m)) {
+        return unsupported(format!("FlexAttention's {m} (a graph applied to the scores or probabilities)"));
+    }
+    let (q, k, v) = (node.input(0)?, node.input(1)?, node.input(2)?);
+    let [qd, kd, vd] = [q, k, v].map(|x| cx.b.shape(x).as_known().unwrap_or_default());
+    let (&[_, hq, _, e], &[_, hkv, _, _], &[_, _, _, _]) = (&qd[..], &kd[..], &vd[..]) else {
+        return invalid(format!("FlexAttention takes rank-4 Q, K and V of known sizes, got {}, {} and {}", cx.b.shape(q), cx.b.shape(k), cx.b.shape(v)));
+    };
+    if hkv == 0 || hq % hkv != 0 {
+        return invalid(format!("FlexAttention's {hq} query heads are not a multiple of its {hkv} key/value heads"));
+    }
+    let out = cx.b.dtype(q);
+    let wide = match node.int_opt("softmax_precision")? {
+        Some(t) => match tensor::dtype(t as i32) {
+            Ok(d) if d.is_float() => d,
+            _ => return invalid(format!("FlexAttention's softmax_precision {t} is not a float type")),
+        },
+        None if out == Dtype::F64 => Dtype::F64,
+        None => Dtype::F32,
+    };
+    let scale = if node.has("scale") { node.float("scale", 1.0)? } else { 1.0 / (e as f64).sqrt() };
+    let group = hq / hkv;
+    let [q, k, v] = [q, k, v].map(|x| convert(cx, x, wide));
+    let (q, k, v) = (q?, k?, v?);
+    let (q, k, v) = if group > 1 { (group_heads(cx, q, hkv, group)?, group_heads(cx, k, hkv, 1)?, group_heads(cx, v, hkv, 1)?) } else { (q, k, v) };
+    let scores = cx.b.attention_scores(q, k, Some(scale))?;
+    let y = cx.b.attend(scores, v)?;
+    let y = ungroup(cx, y, hq)?;
+    Ok(vec![convert(cx, y, out)?])
+}
+
 /// `LinearAttention` (opset 27), its recurrence unrolled over the sequence (known when
 /// compiling), in f32 as ONNX's reference computes it. Per key/value head a state
 /// `S` `[d_k, d_v]` (from `past_state`, else zeros) takes, at each step `t`:

@@ -207,6 +207,9 @@ pub static OPS: &[(&str, Handler)] = &[
 /// The domain of ONNX's training operators, and those of them mithrilc reads.
 const TRAINING_DOMAIN: &str = "ai.onnx.preview.training";
 static TRAINING_OPS: &[(&str, Handler)] = &[("Adagrad", training::adagrad), ("Adam", training::adam), ("Momentum", training::momentum)];
+/// The domain of ONNX's preview operators, and those of them mithrilc reads.
+const PREVIEW_DOMAIN: &str = "ai.onnx.preview";
+static PREVIEW_OPS: &[(&str, Handler)] = &[("FlexAttention", attention::flex_attention)];
 
 /// Operators known to be outside what the IR expresses, with the reason given.
 const REFUSED: &[(&[&str], &str)] = &[
@@ -224,6 +227,8 @@ const REFUSED: &[(&[&str], &str)] = &[
 fn table(domain: &str) -> &'static [(&'static str, Handler)] {
     if domain == TRAINING_DOMAIN {
         TRAINING_OPS
+    } else if domain == PREVIEW_DOMAIN {
+        PREVIEW_OPS
     } else if is_default_domain(domain) {
         OPS
     } else {
@@ -245,7 +250,7 @@ pub fn refusal(node: &NodeProto, opset: i64) -> Option<String> {
     if domain == "com.microsoft" {
         return Some(format!("{op} is an ONNX Runtime contrib operator (domain com.microsoft), which mithrilc does not read"));
     }
-    if domain == TRAINING_DOMAIN {
+    if domain == TRAINING_DOMAIN || domain == PREVIEW_DOMAIN {
         return (!table(domain).iter().any(|(name, _)| *name == op)).then(|| format!("no operator {op} of domain {domain} in mithrilc"));
     }
     if !is_default_domain(domain) {
