@@ -355,6 +355,7 @@ namespace metal {
 // precise:: are the same functions here: exact within the C library's accuracy, which is
 // within Metal's documented bounds for both.
 using std::abs;
+using std::atan;
 using std::ceil;
 using std::copysign;
 using std::cos;

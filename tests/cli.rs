@@ -518,6 +518,10 @@ fn targets_and_op_support() {
     assert_eq!(row("shl")[4], "-");
     assert_eq!(row("shl")[6], "i32 i64 i8 u8 i16 u16 u32 u64 i4 u4 i2 u2");
     assert_eq!(row("add")[5], "f32 f64 f16 bf16 i32 i64");
+    // Logical on bools, bitwise on integers; ggml computes in f32, so bools only.
+    assert_eq!(row("and")[6], "i32 i64 bool i8 u8 i16 u16 u32 u64");
+    assert_eq!(row("not")[4], "bool");
+    assert_eq!(row("atan")[1], "all");
     for op in ["matmul", "gather", "softmax", "reduce_sum", "where"] {
         assert_eq!(row(op).len(), 7, "{op}");
     }

@@ -1,8 +1,9 @@
 //! Elementwise kernels: unary functions, binary operators with NumPy broadcasting,
 //! `where` and casts. Float results are computed in f64 and rounded by the caller to
 //! the node's dtype. Integer arithmetic (negation, +, -, *, powers, floor division,
-//! shifts) is computed on the operands' two's-complement bits and wraps modulo 2^bits
-//! of the result type, as C's (and NumPy's) fixed-width integers do: see [`to_bits`].
+//! shifts, and `and`, `or`, `xor` and `not`, bitwise on integers) is computed on the
+//! operands' two's-complement bits and wraps modulo 2^bits of the result type, as C's
+//! (and NumPy's) fixed-width integers do: see [`to_bits`].
 
 use super::index::{broadcast_strides, Offsets};
 use super::special::{erf, erfc};
@@ -15,6 +16,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Vec<f64> {
     let d = x.dtype;
     match op {
         UnaryOp::Neg if d.is_int() => x.data.iter().map(|&v| from_bits(d, 0u64.wrapping_sub(to_bits(d, v)))).collect(),
+        UnaryOp::Not if d.is_int() => x.data.iter().map(|&v| from_bits(d, !to_bits(d, v))).collect(),
         UnaryOp::Abs if d.is_signed_int() => x.data.iter().map(|&v| if v < 0.0 { from_bits(d, 0u64.wrapping_sub(to_bits(d, v))) } else { v }).collect(),
         _ => x.data.iter().map(|&v| unary_fn(op, v)).collect(),
     }
@@ -69,6 +71,7 @@ fn unary_fn(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
         UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Atan => x.atan(),
         UnaryOp::Relu => max_nan(x, 0.0),
         UnaryOp::Erf => erf(x),
         UnaryOp::Composite(c) => composite(c, x),
@@ -175,6 +178,10 @@ fn int_binary(op: BinaryOp, dtype: Dtype, a: f64, b: f64) -> Option<f64> {
             wrap(if dtype.is_signed_int() { ((x as i64) >> y) as u64 } else { x >> y })
         }
         BinaryOp::Shr => Some(if a < 0.0 { -1.0 } else { 0.0 }),
+        // Bitwise on integers (logical on bools, below).
+        BinaryOp::And => wrap(x & y),
+        BinaryOp::Or => wrap(x | y),
+        BinaryOp::Xor => wrap(x ^ y),
         _ => None,
     }
 }

@@ -633,6 +633,31 @@ fn integer_division_and_shifts_of_every_width() {
     assert_eq!(binary(BinaryOp::Shl, &ints(Dtype::U64, &[1.0]), &ints(Dtype::U64, &[63.0])).data, vec![(1u64 << 63) as f64]);
 }
 
+/// `and`, `or`, `xor` and `not` are bitwise on integers, in the operand width (NumPy's
+/// `&`, `|`, `^`, `~`), and stay logical on bools.
+#[test]
+fn logical_ops_are_bitwise_on_integers() {
+    let (a, b) = (ints(Dtype::U8, &[12.0, 255.0, 0.0]), ints(Dtype::U8, &[10.0, 1.0, 0.0]));
+    assert_eq!(binary(BinaryOp::And, &a, &b).data, vec![8.0, 1.0, 0.0]);
+    assert_eq!(binary(BinaryOp::Or, &a, &b).data, vec![14.0, 255.0, 0.0]);
+    assert_eq!(binary(BinaryOp::Xor, &a, &b).data, vec![6.0, 254.0, 0.0]);
+    assert_eq!(unary(UnaryOp::Not, &a), vec![243.0, 0.0, 255.0]);
+    // Two's complement in the signed types: -1 is all ones, ~x is -x - 1.
+    let (c, d) = (ints(Dtype::I16, &[-1.0, -32768.0, 5.0]), ints(Dtype::I16, &[1234.0, -1.0, -6.0]));
+    assert_eq!(binary(BinaryOp::And, &c, &d).data, vec![1234.0, -32768.0, 0.0]);
+    assert_eq!(binary(BinaryOp::Xor, &c, &d).data, vec![-1235.0, 32767.0, -1.0]);
+    assert_eq!(unary(UnaryOp::Not, &c), vec![0.0, 32767.0, -6.0]);
+    let big = ints(Dtype::U64, &[u64::MAX as f64, (1u64 << 63) as f64]);
+    assert_eq!(binary(BinaryOp::And, &big, &ints(Dtype::U64, &[(1u64 << 40) as f64, 3.0])).data, vec![(1u64 << 40) as f64, 0.0]);
+    assert_eq!(unary(UnaryOp::Not, &ints(Dtype::U64, &[0.0])), vec![u64::MAX as f64]);
+    // Operands of different integer types promote; bools stay logical.
+    let mixed = binary(BinaryOp::Or, &ints(Dtype::I8, &[-128.0]), &ints(Dtype::I32, &[256.0]));
+    assert_eq!((mixed.dtype, mixed.data), (Dtype::I32, vec![-128.0]));
+    let (p, q) = (boolt(&[3], &[1.0, 1.0, 0.0]), boolt(&[3], &[1.0, 0.0, 0.0]));
+    assert_eq!(binary(BinaryOp::Xor, &p, &q).data, vec![0.0, 1.0, 0.0]);
+    assert_eq!(unary(UnaryOp::Not, &p), vec![0.0, 0.0, 1.0]);
+}
+
 #[test]
 fn casts_between_integers_wrap_and_floats_saturate() {
     let i = ints(Dtype::I32, &[300.0, -1.0, 65535.0, -129.0]);

@@ -96,11 +96,13 @@ kinds! {
         Sin = "sin",
         Cos = "cos",
         Tanh = "tanh",
+        /// The arc tangent (ONNX's Asin and Acos compose it).
+        Atan = "atan",
         Relu = "relu",
         /// The error function (exact GELU's derivative needs it).
         Erf = "erf",
         Floor = "floor",
-        /// Logical not of a bool tensor.
+        /// Logical not of bools, bitwise not of integers.
         Not = "not",
         /// `isnan(x)` (bool result).
         IsNan = "isnan",
@@ -144,6 +146,7 @@ kinds! {
         Le = "le",
         Gt = "gt",
         Ge = "ge",
+        /// Logical on bools, bitwise on integers (as `or` and `xor`).
         And = "and",
         Or = "or",
         Xor = "xor",
@@ -284,7 +287,8 @@ impl BinaryOp {
         )
     }
 
-    /// Logical ops take and produce bool.
+    /// Logical ops: on bools logical, on integers bitwise; the result has the
+    /// operands' (promoted) type.
     pub fn is_logical(self) -> bool {
         matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
     }

@@ -433,6 +433,13 @@ fn vjp(b: &mut Builder, v: ValueId, node: &Node, dy: ValueId, needs: &[bool]) ->
                     let d = b.binary(BinaryOp::Sub, one, y2)?;
                     b.mul(dy, d)?
                 }
+                UnaryOp::Atan => {
+                    // dy / (1 + x^2)
+                    let x2 = b.mul(a, a)?;
+                    let one = b.scalar(b.graph.ty(a).dtype, 1.0);
+                    let d = b.binary(BinaryOp::Add, one, x2)?;
+                    b.binary(BinaryOp::Div, dy, d)?
+                }
                 UnaryOp::Relu => {
                     let zero = b.scalar(b.graph.ty(a).dtype, 0.0);
                     let pos = b.binary(BinaryOp::Gt, a, zero)?;

@@ -47,9 +47,12 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
         Op::Unary(u) => {
             let x = a(0);
             let dtype = match u {
+                // Logical on bools, bitwise on integers.
                 UnaryOp::Not => {
-                    expect_dtype(x, Dtype::Bool, "logical not")?;
-                    Dtype::Bool
+                    if !(x.dtype == Dtype::Bool || x.dtype.is_int()) {
+                        return Err(format!("not needs bool or integer values, got {}", x.dtype));
+                    }
+                    x.dtype
                 }
                 UnaryOp::IsNan => Dtype::Bool,
                 UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu | UnaryOp::Floor => {
@@ -62,6 +65,7 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
                 | UnaryOp::Sin
                 | UnaryOp::Cos
                 | UnaryOp::Tanh
+                | UnaryOp::Atan
                 | UnaryOp::Erf
                 | UnaryOp::Composite(_) => float_result(x.dtype),
             };
@@ -73,9 +77,13 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType, consts: &[Con
             let dtype = if b.is_comparison() {
                 Dtype::Bool
             } else if b.is_logical() {
-                expect_dtype(l, Dtype::Bool, b.name())?;
-                expect_dtype(r, Dtype::Bool, b.name())?;
-                Dtype::Bool
+                // Logical on bools, bitwise on integers (of their promoted type), as
+                // NumPy's `&`, `|` and `^`.
+                let both_bool = l.dtype == Dtype::Bool && r.dtype == Dtype::Bool;
+                if !(both_bool || l.dtype.is_int() && r.dtype.is_int()) {
+                    return Err(format!("{} needs two bool or two integer operands, got {} and {}", b.name(), l.dtype, r.dtype));
+                }
+                Dtype::promote(l.dtype, r.dtype)
             } else {
                 let d = Dtype::promote(l.dtype, r.dtype);
                 match b {
@@ -447,6 +455,19 @@ mod tests {
         let pool = PoolAttrs { kind: PoolKind::Max, kernel: vec![2, 2], stride: vec![2, 2], padding: vec![(0, 0); 2], dilation: vec![1, 1] };
         let out = infer(&Op::Pool(pool), &[&t(&[2, 3, 7, 7])], &t(&[]), &[]).unwrap();
         assert_eq!(out.shape, Shape::known(&[2, 3, 3, 3]));
+    }
+
+    #[test]
+    fn logical_ops_take_two_bools_or_two_integers() {
+        let ty = |d: Dtype| TensorType::new(d, Shape::known(&[2]));
+        let and = |l: Dtype, r: Dtype| infer(&Op::Binary(BinaryOp::And), &[&ty(l), &ty(r)], &ty(l), &[]).map(|t| t.dtype);
+        assert_eq!(and(Dtype::Bool, Dtype::Bool), Ok(Dtype::Bool));
+        assert_eq!(and(Dtype::U8, Dtype::I16), Ok(Dtype::I16));
+        assert_eq!(and(Dtype::Bool, Dtype::I32).unwrap_err(), "and needs two bool or two integer operands, got bool and i32");
+        assert_eq!(and(Dtype::F32, Dtype::F32).unwrap_err(), "and needs two bool or two integer operands, got f32 and f32");
+        let not = |d: Dtype| infer(&Op::Unary(UnaryOp::Not), &[&ty(d)], &ty(d), &[]).map(|t| t.dtype);
+        assert_eq!(not(Dtype::U64), Ok(Dtype::U64));
+        assert_eq!(not(Dtype::F16).unwrap_err(), "not needs bool or integer values, got f16");
     }
 
     #[test]

@@ -429,6 +429,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             UnaryOp::Cos => f("cos"),
             UnaryOp::Tanh if fl => h("fast_tanh"),
             UnaryOp::Tanh => f("tanh"),
+            UnaryOp::Atan => f("atan"),
             UnaryOp::Floor if t.is_float() => f("floor"),
             UnaryOp::Floor => a,
             UnaryOp::Relu if t.is_float() => h("relu"),
@@ -437,6 +438,7 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             // Only the claimed ones reach a program (`decompose` rewrites the others).
             UnaryOp::Composite(c) => h(composite_helper(c).unwrap_or(c.name())),
             UnaryOp::Erf => f("erf"),
+            UnaryOp::Not if t.is_int() => format!("(({})~{a})", d.ty(t)),
             UnaryOp::Not => format!("(({b})!({a}))"),
             UnaryOp::IsNan => {
                 let x = self.expr(x);
@@ -448,15 +450,9 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
     /// Binary op `b` of `l` and `r`, of result type `t` (before [`Renderer::rounded`]).
     fn binary(&self, b: BinaryOp, l: &Expr, r: &Expr, t: Dtype) -> String {
         let d = self.d;
-        // Comparisons and logical ops work on their operands' common type;
-        // arithmetic converts both operands to the result type first.
-        let operand_ty = if b.is_comparison() {
-            Dtype::promote(self.dtype(l), self.dtype(r))
-        } else if b.is_logical() {
-            Dtype::Bool
-        } else {
-            t
-        };
+        // Comparisons work on their operands' common type; arithmetic, and the
+        // logical ops (bitwise on integers), convert both operands to the result type.
+        let operand_ty = if b.is_comparison() { Dtype::promote(self.dtype(l), self.dtype(r)) } else { t };
         let (x, y) = (self.as_type(l, operand_ty), self.as_type(r, operand_ty));
         let h = |name: &str| format!("{}({x}, {y})", d.helper(name, t));
         let bt = d.ty(Dtype::Bool);
@@ -483,6 +479,11 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
             BinaryOp::Le => format!("(({bt})({x} <= {y}))"),
             BinaryOp::Gt => format!("(({bt})({x} > {y}))"),
             BinaryOp::Ge => format!("(({bt})({x} >= {y}))"),
+            // (`&`, `|`, `^` on integers promote them to `int` or wider, which holds the
+            // result: the cast back to `t` loses nothing.)
+            BinaryOp::And if t.is_int() => format!("(({})({x} & {y}))", d.ty(t)),
+            BinaryOp::Or if t.is_int() => format!("(({})({x} | {y}))", d.ty(t)),
+            BinaryOp::Xor if t.is_int() => format!("(({})({x} ^ {y}))", d.ty(t)),
             BinaryOp::And => format!("(({bt})({x} && {y}))"),
             BinaryOp::Or => format!("(({bt})({x} || {y}))"),
             BinaryOp::Xor => format!("(({bt})(!({x}) != !({y})))"),

@@ -38,6 +38,7 @@ pub const CUSTOM: &[(&str, usize, &str)] = &[
     ("where", 3, "x0 != 0.0f ? x1 : x2"),
     ("pow", 2, "powf(x0, x1)"),
     ("erf", 1, "erff(x0)"),
+    ("atan", 1, "atanf(x0)"),
     ("isnan", 1, "isnan(x0) ? 1.0f : 0.0f"),
     ("relu", 1, "isnan(x0) || x0 > 0.0f ? x0 : 0.0f"),
     ("sign", 1, "x0 > 0.0f ? 1.0f : x0 < 0.0f ? -1.0f : x0"),
@@ -566,7 +567,7 @@ impl GraphWriter for Writer {
                         UnaryOp::Tanh => "ggml_tanh",
                         UnaryOp::Floor => "ggml_floor",
                         UnaryOp::Composite(c) => return composite_call(c),
-                        UnaryOp::Not | UnaryOp::Erf | UnaryOp::IsNan | UnaryOp::Relu | UnaryOp::Sign => return None,
+                        UnaryOp::Not | UnaryOp::Erf | UnaryOp::Atan | UnaryOp::IsNan | UnaryOp::Relu | UnaryOp::Sign => return None,
                     })
                 };
                 match (simple(*u), u) {
@@ -574,6 +575,7 @@ impl GraphWriter for Writer {
                     // not b == 1 - b
                     (None, UnaryOp::Not) => self.affine(&x, -1.0, 1.0),
                     (None, UnaryOp::Erf) => self.custom(graph, v, "erf"),
+                    (None, UnaryOp::Atan) => self.custom(graph, v, "atan"),
                     (None, UnaryOp::IsNan) => self.custom(graph, v, "isnan"),
                     (None, UnaryOp::Relu) => self.custom(graph, v, "relu"),
                     (None, UnaryOp::Sign) => self.custom(graph, v, "sign"),

@@ -608,6 +608,8 @@ impl HloWriter {
             UnaryOp::Sin => self.unary("sine", x, d, dims),
             UnaryOp::Cos => self.unary("cosine", x, d, dims),
             UnaryOp::Tanh => self.unary("tanh", x, d, dims),
+            // atan(x) = atan2(x, 1)
+            UnaryOp::Atan => self.with_constant("atan2", x, 1.0, d, dims),
             // max(x, 0) keeps NaN, as the interpreter's max does.
             UnaryOp::Relu => self.with_constant("maximum", x, 0.0, d, dims),
             UnaryOp::Erf => self.unary("erf", x, d, dims),

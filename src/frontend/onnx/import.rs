@@ -170,7 +170,7 @@ impl Cx<'_> {
                 _ => format!("#{i} ({op_type})"),
             };
             self.b.operands = proto.input.iter().zip(&node.inputs).filter_map(|(n, v)| Some((n.clone(), (*v)?))).collect();
-            match ops::handler(op_type)(self, &node) {
+            match ops::handler(proto)(self, &node) {
                 Ok(outs) => {
                     for (k, name) in proto.output.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
                         match outs.get(k) {

@@ -77,12 +77,32 @@ fn check_versions(model: &ModelProto) -> Result<i64> {
     let default = model.opset_import.iter().find(|o| is_default_domain(o.domain.as_deref().unwrap_or_default()));
     let Some(OperatorSetIdProto { version: Some(opset), .. }) = default else { return Ok(0) };
     let opset = *opset;
+    if (1..OPSET_MIN).contains(&opset) && same_as_opset_min(model) {
+        return Ok(OPSET_MIN);
+    }
     if !(OPSET_MIN..=OPSET_MAX).contains(&opset) {
         let why = if opset < OPSET_MIN { "older than" } else { "newer than" };
         return Err(Error::user(format!("opset {opset} is {why} the opsets mithrilc reads ({OPSET_MIN} to {OPSET_MAX}, from onnx 1.22.0)"))
             .note("convert the model with onnx.version_converter.convert_version(model, 17)"));
     }
     Ok(opset)
+}
+
+/// Operators whose one definition from opset 1 to opset 7 is the same (onnx's schema
+/// history: no version in 2 to 7).
+const SAME_FROM_OPSET_1_TO_7: &[&str] = &[
+    "ArgMax", "ArgMin", "Constant", "Conv", "ConvTranspose", "DepthToSpace", "Flatten", "Gather", "GlobalAveragePool", "GlobalMaxPool", "Hardmax",
+    "Identity", "LRN", "LogSoftmax", "LpNormalization", "MatMul", "MaxPool", "Not", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Shape", "Size", "Slice", "Softmax", "Softplus",
+    "Softsign", "SpaceToDepth", "Squeeze", "TopK", "Transpose", "Unsqueeze",
+];
+
+/// Whether a model of an opset older than 7 means what it would at opset 7: each of its
+/// main graph's operators of the default domain is defined alike in both, so it is read
+/// as opset 7.
+fn same_as_opset_min(model: &ModelProto) -> bool {
+    let nodes = model.graph.as_ref().map_or(&[][..], |g| &g.node[..]);
+    nodes.iter().all(|n| !is_default_domain(n.domain.as_deref().unwrap_or_default()) || SAME_FROM_OPSET_1_TO_7.contains(&n.op_type.as_deref().unwrap_or_default()))
 }
 
 /// The default domain, which holds ONNX's operators, is `""` or `"ai.onnx"`.

@@ -114,6 +114,10 @@ impl Node<'_> {
         Ok(self.string(name)?.unwrap_or_else(|| default.to_string()))
     }
 
+    pub fn strings(&self, name: &str) -> std::result::Result<Option<Vec<String>>, Fail> {
+        Ok(self.attr(name, AttributeType::Strings)?.map(|a| a.strings.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()))
+    }
+
     pub fn tensor(&self, name: &str) -> std::result::Result<Option<&TensorProto>, Fail> {
         Ok(self.attr(name, AttributeType::Tensor)?.and_then(|a| a.t.as_ref()))
     }

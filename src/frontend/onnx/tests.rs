@@ -103,6 +103,15 @@ fn versions_outside_those_read_are_refused() {
     m.ir_version = Some(8);
     m.opset_import[0].version = Some(99);
     assert_eq!(error(&m), "opset 99 is newer than the opsets mithrilc reads (7 to 27, from onnx 1.22.0)\n  note: convert the model with onnx.version_converter.convert_version(model, 17)");
+    // Add changed at opset 7 (NumPy broadcasting), so opset 6 is refused...
+    m.opset_import[0].version = Some(6);
+    assert_eq!(error(&m), "opset 6 is older than the opsets mithrilc reads (7 to 27, from onnx 1.22.0)\n  note: convert the model with onnx.version_converter.convert_version(model, 17)");
+    // ... and a graph of operators that opsets 1 to 7 define alike is read as opset 7.
+    m.graph.as_mut().unwrap().node = vec![node("MatMul", &["x", "w"], &["y"])];
+    m.graph.as_mut().unwrap().output = vec![value_info("y", &[-1])];
+    m.opset_import[0].version = Some(1);
+    let dir = tempfile::tempdir().unwrap();
+    assert!(frontend::load(&write(dir.path(), &m), &Options::default()).is_ok());
 }
 
 #[test]

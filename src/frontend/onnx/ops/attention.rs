@@ -216,6 +216,136 @@ fn hide_padding(cx: &mut Cx, scores: ValueId, counts: ValueId) -> Result<ValueId
     Ok(cx.b.attention_mask(scores, keep)?)
 }
 
+/// `FlexAttention` (domain `ai.onnx.preview`): `softmax(q kᵀ · scale) v` over rank-4
+/// heads (`scale` by default `1/√head_size`), grouped-query heads as in `Attention`,
+/// the scores and softmax in `softmax_precision` (by default f32, or f64 for f64
+/// inputs). Its `score_mod` and `prob_mod`, graphs applied to every score or
+/// probability, are refused.
+pub fn flex_attention(cx: &mut Cx, node: &Node) -> Out {
+    if let Some(m) = ["score_mod", "prob_mod"].into_iter().find(|m| node.has(m)) {
+        return unsupported(format!("FlexAttention's {m} (a graph applied to the scores or probabilities)"));
+    }
+    let (q, k, v) = (node.input(0)?, node.input(1)?, node.input(2)?);
+    let [qd, kd, vd] = [q, k, v].map(|x| cx.b.shape(x).as_known().unwrap_or_default());
+    let (&[_, hq, _, e], &[_, hkv, _, _], &[_, _, _, _]) = (&qd[..], &kd[..], &vd[..]) else {
+        return invalid(format!("FlexAttention takes rank-4 Q, K and V of known sizes, got {}, {} and {}", cx.b.shape(q), cx.b.shape(k), cx.b.shape(v)));
+    };
+    if hkv == 0 || hq % hkv != 0 {
+        return invalid(format!("FlexAttention's {hq} query heads are not a multiple of its {hkv} key/value heads"));
+    }
+    let out = cx.b.dtype(q);
+    let wide = match node.int_opt("softmax_precision")? {
+        Some(t) => match tensor::dtype(t as i32) {
+            Ok(d) if d.is_float() => d,
+            _ => return invalid(format!("FlexAttention's softmax_precision {t} is not a float type")),
+        },
+        None if out == Dtype::F64 => Dtype::F64,
+        None => Dtype::F32,
+    };
+    let scale = if node.has("scale") { node.float("scale", 1.0)? } else { 1.0 / (e as f64).sqrt() };
+    let group = hq / hkv;
+    let [q, k, v] = [q, k, v].map(|x| convert(cx, x, wide));
+    let (q, k, v) = (q?, k?, v?);
+    let (q, k, v) = if group > 1 { (group_heads(cx, q, hkv, group)?, group_heads(cx, k, hkv, 1)?, group_heads(cx, v, hkv, 1)?) } else { (q, k, v) };
+    let scores = cx.b.attention_scores(q, k, Some(scale))?;
+    let y = cx.b.attend(scores, v)?;
+    let y = ungroup(cx, y, hq)?;
+    Ok(vec![convert(cx, y, out)?])
+}
+
+/// `LinearAttention` (opset 27), its recurrence unrolled over the sequence (known when
+/// compiling), in f32 as ONNX's reference computes it. Per key/value head a state
+/// `S` `[d_k, d_v]` (from `past_state`, else zeros) takes, at each step `t`:
+/// `S ← S · exp(decay_t)` (update rules `gated`, `gated_delta`; decay per head or per
+/// key dimension), `v_t ← beta_t (v_t - k_tᵀ S)` (`delta`, `gated_delta`), then
+/// `S ← S + k_t ⊗ v_t`; query head `h` reads its group's state, `o_t = scale · q_t S`
+/// (`scale` by default `1/√d_k`). Outputs: `[B, T, Hq·d_v]` and the last state.
+pub fn linear_attention(cx: &mut Cx, node: &Node) -> Out {
+    let (q, k, v, past, decay, beta) = (node.input(0)?, node.input(1)?, node.input(2)?, node.opt(3), node.opt(4), node.opt(5));
+    let rule = node.string_or("update_rule", "gated_delta")?;
+    let (gating, delta) = match rule.as_str() {
+        "linear" => (false, false),
+        "gated" => (true, false),
+        "delta" => (false, true),
+        "gated_delta" => (true, true),
+        r => return invalid(format!("LinearAttention's update_rule is linear, gated, delta or gated_delta, got {r:?}")),
+    };
+    if gating != decay.is_some() || delta != beta.is_some() {
+        return invalid(format!("LinearAttention's update rule {rule} takes {} decay and {} beta", if gating { "a" } else { "no" }, if delta { "a" } else { "no" }));
+    }
+    let (hq, hkv) = (node.int("q_num_heads", 0)?, node.int("kv_num_heads", 0)?);
+    if hq <= 0 || hkv <= 0 || hq % hkv != 0 {
+        return invalid(format!("LinearAttention's q_num_heads ({hq}) must be a positive multiple of kv_num_heads ({hkv})"));
+    }
+    let (hq, hkv) = (hq as u64, hkv as u64);
+    let [qd, kd, vd] = [q, k, v].map(|x| cx.b.shape(x).as_known().unwrap_or_default());
+    let (&[b, t, qw], &[_, _, kw], &[_, _, vw]) = (&qd[..], &kd[..], &vd[..]) else {
+        return invalid(format!("LinearAttention takes query, key and value [B, T, H·D] of known sizes, got {}, {} and {}", cx.b.shape(q), cx.b.shape(k), cx.b.shape(v)));
+    };
+    let (dk, dv, group) = (qw / hq, vw / hkv, hq / hkv);
+    if kw != hkv * dk {
+        return invalid(format!("LinearAttention's key {} does not hold {hkv} heads of the query's head size {dk}", cx.b.shape(k)));
+    }
+    let out_dtype = cx.b.dtype(q);
+    let wide = |cx: &mut Cx, x: ValueId| -> Result<ValueId, Fail> { Ok(convert(cx, x, Dtype::F32)?) };
+    let (q, k, v) = (wide(cx, q)?, wide(cx, k)?, wide(cx, v)?);
+    let q4 = split_heads(cx, q, hq as i64)?;
+    let qg = group_heads(cx, q4, hkv, group)?;
+    let k4 = split_heads(cx, k, hkv as i64)?;
+    let v4 = split_heads(cx, v, hkv as i64)?;
+    // [B, T, H·n] as [B, H, T, n], for decay (n = d_k or 1) and beta (H = Hkv or 1, n = 1).
+    let per_head = |cx: &mut Cx, x: ValueId, what: &str, heads: &[u64]| -> Result<ValueId, Fail> {
+        let last = cx.b.shape(x).as_known().and_then(|d| d.get(2).copied()).unwrap_or(0);
+        let (h, n) = match heads.iter().find(|&&h| last == h || last == h * dk && what == "decay") {
+            Some(&h) => (h, last / h),
+            None => return invalid(format!("LinearAttention's {what} {} does not fit {hkv} key/value heads", cx.b.shape(x))),
+        };
+        let x = wide(cx, x)?;
+        let x = cx.b.reshape(x, Shape::known(&[b, t, h, n]))?;
+        Ok(cx.b.transpose(x, vec![0, 2, 1, 3])?)
+    };
+    let decay4 = decay.map(|d| per_head(cx, d, "decay", &[hkv])).transpose()?;
+    let beta4 = beta.map(|d| per_head(cx, d, "beta", &[hkv, 1])).transpose()?;
+    let mut state = match past {
+        Some(p) => wide(cx, p)?,
+        None => cx.b.full(Dtype::F32, Shape::known(&[b, hkv, dk, dv]), 0.0)?,
+    };
+    let scale = match node.float("scale", 0.0)? {
+        s if s == 0.0 => 1.0 / (dk as f64).sqrt(),
+        s => s,
+    };
+    let at = |cx: &mut Cx, x: ValueId, axis: usize, i: u64| -> Result<ValueId, Fail> { Ok(super::shape::take(cx, x, axis, i, 1)?) };
+    let mut outs = Vec::new();
+    for i in 0..t {
+        let (kt, mut vt) = (at(cx, k4, 2, i)?, at(cx, v4, 2, i)?);
+        if let Some(d) = decay4 {
+            let g = at(cx, d, 2, i)?;
+            let g = cx.b.transpose_last(g)?;
+            let e = cx.b.unary(UnaryOp::Exp, g)?;
+            state = cx.b.binary(BinaryOp::Mul, state, e)?;
+        }
+        if let Some(bt) = beta4 {
+            let retrieved = cx.b.matmul(kt, state)?;
+            let diff = cx.b.binary(BinaryOp::Sub, vt, retrieved)?;
+            let bt = at(cx, bt, 2, i)?;
+            vt = cx.b.binary(BinaryOp::Mul, bt, diff)?;
+        }
+        let kcol = cx.b.transpose_last(kt)?;
+        let outer = cx.b.matmul(kcol, vt)?;
+        state = cx.b.binary(BinaryOp::Add, state, outer)?;
+        let qt = at(cx, qg, 3, i)?;
+        let qt = cx.b.reshape(qt, Shape::known(&[b, hkv, group, dk]))?;
+        let o = cx.b.matmul(qt, state)?;
+        let s = cx.b.scalar(Dtype::F32, scale);
+        let o = cx.b.binary(BinaryOp::Mul, o, s)?;
+        outs.push(cx.b.reshape(o, Shape::known(&[b, hq, 1, dv]))?);
+    }
+    let y = if outs.len() == 1 { outs[0] } else { cx.b.op(Op::Concat { axis: 2 }, outs)? };
+    let y = merge_heads(cx, y)?;
+    let state_dtype = past.map_or(out_dtype, |p| cx.b.dtype(p));
+    Ok(vec![convert(cx, y, out_dtype)?, convert(cx, state, state_dtype)?])
+}
+
 /// `x / sqrt(mean(x²) + epsilon) · scale`, the mean over the axes from `axis` on,
 /// computed in the wider of x's type and `stash_type`'s.
 pub fn rms_norm(cx: &mut Cx, node: &Node) -> Out {

@@ -1,5 +1,6 @@
 //! Values fixed when compiling: `Constant`, shapes and sizes of tensors whose shapes
-//! are known, `ConstantOfShape`, `Range`, `EyeLike` and the window functions.
+//! are known, `ConstantOfShape`, `Range`, `EyeLike`, the window functions and
+//! `MelWeightMatrix`.
 
 use super::{input_dims, input_floats, input_ints, show_dims, Cx};
 use crate::error::Error;
@@ -157,4 +158,57 @@ pub fn window(cx: &mut Cx, node: &Node) -> Out {
         .map(|i| a.iter().enumerate().map(|(k, ak)| if k % 2 == 0 { 1.0 } else { -1.0 } * ak * (2.0 * std::f64::consts::PI * k as f64 * i as f64 / n).cos()).sum())
         .collect();
     Ok(vec![cx.b.constant(Tensor::new(dtype, vec![size as u64], values))])
+}
+
+/// `MelWeightMatrix`: `[dft_length / 2 + 1, num_mel_bins]` triangular filters, equally
+/// spaced in mel (`2595 log10(1 + f / 700)`) from `lower_edge_hertz` to
+/// `upper_edge_hertz`, each rising from its left neighbour's centre bin to its own and
+/// falling to its right neighbour's, as ONNX's reference computes them.
+pub fn mel_weight_matrix(cx: &mut Cx, node: &Node) -> Out {
+    let int = |cx: &mut Cx, i: usize, what: &str| -> std::result::Result<i64, crate::frontend::onnx::node::Fail> {
+        match input_ints(cx, node, i)?.as_deref() {
+            Some(&[v]) if v > 0 && v <= 1 << 24 => Ok(v),
+            v => invalid(format!("MelWeightMatrix's {what} is a positive scalar up to 2^24, got {v:?}")),
+        }
+    };
+    let (bins, length, rate) = (int(cx, 0, "num_mel_bins")?, int(cx, 1, "dft_length")?, int(cx, 2, "sample_rate")?);
+    let edge = |cx: &mut Cx, i: usize| -> std::result::Result<f64, crate::frontend::onnx::node::Fail> {
+        match input_floats(cx, node, i)?.as_deref() {
+            Some(&[v]) if v >= 0.0 => Ok(v),
+            v => invalid(format!("MelWeightMatrix's edge frequency {i} is a scalar of at least 0, got {v:?}")),
+        }
+    };
+    let (low, high) = (edge(cx, 3)?, edge(cx, 4)?);
+    let dtype = match tensor::dtype(node.int("output_datatype", 1)? as i32) {
+        Ok(d) => d,
+        Err(why) => return unsupported(why),
+    };
+    let mel = |f: f64| 2595.0 * (1.0 + f / 700.0).log10();
+    let (lo, hi) = (mel(low), mel(high));
+    let step = (hi - lo) / (bins + 2) as f64;
+    // Each filter's left edge, centre and right edge as spectrogram bins.
+    let points: Vec<i64> = (0..bins + 2).map(|i| (((length + 1) as f64 * 700.0 * (10f64.powf((i as f64 * step + lo) / 2595.0) - 1.0)) / rate as f64).floor() as i64).collect();
+    let rows = length / 2 + 1;
+    let mut w = vec![0.0; (rows * bins) as usize];
+    let mut set = |j: i64, i: i64, v: f64| -> std::result::Result<(), crate::frontend::onnx::node::Fail> {
+        if !(0..rows).contains(&j) {
+            return invalid(format!("MelWeightMatrix's filter {i} reaches bin {j}, past the {rows} bins of dft_length {length} (upper_edge_hertz above sample_rate / 2)"));
+        }
+        w[(j * bins + i) as usize] = v;
+        Ok(())
+    };
+    for i in 0..bins {
+        let (left, centre, right) = (points[i as usize], points[i as usize + 1], points[i as usize + 2]);
+        if centre == left {
+            set(centre, i, 1.0)?;
+        } else {
+            for j in left..=centre {
+                set(j, i, (j - left) as f64 / (centre - left) as f64)?;
+            }
+        }
+        for j in centre..right {
+            set(j, i, (right - j) as f64 / (right - centre) as f64)?;
+        }
+    }
+    Ok(vec![cx.b.constant(Tensor::new(dtype, vec![rows as u64, bins as u64], w))])
 }

@@ -2,11 +2,12 @@
 //! a convolution: the input spread out by the strides (zeros between its elements),
 //! padded by `dilation (k - 1) - pads` on each side (cropped where that is negative,
 //! grown by `output_padding` at the end), and convolved at stride 1 with the weight
-//! flipped in space and its in and out channels swapped per group.
+//! flipped in space and its in and out channels swapped per group. `Col2Im`, which
+//! sums sliding blocks back into an image, spreads each kernel offset's blocks alike.
 
-use super::Cx;
+use super::{input_ints, Cx};
 use crate::frontend::onnx::node::{invalid, unsupported, Node, Out};
-use crate::ir::{ConvAttrs, Op, Shape, SliceRange, ValueId};
+use crate::ir::{BinaryOp, ConvAttrs, Op, Shape, SliceRange, ValueId};
 
 pub fn conv_transpose(cx: &mut Cx, node: &Node) -> Out {
     let (x, w, bias) = (node.input(0)?, node.input(1)?, node.opt(2));
@@ -124,4 +125,79 @@ fn spread(cx: &mut Cx, x: ValueId, dims: &[u64], stride: &[i64]) -> crate::error
     let v = cx.b.op(Op::Pad { pads, value: 0.0 }, vec![v])?;
     let v = cx.b.reshape(v, Shape::known(&merged))?;
     cx.b.op(Op::Slice { ranges: cut }, vec![v])
+}
+
+/// `Col2Im` (opset 18): columns `[N, C k0 k1 .., L]` of sliding blocks (`L` = the block
+/// count of `image_shape` under `strides`, `pads` and `dilations`, as im2col makes them)
+/// summed back into `[N, C, image_shape..]`: for each kernel offset, its blocks spread
+/// by the strides and padded to where the offset puts them in the padded image; the
+/// sum of all offsets, cropped by the pads. `image_shape` and `block_shape` must be
+/// known when compiling.
+pub fn col2im(cx: &mut Cx, node: &Node) -> Out {
+    let x = node.input(0)?;
+    let (Some(image), Some(kernel)) = (input_ints(cx, node, 1)?, input_ints(cx, node, 2)?) else { return invalid("Col2Im needs image_shape and block_shape") };
+    let n = image.len();
+    let ones = vec![1; n];
+    let (dil, stride) = (node.ints("dilations")?.unwrap_or_else(|| ones.clone()), node.ints("strides")?.unwrap_or(ones));
+    let pads = node.ints("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
+    let xs = cx.b.shape(x);
+    let Some(xd) = xs.as_known() else { return unsupported(format!("Col2Im of symbolic {xs}")) };
+    let sizes_ok = [&image, &kernel, &dil, &stride].iter().all(|v| v.len() == n && v.iter().all(|&d| (1..=1 << 24).contains(&d))) && pads.len() == 2 * n && pads.iter().all(|&p| (0..=1 << 24).contains(&p));
+    let k: u64 = kernel.iter().map(|&k| k as u64).product();
+    if n == 0 || !sizes_ok || xd.len() != 3 || xd[1] % k != 0 {
+        return invalid(format!("Col2Im of {xs} into image_shape {image:?} by block_shape {kernel:?} (dilations {dil:?}, pads {pads:?}, strides {stride:?})"));
+    }
+    // Per axis: the padded size, the block count and the extent of the spread blocks.
+    let (mut padded, mut blocks) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let p = image[i] + pads[i] + pads[n + i];
+        let span = dil[i] * (kernel[i] - 1) + 1;
+        if p < span {
+            return invalid(format!("Col2Im: block_shape {kernel:?} (dilations {dil:?}) does not fit the padded image along axis {i}"));
+        }
+        padded.push(p as u64);
+        blocks.push(((p - span) / stride[i] + 1) as u64);
+    }
+    if blocks.iter().product::<u64>() != xd[2] {
+        return invalid(format!("Col2Im: {xs} holds {} blocks, and image_shape {image:?} makes {blocks:?}", xd[2]));
+    }
+    let (batch, c) = (xd[0], xd[1] / k);
+    let mut split = vec![batch, c];
+    split.extend(kernel.iter().map(|&k| k as u64));
+    split.extend(&blocks);
+    let v = cx.b.reshape(x, Shape::known(&split))?;
+    let mut part_dims = vec![batch, c];
+    part_dims.extend(&blocks);
+    let mut sum: Option<ValueId> = None;
+    for offset in 0..k {
+        // The kernel offset's coordinates, the last axis fastest.
+        let (mut at, mut rest) = (vec![0; n], offset);
+        for i in (0..n).rev() {
+            at[i] = rest % kernel[i] as u64;
+            rest /= kernel[i] as u64;
+        }
+        let mut ranges = vec![SliceRange::FULL; 2 * n + 2];
+        for i in 0..n {
+            ranges[2 + i] = SliceRange { start: Some(at[i] as i64), stop: Some(at[i] as i64 + 1), step: 1 };
+        }
+        let part = cx.b.op(Op::Slice { ranges }, vec![v])?;
+        let part = cx.b.reshape(part, Shape::known(&part_dims))?;
+        let spread = spread(cx, part, &part_dims, &stride)?;
+        let mut place = vec![(0, 0), (0, 0)];
+        for i in 0..n {
+            let before = at[i] * dil[i] as u64;
+            let extent = (blocks[i] - 1) * stride[i] as u64 + 1;
+            place.push((before, padded[i] - before - extent));
+        }
+        let placed = cx.b.op(Op::Pad { pads: place, value: 0.0 }, vec![spread])?;
+        sum = Some(match sum {
+            Some(acc) => cx.b.binary(BinaryOp::Add, acc, placed)?,
+            None => placed,
+        });
+    }
+    let mut crop = vec![SliceRange::FULL; n + 2];
+    for i in 0..n {
+        crop[i + 2] = SliceRange { start: Some(pads[i]), stop: Some(pads[i] + image[i]), step: 1 };
+    }
+    Ok(vec![cx.b.op(Op::Slice { ranges: crop }, vec![sum.expect("a kernel of at least one element")])?])
 }

@@ -17,11 +17,12 @@ pub fn unary(cx: &mut Cx, node: &Node) -> Out {
         "Sin" => UnaryOp::Sin,
         "Cos" => UnaryOp::Cos,
         "Tanh" => UnaryOp::Tanh,
+        "Atan" => UnaryOp::Atan,
         "Relu" => UnaryOp::Relu,
         "Erf" => UnaryOp::Erf,
         "Floor" => UnaryOp::Floor,
         "Sign" => UnaryOp::Sign,
-        "Not" => UnaryOp::Not,
+        "Not" | "BitwiseNot" => UnaryOp::Not,
         "IsNaN" => UnaryOp::IsNan,
         "Sigmoid" => UnaryOp::Composite(Composite::Sigmoid),
         "Softplus" => UnaryOp::Composite(Composite::Softplus),
@@ -41,6 +42,12 @@ fn scalar(cx: &mut Cx, x: ValueId, value: f64) -> ValueId {
 fn with_scalar(cx: &mut Cx, op: BinaryOp, x: ValueId, c: f64) -> crate::error::Result<ValueId> {
     let c = scalar(cx, x, c);
     cx.b.binary(op, x, c)
+}
+
+/// `(1 - x, 1 + x)`, of `x`'s type.
+fn one_minus_and_plus(cx: &mut Cx, x: ValueId) -> crate::error::Result<(ValueId, ValueId)> {
+    let one = scalar(cx, x, 1.0);
+    Ok((cx.b.binary(BinaryOp::Sub, one, x)?, cx.b.binary(BinaryOp::Add, one, x)?))
 }
 
 /// Unary operators that the IR's ops compose.
@@ -77,6 +84,19 @@ pub fn composed(cx: &mut Cx, node: &Node) -> Out {
             let sign = cx.b.unary(UnaryOp::Sign, x)?;
             cx.b.binary(Mul, sign, l)?
         }
+        // asin: atan(x / sqrt(1 - x^2)), with 1 - x^2 as (1 - x)(1 + x), exact near
+        // |x| = 1; at +-1 the quotient is +-inf, whose atan is +-pi/2.
+        // acos: 2 atan(sqrt((1 - x) / (1 + x))), with no cancellation near x = 1, where
+        // acos is small; at x = -1 the quotient is inf, and 2 atan(inf) = pi.
+        "Asin" | "Acos" => {
+            let asin = node.op_type == "Asin";
+            let (m, p) = one_minus_and_plus(cx, x)?;
+            let q = cx.b.binary(if asin { Mul } else { Div }, m, p)?;
+            let r = cx.b.unary(UnaryOp::Sqrt, q)?;
+            let t = if asin { cx.b.binary(Div, x, r)? } else { r };
+            let a = cx.b.unary(UnaryOp::Atan, t)?;
+            if asin { a } else { with_scalar(cx, Mul, a, 2.0)? }
+        }
         "Acosh" => {
             let sq = b.binary(Mul, x, x)?;
             let sq1 = with_scalar(cx, Sub, sq, 1.0)?;
@@ -85,8 +105,7 @@ pub fn composed(cx: &mut Cx, node: &Node) -> Out {
             cx.b.unary(UnaryOp::Log, s)?
         }
         "Atanh" => {
-            let one = scalar(cx, x, 1.0);
-            let (p, m) = (cx.b.binary(Add, one, x)?, cx.b.binary(Sub, one, x)?);
+            let (m, p) = one_minus_and_plus(cx, x)?;
             let q = cx.b.binary(Div, p, m)?;
             let l = cx.b.unary(UnaryOp::Log, q)?;
             with_scalar(cx, Mul, l, 0.5)?
@@ -162,6 +181,10 @@ pub fn binary(cx: &mut Cx, node: &Node) -> Out {
         "And" => BinaryOp::And,
         "Or" => BinaryOp::Or,
         "Xor" => BinaryOp::Xor,
+        // The IR's logical ops are bitwise on integers.
+        "BitwiseAnd" => BinaryOp::And,
+        "BitwiseOr" => BinaryOp::Or,
+        "BitwiseXor" => BinaryOp::Xor,
         other => unreachable!("{other} is not registered as binary"),
     };
     let (a, b) = (node.input(0)?, node.input(1)?);

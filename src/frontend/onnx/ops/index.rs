@@ -18,7 +18,7 @@ use crate::tensor::Tensor;
 
 /// The dimensions of `v`, which `op` needs known, and whose element count (and so every
 /// flat offset into it) an i64 holds.
-fn dims(cx: &Cx, v: ValueId, op: &str) -> std::result::Result<Vec<u64>, Fail> {
+pub(super) fn dims(cx: &Cx, v: ValueId, op: &str) -> std::result::Result<Vec<u64>, Fail> {
     let shape = cx.b.shape(v);
     let Some(d) = shape.as_known() else { return unsupported(format!("{op} of symbolic {shape}")) };
     match d.iter().try_fold(1u64, |n, &x| n.checked_mul(x)) {
@@ -56,7 +56,7 @@ fn in_range(cx: &mut Cx, i: ValueId, len: u64, all: Option<ValueId>) -> Result<V
 }
 
 /// Each position's index along `axis` of `dims`, as i64.
-fn iota(cx: &mut Cx, dims: &[u64], axis: usize) -> Result<ValueId> {
+pub(super) fn iota(cx: &mut Cx, dims: &[u64], axis: usize) -> Result<ValueId> {
     cx.b.op(Op::Iota { shape: Shape::known(dims), axis, dtype: Dtype::I64 }, vec![])
 }
 
@@ -116,7 +116,7 @@ fn offset(cx: &mut Cx, coords: &[ValueId], lead: &[u64]) -> Result<ValueId> {
 /// `grid ++ d[n..]`. Where `valid` (from [`in_range`]) is false, the row read is one
 /// past the last, so that the gather fails (as ONNX has an index out of range) instead
 /// of reading another row.
-fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], valid: Option<ValueId>, grid: &[u64]) -> Result<ValueId> {
+pub(super) fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], valid: Option<ValueId>, grid: &[u64]) -> Result<ValueId> {
     let n = coords.len();
     let rows: u64 = d[..n].iter().product();
     let rest: Vec<u64> = d[n..].to_vec();
@@ -406,10 +406,12 @@ pub fn top_k(cx: &mut Cx, node: &Node) -> Out {
         return Ok(vec![empty, cx.b.cast(empty, Dtype::I64)?]);
     }
     // What a taken position holds in the next rounds: never better than another.
+    // (An integer type's limits: 2^bits - 1 of u64 is 2^64 as f64, which stands for it.)
+    let bits = 8 * dtype.size() as i32;
     let (low, high) = match dtype {
-        Dtype::I32 => (i32::MIN as f64, i32::MAX as f64),
-        Dtype::I64 => (i64::MIN as f64, i64::MAX as f64),
         d if d.is_float() => (f64::NEG_INFINITY, f64::INFINITY),
+        d if d.is_signed_int() => (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0),
+        d if d.is_unsigned_int() => (0.0, 2f64.powi(bits) - 1.0),
         d => return unsupported(format!("TopK of {d}")),
     };
     let worst = cx.b.scalar(dtype, if largest { low } else { high });
@@ -554,6 +556,85 @@ pub fn center_crop_pad(cx: &mut Cx, node: &Node) -> Out {
 /// One-node models built here and run through the interpreter, for what ONNX's node
 /// tests leave out. The expected values are onnxruntime 1.22's (ONNX's reference agrees
 /// unless a test says otherwise); `resize.rs` builds its models with these helpers too.
+/// `TensorScatter` (opset 24): `update` `[B, .., S, ..]` written into `past_cache`
+/// `[B, .., M, ..]` along `axis` (default -2, not the batch axis) from each batch
+/// entry's `write_indices[b]` (default 0) on; mode `circular` wraps positions modulo M.
+/// Each cache position `p` reads the update at `p - w[b]` (modulo M when circular)
+/// where that lies below S, and keeps the cache elsewhere.
+pub fn tensor_scatter(cx: &mut Cx, node: &Node) -> Out {
+    let (cache, update) = (node.input(0)?, node.input(1)?);
+    let (cd, ud) = (dims(cx, cache, "TensorScatter")?, dims(cx, update, "TensorScatter")?);
+    let ax = axis(node.int("axis", -2)?, cd.len())?;
+    let fits = ud.len() == cd.len() && ud.iter().zip(&cd).enumerate().all(|(i, (u, c))| if i == ax { u <= c } else { u == c });
+    if ax == 0 || !fits {
+        return invalid(format!("TensorScatter of update {} into {} along axis {ax}", cx.b.shape(update), cx.b.shape(cache)));
+    }
+    let circular = match node.string_or("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => return invalid(format!("TensorScatter's mode is linear or circular, got {m:?}")),
+    };
+    let (m, s) = (cd[ax] as f64, ud[ax]);
+    let mut pos = iota(cx, &cd, ax)?;
+    if let Some(w) = node.opt(2) {
+        let w = int64(cx, w)?;
+        let mut wd = vec![1; cd.len()];
+        wd[0] = cd[0];
+        let w = cx.b.reshape(w, Shape::known(&wd))?;
+        pos = cx.b.binary(BinaryOp::Sub, pos, w)?;
+    }
+    if circular {
+        // pos - M floor(pos / M)
+        let mm = cx.b.scalar(Dtype::I64, m);
+        let q = cx.b.binary(BinaryOp::FloorDiv, pos, mm)?;
+        let qm = cx.b.binary(BinaryOp::Mul, q, mm)?;
+        pos = cx.b.binary(BinaryOp::Sub, pos, qm)?;
+    }
+    let valid = in_range(cx, pos, s, None)?;
+    let zero = cx.b.scalar(Dtype::I64, 0.0);
+    let at = cx.b.select(valid, pos, zero)?;
+    let coords = (0..cd.len()).map(|i| if i == ax { Ok(at) } else { iota(cx, &cd, i) }).collect::<Result<Vec<_>>>()?;
+    let read = gather_rows(cx, update, &ud, &coords, None, &cd)?;
+    Ok(vec![cx.b.select(valid, read, cache)?])
+}
+
+/// `MaxUnpool`: `X` `[N, C, d..]` written into zeros of the pooled input's shape
+/// (`(d - 1) stride - pads + kernel` per axis) at `I`, MaxPool's indices into that
+/// tensor flattened (a scatter along it); then padded with zeros at the end of each axis
+/// up to `output_shape` when given (known when compiling).
+pub fn max_unpool(cx: &mut Cx, node: &Node) -> Out {
+    let (x, at) = (node.input(0)?, node.input(1)?);
+    let xd = dims(cx, x, "MaxUnpool")?;
+    let n = xd.len().saturating_sub(2);
+    let Some(kernel) = node.ints("kernel_shape")? else { return invalid("MaxUnpool has no kernel_shape") };
+    let strides = node.ints("strides")?.unwrap_or_else(|| vec![1; n]);
+    let pads = node.ints("pads")?.unwrap_or_else(|| vec![0; 2 * n]);
+    if n == 0 || kernel.len() != n || strides.len() != n || pads.len() != 2 * n || cx.b.shape(at) != cx.b.shape(x) {
+        return invalid(format!("MaxUnpool of {} at indices {} with kernel_shape {kernel:?}, strides {strides:?}, pads {pads:?}", cx.b.shape(x), cx.b.shape(at)));
+    }
+    let mut shape = xd[..2].to_vec();
+    for i in 0..n {
+        match (xd[i + 2] as i64 - 1).checked_mul(strides[i]).map(|v| v - pads[i] - pads[n + i] + kernel[i]) {
+            Some(d) if (1..=1 << 40).contains(&d) => shape.push(d as u64),
+            _ => return invalid(format!("MaxUnpool of {} with kernel_shape {kernel:?}, strides {strides:?} and pads {pads:?} has no output", cx.b.shape(x))),
+        }
+    }
+    let (total, count): (u64, u64) = (shape.iter().product(), xd.iter().product());
+    let dtype = cx.b.dtype(x);
+    let zeros = cx.b.full(dtype, Shape::known(&[1, total, 1]), 0.0)?;
+    let target = cx.b.reshape(at, Shape::known(&[1, count, 1]))?;
+    let target = int64(cx, target)?;
+    let values = cx.b.reshape(x, Shape::known(&[1, count, 1]))?;
+    let flat = scatter_along(cx, zeros, target, values, 1, "none")?;
+    let y = cx.b.reshape(flat, Shape::known(&shape))?;
+    let Some(out) = input_ints(cx, node, 2)? else { return Ok(vec![y]) };
+    if out.len() != shape.len() || out.iter().zip(&shape).any(|(&o, &s)| o < s as i64) {
+        return invalid(format!("MaxUnpool's output_shape {out:?} is smaller than the unpooled {shape:?}"));
+    }
+    let grow = out.iter().zip(&shape).map(|(&o, &s)| (0, o as u64 - s)).collect();
+    Ok(vec![cx.b.op(Op::Pad { pads: grow, value: 0.0 }, vec![y])?])
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use std::collections::BTreeMap;

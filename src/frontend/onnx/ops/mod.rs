@@ -13,9 +13,13 @@ mod loss;
 mod nn;
 mod norm;
 mod quantize;
+mod recurrent;
 mod reduce;
 mod resize;
+mod sample;
 mod shape;
+mod spectral;
+mod training;
 
 use super::import::Cx;
 use crate::ir::Poly;
@@ -37,11 +41,13 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Sin", elementwise::unary),
     ("Cos", elementwise::unary),
     ("Tanh", elementwise::unary),
+    ("Atan", elementwise::unary),
     ("Relu", elementwise::unary),
     ("Erf", elementwise::unary),
     ("Floor", elementwise::unary),
     ("Sign", elementwise::unary),
     ("Not", elementwise::unary),
+    ("BitwiseNot", elementwise::unary),
     ("IsNaN", elementwise::unary),
     ("Sigmoid", elementwise::unary),
     ("Softplus", elementwise::unary),
@@ -53,6 +59,8 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Cosh", elementwise::composed),
     ("Asinh", elementwise::composed),
     ("Acosh", elementwise::composed),
+    ("Asin", elementwise::composed),
+    ("Acos", elementwise::composed),
     ("Atanh", elementwise::composed),
     ("Softsign", elementwise::composed),
     ("IsInf", elementwise::is_inf),
@@ -70,6 +78,9 @@ pub static OPS: &[(&str, Handler)] = &[
     ("And", elementwise::binary),
     ("Or", elementwise::binary),
     ("Xor", elementwise::binary),
+    ("BitwiseAnd", elementwise::binary),
+    ("BitwiseOr", elementwise::binary),
+    ("BitwiseXor", elementwise::binary),
     ("BitShift", elementwise::bit_shift),
     ("Mod", elementwise::modulo),
     ("Max", elementwise::variadic),
@@ -112,6 +123,8 @@ pub static OPS: &[(&str, Handler)] = &[
     // Convolution, pooling and normalization (nn.rs).
     ("Conv", nn::conv),
     ("ConvTranspose", conv_transpose::conv_transpose),
+    ("CausalConvWithState", nn::causal_conv_with_state),
+    ("Col2Im", conv_transpose::col2im),
     ("MaxPool", nn::pool),
     ("AveragePool", nn::pool),
     ("GlobalAveragePool", nn::global_pool),
@@ -158,8 +171,13 @@ pub static OPS: &[(&str, Handler)] = &[
     ("HannWindow", constant::window),
     ("HammingWindow", constant::window),
     ("BlackmanWindow", constant::window),
+    ("MelWeightMatrix", constant::mel_weight_matrix),
+    // Fourier transforms (spectral.rs).
+    ("DFT", spectral::dft),
+    ("STFT", spectral::stft),
     // Attention, losses and more normalizations (attention.rs, loss.rs, norm.rs).
     ("Attention", attention::attention),
+    ("LinearAttention", attention::linear_attention),
     ("RMSNormalization", attention::rms_norm),
     ("RotaryEmbedding", attention::rotary_embedding),
     ("NegativeLogLikelihoodLoss", loss::nll_loss),
@@ -168,6 +186,10 @@ pub static OPS: &[(&str, Handler)] = &[
     ("MeanVarianceNormalization", norm::mean_variance_normalization),
     ("LRN", norm::lrn),
     ("LpPool", norm::lp_pool),
+    // Recurrent layers (recurrent.rs).
+    ("RNN", recurrent::rnn),
+    ("GRU", recurrent::gru),
+    ("LSTM", recurrent::lstm),
     // Indexing (index.rs) and resizing (resize.rs).
     ("GatherElements", index::gather_elements),
     ("GatherND", index::gather_nd),
@@ -182,9 +204,22 @@ pub static OPS: &[(&str, Handler)] = &[
     ("Compress", index::compress),
     ("ReverseSequence", index::reverse_sequence),
     ("CenterCropPad", index::center_crop_pad),
+    ("TensorScatter", index::tensor_scatter),
+    ("MaxUnpool", index::max_unpool),
     ("Resize", resize::resize),
+    ("GridSample", sample::grid_sample),
+    ("AffineGrid", sample::affine_grid),
+    ("RoiAlign", sample::roi_align),
+    ("DeformConv", sample::deform_conv),
     ("Upsample", resize::resize),
 ];
+
+/// The domain of ONNX's training operators, and those of them mithrilc reads.
+const TRAINING_DOMAIN: &str = "ai.onnx.preview.training";
+static TRAINING_OPS: &[(&str, Handler)] = &[("Adagrad", training::adagrad), ("Adam", training::adam), ("Momentum", training::momentum)];
+/// The domain of ONNX's preview operators, and those of them mithrilc reads.
+const PREVIEW_DOMAIN: &str = "ai.onnx.preview";
+static PREVIEW_OPS: &[(&str, Handler)] = &[("FlexAttention", attention::flex_attention)];
 
 /// Operators known to be outside what the IR expresses, with the reason given.
 const REFUSED: &[(&[&str], &str)] = &[
@@ -198,9 +233,24 @@ const REFUSED: &[(&[&str], &str)] = &[
     (&["NonZero", "Unique", "NonMaxSuppression"], "the output's shape depends on the input's values (mithrilc's shapes are known when compiling, up to symbols)"),
 ];
 
-/// The handler of an operator [`refusal`] let through.
-pub fn handler(op_type: &str) -> Handler {
-    OPS.iter().find(|(name, _)| *name == op_type).map(|(_, h)| *h).expect("refusal() lets only OPS through")
+/// The table of domain `domain`'s operators read.
+fn table(domain: &str) -> &'static [(&'static str, Handler)] {
+    if domain == TRAINING_DOMAIN {
+        TRAINING_OPS
+    } else if domain == PREVIEW_DOMAIN {
+        PREVIEW_OPS
+    } else if is_default_domain(domain) {
+        OPS
+    } else {
+        &[]
+    }
+}
+
+/// The handler of a node [`refusal`] let through.
+pub fn handler(node: &NodeProto) -> Handler {
+    let op_type = node.op_type.as_deref().unwrap_or_default();
+    let ops = table(node.domain.as_deref().unwrap_or_default());
+    ops.iter().find(|(name, _)| *name == op_type).map(|(_, h)| *h).expect("refusal() lets only the tables' operators through")
 }
 
 /// Why a node cannot be imported whatever its attributes, if it cannot.
@@ -209,6 +259,9 @@ pub fn refusal(node: &NodeProto, opset: i64) -> Option<String> {
     let op = node.op_type.as_deref().unwrap_or_default();
     if domain == "com.microsoft" {
         return Some(format!("{op} is an ONNX Runtime contrib operator (domain com.microsoft), which mithrilc does not read"));
+    }
+    if domain == TRAINING_DOMAIN || domain == PREVIEW_DOMAIN {
+        return (!table(domain).iter().any(|(name, _)| *name == op)).then(|| format!("no operator {op} of domain {domain} in mithrilc"));
     }
     if !is_default_domain(domain) {
         return Some(format!("operators of domain {domain} are not supported"));

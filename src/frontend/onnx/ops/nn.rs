@@ -3,7 +3,7 @@
 use super::{axis, Cx};
 use crate::frontend::onnx::node::{invalid, unsupported, Fail, Node, Out};
 use crate::frontend::onnx::tensor;
-use crate::ir::{BinaryOp, ConvAttrs, Dim, Dtype, Op, PoolAttrs, PoolKind, ReduceKind, Shape, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, ConvAttrs, Dim, Dtype, Op, PoolAttrs, PoolKind, ReduceKind, Shape, SliceRange, UnaryOp, ValueId};
 
 /// The spatial sizes of `x` (its dimensions after batch and channel), known.
 pub(super) fn spatial(cx: &Cx, x: ValueId, op: &str) -> Result<Vec<u64>, Fail> {
@@ -87,6 +87,43 @@ pub(super) fn convolution(cx: &mut Cx, node: &Node, x: ValueId, w: ValueId, bias
     Ok(cx.b.op(Op::Conv(attrs), args)?)
 }
 
+/// `CausalConvWithState`: a depthwise 1-d convolution of `[batch, channels, length]`
+/// (weight `[channels, 1, k]`) over the input after `past_state` (`[batch, channels,
+/// k - 1]`, zeros without one), so output `t` sees inputs up to `t`; then the optional
+/// bias and `activation` (`silu`, or its alias `swish`: `y sigmoid(y)`). The second
+/// output, the next call's state, is the last `k - 1` positions of that padded input.
+pub fn causal_conv_with_state(cx: &mut Cx, node: &Node) -> Out {
+    let (x, w) = (node.input(0)?, node.input(1)?);
+    let (xs, ws) = (cx.b.shape(x), cx.b.shape(w));
+    let (Some(&[batch, channels, length]), Some(&[wc, 1, k])) = (xs.as_known().as_deref(), ws.as_known().as_deref()) else {
+        return invalid(format!("CausalConvWithState takes [batch, channels, length] and a weight [channels, 1, k], got {xs} and {ws}"));
+    };
+    if wc != channels || k == 0 {
+        return invalid(format!("CausalConvWithState's weight {ws} does not fit the input {xs}"));
+    }
+    let past = match node.opt(3) {
+        Some(p) => p,
+        None => cx.b.full(cx.b.dtype(x), Shape::known(&[batch, channels, k - 1]), 0.0)?,
+    };
+    let padded = if k > 1 { cx.b.op(Op::Concat { axis: 2 }, vec![past, x])? } else { x };
+    let attrs = ConvAttrs { stride: vec![1], padding: vec![(0, 0)], dilation: vec![1], groups: channels };
+    let mut args = vec![padded, w];
+    if let Some(bias) = node.opt(2) {
+        args.push(conv_bias(cx, bias, 1)?);
+    }
+    let mut y = cx.b.op(Op::Conv(attrs), args)?;
+    match node.string_or("activation", "none")?.as_str() {
+        "none" => {}
+        "silu" | "swish" => {
+            let s = cx.b.unary(UnaryOp::Composite(crate::ir::Composite::Sigmoid), y)?;
+            y = cx.b.binary(BinaryOp::Mul, y, s)?;
+        }
+        a => return invalid(format!("CausalConvWithState's activation is none, silu or swish, got {a:?}")),
+    }
+    let state = super::shape::take(cx, padded, 2, length, k - 1)?;
+    Ok(vec![y, state])
+}
+
 /// A convolution's bias `[M]` as the IR's conv takes it from Mithril's layers:
 /// `[1, M, 1, ...]`, broadcast onto the output `[N, M, spatial...]`. A bias that is a
 /// reshape of a `[1, M, 1, ...]` weight (`b.view(-1)`) becomes that weight again
@@ -134,15 +171,16 @@ pub(super) fn pool_window(node: &Node, input: &[u64], kind: PoolKind) -> Result<
 /// (which counts every tap) by the same average of ones.
 pub fn pool(cx: &mut Cx, node: &Node) -> Out {
     let x = node.input(0)?;
-    if node.outputs() > 1 {
-        return unsupported("MaxPool's Indices output");
-    }
     let input = spatial(cx, x, node.op_type)?;
     let kind = if node.op_type == "MaxPool" { PoolKind::Max } else { PoolKind::Avg };
     let (attrs, explicit) = pool_window(node, &input, kind)?;
     let padding = attrs.padding.clone();
     let y = cx.b.op(Op::Pool(attrs.clone()), vec![x])?;
     if kind == PoolKind::Max {
+        if node.outputs() > 1 {
+            let indices = max_indices(cx, x, y, &attrs, node.int("storage_order", 0)? != 0)?;
+            return Ok(vec![y, indices]);
+        }
         return Ok(vec![y]);
     }
     let include_pad = node.int("count_include_pad", 0)? != 0;
@@ -164,6 +202,67 @@ pub fn pool(cx: &mut Cx, node: &Node) -> Out {
     let rest: Vec<(u64, u64)> = padding.iter().zip(&counted).map(|(p, c)| (p.0 - c.0, p.1 - c.1)).collect();
     let share = cx.b.op(Op::Pool(PoolAttrs { padding: rest, ..attrs }), vec![ones])?;
     Ok(vec![cx.b.binary(BinaryOp::Div, y, share)?])
+}
+
+/// MaxPool's second output: where in `x` each window's maximum `y` is, as a flat
+/// index into `x` (row-major, or with the spatial axes column-major under
+/// `storage_order` 1), the first in the window's row-major order among equals. Each
+/// window tap is a strided slice of `x` padded with -inf (and of the indices, padded
+/// with -1); the first tap equal to `y` gives the index.
+fn max_indices(cx: &mut Cx, x: ValueId, y: ValueId, attrs: &PoolAttrs, column_major: bool) -> Result<ValueId, Fail> {
+    let (xs, ys) = (cx.b.shape(x), cx.b.shape(y));
+    let (Some(xd), Some(yd)) = (xs.as_known(), ys.as_known()) else { return unsupported(format!("MaxPool's Indices of symbolic {xs}")) };
+    let n = xd.len() - 2;
+    // Each element's flat index: batch and channel row-major, then the spatial axes.
+    let mut strides = vec![0u64; xd.len()];
+    let mut step = 1u64;
+    let order: Vec<usize> = if column_major { (2..xd.len()).chain([1, 0]).collect() } else { (0..xd.len()).rev().collect() };
+    for &a in &order {
+        strides[a] = step;
+        step = step.checked_mul(xd[a]).ok_or_else(|| Fail::Error(crate::error::Error::user(format!("MaxPool's Indices of {xs}: too many elements"))))?;
+    }
+    let mut flat: Option<ValueId> = None;
+    for (a, &s) in strides.iter().enumerate() {
+        let i = cx.b.op(Op::Iota { shape: Shape::known(&xd), axis: a, dtype: Dtype::I64 }, vec![])?;
+        let s = cx.b.scalar(Dtype::I64, s as f64);
+        let term = cx.b.binary(BinaryOp::Mul, i, s)?;
+        flat = Some(match flat {
+            Some(acc) => cx.b.binary(BinaryOp::Add, acc, term)?,
+            None => term,
+        });
+    }
+    let mut pads = vec![(0, 0), (0, 0)];
+    pads.extend(&attrs.padding);
+    let xp = cx.b.op(Op::Pad { pads: pads.clone(), value: f64::NEG_INFINITY }, vec![x])?;
+    let ip = cx.b.op(Op::Pad { pads, value: -1.0 }, vec![flat.expect("a rank of at least 3")])?;
+    let taps: u64 = attrs.kernel.iter().product();
+    let (mut found, mut at): (Option<ValueId>, Option<ValueId>) = (None, None);
+    for tap in 0..taps {
+        let mut ranges = vec![SliceRange::FULL; n + 2];
+        let mut rest = tap;
+        for i in (0..n).rev() {
+            let k = rest % attrs.kernel[i];
+            rest /= attrs.kernel[i];
+            let start = k * attrs.dilation[i];
+            ranges[i + 2] = SliceRange { start: Some(start as i64), stop: Some((start + (yd[i + 2] - 1) * attrs.stride[i] + 1) as i64), step: attrs.stride[i] as i64 };
+        }
+        let xt = cx.b.op(Op::Slice { ranges: ranges.clone() }, vec![xp])?;
+        let it = cx.b.op(Op::Slice { ranges }, vec![ip])?;
+        let mut hit = cx.b.binary(BinaryOp::Eq, xt, y)?;
+        if let Some(f) = found {
+            let open = cx.b.unary(UnaryOp::Not, f)?;
+            hit = cx.b.binary(BinaryOp::And, hit, open)?;
+        }
+        at = Some(match at {
+            Some(a) => cx.b.select(hit, it, a)?,
+            None => it,
+        });
+        found = Some(match found {
+            Some(f) => cx.b.binary(BinaryOp::Or, f, hit)?,
+            None => hit,
+        });
+    }
+    Ok(at.expect("a window of at least one tap"))
 }
 
 pub fn global_pool(cx: &mut Cx, node: &Node) -> Out {

@@ -124,7 +124,7 @@ pub fn concat(cx: &mut Cx, node: &Node) -> Out {
 }
 
 /// One slice along `ax` of `x`, `start..start + len`.
-fn take(cx: &mut Cx, x: ValueId, ax: usize, start: u64, len: u64) -> crate::error::Result<ValueId> {
+pub(super) fn take(cx: &mut Cx, x: ValueId, ax: usize, start: u64, len: u64) -> crate::error::Result<ValueId> {
     let mut ranges = vec![SliceRange::FULL; cx.b.rank(x)];
     ranges[ax] = SliceRange { start: Some(start as i64), stop: Some((start + len) as i64), step: 1 };
     cx.b.op(Op::Slice { ranges }, vec![x])
