@@ -519,7 +519,7 @@ fn targets_and_op_support() {
     assert_eq!(row("shl")[6], "i32 i64 i8 u8 i16 u16 u32 u64 i4 u4 i2 u2");
     assert_eq!(row("add")[5], "f32 f64 f16 bf16 i32 i64");
     // Logical on bools, bitwise on integers; ggml computes in f32, so bools only.
-    assert_eq!(row("and")[6], "i32 i64 bool i8 u8 i16 u16 u32 u64");
+    assert_eq!(row("and")[6], "i32 i64 bool i8 u8 i16 u16 u32 u64 i4 u4 i2 u2");
     assert_eq!(row("not")[4], "bool");
     assert_eq!(row("atan")[1], "all");
     for op in ["matmul", "gather", "softmax", "reduce_sum", "where"] {
@@ -1550,5 +1550,23 @@ fn the_onnx_example_runs_and_params_override_its_initializers() {
     let bias: Vec<f64> = model.weights["fc.bias"].values().collect();
     for (i, (a, b)) in got.data.iter().zip(&zero.data).enumerate() {
         assert!((a - b - bias[i % 10]).abs() < 1e-5, "logit {i}: {a} - {b} is not the bias {}", bias[i % 10]);
+    }
+
+    // --grad differentiates an ONNX graph through the same autodiff: with cotangents of
+    // ones, each logit's bias gets the batch size; the C target's gradients are the
+    // interpreter's.
+    let (code, _, stderr) = mithrilc(&["run", "tiny_cnn.onnx", "--data", "input=input.npy", "--grad", "-o", "grad.npz"], dir.path());
+    assert_eq!(code, 0, "{stderr}");
+    let grads = data::read_arrays(&dir.path().join("grad.npz")).unwrap().arrays;
+    let batch = got.shape[0] as f64;
+    assert!(grads["grad/fc.bias"].data.iter().all(|&g| (g - batch).abs() < 1e-9), "{:?}", grads["grad/fc.bias"].data);
+    if common::have("cc") && common::have("make") {
+        let (code, _, stderr) = mithrilc(&["run", "tiny_cnn.onnx", "--data", "input=input.npy", "--grad", "--target", "c", "-o", "grad_c.npz"], dir.path());
+        assert_eq!(code, 0, "{stderr}");
+        let on_c = data::read_arrays(&dir.path().join("grad_c.npz")).unwrap().arrays;
+        for (name, want) in &grads {
+            let worst = on_c[name].data.iter().zip(&want.data).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max);
+            assert!(worst < 1e-5, "{name} on the C target differs from the interpreter by {worst}");
+        }
     }
 }
