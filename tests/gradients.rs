@@ -135,6 +135,7 @@ fn unary_ops() {
         (Tanh, -2.0, 2.0),
         (Relu, -2.0, 2.0),
         (Erf, -2.0, 2.0),
+        (Atan, -3.0, 3.0),
     ];
     for (u, lo, hi) in primitives.into_iter().chain(composites) {
         for seed in 0..CASES {
@@ -384,7 +385,7 @@ fn data_movement() {
 #[test]
 fn every_differentiable_op_has_a_case() {
     let covered = [
-        "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "relu", "erf", "add", "sub",
+        "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tanh", "relu", "erf", "atan", "add", "sub",
         "mul", "div", "pow", "max", "min", "where", "matmul", "conv", "max_pool", "avg_pool", "reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
         "reduce_prod", "variance", "softmax", "reshape", "transpose", "broadcast_to", "concat", "pad", "slice", "gather",
         "cast",
