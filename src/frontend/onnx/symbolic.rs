@@ -129,7 +129,11 @@ fn fold(op: &Op, args: &[Vec<Poly>], len: usize) -> Option<Vec<Poly>> {
                     // ONNX's integer Div truncates, which is the floor for sizes (never
                     // negative); a -1 among them is a constant and divides as one.
                     BinaryOp::Div | BinaryOp::FloorDiv => match (x.as_constant(), y.as_constant()) {
-                        (Some(a), Some(c)) if c != 0 => Some(Poly::constant(if *b == BinaryOp::Div { a / c } else { a.div_euclid(c) })),
+                        (Some(a), Some(c)) if c != 0 => {
+                            // Div truncates; FloorDiv rounds down (div_euclid does not for c < 0)
+                            let floor = a / c - i64::from(a % c != 0 && (a < 0) != (c < 0));
+                            Some(Poly::constant(if *b == BinaryOp::Div { a / c } else { floor }))
+                        }
                         (None, Some(c)) if c > 0 && x.terms().all(|(k, _)| k > 0) => x.div_floor(c as u64).ok(),
                         _ => x.div_exact(&y),
                     },
