@@ -50,9 +50,12 @@ fn every_model_matches_the_interpreter_under_emulation() {
 /// The reduced precisions (`--precision`), each within its tolerance of the
 /// interpreter, relative to each output's largest magnitude: the bench models (mlp at
 /// batch 32, whose products have more than 4 rows and so run on tensor cores; the
-/// others at batch 1) in each precision, and with TF32 every case, forward and
-/// gradients, where it has a matrix product or convolution (nothing else depends on
-/// the precision). Operands rounded to 11 significant bits (TF32, F16) give errors near
+/// others at batch 1) in each precision, and with TF32 the cases whose gradients run
+/// every kind of product (nothing else depends on the precision): batched and
+/// transposed matrix products (attention_block, matmul_batched, gpt_tiny), strided and
+/// padded convolutions (conv2d_stride_pad) and grouped ones (grouped_conv_pools). The
+/// other conformance cases with products run the same kernels on smaller shapes; on a
+/// GPU (`--ignored`) every case with a product runs with TF32. Operands rounded to 11 significant bits (TF32, F16) give errors near
 /// 1e-3 of the output's scale; 8 bits (BF16) near 1e-2. The kernel library's tests
 /// (`runtime-cuda/test_kernels.cu`) check that these paths do round.
 /// Whether a case's graph (its backward pass, with gradients) has a matrix product or
@@ -62,12 +65,15 @@ fn has_products(case: &Case) -> bool {
     g.ids().any(|v| matches!(g.node(v).op.name(), "matmul" | "conv"))
 }
 
-/// The reduced-precision runs `(precision, tolerance, case)` of `all` described above.
-fn precision_runs(all: &[Case]) -> Vec<(Precision, f64, &Case)> {
+/// The reduced-precision runs `(precision, tolerance, case)` of `all` described above;
+/// `every` runs TF32 on every case with a product (on the GPU, where runs are cheap).
+fn precision_runs(all: &[Case], every: bool) -> Vec<(Precision, f64, &Case)> {
+    const TF32_GRADIENTS: [&str; 5] = ["attention_block.npz", "matmul_batched.npz", "gpt_tiny.npz", "conv2d_stride_pad.npz", "grouped_conv_pools (gradients)"];
+    let tf32 = |c: &&Case| if every { !c.label.ends_with("b32") && !c.label.ends_with("b8") && has_products(c) } else { cases::precision_bench(c) || TF32_GRADIENTS.contains(&c.label.as_str()) };
     [(Precision::Bf16, 2e-2), (Precision::F16, 4e-3)]
         .into_iter()
         .flat_map(|(p, tol)| all.iter().filter(cases::precision_bench).map(move |c| (p, tol, c)))
-        .chain(all.iter().filter(|c| !c.label.ends_with("b32") && !c.label.ends_with("b8") && has_products(c)).map(|c| (Precision::Tf32, 4e-3, c)))
+        .chain(all.iter().filter(tf32).map(|c| (Precision::Tf32, 4e-3, c)))
         .collect()
 }
 
@@ -75,7 +81,7 @@ fn precision_runs(all: &[Case]) -> Vec<(Precision, f64, &Case)> {
 fn reduced_precisions_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
     let all = cases(&dir);
-    cases::reduced_precisions_match(&CudaTarget, &BuildConfig { emulate: true, ..Default::default() }, &precision_runs(&all));
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig { emulate: true, ..Default::default() }, &precision_runs(&all, false));
 }
 
 /// `../shared` when this machine has an NVIDIA GPU that its driver answers for, and nvcc;
@@ -105,7 +111,7 @@ fn every_model_matches_the_interpreter_on_the_gpu() {
 fn reduced_precisions_on_the_gpu() {
     let dir = gpu_ready();
     let all = cases(&dir);
-    cases::reduced_precisions_match(&CudaTarget, &BuildConfig::default(), &precision_runs(&all));
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig::default(), &precision_runs(&all, true));
 }
 
 /// The case's CUDA sources, as `compile --target cuda --emit source` writes them;
