@@ -21,6 +21,8 @@ use mithrilc::tensor::Tensor;
 mod common;
 #[path = "common/cases.rs"]
 mod cases;
+#[path = "common/onnx_build.rs"]
+mod onnx_build;
 use cases::{cases, check_demo_at_batch, load, shared, shared_with_build, Case};
 use common::have;
 
@@ -422,45 +424,90 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
 /// `[4*B, 8]` (its own `Shape` for the way back) for a product, a row sum and a
 /// broadcast add. Compiled once with `--max B=5`, its demo computes at B = 1, 3 and 5
 /// what the same arithmetic written out here gives.
+/// Two symbols, one inside the other's dimension: an ONNX model of `x: [B, S, 4]`
+/// reshapes it to rows `[B*S, 4]` for a product and back (`Shape` of x), adds position
+/// vectors sliced to the sequence's length (`Slice` to `Shape(x)[1]`), and takes a
+/// softmax and a mean over S. Compiled once with `--max B=3 S=6`, whose buffers are laid
+/// out for the maxima, its demo reads and writes row-major arrays at every (B, S), and
+/// computes what the interpreter computes at those sizes.
 #[test]
-fn expression_extents_run_at_every_size() {
-    use mithrilc::frontend::onnx::proto::{attribute_proto, tensor_proto, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto};
-    use prost::Message;
+fn symbols_inside_other_dimensions_run_at_every_size() {
+    use onnx_build::{floats, info, ints, node, node_with, D};
     if !have("make") || !have("cc") {
         common::skip("make and cc are needed (apt-get install make gcc)");
         return;
     }
-    let info = |name: &str| {
-        let dims = [Some("B"), None, None].iter().zip([0, 4, 8]).map(|(s, n)| tensor_shape_proto::Dimension {
-            value: Some(s.map_or(tensor_shape_proto::dimension::Value::DimValue(n), |s| tensor_shape_proto::dimension::Value::DimParam(s.into()))),
-            ..Default::default()
-        });
-        let t = type_proto::Tensor { elem_type: Some(tensor_proto::DataType::Float as i32), shape: Some(TensorShapeProto { dim: dims.collect() }) };
-        ValueInfoProto { name: Some(name.into()), r#type: Some(TypeProto { value: Some(type_proto::Value::TensorType(t)), ..Default::default() }), ..Default::default() }
+    let xs = [D::S("B"), D::S("S"), D::N(4)];
+    let w: Vec<f32> = (0..16).map(|i| ((i * 37 % 19) as f32 - 9.0) / 8.0).collect();
+    let pos: Vec<f32> = (0..24).map(|i| ((i * 11 % 13) as f32 - 6.0) / 4.0).collect();
+    let nodes = vec![
+        node("Shape", &["x"], "shape"),
+        node("Slice", &["shape", "one", "two"], "length"),
+        node("Slice", &["pos", "zero", "length", "one"], "p"),
+        node("Reshape", &["x", "rows"], "r"),
+        node("MatMul", &["r", "w"], "m"),
+        node("Reshape", &["m", "shape"], "y0"),
+        node("Add", &["y0", "p"], "y1"),
+        node_with("Softmax", &["y1"], "sm", &[], &[("axis", 1)]),
+        node_with("ReduceMean", &["sm"], "mean", &[("axes", &[1])], &[("keepdims", 1)]),
+        node("Add", &["sm", "mean"], "y"),
+    ];
+    let inits = vec![floats("w", &[4, 4], &w), floats("pos", &[1, 6, 4], &pos), ints("rows", &[-1, 4]), ints("zero", &[0]), ints("one", &[1]), ints("two", &[2])];
+    let dir = tempfile::tempdir().unwrap();
+    let path = onnx_build::write(dir.path(), "inner", 13, nodes, vec![info("x", &xs)], vec![info("y", &xs)], inits);
+    let out = dir.path().join("out");
+    let args = cli::CompileArgs {
+        model: cli::ModelArgs { model: path.clone(), ..Default::default() },
+        out: Some(out.clone()),
+        cflags: Some("-O2".into()),
+        max: vec!["B=3".into(), "S=6".into()],
+        ..Default::default()
     };
-    let node = |op: &str, inputs: &[&str], output: &str| NodeProto { op_type: Some(op.into()), input: inputs.iter().map(|s| s.to_string()).collect(), output: vec![output.into()], ..Default::default() };
-    let ints = |name: &str, values: &[i64]| TensorProto { name: Some(name.into()), dims: vec![values.len() as i64], data_type: Some(tensor_proto::DataType::Int64 as i32), int64_data: values.to_vec(), ..Default::default() };
+    cli::compile(&args).unwrap();
+    let source = std::fs::read_to_string(out.join("inner.c")).unwrap();
+    assert!(source.contains("input \"x\" laid out for its maxima"), "the input copied into the layout for the maxima:\n{source}");
+    for (b, s) in [(1u64, 1u64), (2, 5), (3, 6), (3, 2)] {
+        let x: Vec<f64> = (0..b * s * 4).map(|i| ((i * 13 % 23) as f64 - 11.0) / 7.0).collect();
+        let x = Tensor::new(mithrilc::ir::Dtype::F32, vec![b, s, 4], x);
+        let input = out.join(format!("x_{b}_{s}.npy"));
+        data::write_npy(&input, &x).unwrap();
+        let run = Command::new(out.join("inner_demo")).current_dir(&out).arg("--input").arg(format!("x={}", input.display())).arg("--out").arg(&out).output().unwrap();
+        assert!(run.status.success(), "B={b}, S={s}: {}", String::from_utf8_lossy(&run.stderr));
+        let got = data::read_arrays(&out.join("output_0.npy")).unwrap().arrays.into_values().next().unwrap();
+        // The interpreter, with the sizes known.
+        let known = [("x".to_string(), TensorType::new(mithrilc::ir::Dtype::F32, Shape::known(&[b, s, 4])))].into_iter().collect();
+        let spec = mithrilc::pipeline::ModelSpec { path: path.clone(), frontend: mithrilc::frontend::Options { known_types: known, ..Default::default() }, ..Default::default() };
+        let loaded = mithrilc::pipeline::load(&spec).unwrap();
+        let mut feeds: BTreeMap<String, Tensor> = loaded.weights.iter().map(|(n, t)| (n.clone(), t.to_tensor())).collect();
+        feeds.insert("x".into(), x);
+        let want = mithrilc::interp::run(loaded.graphs.main(), &feeds).unwrap().remove(0).1;
+        assert_eq!(got.shape, want.shape, "B={b}, S={s}");
+        for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+            assert!((g - w).abs() <= 1e-5 + 1e-4 * w.abs(), "B={b}, S={s}, element {i}: {g} against the interpreter's {w}");
+        }
+    }
+}
+
+#[test]
+fn expression_extents_run_at_every_size() {
+    use onnx_build::{floats, info, ints, node, node_with, D};
+    if !have("make") || !have("cc") {
+        common::skip("make and cc are needed (apt-get install make gcc)");
+        return;
+    }
+    let xs = [D::S("B"), D::N(4), D::N(8)];
     let w: Vec<f32> = (0..64).map(|i| ((i * 37 % 19) as f32 - 9.0) / 8.0).collect();
-    let weight = TensorProto { name: Some("w".into()), dims: vec![8, 8], data_type: Some(tensor_proto::DataType::Float as i32), float_data: w.clone(), ..Default::default() };
-    let attr = |name: &str, i: Option<i64>, ints: Vec<i64>, ty: attribute_proto::AttributeType| AttributeProto { name: Some(name.into()), i, ints, r#type: Some(ty as i32), ..Default::default() };
-    let sum = NodeProto {
-        attribute: vec![attr("axes", None, vec![1], attribute_proto::AttributeType::Ints), attr("keepdims", Some(1), vec![], attribute_proto::AttributeType::Int)],
-        ..node("ReduceSum", &["q"], "rs")
-    };
     let nodes = vec![
         node("Shape", &["x"], "shape"),
         node("Reshape", &["x", "rows"], "r"),
         node("MatMul", &["r", "w"], "m"),
         node("Relu", &["m"], "q"),
-        sum,
+        node_with("ReduceSum", &["q"], "rs", &[("axes", &[1])], &[("keepdims", 1)]),
         node("Add", &["q", "rs"], "q2"),
         node("Reshape", &["q2", "shape"], "y"),
     ];
-    let graph = GraphProto { name: Some("g".into()), node: nodes, input: vec![info("x")], output: vec![info("y")], initializer: vec![weight, ints("rows", &[-1, 8])], ..Default::default() };
-    let model = ModelProto { ir_version: Some(7), opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(12) }], graph: Some(graph), ..Default::default() };
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rows.onnx");
-    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let path = onnx_build::write(dir.path(), "rows", 12, nodes, vec![info("x", &xs)], vec![info("y", &xs)], vec![floats("w", &[8, 8], &w), ints("rows", &[-1, 8])]);
     let out = dir.path().join("out");
     let args = cli::CompileArgs {
         model: cli::ModelArgs { model: path, ..Default::default() },

@@ -74,9 +74,9 @@ impl Lowerer<'_> {
         if dims[dims.len() - attrs.kernel.len()..].iter().any(Option::is_some) {
             return Err(self.unsupported_symbolic(v, "pooling over a symbolic spatial size"));
         }
-        let out = if self.library.window(self.library.pool, self.graph.ty(arg(0)).dtype, dtype, attrs.kernel.len()) {
-            // The runtime flattens the leading dimensions.
-            self.require_leading(v, &dims, &shape, "pooling")?;
+        // The runtime flattens the leading dimensions, which must then be row-major.
+        let library = self.library.window(self.library.pool, self.graph.ty(arg(0)).dtype, dtype, attrs.kernel.len());
+        let out = if library && !padded_inside(&dims, &shape) {
             let x = self.contiguous(arg(0))?;
             let out = View::contiguous(self.arena(v, dtype, &shape), &shape);
             self.step(Kernel::Pool { x, out: out.clone(), attrs: attrs.clone() }, vec![self.origin(v)], dims);
@@ -92,13 +92,10 @@ impl Lowerer<'_> {
         let node = self.graph.node(v);
         let dtype = node.ty.dtype;
         let arg = |i: usize| node.args[i];
-        if self.graph.ty(arg(0)).dtype == dtype && self.library.softmax.contains(&dtype) {
-            // The runtime flattens the dimensions before the axis.
-            let dims = self.dims(v)?;
-            if dims[*axis..].iter().any(Option::is_some) {
-                return Err(self.unsupported_symbolic(v, "softmax along or inside a symbolic dimension"));
-            }
-            self.require_leading(v, &dims, &shape, "softmax")?;
+        // The runtime flattens the dimensions before the axis, and takes static rows.
+        let dims = self.dims(v)?;
+        let rows_static = dims[*axis..].iter().all(Option::is_none) && !padded_inside(&dims, &shape);
+        if self.graph.ty(arg(0)).dtype == dtype && self.library.softmax.contains(&dtype) && rows_static {
             let x = self.contiguous(arg(0))?;
             let out = View::contiguous(self.arena(v, dtype, &shape), &shape);
             self.step(Kernel::Softmax { x, out: out.clone(), axis: *axis }, vec![self.origin(v)], dims);

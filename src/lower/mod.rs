@@ -199,17 +199,11 @@ impl<'g> Lowerer<'g> {
         .note("give the dimension a static size with --shape")
     }
 
-    /// Buffers are laid out for the symbols' maxima; the caller's arrays (and the
-    /// runtime calls that flatten leading dimensions) are row-major for the run-time
-    /// sizes. The two agree only when no symbolic dimension follows the first one
-    /// larger than 1: the smaller array is then a prefix of the larger one.
-    fn require_leading(&self, v: ValueId, dims: &[Option<Dim>], shape: &[u64], what: &str) -> Result<()> {
-        let first = shape.iter().position(|&n| n > 1).unwrap_or(shape.len());
-        if let Some(d) = (first + 1..dims.len()).find(|&d| dims[d].is_some() && shape[d] > 1) {
-            let name = dims[d].as_ref().expect("symbolic");
-            return Err(self.unsupported_symbolic(v, &format!("{what} with the symbolic dimension {name} inside another dimension")));
-        }
-        Ok(())
+    /// The run-time extent of each of the value's dimensions as an expression (a static
+    /// one as a constant).
+    fn extent_exprs(&mut self, v: ValueId) -> Result<Vec<Expr>> {
+        let shape = self.shape(v)?;
+        Ok(self.dims(v)?.into_iter().zip(shape).map(|(d, n)| d.map_or(Expr::Const(n as f64, Dtype::I64), Expr::Extent)).collect())
     }
 
     fn step(&mut self, kernel: Kernel, origins: Vec<String>, dims: Vec<Option<Dim>>) {
@@ -247,12 +241,22 @@ impl<'g> Lowerer<'g> {
             let dtype = graph.ty(o.value).dtype;
             let dims = self.dims(o.value)?;
             let what = format!("the model output {:?}", o.name);
-            self.require_leading(o.value, &dims, &shape, &what)?;
             let symbols = self.port_dims(o.value, &dims, &what)?;
             let buf = self.buffer(format!("out_{}", i), dtype, len, Storage::Output(i));
-            let out = View::contiguous(buf, &shape);
-            let expr = self.expr_of(o.value)?;
-            self.step(Kernel::Map { out, expr }, vec![format!("output {:?}", o.name)], dims.clone());
+            let origins = vec![format!("output {:?}", o.name)];
+            if padded_inside(&dims, &shape) {
+                // Row-major at the run-time sizes: one loop over the elements written,
+                // each read where the layout for the maxima holds it.
+                let src = self.view_of(o.value)?;
+                let from = self.extent_exprs(o.value)?;
+                let count = graph.ty(o.value).shape.numel_dim().map_err(|e| Error::user(format!("{what}: {e}")))?;
+                let expr = relayout(&src, self.p.buffers[src.buf.0].len, &from, &[Expr::Extent(count.clone())]);
+                self.step(Kernel::Map { out: View::contiguous(buf, &[len]), expr }, origins, vec![Some(count)]);
+            } else {
+                let out = View::contiguous(buf, &shape);
+                let expr = self.expr_of(o.value)?;
+                self.step(Kernel::Map { out, expr }, origins, dims.clone());
+            }
             self.p.outputs.push(Port { name: o.name.clone(), buf, shape, dims: symbols, layout: Layout::RowMajor, stored: Stored::F32 });
             if o.loss {
                 self.p.loss = Some(i);
@@ -353,11 +357,22 @@ impl<'g> Lowerer<'g> {
         let idx = self.p.inputs.len();
         let name = node.name.clone().unwrap_or_default();
         let dims = self.dims(v)?;
-        self.require_leading(v, &dims, &shape, "a model input")?;
-        let dims = self.port_dims(v, &dims, "a model input")?;
-        let buf = self.buffer(name.clone(), dtype, shape.iter().product::<u64>().max(1), Storage::Input(idx));
-        self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims, layout: Layout::RowMajor, stored: Stored::F32 });
-        self.views.insert(v, View::contiguous(buf, &shape));
+        let symbols = self.port_dims(v, &dims, "a model input")?;
+        let len = shape.iter().product::<u64>().max(1);
+        let buf = self.buffer(name.clone(), dtype, len, Storage::Input(idx));
+        self.p.inputs.push(Port { name, buf, shape: shape.clone(), dims: symbols, layout: Layout::RowMajor, stored: Stored::F32 });
+        if padded_inside(&dims, &shape) {
+            // The caller's array, row-major at the run-time sizes, copied into the
+            // layout for the maxima.
+            let to = self.extent_exprs(v)?;
+            let expr = relayout(&View::contiguous(buf, &[len]), len, &[Expr::Const(len as f64, Dtype::I64)], &to);
+            self.map(v, expr)?;
+            if let Some(step) = self.p.steps.last_mut() {
+                step.origins = vec![format!("input {:?} laid out for its maxima", self.graph.node(v).name.clone().unwrap_or_default())];
+            }
+        } else {
+            self.views.insert(v, View::contiguous(buf, &shape));
+        }
         Ok(())
     }
 
@@ -416,6 +431,59 @@ pub fn lacking(graph: &Graph, v: ValueId) -> Option<String> {
     (matches!(graph.node(v).op, Op::Conv(_) | Op::Pool(_)) && !float).then(|| "convolution and pooling take floats".to_string())
 }
 
+/// Whether a value whose dimensions run to `dims` (`None` static; see [`Step::dims`])
+/// is laid out otherwise for the symbols' maxima (`shape`) than row-major at their
+/// run-time values. Buffers are laid out for the maxima; the two agree when no
+/// symbolic dimension follows the first one larger than 1, the smaller array then a
+/// prefix of the larger one.
+fn padded_inside(dims: &[Option<Dim>], shape: &[u64]) -> bool {
+    let first = shape.iter().position(|&n| n > 1).unwrap_or(shape.len());
+    (first + 1..dims.len()).any(|d| dims[d].is_some() && shape[d] > 1)
+}
+
+/// An i64 operation on two index expressions.
+fn int_op(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+    Expr::Binary(op, Box::new(a), Box::new(b), Dtype::I64)
+}
+
+/// The elements of `src` in row-major order at its run-time extents `from`, read over
+/// an index space of run-time extents `to` in row-major order: the element at index
+/// `i` of the space is the one at the same row-major position of `src`. (`src` is a
+/// view into a buffer of `len` elements; its strides lay it out for the maxima, or
+/// it is one dimension, dense at run time.) The same elements in another layout: what
+/// the caller's arrays and a reshape that moves a symbol need.
+pub fn relayout(src: &View, len: u64, from: &[Expr], to: &[Expr]) -> Expr {
+    let is_one = |e: &Expr| matches!(e, Expr::Const(x, _) if *x == 1.0);
+    // The row-major position at `to`.
+    let mut flat: Option<Expr> = None;
+    for (d, n) in to.iter().enumerate() {
+        flat = Some(match flat {
+            None => Expr::Index(d),
+            Some(f) if is_one(n) => f,
+            Some(f) => int_op(BinaryOp::Add, int_op(BinaryOp::Mul, f, n.clone()), Expr::Index(d)),
+        });
+    }
+    let mut rest = flat.unwrap_or(Expr::Const(0.0, Dtype::I64));
+    // The element's index along each dimension of `src`, last first, and its offset.
+    let mut at = Expr::Const(src.offset as f64, Dtype::I64);
+    let first = from.iter().position(|n| !is_one(n)).unwrap_or(from.len());
+    for d in (first..from.len()).rev().filter(|&d| !is_one(&from[d])) {
+        let index = if d == first {
+            rest.clone()
+        } else {
+            let q = int_op(BinaryOp::FloorDiv, rest.clone(), from[d].clone());
+            let index = int_op(BinaryOp::Sub, rest, int_op(BinaryOp::Mul, q.clone(), from[d].clone()));
+            rest = q;
+            index
+        };
+        if src.strides[d] != 0 {
+            at = int_op(BinaryOp::Add, at, int_op(BinaryOp::Mul, index, Expr::Const(src.strides[d] as f64, Dtype::I64)));
+        }
+    }
+    let whole = View { buf: src.buf, shape: vec![len], strides: vec![1], offset: 0 };
+    Expr::Gather { view: whole, vars: vec![usize::MAX], axis: 0, index: Box::new(at) }
+}
+
 /// Re-indexes an expression written over `own` dims so it reads at positions of
 /// `target` (NumPy broadcasting: `own` aligns with the end of `target`, size-1 dims
 /// repeat).
@@ -432,7 +500,7 @@ fn shift_vars(e: Expr, own: &[u64], shift: usize) -> Expr {
     let f = |v: usize| v + shift;
     let rec = |x: Box<Expr>| Box::new(shift_vars(*x, own, shift));
     match e {
-        Expr::Const(..) => e,
+        Expr::Const(..) | Expr::Extent(_) => e,
         // A size-1 dimension's index is always 0, wherever it repeats.
         Expr::Index(v) if v < own.len() && own[v] == 1 => Expr::Const(0.0, Dtype::I64),
         Expr::Index(v) => Expr::Index(f(v)),

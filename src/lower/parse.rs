@@ -424,6 +424,11 @@ impl Cursor<'_> {
             let index = Box::new(index.ok_or(format!("gather along axis {axis} of a view of rank {}", view.shape.len()))?);
             return Ok(Expr::Gather { view, vars, axis, index });
         }
+        if self.eat("extent<") {
+            let d = self.token(|c| c != '>').to_string();
+            self.expect(">")?;
+            return Ok(Expr::Extent(crate::ir::Dim::parse(&d)?));
+        }
         if self.eat("cast<") {
             let d = self.token(|c| c.is_ascii_alphanumeric());
             let d = Dtype::from_name(d).ok_or(format!("bad element type `{d}`"))?;

@@ -126,6 +126,7 @@ pub fn expr(p: &Program, e: &Expr) -> String {
         Expr::Const(x, d) => format!("{x:?}{}", d.name()),
         Expr::Load { view: v, vars } => format!("{}[{}]", view(p, v), vars.iter().map(|&v| var(v)).collect::<Vec<_>>().join(", ")),
         Expr::Index(v) => var(*v),
+        Expr::Extent(d) => format!("extent<{d}>"),
         Expr::Unary(u, a, _) => format!("{}({})", u.name(), expr(p, a)),
         Expr::Binary(b, l, r, _) => format!("{}({}, {})", b.name(), expr(p, l), expr(p, r)),
         Expr::Select(c, a, b, _) => format!("select({}, {}, {})", expr(p, c), expr(p, a), expr(p, b)),

@@ -109,6 +109,11 @@ pub enum Expr {
     Load { view: View, vars: Vec<usize> },
     /// The value of a loop variable (as i64).
     Index(usize),
+    /// The run-time value (as i64) of an extent: a symbol of [`Program::symbols`] or an
+    /// expression of them, as in [`Step::dims`]. Moving elements between the layout
+    /// for the symbols' maxima and the row-major one at their run-time values computes
+    /// positions from these.
+    Extent(Dim),
     Unary(UnaryOp, Box<Expr>, Dtype),
     Binary(BinaryOp, Box<Expr>, Box<Expr>, Dtype),
     /// `cond ? a : b`, only the chosen side evaluated: a guard for a load that is valid
@@ -131,7 +136,7 @@ impl Expr {
     pub fn walk<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
         f(self);
         match self {
-            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}
+            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) | Expr::Extent(_) => {}
             Expr::Gather { index: a, .. } | Expr::Unary(_, a, _) | Expr::Cast(a, _) => a.walk(f),
             Expr::Binary(_, a, b, _) => {
                 a.walk(f);
@@ -150,7 +155,7 @@ impl Expr {
     pub fn walk_mut(&mut self, f: &mut dyn FnMut(&mut Expr)) {
         f(self);
         match self {
-            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) => {}
+            Expr::Const(..) | Expr::Load { .. } | Expr::Index(_) | Expr::Extent(_) => {}
             Expr::Gather { index: a, .. } | Expr::Unary(_, a, _) | Expr::Cast(a, _) => a.walk_mut(f),
             Expr::Binary(_, a, b, _) => {
                 a.walk_mut(f);
@@ -168,7 +173,7 @@ impl Expr {
         match self {
             Expr::Const(_, d) | Expr::Unary(_, _, d) | Expr::Binary(_, _, _, d) | Expr::Select(_, _, _, d) | Expr::Where(_, _, _, d) | Expr::Cast(_, d) => *d,
             Expr::Load { .. } | Expr::Gather { .. } => Dtype::F32, // overwritten by the program's buffer dtype; see `Program::expr_dtype`
-            Expr::Index(_) => Dtype::I64,
+            Expr::Index(_) | Expr::Extent(_) => Dtype::I64,
         }
     }
 }
@@ -193,6 +198,7 @@ impl Hash for Expr {
                 vars.hash(h);
             }
             Expr::Index(v) => v.hash(h),
+            Expr::Extent(d) => d.hash(h),
             Expr::Unary(u, a, d) => {
                 u.hash(h);
                 a.hash(h);
@@ -352,11 +358,38 @@ impl Step {
                 e.symbols(&mut names);
             }
         }
-        let mut out: Vec<usize> = names.iter().filter_map(|n| symbols.iter().position(|(s, _)| s == n)).collect();
-        out.sort_unstable();
-        out.dedup();
-        out
+        symbol_indices(&names, symbols)
     }
+
+    /// The indices into `symbols` of every symbol the kernel uses: its loops' extents
+    /// and the extents its expressions read ([`Expr::Extent`]), sorted.
+    pub fn symbols_used(&self, symbols: &[(String, u64)]) -> Vec<usize> {
+        let mut names = Vec::new();
+        for e in self.dims.iter().flatten() {
+            e.symbols(&mut names);
+        }
+        for e in kernel_exprs(&self.kernel) {
+            expr_symbols(e, &mut names);
+        }
+        symbol_indices(&names, symbols)
+    }
+}
+
+/// The symbols of the extents `e` reads ([`Expr::Extent`]), added to `out`.
+pub fn expr_symbols<'a>(e: &'a Expr, out: &mut Vec<&'a str>) {
+    e.walk(&mut |e| {
+        if let Expr::Extent(d) = e {
+            d.symbols(out);
+        }
+    });
+}
+
+/// The positions of `names` in `symbols`, sorted and without repeats.
+pub fn symbol_indices(names: &[&str], symbols: &[(String, u64)]) -> Vec<usize> {
+    let mut out: Vec<usize> = names.iter().filter_map(|n| symbols.iter().position(|(s, _)| s == n)).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// A model input, output or parameter.
@@ -488,8 +521,8 @@ pub struct Program {
     pub consts: Vec<Constant>,
     /// Symbolic dimensions (a batch size) with the largest value each may take at run
     /// time. Buffers are laid out for the maxima, so only loop extents change with
-    /// them; symbols must be outermost in inputs and outputs, whose row-major layout
-    /// then does not depend on them.
+    /// them; inputs and outputs are row-major at the run-time sizes, copied into and out
+    /// of that layout where a symbol lies inside another dimension.
     pub symbols: Vec<(String, u64)>,
     /// Model inputs (the caller's `inputs[i]`).
     pub inputs: Vec<Port>,
@@ -651,6 +684,19 @@ pub fn expr_bufs(e: &Expr, out: &mut Vec<BufId>) {
         if let Expr::Load { view, .. } | Expr::Gather { view, .. } = e {
             out.push(view.buf);
         }
+    });
+}
+
+/// The loop variables `e` reads (with repeats): its indices, and the variables of its
+/// loads along dimensions they move through (a stride other than 0, an extent other
+/// than 1).
+pub fn expr_vars(e: &Expr, out: &mut Vec<usize>) {
+    e.walk(&mut |e| match e {
+        Expr::Load { view, vars } | Expr::Gather { view, vars, .. } => {
+            out.extend(vars.iter().enumerate().filter(|&(d, &v)| v != usize::MAX && view.strides[d] != 0 && view.shape[d] != 1).map(|(_, &v)| v));
+        }
+        Expr::Index(v) => out.push(*v),
+        _ => {}
     });
 }
 

@@ -10,16 +10,24 @@ impl Lowerer<'_> {
         let dtype = node.ty.dtype;
         let arg = |i: usize| node.args[i];
         let in_shape = self.shape(arg(0))?;
-        let dims = self.reduce_dims(arg(0), axes, *kind == ReduceKind::Mean)?;
+        let dims = self.reduce_dims(arg(0), axes, false)?;
         let (expr, reduced) = self.reduction_input(arg(0), &in_shape, axes)?;
-        let n: u64 = reduced.iter().product();
-        let scale = (*kind == ReduceKind::Mean).then(|| 1.0 / n as f64);
-        let kind = if *kind == ReduceKind::Mean { ReduceKind::Sum } else { *kind };
+        // A mean over a symbolic dimension divides the sum by its run-time count.
+        let counted = self.graph.ty(arg(0)).shape.dims().iter().enumerate().filter(|(d, _)| axes.contains(d)).map(|(_, d)| d).collect::<Vec<_>>();
+        let count = Dim::product(counted).map_err(|e| Error::user(format!("{}: {e}", self.origin(v))))?;
+        let mean = *kind == ReduceKind::Mean;
+        let scale = (mean && count.known().is_some()).then(|| 1.0 / reduced.iter().product::<u64>() as f64);
+        let kind = if mean { ReduceKind::Sum } else { *kind };
         let buf = self.arena(v, dtype, &shape);
         let kept: Vec<u64> = kept_shape(&in_shape, axes);
         let out = View::contiguous(buf, &kept);
         self.step(Kernel::Reduce { out, reduced, kind, expr, scale }, vec![self.origin(v)], dims);
         self.views.insert(v, View::contiguous(buf, &shape));
+        if mean && count.known().is_none() {
+            let sum = Expr::Load { view: View::contiguous(buf, &shape), vars: (0..shape.len()).collect() };
+            let n = Expr::Cast(Box::new(Expr::Extent(count)), dtype);
+            self.map(v, Expr::Binary(BinaryOp::Div, Box::new(sum), Box::new(n), dtype))?;
+        }
         Ok(())
     }
 

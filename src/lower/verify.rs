@@ -434,6 +434,14 @@ fn expr(p: &Program, e: &Expr, ranges: &[Range], guards: &mut Vec<Fact>, out: &V
             }
             Dtype::I64
         }
+        Expr::Extent(d) => {
+            let mut names = Vec::new();
+            d.symbols(&mut names);
+            if let Some(n) = names.iter().find(|n| !p.symbols.iter().any(|(s, _)| s == *n)) {
+                return Err(format!("extent {d} of a symbol {n} the program does not take"));
+            }
+            Dtype::I64
+        }
         Expr::Load { view, vars } | Expr::Gather { view, vars, .. } => {
             if vars.len() != view.shape.len() || !vars.iter().all(|&v| var_ok(v)) {
                 return Err(format!("load of %b{} with vars {} for a view of rank {} in a domain of rank {}", view.buf.0, vars_text(vars), view.shape.len(), ranges.len()));

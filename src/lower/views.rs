@@ -25,12 +25,15 @@ impl Lowerer<'_> {
     pub(super) fn reshape(&mut self, v: ValueId, shape: Vec<u64>) -> Result<()> {
         let node = self.graph.node(v);
         let arg = |i: usize| node.args[i];
-        let (from, to) = (self.dims(arg(0))?, self.dims(v)?);
         let in_shape = self.shape(arg(0))?;
-        self.require_leading(arg(0), &from, &in_shape, "a reshape")?;
-        self.require_leading(v, &to, &shape, "a reshape")?;
-        // Both layouts for the maxima hold the run-time array as a prefix (above), so
-        // the reshape keeps its elements where they are whatever the symbols are.
+        let (from, to) = (self.graph.ty(arg(0)).shape.clone(), self.graph.ty(v).shape.clone());
+        if !keeps_layout(from.dims(), &in_shape, to.dims(), &shape) {
+            // Each element read where the layout for the maxima holds it.
+            let src = self.view_of(arg(0))?;
+            let (from, to) = (self.extent_exprs(arg(0))?, self.extent_exprs(v)?);
+            let expr = relayout(&src, self.p.buffers[src.buf.0].len, &from, &to);
+            return self.map(v, expr);
+        }
         let src = self.view_of(arg(0))?;
         let view = match reshape_view(&src, &shape) {
             Some(view) => view,
@@ -125,14 +128,23 @@ impl Lowerer<'_> {
         let node = self.graph.node(v);
         let arg = |i: usize| node.args[i];
         // out[pre..., idx..., post...] = data[pre..., indices[idx...], post...]
-        if self.dims(arg(0))?[*axis].is_some() {
-            return Err(self.unsupported_symbolic(v, "indexing along a symbolic dimension"));
-        }
         let data = self.view_of(arg(0))?;
         let idx_rank = self.graph.ty(arg(1)).rank();
         let index_vars: Vec<usize> = (*axis..axis + idx_rank).collect();
         let idx_view = self.view_of(arg(1))?;
-        let index = Expr::Load { view: idx_view, vars: index_vars };
+        let mut index = Expr::Load { view: idx_view, vars: index_vars };
+        if let Some(n) = self.dims(arg(0))?[*axis].clone() {
+            // The gather checks its indices against the axis's maximum: one wrapped and
+            // checked against the run-time size here, and one out of range replaced by
+            // the maximum, which fails that check.
+            let (n, max) = (Expr::Extent(n), Expr::Const(data.shape[*axis] as f64, Dtype::I64));
+            let zero = Expr::Const(0.0, Dtype::I64);
+            let i = Expr::Cast(Box::new(index), Dtype::I64);
+            let cmp = |op, a: &Expr, b: &Expr| Expr::Binary(op, Box::new(a.clone()), Box::new(b.clone()), Dtype::Bool);
+            let wrapped = Expr::Where(Box::new(cmp(BinaryOp::Lt, &i, &zero)), Box::new(int_op(BinaryOp::Add, i.clone(), n.clone())), Box::new(i), Dtype::I64);
+            let inside = Expr::Binary(BinaryOp::And, Box::new(cmp(BinaryOp::Ge, &wrapped, &zero)), Box::new(cmp(BinaryOp::Lt, &wrapped, &n)), Dtype::Bool);
+            index = Expr::Where(Box::new(inside), Box::new(wrapped), Box::new(max), Dtype::I64);
+        }
         let mut vars = Vec::new();
         for d in 0..data.shape.len() {
             vars.push(if d < *axis { d } else if d == *axis { usize::MAX } else { d - 1 + idx_rank });
@@ -207,6 +219,46 @@ pub(super) fn reshape_view(src: &View, shape: &[u64]) -> Option<View> {
         ni = nj;
     }
     Some(View { buf: src.buf, shape: shape.to_vec(), strides, offset: src.offset })
+}
+
+/// Whether a reshape from dimensions `from` (`from_max` at the symbols' maxima) to
+/// `to` leaves every element where the layout for the maxima holds it, so that it is
+/// a view. The dimensions larger than 1 fall into groups of equal products, as NumPy
+/// reshapes without a copy; that holds when the products are equal for every value of
+/// the symbols and only the first dimension of each group on either side is symbolic
+/// (`[B, S, H] -> [B, S, h, H/h]` or `[S, 4] -> [4 S]`, not `[B, S] -> [B S]`).
+pub(super) fn keeps_layout(from: &[Dim], from_max: &[u64], to: &[Dim], to_max: &[u64]) -> bool {
+    let old: Vec<usize> = (0..from.len()).filter(|&d| from_max[d] != 1).collect();
+    let new: Vec<usize> = (0..to.len()).filter(|&d| to_max[d] != 1).collect();
+    let group = |dims: &[Dim], at: &[usize]| -> Option<Dim> {
+        if at[1..].iter().any(|&d| !matches!(dims[d], Dim::Known(_))) {
+            return None;
+        }
+        Dim::product(at.iter().map(|&d| &dims[d])).ok()
+    };
+    let (mut oi, mut ni) = (0, 0);
+    while oi < old.len() && ni < new.len() {
+        let (mut oj, mut nj) = (oi + 1, ni + 1);
+        let (mut op, mut np) = (from_max[old[oi]], to_max[new[ni]]);
+        while op != np {
+            if op < np {
+                let Some(&d) = old.get(oj) else { return false };
+                op = op.saturating_mul(from_max[d]);
+                oj += 1;
+            } else {
+                let Some(&d) = new.get(nj) else { return false };
+                np = np.saturating_mul(to_max[d]);
+                nj += 1;
+            }
+        }
+        match (group(from, &old[oi..oj]), group(to, &new[ni..nj])) {
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+        oi = oj;
+        ni = nj;
+    }
+    oi == old.len() && ni == new.len()
 }
 
 /// A view broadcast to `shape` (NumPy alignment; broadcast dims get stride 0).

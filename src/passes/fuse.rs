@@ -239,7 +239,7 @@ fn reindex(e: &Expr, map: &[Option<usize>]) -> Expr {
         (view, out)
     };
     match e {
-        Expr::Const(..) => e.clone(),
+        Expr::Const(..) | Expr::Extent(_) => e.clone(),
         Expr::Index(v) => var(*v).map_or(Expr::Const(0.0, Dtype::I64), Expr::Index),
         Expr::Load { view, vars } => {
             let (view, vars) = remap(view, vars, None);

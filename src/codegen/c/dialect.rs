@@ -19,6 +19,10 @@ impl Dialect for C {
     fn supports(&self, _d: Dtype) -> bool {
         true
     }
+    /// A task reads the symbols from its context.
+    fn symbol(&self, _p: &crate::lower::Program, i: usize) -> String {
+        format!("ctx->dims[{i}]")
+    }
     fn ty(&self, d: Dtype) -> &'static str {
         match d {
             Dtype::F32 => "float",

@@ -64,7 +64,7 @@ pub fn kernel_params<D: Dialect + ?Sized>(r: &Renderer<D>, step: &crate::lower::
         .into_iter()
         .map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: if b == written { ParamKind::Write } else { ParamKind::Read } })
         .collect();
-    let used = step.symbols_of(0..step.dims.len(), &p.symbols);
+    let used = step.symbols_used(&p.symbols);
     params.extend(used.into_iter().map(|i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
     params
 }
@@ -143,7 +143,7 @@ pub fn epilogue_functor<D: Device>(r: &Renderer<D>, name: &str, k: usize, step: 
     // The scores have no memory: the functor is given the product instead.
     bufs.retain(|b| p.buffers[b.0].storage != Storage::Local && !skip(*b));
     let dims = dim_params(p);
-    let used = step.symbols_of(0..step.dims.len(), &p.symbols);
+    let used = step.symbols_used(&p.symbols);
     let mut fields = Vec::new();
     let mut values = Vec::new();
     for b in &bufs {
@@ -298,7 +298,12 @@ pub fn index_check<D: Device>(r: &Renderer<D>, fname: &str, k: usize, step: &cra
     bufs.sort();
     bufs.dedup();
     let mut params: Vec<Param> = bufs.iter().map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: ParamKind::Read }).collect();
-    let syms = step.symbols_of(check.vars.iter().copied(), &p.symbols);
+    let mut syms = step.symbols_of(check.vars.iter().copied(), &p.symbols);
+    let mut read = Vec::new();
+    crate::lower::expr_symbols(&check.index, &mut read);
+    syms.extend(crate::lower::symbol_indices(&read, &p.symbols));
+    syms.sort_unstable();
+    syms.dedup();
     params.extend(syms.iter().map(|&i| Param { name: dims[i].clone(), dtype: Dtype::I64, kind: ParamKind::Dim }));
     params.push(Param { name: "error".into(), dtype: Dtype::I32, kind: ParamKind::Write });
     let vars: Vec<String> = check.vars.iter().map(|&v| ext[v].clone()).collect();

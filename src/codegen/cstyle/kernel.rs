@@ -21,7 +21,7 @@ pub fn extents(step: &Step, symbols: &[(String, u64)], dim: impl Fn(usize) -> St
 
 /// A dimension as a C expression (`(4 * dims[0] + dims[1] / 2)`). Its parts are never
 /// negative (the lowering sees to it), so C's division is the floor it stands for.
-fn extent(d: &Dim, sym: &dyn Fn(&str) -> String) -> String {
+pub fn extent(d: &Dim, sym: &dyn Fn(&str) -> String) -> String {
     match d {
         Dim::Known(n) => n.to_string(),
         Dim::Sym(s) => sym(s),
@@ -96,7 +96,9 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let store = format!("{}[{}] = {value};", r.names[out.buf.0], r.index(out, &vars));
             if let Some(w) = warp_reduce(r, k) {
-                warp_sum(r, w, s, ext, rv, &v, acc_ty, (&init, &step), &store);
+                let mut read = Vec::new();
+                crate::lower::expr_vars(expr, &mut read);
+                warp_sum(r, w, s, ext, rv, (&v, &read), acc_ty, (&init, &step), &store);
                 return Ok(());
             }
             let depth = d.open_outer(s, outer);
@@ -153,9 +155,10 @@ pub fn warp_reduce<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&
 /// A reduction by warps ([`warp_reduce`]): a grid-stride loop over outputs with one
 /// warp per output (so every lane of a warp takes the same trips, as its shuffles
 /// need); each lane accumulates a strided share of the flattened reduced domain, the
-/// shuffles combine the lanes, and lane 0 stores. `step` combines `acc` and `v`.
+/// shuffles combine the lanes, and lane 0 stores. `step` combines `acc` and `v`, which
+/// reads the loop variables `read`.
 #[allow(clippy::too_many_arguments)]
-fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext: &[String], rv: usize, v: &str, acc_ty: Dtype, (init, step): (&str, &str), store: &str) {
+fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext: &[String], rv: usize, (v, read): (&str, &[usize]), acc_ty: Dtype, (init, step): (&str, &str), store: &str) {
     let (idx, ty) = (r.d.ty(Dtype::I64), r.d.ty(acc_ty));
     let (outer, inner) = ext.split_at(rv);
     let _ = writeln!(s, "{}for ({idx} gid = {}; gid < {}; gid += {}) {{", pad(1), w.first, product(outer), w.count);
@@ -165,6 +168,12 @@ fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext:
     let _ = writeln!(s, "{}for ({idx} rid = lane; rid < {}; rid += {}) {{", pad(2), product(inner), w.lanes);
     let vars: Vec<usize> = (rv..rv + inner.len()).collect();
     super::device::unflatten(r.d, s, "rid", &vars, inner, 3);
+    // A sum of a value broadcast along a reduced dimension does not read its variable.
+    for (&var, n) in vars.iter().zip(inner) {
+        if n != "1" && !read.contains(&var) {
+            let _ = writeln!(s, "{}(void)i{var};", pad(3));
+        }
+    }
     let _ = writeln!(s, "{}{ty} v = {v};\n{}acc = {step};\n{}}}", pad(3), pad(3), pad(2));
     let mut off = w.lanes / 2;
     while off > 0 {
@@ -217,11 +226,7 @@ pub fn gather_checks(k: &Kernel) -> Vec<GatherCheck> {
         e.walk(&mut |e| {
             if let Expr::Gather { view, axis, index, .. } = e {
                 let mut vars = Vec::new();
-                index.walk(&mut |e| match e {
-                    Expr::Load { vars: v, .. } | Expr::Gather { vars: v, .. } => vars.extend(v.iter().copied().filter(|&v| v != usize::MAX)),
-                    Expr::Index(v) => vars.push(*v),
-                    _ => {}
-                });
+                crate::lower::expr_vars(index, &mut vars);
                 vars.sort_unstable();
                 vars.dedup();
                 out.push(GatherCheck { n: view.shape[*axis], index: (**index).clone(), vars });

@@ -67,6 +67,12 @@ pub trait Dialect {
             (false, true) => "(-INFINITY)".into(),
         }
     }
+    /// How a kernel names the run-time value of symbol `i` of `p`
+    /// ([`crate::lower::Program::symbols`]): by default the kernel parameter that
+    /// passes it ([`crate::codegen::names::dim_params`]).
+    fn symbol(&self, p: &crate::lower::Program, i: usize) -> String {
+        crate::codegen::names::dim_params(p)[i].clone()
+    }
     /// An i64 literal.
     fn i64_literal(&self, v: i64) -> String {
         format!("INT64_C({v})")
@@ -381,6 +387,10 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
                 None => self.load(format!("{}[{}]", self.names[view.buf.0], self.index(view, vars)), self.dtype(e)),
             },
             Expr::Index(v) => format!("i{v}"),
+            Expr::Extent(x) => {
+                let sym = |name: &str| d.symbol(self.p, self.p.symbols.iter().position(|(s, _)| s == name).expect("the program lists every symbol its kernels use"));
+                kernel::extent(x, &sym)
+            }
             Expr::Gather { view, vars, axis, index } => {
                 let n = view.shape[*axis];
                 let base = self.index(view, vars);

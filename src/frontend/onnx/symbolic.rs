@@ -35,11 +35,7 @@ impl Cx<'_> {
         for d in shape.dims() {
             parts.push(match d {
                 Dim::Known(n) => self.b.constant(Tensor::new(Dtype::I64, vec![1], vec![*n as f64])),
-                d => {
-                    let one = self.b.scalar(Dtype::I64, 1.0);
-                    let ones = self.b.broadcast_to(one, Shape(vec![d.clone()]))?;
-                    self.b.reduce(ReduceKind::Sum, ones, vec![0], true)?
-                }
+                d => self.dim_value(d, true)?,
             });
         }
         let v = match parts.len() {
@@ -50,6 +46,14 @@ impl Cx<'_> {
         let polys = shape.dims().iter().map(Dim::poly).collect::<std::result::Result<Vec<_>, _>>().map_err(crate::error::Error::user)?;
         self.lists.insert(v, polys);
         Ok(v)
+    }
+
+    /// A dimension's size as an i64 scalar (`[1]` with `keep`) computed at run time: the
+    /// sum of that many ones.
+    pub fn dim_value(&mut self, d: &Dim, keep: bool) -> Result<ValueId> {
+        let one = self.b.scalar(Dtype::I64, 1.0);
+        let ones = self.b.broadcast_to(one, Shape(vec![d.clone()]))?;
+        self.b.reduce(ReduceKind::Sum, ones, vec![0], keep)
     }
 
     /// The value of an integer tensor of rank 0 or 1 as dimensions of the symbols, when

@@ -32,21 +32,44 @@ fn int64(cx: &mut Cx, x: ValueId) -> Result<ValueId> {
     if cx.b.dtype(x) == Dtype::I64 { Ok(x) } else { cx.b.cast(x, Dtype::I64) }
 }
 
+/// Static dimensions as [`Dim`]s.
+pub(super) fn known(d: &[u64]) -> Vec<Dim> {
+    d.iter().map(|&n| Dim::Known(n)).collect()
+}
+
+/// `v`'s dimensions, symbolic ones included, for an op whose index arithmetic takes
+/// them (the sizes then computed at run time).
+fn any_dims(cx: &Cx, v: ValueId, op: &str) -> std::result::Result<Vec<Dim>, Fail> {
+    let shape = cx.b.shape(v);
+    if shape.as_known().is_some() {
+        return Ok(known(&dims(cx, v, op)?));
+    }
+    Ok(shape.0)
+}
+
+/// A length as an i64 scalar: a constant, or computed at run time for a symbolic one.
+fn length(cx: &mut Cx, len: &Dim) -> Result<ValueId> {
+    match len {
+        Dim::Known(n) => Ok(cx.b.scalar(Dtype::I64, *n as f64)),
+        d => cx.dim_value(d, false),
+    }
+}
+
 /// Indices into an axis of `len`, negative ones counted from its end:
 /// `where(i < 0, i + len, i)`, as i64.
-fn wrap(cx: &mut Cx, i: ValueId, len: u64) -> Result<ValueId> {
+fn wrap(cx: &mut Cx, i: ValueId, len: &Dim) -> Result<ValueId> {
     let i = int64(cx, i)?;
     let zero = cx.b.scalar(Dtype::I64, 0.0);
-    let n = cx.b.scalar(Dtype::I64, len as f64);
+    let n = length(cx, len)?;
     let negative = cx.b.binary(BinaryOp::Lt, i, zero)?;
     let up = cx.b.binary(BinaryOp::Add, i, n)?;
     cx.b.select(negative, up, i)
 }
 
 /// Whether the (wrapped) indices `i` lie in an axis of `len`, and-ed into `all`.
-fn in_range(cx: &mut Cx, i: ValueId, len: u64, all: Option<ValueId>) -> Result<ValueId> {
+fn in_range(cx: &mut Cx, i: ValueId, len: &Dim, all: Option<ValueId>) -> Result<ValueId> {
     let zero = cx.b.scalar(Dtype::I64, 0.0);
-    let n = cx.b.scalar(Dtype::I64, len as f64);
+    let n = length(cx, len)?;
     let (lo, hi) = (cx.b.binary(BinaryOp::Ge, i, zero)?, cx.b.binary(BinaryOp::Lt, i, n)?);
     let ok = cx.b.binary(BinaryOp::And, lo, hi)?;
     match all {
@@ -57,7 +80,12 @@ fn in_range(cx: &mut Cx, i: ValueId, len: u64, all: Option<ValueId>) -> Result<V
 
 /// Each position's index along `axis` of `dims`, as i64.
 pub(super) fn iota(cx: &mut Cx, dims: &[u64], axis: usize) -> Result<ValueId> {
-    cx.b.op(Op::Iota { shape: Shape::known(dims), axis, dtype: Dtype::I64 }, vec![])
+    iota_over(cx, &known(dims), axis)
+}
+
+/// [`iota`] over dimensions that may be symbolic.
+fn iota_over(cx: &mut Cx, dims: &[Dim], axis: usize) -> Result<ValueId> {
+    cx.b.op(Op::Iota { shape: Shape(dims.to_vec()), axis, dtype: Dtype::I64 }, vec![])
 }
 
 /// `dims` with `d` inserted at `at`.
@@ -92,14 +120,14 @@ fn shift(cx: &mut Cx, x: ValueId, ax: usize, by: u64, back: bool, fill: f64) -> 
 
 /// The flat row `sum coords[m] * stride[m]` of the leading axes `lead` (row-major), each
 /// coordinate an i64 tensor; the coordinates broadcast together.
-fn offset(cx: &mut Cx, coords: &[ValueId], lead: &[u64]) -> Result<ValueId> {
-    let strides = crate::tensor::strides(lead);
+fn offset(cx: &mut Cx, coords: &[ValueId], lead: &[Dim]) -> Result<ValueId> {
     let mut sum: Option<ValueId> = None;
-    for (&c, &s) in coords.iter().zip(&strides) {
-        let term = if s == 1 {
+    for (t, &c) in coords.iter().enumerate() {
+        let stride = Dim::product(&lead[t + 1..]).map_err(crate::error::Error::user)?;
+        let term = if stride.is_one() {
             c
         } else {
-            let s = cx.b.scalar(Dtype::I64, s as f64);
+            let s = length(cx, &stride)?;
             cx.b.binary(BinaryOp::Mul, c, s)?
         };
         sum = Some(match sum {
@@ -116,18 +144,19 @@ fn offset(cx: &mut Cx, coords: &[ValueId], lead: &[u64]) -> Result<ValueId> {
 /// `grid ++ d[n..]`. Where `valid` (from [`in_range`]) is false, the row read is one
 /// past the last, so that the gather fails (as ONNX has an index out of range) instead
 /// of reading another row.
-pub(super) fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[ValueId], valid: Option<ValueId>, grid: &[u64]) -> Result<ValueId> {
+pub(super) fn gather_rows(cx: &mut Cx, data: ValueId, d: &[Dim], coords: &[ValueId], valid: Option<ValueId>, grid: &[Dim]) -> Result<ValueId> {
     let n = coords.len();
-    let rows: u64 = d[..n].iter().product();
-    let rest: Vec<u64> = d[n..].to_vec();
-    let flat = cx.b.reshape(data, Shape::known(&inserted(&rest, 0, rows)))?;
+    let rows = Dim::product(&d[..n]).map_err(crate::error::Error::user)?;
+    let mut flat_dims = vec![rows.clone()];
+    flat_dims.extend_from_slice(&d[n..]);
+    let flat = cx.b.reshape(data, Shape(flat_dims))?;
     let mut at = offset(cx, coords, &d[..n])?;
     if let Some(valid) = valid {
-        let past = cx.b.scalar(Dtype::I64, rows as f64);
+        let past = length(cx, &rows)?;
         at = cx.b.select(valid, at, past)?;
     }
-    if cx.b.shape(at) != Shape::known(grid) {
-        at = cx.b.broadcast_to(at, Shape::known(grid))?;
+    if cx.b.shape(at) != Shape(grid.to_vec()) {
+        at = cx.b.broadcast_to(at, Shape(grid.to_vec()))?;
     }
     cx.b.op(Op::Gather { axis: 0 }, vec![flat, at])
 }
@@ -135,15 +164,15 @@ pub(super) fn gather_rows(cx: &mut Cx, data: ValueId, d: &[u64], coords: &[Value
 /// The components of `indices` `[.., m]` along its last axis, each of shape `[..]` and
 /// wrapped into its axis of `into` (`into[j]` for component `j`), and whether all of
 /// them are in range.
-fn components(cx: &mut Cx, indices: ValueId, q: &[u64], into: &[u64]) -> Result<(Vec<ValueId>, Option<ValueId>)> {
+fn components(cx: &mut Cx, indices: ValueId, q: &[Dim], into: &[Dim]) -> Result<(Vec<ValueId>, Option<ValueId>)> {
     let k = q.len() - 1;
     let mut out = Vec::with_capacity(into.len());
     let mut valid = None;
-    for (j, &len) in into.iter().enumerate() {
+    for (j, len) in into.iter().enumerate() {
         let mut ranges = vec![SliceRange::FULL; q.len()];
         ranges[k] = SliceRange { start: Some(j as i64), stop: Some(j as i64 + 1), step: 1 };
         let c = cx.b.op(Op::Slice { ranges }, vec![indices])?;
-        let c = cx.b.reshape(c, Shape::known(&q[..k]))?;
+        let c = cx.b.reshape(c, Shape(q[..k].to_vec()))?;
         let c = wrap(cx, c, len)?;
         valid = Some(in_range(cx, c, len, valid)?);
         out.push(c);
@@ -160,13 +189,13 @@ pub fn gather_elements(cx: &mut Cx, node: &Node) -> Out {
     if grid.len() != d.len() || (0..d.len()).any(|m| m != ax && grid[m] > d[m]) {
         return invalid(format!("indices {grid:?} do not fit data {d:?} along axis {ax}"));
     }
-    let at = wrap(cx, indices, d[ax])?;
-    let valid = in_range(cx, at, d[ax], None)?;
+    let at = wrap(cx, indices, &Dim::Known(d[ax]))?;
+    let valid = in_range(cx, at, &Dim::Known(d[ax]), None)?;
     let mut coords = Vec::with_capacity(d.len());
     for m in 0..d.len() {
         coords.push(if m == ax { at } else { iota(cx, &grid, m)? });
     }
-    Ok(vec![gather_rows(cx, data, &d, &coords, Some(valid), &grid)?])
+    Ok(vec![gather_rows(cx, data, &known(&d), &coords, Some(valid), &known(&grid))?])
 }
 
 /// `GatherND` with `batch_dims` b: indices `[q.., m]` pick slices
@@ -174,15 +203,16 @@ pub fn gather_elements(cx: &mut Cx, node: &Node) -> Out {
 /// `[prod(d[..b + m]), prod(d[b + m..])]`.
 pub fn gather_nd(cx: &mut Cx, node: &Node) -> Out {
     let (data, indices) = (node.input(0)?, node.input(1)?);
-    let (d, q) = (dims(cx, data, "GatherND")?, dims(cx, indices, "GatherND")?);
+    let (d, q) = (any_dims(cx, data, "GatherND")?, any_dims(cx, indices, "GatherND")?);
     let b = node.int("batch_dims", 0)?;
-    let m = q.last().copied().unwrap_or(0) as usize;
+    let Some(m) = q.last().map_or(Some(0), Dim::known) else { return unsupported(format!("GatherND with indices {} of a symbolic last dimension", cx.b.shape(indices))) };
+    let m = m as usize;
     let b = usize::try_from(b).ok().filter(|&b| b < q.len() && b + m <= d.len() && q[..b] == d[..b]);
-    let Some(b) = b else { return invalid(format!("indices {q:?} and batch_dims {} do not fit data {d:?}", node.int("batch_dims", 0)?)) };
+    let Some(b) = b else { return invalid(format!("indices {} and batch_dims {} do not fit data {}", cx.b.shape(indices), node.int("batch_dims", 0)?, cx.b.shape(data))) };
     let grid = &q[..q.len() - 1];
     let mut coords = Vec::with_capacity(b + m);
     for t in 0..b {
-        coords.push(iota(cx, grid, t)?);
+        coords.push(iota_over(cx, grid, t)?);
     }
     let (picked, valid) = components(cx, indices, &q, &d[b..b + m])?;
     coords.extend(picked);
@@ -224,7 +254,7 @@ fn scatter_along(cx: &mut Cx, data: ValueId, target: ValueId, updates: ValueId, 
             for m in 0..d.len() {
                 coords.push(if m == ax { from } else { iota(cx, &d, m)? });
             }
-            let value = gather_rows(cx, updates, &u, &coords, None, &d)?;
+            let value = gather_rows(cx, updates, &known(&u), &coords, None, &known(&d))?;
             cx.b.select(written, value, data)?
         }
         "add" | "mul" => {
@@ -263,7 +293,7 @@ pub fn scatter_elements(cx: &mut Cx, node: &Node) -> Out {
     if s.len() != d.len() || dims(cx, updates, op)? != s || (0..d.len()).any(|m| m != ax && s[m] > d[m]) {
         return invalid(format!("indices {s:?} and updates {} do not fit data {d:?} along axis {ax}", cx.b.shape(updates)));
     }
-    let mut target = wrap(cx, indices, d[ax])?;
+    let mut target = wrap(cx, indices, &Dim::Known(d[ax]))?;
     let mut updates = updates;
     let pads: Vec<(u64, u64)> = (0..d.len()).map(|m| if m == ax { (0, 0) } else { (0, d[m] - s[m]) }).collect();
     if pads.iter().any(|p| p.1 > 0) {
@@ -285,8 +315,8 @@ pub fn scatter_nd(cx: &mut Cx, node: &Node) -> Out {
         return invalid(format!("indices {q:?} and updates {u:?} do not fit data {d:?}"));
     }
     // A target with a component out of range writes nothing (ONNX calls it an error).
-    let (coords, valid) = components(cx, indices, &q, &d[..m])?;
-    let mut rows = offset(cx, &coords, &d[..m])?;
+    let (coords, valid) = components(cx, indices, &known(&q), &known(&d[..m]))?;
+    let mut rows = offset(cx, &coords, &known(&d[..m]))?;
     if let Some(valid) = valid {
         let nowhere = cx.b.scalar(Dtype::I64, -1.0);
         rows = cx.b.select(valid, rows, nowhere)?;
@@ -340,7 +370,7 @@ pub fn one_hot(cx: &mut Cx, node: &Node) -> Out {
     let mut shape = cx.b.shape(indices);
     let ax = axis(node.int("axis", -1)?, shape.rank() + 1)?;
     shape.0.insert(ax, Dim::Known(depth));
-    let at = wrap(cx, indices, depth)?;
+    let at = wrap(cx, indices, &Dim::Known(depth))?;
     let hit = cx.b.one_hot(at, shape, ax)?;
     let pick = |cx: &mut Cx, i: i64| -> Result<ValueId> {
         let v = cx.b.op(Op::Slice { ranges: vec![SliceRange { start: Some(i), stop: Some(i + 1), step: 1 }] }, vec![values])?;
@@ -507,12 +537,12 @@ pub fn reverse_sequence(cx: &mut Cx, node: &Node) -> Out {
     let back = cx.b.binary(BinaryOp::Sub, end, t)?;
     let source = cx.b.select(within, back, t)?;
     // A length past the time axis reads out of range: the gather fails.
-    let valid = in_range(cx, source, d[tx], None)?;
+    let valid = in_range(cx, source, &Dim::Known(d[tx]), None)?;
     let mut coords = Vec::with_capacity(grid.len());
     for m in 0..grid.len() {
         coords.push(if m == tx { source } else { iota(cx, grid, m)? });
     }
-    Ok(vec![gather_rows(cx, x, &d, &coords, Some(valid), grid)?])
+    Ok(vec![gather_rows(cx, x, &known(&d), &coords, Some(valid), &known(grid))?])
 }
 
 /// `CenterCropPad` to `shape` on `axes`: each axis longer than its target is cropped
@@ -590,11 +620,11 @@ pub fn tensor_scatter(cx: &mut Cx, node: &Node) -> Out {
         let qm = cx.b.binary(BinaryOp::Mul, q, mm)?;
         pos = cx.b.binary(BinaryOp::Sub, pos, qm)?;
     }
-    let valid = in_range(cx, pos, s, None)?;
+    let valid = in_range(cx, pos, &Dim::Known(s), None)?;
     let zero = cx.b.scalar(Dtype::I64, 0.0);
     let at = cx.b.select(valid, pos, zero)?;
     let coords = (0..cd.len()).map(|i| if i == ax { Ok(at) } else { iota(cx, &cd, i) }).collect::<Result<Vec<_>>>()?;
-    let read = gather_rows(cx, update, &ud, &coords, None, &cd)?;
+    let read = gather_rows(cx, update, &known(&ud), &coords, None, &known(&cd))?;
     Ok(vec![cx.b.select(valid, read, cache)?])
 }
 

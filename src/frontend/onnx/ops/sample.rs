@@ -3,7 +3,7 @@
 //! spatial dimensions; `RoiAlign` (bilinear samples pooled per region) and
 //! `DeformConv` (a convolution whose taps sample at moved places).
 
-use super::index::{dims, gather_rows, iota};
+use super::index::{dims, gather_rows, iota, known};
 use super::{input_ints, Cx};
 use crate::frontend::onnx::node::{invalid, unsupported, Fail, Node, Out};
 use crate::ir::{BinaryOp, Dtype, Op, ReduceKind, Shape, SliceRange, UnaryOp, ValueId};
@@ -256,7 +256,7 @@ fn gather_taps(cx: &mut Cx, rows: ValueId, rd: &[u64], batch: ValueId, axes: &[V
                 None => w,
             });
         }
-        let read = gather_rows(cx, rows, rd, &coords, None, out)?;
+        let read = gather_rows(cx, rows, &known(rd), &coords, None, &known(out))?;
         let mut wd = out.to_vec();
         wd.push(1);
         let w = cx.b.broadcast_to(weight.expect("at least one spatial axis"), Shape::known(out))?;
@@ -415,7 +415,7 @@ pub fn roi_align(cx: &mut Cx, node: &Node) -> Out {
     let mut corners = Vec::new();
     for (yi, xi) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
         let (yc, xc) = (cx.b.cast(axes[0][yi], Dtype::I64)?, cx.b.cast(axes[1][xi], Dtype::I64)?);
-        let read = gather_rows(cx, rows, &[n, h, w, c], &[b, yc, xc], None, &out)?;
+        let read = gather_rows(cx, rows, &known(&[n, h, w, c]), &[b, yc, xc], None, &known(&out))?;
         let wt = cx.b.binary(BinaryOp::Mul, axes[0][2 + yi], axes[1][2 + xi])?;
         let zero = cx.b.scalar(dtype, 0.0);
         let wt = cx.b.select(valid, wt, zero)?;

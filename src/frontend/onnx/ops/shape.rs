@@ -4,7 +4,7 @@
 use super::{axes, axis, input_dims, input_floats, input_ints, show_dims, Cx};
 use crate::frontend::onnx::node::{invalid, unsupported, Node, Out};
 use crate::ir::builder::resolve_infer_dim;
-use crate::ir::{Dim, Op, Poly, Shape, SliceRange, ValueId};
+use crate::ir::{BinaryOp, Dim, Dtype, Op, Poly, Shape, SliceRange, ValueId};
 
 /// `Identity` and `Dropout` (at inference, the identity; its mask all true).
 pub fn identity(cx: &mut Cx, node: &Node) -> Out {
@@ -163,10 +163,11 @@ pub fn slice(cx: &mut Cx, node: &Node) -> Out {
     let x = node.input(0)?;
     let shape = cx.b.shape(x);
     let rank = shape.rank();
+    let constants = |l: Option<Vec<i64>>| l.map(|l| l.into_iter().map(Poly::constant).collect::<Vec<_>>());
     let (starts, ends, ax, steps) = if node.opset < 10 {
-        (node.ints("starts")?, node.ints("ends")?, node.ints("axes")?, None)
+        (constants(node.ints("starts")?), constants(node.ints("ends")?), node.ints("axes")?, None)
     } else {
-        (input_ints(cx, node, 1)?, input_ints(cx, node, 2)?, input_ints(cx, node, 3)?, input_ints(cx, node, 4)?)
+        (input_dims(cx, node, 1)?, input_dims(cx, node, 2)?, input_ints(cx, node, 3)?, input_ints(cx, node, 4)?)
     };
     let (Some(starts), Some(ends)) = (starts, ends) else { return invalid("Slice needs starts and ends") };
     let n = starts.len();
@@ -176,18 +177,32 @@ pub fn slice(cx: &mut Cx, node: &Node) -> Out {
         return invalid("Slice's starts, ends, axes and steps differ in length");
     }
     let mut ranges = vec![SliceRange::FULL; rank];
+    // Axes sliced to a symbolic end: (axis, start, length).
+    let mut to_symbol = Vec::new();
     for i in 0..n {
         let a = axis(ax[i], rank)?;
-        let Some(dim) = shape.0[a].known() else { return unsupported(format!("Slice of symbolic axis {a} of {shape}")) };
-        let (dim, step) = (dim as i64, steps[i]);
+        let step = steps[i];
         if step == 0 {
             return invalid("Slice step 0");
         }
+        let (Some(start), Some(end)) = (starts[i].as_constant(), ends[i].as_constant()) else {
+            // `x[..., start:end]` with `end` symbolic (a length read with Shape): the
+            // positions start, start + 1, ... gathered, as many as `end - start`. An end
+            // past the axis, which ONNX clamps, fails the gather's index check at run time.
+            let length = ends[i].sub(&starts[i]).ok().and_then(Dim::from_poly).filter(|d| d.poly().is_ok_and(|p| p.is_positive()));
+            match (starts[i].as_constant(), length) {
+                (Some(start), Some(length)) if step == 1 && start >= 0 => to_symbol.push((a, start, length)),
+                _ => return unsupported(format!("Slice from {} to {} by {step}: a symbolic bound is taken only as the end of a slice by 1 from a constant start", starts[i], ends[i])),
+            }
+            continue;
+        };
+        let Some(dim) = shape.0[a].known() else { return unsupported(format!("Slice of symbolic axis {a} of {shape}")) };
+        let dim = dim as i64;
         let norm = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
         let (start, end) = if step > 0 {
-            (norm(starts[i]).clamp(0, dim), norm(ends[i]).clamp(0, dim))
+            (norm(start).clamp(0, dim), norm(end).clamp(0, dim))
         } else {
-            (norm(starts[i]).clamp(0, dim - 1), norm(ends[i]).clamp(-1, dim - 1))
+            (norm(start).clamp(0, dim - 1), norm(end).clamp(-1, dim - 1))
         };
         let span = if step > 0 { (end - start).max(0) } else { (start - end).max(0) };
         let count = (span + step.abs() - 1) / step.abs();
@@ -198,7 +213,16 @@ pub fn slice(cx: &mut Cx, node: &Node) -> Out {
             ranges[a] = SliceRange { start: Some(0), stop: Some(0), step: 1 };
         }
     }
-    Ok(vec![cx.b.op(Op::Slice { ranges }, vec![x])?])
+    let mut y = if ranges.iter().all(|r| *r == SliceRange::FULL) { x } else { cx.b.op(Op::Slice { ranges }, vec![x])? };
+    for (a, start, length) in to_symbol {
+        let mut at = cx.b.op(Op::Iota { shape: Shape(vec![length]), axis: 0, dtype: Dtype::I64 }, vec![])?;
+        if start != 0 {
+            let offset = cx.b.scalar(Dtype::I64, start as f64);
+            at = cx.b.binary(BinaryOp::Add, at, offset)?;
+        }
+        y = cx.b.op(Op::Gather { axis: a }, vec![y, at])?;
+    }
+    Ok(vec![y])
 }
 
 pub fn gather(cx: &mut Cx, node: &Node) -> Out {
