@@ -46,7 +46,7 @@ enum MessageFormat {
 
 #[derive(Args)]
 struct ModelOpts {
-    /// Mithril model JSON (the output of `model_to_dict`)
+    /// The model: Mithril model JSON (the output of `model_to_dict`) or ONNX (`.onnx`)
     model: PathBuf,
     /// Shape of an input or parameter, as NAME=D0,D1,... (a dimension may be a symbol: input=B,784)
     #[arg(long = "shape", value_name = "NAME=DIMS")]

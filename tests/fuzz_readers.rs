@@ -6,7 +6,7 @@
 //! fails on the first crash, sanitizer report or broken invariant, leaving the input
 //! where its script says.
 //!
-//! Each harness runs `MITHRILC_READER_FUZZ_SECS` seconds (30 by default: most of what a run
+//! Each harness runs `MITHRILC_READER_FUZZ_SECS` seconds (20 by default: most of what a run
 //! finds from the corpora it finds early, and the suite has a time budget), two at a
 //! time; a longer campaign is the same commands with a larger time.
 
@@ -17,7 +17,7 @@ mod common;
 
 /// The seconds each harness runs.
 fn seconds() -> u64 {
-    std::env::var("MITHRILC_READER_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30)
+    std::env::var("MITHRILC_READER_FUZZ_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20)
 }
 
 /// Whether clang links a libFuzzer harness here; else says why the test is skipped.
