@@ -452,7 +452,7 @@ fn int_op(op: BinaryOp, a: Expr, b: Expr) -> Expr {
 /// view into a buffer of `len` elements; its strides lay it out for the maxima, or
 /// it is one dimension, dense at run time.) The same elements in another layout: what
 /// the caller's arrays and a reshape that moves a symbol need.
-pub fn relayout(src: &View, len: u64, from: &[Expr], to: &[Expr]) -> Expr {
+fn relayout(src: &View, len: u64, from: &[Expr], to: &[Expr]) -> Expr {
     let is_one = |e: &Expr| matches!(e, Expr::Const(x, _) if *x == 1.0);
     // The row-major position at `to`.
     let mut flat: Option<Expr> = None;
