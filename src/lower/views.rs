@@ -191,34 +191,46 @@ pub(super) fn reshape_view(src: &View, shape: &[u64]) -> Option<View> {
     // Size-1 dimensions do not constrain anything; they get stride 0.
     let old: Vec<(u64, i64)> = src.shape.iter().zip(&src.strides).filter(|(&n, _)| n != 1).map(|(&n, &s)| (n, s)).collect();
     let new: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    let sizes: Vec<u64> = new.iter().map(|&d| shape[d]).collect();
     let mut strides = vec![0i64; shape.len()];
-    let (mut oi, mut ni) = (0, 0);
-    while oi < old.len() && ni < new.len() {
-        let (mut oj, mut nj) = (oi + 1, ni + 1);
-        let (mut op, mut np) = (old[oi].0, shape[new[ni]]);
-        while op != np {
-            if op < np {
-                op *= old.get(oj)?.0;
-                oj += 1;
-            } else {
-                np *= shape[*new.get(nj)?];
-                nj += 1;
-            }
-        }
+    for (o, n) in reshape_groups(&old.iter().map(|&(n, _)| n).collect::<Vec<_>>(), &sizes)? {
         // The old group must be one strided run...
-        if (oi..oj - 1).any(|k| old[k].1 != old[k + 1].1 * old[k + 1].0 as i64) {
+        if (o.start..o.end - 1).any(|k| old[k].1 != old[k + 1].1 * old[k + 1].0 as i64) {
             return None;
         }
         // ...which the new group splits row-major.
-        let mut stride = old[oj - 1].1;
-        for k in (ni..nj).rev() {
+        let mut stride = old[o.end - 1].1;
+        for k in n.rev() {
             strides[new[k]] = stride;
-            stride *= shape[new[k]] as i64;
+            stride *= sizes[k] as i64;
         }
+    }
+    Some(View { buf: src.buf, shape: shape.to_vec(), strides, offset: src.offset })
+}
+
+/// How a reshape from sizes `old` to sizes `new` (both without their 1s) groups them:
+/// consecutive ranges of each whose products are equal, the smallest such groups
+/// (NumPy's rule for reshape without a copy); `None` when the sizes do not divide so.
+fn reshape_groups(old: &[u64], new: &[u64]) -> Option<Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>> {
+    let mut groups = Vec::new();
+    let (mut oi, mut ni) = (0, 0);
+    while oi < old.len() && ni < new.len() {
+        let (mut oj, mut nj) = (oi + 1, ni + 1);
+        let (mut op, mut np) = (old[oi], new[ni]);
+        while op != np {
+            if op < np {
+                op = op.saturating_mul(*old.get(oj)?);
+                oj += 1;
+            } else {
+                np = np.saturating_mul(*new.get(nj)?);
+                nj += 1;
+            }
+        }
+        groups.push((oi..oj, ni..nj));
         oi = oj;
         ni = nj;
     }
-    Some(View { buf: src.buf, shape: shape.to_vec(), strides, offset: src.offset })
+    (oi == old.len() && ni == new.len()).then_some(groups)
 }
 
 /// Whether a reshape from dimensions `from` (`from_max` at the symbols' maxima) to
@@ -230,35 +242,15 @@ pub(super) fn reshape_view(src: &View, shape: &[u64]) -> Option<View> {
 pub(super) fn keeps_layout(from: &[Dim], from_max: &[u64], to: &[Dim], to_max: &[u64]) -> bool {
     let old: Vec<usize> = (0..from.len()).filter(|&d| from_max[d] != 1).collect();
     let new: Vec<usize> = (0..to.len()).filter(|&d| to_max[d] != 1).collect();
+    let sizes = |at: &[usize], max: &[u64]| at.iter().map(|&d| max[d]).collect::<Vec<_>>();
     let group = |dims: &[Dim], at: &[usize]| -> Option<Dim> {
         if at[1..].iter().any(|&d| !matches!(dims[d], Dim::Known(_))) {
             return None;
         }
         Dim::product(at.iter().map(|&d| &dims[d])).ok()
     };
-    let (mut oi, mut ni) = (0, 0);
-    while oi < old.len() && ni < new.len() {
-        let (mut oj, mut nj) = (oi + 1, ni + 1);
-        let (mut op, mut np) = (from_max[old[oi]], to_max[new[ni]]);
-        while op != np {
-            if op < np {
-                let Some(&d) = old.get(oj) else { return false };
-                op = op.saturating_mul(from_max[d]);
-                oj += 1;
-            } else {
-                let Some(&d) = new.get(nj) else { return false };
-                np = np.saturating_mul(to_max[d]);
-                nj += 1;
-            }
-        }
-        match (group(from, &old[oi..oj]), group(to, &new[ni..nj])) {
-            (Some(a), Some(b)) if a == b => {}
-            _ => return false,
-        }
-        oi = oj;
-        ni = nj;
-    }
-    oi == old.len() && ni == new.len()
+    let Some(groups) = reshape_groups(&sizes(&old, from_max), &sizes(&new, to_max)) else { return false };
+    groups.into_iter().all(|(o, n)| matches!((group(from, &old[o]), group(to, &new[n])), (Some(a), Some(b)) if a == b))
 }
 
 /// A view broadcast to `shape` (NumPy alignment; broadcast dims get stride 0).
