@@ -81,6 +81,8 @@ pub struct Capabilities {
     pub picks_cpu: bool,
     /// `--triple` cross-builds it (C's).
     pub cross_builds: bool,
+    /// It runs in this process ([`crate::exec::Jit`]), not from the files it writes.
+    pub in_process: bool,
 }
 
 impl Capabilities {
@@ -94,6 +96,7 @@ impl Capabilities {
         shards: false,
         picks_cpu: false,
         cross_builds: false,
+        in_process: false,
     };
 }
 

@@ -356,7 +356,11 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             }
             let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
             let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
-            let outputs = crate::exec::Built::new(target, &graphs, &feeds, build, opts)?.run(&feeds)?;
+            let outputs = if target.capabilities().in_process {
+                crate::exec::Jit::new(&graphs, &feeds, opts)?.run(&feeds)?
+            } else {
+                crate::exec::Built::new(target, &graphs, &feeds, build, opts)?.run(&feeds)?
+            };
             if args.check {
                 let want = interp(graphs)?;
                 for ((name, diff), (_, reference)) in compare(&outputs, &want).into_iter().zip(&want) {

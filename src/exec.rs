@@ -1,7 +1,8 @@
 //! Things that run a model, in one shape: load once (the graphs and the parameters),
 //! then run on named inputs as often as wanted and get named outputs. `mithrilc run`,
 //! the tests and embedders use [`Executable`] whatever runs underneath: the reference
-//! interpreter ([`Interpreter`]) or an artifact a target built ([`Built`]).
+//! interpreter ([`Interpreter`]), machine code compiled in this process ([`Jit`]), or an
+//! artifact a target built ([`Built`]).
 
 use std::collections::BTreeMap;
 
@@ -10,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::ir::Graph;
 use crate::passes::Graphs;
 use crate::pipeline;
+use crate::codegen::jit::program::Aligned;
 use crate::tensor::{RawTensor, Tensor};
 
 /// A loaded model that runs.
@@ -81,10 +83,7 @@ impl<'t> Built<'t> {
     /// `opts` are the emit options beyond the weights (which this fills in).
     pub fn new(target: &'t dyn Backend, graphs: &Graphs, params: &BTreeMap<String, Tensor>, build: BuildConfig, opts: EmitOptions) -> Result<Built<'t>> {
         let forward = &graphs.forward;
-        let missing: Vec<String> = forward.params().filter_map(|v| forward.node(v).name.clone()).filter(|n| !params.contains_key(n)).collect();
-        if !missing.is_empty() {
-            return Err(Error::user(format!("no value for the parameter(s) {}", missing.join(", "))));
-        }
+        check_params(forward, params)?;
         let opts = EmitOptions { weights: Some(param_weights(forward, params)), ..opts };
         let emitted = pipeline::emit(target, graphs, &opts)?;
         let scratch = crate::outdir::Scratch::new()?;
@@ -107,6 +106,167 @@ impl Executable for Built<'_> {
         check_given(&self.entry.inputs, inputs)?;
         self.target.toolchain().run(&self.dir, &self.build, &self.entry, inputs)
     }
+}
+
+/// A model compiled in this process (`--target jit`): the C target's program as
+/// cranelift machine code ([`crate::codegen::jit`]), its weights in memory, run on the
+/// caller's arrays without files or a C compiler.
+pub struct Jit {
+    compiled: crate::codegen::jit::Compiled,
+    weights: Aligned,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    /// The arena of the last run, kept for the next (a run that finds it taken, on
+    /// another thread, makes its own).
+    arena: std::sync::Mutex<Option<Aligned>>,
+    pool: Option<crate::codegen::jit::threads::Pool>,
+}
+
+impl Jit {
+    /// Compiles `graphs` with the parameters `params` as its weights (every parameter
+    /// of the forward graph must be there); `opts` are the lowering's options beyond
+    /// the weights (`--max`, `--quantize`, `--weight-layout`). It runs on as many threads
+    /// as the machine has.
+    pub fn new(graphs: &Graphs, params: &BTreeMap<String, Tensor>, opts: EmitOptions) -> Result<Jit> {
+        let target = &crate::codegen::jit::backend::JitTarget;
+        check_params(&graphs.forward, params)?;
+        let opts = EmitOptions { weights: Some(param_weights(&graphs.forward, params)), ..opts };
+        let graphs = pipeline::for_target(target, graphs, &opts.print_after)?;
+        pipeline::check(target, &graphs, &opts)?;
+        let (forward, backward) = crate::codegen::jit::backend::programs(&graphs, &opts).map_err(|e| e.context(&opts.source))?;
+        // Memory first: a model too large for this machine is refused before anything
+        // is compiled.
+        let main = backward.as_ref().unwrap_or(&forward);
+        let arena = Aligned::zeroed(main.arena_size)?;
+        let mut weights = Aligned::zeroed(forward.weights_size)?;
+        let blob = crate::codegen::weights::weights_blob(&forward, opts.weights.as_ref().expect("set above"))?;
+        if blob.len() as u64 != forward.weights_size {
+            return Err(Error::internal(format!("the weights blob has {} bytes, the program {}", blob.len(), forward.weights_size)));
+        }
+        weights.bytes_mut().copy_from_slice(&blob);
+        drop(blob);
+        let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
+        let (inputs, outputs) = (ports(&main.inputs), ports(&main.outputs));
+        let (compiled, _) = crate::codegen::jit::compile(forward, backward, false)?;
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let pool = (threads > 1).then(|| crate::codegen::jit::threads::Pool::new(threads));
+        Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), pool })
+    }
+
+    /// The program a run runs: the backward one when gradients were asked for.
+    fn runner(&self) -> &crate::codegen::jit::program::Runner {
+        self.compiled.backward.as_ref().unwrap_or(&self.compiled.forward)
+    }
+}
+
+impl Executable for Jit {
+    fn inputs(&self) -> &[String] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+
+    fn run(&self, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
+        check_given(&self.inputs, inputs)?;
+        let runner = self.runner();
+        let p = &runner.p;
+        let dims = bind_symbols(p, inputs)?;
+        let size = |port: &crate::lower::Port| -> Vec<u64> { port.shape.iter().zip(&port.dims).map(|(&n, s)| s.map_or(n, |s| dims[s] as u64)).collect() };
+        let mut given = Vec::new();
+        for port in &p.inputs {
+            let t = &inputs[&port.name];
+            let raw = RawTensor::from_tensor(t);
+            let mut a = Aligned::zeroed(raw.bytes().len() as u64)?;
+            a.bytes_mut().copy_from_slice(raw.bytes());
+            given.push(a);
+        }
+        let mut made = Vec::new();
+        for port in &p.outputs {
+            let n: u64 = size(port).iter().product();
+            made.push(Aligned::zeroed(n * p.buffers[port.buf.0].dtype.size() as u64)?);
+        }
+        let kept = self.arena.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let arena = match kept {
+            Some(a) => a,
+            None => Aligned::zeroed(p.arena_size)?,
+        };
+        let hook = self.pool.as_ref().map(|pool| pool.hook());
+        let threads = hook.as_ref().map_or(std::ptr::null(), |h| h as *const _);
+        let ins: Vec<*const u8> = given.iter().map(|a| a.ptr as *const u8).collect();
+        let outs: Vec<*mut u8> = made.iter().map(|a| a.ptr).collect();
+        // SAFETY: every buffer has the size the program needs at these dims (the inputs
+        // were checked against their ports), and the weights blob and arena are the
+        // program's own.
+        let status = unsafe { runner.run(self.weights.ptr, &ins, &outs, arena.ptr, &dims, threads) };
+        *self.arena.lock().unwrap_or_else(|e| e.into_inner()) = Some(arena);
+        match status {
+            0 => {}
+            crate::codegen::c::ERROR_INDEX => return Err(Error::user("a gather or embedding index is out of range (outside [-n, n) for an axis of size n)")),
+            other => return Err(Error::internal(format!("the compiled model returned {other} for sizes it was checked to take"))),
+        }
+        p.outputs
+            .iter()
+            .zip(made)
+            .map(|(port, a)| {
+                let dtype = p.buffers[port.buf.0].dtype;
+                let raw = RawTensor::owned(dtype, size(port), a.bytes().to_vec()).ok_or_else(|| Error::internal(format!("output {}: the wrong number of bytes", port.name)))?;
+                Ok((port.name.clone(), raw.to_tensor()))
+            })
+            .collect()
+    }
+}
+
+/// The run-time value of each symbol of `p`, read from the inputs' shapes, after
+/// checking every input against its port: its type, its rank, its static sizes, and
+/// each symbol the same wherever it appears and within 1 to its maximum.
+fn bind_symbols(p: &crate::lower::Program, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<i64>> {
+    let mut dims: Vec<Option<(i64, &str)>> = vec![None; p.symbols.len()];
+    for port in &p.inputs {
+        let t = &inputs[&port.name];
+        let want = p.buffers[port.buf.0].dtype;
+        if t.dtype != want {
+            return Err(Error::user(format!("input `{}` is {}, the model takes {want}", port.name, t.dtype)));
+        }
+        let shape_text = |s: &[u64]| format!("[{}]", s.iter().map(u64::to_string).collect::<Vec<_>>().join(", "));
+        if t.shape.len() != port.shape.len() {
+            return Err(Error::user(format!("input `{}` has shape {}, the model takes rank {} ({})", port.name, shape_text(&t.shape), port.shape.len(), shape_text(&port.shape))));
+        }
+        for (d, (&n, sym)) in t.shape.iter().zip(&port.dims).enumerate() {
+            match sym {
+                None if n != port.shape[d] => {
+                    return Err(Error::user(format!("input `{}` has shape {}, the model takes {}", port.name, shape_text(&t.shape), shape_text(&port.shape))));
+                }
+                None => {}
+                Some(s) => {
+                    let (name, max) = &p.symbols[*s];
+                    if n < 1 || n > *max {
+                        return Err(Error::user(format!("input `{}`: dimension {d} ({name}) is {n}, outside 1 to its maximum {max} (--max {name}=N)", port.name)));
+                    }
+                    match dims[*s] {
+                        Some((m, other)) if m != n as i64 => {
+                            return Err(Error::user(format!("`{name}` is {m} in input `{other}` and {n} in input `{}`", port.name)));
+                        }
+                        _ => dims[*s] = Some((n as i64, &port.name)),
+                    }
+                }
+            }
+        }
+    }
+    dims.iter()
+        .zip(&p.symbols)
+        .map(|(d, (name, _))| d.map(|(n, _)| n).ok_or_else(|| Error::internal(format!("no input gives the size `{name}`"))))
+        .collect()
+}
+
+/// Refuses a compile that lacks a value for some parameter of `forward` (naming each).
+fn check_params(forward: &Graph, params: &BTreeMap<String, Tensor>) -> Result<()> {
+    let missing: Vec<String> = forward.params().filter_map(|v| forward.node(v).name.clone()).filter(|n| !params.contains_key(n)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::user(format!("no value for the parameter(s) {}", missing.join(", "))))
 }
 
 /// The names of the nodes `ids`.

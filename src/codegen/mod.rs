@@ -12,6 +12,7 @@ pub mod cstyle;
 pub mod cuda;
 pub mod ggml;
 pub mod graph;
+pub mod jit;
 pub mod metal;
 pub mod names;
 pub mod program_target;
@@ -29,6 +30,7 @@ pub static TARGETS: &[&dyn Backend] = &[
     &metal::backend::MetalTarget,
     &ggml::backend::GgmlTarget,
     &xla::backend::XlaTarget,
+    &jit::backend::JitTarget,
 ];
 
 /// The target called `name`.

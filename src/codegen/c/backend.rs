@@ -97,7 +97,7 @@ fn make(dir: &Path, build: &BuildConfig, goals: &[&str]) -> Result<Option<CacheU
 }
 
 /// The forward (and backward) program the C target renders, with its program passes.
-fn programs(graphs: &Graphs, opts: &EmitOptions) -> Result<(Program, Option<Program>)> {
+pub(crate) fn programs(graphs: &Graphs, opts: &EmitOptions) -> Result<(Program, Option<Program>)> {
     // Training updates the weights in place with row-major gradients, and the
     // forward and backward programs share one blob: both store them row-major.
     let row_major = opts.layout == WeightLayout::Plain || graphs.backward.is_some();

@@ -89,7 +89,7 @@ pub fn epilogue_fn(r: &Renderer<C>, name: &str, k: usize, kernel: &Kernel, s: &m
 /// The expression with loop variable 3 running over flattened positions `i2 * ow + i3`
 /// of the last two dimensions (and 2 unused), when every load reads them that way: its
 /// strides for the two are `(ow * s, s)` (or both 0) and nothing else uses i2 or i3.
-fn flatten_spatial(e: &crate::lower::Expr, ow: u64) -> Option<crate::lower::Expr> {
+pub(crate) fn flatten_spatial(e: &crate::lower::Expr, ow: u64) -> Option<crate::lower::Expr> {
     use crate::lower::Expr;
     let mut ok = true;
     let mut out = e.clone();
@@ -189,10 +189,10 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
 /// is one of height 1. (The CUDA runtime's kernels take the same arguments.)
 pub(crate) struct Window2d {
     two: bool,
-    stride: (u64, u64),
+    pub(crate) stride: (u64, u64),
     /// Top and left padding (the bottom and right follow from the output size).
-    pad: (u64, u64),
-    dilation: (u64, u64),
+    pub(crate) pad: (u64, u64),
+    pub(crate) dilation: (u64, u64),
 }
 
 impl Window2d {

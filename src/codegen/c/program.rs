@@ -236,7 +236,7 @@ pub fn declare(s: &mut String, p: &Program, names: &[String], bufs: &[crate::low
 }
 
 /// A rough count of operations per output element, for the threading threshold.
-fn work_per_element(k: &Kernel) -> u64 {
+pub(crate) fn work_per_element(k: &Kernel) -> u64 {
     match k {
         Kernel::Reduce { reduced, .. } => reduced.iter().product::<u64>().max(1),
         Kernel::ArgReduce { reduced, .. } => (*reduced).max(1),

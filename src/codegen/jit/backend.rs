@@ -1,0 +1,81 @@
+//! The JIT as a [`Backend`]: it lowers as the C target does (runtime-c's library and
+//! the C target's program passes) and compiles in this process. `run --target jit` and
+//! embedders run it through [`crate::exec::Jit`]; `compile --target jit` writes the
+//! CLIF of its functions (`<name>.clif`), for reading and for tests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain};
+use crate::build::CacheUse;
+use crate::codegen::program_target::{program_emitted, program_target_lacks};
+use crate::error::{Error, Result};
+use crate::ir::{Graph, ValueId};
+use crate::lower::Program;
+use crate::passes::{Graphs, ProgramPass};
+use crate::tensor::Tensor;
+
+pub struct JitTarget;
+
+impl Backend for JitTarget {
+    fn name(&self) -> &'static str {
+        "jit"
+    }
+
+    fn about(&self) -> &'static str {
+        "machine code compiled in this process by cranelift (run --target jit; no C compiler needed)"
+    }
+
+    fn program_passes(&self) -> &'static [ProgramPass] {
+        crate::codegen::c::PASSES
+    }
+
+    fn claims(&self, c: crate::ir::Composite) -> bool {
+        crate::codegen::cstyle::composite_helper(c).is_some()
+    }
+
+    fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
+        program_target_lacks(graph, v, super::supports)
+    }
+
+    /// The CLIF of every function the JIT compiles, as `<name>.clif`.
+    fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
+        let (forward, backward) = programs(graphs, opts)?;
+        let name = crate::codegen::names::identifier(&forward.name);
+        let (_, text) = super::compile(forward.clone(), backward.clone(), true)?;
+        let files = vec![(format!("{name}.clif"), text.unwrap_or_default().into_bytes())];
+        Ok(program_emitted(files, &forward, backward.as_ref()))
+    }
+
+    fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<Program>> {
+        Ok(Some(programs(graphs, opts)?.0))
+    }
+
+    /// The C target's stored forms; runs in this process.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], in_process: true, ..Capabilities::NONE }
+    }
+
+    fn toolchain(&self) -> &dyn Toolchain {
+        self
+    }
+}
+
+impl Toolchain for JitTarget {
+    fn needs(&self) -> &'static str {
+        "nothing: the code is compiled in this process"
+    }
+
+    fn build(&self, _dir: &Path, _build: &BuildConfig) -> Result<Option<CacheUse>> {
+        Ok(None)
+    }
+
+    fn run(&self, _dir: &Path, _build: &BuildConfig, _entry: &Entry, _feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
+        Err(Error::internal("the jit target runs in this process (exec::Jit), not from files"))
+    }
+}
+
+/// The forward (and backward) program the JIT compiles: the C target's.
+pub fn programs(graphs: &Graphs, opts: &EmitOptions) -> Result<(Program, Option<Program>)> {
+    crate::codegen::c::backend::programs(graphs, opts)
+}

@@ -1,0 +1,147 @@
+//! Cranelift's side of the JIT: the host's ISA, one `JITModule` per compiled model
+//! with every helper of [`super::runtime::helpers`] imported by name, each function
+//! defined (a cranelift error names the kernel it came from), and the finished code,
+//! which lives as long as [`Code`] does.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
+use cranelift_frontend::FunctionBuilderContext;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module};
+
+use super::runtime::{helpers, Scalar};
+use crate::error::{Error, Result};
+
+/// Machine code of one model's functions; freed when dropped.
+pub struct Code {
+    module: Option<JITModule>,
+}
+
+impl Drop for Code {
+    fn drop(&mut self) {
+        if let Some(m) = self.module.take() {
+            // SAFETY: nothing calls the code any more: whatever held its function
+            // pointers (the compiled model) owns this and is being dropped.
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+// SAFETY: the module is only read after it is finished (its code is immutable), and
+// freed once, on drop.
+unsafe impl Send for Code {}
+unsafe impl Sync for Code {}
+
+/// A module being filled with functions.
+pub struct Builder {
+    pub module: JITModule,
+    /// The helpers, by the name JIT code imports them.
+    pub helpers: HashMap<&'static str, (FuncId, Vec<Scalar>, Scalar)>,
+    ctx: Context,
+    pub fctx: FunctionBuilderContext,
+    /// The text of every function defined, when asked for (`--emit source`).
+    pub text: Option<String>,
+}
+
+impl Builder {
+    /// A module for this machine's CPU (its vector extensions found at run time);
+    /// `text` keeps every function's CLIF.
+    pub fn new(text: bool) -> Result<Builder> {
+        let mut flags = settings::builder();
+        let set = |f: &mut settings::Builder, k: &str, v: &str| f.set(k, v).map_err(|e| Error::internal(format!("jit: cranelift setting {k}={v}: {e}")));
+        set(&mut flags, "opt_level", "speed")?;
+        set(&mut flags, "is_pic", "false")?;
+        set(&mut flags, "use_colocated_libcalls", "false")?;
+        // The verifier checks each function as it is compiled; tests and debug builds only.
+        set(&mut flags, "enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" })?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| Error::internal(format!("jit: this CPU is not one cranelift compiles for: {e}")))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| Error::internal(format!("jit: cranelift's ISA: {e}")))?;
+        let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+        let table = helpers();
+        for h in &table {
+            jb.symbol(h.name, h.address);
+        }
+        let mut module = JITModule::new(jb);
+        let mut imported = HashMap::new();
+        for h in table {
+            let mut sig = module.make_signature();
+            sig.params.extend(h.params.iter().map(|&s| abi(s)));
+            sig.returns.push(abi(h.result));
+            let id = module.declare_function(h.name, Linkage::Import, &sig).map_err(|e| Error::internal(format!("jit: importing {}: {e}", h.name)))?;
+            imported.insert(h.name, (id, h.params.to_vec(), h.result));
+        }
+        let ctx = module.make_context();
+        Ok(Builder { module, helpers: imported, ctx, fctx: FunctionBuilderContext::new(), text: text.then(String::new) })
+    }
+
+    /// The pointer type.
+    pub fn ptr(&self) -> types::Type {
+        self.module.target_config().pointer_type()
+    }
+
+    /// A signature of the host's calling convention.
+    pub fn signature(&self, params: &[types::Type], returns: &[types::Type]) -> Signature {
+        let mut sig = self.module.make_signature();
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns.extend(returns.iter().map(|&t| AbiParam::new(t)));
+        sig
+    }
+
+    /// Defines function `name` of signature `sig`, its body written by `body` into
+    /// the function it is given; `what` names it in errors (the kernel and its ops).
+    pub fn define(
+        &mut self,
+        name: &str,
+        sig: Signature,
+        what: &str,
+        body: impl FnOnce(&mut Builder, &mut cranelift_codegen::ir::Function, &mut FunctionBuilderContext) -> Result<()>,
+    ) -> Result<FuncId> {
+        let id = self.module.declare_function(name, Linkage::Local, &sig).map_err(|e| Error::internal(format!("jit: {what}: {e}")))?;
+        let mut ctx = std::mem::replace(&mut self.ctx, Context::new());
+        ctx.func.signature = sig;
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let mut fctx = std::mem::take(&mut self.fctx);
+        let built = body(self, &mut ctx.func, &mut fctx);
+        self.fctx = fctx;
+        let defined = built.and_then(|()| {
+            if let Some(text) = &mut self.text {
+                text.push_str(&format!("; {name}: {}\n{}\n", what.replace('\n', " "), ctx.func.display()));
+            }
+            self.module.define_function(id, &mut ctx).map_err(|e| Error::internal(format!("jit: cranelift could not compile {what}: {}", describe(&e))))
+        });
+        self.module.clear_context(&mut ctx);
+        self.ctx = ctx;
+        defined.map(|()| id)
+    }
+
+    /// Finishes the module: the code of each function of `ids`, in order.
+    pub fn finish(mut self, ids: &[FuncId]) -> Result<(Code, Vec<*const u8>)> {
+        self.module.finalize_definitions().map_err(|e| Error::internal(format!("jit: cranelift could not link the model's functions: {e}")))?;
+        let code = ids.iter().map(|&id| self.module.get_finalized_function(id)).collect();
+        Ok((Code { module: Some(self.module) }, code))
+    }
+}
+
+/// A cranelift error with the verifier's findings, when it has them.
+fn describe(e: &cranelift_module::ModuleError) -> String {
+    match e {
+        cranelift_module::ModuleError::Compilation(cranelift_codegen::CodegenError::Verifier(errors)) => format!("verifier: {errors}"),
+        other => other.to_string(),
+    }
+}
+
+/// A helper's parameter as the C ABI passes it.
+pub fn abi(s: Scalar) -> AbiParam {
+    match s {
+        Scalar::F32 => AbiParam::new(types::F32),
+        Scalar::F64 => AbiParam::new(types::F64),
+        Scalar::I64 => AbiParam::new(types::I64),
+        Scalar::I32 => AbiParam::new(types::I32).sext(),
+        Scalar::U16 => AbiParam::new(types::I16).uext(),
+    }
+}
