@@ -55,11 +55,11 @@ pub fn describe(k: usize, step: &Step) -> String {
     format!("kernel {k} ({})", step.origins.join("; "))
 }
 
-/// Kernel `k`, a loop kernel, as task `k<k>(ctx, begin, end)`.
-pub fn task(m: &mut Builder, p: &Program, k: usize, step: &Step) -> Result<FuncId> {
+/// Kernel `k`, a loop kernel, as task `<prefix>k<k>(ctx, begin, end)`.
+pub fn task(m: &mut Builder, p: &Program, prefix: &str, k: usize, step: &Step) -> Result<FuncId> {
     let ptr = m.ptr();
     let sig = m.signature(&[ptr, types::I64, types::I64], &[]);
-    m.define(&format!("k{k}"), sig, &describe(k, step), |m, func, fctx| {
+    m.define(&format!("{prefix}k{k}"), sig, &describe(k, step), |m, func, fctx| {
         let mut body = Body::new(FunctionBuilder::new(func, fctx), m, p);
         let params = open(&mut body, &buffers_of(&step.kernel));
         let ext = body.extents(step)?;
@@ -300,7 +300,7 @@ fn arg_better(b: &mut Body, kind: ArgKind, t: Dtype, v: Value, best: Value) -> V
 /// Kernel `k`'s epilogue, when it has one, as `e<k>(ctx, n, r0, r1, c0, c1)`: rewrites
 /// rows `[r0, r1)` and columns `[c0, c1)` of the result as the C target's `_e<k>` does
 /// (`mithril_runtime.h`'s `mr_epilogue_fn`).
-pub fn epilogue(m: &mut Builder, p: &Program, k: usize, step: &Step) -> Result<Option<FuncId>> {
+pub fn epilogue(m: &mut Builder, p: &Program, prefix: &str, k: usize, step: &Step) -> Result<Option<FuncId>> {
     let (out, expr, conv) = match &step.kernel {
         Kernel::Gemm { c, epilogue: Some(e), .. } => (c, e, false),
         Kernel::Conv { out, epilogue: Some(e), .. } => (out, e, true),
@@ -313,7 +313,7 @@ pub fn epilogue(m: &mut Builder, p: &Program, k: usize, step: &Step) -> Result<O
     bufs.push(out.buf);
     bufs.sort();
     bufs.dedup();
-    let id = m.define(&format!("e{k}"), sig, &format!("the epilogue of {}", describe(k, step)), |m, func, fctx| {
+    let id = m.define(&format!("{prefix}e{k}"), sig, &format!("the epilogue of {}", describe(k, step)), |m, func, fctx| {
         let mut body = Body::new(FunctionBuilder::new(func, fctx), m, p);
         let params = open(&mut body, &bufs);
         let (n, r0, r1, c0, c1) = (params[1], params[2], params[3], params[4], params[5]);
@@ -379,7 +379,7 @@ pub fn epilogue(m: &mut Builder, p: &Program, k: usize, step: &Step) -> Result<O
 /// Kernel `k`'s gather-index check, when it gathers, as `check<k>(ctx) -> int`: 1 when
 /// an index it will use lies outside `[-n, n)` for its axis of size n (the run is
 /// then refused: `ERROR_INDEX`), else 0; as the C target's `_check<k>`.
-pub fn check(m: &mut Builder, p: &Program, k: usize, step: &Step) -> Result<Option<FuncId>> {
+pub fn check(m: &mut Builder, p: &Program, prefix: &str, k: usize, step: &Step) -> Result<Option<FuncId>> {
     let gathers = gather_checks(&step.kernel);
     if gathers.is_empty() {
         return Ok(None);
@@ -392,7 +392,7 @@ pub fn check(m: &mut Builder, p: &Program, k: usize, step: &Step) -> Result<Opti
     }
     bufs.sort();
     bufs.dedup();
-    let id = m.define(&format!("check{k}"), sig, &format!("the index check of {}", describe(k, step)), |m, func, fctx| {
+    let id = m.define(&format!("{prefix}check{k}"), sig, &format!("the index check of {}", describe(k, step)), |m, func, fctx| {
         let mut body = Body::new(FunctionBuilder::new(func, fctx), m, p);
         open(&mut body, &bufs);
         let ext = body.extents(step)?;

@@ -42,7 +42,8 @@ pub fn compile(forward: Program, backward: Option<Program>, text: bool) -> Resul
     // Each step's functions, as indices into `ids`.
     let mut ids = Vec::new();
     let mut plans = Vec::new();
-    for p in std::iter::once(&forward).chain(backward.as_ref()) {
+    // (the backward program's functions are named apart: `backward_k0`)
+    for (p, prefix) in std::iter::once(&forward).chain(backward.as_ref()).zip(["", "backward_"]) {
         let mut steps = Vec::new();
         for (k, step) in p.steps.iter().enumerate() {
             let mut slot = |id: Option<cranelift_module::FuncId>| {
@@ -52,13 +53,13 @@ pub fn compile(forward: Program, backward: Option<Program>, text: bool) -> Resul
                 })
             };
             let task = if matches!(step.kernel, crate::lower::Kernel::Map { .. } | crate::lower::Kernel::Reduce { .. } | crate::lower::Kernel::ArgReduce { .. }) {
-                Some(kernels::task(&mut m, p, k, step)?)
+                Some(kernels::task(&mut m, p, prefix, k, step)?)
             } else {
                 None
             };
             let task = slot(task);
-            let epilogue = slot(kernels::epilogue(&mut m, p, k, step)?);
-            let check = slot(kernels::check(&mut m, p, k, step)?);
+            let epilogue = slot(kernels::epilogue(&mut m, p, prefix, k, step)?);
+            let check = slot(kernels::check(&mut m, p, prefix, k, step)?);
             steps.push((task, epilogue, check));
         }
         plans.push(steps);

@@ -1,0 +1,118 @@
+//! The in-process JIT (`--target jit`, cranelift): every benchmark model and every
+//! test-data case (forward, and backward with the gradients of all parameters) is
+//! compiled and run through `mithrilc::exec::Jit` and compared with the interpreter at
+//! the C target's tolerance (1e-4 absolute + 1e-4 relative); symbolic batches run at
+//! every size; bad sizes and indices are errors, not crashes. Nothing here needs a C
+//! compiler: runtime-c is inside mithrilc.
+
+use std::collections::BTreeMap;
+
+use mithrilc::backend::EmitOptions;
+use mithrilc::data;
+use mithrilc::exec::{Executable, Jit};
+use mithrilc::tensor::Tensor;
+
+mod common;
+#[path = "common/cases.rs"]
+mod cases;
+use cases::{cases, shared, Case};
+
+/// Runs `case` through the JIT.
+fn jit(case: &Case, opts: EmitOptions) -> Result<Vec<(String, Tensor)>, String> {
+    let exe = Jit::new(&case.graphs, &case.feeds, opts).map_err(|e| format!("{}: {e}", case.label))?;
+    exe.run(&case.feeds).map_err(|e| format!("{}: {e}", case.label))
+}
+
+#[test]
+fn every_case_matches_the_interpreter() {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    let all = cases(&dir);
+    let worst = cases::Worst::default();
+    let failures = common::each_case(&all, |case| {
+        let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
+        let got = jit(case, EmitOptions::default())?;
+        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
+        worst.note(err, &case.label);
+        if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
+    });
+    let (err, label) = worst.get();
+    println!("jit: {} of {} cases match the interpreter; worst abs error {err:.2e} ({label})", all.len() - failures.len(), all.len());
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Each bench model with a symbolic batch `B` (`--max B=N`) runs at batch 1, 3 and N
+/// from one compile and matches the interpreter at that batch; N + 1 is refused.
+#[test]
+fn symbolic_batch_runs_at_every_size() {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    for (model, max) in [("mlp", 32u64), ("lenet", 32), ("cnn", 32), ("gpt_block", 8)] {
+        let params = data::read_arrays(&dir.join(format!("bench/{model}.safetensors"))).unwrap();
+        let big = data::read_arrays(&dir.join(format!("bench/{model}_b{max}_input.npy"))).unwrap();
+        let big = big.arrays.values().next().unwrap().clone();
+        let row: Vec<String> = big.shape[1..].iter().map(|d| d.to_string()).collect();
+        let (name, shape) = mithrilc::cli::parse_shape_arg(&format!("input=B,{}", row.join(","))).unwrap();
+        let spec = mithrilc::pipeline::ModelSpec {
+            path: dir.join(format!("bench/{model}.json")),
+            frontend: mithrilc::frontend::Options { shapes: [(name, shape)].into(), ..Default::default() },
+            ..Default::default()
+        };
+        let graphs = mithrilc::pipeline::load(&spec).unwrap().graphs;
+        let feeds: BTreeMap<String, Tensor> = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        let opts = EmitOptions { max: [("B".to_string(), max)].into(), ..Default::default() };
+        let exe = Jit::new(&graphs, &feeds, opts).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let per: usize = big.shape[1..].iter().product::<u64>() as usize;
+        for n in [1, 3, max] {
+            let mut shape = big.shape.clone();
+            shape[0] = n;
+            let input = Tensor { dtype: big.dtype, shape: shape.clone(), data: big.data[..per * n as usize].to_vec() };
+            let mut fixed = mithrilc::pipeline::ModelSpec { ..spec.clone() };
+            fixed.frontend.shapes = [("input".to_string(), mithrilc::ir::Shape::known(&shape))].into();
+            let static_graphs = mithrilc::pipeline::load(&fixed).unwrap().graphs;
+            let mut all = feeds.clone();
+            all.insert("input".into(), input.clone());
+            let want = mithrilc::interp::run(static_graphs.main(), &all).unwrap();
+            let got = exe.run(&[("input".to_string(), input)].into()).unwrap_or_else(|e| panic!("{model} at batch {n}: {e}"));
+            let (bad, _) = cases::compare(&format!("{model} at batch {n}"), &got, &want, 1e-4);
+            assert!(bad.is_empty(), "{}", bad.join("\n"));
+        }
+        let mut shape = big.shape.clone();
+        shape[0] = max + 1;
+        let mut data = big.data.clone();
+        data.extend_from_slice(&big.data[..per]);
+        let err = exe.run(&[("input".to_string(), Tensor { dtype: big.dtype, shape, data })].into()).unwrap_err();
+        assert_eq!(err.to_string(), format!("input `input`: dimension 0 (B) is {}, outside 1 to its maximum {max} (--max B=N)", max + 1), "{model}");
+    }
+}
+
+/// A gather index out of range is refused before the kernel runs (the C target's
+/// ERROR_INDEX), and an input of the wrong shape or type is refused before anything
+/// runs: errors, never reads outside a buffer.
+#[test]
+fn bad_indices_and_inputs_are_errors() {
+    let text = "graph g {\n  %0 = input \"table\" : f32[4, 3]\n  %1 = input \"ids\" : i64[5]\n  %2 = gather %0, %1 {axis = 0} : f32[5, 3]\n  output \"y\" = %2\n}\n";
+    let graphs = mithrilc::pipeline::Graphs::new(mithrilc::ir::parse::parse(text).unwrap(), &Default::default(), |_, _| {}).unwrap();
+    let exe = Jit::new(&graphs, &BTreeMap::new(), EmitOptions::default()).unwrap();
+    let table = Tensor::new(mithrilc::ir::Dtype::F32, vec![4, 3], (0..12).map(f64::from).collect());
+    let run = |ids: &[f64]| {
+        let feeds: BTreeMap<String, Tensor> = [("table".to_string(), table.clone()), ("ids".to_string(), Tensor::new(mithrilc::ir::Dtype::I64, vec![5], ids.to_vec()))].into();
+        exe.run(&feeds)
+    };
+    // Negative indices count from the end.
+    let got = run(&[0.0, 3.0, -1.0, -4.0, 2.0]).unwrap();
+    assert_eq!(got[0].1.data[..6], [0.0, 1.0, 2.0, 9.0, 10.0, 11.0]);
+    assert_eq!(got[0].1.data[6..9], [9.0, 10.0, 11.0]);
+    for ids in [[0.0, 4.0, 0.0, 0.0, 0.0], [0.0, 0.0, -5.0, 0.0, 0.0], [1e12, 0.0, 0.0, 0.0, 0.0]] {
+        let err = run(&ids).unwrap_err();
+        assert_eq!(err.to_string(), "a gather or embedding index is out of range (outside [-n, n) for an axis of size n)", "{ids:?}");
+    }
+    let feeds: BTreeMap<String, Tensor> = [("table".to_string(), Tensor::new(mithrilc::ir::Dtype::F32, vec![3, 4], vec![0.0; 12])), ("ids".to_string(), Tensor::new(mithrilc::ir::Dtype::I64, vec![5], vec![0.0; 5]))].into();
+    assert_eq!(exe.run(&feeds).unwrap_err().to_string(), "input `table` has shape [3, 4], the model takes [4, 3]");
+    let feeds: BTreeMap<String, Tensor> = [("table".to_string(), table.clone()), ("ids".to_string(), Tensor::new(mithrilc::ir::Dtype::I32, vec![5], vec![0.0; 5]))].into();
+    assert_eq!(exe.run(&feeds).unwrap_err().to_string(), "input `ids` is i32, the model takes i64");
+}
