@@ -212,6 +212,10 @@ pub struct RunArgs {
     pub triple: Option<String>,
     /// `--no-cache`: build without the build cache.
     pub no_cache: bool,
+    /// `--threads`: the threads an in-process run splits its work over (default: every core).
+    pub threads: Option<u32>,
+    /// `--repeat N`: run N times more and report the median time of a run.
+    pub repeat: Option<u32>,
 }
 
 /// Reads a `--data` argument: `FILE`, or `NAME=FILE` for a file holding one array.
@@ -339,6 +343,12 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
     }
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
     // The interpreter takes the parameters with the inputs, as the data files give them.
+    if args.repeat.is_some() && !matches!(args.target, RunTarget::Interp) && !args.target_in_process() {
+        return Err(Error::usage("--repeat times runs in this process: give --target jit or interp (a compiled target's demo takes --repeat)".to_string()));
+    }
+    if args.threads.is_some() && !args.target_in_process() {
+        return Err(Error::usage("--threads is for --target jit (a compiled target's demo takes --threads)".to_string()));
+    }
     let interp = |graphs| Interpreter::new(graphs, BTreeMap::new()).run(&feeds).map_err(|e| e.context(args.model.model.display()));
     let mut report = conversion_note(graph, &files)?;
     let outputs = match args.target {
@@ -349,7 +359,14 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         RunTarget::Interp if args.quantize != Quantize::F32 => {
             return Err(Error::usage("--quantize is for a compiled target (--target c or ggml): the interpreter reads the parameters as given".to_string()))
         }
-        RunTarget::Interp => interp(graphs)?,
+        RunTarget::Interp => {
+            let exe = Interpreter::new(graphs.clone(), BTreeMap::new());
+            let outputs = exe.run(&feeds).map_err(|e| e.context(args.model.model.display()))?;
+            if let Some(n) = args.repeat {
+                report.push_str(&time_runs(|| exe.run(&feeds).map(drop), n, "the interpreter")?);
+            }
+            outputs
+        }
         RunTarget::Compiled(target) => {
             if args.emulate && !target.capabilities().emulates {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
@@ -357,7 +374,25 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
             let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
             let outputs = if target.capabilities().in_process {
-                crate::exec::Jit::new(&graphs, &feeds, opts)?.run(&feeds)?
+                let mut exe = crate::exec::Jit::new(&graphs, &feeds, opts)?;
+                if let Some(t) = args.threads {
+                    exe.set_threads(t as usize);
+                }
+                let outputs = exe.run(&feeds)?;
+                if let Some(n) = args.repeat {
+                    // The model's own time, as a C demo's --repeat times it: the arrays
+                    // are made once, outside the runs.
+                    let raw: Vec<crate::tensor::RawTensor> = exe.inputs().iter().map(|n| crate::tensor::RawTensor::from_tensor(&feeds[n])).collect();
+                    let arrays: Vec<crate::exec::Array> = raw.iter().map(|r| crate::exec::Array { dtype: r.dtype, shape: &r.shape, data: r.bytes() }).collect();
+                    let shapes: Vec<_> = arrays.iter().map(|a| (a.dtype, a.shape)).collect();
+                    let mut made = exe.output_shapes(&shapes)?.iter().map(|(d, s)| crate::codegen::jit::program::Aligned::zeroed(s.iter().product::<u64>() * d.size() as u64)).collect::<Result<Vec<_>>>()?;
+                    let time = || {
+                        let mut outs: Vec<&mut [u8]> = made.iter_mut().map(|a| a.bytes_mut()).collect();
+                        exe.run_arrays(&arrays, &mut outs)
+                    };
+                    report.push_str(&time_runs(time, n, &format!("{} thread(s)", exe.threads()))?);
+                }
+                outputs
             } else {
                 crate::exec::Built::new(target, &graphs, &feeds, build, opts)?.run(&feeds)?
             };
@@ -500,6 +535,25 @@ pub fn describe_tensor(name: &str, t: &Tensor) -> String {
     let head: Vec<String> = t.data.iter().take(6).map(|x| format!("{x:.6}")).collect();
     let more = if t.data.len() > 6 { ", ..." } else { "" };
     format!("{name}: {ty}  min {min:.6}  max {max:.6}  mean {mean:.6}  [{}{more}]", head.join(", "))
+}
+
+impl RunArgs {
+    /// Whether the run happens in this process (`--target jit`).
+    fn target_in_process(&self) -> bool {
+        matches!(self.target, RunTarget::Compiled(t) if t.capabilities().in_process)
+    }
+}
+
+/// `--repeat`: `n` more runs, and a line with the median time of one (on `how`).
+fn time_runs(mut run: impl FnMut() -> Result<()>, n: u32, how: &str) -> Result<String> {
+    let mut times = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let start = std::time::Instant::now();
+        run()?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(format!("median {:.1} us per run over {n} runs ({how}), min {:.1} us\n", times[times.len() / 2], times[0]))
 }
 
 /// Where `run` evaluates the model: the reference interpreter or a compiled target.

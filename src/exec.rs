@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::backend::{Backend, BuildConfig, EmitOptions, Entry};
 use crate::error::{Error, Result};
-use crate::ir::Graph;
+use crate::ir::{Dtype, Graph};
 use crate::passes::Graphs;
 use crate::pipeline;
 use crate::codegen::jit::program::Aligned;
@@ -153,10 +153,95 @@ impl Jit {
         Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), pool })
     }
 
+    /// Runs split their work over `n` threads (1: the calling thread alone).
+    pub fn set_threads(&mut self, n: usize) {
+        self.pool = (n > 1).then(|| crate::codegen::jit::threads::Pool::new(n));
+    }
+
+    /// The threads a run splits its work over.
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.threads())
+    }
+
     /// The program a run runs: the backward one when gradients were asked for.
     fn runner(&self) -> &crate::codegen::jit::program::Runner {
         self.compiled.backward.as_ref().unwrap_or(&self.compiled.forward)
     }
+}
+
+impl Jit {
+    /// The shape and type of each output (in [`Executable::outputs`]' order) for
+    /// inputs of these shapes and types (in [`Executable::inputs`]' order), after
+    /// checking them against the model's inputs.
+    pub fn output_shapes(&self, inputs: &[(Dtype, &[u64])]) -> Result<Vec<(Dtype, Vec<u64>)>> {
+        let p = &self.runner().p;
+        let dims = bind_symbols(p, inputs)?;
+        Ok(p.outputs.iter().map(|port| (p.buffers[port.buf.0].dtype, port_shape(port, &dims))).collect())
+    }
+
+    /// Runs on arrays the caller holds: `inputs` (in [`Executable::inputs`]' order) as
+    /// little-endian row-major elements of their types, and `outputs` (in
+    /// [`Executable::outputs`]' order) to fill, of the sizes [`Jit::output_shapes`]
+    /// gives. Nothing is converted or copied but an input not aligned to its element
+    /// type.
+    pub fn run_arrays(&self, inputs: &[Array], outputs: &mut [&mut [u8]]) -> Result<()> {
+        let runner = self.runner();
+        let p = &runner.p;
+        let shapes: Vec<(Dtype, &[u64])> = inputs.iter().map(|a| (a.dtype, a.shape)).collect();
+        let dims = bind_symbols(p, &shapes)?;
+        let mut copies = Vec::new();
+        let mut ins = Vec::with_capacity(inputs.len());
+        for (a, port) in inputs.iter().zip(&p.inputs) {
+            let n: u64 = a.shape.iter().product();
+            if a.data.len() as u64 != n * a.dtype.size() as u64 {
+                return Err(Error::user(format!("input `{}` has {} bytes for {n} elements of {}", port.name, a.data.len(), a.dtype)));
+            }
+            if a.data.as_ptr() as usize % a.dtype.size() == 0 {
+                ins.push(a.data.as_ptr());
+            } else {
+                let mut copy = Aligned::zeroed(a.data.len() as u64)?;
+                copy.bytes_mut().copy_from_slice(a.data);
+                ins.push(copy.ptr as *const u8);
+                copies.push(copy);
+            }
+        }
+        if outputs.len() != p.outputs.len() {
+            return Err(Error::user(format!("{} output buffers for the model's {} outputs", outputs.len(), p.outputs.len())));
+        }
+        let mut outs = Vec::with_capacity(outputs.len());
+        for (o, port) in outputs.iter_mut().zip(&p.outputs) {
+            let dtype = p.buffers[port.buf.0].dtype;
+            let want = port_shape(port, &dims).iter().product::<u64>() * dtype.size() as u64;
+            if o.len() as u64 != want || o.as_ptr() as usize % dtype.size() != 0 {
+                return Err(Error::user(format!("output `{}` needs {want} bytes aligned to {}, given {}", port.name, dtype.size(), o.len())));
+            }
+            outs.push(o.as_mut_ptr());
+        }
+        let kept = self.arena.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let arena = match kept {
+            Some(a) => a,
+            None => Aligned::zeroed(p.arena_size)?,
+        };
+        let hook = self.pool.as_ref().map(|pool| pool.hook());
+        let threads = hook.as_ref().map_or(std::ptr::null(), |h| h as *const _);
+        // SAFETY: every buffer has the size the program needs at these dims (checked
+        // above against the ports), and the weights blob and arena are the program's own.
+        let status = unsafe { runner.run(self.weights.ptr, &ins, &outs, arena.ptr, &dims, threads) };
+        *self.arena.lock().unwrap_or_else(|e| e.into_inner()) = Some(arena);
+        match status {
+            0 => Ok(()),
+            crate::codegen::c::ERROR_INDEX => Err(Error::user("a gather or embedding index is out of range (outside [-n, n) for an axis of size n)")),
+            other => Err(Error::internal(format!("the compiled model returned {other} for sizes it was checked to take"))),
+        }
+    }
+}
+
+/// An input array as its bytes: little-endian elements of `dtype`, row-major in `shape`.
+#[derive(Debug, Clone, Copy)]
+pub struct Array<'a> {
+    pub dtype: Dtype,
+    pub shape: &'a [u64],
+    pub data: &'a [u8],
 }
 
 impl Executable for Jit {
@@ -170,73 +255,52 @@ impl Executable for Jit {
 
     fn run(&self, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
         check_given(&self.inputs, inputs)?;
-        let runner = self.runner();
-        let p = &runner.p;
-        let dims = bind_symbols(p, inputs)?;
-        let size = |port: &crate::lower::Port| -> Vec<u64> { port.shape.iter().zip(&port.dims).map(|(&n, s)| s.map_or(n, |s| dims[s] as u64)).collect() };
-        let mut given = Vec::new();
-        for port in &p.inputs {
-            let t = &inputs[&port.name];
-            let raw = RawTensor::from_tensor(t);
-            let mut a = Aligned::zeroed(raw.bytes().len() as u64)?;
-            a.bytes_mut().copy_from_slice(raw.bytes());
-            given.push(a);
-        }
-        let mut made = Vec::new();
-        for port in &p.outputs {
-            let n: u64 = size(port).iter().product();
-            made.push(Aligned::zeroed(n * p.buffers[port.buf.0].dtype.size() as u64)?);
-        }
-        let kept = self.arena.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let arena = match kept {
-            Some(a) => a,
-            None => Aligned::zeroed(p.arena_size)?,
-        };
-        let hook = self.pool.as_ref().map(|pool| pool.hook());
-        let threads = hook.as_ref().map_or(std::ptr::null(), |h| h as *const _);
-        let ins: Vec<*const u8> = given.iter().map(|a| a.ptr as *const u8).collect();
-        let outs: Vec<*mut u8> = made.iter().map(|a| a.ptr).collect();
-        // SAFETY: every buffer has the size the program needs at these dims (the inputs
-        // were checked against their ports), and the weights blob and arena are the
-        // program's own.
-        let status = unsafe { runner.run(self.weights.ptr, &ins, &outs, arena.ptr, &dims, threads) };
-        *self.arena.lock().unwrap_or_else(|e| e.into_inner()) = Some(arena);
-        match status {
-            0 => {}
-            crate::codegen::c::ERROR_INDEX => return Err(Error::user("a gather or embedding index is out of range (outside [-n, n) for an axis of size n)")),
-            other => return Err(Error::internal(format!("the compiled model returned {other} for sizes it was checked to take"))),
-        }
-        p.outputs
+        let raw: Vec<RawTensor> = self.inputs.iter().map(|n| RawTensor::from_tensor(&inputs[n])).collect();
+        let arrays: Vec<Array> = raw.iter().map(|r| Array { dtype: r.dtype, shape: &r.shape, data: r.bytes() }).collect();
+        let shapes: Vec<(Dtype, &[u64])> = arrays.iter().map(|a| (a.dtype, a.shape)).collect();
+        let wanted = self.output_shapes(&shapes)?;
+        let mut made = wanted.iter().map(|(d, s)| Aligned::zeroed(s.iter().product::<u64>() * d.size() as u64)).collect::<Result<Vec<_>>>()?;
+        let mut outs: Vec<&mut [u8]> = made.iter_mut().map(Aligned::bytes_mut).collect();
+        self.run_arrays(&arrays, &mut outs)?;
+        self.outputs
             .iter()
-            .zip(made)
-            .map(|(port, a)| {
-                let dtype = p.buffers[port.buf.0].dtype;
-                let raw = RawTensor::owned(dtype, size(port), a.bytes().to_vec()).ok_or_else(|| Error::internal(format!("output {}: the wrong number of bytes", port.name)))?;
-                Ok((port.name.clone(), raw.to_tensor()))
+            .zip(wanted)
+            .zip(&made)
+            .map(|((name, (dtype, shape)), a)| {
+                let raw = RawTensor::owned(dtype, shape, a.bytes().to_vec()).ok_or_else(|| Error::internal(format!("output {name}: the wrong number of bytes")))?;
+                Ok((name.clone(), raw.to_tensor()))
             })
             .collect()
     }
 }
 
-/// The run-time value of each symbol of `p`, read from the inputs' shapes, after
-/// checking every input against its port: its type, its rank, its static sizes, and
-/// each symbol the same wherever it appears and within 1 to its maximum.
-fn bind_symbols(p: &crate::lower::Program, inputs: &BTreeMap<String, Tensor>) -> Result<Vec<i64>> {
+/// A port's shape at the symbols' run-time values `dims`.
+fn port_shape(port: &crate::lower::Port, dims: &[i64]) -> Vec<u64> {
+    port.shape.iter().zip(&port.dims).map(|(&n, s)| s.map_or(n, |s| dims[s] as u64)).collect()
+}
+
+/// The run-time value of each symbol of `p`, read from the inputs' shapes (in the
+/// program's input order), after checking every input against its port: its type,
+/// its rank, its static sizes, and each symbol the same wherever it appears and within
+/// 1 to its maximum.
+fn bind_symbols(p: &crate::lower::Program, inputs: &[(Dtype, &[u64])]) -> Result<Vec<i64>> {
+    if inputs.len() != p.inputs.len() {
+        return Err(Error::user(format!("{} inputs for the model's {}", inputs.len(), p.inputs.len())));
+    }
     let mut dims: Vec<Option<(i64, &str)>> = vec![None; p.symbols.len()];
-    for port in &p.inputs {
-        let t = &inputs[&port.name];
+    for (port, &(dtype, shape)) in p.inputs.iter().zip(inputs) {
         let want = p.buffers[port.buf.0].dtype;
-        if t.dtype != want {
-            return Err(Error::user(format!("input `{}` is {}, the model takes {want}", port.name, t.dtype)));
+        if dtype != want {
+            return Err(Error::user(format!("input `{}` is {dtype}, the model takes {want}", port.name)));
         }
         let shape_text = |s: &[u64]| format!("[{}]", s.iter().map(u64::to_string).collect::<Vec<_>>().join(", "));
-        if t.shape.len() != port.shape.len() {
-            return Err(Error::user(format!("input `{}` has shape {}, the model takes rank {} ({})", port.name, shape_text(&t.shape), port.shape.len(), shape_text(&port.shape))));
+        if shape.len() != port.shape.len() {
+            return Err(Error::user(format!("input `{}` has shape {}, the model takes rank {} ({})", port.name, shape_text(shape), port.shape.len(), shape_text(&port.shape))));
         }
-        for (d, (&n, sym)) in t.shape.iter().zip(&port.dims).enumerate() {
+        for (d, (&n, sym)) in shape.iter().zip(&port.dims).enumerate() {
             match sym {
                 None if n != port.shape[d] => {
-                    return Err(Error::user(format!("input `{}` has shape {}, the model takes {}", port.name, shape_text(&t.shape), shape_text(&port.shape))));
+                    return Err(Error::user(format!("input `{}` has shape {}, the model takes {}", port.name, shape_text(shape), shape_text(&port.shape))));
                 }
                 None => {}
                 Some(s) => {

@@ -167,6 +167,13 @@ enum Command {
         /// Build without the build cache (so does MITHRILC_NO_CACHE=1; see mithrilc cache)
         #[arg(long)]
         no_cache: bool,
+        /// --target jit: the threads a run splits its work over (default: every core)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+        threads: Option<u32>,
+        /// --target jit or interp: run N times more after the first and print the median
+        /// time of a run (the model is compiled once)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: Option<u32>,
     },
     /// Compile the model for a target and build it
     Compile {
@@ -340,8 +347,8 @@ fn main() -> ExitCode {
     mithrilc::outdir::remove_scratch_on_signals();
     let result = match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check, emulate, precision, quantize, triple, no_cache } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, quantize, data, params, output, triple, no_cache }).map(|(_, report)| report)),
+        Command::Run { model, grad, data, params, output, target, check, emulate, precision, quantize, triple, no_cache, threads, repeat } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, quantize, data, params, output, triple, no_cache, threads, repeat }).map(|(_, report)| report)),
         Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, quantize, no_cache } => {
             with_grad(model, &grad).and_then(|model| {
                 let (report, report_format) = (report.is_some(), report.unwrap_or_default());

@@ -33,6 +33,8 @@ fn check(model: &str, batches: &[u32]) {
             output: None,
             triple: None,
             no_cache: false,
+            threads: None,
+            repeat: None,
         };
         let (outputs, _) = cli::run(&args).unwrap_or_else(|e| panic!("{model} b{b}: {e}"));
         let want = data::read_arrays(&dir.join(format!("{model}_b{b}_output.npy"))).unwrap();

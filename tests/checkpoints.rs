@@ -74,6 +74,8 @@ fn half_precision_checkpoints_of_every_bench_model_compile_and_run() {
                 output: None,
                 triple: None,
                 no_cache: false,
+                threads: None,
+                repeat: None,
             };
             let (want, report) = cli::run(&run).unwrap_or_else(|e| panic!("{label}: {e}"));
             assert!(report.starts_with(&note), "{label}: the run report should start with `{note}`: {report}");

@@ -177,6 +177,8 @@ fn interpret(model: &Path, input: &Path, params: Option<&Path>) -> Result<Tensor
         output: None,
         triple: None,
         no_cache: false,
+        threads: None,
+        repeat: None,
     };
     let (mut outputs, _) = cli::run(&args).map_err(|e| format!("{}: {e}", model.display()))?;
     match outputs.pop() {

@@ -329,6 +329,8 @@ pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::
         output: None,
         triple: None,
         no_cache: false,
+        threads: None,
+        repeat: None,
     }
 }
 

@@ -3,11 +3,17 @@
 //! starts no threads of its own). The caller runs the first share of each range and
 //! waits for the workers' shares; results do not depend on the split.
 
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::runtime::{MrTask, MrThreads};
+
+/// How long a waiting thread spins (yielding every 256 turns, in case it shares a core)
+/// before it sleeps: waking a sleeping thread costs tens of microseconds, more than a
+/// small kernel takes. The C demo's pool waits the same way.
+const SPINS: u32 = 20_000;
 
 /// Workers that run shares of one range at a time.
 pub struct Pool {
@@ -18,34 +24,34 @@ pub struct Pool {
 struct Inner {
     /// Held for the length of one `parallel_for`: one range at a time.
     dispatch: Mutex<()>,
-    state: Mutex<State>,
-    work: Condvar,
+    /// Guards the sleeps on `wake` and `done`.
+    mu: Mutex<()>,
+    wake: Condvar,
     done: Condvar,
+    /// Raised for each job (under `mu`), after `job` is written.
+    generation: AtomicU64,
+    /// Workers that have not finished the current job.
+    busy: AtomicUsize,
+    stop: AtomicBool,
+    job: UnsafeCell<Job>,
     /// The caller and the workers.
     shares: usize,
 }
 
-struct State {
-    job: Option<Job>,
-    /// Raised for each job, so a worker takes each once.
-    generation: u64,
-    /// Workers' shares not finished yet.
-    remaining: usize,
-    quit: bool,
-}
-
 #[derive(Clone, Copy)]
 struct Job {
-    task: MrTask,
+    task: Option<MrTask>,
     ctx: *mut c_void,
     n: i64,
-    shares: usize,
 }
 
-// SAFETY: a job's context is shared by the calls of one range, which runtime-c and the
-// JIT's tasks make safe to run on any thread (they read it, and write disjoint parts of
-// the buffers it points at); it outlives the job, since parallel_for waits for it.
-unsafe impl Send for State {}
+// SAFETY: `job` is written only by the thread holding `dispatch` while no worker reads it
+// (between jobs: every worker has finished the last one), and read by workers only after
+// they see the generation that published it. A job's context is shared by the calls of
+// one range, which runtime-c and the JIT's tasks make safe on any thread; it outlives the
+// job, since parallel_for waits for every share.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
 
 thread_local! {
     /// Whether this thread is running a share: a range split from within a share runs
@@ -59,9 +65,13 @@ impl Pool {
         let shares = threads.max(1);
         let inner = Arc::new(Inner {
             dispatch: Mutex::new(()),
-            state: Mutex::new(State { job: None, generation: 0, remaining: 0, quit: false }),
-            work: Condvar::new(),
+            mu: Mutex::new(()),
+            wake: Condvar::new(),
             done: Condvar::new(),
+            generation: AtomicU64::new(0),
+            busy: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            job: UnsafeCell::new(Job { task: None, ctx: std::ptr::null_mut(), n: 0 }),
             shares,
         });
         let workers = (1..shares)
@@ -73,6 +83,11 @@ impl Pool {
         Pool { inner, workers }
     }
 
+    /// How many ways it splits a range.
+    pub fn threads(&self) -> usize {
+        self.inner.shares
+    }
+
     /// The hook to pass to the runtime; valid while the pool lives.
     pub fn hook(&self) -> MrThreads {
         MrThreads { parallel_for: Some(parallel_for), user: Arc::as_ptr(&self.inner) as *mut c_void }
@@ -81,26 +96,41 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).quit = true;
-        self.inner.work.notify_all();
+        {
+            let _g = self.inner.mu.lock().unwrap_or_else(|e| e.into_inner());
+            self.inner.stop.store(true, Ordering::Release);
+            self.inner.wake.notify_all();
+        }
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
     }
 }
 
-/// Share `i` of `shares` of `[0, n)`.
-fn share(n: i64, i: usize, shares: usize) -> (i64, i64) {
-    let at = |k: usize| (n as i128 * k as i128 / shares as i128) as i64;
-    (at(i), at(i + 1))
+/// Spins until `done()` or for [`SPINS`] turns; returns whether it is done.
+fn spin(done: impl Fn() -> bool) -> bool {
+    for turn in 1..=SPINS {
+        if done() {
+            return true;
+        }
+        if turn % 256 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    done()
 }
 
-fn run_share(job: &Job, i: usize) {
-    let (begin, end) = share(job.n, i, job.shares);
-    if begin < end {
+/// Runs share `i` of `shares` of the job's range `[0, n)`: thread t always takes the same
+/// part of a kernel's data, which stays in its core's cache from call to call.
+fn run_share(job: &Job, i: usize, shares: usize) {
+    let at = |k: usize| (job.n as i128 * k as i128 / shares as i128) as i64;
+    let (begin, end) = (at(i), at(i + 1));
+    if let (Some(task), true) = (job.task, begin < end) {
         IN_SHARE.with(|s| s.set(true));
         // SAFETY: the task and context are the caller's of parallel_for, alive until it returns.
-        unsafe { (job.task)(job.ctx, begin, end) };
+        unsafe { task(job.ctx, begin, end) };
         IN_SHARE.with(|s| s.set(false));
     }
 }
@@ -108,25 +138,23 @@ fn run_share(job: &Job, i: usize) {
 fn worker(inner: &Inner, i: usize) {
     let mut seen = 0;
     loop {
-        let job = {
-            let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            while !st.quit && st.generation == seen {
-                st = inner.work.wait(st).unwrap_or_else(|e| e.into_inner());
+        let fresh = || inner.generation.load(Ordering::Acquire) != seen || inner.stop.load(Ordering::Acquire);
+        if !spin(fresh) {
+            let mut g = inner.mu.lock().unwrap_or_else(|e| e.into_inner());
+            while !fresh() {
+                g = inner.wake.wait(g).unwrap_or_else(|e| e.into_inner());
             }
-            if st.quit {
-                return;
-            }
-            seen = st.generation;
-            st.job
-        };
-        let Some(job) = job else { continue };
-        if i < job.shares {
-            run_share(&job, i);
-            let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.remaining -= 1;
-            if st.remaining == 0 {
-                inner.done.notify_all();
-            }
+        }
+        if inner.stop.load(Ordering::Acquire) {
+            return;
+        }
+        seen = inner.generation.load(Ordering::Acquire);
+        // SAFETY: published before the generation this worker has seen (see `Inner`).
+        let job = unsafe { *inner.job.get() };
+        run_share(&job, i, inner.shares.min(job.n.max(1) as usize));
+        if inner.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _g = inner.mu.lock().unwrap_or_else(|e| e.into_inner());
+            inner.done.notify_all();
         }
     }
 }
@@ -141,21 +169,24 @@ unsafe extern "C" fn parallel_for(user: *mut c_void, task: MrTask, ctx: *mut c_v
         return;
     }
     let _one = inner.dispatch.lock().unwrap_or_else(|e| e.into_inner());
-    let shares = inner.shares.min(n as usize);
-    let job = Job { task, ctx, n, shares };
+    let job = Job { task: Some(task), ctx, n };
     {
-        let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.job = Some(job);
-        st.generation += 1;
-        st.remaining = shares - 1;
+        let _g = inner.mu.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: every worker finished the last job (`busy` was 0), and none reads `job`
+        // until the generation below is raised.
+        unsafe { *inner.job.get() = job };
+        inner.busy.store(inner.shares - 1, Ordering::Release);
+        inner.generation.fetch_add(1, Ordering::AcqRel);
+        inner.wake.notify_all();
     }
-    inner.work.notify_all();
-    run_share(&job, 0);
-    let mut st = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-    while st.remaining > 0 {
-        st = inner.done.wait(st).unwrap_or_else(|e| e.into_inner());
+    run_share(&job, 0, inner.shares.min(n as usize));
+    let idle = || inner.busy.load(Ordering::Acquire) == 0;
+    if !spin(idle) {
+        let mut g = inner.mu.lock().unwrap_or_else(|e| e.into_inner());
+        while !idle() {
+            g = inner.done.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
     }
-    st.job = None;
 }
 
 #[cfg(test)]
