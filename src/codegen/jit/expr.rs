@@ -413,7 +413,16 @@ impl<'a, 'f> Body<'a, 'f> {
 
     /// Unary op `u` of `x` of result type `t` (before rounding to f16 or bf16).
     fn unary(&mut self, u: UnaryOp, x: &Expr, t: Dtype) -> Result<Value> {
+        if u == UnaryOp::IsNan {
+            let v = self.expr(x)?;
+            return Ok(self.b.ins().fcmp(FloatCC::Unordered, v, v));
+        }
         let a = self.as_type(x, t)?;
+        self.scalar_unary(u, a, t)
+    }
+
+    /// Unary op `u` of `a`, a value of `t` (before rounding to f16 or bf16).
+    pub fn scalar_unary(&mut self, u: UnaryOp, a: Value, t: Dtype) -> Result<Value> {
         let ty = compute(t)?;
         let float = t.is_float();
         let unsigned = t.is_unsigned_int() || t == Dtype::Bool;
@@ -446,8 +455,10 @@ impl<'a, 'f> Body<'a, 'f> {
                 self.pick(pos, one, s)
             }
             UnaryOp::Exp if t == Dtype::F64 => self.call("exp", &[a])?,
+            UnaryOp::Exp if t == Dtype::F32 => self.fast_expf(a),
             UnaryOp::Exp if float => self.call("mr_fast_expf", &[a])?,
             UnaryOp::Tanh if t == Dtype::F64 => self.call("tanh", &[a])?,
+            UnaryOp::Tanh if t == Dtype::F32 => self.fast_tanhf(a),
             UnaryOp::Tanh if float => self.call("mr_fast_tanhf", &[a])?,
             UnaryOp::Log if float => self.math("logf", "log", a, t)?,
             UnaryOp::Sqrt if float => self.b.ins().sqrt(a),
@@ -468,6 +479,8 @@ impl<'a, 'f> Body<'a, 'f> {
                 let zero = self.iconst(ty, 0);
                 self.b.ins().smax(a, zero)
             }
+            UnaryOp::Composite(crate::ir::Composite::Sigmoid) if t == Dtype::F32 => self.sigmoidf(a),
+            UnaryOp::Composite(crate::ir::Composite::GeluTanh) if t == Dtype::F32 => self.gelu_tanhf(a),
             UnaryOp::Composite(c) if float => {
                 use crate::ir::Composite;
                 let (f32_name, f64_name) = match c {
@@ -482,10 +495,6 @@ impl<'a, 'f> Body<'a, 'f> {
             }
             UnaryOp::Not if t == Dtype::Bool => self.b.ins().icmp_imm_s(IntCC::Equal, a, 0),
             UnaryOp::Not if t.is_int() => self.b.ins().bnot(a),
-            UnaryOp::IsNan => {
-                let v = self.expr(x)?;
-                self.b.ins().fcmp(FloatCC::Unordered, v, v)
-            }
             other => return Err(Error::internal(format!("jit: {other:?} of {t}"))),
         })
     }

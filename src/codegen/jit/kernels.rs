@@ -99,11 +99,32 @@ fn loop_kernel(body: &mut Body, step: &Step, ext: &[Value], begin: Value, end: V
             let rank = out.shape.len();
             let t = p.buffers[out.buf.0].dtype;
             let vars: Vec<usize> = (0..rank).collect();
-            outer(body, step, rank, ext, (begin, end), &mut |b| {
-                let v = b.as_type(expr, t)?;
-                let at = b.address(out, &vars, None)?;
-                b.store(at, v, t)
-            })
+            let domain = step.kernel.domain();
+            let split = (0..rank).position(|d| domain[d] != 1 || step.dims.get(d).is_some_and(Option::is_some));
+            let zero = body.iconst(types::I64, 0);
+            let Some(s) = split else {
+                for d in 0..rank {
+                    body.set_var(d, zero);
+                }
+                let v = body.as_type(expr, t)?;
+                let at = body.address(out, &vars, None)?;
+                return body.store(at, v, t);
+            };
+            for d in 0..s {
+                body.set_var(d, zero);
+            }
+            // The task's range, the loops inside it, and the innermost one by vectors.
+            let last = rank - 1;
+            let mut innermost = |b: &mut Body| {
+                let range = if last == s { (begin, end) } else { (zero, ext[last]) };
+                b.store_loop(last, range, out, &vars, expr, t)
+            };
+            if last == s {
+                innermost(body)
+            } else {
+                let middle: Vec<usize> = (s + 1..last).collect();
+                body.for_range(s, begin, end, &mut |b| b.nest(&middle, &ext[s + 1..last], &mut innermost))
+            }
         }
         Kernel::Reduce { out, reduced, kind, expr, scale } => {
             let rank = out.shape.len();
@@ -344,13 +365,9 @@ pub fn epilogue(m: &mut Builder, p: &Program, prefix: &str, k: usize, step: &Ste
         };
         let (target, value) = flat.clone().unwrap_or((whole, expr.clone()));
         let Expr::Load { view: tv, vars: tvars } = &target else { unreachable!("a load") };
-        let mut rewrite = |b: &mut Body| -> Result<()> {
-            let v = b.as_type(&value, t)?;
-            let at = b.address(tv, tvars, None)?;
-            b.store(at, v, t)
-        };
+        let rewrite = |b: &mut Body, var: usize, range: (Value, Value)| b.store_loop(var, range, tv, tvars, &value, t);
         body.for_range(row, r0, r1, &mut |b| match (conv, rank, flat.is_some()) {
-            (true, 4, true) => b.for_range(3, c0, c1, &mut rewrite),
+            (true, 4, true) => rewrite(b, 3, (c0, c1)),
             (true, 4, false) => {
                 // Flattened positions [c0, c1) as rows of the output image.
                 let ow = out.shape[3] as i64;
@@ -365,10 +382,10 @@ pub fn epilogue(m: &mut Builder, p: &Program, prefix: &str, k: usize, step: &Ste
                     let lo = b.b.ins().smax(lo, zero);
                     let hi = b.b.ins().isub(c1, start);
                     let hi = b.b.ins().smin(hi, owv);
-                    b.for_range(3, lo, hi, &mut rewrite)
+                    rewrite(b, 3, (lo, hi))
                 })
             }
-            _ => b.for_range(row + 1, c0, c1, &mut rewrite),
+            _ => rewrite(b, row + 1, (c0, c1)),
         })?;
         close(body, None);
         Ok(())

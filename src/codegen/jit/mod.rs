@@ -15,6 +15,8 @@
 pub mod backend;
 mod expr;
 mod kernels;
+mod math;
+mod vector;
 mod module;
 pub mod program;
 pub mod runtime;
