@@ -1,11 +1,13 @@
-//! The interpreter against the C target, forward and backward. Every test-data case,
+//! The interpreter against the C target and the JIT, forward and backward. Every test-data case,
 //! every benchmark model and a stream of random small models (tests/common/
 //! random_model.rs: convolutions, pooling, linear layers, activations, residuals,
 //! reshapes, softmax, reductions at awkward sizes, strides, padding and dilation) is
 //! compiled twice: forward only (the fast weight layouts: GEMM panels, Winograd) and
 //! with `--grad` (the library's `_backward`: every output and every parameter's
 //! gradient, the input's too for random models, whose input is differentiable). Each
-//! run is compared with the interpreter on the same graph.
+//! run is compared with the interpreter on the same graph, and so is the same model
+//! through the in-process JIT (`mithrilc::exec::Jit`, which lowers as the C target
+//! does), at the same tolerance.
 //!
 //! The C library is built the way `mithrilc::exec::run_once` builds it (same lowering options,
 //! files and demo), except that the runtime is compiled once per test process and
@@ -162,13 +164,15 @@ struct Checked {
     worst: (f64, String),
 }
 
-/// Runs `cases` on every core, each against the interpreter.
+/// Runs `cases` on every core, each against the interpreter: on the C target and
+/// through the JIT.
 fn check(tc: &Toolchain, cases: Vec<Case>) -> Checked {
-    check_with(tc, cases, mithrilc::codegen::c::LIBRARY)
+    check_with(tc, cases, mithrilc::codegen::c::LIBRARY, true)
 }
 
-/// [`check`], lowering for `library` in place of the C runtime's.
-fn check_with(tc: &Toolchain, cases: Vec<Case>, library: mithrilc::lower::Library) -> Checked {
+/// [`check`], lowering for `library` in place of the C runtime's; the JIT too when `jit`
+/// (it lowers for the C runtime's).
+fn check_with(tc: &Toolchain, cases: Vec<Case>, library: mithrilc::lower::Library, jit: bool) -> Checked {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let worst = Mutex::new((0.0, String::new()));
@@ -189,6 +193,23 @@ fn check_with(tc: &Toolchain, cases: Vec<Case>, library: mithrilc::lower::Librar
                         continue;
                     }
                 };
+                if jit {
+                    let run = || -> Result<Vec<(String, Tensor)>, String> {
+                        use mithrilc::exec::Executable;
+                        let mut exe = mithrilc::exec::Jit::new(&case.graphs, &case.feeds, Default::default()).map_err(|e| e.to_string())?;
+                        exe.set_threads(1);
+                        exe.run(&case.feeds).map_err(|e| e.to_string())
+                    };
+                    match run() {
+                        Err(e) => report(format!("jit: {e}")),
+                        Ok(got) => {
+                            let diffs: Vec<String> = got.iter().zip(&want).filter_map(|((name, g), (_, w))| mismatch(&format!("{} (jit)", case.label), name, g, w, &worst)).collect();
+                            if !diffs.is_empty() {
+                                report(format!("jit: {}", diffs.join("\n    ")));
+                            }
+                        }
+                    }
+                }
                 let dir = tc.dir.path().join(format!("case{id}"));
                 let failure = match c_build::run_c_with(tc, &case.graphs, &case.feeds, &dir, library) {
                     Err(e) => Some(e),
@@ -351,7 +372,7 @@ fn everything_as_loops_without_a_kernel_library() {
     let mut cases = bench_cases(&dir);
     let some = ["linear", "conv", "lenet", "maxpool", "softmax", "attention", "matmul", "gpt_tiny", "shared_weight", "mlp"];
     cases.extend(testdata_cases(&dir, false).into_iter().filter(|c| some.iter().any(|s| c.label.contains(s))));
-    finish("without a kernel library", check_with(tc, cases, mithrilc::lower::Library::default()), &tc.note);
+    finish("without a kernel library", check_with(tc, cases, mithrilc::lower::Library::default(), false), &tc.note);
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {

@@ -95,6 +95,8 @@ enum Mode {
     InterpF32,
     CF64,
     CF32,
+    JitF64,
+    JitF32,
 }
 
 impl Mode {
@@ -104,13 +106,15 @@ impl Mode {
             Mode::InterpF32 => "interp-f32",
             Mode::CF64 => "c-f64",
             Mode::CF32 => "c-f32",
+            Mode::JitF64 => "jit-f64",
+            Mode::JitF32 => "jit-f32",
         }
     }
 
     fn dtype(self) -> Dtype {
         match self {
-            Mode::InterpF64 | Mode::CF64 => Dtype::F64,
-            Mode::InterpF32 | Mode::CF32 => Dtype::F32,
+            Mode::InterpF64 | Mode::CF64 | Mode::JitF64 => Dtype::F64,
+            Mode::InterpF32 | Mode::CF32 | Mode::JitF32 => Dtype::F32,
         }
     }
 
@@ -520,6 +524,13 @@ fn compare(case: &Case, mode: Mode, got: Result<Vec<(String, Tensor)>, String>) 
 /// Runs one case in one mode.
 fn run(case: &Case, mode: Mode, scratch: Option<(&c_build::Toolchain, &Path)>) -> Outcome {
     let got = prepare(case, mode).and_then(|(graphs, feeds)| match scratch {
+        None if matches!(mode, Mode::JitF64 | Mode::JitF32) => {
+            use mithrilc::exec::Executable;
+            let mut exe = mithrilc::exec::Jit::new(&graphs, &feeds, Default::default()).map_err(|e| e.to_string())?;
+            // (the cases run on every core already)
+            exe.set_threads(1);
+            exe.run(&feeds).map_err(|e| e.to_string())
+        }
         None => mithrilc::interp::run(graphs.main(), &feeds).map_err(|e| e.to_string()),
         Some((tc, dir)) => {
             let r = c_build::run_c(tc, &graphs, &feeds, dir);
@@ -558,7 +569,8 @@ fn suite(mode: Mode) {
     let all = cases();
     let outcomes: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
     let next = AtomicUsize::new(0);
-    let threads = if c { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { 1 };
+    let jit = matches!(mode, Mode::JitF64 | Mode::JitF32);
+    let threads = if c || jit { std::thread::available_parallelism().map_or(2, |n| n.get()) } else { 1 };
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
@@ -630,7 +642,7 @@ fn report(mode: Mode, all: &[(String, Result<Case, String>)], outcomes: &[(usize
 
     let name = mode.name();
     if std::env::var_os("MITHRILC_SUITE_UPDATE").is_some() {
-        // The four modes run at once: write under a lock.
+        // The modes run at once: write under a lock.
         static WRITE: Mutex<()> = Mutex::new(());
         let _guard = WRITE.lock().unwrap();
         let mut merged = listed("passing.txt").into_iter().filter(|(m, _)| m != name).collect::<BTreeSet<_>>();
@@ -678,6 +690,16 @@ fn c_target_f64() {
 #[test]
 fn c_target_f32() {
     suite(Mode::CF32);
+}
+
+#[test]
+fn jit_f64() {
+    suite(Mode::JitF64);
+}
+
+#[test]
+fn jit_f32() {
+    suite(Mode::JitF32);
 }
 
 /// `MITHRILC_SUITE_EXPORT=DIR`: each case as a directory `mithrilc run` takes.
