@@ -120,6 +120,16 @@ pub struct Jit {
     /// another thread, makes its own).
     arena: std::sync::Mutex<Option<Aligned>>,
     pool: Option<crate::codegen::jit::threads::Pool>,
+    /// With `--grad` and a loss: where the training step keeps things, its arena and
+    /// each trained parameter's velocity.
+    train: Option<Training>,
+}
+
+/// A training step's layout and memory.
+struct Training {
+    layout: crate::codegen::train::TrainLayout,
+    arena: Aligned,
+    state: Aligned,
 }
 
 impl Jit {
@@ -145,12 +155,72 @@ impl Jit {
         }
         weights.bytes_mut().copy_from_slice(&blob);
         drop(blob);
+        let train = match crate::codegen::train::TrainLayout::of(&forward, backward.as_ref())? {
+            Some(layout) => Some(Training { arena: Aligned::zeroed(layout.arena_size)?, state: Aligned::zeroed(layout.state_size)?, layout }),
+            None => None,
+        };
         let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
         let (inputs, outputs) = (ports(&main.inputs), ports(&main.outputs));
         let (compiled, _) = crate::codegen::jit::compile(forward, backward, false)?;
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
         let pool = (threads > 1).then(|| crate::codegen::jit::threads::Pool::new(threads));
-        Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), pool })
+        Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), pool, train })
+    }
+
+    /// One step of training (a model compiled with gradients of a loss): the backward
+    /// pass on `inputs` (by name, as [`Executable::run`] takes them), then SGD with
+    /// `momentum` on every trained parameter, in place: `v = momentum * v + g`,
+    /// `w -= lr * v`, each parameter's velocity `v` kept from step to step (zero at
+    /// first). Returns the loss before the update. Later runs use the updated weights.
+    pub fn train_step(&mut self, inputs: &BTreeMap<String, Tensor>, lr: f64, momentum: f64) -> Result<f64> {
+        check_given(&self.inputs, inputs)?;
+        let (Some(runner), Some(train)) = (self.compiled.backward.as_ref(), self.train.as_mut()) else {
+            return Err(Error::usage("a training step needs a model compiled with the gradients of a loss (--grad of a model with a loss)".to_string()));
+        };
+        let p = &runner.p;
+        let raw: Vec<RawTensor> = self.inputs.iter().map(|n| RawTensor::from_tensor(&inputs[n])).collect();
+        let shapes: Vec<(Dtype, &[u64])> = raw.iter().map(|r| (r.dtype, &r.shape[..])).collect();
+        let dims = bind_symbols(p, &shapes)?;
+        let mut copies = Vec::new();
+        for r in &raw {
+            let mut a = Aligned::zeroed(r.bytes().len() as u64)?;
+            a.bytes_mut().copy_from_slice(r.bytes());
+            copies.push(a);
+        }
+        let ins: Vec<*const u8> = copies.iter().map(|a| a.ptr as *const u8).collect();
+        let t = &train.layout;
+        // The backward pass's outputs in the step's arena, after its own buffers.
+        let outs: Vec<*mut u8> = t.outputs.iter().map(|&off| train.arena.ptr.wrapping_add(off as usize)).collect();
+        let hook = self.pool.as_ref().map(|pool| pool.hook());
+        let threads = hook.as_ref().map_or(std::ptr::null(), |h| h as *const _);
+        // SAFETY: as in `run_arrays`; the outputs lie in the step's arena, laid out for
+        // the symbols' maxima (`TrainLayout`).
+        let status = unsafe { runner.run(self.weights.ptr, &ins, &outs, train.arena.ptr, &dims, threads) };
+        if status == crate::codegen::c::ERROR_INDEX {
+            return Err(Error::user("a gather or embedding index is out of range (outside [-n, n) for an axis of size n)"));
+        } else if status != 0 {
+            return Err(Error::internal(format!("the compiled model returned {status} for sizes it was checked to take")));
+        }
+        use crate::codegen::jit::runtime::{mr_sgd_f32, mr_sgd_f64};
+        for u in &t.updates {
+            let w = self.weights.ptr.wrapping_add(u.offset as usize);
+            let v = if momentum != 0.0 { train.state.ptr.wrapping_add(u.state as usize) } else { std::ptr::null_mut() };
+            let g = outs[u.grad];
+            // SAFETY: the parameter, its gradient and its velocity: `len` elements each.
+            unsafe {
+                match u.dtype {
+                    Dtype::F64 => mr_sgd_f64(w as *mut f64, g as *const f64, v as *mut f64, u.len as i64, lr, momentum),
+                    _ => mr_sgd_f32(w as *mut f32, g as *const f32, v as *mut f32, u.len as i64, lr as f32, momentum as f32),
+                }
+            }
+        }
+        // SAFETY: the loss output is one element of the loss's type.
+        Ok(unsafe {
+            match t.scalar {
+                Dtype::F64 => *(outs[t.loss] as *const f64),
+                _ => f64::from(*(outs[t.loss] as *const f32)),
+            }
+        })
     }
 
     /// Runs split their work over `n` threads (1: the calling thread alone).

@@ -2,8 +2,9 @@
 //! test-data case (forward, and backward with the gradients of all parameters) is
 //! compiled and run through `mithrilc::exec::Jit` and compared with the interpreter at
 //! the C target's tolerance (1e-4 absolute + 1e-4 relative); symbolic batches run at
-//! every size; bad sizes and indices are errors, not crashes. Nothing here needs a C
-//! compiler: runtime-c is inside mithrilc.
+//! every size; bad sizes and indices are errors, not crashes (the training step is
+//! checked in tests/train_example.rs). Nothing here needs a C compiler: runtime-c is
+//! inside mithrilc.
 
 use std::collections::BTreeMap;
 
@@ -97,7 +98,7 @@ fn symbolic_batch_runs_at_every_size() {
 fn bad_indices_and_inputs_are_errors() {
     let text = "graph g {\n  %0 = input \"table\" : f32[4, 3]\n  %1 = input \"ids\" : i64[5]\n  %2 = gather %0, %1 {axis = 0} : f32[5, 3]\n  output \"y\" = %2\n}\n";
     let graphs = mithrilc::pipeline::Graphs::new(mithrilc::ir::parse::parse(text).unwrap(), &Default::default(), |_, _| {}).unwrap();
-    let exe = Jit::new(&graphs, &BTreeMap::new(), EmitOptions::default()).unwrap();
+    let mut exe = Jit::new(&graphs, &BTreeMap::new(), EmitOptions::default()).unwrap();
     let table = Tensor::new(mithrilc::ir::Dtype::F32, vec![4, 3], (0..12).map(f64::from).collect());
     let run = |ids: &[f64]| {
         let feeds: BTreeMap<String, Tensor> = [("table".to_string(), table.clone()), ("ids".to_string(), Tensor::new(mithrilc::ir::Dtype::I64, vec![5], ids.to_vec()))].into();
@@ -115,4 +116,8 @@ fn bad_indices_and_inputs_are_errors() {
     assert_eq!(exe.run(&feeds).unwrap_err().to_string(), "input `table` has shape [3, 4], the model takes [4, 3]");
     let feeds: BTreeMap<String, Tensor> = [("table".to_string(), table.clone()), ("ids".to_string(), Tensor::new(mithrilc::ir::Dtype::I32, vec![5], vec![0.0; 5]))].into();
     assert_eq!(exe.run(&feeds).unwrap_err().to_string(), "input `ids` is i32, the model takes i64");
+    // No loss, no training step.
+    let feeds: BTreeMap<String, Tensor> = [("table".to_string(), table.clone()), ("ids".to_string(), Tensor::new(mithrilc::ir::Dtype::I64, vec![5], vec![0.0; 5]))].into();
+    let err = exe.train_step(&feeds, 0.1, 0.0).unwrap_err();
+    assert_eq!((err.kind, err.to_string()), (mithrilc::ErrorKind::Usage, "a training step needs a model compiled with the gradients of a loss (--grad of a model with a loss)".to_string()));
 }
