@@ -2,7 +2,8 @@
 //! f16, bf16 or q8_0 in `weights.bin`, computed in f32):
 //! - every bench model at batch 1, built once per type (the runtime compiled once for
 //!   all: `common::c_build`), against the f32 interpreter within a tolerance per type,
-//!   relative to each output's largest magnitude; the measured errors are printed;
+//!   relative to each output's largest magnitude; the measured errors are printed; and
+//!   the same through the JIT (`--target jit`, the C target's program in this process);
 //! - the blob: about half the f32 size in f16 and bf16, about 0.28 in q8_0, and the
 //!   same bytes from two compiles;
 //! - `export-weights` of a narrow blob gives back the values it stores, with a note;
@@ -62,8 +63,21 @@ fn bench_models_with_narrow_weights_stay_within_their_tolerance() {
         let dir = tc.dir.path().join(label.replace(' ', "_"));
         let opts = mithrilc::lower::Options { library: mithrilc::codegen::c::LIBRARY, quantize: stored, ..Default::default() };
         let got = c_build::run_c_lowered(tc, &case.graphs, &case.feeds, &dir, &opts).map_err(|e| format!("{label}: {e}"))?;
-        let (bad, err) = cases::compare_scaled(&label, &got, &want, tol);
-        measured.lock().unwrap().push(format!("{label}: largest error {err:.2e} of the output's largest magnitude (tolerance {tol:.0e})"));
+        let (mut bad, err) = cases::compare_scaled(&label, &got, &want, tol);
+        let quantize = match stored {
+            Stored::F16 => Quantize::F16,
+            Stored::Bf16 => Quantize::Bf16,
+            _ => Quantize::Q8_0,
+        };
+        let jit = {
+            use mithrilc::exec::Executable;
+            let mut exe = mithrilc::exec::Jit::new(&case.graphs, &case.feeds, EmitOptions { quantize, ..Default::default() }).map_err(|e| format!("{label}: jit: {e}"))?;
+            exe.set_threads(1);
+            exe.run(&case.feeds).map_err(|e| format!("{label}: jit: {e}"))?
+        };
+        let (jit_bad, jit_err) = cases::compare_scaled(&format!("{label} (jit)"), &jit, &want, tol);
+        bad.extend(jit_bad);
+        measured.lock().unwrap().push(format!("{label}: largest error {err:.2e} of the output's largest magnitude, jit {jit_err:.2e} (tolerance {tol:.0e})"));
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
     });
     let mut measured = measured.into_inner().unwrap();
