@@ -14,6 +14,8 @@ use mithrilc::exec::{Executable, Jit};
 use mithrilc::tensor::Tensor;
 
 mod common;
+#[path = "common/c_build.rs"]
+mod c_build;
 #[path = "common/cases.rs"]
 mod cases;
 use cases::{cases, shared, Case};
@@ -41,6 +43,41 @@ fn every_case_matches_the_interpreter() {
     });
     let (err, label) = worst.get();
     println!("jit: {} of {} cases match the interpreter; worst abs error {err:.2e} ({label})", all.len() - failures.len(), all.len());
+    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The JIT computes what the C target computes, bit for bit: the same lowering, the
+/// same runtime-c kernels, and its loop kernels the C's operations in the C's order
+/// (mithril_ops.h's helpers written out, no contraction). Every bench model and the
+/// test-data cases with transcendentals and long sums, forward and backward, built with
+/// the C compiler at -O3 -march=native (the vector paths of this machine).
+#[test]
+fn the_jit_computes_the_c_targets_bits() {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    let Some(tc) = c_build::toolchain(&["-O3".to_string(), "-march=native".to_string()]) else {
+        common::skip("a C compiler is needed (apt-get install gcc, or set CC)");
+        return;
+    };
+    let wanted = ["gelu", "softmax", "layernorm", "attention_block", "gpt_tiny", "sigmoid", "tanh", "exp", "conv_relu_pool"];
+    let all: Vec<Case> = cases(&dir).into_iter().filter(|c| !c.label.ends_with(".npz") || wanted.iter().any(|w| c.label.starts_with(&format!("{w}.")) || c.label == format!("{w}.npz"))).collect();
+    let failures = common::each_case(&all, |case| {
+        let c = c_build::run_c(tc, &case.graphs, &case.feeds, &tc.dir.path().join(case.label.replace(' ', "_"))).map_err(|e| format!("{}: C: {e}", case.label))?;
+        let got = jit(case, EmitOptions::default())?;
+        let differ: Vec<String> = got
+            .iter()
+            .zip(&c)
+            .filter(|((_, a), (_, b))| a.data.iter().zip(&b.data).any(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan())))
+            .map(|((name, a), (_, b))| {
+                let worst = a.data.iter().zip(&b.data).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+                format!("{}: output {name} differs from the C target's by up to {worst:.3e}", case.label)
+            })
+            .collect();
+        if differ.is_empty() { Ok(()) } else { Err(differ.join("\n")) }
+    });
+    println!("jit: {} of {} cases give the C target's bits", all.len() - failures.len(), all.len());
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
