@@ -15,7 +15,7 @@ use crate::build::CacheUse;
 use crate::cache::Cache;
 use crate::data::{self, Array, ArrayFile};
 use crate::error::{Error, Result};
-use crate::exec::{Executable, Interpreter};
+use crate::exec::Executable;
 use crate::frontend;
 use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
 use crate::outdir::file_name;
@@ -342,15 +342,17 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         crate::outdir::check_not_input(path, &inputs, "-o")?;
     }
     let feeds = feeds(graph, &files).map_err(|e| e.context(args.model.model.display()))?;
-    // The interpreter takes the parameters with the inputs, as the data files give them.
+    let mut report = conversion_note(graph, &files)?;
     if args.repeat.is_some() && !matches!(args.target, RunTarget::Interp) && !args.target_in_process() {
         return Err(Error::usage("--repeat times runs in this process: give --target jit or interp (a compiled target's demo takes --repeat)".to_string()));
     }
     if args.threads.is_some() && !args.target_in_process() {
         return Err(Error::usage("--threads is for --target jit (a compiled target's demo takes --threads)".to_string()));
     }
-    let interp = |graphs| Interpreter::new(graphs, BTreeMap::new()).run(&feeds).map_err(|e| e.context(args.model.model.display()));
-    let mut report = conversion_note(graph, &files)?;
+    // The data files give the parameters with the inputs: the model takes them all.
+    let model = crate::Model::new(graphs, feeds, args.model.model.clone());
+    let (graphs, feeds) = (model.graphs(), model.params());
+    let interp = || model.interpreter().run(feeds).map_err(|e| e.context(args.model.model.display()));
     let outputs = match args.target {
         RunTarget::Interp if args.emulate => return Err(Error::usage("--emulate runs a GPU target's kernels on the CPU: give --target cuda or metal".to_string())),
         RunTarget::Interp if args.precision != Precision::F32 => {
@@ -360,10 +362,10 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             return Err(Error::usage("--quantize is for a compiled target (--target c or ggml): the interpreter reads the parameters as given".to_string()))
         }
         RunTarget::Interp => {
-            let exe = Interpreter::new(graphs.clone(), BTreeMap::new());
-            let outputs = exe.run(&feeds).map_err(|e| e.context(args.model.model.display()))?;
+            let exe = model.interpreter();
+            let outputs = exe.run(feeds).map_err(|e| e.context(args.model.model.display()))?;
             if let Some(n) = args.repeat {
-                report.push_str(&time_runs(|| exe.run(&feeds).map(drop), n, "the interpreter")?);
+                report.push_str(&time_runs(|| exe.run(feeds).map(drop), n, "the interpreter")?);
             }
             outputs
         }
@@ -374,11 +376,9 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
             let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
             let outputs = if target.capabilities().in_process {
-                let mut exe = crate::exec::Jit::new(&graphs, &feeds, opts)?;
-                if let Some(t) = args.threads {
-                    exe.set_threads(t as usize);
-                }
-                let outputs = exe.run(&feeds)?;
+                let jit = crate::model::JitOptions { quantize: args.quantize, threads: args.threads.map(|t| t as usize), print_after: args.model.print_after.clone(), ..Default::default() };
+                let exe = model.jit(&jit)?;
+                let outputs = exe.run(feeds)?;
                 if let Some(n) = args.repeat {
                     // The model's own time, as a C demo's --repeat times it: the arrays
                     // are made once, outside the runs.
@@ -394,10 +394,10 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
                 }
                 outputs
             } else {
-                crate::exec::Built::new(target, &graphs, &feeds, build, opts)?.run(&feeds)?
+                crate::exec::Built::new(target, graphs, feeds, build, opts)?.run(feeds)?
             };
             if args.check {
-                let want = interp(graphs)?;
+                let want = interp()?;
                 for ((name, diff), (_, reference)) in compare(&outputs, &want).into_iter().zip(&want) {
                     let scale = reference.data.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
                     let relative = if scale > 0.0 { format!(", {:.3e} of it", diff.largest / scale) } else { String::new() };

@@ -3,6 +3,9 @@
 //! Data flows one way (see `docs/architecture.md`):
 //! `frontend` (model JSON → [`ir::Graph`]) → [`passes`] → targets, with [`interp`] as
 //! the reference semantics every target is tested against.
+//!
+//! To embed it (load a model, compile it in this process, run it on arrays), start at
+//! [`Model`].
 
 pub mod backend;
 pub mod build;
@@ -18,6 +21,7 @@ pub mod hash;
 pub mod interp;
 pub mod ir;
 pub mod lower;
+pub mod model;
 pub mod narrow;
 pub mod outdir;
 pub mod passes;
@@ -25,3 +29,4 @@ pub mod pipeline;
 pub mod tensor;
 
 pub use error::{Error, ErrorKind, Result};
+pub use model::Model;
