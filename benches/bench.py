@@ -41,6 +41,17 @@ faster one's ratio to f32's, and the size of weights.bin. --narrow-only times th
 builds alone (no ORT, ggml, XLA or native runs: no peer packages needed), and --models
 NAME,... limits the run to some models.
 
+The in-process JIT (--target jit) is timed in the same rounds: `mithrilc run --target jit
+--repeat N --threads T` on each case gives the median latency of one run as the C demo's
+--repeat gives it (the arrays made once, outside the runs), beside the C target's and
+ORT's (jit/C, jit/ORT: each the faster of 1 and 2 threads). A second JIT table times what
+a user waits for from a model file to its first output: the whole `mithrilc run` process
+(read the model and parameters, compile, run once, write nothing) at batch 1 with
+--target jit, with --target c (its runtime's objects in the build cache, as after a first
+build) and with the interpreter, best of the rounds; and once, in the first round, mlp
+with --target c --no-cache (a first build). --jit-only times the JIT tables alone (the C
+demos and ORT beside it; no ggml, XLA, native, narrow or ONNX builds).
+
 With --peak FILE (the output of benches/peak/run.sh, which run.sh passes), each case's
 FLOPs (from MANIFEST.json) give the faster mithrilc run's speed as a fraction of the
 measured FMA peak for its thread count ("% peak"), and the "floor" column the ratio to
@@ -48,7 +59,7 @@ ORT that a run at the 2-thread peak would have: where the floor is above a targe
 no f32 code can reach that ratio on this machine.
 
 Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER] [--peak FILE]
-                       [--onnx DIR] [--models NAME,...] [--narrow-only]
+                       [--onnx DIR] [--models NAME,...] [--narrow-only] [--jit-only]
 """
 
 import json
@@ -56,6 +67,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import sys
 
 
@@ -67,8 +79,9 @@ def main():
     peak = read_peak(sys.argv[sys.argv.index("--peak") + 1]) if "--peak" in sys.argv else {}
     models = sys.argv[sys.argv.index("--models") + 1].split(",") if "--models" in sys.argv else ["mlp", "lenet", "cnn", "gpt_block"]
     narrow_only = "--narrow-only" in sys.argv
-    onnx_dir = sys.argv[sys.argv.index("--onnx") + 1] if "--onnx" in sys.argv and not narrow_only else None
-    builds = [("new", mithrilc, [])] + ([] if narrow_only else [("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else []))
+    jit_only = "--jit-only" in sys.argv
+    onnx_dir = sys.argv[sys.argv.index("--onnx") + 1] if "--onnx" in sys.argv and not narrow_only and not jit_only else None
+    builds = [("new", mithrilc, [])] + ([] if narrow_only or jit_only else [("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else []))
     builds += [("onnx", mithrilc, [])] if onnx_dir else []
     narrow_types = ("f16", "bf16", "q8_0")
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
@@ -85,7 +98,7 @@ def main():
             if narrow_only and batch != "1":
                 continue
             shape = ",".join(str(d) for d in info["input_shape"])
-            narrow_builds = [(f"c {q}", mithrilc, ["--quantize", q]) for q in narrow_types] if batch == "1" else []
+            narrow_builds = [(f"c {q}", mithrilc, ["--quantize", q]) for q in narrow_types] if batch == "1" and not jit_only else []
             for build, compiler, flags in builds + narrow_builds:
                 out = fresh(f"{work}/{name}_b{batch}" + ("" if build == "new" else f"_{build.replace(' ', '_')}"))
                 # The ONNX version carries its weights; the JSON version takes them from
@@ -96,6 +109,9 @@ def main():
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((build, name, batch, info, out))
             if narrow_only:
+                continue
+            cases.append(("jit", name, batch, info, None))
+            if jit_only:
                 continue
             for quantize in ("f32", "q8_0"):
                 out = fresh(f"{work}/{name}_b{batch}_ggml_{quantize}")
@@ -108,15 +124,32 @@ def main():
                             "--params", f"{bench}/{name}.safetensors", "-o", out, "--force"],
                            check=True, stdout=subprocess.DEVNULL)
             cases.append(("xla", name, batch, info, out))
-    ours, base, native, ort, ggml, xla, narrow, onnx = {}, {}, {}, {}, {}, {}, {}, {}
+    ours, base, native, ort, ggml, xla, narrow, onnx, jit, first = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
     kernels = set()
 
     def keep(table, key, us):
         table[key] = min(us, table.get(key, us))
 
-    for _ in range(rounds):
+    def run_args(name, info):
+        return [mithrilc, "run", f"{bench}/{name}.json", "--params", f"{bench}/{name}.safetensors", "--data", f"input={bench}/{info['input']}"]
+
+    for round_ in range(rounds):
         for build, name, batch, info, out in cases:
             runs = repeat if info["flops"] < 5e9 else str(max(5, int(repeat) // 10))
+            if build == "jit":
+                for threads in (1, 2):
+                    run = subprocess.run(run_args(name, info) + ["--target", "jit", "--repeat", runs, "--threads", str(threads)],
+                                         check=True, capture_output=True, text=True).stdout
+                    keep(jit, (name, batch, threads), float(re.search(r"median ([0-9.]+) us", run).group(1)))
+                if batch != "1":
+                    continue
+                # From the model file to the first output, the whole process.
+                for how, flags in (("jit", ["--target", "jit"]), ("c", ["--target", "c"]), ("interp", [])) + \
+                        ((("c cold", ["--target", "c", "--no-cache"]),) if round_ == 0 and name == "mlp" else ()):
+                    start = time.perf_counter()
+                    subprocess.run(run_args(name, info) + flags, check=True, stdout=subprocess.DEVNULL)
+                    keep(first, (how, name), (time.perf_counter() - start) * 1e6)
+                continue
             if build == "xla":
                 run = subprocess.run([os.environ["JAX_PYTHON"], f"{out}/run_hlo.py", "--input", f"input={bench}/{info['input']}",
                                       "--out", f"{out}/outputs", "--repeat", runs], check=True, capture_output=True, text=True).stdout
@@ -141,9 +174,36 @@ def main():
         for line in peer.splitlines():
             _, name, batch, threads, us = line.split()
             keep(ort, (name, batch, int(threads)), float(us))
+    if jit:
+        print_jit(ours, ort, jit, first, rounds)
+    if jit_only:
+        return
     if not narrow_only:
         print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline)
     print_narrow(ours, narrow, narrow_types, work, rounds)
+
+
+def print_jit(ours, ort, jit, first, rounds):
+    """The JIT beside the C target and ORT, and the time to a first output."""
+    print(f"{'case':<14} {'jit 1t':>10} {'jit 2t':>10} {'C 1t':>10} {'C 2t':>10} {'ORT':>10} {'jit/C':>6} {'jit/ORT':>8}")
+    for (name, batch, threads), us in jit.items():
+        if threads != 1:
+            continue
+        j = min(us, jit[(name, batch, 2)])
+        c1, c2 = ours[(name, batch, 1)], ours[(name, batch, 2)]
+        o = min(ort[(name, batch, 1)], ort[(name, batch, 2)])
+        print(f"{name + ' b' + batch:<14} {us:>8.1f}us {jit[(name, batch, 2)]:>8.1f}us {c1:>8.1f}us {c2:>8.1f}us {o:>8.1f}us {j / min(c1, c2):>6.2f} {j / o:>8.2f}")
+    print(f"jit: run --target jit --repeat (median latency of one run in this process, best of {rounds} rounds); "
+          "C: the C target's demo; ORT: the faster of 1 and 2 threads; jit/C and jit/ORT: the faster jit run / the faster other run.")
+    print(f"{'first output':<14} {'jit':>10} {'c':>10} {'interp':>10} {'c no cache':>11}")
+    for (how, name), us in first.items():
+        if how != "jit":
+            continue
+        cold = first.get(("c cold", name))
+        cold = f"{cold / 1e3:>9.0f}ms" if cold else f"{'':>11}"
+        print(f"{name + ' b1':<14} {us / 1e3:>8.1f}ms {first[('c', name)] / 1e3:>8.1f}ms {first[('interp', name)] / 1e3:>8.1f}ms {cold}")
+    print("first output: the whole `mithrilc run` process from the model file to its output (batch 1), best of the rounds; "
+          "c: with the runtime's objects in the build cache; c no cache: --no-cache, a first build (mlp, once).")
 
 
 def print_narrow(ours, narrow, types, work, rounds):
