@@ -17,7 +17,7 @@ use crate::data::{self, Array, ArrayFile};
 use crate::error::{Error, Result};
 use crate::exec::Executable;
 use crate::frontend;
-use crate::ir::{self, Dim, Graph, Op, Shape, TensorType};
+use crate::ir::{self, Graph, Op, Shape, TensorType};
 use crate::outdir::file_name;
 use crate::passes;
 use crate::pipeline::{self, Graphs, ModelSpec};
@@ -41,41 +41,7 @@ pub struct ModelArgs {
     pub grad: passes::autodiff::Wrt,
 }
 
-/// Parses `NAME=D0,D1,...`: sizes or symbols; `NAME=` is a scalar.
-pub fn parse_shape_arg(arg: &str) -> Result<(String, Shape)> {
-    let (name, dims) = arg
-        .split_once('=')
-        .ok_or_else(|| Error::usage(format!("--shape {arg}: expected NAME=D0,D1,... (e.g. input=1,784 or input=B,784)")))?;
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(Error::usage(format!("--shape {arg}: the name is empty")));
-    }
-    let mut out = Vec::new();
-    if dims.trim().is_empty() {
-        return Ok((name.to_string(), Shape(out)));
-    }
-    for d in dims.split(',').map(str::trim) {
-        if d.is_empty() {
-            return Err(Error::usage(format!("--shape {arg}: a dimension is empty (expected sizes or symbols separated by single commas)")));
-        }
-        out.push(match d.parse::<u64>() {
-            Ok(n) => Dim::Known(n),
-            Err(_) if d.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !d.starts_with(|c: char| c.is_ascii_digit()) => {
-                Dim::Sym(d.to_string())
-            }
-            Err(_) => return Err(Error::usage(format!("--shape {arg}: `{d}` is neither a size nor a symbol name"))),
-        });
-    }
-    // Sizes are indexed in i64 by generated code and VJPs: the element count must fit.
-    let count = out.iter().try_fold(1u64, |n, d| match d {
-        Dim::Known(k) => n.checked_mul(*k).filter(|&n| n <= i64::MAX as u64),
-        _ => Some(n),
-    });
-    if count.is_none() {
-        return Err(Error::usage(format!("--shape {arg}: more elements than a 64-bit index can count")));
-    }
-    Ok((name.to_string(), Shape(out)))
-}
+pub use crate::frontend::parse_shape_arg;
 
 fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
     let (path, value) = arg

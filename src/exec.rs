@@ -266,7 +266,7 @@ impl Jit {
             if a.data.len() as u64 != n * a.dtype.size() as u64 {
                 return Err(Error::user(format!("input `{}` has {} bytes for {n} elements of {}", port.name, a.data.len(), a.dtype)));
             }
-            if a.data.as_ptr() as usize % a.dtype.size() == 0 {
+            if (a.data.as_ptr() as usize).is_multiple_of(a.dtype.size()) {
                 ins.push(a.data.as_ptr());
             } else {
                 let mut copy = Aligned::zeroed(a.data.len() as u64)?;
@@ -282,7 +282,7 @@ impl Jit {
         for (o, port) in outputs.iter_mut().zip(&p.outputs) {
             let dtype = p.buffers[port.buf.0].dtype;
             let want = port_shape(port, &dims).iter().product::<u64>() * dtype.size() as u64;
-            if o.len() as u64 != want || o.as_ptr() as usize % dtype.size() != 0 {
+            if o.len() as u64 != want || !(o.as_ptr() as usize).is_multiple_of(dtype.size()) {
                 return Err(Error::user(format!("output `{}` needs {want} bytes aligned to {}, given {}", port.name, dtype.size(), o.len())));
             }
             outs.push(o.as_mut_ptr());

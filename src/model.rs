@@ -120,7 +120,7 @@ impl ModelBuilder {
     /// The shape of input or parameter `name`, as `--shape` takes it: sizes and symbols
     /// separated by commas (`"B,784"`).
     pub fn shape(mut self, name: &str, dims: &str) -> Result<ModelBuilder> {
-        let (name, shape) = crate::cli::parse_shape_arg(&format!("{name}={dims}"))?;
+        let (name, shape) = crate::frontend::parse_shape_arg(&format!("{name}={dims}"))?;
         self.spec.frontend.shapes.insert(name, shape);
         Ok(self)
     }

@@ -128,6 +128,43 @@ fn symbolic_batch_runs_at_every_size() {
     }
 }
 
+/// One compiled model called from several threads at once: every run gets its own
+/// answer (each takes the kept arena or makes its own; the pool serves one range at a
+/// time).
+#[test]
+fn one_model_runs_on_several_threads_at_once() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Jit>();
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    let case = cases(&dir).into_iter().find(|c| c.label == "mlp b32").unwrap();
+    let exe = Jit::new(&case.graphs, &case.feeds, EmitOptions::default()).unwrap();
+    let input = case.feeds["input"].clone();
+    let case = &case;
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let (exe, input, graph) = (&exe, input.clone(), case.graph());
+            s.spawn(move || {
+                for round in 0..20 {
+                    // Each thread its own input: a scaled copy.
+                    let scale = 1.0 + f64::from(t) / 4.0;
+                    let x = Tensor { data: input.data.iter().map(|v| v * scale).collect(), ..input.clone() };
+                    let got = exe.run(&[("input".to_string(), x.clone())].into()).unwrap();
+                    if round == 0 {
+                        let mut feeds = case.feeds.clone();
+                        feeds.insert("input".into(), x);
+                        let want = mithrilc::interp::run(graph, &feeds).unwrap();
+                        let (bad, _) = cases::compare(&format!("thread {t}"), &got, &want, 1e-4);
+                        assert!(bad.is_empty(), "{}", bad.join("\n"));
+                    }
+                }
+            });
+        }
+    });
+}
+
 /// A gather index out of range is refused before the kernel runs (the C target's
 /// ERROR_INDEX), and an input of the wrong shape or type is refused before anything
 /// runs: errors, never reads outside a buffer.

@@ -45,9 +45,12 @@ fn printed_losses(stdout: &str) -> BTreeMap<usize, f64> {
         .collect()
 }
 
+/// A parameter's name, values and shape.
+type Param = (String, Vec<f32>, Vec<u64>);
+
 /// train.c's data and initial weights for `graph`'s parameters: the inputs, and each
-/// parameter's name, values and shape.
-fn data_and_weights(graph: &mithrilc::ir::Graph) -> (BTreeMap<String, Tensor>, Vec<(String, Vec<f32>, Vec<u64>)>) {
+/// parameter.
+fn data_and_weights(graph: &mithrilc::ir::Graph) -> (BTreeMap<String, Tensor>, Vec<Param>) {
     let mut rng = Rng(0x2545F4914F6CDD1D);
     let mut x = Vec::new();
     let mut labels = Vec::new();
@@ -75,7 +78,8 @@ fn data_and_weights(graph: &mithrilc::ir::Graph) -> (BTreeMap<String, Tensor>, V
 fn interpreter_losses(margs: &cli::ModelArgs) -> BTreeMap<usize, f64> {
     let graph = cli::load_model(margs, &[]).unwrap();
     let (mut feeds, params) = data_and_weights(&graph);
-    let mut params: Vec<(String, Vec<f32>, Vec<f32>, Vec<u64>)> = params.into_iter().map(|(n, w, s)| { let v = vec![0.0; w.len()]; (n, w, v, s) }).collect();
+    // (name, values, velocity, shape)
+    let mut params: Vec<_> = params.into_iter().map(|(n, w, s)| (n, w.clone(), vec![0.0f32; w.len()], s)).collect();
     let mut losses = BTreeMap::new();
     for step in 0..STEPS {
         for (name, w, _, shape) in &params {

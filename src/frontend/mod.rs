@@ -82,3 +82,39 @@ fn head(path: &Path) -> Result<Vec<u8>> {
     std::fs::File::open(path).map_err(cannot)?.take(HEAD as u64).read_to_end(&mut head).map_err(cannot)?;
     Ok(head)
 }
+
+/// Parses `NAME=D0,D1,...`: sizes or symbols; `NAME=` is a scalar.
+pub fn parse_shape_arg(arg: &str) -> Result<(String, Shape)> {
+    let (name, dims) = arg
+        .split_once('=')
+        .ok_or_else(|| Error::usage(format!("--shape {arg}: expected NAME=D0,D1,... (e.g. input=1,784 or input=B,784)")))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(Error::usage(format!("--shape {arg}: the name is empty")));
+    }
+    let mut out = Vec::new();
+    if dims.trim().is_empty() {
+        return Ok((name.to_string(), Shape(out)));
+    }
+    for d in dims.split(',').map(str::trim) {
+        if d.is_empty() {
+            return Err(Error::usage(format!("--shape {arg}: a dimension is empty (expected sizes or symbols separated by single commas)")));
+        }
+        out.push(match d.parse::<u64>() {
+            Ok(n) => crate::ir::Dim::Known(n),
+            Err(_) if d.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !d.starts_with(|c: char| c.is_ascii_digit()) => {
+                crate::ir::Dim::Sym(d.to_string())
+            }
+            Err(_) => return Err(Error::usage(format!("--shape {arg}: `{d}` is neither a size nor a symbol name"))),
+        });
+    }
+    // Sizes are indexed in i64 by generated code and VJPs: the element count must fit.
+    let count = out.iter().try_fold(1u64, |n, d| match d {
+        crate::ir::Dim::Known(k) => n.checked_mul(*k).filter(|&n| n <= i64::MAX as u64),
+        _ => Some(n),
+    });
+    if count.is_none() {
+        return Err(Error::usage(format!("--shape {arg}: more elements than a 64-bit index can count")));
+    }
+    Ok((name.to_string(), Shape(out)))
+}

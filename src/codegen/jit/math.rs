@@ -3,7 +3,7 @@
 //! (`F32X4`): the same operations in the same order as the C (which compiles without
 //! contraction), so the JIT's results are the C target's bit for bit, and loops over
 //! them vectorize. (The literals are the C's, as written there.)
-#![allow(clippy::excessive_precision)]
+#![allow(clippy::excessive_precision, clippy::approx_constant)]
 
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};

@@ -125,6 +125,9 @@ fn spin(done: impl Fn() -> bool) -> bool {
 /// Runs share `i` of `shares` of the job's range `[0, n)`: thread t always takes the same
 /// part of a kernel's data, which stays in its core's cache from call to call.
 fn run_share(job: &Job, i: usize, shares: usize) {
+    if i >= shares {
+        return;
+    }
     let at = |k: usize| (job.n as i128 * k as i128 / shares as i128) as i64;
     let (begin, end) = (at(i), at(i + 1));
     if let (Some(task), true) = (job.task, begin < end) {
