@@ -147,6 +147,7 @@ impl Jit {
         // Memory first: a model too large for this machine is refused before anything
         // is compiled.
         let main = backward.as_ref().unwrap_or(&forward);
+        check_memory(main.arena_size, forward.weights_size)?;
         let arena = Aligned::zeroed(main.arena_size)?;
         let mut weights = Aligned::zeroed(forward.weights_size)?;
         let blob = crate::codegen::weights::weights_blob(&forward, opts.weights.as_ref().expect("set above"))?;
@@ -394,6 +395,27 @@ fn bind_symbols(p: &crate::lower::Program, inputs: &[(Dtype, &[u64])]) -> Result
         .collect()
 }
 
+/// Refuses a model whose arena and weights together are more than this machine's
+/// memory (on Linux, `MemTotal`): allocating them would succeed (memory is promised,
+/// not given) and the process would be killed on touching them.
+fn check_memory(arena: u64, weights: u64) -> Result<()> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
+        line.split_whitespace().nth(1)?.parse::<u64>().ok()?.checked_mul(1024)
+    });
+    let need = arena.saturating_add(weights);
+    match total {
+        Some(total) if need > total => Err(Error::user(format!(
+            "the model needs {} bytes of memory (arena {}, weights {}), more than this machine has ({})",
+            crate::backend::group(need),
+            crate::backend::group(arena),
+            crate::backend::group(weights),
+            crate::backend::group(total)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses a compile that lacks a value for some parameter of `forward` (naming each).
 fn check_params(forward: &Graph, params: &BTreeMap<String, Tensor>) -> Result<()> {
     let missing: Vec<String> = forward.params().filter_map(|v| forward.node(v).name.clone()).filter(|n| !params.contains_key(n)).collect();
@@ -422,10 +444,13 @@ pub fn param_weights(graph: &Graph, feeds: &BTreeMap<String, Tensor>) -> BTreeMa
     graph.params().filter_map(|v| graph.node(v).name.clone()).filter_map(|n| feeds.get(&n).map(|t| (n, RawTensor::from_tensor(t)))).collect()
 }
 
-/// Builds `graphs` for `target` and runs it once on `feeds` (the inputs and the
+/// Builds `graphs` for `target` (in this process for the JIT) and runs it once on `feeds` (the inputs and the
 /// parameters by name), the model named after the file `source` in messages.
 pub fn run_once(target: &dyn Backend, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, source: &std::path::Path, build: &BuildConfig, opts: EmitOptions) -> Result<Vec<(String, Tensor)>> {
     let opts = EmitOptions { source: crate::outdir::file_name(source), ..opts };
+    if target.capabilities().in_process {
+        return Jit::new(graphs, feeds, opts)?.run(feeds);
+    }
     Built::new(target, graphs, feeds, build.clone(), opts)?.run(feeds)
 }
 

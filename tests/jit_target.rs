@@ -165,6 +165,25 @@ fn one_model_runs_on_several_threads_at_once() {
     });
 }
 
+/// A model whose arena is larger than this machine's memory is refused before anything
+/// is compiled or allocated.
+#[test]
+fn a_model_too_large_for_memory_is_refused() {
+    let Some(total) = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| m.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse::<u64>().ok())
+    else {
+        common::skip("no /proc/meminfo");
+        return;
+    };
+    // The exponential lives in the arena (a product has no prologue to fuse it into):
+    // n * n * 4 bytes, twice the memory.
+    let n = ((total * 1024 * 2 / 4) as f64).sqrt() as u64 + 1;
+    let text = format!("graph g {{\n  %0 = input \"x\" : f32[{n}, {n}]\n  %1 = exp %0 : f32[{n}, {n}]\n  %2 = matmul %1, %0 : f32[{n}, {n}]\n  output \"y\" = %2\n}}\n");
+    let graphs = mithrilc::pipeline::Graphs::new(mithrilc::ir::parse::parse(&text).unwrap(), &Default::default(), |_, _| {}).unwrap();
+    let err = Jit::new(&graphs, &BTreeMap::new(), EmitOptions::default()).err().expect("refused");
+    assert_eq!(err.kind, mithrilc::ErrorKind::User);
+    assert!(err.message.starts_with("the model needs ") && err.message.contains("more than this machine has"), "{err}");
+}
+
 /// A gather index out of range is refused before the kernel runs (the C target's
 /// ERROR_INDEX), and an input of the wrong shape or type is refused before anything
 /// runs: errors, never reads outside a buffer.

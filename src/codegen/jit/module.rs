@@ -106,14 +106,20 @@ impl Builder {
         ctx.func.signature = sig;
         ctx.func.name = UserFuncName::user(0, id.as_u32());
         let mut fctx = std::mem::take(&mut self.fctx);
-        let built = body(self, &mut ctx.func, &mut fctx);
-        self.fctx = fctx;
-        let defined = built.and_then(|()| {
+        // A panic in cranelift (or in writing the body) is an internal error naming the
+        // kernel, not a crash of the process that embeds mithrilc.
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            body(self, &mut ctx.func, &mut fctx)?;
             if let Some(text) = &mut self.text {
                 text.push_str(&format!("; {name}: {}\n{}\n", what.replace('\n', " "), ctx.func.display()));
             }
             self.module.define_function(id, &mut ctx).map_err(|e| Error::internal(format!("jit: cranelift could not compile {what}: {}", describe(&e))))
+        }));
+        let defined = caught.unwrap_or_else(|panic| {
+            let why = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("a panic");
+            Err(Error::internal(format!("jit: cranelift failed on {what}: {why}")))
         });
+        self.fctx = fctx;
         self.module.clear_context(&mut ctx);
         self.ctx = ctx;
         defined.map(|()| id)
@@ -143,5 +149,37 @@ pub fn abi(s: Scalar) -> AbiParam {
         Scalar::I64 => AbiParam::new(types::I64),
         Scalar::I32 => AbiParam::new(types::I32).sext(),
         Scalar::U16 => AbiParam::new(types::I16).uext(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cranelift_codegen::ir::InstBuilder;
+    use cranelift_frontend::FunctionBuilder;
+
+    /// A function cranelift refuses, and a panic while one is written, are internal
+    /// errors that name the kernel; the process goes on.
+    #[test]
+    fn a_failing_function_is_an_internal_error_naming_its_kernel() {
+        let mut m = Builder::new(false).unwrap();
+        let sig = m.signature(&[], &[types::I32]);
+        // Returns nothing from a function that returns an int: the verifier (on in
+        // tests) or the lowering refuses it.
+        let err = m
+            .define("bad", sig.clone(), "kernel 7 (relu (m_0))", |m, func, fctx| {
+                let mut b = FunctionBuilder::new(func, fctx);
+                let block = b.create_block();
+                b.switch_to_block(block);
+                b.ins().return_(&[]);
+                b.seal_all_blocks();
+                b.finalize(m.module.target_config());
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(err.kind, crate::ErrorKind::Internal);
+        assert!(err.message.contains("kernel 7 (relu (m_0))"), "{err}");
+        let err = m.define("worse", sig, "kernel 8 (exp (m_1))", |_, _, _| panic!("an assertion in a builder")).unwrap_err();
+        assert_eq!((err.kind, err.message.as_str()), (crate::ErrorKind::Internal, "jit: cranelift failed on kernel 8 (exp (m_1)): an assertion in a builder"));
     }
 }
