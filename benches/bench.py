@@ -130,6 +130,10 @@ def main():
     def keep(table, key, us):
         table[key] = min(us, table.get(key, us))
 
+    # The LLVM tier where this mithrilc was built with it (--features llvm).
+    targets = subprocess.run([mithrilc, "targets"], check=True, capture_output=True, text=True).stdout
+    jit_tiers = ["jit"] + (["jit-llvm"] if "\njit-llvm\n" in "\n" + targets else [])
+
     def run_args(name, info):
         return [mithrilc, "run", f"{bench}/{name}.json", "--params", f"{bench}/{name}.safetensors", "--data", f"input={bench}/{info['input']}"]
 
@@ -137,10 +141,11 @@ def main():
         for build, name, batch, info, out in cases:
             runs = repeat if info["flops"] < 5e9 else str(max(5, int(repeat) // 10))
             if build == "jit":
-                for threads in (1, 2):
-                    run = subprocess.run(run_args(name, info) + ["--target", "jit", "--repeat", runs, "--threads", str(threads)],
-                                         check=True, capture_output=True, text=True).stdout
-                    keep(jit, (name, batch, threads), float(re.search(r"median ([0-9.]+) us", run).group(1)))
+                for tier in jit_tiers:
+                    for threads in (1, 2):
+                        run = subprocess.run(run_args(name, info) + ["--target", tier, "--repeat", runs, "--threads", str(threads)],
+                                             check=True, capture_output=True, text=True).stdout
+                        keep(jit, (tier, name, batch, threads), float(re.search(r"median ([0-9.]+) us", run).group(1)))
                 if batch != "1":
                     continue
                 # From the model file to the first output, the whole process.
@@ -184,17 +189,17 @@ def main():
 
 
 def print_jit(ours, ort, jit, first, rounds):
-    """The JIT beside the C target and ORT, and the time to a first output."""
-    print(f"{'case':<14} {'jit 1t':>10} {'jit 2t':>10} {'C 1t':>10} {'C 2t':>10} {'ORT':>10} {'jit/C':>6} {'jit/ORT':>8}")
-    for (name, batch, threads), us in jit.items():
+    """The JIT (each tier built) beside the C target and ORT, and the time to a first output."""
+    print(f"{'case':<22} {'1t':>10} {'2t':>10} {'C 1t':>10} {'C 2t':>10} {'ORT':>10} {'/C':>6} {'/ORT':>6}")
+    for (tier, name, batch, threads), us in jit.items():
         if threads != 1:
             continue
-        j = min(us, jit[(name, batch, 2)])
+        j = min(us, jit[(tier, name, batch, 2)])
         c1, c2 = ours[(name, batch, 1)], ours[(name, batch, 2)]
         o = min(ort[(name, batch, 1)], ort[(name, batch, 2)])
-        print(f"{name + ' b' + batch:<14} {us:>8.1f}us {jit[(name, batch, 2)]:>8.1f}us {c1:>8.1f}us {c2:>8.1f}us {o:>8.1f}us {j / min(c1, c2):>6.2f} {j / o:>8.2f}")
-    print(f"jit: run --target jit --repeat (median latency of one run in this process, best of {rounds} rounds); "
-          "C: the C target's demo; ORT: the faster of 1 and 2 threads; jit/C and jit/ORT: the faster jit run / the faster other run.")
+        print(f"{name + ' b' + batch + ' ' + tier:<22} {us:>8.1f}us {jit[(tier, name, batch, 2)]:>8.1f}us {c1:>8.1f}us {c2:>8.1f}us {o:>8.1f}us {j / min(c1, c2):>6.2f} {j / o:>6.2f}")
+    print(f"jit, jit-llvm: run --target jit (cranelift) or jit-llvm (LLVM, when built with --features llvm) --repeat: the median latency of one run "
+          f"in this process, best of {rounds} rounds; C: the C target's demo; ORT: the faster of 1 and 2 threads; /C and /ORT: the faster JIT run / the faster other run.")
     print(f"{'first output':<14} {'jit':>10} {'c':>10} {'interp':>10} {'c no cache':>11}")
     for (how, name), us in first.items():
         if how != "jit":

@@ -81,8 +81,19 @@ pub struct Capabilities {
     pub picks_cpu: bool,
     /// `--triple` cross-builds it (C's).
     pub cross_builds: bool,
-    /// It runs in this process ([`crate::exec::Jit`]), not from the files it writes.
-    pub in_process: bool,
+    /// It runs in this process ([`crate::exec::Jit`]), not from the files it writes,
+    /// compiled by this code generator.
+    pub in_process: Option<JitTier>,
+}
+
+/// The code generators of the in-process JIT (`docs/jit.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JitTier {
+    /// cranelift: compiles in milliseconds, 128-bit vectors.
+    #[default]
+    Cranelift,
+    /// LLVM at O3 for this CPU (Cargo feature `llvm`).
+    Llvm,
 }
 
 impl Capabilities {
@@ -96,7 +107,7 @@ impl Capabilities {
         shards: false,
         picks_cpu: false,
         cross_builds: false,
-        in_process: false,
+        in_process: None,
     };
 }
 

@@ -341,8 +341,8 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             }
             let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
             let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
-            let outputs = if target.capabilities().in_process {
-                let jit = crate::model::JitOptions { quantize: args.quantize, threads: args.threads.map(|t| t as usize), print_after: args.model.print_after.clone(), ..Default::default() };
+            let outputs = if let Some(tier) = target.capabilities().in_process {
+                let jit = crate::model::JitOptions { tier, quantize: args.quantize, threads: args.threads.map(|t| t as usize), print_after: args.model.print_after.clone(), ..Default::default() };
                 let exe = model.jit(&jit)?;
                 let outputs = exe.run(feeds)?;
                 if let Some(n) = args.repeat {
@@ -506,7 +506,7 @@ pub fn describe_tensor(name: &str, t: &Tensor) -> String {
 impl RunArgs {
     /// Whether the run happens in this process (`--target jit`).
     fn target_in_process(&self) -> bool {
-        matches!(self.target, RunTarget::Compiled(t) if t.capabilities().in_process)
+        matches!(self.target, RunTarget::Compiled(t) if t.capabilities().in_process.is_some())
     }
 }
 

@@ -138,7 +138,15 @@ impl Jit {
     /// the weights (`--max`, `--quantize`, `--weight-layout`). It runs on as many threads
     /// as the machine has.
     pub fn new(graphs: &Graphs, params: &BTreeMap<String, Tensor>, opts: EmitOptions) -> Result<Jit> {
-        let target = &crate::codegen::jit::backend::JitTarget;
+        Jit::with_tier(crate::backend::JitTier::Cranelift, graphs, params, opts)
+    }
+
+    /// [`Jit::new`] with the code generator `tier` (LLVM needs the `llvm` feature).
+    pub fn with_tier(tier: crate::backend::JitTier, graphs: &Graphs, params: &BTreeMap<String, Tensor>, opts: EmitOptions) -> Result<Jit> {
+        let target = match tier {
+            crate::backend::JitTier::Cranelift => &crate::codegen::jit::backend::JIT,
+            crate::backend::JitTier::Llvm => &crate::codegen::jit::backend::JIT_LLVM,
+        };
         check_params(&graphs.forward, params)?;
         let opts = EmitOptions { weights: Some(param_weights(&graphs.forward, params)), ..opts };
         let graphs = pipeline::for_target(target, graphs, &opts.print_after)?;
@@ -162,7 +170,7 @@ impl Jit {
         };
         let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
         let (inputs, outputs) = (ports(&main.inputs), ports(&main.outputs));
-        let (compiled, _) = crate::codegen::jit::compile(forward, backward, false)?;
+        let (compiled, _) = crate::codegen::jit::compile(forward, backward, false, tier)?;
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
         let pool = (threads > 1).then(|| crate::codegen::jit::threads::Pool::new(threads));
         Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), pool, train })
@@ -448,8 +456,8 @@ pub fn param_weights(graph: &Graph, feeds: &BTreeMap<String, Tensor>) -> BTreeMa
 /// parameters by name), the model named after the file `source` in messages.
 pub fn run_once(target: &dyn Backend, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, source: &std::path::Path, build: &BuildConfig, opts: EmitOptions) -> Result<Vec<(String, Tensor)>> {
     let opts = EmitOptions { source: crate::outdir::file_name(source), ..opts };
-    if target.capabilities().in_process {
-        return Jit::new(graphs, feeds, opts)?.run(feeds);
+    if let Some(tier) = target.capabilities().in_process {
+        return Jit::with_tier(tier, graphs, feeds, opts)?.run(feeds);
     }
     Built::new(target, graphs, feeds, build.clone(), opts)?.run(feeds)
 }

@@ -74,6 +74,8 @@ pub struct JitOptions {
     pub threads: Option<usize>,
     /// Passes after which the IR or program is printed to stderr (`--print-after`).
     pub print_after: Vec<String>,
+    /// The code generator: cranelift (the default) or LLVM (the `llvm` feature).
+    pub tier: crate::backend::JitTier,
 }
 
 impl Model {
@@ -102,7 +104,7 @@ impl Model {
     /// have a value.
     pub fn jit(&self, opts: &JitOptions) -> Result<Jit> {
         let emit = EmitOptions { source: crate::outdir::file_name(&self.source), max: opts.max.clone(), quantize: opts.quantize, print_after: opts.print_after.clone(), ..Default::default() };
-        let mut jit = Jit::new(&self.graphs, &self.params, emit)?;
+        let mut jit = Jit::with_tier(opts.tier, &self.graphs, &self.params, emit)?;
         if let Some(n) = opts.threads {
             jit.set_threads(n);
         }

@@ -37,7 +37,7 @@ fn build(target: &dyn Backend) -> Result<BuildConfig, String> {
     let emulated = BuildConfig { emulate: true, ..Default::default() };
     let make = |cc: &str| if common::have(cc) && common::have("make") { Ok(()) } else { Err(format!("make and {cc} are needed")) };
     match target.name() {
-        _ if target.capabilities().in_process => Ok(plain),
+        _ if target.capabilities().in_process.is_some() => Ok(plain),
         "c" => make("cc").map(|_| plain),
         "cuda" | "metal" => make("c++").map(|_| emulated),
         "ggml" => mithrilc::build::ggml().map(|_| plain).map_err(|e| e.to_string()),

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use mithrilc::backend::EmitOptions;
+use mithrilc::backend::{EmitOptions, JitTier};
 use mithrilc::data;
 use mithrilc::exec::{Executable, Jit};
 use mithrilc::tensor::Tensor;
@@ -20,10 +20,20 @@ mod c_build;
 mod cases;
 use cases::{cases, shared, Case};
 
-/// Runs `case` through the JIT.
-fn jit(case: &Case, opts: EmitOptions) -> Result<Vec<(String, Tensor)>, String> {
-    let exe = Jit::new(&case.graphs, &case.feeds, opts).map_err(|e| format!("{}: {e}", case.label))?;
-    exe.run(&case.feeds).map_err(|e| format!("{}: {e}", case.label))
+/// The JIT's code generators this build has: cranelift, and LLVM with the `llvm`
+/// feature.
+fn tiers() -> Vec<JitTier> {
+    let mut t = vec![JitTier::Cranelift];
+    if cfg!(feature = "llvm") {
+        t.push(JitTier::Llvm);
+    }
+    t
+}
+
+/// Runs `case` through the JIT's `tier`.
+fn jit(case: &Case, tier: JitTier, opts: EmitOptions) -> Result<Vec<(String, Tensor)>, String> {
+    let exe = Jit::with_tier(tier, &case.graphs, &case.feeds, opts).map_err(|e| format!("{} ({tier:?}): {e}", case.label))?;
+    exe.run(&case.feeds).map_err(|e| format!("{} ({tier:?}): {e}", case.label))
 }
 
 #[test]
@@ -36,9 +46,14 @@ fn every_case_matches_the_interpreter() {
     let worst = cases::Worst::default();
     let failures = common::each_case(&all, |case| {
         let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{}: interpreter: {e}", case.label))?;
-        let got = jit(case, EmitOptions::default())?;
-        let (bad, err) = cases::compare(&case.label, &got, &want, 1e-4);
-        worst.note(err, &case.label);
+        let mut bad = Vec::new();
+        for tier in tiers() {
+            let got = jit(case, tier, EmitOptions::default())?;
+            let label = format!("{} ({tier:?})", case.label);
+            let (b, err) = cases::compare(&label, &got, &want, 1e-4);
+            worst.note(err, &label);
+            bad.extend(b);
+        }
         if bad.is_empty() { Ok(()) } else { Err(bad.join("\n")) }
     });
     let (err, label) = worst.get();
@@ -65,16 +80,19 @@ fn the_jit_computes_the_c_targets_bits() {
     let all: Vec<Case> = cases(&dir).into_iter().filter(|c| !c.label.ends_with(".npz") || wanted.iter().any(|w| c.label.starts_with(&format!("{w}.")) || c.label == format!("{w}.npz"))).collect();
     let failures = common::each_case(&all, |case| {
         let c = c_build::run_c(tc, &case.graphs, &case.feeds, &tc.dir.path().join(case.label.replace(' ', "_"))).map_err(|e| format!("{}: C: {e}", case.label))?;
-        let got = jit(case, EmitOptions::default())?;
-        let differ: Vec<String> = got
-            .iter()
-            .zip(&c)
-            .filter(|((_, a), (_, b))| a.data.iter().zip(&b.data).any(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan())))
-            .map(|((name, a), (_, b))| {
-                let worst = a.data.iter().zip(&b.data).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
-                format!("{}: output {name} differs from the C target's by up to {worst:.3e}", case.label)
-            })
-            .collect();
+        let mut differ = Vec::new();
+        for tier in tiers() {
+            let got = jit(case, tier, EmitOptions::default())?;
+            differ.extend(
+                got.iter()
+                    .zip(&c)
+                    .filter(|((_, a), (_, b))| a.data.iter().zip(&b.data).any(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan())))
+                    .map(|((name, a), (_, b))| {
+                        let worst = a.data.iter().zip(&b.data).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+                        format!("{} ({tier:?}): output {name} differs from the C target's by up to {worst:.3e}", case.label)
+                    }),
+            );
+        }
         if differ.is_empty() { Ok(()) } else { Err(differ.join("\n")) }
     });
     println!("jit: {} of {} cases give the C target's bits", all.len() - failures.len(), all.len());
@@ -102,8 +120,9 @@ fn symbolic_batch_runs_at_every_size() {
         };
         let graphs = mithrilc::pipeline::load(&spec).unwrap().graphs;
         let feeds: BTreeMap<String, Tensor> = params.arrays.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
+        for tier in tiers() {
         let opts = EmitOptions { max: [("B".to_string(), max)].into(), ..Default::default() };
-        let exe = Jit::new(&graphs, &feeds, opts).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let exe = Jit::with_tier(tier, &graphs, &feeds, opts).unwrap_or_else(|e| panic!("{model}: {e}"));
         let per: usize = big.shape[1..].iter().product::<u64>() as usize;
         for n in [1, 3, max] {
             let mut shape = big.shape.clone();
@@ -115,8 +134,8 @@ fn symbolic_batch_runs_at_every_size() {
             let mut all = feeds.clone();
             all.insert("input".into(), input.clone());
             let want = mithrilc::interp::run(static_graphs.main(), &all).unwrap();
-            let got = exe.run(&[("input".to_string(), input)].into()).unwrap_or_else(|e| panic!("{model} at batch {n}: {e}"));
-            let (bad, _) = cases::compare(&format!("{model} at batch {n}"), &got, &want, 1e-4);
+            let got = exe.run(&[("input".to_string(), input)].into()).unwrap_or_else(|e| panic!("{model} ({tier:?}) at batch {n}: {e}"));
+            let (bad, _) = cases::compare(&format!("{model} ({tier:?}) at batch {n}"), &got, &want, 1e-4);
             assert!(bad.is_empty(), "{}", bad.join("\n"));
         }
         let mut shape = big.shape.clone();
@@ -125,6 +144,7 @@ fn symbolic_batch_runs_at_every_size() {
         data.extend_from_slice(&big.data[..per]);
         let err = exe.run(&[("input".to_string(), Tensor { dtype: big.dtype, shape, data })].into()).unwrap_err();
         assert_eq!(err.to_string(), format!("input `input`: dimension 0 (B) is {}, outside 1 to its maximum {max} (--max B=N)", max + 1), "{model}");
+        }
     }
 }
 

@@ -30,7 +30,9 @@ pub static TARGETS: &[&dyn Backend] = &[
     &metal::backend::MetalTarget,
     &ggml::backend::GgmlTarget,
     &xla::backend::XlaTarget,
-    &jit::backend::JitTarget,
+    &jit::backend::JIT,
+    #[cfg(feature = "llvm")]
+    &jit::backend::JIT_LLVM,
 ];
 
 /// The target called `name`.

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Quantize, Toolchain};
+use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, JitTier, Quantize, Toolchain};
 use crate::build::CacheUse;
 use crate::codegen::program_target::{program_emitted, program_target_lacks};
 use crate::error::{Error, Result};
@@ -15,15 +15,29 @@ use crate::lower::Program;
 use crate::passes::{Graphs, ProgramPass};
 use crate::tensor::Tensor;
 
-pub struct JitTarget;
+/// The JIT with one of its code generators.
+pub struct JitTarget {
+    pub tier: JitTier,
+}
+
+/// `--target jit`: cranelift.
+pub static JIT: JitTarget = JitTarget { tier: JitTier::Cranelift };
+/// `--target jit-llvm`: LLVM (Cargo feature `llvm`).
+pub static JIT_LLVM: JitTarget = JitTarget { tier: JitTier::Llvm };
 
 impl Backend for JitTarget {
     fn name(&self) -> &'static str {
-        "jit"
+        match self.tier {
+            JitTier::Cranelift => "jit",
+            JitTier::Llvm => "jit-llvm",
+        }
     }
 
     fn about(&self) -> &'static str {
-        "machine code compiled in this process by cranelift (run --target jit; no C compiler needed)"
+        match self.tier {
+            JitTier::Cranelift => "machine code compiled in this process by cranelift (run --target jit; no C compiler needed)",
+            JitTier::Llvm => "machine code compiled in this process by LLVM at O3 for this CPU (run --target jit-llvm)",
+        }
     }
 
     fn program_passes(&self) -> &'static [ProgramPass] {
@@ -38,12 +52,18 @@ impl Backend for JitTarget {
         program_target_lacks(graph, v, super::supports)
     }
 
-    /// The CLIF of every function the JIT compiles, as `<name>.clif`.
+    /// What the JIT compiles, for reading: cranelift's IR of every function
+    /// (`<name>.clif`); with LLVM, the optimized module as LLVM IR (`<name>.ll`) and as
+    /// an object file for this machine (`<name>.o`) too.
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         let (forward, backward) = programs(graphs, opts)?;
         let name = crate::codegen::names::identifier(&forward.name);
-        let (_, text) = super::compile(forward.clone(), backward.clone(), true)?;
-        let files = vec![(format!("{name}.clif"), text.unwrap_or_default().into_bytes())];
+        let listing = super::listing(forward.clone(), backward.clone(), self.tier)?;
+        let mut files = vec![(format!("{name}.clif"), listing.clif.into_bytes())];
+        if let Some((ir, obj)) = listing.llvm {
+            files.push((format!("{name}.ll"), ir.into_bytes()));
+            files.push((format!("{name}.o"), obj));
+        }
         Ok(program_emitted(files, &forward, backward.as_ref()))
     }
 
@@ -53,7 +73,7 @@ impl Backend for JitTarget {
 
     /// The C target's stored forms; runs in this process.
     fn capabilities(&self) -> Capabilities {
-        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], in_process: true, ..Capabilities::NONE }
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], in_process: Some(self.tier), ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {

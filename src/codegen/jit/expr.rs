@@ -76,6 +76,7 @@ impl<'a, 'f> Body<'a, 'f> {
         for &buf in bufs {
             let at = i32::try_from(buf.0 * 8).expect("buffer tables are small");
             let v = self.b.ins().load(ptr, flags(), table, at);
+            self.m.pointers.insert(v);
             self.bases.insert(buf, v);
         }
         self.dims = (0..self.p.symbols.len()).map(|i| self.b.ins().load(types::I64, flags(), dims, (i * 8) as i32)).collect();

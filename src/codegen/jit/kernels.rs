@@ -36,6 +36,7 @@ fn open(body: &mut Body, bufs: &[BufId]) -> Vec<Value> {
     let flags = MemFlagsData::new().with_notrap();
     let table = body.b.ins().load(ptr, flags, params[0], 0);
     let dims = body.b.ins().load(ptr, flags, params[0], 8);
+    body.m.pointers.extend([params[0], table, dims]);
     body.load_bases(table, dims, bufs);
     params
 }

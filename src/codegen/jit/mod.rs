@@ -15,6 +15,8 @@
 pub mod backend;
 mod expr;
 mod kernels;
+#[cfg(feature = "llvm")]
+mod llvm;
 mod math;
 mod vector;
 mod module;
@@ -37,35 +39,11 @@ pub struct Compiled {
     _code: Code,
 }
 
-/// Compiles `forward` (and `backward`); with `text`, also returns the CLIF of every
-/// function (`--emit source`).
-pub fn compile(forward: Program, backward: Option<Program>, text: bool) -> Result<(Compiled, Option<String>)> {
-    let mut m = module::Builder::new(text)?;
-    // Each step's functions, as indices into `ids`.
-    let mut ids = Vec::new();
-    let mut plans = Vec::new();
-    // (the backward program's functions are named apart: `backward_k0`)
-    for (p, prefix) in std::iter::once(&forward).chain(backward.as_ref()).zip(["", "backward_"]) {
-        let mut steps = Vec::new();
-        for (k, step) in p.steps.iter().enumerate() {
-            let mut slot = |id: Option<cranelift_module::FuncId>| {
-                id.map(|id| {
-                    ids.push(id);
-                    ids.len() - 1
-                })
-            };
-            let task = if matches!(step.kernel, crate::lower::Kernel::Map { .. } | crate::lower::Kernel::Reduce { .. } | crate::lower::Kernel::ArgReduce { .. }) {
-                Some(kernels::task(&mut m, p, prefix, k, step)?)
-            } else {
-                None
-            };
-            let task = slot(task);
-            let epilogue = slot(kernels::epilogue(&mut m, p, prefix, k, step)?);
-            let check = slot(kernels::check(&mut m, p, prefix, k, step)?);
-            steps.push((task, epilogue, check));
-        }
-        plans.push(steps);
-    }
+/// Compiles `forward` (and `backward`) with the code generator `tier`; with `text`,
+/// also returns the CLIF of every function (`compile --target jit`).
+pub fn compile(forward: Program, backward: Option<Program>, text: bool, tier: crate::backend::JitTier) -> Result<(Compiled, Option<String>)> {
+    let (m, ids, plans) = functions(&forward, backward.as_ref(), text, tier)?;
+    let mut m = m;
     let text = m.text.take();
     let (code, addrs) = m.finish(&ids)?;
     // SAFETY (each transmute): the function at that address was defined with the
@@ -86,4 +64,56 @@ pub fn compile(forward: Program, backward: Option<Program>, text: bool) -> Resul
     let forward = Runner::new(forward, forward_steps)?;
     let backward = backward.zip(backward_steps).map(|(p, s)| Runner::new(p, s)).transpose()?;
     Ok((Compiled { forward, backward, _code: code }, text))
+}
+
+/// What the JIT compiles, as text and bytes to read (`compile --target jit`).
+pub struct Listing {
+    /// cranelift's IR of every function.
+    pub clif: String,
+    /// With LLVM: the optimized module as LLVM IR, and as an object file.
+    pub llvm: Option<(String, Vec<u8>)>,
+}
+
+/// The listing of `forward` (and `backward`) compiled by `tier`.
+pub fn listing(forward: Program, backward: Option<Program>, tier: crate::backend::JitTier) -> Result<Listing> {
+    let (mut m, _, _) = functions(&forward, backward.as_ref(), true, tier)?;
+    let clif = m.text.take().unwrap_or_default();
+    #[cfg(feature = "llvm")]
+    if let Some(l) = m.llvm_listing()? {
+        return Ok(Listing { clif, llvm: Some(l) });
+    }
+    Ok(Listing { clif, llvm: None })
+}
+
+/// Every step's functions, written into a module: the module, the ids of the functions,
+/// and for each program each step's (task, epilogue, check) as indices into the ids.
+#[allow(clippy::type_complexity)]
+fn functions(forward: &Program, backward: Option<&Program>, text: bool, tier: crate::backend::JitTier) -> Result<(module::Builder, Vec<cranelift_module::FuncId>, Vec<Vec<(Option<usize>, Option<usize>, Option<usize>)>>)> {
+    let mut m = module::Builder::new(text, tier)?;
+    // Each step's functions, as indices into `ids`.
+    let mut ids = Vec::new();
+    let mut plans = Vec::new();
+    // (the backward program's functions are named apart: `backward_k0`)
+    for (p, prefix) in std::iter::once(forward).chain(backward).zip(["", "backward_"]) {
+        let mut steps = Vec::new();
+        for (k, step) in p.steps.iter().enumerate() {
+            let mut slot = |id: Option<cranelift_module::FuncId>| {
+                id.map(|id| {
+                    ids.push(id);
+                    ids.len() - 1
+                })
+            };
+            let task = if matches!(step.kernel, crate::lower::Kernel::Map { .. } | crate::lower::Kernel::Reduce { .. } | crate::lower::Kernel::ArgReduce { .. }) {
+                Some(kernels::task(&mut m, p, prefix, k, step)?)
+            } else {
+                None
+            };
+            let task = slot(task);
+            let epilogue = slot(kernels::epilogue(&mut m, p, prefix, k, step)?);
+            let check = slot(kernels::check(&mut m, p, prefix, k, step)?);
+            steps.push((task, epilogue, check));
+        }
+        plans.push(steps);
+    }
+    Ok((m, ids, plans))
 }

@@ -3,7 +3,7 @@
 //! defined (a cranelift error names the kernel it came from), and the finished code,
 //! which lives as long as [`Code`] does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};
 use cranelift_codegen::settings::{self, Configurable};
@@ -13,11 +13,14 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId, Linkage, Module};
 
 use super::runtime::{helpers, Scalar};
+use crate::backend::JitTier;
 use crate::error::{Error, Result};
 
 /// Machine code of one model's functions; freed when dropped.
 pub struct Code {
     module: Option<JITModule>,
+    #[cfg(feature = "llvm")]
+    _llvm: Option<super::llvm::LlvmCode>,
 }
 
 impl Drop for Code {
@@ -44,12 +47,22 @@ pub struct Builder {
     pub fctx: FunctionBuilderContext,
     /// The text of every function defined, when asked for (`--emit source`).
     pub text: Option<String>,
+    /// Whether innermost loops run in cranelift's vectors (not for LLVM, whose loop
+    /// vectorizer widens the scalar loops to the CPU's width).
+    pub vectors: bool,
+    /// The values of the function being written that hold addresses of buffers or of
+    /// tables of them (what the LLVM tier makes pointers).
+    pub pointers: HashSet<cranelift_codegen::ir::Value>,
+    /// The functions defined, by id: their names (the LLVM tier finds them so).
+    names: HashMap<FuncId, String>,
+    #[cfg(feature = "llvm")]
+    llvm: Option<super::llvm::Translator>,
 }
 
 impl Builder {
     /// A module for this machine's CPU (its vector extensions found at run time);
     /// `text` keeps every function's CLIF.
-    pub fn new(text: bool) -> Result<Builder> {
+    pub fn new(text: bool, tier: JitTier) -> Result<Builder> {
         let mut flags = settings::builder();
         let set = |f: &mut settings::Builder, k: &str, v: &str| f.set(k, v).map_err(|e| Error::internal(format!("jit: cranelift setting {k}={v}: {e}")));
         set(&mut flags, "opt_level", "speed")?;
@@ -63,8 +76,8 @@ impl Builder {
             .map_err(|e| Error::internal(format!("jit: cranelift's ISA: {e}")))?;
         let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
         let table = helpers();
-        for h in &table {
-            jb.symbol(h.name, h.address);
+        for h in table {
+            jb.symbol(h.name, h.address as *const u8);
         }
         let mut module = JITModule::new(jb);
         let mut imported = HashMap::new();
@@ -76,7 +89,27 @@ impl Builder {
             imported.insert(h.name, (id, h.params.to_vec(), h.result));
         }
         let ctx = module.make_context();
-        Ok(Builder { module, helpers: imported, ctx, fctx: FunctionBuilderContext::new(), text: text.then(String::new) })
+        #[cfg(feature = "llvm")]
+        let llvm = match tier {
+            JitTier::Llvm => Some(super::llvm::Translator::new(None)?),
+            JitTier::Cranelift => None,
+        };
+        #[cfg(not(feature = "llvm"))]
+        if tier == JitTier::Llvm {
+            return Err(Error::usage("the jit-llvm target needs mithrilc built with LLVM (cargo build --features llvm; docs/jit.md)".to_string()));
+        }
+        Ok(Builder {
+            module,
+            helpers: imported,
+            ctx,
+            fctx: FunctionBuilderContext::new(),
+            text: text.then(String::new),
+            vectors: tier == JitTier::Cranelift,
+            pointers: HashSet::new(),
+            names: HashMap::new(),
+            #[cfg(feature = "llvm")]
+            llvm,
+        })
     }
 
     /// The pointer type.
@@ -106,12 +139,24 @@ impl Builder {
         ctx.func.signature = sig;
         ctx.func.name = UserFuncName::user(0, id.as_u32());
         let mut fctx = std::mem::take(&mut self.fctx);
+        self.pointers.clear();
+        self.names.insert(id, name.to_string());
         // A panic in cranelift (or in writing the body) is an internal error naming the
         // kernel, not a crash of the process that embeds mithrilc.
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             body(self, &mut ctx.func, &mut fctx)?;
             if let Some(text) = &mut self.text {
                 text.push_str(&format!("; {name}: {}\n{}\n", what.replace('\n', " "), ctx.func.display()));
+            }
+            #[cfg(feature = "llvm")]
+            if let Some(llvm) = &mut self.llvm {
+                let by_id: HashMap<u32, &'static super::runtime::Helper> = helpers().iter().map(|h| (self.helpers[h.name].0.as_u32(), h)).collect();
+                let func = &ctx.func;
+                let imports = |n: &cranelift_codegen::ir::ExternalName| match n {
+                    cranelift_codegen::ir::ExternalName::User(r) => by_id.get(&func.params.user_named_funcs()[*r].index).copied(),
+                    _ => None,
+                };
+                return llvm.add(func, name, &self.pointers, &imports, what);
             }
             self.module.define_function(id, &mut ctx).map_err(|e| Error::internal(format!("jit: cranelift could not compile {what}: {}", describe(&e))))
         }));
@@ -125,11 +170,30 @@ impl Builder {
         defined.map(|()| id)
     }
 
+    /// With LLVM: the optimized module as LLVM IR and as an object file.
+    #[cfg(feature = "llvm")]
+    pub fn llvm_listing(&self) -> Result<Option<(String, Vec<u8>)>> {
+        match &self.llvm {
+            Some(l) => Ok(Some((l.ir_text()?, l.object()?))),
+            None => Ok(None),
+        }
+    }
+
     /// Finishes the module: the code of each function of `ids`, in order.
     pub fn finish(mut self, ids: &[FuncId]) -> Result<(Code, Vec<*const u8>)> {
+        #[cfg(feature = "llvm")]
+        if let Some(llvm) = self.llvm.take() {
+            let names: Vec<String> = ids.iter().map(|id| self.names[id].clone()).collect();
+            let (code, addresses) = llvm.finish(&names)?;
+            return Ok((Code { module: Some(self.module), _llvm: Some(code) }, addresses));
+        }
         self.module.finalize_definitions().map_err(|e| Error::internal(format!("jit: cranelift could not link the model's functions: {e}")))?;
         let code = ids.iter().map(|&id| self.module.get_finalized_function(id)).collect();
-        Ok((Code { module: Some(self.module) }, code))
+        Ok((Code {
+            module: Some(self.module),
+            #[cfg(feature = "llvm")]
+            _llvm: None,
+        }, code))
     }
 }
 
@@ -162,7 +226,7 @@ mod tests {
     /// errors that name the kernel; the process goes on.
     #[test]
     fn a_failing_function_is_an_internal_error_naming_its_kernel() {
-        let mut m = Builder::new(false).unwrap();
+        let mut m = Builder::new(false, JitTier::Cranelift).unwrap();
         let sig = m.signature(&[], &[types::I32]);
         // Returns nothing from a function that returns an int: the verifier (on in
         // tests) or the lowering refuses it.

@@ -97,7 +97,7 @@ pub enum Scalar {
 /// A function JIT code calls: its name there, its address, its parameters and result.
 pub struct Helper {
     pub name: &'static str,
-    pub address: *const u8,
+    pub address: usize,
     pub params: &'static [Scalar],
     pub result: Scalar,
 }
@@ -112,8 +112,9 @@ macro_rules! helpers {
             }
         }
         /// Every helper JIT code may call, by the name it imports.
-        pub fn helpers() -> Vec<Helper> {
-            vec![$(Helper { name: stringify!($name), address: ffi::$name as *const u8, params: &[$(Scalar::$p),*], result: Scalar::$r }),*]
+        pub fn helpers() -> &'static [Helper] {
+            static TABLE: std::sync::OnceLock<Vec<Helper>> = std::sync::OnceLock::new();
+            TABLE.get_or_init(|| vec![$(Helper { name: stringify!($name), address: ffi::$name as *const () as usize, params: &[$(Scalar::$p),*], result: Scalar::$r }),*])
         }
     };
     (@rust F32) => { f32 };

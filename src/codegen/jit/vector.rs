@@ -230,7 +230,7 @@ impl Body<'_, '_> {
             b.store(at, v, t)
         };
         let cast = Expr::Cast(Box::new(value.clone()), t);
-        if !(t == Dtype::F32 && contiguous && vectorizable(self.p, &cast, var)) {
+        if !(self.m.vectors && t == Dtype::F32 && contiguous && vectorizable(self.p, &cast, var)) {
             return self.for_range(var, from, to, &mut scalar);
         }
         // [from, from + 4 * trips) by vectors, the rest one at a time.
