@@ -65,7 +65,11 @@ pub fn ops_markdown() -> String {
     }
     s.push_str("\n## Targets\n\n");
     let _ = writeln!(s, "{OP_SUPPORT_ABOUT} `mithrilc targets --ops` prints the same table.\n");
+    // The table of every build: a build with the LLVM tier (`--features llvm`) has a
+    // column more, the JIT's again.
+    let optional: Vec<usize> = crate::codegen::TARGETS.iter().enumerate().filter(|(_, b)| b.capabilities().in_process == Some(crate::backend::JitTier::Llvm)).map(|(i, _)| i + 1).collect();
     for (i, row) in op_support_cells().iter().enumerate() {
+        let row: Vec<String> = row.iter().enumerate().filter(|(j, _)| !optional.contains(j)).map(|(_, c)| c.clone()).collect();
         let cells: Vec<String> = row.iter().enumerate().map(|(j, c)| if i > 0 && j == 0 { format!("`{c}`") } else { c.clone() }).collect();
         let _ = writeln!(s, "| {} |", cells.join(" | "));
         if i == 0 {
