@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use mithrilc::backend::JitTier;
 use mithrilc::pipeline::Graphs;
 use mithrilc::data::{self, ArrayFile};
 use mithrilc::frontend::mithril;
@@ -193,19 +194,21 @@ fn check_with(tc: &Toolchain, cases: Vec<Case>, library: mithrilc::lower::Librar
                         continue;
                     }
                 };
-                if jit {
+                // Each tier of the JIT this build has (LLVM with the `llvm` feature).
+                let tiers: &[JitTier] = if !jit { &[] } else if cfg!(feature = "llvm") { &[JitTier::Cranelift, JitTier::Llvm] } else { &[JitTier::Cranelift] };
+                for &tier in tiers {
                     let run = || -> Result<Vec<(String, Tensor)>, String> {
                         use mithrilc::exec::Executable;
-                        let mut exe = mithrilc::exec::Jit::new(&case.graphs, &case.feeds, Default::default()).map_err(|e| e.to_string())?;
+                        let mut exe = mithrilc::exec::Jit::with_tier(tier, &case.graphs, &case.feeds, Default::default()).map_err(|e| e.to_string())?;
                         exe.set_threads(1);
                         exe.run(&case.feeds).map_err(|e| e.to_string())
                     };
                     match run() {
-                        Err(e) => report(format!("jit: {e}")),
+                        Err(e) => report(format!("jit ({tier:?}): {e}")),
                         Ok(got) => {
-                            let diffs: Vec<String> = got.iter().zip(&want).filter_map(|((name, g), (_, w))| mismatch(&format!("{} (jit)", case.label), name, g, w, &worst)).collect();
+                            let diffs: Vec<String> = got.iter().zip(&want).filter_map(|((name, g), (_, w))| mismatch(&format!("{} (jit, {tier:?})", case.label), name, g, w, &worst)).collect();
                             if !diffs.is_empty() {
-                                report(format!("jit: {}", diffs.join("\n    ")));
+                                report(format!("jit ({tier:?}): {}", diffs.join("\n    ")));
                             }
                         }
                     }

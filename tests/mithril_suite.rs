@@ -525,11 +525,26 @@ fn compare(case: &Case, mode: Mode, got: Result<Vec<(String, Tensor)>, String>) 
 fn run(case: &Case, mode: Mode, scratch: Option<(&c_build::Toolchain, &Path)>) -> Outcome {
     let got = prepare(case, mode).and_then(|(graphs, feeds)| match scratch {
         None if matches!(mode, Mode::JitF64 | Mode::JitF32) => {
+            use mithrilc::backend::JitTier;
             use mithrilc::exec::Executable;
-            let mut exe = mithrilc::exec::Jit::new(&graphs, &feeds, Default::default()).map_err(|e| e.to_string())?;
-            // (the cases run on every core already)
-            exe.set_threads(1);
-            exe.run(&feeds).map_err(|e| e.to_string())
+            // Each tier this build has; the LLVM tier's outputs must be the cranelift
+            // tier's bits (both compute what the C target computes).
+            let tiers: &[JitTier] = if cfg!(feature = "llvm") { &[JitTier::Cranelift, JitTier::Llvm] } else { &[JitTier::Cranelift] };
+            let mut first: Option<Vec<(String, Tensor)>> = None;
+            for &tier in tiers {
+                let mut exe = mithrilc::exec::Jit::with_tier(tier, &graphs, &feeds, Default::default()).map_err(|e| format!("{tier:?}: {e}"))?;
+                // (the cases run on every core already)
+                exe.set_threads(1);
+                let got = exe.run(&feeds).map_err(|e| format!("{tier:?}: {e}"))?;
+                if let Some(f) = &first {
+                    let same = f.iter().zip(&got).all(|((_, a), (_, b))| a.shape == b.shape && a.data.iter().zip(&b.data).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())));
+                    if !same {
+                        return Err(format!("the {tier:?} tier's outputs differ from cranelift's"));
+                    }
+                }
+                first.get_or_insert(got);
+            }
+            Ok(first.expect("one tier at least"))
         }
         None => mithrilc::interp::run(graphs.main(), &feeds).map_err(|e| e.to_string()),
         Some((tc, dir)) => {

@@ -131,7 +131,7 @@ impl Translator {
                 f.add_attribute(AttributeLoc::Param(i as u32), c.create_enum_attribute(Attribute::get_named_enum_kind_id(kind), 0));
             }
         }
-        self.helpers.insert(h.name, (f, h.address as usize));
+        self.helpers.insert(h.name, (f, h.address));
         f
     }
 
@@ -160,7 +160,7 @@ impl Translator {
         }
         f.add_attribute(AttributeLoc::Function, c.create_enum_attribute(Attribute::get_named_enum_kind_id("nounwind"), 0));
         let b = c.create_builder();
-        let mut t = Lowering { tr: self, b, f, values: HashMap::new(), blocks: HashMap::new(), phis: Vec::new(), is_ptr: &is_ptr, imports, dfg };
+        let mut t = Lowering { tr: self, b, values: HashMap::new(), blocks: HashMap::new(), phis: Vec::new(), is_ptr: &is_ptr, imports, dfg };
         // A basic block per block, a phi per parameter (the entry's are the function's).
         for block in func.layout.blocks() {
             let bb = c.append_basic_block(f, &block.to_string());
@@ -231,7 +231,6 @@ impl Translator {
 struct Lowering<'t, 'f> {
     tr: &'t mut Translator,
     b: IrBuilder<'static>,
-    f: FunctionValue<'static>,
     values: HashMap<ir::Value, BasicValueEnum<'static>>,
     blocks: HashMap<ir::Block, BasicBlock<'static>>,
     /// (phi, the value it takes, from which block), filled in at the end.
@@ -476,7 +475,6 @@ impl Lowering<'_, '_> {
         if let (Some(r), Some(v)) = (result, out) {
             self.values.insert(r, v);
         }
-        let _ = self.f;
         Ok(())
     }
 }
