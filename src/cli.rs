@@ -619,6 +619,10 @@ pub enum Emit {
     Source,
     /// Print the IR after the passes; write nothing
     Ir,
+    /// --target jit-llvm: write the optimized LLVM module as text (<name>.ll) only
+    LlvmIr,
+    /// --target jit-llvm: write the LLVM module as an object file for this machine (<name>.o) only
+    Obj,
 }
 
 /// How `compile --report` prints the sizes.
@@ -676,7 +680,18 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         cpu: args.cpu.clone(),
         triple: triple.clone(),
     };
-    let emitted = pipeline::emit(args.target, &graphs, &opts)?;
+    let mut emitted = pipeline::emit(args.target, &graphs, &opts)?;
+    if let Some(ext) = match args.emit {
+        Emit::LlvmIr => Some(".ll"),
+        Emit::Obj => Some(".o"),
+        _ => None,
+    } {
+        // The one file of the LLVM module that was asked for.
+        emitted.files.retain(|(name, _)| name.ends_with(ext));
+        if emitted.files.is_empty() {
+            return Err(Error::usage(format!("--emit {}: the {} target writes no LLVM module (give --target jit-llvm)", if ext == ".ll" { "llvm-ir" } else { "obj" }, args.target.name())));
+        }
+    }
     let build = args.emit == Emit::Build;
     let mut inputs = vec![args.model.model.clone()];
     inputs.extend(args.params.clone());

@@ -170,7 +170,7 @@ impl Jit {
         };
         let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
         let (inputs, outputs) = (ports(&main.inputs), ports(&main.outputs));
-        let (compiled, _) = crate::codegen::jit::compile(forward, backward, false, tier)?;
+        let (compiled, _) = crate::codegen::jit::compile(forward, backward, false, tier, opts.cpu.as_deref())?;
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
         let pool = (threads > 1).then(|| crate::codegen::jit::threads::Pool::new(threads));
         Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), pool, train })

@@ -386,7 +386,7 @@ fn help_lists_commands_and_options() {
             &["--target <TARGET>", "--emit <WHAT>", "--weights <MODE>", "--weight-layout <LAYOUT>", "--max <NAME=N>", "--report[=<FORMAT>]"],
         ),
         // Every choice shows its values.
-        (&["compile", "--help"], &["- source: Write the files only", "- json:", "[possible values: shape, autodiff, simplify, decompose, c-layout, fuse", "- bf16: As bfloat16"]),
+        (&["compile", "--help"], &["- source:", "Write the files only", "- llvm-ir:", "- json:", "[possible values: shape, autodiff, simplify, decompose, c-layout, fuse", "- bf16: As bfloat16"]),
         (&["export-weights", "--help"], &["--weights <WEIGHTS.bin>", "-o, --output <FILE>", "--weight-layout <LAYOUT>", "- plain:", "--quantize <TYPE>"]),
         (&["completions", "--help"], &["[possible values: bash, elvish, fish, powershell, zsh]"]),
     ];
@@ -405,7 +405,7 @@ fn choice_flags_list_their_values() {
     let dir = tempdir_with(&[("relu.json", FIXED_RELU)]);
     let (code, stdout, stderr) = mithrilc(&["compile", "relu.json", "--target", "c", "--emit", "asm", "-o", "out"], dir.path());
     assert_eq!((code, stdout.as_str()), (2, ""));
-    assert!(stderr.starts_with("error: invalid value 'asm' for '--emit <WHAT>'\n  [possible values: build, source, ir]\n"), "{stderr}");
+    assert!(stderr.starts_with("error: invalid value 'asm' for '--emit <WHAT>'\n  [possible values: build, source, ir, llvm-ir, obj]\n"), "{stderr}");
     let (code, _, stderr) = mithrilc(&["inspect", "relu.json", "--print-after", "fusion"], dir.path());
     assert_eq!(code, 2);
     assert!(stderr.contains("[possible values: shape, autodiff, simplify, decompose, c-layout, fuse, attention, memory]"), "{stderr}");

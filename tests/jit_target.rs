@@ -234,3 +234,36 @@ fn bad_indices_and_inputs_are_errors() {
     let err = exe.train_step(&feeds, 0.1, 0.0).unwrap_err();
     assert_eq!((err.kind, err.to_string()), (mithrilc::ErrorKind::Usage, "a training step needs a model compiled with the gradients of a loss (--grad of a model with a loss)".to_string()));
 }
+
+/// `compile --target jit-llvm --emit llvm-ir` writes the optimized module alone, for the
+/// CPU `--cpu` names; `--emit obj` an object file; a target without an LLVM module
+/// refuses them.
+#[test]
+fn compile_emits_the_llvm_module() {
+    use mithrilc::cli::{self, CompileArgs, Emit, ModelArgs};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    let args = |target: &'static str, emit: Emit, cpu: Option<&str>, out: &str| CompileArgs {
+        model: ModelArgs { model: root.join("examples/mlp/mlp.json"), ..Default::default() },
+        target: mithrilc::codegen::find(target).unwrap_or(&mithrilc::codegen::jit::backend::JIT),
+        params: Some(root.join("examples/mlp/data.npz")),
+        out: Some(tmp.path().join(out)),
+        emit,
+        cpu: cpu.map(str::to_string),
+        ..Default::default()
+    };
+    let err = cli::compile(&args("jit", Emit::LlvmIr, None, "a")).unwrap_err();
+    assert_eq!((err.kind, err.message.as_str()), (mithrilc::ErrorKind::Usage, "--emit llvm-ir: the jit target writes no LLVM module (give --target jit-llvm)"));
+    if !cfg!(feature = "llvm") {
+        common::skip("mithrilc is built without the llvm feature (no jit-llvm target)");
+        return;
+    }
+    cli::compile(&args("jit-llvm", Emit::LlvmIr, Some("x86-64-v3"), "ir")).unwrap();
+    let files: Vec<String> = std::fs::read_dir(tmp.path().join("ir")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| !n.starts_with('.')).collect();
+    assert_eq!(files, ["mlp.ll"]);
+    let ir = std::fs::read_to_string(tmp.path().join("ir/mlp.ll")).unwrap();
+    assert!(ir.contains("define void @e0(") && ir.contains("\"target-cpu\"=\"x86-64-v3\""), "{ir}");
+    cli::compile(&args("jit-llvm", Emit::Obj, None, "obj")).unwrap();
+    let obj = std::fs::read(tmp.path().join("obj/mlp.o")).unwrap();
+    assert_eq!(&obj[..4], b"\x7fELF");
+}

@@ -58,7 +58,7 @@ impl Backend for JitTarget {
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         let (forward, backward) = programs(graphs, opts)?;
         let name = crate::codegen::names::identifier(&forward.name);
-        let listing = super::listing(forward.clone(), backward.clone(), self.tier)?;
+        let listing = super::listing(forward.clone(), backward.clone(), self.tier, opts.cpu.as_deref())?;
         let mut files = vec![(format!("{name}.clif"), listing.clif.into_bytes())];
         if let Some((ir, obj)) = listing.llvm {
             files.push((format!("{name}.ll"), ir.into_bytes()));
@@ -71,9 +71,10 @@ impl Backend for JitTarget {
         Ok(Some(programs(graphs, opts)?.0))
     }
 
-    /// The C target's stored forms; runs in this process.
+    /// The C target's stored forms; runs in this process; with LLVM, `--cpu` names the
+    /// CPU it compiles for (an LLVM CPU name: `znver4`, `x86-64-v3`; default the host's).
     fn capabilities(&self) -> Capabilities {
-        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], in_process: Some(self.tier), ..Capabilities::NONE }
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], in_process: Some(self.tier), picks_cpu: self.tier == JitTier::Llvm, ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {

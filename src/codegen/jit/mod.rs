@@ -39,10 +39,11 @@ pub struct Compiled {
     _code: Code,
 }
 
-/// Compiles `forward` (and `backward`) with the code generator `tier`; with `text`,
-/// also returns the CLIF of every function (`compile --target jit`).
-pub fn compile(forward: Program, backward: Option<Program>, text: bool, tier: crate::backend::JitTier) -> Result<(Compiled, Option<String>)> {
-    let (m, ids, plans) = functions(&forward, backward.as_ref(), text, tier)?;
+/// Compiles `forward` (and `backward`) with the code generator `tier` (LLVM's for the
+/// CPU `cpu`, default the host's); with `text`, also returns the CLIF of every function
+/// (`compile --target jit`).
+pub fn compile(forward: Program, backward: Option<Program>, text: bool, tier: crate::backend::JitTier, cpu: Option<&str>) -> Result<(Compiled, Option<String>)> {
+    let (m, ids, plans) = functions(&forward, backward.as_ref(), text, tier, cpu)?;
     let mut m = m;
     let text = m.text.take();
     let (code, addrs) = m.finish(&ids)?;
@@ -75,8 +76,8 @@ pub struct Listing {
 }
 
 /// The listing of `forward` (and `backward`) compiled by `tier`.
-pub fn listing(forward: Program, backward: Option<Program>, tier: crate::backend::JitTier) -> Result<Listing> {
-    let (mut m, _, _) = functions(&forward, backward.as_ref(), true, tier)?;
+pub fn listing(forward: Program, backward: Option<Program>, tier: crate::backend::JitTier, cpu: Option<&str>) -> Result<Listing> {
+    let (mut m, _, _) = functions(&forward, backward.as_ref(), true, tier, cpu)?;
     let clif = m.text.take().unwrap_or_default();
     #[cfg(feature = "llvm")]
     if let Some(l) = m.llvm_listing()? {
@@ -88,8 +89,8 @@ pub fn listing(forward: Program, backward: Option<Program>, tier: crate::backend
 /// Every step's functions, written into a module: the module, the ids of the functions,
 /// and for each program each step's (task, epilogue, check) as indices into the ids.
 #[allow(clippy::type_complexity)]
-fn functions(forward: &Program, backward: Option<&Program>, text: bool, tier: crate::backend::JitTier) -> Result<(module::Builder, Vec<cranelift_module::FuncId>, Vec<Vec<(Option<usize>, Option<usize>, Option<usize>)>>)> {
-    let mut m = module::Builder::new(text, tier)?;
+fn functions(forward: &Program, backward: Option<&Program>, text: bool, tier: crate::backend::JitTier, cpu: Option<&str>) -> Result<(module::Builder, Vec<cranelift_module::FuncId>, Vec<Vec<(Option<usize>, Option<usize>, Option<usize>)>>)> {
+    let mut m = module::Builder::new(text, tier, cpu)?;
     // Each step's functions, as indices into `ids`.
     let mut ids = Vec::new();
     let mut plans = Vec::new();

@@ -62,7 +62,7 @@ pub struct Builder {
 impl Builder {
     /// A module for this machine's CPU (its vector extensions found at run time);
     /// `text` keeps every function's CLIF.
-    pub fn new(text: bool, tier: JitTier) -> Result<Builder> {
+    pub fn new(text: bool, tier: JitTier, cpu: Option<&str>) -> Result<Builder> {
         let mut flags = settings::builder();
         let set = |f: &mut settings::Builder, k: &str, v: &str| f.set(k, v).map_err(|e| Error::internal(format!("jit: cranelift setting {k}={v}: {e}")));
         set(&mut flags, "opt_level", "speed")?;
@@ -91,9 +91,12 @@ impl Builder {
         let ctx = module.make_context();
         #[cfg(feature = "llvm")]
         let llvm = match tier {
-            JitTier::Llvm => Some(super::llvm::Translator::new(None)?),
+            // (`native`, as `--cpu` takes it for the C target, is the host's)
+            JitTier::Llvm => Some(super::llvm::Translator::new(cpu.filter(|c| *c != "native"))?),
             JitTier::Cranelift => None,
         };
+        #[cfg(not(feature = "llvm"))]
+        let _ = cpu;
         #[cfg(not(feature = "llvm"))]
         if tier == JitTier::Llvm {
             return Err(Error::usage("the jit-llvm target needs mithrilc built with LLVM (cargo build --features llvm; docs/jit.md)".to_string()));
@@ -226,7 +229,7 @@ mod tests {
     /// errors that name the kernel; the process goes on.
     #[test]
     fn a_failing_function_is_an_internal_error_naming_its_kernel() {
-        let mut m = Builder::new(false, JitTier::Cranelift).unwrap();
+        let mut m = Builder::new(false, JitTier::Cranelift, None).unwrap();
         let sig = m.signature(&[], &[types::I32]);
         // Returns nothing from a function that returns an int: the verifier (on in
         // tests) or the lowering refuses it.
