@@ -335,12 +335,57 @@ impl<'a, 'f> Body<'a, 'f> {
         })
     }
 
-    /// The C target's `(a != a || a > b) ? a : b` (`mr_maxf`), or `<` for the minimum.
+    /// The C target's `(a != a || a > b) ? a : b` (`mr_maxf`), or `<` for the minimum,
+    /// of scalars or of lanes.
     pub fn fmax_nan(&mut self, a: Value, b: Value, max: bool) -> Value {
         let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
         let better = self.b.ins().fcmp(if max { FloatCC::GreaterThan } else { FloatCC::LessThan }, a, b);
         let take = self.b.ins().bor(nan, better);
-        self.pick(take, a, b)
+        self.sel(take, a, b)
+    }
+
+    /// Binary op `op` of floats `x` and `y` (of `t`, or `F32X4` lanes of f32): a
+    /// comparison gives a bool (a lane mask for lanes); `pow` calls the C library, lane
+    /// by lane.
+    pub fn float_binary(&mut self, op: BinaryOp, x: Value, y: Value, t: Dtype) -> Result<Value> {
+        let cc = match op {
+            BinaryOp::Eq => Some(FloatCC::Equal),
+            BinaryOp::Ne => Some(FloatCC::NotEqual),
+            BinaryOp::Lt => Some(FloatCC::LessThan),
+            BinaryOp::Le => Some(FloatCC::LessThanOrEqual),
+            BinaryOp::Gt => Some(FloatCC::GreaterThan),
+            BinaryOp::Ge => Some(FloatCC::GreaterThanOrEqual),
+            _ => None,
+        };
+        if let Some(cc) = cc {
+            return Ok(self.b.ins().fcmp(cc, x, y));
+        }
+        Ok(match op {
+            BinaryOp::Add => self.b.ins().fadd(x, y),
+            BinaryOp::Sub => self.b.ins().fsub(x, y),
+            BinaryOp::Mul => self.b.ins().fmul(x, y),
+            BinaryOp::Div => self.b.ins().fdiv(x, y),
+            BinaryOp::Max => self.fmax_nan(x, y, true),
+            BinaryOp::Min => self.fmax_nan(x, y, false),
+            BinaryOp::FloorDiv => {
+                let q = self.b.ins().fdiv(x, y);
+                self.b.ins().floor(q)
+            }
+            BinaryOp::Pow => {
+                let f = if t == Dtype::F64 { "pow" } else { "powf" };
+                if !self.b.func.dfg.value_type(x).is_vector() {
+                    return self.call(f, &[x, y]);
+                }
+                let mut out = x;
+                for lane in 0..self.b.func.dfg.value_type(x).lane_count() as u8 {
+                    let (a, b) = (self.b.ins().extractlane(x, lane), self.b.ins().extractlane(y, lane));
+                    let z = self.call(f, &[a, b])?;
+                    out = self.b.ins().insertlane(out, z, lane);
+                }
+                out
+            }
+            other => return Err(Error::internal(format!("jit: {other:?} of {t}"))),
+        })
     }
 
     pub fn expr(&mut self, e: &Expr) -> Result<Value> {
@@ -507,36 +552,7 @@ impl<'a, 'f> Body<'a, 'f> {
         let (x, y) = (self.as_type(l, operand)?, self.as_type(r, operand)?);
         let ty = compute(t)?;
         if operand.is_float() {
-            let cmp = |cc| Some(cc);
-            let cc = match op {
-                BinaryOp::Eq => cmp(FloatCC::Equal),
-                BinaryOp::Ne => cmp(FloatCC::NotEqual),
-                BinaryOp::Lt => cmp(FloatCC::LessThan),
-                BinaryOp::Le => cmp(FloatCC::LessThanOrEqual),
-                BinaryOp::Gt => cmp(FloatCC::GreaterThan),
-                BinaryOp::Ge => cmp(FloatCC::GreaterThanOrEqual),
-                _ => None,
-            };
-            if let Some(cc) = cc {
-                return Ok(self.b.ins().fcmp(cc, x, y));
-            }
-            return Ok(match op {
-                BinaryOp::Add => self.b.ins().fadd(x, y),
-                BinaryOp::Sub => self.b.ins().fsub(x, y),
-                BinaryOp::Mul => self.b.ins().fmul(x, y),
-                BinaryOp::Div => self.b.ins().fdiv(x, y),
-                BinaryOp::Pow => {
-                    let f = if t == Dtype::F64 { "pow" } else { "powf" };
-                    self.call(f, &[x, y])?
-                }
-                BinaryOp::Max => self.fmax_nan(x, y, true),
-                BinaryOp::Min => self.fmax_nan(x, y, false),
-                BinaryOp::FloorDiv => {
-                    let q = self.b.ins().fdiv(x, y);
-                    self.b.ins().floor(q)
-                }
-                other => return Err(Error::internal(format!("jit: {other:?} of {t}"))),
-            });
+            return self.float_binary(op, x, y, t);
         }
         let sgn = signed(operand);
         let icc = |s: IntCC, u: IntCC| if sgn { s } else { u };

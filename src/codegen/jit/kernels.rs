@@ -161,9 +161,9 @@ fn loop_kernel(body: &mut Body, step: &Step, ext: &[Value], begin: Value, end: V
                         let wide = b.convert(acc, acc_ty, Dtype::F64)?;
                         let s = b.b.ins().f64const(*f);
                         let x = b.b.ins().fmul(wide, s);
-                        c_cast(b, x, Dtype::F64, t)?
+                        b.convert(x, Dtype::F64, t)?
                     }
-                    None => c_cast(b, acc, acc_ty, t)?,
+                    None => b.convert(acc, acc_ty, t)?,
                 };
                 let at = b.address(out, &vars, None)?;
                 b.store(at, value, t)
@@ -201,12 +201,6 @@ fn loop_kernel(body: &mut Body, step: &Step, ext: &[Value], begin: Value, end: V
         }
         other => Err(Error::internal(format!("jit: not a loop kernel: {other:?}"))),
     }
-}
-
-/// A C cast `(t) x` of an accumulator: a float to a narrower float rounds; to an
-/// integer it saturates (C leaves the overflow undefined).
-fn c_cast(b: &mut Body, x: Value, from: Dtype, t: Dtype) -> Result<Value> {
-    b.convert(x, from, t)
 }
 
 /// The sum of `expr` over loop variable `rv` in `[0, n)` in [`SUM_LANES`] interleaved

@@ -172,48 +172,12 @@ impl Body<'_, '_> {
             }
             Expr::Binary(op, l, r, _) => {
                 let (x, y) = (self.vexpr(l, var)?, self.vexpr(r, var)?);
-                let cmp = |cc| Some(cc);
-                let cc = match op {
-                    BinaryOp::Eq => cmp(FloatCC::Equal),
-                    BinaryOp::Ne => cmp(FloatCC::NotEqual),
-                    BinaryOp::Lt => cmp(FloatCC::LessThan),
-                    BinaryOp::Le => cmp(FloatCC::LessThanOrEqual),
-                    BinaryOp::Gt => cmp(FloatCC::GreaterThan),
-                    BinaryOp::Ge => cmp(FloatCC::GreaterThanOrEqual),
-                    _ => None,
-                };
-                if let Some(cc) = cc {
-                    return Ok(self.b.ins().fcmp(cc, x, y));
-                }
                 match op {
-                    BinaryOp::Add => self.b.ins().fadd(x, y),
-                    BinaryOp::Sub => self.b.ins().fsub(x, y),
-                    BinaryOp::Mul => self.b.ins().fmul(x, y),
-                    BinaryOp::Div => self.b.ins().fdiv(x, y),
-                    BinaryOp::FloorDiv => {
-                        let q = self.b.ins().fdiv(x, y);
-                        self.b.ins().floor(q)
-                    }
-                    BinaryOp::Max | BinaryOp::Min => {
-                        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
-                        let cc = if *op == BinaryOp::Max { FloatCC::GreaterThan } else { FloatCC::LessThan };
-                        let better = self.b.ins().fcmp(cc, x, y);
-                        let take = self.b.ins().bor(nan, better);
-                        self.sel(take, x, y)
-                    }
+                    // (on bools: lane masks)
                     BinaryOp::And => self.b.ins().band(x, y),
                     BinaryOp::Or => self.b.ins().bor(x, y),
                     BinaryOp::Xor => self.b.ins().bxor(x, y),
-                    BinaryOp::Pow => {
-                        let mut out = x;
-                        for lane in 0..LANES as u8 {
-                            let (a, b) = (self.b.ins().extractlane(x, lane), self.b.ins().extractlane(y, lane));
-                            let z = self.call("powf", &[a, b])?;
-                            out = self.b.ins().insertlane(out, z, lane);
-                        }
-                        out
-                    }
-                    other => return Err(Error::internal(format!("jit: {other:?} in a vector loop"))),
+                    op => self.float_binary(*op, x, y, Dtype::F32)?,
                 }
             }
             other => return Err(Error::internal(format!("jit: {other:?} in a vector loop"))),
