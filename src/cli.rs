@@ -27,6 +27,8 @@ use crate::tensor::{RawTensor, Tensor};
 #[derive(Debug, Clone, Default)]
 pub struct ModelArgs {
     pub model: PathBuf,
+    /// The model's Mithril JSON when it is held in memory (`model` then only names it).
+    pub text: Option<std::sync::Arc<str>>,
     /// `NAME=D0,D1,...` (a dimension may be a symbol).
     pub shapes: Vec<String>,
     /// `PATH.KEY=VALUE` (VALUE is JSON; a bare word is a string).
@@ -77,7 +79,7 @@ impl ModelArgs {
                 .ok_or_else(|| Error::usage(format!("--list {s}: expected NAME=N, e.g. input=3")))?;
             opts.mithril.list_inputs.push(n);
         }
-        Ok(ModelSpec { path: self.model.clone(), frontend: opts, grad: self.grad.clone(), print_after: self.print_after.clone() })
+        Ok(ModelSpec { path: self.model.clone(), text: self.text.clone(), frontend: opts, grad: self.grad.clone(), print_after: self.print_after.clone() })
     }
 }
 
@@ -116,12 +118,18 @@ pub fn inspect(args: &ModelArgs, params: Option<&Path>) -> Result<String> {
     let params: Vec<&ArrayFile<RawTensor>> = params.iter().collect();
     let (graphs, carried) = load_known(args, known_types(&params)?, &params)?;
     let params: Vec<&ArrayFile<RawTensor>> = carried.iter().chain(params).collect();
-    let graph = graphs.backward.unwrap_or(graphs.forward);
-    let mut out = ir::print::print(&graph);
-    out.push('\n');
-    out.push_str(&summary(&graph));
-    out.push_str(&conversion_note(&graph, &params)?);
+    let graph = graphs.main();
+    let mut out = describe_graph(graph);
+    out.push_str(&conversion_note(graph, &params)?);
     Ok(out)
+}
+
+/// The IR of `graph`, then its counts of inputs, parameters and ops, and its FLOPs.
+pub fn describe_graph(graph: &Graph) -> String {
+    let mut out = ir::print::print(graph);
+    out.push('\n');
+    out.push_str(&summary(graph));
+    out
 }
 
 fn summary(graph: &Graph) -> String {
@@ -351,10 +359,10 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
                     let raw: Vec<crate::tensor::RawTensor> = exe.inputs().iter().map(|n| crate::tensor::RawTensor::from_tensor(&feeds[n])).collect();
                     let arrays: Vec<crate::exec::Array> = raw.iter().map(|r| crate::exec::Array { dtype: r.dtype, shape: &r.shape, data: r.bytes() }).collect();
                     let shapes: Vec<_> = arrays.iter().map(|a| (a.dtype, a.shape)).collect();
-                    let mut made = exe.output_shapes(&shapes)?.iter().map(|(d, s)| crate::codegen::jit::program::Aligned::zeroed(s.iter().product::<u64>() * d.size() as u64)).collect::<Result<Vec<_>>>()?;
+                    let mut made = exe.output_shapes(exe.main_pass(), &shapes)?.iter().map(|(d, s)| crate::codegen::jit::program::Aligned::zeroed(s.iter().product::<u64>() * d.size() as u64)).collect::<Result<Vec<_>>>()?;
                     let time = || {
                         let mut outs: Vec<&mut [u8]> = made.iter_mut().map(|a| a.bytes_mut()).collect();
-                        exe.run_arrays(&arrays, &mut outs)
+                        exe.run_arrays(exe.main_pass(), &arrays, &mut outs)
                     };
                     report.push_str(&time_runs(time, n, &format!("{} thread(s)", exe.threads()))?);
                 }

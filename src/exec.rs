@@ -119,10 +119,25 @@ pub struct Jit {
     /// The arena of the last run, kept for the next (a run that finds it taken, on
     /// another thread, makes its own).
     arena: std::sync::Mutex<Option<Aligned>>,
+    /// The larger pass's arena: what a run needs.
+    arena_size: u64,
     pool: Option<crate::codegen::jit::threads::Pool>,
     /// With `--grad` and a loss: where the training step keeps things, its arena and
     /// each trained parameter's velocity.
     train: Option<Training>,
+    /// What `compile --report` prints of its programs: kernels, weights and arena.
+    report: String,
+}
+
+/// Which of a compiled model's programs a run runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// The model's outputs from its inputs.
+    Forward,
+    /// With gradients (`--grad`): the outputs and the gradients (`grad/NAME`), from the
+    /// inputs and, unless the model has a loss, the outputs' cotangents
+    /// (`output_grad/NAME`).
+    Backward,
 }
 
 /// A training step's layout and memory.
@@ -155,8 +170,10 @@ impl Jit {
         // Memory first: a model too large for this machine is refused before anything
         // is compiled.
         let main = backward.as_ref().unwrap_or(&forward);
-        check_memory(main.arena_size, forward.weights_size)?;
-        let arena = Aligned::zeroed(main.arena_size)?;
+        // One arena serves either pass.
+        let arena_size = backward.as_ref().map_or(0, |b| b.arena_size).max(forward.arena_size);
+        check_memory(arena_size, forward.weights_size)?;
+        let arena = Aligned::zeroed(arena_size)?;
         let mut weights = Aligned::zeroed(forward.weights_size)?;
         let blob = crate::codegen::weights::weights_blob(&forward, opts.weights.as_ref().expect("set above"))?;
         if blob.len() as u64 != forward.weights_size {
@@ -170,10 +187,11 @@ impl Jit {
         };
         let ports = |ports: &[crate::lower::Port]| ports.iter().map(|p| p.name.clone()).collect();
         let (inputs, outputs) = (ports(&main.inputs), ports(&main.outputs));
+        let report = crate::codegen::program_target::program_emitted(Vec::new(), &forward, backward.as_ref()).report;
         let (compiled, _) = crate::codegen::jit::compile(forward, backward, false, tier, opts.cpu.as_deref())?;
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
         let pool = (threads > 1).then(|| crate::codegen::jit::threads::Pool::new(threads));
-        Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), pool, train })
+        Ok(Jit { compiled, weights, inputs, outputs, arena: std::sync::Mutex::new(Some(arena)), arena_size, pool, train, report })
     }
 
     /// One step of training (a model compiled with gradients of a loss): the backward
@@ -242,29 +260,78 @@ impl Jit {
         self.pool.as_ref().map_or(1, |p| p.threads())
     }
 
-    /// The program a run runs: the backward one when gradients were asked for.
-    fn runner(&self) -> &crate::codegen::jit::program::Runner {
-        self.compiled.backward.as_ref().unwrap_or(&self.compiled.forward)
+    /// The pass [`Executable::run`] runs: the backward one when gradients were asked
+    /// for.
+    pub fn main_pass(&self) -> Pass {
+        if self.compiled.backward.is_some() {
+            Pass::Backward
+        } else {
+            Pass::Forward
+        }
+    }
+
+    /// The program of `pass`: its inputs, outputs and parameters (`Program::weights`).
+    pub fn program(&self, pass: Pass) -> Result<&crate::lower::Program> {
+        Ok(&self.runner(pass)?.p)
+    }
+
+    fn runner(&self, pass: Pass) -> Result<&crate::codegen::jit::program::Runner> {
+        match pass {
+            Pass::Forward => Ok(&self.compiled.forward),
+            Pass::Backward => self.compiled.backward.as_ref().ok_or_else(|| Error::usage("the model was compiled without gradients (--grad)")),
+        }
+    }
+
+    /// What `compile --report` prints: each program's kernels, weights and arena.
+    pub fn report(&self) -> &str {
+        &self.report
+    }
+
+    /// The values the model computes with, by parameter name, in its parameters' order:
+    /// the weights as compiled, or as training steps or [`Jit::load_state_dict`] left
+    /// them. A weight stored narrow (`--quantize`) is read as the values it stores; one
+    /// stored Winograd-transformed cannot be read back (an error says so).
+    pub fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        crate::codegen::weights::blob_values(&self.compiled.forward.p, self.weights.bytes())
+    }
+
+    /// Replaces the weights: `values` by parameter name, each of the parameter's shape
+    /// (in any element type, converted); parameters not named keep their values. It
+    /// refuses a name that is no parameter, and changes nothing then.
+    pub fn load_state_dict(&mut self, values: &BTreeMap<String, Tensor>) -> Result<()> {
+        let p = &self.compiled.forward.p;
+        if let Some(unknown) = values.keys().find(|n| !p.weights.iter().any(|w| &w.name == *n)) {
+            let names: Vec<&str> = p.weights.iter().map(|w| w.name.as_str()).collect();
+            return Err(Error::user(format!("`{unknown}` is not a parameter of the model (its parameters: {})", names.join(", "))));
+        }
+        let mut all: BTreeMap<String, RawTensor> = BTreeMap::new();
+        if values.len() < p.weights.len() {
+            all.extend(self.state_dict()?.into_iter().map(|(n, t)| (n, RawTensor::from_tensor(&t))));
+        }
+        all.extend(values.iter().map(|(n, t)| (n.clone(), RawTensor::from_tensor(t))));
+        let blob = crate::codegen::weights::weights_blob(p, &all)?;
+        self.weights.bytes_mut().copy_from_slice(&blob);
+        Ok(())
     }
 }
 
 impl Jit {
-    /// The shape and type of each output (in [`Executable::outputs`]' order) for
-    /// inputs of these shapes and types (in [`Executable::inputs`]' order), after
-    /// checking them against the model's inputs.
-    pub fn output_shapes(&self, inputs: &[(Dtype, &[u64])]) -> Result<Vec<(Dtype, Vec<u64>)>> {
-        let p = &self.runner().p;
+    /// The shape and type of each output of `pass` (in its program's order) for inputs
+    /// of these shapes and types (in its order), after checking them against the
+    /// program's inputs.
+    pub fn output_shapes(&self, pass: Pass, inputs: &[(Dtype, &[u64])]) -> Result<Vec<(Dtype, Vec<u64>)>> {
+        let p = &self.runner(pass)?.p;
         let dims = bind_symbols(p, inputs)?;
         Ok(p.outputs.iter().map(|port| (p.buffers[port.buf.0].dtype, port_shape(port, &dims))).collect())
     }
 
-    /// Runs on arrays the caller holds: `inputs` (in [`Executable::inputs`]' order) as
-    /// little-endian row-major elements of their types, and `outputs` (in
-    /// [`Executable::outputs`]' order) to fill, of the sizes [`Jit::output_shapes`]
-    /// gives. Nothing is converted or copied but an input not aligned to its element
-    /// type.
-    pub fn run_arrays(&self, inputs: &[Array], outputs: &mut [&mut [u8]]) -> Result<()> {
-        let runner = self.runner();
+    /// Runs `pass` on arrays the caller holds: `inputs` (in its program's order) as
+    /// little-endian row-major elements of their types, and `outputs` (in its order) to
+    /// fill, of the sizes [`Jit::output_shapes`] gives. Nothing is converted or copied
+    /// but an input not aligned to its element type. Runs on several threads at once
+    /// share the weights; each has an arena of its own (one is kept for the next run).
+    pub fn run_arrays(&self, pass: Pass, inputs: &[Array], outputs: &mut [&mut [u8]]) -> Result<()> {
+        let runner = self.runner(pass)?;
         let p = &runner.p;
         let shapes: Vec<(Dtype, &[u64])> = inputs.iter().map(|a| (a.dtype, a.shape)).collect();
         let dims = bind_symbols(p, &shapes)?;
@@ -299,7 +366,7 @@ impl Jit {
         let kept = self.arena.lock().unwrap_or_else(|e| e.into_inner()).take();
         let arena = match kept {
             Some(a) => a,
-            None => Aligned::zeroed(p.arena_size)?,
+            None => Aligned::zeroed(self.arena_size)?,
         };
         let hook = self.pool.as_ref().map(|pool| pool.hook());
         let threads = hook.as_ref().map_or(std::ptr::null(), |h| h as *const _);
@@ -337,10 +404,11 @@ impl Executable for Jit {
         let raw: Vec<RawTensor> = self.inputs.iter().map(|n| RawTensor::from_tensor(&inputs[n])).collect();
         let arrays: Vec<Array> = raw.iter().map(|r| Array { dtype: r.dtype, shape: &r.shape, data: r.bytes() }).collect();
         let shapes: Vec<(Dtype, &[u64])> = arrays.iter().map(|a| (a.dtype, a.shape)).collect();
-        let wanted = self.output_shapes(&shapes)?;
+        let pass = self.main_pass();
+        let wanted = self.output_shapes(pass, &shapes)?;
         let mut made = wanted.iter().map(|(d, s)| Aligned::zeroed(s.iter().product::<u64>() * d.size() as u64)).collect::<Result<Vec<_>>>()?;
         let mut outs: Vec<&mut [u8]> = made.iter_mut().map(Aligned::bytes_mut).collect();
-        self.run_arrays(&arrays, &mut outs)?;
+        self.run_arrays(pass, &arrays, &mut outs)?;
         self.outputs
             .iter()
             .zip(wanted)

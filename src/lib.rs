@@ -12,6 +12,7 @@ pub mod build;
 pub mod cache;
 pub mod cli;
 pub mod codegen;
+pub mod command;
 pub mod data;
 pub mod docs;
 pub mod error;

@@ -60,6 +60,8 @@ pub struct Model {
 pub struct ModelBuilder {
     spec: ModelSpec,
     params: Option<PathBuf>,
+    /// Parameter values given in memory (over the file's).
+    values: BTreeMap<String, Tensor>,
 }
 
 /// How [`Model::jit`] compiles.
@@ -82,7 +84,14 @@ impl Model {
     /// Starts loading the model file at `path` (Mithril JSON or ONNX, told apart by
     /// their contents).
     pub fn open(path: impl Into<PathBuf>) -> ModelBuilder {
-        ModelBuilder { spec: ModelSpec { path: path.into(), ..Default::default() }, params: None }
+        ModelBuilder { spec: ModelSpec { path: path.into(), ..Default::default() }, params: None, values: BTreeMap::new() }
+    }
+
+    /// Starts loading a Mithril model JSON held in memory (`model_to_dict`'s output,
+    /// serialized); `name` stands for its file in messages, and its stem names the model
+    /// (`"mlp.json"`).
+    pub fn from_json(text: impl Into<std::sync::Arc<str>>, name: impl Into<PathBuf>) -> ModelBuilder {
+        ModelBuilder { spec: ModelSpec { path: name.into(), text: Some(text.into()), ..Default::default() }, params: None, values: BTreeMap::new() }
     }
 
     /// A model from graphs already through the passes and the parameter values by name
@@ -100,6 +109,12 @@ impl Model {
         &self.params
     }
 
+    /// Gives parameters new values by name (the others keep theirs): what
+    /// [`Model::jit`] and [`Model::interpreter`] take from now on.
+    pub fn set_params(&mut self, values: impl IntoIterator<Item = (String, Tensor)>) {
+        self.params.extend(values);
+    }
+
     /// Compiles it in this process (`--target jit`): every parameter of the model must
     /// have a value.
     pub fn jit(&self, opts: &JitOptions) -> Result<Jit> {
@@ -109,6 +124,12 @@ impl Model {
             jit.set_threads(n);
         }
         Ok(jit)
+    }
+
+    /// What `mithrilc inspect` prints of it: the IR after the passes (with gradients,
+    /// the backward graph), its counts of inputs, parameters and ops, and its FLOPs.
+    pub fn inspect(&self) -> String {
+        crate::cli::describe_graph(self.graphs.main())
     }
 
     /// The reference interpreter over it, the parameters bound (those without a value
@@ -134,10 +155,22 @@ impl ModelBuilder {
         self
     }
 
+    /// Parameter values given in memory, by name; they override a file's
+    /// ([`ModelBuilder::params`]) and give their shapes as a file's do.
+    pub fn values(mut self, values: impl IntoIterator<Item = (String, Tensor)>) -> ModelBuilder {
+        self.values.extend(values);
+        self
+    }
+
     /// Derive the gradients of every parameter (`--grad`): runs give them, and a model
     /// with a loss trains ([`Jit::train_step`]).
-    pub fn grad(mut self) -> ModelBuilder {
-        self.spec.grad = Wrt::AllParams;
+    pub fn grad(self) -> ModelBuilder {
+        self.grad_of(Wrt::AllParams)
+    }
+
+    /// Derive the gradients of the parameters `wrt` names (`--grad NAME,...`).
+    pub fn grad_of(mut self, wrt: Wrt) -> ModelBuilder {
+        self.spec.grad = wrt;
         self
     }
 
@@ -154,6 +187,10 @@ impl ModelBuilder {
                     params.insert(name.to_string(), t);
                 }
             }
+        }
+        for (name, t) in std::mem::take(&mut self.values) {
+            self.spec.frontend.known_types.insert(name.clone(), TensorType::new(t.dtype, Shape::known(&t.shape)));
+            params.insert(name, t);
         }
         let loaded = crate::pipeline::load(&self.spec)?;
         for (name, w) in loaded.weights {

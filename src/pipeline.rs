@@ -19,6 +19,9 @@ pub use crate::passes::Graphs;
 #[derive(Debug, Clone, Default)]
 pub struct ModelSpec {
     pub path: PathBuf,
+    /// The model's Mithril JSON when it is held in memory rather than read from `path`
+    /// (which then only names it: an embedder's model dict).
+    pub text: Option<std::sync::Arc<str>>,
     pub frontend: frontend::Options,
     /// The gradients to derive (`--grad`).
     pub grad: Wrt,
@@ -38,7 +41,10 @@ pub struct Loaded {
 /// Reads the model and runs the graph passes.
 pub fn load(spec: &ModelSpec) -> Result<Loaded> {
     check_pass_names(&spec.print_after)?;
-    let frontend::Model { graph, weights } = frontend::load(&spec.path, &spec.frontend)?;
+    let frontend::Model { graph, weights } = match &spec.text {
+        Some(text) => frontend::mithril::load_text(&spec.path, text, &spec.frontend)?,
+        None => frontend::load(&spec.path, &spec.frontend)?,
+    };
     let training = spec.grad != Wrt::None;
     let warnings = graph.warnings.iter().filter(|w| training || !w.gradient_only).map(|w| format!("{}: {}", spec.path.display(), w.message)).collect();
     let graphs = Graphs::new(graph, &spec.grad, |name, g| {

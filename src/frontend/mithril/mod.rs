@@ -52,14 +52,25 @@ impl super::Format for MithrilJson {
     }
 
     fn load(&self, path: &Path, opts: &super::Options) -> Result<super::Model> {
-        let opts = Options {
-            shapes: opts.shapes.clone(),
-            known_types: opts.known_types.clone(),
-            set: opts.mithril.set.clone(),
-            data_keys: Default::default(),
-            constants: opts.constants.clone(),
-            list_inputs: opts.mithril.list_inputs.clone(),
-        };
-        Ok(super::Model { graph: load(path, &opts)?, weights: Default::default() })
+        Ok(super::Model { graph: load(path, &emit_options(opts))?, weights: Default::default() })
+    }
+}
+
+/// A model's JSON held in memory (an embedder's model dict, serialized); `path` names it
+/// in messages and gives the model its name (its stem).
+pub fn load_text(path: &Path, text: &str, opts: &super::Options) -> Result<super::Model> {
+    let name = path.file_stem().map_or("model".to_string(), |s| s.to_string_lossy().into_owned());
+    Ok(super::Model { graph: load_str(text, &path.display().to_string(), &name, &emit_options(opts))?, weights: Default::default() })
+}
+
+/// What the frontends' options tell this one.
+fn emit_options(opts: &super::Options) -> Options {
+    Options {
+        shapes: opts.shapes.clone(),
+        known_types: opts.known_types.clone(),
+        set: opts.mithril.set.clone(),
+        data_keys: Default::default(),
+        constants: opts.constants.clone(),
+        list_inputs: opts.mithril.list_inputs.clone(),
     }
 }
