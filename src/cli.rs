@@ -45,7 +45,8 @@ pub struct ModelArgs {
 
 pub use crate::frontend::parse_shape_arg;
 
-fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
+/// Parses `--set PATH.KEY=VALUE` (VALUE is JSON; a bare word is a string).
+pub fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
     let (path, value) = arg
         .split_once('=')
         .ok_or_else(|| Error::usage(format!("--set {arg}: expected PATH.KEY=VALUE, e.g. submodels.m_2.index=0")))?;

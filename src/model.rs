@@ -148,6 +148,13 @@ impl ModelBuilder {
         Ok(self)
     }
 
+    /// A constructor value that Mithril left out of the JSON, as `--set` takes it:
+    /// `PATH.KEY=VALUE` (VALUE is JSON).
+    pub fn set(mut self, arg: &str) -> Result<ModelBuilder> {
+        self.spec.frontend.mithril.set.push(crate::cli::parse_set_arg(arg)?);
+        Ok(self)
+    }
+
     /// The parameters' values from a file (.safetensors or .npz; arrays named NAME or
     /// param/NAME), which also give their shapes.
     pub fn params(mut self, path: impl Into<PathBuf>) -> ModelBuilder {

@@ -55,6 +55,7 @@ def load(
     grad: bool | list[str] | None = None,
     target: str = "jit",
     *,
+    set: Mapping[str, Any] | None = None,
     threads: int | None = None,
     quantize: str = "f32",
     name: str | None = None,
@@ -72,6 +73,8 @@ def load(
       then has ``backward`` and, with a loss, ``train_step``.
     target: "jit" (cranelift), "jit-llvm" (LLVM, in a build with it) or "interp"
       (the reference interpreter: slow, exact, static shapes only).
+    set: constructor values Mithril left out of the JSON, by their path in error
+      messages (``{"submodels.m_2.index": 0}``; as the command's ``--set``).
     threads: the threads a call splits its work over (default: every core).
     quantize: how the weights of products are stored: f32, f16, bf16 or q8_0.
     name: the model's name when ``model`` is not a file (default "model").
@@ -84,6 +87,7 @@ def load(
         "params_path": params_path,
         "params": values,
         "shapes": _shapes(shapes),
+        "set": _set(set),
         "max": {str(k): _positive(f"max[{k!r}]", v) for k, v in (max or {}).items()},
         "grad": _grad(grad),
         "target": str(target),
@@ -102,13 +106,14 @@ def compile(
     shapes: Mapping[str, Any] | None = None,
     max: Mapping[str, int] | None = None,
     grad: bool | list[str] | None = None,
+    set: Mapping[str, Any] | None = None,
     name: str | None = None,
     **options: Any,
 ) -> Artifact:
     """Writes and builds an artifact for ``target`` into the directory ``out``, as
     ``mithrilc compile MODEL --target TARGET -o OUT`` does.
 
-    ``model``, ``params``, ``shapes``, ``max``, ``grad`` and ``name`` are as for
+    ``model``, ``params``, ``shapes``, ``max``, ``grad``, ``set`` and ``name`` are as for
     ``load``. Every other option of the command is a keyword, its name with
     underscores (``weight_layout="plain"``, ``quantize="q8_0"``, ``no_cache=True``,
     ``emit="source"``); True gives a bare flag, a list repeats it. A model or
@@ -135,6 +140,8 @@ def compile(
             argv += ["--shape", f"{key}={dims}"]
         for key, n in (max or {}).items():
             argv += ["--max", f"{key}={_positive(f'max[{key!r}]', n)}"]
+        for arg in _set(set):
+            argv += ["--set", arg]
         wrt = _grad(grad)
         if wrt is not None:
             argv.append("--grad" if not wrt else "--grad=" + ",".join(wrt))
@@ -311,6 +318,10 @@ def _shapes(shapes: Mapping[str, Any] | None) -> dict[str, str]:
     for key, dims in (shapes or {}).items():
         out[str(key)] = dims if isinstance(dims, str) else ",".join(str(d) for d in dims)
     return out
+
+
+def _set(values: Mapping[str, Any] | None) -> list[str]:
+    return [f"{key}={json.dumps(value)}" for key, value in (values or {}).items()]
 
 
 def _grad(grad: bool | list[str] | None) -> list[str] | None:

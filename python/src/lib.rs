@@ -105,12 +105,12 @@ impl Given {
     /// caller's back.
     fn new(py: Python<'_>, name: &str, obj: &Bound<'_, PyAny>, want: Dtype) -> PyResult<Given> {
         let np = numpy(py)?;
-        let buffer = match PyUntypedBuffer::get(obj) {
-            Ok(b) if b.is_c_contiguous() => b,
-            Ok(_) => PyUntypedBuffer::get(&np.call_method1("ascontiguousarray", (obj,))?)?,
+        let (buffer, shape) = match export(py, obj) {
+            Ok((b, shape)) if b.is_c_contiguous() => (b, shape),
+            Ok(_) => export(py, &np.call_method1("ascontiguousarray", (obj,))?)?,
             Err(_) => {
                 let dtype = numpy_name(want).ok_or_else(|| ModelError::new_err(format!("input `{name}` is {want}, which NumPy has no type for")))?;
-                PyUntypedBuffer::get(&np.call_method1("ascontiguousarray", (obj, dtype))?)?
+                export(py, &np.call_method1("ascontiguousarray", (obj, dtype))?)?
             }
         };
         let format = buffer.format().to_string_lossy().into_owned();
@@ -123,12 +123,27 @@ impl Given {
                 return Err(ModelError::new_err(format!("input `{name}` is {given}, the model takes {want}{hint}")));
             }
         };
-        let shape = buffer.shape().iter().map(|&n| n as u64).collect();
         Ok(Given { buffer, dtype, shape })
     }
 
     fn bytes(&self) -> Raw {
         Raw { ptr: self.buffer.buf_ptr() as usize, len: self.buffer.len_bytes() }
+    }
+}
+
+/// `obj`'s buffer and shape. A 0-d NumPy array exports no shape (CPython's buffer
+/// protocol cannot say "rank 0" with a shape pointer): its one element is exported as a
+/// 1-element view of the same memory.
+fn export(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<(PyUntypedBuffer, Vec<u64>)> {
+    match PyUntypedBuffer::get(obj) {
+        Ok(b) => {
+            let shape = b.shape().iter().map(|&n| n as u64).collect();
+            Ok((b, shape))
+        }
+        Err(e) => match obj.getattr("ndim").and_then(|n| n.extract::<usize>()) {
+            Ok(0) => Ok((PyUntypedBuffer::get(&numpy(py)?.call_method1("ascontiguousarray", (obj,))?.call_method1("reshape", (1,))?)?, Vec::new())),
+            _ => Err(e),
+        },
     }
 }
 
@@ -168,7 +183,7 @@ fn numpy(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
 fn new_array<'py>(py: Python<'py>, dtype: Dtype, shape: &[u64]) -> PyResult<(Bound<'py, PyAny>, PyUntypedBuffer)> {
     let name = numpy_name(dtype).ok_or_else(|| ModelError::new_err(format!("an output is {dtype}, which NumPy has no type for")))?;
     let array = numpy(py)?.call_method1("empty", (shape.to_vec(), name))?;
-    let buffer = PyUntypedBuffer::get(&array)?;
+    let (buffer, _) = export(py, &array)?;
     Ok((array, buffer))
 }
 
@@ -183,13 +198,12 @@ fn tensor_array<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyAny>>
 
 /// A NumPy array (or anything with the buffer protocol) as a tensor: a parameter's value.
 fn array_tensor(py: Python<'_>, name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let buffer = match PyUntypedBuffer::get(obj) {
-        Ok(b) if b.is_c_contiguous() => b,
-        _ => PyUntypedBuffer::get(&numpy(py)?.call_method1("ascontiguousarray", (obj,))?)?,
+    let (buffer, shape) = match export(py, obj) {
+        Ok((b, shape)) if b.is_c_contiguous() => (b, shape),
+        _ => export(py, &numpy(py)?.call_method1("ascontiguousarray", (obj,))?)?,
     };
     let format = buffer.format().to_string_lossy().into_owned();
     let dtype = buffer_dtype(&format, buffer.item_size()).ok_or_else(|| ModelError::new_err(format!("parameter `{name}`: arrays of format `{format}` are not read (give float32, float64, float16, an integer or bool array)")))?;
-    let shape: Vec<u64> = buffer.shape().iter().map(|&n| n as u64).collect();
     // SAFETY: the buffer is exported for this scope, C-contiguous and len_bytes long.
     let bytes = unsafe { Raw { ptr: buffer.buf_ptr() as usize, len: buffer.len_bytes() }.slice() }.to_vec();
     let raw = RawTensor::owned(dtype, shape, bytes).ok_or_else(|| InternalError::new_err(format!("parameter `{name}`: its bytes do not fill its shape")))?;
@@ -233,7 +247,8 @@ impl Port {
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!("Port(name={:?}, dtype={:?}, shape={})", self.name, self.dtype, self.shape.bind(py).repr()?))
+        let repr = |s: &str| pyo3::types::PyString::new(py, s).repr().map(|r| r.to_string());
+        Ok(format!("Port(name={}, dtype={}, shape={})", repr(&self.name)?, repr(&self.dtype)?, self.shape.bind(py).repr()?))
     }
 }
 
@@ -259,7 +274,16 @@ fn ports(py: Python<'_>, graph: &Graph, ids: impl Iterator<Item = (String, mithr
 /// What runs a model: machine code compiled in this process, or the interpreter.
 enum Engine {
     Jit(Jit),
-    Interp(Interpreter),
+    /// The forward graph's interpreter and, with gradients, the backward one's.
+    Interp(Interpreter, Option<Interpreter>),
+}
+
+/// The interpreters of `model`'s passes.
+fn interpreters(model: &mithrilc::Model) -> Engine {
+    let graphs = model.graphs();
+    let forward = mithrilc::pipeline::Graphs { forward: graphs.forward.clone(), backward: None };
+    let backward = graphs.backward.is_some().then(|| model.interpreter());
+    Engine::Interp(Interpreter::new(forward, model.params().clone()), backward)
 }
 
 /// Names and types of one pass's inputs and outputs.
@@ -308,8 +332,9 @@ fn program_signature(p: &mithrilc::lower::Program) -> Signature {
     Signature { inputs, outputs: p.outputs.iter().map(|port| port.name.clone()).collect() }
 }
 
-/// What `load` is told, normalized by `mithrilc/__init__.py`.
+/// What `load` is told, normalized by `mithrilc/__init__.py` (a dict).
 #[derive(FromPyObject)]
+#[pyo3(from_item_all)]
 struct LoadArgs {
     /// The model file, or the name a model given as JSON text stands under.
     path: String,
@@ -317,6 +342,8 @@ struct LoadArgs {
     params_path: Option<String>,
     params: Option<Py<PyDict>>,
     shapes: BTreeMap<String, String>,
+    /// `PATH.KEY=VALUE` (`--set`).
+    set: Vec<String>,
     max: BTreeMap<String, u64>,
     /// None: no gradients; an empty list: every parameter's; else those named.
     grad: Option<Vec<String>>,
@@ -339,6 +366,9 @@ fn load(py: Python<'_>, args: LoadArgs) -> PyResult<Model> {
             for (name, dims) in &args.shapes {
                 builder = builder.shape(name, dims)?;
             }
+            for arg in &args.set {
+                builder = builder.set(arg)?;
+            }
             if let Some(p) = &args.params_path {
                 builder = builder.params(p);
             }
@@ -350,7 +380,7 @@ fn load(py: Python<'_>, args: LoadArgs) -> PyResult<Model> {
             };
             let model = builder.load()?;
             let engine = match args.target.as_str() {
-                "interp" => Engine::Interp(model.interpreter()),
+                "interp" => interpreters(&model),
                 "jit" | "jit-llvm" => {
                     let tier = if args.target == "jit" { mithrilc::backend::JitTier::Cranelift } else { mithrilc::backend::JitTier::Llvm };
                     let opts = mithrilc::model::JitOptions { max: args.max.clone(), quantize, threads: args.threads, tier, ..Default::default() };
@@ -373,7 +403,7 @@ impl Model {
         let outputs = ports(py, g, g.outputs.iter().map(|o| (o.name.clone(), o.value)))?;
         let (forward, backward) = match &engine {
             Engine::Jit(jit) => (program_signature(jit.program(Pass::Forward).map_err(exception)?), jit.program(Pass::Backward).ok().map(program_signature)),
-            Engine::Interp(_) => (graph_signature(g), model.graphs().backward.as_ref().map(graph_signature)),
+            Engine::Interp(..) => (graph_signature(g), model.graphs().backward.as_ref().map(graph_signature)),
         };
         Ok(Model { engine: RwLock::new(engine), model: RwLock::new(model), forward, backward, inputs, outputs, params, target })
     }
@@ -449,7 +479,11 @@ impl Model {
                 }
                 Ok(dict)
             }
-            Engine::Interp(interp) => {
+            Engine::Interp(forward, backward) => {
+                let interp = match pass {
+                    Pass::Forward => forward,
+                    Pass::Backward => backward.as_ref().ok_or_else(|| InternalError::new_err("no backward interpreter"))?,
+                };
                 let feeds: BTreeMap<String, Tensor> = sig
                     .inputs
                     .iter()
@@ -533,7 +567,7 @@ impl Model {
         py.detach(|| {
             guarded(|| match &mut *write(&self.engine) {
                 Engine::Jit(jit) => jit.train_step(&feeds, lr, momentum),
-                Engine::Interp(_) => Err(mithrilc::Error::usage("train_step runs on target=\"jit\" (the interpreter does not update parameters)")),
+                Engine::Interp(..) => Err(mithrilc::Error::usage("train_step runs on target=\"jit\" (the interpreter does not update parameters)")),
             })
         })
     }
@@ -566,13 +600,12 @@ impl Model {
                         Some(_) => {}
                     }
                 }
-                match &mut *engine {
-                    Engine::Jit(jit) => jit.load_state_dict(&values)?,
-                    Engine::Interp(_) => {}
+                if let Engine::Jit(jit) = &mut *engine {
+                    jit.load_state_dict(&values)?;
                 }
                 model.set_params(values);
-                if let Engine::Interp(interp) = &mut *engine {
-                    *interp = model.interpreter();
+                if let Engine::Interp(..) = &*engine {
+                    *engine = interpreters(&model);
                 }
                 Ok(())
             })
@@ -588,7 +621,7 @@ impl Model {
     fn report(&self) -> PyResult<String> {
         match &*read(&self.engine) {
             Engine::Jit(jit) => Ok(jit.report().to_string()),
-            Engine::Interp(_) => Err(UsageError::new_err("the interpreter compiles nothing to report on (load with target=\"jit\")")),
+            Engine::Interp(..) => Err(UsageError::new_err("the interpreter compiles nothing to report on (load with target=\"jit\")")),
         }
     }
 
@@ -597,7 +630,7 @@ impl Model {
     fn threads(&self) -> usize {
         match &*read(&self.engine) {
             Engine::Jit(jit) => jit.threads(),
-            Engine::Interp(_) => 1,
+            Engine::Interp(..) => 1,
         }
     }
 
