@@ -441,13 +441,15 @@ fn bind_symbols(p: &crate::lower::Program, inputs: &[(Dtype, &[u64])]) -> Result
             return Err(Error::user(format!("input `{}` is {dtype}, the model takes {want}", port.name)));
         }
         let shape_text = |s: &[u64]| format!("[{}]", s.iter().map(u64::to_string).collect::<Vec<_>>().join(", "));
+        // The port's shape with its symbols by name: [B, 784].
+        let takes = format!("[{}]", port.shape.iter().zip(&port.dims).map(|(n, s)| s.map_or(n.to_string(), |s| p.symbols[s].0.clone())).collect::<Vec<_>>().join(", "));
         if shape.len() != port.shape.len() {
-            return Err(Error::user(format!("input `{}` has shape {}, the model takes rank {} ({})", port.name, shape_text(shape), port.shape.len(), shape_text(&port.shape))));
+            return Err(Error::user(format!("input `{}` has shape {}, the model takes rank {} ({takes})", port.name, shape_text(shape), port.shape.len())));
         }
         for (d, (&n, sym)) in shape.iter().zip(&port.dims).enumerate() {
             match sym {
                 None if n != port.shape[d] => {
-                    return Err(Error::user(format!("input `{}` has shape {}, the model takes {}", port.name, shape_text(shape), shape_text(&port.shape))));
+                    return Err(Error::user(format!("input `{}` has shape {}, the model takes {takes}", port.name, shape_text(shape))));
                 }
                 None => {}
                 Some(s) => {

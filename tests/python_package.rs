@@ -1,0 +1,106 @@
+//! The Python package (`python/`): its wheel is built with maturin as `pip install
+//! ./python` builds it (release, stripped), installed into the test environment
+//! (`~/.cache/mithrilc/python-test`, which `.ci/run` makes with the pinned maturin,
+//! NumPy and pytest), and its pytest suite runs there (`python/tests`). Then the wheel
+//! goes into a fresh virtual environment with nothing but its dependencies, and the
+//! example of `docs/python.md` runs there as written. The wheel's size and the fresh
+//! install's time are printed (the closing notes quote them).
+//!
+//! The wheel is built in a build directory of its own (`target/python`): `cargo test`
+//! holds this one's lock while its test binaries run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+mod common;
+
+/// The test environment's Python, made by `.ci/run`.
+fn test_python() -> Option<PathBuf> {
+    let cache = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
+    let python = cache.join("mithrilc/python-test/bin/python");
+    python.exists().then_some(python)
+}
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{what} failed ({}):\n{text}", out.status);
+    text
+}
+
+/// The example of docs/python.md: its ```python blocks, in order, as one program.
+fn docs_example(root: &Path) -> String {
+    let text = std::fs::read_to_string(root.join("docs/python.md")).unwrap();
+    let mut program = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        match (inside, line.trim_end()) {
+            (false, "```python") => inside = true,
+            (true, "```") => inside = false,
+            (true, l) => {
+                program.push_str(l);
+                program.push('\n');
+            }
+            _ => {}
+        }
+    }
+    program
+}
+
+#[test]
+fn the_wheel_installs_and_passes_its_tests_and_the_docs_example_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let Some(python) = test_python() else {
+        common::skip("no Python test environment in ~/.cache/mithrilc/python-test (.ci/run makes it: python3 -m venv, then pip install maturin==1.16.0 numpy==2.4.6 pytest==9.2.0)");
+        return;
+    };
+    if !root.join("../shared/testdata/manifest.json").exists() {
+        common::skip("../shared is not present");
+        return;
+    }
+    let bin = python.parent().unwrap();
+    let wheels = root.join("target/python/wheels");
+    let _ = std::fs::remove_dir_all(&wheels);
+    let start = Instant::now();
+    run(
+        Command::new(bin.join("maturin"))
+            .args(["build", "--release", "--quiet", "-m"])
+            .arg(root.join("python/Cargo.toml"))
+            .arg("-i")
+            .arg(&python)
+            .arg("-o")
+            .arg(&wheels)
+            .env("CARGO_TARGET_DIR", root.join("target/python")),
+        "maturin build",
+    );
+    let built = start.elapsed();
+    let wheel = std::fs::read_dir(&wheels).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "whl")).expect("a wheel");
+    let size = std::fs::metadata(&wheel).unwrap().len();
+    println!("wheel {} ({:.1} MB), built in {:.0} s", wheel.file_name().unwrap().to_string_lossy(), size as f64 / 1e6, built.as_secs_f64());
+
+    // The suite, in the test environment.
+    run(Command::new(&python).args(["-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps"]).arg(&wheel), "pip install into the test environment");
+    let suite = run(Command::new(&python).args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]).current_dir(root.join("python/tests")), "pytest python/tests");
+    println!("{}", suite.lines().last().unwrap_or_default());
+
+    // A fresh environment: the wheel and what it depends on (NumPy, from the package
+    // index or pip's cache), then the docs' example, run where the docs say (the
+    // repository root) from a scratch copy so that what it writes stays out of the tree.
+    let scratch = tempfile::tempdir().unwrap();
+    let venv = scratch.path().join("venv");
+    let system_python = std::env::var("MITHRILC_TEST_PYTHON3").unwrap_or_else(|_| "python3".to_string());
+    run(Command::new(system_python).args(["-m", "venv"]).arg(&venv), "python3 -m venv");
+    let start = Instant::now();
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet"]).arg(&wheel), "pip install the wheel into a fresh environment");
+    println!("pip install into a fresh environment: {:.1} s", start.elapsed().as_secs_f64());
+    let work = scratch.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::os::unix::fs::symlink(root.join("examples"), work.join("examples")).unwrap();
+    std::fs::write(work.join("example.py"), docs_example(root)).unwrap();
+    let out = run(Command::new(venv.join("bin/python")).arg("example.py").current_dir(&work), "the example of docs/python.md");
+    print!("{out}");
+    assert!(work.join("trained.npz").is_file(), "the example writes its trained parameters");
+    let version = run(Command::new(venv.join("bin/mithrilc")).arg("--version"), "the wheel's mithrilc command");
+    assert!(version.starts_with("mithrilc "), "{version}");
+}
