@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::backend::{group, Backend, EmitOptions};
+use crate::backend::{Backend, EmitOptions};
 pub use crate::backend::{BuildConfig, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
 use crate::build::CacheUse;
 use crate::cache::Cache;
@@ -43,16 +43,7 @@ pub struct ModelArgs {
     pub grad: passes::autodiff::Wrt,
 }
 
-pub use crate::frontend::parse_shape_arg;
-
-/// Parses `--set PATH.KEY=VALUE` (VALUE is JSON; a bare word is a string).
-pub fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
-    let (path, value) = arg
-        .split_once('=')
-        .ok_or_else(|| Error::usage(format!("--set {arg}: expected PATH.KEY=VALUE, e.g. submodels.m_2.index=0")))?;
-    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
-    Ok((path.trim().to_string(), value))
-}
+pub use crate::frontend::{parse_set_arg, parse_shape_arg};
 
 impl ModelArgs {
     /// What the pipeline loads: the model, with the arguments parsed and the types
@@ -120,49 +111,12 @@ pub fn inspect(args: &ModelArgs, params: Option<&Path>) -> Result<String> {
     let (graphs, carried) = load_known(args, known_types(&params)?, &params)?;
     let params: Vec<&ArrayFile<RawTensor>> = carried.iter().chain(params).collect();
     let graph = graphs.main();
-    let mut out = describe_graph(graph);
+    let mut out = pipeline::describe(graph);
     out.push_str(&conversion_note(graph, &params)?);
     Ok(out)
 }
 
-/// The IR of `graph`, then its counts of inputs, parameters and ops, and its FLOPs.
-pub fn describe_graph(graph: &Graph) -> String {
-    let mut out = ir::print::print(graph);
-    out.push('\n');
-    out.push_str(&summary(graph));
-    out
-}
 
-fn summary(graph: &Graph) -> String {
-    let mut s = String::new();
-    let count = |op: Op| graph.nodes.iter().filter(|n| n.op == op).count();
-    let ops = graph.nodes.iter().filter(|n| !matches!(n.op, Op::Input | Op::Param | Op::Constant(_))).count();
-    let _ = writeln!(s, "inputs: {}, parameters: {}, ops: {}, outputs: {}", count(Op::Input), count(Op::Param), ops, graph.outputs.len());
-    let params = ir::stats::param_count(graph).map_or("symbolic".to_string(), group);
-    let _ = writeln!(s, "parameter elements: {params}");
-    let syms: Vec<String> = {
-        let mut v: Vec<String> = graph.nodes.iter().flat_map(|n| n.ty.shape.symbols().into_iter().map(str::to_string)).collect();
-        v.sort();
-        v.dedup();
-        v
-    };
-    let flops = match syms.as_slice() {
-        [] => ir::stats::flops(graph, &|_| 1).map(group),
-        [one] => {
-            // Linear in the symbol (a batch size) when f(2) = 2 f(1).
-            let f1 = ir::stats::flops(graph, &|_| 1);
-            let f2 = ir::stats::flops(graph, &|_| 2);
-            match (f1, f2) {
-                (Some(a), Some(b)) if b == 2 * a => Some(format!("{} × {one}", group(a))),
-                (Some(a), _) => Some(format!("{} at {one} = 1", group(a))),
-                _ => None,
-            }
-        }
-        many => ir::stats::flops(graph, &|_| 1).map(|a| format!("{} with {} = 1", group(a), many.join(" = "))),
-    };
-    let _ = writeln!(s, "FLOPs (2 per multiply-add of matmul/conv): {}", flops.unwrap_or_else(|| "overflow".into()));
-    s
-}
 
 /// `mithrilc run`: evaluates the model on the given data with the interpreter or a
 /// compiled target.

@@ -129,7 +129,7 @@ impl Model {
     /// What `mithrilc inspect` prints of it: the IR after the passes (with gradients,
     /// the backward graph), its counts of inputs, parameters and ops, and its FLOPs.
     pub fn inspect(&self) -> String {
-        crate::cli::describe_graph(self.graphs.main())
+        crate::pipeline::describe(self.graphs.main())
     }
 
     /// The reference interpreter over it, the parameters bound (those without a value
@@ -151,7 +151,7 @@ impl ModelBuilder {
     /// A constructor value that Mithril left out of the JSON, as `--set` takes it:
     /// `PATH.KEY=VALUE` (VALUE is JSON).
     pub fn set(mut self, arg: &str) -> Result<ModelBuilder> {
-        self.spec.frontend.mithril.set.push(crate::cli::parse_set_arg(arg)?);
+        self.spec.frontend.mithril.set.push(crate::frontend::parse_set_arg(arg)?);
         Ok(self)
     }
 

@@ -168,3 +168,45 @@ fn check_max_symbols(max: &BTreeMap<String, u64>, graph: &Graph) -> Result<()> {
     }
     Ok(())
 }
+
+/// The IR of `graph`, then its counts of inputs, parameters and ops, and its FLOPs.
+pub fn describe(graph: &Graph) -> String {
+    let mut out = crate::ir::print::print(graph);
+    out.push('\n');
+    out.push_str(&summary(graph));
+    out
+}
+
+fn summary(graph: &Graph) -> String {
+    let mut s = String::new();
+    use crate::backend::group;
+    use crate::ir::Op;
+    use std::fmt::Write;
+    let count = |op: Op| graph.nodes.iter().filter(|n| n.op == op).count();
+    let ops = graph.nodes.iter().filter(|n| !matches!(n.op, Op::Input | Op::Param | Op::Constant(_))).count();
+    let _ = writeln!(s, "inputs: {}, parameters: {}, ops: {}, outputs: {}", count(Op::Input), count(Op::Param), ops, graph.outputs.len());
+    let params = ir::stats::param_count(graph).map_or("symbolic".to_string(), group);
+    let _ = writeln!(s, "parameter elements: {params}");
+    let syms: Vec<String> = {
+        let mut v: Vec<String> = graph.nodes.iter().flat_map(|n| n.ty.shape.symbols().into_iter().map(str::to_string)).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let flops = match syms.as_slice() {
+        [] => ir::stats::flops(graph, &|_| 1).map(group),
+        [one] => {
+            // Linear in the symbol (a batch size) when f(2) = 2 f(1).
+            let f1 = ir::stats::flops(graph, &|_| 1);
+            let f2 = ir::stats::flops(graph, &|_| 2);
+            match (f1, f2) {
+                (Some(a), Some(b)) if b == 2 * a => Some(format!("{} × {one}", group(a))),
+                (Some(a), _) => Some(format!("{} at {one} = 1", group(a))),
+                _ => None,
+            }
+        }
+        many => ir::stats::flops(graph, &|_| 1).map(|a| format!("{} with {} = 1", group(a), many.join(" = "))),
+    };
+    let _ = writeln!(s, "FLOPs (2 per multiply-add of matmul/conv): {}", flops.unwrap_or_else(|| "overflow".into()));
+    s
+}

@@ -118,3 +118,12 @@ pub fn parse_shape_arg(arg: &str) -> Result<(String, Shape)> {
     }
     Ok((name.to_string(), Shape(out)))
 }
+
+/// Parses `--set PATH.KEY=VALUE` (VALUE is JSON; a bare word is a string).
+pub fn parse_set_arg(arg: &str) -> Result<(String, serde_json::Value)> {
+    let (path, value) = arg
+        .split_once('=')
+        .ok_or_else(|| Error::usage(format!("--set {arg}: expected PATH.KEY=VALUE, e.g. submodels.m_2.index=0")))?;
+    let value = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+    Ok((path.trim().to_string(), value))
+}
