@@ -76,6 +76,16 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// Runs `f`, a panic in it becoming an internal error (`"{context}: {the panic's
+/// message}"`) rather than unwinding into the caller: a process that embeds mithrilc
+/// (the Python interpreter) gets an error, not a crash.
+pub fn catch_panic<T>(context: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("a panic");
+        Err(Error::internal(format!("{context}: {why}")))
+    })
+}
+
 impl ErrorKind {
     /// The name `--message-format json` gives the kind.
     pub fn name(self) -> &'static str {
@@ -145,4 +155,18 @@ macro_rules! user_error {
 #[macro_export]
 macro_rules! internal_error {
     ($($arg:tt)*) => { $crate::error::Error::internal(format!($($arg)*)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_an_internal_error_not_an_unwind() {
+        let e = catch_panic("embedding", || -> Result<()> { panic!("boom {}", 1) }).unwrap_err();
+        assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Internal, "embedding: boom 1"));
+        let e = catch_panic("embedding", || -> Result<()> { std::panic::panic_any(7) }).unwrap_err();
+        assert_eq!(e.message, "embedding: a panic");
+        assert_eq!(catch_panic("embedding", || Ok(3)), Ok(3));
+    }
 }

@@ -7,7 +7,6 @@
 //! its exit kind, and a panic becomes `InternalError`, never a crash of the interpreter.
 
 use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::RwLock;
 
 use mithrilc::exec::{Array, Executable, Interpreter, Jit, Pass};
@@ -37,17 +36,9 @@ fn exception(e: mithrilc::Error) -> PyErr {
     }
 }
 
-/// Runs `f`, catching a panic: an internal error with the panic's message.
-fn unwinding<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
-        Err(mithrilc::Error::internal(format!("mithrilc panicked: {what}")))
-    })
-}
-
-/// [`unwinding`], its error as the exception of its kind.
+/// Runs `f`, its error (a panic included) as the exception of its kind.
 fn guarded<T>(f: impl FnOnce() -> Result<T>) -> PyResult<T> {
-    unwinding(f).map_err(exception)
+    mithrilc::error::catch_panic("mithrilc panicked", f).map_err(exception)
 }
 
 /// NumPy's name of `dtype`'s arrays.
@@ -643,7 +634,7 @@ impl Model {
 /// `mithrilc ARGS...` as a process would run it: prints and returns the exit code.
 #[pyfunction]
 fn main(py: Python<'_>, argv: Vec<String>) -> u8 {
-    py.detach(|| unwinding(|| Ok(mithrilc::command::main(argv))).unwrap_or(101))
+    py.detach(|| mithrilc::error::catch_panic("mithrilc panicked", || Ok(mithrilc::command::main(argv))).unwrap_or(101))
 }
 
 /// One command (`["mithrilc", "compile", ...]`): what it prints, or its exception.

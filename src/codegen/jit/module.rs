@@ -146,7 +146,7 @@ impl Builder {
         self.names.insert(id, name.to_string());
         // A panic in cranelift (or in writing the body) is an internal error naming the
         // kernel, not a crash of the process that embeds mithrilc.
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let defined = crate::error::catch_panic(&format!("jit: cranelift failed on {what}"), || {
             body(self, &mut ctx.func, &mut fctx)?;
             if let Some(text) = &mut self.text {
                 text.push_str(&format!("; {name}: {}\n{}\n", what.replace('\n', " "), ctx.func.display()));
@@ -162,10 +162,6 @@ impl Builder {
                 return llvm.add(func, name, &self.pointers, &imports, what);
             }
             self.module.define_function(id, &mut ctx).map_err(|e| Error::internal(format!("jit: cranelift could not compile {what}: {}", describe(&e))))
-        }));
-        let defined = caught.unwrap_or_else(|panic| {
-            let why = panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("a panic");
-            Err(Error::internal(format!("jit: cranelift failed on {what}: {why}")))
         });
         self.fctx = fctx;
         self.module.clear_context(&mut ctx);
