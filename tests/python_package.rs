@@ -2,8 +2,9 @@
 //! ./python` builds it (release, stripped), installed into the test environment
 //! (`~/.cache/mithrilc/python-test`, which `.ci/run` makes with the pinned maturin,
 //! NumPy and pytest), and its pytest suite runs there (`python/tests`). Then the wheel
-//! goes into a fresh virtual environment with nothing but its dependencies, and the
-//! example of `docs/python.md` runs there as written. The wheel's size and the fresh
+//! goes into a fresh virtual environment with nothing but its dependencies, the
+//! example of `docs/python.md` runs there as written, and a model loads and runs there
+//! with no C compiler on `PATH`. The wheel's size and the fresh
 //! install's time are printed (the closing notes quote them).
 //!
 //! The wheel is built in a build directory of its own (`target/python`): `cargo test`
@@ -103,4 +104,12 @@ fn the_wheel_installs_and_passes_its_tests_and_the_docs_example_runs() {
     assert!(work.join("trained.npz").is_file(), "the example writes its trained parameters");
     let version = run(Command::new(venv.join("bin/mithrilc")).arg("--version"), "the wheel's mithrilc command");
     assert!(version.starts_with("mithrilc "), "{version}");
+
+    // What runs in-process needs no C compiler: the same model, loaded and run with no
+    // compiler to be found (PATH holds the environment's bin alone, CC names nothing).
+    let alone = "import mithrilc, numpy as np\n\
+        m = mithrilc.load('examples/mlp/mlp.json', params='examples/mlp/data.npz', shapes={'input': (2, 5)})\n\
+        print(m(np.ones((2, 5), np.float32))['output'].shape)\n";
+    let out = run(Command::new(venv.join("bin/python")).args(["-c", alone]).current_dir(&work).env("PATH", venv.join("bin")).env("CC", "/nonexistent/cc"), "load() without a C compiler");
+    assert_eq!(out.trim(), "(2, 3)");
 }

@@ -34,8 +34,8 @@ class Port:
 class Model:
     """A model compiled in this process (``mithrilc.load``).
 
-    Calls take NumPy arrays (or anything with the buffer protocol; lists are converted
-    to the input's type) by position, in ``inputs``' order, or by name, and return a
+    Calls take NumPy arrays (anything with the buffer protocol, or a DLPack tensor on
+    the CPU; lists are converted to the input's type) by position, in ``inputs``' order, or by name, and return a
     dict of new arrays by output name. A C-contiguous array of the input's dtype is
     read in place; another layout is copied first; another dtype is a ``ModelError``.
 

@@ -90,8 +90,9 @@ struct Given {
 
 impl Given {
     /// `obj` as an array of `want` for input `name`: its own memory where it is a
-    /// C-contiguous buffer of that type (a NumPy array, a memoryview), else a contiguous
-    /// copy (`numpy.ascontiguousarray`); a list or a number becomes an array of `want`.
+    /// C-contiguous buffer of that type (a NumPy array, a memoryview) or a DLPack tensor
+    /// on the CPU, else a contiguous copy (`numpy.ascontiguousarray`); a list or a number
+    /// becomes an array of `want`.
     /// An array of another type is refused: mithrilc converts nothing behind the
     /// caller's back.
     fn new(py: Python<'_>, name: &str, obj: &Bound<'_, PyAny>, want: Dtype) -> PyResult<Given> {
@@ -99,6 +100,9 @@ impl Given {
         let (buffer, shape) = match export(py, obj) {
             Ok((b, shape)) if b.is_c_contiguous() => (b, shape),
             Ok(_) => export(py, &np.call_method1("ascontiguousarray", (obj,))?)?,
+            // A DLPack tensor (a PyTorch or JAX tensor on the CPU) as a NumPy view of
+            // its memory: NumPy reads DLPack without a copy.
+            Err(_) if obj.hasattr("__dlpack__")? => export(py, &np.call_method1("ascontiguousarray", (np.call_method1("from_dlpack", (obj,))?,))?)?,
             Err(_) => {
                 let dtype = numpy_name(want).ok_or_else(|| ModelError::new_err(format!("input `{name}` is {want}, which NumPy has no type for")))?;
                 export(py, &np.call_method1("ascontiguousarray", (obj, dtype))?)?
@@ -283,9 +287,14 @@ struct Signature {
     outputs: Vec<String>,
 }
 
-/// A model loaded and compiled: see `Model` in `mithrilc/__init__.pyi`. Calls on
+/// A model loaded and compiled: see `Model` in `mithrilc/_mithrilc.pyi`. Calls on
 /// several threads run at once (each with an arena of its own); a training step or
 /// `load_state_dict` waits for them and has the model alone (a read-write lock).
+///
+/// The locks are never held while the GIL is taken back: a guard held across
+/// `Python::detach`'s return could wait on a writer that waits on it while another
+/// thread, holding the GIL, waits to read (guards with the GIL held are only taken
+/// briefly, and writers hold theirs without the GIL).
 #[pyclass(module = "mithrilc._mithrilc", frozen)]
 struct Model {
     engine: RwLock<Engine>,
@@ -388,9 +397,9 @@ fn load(py: Python<'_>, args: LoadArgs) -> PyResult<Model> {
 impl Model {
     fn new(py: Python<'_>, model: mithrilc::Model, engine: Engine, target: String) -> PyResult<Model> {
         let g = &model.graphs().forward;
-        let named = |ids: Vec<mithrilc::ir::ValueId>| ids.into_iter().map(|v| (g.node(v).name.clone().unwrap_or_default(), v)).collect::<Vec<_>>();
-        let inputs = ports(py, g, named(g.inputs().collect()).into_iter())?;
-        let params = ports(py, g, named(g.params().collect()).into_iter())?;
+        let named = |v: mithrilc::ir::ValueId| (g.node(v).name.clone().unwrap_or_default(), v);
+        let inputs = ports(py, g, g.inputs().map(named))?;
+        let params = ports(py, g, g.params().map(named))?;
         let outputs = ports(py, g, g.outputs.iter().map(|o| (o.name.clone(), o.value)))?;
         let (forward, backward) = match &engine {
             Engine::Jit(jit) => (program_signature(jit.program(Pass::Forward).map_err(exception)?), jit.program(Pass::Backward).ok().map(program_signature)),
@@ -406,9 +415,8 @@ impl Model {
         }
     }
 
-    /// The arrays of a call by input name: positional ones in the inputs' order, then
-    /// keywords; with `ones_for_cotangents`, an absent `output_grad/NAME` is ones of the
-    /// output's shape (as the command does).
+    /// The arrays of a call in `sig`'s input order: positional ones first, then
+    /// keywords by name (`None` where not given).
     fn gather<'py>(&self, sig: &Signature, args: &Bound<'py, PyTuple>, kwargs: Option<&Bound<'py, PyDict>>) -> PyResult<Vec<Option<Bound<'py, PyAny>>>> {
         let mut given: Vec<Option<Bound<'py, PyAny>>> = vec![None; sig.inputs.len()];
         if args.len() > sig.inputs.len() {
@@ -429,7 +437,8 @@ impl Model {
         Ok(given)
     }
 
-    /// Runs `pass` on the call's arrays: the outputs by name.
+    /// Runs `pass` on the call's arrays: the outputs by name. The backward pass takes
+    /// ones for an absent cotangent `output_grad/NAME` (as the command does).
     fn call<'py>(&self, py: Python<'py>, pass: Pass, args: &Bound<'py, PyTuple>, kwargs: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyDict>> {
         let sig = self.signature(pass)?;
         let mut given = self.gather(sig, args, kwargs)?;
@@ -470,11 +479,8 @@ impl Model {
                 }
                 Ok(dict)
             }
-            Engine::Interp(forward, backward) => {
-                let interp = match pass {
-                    Pass::Forward => forward,
-                    Pass::Backward => backward.as_ref().ok_or_else(|| InternalError::new_err("no backward interpreter"))?,
-                };
+            Engine::Interp(..) => {
+                drop(engine);
                 let feeds: BTreeMap<String, Tensor> = sig
                     .inputs
                     .iter()
@@ -486,8 +492,13 @@ impl Model {
                         Ok((name.clone(), raw.to_tensor()))
                     })
                     .collect::<PyResult<_>>()?;
-                let outputs = py.detach(|| guarded(|| interp.run(&feeds)))?;
-                drop(engine);
+                let outputs = py.detach(|| {
+                    guarded(|| match (&*read(&self.engine), pass) {
+                        (Engine::Interp(forward, _), Pass::Forward) => forward.run(&feeds),
+                        (Engine::Interp(_, Some(backward)), Pass::Backward) => backward.run(&feeds),
+                        _ => Err(mithrilc::Error::internal("the engine changed during a call")),
+                    })
+                })?;
                 let wanted: Vec<(String, Tensor)> = outputs.into_iter().filter(|(n, _)| sig.outputs.contains(n)).collect();
                 tensors_dict(py, wanted)
             }
@@ -495,27 +506,38 @@ impl Model {
     }
 
     /// Ones for every absent cotangent `output_grad/NAME`, of the forward output's
-    /// shape at these inputs.
+    /// type and shape at these inputs (which the compiled model computes from the
+    /// inputs' shapes; the interpreter, by running the forward pass).
     fn fill_cotangents<'py>(&self, py: Python<'py>, given: &mut [Option<Bound<'py, PyAny>>]) -> PyResult<()> {
         let sig = self.signature(Pass::Backward)?;
         let absent: Vec<usize> = (0..given.len()).filter(|&i| given[i].is_none() && sig.inputs[i].0.starts_with("output_grad/")).collect();
-        if absent.is_empty() {
-            return Ok(());
-        }
         // The forward pass's inputs are the backward pass's by name.
-        let kwargs = PyDict::new(py);
-        for ((name, _), g) in sig.inputs.iter().zip(given.iter()) {
-            if let (Some(g), true) = (g, self.forward.inputs.iter().any(|(n, _)| n == name)) {
-                kwargs.set_item(name, g)?;
-            }
-        }
-        let outputs = self.call(py, Pass::Forward, &PyTuple::empty(py), Some(&kwargs))?;
+        let forward: Option<Vec<Bound<'py, PyAny>>> = self.forward.inputs.iter().map(|(n, _)| sig.inputs.iter().position(|(m, _)| m == n).and_then(|i| given[i].clone())).collect();
+        let (false, Some(forward)) = (absent.is_empty(), forward) else {
+            return Ok(()); // (nothing to fill, or an input is missing: the caller says which)
+        };
         let np = numpy(py)?;
+        let shapes = match &*read(&self.engine) {
+            Engine::Jit(jit) => {
+                let arrays: Vec<Given> = self.forward.inputs.iter().zip(&forward).map(|((n, d), obj)| Given::new(py, n, obj, *d)).collect::<PyResult<_>>()?;
+                let shapes: Vec<(Dtype, &[u64])> = arrays.iter().map(|a| (a.dtype, &a.shape[..])).collect();
+                Some(jit.output_shapes(Pass::Forward, &shapes).map_err(exception)?)
+            }
+            Engine::Interp(..) => None,
+        };
+        let outputs: Vec<(String, Bound<'py, PyAny>)> = match shapes {
+            Some(shapes) => {
+                let ones = |(dtype, shape): &(Dtype, Vec<u64>)| np.call_method1("ones", (shape.clone(), numpy_name(*dtype).unwrap_or("float32")));
+                self.forward.outputs.iter().cloned().zip(shapes.iter().map(ones).collect::<PyResult<Vec<_>>>()?).collect()
+            }
+            None => {
+                let outputs = self.call(py, Pass::Forward, &PyTuple::new(py, &forward)?, None)?;
+                outputs.iter().map(|(k, y)| Ok((k.extract()?, np.call_method1("ones_like", (y,))?))).collect::<PyResult<_>>()?
+            }
+        };
         for i in absent {
             let output = &sig.inputs[i].0["output_grad/".len()..];
-            if let Some(y) = outputs.get_item(output)? {
-                given[i] = Some(np.call_method1("ones_like", (y,))?);
-            }
+            given[i] = outputs.iter().find(|(name, _)| name == output).map(|(_, ones)| ones.clone());
         }
         Ok(())
     }

@@ -107,6 +107,18 @@ def test_inputs_are_read_in_place_or_converted_as_documented():
     np.testing.assert_array_equal(m(wide[:, ::2])["output"], want)
     np.testing.assert_array_equal(m(x.tolist())["output"], m(x.astype(np.float64).astype(np.float32))["output"])
     np.testing.assert_array_equal(m(memoryview(x))["output"], want)
+
+    class DLPackOnly:  # a tensor of another library: DLPack, no buffer protocol
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kwargs):
+            return self.a.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    np.testing.assert_array_equal(m(DLPackOnly(x))["output"], want)
     assert want.dtype == np.float32 and want.flags.c_contiguous
 
 
@@ -119,3 +131,26 @@ def test_the_interpreter_and_the_jit_agree_on_a_model_dict():
     interp = mithrilc.load(d, params=params, shapes={"input": (4, 5)}, target="interp")
     np.testing.assert_allclose(jit(x)["output"], interp(x)["output"], rtol=1e-5, atol=1e-6)
     assert "mlp" in repr(jit)
+
+
+def test_a_mithril_model_object_goes_through_model_to_dict(tmp_path, monkeypatch):
+    # Mithril itself is not installable from PyPI (its package there is a placeholder):
+    # a stand-in with its module path gives load() what model_to_dict would.
+    pkg = tmp_path / "mithril" / "utils"
+    pkg.mkdir(parents=True)
+    (tmp_path / "mithril" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "dict_conversions.py").write_text(
+        "import json\n"
+        f"def model_to_dict(model):\n    return json.load(open({str(ROOT / 'examples/mlp/mlp.json')!r}))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class MLP:  # what a Mithril model is to load(): not a path, not a dict
+        pass
+
+    m = mithrilc.load(MLP(), params=ROOT / "examples/mlp/data.npz", shapes={"input": (2, 5)}, name="mlp")
+    assert [p.name for p in m.outputs] == ["output"]
+    with pytest.raises(mithrilc.UsageError, match="model is a int"):
+        monkeypatch.setitem(__import__("sys").modules, "mithril.utils.dict_conversions", None)
+        mithrilc.load(3)

@@ -66,3 +66,34 @@ def test_the_gil_is_released_while_a_model_runs(shared):
         t.join()
         sys.setswitchinterval(old)
     assert during > 0
+
+
+def test_training_steps_and_calls_from_other_threads_interleave():
+    # Calls read the weights while training steps write them (a read-write lock):
+    # every call sees the weights of some step, and nothing waits forever.
+    from test_train import SHAPES, TRAIN, dataset, initial_params
+
+    batch = dataset()
+    m = mithrilc.load(TRAIN, shapes=SHAPES, params=initial_params(), grad=True, threads=1)
+    losses = []
+    errors = []
+
+    def call():
+        try:
+            for _ in range(30):
+                losses.append(float(m(**batch)["final_cost"]))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    first = m.train_step(batch, lr=0.5, momentum=0.9)
+    for _ in range(30):
+        last = m.train_step(batch, lr=0.5, momentum=0.9)
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a call waited forever"
+    assert not errors, errors
+    assert last < first
+    assert all(np.isfinite(losses)) and len(losses) == 120

@@ -74,3 +74,16 @@ def test_load_state_dict_replaces_values_by_name():
         m.load_state_dict({"bias2": np.zeros(4, np.float32)})
     with pytest.raises(mithrilc.UsageError, match="training step needs"):
         m.train_step({"input": x}, lr=0.1)
+
+
+@pytest.mark.parametrize("target", ["jit", "interp"])
+def test_absent_cotangents_are_ones(target):
+    m = mithrilc.load(ROOT / "examples/mlp/mlp.json", params=ROOT / "examples/mlp/data.npz", shapes={"input": (4, 5)}, grad=True, target=target)
+    x = np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5)
+    ones = m.backward(x, **{"output_grad/output": np.ones((4, 3), np.float32)})
+    default = m.backward(x)
+    assert default.keys() == ones.keys() == {p.name for p in m.params}
+    for k in ones:
+        np.testing.assert_array_equal(default[k], ones[k])
+    twice = m.backward(x, **{"output_grad/output": np.full((4, 3), 2, np.float32)})
+    np.testing.assert_allclose(twice["bias2"], 2 * ones["bias2"], rtol=1e-6)
