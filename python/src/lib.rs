@@ -267,8 +267,10 @@ fn ports(py: Python<'_>, graph: &Graph, ids: impl Iterator<Item = (String, mithr
 }
 
 /// What runs a model: machine code compiled in this process, or the interpreter.
+/// (One per model: the variants' sizes do not matter.)
+#[allow(clippy::large_enum_variant)]
 enum Engine {
-    Jit(Box<Jit>),
+    Jit(Jit),
     /// The forward graph's interpreter and, with gradients, the backward one's.
     Interp(Interpreter, Option<Interpreter>),
 }
@@ -384,7 +386,7 @@ fn load(py: Python<'_>, args: LoadArgs) -> PyResult<Model> {
                 "jit" | "jit-llvm" => {
                     let tier = if args.target == "jit" { mithrilc::backend::JitTier::Cranelift } else { mithrilc::backend::JitTier::Llvm };
                     let opts = mithrilc::model::JitOptions { max: args.max.clone(), quantize, threads: args.threads, tier, ..Default::default() };
-                    Engine::Jit(Box::new(model.jit(&opts)?))
+                    Engine::Jit(model.jit(&opts)?)
                 }
                 other => return Err(mithrilc::Error::usage(format!("target={other:?}: load runs \"jit\", \"jit-llvm\" or \"interp\" (compile() builds the other targets)"))),
             };
