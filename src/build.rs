@@ -263,6 +263,21 @@ fn run_checked(mut cmd: Command, tool: &str, install: &str, statuses: &[(i32, Er
 /// `../shared/TOOLCHAINS.md`), as `.ci/run` installs them.
 pub const CUDA_WHEELS: &str = "nvidia-cuda-nvcc==13.5.37 nvidia-cuda-runtime==13.5.37 nvidia-cuda-cccl==13.3.5.0.6";
 
+/// The compute capability of this machine's first NVIDIA GPU as nvcc names its
+/// architecture (9.0: 90), from `nvidia-smi`; `None` without a GPU, a driver or
+/// nvidia-smi.
+pub fn local_gpu_arch() -> Option<u32> {
+    let out = Command::new("nvidia-smi").args(["--query-gpu=compute_cap", "--format=csv,noheader"]).output().ok()?;
+    out.status.success().then(|| parse_compute_cap(&String::from_utf8_lossy(&out.stdout))).flatten()
+}
+
+/// `nvidia-smi --query-gpu=compute_cap`'s first line ("9.0") as an architecture (90).
+fn parse_compute_cap(text: &str) -> Option<u32> {
+    let (major, minor) = text.lines().next()?.trim().split_once('.')?;
+    let (major, minor): (u32, u32) = (major.parse().ok()?, minor.parse().ok()?);
+    (minor < 10 && major < 100).then_some(major * 10 + minor)
+}
+
 /// nvcc, looked for in order: `$MITHRILC_NVCC`; `nvcc` on `PATH`; the pip wheels'
 /// (`nvidia/cu13/bin/nvcc`) under the site-packages of the `python3` on `PATH`. None of
 /// them is an error of kind `Toolchain` (exit 3) that gives the install command.
@@ -345,6 +360,16 @@ fn find_ggml(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<Ggml> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nvidia_smis_compute_capability_is_an_architecture() {
+        assert_eq!(parse_compute_cap("9.0\n"), Some(90));
+        assert_eq!(parse_compute_cap("8.9\n8.0\n"), Some(89)); // the first GPU's
+        assert_eq!(parse_compute_cap("12.0"), Some(120));
+        assert_eq!(parse_compute_cap(""), None);
+        assert_eq!(parse_compute_cap("[N/A]"), None);
+        assert_eq!(parse_compute_cap("No devices were found"), None);
+    }
     use std::collections::HashMap;
     use std::ffi::OsString;
 

@@ -94,7 +94,7 @@ fn gpu_ready() -> std::path::PathBuf {
 }
 
 /// On an NVIDIA GPU: every case (forward and gradients, the bench models at every batch)
-/// built as `compile --target cuda` builds it (the fat binary, `make`) and run there,
+/// built as `run --target cuda` builds it (for this GPU's architecture alone) and run there,
 /// within the same tolerance of the interpreter as under emulation. CI has no GPU, so
 /// this runs only when asked: `cargo test --release --test cuda_target -- --ignored`.
 #[test]

@@ -56,16 +56,18 @@ impl Toolchain for CudaTarget {
         "make and nvcc from the CUDA toolkit, an NVIDIA GPU to run; run --emulate: a C++ compiler ($CXX, default c++)"
     }
 
-    /// nvcc for the GPU (found by [`crate::build::nvcc`]), or the host C++ compiler
-    /// (`$CXX`, else `c++`) for emulation.
+    /// nvcc for the GPU (found by [`crate::build::nvcc`]): the fat binary; or the host
+    /// C++ compiler (`$CXX`, else `c++`) for emulation.
     fn build(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
-        // The demo's file readers are compiled as C++, by the compiler that builds the rest.
-        let (vars, goals, shared) = if build.emulate {
-            (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], crate::codegen::c::shared_with_readers("mr_files_emu.o", &[], Vec::new()))
-        } else {
-            (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new()))
-        };
-        crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, "apt-get install make g++ (Debian/Ubuntu)").map(Some)
+        make(dir, build, None)
+    }
+
+    /// For this machine's GPU alone (its compute capability from `nvidia-smi`, sm_80 or
+    /// newer): one code generation instead of the fat binary's four. An older GPU, or
+    /// none, keeps the fat binary (whose run then says what is missing).
+    fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
+        let arch = (!build.emulate).then(crate::build::local_gpu_arch).flatten().filter(|&a| a >= 80);
+        make(dir, build, arch)
     }
 
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
@@ -77,6 +79,21 @@ impl Toolchain for CudaTarget {
     fn built_report(&self, dir: &Path, entry: &Entry) -> Result<String> {
         super::report::ptxas_report(dir, &entry.name)
     }
+}
+
+/// `make` in `dir`: with nvcc, for the architecture `arch` alone (sm_`arch`) where one
+/// is given, else the Makefile's fat binary; with `build.emulate`, the emulation build.
+fn make(dir: &Path, build: &BuildConfig, arch: Option<u32>) -> Result<Option<crate::build::CacheUse>> {
+    // The demo's file readers are compiled as C++, by the compiler that builds the rest.
+    let (mut vars, goals, shared) = if build.emulate {
+        (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], crate::codegen::c::shared_with_readers("mr_files_emu.o", &[], Vec::new()))
+    } else {
+        (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new()))
+    };
+    if let Some(arch) = arch {
+        vars.push(crate::build::make_var("GENCODE", &format!("-gencode arch=compute_{arch},code=sm_{arch}"), "GENCODE")?);
+    }
+    crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, "apt-get install make g++ (Debian/Ubuntu)").map(Some)
 }
 
 /// The host C++ compiler: `$CXX`, else `c++`.
