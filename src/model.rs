@@ -110,9 +110,27 @@ impl Model {
     }
 
     /// Gives parameters new values by name (the others keep theirs): what
-    /// [`Model::jit`] and [`Model::interpreter`] take from now on.
-    pub fn set_params(&mut self, values: impl IntoIterator<Item = (String, Tensor)>) {
+    /// [`Model::jit`] and [`Model::interpreter`] take from now on. Refuses, changing
+    /// nothing, what [`Model::check_params`] refuses.
+    pub fn set_params(&mut self, values: BTreeMap<String, Tensor>) -> Result<()> {
+        self.check_params(&values)?;
         self.params.extend(values);
+        Ok(())
+    }
+
+    /// Whether `values` could be the values of parameters of the model: each names one,
+    /// in its shape.
+    pub fn check_params(&self, values: &BTreeMap<String, Tensor>) -> Result<()> {
+        let g = &self.graphs.forward;
+        let params: BTreeMap<&str, Option<Vec<u64>>> = g.params().filter_map(|v| Some((g.node(v).name.as_deref()?, g.node(v).ty.shape.as_known()))).collect();
+        for (name, t) in values {
+            match params.get(name.as_str()) {
+                None => return Err(Error::user(format!("`{name}` is not a parameter of the model (its parameters: {})", params.keys().copied().collect::<Vec<_>>().join(", ")))),
+                Some(Some(shape)) if *shape != t.shape => return Err(Error::user(format!("parameter `{name}` has shape {:?}, the model's is {shape:?}", t.shape))),
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// Compiles it in this process (`--target jit`): every parameter of the model must

@@ -606,19 +606,13 @@ impl Model {
             guarded(|| {
                 let mut engine = write(&self.engine);
                 let mut model = write(&self.model);
-                let forward = &model.graphs().forward;
-                let params: BTreeMap<String, Vec<u64>> = forward.params().filter_map(|v| Some((forward.node(v).name.clone()?, forward.node(v).ty.shape.as_known()?))).collect();
-                for (name, t) in &values {
-                    match params.get(name) {
-                        None => return Err(mithrilc::Error::user(format!("`{name}` is not a parameter of the model (its parameters: {})", params.keys().cloned().collect::<Vec<_>>().join(", ")))),
-                        Some(shape) if *shape != t.shape => return Err(mithrilc::Error::user(format!("parameter `{name}` has shape {:?}, the model's is {shape:?}", t.shape))),
-                        Some(_) => {}
-                    }
-                }
+                // Checked before anything changes: the compiled weights and the values
+                // kept here change together or not at all.
+                model.check_params(&values)?;
                 if let Engine::Jit(jit) = &mut *engine {
                     jit.load_state_dict(&values)?;
                 }
-                model.set_params(values);
+                model.set_params(values)?;
                 if let Engine::Interp(..) = &*engine {
                     *engine = interpreters(&model);
                 }
