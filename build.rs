@@ -5,6 +5,8 @@
 //! computes. One build with no `-m` flags: the runtime picks its AVX2 or AVX-512
 //! kernels at run time (`mr_dispatch.c`). Its names get the prefix `mithrilc_jit_`, so
 //! a program that links mithrilc and a generated C library has no clashes.
+//! It also compiles the CUDA kernel library's launch planner (`runtime-cuda/mr_cuda_plan.h`)
+//! for the CUDA target's codegen and cost report.
 
 use std::path::Path;
 
@@ -26,6 +28,18 @@ fn main() {
         .define("MR_PREFIX", "mithrilc_jit_")
         .warnings_into_errors(true);
     build.compile("mithril_runtime_jit");
+    // The CUDA kernel library's launch planner (src/codegen/cuda/plan.rs).
+    cc::Build::new()
+        .file("src/codegen/cuda/plan.c")
+        .include("runtime-cuda")
+        .std("c99")
+        .flag_if_supported("-pedantic")
+        .opt_level(2)
+        .debug(false)
+        .warnings_into_errors(true)
+        .compile("mithril_cuda_plan");
+    println!("cargo:rerun-if-changed=src/codegen/cuda/plan.c");
+    println!("cargo:rerun-if-changed=runtime-cuda/mr_cuda_plan.h");
     for entry in std::fs::read_dir(dir).expect("runtime-c/").flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with("mr") && (name.ends_with(".c") || name.ends_with(".h")) || name == "Makefile" || name == "mithril_ops.h" {

@@ -779,7 +779,10 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
   p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 0x7fffffff;
   p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-  p->multiProcessorCount = static_cast<int>(::mr_emu::detail::host_threads());
+  // The SMs the launch plans fill (mr_cuda_plan.h): an H100's 132, as the device is an
+  // sm_90, so emulated runs take the tiles and split-K an H100 would; MR_EMU_SMS
+  // overrides. (Blocks run on the host threads whatever it says.)
+  p->multiProcessorCount = static_cast<int>(::mr_emu::detail::env_unsigned("MR_EMU_SMS", 132));
   p->maxThreadsPerMultiProcessor = 1024;
   p->major = 9;
   p->minor = 0;

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <type_traits>
 #include "mithril_ops.h"
+#include "mr_cuda_plan.h"
 
 #if defined(MR_CUDA_EMULATE)
 #define MR_LAUNCH(kernel, grid, block, stream, ...) mr_emu_launch(#kernel, kernel, grid, block, stream, __VA_ARGS__)
@@ -56,23 +57,11 @@
 #define MR_NO_UNROLL
 #endif
 
-#define MR_THREADS 256 /* block size of the generated loop kernels */
-#define MR_MAX_GRID 2048
-
 /* Blocks for a grid-stride loop over n items, MR_THREADS threads a block. */
-static inline unsigned mr_blocks(int64_t n)
-{
-    const int64_t b = (n + MR_THREADS - 1) / MR_THREADS;
-    return b < 1 ? 1u : (b > MR_MAX_GRID ? (unsigned)MR_MAX_GRID : (unsigned)b);
-}
+static inline unsigned mr_blocks(int64_t n) { return (unsigned)mr_plan_stride_blocks(n, MR_THREADS); }
 
 /* Blocks for n warp-sized work items (MR_THREADS / 32 warps a block). */
-static inline unsigned mr_warp_blocks(int64_t n)
-{
-    const int64_t per = MR_THREADS / 32;
-    const int64_t b = (n + per - 1) / per;
-    return b < 1 ? 1u : (b > MR_MAX_GRID ? (unsigned)MR_MAX_GRID : (unsigned)b);
-}
+static inline unsigned mr_warp_blocks(int64_t n) { return (unsigned)mr_plan_stride_blocks(n, MR_THREADS / 32); }
 
 struct mr_no_epilogue {
     __device__ void operator()(int64_t, int64_t, int64_t) const {}
@@ -132,18 +121,23 @@ static inline bool mr_aligned16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* Whether p is 16-byte aligned, in a kernel (the host decides mr_aligned16's answers). */
+static __device__ __forceinline__ bool mr_aligned16_dev(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* ------------------------------------------------------------------------------------ */
 /* Tiled matrix product core (GEMM and implicit-GEMM convolution)                       */
 /* ------------------------------------------------------------------------------------ */
 
 /*
- * Tiling. A block of 256 threads computes a 128 x 64 tile of C, stepping through K 16 at
- * a time; each thread owns an 8 x 4 register tile (rows ty*8.., columns tx*4.., with
- * ty = tid / 16, tx = tid % 16). Per K step a thread reads 8 + 4 floats of shared memory
- * (three float4 loads) for 32 FMAs. A warp's A reads are two broadcast addresses and its
- * B reads 16 consecutive float4s, so neither conflicts. 128 x 64 (not 128 x 128) keeps
- * the accumulators at 32 registers -- two blocks an SM without spills -- and wastes less
- * on the small matrices of inference (a 64-wide N edge).
+ * Tiling. mr_cuda_plan.h's MR_TILE_LIST names the tile kernels (128 x 128 down to 32 x 32)
+ * and its planner picks one per call. A block computes a BM x BN tile of C, stepping
+ * through K 16 at a time; each thread owns a TM x TN register tile made of 4 x 4 squares:
+ * its rows are ty*4.. in each of the TM/4 bands of BM/(TM/4) rows, its columns tx*4.. in
+ * each of the TN/4 bands of BN/(TN/4) columns (tx = tid % (BN/TN), ty = tid / (BN/TN)).
+ * Per K step a thread reads (TM + TN) / 4 float4s of shared memory for TM*TN FMAs. A
+ * warp's A reads are a few broadcast addresses and its B reads consecutive float4s, so
+ * neither conflicts. Larger tiles reuse each loaded element more; smaller ones give a
+ * small product enough blocks to fill the GPU.
  *
  * Shared memory holds both tiles K-major (sm.a[k][m], sm.b[k][n]), so the inner loop's
  * reads are contiguous whatever the operands' layouts; the loaders transpose on the way
@@ -151,33 +145,55 @@ static inline bool mr_aligned16(const void *p)
  * issued the global loads of the next K tile into registers (loader.load), and writes them
  * to the other buffer afterwards (loader.store); one __syncthreads a K step.
  *
- * Edges: loaders zero-fill rows, columns and K beyond the matrix (so the FMAs need no
- * guards), and the stores are guarded, so any m, n, k >= 0 works.
+ * Split-K (the plan's split > 1): blocks along x are (K slice, column tile); each runs its slice's
+ * K range and writes the raw sums to the scratch partials [slice][batch][m][n]; a second
+ * kernel adds the slices in slice order, stores and runs the epilogue. The same plan
+ * gives the same bits on every run.
+ *
+ * Edges: loaders zero-fill rows, columns and K beyond the matrix (or the slice), so the
+ * FMAs need no guards, and the stores are guarded: any m, n, k >= 0 works.
  */
-#define MR_GEMM_BM 128
-#define MR_GEMM_BN 64
-#define MR_GEMM_BK 16
-#define MR_GEMM_TM 8
-#define MR_GEMM_TN 4
+template <int T> struct mr_tile;
+#define MR_TILE_TRAITS(i, bm, bn, tm, tn, rate)                                                                   \
+    template <> struct mr_tile<i> {                                                                               \
+        static constexpr int BM = bm, BN = bn, TM = tm, TN = tn, THREADS = (bm / tm) * (bn / tn);                 \
+        /* one block an SM at least: ptxas takes the registers it needs (no spills; the    \
+         * 128 that two 256-thread blocks an SM would allow spill with split-K's state) */ \
+        static constexpr int MIN_BLOCKS = 1;                                                 \
+    };
+MR_TILE_LIST(MR_TILE_TRAITS)
+#undef MR_TILE_TRAITS
 
-struct alignas(16) mr_gemm_smem {
-    float a[2][MR_GEMM_BK][MR_GEMM_BM];
-    float b[2][MR_GEMM_BK][MR_GEMM_BN];
+/* The row (column) of a block's tile that a thread's register row i (column j) holds. */
+template <class Tl> static __device__ __forceinline__ int mr_tile_row(int i, int ty)
+{
+    return (i / 4) * (Tl::BM / (Tl::TM / 4)) + ty * 4 + i % 4;
+}
+template <class Tl> static __device__ __forceinline__ int mr_tile_col(int j, int tx)
+{
+    return (j / 4) * (Tl::BN / (Tl::TN / 4)) + tx * 4 + j % 4;
+}
+
+template <int BM, int BN> struct alignas(16) mr_gemm_smem {
+    float a[2][MR_GEMM_BK][BM];
+    float b[2][MR_GEMM_BK][BN];
 };
 
 /*
  * Loads one operand tile (BX rows of the operand's "outer" axis -- m for A, n for B --
- * by MR_GEMM_BK along K) from a strided matrix: element (x, kk) is p[x*sx + kk*sk].
- * Each thread moves BX*BK/256 elements as chunks of 4 consecutive elements, either along
- * K (ALONG_K: A row-major, or B stored transposed) or along x (A transposed, B
- * row-major), chosen by the host so the chunks follow the smaller stride. When that
- * stride is 1 and the addresses are 16-byte aligned (vec), a whole chunk inside the
- * matrix is one float4 load; chunks on an edge, and other layouts, load scalars.
- * Along K, consecutive threads take consecutive rows (x), so the transposing stores
- * into sm[k][x] hit consecutive banks.
+ * by MR_GEMM_BK along K) from a strided matrix: element (x, kk) is p[x*sx + kk*sk], K
+ * ending at k (the matrix's, or a split-K slice's). Each of THREADS threads moves
+ * BX*BK/THREADS elements as chunks of 4 consecutive elements, either along K (ALONG_K: A
+ * row-major, or B stored transposed) or along x (A transposed, B row-major), chosen by
+ * the host so the chunks follow the smaller stride. When that stride is 1 and the
+ * addresses are 16-byte aligned (vec), a whole chunk inside the matrix is one float4
+ * load; chunks on an edge, and other layouts, load scalars. Along K, consecutive threads
+ * take consecutive rows (x), so the transposing stores into sm[k][x] hit consecutive
+ * banks.
  */
-template <int BX, bool ALONG_K> struct mr_ld_strided {
-    static constexpr int CHUNKS = BX * MR_GEMM_BK / 4 / MR_THREADS;
+template <int BX, bool ALONG_K, int THREADS = MR_THREADS> struct mr_ld_strided {
+    static constexpr int CHUNKS = BX * MR_GEMM_BK / 4 / THREADS;
+    static_assert(CHUNKS >= 1 && CHUNKS * THREADS * 4 == BX * MR_GEMM_BK, "a tile's chunks split evenly over the threads");
     const float *row[CHUNKS]; /* chunk c's first element at K = 0 (x fixed for the whole K loop) */
     int64_t sx, sk, k;
     int nx[CHUNKS]; /* how many of chunk c's x positions lie inside the matrix (along K: 0 or 1) */
@@ -187,7 +203,7 @@ template <int BX, bool ALONG_K> struct mr_ld_strided {
     /* chunk c's first element: (x, kk) */
     __device__ __forceinline__ static void chunk(int c, int &x, int &kk)
     {
-        const int q = (int)threadIdx.x + c * MR_THREADS;
+        const int q = (int)threadIdx.x + c * THREADS;
         if (ALONG_K) {
             x = q % BX;
             kk = (q / BX) * 4;
@@ -276,45 +292,52 @@ MR_UNROLL
 };
 
 /*
- * The K loop: acc = A tile (rows m0..) x B tile (columns n0..) over all of K, with the
- * loaders' next-tile loads in flight during each tile's FMAs (see "Tiling" above).
- * k == 0 leaves acc zero. All threads of the block must call it (it synchronises).
+ * The K loop of a Tl tile: acc = A tile (rows m0..) x B tile (columns n0..) over K from
+ * k0 to k1 (the loaders zero-fill from k1 on), with the loaders' next-tile loads in
+ * flight during each tile's FMAs (see "Tiling" above). An empty range leaves acc zero.
+ * All threads of the block must call it (it synchronises).
  */
-template <class LA, class LB>
-static __device__ __forceinline__ void mr_mm_mainloop(LA &la, LB &lb, int64_t k, mr_gemm_smem &sm,
-                                                      float (&acc)[MR_GEMM_TM][MR_GEMM_TN])
+template <class Tl, class LA, class LB>
+static __device__ __forceinline__ void mr_mm_mainloop(LA &la, LB &lb, int64_t k0, int64_t k1,
+                                                      mr_gemm_smem<Tl::BM, Tl::BN> &sm, float (&acc)[Tl::TM][Tl::TN])
 {
-    const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
+    constexpr int TM = Tl::TM, TN = Tl::TN, RB = Tl::BM / (TM / 4), CB = Tl::BN / (TN / 4);
+    const int tx = (int)threadIdx.x % (Tl::BN / TN), ty = (int)threadIdx.x / (Tl::BN / TN);
 MR_UNROLL
-    for (int i = 0; i < MR_GEMM_TM; ++i)
+    for (int i = 0; i < TM; ++i)
 MR_UNROLL
-        for (int j = 0; j < MR_GEMM_TN; ++j) acc[i][j] = 0.0f;
-    const int64_t tiles = (k + MR_GEMM_BK - 1) / MR_GEMM_BK;
-    if (tiles == 0) return;
-    la.load(0);
-    lb.load(0);
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    if (k1 <= k0) return;
+    la.load(k0);
+    lb.load(k0);
     la.store(sm.a[0]);
     lb.store(sm.b[0]);
     __syncthreads();
-    for (int64_t t = 0; t < tiles; ++t) {
-        const int cur = (int)(t & 1);
-        const bool more = t + 1 < tiles;
+    int cur = 0;
+    for (int64_t kt = k0; kt < k1; kt += MR_GEMM_BK, cur ^= 1) {
+        const bool more = kt + MR_GEMM_BK < k1;
         /* issue the next tile's global loads now; they land while we compute */
         if (more) {
-            la.load((t + 1) * MR_GEMM_BK);
-            lb.load((t + 1) * MR_GEMM_BK);
+            la.load(kt + MR_GEMM_BK);
+            lb.load(kt + MR_GEMM_BK);
         }
 MR_UNROLL
         for (int kk = 0; kk < MR_GEMM_BK; ++kk) {
-            const float4 a0 = mr_cu_ld4(&sm.a[cur][kk][ty * MR_GEMM_TM]);
-            const float4 a1 = mr_cu_ld4(&sm.a[cur][kk][ty * MR_GEMM_TM + 4]);
-            const float4 bv = mr_cu_ld4(&sm.b[cur][kk][tx * MR_GEMM_TN]);
-            const float av[MR_GEMM_TM] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const float bw[MR_GEMM_TN] = {bv.x, bv.y, bv.z, bv.w};
+            float av[TM], bw[TN];
 MR_UNROLL
-            for (int i = 0; i < MR_GEMM_TM; ++i)
+            for (int g = 0; g < TM / 4; ++g) {
+                const float4 v = mr_cu_ld4(&sm.a[cur][kk][g * RB + ty * 4]);
+                av[g * 4] = v.x, av[g * 4 + 1] = v.y, av[g * 4 + 2] = v.z, av[g * 4 + 3] = v.w;
+            }
 MR_UNROLL
-                for (int j = 0; j < MR_GEMM_TN; ++j) acc[i][j] = fmaf(av[i], bw[j], acc[i][j]);
+            for (int g = 0; g < TN / 4; ++g) {
+                const float4 v = mr_cu_ld4(&sm.b[cur][kk][g * CB + tx * 4]);
+                bw[g * 4] = v.x, bw[g * 4 + 1] = v.y, bw[g * 4 + 2] = v.z, bw[g * 4 + 3] = v.w;
+            }
+MR_UNROLL
+            for (int i = 0; i < TM; ++i)
+MR_UNROLL
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bw[j], acc[i][j]);
         }
         /* the other buffer was last read in the previous step, before its barrier */
         if (more) {
@@ -322,6 +345,25 @@ MR_UNROLL
             lb.store(sm.b[cur ^ 1]);
         }
         __syncthreads();
+    }
+}
+
+/* A split-K block's raw sums into its slice of the partials (rows m and columns n of
+ * the implicit matrix, the tile at (m0, n0)), for the reduction kernel to add. */
+template <class Tl>
+static __device__ __forceinline__ void mr_store_partial(float *part, int64_t m, int64_t n, int64_t m0, int64_t n0,
+                                                        const float (&acc)[Tl::TM][Tl::TN])
+{
+    const int tx = (int)threadIdx.x % (Tl::BN / Tl::TN), ty = (int)threadIdx.x / (Tl::BN / Tl::TN);
+MR_UNROLL
+    for (int i = 0; i < Tl::TM; ++i) {
+        const int64_t row = m0 + mr_tile_row<Tl>(i, ty);
+        if (row >= m) continue;
+MR_UNROLL
+        for (int j = 0; j < Tl::TN; ++j) {
+            const int64_t col = n0 + mr_tile_col<Tl>(j, tx);
+            if (col < n) part[row * n + col] = acc[i][j];
+        }
     }
 }
 
@@ -357,6 +399,10 @@ static __device__ __forceinline__ void mr_batch_offsets(const mr_batch &bt, int6
 /* GEMM                                                                                 */
 /* ------------------------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------------------------ */
+/* GEMM                                                                                 */
+/* ------------------------------------------------------------------------------------ */
+
 struct mr_gemm_args {
     int64_t m, n, k;
     const float *a;
@@ -367,64 +413,97 @@ struct mr_gemm_args {
     int64_t c_rs, c_cs;
     int64_t nbatch;
     int a_vec, b_vec, c_vec; /* float4 paths allowed (stride 1 along the chunk, 16-byte aligned) */
+    int64_t split, kslice;   /* K slices and the K of each (split 1: kslice = k) */
+    float *part;             /* split-K's partial sums: [split][nbatch][m][n] */
 };
 
-/* Tiled GEMM: block (x, y, z) = (column tile, row tile, batch), y and z grid-striding
- * past the grid limit of 65535. */
-template <class Ep, bool A_ALONG_K, bool B_ALONG_K>
-static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2) mr_k_sgemm(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+/* Tiled GEMM with tile T: block (x, y, z) = (K slice x column tiles + column tile, row
+ * tile, batch index), y and z grid-striding past the grid limit of 65535. */
+template <class Ep, int T, bool A_ALONG_K, bool B_ALONG_K>
+static __global__ void MR_LAUNCH_BOUNDS(mr_tile<T>::THREADS, mr_tile<T>::MIN_BLOCKS)
+mr_k_sgemm(const mr_gemm_args p, const mr_batch bt, const Ep ep)
 {
-    __shared__ mr_gemm_smem sm;
-    const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
-    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
-    const int64_t mtiles = (p.m + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    typedef mr_tile<T> Tl;
+    __shared__ mr_gemm_smem<Tl::BM, Tl::BN> sm;
+    const int tx = (int)threadIdx.x % (Tl::BN / Tl::TN), ty = (int)threadIdx.x / (Tl::BN / Tl::TN);
+    const unsigned ntiles = (unsigned)((p.n + Tl::BN - 1) / Tl::BN), slice = blockIdx.x / ntiles;
+    const int64_t n0 = (int64_t)(blockIdx.x - slice * ntiles) * Tl::BN;
+    const int64_t mtiles = (p.m + Tl::BM - 1) / Tl::BM;
+    const int64_t k0 = slice * p.kslice, k1 = k0 + p.kslice < p.k ? k0 + p.kslice : p.k;
     for (int64_t nb = blockIdx.z; nb < p.nbatch; nb += gridDim.z) {
         int64_t oa, ob, oc;
         mr_batch_offsets(bt, nb, oa, ob, oc);
         for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
-            const int64_t m0 = mt * MR_GEMM_BM;
-            mr_ld_strided<MR_GEMM_BM, A_ALONG_K> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, p.k, p.a_vec);
-            mr_ld_strided<MR_GEMM_BN, B_ALONG_K> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, p.k, p.b_vec);
-            float acc[MR_GEMM_TM][MR_GEMM_TN];
-            mr_mm_mainloop(la, lb, p.k, sm, acc);
-            const int64_t col0 = n0 + tx * MR_GEMM_TN;
+            const int64_t m0 = mt * Tl::BM;
+            mr_ld_strided<Tl::BM, A_ALONG_K, Tl::THREADS> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, k1, p.a_vec);
+            mr_ld_strided<Tl::BN, B_ALONG_K, Tl::THREADS> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, k1, p.b_vec);
+            float acc[Tl::TM][Tl::TN];
+            mr_mm_mainloop<Tl>(la, lb, k0, k1, sm, acc);
+            /* a slice's raw sums go to its partials ([m][n], row-major), C's to C */
+            const bool part = p.split > 1;
+            float *const c = part ? p.part + (slice * p.nbatch + nb) * p.m * p.n : p.c + oc;
+            const int64_t c_rs = part ? p.n : p.c_rs, c_cs = part ? 1 : p.c_cs;
+            const bool vec = part ? (p.n % 4 == 0 && mr_aligned16_dev(p.part)) : p.c_vec;
 MR_UNROLL
-            for (int i = 0; i < MR_GEMM_TM; ++i) {
-                const int64_t row = m0 + ty * MR_GEMM_TM + i;
-                if (row >= p.m) break;
-                float *cr = p.c + oc + row * p.c_rs;
-                if (p.c_vec && col0 + 3 < p.n) {
-                    mr_cu_st4(cr + col0, acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-                } else {
+            for (int i = 0; i < Tl::TM; ++i) {
+                const int64_t row = m0 + mr_tile_row<Tl>(i, ty);
+                if (row >= p.m) continue;
+                float *cr = c + row * c_rs;
 MR_UNROLL
-                    for (int j = 0; j < MR_GEMM_TN; ++j)
-                        if (col0 + j < p.n) cr[(col0 + j) * p.c_cs] = acc[i][j];
+                for (int g = 0; g < Tl::TN / 4; ++g) {
+                    const int64_t col0 = n0 + mr_tile_col<Tl>(g * 4, tx);
+                    if (vec && col0 + 3 < p.n) {
+                        mr_cu_st4(cr + col0, acc[i][g * 4], acc[i][g * 4 + 1], acc[i][g * 4 + 2], acc[i][g * 4 + 3]);
+                    } else {
+MR_UNROLL
+                        for (int e = 0; e < 4; ++e)
+                            if (col0 + e < p.n) cr[(col0 + e) * c_cs] = acc[i][g * 4 + e];
+                    }
                 }
-                if (!std::is_same<Ep, mr_no_epilogue>::value) {
+                if (!std::is_same<Ep, mr_no_epilogue>::value && !part) {
 MR_UNROLL
-                    for (int j = 0; j < MR_GEMM_TN; ++j)
-                        if (col0 + j < p.n) ep(nb, row, col0 + j);
+                    for (int j = 0; j < Tl::TN; ++j) {
+                        const int64_t col = n0 + mr_tile_col<Tl>(j, tx);
+                        if (col < p.n) ep(nb, row, col);
+                    }
                 }
             }
         }
     }
 }
 
-/*
- * m <= 4 (batch-1 inference: a GEMV): the 128-row tile would waste 97% of its FMAs, so
- * each output column j gets its own warp (lanes split K, then a shuffle reduction) for B
- * stored K-contiguous or few columns, or its own thread (consecutive threads read
- * consecutive columns of a row-major B, coalesced) otherwise. Items are (batch, j) pairs.
- */
-#define MR_GEMV_MAX_M 4
-
+/* Split-K's second kernel: a thread an element of C adds its partial sums in slice order,
+ * stores the sum and runs the epilogue. */
 template <class Ep>
-static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1)
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_sgemm_splitk(const mr_gemm_args p, const mr_batch bt, const Ep ep)
+{
+    const int64_t mn = p.m * p.n, total = p.nbatch * mn;
+    const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
+    for (int64_t idx = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; idx < total; idx += stride) {
+        const int64_t nb = idx / mn, r = idx - nb * mn, i = r / p.n, j = r - i * p.n;
+        float s = p.part[idx];
+        for (int64_t sl = 1; sl < p.split; ++sl) s += p.part[sl * total + idx];
+        int64_t oa, ob, oc;
+        mr_batch_offsets(bt, nb, oa, ob, oc);
+        p.c[oc + i * p.c_rs + j * p.c_cs] = s;
+        ep(nb, i, j);
+    }
+}
+
+/*
+ * m <= MR_GEMV_MAX_M (batch-1 inference: a GEMV): a tile of 32 or more rows would waste
+ * most of its FMAs, so each output column j gets its own warp (lanes split K, then a
+ * shuffle reduction) for B stored K-contiguous or few columns, or its own thread
+ * (consecutive threads read consecutive columns of a row-major B, coalesced) otherwise.
+ * Items are (batch, j) pairs.
+ */
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_GEMV_WARP_THREADS, 1)
 mr_k_gemv_warp(const mr_gemm_args p, const mr_batch bt, const Ep ep)
 {
     const int lane = (int)threadIdx.x % 32;
-    const int64_t warps = (int64_t)gridDim.x * (MR_THREADS / 32);
-    for (int64_t item = (int64_t)blockIdx.x * (MR_THREADS / 32) + threadIdx.x / 32; item < p.nbatch * p.n;
+    const int64_t warps = (int64_t)gridDim.x * (MR_GEMV_WARP_THREADS / 32);
+    for (int64_t item = (int64_t)blockIdx.x * (MR_GEMV_WARP_THREADS / 32) + threadIdx.x / 32; item < p.nbatch * p.n;
          item += warps) {
         const int64_t nb = item / p.n, j = item - nb * p.n;
         int64_t oa, ob, oc;
@@ -480,6 +559,7 @@ MR_UNROLL
     }
 }
 
+
 static inline int64_t mr_abs64(int64_t v) { return v < 0 ? -v : v; }
 
 /* Whether an operand's chunks run along K (see mr_ld_strided): along the unit stride if
@@ -525,18 +605,63 @@ static inline bool mr_gemm_setup(mr_gemm_args &p, mr_batch &bt, bool &ak, bool &
     p.a_vec = mr_vec_ok(a, ak, a_rs, a_cs, &bt, bt.a);
     p.b_vec = mr_vec_ok(b, bk, b_cs, b_rs, &bt, bt.b);
     p.c_vec = mr_vec_ok(c, false, c_cs, c_rs, &bt, bt.c);
+    p.split = 1, p.kslice = p.k, p.part = NULL;
     return true;
+}
+
+
+/* Where split-K's partial sums go: `floats` floats of device memory (a model's lie past
+ * its arena). Empty ({NULL, 0}): no split. */
+struct mr_scratch {
+    float *p;
+    int64_t floats;
+};
+
+/* The current device's SM count, which the plans fill (1 if it cannot be read). */
+static inline int mr_device_sms()
+{
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 1;
+    return sms < 1 ? 1 : sms;
+}
+
+/* The flat batch count of a product (1 without a batch). */
+static inline int64_t mr_batch_count(const mr_batch *batch)
+{
+    int64_t nb = 1;
+    for (int d = 0; batch && d < batch->rank; ++d) nb *= batch->ext[d];
+    return nb;
+}
+
+/* f(std::integral_constant<int, t>()) for the tile kernel t, if MASK lets the caller
+ * instantiate it (a model instantiates the tiles its plans may choose); otherwise
+ * cudaErrorInvalidValue. */
+template <unsigned MASK, class F> static cudaError_t mr_with_tile(int t, F f)
+{
+#define MR_TILE_DISPATCH(i, bm, bn, tm, tn, rate)                                      \
+    case i:                                                                            \
+        if constexpr ((MASK & (1u << i)) != 0) return f(std::integral_constant<int, i>()); \
+        break;
+    switch (t) {
+        MR_TILE_LIST(MR_TILE_DISPATCH)
+    default: break;
+    }
+#undef MR_TILE_DISPATCH
+    return cudaErrorInvalidValue;
 }
 
 /*
  * C[i*c_rs + j*c_cs] = sum_k A[i*a_rs + k*a_cs] * B[k*b_rs + j*b_cs], f32 with fused
- * multiply-adds (no TF32), for each batch index (batch NULL: one product); then ep(nb, i, j)
- * by the thread that stored element (i, j).
+ * multiply-adds (no TF32), for each batch index (batch NULL: one product), as plan `pl`
+ * (mr_plan_gemm of this product) says; then ep(nb, i, j) by the thread that stored
+ * element (i, j). part: the partial sums' scratch when pl splits K.
  */
-template <class Ep>
-static cudaError_t mr_cuda_sgemm(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
-                                 int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t c_rs,
-                                 int64_t c_cs, const mr_batch *batch, Ep ep)
+template <unsigned MASK = MR_PLAN_ALL, class Ep>
+static cudaError_t mr_cuda_sgemm_planned(cudaStream_t s, const mr_plan &pl, int64_t m, int64_t n, int64_t k,
+                                         const float *a, int64_t a_rs, int64_t a_cs, const float *b, int64_t b_rs,
+                                         int64_t b_cs, float *c, int64_t c_rs, int64_t c_cs, const mr_batch *batch,
+                                         float *part, Ep ep)
 {
     typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
     mr_batch bt;
@@ -544,23 +669,45 @@ static cudaError_t mr_cuda_sgemm(cudaStream_t s, int64_t m, int64_t n, int64_t k
     bool ak, bk;
     if (!mr_gemm_setup(p, bt, ak, bk, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch))
         return cudaGetLastError();
-    if (m <= MR_GEMV_MAX_M) {
-        const int64_t items = p.nbatch * n;
-        if (mr_abs64(b_rs) <= mr_abs64(b_cs) || items < 4096) {
-            kernel_t kern = mr_k_gemv_warp<Ep>;
-            MR_LAUNCH(kern, dim3(mr_warp_blocks(items)), dim3(MR_THREADS), s, p, bt, ep);
-        } else {
-            kernel_t kern = mr_k_gemv_thread<Ep>;
-            MR_LAUNCH(kern, dim3(mr_blocks(items)), dim3(MR_THREADS), s, p, bt, ep);
-        }
+    const dim3 grid((unsigned)pl.grid[0], (unsigned)pl.grid[1], (unsigned)pl.grid[2]);
+    kernel_t kern = NULL;
+    switch (pl.kind) {
+    case MR_PLAN_GEMV_WARP: kern = mr_k_gemv_warp<Ep>; break;
+    case MR_PLAN_GEMV_THREAD: kern = mr_k_gemv_thread<Ep>; break;
+    case MR_PLAN_TILED: break;
+    default: return cudaErrorInvalidValue;
+    }
+    if (kern) {
+        MR_LAUNCH(kern, grid, dim3((unsigned)pl.threads), s, p, bt, ep);
         return cudaGetLastError();
     }
-    const int64_t mt = (m + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (n + MR_GEMM_BN - 1) / MR_GEMM_BN;
-    const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(p.nbatch < 65535 ? p.nbatch : 65535));
-    kernel_t kern = ak ? (bk ? mr_k_sgemm<Ep, true, true> : mr_k_sgemm<Ep, true, false>)
-                       : (bk ? mr_k_sgemm<Ep, false, true> : mr_k_sgemm<Ep, false, false>);
-    MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, bt, ep);
+    if (pl.split > 1) {
+        if (!part) return cudaErrorInvalidValue;
+        p.split = pl.split, p.kslice = pl.kslice, p.part = part;
+    }
+    const cudaError_t e = mr_with_tile<MASK>(pl.tile, [&](auto tile) {
+        constexpr int T = decltype(tile)::value;
+        kernel_t kt = ak ? (bk ? mr_k_sgemm<Ep, T, true, true> : mr_k_sgemm<Ep, T, true, false>)
+                         : (bk ? mr_k_sgemm<Ep, T, false, true> : mr_k_sgemm<Ep, T, false, false>);
+        MR_LAUNCH(kt, grid, dim3(mr_tile<T>::THREADS), s, p, bt, ep);
+        return cudaGetLastError();
+    });
+    if (e != cudaSuccess || p.split == 1) return e;
+    kernel_t reduce = mr_k_sgemm_splitk<Ep>;
+    MR_LAUNCH(reduce, dim3(mr_blocks(p.nbatch * m * n)), dim3(MR_THREADS), s, p, bt, ep);
     return cudaGetLastError();
+}
+
+/* mr_cuda_sgemm_planned as planned for the current device, among the kernels MASK
+ * allows, partial sums in `scratch`. */
+template <unsigned MASK = MR_PLAN_ALL, class Ep>
+static cudaError_t mr_cuda_sgemm(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                                 int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t c_rs,
+                                 int64_t c_cs, const mr_batch *batch, mr_scratch scratch, Ep ep)
+{
+    const mr_plan pl = mr_plan_gemm(m, n, k, mr_batch_count(batch), b_rs, b_cs, 0, mr_device_sms(), MASK,
+                                    scratch.p ? scratch.floats : 0);
+    return mr_cuda_sgemm_planned<MASK>(s, pl, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, scratch.p, ep);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -576,28 +723,34 @@ struct mr_conv_args {
     int64_t K;     /* cg * kh * kw */
     int64_t ncols; /* n * oh * ow: the implicit GEMM's columns */
     int w_vec;     /* float4 weight loads allowed (K % 4 == 0, aligned) */
+    int64_t split, kslice; /* K slices and the K of each (split 1: kslice = K) */
+    float *part;           /* split-K's partial sums: [split][groups][M][ncols] */
 };
 
 /*
- * The implicit GEMM's B tile: row kk = (ic*kh + ky)*kw + kx of the group's im2col matrix,
- * column = (b*oh + y)*ow + x. Each thread owns one column (tid % 64) and 4 consecutive
- * rows (tid / 64 * 4..): the column's image, y*sh - ph and x*sw - pw are worked out once,
- * and each tile decodes its first row once and steps (ic, ky, kx) on, so the per-element
- * work is one bounds test. A warp reads 32 consecutive output positions of one tap:
- * coalesced for stride 1.
+ * The implicit GEMM's B tile (MR_GEMM_BK x BN, THREADS threads): row kk = (ic*kh + ky)*kw
+ * + kx of the group's im2col matrix, column = (b*oh + y)*ow + x. Each thread owns one
+ * column (tid % BN) and R consecutive rows (tid / BN * R..): the column's image,
+ * y*sh - ph and x*sw - pw are worked out once, and each tile decodes its first row once
+ * and steps (ic, ky, kx) on, so the per-element work is one bounds test. A warp reads 32
+ * consecutive output positions of one tap: coalesced for stride 1. K ends at kend (the
+ * matrix's, or a split-K slice's).
  */
-struct mr_ld_im2col {
+template <int BN, int THREADS> struct mr_ld_im2col {
+    static constexpr int R = BN * MR_GEMM_BK / THREADS;
+    static_assert(R >= 1 && R * THREADS == BN * MR_GEMM_BK, "the tile's rows split evenly over the threads");
     const float *xb; /* the column's image, at the group's first channel */
     int iy0, ix0;
     bool valid;
     int kr0;
-    float r[4];
+    int64_t kend;
+    float r[R];
 
-    __device__ __forceinline__ mr_ld_im2col(const mr_conv_args &p, int64_t g, int64_t n0)
+    __device__ __forceinline__ mr_ld_im2col(const mr_conv_args &p, int64_t g, int64_t n0, int64_t kend_) : kend(kend_)
     {
-        const int64_t col = n0 + (int)threadIdx.x % MR_GEMM_BN;
+        const int64_t col = n0 + (int)threadIdx.x % BN;
         const int64_t ohw = p.oh * p.ow;
-        kr0 = ((int)threadIdx.x / MR_GEMM_BN) * 4;
+        kr0 = ((int)threadIdx.x / BN) * R;
         valid = col < p.ncols;
         const int64_t b = valid ? col / ohw : 0, pos = col - b * ohw;
         const int64_t y = pos / p.ow, x = pos - y * p.ow;
@@ -614,9 +767,9 @@ struct mr_ld_im2col {
         const int rem = (int)(kidx - (int64_t)ic * khw);
         int ky = rem / kw, kx = rem - ky * kw;
 MR_UNROLL
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < R; ++e) {
             float v = 0.0f;
-            if (valid && kidx + e < p.K) {
+            if (valid && kidx + e < kend) {
                 const int iy = iy0 + ky * (int)p.dh, ix = ix0 + kx * (int)p.dw;
                 if ((unsigned)iy < (unsigned)p.h && (unsigned)ix < (unsigned)p.wd)
                     v = xb[(ic * p.h + iy) * p.wd + ix];
@@ -629,72 +782,80 @@ MR_UNROLL
         }
     }
 
-    __device__ __forceinline__ void store(float (*s)[MR_GEMM_BN]) const
+    __device__ __forceinline__ void store(float (*s)[BN]) const
     {
-        const int col = (int)threadIdx.x % MR_GEMM_BN;
+        const int col = (int)threadIdx.x % BN;
 MR_UNROLL
-        for (int e = 0; e < 4; ++e) s[kr0 + e][col] = r[e];
+        for (int e = 0; e < R; ++e) s[kr0 + e][col] = r[e];
     }
 
     /* store, rounded to the tensor-core kernels' format, into a padded tile */
     template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
     {
-        const int col = (int)threadIdx.x % MR_GEMM_BN;
+        const int col = (int)threadIdx.x % BN;
 MR_UNROLL
-        for (int e = 0; e < 4; ++e) s[kr0 + e][col] = F::cvt(r[e]);
+        for (int e = 0; e < R; ++e) s[kr0 + e][col] = F::cvt(r[e]);
     }
 };
 
 /* mr_ld_im2col with the conv's parameters bound, in the loader shape the main loop wants. */
-struct mr_ld_im2col_bound {
-    mr_ld_im2col ld;
+template <int BN, int THREADS> struct mr_ld_im2col_bound {
+    mr_ld_im2col<BN, THREADS> ld;
     const mr_conv_args &p;
-    __device__ __forceinline__ mr_ld_im2col_bound(const mr_conv_args &p_, int64_t g, int64_t n0)
-        : ld(p_, g, n0), p(p_)
+    __device__ __forceinline__ mr_ld_im2col_bound(const mr_conv_args &p_, int64_t g, int64_t n0, int64_t kend)
+        : ld(p_, g, n0, kend), p(p_)
     {
     }
     __device__ __forceinline__ void load(int64_t k0) { ld.load(p, k0); }
-    __device__ __forceinline__ void store(float (*s)[MR_GEMM_BN]) const { ld.store(s); }
+    __device__ __forceinline__ void store(float (*s)[BN]) const { ld.store(s); }
     template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
     {
         ld.template store_cvt<F, LD>(s);
     }
 };
 
-/* Implicit-GEMM convolution: block (x, y, z) = (position tile, output-channel tile,
- * group); rows are the group's output channels (A = its weights, [M, K] row-major),
- * columns all n*oh*ow output positions, so small images still fill the 64-wide tiles. */
-template <class Ep>
-static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 2)
+/* Implicit-GEMM convolution with tile T: block (x, y, z) = (K slice x position tiles +
+ * position tile, output-channel tile, group); rows are the group's output channels (A = its weights,
+ * [M, K] row-major), columns all n*oh*ow output positions, so small images still fill
+ * the tiles. */
+template <class Ep, int T>
+static __global__ void MR_LAUNCH_BOUNDS(mr_tile<T>::THREADS, mr_tile<T>::MIN_BLOCKS)
 mr_k_conv2d(const mr_conv_args p, const Ep ep)
 {
-    __shared__ mr_gemm_smem sm;
-    const int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
-    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
-    const int64_t mtiles = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    typedef mr_tile<T> Tl;
+    __shared__ mr_gemm_smem<Tl::BM, Tl::BN> sm;
+    const int tx = (int)threadIdx.x % (Tl::BN / Tl::TN), ty = (int)threadIdx.x / (Tl::BN / Tl::TN);
+    const unsigned ntiles = (unsigned)((p.ncols + Tl::BN - 1) / Tl::BN), slice = blockIdx.x / ntiles;
+    const int64_t n0 = (int64_t)(blockIdx.x - slice * ntiles) * Tl::BN;
+    const int64_t mtiles = (p.M + Tl::BM - 1) / Tl::BM;
     const int64_t ohw = p.oh * p.ow;
+    const int64_t k0 = slice * p.kslice, k1 = k0 + p.kslice < p.K ? k0 + p.kslice : p.K;
     for (int64_t g = blockIdx.z; g < p.groups; g += gridDim.z) {
         for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
-            const int64_t m0 = mt * MR_GEMM_BM;
-            mr_ld_strided<MR_GEMM_BM, true> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, p.K, p.w_vec);
-            mr_ld_im2col_bound lb(p, g, n0);
-            float acc[MR_GEMM_TM][MR_GEMM_TN];
-            mr_mm_mainloop(la, lb, p.K, sm, acc);
-            /* the thread's 4 columns as (image, position) */
-            int64_t cb[MR_GEMM_TN], cpos[MR_GEMM_TN];
+            const int64_t m0 = mt * Tl::BM;
+            mr_ld_strided<Tl::BM, true, Tl::THREADS> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, k1, p.w_vec);
+            mr_ld_im2col_bound<Tl::BN, Tl::THREADS> lb(p, g, n0, k1);
+            float acc[Tl::TM][Tl::TN];
+            mr_mm_mainloop<Tl>(la, lb, k0, k1, sm, acc);
+            if (p.split > 1) {
+                mr_store_partial<Tl>(p.part + (slice * p.groups + g) * p.M * p.ncols, p.M, p.ncols, m0, n0, acc);
+                continue;
+            }
+            /* the thread's columns as (image, position) */
+            int64_t cb[Tl::TN], cpos[Tl::TN];
 MR_UNROLL
-            for (int j = 0; j < MR_GEMM_TN; ++j) {
-                const int64_t col = n0 + tx * MR_GEMM_TN + j;
+            for (int j = 0; j < Tl::TN; ++j) {
+                const int64_t col = n0 + mr_tile_col<Tl>(j, tx);
                 cb[j] = col / ohw;
                 cpos[j] = col - cb[j] * ohw;
             }
 MR_UNROLL
-            for (int i = 0; i < MR_GEMM_TM; ++i) {
-                const int64_t row = m0 + ty * MR_GEMM_TM + i;
-                if (row >= p.M) break;
+            for (int i = 0; i < Tl::TM; ++i) {
+                const int64_t row = m0 + mr_tile_row<Tl>(i, ty);
+                if (row >= p.M) continue;
                 const int64_t oc = g * p.M + row;
 MR_UNROLL
-                for (int j = 0; j < MR_GEMM_TN; ++j) {
+                for (int j = 0; j < Tl::TN; ++j) {
                     if (cb[j] < p.n) {
                         p.out[(cb[j] * p.o + oc) * ohw + cpos[j]] = acc[i][j];
                         ep(cb[j], oc, cpos[j]);
@@ -705,6 +866,21 @@ MR_UNROLL
     }
 }
 
+/* Split-K's second kernel for a convolution: a thread an output element (element idx of
+ * the partials' [groups][M][ncols], whose group and row are its output channel). */
+template <class Ep>
+static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_conv2d_splitk(const mr_conv_args p, const Ep ep)
+{
+    const int64_t ohw = p.oh * p.ow, total = p.groups * p.M * p.ncols;
+    const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
+    for (int64_t idx = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; idx < total; idx += stride) {
+        const int64_t oc = idx / p.ncols, col = idx - oc * p.ncols, b = col / ohw, pos = col - b * ohw;
+        float s = p.part[idx];
+        for (int64_t sl = 1; sl < p.split; ++sl) s += p.part[sl * total + idx];
+        p.out[(b * p.o + oc) * ohw + pos] = s;
+        ep(b, oc, pos);
+    }
+}
 /* Few output channels a group (depthwise convolution: one): the GEMM tile would be
  * mostly idle rows, so one thread per output element sums its taps directly. */
 template <class Ep>
@@ -738,8 +914,6 @@ mr_k_conv2d_direct(const mr_conv_args p, const Ep ep)
     }
 }
 
-/* Output channels a group up to which the direct kernel beats the 128-row tile. */
-#define MR_CONV_DIRECT_MAX_M 4
 
 /*
  * What mr_cuda_conv2d and mr_cuda_conv2d_tc run. A 1x1, stride 1, unpadded convolution of
@@ -753,7 +927,7 @@ static inline bool mr_conv_setup(mr_conv_args &p, mr_batch &bt, const float *x, 
                                  int64_t groups)
 {
     const int64_t ohw = oh * ow;
-    if (kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && groups == 1 && oh == h && ow == wd) {
+    if (mr_conv_is_gemm(h, wd, kh, kw, oh, ow, sh, sw, ph, pw, groups)) {
         bt.rank = 1;
         bt.ext[0] = n;
         bt.a[0] = 0;
@@ -770,27 +944,22 @@ static inline bool mr_conv_setup(mr_conv_args &p, mr_batch &bt, const float *x, 
     p.K = p.cg * kh * kw;
     p.ncols = n * ohw;
     p.w_vec = mr_aligned16(w) && p.K % 4 == 0;
+    p.split = 1, p.kslice = p.K, p.part = NULL;
     return false;
 }
 
-/* The implicit GEMM's grid: a block per MR_GEMM_BM x MR_GEMM_BN tile of a group's output
- * (x: columns, y: rows), z the groups; each grid-stride loops past 65535. */
-static inline dim3 mr_conv_grid(const mr_conv_args &p)
-{
-    const int64_t mt = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (p.ncols + MR_GEMM_BN - 1) / MR_GEMM_BN;
-    return dim3((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535), (unsigned)(p.groups < 65535 ? p.groups : 65535));
-}
 
 /*
  * out[b, oc, y, x] = sum over ic of oc's group, ky, kx of
  * x[b, ic, y*sh + ky*dh - ph, x*sw + kx*dw - pw] * w[oc, ic - group start, ky, kx],
- * then ep(b, oc, y*ow + x). NCHW contiguous.
+ * then ep(b, oc, y*ow + x). NCHW contiguous. As plan `pl` (mr_plan_conv of this
+ * convolution) says; part: the partial sums' scratch when pl splits K.
  */
-template <class Ep>
-static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w, float *out, int64_t n, int64_t c,
-                                  int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                                  int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-                                  int64_t groups, Ep ep)
+template <unsigned MASK = MR_PLAN_ALL, class Ep>
+static cudaError_t mr_cuda_conv2d_planned(cudaStream_t s, const mr_plan &pl, const float *x, const float *w, float *out,
+                                          int64_t n, int64_t c, int64_t h, int64_t wd, int64_t o, int64_t kh,
+                                          int64_t kw, int64_t oh, int64_t ow, int64_t sh, int64_t sw, int64_t ph,
+                                          int64_t pw, int64_t dh, int64_t dw, int64_t groups, float *part, Ep ep)
 {
     typedef void (*kernel_t)(const mr_conv_args, const Ep);
     if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0 || groups <= 0) return cudaGetLastError();
@@ -798,18 +967,43 @@ static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w
     mr_conv_args p;
     mr_batch bt;
     if (mr_conv_setup(p, bt, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups))
-        return mr_cuda_sgemm(s, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
-    if (p.M <= MR_CONV_DIRECT_MAX_M) {
+        return mr_cuda_sgemm_planned<MASK>(s, pl, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, part, ep);
+    const dim3 grid((unsigned)pl.grid[0], (unsigned)pl.grid[1], (unsigned)pl.grid[2]);
+    if (pl.kind == MR_PLAN_CONV_DIRECT) {
         kernel_t kern = mr_k_conv2d_direct<Ep>;
-        MR_LAUNCH(kern, dim3(mr_blocks(n * o * ohw)), dim3(MR_THREADS), s, p, ep);
+        MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, ep);
         return cudaGetLastError();
     }
-    kernel_t kern = mr_k_conv2d<Ep>;
-    MR_LAUNCH(kern, mr_conv_grid(p), dim3(MR_THREADS), s, p, ep);
+    if (pl.kind != MR_PLAN_TILED) return cudaErrorInvalidValue;
+    if (pl.split > 1) {
+        if (!part) return cudaErrorInvalidValue;
+        p.split = pl.split, p.kslice = pl.kslice, p.part = part;
+    }
+    const cudaError_t e = mr_with_tile<MASK>(pl.tile, [&](auto tile) {
+        constexpr int T = decltype(tile)::value;
+        kernel_t kt = mr_k_conv2d<Ep, T>;
+        MR_LAUNCH(kt, grid, dim3(mr_tile<T>::THREADS), s, p, ep);
+        return cudaGetLastError();
+    });
+    if (e != cudaSuccess || p.split == 1) return e;
+    kernel_t reduce = mr_k_conv2d_splitk<Ep>;
+    MR_LAUNCH(reduce, dim3(mr_blocks(p.groups * p.M * p.ncols)), dim3(MR_THREADS), s, p, ep);
     return cudaGetLastError();
 }
 
-/* ------------------------------------------------------------------------------------ */
+/* mr_cuda_conv2d_planned as planned for the current device, among the kernels MASK
+ * allows, partial sums in `scratch`. */
+template <unsigned MASK = MR_PLAN_ALL, class Ep>
+static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w, float *out, int64_t n, int64_t c,
+                                  int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                  int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                                  int64_t groups, mr_scratch scratch, Ep ep)
+{
+    const mr_plan pl = mr_plan_conv(n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, groups, 0, mr_device_sms(), MASK,
+                                    scratch.p ? scratch.floats : 0);
+    return mr_cuda_conv2d_planned<MASK>(s, pl, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw,
+                                        groups, scratch.p, ep);
+}
 /* Tensor-core GEMM and convolution (reduced precision, sm_80+)                        */
 /* ------------------------------------------------------------------------------------ */
 
@@ -848,11 +1042,13 @@ enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
 #ifndef MR_TC_MIN_BLOCKS
 #define MR_TC_MIN_BLOCKS 2
 #endif
+#define MR_TC_BM 128 /* the tensor-core kernels' tile: 128 x 64 */
+#define MR_TC_BN 64
 #define MR_TC_WARP_M 32 /* a warp's tile: 2 x 2 fragments of 16 x 16 */
 #define MR_TC_WARP_N 32
 
 template <class T> struct alignas(128) mr_tc_smem {
-    static constexpr int LDA = MR_GEMM_BM + 16 / (int)sizeof(T), LDB = MR_GEMM_BN + 16 / (int)sizeof(T);
+    static constexpr int LDA = MR_TC_BM + 16 / (int)sizeof(T), LDB = MR_TC_BN + 16 / (int)sizeof(T);
     T a[2][MR_GEMM_BK][LDA];
     T b[2][MR_GEMM_BK][LDB];
     float stage[MR_THREADS / 32][16 * 16]; /* a warp's accumulator fragment on its way out */
@@ -998,16 +1194,16 @@ mr_k_sgemm_tc(const mr_gemm_args p, const mr_batch bt, const Ep ep)
 #if MR_TC_ARCH_OK
     typedef mr_tc_fmt<P> F;
     __shared__ mr_tc_smem<typename F::T> sm;
-    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
-    const int64_t mtiles = (p.m + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    const int64_t n0 = (int64_t)blockIdx.x * MR_TC_BN;
+    const int64_t mtiles = (p.m + MR_TC_BM - 1) / MR_TC_BM;
     float *stage = sm.stage[threadIdx.x / 32];
     for (int64_t nb = blockIdx.z; nb < p.nbatch; nb += gridDim.z) {
         int64_t oa, ob, oc;
         mr_batch_offsets(bt, nb, oa, ob, oc);
         for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
-            const int64_t m0 = mt * MR_GEMM_BM;
-            mr_ld_strided<MR_GEMM_BM, A_ALONG_K> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, p.k, p.a_vec);
-            mr_ld_strided<MR_GEMM_BN, B_ALONG_K> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, p.k, p.b_vec);
+            const int64_t m0 = mt * MR_TC_BM;
+            mr_ld_strided<MR_TC_BM, A_ALONG_K> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, p.k, p.a_vec);
+            mr_ld_strided<MR_TC_BN, B_ALONG_K> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, p.k, p.b_vec);
             typename mr_tc_frags<F>::C acc[2][2];
             mr_tc_mainloop<F>(la, lb, p.k, sm, acc);
             const mr_tc_out_gemm<Ep> out = {p.c + oc, p.m, p.n, p.c_rs, p.c_cs, nb, m0, n0, ep};
@@ -1028,15 +1224,15 @@ mr_k_conv2d_tc(const mr_conv_args p, const Ep ep)
 #if MR_TC_ARCH_OK
     typedef mr_tc_fmt<P> F;
     __shared__ mr_tc_smem<typename F::T> sm;
-    const int64_t n0 = (int64_t)blockIdx.x * MR_GEMM_BN;
-    const int64_t mtiles = (p.M + MR_GEMM_BM - 1) / MR_GEMM_BM;
+    const int64_t n0 = (int64_t)blockIdx.x * MR_TC_BN;
+    const int64_t mtiles = (p.M + MR_TC_BM - 1) / MR_TC_BM;
     const int64_t ohw = p.oh * p.ow;
     float *stage = sm.stage[threadIdx.x / 32];
     for (int64_t g = blockIdx.z; g < p.groups; g += gridDim.z) {
         for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
-            const int64_t m0 = mt * MR_GEMM_BM;
-            mr_ld_strided<MR_GEMM_BM, true> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, p.K, p.w_vec);
-            mr_ld_im2col_bound lb(p, g, n0);
+            const int64_t m0 = mt * MR_TC_BM;
+            mr_ld_strided<MR_TC_BM, true> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, p.K, p.w_vec);
+            mr_ld_im2col_bound<MR_TC_BN, MR_THREADS> lb(p, g, n0, p.K);
             typename mr_tc_frags<F>::C acc[2][2];
             mr_tc_mainloop<F>(la, lb, p.K, sm, acc);
             const mr_tc_out_conv<Ep> out = {p.out, p.M, p.ncols, ohw, p.o, g, m0, n0, ep};
@@ -1060,30 +1256,30 @@ static inline bool mr_tc_device_ok()
 
 /*
  * mr_cuda_sgemm with the products' operands rounded to P (see mr_precision) and
- * multiplied on tensor cores, f32 accumulation. Falls back to the exact mr_cuda_sgemm for
- * MR_F32, for m <= 4 (the GEMV kernels: tensor cores would idle) and on devices before
- * sm_80; everything else (any strides, batches, edges, k = 0) runs the tensor-core kernel.
- * P is a template argument, as a model's precision is fixed when it is compiled: a
- * model then instantiates the kernels of its one precision, not of all three.
+ * multiplied on tensor cores, f32 accumulation (mr_plan_gemm's MR_PLAN_TENSOR: 128 x 64
+ * tiles, no split). Falls back to the exact mr_cuda_sgemm (MASK, scratch) for MR_F32,
+ * for m <= 4 (the GEMV kernels: tensor cores would idle) and on devices before sm_80;
+ * everything else (any strides, batches, edges, k = 0) runs the tensor-core kernel. P is
+ * a template argument, as a model's precision is fixed when it is compiled: a model then
+ * instantiates the kernels of its one precision, not of all three.
  */
-template <mr_precision P, class Ep>
+template <mr_precision P, unsigned MASK = MR_PLAN_ALL, class Ep>
 static cudaError_t mr_cuda_sgemm_tc(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
                                     int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t c_rs,
-                                    int64_t c_cs, const mr_batch *batch, Ep ep)
+                                    int64_t c_cs, const mr_batch *batch, mr_scratch scratch, Ep ep)
 {
     if constexpr (P == MR_F32) {
-        return mr_cuda_sgemm(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, ep);
+        return mr_cuda_sgemm<MASK>(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, scratch, ep);
     } else {
         if (m <= MR_GEMV_MAX_M || !mr_tc_device_ok())
-            return mr_cuda_sgemm(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, ep);
+            return mr_cuda_sgemm<MASK>(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, scratch, ep);
         mr_batch bt;
         mr_gemm_args p;
         bool ak, bk;
         if (!mr_gemm_setup(p, bt, ak, bk, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch))
             return cudaGetLastError();
-        const int64_t mt = (m + MR_GEMM_BM - 1) / MR_GEMM_BM, nt = (n + MR_GEMM_BN - 1) / MR_GEMM_BN;
-        const dim3 grid((unsigned)nt, (unsigned)(mt < 65535 ? mt : 65535),
-                        (unsigned)(p.nbatch < 65535 ? p.nbatch : 65535));
+        const mr_plan pl = mr_plan_gemm(m, n, k, p.nbatch, b_rs, b_cs, 1, 1, MASK, 0);
+        const dim3 grid((unsigned)pl.grid[0], (unsigned)pl.grid[1], (unsigned)pl.grid[2]);
         const int l = (ak ? 2 : 0) + (bk ? 1 : 0);
         typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
         const kernel_t kern = l == 3 ? mr_k_sgemm_tc<Ep, P, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, P, true, false>
@@ -1100,26 +1296,28 @@ static cudaError_t mr_cuda_sgemm_tc(cudaStream_t s, int64_t m, int64_t n, int64_
  * GEMM mr_cuda_sgemm_tc (tensor cores for > 4 output channels); every other convolution
  * runs the tensor-core implicit GEMM.
  */
-template <mr_precision P, class Ep>
+template <mr_precision P, unsigned MASK = MR_PLAN_ALL, class Ep>
 static cudaError_t mr_cuda_conv2d_tc(cudaStream_t s, const float *x, const float *w, float *out, int64_t n, int64_t c,
                                      int64_t h, int64_t wd, int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
                                      int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-                                     int64_t groups, Ep ep)
+                                     int64_t groups, mr_scratch scratch, Ep ep)
 {
     if (n <= 0 || o <= 0 || oh <= 0 || ow <= 0 || groups <= 0) return cudaGetLastError();
     if constexpr (P == MR_F32) {
-        return mr_cuda_conv2d(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, ep);
+        return mr_cuda_conv2d<MASK>(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, scratch, ep);
     } else {
         if (o / groups <= MR_CONV_DIRECT_MAX_M || !mr_tc_device_ok())
-            return mr_cuda_conv2d(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, ep);
+            return mr_cuda_conv2d<MASK>(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups,
+                                        scratch, ep);
         const int64_t ohw = oh * ow;
         mr_conv_args p;
         mr_batch bt;
         if (mr_conv_setup(p, bt, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups))
-            return mr_cuda_sgemm_tc<P>(s, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, ep);
+            return mr_cuda_sgemm_tc<P, MASK>(s, o, ohw, c, w, c, 1, x, ohw, 1, out, ohw, 1, &bt, scratch, ep);
+        const mr_plan pl = mr_plan_conv(n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, groups, 1, 1, MASK, 0);
         typedef void (*kernel_t)(const mr_conv_args, const Ep);
         const kernel_t kern = mr_k_conv2d_tc<Ep, P>;
-        MR_LAUNCH(kern, mr_conv_grid(p), dim3(MR_THREADS), s, p, ep);
+        MR_LAUNCH(kern, dim3((unsigned)pl.grid[0], (unsigned)pl.grid[1], (unsigned)pl.grid[2]), dim3(MR_THREADS), s, p, ep);
         return cudaGetLastError();
     }
 }

@@ -681,11 +681,9 @@ int main(int argc, char **argv) {
         bad += hc[i * N + j] != e;
       }
     CHECK(bad == 0, "gemm64: %d wrong elements", bad);
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    std::printf("timing (%d host threads): fiber switch (a thread through __syncthreads()) %.1f ns; empty thread start+finish %.1f ns; "
+    std::printf("timing (%u host threads): fiber switch (a thread through __syncthreads()) %.1f ns; empty thread start+finish %.1f ns; "
                 "gemm64 %dx%dx%d %.2f GFLOP/s\n",
-                prop.multiProcessorCount, 1e9 * s_bar / switches,
+                mr_emu::detail::host_threads(), 1e9 * s_bar / switches,
                 1e9 * s_empty / (double(blocks) * threads), M, N, K,
                 2.0 * M * N * K / s_gemm / 1e9);
     cudaFree(a);

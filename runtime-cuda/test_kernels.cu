@@ -93,6 +93,36 @@ static void compare(const char *what, const char *name, const std::vector<float>
     report(what, name, bad, got.size(), first, bad ? got[first] : 0, bad ? ref[first] : 0);
 }
 
+/* The plan the exact cases run: the library's own for this device (g_tile < 0), or tile
+ * g_tile with K in g_split slices, forced. Split-K's partial sums go to g_scratch. */
+static int g_tile = -1;
+static int64_t g_split = 1;
+static mr_scratch g_scratch = {NULL, 0};
+
+template <class Ep>
+static cudaError_t sgemm_exact(cudaStream_t s, int64_t m, int64_t n, int64_t k, const float *a, int64_t a_rs,
+                               int64_t a_cs, const float *b, int64_t b_rs, int64_t b_cs, float *c, int64_t c_rs,
+                               int64_t c_cs, const mr_batch *batch, Ep ep)
+{
+    if (g_tile < 0) return mr_cuda_sgemm(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, g_scratch, ep);
+    mr_plan pl = mr_plan_empty(m, n, k, mr_batch_count(batch));
+    mr_plan_set_tile(&pl, g_tile, g_split);
+    return mr_cuda_sgemm_planned(s, pl, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, g_scratch.p, ep);
+}
+
+template <class Ep>
+static cudaError_t conv2d_exact(cudaStream_t s, const float *x, const float *w, float *out, int64_t n, int64_t c, int64_t h,
+                                int64_t wd, int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow, int64_t sh,
+                                int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups, Ep ep)
+{
+    if (g_tile < 0)
+        return mr_cuda_conv2d(s, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, g_scratch, ep);
+    mr_plan pl = mr_plan_conv(n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, groups, 0, 1, MR_PLAN_ALL, 0);
+    if (pl.kind == MR_PLAN_TILED) mr_plan_set_tile(&pl, g_tile, g_split);
+    return mr_cuda_conv2d_planned(s, pl, x, w, out, n, c, h, wd, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups,
+                                  g_scratch.p, ep);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Reduced precision (the tensor-core paths)                                            */
 /* ------------------------------------------------------------------------------------ */
@@ -121,6 +151,12 @@ template <class... Args> static cudaError_t conv2d_tc(mr_precision prec, cudaStr
 }
 static const char *prec_name(int prec)
 {
+    static char forced[64];
+    if (prec == EXACT && g_tile >= 0) {
+        const mr_tile_shape t = mr_tile_shape_of(g_tile);
+        snprintf(forced, sizeof forced, "[%dx%d split %lld] ", t.bm, t.bn, (long long)g_split);
+        return forced;
+    }
     return prec == MR_TF32 ? "tf32 " : prec == MR_BF16 ? "bf16 " : prec == MR_F16 ? "f16 " : prec == MR_F32 ? "f32tc " : "";
 }
 
@@ -232,14 +268,14 @@ static void test_gemm(int prec, int64_t m, int64_t n, int64_t k, bool ta, bool t
     if (epi) {
         ep_bias_relu ep = {dC + off, dbias, ldc, 1, sc};
         if (prec == EXACT)
-            CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
+            CUDA_OK(sgemm_exact(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
         else
-            CUDA_OK(sgemm_tc(mp, 0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, ep));
+            CUDA_OK(sgemm_tc(mp, 0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, g_scratch, ep));
     } else if (prec == EXACT) {
-        CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
+        CUDA_OK(sgemm_exact(0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
                               mr_no_epilogue()));
     } else {
-        CUDA_OK(sgemm_tc(mp, 0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp,
+        CUDA_OK(sgemm_tc(mp, 0, m, n, k, dA + off, a_rs, a_cs, dB + off, b_rs, b_cs, dC + off, ldc, 1, bp, g_scratch,
                          mr_no_epilogue()));
     }
     std::vector<float> got = host_from(dC, C.size());
@@ -285,9 +321,9 @@ static void test_gemm_views(int prec, int64_t m, int64_t n, int64_t k)
     std::vector<float> A = rnd_vec(m * a_rs), B = rnd_vec(k * b_rs), C(m * c_rs, 9.0f);
     float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
     if (prec == EXACT)
-        CUDA_OK(mr_cuda_sgemm(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL, mr_no_epilogue()));
+        CUDA_OK(sgemm_exact(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, NULL, mr_no_epilogue()));
     else
-        CUDA_OK(sgemm_tc((mr_precision)prec, 0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, nullptr,
+        CUDA_OK(sgemm_tc((mr_precision)prec, 0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC, c_rs, c_cs, nullptr, g_scratch,
                          mr_no_epilogue()));
     std::vector<float> got = host_from(dC, C.size());
     std::vector<double> ref(C.begin(), C.end()), ref_r(C.begin(), C.end()), scale(C.size(), 0.0), opsum(C.size(), 0.0);
@@ -366,13 +402,13 @@ static void test_conv(int prec, const char *label, int64_t n, int64_t c, int64_t
     if (epi) {
         ep_conv_bias_relu ep = {dY, dbias, o, oh * ow};
         if (prec == EXACT)
-            CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
+            CUDA_OK(conv2d_exact(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
         else
-            CUDA_OK(conv2d_tc(mp, 0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, ep));
+            CUDA_OK(conv2d_tc(mp, 0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, g_scratch, ep));
     } else if (prec == EXACT) {
-        CUDA_OK(mr_cuda_conv2d(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, mr_no_epilogue()));
+        CUDA_OK(conv2d_exact(0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, mr_no_epilogue()));
     } else {
-        CUDA_OK(conv2d_tc(mp, 0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g,
+        CUDA_OK(conv2d_tc(mp, 0, dX, dW, dY, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g, g_scratch,
                           mr_no_epilogue()));
     }
     std::vector<float> got = host_from(dY, Y.size());
@@ -715,7 +751,7 @@ static void test_f16_range()
     A[0] = 1e5f;
     float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C);
     for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
-        CUDA_OK(sgemm_tc((mr_precision)prec, 0, m, n, k, dA, k, 1, dB, n, 1, dC, n, 1, nullptr, mr_no_epilogue()));
+        CUDA_OK(sgemm_tc((mr_precision)prec, 0, m, n, k, dA, k, 1, dB, n, 1, dC, n, 1, nullptr, g_scratch, mr_no_epilogue()));
         std::vector<float> got = host_from(dC, C.size());
         size_t bad = 0, first = 0;
         for (int64_t i = 0; i < m; ++i)
@@ -733,8 +769,87 @@ static void test_f16_range()
     cudaFree(dA), cudaFree(dB), cudaFree(dC);
 }
 
+/* Every tile kernel, with K whole and split, on odd sizes, layouts, batches, strides and
+ * epilogues (the plan forced: this device's own plan runs in the cases above). */
+static void test_tiles()
+{
+    const int64_t splits[] = {1, 3, 7};
+    for (int t = 0; t < MR_TILE_COUNT; ++t)
+        for (int64_t split : splits) {
+            g_tile = t, g_split = split;
+            test_gemm(EXACT, 1, 3, 50, false, false);
+            test_gemm(EXACT, 3, 31, 70, true, false, 1, false, true);
+            test_gemm(EXACT, 31, 33, 100, false, true);
+            test_gemm(EXACT, 33, 31, 129, true, true, 1, false, false, true);
+            test_gemm(EXACT, 127, 129, 64, false, false, 1, false, false, false, 3);
+            test_gemm(EXACT, 129, 127, 200, false, false, 6, true, true); /* batched [2, 3], B broadcast */
+            test_gemm(EXACT, 130, 70, 0, false, false, 1, false, true);   /* k = 0 */
+            test_gemm_views(EXACT, 33, 65, 90);
+            /*           label       n  c   h   w   o  kh kw sh sw ph pw dh dw g  epi */
+            test_conv(EXACT, "3x3 p1", 2, 16, 9, 11, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, true);
+            test_conv(EXACT, "groups", 2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 1, 1, 1, 2, false);
+            test_conv(EXACT, "1x1", 3, 40, 5, 7, 31, 1, 1, 1, 1, 0, 0, 1, 1, 1, true);
+        }
+    g_tile = -1, g_split = 1;
+}
+
+/* Split-K gives the same bits on every run of a plan (the slices are added in order). */
+static void test_split_bits()
+{
+    const int64_t m = 70, n = 90, k = 1000;
+    std::vector<float> A = rnd_vec(m * k), B = rnd_vec(k * n);
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(std::vector<float>(m * n));
+    mr_plan pl = mr_plan_empty(m, n, k, 1);
+    mr_plan_set_tile(&pl, 2, 9);
+    std::vector<float> first;
+    size_t differ = 0;
+    for (int run = 0; run < 3; ++run) {
+        CUDA_OK(mr_cuda_sgemm_planned(0, pl, m, n, k, dA, k, 1, dB, n, 1, dC, n, 1, NULL, g_scratch.p, mr_no_epilogue()));
+        std::vector<float> got = host_from(dC, (size_t)(m * n));
+        if (run == 0) first = got;
+        else differ += memcmp(first.data(), got.data(), got.size() * sizeof(float)) != 0;
+    }
+    report("gemm", "split-K 70x90x1000 in 9 slices: the same bits in 3 runs", differ, 3, 0, 0, 0);
+    cudaFree(dA), cudaFree(dB), cudaFree(dC);
+}
+
+/* The planner's choices on an H100 (132 SMs) for products of the bench models. */
+static void test_plans()
+{
+    struct {
+        const char *name;
+        int64_t m, n, k, nb;
+        int64_t min_blocks; /* at least this many blocks (119: 90% of the SMs) */
+        int split;          /* whether it must split K */
+    } cases[] = {
+        {"gpt_block b1 128x768x3072", 128, 768, 3072, 1, 119, 1},
+        {"gpt_block b1 128x3072x768", 128, 3072, 768, 1, 119, 0},
+        {"gpt_block b8 1024x768x768", 1024, 768, 768, 1, 119, 0},
+        {"mlp b32 32x512x784", 32, 512, 784, 1, 1, 1},
+    };
+    for (const auto &c : cases) {
+        const mr_plan p = mr_plan_gemm(c.m, c.n, c.k, c.nb, c.n, 1, 0, 132, MR_PLAN_ALL, 1 << 26);
+        char name[160];
+        const mr_tile_shape t = mr_tile_shape_of(p.tile);
+        snprintf(name, sizeof name, "plan %s: %dx%d, split %lld, %lld blocks", c.name, t.bm, t.bn, (long long)p.split,
+                 (long long)p.blocks);
+        const bool ok = p.kind == MR_PLAN_TILED && p.blocks >= c.min_blocks && (!c.split || p.split > 1);
+        report("plan", name, ok ? 0 : 1, 1, 0, 0, 0);
+    }
+    /* no scratch, no split; a mask of one tile, that tile */
+    const mr_plan a = mr_plan_gemm(128, 768, 3072, 1, 768, 1, 0, 132, MR_PLAN_ALL, 0);
+    const mr_plan b = mr_plan_gemm(128, 768, 3072, 1, 768, 1, 0, 132, 1u << 3, 1 << 26);
+    report("plan", "without scratch: no split", a.split == 1 ? 0 : 1, 1, 0, 0, 0);
+    report("plan", "a mask of tile 3: tile 3, no split", b.tile == 3 && b.split == 1 ? 0 : 1, 1, 0, 0, 0);
+}
+
 int main()
 {
+    g_scratch.floats = 1 << 22;
+    CUDA_OK(cudaMalloc((void **)&g_scratch.p, (size_t)g_scratch.floats * sizeof(float)));
+    test_plans();
+    test_tiles();
+    test_split_bits();
     test_gemms(EXACT);
     test_convs(EXACT);
     /* the tensor-core paths, every case for each precision; MR_F32 through the _tc entry

@@ -161,6 +161,8 @@ pub struct EmitOptions {
     pub cpu: Option<String>,
     /// The C target's cross-build triple (`--triple`); `None`: the host.
     pub triple: Option<crate::build::Triple>,
+    /// The GPU of the CUDA target's launch report (`--gpu`); `None`: an H100.
+    pub gpu: Option<&'static crate::codegen::cuda::plan::Gpu>,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else

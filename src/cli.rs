@@ -531,6 +531,8 @@ pub struct CompileArgs {
     pub precision: Precision,
     /// `--mesh AXIS=N,...`: partition over a device mesh (the XLA target).
     pub mesh: Option<String>,
+    /// `--gpu NAME`: the GPU of the CUDA target's launch report (`None`: an H100).
+    pub gpu: Option<String>,
     /// How the weights of matrix products and convolutions are stored.
     pub quantize: Quantize,
     /// `--no-cache`: build without the build cache.
@@ -566,6 +568,7 @@ impl Default for CompileArgs {
             force: false,
             precision: Precision::F32,
             mesh: None,
+            gpu: None,
             quantize: Default::default(),
             no_cache: false,
         }
@@ -642,7 +645,11 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         quantize: args.quantize,
         cpu: args.cpu.clone(),
         triple: triple.clone(),
+        gpu: args.gpu.as_deref().map(gpu_arg).transpose()?,
     };
+    if opts.gpu.is_some() && args.target.name() != "cuda" {
+        return Err(Error::usage(format!("--gpu names the GPU of --target cuda's launch report; the {} target has none", args.target.name())));
+    }
     let mut emitted = pipeline::emit(args.target, &graphs, &opts)?;
     if let Some(ext) = match args.emit {
         Emit::LlvmIr => Some(".ll"),
@@ -697,6 +704,12 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         }
     }
     Ok(report)
+}
+
+/// `--gpu NAME`: one of the GPUs the CUDA target's plans know.
+fn gpu_arg(name: &str) -> Result<&'static crate::codegen::cuda::plan::Gpu> {
+    use crate::codegen::cuda::plan::{gpu, GPUS};
+    gpu(name).ok_or_else(|| Error::usage(format!("--gpu {name}: unknown GPU; known: {}", GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", "))))
 }
 
 /// `mithrilc export-weights`: a compiled model's `weights.bin` (after a training step

@@ -241,6 +241,10 @@ enum Command {
         /// --mesh data=4 or data=2,model=2; docs/xla.md says what is split)
         #[arg(long, value_name = "AXIS=N,...")]
         mesh: Option<String>,
+        /// The GPU whose launches --target cuda's --report shows (waves, tiles, a roofline
+        /// estimate): h100 (the default), h200, a100, l4 or rtx4090
+        #[arg(long, value_name = "NAME")]
+        gpu: Option<String>,
         /// How the weights of matrix products and convolutions are stored, computing in
         /// f32: c takes f16, bf16 and q8_0 (docs/c.md), ggml f16, bf16, q8_0 and q4_0
         /// (docs/ggml.md); other targets f32 only. Not with --grad
@@ -397,10 +401,10 @@ fn run(cli: Cli) -> Result<String, Error> {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
         Command::Run { model, grad, data, params, output, target, check, emulate, precision, quantize, triple, no_cache, threads, repeat } => with_grad(model, &grad)
             .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, quantize, data, params, output, triple, no_cache, threads, repeat }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, quantize, no_cache } => {
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, gpu, quantize, no_cache } => {
             with_grad(model, &grad).and_then(|model| {
                 let (report, report_format) = (report.is_some(), report.unwrap_or_default());
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, quantize, no_cache };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, gpu, quantize, no_cache };
                 cli::compile(&args)
             })
         }

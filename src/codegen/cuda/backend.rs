@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, WeightsMode};
-use crate::codegen::program_target::{emit_device, program_target_lacks};
+use std::fmt::Write as _;
+
+use crate::codegen::program_target::{device_programs, program_emitted, program_target_lacks};
 use crate::passes::Graphs;
 use crate::codegen::c::backend::run_demo;
 use crate::codegen::cstyle::Dialect;
@@ -34,12 +36,27 @@ impl Backend for CudaTarget {
         program_target_lacks(graph, v, |d| super::Cuda.supports(d))
     }
 
+    /// With `--report`'s launches on `--gpu` (an H100 by default).
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
-        emit_device(graphs, opts, super::LIBRARY, super::emit)
+        let (forward, backward) = device_programs(graphs, opts, super::LIBRARY)?;
+        let files = super::emit(&forward, backward.as_ref(), &crate::codegen::c::Options::of(opts), opts.precision)?;
+        let mut emitted = program_emitted(files, &forward, backward.as_ref());
+        let gpu = opts.gpu.unwrap_or(&super::plan::GPUS[0]);
+        let scratch = super::plan::scratch_floats(&forward, backward.as_ref());
+        if scratch > 0 {
+            let _ = writeln!(emitted.report, "split-K scratch (after the arena): {} B", scratch * 4);
+        }
+        emitted.report.push_str(&super::report::launches_text("launches", &forward, gpu, opts.precision, scratch));
+        emitted.sizes["launches"] = super::report::launches_json(&forward, gpu, opts.precision, scratch);
+        if let Some(b) = &backward {
+            emitted.report.push_str(&super::report::launches_text("backward pass launches", b, gpu, opts.precision, scratch));
+            emitted.sizes["backward"]["launches"] = super::report::launches_json(b, gpu, opts.precision, scratch);
+        }
+        Ok(emitted)
     }
 
     fn weights_program(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Option<crate::lower::Program>> {
-        Ok(Some(crate::codegen::program_target::device_programs(graphs, opts, super::LIBRARY)?.0))
+        Ok(Some(device_programs(graphs, opts, super::LIBRARY)?.0))
     }
 
     fn capabilities(&self) -> Capabilities {

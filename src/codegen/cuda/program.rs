@@ -15,15 +15,32 @@ use crate::codegen::cstyle::{Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::error::{Error, Result};
 use crate::ir::Dtype;
-use crate::lower::{BufId, Kernel, Program, Storage};
+use crate::lower::{BufId, Kernel, Program, Step, Storage};
+
+/// Split-K's partial sums in the arena: `floats` floats from byte `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scratch {
+    pub at: u64,
+    pub floats: i64,
+}
+
+/// What a model keeps in its arena past its buffers, at byte offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workspace {
+    /// Split-K's partial sums (when some product's plans split K).
+    pub scratch: Option<Scratch>,
+    /// The word that gather checks set when an index is out of range (when some program
+    /// of the model gathers).
+    pub flag: Option<u64>,
+}
 
 /// One program as CUDA: constants, kernels and epilogue functors named after `name`,
 /// and the host function `entry` that runs them on a stream, returning the header's
 /// error codes (`<upper>_ERROR_*`). Matrix products and convolutions round as
 /// `precision` allows.
-/// `flag`: the arena offset of the word that gather checks set when an index is out of
-/// range (when some program of the model gathers).
-pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: Precision, flag: Option<u64>, s: &mut String) -> Result<()> {
+/// `ws`: what the model keeps past its buffers in the arena.
+pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: Precision, ws: Workspace, s: &mut String) -> Result<()> {
+    let flag = ws.flag;
     let (error_cuda, error_size) = (format!("{upper}_ERROR_CUDA"), format!("{upper}_ERROR_SIZE"));
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
     let r = Renderer { p, d: &Cuda, names: &names, loads: None };
@@ -77,7 +94,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
             continue;
         }
         let ep = epilogue_functor(&r, name, k, step, &ext, &|_| false, s)?.map_or(String::new(), |f| f.declare("        "));
-        let (decl, call) = library_call(&r, &step.kernel, &ext, precision)?;
+        let (decl, call) = library_call(&r, step, &ext, precision, ws.scratch)?;
         let _ = writeln!(launches, "    {{\n{ep}{decl}        if ({call} != cudaSuccess) {{\n            return {error_cuda};\n        }}\n    }}");
     }
     // Symbolic dimensions are trailing arguments, checked against their maxima.
@@ -109,7 +126,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
         // A fresh call has seen no index out of range.
         let _ = writeln!(launches_head, "    if (cudaMemsetAsync(a + {at}, 0, sizeof(int32_t), stream) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
     }
-    if flag.is_some() || uses(|s| matches!(s, Storage::Arena { .. })) {
+    if flag.is_some() || ws.scratch.is_some() || uses(|s| matches!(s, Storage::Arena { .. })) {
         s.push_str("    unsigned char *a = (unsigned char *)arena;\n");
     } else {
         s.push_str("    (void)arena;\n");
@@ -138,7 +155,10 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
 /// The runtime call (an expression of type `cudaError_t`) that runs a library kernel
 /// once `ep` is declared, after the declarations it needs; `ext` are the extents of
 /// its domain.
-fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String], precision: Precision) -> Result<(String, String)> {
+/// A matrix product or convolution gets the tile kernels its plans may choose
+/// ([`super::plan::needs`]) and, when they split K, the arena's `scratch`.
+fn library_call(r: &Renderer<Cuda>, step: &Step, ext: &[String], precision: Precision, scratch: Option<Scratch>) -> Result<(String, String)> {
+    let k = &step.kernel;
     // Exact f32, or tensor cores with the operands rounded (`mr_precision`).
     let tc = match precision {
         Precision::F32 => None,
@@ -159,11 +179,18 @@ fn library_call(r: &Renderer<Cuda>, k: &Kernel, ext: &[String], precision: Preci
         None => (String::new(), ""),
     };
     let args = ops.args;
+    let (mask, scratch) = match super::plan::needs(step, &r.p.symbols) {
+        Some(n) => {
+            let at = scratch.filter(|_| n.scratch > 0);
+            (format!("0x{:x}u", n.mask), at.map_or("mr_scratch{NULL, 0}".to_string(), |s| format!("mr_scratch{{(float *)(void *)(a + {}), {}}}", s.at, s.floats)))
+        }
+        None => (String::new(), String::new()),
+    };
     let call = match (k, tc) {
-        (Kernel::Gemm { .. }, None) => format!("mr_cuda_sgemm(stream, {args}, {batch}, ep)"),
-        (Kernel::Gemm { .. }, Some(p)) => format!("mr_cuda_sgemm_tc<{p}>(stream, {args}, {batch}, ep)"),
-        (Kernel::Conv { .. }, None) => format!("mr_cuda_conv2d(stream, {args}, ep)"),
-        (Kernel::Conv { .. }, Some(p)) => format!("mr_cuda_conv2d_tc<{p}>(stream, {args}, ep)"),
+        (Kernel::Gemm { .. }, None) => format!("mr_cuda_sgemm<{mask}>(stream, {args}, {batch}, {scratch}, ep)"),
+        (Kernel::Gemm { .. }, Some(p)) => format!("mr_cuda_sgemm_tc<{p}, {mask}>(stream, {args}, {batch}, {scratch}, ep)"),
+        (Kernel::Conv { .. }, None) => format!("mr_cuda_conv2d<{mask}>(stream, {args}, {scratch}, ep)"),
+        (Kernel::Conv { .. }, Some(p)) => format!("mr_cuda_conv2d_tc<{p}, {mask}>(stream, {args}, {scratch}, ep)"),
         (Kernel::Pool { .. }, _) => format!("mr_cuda_pool2d(stream, {args})"),
         (Kernel::Softmax { .. }, _) => format!("mr_cuda_softmax(stream, {args})"),
         (Kernel::Attention { .. }, _) => format!("mr_cuda_attention(stream, {args}, {batch}, ep)"),

@@ -1,10 +1,150 @@
-//! `compile --target cuda --report`: what ptxas says of every kernel of the built model
-//! at sm_90 (registers, shared memory, spills), from nvcc's `-Xptxas -v`.
+//! `compile --target cuda --report`: every launch of the model on a named GPU, as the
+//! kernel library's plans make them ([`launches`], no GPU or nvcc needed), and once built
+//! what ptxas says of every kernel at sm_90 (registers, shared memory, spills), from
+//! nvcc's `-Xptxas -v`.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
+use super::plan::{self, Call, Gpu, Kind};
+use super::Cuda;
+use crate::backend::Precision;
+use crate::codegen::cstyle::kernel::{buffers_of, warp_reduce};
+use crate::codegen::cstyle::Renderer;
 use crate::error::{Error, ErrorKind, Result};
+use crate::lower::{Kernel, Program};
+
+/// One launch as the report shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The step's index in its program (`kernel 3` in the generated source).
+    pub step: usize,
+    /// What runs: `matmul 128x768x3072`, `conv 64<-64 3x3 on 1x32x32`, `loop`, ...
+    pub what: String,
+    /// A matrix product's or convolution's plan.
+    pub plan: Option<plan::Plan>,
+    /// Blocks and threads a block (`None`: the library decides, as for softmax).
+    pub blocks: Option<i64>,
+    pub threads: Option<i64>,
+    pub flops: f64,
+    pub bytes: f64,
+}
+
+impl Launch {
+    /// Blocks over the GPU's SMs: below 1, SMs idle.
+    pub fn waves(&self, gpu: &Gpu) -> Option<f64> {
+        self.blocks.map(|b| b as f64 / f64::from(gpu.sms))
+    }
+    /// The roofline's time in microseconds on `gpu`, and whether compute bounds it.
+    pub fn roofline(&self, gpu: &Gpu) -> (f64, bool) {
+        let compute = self.flops / (gpu.f32_tflops * 1e6);
+        let memory = self.bytes / (gpu.dram_tb_s * 1e6);
+        (compute.max(memory), compute >= memory)
+    }
+}
+
+/// Every launch of `p` with its symbols at their maxima, as the kernel library plans
+/// them on `gpu` (`precision`: the tensor-core kernels where it is not f32), split-K's
+/// partial sums within `scratch` floats.
+pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> Vec<Launch> {
+    let names: Vec<String> = p.buffers.iter().map(|b| b.name.clone()).collect();
+    let r = Renderer { p, d: &Cuda, names: &names, loads: None };
+    let at_max = |s: &str| p.symbols.iter().find(|(n, _)| n == s).map(|(_, m)| *m);
+    let mut out = Vec::new();
+    for (i, step) in p.steps.iter().enumerate() {
+        let bytes = buffers_of(&step.kernel).iter().map(|b| p.buffers[b.0].bytes() as f64).sum::<f64>();
+        let ext = plan::extents(step, &at_max);
+        let launch = |what: String, blocks: Option<i64>, threads: Option<i64>| Launch { step: i, what, plan: None, blocks, threads, flops: 0.0, bytes };
+        if let Some(call) = Call::of(step, &at_max) {
+            let pl = call.plan(precision != Precision::F32, gpu.sms, plan::all_kernels(), scratch);
+            let what = match call {
+                Call::Gemm { m, n, k, nbatch, .. } if nbatch > 1 => format!("matmul {nbatch}x {m}x{n}x{k}"),
+                Call::Gemm { m, n, k, .. } => format!("matmul {m}x{n}x{k}"),
+                Call::Conv { n, c, h, w, o, kh, kw, .. } => format!("conv {c}->{o} {kh}x{kw} on {n}x{h}x{w}"),
+            };
+            out.push(Launch { plan: Some(pl), blocks: Some(pl.blocks), threads: Some(i64::from(pl.threads)), flops: call.flops(), bytes, ..launch(what, None, None) });
+            continue;
+        }
+        let count = |dims: usize| ext[..dims].iter().product::<u64>() as i64;
+        out.push(match &step.kernel {
+            Kernel::Reduce { out, .. } if warp_reduce(&r, &step.kernel).is_some() => {
+                launch("reduction, a warp an output".to_string(), Some(plan::stride_blocks(count(out.shape.len()), plan::threads() / 32)), Some(plan::threads()))
+            }
+            Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => {
+                let what = if matches!(step.kernel, Kernel::Map { .. }) { "elementwise" } else { "reduction, a thread an output" };
+                launch(what.to_string(), Some(plan::stride_blocks(count(out.shape.len()), plan::threads())), Some(plan::threads()))
+            }
+            Kernel::Pool { .. } => launch("pooling".to_string(), None, None),
+            Kernel::Softmax { .. } => launch("softmax".to_string(), None, None),
+            Kernel::Attention { .. } => launch("attention".to_string(), None, None),
+            Kernel::Gemm { .. } | Kernel::Conv { .. } | Kernel::Dequantize { .. } => launch("library".to_string(), None, None),
+        });
+    }
+    out
+}
+
+/// [`launches`] for `--report=json`: the GPU, and a row per launch.
+pub fn launches_json(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = launches(p, gpu, precision, scratch)
+        .iter()
+        .map(|l| {
+            let (us, compute) = l.roofline(gpu);
+            serde_json::json!({
+                "step": l.step,
+                "what": l.what,
+                "kernel": l.plan.map(|pl| pl.describe()),
+                "product": l.plan.is_some(),
+                "blocks": l.blocks,
+                "threads": l.threads,
+                "waves": l.waves(gpu),
+                "flops": l.flops,
+                "bytes": l.bytes,
+                "bound": if compute { "compute" } else { "memory" },
+                "roofline_us": us,
+            })
+        })
+        .collect();
+    serde_json::json!({"gpu": gpu.name, "sms": gpu.sms, "launches": rows})
+}
+
+/// [`launches`] as `--report` prints them.
+pub fn launches_text(title: &str, p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> String {
+    let mut s = format!("{title} on an {} ({} SMs, {} TFLOP/s f32, {} TB/s), symbols at their maxima:\n", gpu.model, gpu.sms, gpu.f32_tflops, gpu.dram_tb_s);
+    let _ = writeln!(s, "  {:>4}  {:<34} {:<36} {:>7} {:>6} {:>6} {:>9} {:>10}  {:<8} {:>8}", "step", "what", "kernel", "blocks", "thr", "waves", "GFLOP", "MB", "bound", "est. us");
+    let (mut total, mut under) = (0.0, 0);
+    for l in launches(p, gpu, precision, scratch) {
+        let kernel = l.plan.map_or(String::new(), |pl| pl.describe());
+        let opt = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+        let waves = l.waves(gpu).map_or("-".to_string(), |w| format!("{w:.2}"));
+        let (us, compute) = l.roofline(gpu);
+        total += us;
+        if l.plan.is_some_and(|pl| pl.kind() != Kind::None) && l.waves(gpu).is_some_and(|w| w < FULL) {
+            under += 1;
+        }
+        let flops = if l.flops > 0.0 { format!("{:.3}", l.flops / 1e9) } else { "-".to_string() };
+        let _ = writeln!(
+            s,
+            "  {:>4}  {:<34} {:<36} {:>7} {:>6} {:>6} {:>9} {:>10.3}  {:<8} {:>8.2}",
+            l.step,
+            l.what,
+            kernel,
+            opt(l.blocks),
+            opt(l.threads),
+            waves,
+            flops,
+            l.bytes / 1e6,
+            if compute { "compute" } else { "memory" },
+            us
+        );
+    }
+    let _ = writeln!(s, "  roofline total {total:.1} us; {under} matrix product(s) or convolution(s) fill under {:.0}% of the SMs", FULL * 100.0);
+    s
+}
+
+/// The waves from which a launch counts as filling the GPU, "about one wave": 85% of the
+/// SMs busy (a plan may rightly take 120 blocks on 132 SMs over two waves of 144).
+pub const FULL: f64 = 0.85;
 
 /// One kernel as ptxas compiled it.
 #[derive(Debug, Clone, PartialEq, Eq)]
