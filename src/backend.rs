@@ -69,6 +69,8 @@ pub trait Backend: Sync {
 pub struct Capabilities {
     /// The `--precision` values its matrix products and convolutions offer.
     pub precisions: &'static [Precision],
+    /// The `--accumulate` values its reductions offer, its default first.
+    pub accumulators: &'static [Accumulate],
     /// The `--quantize` values it stores matrix-product and convolution weights in.
     pub quantizations: &'static [Quantize],
     /// `run --emulate` can run its kernels on the CPU (a GPU target's).
@@ -101,6 +103,7 @@ impl Capabilities {
     pub const NONE: Capabilities =
         Capabilities {
         precisions: &[Precision::F32],
+        accumulators: &[Accumulate::F64],
         quantizations: &[Quantize::F32],
         weights_modes: &[WeightsMode::File],
         emulates: false,
@@ -161,6 +164,9 @@ pub struct EmitOptions {
     pub cpu: Option<String>,
     /// The C target's cross-build triple (`--triple`); `None`: the host.
     pub triple: Option<crate::build::Triple>,
+    /// `--accumulate`: the type the target's float sums accumulate in (`None`: its
+    /// default, [`Capabilities::accumulators`]).
+    pub accumulate: Option<Accumulate>,
     /// The GPU of the CUDA target's launch report (`--gpu`); `None`: an H100.
     pub gpu: Option<&'static crate::codegen::cuda::plan::Gpu>,
 }
@@ -190,6 +196,44 @@ impl Precision {
             Precision::Bf16 => "bf16",
             Precision::F16 => "f16",
         }
+    }
+}
+
+/// The type sums of floats accumulate in (`--accumulate`): a target's loop reductions
+/// (the CUDA target's: LayerNorm's mean and variance, a softmax's sum, ...); matrix
+/// products accumulate in f32 whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Accumulate {
+    /// f32, in blocks (docs/cuda.md gives the error bound): fast on every GPU
+    F32,
+    /// f64, as the interpreter does: slow on GPUs with little f64 throughput
+    F64,
+}
+
+impl Accumulate {
+    /// The name `--accumulate` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Accumulate::F32 => "f32",
+            Accumulate::F64 => "f64",
+        }
+    }
+    /// The accumulator's element type.
+    pub fn dtype(self) -> crate::ir::Dtype {
+        match self {
+            Accumulate::F32 => crate::ir::Dtype::F32,
+            Accumulate::F64 => crate::ir::Dtype::F64,
+        }
+    }
+}
+
+/// The accumulator of `target`'s reductions: `asked`, or its default; a usage error
+/// naming those it offers when it does not offer `asked`.
+pub fn accumulator(target: &dyn Backend, asked: Option<Accumulate>) -> Result<Accumulate> {
+    let offered = target.capabilities().accumulators;
+    match asked {
+        Some(a) => check_offered("--accumulate", a, offered, Accumulate::name, &format!("the {} target accumulates in", target.name())).map(|()| a),
+        None => Ok(offered[0]),
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::backend::{Backend, EmitOptions};
+use crate::backend::{Accumulate, Backend, EmitOptions};
 pub use crate::backend::{BuildConfig, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
 use crate::build::CacheUse;
 use crate::cache::Cache;
@@ -129,6 +129,8 @@ pub struct RunArgs {
     pub emulate: bool,
     /// How a compiled target's matrix products and convolutions may round.
     pub precision: Precision,
+    /// `--accumulate`: the type a compiled target's float sums accumulate in.
+    pub accumulate: Option<Accumulate>,
     /// How a compiled target stores the weights of matrix products and convolutions.
     pub quantize: Quantize,
     /// Data files: `FILE` (arrays named by key) or `NAME=FILE` (a one-array file
@@ -287,6 +289,9 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         RunTarget::Interp if args.precision != Precision::F32 => {
             return Err(Error::usage("--precision is for a compiled target: the interpreter computes in the model's types".to_string()))
         }
+        RunTarget::Interp if args.accumulate.is_some_and(|a| a != Accumulate::F64) => {
+            return Err(Error::usage("--accumulate is for a compiled target: the interpreter accumulates in f64".to_string()))
+        }
         RunTarget::Interp if args.quantize != Quantize::F32 => {
             return Err(Error::usage("--quantize is for a compiled target (--target c or ggml): the interpreter reads the parameters as given".to_string()))
         }
@@ -303,7 +308,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
             }
             let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
-            let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, quantize: args.quantize, ..Default::default() };
+            let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, accumulate: args.accumulate, quantize: args.quantize, ..Default::default() };
             let outputs = if let Some(tier) = target.capabilities().in_process {
                 let jit = crate::model::JitOptions { tier, quantize: args.quantize, threads: args.threads.map(|t| t as usize), print_after: args.model.print_after.clone(), ..Default::default() };
                 let exe = model.jit(&jit)?;
@@ -529,6 +534,8 @@ pub struct CompileArgs {
     pub force: bool,
     /// How matrix products and convolutions may round.
     pub precision: Precision,
+    /// `--accumulate`: the type float sums accumulate in (`None`: the target's default).
+    pub accumulate: Option<Accumulate>,
     /// `--mesh AXIS=N,...`: partition over a device mesh (the XLA target).
     pub mesh: Option<String>,
     /// `--gpu NAME`: the GPU of the CUDA target's launch report (`None`: an H100).
@@ -567,6 +574,7 @@ impl Default for CompileArgs {
             max: Vec::new(),
             force: false,
             precision: Precision::F32,
+            accumulate: None,
             mesh: None,
             gpu: None,
             quantize: Default::default(),
@@ -641,6 +649,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         max: parse_max_args(&args.max)?,
         print_after: args.model.print_after.clone(),
         precision: args.precision,
+        accumulate: args.accumulate,
         mesh: args.mesh.as_deref().map(crate::codegen::xla::mesh::parse).transpose()?.unwrap_or_default(),
         quantize: args.quantize,
         cpu: args.cpu.clone(),

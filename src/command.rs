@@ -8,7 +8,7 @@ use std::ffi::OsString;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use crate::backend::{Backend, Precision, Quantize, WeightLayout, WeightsMode};
+use crate::backend::{Accumulate, Backend, Precision, Quantize, WeightLayout, WeightsMode};
 use crate::cli;
 use crate::codegen;
 use crate::error::Error;
@@ -160,6 +160,11 @@ enum Command {
         /// (exact, the default) or, on cuda, tf32, bf16 or f16 on tensor cores
         #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
         precision: Precision,
+        /// The type float sums (reductions: LayerNorm's mean and variance, softmax's
+        /// sum) accumulate in: cuda f32 (the default: fast on every GPU, within the
+        /// bound docs/cuda.md gives) or f64 (the interpreter's; slow where f64 is)
+        #[arg(long, value_enum, value_name = "TYPE")]
+        accumulate: Option<Accumulate>,
         /// How a compiled target stores the weights of matrix products and convolutions
         /// (computing in f32): c takes f16, bf16, q8_0; ggml also q4_0. With --check, the
         /// difference from the interpreter is the narrowing's error
@@ -237,6 +242,11 @@ enum Command {
         /// on cuda, tf32, bf16 or f16 on tensor cores (docs/cuda.md gives their errors)
         #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
         precision: Precision,
+        /// The type float sums (reductions: LayerNorm's mean and variance, softmax's
+        /// sum) accumulate in: cuda f32 (the default: fast on every GPU, within the
+        /// bound docs/cuda.md gives) or f64 (the interpreter's; slow where f64 is)
+        #[arg(long, value_enum, value_name = "TYPE")]
+        accumulate: Option<Accumulate>,
         /// Partition over a device mesh, as AXIS=N,... with axes data and model (xla: e.g.
         /// --mesh data=4 or data=2,model=2; docs/xla.md says what is split)
         #[arg(long, value_name = "AXIS=N,...")]
@@ -399,12 +409,12 @@ fn clap_error(e: &clap::Error) -> Error {
 fn run(cli: Cli) -> Result<String, Error> {
     match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check, emulate, precision, quantize, triple, no_cache, threads, repeat } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, quantize, data, params, output, triple, no_cache, threads, repeat }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, mesh, gpu, quantize, no_cache } => {
+        Command::Run { model, grad, data, params, output, target, check, emulate, precision, accumulate, quantize, triple, no_cache, threads, repeat } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, accumulate, quantize, data, params, output, triple, no_cache, threads, repeat }).map(|(_, report)| report)),
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, accumulate, mesh, gpu, quantize, no_cache } => {
             with_grad(model, &grad).and_then(|model| {
                 let (report, report_format) = (report.is_some(), report.unwrap_or_default());
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, mesh, gpu, quantize, no_cache };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, accumulate, mesh, gpu, quantize, no_cache };
                 cli::compile(&args)
             })
         }

@@ -68,6 +68,7 @@ fn half_precision_checkpoints_of_every_bench_model_compile_and_run() {
                 check: false,
                 emulate: false,
                 precision: Default::default(),
+                accumulate: None,
                 quantize: Default::default(),
                 data: vec![format!("input={}", input_path.display())],
                 params: Some(checkpoint),

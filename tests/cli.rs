@@ -1284,6 +1284,10 @@ fn strict_arguments_and_attributes() {
         ("cuda", &["--weights", "embed-c"], "--weights embed-c: the cuda target writes its weights as file, safetensors"),
         ("metal", &["--cpu", "native"], "--cpu is for the C target; the metal target's code does not depend on the host CPU's vector extensions"),
         ("ggml", &["--precision", "bf16"], "--precision bf16: the ggml target computes in f32"),
+        ("c", &["--accumulate", "f32"], "--accumulate f32: the c target accumulates in f64"),
+        ("metal", &["--accumulate", "f64"], "--accumulate f64: the metal target accumulates in f32"),
+        ("c", &["--gpu", "h100"], "--gpu names the GPU of --target cuda's launch report; the c target has none"),
+        ("cuda", &["--gpu", "v100"], "--gpu v100: unknown GPU; known: h100, h200, a100, l4, rtx4090"),
     ] {
         assert_eq!(with(target, extra), (2, String::new(), format!("error: {refusal}\n")), "{target} {extra:?}");
         assert!(!dir.path().join("out").exists());

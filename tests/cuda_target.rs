@@ -277,3 +277,42 @@ fn bench_products_fill_an_h100() {
     }
     assert!(split_gpt, "gpt_block's batch-1 products split K on an H100");
 }
+
+/// f32 sums (`--accumulate f32`, the default) stay within the bound docs/cuda.md gives,
+/// and f64 ones (`--accumulate f64`) round only once: `sum_axis1` over 3 x 200000
+/// elements of mixed sign and magnitude (so cancellation matters), run under
+/// emulation. The bound for a warp's blocked sum of n elements:
+/// (32 + n / 1024 + 6) * 2^-24 * sum |x|, against the exact sum.
+#[test]
+fn f32_sums_stay_within_their_bound_under_emulation() {
+    let Some(dir) = emulation_ready() else { return };
+    let (rows, n) = (3u64, 200_000u64);
+    let x: Vec<f64> = (0..rows * n).map(|i| f64::from((i * 7919 % 2001) as u32) / 1000.0 - 1.0 + if i % 97 == 0 { 300.0 } else { 0.0 }).map(|v| v as f32 as f64).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("x.npy");
+    mithrilc::data::write_npy(&data, &mithrilc::tensor::Tensor::new(mithrilc::ir::Dtype::F32, vec![rows, n], x.clone())).unwrap();
+    let run = |accumulate| {
+        let args = cli::RunArgs {
+            model: cli::ModelArgs { model: dir.join("testdata/sum_axis1.json"), shapes: vec![format!("input={rows},{n}")], ..Default::default() },
+            target: cli::RunTarget::Compiled(&CudaTarget),
+            emulate: true,
+            accumulate: Some(accumulate),
+            data: vec![format!("input={}", data.display())],
+            ..cases::example_mlp_run(&CudaTarget)
+        };
+        let (outputs, _) = cli::run(&args).unwrap();
+        outputs[0].1.data.clone()
+    };
+    let (f32_sums, f64_sums) = (run(mithrilc::backend::Accumulate::F32), run(mithrilc::backend::Accumulate::F64));
+    let u = f64::powi(2.0, -24);
+    for r in 0..rows as usize {
+        let row = &x[r * n as usize..(r + 1) * n as usize];
+        let exact: f64 = row.iter().sum();
+        let magnitude: f64 = row.iter().map(|v| v.abs()).sum();
+        let bound = (32.0 + n as f64 / 1024.0 + 6.0) * u * magnitude;
+        let err = (f32_sums[r] - exact).abs();
+        assert!(err <= bound, "row {r}: f32 sum {} vs exact {exact}: error {err:.3e} over the bound {bound:.3e}", f32_sums[r]);
+        assert!((f64_sums[r] - exact).abs() <= u * exact.abs(), "row {r}: f64 sum {} vs exact {exact}", f64_sums[r]);
+        println!("row {r}: f32 error {err:.3e} ({:.1} units of 2^-24 sum|x|; bound {:.0})", err / (u * magnitude), bound / (u * magnitude));
+    }
+}

@@ -323,6 +323,7 @@ pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::
         check: false,
         emulate: false,
         precision: Default::default(),
+        accumulate: None,
         quantize: Default::default(),
         data: vec![root.join("examples/mlp/data.npz").display().to_string()],
         params: Some(root.join("examples/mlp/data.npz")),

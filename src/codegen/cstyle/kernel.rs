@@ -89,7 +89,7 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             let v = r.expr(&Expr::Cast(Box::new(expr.clone()), acc_ty));
             let rv = out.shape.len(); // the first reduced loop variable
             let value = match scale {
-                Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(*f, d.accumulator())),
+                Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(*f, if acc_ty.is_float() { acc_ty } else { d.accumulator() })),
                 None => format!("({}) acc", d.ty(t)),
             };
             let value = r.store(value, t);
@@ -98,7 +98,8 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             if let Some(w) = warp_reduce(r, k) {
                 let mut read = Vec::new();
                 crate::lower::expr_vars(expr, &mut read);
-                warp_sum(r, w, s, ext, rv, (&v, &read), acc_ty, (&init, &step), &store);
+                let blocked = acc_ty == Dtype::F32 && *kind == ReduceKind::Sum;
+                warp_sum(r, w, s, ext, rv, (&v, &read), acc_ty, (&init, &step), blocked, &store);
                 return Ok(());
             }
             let depth = d.open_outer(s, outer);
@@ -157,14 +158,24 @@ pub fn warp_reduce<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&
 /// need); each lane accumulates a strided share of the flattened reduced domain, the
 /// shuffles combine the lanes, and lane 0 stores. `step` combines `acc` and `v`, which
 /// reads the loop variables `read`.
+///
+/// `blocked` (an f32 sum): each lane sums its share in blocks of [`SUM_BLOCK`] and adds
+/// each block's sum to its total, so a sum of n elements is off by at most about
+/// (SUM_BLOCK + n / (lanes * SUM_BLOCK) + log2 lanes) units of f32 rounding times the
+/// sum of the magnitudes, where one running sum a lane would be off by n / lanes.
 #[allow(clippy::too_many_arguments)]
-fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext: &[String], rv: usize, (v, read): (&str, &[usize]), acc_ty: Dtype, (init, step): (&str, &str), store: &str) {
+fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext: &[String], rv: usize, (v, read): (&str, &[usize]), acc_ty: Dtype, (init, step): (&str, &str), blocked: bool, store: &str) {
     let (idx, ty) = (r.d.ty(Dtype::I64), r.d.ty(acc_ty));
     let (outer, inner) = ext.split_at(rv);
+    // (a static length of at most a block a lane needs no blocks)
+    let blocked = blocked && product(inner).parse::<usize>().map_or(true, |n| n > w.lanes as usize * SUM_BLOCK);
     let _ = writeln!(s, "{}for ({idx} gid = {}; gid < {}; gid += {}) {{", pad(1), w.first, product(outer), w.count);
     super::device::grid_indices(r.d, s, outer, 2);
     let _ = writeln!(s, "{}const {idx} lane = {};", pad(2), w.lane);
     let _ = writeln!(s, "{}{ty} acc = {init};", pad(2));
+    if blocked {
+        let _ = writeln!(s, "{}{ty} block = {init};\n{}int in_block = 0;", pad(2), pad(2));
+    }
     let _ = writeln!(s, "{}for ({idx} rid = lane; rid < {}; rid += {}) {{", pad(2), product(inner), w.lanes);
     let vars: Vec<usize> = (rv..rv + inner.len()).collect();
     super::device::unflatten(r.d, s, "rid", &vars, inner, 3);
@@ -174,7 +185,13 @@ fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext:
             let _ = writeln!(s, "{}(void)i{var};", pad(3));
         }
     }
-    let _ = writeln!(s, "{}{ty} v = {v};\n{}acc = {step};\n{}}}", pad(3), pad(3), pad(2));
+    if blocked {
+        let _ = writeln!(s, "{}{ty} v = {v};\n{}block += v;", pad(3), pad(3));
+        let _ = writeln!(s, "{}if (++in_block == {SUM_BLOCK}) {{\n{}acc += block;\n{}block = {init};\n{}in_block = 0;\n{}}}\n{}}}", pad(3), pad(4), pad(4), pad(4), pad(3), pad(2));
+        let _ = writeln!(s, "{}acc += block;", pad(2));
+    } else {
+        let _ = writeln!(s, "{}{ty} v = {v};\n{}acc = {step};\n{}}}", pad(3), pad(3), pad(2));
+    }
     let mut off = w.lanes / 2;
     while off > 0 {
         let shuffled = w.shuffle_down.replace("{v}", "acc").replace("{off}", &off.to_string());
@@ -183,6 +200,10 @@ fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext:
     }
     let _ = writeln!(s, "{}if (lane == 0) {{\n{}{store}\n{}}}\n{}}}", pad(2), pad(3), pad(2), pad(1));
 }
+
+/// The elements a lane of a blocked warp sum adds before it adds their sum to its total
+/// ([`warp_sum`]).
+pub const SUM_BLOCK: usize = 32;
 
 /// Partial sums of a long reduction: see [`lane_sum`].
 const SUM_LANES: usize = 8;

@@ -520,9 +520,10 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
     }
 
     /// The type a reduction into `t` accumulates in: sums and products of floats in
-    /// the dialect's accumulator, as the interpreter does in f64.
+    /// the dialect's accumulator (the interpreter's is f64), never narrower than `t`.
     pub fn acc_type(&self, kind: ReduceKind, t: Dtype) -> Dtype {
-        if t.is_float() && matches!(kind, ReduceKind::Sum | ReduceKind::Prod) { self.d.accumulator() } else { t }
+        let acc = self.d.accumulator();
+        if t.is_float() && matches!(kind, ReduceKind::Sum | ReduceKind::Prod) && acc.size() >= t.size() { acc } else { t }
     }
 
     /// The reduction step `acc = combine(acc, v)` and its initial value.

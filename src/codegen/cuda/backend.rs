@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, WeightsMode};
+use crate::backend::{Accumulate, Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, WeightsMode};
 use std::fmt::Write as _;
 
 use crate::codegen::program_target::{device_programs, program_emitted, program_target_lacks};
@@ -33,13 +33,14 @@ impl Backend for CudaTarget {
     }
 
     fn lacks(&self, graph: &Graph, v: ValueId) -> Option<String> {
-        program_target_lacks(graph, v, |d| super::Cuda.supports(d))
+        program_target_lacks(graph, v, |d| super::Cuda::F32.supports(d))
     }
 
     /// With `--report`'s launches on `--gpu` (an H100 by default).
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         let (forward, backward) = device_programs(graphs, opts, super::LIBRARY)?;
-        let files = super::emit(&forward, backward.as_ref(), &crate::codegen::c::Options::of(opts), opts.precision)?;
+        let d = super::Cuda::accumulating(crate::backend::accumulator(self, opts.accumulate)?);
+        let files = super::emit(&forward, backward.as_ref(), &crate::codegen::c::Options::of(opts), opts.precision, d)?;
         let mut emitted = program_emitted(files, &forward, backward.as_ref());
         let gpu = opts.gpu.unwrap_or(&super::plan::GPUS[0]);
         let scratch = super::plan::scratch_floats(&forward, backward.as_ref());
@@ -60,7 +61,7 @@ impl Backend for CudaTarget {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { precisions: &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16], emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
+        Capabilities { precisions: &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16], accumulators: &[Accumulate::F32, Accumulate::F64], emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {

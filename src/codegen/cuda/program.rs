@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use super::vector::vector_kernel;
 use super::Cuda;
+use crate::codegen::c::dialect::C;
 use crate::backend::Precision;
 use crate::codegen::c::program::declare;
 use crate::codegen::cstyle::device::{batch_decl, device_kernel, epilogue_functor, index_check, kernel_params, library_kernel, library_operands};
@@ -39,14 +40,15 @@ pub struct Workspace {
 /// error codes (`<upper>_ERROR_*`). Matrix products and convolutions round as
 /// `precision` allows.
 /// `ws`: what the model keeps past its buffers in the arena.
-pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: Precision, ws: Workspace, s: &mut String) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+pub fn program_cu(p: &Program, d: &Cuda, name: &str, entry: &str, upper: &str, precision: Precision, ws: Workspace, s: &mut String) -> Result<()> {
     let flag = ws.flag;
     let (error_cuda, error_size) = (format!("{upper}_ERROR_CUDA"), format!("{upper}_ERROR_SIZE"));
     let names: Vec<String> = p.buffers.iter().enumerate().map(|(i, b)| format!("b{i}_{}", identifier(&b.name))).collect();
-    let r = Renderer { p, d: &Cuda, names: &names, loads: None };
+    let r = Renderer { p, d, names: &names, loads: None };
     r.check_all(|_| true)?;
     for (i, t) in p.consts.iter().enumerate() {
-        let _ = write!(s, "static __device__ const {} {name}_const{i}[{}] = ", Cuda.ty(t.dtype()), t.numel().max(1));
+        let _ = write!(s, "static __device__ const {} {name}_const{i}[{}] = ", C.ty(t.dtype()), t.numel().max(1));
         r.initializer(t, s);
     }
     let dims = dim_params(p);
@@ -141,7 +143,7 @@ pub fn program_cu(p: &Program, name: &str, entry: &str, upper: &str, precision: 
     for b in consts {
         let Storage::Const(k) = p.buffers[b.0].storage else { continue };
         // A `__device__` array's address comes from the runtime, not from `&`.
-        let ty = Cuda.ty(p.buffers[b.0].dtype);
+        let ty = C.ty(p.buffers[b.0].dtype);
         let n = &names[b.0];
         let _ = writeln!(s, "    const {ty} *{n} = NULL;");
         let _ = writeln!(s, "    if (cudaGetSymbolAddress((void **)&{n}, {name}_const{k}) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
@@ -237,7 +239,7 @@ pub fn train_step_cu(b: &Program, t: &crate::codegen::train::TrainLayout, name: 
     let params = dim_params(b);
     let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
     let args: String = params.iter().map(|n| format!(", {n}")).collect();
-    let ty = Cuda.ty(t.scalar);
+    let ty = C.ty(t.scalar);
     let _ = writeln!(
         s,
         "\nextern \"C\" {ty} {name}_train_step(void *weights, const void *const inputs[], {ty} lr, {ty} momentum, void *state, void *arena,\n    cudaStream_t stream{decl})\n{{"
@@ -250,7 +252,7 @@ pub fn train_step_cu(b: &Program, t: &crate::codegen::train::TrainLayout, name: 
     }
     let _ = writeln!(s, "    if ({name}_backward(weights, inputs, outputs, arena, stream{args}) != 0) {{\n        return NAN;\n    }}");
     for u in &t.updates {
-        let (p, sfx) = (Cuda.ty(u.dtype), if u.dtype == Dtype::F64 { "f64" } else { "f32" });
+        let (p, sfx) = (C.ty(u.dtype), if u.dtype == Dtype::F64 { "f64" } else { "f32" });
         let _ = writeln!(s, "    /* {} */", comment_safe(&u.name));
         let _ = writeln!(
             s,

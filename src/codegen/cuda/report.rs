@@ -49,7 +49,7 @@ impl Launch {
 /// partial sums within `scratch` floats.
 pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> Vec<Launch> {
     let names: Vec<String> = p.buffers.iter().map(|b| b.name.clone()).collect();
-    let r = Renderer { p, d: &Cuda, names: &names, loads: None };
+    let r = Renderer { p, d: &Cuda::F32, names: &names, loads: None };
     let at_max = |s: &str| p.symbols.iter().find(|(n, _)| n == s).map(|(_, m)| *m);
     let mut out = Vec::new();
     for (i, step) in p.steps.iter().enumerate() {

@@ -95,11 +95,11 @@ pub fn vector_kernel(r: &Renderer<Cuda>, fname: &str, k: usize, step: &Step, ext
     let mut s = format!(
         "\n/* kernel {k}, {WIDTH} elements a thread with float4 loads and stores: {} */\n{}\n{{\n",
         comment_safe(&step.origins.join("; ")),
-        Cuda.kernel_signature(&format!("{fname}_v4"), &params)
+        r.d.kernel_signature(&format!("{fname}_v4"), &params)
     );
     let _ = writeln!(s, "    for (int64_t gid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; gid < {count}; gid += (int64_t)gridDim.x * blockDim.x) {{");
     let vars: Vec<usize> = (0..last).chain([base + 1]).collect();
-    unflatten(&Cuda, &mut s, "gid", &vars, &outer, 2);
+    unflatten(r.d, &mut s, "gid", &vars, &outer, 2);
     let _ = writeln!(s, "        const int64_t i{base} = i{} * {WIDTH};", base + 1);
     for (j, (view, vars)) in vectors.iter().enumerate() {
         let _ = writeln!(s, "        const float4 v{j} = *reinterpret_cast<const float4 *>({});", at(view, vars));
@@ -107,7 +107,7 @@ pub fn vector_kernel(r: &Renderer<Cuda>, fname: &str, k: usize, step: &Step, ext
     let lanes = ["x", "y", "z", "w"];
     for (l, lane) in lanes.iter().enumerate() {
         let spell = |view: &View, vars: &[usize]| vectors.iter().position(|(w, u)| w == view && u == vars).map(|j| format!("v{j}.{lane}"));
-        let lane_r = Renderer { p, d: &Cuda, names: r.names, loads: Some(&spell) };
+        let lane_r = Renderer { p, d: r.d, names: r.names, loads: Some(&spell) };
         let value = lane_r.expr(&Expr::Cast(Box::new(expr.clone()), Dtype::F32));
         let _ = writeln!(s, "        const float l{l} = {value};");
     }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, WeightsMode};
+use crate::backend::{Accumulate, Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, WeightsMode};
 use crate::codegen::program_target::{emit_device, program_target_lacks};
 use crate::passes::Graphs;
 use crate::codegen::c::backend::run_demo;
@@ -44,7 +44,7 @@ impl Backend for MetalTarget {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { precisions: &[Precision::F32, Precision::Bf16, Precision::F16], emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
+        Capabilities { precisions: &[Precision::F32, Precision::Bf16, Precision::F16], accumulators: &[Accumulate::F32], emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {
