@@ -460,8 +460,16 @@ MR_UNROLL
                             if (col0 + e < p.n) cr[(col0 + e) * c_cs] = acc[i][g * 4 + e];
                     }
                 }
-                if (!std::is_same<Ep, mr_no_epilogue>::value && !part) {
-MR_UNROLL
+            }
+            /* then the epilogue, on what this thread stored, in a loop of its own: the
+             * accumulators are dead by then (unrolled into the stores, a large tile's
+             * epilogues spilled) */
+            if (!std::is_same<Ep, mr_no_epilogue>::value && !part) {
+MR_NO_UNROLL
+                for (int i = 0; i < Tl::TM; ++i) {
+                    const int64_t row = m0 + mr_tile_row<Tl>(i, ty);
+                    if (row >= p.m) continue;
+MR_NO_UNROLL
                     for (int j = 0; j < Tl::TN; ++j) {
                         const int64_t col = n0 + mr_tile_col<Tl>(j, tx);
                         if (col < p.n) ep(nb, row, col);
@@ -560,17 +568,6 @@ MR_UNROLL
 }
 
 
-static inline int64_t mr_abs64(int64_t v) { return v < 0 ? -v : v; }
-
-/* Whether an operand's chunks run along K (see mr_ld_strided): along the unit stride if
- * there is one, else along the smaller stride. */
-static inline bool mr_along_k(int64_t sx, int64_t sk)
-{
-    if (sk == 1) return true;
-    if (sx == 1) return false;
-    return mr_abs64(sk) <= mr_abs64(sx);
-}
-
 /* Whether float4 loads are allowed for an operand whose chunks run along the unit
  * stride: every chunk start (base + batch offsets + the other stride's multiples) must
  * be 16-byte aligned. */
@@ -596,7 +593,7 @@ static inline bool mr_gemm_setup(mr_gemm_args &p, mr_batch &bt, bool &ak, bool &
     if (batch) bt = *batch;
     p.nbatch = 1;
     for (int d = 0; d < bt.rank; ++d) p.nbatch *= bt.ext[d];
-    ak = mr_along_k(a_rs, a_cs), bk = mr_along_k(b_cs, b_rs);
+    ak = mr_plan_along_k(a_rs, a_cs), bk = mr_plan_along_k(b_cs, b_rs);
     if (m <= 0 || n <= 0 || p.nbatch <= 0) return false;
     p.m = m, p.n = n, p.k = k < 0 ? 0 : k;
     p.a = a, p.a_rs = a_rs, p.a_cs = a_cs;
@@ -651,6 +648,22 @@ template <unsigned MASK, class F> static cudaError_t mr_with_tile(int t, F f)
     return cudaErrorInvalidValue;
 }
 
+/* f(std::integral_constant<bool, A along K>(), ...<bool, B along K>()) for the operands'
+ * layouts ak, bk (mr_plan_along_k): the one MASK fixes (MR_PLAN_LAYOUT; another is
+ * cudaErrorInvalidValue), else each of the four. */
+template <unsigned MASK, class F> static cudaError_t mr_with_layout(bool ak, bool bk, F f)
+{
+    typedef std::integral_constant<bool, true> T;
+    typedef std::integral_constant<bool, false> N;
+    if constexpr ((MASK & MR_PLAN_LAYOUT) != 0) {
+        constexpr bool AK = (MASK & MR_PLAN_A_ALONG_K) != 0, BK = (MASK & MR_PLAN_B_ALONG_K) != 0;
+        if (ak != AK || bk != BK) return cudaErrorInvalidValue;
+        return f(std::integral_constant<bool, AK>(), std::integral_constant<bool, BK>());
+    } else {
+        return ak ? (bk ? f(T(), T()) : f(T(), N())) : (bk ? f(N(), T()) : f(N(), N()));
+    }
+}
+
 /*
  * C[i*c_rs + j*c_cs] = sum_k A[i*a_rs + k*a_cs] * B[k*b_rs + j*b_cs], f32 with fused
  * multiply-adds (no TF32), for each batch index (batch NULL: one product), as plan `pl`
@@ -686,11 +699,12 @@ static cudaError_t mr_cuda_sgemm_planned(cudaStream_t s, const mr_plan &pl, int6
         p.split = pl.split, p.kslice = pl.kslice, p.part = part;
     }
     const cudaError_t e = mr_with_tile<MASK>(pl.tile, [&](auto tile) {
-        constexpr int T = decltype(tile)::value;
-        kernel_t kt = ak ? (bk ? mr_k_sgemm<Ep, T, true, true> : mr_k_sgemm<Ep, T, true, false>)
-                         : (bk ? mr_k_sgemm<Ep, T, false, true> : mr_k_sgemm<Ep, T, false, false>);
-        MR_LAUNCH(kt, grid, dim3(mr_tile<T>::THREADS), s, p, bt, ep);
-        return cudaGetLastError();
+        return mr_with_layout<MASK>(ak, bk, [&](auto a_along_k, auto b_along_k) {
+            constexpr int T = decltype(tile)::value;
+            kernel_t kt = mr_k_sgemm<Ep, T, decltype(a_along_k)::value, decltype(b_along_k)::value>;
+            MR_LAUNCH(kt, grid, dim3(mr_tile<T>::THREADS), s, p, bt, ep);
+            return cudaGetLastError();
+        });
     });
     if (e != cudaSuccess || p.split == 1) return e;
     kernel_t reduce = mr_k_sgemm_splitk<Ep>;
@@ -855,11 +869,18 @@ MR_UNROLL
                 if (row >= p.M) continue;
                 const int64_t oc = g * p.M + row;
 MR_UNROLL
-                for (int j = 0; j < Tl::TN; ++j) {
-                    if (cb[j] < p.n) {
-                        p.out[(cb[j] * p.o + oc) * ohw + cpos[j]] = acc[i][j];
-                        ep(cb[j], oc, cpos[j]);
-                    }
+                for (int j = 0; j < Tl::TN; ++j)
+                    if (cb[j] < p.n) p.out[(cb[j] * p.o + oc) * ohw + cpos[j]] = acc[i][j];
+            }
+            /* the epilogue in a loop of its own, as the GEMM's */
+            if (!std::is_same<Ep, mr_no_epilogue>::value) {
+MR_NO_UNROLL
+                for (int i = 0; i < Tl::TM; ++i) {
+                    const int64_t row = m0 + mr_tile_row<Tl>(i, ty);
+                    if (row >= p.M) continue;
+MR_NO_UNROLL
+                    for (int j = 0; j < Tl::TN; ++j)
+                        if (cb[j] < p.n) ep(cb[j], g * p.M + row, cpos[j]);
                 }
             }
         }
@@ -1280,12 +1301,12 @@ static cudaError_t mr_cuda_sgemm_tc(cudaStream_t s, int64_t m, int64_t n, int64_
             return cudaGetLastError();
         const mr_plan pl = mr_plan_gemm(m, n, k, p.nbatch, b_rs, b_cs, 1, 1, MASK, 0);
         const dim3 grid((unsigned)pl.grid[0], (unsigned)pl.grid[1], (unsigned)pl.grid[2]);
-        const int l = (ak ? 2 : 0) + (bk ? 1 : 0);
         typedef void (*kernel_t)(const mr_gemm_args, const mr_batch, const Ep);
-        const kernel_t kern = l == 3 ? mr_k_sgemm_tc<Ep, P, true, true> : l == 2 ? mr_k_sgemm_tc<Ep, P, true, false>
-                              : l == 1 ? mr_k_sgemm_tc<Ep, P, false, true> : mr_k_sgemm_tc<Ep, P, false, false>;
-        MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, bt, ep);
-        return cudaGetLastError();
+        return mr_with_layout<MASK>(ak, bk, [&](auto a_along_k, auto b_along_k) {
+            kernel_t kern = mr_k_sgemm_tc<Ep, P, decltype(a_along_k)::value, decltype(b_along_k)::value>;
+            MR_LAUNCH(kern, grid, dim3(MR_THREADS), s, p, bt, ep);
+            return cudaGetLastError();
+        });
     }
 }
 

@@ -41,6 +41,12 @@
 #define MR_PLAN_SPLIT 0x100u
 #define MR_PLAN_TILES ((1u << MR_TILE_COUNT) - 1u)
 #define MR_PLAN_ALL (MR_PLAN_TILES | MR_PLAN_SPLIT)
+/* MR_PLAN_LAYOUT: the operands' layouts are known (a model's are: its strides are
+ * constants), A's chunks along K if MR_PLAN_A_ALONG_K, B's if MR_PLAN_B_ALONG_K
+ * (mr_plan_along_k), so one layout's kernels are instantiated rather than four. */
+#define MR_PLAN_LAYOUT 0x200u
+#define MR_PLAN_A_ALONG_K 0x400u
+#define MR_PLAN_B_ALONG_K 0x800u
 
 #define MR_THREADS 256 /* block size of the generated loop kernels */
 #define MR_MAX_GRID 2048
@@ -96,6 +102,22 @@ static inline mr_tile_shape mr_tile_shape_of(int t)
 static inline int64_t mr_plan_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t mr_plan_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t mr_plan_abs(int64_t v) { return v < 0 ? -v : v; }
+
+/* Whether a tile loader reads an operand (element (x, k) at x*sx + k*sk) in chunks along
+ * K: along the unit stride if there is one, else along the smaller stride. */
+static inline int mr_plan_along_k(int64_t sx, int64_t sk)
+{
+    if (sk == 1) return 1;
+    if (sx == 1) return 0;
+    return mr_plan_abs(sk) <= mr_plan_abs(sx);
+}
+
+/* The mask bits that fix the layouts of a GEMM of A (a_rs, a_cs) and B (b_rs, b_cs). */
+static inline unsigned mr_plan_layout(int64_t a_rs, int64_t a_cs, int64_t b_rs, int64_t b_cs)
+{
+    return MR_PLAN_LAYOUT | (mr_plan_along_k(a_rs, a_cs) ? MR_PLAN_A_ALONG_K : 0u) |
+           (mr_plan_along_k(b_cs, b_rs) ? MR_PLAN_B_ALONG_K : 0u);
+}
 
 /* Blocks for a grid-stride loop over n items, `per` items a block. */
 static inline int64_t mr_plan_stride_blocks(int64_t n, int64_t per)

@@ -840,6 +840,16 @@ static void test_plans()
     const mr_plan a = mr_plan_gemm(128, 768, 3072, 1, 768, 1, 0, 132, MR_PLAN_ALL, 0);
     const mr_plan b = mr_plan_gemm(128, 768, 3072, 1, 768, 1, 0, 132, 1u << 3, 1 << 26);
     report("plan", "without scratch: no split", a.split == 1 ? 0 : 1, 1, 0, 0, 0);
+    /* a mask that fixes the layout instantiates that one: another is refused */
+    {
+        float *d = dev_from(std::vector<float>(64 * 64));
+        constexpr unsigned ROW_MAJOR = MR_PLAN_TILES | MR_PLAN_LAYOUT | MR_PLAN_A_ALONG_K; /* A along K, B along n */
+        const cudaError_t ok = mr_cuda_sgemm<ROW_MAJOR>(0, 64, 64, 64, d, 64, 1, d, 64, 1, d, 64, 1, NULL, mr_scratch{NULL, 0}, mr_no_epilogue());
+        const cudaError_t other = mr_cuda_sgemm<ROW_MAJOR>(0, 64, 64, 64, d, 1, 64, d, 64, 1, d, 64, 1, NULL, mr_scratch{NULL, 0}, mr_no_epilogue());
+        report("plan", "a fixed layout runs, another is cudaErrorInvalidValue", ok == cudaSuccess && other == cudaErrorInvalidValue ? 0 : 1, 1, 0, 0, 0);
+        CUDA_OK(cudaDeviceSynchronize());
+        cudaFree(d);
+    }
     report("plan", "a mask of tile 3: tile 3, no split", b.tile == 3 && b.split == 1 ? 0 : 1, 1, 0, 0, 0);
 }
 

@@ -47,6 +47,7 @@ extern "C" {
     fn mithrilc_cuda_plan_conv(n: i64, c: i64, h: i64, w: i64, o: i64, kh: i64, kw: i64, oh: i64, ow: i64, sh: i64, sw: i64, ph: i64, pw: i64, groups: i64, tensor: i32, sms: i32, mask: u32, scratch: i64) -> Plan;
     fn mithrilc_cuda_tile(t: i32) -> TileShape;
     fn mithrilc_cuda_tile_count() -> i32;
+    fn mithrilc_cuda_plan_layout(a_rs: i64, a_cs: i64, b_rs: i64, b_cs: i64) -> u32;
     fn mithrilc_cuda_plan_split() -> u32;
     fn mithrilc_cuda_stride_blocks(n: i64, per: i64) -> i64;
     fn mithrilc_cuda_threads() -> i32;
@@ -145,7 +146,7 @@ pub fn gpu(name: &str) -> Option<&'static Gpu> {
 /// sizes of the program's symbols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
-    Gemm { m: i64, n: i64, k: i64, nbatch: i64, b_rs: i64, b_cs: i64 },
+    Gemm { m: i64, n: i64, k: i64, nbatch: i64, a_rs: i64, a_cs: i64, b_rs: i64, b_cs: i64 },
     Conv { n: i64, c: i64, h: i64, w: i64, o: i64, kh: i64, kw: i64, oh: i64, ow: i64, sh: i64, sw: i64, ph: i64, pw: i64, groups: i64 },
 }
 
@@ -156,10 +157,11 @@ impl Call {
         let ext = extents(step, value);
         let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         match &step.kernel {
-            Kernel::Gemm { b, c, .. } => {
+            Kernel::Gemm { a, b, c, .. } => {
                 let rank = c.shape.len();
                 let nbatch = ext[..rank - 2].iter().product::<u64>();
-                Some(Call::Gemm { m: i(ext[rank - 2]), n: i(ext[rank - 1]), k: i(ext[rank]), nbatch: i(nbatch), b_rs: b.strides[rank - 2], b_cs: b.strides[rank - 1] })
+                let (m, n, k) = (i(ext[rank - 2]), i(ext[rank - 1]), i(ext[rank]));
+                Some(Call::Gemm { m, n, k, nbatch: i(nbatch), a_rs: a.strides[rank - 2], a_cs: a.strides[rank - 1], b_rs: b.strides[rank - 2], b_cs: b.strides[rank - 1] })
             }
             Kernel::Conv { x, w, out, attrs, .. } => {
                 let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
@@ -193,8 +195,20 @@ impl Call {
         // SAFETY: pure functions of their arguments (plan.c).
         unsafe {
             match *self {
-                Call::Gemm { m, n, k, nbatch, b_rs, b_cs } => mithrilc_cuda_plan_gemm(m, n, k, nbatch, b_rs, b_cs, t, sms, mask, scratch),
+                Call::Gemm { m, n, k, nbatch, b_rs, b_cs, .. } => mithrilc_cuda_plan_gemm(m, n, k, nbatch, b_rs, b_cs, t, sms, mask, scratch),
                 Call::Conv { n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, groups } => mithrilc_cuda_plan_conv(n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, groups, t, sms, mask, scratch),
+            }
+        }
+    }
+
+    /// The mask bits that fix its operands' layouts (`mr_plan_layout`; a convolution's
+    /// are those of the GEMM a 1x1 one is).
+    pub fn layout(&self) -> u32 {
+        // SAFETY: a pure function of its arguments (plan.c).
+        unsafe {
+            match *self {
+                Call::Gemm { a_rs, a_cs, b_rs, b_cs, .. } => mithrilc_cuda_plan_layout(a_rs, a_cs, b_rs, b_cs),
+                Call::Conv { c, oh, ow, .. } => mithrilc_cuda_plan_layout(c, 1, oh * ow, 1),
             }
         }
     }
@@ -264,6 +278,7 @@ pub fn needs(step: &Step, symbols: &[(String, u64)]) -> Option<Needs> {
     for binding in samples(symbols) {
         let value = |s: &str| binding.iter().find(|(n, _)| n == s).map(|(_, v)| *v);
         let call = Call::of(step, &value)?;
+        needs.mask |= call.layout();
         for g in GPUS {
             let p = call.plan(false, g.sms, all_kernels(), MAX_SCRATCH);
             if p.kind() == Kind::Tiled {
@@ -296,7 +311,7 @@ mod tests {
     fn the_planner_fills_an_h100_with_gpt_blocks_long_projection() {
         // gpt_block at batch 1: [128, 3072] x [3072, 768]; one 128 x 64 tile a block
         // gave 12 blocks for 132 SMs.
-        let call = Call::Gemm { m: 128, n: 768, k: 3072, nbatch: 1, b_rs: 768, b_cs: 1 };
+        let call = Call::Gemm { m: 128, n: 768, k: 3072, nbatch: 1, a_rs: 3072, a_cs: 1, b_rs: 768, b_cs: 1 };
         let p = call.plan(false, 132, all_kernels(), MAX_SCRATCH);
         assert_eq!(p.kind(), Kind::Tiled);
         assert!(p.split > 1 && p.blocks >= 119, "{p:?}");
@@ -311,9 +326,9 @@ mod tests {
 
     #[test]
     fn small_products_are_gemvs_and_tensor_plans_keep_their_tile() {
-        let gemv = Call::Gemm { m: 1, n: 10, k: 784, nbatch: 1, b_rs: 10, b_cs: 1 }.plan(false, 132, all_kernels(), 0);
+        let gemv = Call::Gemm { m: 1, n: 10, k: 784, nbatch: 1, a_rs: 784, a_cs: 1, b_rs: 10, b_cs: 1 }.plan(false, 132, all_kernels(), 0);
         assert_eq!(gemv.kind(), Kind::GemvWarp);
-        let tc = Call::Gemm { m: 512, n: 512, k: 512, nbatch: 1, b_rs: 512, b_cs: 1 }.plan(true, 132, all_kernels(), 0);
+        let tc = Call::Gemm { m: 512, n: 512, k: 512, nbatch: 1, a_rs: 512, a_cs: 1, b_rs: 512, b_cs: 1 }.plan(true, 132, all_kernels(), 0);
         assert_eq!((tc.kind(), tc.grid), (Kind::Tensor, [8, 4, 1]));
         assert_eq!(tc.describe(), "tensor cores, tile 128x64");
     }
@@ -324,6 +339,17 @@ mod tests {
         assert_eq!(conv(3, 8, 8).plan(false, 132, all_kernels(), 0).kind(), Kind::ConvDirect);
         let p = conv(1, 1, 64).plan(false, 132, all_kernels(), 0);
         assert_eq!((p.kind(), p.m, p.n, p.k, p.nbatch), (Kind::Tiled, 64, 81, 8, 2));
+    }
+
+    #[test]
+    fn a_model_fixes_its_operands_layouts() {
+        let gemm = |a_rs, a_cs, b_rs, b_cs| Call::Gemm { m: 64, n: 64, k: 64, nbatch: 1, a_rs, a_cs, b_rs, b_cs }.layout();
+        let (fixed, a, b) = (0x200, 0x400, 0x800);
+        assert_eq!(gemm(64, 1, 64, 1), fixed | a); // A row-major: along K; B row-major: along n
+        assert_eq!(gemm(1, 64, 1, 64), fixed | b); // both transposed
+        // a convolution's 1x1 GEMM: weights [o, c] row-major, the image [c, h*w]
+        let conv = Call::Conv { n: 1, c: 8, h: 4, w: 4, o: 16, kh: 1, kw: 1, oh: 4, ow: 4, sh: 1, sw: 1, ph: 0, pw: 0, groups: 1 };
+        assert_eq!(conv.layout(), fixed | a);
     }
 
     #[test]
