@@ -1390,7 +1390,8 @@ static inline cudaError_t mr_cuda_pool2d(cudaStream_t s, const float *x, float *
     if (planes <= 0 || oh <= 0 || ow <= 0) return cudaGetLastError();
     p.x = x, p.out = out, p.planes = planes, p.h = h, p.w = w, p.kh = kh, p.kw = kw, p.oh = oh, p.ow = ow;
     p.sh = sh, p.sw = sw, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw, p.is_max = is_max;
-    MR_LAUNCH(mr_k_pool2d, dim3(mr_blocks(planes * oh * ow)), dim3(MR_THREADS), s, p);
+    const mr_plan pl = mr_plan_pool(planes, oh, ow);
+    MR_LAUNCH(mr_k_pool2d, dim3((unsigned)pl.grid[0]), dim3((unsigned)pl.threads), s, p);
     return cudaGetLastError();
 }
 
@@ -1532,22 +1533,22 @@ static inline cudaError_t mr_cuda_softmax(cudaStream_t s, const float *x, float 
                                           int64_t inner)
 {
     typedef void (*kernel_t)(const float *, float *, int64_t, int64_t, int64_t);
-    if (outer <= 0 || n <= 0 || inner <= 0) return cudaGetLastError();
-    const int64_t rows = outer * inner;
-    if (inner > 1 && (rows >= 4096 || n <= 8)) {
-        MR_LAUNCH(mr_k_softmax_cols, dim3(mr_blocks(rows)), dim3(MR_THREADS), s, x, out, outer, n, inner);
-    } else if (n <= 1024) {
-        kernel_t kern = n <= 32    ? mr_k_softmax_warp<1>
-                        : n <= 64  ? mr_k_softmax_warp<2>
-                        : n <= 128 ? mr_k_softmax_warp<4>
-                        : n <= 256 ? mr_k_softmax_warp<8>
-                        : n <= 512 ? mr_k_softmax_warp<16>
-                                   : mr_k_softmax_warp<32>;
-        MR_LAUNCH(kern, dim3(mr_warp_blocks(rows)), dim3(MR_THREADS), s, x, out, outer, n, inner);
-    } else {
-        const unsigned blocks = (unsigned)(rows < 65535 ? rows : 65535);
-        MR_LAUNCH(mr_k_softmax_block, dim3(blocks), dim3(MR_THREADS), s, x, out, outer, n, inner);
+    const mr_plan pl = mr_plan_softmax(outer, n, inner);
+    kernel_t kern = NULL;
+    switch (pl.kind) {
+    case MR_PLAN_SOFTMAX_COLS: kern = mr_k_softmax_cols; break;
+    case MR_PLAN_SOFTMAX_BLOCK: kern = mr_k_softmax_block; break;
+    case MR_PLAN_SOFTMAX_WARP:
+        kern = pl.tile == 1    ? mr_k_softmax_warp<1>
+               : pl.tile == 2  ? mr_k_softmax_warp<2>
+               : pl.tile == 4  ? mr_k_softmax_warp<4>
+               : pl.tile == 8  ? mr_k_softmax_warp<8>
+               : pl.tile == 16 ? mr_k_softmax_warp<16>
+                               : mr_k_softmax_warp<32>;
+        break;
+    default: return cudaGetLastError(); /* nothing to compute */
     }
+    MR_LAUNCH(kern, dim3((unsigned)pl.grid[0]), dim3((unsigned)pl.threads), s, x, out, outer, n, inner);
     return cudaGetLastError();
 }
 
@@ -1568,8 +1569,6 @@ struct mr_no_score {
     __device__ float operator()(int64_t, int64_t, int64_t, float s) const { return s; }
 };
 
-#define MR_ATTN_MAX_DIM 128 /* the largest head dimension (d and e) mr_cuda_attention takes */
-#define MR_ATTN_THREADS 128 /* 4 warps */
 #define MR_ATTN_BN 32       /* keys a tile: one a lane */
 
 /* A strided matrix operand: element (r, c) at p[r*rs + c*cs]. */
@@ -1746,12 +1745,10 @@ static cudaError_t mr_cuda_attention(cudaStream_t s, int64_t m, int64_t n, int64
     p.nbatch = 1;
     for (int i = 0; i < bt.rank; ++i) p.nbatch *= bt.ext[i];
     if (p.nbatch <= 0) return cudaGetLastError();
-    const int64_t dim = d > e ? d : e;
-    /* BM 16 at D = 128 keeps the static shared memory under 48 KiB */
-    kernel_t kern = dim <= 32 ? mr_k_attention<Sc, 32, 32> : dim <= 64 ? mr_k_attention<Sc, 64, 32>
-                                                                       : mr_k_attention<Sc, 128, 16>;
-    const int64_t bm = dim <= 64 ? 32 : 16, items = (m + bm - 1) / bm * p.nbatch;
-    MR_LAUNCH(kern, dim3((unsigned)(items < 65535 ? items : 65535)), dim3(MR_ATTN_THREADS), s, p, bt, score);
+    const mr_plan pl = mr_plan_attention(m, n, d, e, p.nbatch);
+    kernel_t kern = pl.tile == 32 ? mr_k_attention<Sc, 32, 32> : pl.tile == 64 ? mr_k_attention<Sc, 64, 32>
+                                                                               : mr_k_attention<Sc, 128, 16>;
+    MR_LAUNCH(kern, dim3((unsigned)pl.grid[0]), dim3((unsigned)pl.threads), s, p, bt, score);
     return cudaGetLastError();
 }
 

@@ -64,7 +64,12 @@ enum mr_plan_kind {
     MR_PLAN_GEMV_THREAD = 2, /* m <= MR_GEMV_MAX_M: a thread a column (row-major B, many columns) */
     MR_PLAN_TILED = 3,       /* the tiled GEMM (or implicit-GEMM convolution), maybe split along K */
     MR_PLAN_TENSOR = 4,      /* the tensor-core GEMM or convolution (128 x 64 tiles, --precision) */
-    MR_PLAN_CONV_DIRECT = 5  /* a convolution's taps summed per output element */
+    MR_PLAN_CONV_DIRECT = 5, /* a convolution's taps summed per output element */
+    MR_PLAN_POOL = 6,        /* pooling: a thread an output */
+    MR_PLAN_SOFTMAX_COLS = 7,  /* softmax along a strided axis: a thread a row */
+    MR_PLAN_SOFTMAX_WARP = 8,  /* a warp a row, `tile` values a lane */
+    MR_PLAN_SOFTMAX_BLOCK = 9, /* a block a row (rows over 1024) */
+    MR_PLAN_ATTENTION = 10     /* attention: a block a tile of query rows, `tile` the head dimensions it holds */
 };
 
 typedef struct mr_plan {
@@ -247,6 +252,57 @@ static inline mr_plan mr_plan_conv(int64_t n, int64_t c, int64_t h, int64_t w, i
     } else {
         mr_plan_tiled(&p, sms, mask, scratch);
     }
+    return p;
+}
+
+/* Pooling of `planes` planes into oh x ow outputs. */
+static inline mr_plan mr_plan_pool(int64_t planes, int64_t oh, int64_t ow)
+{
+    mr_plan p = mr_plan_empty(planes, oh * ow, 0, 1);
+    if (planes <= 0 || oh <= 0 || ow <= 0) return p;
+    p.kind = MR_PLAN_POOL, p.threads = MR_THREADS;
+    mr_plan_grid(&p, mr_plan_stride_blocks(planes * oh * ow, MR_THREADS), 1, 1);
+    return p;
+}
+
+/* Softmax over n elements of stride inner, outer x inner rows: along a strided axis of
+ * many rows or short ones, a thread a row (coalesced across rows); rows up to 1024, a
+ * warp a row holding up to 32 values a lane; longer ones a block a row. */
+static inline mr_plan mr_plan_softmax(int64_t outer, int64_t n, int64_t inner)
+{
+    const int64_t rows = outer * inner;
+    mr_plan p = mr_plan_empty(rows, n, 0, 1);
+    if (outer <= 0 || n <= 0 || inner <= 0) return p;
+    p.threads = MR_THREADS;
+    if (inner > 1 && (rows >= 4096 || n <= 8)) {
+        p.kind = MR_PLAN_SOFTMAX_COLS;
+        mr_plan_grid(&p, mr_plan_stride_blocks(rows, MR_THREADS), 1, 1);
+    } else if (n <= 1024) {
+        int vpl = 1;
+        while (vpl * 32 < n) vpl *= 2;
+        p.kind = MR_PLAN_SOFTMAX_WARP, p.tile = vpl;
+        mr_plan_grid(&p, mr_plan_stride_blocks(rows, MR_THREADS / 32), 1, 1);
+    } else {
+        p.kind = MR_PLAN_SOFTMAX_BLOCK;
+        mr_plan_grid(&p, mr_plan_min(rows, 65535), 1, 1);
+    }
+    return p;
+}
+
+#define MR_ATTN_MAX_DIM 128 /* the largest head dimension (d and e) attention takes */
+#define MR_ATTN_THREADS 128 /* 4 warps */
+
+/* Attention of m queries and n keys, head dimensions d and e, nbatch heads: a block a
+ * tile of query rows (32, or 16 where the head is over 64 wide: the static shared
+ * memory stays under 48 KiB), `tile` = the head dimensions the kernel holds (32, 64 or
+ * 128). NONE for dimensions it does not take. */
+static inline mr_plan mr_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch)
+{
+    const int64_t dim = d > e ? d : e, bm = dim <= 64 ? 32 : 16;
+    mr_plan p = mr_plan_empty(m, n, d, nbatch);
+    if (m < 1 || n < 1 || d < 1 || e < 1 || nbatch < 1 || dim > MR_ATTN_MAX_DIM) return p;
+    p.kind = MR_PLAN_ATTENTION, p.tile = dim <= 32 ? 32 : dim <= 64 ? 64 : 128, p.threads = MR_ATTN_THREADS;
+    mr_plan_grid(&p, mr_plan_min(mr_plan_cdiv(m, bm) * nbatch, 65535), 1, 1);
     return p;
 }
 

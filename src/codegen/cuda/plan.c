@@ -16,6 +16,15 @@ mr_plan mithrilc_cuda_plan_conv(int64_t n, int64_t c, int64_t h, int64_t w, int6
     return mr_plan_conv(n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, groups, tensor, sms, mask, scratch);
 }
 
+mr_plan mithrilc_cuda_plan_pool(int64_t planes, int64_t oh, int64_t ow) { return mr_plan_pool(planes, oh, ow); }
+
+mr_plan mithrilc_cuda_plan_softmax(int64_t outer, int64_t n, int64_t inner) { return mr_plan_softmax(outer, n, inner); }
+
+mr_plan mithrilc_cuda_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch)
+{
+    return mr_plan_attention(m, n, d, e, nbatch);
+}
+
 mr_tile_shape mithrilc_cuda_tile(int t) { return mr_tile_shape_of(t); }
 
 int mithrilc_cuda_tile_count(void) { return MR_TILE_COUNT; }

@@ -45,6 +45,9 @@ struct TileShape {
 extern "C" {
     fn mithrilc_cuda_plan_gemm(m: i64, n: i64, k: i64, nbatch: i64, b_rs: i64, b_cs: i64, tensor: i32, sms: i32, mask: u32, scratch: i64) -> Plan;
     fn mithrilc_cuda_plan_conv(n: i64, c: i64, h: i64, w: i64, o: i64, kh: i64, kw: i64, oh: i64, ow: i64, sh: i64, sw: i64, ph: i64, pw: i64, groups: i64, tensor: i32, sms: i32, mask: u32, scratch: i64) -> Plan;
+    fn mithrilc_cuda_plan_pool(planes: i64, oh: i64, ow: i64) -> Plan;
+    fn mithrilc_cuda_plan_softmax(outer: i64, n: i64, inner: i64) -> Plan;
+    fn mithrilc_cuda_plan_attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64) -> Plan;
     fn mithrilc_cuda_tile(t: i32) -> TileShape;
     fn mithrilc_cuda_tile_count() -> i32;
     fn mithrilc_cuda_plan_layout(a_rs: i64, a_cs: i64, b_rs: i64, b_cs: i64) -> u32;
@@ -62,6 +65,11 @@ pub enum Kind {
     Tiled,
     Tensor,
     ConvDirect,
+    Pool,
+    SoftmaxCols,
+    SoftmaxWarp,
+    SoftmaxBlock,
+    Attention,
 }
 
 impl Plan {
@@ -72,8 +80,18 @@ impl Plan {
             3 => Kind::Tiled,
             4 => Kind::Tensor,
             5 => Kind::ConvDirect,
+            6 => Kind::Pool,
+            7 => Kind::SoftmaxCols,
+            8 => Kind::SoftmaxWarp,
+            9 => Kind::SoftmaxBlock,
+            10 => Kind::Attention,
             _ => Kind::None,
         }
+    }
+
+    /// Whether it runs a matrix product or a convolution.
+    pub fn is_product(&self) -> bool {
+        matches!(self.kind(), Kind::GemvWarp | Kind::GemvThread | Kind::Tiled | Kind::Tensor | Kind::ConvDirect)
     }
 
     /// The kernel and its tile, in words: `tile 128x64, K in 11 slices of 288`.
@@ -84,6 +102,11 @@ impl Plan {
             Kind::GemvThread => "GEMV, a thread a column".to_string(),
             Kind::ConvDirect => "direct convolution, a thread an output".to_string(),
             Kind::Tensor => "tensor cores, tile 128x64".to_string(),
+            Kind::Pool => "a thread an output".to_string(),
+            Kind::SoftmaxCols => "a thread a row".to_string(),
+            Kind::SoftmaxWarp => format!("a warp a row, {} values a lane", self.tile),
+            Kind::SoftmaxBlock => "a block a row".to_string(),
+            Kind::Attention => format!("query tiles of {}, heads up to {} wide", if self.tile <= 64 { 32 } else { 16 }, self.tile),
             Kind::Tiled => {
                 let (bm, bn) = tile(self.tile);
                 if self.split > 1 {
@@ -94,6 +117,25 @@ impl Plan {
             }
         }
     }
+}
+
+/// Pooling of `planes` planes into `oh` x `ow` outputs (`mr_plan_pool`).
+pub fn pool(planes: i64, oh: i64, ow: i64) -> Plan {
+    // SAFETY: a pure function of its arguments (plan.c).
+    unsafe { mithrilc_cuda_plan_pool(planes, oh, ow) }
+}
+
+/// Softmax over `n` elements of stride `inner`, `outer` x `inner` rows (`mr_plan_softmax`).
+pub fn softmax(outer: i64, n: i64, inner: i64) -> Plan {
+    // SAFETY: a pure function of its arguments (plan.c).
+    unsafe { mithrilc_cuda_plan_softmax(outer, n, inner) }
+}
+
+/// Attention of `m` queries, `n` keys, head dimensions `d` and `e`, `nbatch` heads
+/// (`mr_plan_attention`).
+pub fn attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64) -> Plan {
+    // SAFETY: a pure function of its arguments (plan.c).
+    unsafe { mithrilc_cuda_plan_attention(m, n, d, e, nbatch) }
 }
 
 /// Tile `t`'s rows and columns.
@@ -339,6 +381,20 @@ mod tests {
         assert_eq!(conv(3, 8, 8).plan(false, 132, all_kernels(), 0).kind(), Kind::ConvDirect);
         let p = conv(1, 1, 64).plan(false, 132, all_kernels(), 0);
         assert_eq!((p.kind(), p.m, p.n, p.k, p.nbatch), (Kind::Tiled, 64, 81, 8, 2));
+    }
+
+    #[test]
+    fn softmax_pooling_and_attention_are_planned_as_the_library_launches_them() {
+        assert_eq!((softmax(10, 33, 1).kind(), softmax(10, 33, 1).tile), (Kind::SoftmaxWarp, 2));
+        assert_eq!(softmax(10, 1024, 1).tile, 32);
+        assert_eq!(softmax(10, 1025, 1).kind(), Kind::SoftmaxBlock);
+        assert_eq!(softmax(4096, 100, 3).kind(), Kind::SoftmaxCols);
+        assert_eq!(softmax(0, 100, 3).kind(), Kind::None);
+        assert_eq!((pool(3, 10, 10).blocks, pool(3, 10, 10).threads), (2, 256));
+        let a = attention(128, 128, 64, 64, 12);
+        assert_eq!((a.kind(), a.tile, a.blocks, a.threads), (Kind::Attention, 64, 48, 128));
+        assert_eq!(attention(128, 128, 96, 64, 1).blocks, 8); // 16-row tiles past 64 wide
+        assert_eq!(attention(1, 1, 129, 1, 1).kind(), Kind::None);
     }
 
     #[test]

@@ -7,10 +7,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-use super::plan::{self, Call, Gpu, Kind};
+use super::plan::{self, Call, Gpu};
 use super::Cuda;
 use crate::backend::Precision;
 use crate::codegen::cstyle::kernel::{buffers_of, warp_reduce};
+use crate::codegen::c::library::Window2d;
 use crate::codegen::cstyle::Renderer;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lower::{Kernel, Program};
@@ -22,9 +23,10 @@ pub struct Launch {
     pub step: usize,
     /// What runs: `matmul 128x768x3072`, `conv 64<-64 3x3 on 1x32x32`, `loop`, ...
     pub what: String,
-    /// A matrix product's or convolution's plan.
+    /// The library kernel's plan (matrix products, convolutions, pooling, softmax,
+    /// attention).
     pub plan: Option<plan::Plan>,
-    /// Blocks and threads a block (`None`: the library decides, as for softmax).
+    /// Blocks and threads a block.
     pub blocks: Option<i64>,
     pub threads: Option<i64>,
     pub flops: f64,
@@ -67,6 +69,8 @@ pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> V
             continue;
         }
         let count = |dims: usize| ext[..dims].iter().product::<u64>() as i64;
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let library = |what: String, pl: plan::Plan, flops: f64| Launch { plan: Some(pl), blocks: Some(pl.blocks), threads: Some(i64::from(pl.threads)), flops, ..launch(what, None, None) };
         out.push(match &step.kernel {
             Kernel::Reduce { out, .. } if warp_reduce(&r, &step.kernel).is_some() => {
                 launch("reduction, a warp an output".to_string(), Some(plan::stride_blocks(count(out.shape.len()), plan::threads() / 32)), Some(plan::threads()))
@@ -75,9 +79,20 @@ pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> V
                 let what = if matches!(step.kernel, Kernel::Map { .. }) { "elementwise" } else { "reduction, a thread an output" };
                 launch(what.to_string(), Some(plan::stride_blocks(count(out.shape.len()), plan::threads())), Some(plan::threads()))
             }
-            Kernel::Pool { .. } => launch("pooling".to_string(), None, None),
-            Kernel::Softmax { .. } => launch("softmax".to_string(), None, None),
-            Kernel::Attention { .. } => launch("attention".to_string(), None, None),
+            Kernel::Pool { x, out, attrs } => {
+                let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
+                let (oh, ow) = win.spatial(out);
+                library("pooling".to_string(), plan::pool(count(x.shape.len() - attrs.kernel.len()), i(oh), i(ow)), 0.0)
+            }
+            Kernel::Softmax { x, axis, .. } => {
+                let (n, inner) = (x.shape[*axis], x.shape[axis + 1..].iter().product::<u64>());
+                library(format!("softmax over {n}"), plan::softmax(count(*axis), i(n), i(inner)), 0.0)
+            }
+            Kernel::Attention { out, .. } => {
+                let rank = out.shape.len();
+                let (m, n, d, e, nbatch) = (i(ext[rank - 2]), i(ext[rank - 1]), i(ext[rank]), i(ext[rank + 1]), count(rank - 2));
+                library(format!("attention {nbatch}x {m}x{n}, d {d} e {e}"), plan::attention(m, n, d, e, nbatch), 2.0 * (m * n) as f64 * ((d + e) * nbatch) as f64)
+            }
             Kernel::Gemm { .. } | Kernel::Conv { .. } | Kernel::Dequantize { .. } => launch("library".to_string(), None, None),
         });
     }
@@ -94,7 +109,7 @@ pub fn launches_json(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64)
                 "step": l.step,
                 "what": l.what,
                 "kernel": l.plan.map(|pl| pl.describe()),
-                "product": l.plan.is_some(),
+                "product": l.plan.is_some_and(|pl| pl.is_product()),
                 "blocks": l.blocks,
                 "threads": l.threads,
                 "waves": l.waves(gpu),
@@ -119,7 +134,7 @@ pub fn launches_text(title: &str, p: &Program, gpu: &Gpu, precision: Precision, 
         let waves = l.waves(gpu).map_or("-".to_string(), |w| format!("{w:.2}"));
         let (us, compute) = l.roofline(gpu);
         total += us;
-        if l.plan.is_some_and(|pl| pl.kind() != Kind::None) && l.waves(gpu).is_some_and(|w| w < FULL) {
+        if l.plan.is_some_and(|pl| pl.is_product()) && l.waves(gpu).is_some_and(|w| w < FULL) {
             under += 1;
         }
         let flops = if l.flops > 0.0 { format!("{:.3}", l.flops / 1e9) } else { "-".to_string() };

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One GPU session's checks of the CUDA target, in order, each step timed and bounded
+# (680 s at most, about eight minutes as measured steps go) so the whole fits in the
+# ten minutes of a lent GPU (an H100 or H200, 16 cores):
+#   1. build mithrilc and the CUDA test binary (release);
+#   2. the kernel library's checks on the GPU (runtime-cuda: every tile, split-K, odd
+#      sizes, the planner's choices), compiled for this GPU alone;
+#   3. every conformance case and bench model built as `run --target cuda` builds them
+#      and compared with the interpreter on the GPU (tests/cuda_target.rs, --ignored);
+#   4. the launch report of gpt_block at batch 1 for this GPU's SM count, for the record;
+#   5. benches/gpu_run.sh against torch.compile (reduce-overhead and max-autotune), if
+#      torch is there.
+#   bash benches/gpu_session.sh [--dry-run]
+# --dry-run, on a machine without a GPU: the same steps with the GPU runs replaced by
+# their emulated or --dry-run forms (2: the checks under emulation; 3: skipped, as CI
+# runs it under emulation; 5: gpu_run.sh --dry-run), so the script is known to work
+# before device time is spent. A step that fails or overruns is reported and the
+# session goes on; the exit status is the number of failed steps.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dry=0
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) dry=1 ;;
+    *) echo "gpu_session.sh: unknown argument $arg (only --dry-run)" >&2; exit 2 ;;
+  esac
+done
+failed=0
+# step SECONDS NAME COMMAND...: runs COMMAND under a time limit, prints its time.
+step() {
+  local limit=$1 name=$2
+  shift 2
+  echo "== $name (limit ${limit}s)"
+  local start=$SECONDS
+  if timeout "$limit" "$@"; then
+    echo "== $name: ok in $((SECONDS - start)) s"
+  else
+    echo "== $name: FAILED (status $?) after $((SECONDS - start)) s"
+    failed=$((failed + 1))
+  fi
+}
+
+if [ "$dry" = 0 ]; then
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,clocks.max.sm --format=csv,noheader || { echo "no GPU here: use --dry-run" >&2; exit 2; }
+  arch="sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')"
+fi
+lscpu | sed -n 's/^Model name: *//p'
+
+step 180 "build" bash -c 'cargo build --release -q --bin mithrilc && cargo test --release -q --no-run --test cuda_target'
+if [ "$dry" = 0 ]; then
+  step 120 "kernel checks on the GPU ($arch)" make -s -C runtime-cuda -f Makefile.kernels gpu-test ARCH="$arch"
+  step 150 "every case on the GPU" cargo test --release -q --test cuda_target -- --ignored every_model_matches_the_interpreter_on_the_gpu
+else
+  step 120 "kernel checks under emulation" make -s -C runtime-cuda -f Makefile.kernels test
+fi
+step 30 "launch report (gpt_block b1)" bash -c 'out=$(mktemp -d) && ./target/release/mithrilc compile ../shared/bench/gpt_block.json --shape input=1,128,768 --target cuda --emit source --report -o "$out/gpt" | sed -n "/^launches/,\$p"; rm -rf "$out"'
+if [ "$dry" = 0 ]; then
+  step 200 "benchmark against torch.compile" bash benches/gpu_run.sh --rounds 3
+else
+  step 120 "benchmark plan (dry run)" bash benches/gpu_run.sh --dry-run
+fi
+echo "gpu_session.sh: $failed step(s) failed"
+exit "$failed"
