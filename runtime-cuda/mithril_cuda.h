@@ -1720,13 +1720,34 @@ MR_UNROLL
  * launched) unless m, n, d, e >= 1, d, e <= MR_ATTN_MAX_DIM and 0 <= batch->rank <=
  * MR_MAX_BATCH; nothing is launched for an empty batch (an extent 0).
  */
-template <class Sc>
-static cudaError_t mr_cuda_attention(cudaStream_t s, int64_t m, int64_t n, int64_t d, int64_t e,
-                                     const float *q, int64_t q_rs, int64_t q_cs,
-                                     const float *k, int64_t k_rs, int64_t k_cs,
-                                     const float *v, int64_t v_rs, int64_t v_cs,
-                                     float *out, int64_t o_rs, int64_t o_cs,
-                                     const mr_attn_batch *batch, Sc score)
+/* The attention kernel of head width D and row tile R, if MASK instantiates it (NULL
+ * otherwise). */
+template <unsigned MASK, class Sc>
+static void (*mr_attention_kernel(int D, int R))(const mr_attn_args, const mr_attn_batch, const Sc)
+{
+#define MR_ATTN_KERNEL(dd, rr)                                                                  \
+    if constexpr ((MASK & MR_ATTN_D##dd) != 0 && (MASK & MR_ATTN_ROWS##rr) != 0)                 \
+        if (D == dd && R == rr) return mr_k_attention<Sc, dd, rr>;
+    MR_ATTN_KERNEL(32, 32)
+    MR_ATTN_KERNEL(32, 16)
+    MR_ATTN_KERNEL(32, 8)
+    MR_ATTN_KERNEL(64, 32)
+    MR_ATTN_KERNEL(64, 16)
+    MR_ATTN_KERNEL(64, 8)
+    MR_ATTN_KERNEL(128, 16)
+    MR_ATTN_KERNEL(128, 8)
+#undef MR_ATTN_KERNEL
+    return NULL;
+}
+
+/* mr_cuda_attention as plan `pl` (mr_plan_attention) says. */
+template <unsigned MASK = MR_ATTN_ALL, class Sc>
+static cudaError_t mr_cuda_attention_planned(cudaStream_t s, const mr_plan &pl, int64_t m, int64_t n, int64_t d, int64_t e,
+                                             const float *q, int64_t q_rs, int64_t q_cs,
+                                             const float *k, int64_t k_rs, int64_t k_cs,
+                                             const float *v, int64_t v_rs, int64_t v_cs,
+                                             float *out, int64_t o_rs, int64_t o_cs,
+                                             const mr_attn_batch *batch, Sc score)
 {
     typedef void (*kernel_t)(const mr_attn_args, const mr_attn_batch, const Sc);
     if (m < 1 || n < 1 || d < 1 || e < 1 || d > MR_ATTN_MAX_DIM || e > MR_ATTN_MAX_DIM) return cudaErrorInvalidValue;
@@ -1745,11 +1766,28 @@ static cudaError_t mr_cuda_attention(cudaStream_t s, int64_t m, int64_t n, int64
     p.nbatch = 1;
     for (int i = 0; i < bt.rank; ++i) p.nbatch *= bt.ext[i];
     if (p.nbatch <= 0) return cudaGetLastError();
-    const mr_plan pl = mr_plan_attention(m, n, d, e, p.nbatch);
-    kernel_t kern = pl.tile == 32 ? mr_k_attention<Sc, 32, 32> : pl.tile == 64 ? mr_k_attention<Sc, 64, 32>
-                                                                               : mr_k_attention<Sc, 128, 16>;
+    kernel_t kern = mr_attention_kernel<MASK, Sc>(pl.tile, pl.rows);
+    if (!kern || pl.kind != MR_PLAN_ATTENTION) return cudaErrorInvalidValue;
     MR_LAUNCH(kern, dim3((unsigned)pl.grid[0]), dim3((unsigned)pl.threads), s, p, bt, score);
     return cudaGetLastError();
+}
+
+/* mr_cuda_attention_planned as planned for the current device, among the kernels MASK
+ * instantiates (MR_ATTN_ALL: every one; a model's: its head width and the row tiles its
+ * plans choose). */
+template <unsigned MASK = MR_ATTN_ALL, class Sc>
+static cudaError_t mr_cuda_attention(cudaStream_t s, int64_t m, int64_t n, int64_t d, int64_t e,
+                                     const float *q, int64_t q_rs, int64_t q_cs,
+                                     const float *k, int64_t k_rs, int64_t k_cs,
+                                     const float *v, int64_t v_rs, int64_t v_cs,
+                                     float *out, int64_t o_rs, int64_t o_cs,
+                                     const mr_attn_batch *batch, Sc score)
+{
+    int64_t nbatch = 1;
+    for (int i = 0; batch && i < batch->rank && i < MR_MAX_BATCH; ++i) nbatch *= batch->ext[i];
+    const mr_plan pl = mr_plan_attention(m, n, d, e, nbatch, mr_device_sms(), MASK);
+    return mr_cuda_attention_planned<MASK>(s, pl, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, out, o_rs, o_cs,
+                                           batch, score);
 }
 
 /* ------------------------------------------------------------------------------------ */

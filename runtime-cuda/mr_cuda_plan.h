@@ -76,6 +76,7 @@ typedef struct mr_plan {
     int kind;       /* enum mr_plan_kind */
     int tile;       /* MR_PLAN_TILED: the tile's index in MR_TILE_LIST */
     int threads;    /* a block's threads */
+    int rows;       /* MR_PLAN_ATTENTION: the query rows a block takes */
     int64_t split;  /* K slices (1: no split) */
     int64_t kslice; /* K of each slice but the last */
     int64_t grid[3]; /* the main kernel's grid (x: K slices x column tiles, y: row tiles, z: batch),
@@ -140,7 +141,7 @@ static inline void mr_plan_grid(mr_plan *p, int64_t x, int64_t y, int64_t z)
 static inline mr_plan mr_plan_empty(int64_t m, int64_t n, int64_t k, int64_t nbatch)
 {
     mr_plan p;
-    p.kind = MR_PLAN_NONE, p.tile = 0, p.threads = 0, p.split = 1, p.kslice = k < 0 ? 0 : k;
+    p.kind = MR_PLAN_NONE, p.tile = 0, p.threads = 0, p.rows = 0, p.split = 1, p.kslice = k < 0 ? 0 : k;
     p.grid[0] = p.grid[1] = p.grid[2] = 0, p.blocks = 0;
     p.m = m, p.n = n, p.k = k < 0 ? 0 : k, p.nbatch = nbatch;
     return p;
@@ -291,18 +292,38 @@ static inline mr_plan mr_plan_softmax(int64_t outer, int64_t n, int64_t inner)
 
 #define MR_ATTN_MAX_DIM 128 /* the largest head dimension (d and e) attention takes */
 #define MR_ATTN_THREADS 128 /* 4 warps */
+/* The MASK of an attention call: the head widths (the kernel's D: 32, 64, 128) and
+ * query-row tiles (8, 16, 32; 32 only for heads up to 64 wide, as the static shared
+ * memory stays under 48 KiB) whose kernels it instantiates. */
+#define MR_ATTN_D32 0x1u
+#define MR_ATTN_D64 0x2u
+#define MR_ATTN_D128 0x4u
+#define MR_ATTN_ROWS8 0x10u
+#define MR_ATTN_ROWS16 0x20u
+#define MR_ATTN_ROWS32 0x40u
+#define MR_ATTN_ALL 0x77u
 
-/* Attention of m queries and n keys, head dimensions d and e, nbatch heads: a block a
- * tile of query rows (32, or 16 where the head is over 64 wide: the static shared
- * memory stays under 48 KiB), `tile` = the head dimensions the kernel holds (32, 64 or
- * 128). NONE for dimensions it does not take. */
-static inline mr_plan mr_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch)
+/* Attention of m queries and n keys, head dimensions d and e, nbatch heads on `sms` SMs:
+ * a block a tile of query rows; `tile` = the head width the kernel holds, `rows` the
+ * largest row tile `mask` allows whose blocks fill the SMs (else the smallest it allows:
+ * smaller tiles reload each key tile for fewer rows). NONE for dimensions it does not
+ * take. */
+static inline mr_plan mr_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch, int sms, unsigned mask)
 {
-    const int64_t dim = d > e ? d : e, bm = dim <= 64 ? 32 : 16;
+    const int64_t dim = d > e ? d : e;
     mr_plan p = mr_plan_empty(m, n, d, nbatch);
+    int rows;
     if (m < 1 || n < 1 || d < 1 || e < 1 || nbatch < 1 || dim > MR_ATTN_MAX_DIM) return p;
     p.kind = MR_PLAN_ATTENTION, p.tile = dim <= 32 ? 32 : dim <= 64 ? 64 : 128, p.threads = MR_ATTN_THREADS;
-    mr_plan_grid(&p, mr_plan_min(mr_plan_cdiv(m, bm) * nbatch, 65535), 1, 1);
+    if (p.tile == 128) mask &= ~MR_ATTN_ROWS32;
+    if (!(mask & (MR_ATTN_ROWS8 | MR_ATTN_ROWS16 | MR_ATTN_ROWS32))) mask |= MR_ATTN_ROWS16;
+    p.rows = 0;
+    for (rows = 32; rows >= 8; rows /= 2) {
+        if (!(mask & (MR_ATTN_ROWS8 << (rows / 16)))) continue;
+        p.rows = rows; /* descending: the smallest allowed so far */
+        if (mr_plan_cdiv(m, rows) * nbatch >= sms) break;
+    }
+    mr_plan_grid(&p, mr_plan_min(mr_plan_cdiv(m, p.rows) * nbatch, 65535), 1, 1);
     return p;
 }
 

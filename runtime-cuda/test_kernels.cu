@@ -606,10 +606,26 @@ enum { ATT_KT = 1, ATT_VIEWS = 2, ATT_BATCH = 4 };
  * over the second dimension (stride 0). Against a double reference: softmax as
  * exp(x - max) / sum (an all -inf row NaN), within 1e-5 of sum_j p_j |v[j][c]|.
  */
+/* The query rows an attention case's blocks take, forced (0: the library's own plan). */
+static int g_attn_rows = 0;
+
+/* mr_cuda_attention, or with g_attn_rows its planned form with that row tile. */
+template <class Sc>
+static cudaError_t attention(int64_t m, int64_t n, int64_t d, int64_t e, const float *q, int64_t q_rs, int64_t q_cs,
+                             const float *k, int64_t k_rs, int64_t k_cs, const float *v, int64_t v_rs, int64_t v_cs,
+                             float *o, int64_t o_rs, int64_t o_cs, const mr_attn_batch *bp, Sc sc)
+{
+    if (!g_attn_rows) return mr_cuda_attention(0, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, o, o_rs, o_cs, bp, sc);
+    int64_t nbatch = 1;
+    for (int i = 0; bp && i < bp->rank; ++i) nbatch *= bp->ext[i];
+    const mr_plan pl = mr_plan_attention(m, n, d, e, nbatch, 1, MR_ATTN_D32 | MR_ATTN_D64 | MR_ATTN_D128 | (MR_ATTN_ROWS8 << (g_attn_rows / 16)));
+    return mr_cuda_attention_planned(0, pl, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, o, o_rs, o_cs, bp, sc);
+}
+
 static void test_attention(int64_t m, int64_t n, int64_t d, int64_t e, int mask, int flags)
 {
     char name[160];
-    snprintf(name, sizeof name, "%lldx%lld d%lld e%lld%s%s%s%s", (long long)m, (long long)n, (long long)d, (long long)e,
+    snprintf(name, sizeof name, "%s%lldx%lld d%lld e%lld%s%s%s%s", g_attn_rows == 8 ? "[8 rows] " : g_attn_rows == 16 ? "[16 rows] " : g_attn_rows == 32 ? "[32 rows] " : "", (long long)m, (long long)n, (long long)d, (long long)e,
              mask < 0 ? "" : mask == 0 ? " scaled" : mask == 1 ? " scaled causal" : " scaled anti-causal",
              flags & ATT_KT ? " Kt" : "", flags & ATT_VIEWS ? " views" : "", flags & ATT_BATCH ? " batch[2,3] bcastKV" : "");
     const bool kt = flags & ATT_KT, views = flags & ATT_VIEWS, batched = flags & ATT_BATCH;
@@ -628,10 +644,9 @@ static void test_attention(int64_t m, int64_t n, int64_t d, int64_t e, int mask,
     const mr_attn_batch *bp = batched ? &bt : NULL;
     const attn_score sc = {0.125f, mask};
     if (mask < 0)
-        CUDA_OK(mr_cuda_attention(0, m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp,
-                                  mr_no_score()));
+        CUDA_OK(attention(m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, mr_no_score()));
     else
-        CUDA_OK(mr_cuda_attention(0, m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, sc));
+        CUDA_OK(attention(m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, sc));
     std::vector<float> got = host_from(dO, O.size());
     std::vector<double> ref(O.begin(), O.end()), scale(O.size(), 0.0), s(n);
     for (int64_t nb = 0; nb < nbatch; ++nb) {
@@ -678,6 +693,14 @@ static void test_attentions()
      * i >= n that are masked entirely (NaN, as the unfused softmax) */
     test_attention(80, 70, 64, 48, 2, ATT_KT);
     test_attention(80, 70, 128, 8, 2, 0);
+    /* every row tile, forced (a head over 64 wide takes 16 or 8 rows) */
+    for (int rows = 8; rows <= 32; rows *= 2) {
+        g_attn_rows = rows;
+        test_attention(37, 45, 64, 64, 1, ATT_KT | ATT_BATCH);
+        test_attention(33, 70, 32, 16, 2, 0);
+        if (rows < 32) test_attention(37, 100, 96, 128, 1, ATT_BATCH);
+    }
+    g_attn_rows = 0;
     /* outside the limits: cudaErrorInvalidValue, nothing launched */
     float *buf = dev_from(std::vector<float>(4 * 130, 0.0f));
     const int64_t bad[][4] = {{4, 4, 129, 4}, {4, 4, 4, 129}, {0, 4, 4, 4}, {4, 0, 4, 4}, {4, 4, 0, 4}, {4, 4, 4, 0}};

@@ -22,6 +22,7 @@ pub struct Plan {
     pub kind: i32,
     pub tile: i32,
     pub threads: i32,
+    pub rows: i32,
     pub split: i64,
     pub kslice: i64,
     pub grid: [i64; 3],
@@ -47,7 +48,8 @@ extern "C" {
     fn mithrilc_cuda_plan_conv(n: i64, c: i64, h: i64, w: i64, o: i64, kh: i64, kw: i64, oh: i64, ow: i64, sh: i64, sw: i64, ph: i64, pw: i64, groups: i64, tensor: i32, sms: i32, mask: u32, scratch: i64) -> Plan;
     fn mithrilc_cuda_plan_pool(planes: i64, oh: i64, ow: i64) -> Plan;
     fn mithrilc_cuda_plan_softmax(outer: i64, n: i64, inner: i64) -> Plan;
-    fn mithrilc_cuda_plan_attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64) -> Plan;
+    fn mithrilc_cuda_plan_attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, sms: i32, mask: u32) -> Plan;
+    fn mithrilc_cuda_attention_all() -> u32;
     fn mithrilc_cuda_tile(t: i32) -> TileShape;
     fn mithrilc_cuda_tile_count() -> i32;
     fn mithrilc_cuda_plan_layout(a_rs: i64, a_cs: i64, b_rs: i64, b_cs: i64) -> u32;
@@ -106,7 +108,7 @@ impl Plan {
             Kind::SoftmaxCols => "a thread a row".to_string(),
             Kind::SoftmaxWarp => format!("a warp a row, {} values a lane", self.tile),
             Kind::SoftmaxBlock => "a block a row".to_string(),
-            Kind::Attention => format!("query tiles of {}, heads up to {} wide", if self.tile <= 64 { 32 } else { 16 }, self.tile),
+            Kind::Attention => format!("query tiles of {}, heads up to {} wide", self.rows, self.tile),
             Kind::Tiled => {
                 let (bm, bn) = tile(self.tile);
                 if self.split > 1 {
@@ -131,11 +133,45 @@ pub fn softmax(outer: i64, n: i64, inner: i64) -> Plan {
     unsafe { mithrilc_cuda_plan_softmax(outer, n, inner) }
 }
 
-/// Attention of `m` queries, `n` keys, head dimensions `d` and `e`, `nbatch` heads
-/// (`mr_plan_attention`).
-pub fn attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64) -> Plan {
+/// Attention of `m` queries, `n` keys, head dimensions `d` and `e`, `nbatch` heads on
+/// `sms` SMs among the kernels `mask` allows (`mr_plan_attention`).
+pub fn attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, sms: i32, mask: u32) -> Plan {
     // SAFETY: a pure function of its arguments (plan.c).
-    unsafe { mithrilc_cuda_plan_attention(m, n, d, e, nbatch) }
+    unsafe { mithrilc_cuda_plan_attention(m, n, d, e, nbatch, sms, mask) }
+}
+
+/// Every attention kernel (`MR_ATTN_ALL`).
+pub fn all_attention() -> u32 {
+    // SAFETY: a constant (plan.c).
+    unsafe { mithrilc_cuda_attention_all() }
+}
+
+/// An attention step's sizes at `value`: (m, n, d, e, nbatch).
+pub fn attention_sizes(step: &Step, value: &dyn Fn(&str) -> Option<u64>) -> Option<[i64; 5]> {
+    let Kernel::Attention { out, .. } = &step.kernel else { return None };
+    let ext = extents(step, value);
+    let rank = out.shape.len();
+    let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    Some([i(ext[rank - 2]), i(ext[rank - 1]), i(ext[rank]), i(ext[rank + 1]), i(ext[..rank - 2].iter().product())])
+}
+
+/// The `MASK` of an attention step: its head width's kernels, with the row tiles its
+/// plans choose on the GPUs of [`GPUS`] at every size of [`samples`] (`None`: not an
+/// attention).
+pub fn attention_mask(step: &Step, symbols: &[(String, u64)]) -> Option<u32> {
+    let mut mask = 0;
+    for binding in samples(symbols) {
+        let value = |s: &str| binding.iter().find(|(n, _)| n == s).map(|(_, v)| *v);
+        let [m, n, d, e, nbatch] = attention_sizes(step, &value)?;
+        for g in GPUS {
+            let p = attention(m, n, d, e, nbatch, g.sms, all_attention());
+            if p.kind() == Kind::Attention {
+                // MR_ATTN_D32 << log2(D / 32), MR_ATTN_ROWS8 << log2(rows / 8)
+                mask |= (1 << (p.tile / 32).trailing_zeros()) | (0x10 << (p.rows / 8).trailing_zeros());
+            }
+        }
+    }
+    Some(mask)
 }
 
 /// Tile `t`'s rows and columns.
@@ -391,10 +427,13 @@ mod tests {
         assert_eq!(softmax(4096, 100, 3).kind(), Kind::SoftmaxCols);
         assert_eq!(softmax(0, 100, 3).kind(), Kind::None);
         assert_eq!((pool(3, 10, 10).blocks, pool(3, 10, 10).threads), (2, 256));
-        let a = attention(128, 128, 64, 64, 12);
-        assert_eq!((a.kind(), a.tile, a.blocks, a.threads), (Kind::Attention, 64, 48, 128));
-        assert_eq!(attention(128, 128, 96, 64, 1).blocks, 8); // 16-row tiles past 64 wide
-        assert_eq!(attention(1, 1, 129, 1, 1).kind(), Kind::None);
+        // gpt_block's at batch 1 on an H100: 32-row tiles gave 48 blocks; 8 rows fill it
+        let a = attention(128, 128, 64, 64, 12, 132, all_attention());
+        assert_eq!((a.kind(), a.tile, a.rows, a.blocks, a.threads), (Kind::Attention, 64, 8, 192, 128));
+        assert_eq!(attention(128, 128, 64, 64, 96, 132, all_attention()).rows, 32); // at batch 8
+        assert_eq!(attention(128, 128, 96, 64, 1, 1, all_attention()).rows, 16); // no 32 rows past 64 wide
+        assert_eq!(attention(128, 128, 64, 64, 12, 132, 0x2 | 0x40).rows, 32); // the mask's one tile
+        assert_eq!(attention(1, 1, 129, 1, 1, 132, all_attention()).kind(), Kind::None);
     }
 
     #[test]

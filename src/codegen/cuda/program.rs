@@ -195,7 +195,10 @@ fn library_call(r: &Renderer<Cuda>, step: &Step, ext: &[String], precision: Prec
         (Kernel::Conv { .. }, Some(p)) => format!("mr_cuda_conv2d_tc<{p}, {mask}>(stream, {args}, {scratch}, ep)"),
         (Kernel::Pool { .. }, _) => format!("mr_cuda_pool2d(stream, {args})"),
         (Kernel::Softmax { .. }, _) => format!("mr_cuda_softmax(stream, {args})"),
-        (Kernel::Attention { .. }, _) => format!("mr_cuda_attention(stream, {args}, {batch}, ep)"),
+        (Kernel::Attention { .. }, _) => {
+            let mask = super::plan::attention_mask(step, &r.p.symbols).unwrap_or_else(super::plan::all_attention);
+            format!("mr_cuda_attention<0x{mask:x}u>(stream, {args}, {batch}, ep)")
+        }
         _ => return Err(Error::internal("loop kernels are launched, not library calls".to_string())),
     };
     Ok((decl, call))

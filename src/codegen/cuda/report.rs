@@ -88,10 +88,10 @@ pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> V
                 let (n, inner) = (x.shape[*axis], x.shape[axis + 1..].iter().product::<u64>());
                 library(format!("softmax over {n}"), plan::softmax(count(*axis), i(n), i(inner)), 0.0)
             }
-            Kernel::Attention { out, .. } => {
-                let rank = out.shape.len();
-                let (m, n, d, e, nbatch) = (i(ext[rank - 2]), i(ext[rank - 1]), i(ext[rank]), i(ext[rank + 1]), count(rank - 2));
-                library(format!("attention {nbatch}x {m}x{n}, d {d} e {e}"), plan::attention(m, n, d, e, nbatch), 2.0 * (m * n) as f64 * ((d + e) * nbatch) as f64)
+            Kernel::Attention { .. } => {
+                let [m, n, d, e, nbatch] = plan::attention_sizes(step, &at_max).expect("an attention step");
+                let pl = plan::attention(m, n, d, e, nbatch, gpu.sms, plan::all_attention());
+                library(format!("attention {nbatch}x {m}x{n}, d {d} e {e}"), pl, 2.0 * (m * n) as f64 * ((d + e) * nbatch) as f64)
             }
             Kernel::Gemm { .. } | Kernel::Conv { .. } | Kernel::Dequantize { .. } => launch("library".to_string(), None, None),
         });
