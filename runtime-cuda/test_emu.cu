@@ -681,9 +681,16 @@ int main(int argc, char **argv) {
         bad += hc[i * N + j] != e;
       }
     CHECK(bad == 0, "gemm64: %d wrong elements", bad);
+#if defined(MR_CUDA_EMULATE)
+    const unsigned workers = mr_emu::detail::host_threads();
+#else
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    const unsigned workers = (unsigned)prop.multiProcessorCount;
+#endif
     std::printf("timing (%u host threads): fiber switch (a thread through __syncthreads()) %.1f ns; empty thread start+finish %.1f ns; "
                 "gemm64 %dx%dx%d %.2f GFLOP/s\n",
-                mr_emu::detail::host_threads(), 1e9 * s_bar / switches,
+                workers, 1e9 * s_bar / switches,
                 1e9 * s_empty / (double(blocks) * threads), M, N, K,
                 2.0 * M * N * K / s_gemm / 1e9);
     cudaFree(a);
