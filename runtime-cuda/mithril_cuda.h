@@ -348,6 +348,30 @@ MR_UNROLL
     }
 }
 
+/* Where a tile kernel's block lies along grid x (K slice x column tiles + column tile, for
+ * a matrix of n columns and K = k cut into slices of kslice): its slice, its first
+ * column, and its K range [k0, k1). */
+template <class Tl> struct mr_block_x {
+    int64_t slice, n0, k0, k1;
+    __device__ __forceinline__ mr_block_x(int64_t n, int64_t kslice, int64_t k)
+    {
+        const unsigned ntiles = (unsigned)((n + Tl::BN - 1) / Tl::BN), s = blockIdx.x / ntiles;
+        slice = s;
+        n0 = (int64_t)(blockIdx.x - s * ntiles) * Tl::BN;
+        k0 = slice * kslice;
+        k1 = k0 + kslice < k ? k0 + kslice : k;
+    }
+};
+
+/* Split-K's sum of element idx over the `split` slices of partials `total` elements
+ * apart, in slice order (the same bits on every run). */
+static __device__ __forceinline__ float mr_sum_slices(const float *part, int64_t split, int64_t total, int64_t idx)
+{
+    float s = part[idx];
+    for (int64_t sl = 1; sl < split; ++sl) s += part[sl * total + idx];
+    return s;
+}
+
 /* A split-K block's raw sums into its slice of the partials (rows m and columns n of
  * the implicit matrix, the tile at (m0, n0)), for the reduction kernel to add. */
 template <class Tl>
@@ -426,10 +450,9 @@ mr_k_sgemm(const mr_gemm_args p, const mr_batch bt, const Ep ep)
     typedef mr_tile<T> Tl;
     __shared__ mr_gemm_smem<Tl::BM, Tl::BN> sm;
     const int tx = (int)threadIdx.x % (Tl::BN / Tl::TN), ty = (int)threadIdx.x / (Tl::BN / Tl::TN);
-    const unsigned ntiles = (unsigned)((p.n + Tl::BN - 1) / Tl::BN), slice = blockIdx.x / ntiles;
-    const int64_t n0 = (int64_t)(blockIdx.x - slice * ntiles) * Tl::BN;
+    const mr_block_x<Tl> bx(p.n, p.kslice, p.k);
+    const int64_t slice = bx.slice, n0 = bx.n0, k0 = bx.k0, k1 = bx.k1;
     const int64_t mtiles = (p.m + Tl::BM - 1) / Tl::BM;
-    const int64_t k0 = slice * p.kslice, k1 = k0 + p.kslice < p.k ? k0 + p.kslice : p.k;
     for (int64_t nb = blockIdx.z; nb < p.nbatch; nb += gridDim.z) {
         int64_t oa, ob, oc;
         mr_batch_offsets(bt, nb, oa, ob, oc);
@@ -489,8 +512,7 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_sgemm_splitk(const m
     const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
     for (int64_t idx = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; idx < total; idx += stride) {
         const int64_t nb = idx / mn, r = idx - nb * mn, i = r / p.n, j = r - i * p.n;
-        float s = p.part[idx];
-        for (int64_t sl = 1; sl < p.split; ++sl) s += p.part[sl * total + idx];
+        const float s = mr_sum_slices(p.part, p.split, total, idx);
         int64_t oa, ob, oc;
         mr_batch_offsets(bt, nb, oa, ob, oc);
         p.c[oc + i * p.c_rs + j * p.c_cs] = s;
@@ -839,11 +861,10 @@ mr_k_conv2d(const mr_conv_args p, const Ep ep)
     typedef mr_tile<T> Tl;
     __shared__ mr_gemm_smem<Tl::BM, Tl::BN> sm;
     const int tx = (int)threadIdx.x % (Tl::BN / Tl::TN), ty = (int)threadIdx.x / (Tl::BN / Tl::TN);
-    const unsigned ntiles = (unsigned)((p.ncols + Tl::BN - 1) / Tl::BN), slice = blockIdx.x / ntiles;
-    const int64_t n0 = (int64_t)(blockIdx.x - slice * ntiles) * Tl::BN;
+    const mr_block_x<Tl> bx(p.ncols, p.kslice, p.K);
+    const int64_t slice = bx.slice, n0 = bx.n0, k0 = bx.k0, k1 = bx.k1;
     const int64_t mtiles = (p.M + Tl::BM - 1) / Tl::BM;
     const int64_t ohw = p.oh * p.ow;
-    const int64_t k0 = slice * p.kslice, k1 = k0 + p.kslice < p.K ? k0 + p.kslice : p.K;
     for (int64_t g = blockIdx.z; g < p.groups; g += gridDim.z) {
         for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
             const int64_t m0 = mt * Tl::BM;
@@ -896,8 +917,7 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, 1) mr_k_conv2d_splitk(const 
     const int64_t stride = (int64_t)gridDim.x * MR_THREADS;
     for (int64_t idx = (int64_t)blockIdx.x * MR_THREADS + threadIdx.x; idx < total; idx += stride) {
         const int64_t oc = idx / p.ncols, col = idx - oc * p.ncols, b = col / ohw, pos = col - b * ohw;
-        float s = p.part[idx];
-        for (int64_t sl = 1; sl < p.split; ++sl) s += p.part[sl * total + idx];
+        const float s = mr_sum_slices(p.part, p.split, total, idx);
         p.out[(b * p.o + oc) * ohw + pos] = s;
         ep(b, oc, pos);
     }

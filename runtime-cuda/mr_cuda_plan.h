@@ -327,4 +327,16 @@ static inline mr_plan mr_plan_attention(int64_t m, int64_t n, int64_t d, int64_t
     return p;
 }
 
+/* The MASK bits the kernels of plan p need instantiated: a tile kernel's tile (and
+ * MR_PLAN_SPLIT when it splits K), an attention's head width and row tile; none for the
+ * rest. mithrilc gathers a model's from its plans. */
+static inline unsigned mr_plan_bits(const mr_plan *p)
+{
+    if (p->kind == MR_PLAN_TILED) return (1u << p->tile) | (p->split > 1 ? MR_PLAN_SPLIT : 0u);
+    if (p->kind == MR_PLAN_ATTENTION)
+        return (p->tile == 32 ? MR_ATTN_D32 : p->tile == 64 ? MR_ATTN_D64 : MR_ATTN_D128) |
+               (p->rows == 32 ? MR_ATTN_ROWS32 : p->rows == 16 ? MR_ATTN_ROWS16 : MR_ATTN_ROWS8);
+    return 0;
+}
+
 #endif

@@ -83,6 +83,8 @@ pub struct Capabilities {
     pub picks_cpu: bool,
     /// `--triple` cross-builds it (C's).
     pub cross_builds: bool,
+    /// `--report` plans its launches on the GPU `--gpu` names (CUDA's).
+    pub reports_launches: bool,
     /// It runs in this process ([`crate::exec::Jit`]), not from the files it writes,
     /// compiled by this code generator.
     pub in_process: Option<JitTier>,
@@ -110,6 +112,7 @@ impl Capabilities {
         shards: false,
         picks_cpu: false,
         cross_builds: false,
+        reports_launches: false,
         in_process: None,
     };
 }
@@ -216,13 +219,6 @@ impl Accumulate {
         match self {
             Accumulate::F32 => "f32",
             Accumulate::F64 => "f64",
-        }
-    }
-    /// The accumulator's element type.
-    pub fn dtype(self) -> crate::ir::Dtype {
-        match self {
-            Accumulate::F32 => crate::ir::Dtype::F32,
-            Accumulate::F64 => crate::ir::Dtype::F64,
         }
     }
 }

@@ -656,7 +656,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         triple: triple.clone(),
         gpu: args.gpu.as_deref().map(gpu_arg).transpose()?,
     };
-    if opts.gpu.is_some() && args.target.name() != "cuda" {
+    if opts.gpu.is_some() && !args.target.capabilities().reports_launches {
         return Err(Error::usage(format!("--gpu names the GPU of --target cuda's launch report; the {} target has none", args.target.name())));
     }
     let mut emitted = pipeline::emit(args.target, &graphs, &opts)?;

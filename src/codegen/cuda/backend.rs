@@ -61,7 +61,7 @@ impl Backend for CudaTarget {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { precisions: &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16], accumulators: &[Accumulate::F32, Accumulate::F64], emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
+        Capabilities { precisions: &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16], accumulators: &[Accumulate::F32, Accumulate::F64], reports_launches: true, emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {

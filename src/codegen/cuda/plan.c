@@ -27,16 +27,16 @@ mr_plan mithrilc_cuda_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e,
 
 unsigned mithrilc_cuda_attention_all(void) { return MR_ATTN_ALL; }
 
-mr_tile_shape mithrilc_cuda_tile(int t) { return mr_tile_shape_of(t); }
+unsigned mithrilc_cuda_plan_bits(mr_plan p) { return mr_plan_bits(&p); }
 
-int mithrilc_cuda_tile_count(void) { return MR_TILE_COUNT; }
+unsigned mithrilc_cuda_plan_all(void) { return MR_PLAN_ALL; }
+
+mr_tile_shape mithrilc_cuda_tile(int t) { return mr_tile_shape_of(t); }
 
 unsigned mithrilc_cuda_plan_layout(int64_t a_rs, int64_t a_cs, int64_t b_rs, int64_t b_cs)
 {
     return mr_plan_layout(a_rs, a_cs, b_rs, b_cs);
 }
-
-unsigned mithrilc_cuda_plan_split(void) { return MR_PLAN_SPLIT; }
 
 int64_t mithrilc_cuda_stride_blocks(int64_t n, int64_t per) { return mr_plan_stride_blocks(n, per); }
 

@@ -51,9 +51,9 @@ extern "C" {
     fn mithrilc_cuda_plan_attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, sms: i32, mask: u32) -> Plan;
     fn mithrilc_cuda_attention_all() -> u32;
     fn mithrilc_cuda_tile(t: i32) -> TileShape;
-    fn mithrilc_cuda_tile_count() -> i32;
+    fn mithrilc_cuda_plan_bits(p: Plan) -> u32;
+    fn mithrilc_cuda_plan_all() -> u32;
     fn mithrilc_cuda_plan_layout(a_rs: i64, a_cs: i64, b_rs: i64, b_cs: i64) -> u32;
-    fn mithrilc_cuda_plan_split() -> u32;
     fn mithrilc_cuda_stride_blocks(n: i64, per: i64) -> i64;
     fn mithrilc_cuda_threads() -> i32;
 }
@@ -89,6 +89,12 @@ impl Plan {
             10 => Kind::Attention,
             _ => Kind::None,
         }
+    }
+
+    /// The `MASK` bits its kernels need instantiated (`mr_plan_bits`).
+    pub fn bits(&self) -> u32 {
+        // SAFETY: a pure function of its argument (plan.c).
+        unsafe { mithrilc_cuda_plan_bits(*self) }
     }
 
     /// Whether it runs a matrix product or a convolution.
@@ -165,10 +171,7 @@ pub fn attention_mask(step: &Step, symbols: &[(String, u64)]) -> Option<u32> {
         let [m, n, d, e, nbatch] = attention_sizes(step, &value)?;
         for g in GPUS {
             let p = attention(m, n, d, e, nbatch, g.sms, all_attention());
-            if p.kind() == Kind::Attention {
-                // MR_ATTN_D32 << log2(D / 32), MR_ATTN_ROWS8 << log2(rows / 8)
-                mask |= (1 << (p.tile / 32).trailing_zeros()) | (0x10 << (p.rows / 8).trailing_zeros());
-            }
+            mask |= p.bits();
         }
     }
     Some(mask)
@@ -317,8 +320,8 @@ pub fn extents(step: &Step, value: &dyn Fn(&str) -> Option<u64>) -> Vec<u64> {
 
 /// Every tile kernel and split-K: what a hand-written caller of the library gets.
 pub fn all_kernels() -> u32 {
-    // SAFETY: constants (plan.c).
-    unsafe { ((1u32 << mithrilc_cuda_tile_count()) - 1) | mithrilc_cuda_plan_split() }
+    // SAFETY: a constant (plan.c).
+    unsafe { mithrilc_cuda_plan_all() }
 }
 
 /// The most scratch a model's split-K may use: 64 MiB of partial sums. (A plan only
@@ -351,7 +354,6 @@ pub fn samples(symbols: &[(String, u64)]) -> Vec<Vec<(String, u64)>> {
 /// [`samples`]. Under `--precision` the products run on tensor cores where the device
 /// has them; the exact kernels planned here are their fallback.
 pub fn needs(step: &Step, symbols: &[(String, u64)]) -> Option<Needs> {
-    let split = all_kernels() & !((1 << tile_count()) - 1);
     let mut needs = Needs::default();
     for binding in samples(symbols) {
         let value = |s: &str| binding.iter().find(|(n, _)| n == s).map(|(_, v)| *v);
@@ -359,12 +361,9 @@ pub fn needs(step: &Step, symbols: &[(String, u64)]) -> Option<Needs> {
         needs.mask |= call.layout();
         for g in GPUS {
             let p = call.plan(false, g.sms, all_kernels(), MAX_SCRATCH);
-            if p.kind() == Kind::Tiled {
-                needs.mask |= 1 << p.tile;
-                if p.split > 1 {
-                    needs.mask |= split;
-                    needs.scratch = needs.scratch.max(p.split * p.m * p.n * p.nbatch);
-                }
+            needs.mask |= p.bits();
+            if p.split > 1 {
+                needs.scratch = needs.scratch.max(p.split * p.m * p.n * p.nbatch);
             }
         }
     }
@@ -374,11 +373,6 @@ pub fn needs(step: &Step, symbols: &[(String, u64)]) -> Option<Needs> {
 /// The split-K scratch a model's arena holds: the most any of its products' plans use.
 pub fn scratch_floats(forward: &Program, backward: Option<&Program>) -> i64 {
     std::iter::once(forward).chain(backward).flat_map(|p| p.steps.iter().filter_map(|s| needs(s, &p.symbols))).map(|n| n.scratch).max().unwrap_or(0)
-}
-
-fn tile_count() -> u32 {
-    // SAFETY: a constant (plan.c).
-    unsafe { mithrilc_cuda_tile_count() as u32 }
 }
 
 #[cfg(test)]
