@@ -14,8 +14,10 @@
 //! linked into every model, and cases run on every core: building the 2,000-line
 //! runtime per model would dominate the test's time.
 //!
-//! The compiler is `$CC` (default `cc`), with `run --target c`'s flags
-//! (`-O3 -march=native`) unless `MITHRILC_DIFF_CFLAGS` gives others.
+//! The compiler is `$CC` (default `cc`), with `run --target c`'s optimisation (`-O3`)
+//! for this CPU alone (`-march=native -DMR_NO_DISPATCH`, as `--cpu native` builds: the
+//! vector code this machine runs, without the kernel sets and clones it would not)
+//! unless `MITHRILC_DIFF_CFLAGS` gives other flags.
 //! `MITHRILC_DIFF_MODELS=N` (default 64; half as many in f64) sets how many random models run, from seed
 //! `MITHRILC_DIFF_SEED` (default 1) on (`MITHRILC_DIFF_LIST=1` prints each model's
 //! layers); a failure prints its seed, the model's layers, its JSON and the largest
@@ -42,11 +44,13 @@ mod random_model;
 
 use c_build::Toolchain;
 
-/// The C compiler's optimization flags: `run --target c`'s default (the runtime's
+/// The C compiler's flags: `run --target c`'s optimisation for this CPU (the runtime's
 /// vector paths for this machine), or `MITHRILC_DIFF_CFLAGS`.
 fn cflags() -> Vec<String> {
-    let flags = std::env::var("MITHRILC_DIFF_CFLAGS").unwrap_or_else(|_| mithrilc::cli::HOST_CFLAGS.to_string());
-    flags.split_whitespace().map(str::to_string).collect()
+    match std::env::var("MITHRILC_DIFF_CFLAGS") {
+        Ok(flags) => flags.split_whitespace().map(str::to_string).collect(),
+        Err(_) => c_build::for_this_cpu(mithrilc::cli::HOST_CFLAGS),
+    }
 }
 
 fn shared() -> Option<PathBuf> {

@@ -570,8 +570,7 @@ fn listed(file: &str) -> BTreeSet<(String, String)> {
 fn suite(mode: Mode) {
     let c = matches!(mode, Mode::CF64 | Mode::CF32);
     let tc = if c {
-        let flags: Vec<String> = "-O1".split_whitespace().map(String::from).collect();
-        match c_build::toolchain(&flags) {
+        match c_build::toolchain(&c_build::for_this_cpu("-O1")) {
             Some(tc) => Some(tc),
             None => {
                 common::skip("a C compiler is needed (apt-get install gcc, or set CC)");

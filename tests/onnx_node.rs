@@ -281,7 +281,7 @@ fn onnx_node_tests_pass_on_the_interpreter() {
 
 #[test]
 fn onnx_node_tests_pass_on_the_c_target() {
-    node_tests_pass(|| match c_build::toolchain(&["-O1".to_string()]) {
+    node_tests_pass(|| match c_build::toolchain(&c_build::for_this_cpu("-O1")) {
         Some(tc) => Some(Runner::C(tc)),
         None => {
             common::skip("no C compiler");

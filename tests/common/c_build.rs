@@ -18,6 +18,15 @@ use mithrilc::tensor::Tensor;
 /// Flags every generated file must build under (as its Makefile gives them).
 pub const WARNINGS: &[&str] = &["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror"];
 
+/// `opt` for this machine's CPU alone, as `--cpu native` builds: the runtime's kernel set
+/// for this CPU (the one a portable build would pick here) and each generated kernel
+/// compiled once, rather than three kernel sets and three clones of every kernel of
+/// which this machine runs one (a model's C then compiles in about half the time).
+/// The portable build itself is `tests/c_target.rs`'s and `tests/portable.rs`'s to test.
+pub fn for_this_cpu(opt: &str) -> Vec<String> {
+    format!("{opt} {}", mithrilc::codegen::c::cpu_flags("native")).split_whitespace().map(str::to_string).collect()
+}
+
 /// A scratch directory with the runtime compiled once.
 pub struct Toolchain {
     pub dir: tempfile::TempDir,

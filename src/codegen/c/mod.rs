@@ -129,6 +129,13 @@ pub fn shared_with_readers<'a>(object: &str, sources: &[&'a str], more: Vec<Stri
     }
 }
 
+/// The compiler flags of a build for one CPU (`--cpu NAME`, a `-march` value): its
+/// vector extensions everywhere, so the runtime compiles one kernel set and the
+/// generated kernels no clones (`MR_NO_DISPATCH`).
+pub fn cpu_flags(cpu: &str) -> String {
+    format!("-march={cpu} -DMR_NO_DISPATCH")
+}
+
 /// The runtime's C sources (of [`RUNTIME_FILES`]), which every library compiles.
 pub fn runtime_sources() -> impl Iterator<Item = &'static str> {
     RUNTIME_FILES.iter().map(|(name, _)| *name).filter(|name| name.ends_with(".c"))
@@ -574,8 +581,7 @@ impl TemplateContext {
             quantized: p.weights.iter().any(|w| w.stored != crate::lower::Stored::F32),
             runtime: runtime_sources().filter_map(|file| file.strip_suffix(".c")).collect(),
             isa_sources: isa_variant_sources().collect::<Vec<_>>().join(" "),
-            // One CPU's vector extensions everywhere, so no dispatch (`MR_NO_DISPATCH`).
-            cpu_flags: opts.cpu.as_ref().map_or(String::new(), |cpu| format!("-march={cpu} -DMR_NO_DISPATCH")),
+            cpu_flags: opts.cpu.as_deref().map_or(String::new(), cpu_flags),
             runtime_headers: RUNTIME_FILES.iter().map(|(file, _)| *file).filter(|file| file.ends_with(".h")).collect::<Vec<_>>().join(" "),
             inputs: p.inputs.iter().map(|port| info(p, port)).collect(),
             outputs: p.outputs.iter().map(|port| info(p, port)).collect(),
