@@ -329,8 +329,8 @@ fn symbolic_batch_runs_at_every_size() {
 }
 
 /// Pooling's gradients on the C target at input sizes its stride does not divide,
-/// against the interpreter, built as `run --target c` builds (the host's flags: -O3
-/// -march=native). Each case is convolution, ReLU and pooling, as in a CNN: the rows
+/// against the interpreter, built as `run --target c` builds (portable, at -O3: the
+/// kernel set and clones for this CPU chosen at run time). Each case is convolution, ReLU and pooling, as in a CNN: the rows
 /// and columns past the last window get their zero gradient from a pad that fuses with
 /// ReLU's gradient, a `where`, which GCC 12 miscompiled at -O3 with AVX2 or AVX-512
 /// while the `where` left its loads conditional. Tiling windows (stride = kernel) and
@@ -360,8 +360,7 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
         (PoolKind::Avg, &[2, 3, 7], &[2], &[2], &[(0, 0)], &[1]),
     ];
     let build = BuildConfig::default();
-    let mut failures = Vec::new();
-    for &(kind, xs, kernel, stride, padding, dilation) in configs {
+    let failures = common::each_case(configs, |&(kind, xs, kernel, stride, padding, dilation)| {
         let attrs = PoolAttrs { kind, kernel: kernel.to_vec(), stride: stride.to_vec(), padding: padding.to_vec(), dilation: dilation.to_vec() };
         let label = format!("pool {xs:?} {attrs:?}");
         let mut g = Graph::new("pool");
@@ -401,21 +400,16 @@ fn pooling_gradients_at_sizes_the_stride_does_not_divide() {
             })
             .collect();
         let want = mithrilc::interp::run(main, &feeds).unwrap_or_else(|e| panic!("{label}: {e}"));
-        let got = match mithrilc::exec::run_once(&CTarget, &graphs, &feeds, Path::new("pool.json"), &build, Default::default()) {
-            Ok(got) => got,
-            Err(e) => {
-                failures.push(format!("{label}: {e}"));
-                continue;
-            }
-        };
+        let got = mithrilc::exec::run_once(&CTarget, &graphs, &feeds, Path::new("pool.json"), &build, Default::default()).map_err(|e| format!("{label}: {e}"))?;
         for ((name, g), (_, w)) in got.iter().zip(&want) {
             if g.shape != w.shape {
-                failures.push(format!("{label}: {name}: shape {:?}, interpreter {:?}", g.shape, w.shape));
+                return Err(format!("{label}: {name}: shape {:?}, interpreter {:?}", g.shape, w.shape));
             } else if let Some((i, (a, b))) = g.data.iter().zip(&w.data).enumerate().find(|(_, (a, b))| !((*a - *b).abs() <= 1e-4 + 1e-4 * b.abs())) {
-                failures.push(format!("{label}: {name}[{i}]: got {a}, interpreter {b}"));
+                return Err(format!("{label}: {name}[{i}]: got {a}, interpreter {b}"));
             }
         }
-    }
+        Ok(())
+    });
     println!("{} with {}: {} pooling configurations checked", build.cc, build.cflags, configs.len());
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }

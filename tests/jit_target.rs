@@ -65,14 +65,14 @@ fn every_case_matches_the_interpreter() {
 /// same runtime-c kernels, and its loop kernels the C's operations in the C's order
 /// (mithril_ops.h's helpers written out, no contraction). Every bench model and the
 /// test-data cases with transcendentals and long sums, forward and backward, built with
-/// the C compiler at -O3 -march=native (the vector paths of this machine).
+/// the C compiler at -O3 for this CPU alone (the vector paths of this machine).
 #[test]
 fn the_jit_computes_the_c_targets_bits() {
     let Some(dir) = shared() else {
         common::skip("../shared is not present");
         return;
     };
-    let Some(tc) = c_build::toolchain(&["-O3".to_string(), "-march=native".to_string()]) else {
+    let Some(tc) = c_build::toolchain(&c_build::for_this_cpu("-O3")) else {
         common::skip("a C compiler is needed (apt-get install gcc, or set CC)");
         return;
     };

@@ -241,14 +241,14 @@ fn judge(outcomes: &BTreeMap<Key, Result<f64, String>>, expected: &BTreeMap<Key,
 
 #[test]
 fn real_exports_match_onnx_runtime() {
-    let Some(tc) = c_build::toolchain(&["-O1".to_string()]) else {
+    let Some(tc) = c_build::toolchain(&c_build::for_this_cpu("-O1")) else {
         return common::skip("a C compiler is needed (apt-get install gcc, or set CC)");
     };
     if !common::have("c++") || !common::have("make") {
         return common::skip("make and a C++ compiler are needed for CUDA emulation (apt-get install make g++)");
     }
     // The emulated CUDA builds at -O0 unless CXXFLAGS says otherwise (the generated
-    // Makefile's `CXXFLAGS ?= -O1` takes it from the environment, and the build cache's
+    // Makefile's `CXXFLAGS ?= -O1 -march=native` takes it from the environment, and the build cache's
     // key has it): the same kernels, compiled in a third of -O1's time, and these
     // models run in milliseconds either way. The other tests of this file build nothing
     // and read no environment.

@@ -8,14 +8,15 @@ use std::process::Command;
 
 mod common;
 
-/// Runs `make target` in runtime-c and returns what it printed (None: skipped).
+/// Runs `make target` in runtime-c and returns what it printed (None: skipped). Two jobs,
+/// each one's output kept together: `test-aarch64`'s two builds run side by side.
 fn make(target: &str) -> Option<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-c");
     if Command::new("make").arg("--version").output().is_err() || Command::new("gcc").arg("--version").output().is_err() {
         common::skip("make and gcc are needed (apt-get install make gcc)");
         return None;
     }
-    let out = Command::new("make").arg("-s").arg("-C").arg(&dir).arg(target).arg("CC=gcc").output().expect("make runs");
+    let out = Command::new("make").args(["-s", "-j2", "-Otarget", "-C"]).arg(&dir).arg(target).arg("CC=gcc").output().expect("make runs");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{text}");
     assert!(out.status.success(), "make {target} failed:\n{text}");
