@@ -9,12 +9,17 @@ use std::process::Command;
 
 mod common;
 
-/// `make -f MAKEFILE TARGET` in runtime-cuda/ with its outputs in a scratch directory.
+/// `make -f MAKEFILE TARGET` in runtime-cuda/ with its outputs in a scratch directory,
+/// as many jobs at a time as the machine has cores (the nvcc checks are one per
+/// architecture), each job's output kept together.
 fn make(makefile: &str, target: &str, vars: &[String]) {
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-cuda");
     let build = tempfile::tempdir().unwrap();
     let out = Command::new("make")
         .arg("-s")
+        .arg(format!("-j{jobs}"))
+        .arg("-Otarget")
         .arg("-C")
         .arg(&dir)
         .args(["-f", makefile, target])
