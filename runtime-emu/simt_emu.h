@@ -735,12 +735,12 @@ inline float bf16_to_f32(uint16_t b) { return from_bits<float>(static_cast<uint3
 // computed anew, so the result is always the lane's own.
 template <int M, int N, int K>
 [[gnu::noinline]] inline void mma_tile(float *d, const float *a, const float *b, const float *c) {
+  // Zeroed at first, which is itself a product: +0 times +0 plus +0 is +0.
   static thread_local struct {
-    bool valid;
     float a[M * K], b[K * N], c[M * N], d[M * N];
   } last{};
-  if (!(last.valid && !std::memcmp(last.a, a, sizeof last.a) && !std::memcmp(last.b, b, sizeof last.b) &&
-        !std::memcmp(last.c, c, sizeof last.c))) {
+  if (std::memcmp(last.a, a, sizeof last.a) || std::memcmp(last.b, b, sizeof last.b) ||
+      std::memcmp(last.c, c, sizeof last.c)) {
     std::memcpy(last.a, a, sizeof last.a);
     std::memcpy(last.b, b, sizeof last.b);
     std::memcpy(last.c, c, sizeof last.c);
@@ -753,7 +753,6 @@ template <int M, int N, int K>
       }
       for (int j = 0; j < N; ++j) last.d[i * N + j] = acc[j];
     }
-    last.valid = true;
   }
   std::memcpy(d, last.d, sizeof last.d);
 }

@@ -3,23 +3,17 @@
 //! with -march=native, for AVX2 (-march=haswell), under AddressSanitizer + UBSan, and
 //! cross-compiled for AArch64 (NEON) under qemu-user.
 
-use std::path::Path;
-use std::process::Command;
 
 mod common;
 
-/// Runs `make target` in runtime-c and returns what it printed (None: skipped). Two jobs,
-/// each one's output kept together: `test-aarch64`'s two builds run side by side.
+/// Runs `make target` in runtime-c and returns what it printed (None: skipped): as many
+/// jobs as cores, so `test-aarch64`'s two builds run side by side.
 fn make(target: &str) -> Option<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-c");
-    if Command::new("make").arg("--version").output().is_err() || Command::new("gcc").arg("--version").output().is_err() {
+    if !common::have("make") || !common::have("gcc") {
         common::skip("make and gcc are needed (apt-get install make gcc)");
         return None;
     }
-    let out = Command::new("make").args(["-s", "-j2", "-Otarget", "-C"]).arg(&dir).arg(target).arg("CC=gcc").output().expect("make runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    println!("{text}");
-    assert!(out.status.success(), "make {target} failed:\n{text}");
+    let text = common::make_in("runtime-c", &[target.to_string(), "CC=gcc".to_string()]);
     assert!(text.contains(" passed, 0 failed"), "make {target} printed no summary:\n{text}");
     Some(text)
 }

@@ -4,32 +4,15 @@
 //! library's (`test_kernels.cu`: every kernel against double-precision reference loops,
 //! under emulation); and both compiled by nvcc, which must report no register spills.
 
-use std::path::Path;
-use std::process::Command;
 
 mod common;
 
-/// `make -f MAKEFILE TARGET` in runtime-cuda/ with its outputs in a scratch directory,
-/// as many jobs at a time as the machine has cores (the nvcc checks are one per
-/// architecture), each job's output kept together.
+/// `make -f MAKEFILE TARGET` in runtime-cuda/ with its outputs in a scratch directory
+/// (the nvcc checks are one job per architecture: they run side by side).
 fn make(makefile: &str, target: &str, vars: &[String]) {
-    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-cuda");
     let build = tempfile::tempdir().unwrap();
-    let out = Command::new("make")
-        .arg("-s")
-        .arg(format!("-j{jobs}"))
-        .arg("-Otarget")
-        .arg("-C")
-        .arg(&dir)
-        .args(["-f", makefile, target])
-        .arg(format!("BUILD={}", build.path().display()))
-        .args(vars)
-        .output()
-        .expect("make runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    println!("{text}");
-    assert!(out.status.success(), "make -f {makefile} {target} failed:\n{text}");
+    let args = ["-f", makefile, target].map(String::from).into_iter().chain([format!("BUILD={}", build.path().display())]).chain(vars.iter().cloned()).collect::<Vec<_>>();
+    common::make_in("runtime-cuda", &args);
 }
 
 fn have_build_tools() -> bool {

@@ -5,8 +5,6 @@
 //! kernel against double-precision reference loops, in every precision, under
 //! emulation).
 
-use std::path::Path;
-use std::process::Command;
 
 mod common;
 
@@ -16,19 +14,8 @@ fn make_test(makefile: &str) {
         common::skip("make and g++ are needed (apt-get install make g++)");
         return;
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime-metal");
     let build = tempfile::tempdir().unwrap();
-    let out = Command::new("make")
-        .arg("-s")
-        .arg("-C")
-        .arg(&dir)
-        .args(["-f", makefile, "test"])
-        .arg(format!("BUILD={}", build.path().display()))
-        .output()
-        .expect("make runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    println!("{text}");
-    assert!(out.status.success(), "make -f {makefile} test failed:\n{text}");
+    common::make_in("runtime-metal", &["-f".to_string(), makefile.to_string(), "test".to_string(), format!("BUILD={}", build.path().display())]);
 }
 
 #[test]

@@ -19,6 +19,24 @@ pub fn have(tool: &str) -> bool {
     Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
+/// How many cases, or make jobs, run at a time: as many as the machine has cores (2 on
+/// CI's and the developers' machines, 16 on the GPU machines).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// `make -s ARGS` in `dir` of the repository (`runtime-c`...), [`cores`] jobs at a time,
+/// each job's output kept together: what it printed, which is also printed; fails the
+/// test, with that text, when make fails.
+pub fn make_in(dir: &str, args: &[String]) -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let out = Command::new("make").arg("-s").arg(format!("-j{}", cores())).arg("-Otarget").arg("-C").arg(&dir).args(args).output().expect("make runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success(), "make {} in {} failed:\n{text}", args.join(" "), dir.display());
+    text
+}
+
 /// One step of xorshift64 (shifts 13, 7, 17; the examples' C code uses the same):
 /// deterministic test data. `state` must not be zero.
 pub fn xorshift64(state: &mut u64) -> u64 {
@@ -28,14 +46,12 @@ pub fn xorshift64(state: &mut u64) -> u64 {
     *state
 }
 
-/// Runs `f` on every item, as many at a time as the machine has cores (2 on CI's and the
-/// developers' machines, 16 on the GPU machines); returns the failures, sorted.
+/// Runs `f` on every item, [`cores`] at a time; returns the failures, sorted.
 pub fn each_case<T: Sync>(items: &[T], f: impl Fn(&T) -> Result<(), String> + Sync) -> Vec<String> {
     let next = Mutex::new(0usize);
     let failures = Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
-        for _ in 0..workers {
+        for _ in 0..cores() {
             s.spawn(|| loop {
                 let i = {
                     let mut n = next.lock().unwrap();
