@@ -10,7 +10,10 @@
 // The fibers, blocks, barriers and warp operations are runtime-emu/simt_emu.h's (shared with
 // the Metal emulation); this header is the CUDA API over them.
 //
-// Header only: everything is inline, so several translation units may include it.
+// What every emulated translation unit reads: the built-ins, the device functions, and the
+// host API's declarations. The host API's state (streams, events, graphs, the last error) and
+// the launches are cuda_emu.cpp's, and the scheduler simt_emu.cpp's: both are compiled once per
+// build and linked into every emulated program.
 // See README.md, section "Emulation", for what is and is not modelled.
 #ifndef MITHRILC_CUDA_EMU_H
 #define MITHRILC_CUDA_EMU_H
@@ -24,6 +27,9 @@
 #else
 #include "../runtime-emu/simt_emu.h"
 #endif
+#include <cstddef>
+#include <tuple>
+#include <utility>
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers
@@ -120,20 +126,15 @@ enum cudaStreamCaptureStatus {
   cudaStreamCaptureStatusInvalidated = 2
 };
 
-struct CUgraph_st { std::vector<std::function<void()>> nodes; };
-struct CUgraphExec_st { std::vector<std::function<void()>> nodes; };
+// Graphs, streams and events are cuda_emu.cpp's.
+struct CUgraph_st;
+struct CUgraphExec_st;
+struct CUstream_st;
+struct CUevent_st;
 typedef CUgraph_st *cudaGraph_t;
 typedef CUgraphExec_st *cudaGraphExec_t;
-
-// Streams are in order and every operation runs to completion at its call, so a stream only
-// carries its capture state.
-struct CUstream_st {
-  bool capturing = false;
-  bool invalidated = false;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
-  CUgraph_st *graph = nullptr;
-};
 typedef CUstream_st *cudaStream_t;
+typedef CUevent_st *cudaEvent_t;
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
 
@@ -143,57 +144,13 @@ namespace detail {
 // split (mithril_cuda.h calls mr_emu::detail::env_unsigned).
 using namespace ::mr_simt;
 
-// How the core's diagnostics name CUDA's things.
-inline constexpr Api kCuda{"CUDA", "block", "__syncthreads()", "warp primitives", false};
-
 // A warp primitive with an explicit mask, as CUDA's *_sync take.
 inline uint64_t warp_op(Op op, const char *name, uint32_t mask, uint64_t v, int arg, int width) {
   return warp_arrive(op, name, mask, false, v, arg, width, nullptr);
 }
 
-// The last error is per host thread, as in the CUDA runtime.
-inline thread_local cudaError_t t_last_error = cudaSuccess;
-inline cudaError_t set_error(cudaError_t e) {
-  if (e != cudaSuccess) t_last_error = e;
-  return e;
-}
-
-// Number of stream captures in Global or ThreadLocal mode: while one runs, calls that would
-// synchronize implicitly (cudaMalloc, cudaMemcpy, legacy-stream work) are refused, as by CUDA.
-inline std::atomic<int> g_strict_captures{0};
-
-// The real stream object behind a user-visible handle (the null and legacy handles share one).
-inline CUstream_st *stream_obj(cudaStream_t s) {
-  static CUstream_st legacy;
-  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &legacy;
-  return s;
-}
-inline bool is_legacy(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
-
-// Records op into s's graph when s captures (true), or says to run it now (false). Work on the
-// legacy stream while a strict capture runs invalidates the capture, as in CUDA.
-inline bool capture(cudaStream_t s, std::function<void()> op, cudaError_t *err) {
-  *err = cudaSuccess;
-  CUstream_st *st = stream_obj(s);
-  if (st->capturing) {
-    st->graph->nodes.push_back(std::move(op));
-    return true;
-  }
-  if (is_legacy(s) && g_strict_captures.load(std::memory_order_relaxed) > 0) {
-    *err = set_error(cudaErrorStreamCaptureImplicit);
-    return true;
-  }
-  return false;
-}
-
-inline cudaError_t validate(dim3 g, dim3 b) {
-  uint64_t threads = uint64_t(b.x) * b.y * b.z;
-  if (threads == 0 || threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || g.x == 0 ||
-      g.y == 0 || g.z == 0 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535)
-    return cudaErrorInvalidConfiguration;
-  return cudaSuccess;
-}
-
+// A kernel and its arguments, converted to the parameter types and held by value, as CUDA
+// does (a captured launch runs them later).
 template <typename Tup, typename K>
 struct Bound {
   K kernel;
@@ -202,14 +159,17 @@ struct Bound {
     const Bound *b = static_cast<const Bound *>(p);
     std::apply(b->kernel, b->args);
   }
+  static void drop(void *p) { delete static_cast<Bound *>(p); }
 };
 
-inline std::chrono::steady_clock::time_point now() { return std::chrono::steady_clock::now(); }
+// Launches invoke(args) over grid x block on stream s, or records it into s's graph when s
+// captures; drop(args) frees args when no launch needs them any more. An invalid shape sets
+// the last error (and invalidates a capture) instead.
+void launch(const char *name, dim3 grid, dim3 block, cudaStream_t s, void (*invoke)(const void *),
+            void *args, void (*drop)(void *));
 
 }  // namespace detail
 }  // namespace mr_emu
-
-// ---------------------------------------------------------------------------------------------
 // Built-in variables and device functions
 // ---------------------------------------------------------------------------------------------
 // The core holds all four as uint3 (mr_simt::Idx3); blockDim and gridDim read as dim3 copies.
@@ -260,11 +220,7 @@ static inline int __all_sync(unsigned mask, int p) {
   return static_cast<int>(warp_op(Op::All, "__all_sync()", mask, p != 0, 0, 32));
 }
 // Lanes of the warp that have not exited (no lockstep is modelled, so no finer answer exists).
-static inline unsigned __activemask() {
-  using namespace ::mr_emu::detail;
-  const Warp &W = t_.w->warps[t_.f->linear >> 5];
-  return W.present & ~W.exited;
-}
+static inline unsigned __activemask() { return ::mr_simt::live_lanes(); }
 
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
@@ -368,10 +324,8 @@ static inline unsigned __brev(unsigned x) {
   x = ((x >> 8) & 0x00ff00ffu) | ((x & 0x00ff00ffu) << 8);
   return (x >> 16) | (x << 16);
 }
-static inline long long clock64() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+// The host's steady clock, in nanoseconds.
+long long clock64();
 
 // CUDA's global min/max overloads. Non-templates, so that with `using namespace std` a call
 // with two arguments of one type prefers these over std::min/std::max (no ambiguity).
@@ -593,125 +547,33 @@ struct cudaDeviceProp {
   int concurrentKernels, asyncEngineCount, unifiedAddressing, managedMemory;
 };
 
-struct CUevent_st { std::chrono::steady_clock::time_point t; bool recorded = false; };
-typedef CUevent_st *cudaEvent_t;
+const char *cudaGetErrorName(cudaError_t e);
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
 
-static inline const char *cudaGetErrorName(cudaError_t e) {
-  switch (e) {
-#define MR_EMU_E(x) case x: return #x;
-    MR_EMU_E(cudaSuccess) MR_EMU_E(cudaErrorInvalidValue) MR_EMU_E(cudaErrorMemoryAllocation)
-    MR_EMU_E(cudaErrorInitializationError) MR_EMU_E(cudaErrorCudartUnloading)
-    MR_EMU_E(cudaErrorInvalidConfiguration) MR_EMU_E(cudaErrorInvalidPitchValue)
-    MR_EMU_E(cudaErrorInvalidSymbol) MR_EMU_E(cudaErrorInvalidMemcpyDirection)
-    MR_EMU_E(cudaErrorInsufficientDriver) MR_EMU_E(cudaErrorInvalidDeviceFunction)
-    MR_EMU_E(cudaErrorNoDevice) MR_EMU_E(cudaErrorInvalidDevice)
-    MR_EMU_E(cudaErrorInvalidResourceHandle) MR_EMU_E(cudaErrorIllegalState)
-    MR_EMU_E(cudaErrorNotReady) MR_EMU_E(cudaErrorIllegalAddress)
-    MR_EMU_E(cudaErrorLaunchOutOfResources) MR_EMU_E(cudaErrorLaunchTimeout)
-    MR_EMU_E(cudaErrorLaunchFailure) MR_EMU_E(cudaErrorNotSupported)
-    MR_EMU_E(cudaErrorStreamCaptureUnsupported) MR_EMU_E(cudaErrorStreamCaptureInvalidated)
-    MR_EMU_E(cudaErrorStreamCaptureMerge) MR_EMU_E(cudaErrorStreamCaptureUnmatched)
-    MR_EMU_E(cudaErrorStreamCaptureUnjoined) MR_EMU_E(cudaErrorStreamCaptureIsolation)
-    MR_EMU_E(cudaErrorStreamCaptureImplicit) MR_EMU_E(cudaErrorCapturedEvent)
-    MR_EMU_E(cudaErrorStreamCaptureWrongThread) MR_EMU_E(cudaErrorUnknown)
-#undef MR_EMU_E
-  }
-  return "cudaErrorUnknown";
-}
-static inline const char *cudaGetErrorString(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInsufficientDriver:
-      return "CUDA driver version is insufficient for CUDA runtime version";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    case cudaErrorIllegalState: return "operation not permitted in the current state";
-    case cudaErrorStreamCaptureUnsupported:
-      return "operation not permitted when stream is capturing";
-    case cudaErrorStreamCaptureInvalidated:
-      return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureImplicit:
-      return "operation would make the legacy stream depend on a capturing blocking stream";
-    default: return cudaGetErrorName(e);
-  }
-}
-static inline cudaError_t cudaGetLastError() {
-  cudaError_t e = ::mr_emu::detail::t_last_error;
-  ::mr_emu::detail::t_last_error = cudaSuccess;
-  return e;
-}
-static inline cudaError_t cudaPeekAtLastError() { return ::mr_emu::detail::t_last_error; }
-
-namespace mr_emu {
-namespace detail {
-// Calls that synchronize implicitly are refused during a Global/ThreadLocal capture.
-inline cudaError_t check_not_capturing() {
-  return g_strict_captures.load(std::memory_order_relaxed) > 0
-             ? set_error(cudaErrorStreamCaptureUnsupported)
-             : cudaSuccess;
-}
-inline cudaError_t alloc(void **p, size_t n) {
-  if (!p) return set_error(cudaErrorInvalidValue);
-  *p = nullptr;
-  if (cudaError_t e = check_not_capturing()) return e;
-  if (n == 0) return cudaSuccess;
-  *p = std::aligned_alloc(256, (n + 255) / 256 * 256);
-  return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
-}
-}  // namespace detail
-}  // namespace mr_emu
-
-static inline cudaError_t cudaMalloc(void **p, size_t n) { return ::mr_emu::detail::alloc(p, n); }
+cudaError_t cudaMalloc(void **p, size_t n);
 template <typename T>
 static inline cudaError_t cudaMalloc(T **p, size_t n) {
-  return ::mr_emu::detail::alloc(reinterpret_cast<void **>(p), n);
+  return cudaMalloc(reinterpret_cast<void **>(p), n);
 }
-static inline cudaError_t cudaMallocHost(void **p, size_t n) { return ::mr_emu::detail::alloc(p, n); }
+cudaError_t cudaMallocHost(void **p, size_t n);
 template <typename T>
 static inline cudaError_t cudaMallocHost(T **p, size_t n) {
-  return ::mr_emu::detail::alloc(reinterpret_cast<void **>(p), n);
+  return cudaMalloc(reinterpret_cast<void **>(p), n);
 }
-static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) {
-  return ::mr_emu::detail::alloc(p, n);
-}
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned);
 template <typename T>
 static inline cudaError_t cudaMallocManaged(T **p, size_t n, unsigned = 1) {
-  return ::mr_emu::detail::alloc(reinterpret_cast<void **>(p), n);
+  return cudaMalloc(reinterpret_cast<void **>(p), n);
 }
-static inline cudaError_t cudaFree(void *p) {
-  if (cudaError_t e = ::mr_emu::detail::check_not_capturing()) return e;
-  std::free(p);
-  return cudaSuccess;
-}
-static inline cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+cudaError_t cudaFree(void *p);
+cudaError_t cudaFreeHost(void *p);
 
-static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k,
-                                          cudaStream_t s = 0) {
-  if (static_cast<unsigned>(k) > 4) return ::mr_emu::detail::set_error(cudaErrorInvalidMemcpyDirection);
-  if (n && (!dst || !src)) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
-  cudaError_t e;
-  if (::mr_emu::detail::capture(s, [=] { std::memmove(dst, src, n); }, &e)) return e;
-  if (n) std::memmove(dst, src, n);
-  return cudaSuccess;
-}
-static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k) {
-  if (cudaError_t e = ::mr_emu::detail::check_not_capturing()) return e;
-  return cudaMemcpyAsync(dst, src, n, k, 0);
-}
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s = 0) {
-  if (n && !p) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
-  cudaError_t e;
-  if (::mr_emu::detail::capture(s, [=] { std::memset(p, v, n); }, &e)) return e;
-  if (n) std::memset(p, v, n);
-  return cudaSuccess;
-}
-static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
-  if (cudaError_t e = ::mr_emu::detail::check_not_capturing()) return e;
-  return cudaMemsetAsync(p, v, n, 0);
-}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s = 0);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind k);
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s = 0);
+cudaError_t cudaMemset(void *p, int v, size_t n);
 template <typename T>
 static inline cudaError_t cudaGetSymbolAddress(void **p, const T &symbol) {
   *p = const_cast<void *>(static_cast<const void *>(&symbol));
@@ -724,186 +586,41 @@ static inline cudaError_t cudaMemcpyToSymbol(const T &symbol, const void *src, s
   return cudaMemcpy(reinterpret_cast<char *>(const_cast<T *>(&symbol)) + offset, src, n, k);
 }
 
-static inline cudaError_t cudaStreamCreate(cudaStream_t *s) {
-  if (!s) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
-  *s = new CUstream_st();
-  return cudaSuccess;
-}
-static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
-  return cudaStreamCreate(s);
-}
-static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  if (::mr_emu::detail::is_legacy(s) || s == cudaStreamPerThread)
-    return ::mr_emu::detail::set_error(cudaErrorInvalidResourceHandle);
-  if (s->capturing) {
-    if (s->mode != cudaStreamCaptureModeRelaxed) --::mr_emu::detail::g_strict_captures;
-    delete s->graph;
-  }
-  delete s;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  if (::mr_emu::detail::stream_obj(s)->capturing) {
-    ::mr_emu::detail::stream_obj(s)->invalidated = true;
-    return ::mr_emu::detail::set_error(cudaErrorStreamCaptureUnsupported);
-  }
-  return cudaSuccess;
-}
-static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-static inline cudaError_t cudaDeviceSynchronize() { return ::mr_emu::detail::check_not_capturing(); }
-static inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
-static inline cudaError_t cudaGetDeviceCount(int *n) {
-  *n = 1;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaSetDevice(int d) {
-  return d == 0 ? cudaSuccess : ::mr_emu::detail::set_error(cudaErrorInvalidDevice);
-}
-static inline cudaError_t cudaGetDevice(int *d) {
-  *d = 0;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
-  if (d != 0) return ::mr_emu::detail::set_error(cudaErrorInvalidDevice);
-  std::memset(p, 0, sizeof *p);
-  std::snprintf(p->name, sizeof p->name, "mithrilc CPU emulation");
-  p->totalGlobalMem = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) *
-                      static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  p->sharedMemPerBlock = p->sharedMemPerBlockOptin = 48u << 10;
-  p->sharedMemPerMultiprocessor = 48u << 10;
-  p->totalConstMem = 64u << 10;
-  p->regsPerBlock = 65536;
-  p->warpSize = 32;
-  p->maxThreadsPerBlock = 1024;
-  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
-  p->maxThreadsDim[2] = 64;
-  p->maxGridSize[0] = 0x7fffffff;
-  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-  // The SMs the launch plans fill (mr_cuda_plan.h): an H100's 132, as the device is an
-  // sm_90, so emulated runs take the tiles and split-K an H100 would; MR_EMU_SMS
-  // overrides. (Blocks run on the host threads whatever it says.)
-  p->multiProcessorCount = static_cast<int>(::mr_emu::detail::env_unsigned("MR_EMU_SMS", 132));
-  p->maxThreadsPerMultiProcessor = 1024;
-  p->major = 9;
-  p->minor = 0;
-  p->l2CacheSize = 1 << 20;
-  p->concurrentKernels = p->unifiedAddressing = p->managedMemory = 1;
-  p->asyncEngineCount = 0;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
-  cudaDeviceProp p;
-  if (cudaError_t e = cudaGetDeviceProperties(&p, d)) return e;
-  switch (a) {
-    case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
-    case cudaDevAttrMaxBlockDimX: *v = p.maxThreadsDim[0]; break;
-    case cudaDevAttrMaxGridDimX: *v = p.maxGridSize[0]; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock:
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
-    case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
-      *v = static_cast<int>(p.sharedMemPerBlock);
-      break;
-    case cudaDevAttrWarpSize: *v = 32; break;
-    case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
-    case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
-    case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
-    default: return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
-  }
-  return cudaSuccess;
-}
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaDeviceReset();
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDevice(int *d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d);
 template <typename T>
 static inline cudaError_t cudaFuncSetAttribute(T *, cudaFuncAttribute, int) { return cudaSuccess; }
-static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  *free_bytes = static_cast<size_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
-  *total = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * page;
-  return cudaSuccess;
-}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total);
 
 // Events: host clock at the call (the stream has finished all earlier work by then).
-static inline cudaError_t cudaEventCreate(cudaEvent_t *e) {
-  *e = new CUevent_st();
-  return cudaSuccess;
-}
-static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
-static inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete e;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
-  if (::mr_emu::detail::stream_obj(s)->capturing) return cudaSuccess;  // a graph dependency only
-  e->t = ::mr_emu::detail::now();
-  e->recorded = true;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-static inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
-static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-  if (!a->recorded || !b->recorded) return ::mr_emu::detail::set_error(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
-  return cudaSuccess;
-}
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t);
+cudaError_t cudaEventQuery(cudaEvent_t);
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 
 // CUDA Graphs: a captured stream records its work as closures; a graph launch replays them.
-static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
-  if (::mr_emu::detail::is_legacy(s) || s == cudaStreamPerThread)
-    return ::mr_emu::detail::set_error(cudaErrorStreamCaptureUnsupported);
-  if (s->capturing) return ::mr_emu::detail::set_error(cudaErrorIllegalState);
-  s->capturing = true;
-  s->invalidated = false;
-  s->mode = mode;
-  s->graph = new CUgraph_st();
-  if (mode != cudaStreamCaptureModeRelaxed) ++::mr_emu::detail::g_strict_captures;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
-  if (::mr_emu::detail::is_legacy(s) || s == cudaStreamPerThread || !s->capturing)
-    return ::mr_emu::detail::set_error(cudaErrorIllegalState);
-  s->capturing = false;
-  if (s->mode != cudaStreamCaptureModeRelaxed) --::mr_emu::detail::g_strict_captures;
-  if (s->invalidated) {
-    delete s->graph;
-    s->graph = nullptr;
-    *g = nullptr;
-    return ::mr_emu::detail::set_error(cudaErrorStreamCaptureInvalidated);
-  }
-  *g = s->graph;
-  s->graph = nullptr;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st) {
-  const CUstream_st *o = ::mr_emu::detail::stream_obj(s);
-  *st = !o->capturing    ? cudaStreamCaptureStatusNone
-        : o->invalidated ? cudaStreamCaptureStatusInvalidated
-                         : cudaStreamCaptureStatusActive;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g,
-                                               unsigned long long = 0) {
-  if (!e || !g) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
-  *e = new CUgraphExec_st{g->nodes};
-  return cudaSuccess;
-}
-static inline cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *e, cudaGraph_t g,
-                                                        unsigned long long f = 0) {
-  return cudaGraphInstantiate(e, g, f);
-}
-static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s) {
-  if (!e) return ::mr_emu::detail::set_error(cudaErrorInvalidValue);
-  cudaError_t err;
-  if (::mr_emu::detail::capture(s, [e] { for (auto &n : e->nodes) n(); }, &err)) return err;
-  for (auto &n : e->nodes) n();
-  return cudaSuccess;
-}
-static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
-  delete e;
-  return cudaSuccess;
-}
-static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
-  delete g;
-  return cudaSuccess;
-}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long = 0);
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long f = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
 
 // ---------------------------------------------------------------------------------------------
 // Kernel launch: mithril_cuda.h's MR_LAUNCH calls this with the stringified kernel name.
@@ -912,21 +629,8 @@ template <typename... P, typename... A>
 inline void mr_emu_launch(const char *name, void (*kernel)(P...), dim3 grid, dim3 block,
                           cudaStream_t stream, A... args) {
   static_assert(sizeof...(P) == sizeof...(A), "kernel launched with a wrong number of arguments");
-  using namespace ::mr_emu::detail;
-  if (cudaError_t e = validate(grid, block)) {
-    set_error(e);
-    if (stream_obj(stream)->capturing) stream_obj(stream)->invalidated = true;
-    return;
-  }
-  // Arguments are converted to the parameter types now and held by value, as CUDA does.
-  using Args = std::tuple<std::decay_t<P>...>;
-  auto run = [name, grid, block, b = Bound<Args, void (*)(P...)>{kernel, Args(args...)}] {
-    Launch L{name, grid, block, &Bound<Args, void (*)(P...)>::invoke, &b, &kCuda};
-    pool().run(L);
-  };
-  cudaError_t e;
-  if (capture(stream, run, &e)) return;
-  run();
+  using B = ::mr_emu::detail::Bound<std::tuple<std::decay_t<P>...>, void (*)(P...)>;
+  ::mr_emu::detail::launch(name, grid, block, stream, &B::invoke, new B{kernel, {args...}}, &B::drop);
 }
 
 #endif  // MITHRILC_CUDA_EMU_H

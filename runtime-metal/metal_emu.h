@@ -18,7 +18,8 @@
 // would otherwise rewrite those words in later headers (mithril_metal.h names parameters
 // `device` and `kernel`).
 //
-// Header only: everything is inline, so several translation units may include it.
+// Every translation unit of an emulated program may include it; the scheduler it runs on is
+// simt_emu.cpp, compiled once and linked in.
 #ifndef MITHRILC_METAL_EMU_H
 #define MITHRILC_METAL_EMU_H
 
@@ -253,11 +254,6 @@ using Kernel = void (*)(const Args &);
 struct Entry { const char *name; Kernel fn; };
 
 namespace detail {
-inline std::vector<Entry> &registry() {
-  static std::vector<Entry> entries;  // a function's static: ready for other files' static init
-  return entries;
-}
-
 // A dispatch as the fibers see it (mr_simt::Launch::data).
 struct Dispatch {
   Kernel fn;
@@ -277,18 +273,13 @@ inline constexpr ::mr_simt::Api kMetal{"Metal", "threadgroup", "threadgroup_barr
 inline const ::mr_simt::Tls &tls() { return ::mr_simt::t_; }
 }  // namespace detail
 
-// Registers kernels by name at static initialization (several models may register).
+// Registers kernels by name at static initialization (several models may register); the
+// registry is mithril_metal_emu.cpp's.
 struct Register {
-  Register(const Entry *entries, unsigned count) {
-    for (unsigned i = 0; i < count; ++i) detail::registry().push_back(entries[i]);
-  }
+  Register(const Entry *entries, unsigned count);
 };
 // The registered kernel called name, or null.
-inline Kernel find(const char *name) {
-  for (const Entry &e : detail::registry())
-    if (std::strcmp(e.name, name) == 0) return e.fn;
-  return nullptr;
-}
+Kernel find(const char *name);
 
 // Runs fn over groups threadgroups (1-D) of threads threads, on the host-thread pool; returns
 // when all are done. The caller (mithril_metal_emu.cpp) has checked the shape.
@@ -297,7 +288,7 @@ inline void run(const char *name, Kernel fn, const Args &args, const size_t thre
   detail::Dispatch D{fn, args, {}};
   std::memcpy(D.threadgroup_bytes, threadgroup_bytes, sizeof D.threadgroup_bytes);
   ::mr_simt::Launch L{name, {groups, 1, 1}, {threads, 1, 1}, &detail::invoke, &D, &detail::kMetal};
-  ::mr_simt::pool().run(L);
+  ::mr_simt::launch(L);
 }
 
 // [[threadgroup(index)]] of the running threadgroup: one block per host thread (a host thread
@@ -312,7 +303,7 @@ inline void *threadgroup_memory(unsigned index) {
     }
   };
   static thread_local Blocks blocks;
-  const detail::Dispatch *D = static_cast<const detail::Dispatch *>(detail::tls().w->launch->data);
+  const detail::Dispatch *D = static_cast<const detail::Dispatch *>(detail::tls().launch->data);
   const size_t want = index < 31 ? D->threadgroup_bytes[index] : 0;
   if (want == 0) {
     char msg[160];
@@ -571,13 +562,12 @@ inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(const T v) {
 namespace detail {
 // The collective step: the whole simdgroup, every lane present and none returned.
 inline void matrix_collective(const char *name) {
-  const ::mr_simt::Tls &t = ::mr_simt::t_;
-  const ::mr_simt::Warp &W = t.w->warps[t.f->linear >> 5];
-  if (W.present != ~0u || W.exited) {
+  const uint32_t live = ::mr_simt::live_lanes();
+  if (live != ~0u) {
     char msg[160];
     std::snprintf(msg, sizeof msg, "%s in a simdgroup of lanes 0x%08x (needs all 32 threads)", name,
-                  W.present & ~W.exited);
-    ::mr_simt::fail(msg, t.f);
+                  live);
+    ::mr_simt::fail(msg, ::mr_simt::t_.f);
   }
   simd(Op::Collective, name, 0, 0);
 }

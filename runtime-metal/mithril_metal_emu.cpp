@@ -9,8 +9,8 @@
 // the process with one line on stderr:
 //   mithrilc Metal emulation: <what> in kernel <name>, threadgroup <g>, thread <t>
 //
-// Build: c++ -std=c++17 -I<dir with metal_emu.h and simt_emu.h> -c mithril_metal_emu.cpp
-// (-lpthread at link).
+// Build: c++ -std=c++17 -I<dir with metal_emu.h and simt_emu.h> -c mithril_metal_emu.cpp, and
+// link with simt_emu.cpp's object (-lpthread).
 #include "mithril_metal.h"  // before metal_emu.h: its qualifier macros would rewrite `device`
 
 #include <cstddef>
@@ -18,6 +18,25 @@
 #include <vector>
 
 #include "metal_emu.h"
+
+namespace mr_metal_emu {
+
+static std::vector<Entry> &registry() {
+  static std::vector<Entry> entries;  // a function's static: ready for other files' static init
+  return entries;
+}
+
+Register::Register(const Entry *entries, unsigned count) {
+  for (unsigned i = 0; i < count; ++i) registry().push_back(entries[i]);
+}
+
+Kernel find(const char *name) {
+  for (const Entry &e : registry())
+    if (std::strcmp(e.name, name) == 0) return e.fn;
+  return nullptr;
+}
+
+}  // namespace mr_metal_emu
 
 namespace {
 

@@ -102,9 +102,12 @@ impl Toolchain for CudaTarget {
 /// `make` in `dir`: with nvcc, for the architecture `arch` alone (sm_`arch`) where one
 /// is given, else the Makefile's fat binary; with `build.emulate`, the emulation build.
 fn make(dir: &Path, build: &BuildConfig, arch: Option<u32>) -> Result<Option<crate::build::CacheUse>> {
-    // The demo's file readers are compiled as C++, by the compiler that builds the rest.
+    // The demo's file readers are compiled as C++, by the compiler that builds the rest;
+    // they, the emulation's scheduler and its CUDA runtime are the same for every model.
     let (mut vars, goals, shared) = if build.emulate {
-        (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], crate::codegen::c::shared_with_readers("mr_files_emu.o", &[], Vec::new()))
+        let emulation = ["cuda_emu.h", "cuda_emu.cpp", "simt_emu.h", "simt_emu.cpp"];
+        let shared = crate::codegen::c::shared_with_readers("mr_files_emu.o", &emulation, vec!["cuda_emu.o".to_string(), "simt_emu.o".to_string()]);
+        (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], shared)
     } else {
         (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new()))
     };

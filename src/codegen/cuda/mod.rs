@@ -59,7 +59,9 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("mithril_cuda.h", include_str!("../../../runtime-cuda/mithril_cuda.h")),
     ("mr_cuda_plan.h", include_str!("../../../runtime-cuda/mr_cuda_plan.h")),
     ("cuda_emu.h", include_str!("../../../runtime-cuda/cuda_emu.h")),
+    ("cuda_emu.cpp", include_str!("../../../runtime-cuda/cuda_emu.cpp")),
     ("simt_emu.h", include_str!("../../../runtime-emu/simt_emu.h")),
+    ("simt_emu.cpp", include_str!("../../../runtime-emu/simt_emu.cpp")),
 ];
 
 /// A warp of 32 lanes; a block's threads are 8 warps (`MR_THREADS` is 256).

@@ -75,7 +75,7 @@ impl Toolchain for MetalTarget {
         }
         // The Metal runtime's emulation is the same for every model, as are the demo's readers.
         let runtime: Vec<&str> = super::RUNTIME_FILES.iter().map(|(file, _)| *file).collect();
-        let (goals, more) = if build.emulate { (&["emulate"][..], vec!["mithril_metal_emu.o".to_string()]) } else { (&[][..], Vec::new()) };
+        let (goals, more) = if build.emulate { (&["emulate"][..], vec!["mithril_metal_emu.o".to_string(), "simt_emu.o".to_string()]) } else { (&[][..], Vec::new()) };
         let shared = crate::codegen::c::shared_with_readers("mr_files.o", &runtime, more);
         let install = "on macOS: xcode-select --install (the Metal compiler comes with Xcode); for --emulate: apt-get install make gcc g++ (Debian/Ubuntu)";
         crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, install).map(Some)

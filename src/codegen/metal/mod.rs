@@ -61,6 +61,7 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("metal_emu.h", include_str!("../../../runtime-metal/metal_emu.h")),
     ("metal_stdlib", include_str!("../../../runtime-metal/metal_stdlib")),
     ("simt_emu.h", include_str!("../../../runtime-emu/simt_emu.h")),
+    ("simt_emu.cpp", include_str!("../../../runtime-emu/simt_emu.cpp")),
 ];
 
 /// A SIMD group of 32 lanes; the loop kernels' threadgroups are 8 of them.
