@@ -276,7 +276,7 @@ fn hostile_files(target: &str) {
 /// The CUDA and Metal libraries' own `<name>_load_weights` (library code, not the demo's
 /// readers) takes a weights file of exactly the blob's size: a shorter or longer one, or
 /// /dev/zero, is `<NAME>_ERROR_FILE`. Run through a small program against the emulated
-/// library beside the demo `exe`.
+/// library beside the demo `exe` (and the emulation's objects that make built there).
 fn library_loader_takes_exactly_the_blob(target: &str, exe: &Path, blob_size: u64) -> Result<(), String> {
     let out = exe.parent().unwrap();
     let (program, build): (&str, Vec<&str>) = if target == "cuda" {
@@ -284,14 +284,14 @@ fn library_loader_takes_exactly_the_blob(target: &str, exe: &Path, blob_size: u6
                     if (cudaMalloc(&dev, LENET_WEIGHTS_SIZE) != cudaSuccess) { return 2; }\n    \
                     for (i = 1; i < argc; ++i) { printf(\"%d\\n\", lenet_load_weights(argv[i], dev)); }\n    return 0;\n}\n";
         std::fs::write(out.join("load.cpp"), text).unwrap();
-        ("load", vec!["c++", "-std=c++17", "-w", "-DMR_CUDA_EMULATE", "-x", "c++", "lenet.cu", "load.cpp", "-pthread", "-o", "load"])
+        ("load", vec!["c++", "-std=c++17", "-w", "-DMR_CUDA_EMULATE", "-x", "c++", "lenet.cu", "load.cpp", "-x", "none", "cuda_emu.o", "simt_emu.o", "-pthread", "-o", "load"])
     } else {
         let text = "#include <stdio.h>\n#include \"lenet.h\"\nint main(int argc, char **argv) {\n    lenet_model *model = NULL;\n    void *buf;\n    int i;\n    \
                     if (lenet_open(&model, NULL, \"lenet.metallib\") != 0) { return 2; }\n    \
                     buf = mr_metal_buffer_new(lenet_runtime(model), LENET_WEIGHTS_SIZE);\n    \
                     for (i = 1; i < argc; ++i) { printf(\"%d\\n\", lenet_load_weights(argv[i], buf)); }\n    return 0;\n}\n";
         std::fs::write(out.join("load.c"), text).unwrap();
-        ("load", vec!["sh", "-c", "cc -c load.c -o load.o && c++ load.o lenet_host.o lenet_emu.o mithril_metal_emu.o -pthread -o load"])
+        ("load", vec!["sh", "-c", "cc -c load.c -o load.o && c++ load.o lenet_host.o lenet_emu.o mithril_metal_emu.o simt_emu.o -pthread -o load"])
     };
     let built = Command::new(build[0]).args(&build[1..]).current_dir(out).output().unwrap();
     assert!(built.status.success(), "{target}: {}", String::from_utf8_lossy(&built.stderr));

@@ -188,12 +188,12 @@ fn training_with_metal_matches_the_interpreter_under_emulation() {
     let target = &mithrilc::codegen::metal::backend::MetalTarget;
     let args = cli::CompileArgs { model: margs.clone(), target, out: Some(out.clone()), emit: mithrilc::cli::Emit::Source, ..Default::default() };
     cli::compile(&args).unwrap();
-    let make = Command::new("make").current_dir(&out).args(["-s", "train_mlp_host.o", "train_mlp_emu.o", "mithril_metal_emu.o"]).output().unwrap();
+    let make = Command::new("make").current_dir(&out).args(["-s", "train_mlp_host.o", "train_mlp_emu.o", "mithril_metal_emu.o", "simt_emu.o"]).output().unwrap();
     assert!(make.status.success(), "{}", String::from_utf8_lossy(&make.stderr));
     let exe = out.join("train");
     let cc = Command::new("cc").args(["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-O2", "-c", "-I"]).arg(&out).arg(root.join("examples/train_mlp/train.c")).arg("-o").arg(out.join("train.o")).output().unwrap();
     assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    let link = Command::new("c++").current_dir(&out).args(["train.o", "train_mlp_host.o", "train_mlp_emu.o", "mithril_metal_emu.o", "-pthread", "-o"]).arg(&exe).output().unwrap();
+    let link = Command::new("c++").current_dir(&out).args(["train.o", "train_mlp_host.o", "train_mlp_emu.o", "mithril_metal_emu.o", "simt_emu.o", "-pthread", "-o"]).arg(&exe).output().unwrap();
     assert!(link.status.success(), "{}", String::from_utf8_lossy(&link.stderr));
     check_training("Metal (emulated)", &exe, &margs);
 }
