@@ -2,6 +2,7 @@
 // graphs, events, the last error) and its kernel launches, which run on simt_emu.cpp's
 // scheduler. Compiled once per build (make's cuda_emu.o, kept in mithrilc's build cache) and
 // linked into every emulated CUDA program.
+//
 // The C++ library first: cuda_emu.h defines qualifier macros (__noinline__) that its headers
 // must not see.
 #include <atomic>
@@ -32,10 +33,10 @@ namespace detail {
 using namespace ::mr_simt;
 
 // How the core's diagnostics name CUDA's things.
-constexpr Api kCuda{"CUDA", "block", "__syncthreads()", "warp primitives", false};
+static constexpr Api kCuda{"CUDA", "block", "__syncthreads()", "warp primitives", false};
 
 // The last error is per host thread, as in the CUDA runtime.
-thread_local cudaError_t t_last_error = cudaSuccess;
+static thread_local cudaError_t t_last_error = cudaSuccess;
 static cudaError_t set_error(cudaError_t e) {
   if (e != cudaSuccess) t_last_error = e;
   return e;
@@ -43,7 +44,7 @@ static cudaError_t set_error(cudaError_t e) {
 
 // Number of stream captures in Global or ThreadLocal mode: while one runs, calls that would
 // synchronize implicitly (cudaMalloc, cudaMemcpy, legacy-stream work) are refused, as by CUDA.
-std::atomic<int> g_strict_captures{0};
+static std::atomic<int> g_strict_captures{0};
 
 // The real stream object behind a user-visible handle (the null and legacy handles share one).
 static CUstream_st *stream_obj(cudaStream_t s) {

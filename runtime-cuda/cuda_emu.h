@@ -170,6 +170,8 @@ void launch(const char *name, dim3 grid, dim3 block, cudaStream_t s, void (*invo
 
 }  // namespace detail
 }  // namespace mr_emu
+
+// ---------------------------------------------------------------------------------------------
 // Built-in variables and device functions
 // ---------------------------------------------------------------------------------------------
 // The core holds all four as uint3 (mr_simt::Idx3); blockDim and gridDim read as dim3 copies.
