@@ -13,9 +13,7 @@
 //! when the list names a run that does not exist. The C runtime is built once; runs go
 //! as many at a time as there are cores.
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
+use crate::common::{self, c_build};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

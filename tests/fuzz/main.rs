@@ -30,16 +30,12 @@
 //! running it, to catch one that aborts the process (rerun with the seed printed):
 //!
 //! ```sh
-//! MITHRILC_FUZZ_SECS=600 cargo test --test fuzz -- --nocapture
+//! MITHRILC_FUZZ_SECS=600 cargo test --test suite fuzz:: -- --nocapture
 //! ```
 
 mod mutate;
 
-#[path = "../common/mod.rs"]
-mod common;
-#[path = "../common/random_model.rs"]
-#[allow(dead_code)] // `summary` is for the differential test
-mod random_model;
+use crate::common::{self, random_model};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
