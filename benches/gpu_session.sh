@@ -2,7 +2,7 @@
 # One GPU session's checks of the CUDA target, in order, each step timed and bounded
 # (680 s at most, about eight minutes as measured steps go) so the whole fits in the
 # ten minutes of a lent GPU (an H100 or H200, 16 cores):
-#   1. build mithrilc and the CUDA test binary (release);
+#   1. build mithrilc and the test binary (release);
 #   2. the kernel library's checks on the GPU (runtime-cuda: every tile, split-K, odd
 #      sizes, the planner's choices), compiled for this GPU alone;
 #   3. every conformance case and bench model built as `run --target cuda` builds them
@@ -46,10 +46,10 @@ if [ "$dry" = 0 ]; then
 fi
 lscpu | sed -n 's/^Model name: *//p'
 
-step 180 "build" bash -c 'cargo build --release -q --bin mithrilc && cargo test --release -q --no-run --test cuda_target'
+step 180 "build" bash -c 'cargo build --release -q --bin mithrilc && cargo test --release -q --no-run --test suite'
 if [ "$dry" = 0 ]; then
   step 120 "kernel checks on the GPU ($arch)" make -s -C runtime-cuda -f Makefile.kernels gpu-test ARCH="$arch"
-  step 150 "every case on the GPU" cargo test --release -q --test cuda_target -- --ignored every_model_matches_the_interpreter_on_the_gpu
+  step 150 "every case on the GPU" cargo test --release -q --test suite cuda_target::every_model_matches_the_interpreter_on_the_gpu -- --ignored
 else
   step 120 "kernel checks under emulation" make -s -C runtime-cuda -f Makefile.kernels test
 fi

@@ -363,6 +363,9 @@ pub struct BuildConfig {
     pub cflags: String,
     /// Build a GPU target's code for CPU emulation (`run --emulate`) instead of the GPU.
     pub emulate: bool,
+    /// The C++ compiler's flags for an emulation build (make's `CXXFLAGS`); `None`: the
+    /// environment's `CXXFLAGS`, else the generated Makefile's.
+    pub cxxflags: Option<String>,
     pub cache: Cache,
 }
 
@@ -373,7 +376,14 @@ pub const HOST_CFLAGS: &str = "-O3";
 
 impl Default for BuildConfig {
     fn default() -> BuildConfig {
-        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string(), emulate: false, cache: Cache::from_env() }
+        BuildConfig { cc: crate::build::c_compiler(), cflags: HOST_CFLAGS.to_string(), emulate: false, cxxflags: None, cache: Cache::from_env() }
+    }
+}
+
+impl BuildConfig {
+    /// `CXXFLAGS=...` for make's command line, where [`BuildConfig::cxxflags`] gives them.
+    pub fn cxxflags_var(&self) -> Result<Option<String>> {
+        self.cxxflags.as_deref().map(|flags| crate::build::make_var("CXXFLAGS", flags, "CXXFLAGS")).transpose()
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use mithrilc::cli::{self, ModelArgs, RunArgs};
 use mithrilc::data;
 
-mod common;
+use crate::common;
 
 fn bench_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/bench");

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use mithrilc::build::{c_vars, make_cached, CacheUse, Shared, MAKE_INSTALL};
 use mithrilc::cache::{Cache, MANIFEST};
 
-mod common;
+use crate::common;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

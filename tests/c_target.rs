@@ -18,11 +18,7 @@ use mithrilc::passes;
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
-#[path = "common/onnx_build.rs"]
-mod onnx_build;
+use crate::common::{self, cases, onnx_build};
 use cases::{cases, check_demo_at_batch, load, shared, shared_with_build, Case};
 use common::have;
 

@@ -12,9 +12,7 @@ use mithrilc::data;
 use mithrilc::ir::Dtype;
 use mithrilc::tensor::Tensor;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, cases};
 
 /// The peak resident set of `child` (waited for here, which must succeed), from
 /// `wait4`'s rusage of that one child (not of every child the test binary ran).

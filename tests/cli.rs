@@ -12,7 +12,7 @@ use mithrilc::data;
 use mithrilc::ir::Dtype;
 use mithrilc::tensor::Tensor;
 
-mod common;
+use crate::common;
 
 /// `../shared`, or `None` after printing why the test skips.
 fn shared() -> Option<PathBuf> {

@@ -12,7 +12,7 @@ use mithrilc::codegen::TARGETS;
 use mithrilc::ir::{Composite, Dtype};
 use mithrilc::tensor::Tensor;
 
-mod common;
+use crate::common;
 
 /// Values where the forms differ most: zero, tiny, moderate and large of both signs.
 const X: [f64; 15] = [-30.0, -8.0, -3.0, -1.0, -0.5, -1e-3, -1e-7, 0.0, 1e-7, 1e-3, 0.5, 1.0, 3.0, 8.0, 30.0];

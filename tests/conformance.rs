@@ -17,7 +17,7 @@ use mithrilc::ir::{Op, Shape, TensorType};
 use mithrilc::passes;
 use mithrilc::passes::autodiff::Wrt;
 
-mod common;
+use crate::common;
 
 const ATOL: f64 = 1e-5;
 const RTOL: f64 = 1e-5;

@@ -9,8 +9,8 @@
 //!   CPU, and compared with the interpreter within 1e-4 absolute + 1e-4 relative
 //!   (`run --target cuda --emulate`). Emulation tests the kernels' logic: no GPU runs.
 //!
-//! On a machine with an NVIDIA GPU, `cargo test --release --test cuda_target --
-//! --ignored` also runs every case and the reduced precisions on the GPU itself.
+//! On a machine with an NVIDIA GPU, `cargo test --release --test suite cuda_target::
+//! -- --ignored` also runs every case and the reduced precisions on the GPU itself.
 //! Cases run as many at a time as the machine has cores.
 
 use std::path::Path;
@@ -21,9 +21,7 @@ use mithrilc::cli::{self, BuildConfig, Precision};
 use mithrilc::codegen::cuda::backend::CudaTarget;
 use mithrilc::error::ErrorKind;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, cases};
 use cases::{cases, shared, Case};
 use common::each_case;
 
@@ -96,9 +94,9 @@ fn gpu_ready() -> std::path::PathBuf {
 /// On an NVIDIA GPU: every case (forward and gradients, the bench models at every batch)
 /// built as `run --target cuda` builds it (for this GPU's architecture alone) and run there,
 /// within the same tolerance of the interpreter as under emulation. CI has no GPU, so
-/// this runs only when asked: `cargo test --release --test cuda_target -- --ignored`.
+/// this runs only when asked: `cargo test --release --test suite cuda_target:: -- --ignored`.
 #[test]
-#[ignore = "needs an NVIDIA GPU: cargo test --release --test cuda_target -- --ignored on a machine with one"]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --test suite cuda_target:: -- --ignored on a machine with one"]
 fn every_model_matches_the_interpreter_on_the_gpu() {
     let dir = gpu_ready();
     cases::every_case_matches(&dir, &CudaTarget, &BuildConfig::default(), "on the GPU");
@@ -107,7 +105,7 @@ fn every_model_matches_the_interpreter_on_the_gpu() {
 /// On an NVIDIA GPU: the reduced precisions, whose products run on its tensor cores
 /// (emulation runs the same fragments' arithmetic on the CPU), within the tolerances above.
 #[test]
-#[ignore = "needs an NVIDIA GPU: cargo test --release --test cuda_target -- --ignored on a machine with one"]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --test suite cuda_target:: -- --ignored on a machine with one"]
 fn reduced_precisions_on_the_gpu() {
     let dir = gpu_ready();
     let all = cases(&dir);

@@ -13,9 +13,7 @@ use mithrilc::data;
 use mithrilc::ir::Dtype;
 use mithrilc::tensor::Tensor;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, cases};
 
 fn mithrilc(args: &[&str], dir: &Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_mithrilc")).args(args).current_dir(dir).output().expect("mithrilc runs");

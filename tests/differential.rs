@@ -36,11 +36,7 @@ use mithrilc::ir::{Dtype, Graph, Shape, TensorType};
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
-#[path = "common/random_model.rs"]
-mod random_model;
+use crate::common::{self, c_build, random_model};
 
 use c_build::Toolchain;
 
@@ -413,7 +409,7 @@ fn random_cases(first: u64, count: u64, f64: bool) -> Vec<Case> {
         let shapes: Vec<String> = m.shapes.iter().map(|(n, s)| format!("--shape {n}={}", s.iter().map(u64::to_string).collect::<Vec<_>>().join(","))).collect();
         let test = if f64 { "random_models_in_f64" } else { "random_models_forward" };
         let repro = format!(
-            "\n  seed {seed}: {}\n  {}\n  rerun: MITHRILC_DIFF_SEED={seed} MITHRILC_DIFF_MODELS=1 cargo test --test differential {test}\n  model JSON:\n{}",
+            "\n  seed {seed}: {}\n  {}\n  rerun: MITHRILC_DIFF_SEED={seed} MITHRILC_DIFF_MODELS=1 cargo test --test suite differential::{test}\n  model JSON:\n{}",
             m.summary,
             shapes.join(" "),
             m.json

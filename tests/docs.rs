@@ -1,5 +1,5 @@
 //! Generated documentation is up to date: `docs/ops.md` is what the code says.
-//! `UPDATE_EXPECT=1 cargo test --test docs` rewrites it.
+//! `UPDATE_EXPECT=1 cargo test --test suite docs::` rewrites it.
 
 use std::path::Path;
 
@@ -12,7 +12,7 @@ fn ops_table_is_current() {
         return;
     }
     let have = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(have == want, "docs/ops.md is stale: run `UPDATE_EXPECT=1 cargo test --test docs` and commit it");
+    assert!(have == want, "docs/ops.md is stale: run `UPDATE_EXPECT=1 cargo test --test suite docs::` and commit it");
 }
 
 /// Every command `mithrilc --help` lists has a row in `docs/cli.md`'s table.

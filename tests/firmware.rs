@@ -9,7 +9,7 @@ use std::process::Command;
 
 use mithrilc::cli;
 
-mod common;
+use crate::common;
 
 #[test]
 fn lenet_cross_compiles_for_cortex_m4() {

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-mod common;
+use crate::common;
 
 fn mithrilc(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_mithrilc")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();

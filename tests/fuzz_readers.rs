@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 /// The seconds each harness runs.
 fn seconds() -> u64 {

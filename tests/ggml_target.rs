@@ -22,11 +22,7 @@ use mithrilc::cli::{self, BuildConfig};
 use mithrilc::codegen::ggml::backend::GgmlTarget;
 use mithrilc::backend::Quantize;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
-#[path = "common/random_model.rs"]
-mod random_model;
+use crate::common::{self, cases, random_model};
 use cases::{cases, matches_interpreter, Case, Worst};
 use common::each_case as each;
 

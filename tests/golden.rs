@@ -21,7 +21,7 @@
 //! A change to lowering or codegen shows up as a diff of these files in review. Each is
 //! stored as `NAME.golden` (`mlp.c.golden`): generated code repeats itself by design,
 //! and the suffix keeps it out of the tree's duplicate-code reports.
-//! `UPDATE_EXPECT=1 cargo test --test golden` rewrites the files and prints what
+//! `UPDATE_EXPECT=1 cargo test --test suite golden::` rewrites the files and prints what
 //! changed as a unified diff.
 //! The same compiles check the program's text form: printed after each program pass, it
 //! parses back to the same program.
@@ -37,7 +37,7 @@ use mithrilc::data;
 use mithrilc::lower::{parse::parse, print::print};
 use mithrilc::passes::autodiff::Wrt;
 
-mod common;
+use crate::common;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -288,7 +288,7 @@ fn generated_code_matches_the_committed_files() {
     }
     assert!(
         problems.is_empty(),
-        "the generated code differs from tests/out:\n{}\nrun `UPDATE_EXPECT=1 cargo test --test golden` if intended, and review `git diff tests/out`",
+        "the generated code differs from tests/out:\n{}\nrun `UPDATE_EXPECT=1 cargo test --test suite golden::` if intended, and review `git diff tests/out`",
         problems.join("\n")
     );
 }

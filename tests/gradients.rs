@@ -12,7 +12,7 @@ use mithrilc::passes::autodiff::{self, grad_name, output_grad_name, Wrt};
 use mithrilc::passes::shape::infer;
 use mithrilc::tensor::Tensor;
 
-mod common;
+use crate::common;
 
 /// Deterministic cases, from xorshift64.
 struct Rng(u64);

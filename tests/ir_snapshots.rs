@@ -1,12 +1,12 @@
 //! Snapshots of `mithrilc inspect` (the IR after shape inference, and the summary) for
 //! a few models, so that a frontend change that alters a graph shows up as a diff.
-//! `UPDATE_EXPECT=1 cargo test --test ir_snapshots` rewrites the snapshots.
+//! `UPDATE_EXPECT=1 cargo test --test suite ir_snapshots::` rewrites the snapshots.
 
 use std::path::{Path, PathBuf};
 
 use mithrilc::cli::{self, ModelArgs};
 
-mod common;
+use crate::common;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -36,7 +36,7 @@ fn check(snapshot: &str, model: &Path, shapes: &[&str], set: Vec<String>) {
     if got != want {
         let first = got.lines().zip(want.lines()).position(|(a, b)| a != b).unwrap_or(0);
         panic!(
-            "{snapshot} changed (first difference at line {}):\n  now:  {}\n  was:  {}\nrun `UPDATE_EXPECT=1 cargo test --test ir_snapshots` if intended",
+            "{snapshot} changed (first difference at line {}):\n  now:  {}\n  was:  {}\nrun `UPDATE_EXPECT=1 cargo test --test suite ir_snapshots::` if intended",
             first + 1,
             got.lines().nth(first).unwrap_or("<end>"),
             want.lines().nth(first).unwrap_or("<end>")

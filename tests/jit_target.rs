@@ -13,11 +13,7 @@ use mithrilc::data;
 use mithrilc::exec::{Executable, Jit};
 use mithrilc::tensor::Tensor;
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, c_build, cases};
 use cases::{cases, shared, Case};
 
 /// The JIT's code generators this build has: cranelift, and LLVM with the `llvm`

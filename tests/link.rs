@@ -11,7 +11,7 @@ use std::process::Command;
 use mithrilc::cli;
 use mithrilc::data;
 
-mod common;
+use crate::common;
 
 /// The two models (bench name, input shape at batch 1).
 const MODELS: [(&str, &str); 2] = [("mlp", "input=1,784"), ("lenet", "input=1,1,28,28")];

@@ -13,9 +13,7 @@ use mithrilc::cli::{self, BuildConfig, Precision};
 use mithrilc::codegen::metal::backend::MetalTarget;
 use mithrilc::error::ErrorKind;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, cases};
 use cases::{cases, shared, Case};
 use common::each_case;
 

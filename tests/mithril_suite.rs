@@ -50,9 +50,7 @@ use mithrilc::ir::{Dtype, Op, Shape, TensorType};
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
+use crate::common::{self, c_build};
 
 const FILES: &[&str] = &[
     "models_directed_test",

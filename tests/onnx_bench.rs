@@ -12,9 +12,7 @@
 //!   version's output and ONNX Runtime's, within bench_models.rs's 1e-4 absolute + 1e-4
 //!   relative.
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
+use crate::common::{self, c_build};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -16,9 +16,7 @@
 //! fixed to the test's values (or, when it names a value computed from inputs, the
 //! integer inputs).
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
+use crate::common::{self, c_build};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

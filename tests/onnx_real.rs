@@ -13,9 +13,7 @@
 //! when the list names a run that does not exist. The C runtime is built once; runs go
 //! as many at a time as there are cores.
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
+use crate::common::{self, c_build};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -157,7 +155,12 @@ fn run(export: &Export, runner: Runner, tc: &c_build::Toolchain) -> Result<Vec<(
         Runner::CudaEmulate | Runner::CudaEmulateSymbolic => {
             let target = &mithrilc::codegen::cuda::backend::CudaTarget;
             let opts = mithrilc::backend::EmitOptions { max, ..Default::default() };
-            let build = BuildConfig { emulate: true, ..Default::default() };
+            // At -O0 unless the environment's CXXFLAGS says otherwise (over the generated
+            // Makefile's -O1): the same kernels, compiled in a third of -O1's time, and
+            // these models run in milliseconds either way. Given to this build's make
+            // alone: the other tests in this process build at their own flags.
+            let cxxflags = std::env::var_os("CXXFLAGS").is_none().then(|| "-O0".to_string());
+            let build = BuildConfig { emulate: true, cxxflags, ..Default::default() };
             mithrilc::exec::run_once(target, &graphs, &feeds, &export.model(), &build, opts).map_err(|e| e.to_string())
         }
     }
@@ -246,14 +249,6 @@ fn real_exports_match_onnx_runtime() {
     };
     if !common::have("c++") || !common::have("make") {
         return common::skip("make and a C++ compiler are needed for CUDA emulation (apt-get install make g++)");
-    }
-    // The emulated CUDA builds at -O0 unless CXXFLAGS says otherwise (the generated
-    // Makefile's `CXXFLAGS ?= -O1 -march=native` takes it from the environment, and the build cache's
-    // key has it): the same kernels, compiled in a third of -O1's time, and these
-    // models run in milliseconds either way. The other tests of this file build nothing
-    // and read no environment.
-    if std::env::var_os("CXXFLAGS").is_none() {
-        std::env::set_var("CXXFLAGS", "-O0");
     }
     let exports = exports();
     let mut runs: Vec<(&Export, Runner)> = exports.iter().flat_map(|e| Runner::ALL.into_iter().filter(|r| !r.symbolic() || !e.symbols.is_empty()).map(move |r| (e, r))).collect();

@@ -11,7 +11,7 @@
 //!    tolerance per element type ([`default_tolerance`]). A file a target refuses
 //!    (`backend::check_supported`, after `pipeline::for_target` decomposed what it does
 //!    not claim) is skipped on it with the reason, and a table of what
-//!    ran where is printed (`cargo test --release --test ops -- --nocapture`).
+//!    ran where is printed (`cargo test --release --test suite ops:: -- --nocapture`).
 //!
 //! To keep CI cheap, each target builds two artifacts, not one per file: all files it
 //! accepts merged into one graph of disjoint parts (forward), and all files with
@@ -71,7 +71,7 @@ use mithrilc::ir::{Dtype, Graph, Op, ValueId};
 use mithrilc::passes::autodiff::{grad_name, output_grad_name, Wrt};
 use mithrilc::tensor::Tensor;
 
-mod common;
+use crate::common;
 
 // ---------------------------------------------------------------------------------
 // The library, in two calls (the pipeline and running a target).
@@ -920,10 +920,10 @@ fn run_and_report(files: &[OpFile], all: &[Target], ready: &[&Target]) {
 
 /// On an NVIDIA GPU: every file built for the cuda target as `compile` builds it (nvcc,
 /// no emulation) and run there against the interpreter, forward and backward. CI has
-/// no GPU, so this runs only when asked: `cargo test --release --test ops --
-/// --ignored` (nvcc found as `run --target cuda` finds it: MITHRILC_NVCC, PATH, ...).
+/// no GPU, so this runs only when asked: `cargo test --release --test suite
+/// ops:: -- --ignored` (nvcc found as `run --target cuda` finds it: MITHRILC_NVCC, PATH, ...).
 #[test]
-#[ignore = "needs an NVIDIA GPU: cargo test --release --test ops -- --ignored on a machine with one"]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --test suite ops:: -- --ignored on a machine with one"]
 fn every_op_matches_the_interpreter_on_the_gpu() {
     common::require_gpu();
     let (files, _) = load_all();

@@ -19,7 +19,7 @@
 //!
 //! The text must match. An error (from parsing, a pass or a verifier) prints as
 //! `error: MESSAGE`, so an expectation can also be the whole message of a verifier
-//! failure. `UPDATE_EXPECT=1 cargo test --test passes` rewrites the expectations.
+//! failure. `UPDATE_EXPECT=1 cargo test --test suite passes::` rewrites the expectations.
 
 use std::path::Path;
 

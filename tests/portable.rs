@@ -12,9 +12,7 @@ use mithrilc::cli;
 use mithrilc::codegen::c::backend::CTarget;
 use mithrilc::data;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, cases};
 use cases::shared;
 
 /// The bench models at batch 1, each with its input's shape.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-mod common;
+use crate::common;
 
 /// The test environment's Python, made by `.ci/run`.
 fn test_python() -> Option<PathBuf> {

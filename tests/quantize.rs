@@ -10,11 +10,7 @@
 //! - the usage errors: a type the target does not take, `--grad`, `--weights
 //!   safetensors`, the interpreter; and `run --check`'s line with the relative error.
 
-mod common;
-#[path = "common/c_build.rs"]
-mod c_build;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, c_build, cases};
 
 use std::path::Path;
 use std::process::Command;

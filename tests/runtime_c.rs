@@ -4,7 +4,7 @@
 //! cross-compiled for AArch64 (NEON) under qemu-user.
 
 
-mod common;
+use crate::common;
 
 /// Runs `make target` in runtime-c and returns what it printed (None: skipped): as many
 /// jobs as cores, so `test-aarch64`'s two builds run side by side.

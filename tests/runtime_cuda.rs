@@ -5,7 +5,7 @@
 //! under emulation); and both compiled by nvcc, which must report no register spills.
 
 
-mod common;
+use crate::common;
 
 /// `make -f MAKEFILE TARGET` in runtime-cuda/ with its outputs in a scratch directory
 /// (the nvcc checks are one job per architecture: they run side by side).

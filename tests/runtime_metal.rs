@@ -6,7 +6,7 @@
 //! emulation).
 
 
-mod common;
+use crate::common;
 
 /// `make -f MAKEFILE test` in runtime-metal/ with its outputs in a scratch directory.
 fn make_test(makefile: &str) {

@@ -12,7 +12,7 @@ use mithrilc::ir::Dtype;
 use mithrilc::passes::autodiff::{grad_name, Wrt};
 use mithrilc::tensor::Tensor;
 
-mod common;
+use crate::common;
 use common::have;
 
 // As in train.c.

@@ -13,9 +13,7 @@ use mithrilc::cli;
 use mithrilc::codegen::xla::backend::XlaTarget;
 use mithrilc::ir::parse::parse;
 
-mod common;
-#[path = "common/cases.rs"]
-mod cases;
+use crate::common::{self, cases};
 use cases::{cases, matches_interpreter, shared, Worst};
 use common::each_case;
 

@@ -1,6 +1,6 @@
 //! Builds and runs models on the C target the way `mithrilc::exec::run_once` does (same lowering
 //! options, files and demo), except that the runtime and the demo's file readers are
-//! compiled once per test process and linked into every model: building them per model
+//! compiled once per test process (and C flags) and linked into every model: building them per model
 //! would dominate a test's time (as the build cache spares `run --target c`). The compiler is `$CC` (default `cc`) with the warning flags
 //! every generated file must build under.
 #![allow(dead_code)]
@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use mithrilc::pipeline::Graphs;
 use mithrilc::data;
@@ -80,43 +80,48 @@ fn probe_selects(dir: &Path, cflags: &[String]) -> String {
 }
 
 
-/// The process's one [`Toolchain`], built on first use with `cflags` (every caller in a
-/// test process must ask for the same ones); `None` when there is no C compiler (the
-/// caller says why it skips).
+/// The process's [`Toolchain`] for `cflags`, built on first use, once per distinct
+/// flags (the suite's tests ask for several: differential's -O3, mithril_suite's
+/// -O1...); `None` when there is no C compiler (the caller says why it skips). The
+/// tests that share one share its directory, each naming its scratch directories in it
+/// its own way.
 pub fn toolchain(cflags: &[String]) -> Option<&'static Toolchain> {
-    static TOOLCHAIN: OnceLock<Option<Toolchain>> = OnceLock::new();
-    let tc = TOOLCHAIN
-        .get_or_init(|| {
-            if !crate::common::have(&mithrilc::build::c_compiler()) {
-                return None;
-            }
-            // Under target/tmp: a static's TempDir is never dropped, so `cargo clean` is
-            // what removes it.
-            let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a scratch directory");
-            let runtime_dir = dir.path().join("runtime");
-            std::fs::create_dir_all(&runtime_dir).unwrap();
-            // The runtime's files as the C target writes them into every library, its
-            // sources compiled in one run (each to its own object).
-            for (name, text) in mithrilc::codegen::c::RUNTIME_FILES.iter().chain(mithrilc::codegen::c::DEMO_FILES) {
-                std::fs::write(runtime_dir.join(name), text).unwrap();
-            }
-            let sources: Vec<&str> = mithrilc::codegen::c::runtime_sources().chain(["mr_files.c"]).collect();
-            let runtime = sources.iter().map(|c| runtime_dir.join(c.replace(".c", ".o"))).collect();
-            let out = Command::new(mithrilc::build::c_compiler())
-                .current_dir(&runtime_dir)
-                .args(WARNINGS)
-                .args(cflags)
-                .arg("-c")
-                .args(&sources)
-                .output()
-                .expect("cc runs");
-            assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
-            let note = probe_selects(dir.path(), cflags);
-            Some(Toolchain { dir, runtime, cflags: cflags.to_vec(), note })
-        })
-        .as_ref();
-    assert!(tc.is_none_or(|tc| tc.cflags == cflags), "the runtime was built with other flags in this process");
-    tc
+    // One cell per flags, leaked as a static would live; each built outside the map's
+    // lock, so that two flags' builds can run side by side.
+    static BY_FLAGS: Mutex<BTreeMap<Vec<String>, &'static OnceLock<Option<Toolchain>>>> = Mutex::new(BTreeMap::new());
+    let cell = *BY_FLAGS.lock().unwrap().entry(cflags.to_vec()).or_insert_with(|| Box::leak(Box::default()));
+    cell.get_or_init(|| build_toolchain(cflags)).as_ref()
+}
+
+/// The runtime compiled with `cflags` in a new scratch directory; `None` when there is
+/// no C compiler.
+fn build_toolchain(cflags: &[String]) -> Option<Toolchain> {
+    if !crate::common::have(&mithrilc::build::c_compiler()) {
+        return None;
+    }
+    // Under target/tmp: a leaked TempDir is never dropped, so `cargo clean` is what
+    // removes it.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a scratch directory");
+    let runtime_dir = dir.path().join("runtime");
+    std::fs::create_dir_all(&runtime_dir).unwrap();
+    // The runtime's files as the C target writes them into every library, its sources
+    // compiled in one run (each to its own object).
+    for (name, text) in mithrilc::codegen::c::RUNTIME_FILES.iter().chain(mithrilc::codegen::c::DEMO_FILES) {
+        std::fs::write(runtime_dir.join(name), text).unwrap();
+    }
+    let sources: Vec<&str> = mithrilc::codegen::c::runtime_sources().chain(["mr_files.c"]).collect();
+    let runtime = sources.iter().map(|c| runtime_dir.join(c.replace(".c", ".o"))).collect();
+    let out = Command::new(mithrilc::build::c_compiler())
+        .current_dir(&runtime_dir)
+        .args(WARNINGS)
+        .args(cflags)
+        .arg("-c")
+        .args(&sources)
+        .output()
+        .expect("cc runs");
+    assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
+    let note = probe_selects(dir.path(), cflags);
+    Some(Toolchain { dir, runtime, cflags: cflags.to_vec(), note })
 }
 
 /// Builds `graphs` as a C library in `dir` and runs its demo (the backward pass when

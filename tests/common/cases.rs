@@ -14,7 +14,7 @@ use mithrilc::ir::{Graph, Shape};
 use mithrilc::passes::autodiff::Wrt;
 use mithrilc::tensor::Tensor;
 
-use super::common;
+use crate::common;
 
 pub fn shared() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");

@@ -5,8 +5,6 @@
 //! random kernels, strides, padding and dilation. The input is marked differentiable,
 //! so `--grad` differentiates through every layer. Used by the differential test (the
 //! interpreter against the C target) and as seeds of the frontend fuzzer.
-//!
-//! Include it with `#[path]` beside `common` (it uses `crate::common::xorshift64`).
 
 use serde_json::{json, Map, Value};
 

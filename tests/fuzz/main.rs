@@ -30,16 +30,12 @@
 //! running it, to catch one that aborts the process (rerun with the seed printed):
 //!
 //! ```sh
-//! MITHRILC_FUZZ_SECS=600 cargo test --test fuzz -- --nocapture
+//! MITHRILC_FUZZ_SECS=600 cargo test --test suite fuzz:: -- --nocapture
 //! ```
 
 mod mutate;
 
-#[path = "../common/mod.rs"]
-mod common;
-#[path = "../common/random_model.rs"]
-#[allow(dead_code)] // `summary` is for the differential test
-mod random_model;
+use crate::common::{self, random_model};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
@@ -59,13 +55,21 @@ use mithrilc::{Error, ErrorKind};
 use random_model::Rng;
 use serde_json::Value;
 
-/// Refuses any single allocation over 2 GiB, so that a size taken unchecked from an
-/// input aborts at once ("memory allocation of N bytes failed", after the backtrace of
-/// the allocation) instead of swapping the machine; `MITHRILC_FUZZ_TRACE` then has the
-/// input.
+/// Refuses any single allocation over 2 GiB while an input runs (on a thread in
+/// [`guarded`]), so that a size taken unchecked from an input aborts at once ("memory
+/// allocation of N bytes failed", after the backtrace of the allocation) instead of
+/// swapping the machine; `MITHRILC_FUZZ_TRACE` then has the input. It is the allocator
+/// of the whole test binary: the other tests, and the fuzz tests between inputs,
+/// allocate as the system allocator lets them.
 struct Capped;
 
 const ALLOCATION_CAP: usize = 2 << 30;
+
+/// Whether the cap refuses `size` bytes on this thread (`GUARDED` is a `const` local
+/// without a destructor: reading it never allocates).
+fn over_cap(size: usize) -> bool {
+    size > ALLOCATION_CAP && GUARDED.with(|g| g.get())
+}
 
 /// Prints where a refused allocation came from (capturing allocates, but little).
 fn refused(size: usize) -> *mut u8 {
@@ -75,7 +79,7 @@ fn refused(size: usize) -> *mut u8 {
 
 unsafe impl GlobalAlloc for Capped {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_CAP {
+        if over_cap(layout.size()) {
             return refused(layout.size());
         }
         unsafe { System.alloc(layout) }
@@ -84,13 +88,13 @@ unsafe impl GlobalAlloc for Capped {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_CAP {
+        if over_cap(layout.size()) {
             return refused(layout.size());
         }
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > ALLOCATION_CAP {
+        if over_cap(new_size) {
             return refused(new_size);
         }
         unsafe { System.realloc(ptr, layout, new_size) }

@@ -6,7 +6,7 @@
 
 use serde_json::{Number, Value};
 
-use crate::random_model::Rng;
+use crate::common::random_model::Rng;
 
 /// Numbers that sit on boundaries: sizes 0 and 1, negative axes, values past i32, i64
 /// and u64, non-integers where integers are expected.
@@ -142,7 +142,7 @@ fn some_value(rng: &mut Rng, donor: Option<&Value>) -> Value {
         1 => Value::Bool(rng.coin()),
         2 | 3 => number(*rng.pick(NUMBERS)),
         4 => Value::String(rng.pick(STRINGS).to_string()),
-        5 => Value::String(rng.pick(crate::classes()).to_string()),
+        5 => Value::String(rng.pick(super::classes()).to_string()),
         6 => Value::Array((0..rng.below(5)).map(|_| number(*rng.pick(NUMBERS))).collect()),
         7 => serde_json::json!({"key": {"name": rng.pick(STRINGS).to_string()}}),
         _ => serde_json::json!({"key": {"connect": [[format!("m_{}", rng.below(4)), *rng.pick(&["output", "input", "$1", "left"])]]}}),
@@ -179,7 +179,7 @@ pub fn json(rng: &mut Rng, doc: &mut Value, donor: Option<&Value>) {
         (0..=3, Value::String(s)) => {
             let s = s.clone();
             *v = match rng.below(4) {
-                0 => Value::String(rng.pick(crate::classes()).to_string()),
+                0 => Value::String(rng.pick(super::classes()).to_string()),
                 1 => Value::String(format!("{s}{}", rng.pick(&["Op", "_0", "x", "$1", "."]))),
                 2 if !s.is_empty() => Value::String(s.chars().take(s.chars().count() - 1).collect()),
                 _ => Value::String(rng.pick(STRINGS).to_string()),

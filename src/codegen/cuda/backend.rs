@@ -111,6 +111,9 @@ fn make(dir: &Path, build: &BuildConfig, arch: Option<u32>) -> Result<Option<cra
     } else {
         (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new()))
     };
+    if build.emulate {
+        vars.extend(build.cxxflags_var()?);
+    }
     if let Some(arch) = arch {
         vars.push(crate::build::make_var("GENCODE", &format!("-gencode arch=compute_{arch},code=sm_{arch}"), "GENCODE")?);
     }

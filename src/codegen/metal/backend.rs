@@ -67,6 +67,7 @@ impl Toolchain for MetalTarget {
                 let value = std::env::var(var).ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| default.to_string());
                 vars.push(crate::build::make_var(var, &value, &format!("${var}"))?);
             }
+            vars.extend(build.cxxflags_var()?);
         } else if !cfg!(target_os = "macos") {
             return Err(Error::new(
                 ErrorKind::Toolchain,
