@@ -14,21 +14,25 @@ use mithrilc::tensor::Tensor;
 
 use crate::common::{self, cases};
 
-/// The peak resident set of `child` (waited for here, which must succeed), from
-/// `wait4`'s rusage of that one child (not of every child the test binary ran).
+/// The peak resident set of `cmd` (run here, which must succeed). Measured by a small
+/// Python parent from its child's rusage: a process's own `ru_maxrss` starts at its
+/// parent's resident set (Linux counts the pages it was spawned with, at exec), and this
+/// test process holds the models of the tests running beside it.
 #[cfg(target_os = "linux")]
-fn peak_resident(child: std::process::Child, what: &str) -> u64 {
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: rusage is plain data, for wait4 to fill in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits once for the child spawned by the caller, which nothing else waits
-    // for, writing only into the two locals.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{what} failed (status {status:#x})");
+fn peak_resident(cmd: &Command, what: &str) -> u64 {
+    const MEASURE: &str = "import resource, subprocess, sys\n\
+                           code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n\
+                           print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+                           sys.exit(code)";
+    let mut python = Command::new("python3");
+    python.args(["-c", MEASURE]).arg(cmd.get_program()).args(cmd.get_args());
+    if let Some(dir) = cmd.get_current_dir() {
+        python.current_dir(dir);
+    }
+    let out = python.output().expect("python3 runs");
+    assert!(out.status.success(), "{what} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
     // ru_maxrss is in kilobytes on Linux.
-    usage.ru_maxrss as u64 * 1024
+    String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().expect("a size from python3") * 1024
 }
 
 /// `params` with every float array rounded to `dtype`, as safetensors bytes.
@@ -153,16 +157,14 @@ fn compiling_gpt_block_takes_at_most_twice_its_weights_file_in_memory() {
     let bench = dir.join("bench");
     let size = std::fs::metadata(bench.join("gpt_block.safetensors")).unwrap().len();
     let tmp = tempfile::tempdir().unwrap();
-    let idle = peak_resident(Command::new(env!("CARGO_BIN_EXE_mithrilc")).arg("--version").stdout(std::process::Stdio::null()).spawn().unwrap(), "mithrilc --version");
+    let idle = peak_resident(Command::new(env!("CARGO_BIN_EXE_mithrilc")).arg("--version"), "mithrilc --version");
     for target in ["c", "xla", "ggml"] {
-        let child = Command::new(env!("CARGO_BIN_EXE_mithrilc"))
+        let mut compile = Command::new(env!("CARGO_BIN_EXE_mithrilc"));
+        compile
             .args(["compile", "gpt_block.json", "--target", target, "--shape", "input=1,128,768", "--params", "gpt_block.safetensors", "--emit", "source", "-o"])
             .arg(tmp.path().join(target))
-            .current_dir(&bench)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let peak = peak_resident(child, &format!("mithrilc compile --target {target}"));
+            .current_dir(&bench);
+        let peak = peak_resident(&compile, &format!("mithrilc compile --target {target}"));
         println!("gpt_block for {target}: peak resident {:.1} MB ({:.1} MB at start) for a {:.1} MB weights file", peak as f64 / 1e6, idle as f64 / 1e6, size as f64 / 1e6);
         assert!(peak.saturating_sub(idle) <= 2 * size, "{target}: peak resident {peak} bytes, {idle} at start, is more than twice the weights file ({size} bytes) beyond that");
     }
@@ -200,11 +202,15 @@ fn an_onnx_model_with_2_gib_of_external_data_is_mapped_not_read() {
     let graph = GraphProto { name: Some("big".into()), node: vec![node], input: vec![info("x", &[1, k])], output: vec![info("y", &[1, n])], initializer: vec![weight], ..Default::default() };
     let model = ModelProto { ir_version: Some(8), opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }], graph: Some(graph), ..Default::default() };
     std::fs::write(dir.path().join("big.onnx"), model.encode_to_vec()).unwrap();
-    let spawn = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_mithrilc")).args(args).current_dir(dir.path()).stdout(std::process::Stdio::null()).spawn().unwrap();
-    let inspect = peak_resident(spawn(&["inspect", "big.onnx"]), "mithrilc inspect big.onnx");
+    let mithrilc = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mithrilc"));
+        cmd.args(args).current_dir(dir.path());
+        cmd
+    };
+    let inspect = peak_resident(&mithrilc(&["inspect", "big.onnx"]), "mithrilc inspect big.onnx");
     println!("inspect of a model with {:.1} GB of external data: peak resident {:.1} MB", size as f64 / 1e9, inspect as f64 / 1e6);
     assert!(inspect < 64 << 20, "inspect took {inspect} bytes");
-    let compile = peak_resident(spawn(&["compile", "big.onnx", "--target", "c", "--emit", "source", "-o", "out"]), "mithrilc compile big.onnx");
+    let compile = peak_resident(&mithrilc(&["compile", "big.onnx", "--target", "c", "--emit", "source", "-o", "out"]), "mithrilc compile big.onnx");
     println!("compile --emit source: peak resident {:.1} MB", compile as f64 / 1e6);
     assert!(compile <= 2 * size + (256 << 20), "compile took {compile} bytes for a {size}-byte weight");
     assert_eq!(std::fs::metadata(dir.path().join("out/weights.bin")).unwrap().len(), size);
