@@ -567,7 +567,7 @@ inline void matrix_collective(const char *name) {
     char msg[160];
     std::snprintf(msg, sizeof msg, "%s in a simdgroup of lanes 0x%08x (needs all 32 threads)", name,
                   live);
-    ::mr_simt::fail(msg, ::mr_simt::t_.f);
+    ::mr_metal_emu::detail::fail(msg);
   }
   simd(Op::Collective, name, 0, 0);
 }
