@@ -408,7 +408,7 @@ fn choice_flags_list_their_values() {
     assert!(stderr.starts_with("error: invalid value 'asm' for '--emit <WHAT>'\n  [possible values: build, source, ir, llvm-ir, obj]\n"), "{stderr}");
     let (code, _, stderr) = mithrilc(&["inspect", "relu.json", "--print-after", "fusion"], dir.path());
     assert_eq!(code, 2);
-    assert!(stderr.contains("[possible values: shape, autodiff, simplify, decompose, c-layout, fuse, attention, memory]"), "{stderr}");
+    assert!(stderr.contains("[possible values: shape, autodiff, simplify, decompose, c-layout, fuse, attention, rows, memory]"), "{stderr}");
 }
 
 /// `--message-format json`: every error is one JSON object on stderr, with its kind, exit

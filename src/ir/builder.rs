@@ -473,6 +473,7 @@ mod tests {
                 Kernel::Softmax { .. } => "softmax",
                 Kernel::Attention { .. } => "attention",
                 Kernel::Dequantize { .. } => "dequantize",
+                Kernel::Rows { .. } => "rows",
             })
             .collect()
     }
@@ -609,7 +610,8 @@ mod tests {
         output(&mut b, y);
         let m = mithril(r#"{"name": "LayerNorm"}"#, r#"{"input": {"key": {"name": "input"}}, "output": {"key": {"name": "output"}}}"#, &[("input", &[4, 16])]);
         assert_eq!(pattern(&b.graph), pattern(&m));
-        let (lowered, fused) = compiled(b.finish(), Library::default());
+        let graph = b.finish();
+        let (lowered, fused) = compiled(graph.clone(), Library::default());
         let count = |p: &Program, kind: &str| kinds(p).iter().filter(|k| **k == kind).count();
         // The mean, and the variance's two passes (its mean, then the squares): the
         // variance's mean is the same kernel as the first, and fuse drops it.
@@ -617,6 +619,9 @@ mod tests {
         // Subtract, add eps, sqrt, divide, scale, shift: chains of one loop each.
         assert_eq!(count(&lowered, "map"), 7);
         assert!(count(&fused, "map") <= 2, "{:?}", kinds(&fused));
+        // For a target that renders row kernels, those are one.
+        let (_, rows) = compiled(graph, Library { rows: &[Dtype::F32], ..Library::default() });
+        assert_eq!(kinds(&rows), ["rows"]);
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct Library {
     /// The largest head dimension (the length of a query, the width of a value) its
     /// attention takes.
     pub attention_dim: u64,
+    /// Row kernels ([`Kernel::Rows`], formed by the `rows` pass; loop kernels the
+    /// target's renderer writes) whose statistics and output are of one of these.
+    pub rows: &'static [Dtype],
 }
 
 impl Library {

@@ -340,16 +340,44 @@ impl Cursor<'_> {
                 let scores = self.view()?;
                 Kernel::Attention { q, k, v, out, scores, score: self.epilogue()? }
             }
+            "rows" => {
+                let cols = self.extents()?.len();
+                let mut stats = Vec::new();
+                while !self.eat("map ") {
+                    let view = self.view()?;
+                    self.expect(" = ")?;
+                    let kind = self.reduce_kind()?;
+                    self.expect(" ")?;
+                    let expr = self.expr()?;
+                    let scale = if self.eat(" * ") { Some(self.float()?) } else { None };
+                    let then = self.epilogue()?;
+                    self.expect("; ")?;
+                    stats.push(RowStat { view, kind, expr, scale, then });
+                }
+                Kernel::Rows { out, cols, stats, expr: self.expr()? }
+            }
             reduce => {
                 let kind = ReduceKind::ALL.into_iter().find(|k| k.name() == reduce).ok_or(format!("unknown kernel `{reduce}`"))?;
-                self.expect("over [")?;
-                let reduced = self.token(|c| c.is_ascii_digit() || c == 'x').split('x').filter(|d| !d.is_empty()).map(|d| number(d, "extent")).collect::<Result<_, _>>()?;
-                self.expect("] ")?;
+                let reduced = self.extents()?;
                 let expr = self.expr()?;
                 let scale = if self.eat(" * ") { Some(self.float()?) } else { None };
                 Kernel::Reduce { out, reduced, kind, expr, scale }
             }
         })
+    }
+
+    /// `over [4x8] `: a reduction's extents.
+    fn extents(&mut self) -> Result<Vec<u64>, String> {
+        self.expect("over [")?;
+        let extents = self.token(|c| c.is_ascii_digit() || c == 'x').split('x').filter(|d| !d.is_empty()).map(|d| number(d, "extent")).collect::<Result<_, _>>()?;
+        self.expect("] ")?;
+        Ok(extents)
+    }
+
+    /// `reduce_sum`, ...
+    fn reduce_kind(&mut self) -> Result<ReduceKind, String> {
+        let name = self.token(|c| c.is_ascii_alphanumeric() || c == '_');
+        ReduceKind::ALL.into_iter().find(|k| k.name() == name).ok_or(format!("unknown reduction `{name}`"))
     }
 
     fn epilogue(&mut self) -> Result<Option<Expr>, String> {

@@ -179,5 +179,15 @@ pub fn kernel(p: &Program, k: &Kernel) -> String {
             format!("{} = attention {}, {}, {}, scores {}{}", view(p, out), view(p, q), view(p, k), view(p, v), view(p, scores), epilogue(p, score))
         }
         Kernel::Dequantize { w, out, stored } => format!("{} = dequantize {} {}", view(p, out), stored.name(), view(p, w)),
+        Kernel::Rows { out, cols, stats, expr: e } => {
+            let stats: String = stats
+                .iter()
+                .map(|st| {
+                    let scale = st.scale.map_or(String::new(), |f| format!(" * {f:?}"));
+                    format!("{} = {} {}{scale}{}; ", view(p, &st.view), st.kind.name(), expr(p, &st.expr), epilogue(p, &st.then))
+                })
+                .collect();
+            format!("{} = rows over [{}] {stats}map {}", view(p, out), dims(&out.shape[out.shape.len().saturating_sub(*cols)..]), expr(p, e))
+        }
     }
 }

@@ -291,6 +291,21 @@ impl Hash for Kernel {
                 out.hash(h);
                 stored.hash(h);
             }
+            Kernel::Rows { out, cols, stats, expr } => {
+                out.hash(h);
+                cols.hash(h);
+                for st in stats {
+                    st.view.hash(h);
+                    st.kind.hash(h);
+                    st.expr.hash(h);
+                    st.scale.is_some().hash(h);
+                    if let Some(x) = st.scale {
+                        hash_f64(x, h);
+                    }
+                    st.then.hash(h);
+                }
+                expr.hash(h);
+            }
         }
     }
 }
@@ -328,12 +343,46 @@ pub enum Kernel {
     /// epilogue reads `c`); without one the scores are the product. Formed by the
     /// `attention` pass for a library that computes it.
     Attention { q: View, k: View, v: View, out: View, scores: View, score: Option<Expr> },
+    /// Row statistics and a map over the row in one kernel (LayerNorm's mean, variance
+    /// and normalisation; RMSNorm; a softmax written as ops): `out` is contiguous, and
+    /// its last `cols` dimensions are a row's elements, the others the rows. For each
+    /// row the `stats` are computed in order, then `expr` writes every element of the
+    /// row. The domain is `out`'s, and every expression reads a statistic through the
+    /// load [`RowStat::load`] (its value at the row being computed). Formed by the
+    /// `rows` pass from a chain of `Reduce` and `Map` kernels, for a target whose
+    /// renderer runs it ([`super::Library::rows`]): the statistics never reach memory,
+    /// and the row is read from memory once where it fits in cache.
+    Rows { out: View, cols: usize, stats: Vec<RowStat>, expr: Expr },
     /// A weight stored narrow (`stored`, not [`Stored::F32`]) expanded to f32: `w` is
     /// the whole of the weight's buffer, its elements in their layout's order, and `out`
     /// a contiguous f32 buffer of as many elements, which the kernels that read the
     /// weight read instead. Added by a target's program pass (the C target's
     /// `mr_dequantize`).
     Dequantize { w: View, out: View, stored: Stored },
+}
+
+/// A statistic of a [`Kernel::Rows`]: a reduction over the row's elements, then
+/// optionally a map of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowStat {
+    /// A contiguous view of the whole of its [`Storage::Local`] buffer, shaped as the
+    /// rows (the kernel's `out` without its last `cols` dimensions).
+    pub view: View,
+    pub kind: ReduceKind,
+    /// The reduced value at each element of the row (over the kernel's domain).
+    pub expr: Expr,
+    /// Multiplies the result (a mean's 1/n).
+    pub scale: Option<f64>,
+    /// Replaces the result, as an in-place map would (`sqrt(variance + eps)`): reads
+    /// only statistics, this one's load giving the value before.
+    pub then: Option<Expr>,
+}
+
+impl RowStat {
+    /// The load of this statistic at the row being computed.
+    pub fn load(&self) -> Expr {
+        Expr::Load { view: self.view.clone(), vars: (0..self.view.shape.len()).collect() }
+    }
 }
 
 /// One kernel and the model ops it came from.
@@ -498,7 +547,7 @@ impl Kernel {
     /// the other runtime calls.
     pub fn domain(&self) -> Vec<u64> {
         match self {
-            Kernel::Map { out, .. } => out.shape.clone(),
+            Kernel::Map { out, .. } | Kernel::Rows { out, .. } => out.shape.clone(),
             Kernel::Reduce { out, reduced, .. } => out.shape.iter().chain(reduced).copied().collect(),
             Kernel::ArgReduce { out, reduced, .. } => out.shape.iter().copied().chain([*reduced]).collect(),
             Kernel::Gemm { a, c, .. } => c.shape.iter().copied().chain([a.shape[a.shape.len() - 1]]).collect(),
@@ -631,6 +680,17 @@ pub fn visit_views(k: &mut Kernel, f: &mut dyn FnMut(&mut View)) {
             f(x);
             f(out);
         }
+        Kernel::Rows { out, stats, expr, .. } => {
+            f(out);
+            for st in stats {
+                f(&mut st.view);
+                visit_expr_views(&mut st.expr, f);
+                if let Some(e) = &mut st.then {
+                    visit_expr_views(e, f);
+                }
+            }
+            visit_expr_views(expr, f);
+        }
         Kernel::Attention { q, k, v, out, scores, score } => {
             for view in [q, k, v, out, scores] {
                 f(view);
@@ -704,6 +764,7 @@ pub fn expr_vars(e: &Expr, out: &mut Vec<usize>) {
 pub fn kernel_exprs(k: &Kernel) -> Vec<&Expr> {
     match k {
         Kernel::Map { expr, .. } | Kernel::Reduce { expr, .. } | Kernel::ArgReduce { expr, .. } => vec![expr],
+        Kernel::Rows { stats, expr, .. } => stats.iter().flat_map(|st| [Some(&st.expr), st.then.as_ref()]).flatten().chain([expr]).collect(),
         Kernel::Gemm { epilogue, .. } | Kernel::Conv { epilogue, .. } | Kernel::Attention { score: epilogue, .. } => epilogue.iter().collect(),
         Kernel::Pool { .. } | Kernel::Softmax { .. } | Kernel::Dequantize { .. } => vec![],
     }
@@ -722,7 +783,7 @@ pub fn kernel_reads(k: &Kernel) -> Vec<BufId> {
 pub fn kernel_read_uses(k: &Kernel) -> Vec<BufId> {
     let mut out = Vec::new();
     match k {
-        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } | Kernel::Rows { .. } => {}
         Kernel::Gemm { a, b, .. } => out.extend([a.buf, b.buf]),
         // the scratch too, so it lives (only) while the kernel runs
         Kernel::Conv { x, w, scratch, .. } => out.extend([x.buf, w.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
@@ -742,6 +803,7 @@ pub fn kernel_writes(k: &Kernel) -> BufId {
         Kernel::Map { out, .. }
         | Kernel::Reduce { out, .. }
         | Kernel::ArgReduce { out, .. }
+        | Kernel::Rows { out, .. }
         | Kernel::Conv { out, .. }
         | Kernel::Pool { out, .. }
         | Kernel::Softmax { out, .. }
@@ -757,6 +819,7 @@ pub fn retarget(k: &mut Kernel, to: BufId) {
         Kernel::Map { out, .. }
         | Kernel::Reduce { out, .. }
         | Kernel::ArgReduce { out, .. }
+        | Kernel::Rows { out, .. }
         | Kernel::Conv { out, .. }
         | Kernel::Pool { out, .. }
         | Kernel::Softmax { out, .. }

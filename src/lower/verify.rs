@@ -42,9 +42,9 @@ pub fn verify(p: &Program, planned: bool) -> Result<()> {
         let fail = |msg: String| Error::internal(format!("program verifier: k{k}: {msg}"));
         kernel(p, step, &written).map_err(fail)?;
         written[kernel_writes(&step.kernel).0] = true;
-        if let Kernel::Attention { scores, .. } = &step.kernel {
-            if let Some(other) = owner.insert(scores.buf, k) {
-                return Err(fail(format!("the local buffer %b{} is also k{other}'s scores", scores.buf.0)));
+        for local in local_buffers(&step.kernel) {
+            if let Some(other) = owner.insert(local, k) {
+                return Err(fail(format!("the local buffer %b{} is also k{other}'s", local.0)));
             }
         }
     }
@@ -52,6 +52,15 @@ pub fn verify(p: &Program, planned: bool) -> Result<()> {
         arena(p)?;
     }
     Ok(())
+}
+
+/// The local buffers a kernel owns: an attention's scores, a row kernel's statistics.
+fn local_buffers(k: &Kernel) -> Vec<BufId> {
+    match k {
+        Kernel::Attention { scores, .. } => vec![scores.buf],
+        Kernel::Rows { stats, .. } => stats.iter().map(|st| st.view.buf).collect(),
+        _ => vec![],
+    }
 }
 
 fn fail(msg: String) -> Error {
@@ -291,6 +300,36 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                 same_dtype("the score", body(p, e, &scores.shape, scores, OwnReads::AtElement)?, p.buffers[scores.buf.0].dtype)?;
             }
         }
+        Kernel::Rows { out: o, cols, stats, expr } => {
+            contiguous("the output", o)?;
+            whole("the output", o)?;
+            let rows = o.shape.len().checked_sub(*cols).filter(|_| *cols > 0).ok_or_else(|| format!("rows of {cols} columns in an output of rank {}", o.shape.len()))?;
+            for (i, st) in stats.iter().enumerate() {
+                let b = st.view.buf;
+                if p.buffers[b.0].storage != Storage::Local || !p.is_whole(&st.view) || st.view.shape != o.shape[..rows] {
+                    return Err(format!("statistic {i}, %b{} ({}), is not the whole of a local buffer shaped as the rows {:?}", b.0, print::view(p, &st.view), &o.shape[..rows]));
+                }
+                // A statistic reads the earlier ones, and its `then` itself too.
+                row_reads(p, &st.expr, stats, i, &format!("statistic {i}"))?;
+                let t = p.buffers[b.0].dtype;
+                let d = body(p, &st.expr, &domain, o, OwnReads::Never)?;
+                let exact_products = st.kind == crate::ir::ReduceKind::Sum && d == crate::lower::product_dtype(t);
+                if !exact_products {
+                    same_dtype(&format!("statistic {i}"), d, t)?;
+                }
+                if let Some(e) = &st.then {
+                    row_reads(p, e, stats, i + 1, &format!("statistic {i}'s map"))?;
+                    let mut read = Vec::new();
+                    expr_bufs(e, &mut read);
+                    if read.iter().any(|r| !stats.iter().any(|s| s.view.buf == *r)) {
+                        return Err(format!("statistic {i}'s map reads a buffer that is not a statistic"));
+                    }
+                    same_dtype(&format!("statistic {i}'s map"), body(p, e, &domain, o, OwnReads::Never)?, t)?;
+                }
+            }
+            row_reads(p, expr, stats, stats.len(), "the map")?;
+            same_dtype("the map", body(p, expr, &domain, o, OwnReads::Never)?, out_dtype)?;
+        }
         Kernel::Dequantize { w, out: o, stored } => {
             for (what, v) in [("the weight", w), ("the output", o)] {
                 contiguous(what, v)?;
@@ -303,13 +342,31 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
             }
         }
     }
-    // A local buffer is an attention's scores, read only by that kernel's score.
+    // A local buffer is an attention's scores or a row kernel's statistic, used only
+    // by that kernel.
+    let own = local_buffers(k);
     for x in &views {
-        if p.buffers[x.buf.0].storage == Storage::Local && !matches!(k, Kernel::Attention { scores, .. } if scores.buf == x.buf) {
-            return Err(format!("uses %b{}, a local buffer that is not its scores", x.buf.0));
+        if p.buffers[x.buf.0].storage == Storage::Local && !own.contains(&x.buf) {
+            return Err(format!("uses %b{}, a local buffer that is not its own", x.buf.0));
         }
     }
     Ok(())
+}
+
+/// Checks that `e`, an expression of a row kernel, reads statistics only through their
+/// load at the row ([`RowStat::load`]), and only the first `seen` of them.
+fn row_reads(p: &Program, e: &Expr, stats: &[RowStat], seen: usize, what: &str) -> Result<(), String> {
+    let mut bad = None;
+    e.walk(&mut |e| {
+        if let Expr::Load { view, .. } | Expr::Gather { view, .. } = e {
+            if let Some(i) = stats.iter().position(|st| st.view.buf == view.buf) {
+                if i >= seen || *e != stats[i].load() {
+                    bad.get_or_insert(format!("{what} reads statistic {i} as {}", print::view(p, view)));
+                }
+            }
+        }
+    });
+    bad.map_or(Ok(()), Err)
 }
 
 fn same_dtype(what: &str, got: Dtype, want: Dtype) -> Result<(), String> {

@@ -10,6 +10,7 @@ pub mod autodiff;
 pub mod decompose;
 pub mod fuse;
 pub mod memory;
+pub mod rows;
 pub mod shape;
 pub mod simplify;
 
@@ -89,7 +90,7 @@ impl Graphs {
 pub type ProgramPass = (&'static str, fn(&mut Program, &crate::lower::Options) -> Result<()>);
 
 /// The passes run after lowering and the target's program passes, in order.
-pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", |p, _| fuse::run(p)), ("attention", |p, o| attention::run(p, &o.library)), ("memory", |p, _| memory::run(p))];
+pub const PROGRAM_PIPELINE: &[ProgramPass] = &[("fuse", |p, _| fuse::run(p)), ("attention", |p, o| attention::run(p, &o.library)), ("rows", |p, o| rows::run(p, &o.library)), ("memory", |p, _| memory::run(p))];
 
 /// Every pass name, in the order they run (for `--print-after`), with a target's
 /// program passes.

@@ -291,7 +291,7 @@ fn weight_reads(p: &Program) -> Vec<Option<Reads>> {
     };
     for step in &p.steps {
         match &step.kernel {
-            Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
+            Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } | Kernel::Rows { .. } => {}
             Kernel::Gemm { a, b, c, .. } => {
                 read(a, Use::View);
                 read(b, Use::GemmB { panels: f32(&[a, b, c]) && a.buf != b.buf });

@@ -122,6 +122,7 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
             return Err(Error::internal("loop kernels are tasks, not runtime calls".to_string()))
         }
         Kernel::Attention { .. } => return Err(Error::internal("the C runtime has no attention kernel (`LIBRARY`)".to_string())),
+        Kernel::Rows { .. } => return Err(Error::internal("the C target renders no row kernels (`LIBRARY`)".to_string())),
         Kernel::Gemm { a, b, c, .. } => gemm(r, a, b, c, ext, ep, true, weights, s)?,
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
@@ -246,7 +247,7 @@ pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
         Kernel::Dequantize { w, out, .. } => vec![w.buf, out.buf],
         // (not the scores: they have no memory)
         Kernel::Attention { q, k, v, out, .. } => vec![q.buf, k.buf, v.buf, out.buf],
-        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => vec![],
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } | Kernel::Rows { .. } => vec![],
     };
     bufs.sort();
     bufs.dedup();

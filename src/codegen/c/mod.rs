@@ -53,6 +53,7 @@ pub const LIBRARY: crate::lower::Library = crate::lower::Library {
     window_rank: 2,
     attention: &[],
     attention_dim: 0,
+    rows: &[],
 };
 
 /// How the C target stores the weights `--quantize` narrows (the values it takes:

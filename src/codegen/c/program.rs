@@ -59,7 +59,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 let extent = split.map_or("1".to_string(), |d| extents(step, &p.symbols, "ctx.")[d].clone());
                 let _ = writeln!(s, "\n{comment}\n{}\n{{", C.kernel_signature(&format!("{name}_k{k}"), &[]));
                 let _ = writeln!(s, "    const struct {name}_ctx *ctx = (const struct {name}_ctx *)vctx;");
-                declare(s, p, &names, &buffers_of(&step.kernel), "ctx->", name);
+                declare(s, p, &names, &buffers_of(p, &step.kernel), "ctx->", name);
                 if split.is_none() {
                     s.push_str("    (void)begin;\n    (void)end;\n");
                 }

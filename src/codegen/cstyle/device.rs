@@ -43,7 +43,7 @@ pub fn render_kernels<D: Dialect>(p: &Program, d: &D) -> Result<String> {
 /// epilogue`); `None` for a loop kernel, which the renderer writes.
 pub fn library_kernel(k: &Kernel) -> Option<&'static str> {
     match k {
-        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => None,
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } | Kernel::Rows { .. } => None,
         Kernel::Gemm { epilogue, .. } => Some(if epilogue.is_some() { "matmul with an epilogue" } else { "matmul" }),
         Kernel::Conv { epilogue, .. } => Some(if epilogue.is_some() { "convolution with an epilogue" } else { "convolution" }),
         Kernel::Pool { .. } => Some("pooling"),
@@ -60,7 +60,7 @@ pub fn kernel_params<D: Dialect + ?Sized>(r: &Renderer<D>, step: &crate::lower::
     let p = r.p;
     let dims = dim_params(p);
     let written = kernel_writes(&step.kernel);
-    let mut params: Vec<Param> = buffers_of(&step.kernel)
+    let mut params: Vec<Param> = buffers_of(p, &step.kernel)
         .into_iter()
         .map(|b| Param { name: r.names[b.0].clone(), dtype: p.buffers[b.0].dtype, kind: if b == written { ParamKind::Write } else { ParamKind::Read } })
         .collect();
@@ -257,7 +257,7 @@ pub fn library_operands<'a, D: Dialect + ?Sized>(r: &Renderer<D>, k: &'a Kernel,
             let operand = |v: &View| format!("{}, {}, {}", base(v), v.strides[rank - 2], v.strides[rank - 1]);
             Ok(Operands { args: format!("{m}, {n}, {d}, {e}, {}, {}, {}, {}", operand(q), operand(k), operand(v), operand(out)), batched: Some((&ext[..rank - 2], vec![q, k, v, out])) })
         }
-        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => Err(Error::internal("loop kernels are launched, not library calls".to_string())),
+        Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } | Kernel::Rows { .. } => Err(Error::internal("loop kernels are launched, not library calls".to_string())),
         Kernel::Dequantize { .. } => Err(Error::internal(format!("the {} target stores its weights in f32 (no --quantize)", r.d.name()))),
     }
 }
@@ -321,7 +321,7 @@ pub fn index_check<D: Device>(r: &Renderer<D>, fname: &str, k: usize, step: &cra
 }
 
 fn is_loop(k: &Kernel) -> bool {
-    matches!(k, Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. })
+    matches!(k, Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } | Kernel::Rows { .. })
 }
 
 /// For a device dialect's [`Dialect::open_outer`]: after the dialect's line that

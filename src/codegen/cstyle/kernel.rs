@@ -1,4 +1,4 @@
-//! A loop kernel's body (Map, Reduce, ArgReduce) in any dialect: the dialect opens the
+//! A loop kernel's body (Map, Reduce, ArgReduce, Rows) in any dialect: the dialect opens the
 //! loops over the output as its threads run them ([`Dialect::open_outer`]), this file
 //! writes what each output element computes (reduced loops stay sequential in one
 //! thread).
@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::{pad, Dialect, Renderer, Warp};
 use crate::error::{Error, Result};
 use crate::ir::{Atom, Dim, Dtype, Poly, ReduceKind};
-use crate::lower::{Expr, Kernel, Step};
+use crate::lower::{Expr, Kernel, Program, Step, Storage, View};
 
 /// The extents of a step's loops ([`Kernel::domain`]): static sizes, or expressions of
 /// the run-time value of symbol `s` of `symbols` ([`crate::lower::Program::symbols`])
@@ -59,10 +59,12 @@ pub fn product(ext: &[String]) -> String {
     }
 }
 
-/// The buffers a kernel touches.
-pub fn buffers_of(k: &Kernel) -> Vec<crate::lower::BufId> {
+/// The buffers in memory a kernel touches (not its [`Storage::Local`] ones, which only
+/// it names, in its own way).
+pub fn buffers_of(p: &Program, k: &Kernel) -> Vec<crate::lower::BufId> {
     let mut v = crate::lower::kernel_reads(k);
     v.push(crate::lower::kernel_writes(k));
+    v.retain(|b| p.buffers[b.0].storage != Storage::Local);
     v.sort();
     v.dedup();
     v
@@ -136,6 +138,7 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             let _ = writeln!(s, "{}{}[{}] = at;", pad(depth), r.names[out.buf.0], r.index(out, &vars));
             d.close_outer(s, outer);
         }
+        Kernel::Rows { .. } => rows_kernel(r, k, ext, s),
         other => return Err(Error::internal(format!("not a loop kernel: {other:?}"))),
     }
     Ok(())
@@ -155,50 +158,157 @@ pub fn warp_reduce<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&
 
 /// A reduction by warps ([`warp_reduce`]): a grid-stride loop over outputs with one
 /// warp per output (so every lane of a warp takes the same trips, as its shuffles
-/// need); each lane accumulates a strided share of the flattened reduced domain, the
-/// shuffles combine the lanes, and lane 0 stores. `step` combines `acc` and `v`, which
-/// reads the loop variables `read`.
+/// need); each lane accumulates a strided share of the flattened reduced domain
+/// ([`lane_share`]), the shuffles combine the lanes, and lane 0 stores. `step`
+/// combines `acc` and `v`, which reads the loop variables `read`.
+#[allow(clippy::too_many_arguments)]
+fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext: &[String], rv: usize, (v, read): (&str, &[usize]), acc_ty: Dtype, (init, step): (&str, &str), blocked: bool, store: &str) {
+    let idx = r.d.ty(Dtype::I64);
+    let (outer, inner) = ext.split_at(rv);
+    let _ = writeln!(s, "{}for ({idx} gid = {}; gid < {}; gid += {}) {{", pad(1), w.first, product(outer), w.count);
+    super::device::grid_indices(r.d, s, outer, 2);
+    let _ = writeln!(s, "{}const {idx} lane = {};", pad(2), w.lane);
+    lane_share(r, w, s, inner, rv, (v, read), acc_ty, (init, step), blocked, 2);
+    combine_lanes(r, w.shuffle_down, w.lanes, s, acc_ty, step, 2);
+    let _ = writeln!(s, "{}if (lane == 0) {{\n{}{store}\n{}}}\n{}}}", pad(2), pad(3), pad(2), pad(1));
+}
+
+/// A lane's share of a reduction by warps, at `depth`: `acc` (declared here) over the
+/// elements `lane, lane + lanes, ...` of the flattened domain `inner` (loop variables
+/// from `rv`), `v` reading the variables `read`.
 ///
-/// `blocked` (an f32 sum): each lane sums its share in blocks of [`SUM_BLOCK`] and adds
+/// `blocked` (an f32 sum): the lane sums its share in blocks of [`SUM_BLOCK`] and adds
 /// each block's sum to its total, so a sum of n elements is off by at most about
 /// (SUM_BLOCK + n / (lanes * SUM_BLOCK) + log2 lanes) units of f32 rounding times the
 /// sum of the magnitudes, where one running sum a lane would be off by n / lanes.
 #[allow(clippy::too_many_arguments)]
-fn warp_sum<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, ext: &[String], rv: usize, (v, read): (&str, &[usize]), acc_ty: Dtype, (init, step): (&str, &str), blocked: bool, store: &str) {
+fn lane_share<D: Dialect + ?Sized>(r: &Renderer<D>, w: &Warp, s: &mut String, inner: &[String], rv: usize, (v, read): (&str, &[usize]), acc_ty: Dtype, (init, step): (&str, &str), blocked: bool, depth: usize) {
     let (idx, ty) = (r.d.ty(Dtype::I64), r.d.ty(acc_ty));
-    let (outer, inner) = ext.split_at(rv);
+    let (p, q, l) = (pad(depth), pad(depth + 1), pad(depth + 2));
     // (a static length of at most a block a lane needs no blocks)
     let blocked = blocked && product(inner).parse::<usize>().map_or(true, |n| n > w.lanes as usize * SUM_BLOCK);
-    let _ = writeln!(s, "{}for ({idx} gid = {}; gid < {}; gid += {}) {{", pad(1), w.first, product(outer), w.count);
-    super::device::grid_indices(r.d, s, outer, 2);
-    let _ = writeln!(s, "{}const {idx} lane = {};", pad(2), w.lane);
-    let _ = writeln!(s, "{}{ty} acc = {init};", pad(2));
+    let _ = writeln!(s, "{p}{ty} acc = {init};");
     if blocked {
-        let _ = writeln!(s, "{}{ty} block = {init};\n{}int in_block = 0;", pad(2), pad(2));
+        let _ = writeln!(s, "{p}{ty} block = {init};\n{p}int in_block = 0;");
     }
-    let _ = writeln!(s, "{}for ({idx} rid = lane; rid < {}; rid += {}) {{", pad(2), product(inner), w.lanes);
+    let _ = writeln!(s, "{p}for ({idx} rid = lane; rid < {}; rid += {}) {{", product(inner), w.lanes);
     let vars: Vec<usize> = (rv..rv + inner.len()).collect();
-    super::device::unflatten(r.d, s, "rid", &vars, inner, 3);
+    super::device::unflatten(r.d, s, "rid", &vars, inner, depth + 1);
     // A sum of a value broadcast along a reduced dimension does not read its variable.
     for (&var, n) in vars.iter().zip(inner) {
         if n != "1" && !read.contains(&var) {
-            let _ = writeln!(s, "{}(void)i{var};", pad(3));
+            let _ = writeln!(s, "{q}(void)i{var};");
         }
     }
     if blocked {
-        let _ = writeln!(s, "{}{ty} v = {v};\n{}block += v;", pad(3), pad(3));
-        let _ = writeln!(s, "{}if (++in_block == {SUM_BLOCK}) {{\n{}acc += block;\n{}block = {init};\n{}in_block = 0;\n{}}}\n{}}}", pad(3), pad(4), pad(4), pad(4), pad(3), pad(2));
-        let _ = writeln!(s, "{}acc += block;", pad(2));
+        let _ = writeln!(s, "{q}{ty} v = {v};\n{q}block += v;");
+        let _ = writeln!(s, "{q}if (++in_block == {SUM_BLOCK}) {{\n{l}acc += block;\n{l}block = {init};\n{l}in_block = 0;\n{q}}}\n{p}}}");
+        let _ = writeln!(s, "{p}acc += block;");
     } else {
-        let _ = writeln!(s, "{}{ty} v = {v};\n{}acc = {step};\n{}}}", pad(3), pad(3), pad(2));
+        let _ = writeln!(s, "{q}{ty} v = {v};\n{q}acc = {step};\n{p}}}");
     }
-    let mut off = w.lanes / 2;
+}
+
+/// Combines the lanes' `acc` by `step`, halving the distance each time, through
+/// `shuffle` (a [`Warp`] spelling of `{v}` from `{off}` lanes away): with
+/// `shuffle_down` lane 0 ends with the whole; with `shuffle_xor` every lane does, and
+/// the same bits (each combines the same two values at every level).
+fn combine_lanes<D: Dialect + ?Sized>(r: &Renderer<D>, shuffle: &str, lanes: u32, s: &mut String, acc_ty: Dtype, step: &str, depth: usize) {
+    let (p, q) = (pad(depth), pad(depth + 1));
+    let ty = r.d.ty(acc_ty);
+    let mut off = lanes / 2;
     while off > 0 {
-        let shuffled = w.shuffle_down.replace("{v}", "acc").replace("{off}", &off.to_string());
-        let _ = writeln!(s, "{}{{\n{}{ty} v = {shuffled};\n{}acc = {step};\n{}}}", pad(2), pad(3), pad(3), pad(2));
+        let shuffled = shuffle.replace("{v}", "acc").replace("{off}", &off.to_string());
+        let _ = writeln!(s, "{p}{{\n{q}{ty} v = {shuffled};\n{q}acc = {step};\n{p}}}");
         off /= 2;
     }
-    let _ = writeln!(s, "{}if (lane == 0) {{\n{}{store}\n{}}}\n{}}}", pad(2), pad(3), pad(2), pad(1));
+}
+
+/// Whether row kernel `k` runs by warps in `r`'s dialect: a warp per row, as
+/// [`warp_reduce`] runs a reduction, when its rows (at their maximal size) have at
+/// least a lane per element and the lanes can shuffle every statistic's accumulator.
+/// A target's host code launches it with a warp per row.
+pub fn warp_rows<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&'static Warp> {
+    let Kernel::Rows { out, cols, stats, .. } = k else { return None };
+    let w = r.d.warp()?;
+    let long = out.shape[out.shape.len() - cols..].iter().product::<u64>() >= u64::from(w.lanes);
+    let shuffles = stats.iter().all(|st| w.types.contains(&r.acc_type(st.kind, r.p.buffers[st.view.buf.0].dtype)));
+    (long && shuffles).then_some(w)
+}
+
+/// A row kernel ([`Kernel::Rows`]; `ext` are its domain's extents): for each row, each
+/// statistic into a variable `st<i>` (which the later expressions' loads of it read),
+/// then the row's elements. By warps ([`warp_rows`]) each statistic is a lane's share
+/// ([`lane_share`]) combined by butterfly shuffles, so every lane holds it, and the
+/// lanes store the row's elements in turn; otherwise one thread computes a row.
+fn rows_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[String], s: &mut String) {
+    let Kernel::Rows { out, cols, stats, expr } = k else { unreachable!("a row kernel") };
+    let d = r.d;
+    let rows = out.shape.len() - cols;
+    let spell = |v: &View, _: &[usize]| stats.iter().position(|st| st.view.buf == v.buf).map(|i| format!("st{i}"));
+    let r = &Renderer { loads: Some(&spell), ..*r };
+    let (outer, inner) = ext.split_at(rows);
+    let idx = d.ty(Dtype::I64);
+    let warp = warp_rows(r, k);
+    let depth = match warp {
+        Some(w) => {
+            let _ = writeln!(s, "{}for ({idx} gid = {}; gid < {}; gid += {}) {{", pad(1), w.first, product(outer), w.count);
+            super::device::grid_indices(d, s, outer, 2);
+            let _ = writeln!(s, "{}const {idx} lane = {};", pad(2), w.lane);
+            2
+        }
+        None => d.open_outer(s, outer),
+    };
+    let (p, q) = (pad(depth), pad(depth + 1));
+    for (i, st) in stats.iter().enumerate() {
+        let t = r.p.buffers[st.view.buf.0].dtype;
+        let acc_ty = r.acc_type(st.kind, t);
+        let (init, step) = r.reduce_parts(st.kind, acc_ty);
+        let v = r.expr(&Expr::Cast(Box::new(st.expr.clone()), acc_ty));
+        let _ = writeln!(s, "{p}{} st{i};\n{p}{{", d.ty(t));
+        match warp {
+            Some(w) => {
+                let mut read = Vec::new();
+                crate::lower::expr_vars(&st.expr, &mut read);
+                let blocked = acc_ty == Dtype::F32 && st.kind == ReduceKind::Sum;
+                lane_share(r, w, s, inner, rows, (&v, &read), acc_ty, (&init, &step), blocked, depth + 1);
+                combine_lanes(r, w.shuffle_xor, w.lanes, s, acc_ty, &step, depth + 1);
+            }
+            None => {
+                let _ = writeln!(s, "{q}{} acc = {init};", d.ty(acc_ty));
+                let body = r.open_loops(s, inner, rows, depth + 1);
+                let _ = writeln!(s, "{}{} v = {v};\n{}acc = {step};", pad(body), d.ty(acc_ty), pad(body));
+                r.close_loops(s, inner.len(), depth + 1);
+            }
+        }
+        let value = match st.scale {
+            Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(f, if acc_ty.is_float() { acc_ty } else { d.accumulator() })),
+            None => format!("({}) acc", d.ty(t)),
+        };
+        let _ = writeln!(s, "{q}st{i} = {value};");
+        if let Some(e) = &st.then {
+            let _ = writeln!(s, "{q}st{i} = {};", r.expr(&Expr::Cast(Box::new(e.clone()), t)));
+        }
+        let _ = writeln!(s, "{p}}}");
+    }
+    let t = r.p.buffers[out.buf.0].dtype;
+    let value = r.store(r.expr(&Expr::Cast(Box::new(expr.clone()), t)), t);
+    let all: Vec<usize> = (0..out.shape.len()).collect();
+    let store = format!("{}[{}] = {value};", r.names[out.buf.0], r.index(out, &all));
+    let vars: Vec<usize> = (rows..out.shape.len()).collect();
+    match warp {
+        Some(w) => {
+            let _ = writeln!(s, "{p}for ({idx} rid = lane; rid < {}; rid += {}) {{", product(inner), w.lanes);
+            super::device::unflatten(d, s, "rid", &vars, inner, depth + 1);
+            let _ = writeln!(s, "{q}{store}\n{p}}}\n{}}}", pad(1));
+        }
+        None => {
+            let body = r.open_loops(s, inner, rows, depth);
+            let _ = writeln!(s, "{}{store}", pad(body));
+            r.close_loops(s, inner.len(), depth);
+            d.close_outer(s, outer);
+        }
+    }
 }
 
 /// The elements a lane of a blocked warp sum adds before it adds their sum to its total

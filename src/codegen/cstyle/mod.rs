@@ -150,6 +150,8 @@ pub struct Warp {
     pub lane: &'static str,
     /// The value `{v}` of the lane `{off}` lanes up (every lane of the warp takes part).
     pub shuffle_down: &'static str,
+    /// The value `{v}` of the lane whose index is this one's xor `{off}`.
+    pub shuffle_xor: &'static str,
     /// The accumulator types the lanes can shuffle.
     pub types: &'static [Dtype],
 }
@@ -218,6 +220,9 @@ impl<D: Dialect + ?Sized> Renderer<'_, D> {
         }
         if let Kernel::Reduce { out, kind, .. } = k {
             types.push(self.acc_type(*kind, self.p.buffers[out.buf.0].dtype));
+        }
+        if let Kernel::Rows { stats, .. } = k {
+            types.extend(stats.iter().map(|st| self.acc_type(st.kind, self.p.buffers[st.view.buf.0].dtype)));
         }
         types.retain(|t| !self.d.supports(*t));
         types.sort_by_key(|t| t.name());

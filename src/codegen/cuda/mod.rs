@@ -50,7 +50,7 @@ pub const DEMO_NO_GPU_EXIT: i32 = 5;
 
 /// What the kernel library computes (`runtime-cuda/mithril_cuda.h`): what runtime-c
 /// does, and attention in one kernel with head dimensions up to `MR_ATTN_MAX_DIM`.
-pub const LIBRARY: crate::lower::Library = crate::lower::Library { attention: &[Dtype::F32], attention_dim: 128, ..crate::codegen::c::LIBRARY };
+pub const LIBRARY: crate::lower::Library = crate::lower::Library { attention: &[Dtype::F32], attention_dim: 128, rows: &[Dtype::F32, Dtype::F64], ..crate::codegen::c::LIBRARY };
 
 /// The runtime, copied into every output directory: the scalar helpers, the kernel
 /// library, and the CPU emulation of CUDA that `-DMR_CUDA_EMULATE` builds use.
@@ -71,6 +71,7 @@ static WARP: Warp = Warp {
     count: "((int64_t)gridDim.x * blockDim.x / 32)",
     lane: "(int64_t)(threadIdx.x % 32)",
     shuffle_down: "__shfl_down_sync(0xffffffffu, {v}, {off})",
+    shuffle_xor: "__shfl_xor_sync(0xffffffffu, {v}, {off})",
     types: &[Dtype::F32, Dtype::F64, Dtype::I32, Dtype::I64],
 };
 

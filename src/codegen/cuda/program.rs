@@ -11,7 +11,7 @@ use crate::codegen::c::dialect::C;
 use crate::backend::Precision;
 use crate::codegen::c::program::declare;
 use crate::codegen::cstyle::device::{batch_decl, device_kernel, epilogue_functor, index_check, kernel_params, library_kernel, library_operands};
-use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce};
+use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce, warp_rows};
 use crate::codegen::cstyle::{Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::error::{Error, Result};
@@ -72,6 +72,7 @@ pub fn program_cu(p: &Program, d: &Cuda, name: &str, entry: &str, upper: &str, p
             let args: Vec<String> = kernel_params(&r, step).into_iter().map(|p| p.name).collect();
             let (launch, count) = match &step.kernel {
                 Kernel::Reduce { out, .. } if warp_reduce(&r, &step.kernel).is_some() => ("mr_warp_blocks", product(&ext[..out.shape.len()])),
+                Kernel::Rows { out, cols, .. } => (if warp_rows(&r, &step.kernel).is_some() { "mr_warp_blocks" } else { "mr_blocks" }, product(&ext[..out.shape.len() - cols])),
                 Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => ("mr_blocks", product(&ext[..out.shape.len()])),
                 _ => unreachable!("library kernels are handled below"),
             };
@@ -108,7 +109,7 @@ pub fn program_cu(p: &Program, d: &Cuda, name: &str, entry: &str, upper: &str, p
     for (param, (_, max)) in dims.iter().zip(&p.symbols) {
         let _ = writeln!(s, "    if ({param} < 1 || {param} > {max}) {{\n        return {error_size};\n    }}");
     }
-    let mut used: Vec<BufId> = p.steps.iter().flat_map(|st| crate::codegen::cstyle::kernel::buffers_of(&st.kernel)).collect();
+    let mut used: Vec<BufId> = p.steps.iter().flat_map(|st| crate::codegen::cstyle::kernel::buffers_of(p, &st.kernel)).collect();
     for st in &p.steps {
         if let Kernel::Conv { scratch: Some(v), .. } = &st.kernel {
             used.push(v.buf);

@@ -10,7 +10,7 @@ use std::process::Command;
 use super::plan::{self, Call, Gpu};
 use super::Cuda;
 use crate::backend::Precision;
-use crate::codegen::cstyle::kernel::{buffers_of, warp_reduce};
+use crate::codegen::cstyle::kernel::{buffers_of, warp_reduce, warp_rows};
 use crate::codegen::c::library::Window2d;
 use crate::codegen::cstyle::Renderer;
 use crate::error::{Error, ErrorKind, Result};
@@ -55,7 +55,7 @@ pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> V
     let at_max = |s: &str| p.symbols.iter().find(|(n, _)| n == s).map(|(_, m)| *m);
     let mut out = Vec::new();
     for (i, step) in p.steps.iter().enumerate() {
-        let bytes = buffers_of(&step.kernel).iter().map(|b| p.buffers[b.0].bytes() as f64).sum::<f64>();
+        let bytes = buffers_of(p, &step.kernel).iter().map(|b| p.buffers[b.0].bytes() as f64).sum::<f64>();
         let ext = plan::extents(step, &at_max);
         let launch = |what: String, blocks: Option<i64>, threads: Option<i64>| Launch { step: i, what, plan: None, blocks, threads, flops: 0.0, bytes };
         if let Some(call) = Call::of(step, &at_max) {
@@ -74,6 +74,14 @@ pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> V
         out.push(match &step.kernel {
             Kernel::Reduce { out, .. } if warp_reduce(&r, &step.kernel).is_some() => {
                 launch("reduction, a warp an output".to_string(), Some(plan::stride_blocks(count(out.shape.len()), plan::threads() / 32)), Some(plan::threads()))
+            }
+            Kernel::Rows { out, cols, stats, .. } => {
+                let rows = count(out.shape.len() - cols);
+                let what = format!("rows, {} statistic(s) then a map", stats.len());
+                match warp_rows(&r, &step.kernel) {
+                    Some(_) => launch(format!("{what}, a warp a row"), Some(plan::stride_blocks(rows, plan::threads() / 32)), Some(plan::threads())),
+                    None => launch(format!("{what}, a thread a row"), Some(plan::stride_blocks(rows, plan::threads())), Some(plan::threads())),
+                }
             }
             Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => {
                 let what = if matches!(step.kernel, Kernel::Map { .. }) { "elementwise" } else { "reduction, a thread an output" };

@@ -62,7 +62,7 @@ pub fn task(m: &mut Builder, p: &Program, prefix: &str, k: usize, step: &Step) -
     let sig = m.signature(&[ptr, types::I64, types::I64], &[]);
     m.define(&format!("{prefix}k{k}"), sig, &describe(k, step), |m, func, fctx| {
         let mut body = Body::new(FunctionBuilder::new(func, fctx), m, p);
-        let params = open(&mut body, &buffers_of(&step.kernel));
+        let params = open(&mut body, &buffers_of(p, &step.kernel));
         let ext = body.extents(step)?;
         loop_kernel(&mut body, step, &ext, params[1], params[2])?;
         close(body, None);

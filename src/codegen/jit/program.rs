@@ -201,6 +201,7 @@ impl Call<'_> {
             }
             // (lowering forms attention only for a library that has it: the C one has none)
             Kernel::Attention { .. } => unreachable!("the jit's library has no attention kernel"),
+            Kernel::Rows { .. } => unreachable!("the jit renders no row kernels"),
         }
     }
 

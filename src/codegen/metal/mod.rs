@@ -45,8 +45,9 @@ pub const ERROR_METAL: i32 = -3;
 pub const DEMO_NO_GPU_EXIT: i32 = crate::codegen::cuda::DEMO_NO_GPU_EXIT;
 
 /// What the kernel library computes: what runtime-c does (f32 matrix products,
-/// convolutions, pooling and softmax), without fused attention.
-pub const LIBRARY: crate::lower::Library = crate::codegen::c::LIBRARY;
+/// convolutions, pooling and softmax), without fused attention; row kernels as loop
+/// kernels (a SIMD group a row).
+pub const LIBRARY: crate::lower::Library = crate::lower::Library { rows: &[Dtype::F32], ..crate::codegen::c::LIBRARY };
 
 /// The runtime, copied into every output directory: the scalar helpers, the kernel
 /// library and the sizes its dispatches take, the host API and its two
@@ -71,6 +72,7 @@ static SIMD: Warp = Warp {
     count: "(long)(threads / 32)",
     lane: "(long)(tid % 32)",
     shuffle_down: "metal::simd_shuffle_down({v}, (ushort){off})",
+    shuffle_xor: "metal::simd_shuffle_xor({v}, (ushort){off})",
     // Metal shuffles 32-bit values (and half, which no accumulator is).
     types: &[Dtype::F32, Dtype::I32],
 };

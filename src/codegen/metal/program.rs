@@ -13,7 +13,7 @@ use crate::codegen::c::dialect::C;
 use crate::codegen::c::library::Window2d;
 use crate::codegen::c::Options;
 use crate::codegen::cstyle::device::{batch_decl, device_kernel, epilogue_functor, index_check, kernel_params, library_kernel, library_operands, Device};
-use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce};
+use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce, warp_rows};
 use crate::codegen::cstyle::{Dialect, Param, ParamKind, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
 use crate::codegen::train::TrainLayout;
@@ -198,10 +198,12 @@ fn program(p: &Program, name: &str, prefix: &str, precision: Precision, flag: Op
                 kernels.push_str(&device_kernel(&r, &fname, k, step)?);
                 let outputs = match &step.kernel {
                     Kernel::Map { out, .. } | Kernel::Reduce { out, .. } | Kernel::ArgReduce { out, .. } => product(&ext[..out.shape.len()]),
+                    Kernel::Rows { out, cols, .. } => product(&ext[..out.shape.len() - cols]),
                     _ => unreachable!("library kernels are handled below"),
                 };
-                // A SIMD group per output for a reduction by SIMD groups.
-                let threads = if warp_reduce(&r, &step.kernel).is_some() { format!("{outputs} * 32") } else { outputs };
+                // A SIMD group per output (or row) for a reduction by SIMD groups.
+                let simd = warp_reduce(&r, &step.kernel).or(warp_rows(&r, &step.kernel));
+                let threads = if simd.is_some() { format!("{outputs} * 32") } else { outputs };
                 (loop_args(&params), format!("mr_metal_groups({threads}, MR_METAL_THREADS)"), None)
             }
             Some(_) => library(&r, &fname, k, step, &ext, &params, precision, kernels)?,
