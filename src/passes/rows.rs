@@ -6,11 +6,11 @@
 //! threads that compute a row. RMSNorm and a softmax written as ops fuse the same way.
 //!
 //! The chain is consecutive steps: one or more `Reduce` over the same trailing
-//! dimensions (each a statistic), `Map`s that rewrite a statistic in place from
-//! statistics alone (the statistic's `then`), and last a `Map` over the whole row
-//! domain. A statistic must be an arena buffer that only the chain reads, and every
-//! read of it must be at the row being computed. Anything else is left alone: the
-//! old kernels compute the same values.
+//! dimensions (each a statistic), `Map`s of one statistic alone, in place or into a
+//! row-shaped buffer of their own that then holds the statistic (its `then`), and last
+//! a `Map` over the whole row domain. A statistic must be an arena buffer that only
+//! the chain reads, and every read of it must be at the row being computed. Anything
+//! else is left alone: the old kernels compute the same values.
 //!
 //! Runs after `fuse` (which has folded LayerNorm's subtract, divide, scale and shift
 //! into the last map, and made the duplicated mean one) and before `memory`.
@@ -25,13 +25,10 @@ pub fn run(p: &mut Program, library: &Library) -> Result<()> {
     }
     let mut at = 0;
     while at < p.steps.len() {
-        match chain(p, at, library.rows) {
-            Some(end) => {
-                fuse(p, at, end);
-                at += 1;
-            }
-            None => at += 1,
+        if let Some(end) = chain(p, at, library.rows) {
+            fuse(p, at, end);
         }
+        at += 1;
     }
     p.sweep_buffers();
     Ok(())
@@ -93,6 +90,7 @@ fn chain(p: &Program, first: usize, dtypes: &[Dtype]) -> Option<usize> {
 fn rewritten(e: &Expr, stats: &[BufId]) -> Option<BufId> {
     let mut read = Vec::new();
     expr_bufs(e, &mut read);
+    read.sort();
     read.dedup();
     match read[..] {
         [b] if stats.contains(&b) => Some(b),
