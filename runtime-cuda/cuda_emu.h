@@ -507,6 +507,107 @@ inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<ma
 }  // namespace wmma
 }  // namespace nvcuda
 
+static inline unsigned short __half_as_ushort(__half h) { return h.bits_; }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.bits_; }
+
+// ---------------------------------------------------------------------------------------------
+// The PTX mithril_cuda.h issues as inline assembly, as functions of the registers' values:
+// cvt.rna.tf32.f32, and mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 and
+// m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (d = a b + c on a 16 x 8 tile).
+//
+// mma is warp-collective, with the PTX ISA's fragment layouts (lane l: g = l / 4, t = l % 4;
+// X(r, c) an element of the 16 x K matrix A, the K x 8 matrix B or the 16 x 8 matrix C or D):
+//   tf32, K = 8:     a[i] = A(g + 8 (i & 1), t + 4 (i >> 1))        b[i] = B(t + 4 i, g)
+//   16-bit, K = 16:  a[j] = A(g + 8 (j & 1), 2t + 8 (j >> 1) + h)   b[j] = B(2t + 8 j + h, g)
+//                    (two elements a register, h = 0 in the low half, 1 in the high)
+//   both:            c[i], d[i] = C(g + 8 (i >> 1), 2t + (i & 1))
+// Every lane of the warp must reach it (a warp barrier checks that, as the shuffles': a
+// divergent or exited lane aborts); each lane puts its registers in the warp's exchange area,
+// and each computes its d from the whole tile: f32 accumulation, k in order from c's value
+// (mr_simt::mma_tile). A tf32 operand is used as the tensor core uses it, its 13 low mantissa
+// bits ignored (so a kernel that forgets cvt.rna.tf32.f32 gets truncation, not rounding).
+// ---------------------------------------------------------------------------------------------
+namespace mr_emu {
+namespace ptx {
+// cvt.rna.tf32.f32: round to nearest, ties away from zero, to 10 mantissa bits (NaN and inf
+// unchanged; values past the largest tf32 round to inf).
+static inline uint32_t cvt_rna_tf32(float f) {
+  uint32_t x = ::mr_emu::detail::from_bits<uint32_t>(::mr_emu::detail::to_bits(f));
+  if ((x & 0x7f800000u) != 0x7f800000u) x = (x + 0x1000u) & 0xffffe000u;
+  return x;
+}
+
+namespace detail {
+struct Regs {
+  uint32_t a[4], b[2];
+  float c[4];
+};
+static_assert(sizeof(Regs) <= ::mr_simt::kExchangeBytes, "an mma's registers fit a lane's exchange slot");
+
+// The whole tile from every lane's registers (Elem: a register's bits and half to the value),
+// then this lane's d. K is 8 (tf32, an element a register) or 16 (two a register).
+template <int K, class Elem>
+[[gnu::noinline]] inline void mma(float *d, const uint32_t *a, const uint32_t *b, const float *c, const char *name,
+                                  Elem elem) {
+  using namespace ::mr_emu::detail;
+  const unsigned lane = (t_.tid.x + t_.bdim.x * (t_.tid.y + t_.bdim.y * t_.tid.z)) & 31u;
+  unsigned char *x = ::mr_simt::warp_exchange();
+  Regs mine;
+  std::memcpy(mine.a, a, sizeof mine.a);
+  std::memcpy(mine.b, b, sizeof mine.b);
+  std::memcpy(mine.c, c, sizeof mine.c);
+  std::memcpy(x + lane * ::mr_simt::kExchangeBytes, &mine, sizeof mine);
+  warp_op(Op::Collective, name, 0xffffffffu, 0, 0, 32);
+  float A[16 * K], B[K * 8], C[16 * 8], D[16 * 8];
+  for (int l = 0; l < 32; ++l) {
+    Regs r;
+    std::memcpy(&r, x + l * ::mr_simt::kExchangeBytes, sizeof r);
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      if (K == 8) {
+        A[(g + 8 * (i & 1)) * K + t + 4 * (i >> 1)] = elem(r.a[i], 0);
+      } else {
+        for (int h = 0; h < 2; ++h) A[(g + 8 * (i & 1)) * K + 2 * t + 8 * (i >> 1) + h] = elem(r.a[i], h);
+      }
+      C[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = r.c[i];
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (K == 8) {
+        B[(t + 4 * i) * 8 + g] = elem(r.b[i], 0);
+      } else {
+        for (int h = 0; h < 2; ++h) B[(2 * t + 8 * i + h) * 8 + g] = elem(r.b[i], h);
+      }
+    }
+  }
+  // No lane writes its slot again until every lane has read the others.
+  warp_op(Op::Collective, name, 0xffffffffu, 0, 0, 32);
+  ::mr_simt::mma_tile<16, 8, K>(D, A, B, C);
+  const int g = static_cast<int>(lane) / 4, t = static_cast<int>(lane) % 4;
+  for (int i = 0; i < 4; ++i) d[i] = D[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+}
+}  // namespace detail
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 d, a, b, c (d may be c).
+static inline void mma_m16n8k8_tf32(float *d, const uint32_t *a, const uint32_t *b, const float *c) {
+  detail::mma<8>(d, a, b, c, "mma.sync.m16n8k8.tf32", [](uint32_t r, int) {
+    return ::mr_emu::detail::from_bits<float>(r & 0xffffe000u);
+  });
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c (d may be c).
+static inline void mma_m16n8k16_bf16(float *d, const uint32_t *a, const uint32_t *b, const float *c) {
+  detail::mma<16>(d, a, b, c, "mma.sync.m16n8k16.bf16", [](uint32_t r, int h) {
+    return ::mr_simt::bf16_to_f32(static_cast<unsigned short>(r >> (16 * h)));
+  });
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 d, a, b, c (d may be c).
+static inline void mma_m16n8k16_f16(float *d, const uint32_t *a, const uint32_t *b, const float *c) {
+  detail::mma<16>(d, a, b, c, "mma.sync.m16n8k16.f16", [](uint32_t r, int h) {
+    return ::mr_simt::f16_to_f32(static_cast<unsigned short>(r >> (16 * h)));
+  });
+}
+}  // namespace ptx
+}  // namespace mr_emu
+
 // ---------------------------------------------------------------------------------------------
 // Host runtime API. Device memory is host memory; every call completes before it returns.
 // ---------------------------------------------------------------------------------------------

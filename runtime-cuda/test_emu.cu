@@ -2,7 +2,8 @@
 // also valid CUDA, so `make nvcc-check` compiles it for sm_90.
 //
 //   test_emu                 run the checks, print timings, exit 0 when all pass
-//   test_emu divergent|shfl-exited|deadlock|mismatch|wmma-divergent|wmma-misaligned
+//   test_emu divergent|shfl-exited|deadlock|mismatch|wmma-divergent|wmma-misaligned|
+//            mma-divergent
 //                            run a faulty kernel: the emulation must abort with its message
 //
 // Built a second time with -DMR_EMU_SECOND_TU, it only defines second_tu_sum(): linking both
@@ -214,6 +215,76 @@ __global__ void mismatch(int *out) {
 }
 
 
+// mma.sync: d = a b + c on a 16 x 8 tile, the registers laid out by the PTX ISA's fragments
+// (cuda_emu.h): inline PTX on a GPU, the emulation's functions here.
+static __device__ uint32_t tf32_bits(float v) {
+#if defined(MR_CUDA_EMULATE)
+  return mr_emu::ptx::cvt_rna_tf32(v);
+#else
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+#endif
+}
+enum MmaKind { TF32, BF16, F16 };
+static __device__ void mma(MmaKind kind, float *d, const uint32_t *a, const uint32_t *b) {
+#if defined(MR_CUDA_EMULATE)
+  if (kind == TF32) mr_emu::ptx::mma_m16n8k8_tf32(d, a, b, d);
+  else if (kind == BF16) mr_emu::ptx::mma_m16n8k16_bf16(d, a, b, d);
+  else mr_emu::ptx::mma_m16n8k16_f16(d, a, b, d);
+#else
+#define ARGS : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])
+  if (kind == TF32)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" ARGS);
+  else if (kind == BF16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" ARGS);
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" ARGS);
+#undef ARGS
+#endif
+}
+static __device__ uint32_t pack(MmaKind kind, float lo, float hi) {
+  if (kind == BF16)
+    return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+           static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
+  return static_cast<uint32_t>(__half_as_ushort(__float2half_rn(lo))) |
+         static_cast<uint32_t>(__half_as_ushort(__float2half_rn(hi))) << 16;
+}
+
+// One warp, three products: a is row-major 16 x K (K = 8 for tf32, 16 for bf16 and f16), b
+// row-major K x 8, c and each d row-major 16 x 8; each lane loads the elements its registers
+// hold, the operands rounded as it does.
+__global__ void mma_products(const float *a, const float *b, const float *c, float *d) {
+  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+  const MmaKind kinds[3] = {TF32, BF16, F16};
+  for (int p = 0; p < 3; ++p) {
+    const MmaKind kind = kinds[p];
+    const int K = kind == TF32 ? 8 : 16;
+    uint32_t ra[4], rb[2];
+    float rd[4];
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i & 1);
+      if (kind == TF32) {
+        ra[i] = tf32_bits(a[row * K + t + 4 * (i >> 1)]);
+      } else {
+        const int col = 2 * t + 8 * (i >> 1);
+        ra[i] = pack(kind, a[row * K + col], a[row * K + col + 1]);
+      }
+      rd[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (kind == TF32) {
+        rb[i] = tf32_bits(b[(t + 4 * i) * 8 + g]);
+      } else {
+        const int k = 2 * t + 8 * i;
+        rb[i] = pack(kind, b[k * 8 + g], b[(k + 1) * 8 + g]);
+      }
+    }
+    mma(kind, rd, ra, rb);
+    for (int i = 0; i < 4; ++i) d[p * 128 + (g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = rd[i];
+  }
+}
+
 // wmma: one warp, three products -- tf32 m16n16k8 (A row_major, B col_major, C loaded
 // row-major, D stored col-major, operands converted in the fragments, element-wise), bf16
 // m16n16k16 (operands converted into shared memory, A col_major, B row_major, C filled
@@ -291,6 +362,14 @@ __global__ void wmma_misaligned(float *out) {
   wmma::store_matrix_sync(out + 4, fc, 16, wmma::mem_row_major);
 }
 
+// Faulty mma use: half the warp skips it (divergence).
+__global__ void mma_divergent(float *out) {
+  float d[4] = {0, 0, 0, 0};
+  const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+  if (threadIdx.x < 16) mma(F16, d, a, b);
+  out[threadIdx.x] = d[0];
+}
+
 // ---- host ----------------------------------------------------------------------------------
 
 static int run_faulty(const char *which) {
@@ -308,6 +387,8 @@ static int run_faulty(const char *which) {
     MR_LAUNCH(wmma_divergent, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
   else if (!std::strcmp(which, "wmma-misaligned"))
     MR_LAUNCH(wmma_misaligned, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
+  else if (!std::strcmp(which, "mma-divergent"))
+    MR_LAUNCH(mma_divergent, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
   else {
     std::fprintf(stderr, "unknown fault %s\n", which);
     return 2;
@@ -376,6 +457,58 @@ int main(int argc, char **argv) {
     double exact = hc[0];
     for (int k = 0; k < 8; ++k) exact += static_cast<double>(ha[k]) * hb[k];
     CHECK(bad == 0 && std::fabs(hd[0] - exact) > 1e-6, "wmma: %d wrong elements (tf32 (0,0) %.9g, exact %.9g)", bad,
+          static_cast<double>(hd[0]), exact);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+    cudaFree(d);
+  }
+
+  // mma products against the products of the rounded operands in double (the products
+  // are exact in f32, so only the f32 accumulation differs: 1e-6 of the sum of |terms|).
+  {
+    std::vector<float> ha(256), hb(128), hc(128);
+    for (int i = 0; i < 256; ++i) ha[i] = std::sin(0.7f * static_cast<float>(i)) * 1.37f;
+    for (int i = 0; i < 128; ++i) hb[i] = std::cos(0.3f * static_cast<float>(i)) * 0.91f;
+    for (int i = 0; i < 128; ++i) hc[i] = static_cast<float>(i % 9) - 4.0f;
+    float *a, *b, *c, *d;
+    cudaMalloc(&a, 256 * sizeof(float));
+    cudaMalloc(&b, 128 * sizeof(float));
+    cudaMalloc(&c, 128 * sizeof(float));
+    cudaMalloc(&d, 384 * sizeof(float));
+    cudaMemcpy(a, ha.data(), 256 * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(b, hb.data(), 128 * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(c, hc.data(), 128 * sizeof(float), cudaMemcpyHostToDevice);
+    MR_LAUNCH(mma_products, dim3(1), dim3(32), 0, a, b, c, d);
+    std::vector<float> hd(384);
+    cudaMemcpy(hd.data(), d, 384 * sizeof(float), cudaMemcpyDeviceToHost);
+    auto tf32 = [](float v) {  // cvt.rna.tf32.f32 (finite values)
+      uint32_t x;
+      std::memcpy(&x, &v, 4);
+      x = (x + 0x1000u) & 0xffffe000u;
+      std::memcpy(&v, &x, 4);
+      return static_cast<double>(v);
+    };
+    auto bf = [](float v) { return static_cast<double>(__bfloat162float(__float2bfloat16_rn(v))); };
+    auto hf = [](float v) { return static_cast<double>(__half2float(__float2half_rn(v))); };
+    int bad = 0;
+    for (int p = 0; p < 3; ++p) {
+      const int K = p == 0 ? 8 : 16;
+      for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+          double s = hc[i * 8 + j], sa = std::fabs(s);
+          for (int k = 0; k < K; ++k) {
+            const float x = ha[i * K + k], y = hb[k * 8 + j];
+            const double q = p == 0 ? tf32(x) * tf32(y) : p == 1 ? bf(x) * bf(y) : hf(x) * hf(y);
+            s += q, sa += std::fabs(q);
+          }
+          bad += std::fabs(hd[p * 128 + i * 8 + j] - s) > 1e-6 * sa;
+        }
+    }
+    // ... and not the unrounded products (the rounding did happen): tf32 element (0, 0)
+    double exact = hc[0];
+    for (int k = 0; k < 8; ++k) exact += static_cast<double>(ha[k]) * hb[k * 8];
+    CHECK(bad == 0 && std::fabs(hd[0] - exact) > 1e-6, "mma: %d wrong elements (tf32 (0,0) %.9g, exact %.9g)", bad,
           static_cast<double>(hd[0]), exact);
     cudaFree(a);
     cudaFree(b);

@@ -214,6 +214,7 @@ struct Warp {
   WarpGroup groups[32];
   uint64_t val[32], res[32];
   int arg[32], width[32];
+  alignas(16) unsigned char exchange[32 * kExchangeBytes];  // warp_exchange()
 };
 
 // Per host thread: the fibers (reused across blocks and launches) and the running block.
@@ -503,6 +504,8 @@ uint32_t live_lanes() {
   const Warp &W = t_.w->warps[t_.f->linear >> 5];
   return W.present & ~W.exited;
 }
+
+unsigned char *warp_exchange() { return t_.w->warps[t_.f->linear >> 5].exchange; }
 
 // ---------------------------------------------------------------------------------------------
 // Barriers (called from kernels, on a fiber)

@@ -94,6 +94,12 @@ uint64_t warp_arrive(Op op, const char *name, uint32_t mask, bool live, uint64_t
                      int width, const Fold *fold);
 // The lanes of the calling thread's warp that have not exited.
 uint32_t live_lanes();
+// The calling warp's exchange area: kExchangeBytes for each of its 32 lanes, in lane order
+// (16-byte aligned). A collective that moves registers between lanes (mma.sync's fragments)
+// has each lane write its own slot, meet the others at a warp barrier, read what it needs,
+// and meet them again before any slot is written anew.
+constexpr size_t kExchangeBytes = 64;
+unsigned char *warp_exchange();
 // Reports what went wrong in the running kernel at fiber f (null: the block) and aborts.
 [[noreturn]] void fail(const char *what, const Fiber *f);
 
