@@ -19,7 +19,7 @@
  *   mr_cuda_sgd_*   the SGD (with momentum) update.
  *   mr_cuda_sgemm_tc, mr_cuda_conv2d_tc
  *                   the same products with operands rounded to TF32, BF16 or F16 on tensor
- *                   cores (nvcuda::wmma, sm_80+), f32 accumulation; exact fallbacks.
+ *                   cores (PTX mma.sync, sm_80+), f32 accumulation; exact fallbacks.
  * Every host function launches on the given stream and returns cudaGetLastError()
  * (mr_cuda_attention: cudaErrorInvalidValue for dimensions outside its limits).
  */
@@ -32,7 +32,6 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 #endif
 #include <stdint.h>
 #include <type_traits>
@@ -1057,22 +1056,20 @@ static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w
  * Same tiling as the exact kernels: a block of 256 threads computes a 128 x 64 tile of C,
  * K 16 at a time, double-buffered, through the same loaders (mr_ld_strided, mr_ld_im2col),
  * which round each element to the format as they write it to shared memory (store_cvt),
- * so every element is converted once. The tiles are stored K-major as before -- A[k][m]
- * is a col_major matrix_a, B[k][n] a row_major matrix_b -- with rows padded by 16 bytes
- * (ldm 132 / 68 floats, 136 / 72 halves) against bank conflicts. The 8 warps form a 4 x 2
- * grid of 32 x 32 warp tiles; each warp holds 2 x 2 accumulator fragments (16 x 16, f32)
- * and per K step loads 2 A and 2 B fragments (m16n16k8 for tf32, twice per K tile;
- * m16n16k16 for bf16/f16, once). Edges: the loaders zero-fill, so fragments past the
- * matrix multiply zeros, and the stores are guarded.
+ * so every element is converted once. The tiles are stored K-major as before, A[k][m] and
+ * B[k][n], with rows padded by 16 bytes (132 / 68 floats, 136 / 72 halves) against bank
+ * conflicts. The 8 warps form a 4 x 2 grid of 32 x 32 warp tiles; each warp multiplies by
+ * PTX `mma.sync` (m16n8k8 for tf32, two steps per K tile; m16n8k16 for bf16/f16, one) on
+ * 2 x 4 tiles of 16 x 8, reading its operands' fragments from shared memory by the PTX
+ * ISA's fragment layouts, and holds 2 x 4 x 4 f32 accumulators a lane. Edges: the loaders
+ * zero-fill, so fragments past the matrix multiply zeros, and the stores are guarded.
  *
- * The epilogue: a warp stores one accumulator fragment at a time into its own 16 x 16
- * f32 staging tile in shared memory (store_matrix_sync, so nothing depends on the
- * hardware's element-to-lane mapping), then each lane stores 8 of the tile's elements (a
- * half-warp a row: 16 consecutive columns) and calls the epilogue on each.
+ * The epilogue: each lane knows the tile's rows and columns its accumulators are (the
+ * layout of mma's C), so it stores them and calls the epilogue on each, with no staging.
  */
 enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
 
-/* wmma's tf32 / bf16 fragments exist for sm_80 and newer; compiled for an older
+/* mma.sync's tf32 / bf16 forms exist for sm_80 and newer; compiled for an older
  * architecture the kernels trap (the host functions check the device first). */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define MR_TC_ARCH_OK 1
@@ -1085,56 +1082,107 @@ enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
 #endif
 #define MR_TC_BM 128 /* the tensor-core kernels' tile: 128 x 64 */
 #define MR_TC_BN 64
-#define MR_TC_WARP_M 32 /* a warp's tile: 2 x 2 fragments of 16 x 16 */
+#define MR_TC_WARP_M 32 /* a warp's tile: 2 x 4 mma tiles of 16 x 8 */
 #define MR_TC_WARP_N 32
 
 template <class T> struct alignas(128) mr_tc_smem {
     static constexpr int LDA = MR_TC_BM + 16 / (int)sizeof(T), LDB = MR_TC_BN + 16 / (int)sizeof(T);
     T a[2][MR_GEMM_BK][LDA];
     T b[2][MR_GEMM_BK][LDB];
-    float stage[MR_THREADS / 32][16 * 16]; /* a warp's accumulator fragment on its way out */
 };
 
+/* A warp's accumulators: [16-row tile][8-column tile][mma's c registers]. */
+typedef float mr_tc_acc[2][4][4];
+
 #if MR_TC_ARCH_OK
-/* The formats: T, the shared-memory element; W, wmma's element type; KS, the fragment's K. */
+/* The tensor-core instructions, by inline PTX; under emulation the emulator's functions of
+ * the same registers (cuda_emu.h, which documents the fragments' layouts). */
+static __device__ __forceinline__ uint32_t mr_tf32_bits(float v)
+{
+#if defined(MR_CUDA_EMULATE)
+    return mr_emu::ptx::cvt_rna_tf32(v);
+#else
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+#endif
+}
+/* d += a b on a 16 x 8 tile: tf32 (K 8), bf16 or f16 (K 16, two elements a register). */
+template <int P>
+static __device__ __forceinline__ void mr_mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+#if defined(MR_CUDA_EMULATE)
+    if (P == MR_TF32)
+        mr_emu::ptx::mma_m16n8k8_tf32(d, a, b, d);
+    else if (P == MR_BF16)
+        mr_emu::ptx::mma_m16n8k16_bf16(d, a, b, d);
+    else
+        mr_emu::ptx::mma_m16n8k16_f16(d, a, b, d);
+#else
+#define MR_MMA_ARGS                                                                                 \
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                \
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])
+    if (P == MR_TF32)
+        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" MR_MMA_ARGS);
+    else if (P == MR_BF16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" MR_MMA_ARGS);
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};" MR_MMA_ARGS);
+#undef MR_MMA_ARGS
+#endif
+}
+
+/* The formats: T, the shared-memory element (tf32 kept as the rounded float); KS, mma's K;
+ * reg(s, k, x), the mma register of the K-major tile s ([k][x]) holding element (x, k) --
+ * with (x, k + 1) in its high half for the 16-bit formats. */
 template <int P> struct mr_tc_fmt;
 template <> struct mr_tc_fmt<MR_TF32> {
     typedef float T;
-    typedef nvcuda::wmma::precision::tf32 W;
     static constexpr int KS = 8;
-    static __device__ __forceinline__ float cvt(float v) { return nvcuda::wmma::__float_to_tf32(v); }
+    static __device__ __forceinline__ float cvt(float v) { return __uint_as_float(mr_tf32_bits(v)); }
+    template <int LD> static __device__ __forceinline__ uint32_t reg(const T (*s)[LD], int k, int x)
+    {
+        return __float_as_uint(s[k][x]);
+    }
 };
-template <> struct mr_tc_fmt<MR_BF16> {
-    typedef __nv_bfloat16 T;
-    typedef __nv_bfloat16 W;
+static __device__ __forceinline__ unsigned short mr_bits16(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+static __device__ __forceinline__ unsigned short mr_bits16(__half v) { return __half_as_ushort(v); }
+template <class H> struct mr_tc_fmt16 {
+    typedef H T;
     static constexpr int KS = 16;
+    template <int LD> static __device__ __forceinline__ uint32_t reg(const T (*s)[LD], int k, int x)
+    {
+        return (uint32_t)mr_bits16(s[k][x]) | (uint32_t)mr_bits16(s[k + 1][x]) << 16;
+    }
+};
+template <> struct mr_tc_fmt<MR_BF16> : mr_tc_fmt16<__nv_bfloat16> {
     static __device__ __forceinline__ __nv_bfloat16 cvt(float v) { return __float2bfloat16_rn(v); }
 };
-template <> struct mr_tc_fmt<MR_F16> {
-    typedef __half T;
-    typedef __half W;
-    static constexpr int KS = 16;
+template <> struct mr_tc_fmt<MR_F16> : mr_tc_fmt16<__half> {
     static __device__ __forceinline__ __half cvt(float v) { return __float2half_rn(v); }
 };
 
-template <class F> struct mr_tc_frags {
-    typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, F::KS, typename F::W, nvcuda::wmma::col_major> A;
-    typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, F::KS, typename F::W, nvcuda::wmma::row_major> B;
-    typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, F::KS, float> C;
-};
-
 /* The tensor-core K loop (mr_mm_mainloop's structure): acc = the warp's 32 x 32 part of
- * A tile x B tile over all of K. All threads of the block must call it. */
-template <class F, class LA, class LB>
-static __device__ __forceinline__ void mr_tc_mainloop(LA &la, LB &lb, int64_t k, mr_tc_smem<typename F::T> &sm,
-                                                      typename mr_tc_frags<F>::C (&acc)[2][2])
+ * A tile x B tile over all of K. All threads of the block must call it. Lane l reads the
+ * fragments' elements at g = l / 4 and t = l % 4 (the layouts in cuda_emu.h): A's at rows
+ * g and g + 8 of each 16-row tile, B's at column g of each 8-column tile. */
+template <int P, class LA, class LB>
+static __device__ __forceinline__ void mr_tc_mainloop(LA &la, LB &lb, int64_t k, mr_tc_smem<typename mr_tc_fmt<P>::T> &sm,
+                                                      mr_tc_acc &acc)
 {
+    typedef mr_tc_fmt<P> F;
     typedef mr_tc_smem<typename F::T> S;
     const int warp = (int)threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
+    const int lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
 MR_UNROLL
     for (int i = 0; i < 2; ++i)
 MR_UNROLL
-        for (int j = 0; j < 2; ++j) nvcuda::wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < 4; ++j)
+MR_UNROLL
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
     const int64_t tiles = (k + MR_GEMM_BK - 1) / MR_GEMM_BK;
     if (tiles == 0) return;
     la.load(0);
@@ -1142,29 +1190,39 @@ MR_UNROLL
     la.template store_cvt<F, S::LDA>(sm.a[0]);
     lb.template store_cvt<F, S::LDB>(sm.b[0]);
     __syncthreads();
-    for (int64_t t = 0; t < tiles; ++t) {
-        const int cur = (int)(t & 1);
-        const bool more = t + 1 < tiles;
+    for (int64_t tt = 0; tt < tiles; ++tt) {
+        const int cur = (int)(tt & 1);
+        const bool more = tt + 1 < tiles;
         if (more) {
-            la.load((t + 1) * MR_GEMM_BK);
-            lb.load((t + 1) * MR_GEMM_BK);
+            la.load((tt + 1) * MR_GEMM_BK);
+            lb.load((tt + 1) * MR_GEMM_BK);
         }
         /* tf32's two k8 steps not unrolled: unrolled, nvcc loads both steps' fragments at
-         * once (16 more registers) */
-MR_NO_UNROLL
+         * once (more registers) */
+MR_UNROLL
         for (int ks = 0; ks < MR_GEMM_BK; ks += F::KS) {
-            typename mr_tc_frags<F>::A fa[2];
-            typename mr_tc_frags<F>::B fb[2];
+            /* the element of register r: tf32 (x + 8 (r & 1), k + 4 (r >> 1)) for A and
+             * (x, k + 4 r) for B; 16-bit (x + 8 (r & 1), k + 8 (r >> 1)) and (x, k + 8 r),
+             * from k = t (tf32) or 2t (16-bit) */
+            const int k0 = ks + (F::KS == 8 ? t : 2 * t), kstep = F::KS / 2;
+            /* B's fragments for the step, then A's one 16-row tile at a time (fewer live
+             * registers: the kernels run two blocks an SM, 128 registers a thread) */
+            uint32_t fb[4][2];
 MR_UNROLL
-            for (int i = 0; i < 2; ++i)
-                nvcuda::wmma::load_matrix_sync(fa[i], &sm.a[cur][ks][wm * MR_TC_WARP_M + i * 16], S::LDA);
+            for (int j = 0; j < 4; ++j) {
+                const int x = wn * MR_TC_WARP_N + j * 8 + g;
 MR_UNROLL
-            for (int j = 0; j < 2; ++j)
-                nvcuda::wmma::load_matrix_sync(fb[j], &sm.b[cur][ks][wn * MR_TC_WARP_N + j * 16], S::LDB);
+                for (int r = 0; r < 2; ++r) fb[j][r] = F::template reg<S::LDB>(sm.b[cur], k0 + kstep * r, x);
+            }
 MR_UNROLL
-            for (int i = 0; i < 2; ++i)
+            for (int i = 0; i < 2; ++i) {
+                const int x = wm * MR_TC_WARP_M + i * 16 + g;
+                uint32_t fa[4];
 MR_UNROLL
-                for (int j = 0; j < 2; ++j) nvcuda::wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+                for (int r = 0; r < 4; ++r) fa[r] = F::template reg<S::LDA>(sm.a[cur], k0 + kstep * (r >> 1), x + 8 * (r & 1));
+MR_UNROLL
+                for (int j = 0; j < 4; ++j) mr_mma<P>(acc[i][j], fa, fb[j]);
+            }
         }
         if (more) {
             la.template store_cvt<F, S::LDA>(sm.a[cur ^ 1]);
@@ -1205,25 +1263,29 @@ template <class Ep> struct mr_tc_out_conv {
     }
 };
 
-/* The warp's accumulators out through its staging tile: st(r, c, v) for each element, r
- * and c relative to the block's tile, by the lane that read it. Warp-collective. */
-template <class F, class St>
-static __device__ __forceinline__ void mr_tc_store(typename mr_tc_frags<F>::C (&acc)[2][2], float *stage, const St &st)
+/* The warp's accumulators out: st(r, c, v) for each, r and c relative to the block's tile,
+ * by the lane that holds it (mma's C layout: register r at row g + 8 (r >> 1), column
+ * 2t + (r & 1) of its 16 x 8 tile). */
+template <class St>
+static __device__ __forceinline__ void mr_tc_store(mr_tc_acc &acc, const St &st)
 {
     const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
-MR_UNROLL
-    for (int i = 0; i < 2; ++i)
-MR_UNROLL
-        for (int j = 0; j < 2; ++j) {
-            nvcuda::wmma::store_matrix_sync(stage, acc[i][j], 16, nvcuda::wmma::mem_row_major);
-            __syncwarp();
-            /* not unrolled: unrolled, nvcc hoists the 32 elements' addresses out of the
-             * kernel's tile loop and holds them in registers through the K loop */
+    const int g = lane / 4, t = lane % 4;
+    /* A rolled loop over the 8 tiles (unrolled, nvcc computes all 32 stores' addresses
+     * before the K loop and holds them through it), each storing tile [0][0] and then
+     * moving the next one there: acc is only ever indexed by constants (an index that
+     * varies would put it in local memory). Consumes acc. */
 MR_NO_UNROLL
-            for (int e = lane; e < 256; e += 32)
-                st(wm * MR_TC_WARP_M + i * 16 + e / 16, wn * MR_TC_WARP_N + j * 16 + e % 16, stage[e]);
-            __syncwarp(); /* the stage is rewritten by the next fragment */
-        }
+    for (int tile = 0; tile < 8; ++tile) {
+        const int i = tile / 4, j = tile % 4;
+MR_UNROLL
+        for (int r = 0; r < 4; ++r)
+            st(wm * MR_TC_WARP_M + i * 16 + g + 8 * (r >> 1), wn * MR_TC_WARP_N + j * 8 + 2 * t + (r & 1), acc[0][0][r]);
+MR_UNROLL
+        for (int f = 0; f < 7; ++f)
+MR_UNROLL
+            for (int r = 0; r < 4; ++r) acc[f / 4][f % 4][r] = acc[(f + 1) / 4][(f + 1) % 4][r];
+    }
 }
 #endif /* MR_TC_ARCH_OK */
 
@@ -1237,7 +1299,6 @@ mr_k_sgemm_tc(const mr_gemm_args p, const mr_batch bt, const Ep ep)
     __shared__ mr_tc_smem<typename F::T> sm;
     const int64_t n0 = (int64_t)blockIdx.x * MR_TC_BN;
     const int64_t mtiles = (p.m + MR_TC_BM - 1) / MR_TC_BM;
-    float *stage = sm.stage[threadIdx.x / 32];
     for (int64_t nb = blockIdx.z; nb < p.nbatch; nb += gridDim.z) {
         int64_t oa, ob, oc;
         mr_batch_offsets(bt, nb, oa, ob, oc);
@@ -1245,10 +1306,10 @@ mr_k_sgemm_tc(const mr_gemm_args p, const mr_batch bt, const Ep ep)
             const int64_t m0 = mt * MR_TC_BM;
             mr_ld_strided<MR_TC_BM, A_ALONG_K> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, p.k, p.a_vec);
             mr_ld_strided<MR_TC_BN, B_ALONG_K> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, p.k, p.b_vec);
-            typename mr_tc_frags<F>::C acc[2][2];
-            mr_tc_mainloop<F>(la, lb, p.k, sm, acc);
+            mr_tc_acc acc;
+            mr_tc_mainloop<P>(la, lb, p.k, sm, acc);
             const mr_tc_out_gemm<Ep> out = {p.c + oc, p.m, p.n, p.c_rs, p.c_cs, nb, m0, n0, ep};
-            mr_tc_store<F>(acc, stage, out);
+            mr_tc_store(acc, out);
         }
     }
 #else
@@ -1268,16 +1329,15 @@ mr_k_conv2d_tc(const mr_conv_args p, const Ep ep)
     const int64_t n0 = (int64_t)blockIdx.x * MR_TC_BN;
     const int64_t mtiles = (p.M + MR_TC_BM - 1) / MR_TC_BM;
     const int64_t ohw = p.oh * p.ow;
-    float *stage = sm.stage[threadIdx.x / 32];
     for (int64_t g = blockIdx.z; g < p.groups; g += gridDim.z) {
         for (int64_t mt = blockIdx.y; mt < mtiles; mt += gridDim.y) {
             const int64_t m0 = mt * MR_TC_BM;
             mr_ld_strided<MR_TC_BM, true> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, p.K, p.w_vec);
             mr_ld_im2col_bound<MR_TC_BN, MR_THREADS> lb(p, g, n0, p.K);
-            typename mr_tc_frags<F>::C acc[2][2];
-            mr_tc_mainloop<F>(la, lb, p.K, sm, acc);
+            mr_tc_acc acc;
+            mr_tc_mainloop<P>(la, lb, p.K, sm, acc);
             const mr_tc_out_conv<Ep> out = {p.out, p.M, p.ncols, ohw, p.o, g, m0, n0, ep};
-            mr_tc_store<F>(acc, stage, out);
+            mr_tc_store(acc, out);
         }
     }
 #else

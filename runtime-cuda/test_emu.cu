@@ -2,8 +2,7 @@
 // also valid CUDA, so `make nvcc-check` compiles it for sm_90.
 //
 //   test_emu                 run the checks, print timings, exit 0 when all pass
-//   test_emu divergent|shfl-exited|deadlock|mismatch|wmma-divergent|wmma-misaligned|
-//            mma-divergent
+//   test_emu divergent|shfl-exited|deadlock|mismatch|mma-divergent
 //                            run a faulty kernel: the emulation must abort with its message
 //
 // Built a second time with -DMR_EMU_SECOND_TU, it only defines second_tu_sum(): linking both
@@ -16,7 +15,6 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 #define MR_LAUNCH(kernel, grid, block, stream, ...) \
   kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
 #endif
@@ -285,81 +283,14 @@ __global__ void mma_products(const float *a, const float *b, const float *c, flo
   }
 }
 
-// wmma: one warp, three products -- tf32 m16n16k8 (A row_major, B col_major, C loaded
-// row-major, D stored col-major, operands converted in the fragments, element-wise), bf16
-// m16n16k16 (operands converted into shared memory, A col_major, B row_major, C filled
-// with 1), f16 m32n8k16 (row_major both, C zero). a: 32 x 16 floats, b: 16 x 16, c: 16 x 16.
-namespace wmma = nvcuda::wmma;
-__global__ void wmma_products(const float *a, const float *b, const float *c, float *d_tf32, float *d_bf16,
-                              float *d_f16) {
-  const int lane = static_cast<int>(threadIdx.x);
-  {
-    wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
-    wmma::load_matrix_sync(fa, a, 8);
-    wmma::load_matrix_sync(fb, b, 8);
-    wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
-    for (int i = 0; i < fa.num_elements; ++i) fa.x[i] = wmma::__float_to_tf32(fa.x[i]);
-    for (int i = 0; i < fb.num_elements; ++i) fb.x[i] = wmma::__float_to_tf32(fb.x[i]);
-    wmma::mma_sync(fc, fa, fb, fc);
-    wmma::store_matrix_sync(d_tf32, fc, 16, wmma::mem_col_major);
-  }
-  __shared__ __align__(32) __nv_bfloat16 sab[256], sbb[256];
-  __shared__ __align__(32) __half sah[512], sbh[128];
-  for (int i = lane; i < 256; i += 32) sab[i] = __float2bfloat16_rn(a[i]), sbb[i] = __float2bfloat16_rn(b[i]);
-  for (int i = lane; i < 512; i += 32) sah[i] = __float2half_rn(a[i]);
-  for (int i = lane; i < 128; i += 32) sbh[i] = __float2half_rn(b[i]);
-  __syncwarp();
-  {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-    wmma::fill_fragment(fc, 1.0f);
-    wmma::load_matrix_sync(fa, sab, 16);
-    wmma::load_matrix_sync(fb, sbb, 16);
-    wmma::mma_sync(fc, fa, fb, fc);
-    wmma::store_matrix_sync(d_bf16, fc, 16, wmma::mem_row_major);
-  }
-  {
-    wmma::fragment<wmma::matrix_a, 32, 8, 16, __half, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 32, 8, 16, __half, wmma::row_major> fb;
-    wmma::fragment<wmma::accumulator, 32, 8, 16, float> fc;
-    wmma::fill_fragment(fc, 0.0f);
-    wmma::load_matrix_sync(fa, sah, 16);
-    wmma::load_matrix_sync(fb, sbh, 8);
-    wmma::mma_sync(fc, fa, fb, fc);
-    wmma::store_matrix_sync(d_f16, fc, 8, wmma::mem_row_major);
-  }
-}
-
 // The conversions, each value rounded to tf32, bf16 and f16 and back to float.
 __global__ void conversions(const float *in, int n, float *tf, float *bf, float *hf) {
   const int i = static_cast<int>(threadIdx.x);
   if (i < n) {
-    tf[i] = wmma::__float_to_tf32(in[i]);
+    tf[i] = __uint_as_float(tf32_bits(in[i]));
     bf[i] = __bfloat162float(__float2bfloat16_rn(in[i]));
     hf[i] = __half2float(__float2half_rn(in[i]));
   }
-}
-
-// Faulty wmma use: half the warp skips the mma (divergence), a misaligned pointer.
-__global__ void wmma_divergent(float *out) {
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-  wmma::fill_fragment(fc, 0.0f);
-  if (threadIdx.x < 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
-    wmma::fill_fragment(fa, __float2half_rn(1.0f));
-    wmma::fill_fragment(fb, __float2half_rn(1.0f));
-    wmma::mma_sync(fc, fa, fb, fc);
-  }
-  wmma::store_matrix_sync(out, fc, 16, wmma::mem_row_major);
-}
-__global__ void wmma_misaligned(float *out) {
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-  wmma::fill_fragment(fc, 0.0f);
-  wmma::store_matrix_sync(out + 4, fc, 16, wmma::mem_row_major);
 }
 
 // Faulty mma use: half the warp skips it (divergence).
@@ -383,10 +314,6 @@ static int run_faulty(const char *which) {
     MR_LAUNCH(deadlock, dim3(1), dim3(32), 0, out);
   else if (!std::strcmp(which, "mismatch"))
     MR_LAUNCH(mismatch, dim3(1), dim3(32), 0, out);
-  else if (!std::strcmp(which, "wmma-divergent"))
-    MR_LAUNCH(wmma_divergent, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
-  else if (!std::strcmp(which, "wmma-misaligned"))
-    MR_LAUNCH(wmma_misaligned, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
   else if (!std::strcmp(which, "mma-divergent"))
     MR_LAUNCH(mma_divergent, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
   else {
@@ -400,69 +327,6 @@ static int run_faulty(const char *which) {
 
 int main(int argc, char **argv) {
   if (argc > 1) return run_faulty(argv[1]);
-
-  // wmma products against the products of the rounded operands in double (the products
-  // are exact in f32, so only the f32 accumulation differs: 1e-6 of the sum of |terms|).
-  {
-    std::vector<float> ha(512), hb(256), hc(256);
-    for (int i = 0; i < 512; ++i) ha[i] = std::sin(0.7f * static_cast<float>(i)) * 1.37f;
-    for (int i = 0; i < 256; ++i) hb[i] = std::cos(0.3f * static_cast<float>(i)) * 0.91f;
-    for (int i = 0; i < 256; ++i) hc[i] = static_cast<float>(i % 9) - 4.0f;
-    float *a, *b, *c, *d;
-    cudaMalloc(&a, 512 * sizeof(float));
-    cudaMalloc(&b, 256 * sizeof(float));
-    cudaMalloc(&c, 256 * sizeof(float));
-    cudaMalloc(&d, 768 * sizeof(float));
-    cudaMemcpy(a, ha.data(), 512 * sizeof(float), cudaMemcpyHostToDevice);
-    cudaMemcpy(b, hb.data(), 256 * sizeof(float), cudaMemcpyHostToDevice);
-    cudaMemcpy(c, hc.data(), 256 * sizeof(float), cudaMemcpyHostToDevice);
-    MR_LAUNCH(wmma_products, dim3(1), dim3(32), 0, a, b, c, d, d + 256, d + 512);
-    std::vector<float> hd(768);
-    cudaMemcpy(hd.data(), d, 768 * sizeof(float), cudaMemcpyDeviceToHost);
-    auto tf32 = [](float v) {  // cvt.rna.tf32.f32 (finite values)
-      uint32_t x;
-      std::memcpy(&x, &v, 4);
-      x = (x + 0x1000u) & 0xffffe000u;
-      std::memcpy(&v, &x, 4);
-      return static_cast<double>(v);
-    };
-    auto bf = [](float v) { return static_cast<double>(__bfloat162float(__float2bfloat16_rn(v))); };
-    auto hf = [](float v) { return static_cast<double>(__half2float(__float2half_rn(v))); };
-    int bad = 0;
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 16; ++j) {
-        double s = hc[i * 16 + j], sa = std::fabs(s);  // tf32: A row-major 16x8, B col-major 8x16
-        for (int k = 0; k < 8; ++k) {
-          const double p = tf32(ha[i * 8 + k]) * tf32(hb[k + j * 8]);
-          s += p, sa += std::fabs(p);
-        }
-        bad += std::fabs(hd[i + j * 16] - s) > 1e-6 * sa;
-        s = 1.0, sa = 1.0;  // bf16: A col-major 16x16, B row-major
-        for (int k = 0; k < 16; ++k) {
-          const double p = bf(ha[i + k * 16]) * bf(hb[k * 16 + j]);
-          s += p, sa += std::fabs(p);
-        }
-        bad += std::fabs(hd[256 + i * 16 + j] - s) > 1e-6 * sa;
-      }
-    for (int i = 0; i < 32; ++i)
-      for (int j = 0; j < 8; ++j) {
-        double s = 0, sa = 0;  // f16 m32n8k16: A row-major 32x16, B row-major 16x8
-        for (int k = 0; k < 16; ++k) {
-          const double p = hf(ha[i * 16 + k]) * hf(hb[k * 8 + j]);
-          s += p, sa += std::fabs(p);
-        }
-        bad += std::fabs(hd[512 + i * 8 + j] - s) > 1e-6 * sa;
-      }
-    // ... and not the unrounded products (the rounding did happen): tf32 element (0, 0)
-    double exact = hc[0];
-    for (int k = 0; k < 8; ++k) exact += static_cast<double>(ha[k]) * hb[k];
-    CHECK(bad == 0 && std::fabs(hd[0] - exact) > 1e-6, "wmma: %d wrong elements (tf32 (0,0) %.9g, exact %.9g)", bad,
-          static_cast<double>(hd[0]), exact);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(c);
-    cudaFree(d);
-  }
 
   // mma products against the products of the rounded operands in double (the products
   // are exact in f32, so only the f32 accumulation differs: 1e-6 of the sum of |terms|).
