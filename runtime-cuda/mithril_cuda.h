@@ -1057,7 +1057,7 @@ static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w
  * K 16 at a time, double-buffered, through the same loaders (mr_ld_strided, mr_ld_im2col),
  * which round each element to the format as they write it to shared memory (store_cvt),
  * so every element is converted once. The tiles are stored K-major as before, A[k][m] and
- * B[k][n], with rows padded by 16 bytes (132 / 68 floats, 136 / 72 halves) against bank
+ * B[k][n], with rows padded by 8 elements (136 / 72) so that fragment reads meet no bank
  * conflicts. The 8 warps form a 4 x 2 grid of 32 x 32 warp tiles; each warp multiplies by
  * PTX `mma.sync` (m16n8k8 for tf32, two steps per K tile; m16n8k16 for bf16/f16, one) on
  * 2 x 4 tiles of 16 x 8, reading its operands' fragments from shared memory by the PTX
@@ -1086,7 +1086,10 @@ enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
 #define MR_TC_WARP_N 32
 
 template <class T> struct alignas(128) mr_tc_smem {
-    static constexpr int LDA = MR_TC_BM + 16 / (int)sizeof(T), LDB = MR_TC_BN + 16 / (int)sizeof(T);
+    /* Rows padded by 8 elements: one fragment read of a warp (lane 4g + t at row ks + t,
+     * or ks + 2t for halves, column x + g) then falls in 32 different banks, for floats
+     * and for halves (two halves of a word are one read). */
+    static constexpr int LDA = MR_TC_BM + 8, LDB = MR_TC_BN + 8;
     T a[2][MR_GEMM_BK][LDA];
     T b[2][MR_GEMM_BK][LDB];
 };
@@ -1197,8 +1200,7 @@ MR_UNROLL
             la.load((tt + 1) * MR_GEMM_BK);
             lb.load((tt + 1) * MR_GEMM_BK);
         }
-        /* tf32's two k8 steps not unrolled: unrolled, nvcc loads both steps' fragments at
-         * once (more registers) */
+        /* tf32's two k8 steps unrolled: rolled, the kernels spilled */
 MR_UNROLL
         for (int ks = 0; ks < MR_GEMM_BK; ks += F::KS) {
             /* the element of register r: tf32 (x + 8 (r & 1), k + 4 (r >> 1)) for A and

@@ -341,7 +341,11 @@ impl Cursor<'_> {
                 Kernel::Attention { q, k, v, out, scores, score: self.epilogue()? }
             }
             "rows" => {
-                let cols = self.extents()?.len();
+                let extents = self.extents()?;
+                let cols = extents.len();
+                if cols > out.shape.len() || extents[..] != out.shape[out.shape.len() - cols..] {
+                    return Err(format!("rows over {extents:?} of an output shaped {:?}", out.shape));
+                }
                 let mut stats = Vec::new();
                 while !self.eat("map ") {
                     let view = self.view()?;

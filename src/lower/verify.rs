@@ -21,7 +21,9 @@
 //!   buffer it writes only as `memory` lets it: a `Map` or an epilogue, at the very
 //!   element it writes;
 //! - a kernel reads an arena or output buffer only after an earlier kernel wrote it;
-//! - a local buffer is the scores of one attention kernel and used by no other;
+//! - a local buffer is the scores of one attention kernel or a statistic of one row
+//!   kernel, and used by no other; a row kernel reads a statistic only at its row, and
+//!   only after computing it;
 //! - [`Step::dims`] has one entry per domain dimension, each symbol in `symbols`;
 //! - once the arena is planned, every arena buffer is aligned and inside `arena_size`,
 //!   and no two buffers live at the same step overlap (a buffer lives from the first
@@ -324,7 +326,8 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                     if read.iter().any(|r| !stats.iter().any(|s| s.view.buf == *r)) {
                         return Err(format!("statistic {i}'s map reads a buffer that is not a statistic"));
                     }
-                    same_dtype(&format!("statistic {i}'s map"), body(p, e, &domain, o, OwnReads::Never)?, t)?;
+                    // (over the rows alone: it runs once a row, outside the row's loops)
+                    same_dtype(&format!("statistic {i}'s map"), body(p, e, &domain[..rows], o, OwnReads::Never)?, t)?;
                 }
             }
             row_reads(p, expr, stats, stats.len(), "the map")?;

@@ -41,10 +41,19 @@ fn chain(p: &Program, first: usize, dtypes: &[Dtype]) -> Option<usize> {
     let dims = &p.steps[first].dims;
     let rows = out.shape.len();
     let cols = reduced.len();
-    // The statistics' buffers as the chain goes, and every buffer that held one.
+    // The statistics' buffers as the chain goes, every buffer that held one, and whether
+    // a step read each statistic since its value was last set.
     let mut stats: Vec<BufId> = Vec::new();
     let mut held: Vec<BufId> = Vec::new();
+    let mut read_since: Vec<bool> = Vec::new();
     let stat_buffer = |b: &View| p.is_whole(b) && arena(p, b.buf) && dtypes.contains(&p.buffers[b.buf.0].dtype);
+    let mark_reads = |e: &Expr, stats: &[BufId], read_since: &mut Vec<bool>| {
+        let mut read = Vec::new();
+        expr_bufs(e, &mut read);
+        for (i, b) in stats.iter().enumerate() {
+            read_since[i] |= read.contains(b);
+        }
+    };
     for at in first..p.steps.len() {
         let step = &p.steps[at];
         match &step.kernel {
@@ -53,30 +62,37 @@ fn chain(p: &Program, first: usize, dtypes: &[Dtype]) -> Option<usize> {
                 if !fits || !reads_rows(p, expr, &stats, &domain, rows) {
                     return None;
                 }
+                mark_reads(expr, &stats, &mut read_since);
                 stats.push(out.buf);
                 held.push(out.buf);
+                read_since.push(false);
             }
             // the row's map
             Kernel::Map { out, expr } if step.kernel.domain() == domain => {
                 let fits = step.dims == *dims && out.is_contiguous() && !held.contains(&out.buf) && dtypes.contains(&p.buffers[out.buf.0].dtype);
-                if !fits || !reads_rows(p, expr, &stats, &domain, rows) {
+                // (the chain's reductions read their inputs while the map writes its output)
+                let overwrites = p.steps[first..at].iter().any(|s| kernel_reads(&s.kernel).contains(&out.buf));
+                if !fits || overwrites || !reads_rows(p, expr, &stats, &domain, rows) {
                     return None;
                 }
                 // Only the chain reads the statistics.
                 let outside = p.steps.iter().enumerate().filter(|&(s, _)| s < first || s > at).any(|(_, s)| kernel_reads(&s.kernel).iter().any(|b| held.contains(b)));
                 return (!outside).then_some(at);
             }
-            // a statistic rewritten from itself alone, in place or into a buffer of its own
+            // A statistic rewritten from itself alone, in place or into a buffer of its own of
+            // its type, before any other step reads it: the fused kernel applies the map as
+            // soon as the statistic is reduced.
             Kernel::Map { out, expr } => {
                 let md = step.kernel.domain();
                 let row_shaped = md.len() >= rows && md[..rows] == domain[..rows] && md[rows..].iter().all(|&n| n == 1) && step.dims[..rows] == dims[..rows];
                 let read = rewritten(expr, &stats)?;
+                let i = stats.iter().position(|&b| b == read).expect("read is a statistic");
                 let later = p.steps[at + 1..].iter().any(|s| kernel_reads(&s.kernel).contains(&read));
-                let into = out.buf == read || (stat_buffer(out) && !held.contains(&out.buf) && !later);
-                if !row_shaped || !into || !reads_rows(p, expr, &stats, &md, rows) || has_index(expr) {
+                let same_type = p.buffers[out.buf.0].dtype == p.buffers[read.0].dtype;
+                let into = out.buf == read || (stat_buffer(out) && same_type && !held.contains(&out.buf) && !later);
+                if !row_shaped || !into || read_since[i] || !reads_rows(p, expr, &stats, &md, rows) || has_index(expr) {
                     return None;
                 }
-                let i = stats.iter().position(|&b| b == read).expect("read is a statistic");
                 stats[i] = out.buf;
                 held.push(out.buf);
             }
@@ -109,11 +125,18 @@ fn has_index(e: &Expr) -> bool {
 }
 
 /// Whether every read of a statistic in `e`, over a loop domain `domain` whose first
-/// `rows` dimensions are the rows, is a plain load of it at the row being computed.
+/// `rows` dimensions are the rows, is a plain load of it at the row being computed (not
+/// a gather, nor in a gather's index).
 fn reads_rows(p: &Program, e: &Expr, stats: &[BufId], domain: &[u64], rows: usize) -> bool {
     let mut ok = true;
     e.walk(&mut |e| match e {
-        Expr::Gather { view, .. } if stats.contains(&view.buf) => ok = false,
+        // (a gather's index is checked by a kernel of its own, which the statistic's
+        // registers do not reach)
+        Expr::Gather { view, index, .. } => {
+            let mut read = Vec::new();
+            expr_bufs(index, &mut read);
+            ok &= !stats.contains(&view.buf) && !read.iter().any(|b| stats.contains(b));
+        }
         Expr::Load { view, vars } if stats.contains(&view.buf) => ok &= at_row(p, view, vars, domain, rows),
         _ => {}
     });

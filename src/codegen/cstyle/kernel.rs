@@ -146,7 +146,7 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
 
 /// Whether reduction `k` runs by warps in `r`'s dialect, and its spellings: when the
 /// dialect has warps ([`Dialect::warp`]), the reduced domain (at its maximal size) has
-/// at least a lane per element, and the accumulator is a type the lanes can shuffle.
+/// at least an element per lane, and the accumulator is a type the lanes can shuffle.
 /// A target's host code launches such a kernel with a warp per output.
 pub fn warp_reduce<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&'static Warp> {
     let Kernel::Reduce { out, reduced, kind, .. } = k else { return None };
@@ -226,7 +226,7 @@ fn combine_lanes<D: Dialect + ?Sized>(r: &Renderer<D>, shuffle: &str, lanes: u32
 
 /// Whether row kernel `k` runs by warps in `r`'s dialect: a warp per row, as
 /// [`warp_reduce`] runs a reduction, when its rows (at their maximal size) have at
-/// least a lane per element and the lanes can shuffle every statistic's accumulator.
+/// least an element per lane and the lanes can shuffle every statistic's accumulator.
 /// A target's host code launches it with a warp per row.
 pub fn warp_rows<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel) -> Option<&'static Warp> {
     let Kernel::Rows { out, cols, stats, .. } = k else { return None };
