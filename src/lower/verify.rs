@@ -92,7 +92,7 @@ fn ports(p: &Program) -> Result<()> {
             }
             // A weight in a target's own layout (panels, Winograd's transform) takes what
             // the target's pass sized its buffer for; others their elements.
-            let elements: u64 = port.shape.iter().product();
+            let elements = port.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or_else(|| fail(format!("{kind} {i} {:?}: shape {:?} overflows", port.name, port.shape)))?;
             let stored = match (kind, port.layout) {
                 ("weight", Layout::Panels | Layout::Winograd) if elements > 0 => b.len,
                 _ => elements,
