@@ -37,6 +37,7 @@
 #include <type_traits>
 #include "mithril_ops.h"
 #include "mr_cuda_plan.h"
+#include "mr_ptx.h"
 
 #if defined(MR_CUDA_EMULATE)
 #define MR_LAUNCH(kernel, grid, block, stream, ...) mr_emu_launch(#kernel, kernel, grid, block, stream, __VA_ARGS__)
@@ -1098,44 +1099,16 @@ template <class T> struct alignas(128) mr_tc_smem {
 typedef float mr_tc_acc[2][4][4];
 
 #if MR_TC_ARCH_OK
-/* The tensor-core instructions, by inline PTX; under emulation the emulator's functions of
- * the same registers (cuda_emu.h, which documents the fragments' layouts). */
-static __device__ __forceinline__ uint32_t mr_tf32_bits(float v)
-{
-#if defined(MR_CUDA_EMULATE)
-    return mr_emu::ptx::cvt_rna_tf32(v);
-#else
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return r;
-#endif
-}
-/* d += a b on a 16 x 8 tile: tf32 (K 8), bf16 or f16 (K 16, two elements a register). */
+/* d += a b on a 16 x 8 tile in precision P (mr_ptx.h's instructions). */
 template <int P>
 static __device__ __forceinline__ void mr_mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
 {
-#if defined(MR_CUDA_EMULATE)
     if (P == MR_TF32)
-        mr_emu::ptx::mma_m16n8k8_tf32(d, a, b, d);
+        mr_mma_tf32(d, a, b);
     else if (P == MR_BF16)
-        mr_emu::ptx::mma_m16n8k16_bf16(d, a, b, d);
+        mr_mma_bf16(d, a, b);
     else
-        mr_emu::ptx::mma_m16n8k16_f16(d, a, b, d);
-#else
-#define MR_MMA_ARGS                                                                                 \
-    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                \
-    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])
-    if (P == MR_TF32)
-        asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};" MR_MMA_ARGS);
-    else if (P == MR_BF16)
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};" MR_MMA_ARGS);
-    else
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};" MR_MMA_ARGS);
-#undef MR_MMA_ARGS
-#endif
+        mr_mma_f16(d, a, b);
 }
 
 /* The formats: T, the shared-memory element (tf32 kept as the rounded float); KS, mma's K;

@@ -18,6 +18,7 @@
 #define MR_LAUNCH(kernel, grid, block, stream, ...) \
   kernel<<<grid, block, 0, stream>>>(__VA_ARGS__)
 #endif
+#include "mr_ptx.h"
 
 #include <chrono>
 #include <cmath>
@@ -214,32 +215,12 @@ __global__ void mismatch(int *out) {
 
 
 // mma.sync: d = a b + c on a 16 x 8 tile, the registers laid out by the PTX ISA's fragments
-// (cuda_emu.h): inline PTX on a GPU, the emulation's functions here.
-static __device__ uint32_t tf32_bits(float v) {
-#if defined(MR_CUDA_EMULATE)
-  return mr_emu::ptx::cvt_rna_tf32(v);
-#else
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-#endif
-}
+// (cuda_emu.h): mr_ptx.h's inline PTX on a GPU, the emulation's functions here.
 enum MmaKind { TF32, BF16, F16 };
-static __device__ void mma(MmaKind kind, float *d, const uint32_t *a, const uint32_t *b) {
-#if defined(MR_CUDA_EMULATE)
-  if (kind == TF32) mr_emu::ptx::mma_m16n8k8_tf32(d, a, b, d);
-  else if (kind == BF16) mr_emu::ptx::mma_m16n8k16_bf16(d, a, b, d);
-  else mr_emu::ptx::mma_m16n8k16_f16(d, a, b, d);
-#else
-#define ARGS : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])
-  if (kind == TF32)
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" ARGS);
-  else if (kind == BF16)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" ARGS);
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" ARGS);
-#undef ARGS
-#endif
+static __device__ void mma(MmaKind kind, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if (kind == TF32) mr_mma_tf32(d, a, b);
+  else if (kind == BF16) mr_mma_bf16(d, a, b);
+  else mr_mma_f16(d, a, b);
 }
 static __device__ uint32_t pack(MmaKind kind, float lo, float hi) {
   if (kind == BF16)
@@ -263,7 +244,7 @@ __global__ void mma_products(const float *a, const float *b, const float *c, flo
     for (int i = 0; i < 4; ++i) {
       const int row = g + 8 * (i & 1);
       if (kind == TF32) {
-        ra[i] = tf32_bits(a[row * K + t + 4 * (i >> 1)]);
+        ra[i] = mr_tf32_bits(a[row * K + t + 4 * (i >> 1)]);
       } else {
         const int col = 2 * t + 8 * (i >> 1);
         ra[i] = pack(kind, a[row * K + col], a[row * K + col + 1]);
@@ -272,7 +253,7 @@ __global__ void mma_products(const float *a, const float *b, const float *c, flo
     }
     for (int i = 0; i < 2; ++i) {
       if (kind == TF32) {
-        rb[i] = tf32_bits(b[(t + 4 * i) * 8 + g]);
+        rb[i] = mr_tf32_bits(b[(t + 4 * i) * 8 + g]);
       } else {
         const int k = 2 * t + 8 * i;
         rb[i] = pack(kind, b[k * 8 + g], b[(k + 1) * 8 + g]);
@@ -287,7 +268,7 @@ __global__ void mma_products(const float *a, const float *b, const float *c, flo
 __global__ void conversions(const float *in, int n, float *tf, float *bf, float *hf) {
   const int i = static_cast<int>(threadIdx.x);
   if (i < n) {
-    tf[i] = __uint_as_float(tf32_bits(in[i]));
+    tf[i] = __uint_as_float(mr_tf32_bits(in[i]));
     bf[i] = __bfloat162float(__float2bfloat16_rn(in[i]));
     hf[i] = __half2float(__float2half_rn(in[i]));
   }

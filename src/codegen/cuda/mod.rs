@@ -58,6 +58,7 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("mithril_ops.h", C_OPS_HEADER),
     ("mithril_cuda.h", include_str!("../../../runtime-cuda/mithril_cuda.h")),
     ("mr_cuda_plan.h", include_str!("../../../runtime-cuda/mr_cuda_plan.h")),
+    ("mr_ptx.h", include_str!("../../../runtime-cuda/mr_ptx.h")),
     ("cuda_emu.h", include_str!("../../../runtime-cuda/cuda_emu.h")),
     ("cuda_emu.cpp", include_str!("../../../runtime-cuda/cuda_emu.cpp")),
     ("simt_emu.h", include_str!("../../../runtime-emu/simt_emu.h")),
