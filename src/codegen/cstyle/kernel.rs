@@ -83,18 +83,14 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             let _ = writeln!(s, "{}{}[{}] = {value};", pad(depth), r.names[out.buf.0], r.index(out, &vars));
             d.close_outer(s, outer);
         }
-        Kernel::Reduce { out, reduced, kind, expr, scale } => {
+        Kernel::Reduce { out, kind, expr, scale, .. } => {
             let t = r.p.buffers[out.buf.0].dtype;
             let acc_ty = r.acc_type(*kind, t);
             let outer = &ext[..out.shape.len()];
             let (init, step) = r.reduce_parts(*kind, acc_ty);
             let v = r.expr(&Expr::Cast(Box::new(expr.clone()), acc_ty));
             let rv = out.shape.len(); // the first reduced loop variable
-            let value = match scale {
-                Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(*f, if acc_ty.is_float() { acc_ty } else { d.accumulator() })),
-                None => format!("({}) acc", d.ty(t)),
-            };
-            let value = r.store(value, t);
+            let value = r.store(reduced_value(r, *scale, t, acc_ty), t);
             let vars: Vec<usize> = (0..out.shape.len()).collect();
             let store = format!("{}[{}] = {value};", r.names[out.buf.0], r.index(out, &vars));
             if let Some(w) = warp_reduce(r, k) {
@@ -112,13 +108,7 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
             };
             match long {
                 Some(n) if acc_ty.is_float() && *kind == ReduceKind::Sum => lane_sum(r, s, n, rv, &v, acc_ty, depth),
-                _ => {
-                    let _ = writeln!(s, "{}{} acc = {init};", pad(depth), d.ty(acc_ty));
-                    let inner = r.open_loops(s, &ext[rv..], rv, depth);
-                    let _ = writeln!(s, "{}{} v = {v};", pad(inner), d.ty(acc_ty));
-                    let _ = writeln!(s, "{}acc = {step};", pad(inner));
-                    r.close_loops(s, reduced.len(), depth);
-                }
+                _ => serial_sum(r, s, &ext[rv..], rv, &v, acc_ty, (&init, &step), depth),
             }
             let _ = writeln!(s, "{}{store}", pad(depth));
             d.close_outer(s, outer);
@@ -142,6 +132,27 @@ pub fn loop_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[Stri
         other => return Err(Error::internal(format!("not a loop kernel: {other:?}"))),
     }
     Ok(())
+}
+
+/// A reduction's result of type `t` from its accumulator `acc` (of `acc_ty`), times
+/// `scale` (a mean's 1/n) if it has one.
+fn reduced_value<D: Dialect + ?Sized>(r: &Renderer<D>, scale: Option<f64>, t: Dtype, acc_ty: Dtype) -> String {
+    let ty = r.d.ty(t);
+    match scale {
+        Some(f) => format!("({ty}) (acc * {})", r.literal(f, if acc_ty.is_float() { acc_ty } else { r.d.accumulator() })),
+        None => format!("({ty}) acc"),
+    }
+}
+
+/// `acc` (declared here, at `depth`) = `step` over every `v` of the loops of extents
+/// `inner` (loop variables from `rv`), in one thread.
+#[allow(clippy::too_many_arguments)]
+fn serial_sum<D: Dialect + ?Sized>(r: &Renderer<D>, s: &mut String, inner: &[String], rv: usize, v: &str, acc_ty: Dtype, (init, step): (&str, &str), depth: usize) {
+    let ty = r.d.ty(acc_ty);
+    let _ = writeln!(s, "{}{ty} acc = {init};", pad(depth));
+    let body = r.open_loops(s, inner, rv, depth);
+    let _ = writeln!(s, "{}{ty} v = {v};\n{}acc = {step};", pad(body), pad(body));
+    r.close_loops(s, inner.len(), depth);
 }
 
 /// Whether reduction `k` runs by warps in `r`'s dialect, and its spellings: when the
@@ -274,18 +285,9 @@ fn rows_kernel<D: Dialect + ?Sized>(r: &Renderer<D>, k: &Kernel, ext: &[String],
                 lane_share(r, w, s, inner, rows, (&v, &read), acc_ty, (&init, &step), blocked, depth + 1);
                 combine_lanes(r, w.shuffle_xor, w.lanes, s, acc_ty, &step, depth + 1);
             }
-            None => {
-                let _ = writeln!(s, "{q}{} acc = {init};", d.ty(acc_ty));
-                let body = r.open_loops(s, inner, rows, depth + 1);
-                let _ = writeln!(s, "{}{} v = {v};\n{}acc = {step};", pad(body), d.ty(acc_ty), pad(body));
-                r.close_loops(s, inner.len(), depth + 1);
-            }
+            None => serial_sum(r, s, inner, rows, &v, acc_ty, (&init, &step), depth + 1),
         }
-        let value = match st.scale {
-            Some(f) => format!("({}) (acc * {})", d.ty(t), r.literal(f, if acc_ty.is_float() { acc_ty } else { d.accumulator() })),
-            None => format!("({}) acc", d.ty(t)),
-        };
-        let _ = writeln!(s, "{q}st{i} = {value};");
+        let _ = writeln!(s, "{q}st{i} = {};", reduced_value(r, st.scale, t, acc_ty));
         if let Some(e) = &st.then {
             let _ = writeln!(s, "{q}st{i} = {};", r.expr(&Expr::Cast(Box::new(e.clone()), t)));
         }
