@@ -876,6 +876,404 @@ static void test_plans()
     report("plan", "a mask of tile 3: tile 3, no split", b.tile == 3 && b.split == 1 ? 0 : 1, 1, 0, 0, 0);
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* cuBLASLt (mr_cublaslt.h)                                                             */
+/* ------------------------------------------------------------------------------------ */
+
+static double lt_act(int act, double v)
+{
+    if (act == MR_LT_ACT_RELU) return v > 0 ? v : 0;
+    if (act == MR_LT_ACT_GELU_TANH) return 0.5 * v * (1 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)));
+    return v;
+}
+
+/* The largest offset of a rows x cols operand with strides rs, cs and batch strides bs. */
+static int64_t lt_extent(int64_t rows, int64_t cols, int64_t rs, int64_t cs, const mr_batch &bt, const int64_t *bs)
+{
+    int64_t e = (rows - 1) * rs + (cols - 1) * cs;
+    for (int d = 0; d < bt.rank; ++d) e += (bt.ext[d] - 1) * bs[d];
+    return e + 1;
+}
+
+/* One case of the mapping: strides, batch (rank 0: none), residual, epilogue, and whether
+ * cuBLASLt should take it. */
+struct lt_map_case {
+    int64_t m, n, k, a_rs, a_cs, b_rs, b_cs, c_rs, c_cs;
+    mr_batch bt;
+    bool res;
+    int64_t res_rs, res_cs, res_b[MR_MAX_BATCH];
+    bool bias;
+    int act;
+};
+
+/* Where a cuBLASLt operand's element lies, as BLAS defines it, -1 past its buffer. */
+static int64_t lt_at(const mr_lt_operand &o, int64_t bi, int64_t r, int64_t c, size_t size)
+{
+    const int64_t at = bi * o.stride + r + c * o.ld;
+    return at >= 0 && (size_t)at < size ? at : -1;
+}
+
+/*
+ * The case's result two ways on random data: directly (C[i,j] = act(alpha sum A B + bias[j]
+ * + R[i,j]) over the multi-dimensional batch) and by evaluating mr_lt_map's problem as
+ * cuBLASLt defines it (column-major operands with their ld, op N or T, strided batch,
+ * bias a row of D, beta = 1 with a residual), after checking what cuBLASLt requires of it
+ * (dimensions consistent with op, ld >= max(1, rows), strides >= 0, count >= 1). Returns
+ * "" when both agree on every element of C's buffer (elements the product does not touch
+ * included), else what went wrong; "refused" when mr_lt_map refused.
+ */
+static const char *lt_map_check(const lt_map_case &t)
+{
+    mr_lt_problem pr;
+    const int64_t *res_b = t.res ? t.res_b : NULL;
+    if (!mr_lt_map(&pr, t.m, t.n, t.k, t.a_rs, t.a_cs, t.b_rs, t.b_cs, t.c_rs, t.c_cs, t.bt.rank ? &t.bt : NULL, t.res,
+                   t.res_rs, t.res_cs, res_b))
+        return "refused";
+    const size_t na = lt_extent(t.m, t.k, t.a_rs, t.a_cs, t.bt, t.bt.a), nb = lt_extent(t.k, t.n, t.b_rs, t.b_cs, t.bt, t.bt.b),
+                 nc = lt_extent(t.m, t.n, t.c_rs, t.c_cs, t.bt, t.bt.c),
+                 nr = t.res ? lt_extent(t.m, t.n, t.res_rs, t.res_cs, t.bt, t.res_b) : 1;
+    std::vector<double> A(na), B(nb), R(nr), bias(t.n), direct(nc, 777.0), mapped(nc, 777.0);
+    for (auto &x : A) x = rnd();
+    for (auto &x : B) x = rnd();
+    for (auto &x : R) x = rnd();
+    for (auto &x : bias) x = rnd();
+    const double alpha = 0.75;
+
+    /* directly, over the batch's multi-index */
+    int64_t count = 1;
+    for (int d = 0; d < t.bt.rank; ++d) count *= t.bt.ext[d];
+    for (int64_t nbi = 0; nbi < count; ++nbi) {
+        int64_t oa = 0, ob = 0, oc = 0, orr = 0, rem = nbi;
+        for (int d = t.bt.rank - 1; d >= 0; --d) {
+            const int64_t x = rem % t.bt.ext[d];
+            rem /= t.bt.ext[d];
+            oa += x * t.bt.a[d], ob += x * t.bt.b[d], oc += x * t.bt.c[d], orr += t.res ? x * t.res_b[d] : 0;
+        }
+        for (int64_t i = 0; i < t.m; ++i)
+            for (int64_t j = 0; j < t.n; ++j) {
+                double s = 0;
+                for (int64_t kk = 0; kk < t.k; ++kk) s += A[oa + i * t.a_rs + kk * t.a_cs] * B[ob + kk * t.b_rs + j * t.b_cs];
+                double v = alpha * s;
+                if (t.bias) v += bias[j];
+                if (t.res) v += R[orr + i * t.res_rs + j * t.res_cs];
+                direct[oc + i * t.c_rs + j * t.c_cs] = lt_act(t.act, v);
+            }
+    }
+
+    /* cuBLASLt's definition: A' is our B's buffer, B' our A's, C' our residual's, D' our C's */
+    const uint64_t M = pr.m, N = pr.n, K = pr.k;
+    const mr_lt_operand *ops[4] = {&pr.a, &pr.b, &pr.c, &pr.d};
+    const uint64_t want_rows[4] = {pr.a.trans ? K : M, pr.b.trans ? N : K, M, M};
+    const uint64_t want_cols[4] = {pr.a.trans ? M : K, pr.b.trans ? K : N, N, N};
+    for (int x = 0; x < 4; ++x) {
+        const mr_lt_operand &o = *ops[x];
+        if (o.rows != want_rows[x] || o.cols != want_cols[x]) return "operand dimensions do not match op";
+        if (o.ld < 1 || (uint64_t)o.ld < o.rows) return "ld < rows";
+        if (o.stride < 0) return "negative batch stride";
+        if (x >= 2 && o.trans) return "C or D transposed";
+    }
+    if (pr.batch < 1) return "batch count < 1";
+    if (M != (uint64_t)t.n || N != (uint64_t)t.m || K != (uint64_t)t.k) return "m, n, k not swapped";
+    std::vector<char> written(nc, 0);
+    for (int64_t bi = 0; bi < pr.batch; ++bi)
+        for (uint64_t r = 0; r < M; ++r)
+            for (uint64_t c = 0; c < N; ++c) {
+                double s = 0;
+                for (uint64_t kk = 0; kk < K; ++kk) {
+                    const int64_t ia = pr.a.trans ? lt_at(pr.a, bi, kk, r, nb) : lt_at(pr.a, bi, r, kk, nb);
+                    const int64_t ib = pr.b.trans ? lt_at(pr.b, bi, c, kk, na) : lt_at(pr.b, bi, kk, c, na);
+                    if (ia < 0 || ib < 0) return "reads past A or B";
+                    s += B[ia] * A[ib];
+                }
+                double v = alpha * s;
+                if (t.res) {
+                    const int64_t ir = lt_at(pr.c, bi, r, c, nr);
+                    if (ir < 0) return "reads past the residual";
+                    v += R[ir];
+                }
+                if (t.bias) v += bias[r];
+                const int64_t id = lt_at(pr.d, bi, r, c, nc);
+                if (id < 0) return "writes past C";
+                if (written[id]++) return "writes an element twice";
+                mapped[id] = lt_act(t.act, v);
+            }
+    for (size_t i = 0; i < nc; ++i)
+        if (!(fabs(mapped[i] - direct[i]) <= 1e-12 * (1 + fabs(direct[i])))) return "a different result";
+    return "";
+}
+
+/* Dense strides of an m x k operand: row-major or column-major, rows (columns) padded. */
+static void lt_layout(int kind, int64_t rows, int64_t cols, int64_t *rs, int64_t *cs)
+{
+    const int64_t pad = kind & 2 ? 5 : 0;
+    if (kind & 1) *rs = 1, *cs = rows + pad; /* column-major: a transposed view */
+    else *rs = cols + pad, *cs = 1;
+}
+
+static void lt_map_expect(const char *name, const lt_map_case &t, bool accept)
+{
+    const char *why = lt_map_check(t);
+    const bool ok = accept ? why[0] == 0 : strcmp(why, "refused") == 0;
+    char nm[200];
+    snprintf(nm, sizeof nm, "%s: %s%s%s", name, accept ? "mapped" : "refused", ok ? "" : ", got: ", ok ? "" : why);
+    report("lt-map", nm, ok ? 0 : 1, 1, 0, 0, 0);
+}
+
+/* A plain case: m x k row-major A, k x n row-major B, dense C; no batch, residual, bias. */
+static lt_map_case lt_plain(int64_t m, int64_t n, int64_t k)
+{
+    lt_map_case t;
+    memset(&t, 0, sizeof t);
+    t.m = m, t.n = n, t.k = k;
+    t.a_rs = k, t.a_cs = 1, t.b_rs = n, t.b_cs = 1, t.c_rs = n, t.c_cs = 1;
+    return t;
+}
+
+/* A [e0, e1] batch of contiguous products (rank 1 when e0 is 0). */
+static void lt_batch(lt_map_case &t, int64_t e0, int64_t e1)
+{
+    const int64_t sa = t.m * t.k, sb = t.k * t.n, sc = t.m * t.c_rs, sr = t.m * t.res_rs;
+    if (e0 == 0) {
+        t.bt.rank = 1, t.bt.ext[0] = e1, t.bt.a[0] = sa, t.bt.b[0] = sb, t.bt.c[0] = sc, t.res_b[0] = sr;
+        return;
+    }
+    t.bt.rank = 2, t.bt.ext[0] = e0, t.bt.ext[1] = e1;
+    t.bt.a[1] = sa, t.bt.b[1] = sb, t.bt.c[1] = sc, t.res_b[1] = sr;
+    t.bt.a[0] = sa * e1, t.bt.b[0] = sb * e1, t.bt.c[0] = sc * e1, t.res_b[0] = sr * e1;
+}
+
+static void test_lt_map()
+{
+    /* every size of 1, 3 and 33 with A and B each row- or column-major, dense or padded */
+    static const char *kinds[4] = {"row-major", "col-major", "row-major padded", "col-major padded"};
+    const int64_t sizes[3] = {1, 3, 33};
+    for (int ka = 0; ka < 4; ++ka)
+        for (int kb = 0; kb < 4; ++kb) {
+            int bad = 0, cases = 0;
+            const char *why = "";
+            for (int64_t m : sizes)
+                for (int64_t n : sizes)
+                    for (int64_t k : sizes) {
+                        lt_map_case t = lt_plain(m, n, k);
+                        lt_layout(ka, m, k, &t.a_rs, &t.a_cs);
+                        lt_layout(kb, k, n, &t.b_rs, &t.b_cs);
+                        t.bias = (m + n + k) % 2 == 1, t.act = (int)((m * n + k) % 3);
+                        const char *w = lt_map_check(t);
+                        ++cases;
+                        if (w[0]) ++bad, why = w;
+                    }
+            char nm[160];
+            snprintf(nm, sizeof nm, "A %s, B %s, m n k in {1, 3, 33}: %d cases mapped%s%s", kinds[ka], kinds[kb], cases,
+                     bad ? ", got: " : "", why);
+            report("lt-map", nm, (size_t)bad, (size_t)cases, 0, 0, 0);
+        }
+
+    lt_map_case t = lt_plain(33, 3, 33);
+    t.c_rs = 7, t.bias = true, t.act = MR_LT_ACT_RELU;
+    lt_map_expect("C padded, bias, relu", t, true);
+    t = lt_plain(3, 33, 3), t.res = true, t.res_rs = 33, t.res_cs = 1;
+    lt_map_expect("residual", t, true);
+    t.res_rs = 40, t.act = MR_LT_ACT_GELU_TANH, t.bias = true;
+    lt_map_expect("residual padded, bias, gelu", t, true);
+    t.res_rs = 1, t.res_cs = 3;
+    lt_map_expect("residual column-major", t, false);
+    t = lt_plain(3, 1, 3), t.res = true, t.res_rs = 1, t.res_cs = 9, t.c_rs = 1, t.c_cs = 4;
+    lt_map_expect("n = 1: C and residual strides along n free", t, true);
+    t = lt_plain(1, 33, 3), t.a_rs = 999, t.a_cs = 1, t.c_rs = 0;
+    lt_map_expect("m = 1: row strides free", t, true);
+    t = lt_plain(3, 33, 3), t.c_cs = 2, t.c_rs = 66;
+    lt_map_expect("C with c_cs 2", t, false);
+    t = lt_plain(3, 33, 3), t.c_rs = 1, t.c_cs = 3;
+    lt_map_expect("C column-major", t, false);
+    t = lt_plain(3, 33, 33), t.a_rs = 32;
+    lt_map_expect("A rows overlapping (a_rs = k - 1)", t, false);
+    t = lt_plain(3, 33, 3), t.b_rs = 32;
+    lt_map_expect("B rows overlapping (b_rs = n - 1)", t, false);
+    t = lt_plain(3, 33, 3), t.c_rs = 32;
+    lt_map_expect("C rows overlapping (c_rs = n - 1)", t, false);
+    t = lt_plain(3, 33, 3), t.a_rs = 6, t.a_cs = 2;
+    lt_map_expect("A with no unit stride", t, false);
+    t = lt_plain(3, 33, 3), t.b_rs = -33;
+    lt_map_expect("a negative stride", t, false);
+    t = lt_plain(3, 33, 0);
+    lt_map_expect("k = 0", t, false);
+
+    t = lt_plain(3, 33, 3), lt_batch(t, 0, 3);
+    lt_map_expect("batch [3]", t, true);
+    t = lt_plain(33, 3, 3), t.bias = true, t.act = MR_LT_ACT_RELU, lt_batch(t, 2, 3);
+    lt_map_expect("batch [2, 3], collapsible", t, true);
+    t = lt_plain(3, 33, 33), lt_layout(1, 3, 33, &t.a_rs, &t.a_cs), lt_batch(t, 2, 3), t.bt.ext[0] = 1, t.bt.a[0] = 12345;
+    lt_map_expect("batch [1, 3], A column-major", t, true);
+    t = lt_plain(3, 33, 3), lt_batch(t, 2, 3), t.bt.ext[1] = 1, t.bt.c[1] = -5;
+    lt_map_expect("batch [2, 1] (extent 1 ignored)", t, true);
+    t = lt_plain(3, 33, 3), lt_batch(t, 2, 3), t.bt.a[0] = t.bt.a[1] = 0;
+    lt_map_expect("batch [2, 3], A broadcast", t, true);
+    t = lt_plain(33, 3, 3), lt_layout(3, 3, 3, &t.b_rs, &t.b_cs), lt_batch(t, 2, 3), t.bt.b[0] = t.bt.b[1] = 0;
+    lt_map_expect("batch [2, 3], B broadcast, B column-major padded", t, true);
+    t = lt_plain(3, 33, 3), t.c_rs = 40, t.res = true, t.res_rs = 35, t.res_cs = 1, t.bias = true;
+    t.act = MR_LT_ACT_GELU_TANH, lt_batch(t, 2, 3);
+    lt_map_expect("batch [2, 3], C and residual padded", t, true);
+    t = lt_plain(3, 33, 3), lt_batch(t, 2, 3), t.bt.a[1] = 0;
+    lt_map_expect("batch [2, 3], A broadcast on the inner dimension only", t, false);
+    t = lt_plain(3, 33, 3), lt_batch(t, 2, 3), t.bt.c[0] += 1;
+    lt_map_expect("batch [2, 3], C not collapsible", t, false);
+    t = lt_plain(3, 33, 3), t.res = true, t.res_rs = 33, t.res_cs = 1, lt_batch(t, 2, 3), t.res_b[0] *= 2;
+    lt_map_expect("batch [2, 3], residual not collapsible", t, false);
+    t = lt_plain(3, 33, 3), t.res = true, t.res_rs = 33, t.res_cs = 1, lt_batch(t, 0, 3), t.res_b[0] = 0;
+    lt_map_expect("batch [3], residual broadcast", t, false);
+    t = lt_plain(3, 33, 3), lt_batch(t, 0, 3), t.bt.c[0] = 0;
+    lt_map_expect("batch [3], C stride 0", t, false);
+    t = lt_plain(3, 33, 3), lt_batch(t, 2, 3), t.bt.b[1] = -t.bt.b[1], t.bt.b[0] = -t.bt.b[0];
+    lt_map_expect("batch [2, 3], B's batch strides negative", t, false);
+    {
+        mr_lt_problem pr;
+        t = lt_plain(3, 33, 3), lt_batch(t, 65536, 65536);
+        const bool refused = !mr_lt_map(&pr, t.m, t.n, t.k, t.a_rs, t.a_cs, t.b_rs, t.b_cs, t.c_rs, t.c_cs, &t.bt, 0, 0, 0, NULL);
+        report("lt-map", "batch [65536, 65536]: the count overflows int32, refused", refused ? 0 : 1, 1, 0, 0, 0);
+    }
+}
+
+/* The built-in kernels' equivalent of mr_lt_epilogue (what the compiler passes as ep):
+ * C = act(alpha C + bias[j] + R), the batch index decomposed as mr_batch's row-major. */
+struct ep_lt {
+    float *c;
+    const float *bias, *res;
+    int64_t c_rs, c_cs, res_rs, res_cs;
+    mr_batch bt;
+    int64_t res_b[MR_MAX_BATCH];
+    float alpha;
+    int act;
+    __device__ void operator()(int64_t nb, int64_t i, int64_t j) const
+    {
+        int64_t oc = 0, orr = 0;
+        for (int d = bt.rank - 1; d >= 0; --d) {
+            const int64_t x = nb % bt.ext[d];
+            nb /= bt.ext[d];
+            oc += x * bt.c[d], orr += x * res_b[d];
+        }
+        float *p = c + oc + i * c_rs + j * c_cs;
+        float v = alpha * *p;
+        if (bias) v += bias[j];
+        if (res) v += res[orr + i * res_rs + j * res_cs];
+        *p = act == MR_LT_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == MR_LT_ACT_GELU_TANH ? mr_gelu_tanhf(v) : v;
+    }
+};
+
+/* The lt cases instantiate one tile kernel (64 x 64, no split) of the exact fallback. */
+#define LT_MASK (1u << 2)
+static mr_lt_site g_lt_site;
+static mr_lt_workspace g_lt_ws = {NULL, 0};
+static int g_lt_ran = 0, g_lt_fell_back = 0;
+
+/*
+ * One product through mr_cuda_sgemm_lt: m x k A (transposed in memory if ta), k x n B (tb),
+ * C with c_cs (2: no unit stride, so the built-in kernels), batch 0 none, 1 [2, 3], 2 the
+ * same with B broadcast; the epilogue. Against the double reference within the precision's
+ * bound (exact f32: 1e-5 of the sum of |terms|; reduced: 5u, which also covers cuBLASLt
+ * truncating the operands or choosing TF32 for BF16/F16). When the built-in kernels ran
+ * (always under emulation), also bit for bit against mr_cuda_sgemm_tc with the same ep.
+ * on_lt: 1 if cuBLASLt must take it when loaded, 0 if it must not, -1 either.
+ */
+static void test_lt_gemm(int prec, int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t c_cs, int batch, int act,
+                         bool bias, bool res, float alpha, int on_lt)
+{
+    char name[200];
+    static const char *acts[3] = {"", " relu", " gelu"};
+    snprintf(name, sizeof name, "%s%lldx%lldx%lld%s%s%s%s%s%s%s alpha %g", prec_name(prec), (long long)m, (long long)n,
+             (long long)k, ta ? " At" : "", tb ? " Bt" : "", c_cs != 1 ? " c_cs 2" : "",
+             batch == 1 ? " batch [2,3]" : batch == 2 ? " batch [2,3] bcastB" : "", bias ? " bias" : "", res ? " res" : "",
+             acts[act], (double)alpha);
+    const int64_t nbatch = batch ? 6 : 1, c_rs = n * c_cs + 3, sa = m * k, sb = batch == 2 ? 0 : k * n, sc = m * c_rs,
+                  r_rs = n + 1, sr = m * r_rs;
+    std::vector<float> A = rnd_vec(sa * nbatch), B = rnd_vec(batch == 2 ? k * n : sb * nbatch), C(sc * nbatch, 5.0f),
+                       bs = rnd_vec(n), R = rnd_vec(sr * nbatch);
+    const int64_t a_rs = ta ? 1 : k, a_cs = ta ? m : 1, b_rs = tb ? 1 : n, b_cs = tb ? k : 1;
+    float *dA = dev_from(A), *dB = dev_from(B), *dC = dev_from(C), *dC2 = dev_from(C), *dbias = dev_from(bs),
+          *dR = dev_from(R);
+    mr_batch bt;
+    memset(&bt, 0, sizeof bt);
+    mr_lt_epilogue lt;
+    memset(&lt, 0, sizeof lt);
+    if (batch) {
+        bt.rank = 2, bt.ext[0] = 2, bt.ext[1] = 3;
+        bt.a[0] = 3 * sa, bt.a[1] = sa, bt.b[0] = 3 * sb, bt.b[1] = sb, bt.c[0] = 3 * sc, bt.c[1] = sc;
+        lt.res_b[0] = 3 * sr, lt.res_b[1] = sr;
+    }
+    lt.act = act, lt.alpha = alpha, lt.bias = bias ? dbias : NULL, lt.res = res ? dR : NULL, lt.res_rs = r_rs, lt.res_cs = 1;
+    const mr_batch *bp = batch ? &bt : NULL;
+    ep_lt ep = {dC, lt.bias, lt.res, c_rs, c_cs, r_rs, 1, bt, {lt.res_b[0], lt.res_b[1], 0, 0}, alpha, act};
+    const long long runs = mr_lt_site_runs(&g_lt_site);
+    CUDA_OK(with_precision((mr_precision)prec, [&](auto P) {
+        return mr_cuda_sgemm_lt<decltype(P)::value, LT_MASK>(&g_lt_site, 0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC,
+                                                               c_rs, c_cs, bp, g_scratch, g_lt_ws, lt, ep);
+    }));
+    const bool on = mr_lt_site_runs(&g_lt_site) > runs;
+    ++(on ? g_lt_ran : g_lt_fell_back);
+    std::vector<float> got = host_from(dC, C.size());
+    std::vector<double> ref(C.begin(), C.end()), scale(C.size(), 0.0);
+    for (int64_t nb = 0; nb < nbatch; ++nb)
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double s = 0, s_abs = 0;
+                for (int64_t kk = 0; kk < k; ++kk) {
+                    const double p = (double)A[nb * sa + i * a_rs + kk * a_cs] * B[nb * sb + kk * b_rs + j * b_cs];
+                    s += p, s_abs += fabs(p);
+                }
+                double v = alpha * s;
+                s_abs *= fabs(alpha);
+                if (bias) v += bs[j], s_abs += fabs(bs[j]);
+                if (res) v += R[nb * sr + i * r_rs + j], s_abs += fabs(R[nb * sr + i * r_rs + j]);
+                const int64_t at = nb * sc + i * c_rs + j * c_cs;
+                ref[at] = lt_act(act, v), scale[at] = s_abs;
+            }
+    /* GELU's slope is below 1.13: an error in its argument grows at most that much */
+    const double grow = act == MR_LT_ACT_GELU_TANH ? 1.2 : 1.0;
+    const double tol = prec == MR_F32 ? 1e-5 : 5 * unit_roundoff(prec) + 1e-5;
+    char nm[260];
+    snprintf(nm, sizeof nm, "%s (%s)", name, on ? "cuBLASLt" : "built-in");
+    compare("lt", nm, got, ref, scale, tol * grow);
+    if (on_lt >= 0 && mr_lt_available()) {
+        snprintf(nm, sizeof nm, "%s: %s cuBLASLt", name, on_lt ? "ran on" : "not on");
+        report("lt", nm, on == (on_lt == 1) ? 0 : 1, 1, 0, 0, 0);
+    }
+    if (!on) {
+        ep.c = dC2;
+        CUDA_OK(with_precision((mr_precision)prec, [&](auto P) {
+            return mr_cuda_sgemm_tc<decltype(P)::value, LT_MASK>(0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC2, c_rs,
+                                                                   c_cs, bp, g_scratch, ep);
+        }));
+        std::vector<float> want = host_from(dC2, C.size());
+        snprintf(nm, sizeof nm, "%s: the same bits as mr_cuda_sgemm_tc", name);
+        report("lt", nm, memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0, 1, 0, 0, 0);
+    }
+    cudaFree(dA), cudaFree(dB), cudaFree(dC), cudaFree(dC2), cudaFree(dbias), cudaFree(dR);
+}
+
+static void test_lts()
+{
+    test_lt_map();
+    /*                 prec      m    n    k   ta     tb     c_cs batch act                  bias   res    alpha on_lt */
+    test_lt_gemm(MR_F32,  65,  33,  17, false, false, 1,   0,    MR_LT_ACT_NONE,      false, false, 1.0f,  1);
+    test_lt_gemm(MR_F32,  65,  33,  17, false, false, 1,   0,    MR_LT_ACT_RELU,      true,  false, 1.0f, -1);
+    test_lt_gemm(MR_F32,  70, 96,  64,  true,  true,  1,   0,    MR_LT_ACT_GELU_TANH, true,  true,  0.5f, -1);
+    test_lt_gemm(MR_F32,  33,  40,  20, false, true,  1,   1,    MR_LT_ACT_RELU,      true,  true,  1.0f, -1);
+    test_lt_gemm(MR_F32,  33,  40,  20, true,  false, 1,   2,    MR_LT_ACT_NONE,      false, true,  2.0f, -1);
+    test_lt_gemm(MR_F32,   1,  37,  50, false, false, 1,   0,    MR_LT_ACT_NONE,      true,  false, 1.0f, -1);
+    test_lt_gemm(MR_F32,  65,  33,  17, false, false, 2,   0,    MR_LT_ACT_RELU,      true,  true,  1.0f,  0);
+    test_lt_gemm(MR_F32,  65,  33,   0, false, false, 1,   0,    MR_LT_ACT_GELU_TANH, true,  true,  1.0f,  0);
+    for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
+        test_lt_gemm(prec, 65, 33, 40, false, false, 1, 0, MR_LT_ACT_GELU_TANH, true, true, 1.0f, -1);
+        test_lt_gemm(prec, 33, 40, 20, true, false, 1, 1, MR_LT_ACT_RELU, true, false, 0.5f, -1);
+    }
+    const char *why = mr_lt_available() ? "" :
+#if defined(MR_CUDA_EMULATE)
+        " (emulation: always the built-in kernels)";
+#else
+        " (not loaded: MR_CUBLASLT=off, or libcublasLt.so.13 missing or unusable)";
+#endif
+    printf("cublaslt: %d shapes ran on cuBLASLt, %d fell back%s\n", g_lt_ran, g_lt_fell_back, why);
+}
+
 int main()
 {
     g_scratch.floats = 1 << 22;
@@ -898,6 +1296,10 @@ int main()
     test_softmaxes();
     test_attentions();
     test_sgds();
+    /* cuBLASLt may use 32 MiB of workspace (the emulation never touches it) */
+    g_lt_ws.bytes = (size_t)32 << 20;
+    CUDA_OK(cudaMalloc(&g_lt_ws.p, g_lt_ws.bytes));
+    test_lts();
     printf("%d of %d checks passed\n", g_checks - g_failures, g_checks);
     return g_failures ? 1 : 0;
 }
