@@ -1146,11 +1146,8 @@ struct ep_lt {
     __device__ void operator()(int64_t nb, int64_t i, int64_t j) const
     {
         int64_t oc = 0, orr = 0;
-        for (int d = bt.rank - 1; d >= 0; --d) {
-            const int64_t x = nb % bt.ext[d];
-            nb /= bt.ext[d];
-            oc += x * bt.c[d], orr += x * res_b[d];
-        }
+        /* the library's unrolled walk: indexed by a variable, the arrays would go to the stack */
+        mr_batch_walk(bt.rank, bt.ext, nb, [&](int d, int64_t x) { oc += x * bt.c[d], orr += x * res_b[d]; });
         float *p = c + oc + i * c_rs + j * c_cs;
         float v = alpha * *p;
         if (bias) v += bias[j];
