@@ -11,6 +11,12 @@ For every model and batch size, in one run:
      and torch.compile(mode="reduce-overhead"), i.e. with CUDA graphs;
   4. prints each case's latencies and ratio = best mithrilc / best torch.compile.
 
+With --gemm cublaslt every case is also compiled with mithrilc's --gemm cublaslt (its
+matrix products on cuBLASLt, loaded at run time: $MR_CUBLASLT or libcublasLt.so.13) and
+timed as two more runners, "lt" and "lt graph", with their own ratio column; when
+cuBLASLt cannot be loaded here those runners are left out, saying why (the library
+would run its built-in kernels and measure nothing new).
+
 Everything is f32 with TF32 off: mithrilc's CUDA kernels compute exact f32, and torch
 with TF32 would be measured doing less work (10-bit mantissas in its GEMMs and
 convolutions). A check fails when max |output - reference| > 1e-3 * max |reference|.
@@ -36,7 +42,8 @@ measured. Run on a GPU machine through benches/gpu_run.sh, which builds mithrilc
 checks that nvidia-smi and torch are there.
 
 Usage: python gpu_bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R]
-           [--warmup W] [--models mlp,cnn,...] [--compile-modes reduce-overhead,...] [--dry-run]
+           [--warmup W] [--models mlp,cnn,...] [--compile-modes reduce-overhead,...]
+           [--gemm cublaslt] [--dry-run]
 """
 
 import argparse
@@ -54,7 +61,7 @@ import sys
 MODELS = ("mlp", "lenet", "cnn", "gpt_block")
 TOLERANCE = 1e-3
 COMPILE_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead")
-RUNNERS = ("mithrilc", "mithrilc graph", "torch eager") + tuple(f"compile {m}" for m in COMPILE_MODES)
+RUNNERS = ("mithrilc", "mithrilc graph", "torch eager") + tuple(f"compile {m}" for m in COMPILE_MODES) + ("lt", "lt graph")
 FUNCTIONS = ("forward", "graph_create", "graph_launch", "graph_destroy", "load_weights")
 
 # Each model's layers as (Mithril parameter prefix, kind, arguments). The safetensors
@@ -86,6 +93,8 @@ def main():
     ap.add_argument("--compile-modes", default=",".join(COMPILE_MODES),
                     help="the torch.compile modes to measure, comma-separated (max-autotune's tuning takes "
                          "minutes: a short lease may take reduce-overhead alone); empty for none")
+    ap.add_argument("--gemm", choices=("builtin", "cublaslt"), default="builtin",
+                    help="cublaslt: also time each case compiled with --gemm cublaslt")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
     models = args.models.split(",")
@@ -101,11 +110,18 @@ def main():
         check_params(name, f"{args.bench}/{name}.safetensors", manifest[name]["params"])
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
             todo.append((name, batch, info, f"{args.work}/{name}_b{batch}"))
+    lt_todo = [(name, batch, info, f"{out}_lt") for name, batch, info, out in todo] if args.gemm == "cublaslt" else []
     # Each build is one nvcc process (about 20 s of one core for the four code
     # generations): the cases build side by side, one per core.
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], "source" if dry else "build"), todo))
+        emit = "source" if dry else "build"
+        list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], emit, []), todo))
+        list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], emit, ["--gemm", "cublaslt"]), lt_todo))
     cases = [Case(name, batch, info, out, read_header(out, info)) for name, batch, info, out in todo]
+    for case in cases:
+        case.lt = f"{case.out}_lt" if lt_todo else None
+        if case.lt:
+            read_header(case.lt, case.info)
     if dry:
         return dry_run(args, cases)
     return measure(args, cases)
@@ -135,10 +151,10 @@ class Case:
         return repeat if self.info["flops"] < 5e9 else max(5, repeat // 10)
 
 
-def compile_case(mithrilc, bench, name, info, out, emit):
+def compile_case(mithrilc, bench, name, info, out, emit, flags):
     shape = ",".join(str(d) for d in info["input_shape"])
     cmd = [mithrilc, "compile", f"{bench}/{name}.json", "--target", "cuda", "--shape", f"input={shape}",
-           "--params", f"{bench}/{name}.safetensors", "-o", out, "--force", "--emit", emit]
+           "--params", f"{bench}/{name}.safetensors", "-o", out, "--force", "--emit", emit] + flags
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"gpu_bench: {' '.join(cmd)}\nexited {done.returncode}:\n{done.stdout}{done.stderr}")
@@ -242,7 +258,7 @@ def dry_run(args, cases):
         print(f"{case.label:<14} lib{h['name']}.so: weights {h['WEIGHTS_SIZE']} B, arena {h['ARENA_SIZE']} B, "
               f"input {case.info['input_shape']}, output {case.info['output_shape']}; "
               f"{case.runs(args.repeat)} calls after {args.warmup} warm-up, {case.info['flops'] / 1e9:.3f} GFLOP")
-    runners = RUNNERS[:3] + tuple(f"compile {m}" for m in args.modes)
+    runners = RUNNERS[:3] + tuple(f"compile {m}" for m in args.modes) + (("lt", "lt graph") if args.gemm == "cublaslt" else ())
     print(f"runners per case: {', '.join(runners)}")
     print(f"each checked against NAME_bB_output.npy (max abs error <= {TOLERANCE:g} * max |output|) before timing;")
     print(f"best of {args.rounds} rounds of the median latency (CUDA events, one synchronised call each); f32, TF32 disabled.")
@@ -318,17 +334,32 @@ def torch_model(name, params):
     return model.eval().requires_grad_(False).cuda()
 
 
+def cublaslt_missing():
+    """Why mithrilc's --gemm cublaslt would not find cuBLASLt here (None: it would),
+    looked up as the generated library does: $MR_CUBLASLT, else libcublasLt.so.13."""
+    name = os.environ.get("MR_CUBLASLT") or "libcublasLt.so.13"
+    if name == "off":
+        return "MR_CUBLASLT=off"
+    try:
+        lib = ctypes.CDLL(name, mode=os.RTLD_LOCAL)
+    except OSError as e:
+        return f"{name} does not load ({e}); set MR_CUBLASLT to its path"
+    version = lib.cublasLtGetVersion()
+    return None if version // 10000 == 13 else f"{name} is cuBLASLt {version}, not 13.x"
+
+
 class Mithrilc:
     """lib<name>.so with its device buffers, called through ctypes on its own stream."""
 
     loaded = {}
 
-    def __init__(self, case, x):
+    def __init__(self, case, x, out=None):
         import numpy as np
         import torch
         h = case.header
         name = h["name"]
-        path = os.path.abspath(f"{case.out}/lib{name}.so")
+        out = out or case.out
+        path = os.path.abspath(f"{out}/lib{name}.so")
         lib = ctypes.CDLL(path)
         vp, pvp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
         self.forward_fn = lib[f"{name}_forward"]
@@ -345,10 +376,12 @@ class Mithrilc:
         if address in Mithrilc.loaded:
             sys.exit(f"gpu_bench: {path} resolved to the library of {Mithrilc.loaded[address]}")
         Mithrilc.loaded[address] = path
-        blob = np.fromfile(f"{case.out}/weights.bin", dtype=np.uint8)
+        blob = np.fromfile(f"{out}/weights.bin", dtype=np.uint8)
         self.weights = torch.from_numpy(blob).cuda()
-        # max(1, ...): an empty arena would have a null data_ptr.
-        self.arena = torch.empty(max(1, h["ARENA_SIZE"]), dtype=torch.uint8, device="cuda")
+        # max(1, ...): an empty arena would have a null data_ptr. The --gemm cublaslt
+        # build's arena is larger (cuBLASLt's workspace): its own header says how much.
+        arena = read_header(out, case.info)["ARENA_SIZE"] if out != case.out else h["ARENA_SIZE"]
+        self.arena = torch.empty(max(1, arena), dtype=torch.uint8, device="cuda")
         self.x = x.contiguous()
         self.y = torch.empty(h["OUTPUT_0_SIZE"], dtype=torch.float32, device="cuda")
         self.inputs = (vp * 1)(self.x.data_ptr())
@@ -420,6 +453,9 @@ def measure(args, cases):
             setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
     failures = []
     plans = []  # (case, runner, fn, stream): what the rounds time
+    lt_missing = cublaslt_missing() if args.gemm == "cublaslt" else "not asked for (--gemm cublaslt)"
+    if args.gemm == "cublaslt":
+        print(f"cuBLASLt: {'loads' if lt_missing is None else 'left out: ' + lt_missing}", flush=True)
 
     def check(case, runner, fn, stream, want):
         """Warms fn up, checks its output and adds it to the plans; a runner that fails
@@ -458,6 +494,15 @@ def measure(args, cases):
             except Exception as e:
                 print(f"check {case.label:<14} {'mithrilc':<36} FAILED to load: {type(e).__name__}: {e}", flush=True)
                 failures.append(f"{case.label} mithrilc: {type(e).__name__}")
+            if case.lt and lt_missing is None:
+                try:
+                    m = Mithrilc(case, x, case.lt)
+                    libraries.append(m)
+                    check(case, "lt", m.forward, m.stream, want)
+                    check(case, "lt graph", m.graph, m.stream, want)
+                except Exception as e:
+                    print(f"check {case.label:<14} {'lt':<36} FAILED to load: {type(e).__name__}: {e}", flush=True)
+                    failures.append(f"{case.label} lt: {type(e).__name__}")
             if case.name not in params:
                 params[case.name] = load_params(f"{args.bench}/{case.name}.safetensors")
             model = torch_model(case.name, params[case.name])
@@ -502,7 +547,8 @@ def report(args, cases, best):
     print(f"{mithrilc_version}; torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}); "
           f"python {sys.version.split()[0]}")
     print("f32 throughout: torch.backends.cuda.matmul.allow_tf32 = False, torch.backends.cudnn.allow_tf32 = False")
-    print(f"{'case':<14} {'mithrilc':>10} {'m. graph':>10} {'eager':>10} {'compile':>10} {'mode':>4} {'ratio':>7}")
+    print(f"{'case':<14} {'mithrilc':>10} {'m. graph':>10} {'eager':>10} {'compile':>10} {'mode':>4} {'ratio':>7}"
+          f" {'lt graph':>10} {'ratio lt':>8}")
 
     def cell(us):
         return f"{us:>8.1f}us" if us is not None else f"{'-':>10}"
@@ -513,12 +559,15 @@ def report(args, cases, best):
         compiled = [(got[f"compile {m}"], tag) for m, tag in zip(COMPILE_MODES, ("ma", "ro")) if got[f"compile {m}"] is not None]
         peer, tag = min(compiled) if compiled else (None, "-")
         ratio = f"{min(ours) / peer:>7.2f}" if ours and peer else f"{'-':>7}"
+        lt = [us for us in (got["lt"], got["lt graph"]) if us is not None]
+        ratio_lt = f"{min(lt) / peer:>8.2f}" if lt and peer else f"{'-':>8}"
         print(f"{case.label:<14} {cell(got['mithrilc'])} {cell(got['mithrilc graph'])} {cell(got['torch eager'])} "
-              f"{cell(peer)} {tag:>4} {ratio}")
+              f"{cell(peer)} {tag:>4} {ratio} {cell(got['lt graph'])} {ratio_lt}")
     print("ratio = the faster mithrilc run (plain or graph) / the faster torch.compile mode; median latency of one call")
     print(f"(CUDA events, synchronised after each), the best of {args.rounds} rounds in this run; - = failed its check or did not run.")
     print("mode: ma = torch.compile(mode=\"max-autotune-no-cudagraphs\"), ro = mode=\"reduce-overhead\" (CUDA graphs).")
     print("m. graph = <name>_graph_launch of a CUDA graph captured by <name>_graph_create.")
+    print("lt graph, ratio lt: the same with --gemm cublaslt (products on cuBLASLt); - = not asked for, or cuBLASLt absent.")
 
 
 def driver_version():

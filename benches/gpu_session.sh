@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session's checks of the CUDA target, in order, each step timed and bounded
-# (680 s at most, about eight minutes as measured steps go) so the whole fits in the
+# (720 s at most, about eight minutes as measured steps go) so the whole fits in the
 # ten minutes of a lent GPU (an H100 or H200, 16 cores):
 #   1. build mithrilc and the test binary (release);
 #   2. the kernel library's checks on the GPU (runtime-cuda: every tile, split-K, odd
@@ -9,7 +9,9 @@
 #      and compared with the interpreter on the GPU (tests/cuda_target.rs, --ignored);
 #   4. the launch report of gpt_block at batch 1 for this GPU's SM count, for the record;
 #   5. benches/gpu_run.sh against torch.compile (reduce-overhead and max-autotune), if
-#      torch is there.
+#      torch is there, with --gemm cublaslt's builds beside the built-in kernels' where
+#      cuBLASLt 13 is found (MR_CUBLASLT: set here to a pip wheel's libcublasLt.so.13,
+#      e.g. a CUDA 13 torch's, when the loader would not find one itself).
 #   bash benches/gpu_session.sh [--dry-run]
 # --dry-run, on a machine without a GPU: the same steps with the GPU runs replaced by
 # their emulated or --dry-run forms (2: the checks under emulation; 3: skipped, as CI
@@ -45,6 +47,11 @@ if [ "$dry" = 0 ]; then
   arch="sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')"
 fi
 lscpu | sed -n 's/^Model name: *//p'
+if [ -z "${MR_CUBLASLT:-}" ]; then
+  lt=$(python3 -c "import glob, site; m = [f for p in site.getsitepackages() + [site.getusersitepackages()] for f in sorted(glob.glob(p + '/nvidia/cu13/lib/libcublasLt.so.13'))]; print(m[-1] if m else '')" 2>/dev/null)
+  [ -n "$lt" ] && export MR_CUBLASLT="$lt"
+fi
+echo "cuBLASLt: ${MR_CUBLASLT:-libcublasLt.so.13 as the loader finds it}"
 
 step 180 "build" bash -c 'cargo build --release -q --bin mithrilc && cargo test --release -q --no-run --test suite'
 if [ "$dry" = 0 ]; then
@@ -55,9 +62,9 @@ else
 fi
 step 30 "launch report (gpt_block b1)" bash -c 'out=$(mktemp -d) && ./target/release/mithrilc compile ../shared/bench/gpt_block.json --shape input=1,128,768 --target cuda --emit source --report -o "$out/gpt" | sed -n "/^launches/,\$p"; rm -rf "$out"'
 if [ "$dry" = 0 ]; then
-  step 200 "benchmark against torch.compile" bash benches/gpu_run.sh --rounds 3
+  step 240 "benchmark against torch.compile" bash benches/gpu_run.sh --rounds 3 --gemm cublaslt
 else
-  step 120 "benchmark plan (dry run)" bash benches/gpu_run.sh --dry-run
+  step 120 "benchmark plan (dry run)" bash benches/gpu_run.sh --dry-run --gemm cublaslt
 fi
 echo "gpu_session.sh: $failed step(s) failed"
 exit "$failed"

@@ -20,7 +20,8 @@
  *   mr_cuda_sgemm_tc, mr_cuda_conv2d_tc
  *                   the same products with operands rounded to TF32, BF16 or F16 on tensor
  *                   cores (PTX mma.sync, sm_80+), f32 accumulation; exact fallbacks.
- *   mr_cuda_sgemm_lt (mr_cublaslt.h)
+ *   mr_cuda_sgemm_lt (in mr_cublaslt.h, which a caller includes after this header: it
+ *                   compiles against cuBLASLt's header)
  *                   the GEMM on cuBLASLt (dlopen'ed, fused epilogue) where it loads and
  *                   takes the layout, else mr_cuda_sgemm_tc; always the latter emulated.
  * Every host function launches on the given stream and returns cudaGetLastError()
@@ -1887,7 +1888,5 @@ static inline cudaError_t mr_cuda_sgd_f64(cudaStream_t s, double *w, const doubl
     MR_LAUNCH(mr_k_sgd<double>, dim3(mr_blocks(n)), dim3(MR_THREADS), s, w, g, v, n, lr, momentum, use_v);
     return cudaGetLastError();
 }
-
-#include "mr_cublaslt.h"
 
 #endif /* MITHRIL_CUDA_H */

@@ -6,9 +6,11 @@
  * caller's equivalent functor. cuBLASLt is loaded with dlopen ($MR_CUBLASLT, else
  * "libcublasLt.so.13"), so a model neither links against it nor needs it installed.
  *
- * Included at the end of mithril_cuda.h (it uses mr_batch, mr_scratch, mr_precision and
- * mr_cuda_sgemm_tc). Every symbol is static or inline, as in mithril_cuda.h, so two
- * models link into one program; each translation unit loads its own handle.
+ * It builds on mithril_cuda.h (mr_batch, mr_scratch, mr_precision, mr_cuda_sgemm_tc), but
+ * only a model compiled with --gemm cublaslt includes it: it compiles against cuBLASLt's
+ * header, which nvcc alone does not have. Every symbol is static or inline, as in
+ * mithril_cuda.h, so two models link into one program; each translation unit loads its
+ * own handle.
  *
  * Under MR_CUDA_EMULATE every call runs the built-in kernels (the emulation has no
  * cuBLASLt); the layout mapping, mr_lt_map, is plain host code compiled in both modes, so
@@ -20,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <atomic>
+#include "mithril_cuda.h"
 #if !defined(MR_CUDA_EMULATE)
 #include <cublasLt.h>
 #include <dlfcn.h>

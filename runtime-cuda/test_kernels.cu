@@ -9,6 +9,7 @@
  * when all pass.
  */
 #include "mithril_cuda.h"
+#include "mr_cublaslt.h"
 
 #include <math.h>
 #include <stdio.h>

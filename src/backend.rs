@@ -69,6 +69,8 @@ pub trait Backend: Sync {
 pub struct Capabilities {
     /// The `--precision` values its matrix products and convolutions offer.
     pub precisions: &'static [Precision],
+    /// The `--gemm` values its matrix products offer (`builtin` first).
+    pub gemms: &'static [Gemm],
     /// The `--accumulate` values its reductions offer, its default first.
     pub accumulators: &'static [Accumulate],
     /// The `--quantize` values it stores matrix-product and convolution weights in.
@@ -105,6 +107,7 @@ impl Capabilities {
     pub const NONE: Capabilities =
         Capabilities {
         precisions: &[Precision::F32],
+        gemms: &[Gemm::Builtin],
         accumulators: &[Accumulate::F64],
         quantizations: &[Quantize::F32],
         weights_modes: &[WeightsMode::File],
@@ -172,6 +175,8 @@ pub struct EmitOptions {
     pub accumulate: Option<Accumulate>,
     /// The GPU of the CUDA target's launch report (`--gpu`); `None`: an H100.
     pub gpu: Option<&'static crate::codegen::cuda::plan::Gpu>,
+    /// What runs the matrix products (`--gemm`).
+    pub gemm: Gemm,
 }
 
 /// How matrix products and convolutions may round (`--precision`). Everything else
@@ -198,6 +203,27 @@ impl Precision {
             Precision::Tf32 => "tf32",
             Precision::Bf16 => "bf16",
             Precision::F16 => "f16",
+        }
+    }
+}
+
+/// What runs a target's matrix products (`--gemm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Gemm {
+    /// The target's own kernels
+    #[default]
+    Builtin,
+    /// cuBLASLt where it loads at run time and takes the product, with its bias, ReLU,
+    /// GELU (tanh) and residual epilogues; the built-in kernels elsewhere (cuda)
+    Cublaslt,
+}
+
+impl Gemm {
+    /// The name `--gemm` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Gemm::Builtin => "builtin",
+            Gemm::Cublaslt => "cublaslt",
         }
     }
 }
@@ -236,6 +262,11 @@ pub fn accumulator(target: &dyn Backend, asked: Option<Accumulate>) -> Result<Ac
 /// Refuses a `--precision` the target does not offer (a usage error naming those it does).
 pub fn check_precision(target: &dyn Backend, precision: Precision) -> Result<()> {
     check_offered("--precision", precision, target.capabilities().precisions, Precision::name, &format!("the {} target computes in", target.name()))
+}
+
+/// Refuses a `--gemm` the target does not offer (a usage error naming those it does).
+pub fn check_gemm(target: &dyn Backend, gemm: Gemm) -> Result<()> {
+    check_offered("--gemm", gemm, target.capabilities().gemms, Gemm::name, &format!("the {} target's matrix products run on", target.name()))
 }
 
 /// How the weights of matrix products and convolutions are stored (`--quantize`); the

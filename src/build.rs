@@ -263,6 +263,11 @@ fn run_checked(mut cmd: Command, tool: &str, install: &str, statuses: &[(i32, Er
 /// `../shared/TOOLCHAINS.md`), as `.ci/run` installs them.
 pub const CUDA_WHEELS: &str = "nvidia-cuda-nvcc==13.5.37 nvidia-cuda-runtime==13.5.37 nvidia-cuda-cccl==13.3.5.0.6";
 
+/// The pinned wheel of cuBLAS whose headers `--gemm cublaslt` compiles against (the
+/// library itself is loaded at run time, `runtime-cuda/mr_cublaslt.h`); `.ci/run`
+/// installs it beside [`CUDA_WHEELS`].
+pub const CUBLAS_WHEEL: &str = "nvidia-cublas==13.5.1.27";
+
 /// The compute capability of this machine's first NVIDIA GPU as nvcc names its
 /// architecture (9.0: 90), from `nvidia-smi`; `None` without a GPU, a driver or
 /// nvidia-smi.
@@ -460,6 +465,7 @@ mod tests {
     #[test]
     fn ci_installs_the_pinned_cuda_wheels() {
         assert!(include_str!("../.ci/run").contains(&format!("pip\" install -q {CUDA_WHEELS}")));
+        assert!(include_str!("../.ci/run").contains(&format!("pip\" install -q {CUBLAS_WHEEL}")));
     }
 }
 

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::backend::{Accumulate, Backend, EmitOptions};
-pub use crate::backend::{BuildConfig, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
+pub use crate::backend::{BuildConfig, Gemm, Precision, Quantize, WeightLayout, WeightsMode, HOST_CFLAGS};
 use crate::build::CacheUse;
 use crate::cache::Cache;
 use crate::data::{self, Array, ArrayFile};
@@ -129,6 +129,8 @@ pub struct RunArgs {
     pub emulate: bool,
     /// How a compiled target's matrix products and convolutions may round.
     pub precision: Precision,
+    /// `--gemm`: what runs a compiled target's matrix products.
+    pub gemm: Gemm,
     /// `--accumulate`: the type a compiled target's float sums accumulate in.
     pub accumulate: Option<Accumulate>,
     /// How a compiled target stores the weights of matrix products and convolutions.
@@ -289,6 +291,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
         RunTarget::Interp if args.precision != Precision::F32 => {
             return Err(Error::usage("--precision is for a compiled target: the interpreter computes in the model's types".to_string()))
         }
+        RunTarget::Interp if args.gemm != Gemm::Builtin => return Err(Error::usage("--gemm is for a compiled target (--target cuda): the interpreter has no kernels to choose".to_string())),
         RunTarget::Interp if args.accumulate.is_some_and(|a| a != Accumulate::F64) => {
             return Err(Error::usage("--accumulate is for a compiled target: the interpreter accumulates in f64".to_string()))
         }
@@ -308,7 +311,7 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
             }
             let build = BuildConfig { emulate: args.emulate, cache: cache_of(args.no_cache), ..Default::default() };
-            let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, accumulate: args.accumulate, quantize: args.quantize, ..Default::default() };
+            let opts = EmitOptions { source: file_name(&args.model.model), print_after: args.model.print_after.clone(), precision: args.precision, gemm: args.gemm, accumulate: args.accumulate, quantize: args.quantize, ..Default::default() };
             let outputs = if let Some(tier) = target.capabilities().in_process {
                 let jit = crate::model::JitOptions { tier, quantize: args.quantize, threads: args.threads.map(|t| t as usize), print_after: args.model.print_after.clone(), ..Default::default() };
                 let exe = model.jit(&jit)?;
@@ -534,6 +537,8 @@ pub struct CompileArgs {
     pub force: bool,
     /// How matrix products and convolutions may round.
     pub precision: Precision,
+    /// `--gemm`: what runs the matrix products.
+    pub gemm: Gemm,
     /// `--accumulate`: the type float sums accumulate in (`None`: the target's default).
     pub accumulate: Option<Accumulate>,
     /// `--mesh AXIS=N,...`: partition over a device mesh (the XLA target).
@@ -574,6 +579,7 @@ impl Default for CompileArgs {
             max: Vec::new(),
             force: false,
             precision: Precision::F32,
+            gemm: Gemm::Builtin,
             accumulate: None,
             mesh: None,
             gpu: None,
@@ -649,6 +655,7 @@ pub fn compile(args: &CompileArgs) -> Result<String> {
         max: parse_max_args(&args.max)?,
         print_after: args.model.print_after.clone(),
         precision: args.precision,
+        gemm: args.gemm,
         accumulate: args.accumulate,
         mesh: args.mesh.as_deref().map(crate::codegen::xla::mesh::parse).transpose()?.unwrap_or_default(),
         quantize: args.quantize,

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use crate::backend::{Accumulate, Backend, Precision, Quantize, WeightLayout, WeightsMode};
+use crate::backend::{Accumulate, Backend, Gemm, Precision, Quantize, WeightLayout, WeightsMode};
 use crate::cli;
 use crate::codegen;
 use crate::error::Error;
@@ -160,6 +160,11 @@ enum Command {
         /// (exact, the default) or, on cuda, tf32, bf16 or f16 on tensor cores
         #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
         precision: Precision,
+        /// What runs the matrix products: builtin (the target's kernels, the default) or,
+        /// on cuda, cublaslt (cuBLASLt loaded at run time where it takes the product and
+        /// its epilogue; the built-in kernels elsewhere and under --emulate; docs/cuda.md)
+        #[arg(long, value_enum, default_value_t, value_name = "KERNELS")]
+        gemm: Gemm,
         /// The type float sums (reductions: LayerNorm's mean and variance, softmax's
         /// sum) accumulate in: cuda f32 (the default: fast on every GPU, within the
         /// bound docs/cuda.md gives) or f64 (the interpreter's; slow where f64 is)
@@ -242,6 +247,11 @@ enum Command {
         /// on cuda, tf32, bf16 or f16 on tensor cores (docs/cuda.md gives their errors)
         #[arg(long, value_enum, default_value_t, value_name = "PRECISION")]
         precision: Precision,
+        /// What runs the matrix products: builtin (the target's kernels, the default) or,
+        /// on cuda, cublaslt (cuBLASLt loaded at run time where it takes the product and
+        /// its epilogue; the built-in kernels elsewhere and under --emulate; docs/cuda.md)
+        #[arg(long, value_enum, default_value_t, value_name = "KERNELS")]
+        gemm: Gemm,
         /// The type float sums (reductions: LayerNorm's mean and variance, softmax's
         /// sum) accumulate in: cuda f32 (the default: fast on every GPU, within the
         /// bound docs/cuda.md gives) or f64 (the interpreter's; slow where f64 is)
@@ -409,12 +419,12 @@ fn clap_error(e: &clap::Error) -> Error {
 fn run(cli: Cli) -> Result<String, Error> {
     match cli.command {
         Command::Inspect { model, grad, params } => with_grad(model, &grad).and_then(|model| cli::inspect(&model, params.as_deref())),
-        Command::Run { model, grad, data, params, output, target, check, emulate, precision, accumulate, quantize, triple, no_cache, threads, repeat } => with_grad(model, &grad)
-            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, accumulate, quantize, data, params, output, triple, no_cache, threads, repeat }).map(|(_, report)| report)),
-        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, accumulate, mesh, gpu, quantize, no_cache } => {
+        Command::Run { model, grad, data, params, output, target, check, emulate, precision, gemm, accumulate, quantize, triple, no_cache, threads, repeat } => with_grad(model, &grad)
+            .and_then(|model| cli::run(&cli::RunArgs { model, target, check, emulate, precision, gemm, accumulate, quantize, data, params, output, triple, no_cache, threads, repeat }).map(|(_, report)| report)),
+        Command::Compile { model, grad, target, params, output, force, emit, report, weights, weight_layout, cflags, cpu, triple, max, precision, gemm, accumulate, mesh, gpu, quantize, no_cache } => {
             with_grad(model, &grad).and_then(|model| {
                 let (report, report_format) = (report.is_some(), report.unwrap_or_default());
-                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, accumulate, mesh, gpu, quantize, no_cache };
+                let args = cli::CompileArgs { model, target, params, out: output, emit, report, report_format, weights, layout: weight_layout, cflags, cpu, triple, max, force, precision, gemm, accumulate, mesh, gpu, quantize, no_cache };
                 cli::compile(&args)
             })
         }

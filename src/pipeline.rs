@@ -118,6 +118,7 @@ fn check_target_graphs(target: &dyn Backend, graphs: &Graphs, opts: &EmitOptions
     backend::check_supported(target, graphs.main()).map_err(|e| e.context(&opts.source))?;
     let can = target.capabilities();
     backend::check_precision(target, opts.precision)?;
+    backend::check_gemm(target, opts.gemm)?;
     backend::accumulator(target, opts.accumulate)?;
     backend::check_quantize(target, opts.quantize)?;
     backend::check_weights_mode(target, opts.weights_mode)?;

@@ -26,6 +26,7 @@ fn check(model: &str, batches: &[u32]) {
             check: false,
             emulate: false,
             precision: Default::default(),
+            gemm: Default::default(),
             accumulate: None,
             quantize: Default::default(),
             model: ModelArgs { model: dir.join(format!("{model}.json")), ..Default::default() },

@@ -70,6 +70,7 @@ fn half_precision_checkpoints_of_every_bench_model_compile_and_run() {
                 check: false,
                 emulate: false,
                 precision: Default::default(),
+                gemm: Default::default(),
                 accumulate: None,
                 quantize: Default::default(),
                 data: vec![format!("input={}", input_path.display())],

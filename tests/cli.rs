@@ -1284,6 +1284,7 @@ fn strict_arguments_and_attributes() {
         ("cuda", &["--weights", "embed-c"], "--weights embed-c: the cuda target writes its weights as file, safetensors"),
         ("metal", &["--cpu", "native"], "--cpu is for the C target; the metal target's code does not depend on the host CPU's vector extensions"),
         ("ggml", &["--precision", "bf16"], "--precision bf16: the ggml target computes in f32"),
+        ("c", &["--gemm", "cublaslt"], "--gemm cublaslt: the c target's matrix products run on builtin"),
         ("c", &["--accumulate", "f32"], "--accumulate f32: the c target accumulates in f64"),
         ("metal", &["--accumulate", "f64"], "--accumulate f64: the metal target accumulates in f32"),
         ("c", &["--gpu", "h100"], "--gpu names the GPU of --target cuda's launch report; the c target has none"),
@@ -1513,7 +1514,7 @@ fn unsupported_nodes_are_listed_all_at_once() {
 }
 
 /// `--emulate` is for a GPU target: with the interpreter or the C target it is a usage
-/// error (2) saying so.
+/// error (2) saying so; `--gemm` with the interpreter too.
 #[test]
 fn emulate_needs_a_gpu_target() {
     let Some(shared) = shared() else { return };
@@ -1523,6 +1524,9 @@ fn emulate_needs_a_gpu_target() {
     assert_eq!((code, stderr.as_str()), (2, "error: --emulate runs a GPU target's kernels on the CPU: give --target cuda or metal\n"));
     let (code, _, stderr) = run("c");
     assert_eq!((code, stderr.as_str()), (2, "error: --emulate is for GPU targets; the c target runs natively\n"));
+    // So is --gemm, which chooses a compiled target's kernels.
+    let (code, _, stderr) = mithrilc(&["run", "linear.json", "--data", "linear.npz", "--params", "linear.npz", "--gemm", "cublaslt"], &testdata);
+    assert_eq!((code, stderr.as_str()), (2, "error: --gemm is for a compiled target (--target cuda): the interpreter has no kernels to choose\n"));
 }
 
 /// The README's ONNX example: `run` reads the model's initializers as its parameters

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 
 use mithrilc::backend::Backend;
-use mithrilc::cli::{self, BuildConfig, Precision};
+use mithrilc::cli::{self, BuildConfig, Gemm, Precision};
 use mithrilc::codegen::cuda::backend::CudaTarget;
 use mithrilc::error::ErrorKind;
 
@@ -79,7 +79,7 @@ fn precision_runs(all: &[Case], every: bool) -> Vec<(Precision, f64, &Case)> {
 fn reduced_precisions_under_emulation() {
     let Some(dir) = emulation_ready() else { return };
     let all = cases(&dir);
-    cases::reduced_precisions_match(&CudaTarget, &BuildConfig { emulate: true, ..Default::default() }, &precision_runs(&all, false));
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig { emulate: true, ..Default::default() }, Gemm::Builtin, &precision_runs(&all, false));
 }
 
 /// `../shared` when this machine has an NVIDIA GPU that its driver answers for, and nvcc;
@@ -109,7 +109,79 @@ fn every_model_matches_the_interpreter_on_the_gpu() {
 fn reduced_precisions_on_the_gpu() {
     let dir = gpu_ready();
     let all = cases(&dir);
-    cases::reduced_precisions_match(&CudaTarget, &BuildConfig::default(), &precision_runs(&all, true));
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig::default(), Gemm::Builtin, &precision_runs(&all, true));
+}
+
+/// The runs of `--gemm cublaslt`: exact f32 and TF32, on the bench models with products
+/// (gpt_block's bias, residual and GELU epilogues; mlp's bias and ReLU) and the cases whose
+/// gradients have batched and transposed products; on the GPU (`every`) each case with a
+/// product. cuBLASLt's exact f32 sums in another order than the built-in kernels, within the
+/// same tolerance of the interpreter's; TF32 as the built-in TF32 kernels.
+fn cublaslt_runs(all: &[Case], every: bool) -> Vec<(Precision, f64, &Case)> {
+    const CASES: [&str; 4] = ["mlp b32", "gpt_block b1", "attention_block.npz", "matmul_batched.npz"];
+    let some = |c: &&Case| if every { !c.label.ends_with("b32") && !c.label.ends_with("b8") && has_products(c) } else { CASES.contains(&c.label.as_str()) };
+    all.iter().filter(some).flat_map(|c| [(Precision::F32, 1e-4, c), (Precision::Tf32, 4e-3, c)]).collect()
+}
+
+/// `--gemm cublaslt` under emulation, which has no cuBLASLt: every product falls back to
+/// the built-in kernels with the functor the generated code gives beside cuBLASLt's
+/// epilogue, so this checks the call sites and the fallback (the mapping onto cuBLASLt's
+/// problem is checked by the kernel library's tests, cuBLASLt itself on a GPU).
+#[test]
+fn cublaslt_products_fall_back_under_emulation() {
+    let Some(dir) = emulation_ready() else { return };
+    let all = cases(&dir);
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig { emulate: true, ..Default::default() }, Gemm::Cublaslt, &cublaslt_runs(&all, false));
+}
+
+/// On an NVIDIA GPU with cuBLASLt (libcublasLt.so.13 where the loader finds it, or
+/// `$MR_CUBLASLT`): every case with a product through `--gemm cublaslt`.
+#[test]
+#[ignore = "needs an NVIDIA GPU: cargo test --release --test suite cuda_target:: -- --ignored on a machine with one"]
+fn cublaslt_products_match_the_interpreter_on_the_gpu() {
+    let dir = gpu_ready();
+    let all = cases(&dir);
+    cases::reduced_precisions_match(&CudaTarget, &BuildConfig::default(), Gemm::Cublaslt, &cublaslt_runs(&all, true));
+}
+
+/// `--gemm cublaslt`'s real build: gpt_block's library and demo, as its Makefile builds
+/// them (for sm_90 alone: the glue is host code), against the pinned cuBLAS wheel's header,
+/// with every warning an error, and linked with -ldl; without the header beside nvcc, a
+/// toolchain error that says how to install it.
+#[test]
+fn cublaslt_products_build_with_nvcc() {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    let nvcc = match mithrilc::build::nvcc() {
+        Ok(nvcc) => nvcc,
+        Err(e) => {
+            common::skip(&e.to_string().replace('\n', " "));
+            return;
+        }
+    };
+    let all = cases(&dir);
+    let case = all.iter().find(|c| c.label == "gpt_block b1").expect("the gpt_block bench case");
+    let out = tempfile::tempdir().unwrap();
+    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), gemm: Gemm::Cublaslt, weights: Some(mithrilc::exec::param_weights(&case.graphs.forward, &case.feeds)), ..Default::default() };
+    let emitted = CudaTarget.emit(&case.graphs, &opts).unwrap();
+    for (name, bytes) in &emitted.files {
+        std::fs::write(out.path().join(name), bytes).unwrap();
+    }
+    let cu = String::from_utf8(emitted.files.iter().find(|(n, _)| n == "gpt_block.cu").unwrap().1.clone()).unwrap();
+    assert_eq!(cu.matches("mr_cuda_sgemm_lt<").count(), 4, "gpt_block's four products on cuBLASLt");
+    let make = Command::new("make").current_dir(out.path()).arg("-s").arg(format!("NVCC={}", nvcc.display())).arg("GENCODE=-gencode arch=compute_90,code=sm_90").output().unwrap();
+    assert!(make.status.success(), "{}{}", String::from_utf8_lossy(&make.stdout), String::from_utf8_lossy(&make.stderr));
+    assert!(out.path().join("libgpt_block.so").is_file() && out.path().join("gpt_block_demo").is_file());
+    // An nvcc whose include directory has no cublasLt.h: a toolchain error naming the wheel.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(bare.path().join("bin")).unwrap();
+    std::fs::create_dir_all(bare.path().join("include")).unwrap();
+    std::fs::write(bare.path().join("bin/nvcc"), "").unwrap();
+    let e = mithrilc::codegen::cuda::backend::cublaslt_headers(&bare.path().join("bin/nvcc")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Toolchain);
+    assert!(e.to_string().contains("cublasLt.h") && e.to_string().contains(mithrilc::build::CUBLAS_WHEEL), "{e}");
 }
 
 /// The case's CUDA sources, as `compile --target cuda --emit source` writes them;

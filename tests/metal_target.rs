@@ -47,7 +47,7 @@ fn reduced_precisions_under_emulation() {
     let all = cases(&dir);
     let runs: Vec<(Precision, f64, &Case)> =
         [(Precision::Bf16, 2e-2), (Precision::F16, 4e-3)].into_iter().flat_map(|(p, tol)| all.iter().filter(cases::precision_bench).map(move |c| (p, tol, c))).collect();
-    cases::reduced_precisions_match(&MetalTarget, &BuildConfig { emulate: true, ..Default::default() }, &runs);
+    cases::reduced_precisions_match(&MetalTarget, &BuildConfig { emulate: true, ..Default::default() }, cli::Gemm::Builtin, &runs);
 }
 
 /// Away from macOS, `run --target metal` (no --emulate) stops with a toolchain error

@@ -168,6 +168,7 @@ fn interpret(model: &Path, input: &Path, params: Option<&Path>) -> Result<Tensor
         check: false,
         emulate: false,
         precision: Default::default(),
+        gemm: Default::default(),
         accumulate: None,
         quantize: Default::default(),
         model: ModelArgs { model: model.to_path_buf(), ..Default::default() },

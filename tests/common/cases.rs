@@ -323,6 +323,7 @@ pub fn example_mlp_run(target: &'static dyn mithrilc::backend::Backend) -> cli::
         check: false,
         emulate: false,
         precision: Default::default(),
+        gemm: Default::default(),
         accumulate: None,
         quantize: Default::default(),
         data: vec![root.join("examples/mlp/data.npz").display().to_string()],
@@ -353,14 +354,15 @@ pub fn precision_bench(case: &&Case) -> bool {
 }
 
 /// Each run `(precision, tolerance, case)` through `target` built as `build` says (under
-/// emulation, or for the GPU), within its tolerance of the interpreter relative to each
-/// output's largest magnitude; prints the worst error of each precision.
-pub fn reduced_precisions_match(target: &dyn mithrilc::backend::Backend, build: &cli::BuildConfig, runs: &[(cli::Precision, f64, &Case)]) {
+/// emulation, or for the GPU), its products run as `gemm` says, within its tolerance of
+/// the interpreter relative to each output's largest magnitude; prints the worst error of
+/// each precision.
+pub fn reduced_precisions_match(target: &dyn mithrilc::backend::Backend, build: &cli::BuildConfig, gemm: cli::Gemm, runs: &[(cli::Precision, f64, &Case)]) {
     let worst = Mutex::new(Vec::new());
     let failures = common::each_case(runs, |&(precision, tol, case)| {
-        let label = format!("{} at {}", case.label, precision.name());
+        let label = format!("{} at {} (--gemm {})", case.label, precision.name(), gemm.name());
         let want = mithrilc::interp::run(case.graph(), &case.feeds).map_err(|e| format!("{label}: interpreter: {e}"))?;
-        let opts = mithrilc::backend::EmitOptions { precision, ..Default::default() };
+        let opts = mithrilc::backend::EmitOptions { precision, gemm, ..Default::default() };
         let got = mithrilc::exec::run_once(target, &case.graphs, &case.feeds, &case.source, build, opts).map_err(|e| format!("{label}: {e}"))?;
         let (bad, err) = compare_scaled(&label, &got, &want, tol);
         worst.lock().unwrap().push((precision.name(), err, label));

@@ -223,7 +223,7 @@ pub struct Operands<'a> {
 
 /// [`Operands`] of library kernel `k`; `base` spells a view's first element.
 pub fn library_operands<'a, D: Dialect + ?Sized>(r: &Renderer<D>, k: &'a Kernel, ext: &'a [String]) -> Result<Operands<'a>> {
-    let base = |v: &View| if v.offset == 0 { r.names[v.buf.0].clone() } else { format!("{} + {}", r.names[v.buf.0], v.offset) };
+    let base = |v: &View| view_base(r, v);
     let plain = |args: String| Ok(Operands { args, batched: None });
     match k {
         Kernel::Gemm { a, b, c, .. } => {
@@ -262,6 +262,11 @@ pub fn library_operands<'a, D: Dialect + ?Sized>(r: &Renderer<D>, k: &'a Kernel,
     }
 }
 
+/// A pointer to view `v`'s first element.
+pub fn view_base<D: Dialect + ?Sized>(r: &Renderer<D>, v: &View) -> String {
+    if v.offset == 0 { r.names[v.buf.0].clone() } else { format!("{} + {}", r.names[v.buf.0], v.offset) }
+}
+
 /// The most batch dimensions of a matrix product the runtimes' `mr_batch` holds.
 pub const MAX_BATCH: usize = 4;
 
@@ -270,9 +275,7 @@ pub const MAX_BATCH: usize = 4;
 /// whose batch extents are `ext`, with each operand's strides along them; `None` when
 /// no batch dimension can be more than 1.
 pub fn batch_decl(target: &str, indent: &str, ty: &str, ext: &[String], operands: &[&View]) -> Result<Option<String>> {
-    // The batch dimensions that can be more than 1 (a flat batch index over them is
-    // the same as over all of them).
-    let lead: Vec<usize> = (0..ext.len()).filter(|&d| ext[d] != "1").collect();
+    let lead = batch_dims(ext);
     if lead.len() > MAX_BATCH {
         return Err(Error::user(format!("the {target} target's matrix products have at most {MAX_BATCH} batch dimensions; this one has {}", lead.len())));
     }
@@ -280,10 +283,23 @@ pub fn batch_decl(target: &str, indent: &str, ty: &str, ext: &[String], operands
         return Ok(None);
     }
     // Each batch dimension's run-time extent and each operand's stride along it.
-    let list = |f: &dyn Fn(usize) -> String| (0..MAX_BATCH).map(|i| lead.get(i).map_or("0".to_string(), |&d| f(d))).collect::<Vec<_>>().join(", ");
-    let mut fields = vec![lead.len().to_string(), format!("{{{}}}", list(&|d| ext[d].clone()))];
-    fields.extend(operands.iter().map(|v| format!("{{{}}}", list(&|d| v.strides[d].to_string()))));
+    let mut fields = vec![lead.len().to_string(), batch_list(&lead, &|d| ext[d].clone())];
+    fields.extend(operands.iter().map(|v| batch_list(&lead, &|d| v.strides[d].to_string())));
     Ok(Some(format!("{indent}const {ty} batch = {{{}}};\n", fields.join(", "))))
+}
+
+/// The batch dimensions of a matrix product whose batch extents are `ext` that can be
+/// more than 1 (a flat batch index over them is the same as over all of them): those
+/// [`batch_decl`] lists.
+pub fn batch_dims(ext: &[String]) -> Vec<usize> {
+    (0..ext.len()).filter(|&d| ext[d] != "1").collect()
+}
+
+/// `{f(d0), f(d1), ...}` over the batch dimensions `lead`, 0 past them, [`MAX_BATCH`]
+/// entries: a field of `mr_batch`.
+pub fn batch_list(lead: &[usize], f: &dyn Fn(usize) -> String) -> String {
+    let items: Vec<String> = (0..MAX_BATCH).map(|i| lead.get(i).map_or("0".to_string(), |&d| f(d))).collect();
+    format!("{{{}}}", items.join(", "))
 }
 
 /// Gather `check` of kernel `k` as a kernel `fname` (written to `s`) that sets the

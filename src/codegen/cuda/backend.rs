@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::backend::{Accumulate, Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Precision, Toolchain, WeightsMode};
+use crate::backend::{Accumulate, Backend, BuildConfig, Capabilities, EmitOptions, Emitted, Entry, Gemm, Precision, Toolchain, WeightsMode};
 use std::fmt::Write as _;
 
 use crate::codegen::program_target::{device_programs, program_emitted, program_target_lacks};
@@ -40,7 +40,8 @@ impl Backend for CudaTarget {
     fn emit(&self, graphs: &Graphs, opts: &EmitOptions) -> Result<Emitted> {
         let (forward, backward) = device_programs(graphs, opts, super::LIBRARY)?;
         let d = super::Cuda::accumulating(crate::backend::accumulator(self, opts.accumulate)?);
-        let files = super::emit(&forward, backward.as_ref(), &crate::codegen::c::Options::of(opts), opts.precision, d)?;
+        let products = super::Products { precision: opts.precision, gemm: opts.gemm };
+        let files = super::emit(&forward, backward.as_ref(), &crate::codegen::c::Options::of(opts), products, d)?;
         let mut emitted = program_emitted(files, &forward, backward.as_ref());
         let gpu = opts.gpu.unwrap_or(&super::plan::GPUS[0]);
         let scratch = super::plan::scratch_floats(&forward, backward.as_ref());
@@ -53,6 +54,12 @@ impl Backend for CudaTarget {
             emitted.report.push_str(&super::report::launches_text("backward pass launches", b, gpu, opts.precision, scratch));
             emitted.sizes["backward"]["launches"] = super::report::launches_json(b, gpu, opts.precision, scratch);
         }
+        if opts.gemm == Gemm::Cublaslt {
+            emitted.report.push_str(&super::cublaslt::report("matrix products", &forward));
+            if let Some(b) = &backward {
+                emitted.report.push_str(&super::cublaslt::report("backward pass matrix products", b));
+            }
+        }
         Ok(emitted)
     }
 
@@ -61,7 +68,7 @@ impl Backend for CudaTarget {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { precisions: &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16], accumulators: &[Accumulate::F32, Accumulate::F64], reports_launches: true, emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
+        Capabilities { precisions: &[Precision::F32, Precision::Tf32, Precision::Bf16, Precision::F16], gemms: &[Gemm::Builtin, Gemm::Cublaslt], accumulators: &[Accumulate::F32, Accumulate::F64], reports_launches: true, emulates: true, weights_modes: &[WeightsMode::File, WeightsMode::Safetensors], ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {
@@ -109,7 +116,11 @@ fn make(dir: &Path, build: &BuildConfig, arch: Option<u32>) -> Result<Option<cra
         let shared = crate::codegen::c::shared_with_readers("mr_files_emu.o", &emulation, vec!["cuda_emu.o".to_string(), "simt_emu.o".to_string()]);
         (vec![crate::build::make_var("CXX", &cxx(), "$CXX")?], &["emulate"][..], shared)
     } else {
-        (vec![crate::build::make_word("NVCC", &crate::build::nvcc()?)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new()))
+        let nvcc = crate::build::nvcc()?;
+        if dir.join(super::CUBLASLT_FILE.0).exists() {
+            cublaslt_headers(&nvcc)?;
+        }
+        (vec![crate::build::make_word("NVCC", &nvcc)?], &[][..], crate::codegen::c::shared_with_readers("mr_files.o", &[], Vec::new()))
     };
     if build.emulate {
         vars.extend(build.cxxflags_var()?);
@@ -118,6 +129,19 @@ fn make(dir: &Path, build: &BuildConfig, arch: Option<u32>) -> Result<Option<cra
         vars.push(crate::build::make_var("GENCODE", &format!("-gencode arch=compute_{arch},code=sm_{arch}"), "GENCODE")?);
     }
     crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, "apt-get install make g++ (Debian/Ubuntu)").map(Some)
+}
+
+/// Refuses to build `--gemm cublaslt`'s files where cuBLASLt's header is not beside
+/// `nvcc`'s own (a toolkit's `include`, or the wheels' `nvidia/cu13/include`), saying
+/// how to install it, rather than leaving nvcc's "file not found" to explain it.
+pub fn cublaslt_headers(nvcc: &Path) -> Result<()> {
+    let real = std::fs::canonicalize(nvcc).unwrap_or_else(|_| nvcc.to_path_buf());
+    let include = real.parent().and_then(Path::parent).map(|d| d.join("include"));
+    match include {
+        Some(dir) if dir.join("cublasLt.h").is_file() => Ok(()),
+        _ => Err(crate::error::Error::new(ErrorKind::Toolchain, format!("--gemm cublaslt compiles against cuBLASLt's header, cublasLt.h, which is not beside nvcc ({})", nvcc.display()))
+            .note(format!("install it where nvcc is: pip install {} (or build with a CUDA toolkit's nvcc)", crate::build::CUBLAS_WHEEL))),
+    }
 }
 
 /// The host C++ compiler: `$CXX`, else `c++`.

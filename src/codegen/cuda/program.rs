@@ -10,7 +10,7 @@ use super::Cuda;
 use crate::codegen::c::dialect::C;
 use crate::backend::Precision;
 use crate::codegen::c::program::declare;
-use crate::codegen::cstyle::device::{batch_decl, device_kernel, epilogue_functor, index_check, kernel_params, library_kernel, library_operands};
+use crate::codegen::cstyle::device::{batch_decl, batch_dims, batch_list, device_kernel, epilogue_functor, index_check, kernel_params, library_kernel, library_operands, view_base};
 use crate::codegen::cstyle::kernel::{extents, gather_checks, product, warp_reduce, warp_rows};
 use crate::codegen::cstyle::{Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
@@ -33,6 +33,9 @@ pub struct Workspace {
     /// The word that gather checks set when an index is out of range (when some program
     /// of the model gathers).
     pub flag: Option<u64>,
+    /// cuBLASLt's workspace, [`super::cublaslt::WORKSPACE_BYTES`] from this byte (`--gemm
+    /// cublaslt`, when some product may run on it).
+    pub lt: Option<u64>,
 }
 
 /// One program as CUDA: constants, kernels and epilogue functors named after `name`,
@@ -97,7 +100,7 @@ pub fn program_cu(p: &Program, d: &Cuda, name: &str, entry: &str, upper: &str, p
             continue;
         }
         let ep = epilogue_functor(&r, name, k, step, &ext, &|_| false, s)?.map_or(String::new(), |f| f.declare("        "));
-        let (decl, call) = library_call(&r, step, &ext, precision, ws.scratch)?;
+        let (decl, call) = library_call(&r, &format!("{name}_lt{k}"), step, &ext, precision, ws, s)?;
         let _ = writeln!(launches, "    {{\n{ep}{decl}        if ({call} != cudaSuccess) {{\n            return {error_cuda};\n        }}\n    }}");
     }
     // Symbolic dimensions are trailing arguments, checked against their maxima.
@@ -129,7 +132,8 @@ pub fn program_cu(p: &Program, d: &Cuda, name: &str, entry: &str, upper: &str, p
         // A fresh call has seen no index out of range.
         let _ = writeln!(launches_head, "    if (cudaMemsetAsync(a + {at}, 0, sizeof(int32_t), stream) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
     }
-    if flag.is_some() || ws.scratch.is_some() || uses(|s| matches!(s, Storage::Arena { .. })) {
+    let lt = ws.lt.is_some() && p.steps.iter().any(|st| super::cublaslt::epilogue(&st.kernel).is_some());
+    if flag.is_some() || ws.scratch.is_some() || lt || uses(|s| matches!(s, Storage::Arena { .. })) {
         s.push_str("    unsigned char *a = (unsigned char *)arena;\n");
     } else {
         s.push_str("    (void)arena;\n");
@@ -159,8 +163,10 @@ pub fn program_cu(p: &Program, d: &Cuda, name: &str, entry: &str, upper: &str, p
 /// once `ep` is declared, after the declarations it needs; `ext` are the extents of
 /// its domain.
 /// A matrix product or convolution gets the tile kernels its plans may choose
-/// ([`super::plan::needs`]) and, when they split K, the arena's `scratch`.
-fn library_call(r: &Renderer<Cuda>, step: &Step, ext: &[String], precision: Precision, scratch: Option<Scratch>) -> Result<(String, String)> {
+/// ([`super::plan::needs`]) and, when they split K, the arena's scratch; with cuBLASLt's
+/// workspace (`ws.lt`), a product whose epilogue cuBLASLt computes may run on it:
+/// `mr_cuda_sgemm_lt`, which caches its choices in the static `site` (declared in `s`).
+fn library_call(r: &Renderer<Cuda>, site: &str, step: &Step, ext: &[String], precision: Precision, ws: Workspace, s: &mut String) -> Result<(String, String)> {
     let k = &step.kernel;
     // Exact f32, or tensor cores with the operands rounded (`mr_precision`).
     let tc = match precision {
@@ -184,11 +190,23 @@ fn library_call(r: &Renderer<Cuda>, step: &Step, ext: &[String], precision: Prec
     let args = ops.args;
     let (mask, scratch) = match super::plan::needs(step, &r.p.symbols) {
         Some(n) => {
-            let at = scratch.filter(|_| n.scratch > 0);
+            let at = ws.scratch.filter(|_| n.scratch > 0);
             (format!("0x{:x}u", n.mask), at.map_or("mr_scratch{NULL, 0}".to_string(), |s| format!("mr_scratch{{(float *)(void *)(a + {}), {}}}", s.at, s.floats)))
         }
         None => (String::new(), String::new()),
     };
+    if let (Some(at), Some(e), Kernel::Gemm { c, .. }) = (ws.lt, super::cublaslt::epilogue(k), k) {
+        let rank = c.shape.len();
+        let lead = batch_dims(&ext[..rank - 2]);
+        let res = e.res.as_ref().map_or("NULL, 0, 0, {0, 0, 0, 0}".to_string(), |v| {
+            format!("{}, {}, {}, {}", view_base(r, v), v.strides[rank - 2], v.strides[rank - 1], batch_list(&lead, &|d| v.strides[d].to_string()))
+        });
+        let bias = e.bias.as_ref().map_or("NULL".to_string(), |v| view_base(r, v));
+        let lt = format!("        const mr_lt_epilogue lt = {{{}, {}, {bias}, {res}}};\n", e.act.constant(), r.literal(e.alpha, Dtype::F32));
+        let _ = writeln!(s, "\n/* cuBLASLt's choices for {site}'s product, per shape (its epilogue: {}) */\nstatic mr_lt_site {site};", e.describe());
+        let call = format!("mr_cuda_sgemm_lt<{}, {mask}>(&{site}, stream, {args}, {batch}, {scratch}, mr_lt_workspace{{a + {at}, {}}}, lt, ep)", tc.unwrap_or("MR_F32"), super::cublaslt::WORKSPACE_BYTES);
+        return Ok((format!("{decl}{lt}"), call));
+    }
     let call = match (k, tc) {
         (Kernel::Gemm { .. }, None) => format!("mr_cuda_sgemm<{mask}>(stream, {args}, {batch}, {scratch}, ep)"),
         (Kernel::Gemm { .. }, Some(p)) => format!("mr_cuda_sgemm_tc<{p}, {mask}>(stream, {args}, {batch}, {scratch}, ep)"),
@@ -273,7 +291,9 @@ pub fn train_step_cu(b: &Program, t: &crate::codegen::train::TrainLayout, name: 
 
 /// `<name>_graph_create`, `_graph_launch` and `_graph_destroy`: one forward call
 /// captured from its stream into an executable CUDA graph, replayed with one launch.
-pub fn graph_cu(p: &Program, name: &str, s: &mut String) {
+/// `warm`: the forward pass runs once before the capture, so that what runs on first
+/// use (cuBLASLt's algorithm choice, its kernels' loading) is done outside the graph.
+pub fn graph_cu(p: &Program, name: &str, warm: bool, s: &mut String) {
     let error_cuda = format!("{}_ERROR_CUDA", name.to_uppercase());
     let params = dim_params(p);
     let decl: String = params.iter().map(|n| format!(", int64_t {n}")).collect();
@@ -283,6 +303,11 @@ pub fn graph_cu(p: &Program, name: &str, s: &mut String) {
         "\nextern \"C\" int {name}_graph_create(cudaGraphExec_t *exec, const void *weights, const void *const inputs[], void *const outputs[], void *arena,\n    cudaStream_t stream{decl})\n{{"
     );
     let _ = writeln!(s, "    cudaGraph_t graph;\n    int status;");
+    if warm {
+        let _ = writeln!(s, "    status = {name}_forward(weights, inputs, outputs, arena, stream{args});");
+        let _ = writeln!(s, "    if (status != 0) {{\n        return status;\n    }}");
+        let _ = writeln!(s, "    if (cudaStreamSynchronize(stream) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
+    }
     let _ = writeln!(s, "    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
     let _ = writeln!(s, "    status = {name}_forward(weights, inputs, outputs, arena, stream{args});");
     let _ = writeln!(s, "    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess) {{\n        return status != 0 ? status : {error_cuda};\n    }}");
