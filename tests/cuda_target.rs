@@ -3,8 +3,8 @@
 //! - built with nvcc (for sm_90, host code and device code warning-free, every warning
 //!   an error; cicc at -O1, which halves the time), and the bench models at batch 1 as
 //!   the full artifact `make` builds at full optimisation (the fat binary for sm_80,
-//!   sm_89 and sm_90 plus PTX, the shared library, the demo), whose ptxas report must
-//!   show no register spills;
+//!   sm_89 and sm_90 plus PTX, the shared library, the demo; gpt_block's with `--gemm
+//!   cublaslt`), whose ptxas report must show no register spills;
 //! - built again as host C++ against `runtime-cuda/cuda_emu.h`, its kernels run on the
 //!   CPU, and compared with the interpreter within 1e-4 absolute + 1e-4 relative
 //!   (`run --target cuda --emulate`). Emulation tests the kernels' logic: no GPU runs.
@@ -144,37 +144,10 @@ fn cublaslt_products_match_the_interpreter_on_the_gpu() {
     cases::reduced_precisions_match(&CudaTarget, &BuildConfig::default(), Gemm::Cublaslt, &cublaslt_runs(&all, true));
 }
 
-/// `--gemm cublaslt`'s real build: gpt_block's library and demo, as its Makefile builds
-/// them (for sm_90 alone: the glue is host code), against the pinned cuBLAS wheel's header,
-/// with every warning an error, and linked with -ldl; without the header beside nvcc, a
-/// toolchain error that says how to install it.
+/// `--gemm cublaslt` without cuBLASLt's header beside nvcc: a toolchain error that says
+/// how to install it (its real build is gpt_block's in [`every_model_builds_with_nvcc`]).
 #[test]
-fn cublaslt_products_build_with_nvcc() {
-    let Some(dir) = shared() else {
-        common::skip("../shared is not present");
-        return;
-    };
-    let nvcc = match mithrilc::build::nvcc() {
-        Ok(nvcc) => nvcc,
-        Err(e) => {
-            common::skip(&e.to_string().replace('\n', " "));
-            return;
-        }
-    };
-    let all = cases(&dir);
-    let case = all.iter().find(|c| c.label == "gpt_block b1").expect("the gpt_block bench case");
-    let out = tempfile::tempdir().unwrap();
-    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), gemm: Gemm::Cublaslt, weights: Some(mithrilc::exec::param_weights(&case.graphs.forward, &case.feeds)), ..Default::default() };
-    let emitted = CudaTarget.emit(&case.graphs, &opts).unwrap();
-    for (name, bytes) in &emitted.files {
-        std::fs::write(out.path().join(name), bytes).unwrap();
-    }
-    let cu = String::from_utf8(emitted.files.iter().find(|(n, _)| n == "gpt_block.cu").unwrap().1.clone()).unwrap();
-    assert_eq!(cu.matches("mr_cuda_sgemm_lt<").count(), 4, "gpt_block's four products on cuBLASLt");
-    let make = Command::new("make").current_dir(out.path()).arg("-s").arg(format!("NVCC={}", nvcc.display())).arg("GENCODE=-gencode arch=compute_90,code=sm_90").output().unwrap();
-    assert!(make.status.success(), "{}{}", String::from_utf8_lossy(&make.stdout), String::from_utf8_lossy(&make.stderr));
-    assert!(out.path().join("libgpt_block.so").is_file() && out.path().join("gpt_block_demo").is_file());
-    // An nvcc whose include directory has no cublasLt.h: a toolchain error naming the wheel.
+fn a_missing_cublaslt_header_is_a_toolchain_error() {
     let bare = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(bare.path().join("bin")).unwrap();
     std::fs::create_dir_all(bare.path().join("include")).unwrap();
@@ -182,13 +155,15 @@ fn cublaslt_products_build_with_nvcc() {
     let e = mithrilc::codegen::cuda::backend::cublaslt_headers(&bare.path().join("bin/nvcc")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Toolchain);
     assert!(e.to_string().contains("cublasLt.h") && e.to_string().contains(mithrilc::build::CUBLAS_WHEEL), "{e}");
+    std::fs::write(bare.path().join("include/cublasLt.h"), "").unwrap();
+    mithrilc::codegen::cuda::backend::cublaslt_headers(&bare.path().join("bin/nvcc")).unwrap();
 }
 
-/// The case's CUDA sources, as `compile --target cuda --emit source` writes them;
-/// returns the entry the demo runs.
-fn emit(case: &Case, out: &Path) -> Result<mithrilc::backend::Entry, String> {
+/// The case's CUDA sources, as `compile --target cuda --emit source --gemm GEMM` writes
+/// them; returns the entry the demo runs.
+fn emit(case: &Case, out: &Path, gemm: Gemm) -> Result<mithrilc::backend::Entry, String> {
     let graph = &case.graphs.forward;
-    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), weights: Some(mithrilc::exec::param_weights(graph, &case.feeds)), ..Default::default() };
+    let opts = mithrilc::backend::EmitOptions { source: "model.json".into(), gemm, weights: Some(mithrilc::exec::param_weights(graph, &case.feeds)), ..Default::default() };
     let emitted = CudaTarget.emit(&case.graphs, &opts).map_err(|e| format!("{}: {e}", case.label))?;
     std::fs::create_dir_all(out).unwrap();
     for (name, bytes) in &emitted.files {
@@ -214,7 +189,17 @@ fn every_model_builds_with_nvcc() {
     let scratch = tempfile::tempdir().unwrap();
     let failures = each_case(&all, |case| {
         let out = scratch.path().join(case.label.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
-        let entry = emit(case, &out)?;
+        // gpt_block's whole artifact with --gemm cublaslt: its products' calls compile the
+        // built-in kernels in as their fallback, and the cuBLASLt glue beside them, against
+        // the pinned wheel's cublasLt.h, linked with -ldl.
+        let gemm = if case.label == "gpt_block b1" { Gemm::Cublaslt } else { Gemm::Builtin };
+        let entry = emit(case, &out, gemm)?;
+        if gemm == Gemm::Cublaslt {
+            let cu = std::fs::read_to_string(out.join(format!("{}.cu", entry.name))).unwrap();
+            if cu.matches("mr_cuda_sgemm_lt<").count() != 4 {
+                return Err(format!("{}: not gpt_block's four products on cuBLASLt", case.label));
+            }
+        }
         let cu = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).find(|n| n.ends_with(".cu") && !n.ends_with("_demo.cu")).unwrap();
         // The whole artifact once per bench model; the rest compile for sm_90 alone.
         let bench = case.label.ends_with(" b1");
@@ -346,6 +331,37 @@ fn bench_products_fill_an_h100() {
         }
     }
     assert!(split_gpt, "gpt_block's batch-1 products split K on an H100");
+}
+
+/// `compile --report` with `--gemm cublaslt` says which products cuBLASLt may run, with
+/// which epilogue, and which stay built in: gpt_block's four, as text and as JSON.
+#[test]
+fn the_report_lists_the_cublaslt_products() {
+    let Some(dir) = shared() else {
+        common::skip("../shared is not present");
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let compile = |format| {
+        let args = cli::CompileArgs {
+            model: cli::ModelArgs { model: dir.join("bench/gpt_block.json"), shapes: vec!["input=1,128,768".to_string()], ..Default::default() },
+            target: &CudaTarget,
+            out: Some(out.path().join("gpt")),
+            emit: cli::Emit::Source,
+            report: true,
+            report_format: format,
+            gemm: Gemm::Cublaslt,
+            force: true,
+            ..Default::default()
+        };
+        cli::compile(&args).unwrap()
+    };
+    let text = compile(cli::ReportFormat::Human);
+    let listed: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("matrix products on cuBLASLt")).skip(1).collect();
+    assert_eq!(listed, ["  step 1: epilogue bias", "  step 3: epilogue bias, residual", "  step 5: epilogue bias, gelu_tanh", "  step 6: epilogue bias, residual"], "{text}");
+    let json: serde_json::Value = serde_json::from_str(&compile(cli::ReportFormat::Json)).unwrap();
+    let rows = json["sizes"]["cublaslt"]["products"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["epilogue"].as_str().unwrap()).collect::<Vec<_>>(), ["bias", "bias, residual", "bias, gelu_tanh", "bias, residual"]);
 }
 
 /// f32 sums (`--accumulate f32`, the default) stay within the bound docs/cuda.md gives,

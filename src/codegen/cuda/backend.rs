@@ -55,9 +55,11 @@ impl Backend for CudaTarget {
             emitted.sizes["backward"]["launches"] = super::report::launches_json(b, gpu, opts.precision, scratch);
         }
         if opts.gemm == Gemm::Cublaslt {
-            emitted.report.push_str(&super::cublaslt::report("matrix products", &forward));
+            emitted.report.push_str(&super::cublaslt::report_text("matrix products", &forward));
+            emitted.sizes["cublaslt"] = super::cublaslt::report_json(&forward);
             if let Some(b) = &backward {
-                emitted.report.push_str(&super::cublaslt::report("backward pass matrix products", b));
+                emitted.report.push_str(&super::cublaslt::report_text("backward pass matrix products", b));
+                emitted.sizes["backward"]["cublaslt"] = super::cublaslt::report_json(b);
             }
         }
         Ok(emitted)

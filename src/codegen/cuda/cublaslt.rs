@@ -71,20 +71,30 @@ impl Epilogue {
     }
 }
 
-/// What `--report` says of `--gemm cublaslt` for program `p`: each matrix product's
-/// epilogue on cuBLASLt, or why it stays built in.
-pub fn report(title: &str, p: &crate::lower::Program) -> String {
+/// Each matrix product of `p` (its step) with its cuBLASLt epilogue, or `None` where it
+/// stays built in: what `--report` says of `--gemm cublaslt`.
+pub fn choices(p: &crate::lower::Program) -> Vec<(usize, Option<Epilogue>)> {
+    p.steps.iter().enumerate().filter(|(_, s)| matches!(s.kernel, Kernel::Gemm { .. })).map(|(i, s)| (i, epilogue(&s.kernel))).collect()
+}
+
+/// [`choices`] as `--report` prints them.
+pub fn report_text(title: &str, p: &crate::lower::Program) -> String {
     use std::fmt::Write as _;
     let mut s = format!("{title} on cuBLASLt where it loads and takes the shape (else the built-in kernels), {} MiB of workspace past the arena:\n", WORKSPACE_BYTES >> 20);
-    for (i, step) in p.steps.iter().enumerate() {
-        if matches!(step.kernel, Kernel::Gemm { .. }) {
-            let _ = match epilogue(&step.kernel) {
-                Some(e) => writeln!(s, "  step {i}: epilogue {}", e.describe()),
-                None => writeln!(s, "  step {i}: built in (an epilogue cuBLASLt does not compute)"),
-            };
-        }
+    for (i, e) in choices(p) {
+        let _ = match e {
+            Some(e) => writeln!(s, "  step {i}: epilogue {}", e.describe()),
+            None => writeln!(s, "  step {i}: built in (an epilogue cuBLASLt does not compute)"),
+        };
     }
     s
+}
+
+/// [`choices`] for `--report=json`: a row per product, its epilogue `null` where it stays
+/// built in.
+pub fn report_json(p: &crate::lower::Program) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = choices(p).into_iter().map(|(i, e)| serde_json::json!({"step": i, "epilogue": e.map(|e| e.describe())})).collect();
+    serde_json::json!({"workspace_bytes": WORKSPACE_BYTES, "products": rows})
 }
 
 /// The cuBLASLt epilogue of an f32 matrix product `k`, if its fused epilogue has one
