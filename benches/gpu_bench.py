@@ -13,9 +13,10 @@ For every model and batch size, in one run:
 
 With --gemm cublaslt every case is also compiled with mithrilc's --gemm cublaslt (its
 matrix products on cuBLASLt, loaded at run time: $MR_CUBLASLT or libcublasLt.so.13) and
-timed as two more runners, "lt" and "lt graph", with their own ratio column; when
-cuBLASLt cannot be loaded here those runners are left out, saying why (the library
-would run its built-in kernels and measure nothing new).
+timed as two more runners, "lt" and "lt graph", with their own ratio column, run with
+MR_CUBLASLT_REQUIRE=1 so that a product cuBLASLt would not run fails that runner's check
+rather than time the built-in kernels. When cuBLASLt cannot be loaded here, or a case's
+build fails, those runners are left out, saying why.
 
 Everything is f32 with TF32 off: mithrilc's CUDA kernels compute exact f32, and torch
 with TF32 would be measured doing less work (10-bit mantissas in its GEMMs and
@@ -110,16 +111,24 @@ def main():
         check_params(name, f"{args.bench}/{name}.safetensors", manifest[name]["params"])
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
             todo.append((name, batch, info, f"{args.work}/{name}_b{batch}"))
-    lt_todo = [(name, batch, info, f"{out}_lt") for name, batch, info, out in todo] if args.gemm == "cublaslt" else []
+    # --gemm cublaslt's builds, unless cuBLASLt is missing here (the library would run its
+    # built-in kernels: nothing new to time). The dry run builds them anyway.
+    lt_skip = None if args.gemm == "cublaslt" and dry else cublaslt_missing() if args.gemm == "cublaslt" else "not asked for"
+    if args.gemm == "cublaslt":
+        print(f"cuBLASLt: {'loads' if lt_skip is None else 'left out: ' + lt_skip}", flush=True)
+    lt_todo = [(name, batch, info, f"{out}_lt", ["--gemm", "cublaslt"]) for name, batch, info, out in todo] if lt_skip is None else []
     # Each build is one nvcc process (about 20 s of one core for the four code
     # generations): the cases build side by side, one per core.
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         emit = "source" if dry else "build"
-        list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], emit, []), todo))
-        list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], emit, ["--gemm", "cublaslt"]), lt_todo))
+        built = list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], emit, c[4]),
+                              [c + ([],) for c in todo] + lt_todo))
+    if not all(built[:len(todo)]):
+        sys.exit("gpu_bench: the built-in kernels' builds failed (above)")
     cases = [Case(name, batch, info, out, read_header(out, info)) for name, batch, info, out in todo]
-    for case in cases:
-        case.lt = f"{case.out}_lt" if lt_todo else None
+    for case, ok in zip(cases, built[len(todo):]):
+        # A --gemm cublaslt build that failed leaves that case's lt runners out, not the run.
+        case.lt = f"{case.out}_lt" if ok else None
         if case.lt:
             read_header(case.lt, case.info)
     if dry:
@@ -144,6 +153,7 @@ class Case:
     def __init__(self, name, batch, info, out, header):
         self.name, self.batch, self.info, self.out, self.header = name, batch, info, out, header
         self.label = f"{name} b{batch}"
+        self.lt = None  # the --gemm cublaslt build's directory, when there is one
 
     def runs(self, repeat):
         # As bench.py: the cases above 5 GFLOP take a tenth of the calls, so that a slow
@@ -152,12 +162,14 @@ class Case:
 
 
 def compile_case(mithrilc, bench, name, info, out, emit, flags):
+    """Whether the build succeeded (a failure is printed)."""
     shape = ",".join(str(d) for d in info["input_shape"])
     cmd = [mithrilc, "compile", f"{bench}/{name}.json", "--target", "cuda", "--shape", f"input={shape}",
            "--params", f"{bench}/{name}.safetensors", "-o", out, "--force", "--emit", emit] + flags
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"gpu_bench: {' '.join(cmd)}\nexited {done.returncode}:\n{done.stdout}{done.stderr}")
+        print(f"gpu_bench: {' '.join(cmd)}\nexited {done.returncode}:\n{done.stdout}{done.stderr}", flush=True)
+    return done.returncode == 0
 
 
 def read_header(out, info):
@@ -453,9 +465,9 @@ def measure(args, cases):
             setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
     failures = []
     plans = []  # (case, runner, fn, stream): what the rounds time
-    lt_missing = cublaslt_missing() if args.gemm == "cublaslt" else "not asked for (--gemm cublaslt)"
-    if args.gemm == "cublaslt":
-        print(f"cuBLASLt: {'loads' if lt_missing is None else 'left out: ' + lt_missing}", flush=True)
+    # A product the lt builds run on the built-in kernels is then an error, so that an lt
+    # time is cuBLASLt's (mr_cublaslt.h); the built-in builds never call cuBLASLt.
+    os.environ["MR_CUBLASLT_REQUIRE"] = "1"
 
     def check(case, runner, fn, stream, want):
         """Warms fn up, checks its output and adds it to the plans; a runner that fails
@@ -494,7 +506,7 @@ def measure(args, cases):
             except Exception as e:
                 print(f"check {case.label:<14} {'mithrilc':<36} FAILED to load: {type(e).__name__}: {e}", flush=True)
                 failures.append(f"{case.label} mithrilc: {type(e).__name__}")
-            if case.lt and lt_missing is None:
+            if case.lt:
                 try:
                     m = Mithrilc(case, x, case.lt)
                     libraries.append(m)
@@ -548,7 +560,7 @@ def report(args, cases, best):
           f"python {sys.version.split()[0]}")
     print("f32 throughout: torch.backends.cuda.matmul.allow_tf32 = False, torch.backends.cudnn.allow_tf32 = False")
     print(f"{'case':<14} {'mithrilc':>10} {'m. graph':>10} {'eager':>10} {'compile':>10} {'mode':>4} {'ratio':>7}"
-          f" {'lt graph':>10} {'ratio lt':>8}")
+          f" {'lt':>10} {'ratio lt':>8}")
 
     def cell(us):
         return f"{us:>8.1f}us" if us is not None else f"{'-':>10}"
@@ -562,12 +574,13 @@ def report(args, cases, best):
         lt = [us for us in (got["lt"], got["lt graph"]) if us is not None]
         ratio_lt = f"{min(lt) / peer:>8.2f}" if lt and peer else f"{'-':>8}"
         print(f"{case.label:<14} {cell(got['mithrilc'])} {cell(got['mithrilc graph'])} {cell(got['torch eager'])} "
-              f"{cell(peer)} {tag:>4} {ratio} {cell(got['lt graph'])} {ratio_lt}")
+              f"{cell(peer)} {tag:>4} {ratio} {cell(min(lt) if lt else None)} {ratio_lt}")
     print("ratio = the faster mithrilc run (plain or graph) / the faster torch.compile mode; median latency of one call")
     print(f"(CUDA events, synchronised after each), the best of {args.rounds} rounds in this run; - = failed its check or did not run.")
     print("mode: ma = torch.compile(mode=\"max-autotune-no-cudagraphs\"), ro = mode=\"reduce-overhead\" (CUDA graphs).")
     print("m. graph = <name>_graph_launch of a CUDA graph captured by <name>_graph_create.")
-    print("lt graph, ratio lt: the same with --gemm cublaslt (products on cuBLASLt); - = not asked for, or cuBLASLt absent.")
+    print("lt, ratio lt: the faster of plain and graph with --gemm cublaslt (products on cuBLASLt, MR_CUBLASLT_REQUIRE=1);")
+    print("- = not asked for, cuBLASLt absent, or a product it would not run.")
 
 
 def driver_version():

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session's checks of the CUDA target, in order, each step timed and bounded
-# (720 s at most, about eight minutes as measured steps go) so the whole fits in the
+# (810 s at most, about nine minutes as measured steps go) so the whole fits in the
 # ten minutes of a lent GPU (an H100 or H200, 16 cores):
 #   1. build mithrilc and the test binary (release);
 #   2. the kernel library's checks on the GPU (runtime-cuda: every tile, split-K, odd
@@ -11,7 +11,9 @@
 #   5. benches/gpu_run.sh against torch.compile (reduce-overhead and max-autotune), if
 #      torch is there, with --gemm cublaslt's builds beside the built-in kernels' where
 #      cuBLASLt 13 is found (MR_CUBLASLT: set here to a pip wheel's libcublasLt.so.13,
-#      e.g. a CUDA 13 torch's, when the loader would not find one itself).
+#      e.g. a CUDA 13 torch's, when the loader would not find one itself);
+#   6. --gemm cublaslt's cases on the GPU against the interpreter (tests/cuda_target.rs),
+#      last, so that a short lease loses it first.
 #   bash benches/gpu_session.sh [--dry-run]
 # --dry-run, on a machine without a GPU: the same steps with the GPU runs replaced by
 # their emulated or --dry-run forms (2: the checks under emulation; 3: skipped, as CI
@@ -63,6 +65,7 @@ fi
 step 30 "launch report (gpt_block b1)" bash -c 'out=$(mktemp -d) && ./target/release/mithrilc compile ../shared/bench/gpt_block.json --shape input=1,128,768 --target cuda --emit source --report -o "$out/gpt" | sed -n "/^launches/,\$p"; rm -rf "$out"'
 if [ "$dry" = 0 ]; then
   step 240 "benchmark against torch.compile" bash benches/gpu_run.sh --rounds 3 --gemm cublaslt
+  step 90 "--gemm cublaslt on the GPU" cargo test --release -q --test suite cuda_target::cublaslt_products_match_the_interpreter_on_the_gpu -- --ignored
 else
   step 120 "benchmark plan (dry run)" bash benches/gpu_run.sh --dry-run --gemm cublaslt
 fi

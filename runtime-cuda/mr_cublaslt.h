@@ -43,6 +43,28 @@ struct mr_lt_epilogue {
     int64_t res_b[MR_MAX_BATCH]; /* R's batch strides, per dimension of the call's mr_batch (0 when batch is NULL) */
 };
 
+/* lt as the built-in kernels' epilogue functor (their contract: called once C[i,j] holds
+ * the product, it writes the final value): what the emulation runs in cuBLASLt's place,
+ * so that the emulated tests check what a call site describes to cuBLASLt, not only its
+ * own functor. ReLU and GELU as the model's (mithril_ops.h; ReLU keeps NaN). */
+struct mr_lt_functor {
+    float *c;
+    int64_t c_rs, c_cs;
+    mr_batch bt;
+    mr_lt_epilogue lt;
+    __device__ void operator()(int64_t nb, int64_t i, int64_t j) const
+    {
+        int64_t oc = 0, orr = 0;
+        /* the library's unrolled walk: indexed by a variable, the arrays would go to the stack */
+        mr_batch_walk(bt.rank, bt.ext, nb, [&](int d, int64_t x) { oc += x * bt.c[d], orr += x * lt.res_b[d]; });
+        float *p = c + oc + i * c_rs + j * c_cs;
+        float v = lt.alpha * *p;
+        if (lt.bias) v += lt.bias[j];
+        if (lt.res) v += lt.res[orr + i * lt.res_rs + j * lt.res_cs];
+        *p = lt.act == MR_LT_ACT_RELU ? mr_reluf(v) : lt.act == MR_LT_ACT_GELU_TANH ? mr_gelu_tanhf(v) : v;
+    }
+};
+
 /* Device memory cuBLASLt may use (from the model's arena; 256-byte aligned). */
 struct mr_lt_workspace {
     void *p;
@@ -448,6 +470,9 @@ static cudaError_t mr_cuda_sgemm_lt(mr_lt_site *site, cudaStream_t s, int64_t m,
                                     mr_lt_workspace ws, const mr_lt_epilogue &lt, Ep ep)
 {
 #if !defined(MR_CUDA_EMULATE)
+    /* MR_CUBLASLT_REQUIRE=1: a product cuBLASLt does not run is an error, so that a test
+     * or a benchmark on a GPU knows cuBLASLt ran (not the built-in kernels in its place). */
+    static const bool require = getenv("MR_CUBLASLT_REQUIRE") && strcmp(getenv("MR_CUBLASLT_REQUIRE"), "1") == 0;
     mr_lt_problem pr;
     if (mr_lt_map(&pr, m, n, k, a_rs, a_cs, b_rs, b_cs, c_rs, c_cs, batch, lt.res != NULL, lt.res_rs, lt.res_cs,
                   lt.res_b)) {
@@ -459,11 +484,18 @@ static cudaError_t mr_cuda_sgemm_lt(mr_lt_site *site, cudaStream_t s, int64_t m,
             return cudaSuccess;
         }
     }
-#else
-    (void)ws, (void)lt; /* the emulation has no cuBLASLt */
-#endif
     ++site->fallbacks;
+    if (require) return cudaErrorNotSupported;
     return mr_cuda_sgemm_tc<P, MASK>(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, scratch, ep);
+#else
+    /* The emulation has no cuBLASLt: the built-in kernels with lt's functor in its place. */
+    (void)ws, (void)ep;
+    mr_lt_functor f = {c, c_rs, c_cs, {}, lt};
+    f.bt.rank = 0;
+    if (batch) f.bt = *batch;
+    ++site->fallbacks;
+    return mr_cuda_sgemm_tc<P, MASK>(s, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, c, c_rs, c_cs, batch, scratch, f);
+#endif
 }
 
 #endif /* MR_CUBLASLT_H */

@@ -1134,29 +1134,6 @@ static void test_lt_map()
     }
 }
 
-/* The built-in kernels' equivalent of mr_lt_epilogue (what the compiler passes as ep):
- * C = act(alpha C + bias[j] + R), the batch index decomposed as mr_batch's row-major. */
-struct ep_lt {
-    float *c;
-    const float *bias, *res;
-    int64_t c_rs, c_cs, res_rs, res_cs;
-    mr_batch bt;
-    int64_t res_b[MR_MAX_BATCH];
-    float alpha;
-    int act;
-    __device__ void operator()(int64_t nb, int64_t i, int64_t j) const
-    {
-        int64_t oc = 0, orr = 0;
-        /* the library's unrolled walk: indexed by a variable, the arrays would go to the stack */
-        mr_batch_walk(bt.rank, bt.ext, nb, [&](int d, int64_t x) { oc += x * bt.c[d], orr += x * res_b[d]; });
-        float *p = c + oc + i * c_rs + j * c_cs;
-        float v = alpha * *p;
-        if (bias) v += bias[j];
-        if (res) v += res[orr + i * res_rs + j * res_cs];
-        *p = act == MR_LT_ACT_RELU ? (v > 0.0f ? v : 0.0f) : act == MR_LT_ACT_GELU_TANH ? mr_gelu_tanhf(v) : v;
-    }
-};
-
 /* The lt cases instantiate one tile kernel (64 x 64, no split) of the exact fallback. */
 #define LT_MASK (1u << 2)
 static mr_lt_site g_lt_site;
@@ -1199,7 +1176,8 @@ static void test_lt_gemm(int prec, int64_t m, int64_t n, int64_t k, bool ta, boo
     }
     lt.act = act, lt.alpha = alpha, lt.bias = bias ? dbias : NULL, lt.res = res ? dR : NULL, lt.res_rs = r_rs, lt.res_cs = 1;
     const mr_batch *bp = batch ? &bt : NULL;
-    ep_lt ep = {dC, lt.bias, lt.res, c_rs, c_cs, r_rs, 1, bt, {lt.res_b[0], lt.res_b[1], 0, 0}, alpha, act};
+    /* the built-in kernels' equivalent of lt, as the compiler's functor is */
+    mr_lt_functor ep = {dC, c_rs, c_cs, bt, lt};
     const long long runs = mr_lt_site_runs(&g_lt_site);
     CUDA_OK(with_precision((mr_precision)prec, [&](auto P) {
         return mr_cuda_sgemm_lt<decltype(P)::value, LT_MASK>(&g_lt_site, 0, m, n, k, dA, a_rs, a_cs, dB, b_rs, b_cs, dC,

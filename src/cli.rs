@@ -307,6 +307,8 @@ pub fn run(args: &RunArgs) -> Result<(Vec<(String, Tensor)>, String)> {
             outputs
         }
         RunTarget::Compiled(target) => {
+            // The in-process targets are not emitted, whose checks would refuse it.
+            crate::backend::check_gemm(target, args.gemm)?;
             if args.emulate && !target.capabilities().emulates {
                 return Err(Error::usage(format!("--emulate is for GPU targets; the {} target runs natively", target.name())));
             }

@@ -133,15 +133,21 @@ fn make(dir: &Path, build: &BuildConfig, arch: Option<u32>) -> Result<Option<cra
     crate::build::make_cached(dir, &vars, goals, &shared, &build.cache, "apt-get install make g++ (Debian/Ubuntu)").map(Some)
 }
 
-/// Refuses to build `--gemm cublaslt`'s files where cuBLASLt's header is not beside
-/// `nvcc`'s own (a toolkit's `include`, or the wheels' `nvidia/cu13/include`), saying
-/// how to install it, rather than leaving nvcc's "file not found" to explain it.
+/// Refuses to build `--gemm cublaslt`'s files where cuBLASLt's header is not where nvcc
+/// looks (beside its own headers: a toolkit's `include` or `targets/*/include`, the
+/// wheels' `nvidia/cu13/include`; or a directory of `$CPATH`), saying how to install it,
+/// rather than leaving nvcc's "file not found" to explain it.
 pub fn cublaslt_headers(nvcc: &Path) -> Result<()> {
     let real = std::fs::canonicalize(nvcc).unwrap_or_else(|_| nvcc.to_path_buf());
-    let include = real.parent().and_then(Path::parent).map(|d| d.join("include"));
-    match include {
-        Some(dir) if dir.join("cublasLt.h").is_file() => Ok(()),
-        _ => Err(crate::error::Error::new(ErrorKind::Toolchain, format!("--gemm cublaslt compiles against cuBLASLt's header, cublasLt.h, which is not beside nvcc ({})", nvcc.display()))
+    let mut dirs: Vec<std::path::PathBuf> = std::env::var_os("CPATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    if let Some(root) = real.parent().and_then(Path::parent) {
+        dirs.push(root.join("include"));
+        let targets = std::fs::read_dir(root.join("targets")).into_iter().flatten().flatten();
+        dirs.extend(targets.map(|t| t.path().join("include")));
+    }
+    match dirs.iter().any(|d| d.join("cublasLt.h").is_file()) {
+        true => Ok(()),
+        false => Err(crate::error::Error::new(ErrorKind::Toolchain, format!("--gemm cublaslt compiles against cuBLASLt's header, cublasLt.h, which is not beside nvcc ({})", nvcc.display()))
             .note(format!("install it where nvcc is: pip install {} (or build with a CUDA toolkit's nvcc)", crate::build::CUBLAS_WHEEL))),
     }
 }

@@ -8,7 +8,7 @@
 //! same epilogue otherwise. Any other epilogue keeps the built-in kernels alone.
 
 use crate::ir::{BinaryOp, Composite, Dtype, UnaryOp};
-use crate::lower::{Expr, Kernel, View};
+use crate::lower::{BufId, Expr, Kernel, Program, View};
 
 /// The device memory cuBLASLt may use, from the model's arena: what NVIDIA's cuBLAS
 /// guide recommends for Hopper (32 MiB; 4 MiB suffices before it, and a smaller
@@ -73,12 +73,12 @@ impl Epilogue {
 
 /// Each matrix product of `p` (its step) with its cuBLASLt epilogue, or `None` where it
 /// stays built in: what `--report` says of `--gemm cublaslt`.
-pub fn choices(p: &crate::lower::Program) -> Vec<(usize, Option<Epilogue>)> {
-    p.steps.iter().enumerate().filter(|(_, s)| matches!(s.kernel, Kernel::Gemm { .. })).map(|(i, s)| (i, epilogue(&s.kernel))).collect()
+pub fn choices(p: &Program) -> Vec<(usize, Option<Epilogue>)> {
+    p.steps.iter().enumerate().filter(|(_, s)| matches!(s.kernel, Kernel::Gemm { .. })).map(|(i, s)| (i, epilogue(p, &s.kernel))).collect()
 }
 
 /// [`choices`] as `--report` prints them.
-pub fn report_text(title: &str, p: &crate::lower::Program) -> String {
+pub fn report_text(title: &str, p: &Program) -> String {
     use std::fmt::Write as _;
     let mut s = format!("{title} on cuBLASLt where it loads and takes the shape (else the built-in kernels), {} MiB of workspace past the arena:\n", WORKSPACE_BYTES >> 20);
     for (i, e) in choices(p) {
@@ -92,14 +92,21 @@ pub fn report_text(title: &str, p: &crate::lower::Program) -> String {
 
 /// [`choices`] for `--report=json`: a row per product, its epilogue `null` where it stays
 /// built in.
-pub fn report_json(p: &crate::lower::Program) -> serde_json::Value {
+pub fn report_json(p: &Program) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = choices(p).into_iter().map(|(i, e)| serde_json::json!({"step": i, "epilogue": e.map(|e| e.describe())})).collect();
     serde_json::json!({"workspace_bytes": WORKSPACE_BYTES, "products": rows})
 }
 
-/// The cuBLASLt epilogue of an f32 matrix product `k`, if its fused epilogue has one
+/// The cuBLASLt epilogue of `p`'s f32 matrix product `k`, if its fused epilogue has one
 /// (no epilogue: the plain product).
-pub fn epilogue(k: &Kernel) -> Option<Epilogue> {
+pub fn epilogue(p: &Program, k: &Kernel) -> Option<Epilogue> {
+    classify(k, &|b| p.buffers[b.0].dtype)
+}
+
+/// [`epilogue`] with each buffer's element type from `dtype`: every buffer the epilogue
+/// reads must hold f32 (an f32 addition may read an integer by promotion, which the
+/// built-in functor converts and cuBLASLt would not).
+fn classify(k: &Kernel, dtype: &dyn Fn(BufId) -> Dtype) -> Option<Epilogue> {
     let Kernel::Gemm { c, epilogue, .. } = k else { return None };
     let Some(e) = epilogue else { return Some(Epilogue { act: Act::None, alpha: 1.0, bias: None, res: None }) };
     let (act, sum) = match e {
@@ -117,12 +124,13 @@ pub fn epilogue(k: &Kernel) -> Option<Epilogue> {
     for t in terms {
         let (scaled, alpha) = match t {
             Expr::Binary(BinaryOp::Mul, a, b, Dtype::F32) => match (&**a, &**b) {
-                (Expr::Const(x, Dtype::F32), p) | (p, Expr::Const(x, Dtype::F32)) if x.is_finite() => (p, *x),
+                // alpha 0: BLAS may skip the product, where 0 * inf is NaN.
+                (Expr::Const(x, Dtype::F32), p) | (p, Expr::Const(x, Dtype::F32)) if x.is_finite() && *x != 0.0 => (p, *x),
                 _ => return None,
             },
             t => (t, 1.0),
         };
-        let v = load(scaled, c)?;
+        let v = load(scaled, c).filter(|v| dtype(v.buf) == Dtype::F32)?;
         let same = |v: &View| (0..rank).all(|d| wide(v, d) == wide(c, d));
         if v.buf == c.buf {
             // The product itself, once; any other read of its buffer is not.
@@ -177,7 +185,6 @@ fn load(e: &Expr, c: &View) -> Option<View> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lower::BufId;
 
     fn c() -> View {
         View::contiguous(BufId(0), &[4, 8])
@@ -194,6 +201,9 @@ mod tests {
     fn add(a: Expr, b: Expr) -> Expr {
         Expr::Binary(BinaryOp::Add, Box::new(a), Box::new(b), Dtype::F32)
     }
+    fn f32s(_: BufId) -> Dtype {
+        Dtype::F32
+    }
     fn gemm(e: Option<Expr>) -> Kernel {
         let (a, b) = (View::contiguous(BufId(3), &[4, 16]), View::contiguous(BufId(4), &[16, 8]));
         Kernel::Gemm { a, b, c: c(), epilogue: e }
@@ -202,22 +212,22 @@ mod tests {
     #[test]
     fn bias_residual_and_activations_are_taken() {
         let k = gemm(None);
-        assert_eq!(epilogue(&k).unwrap().describe(), "none");
+        assert_eq!(classify(&k, &f32s).unwrap().describe(), "none");
         // gpt_block's projections: residual + (product + bias), in either order.
         let k = gemm(Some(add(ld(res()), add(ld(c()), ld(bias())))));
-        let e = epilogue(&k).unwrap();
+        let e = classify(&k, &f32s).unwrap();
         assert_eq!((e.bias, e.res, e.act), (Some(bias()), Some(res()), Act::None));
         // As lowering writes them: a bias of its own rank at the column variable, a
         // residual's unit dimension at index 0 (`_`).
         let bias1 = Expr::Load { view: View::contiguous(BufId(1), &[8]), vars: vec![1] };
         let res3 = Expr::Load { view: View::contiguous(BufId(2), &[1, 4, 8]), vars: vec![usize::MAX, 0, 1] };
-        let e = epilogue(&gemm(Some(add(res3, add(ld(c()), bias1))))).unwrap();
+        let e = classify(&gemm(Some(add(res3, add(ld(c()), bias1)))), &f32s).unwrap();
         assert_eq!((e.bias, e.res), (Some(bias()), Some(res())));
         let k = gemm(Some(Expr::Unary(UnaryOp::Composite(Composite::GeluTanh), Box::new(add(ld(bias()), ld(c()))), Dtype::F32)));
-        assert_eq!(epilogue(&k).unwrap().describe(), "bias, gelu_tanh");
+        assert_eq!(classify(&k, &f32s).unwrap().describe(), "bias, gelu_tanh");
         let scaled = Expr::Binary(BinaryOp::Mul, Box::new(Expr::Const(0.5, Dtype::F32)), Box::new(ld(c())), Dtype::F32);
         let k = gemm(Some(Expr::Unary(UnaryOp::Relu, Box::new(scaled), Dtype::F32)));
-        assert_eq!(epilogue(&k).unwrap().describe(), "scale 0.5, relu");
+        assert_eq!(classify(&k, &f32s).unwrap().describe(), "scale 0.5, relu");
     }
 
     #[test]
@@ -243,7 +253,12 @@ mod tests {
         ];
         for e in refused {
             let k = gemm(Some(e.clone()));
-            assert_eq!(epilogue(&k), None, "{e:?}");
+            assert_eq!(classify(&k, &f32s), None, "{e:?}");
         }
+        // An integer bias, added to the f32 product by promotion; a scale of 0.
+        let k = gemm(Some(add(ld(c()), ld(bias()))));
+        assert_eq!(classify(&k, &|b| if b == BufId(1) { Dtype::I32 } else { Dtype::F32 }), None);
+        let zero = Expr::Binary(BinaryOp::Mul, Box::new(Expr::Const(0.0, Dtype::F32)), Box::new(ld(c())), Dtype::F32);
+        assert_eq!(classify(&gemm(Some(zero)), &f32s), None);
     }
 }

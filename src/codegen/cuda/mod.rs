@@ -193,7 +193,7 @@ pub fn emit(p: &Program, backward: Option<&Program>, opts: &Options, products: P
         ctx.arena_size = at + crate::lower::align(1);
     }
     // cuBLASLt's workspace, when some product may run on it.
-    let lt = (products.gemm == Gemm::Cublaslt && programs().any(|p| p.steps.iter().any(|s| cublaslt::epilogue(&s.kernel).is_some()))).then(|| {
+    let lt = (products.gemm == Gemm::Cublaslt && programs().any(|p| p.steps.iter().any(|s| cublaslt::epilogue(p, &s.kernel).is_some()))).then(|| {
         // cuBLASLt wants its workspace 256-byte aligned, as cudaMalloc's arena is.
         let at = ctx.arena_size.div_ceil(256) * 256;
         ctx.arena_size = at + cublaslt::WORKSPACE_BYTES;

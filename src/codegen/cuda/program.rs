@@ -132,7 +132,7 @@ pub fn program_cu(p: &Program, d: &Cuda, name: &str, entry: &str, upper: &str, p
         // A fresh call has seen no index out of range.
         let _ = writeln!(launches_head, "    if (cudaMemsetAsync(a + {at}, 0, sizeof(int32_t), stream) != cudaSuccess) {{\n        return {error_cuda};\n    }}");
     }
-    let lt = ws.lt.is_some() && p.steps.iter().any(|st| super::cublaslt::epilogue(&st.kernel).is_some());
+    let lt = ws.lt.is_some() && p.steps.iter().any(|st| super::cublaslt::epilogue(p, &st.kernel).is_some());
     if flag.is_some() || ws.scratch.is_some() || lt || uses(|s| matches!(s, Storage::Arena { .. })) {
         s.push_str("    unsigned char *a = (unsigned char *)arena;\n");
     } else {
@@ -195,7 +195,7 @@ fn library_call(r: &Renderer<Cuda>, site: &str, step: &Step, ext: &[String], pre
         }
         None => (String::new(), String::new()),
     };
-    if let (Some(at), Some(e), Kernel::Gemm { c, .. }) = (ws.lt, super::cublaslt::epilogue(k), k) {
+    if let (Some(at), Some(e), Kernel::Gemm { c, .. }) = (ws.lt, super::cublaslt::epilogue(r.p, k), k) {
         let rank = c.shape.len();
         let lead = batch_dims(&ext[..rank - 2]);
         let res = e.res.as_ref().map_or("NULL, 0, 0, {0, 0, 0, 0}".to_string(), |v| {
