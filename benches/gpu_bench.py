@@ -128,9 +128,8 @@ def main():
     cases = [Case(name, batch, info, out, read_header(out, info)) for name, batch, info, out in todo]
     for case, ok in zip(cases, built[len(todo):]):
         # A --gemm cublaslt build that failed leaves that case's lt runners out, not the run.
-        case.lt = f"{case.out}_lt" if ok else None
-        if case.lt:
-            read_header(case.lt, case.info)
+        if ok:
+            case.builds.append(("lt", f"{case.out}_lt", read_header(f"{case.out}_lt", case.info)))
     if dry:
         return dry_run(args, cases)
     return measure(args, cases)
@@ -153,7 +152,9 @@ class Case:
     def __init__(self, name, batch, info, out, header):
         self.name, self.batch, self.info, self.out, self.header = name, batch, info, out, header
         self.label = f"{name} b{batch}"
-        self.lt = None  # the --gemm cublaslt build's directory, when there is one
+        # (runner, directory, header) of each build: the built-in kernels', then
+        # --gemm cublaslt's when there is one
+        self.builds = [("mithrilc", out, header)]
 
     def runs(self, repeat):
         # As bench.py: the cases above 5 GFLOP take a tenth of the calls, so that a slow
@@ -365,12 +366,10 @@ class Mithrilc:
 
     loaded = {}
 
-    def __init__(self, case, x, out=None):
+    def __init__(self, case, x, out, h):
         import numpy as np
         import torch
-        h = case.header
         name = h["name"]
-        out = out or case.out
         path = os.path.abspath(f"{out}/lib{name}.so")
         lib = ctypes.CDLL(path)
         vp, pvp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
@@ -390,10 +389,8 @@ class Mithrilc:
         Mithrilc.loaded[address] = path
         blob = np.fromfile(f"{out}/weights.bin", dtype=np.uint8)
         self.weights = torch.from_numpy(blob).cuda()
-        # max(1, ...): an empty arena would have a null data_ptr. The --gemm cublaslt
-        # build's arena is larger (cuBLASLt's workspace): its own header says how much.
-        arena = read_header(out, case.info)["ARENA_SIZE"] if out != case.out else h["ARENA_SIZE"]
-        self.arena = torch.empty(max(1, arena), dtype=torch.uint8, device="cuda")
+        # max(1, ...): an empty arena would have a null data_ptr.
+        self.arena = torch.empty(max(1, h["ARENA_SIZE"]), dtype=torch.uint8, device="cuda")
         self.x = x.contiguous()
         self.y = torch.empty(h["OUTPUT_0_SIZE"], dtype=torch.float32, device="cuda")
         self.inputs = (vp * 1)(self.x.data_ptr())
@@ -498,23 +495,15 @@ def measure(args, cases):
         for case in cases:
             x = torch.from_numpy(np.load(f"{args.bench}/{case.info['input']}")).cuda()
             want = np.load(f"{args.bench}/{case.info['output']}")
-            try:
-                m = Mithrilc(case, x)
-                libraries.append(m)
-                check(case, "mithrilc", m.forward, m.stream, want)
-                check(case, "mithrilc graph", m.graph, m.stream, want)
-            except Exception as e:
-                print(f"check {case.label:<14} {'mithrilc':<36} FAILED to load: {type(e).__name__}: {e}", flush=True)
-                failures.append(f"{case.label} mithrilc: {type(e).__name__}")
-            if case.lt:
+            for runner, out, header in case.builds:
                 try:
-                    m = Mithrilc(case, x, case.lt)
+                    m = Mithrilc(case, x, out, header)
                     libraries.append(m)
-                    check(case, "lt", m.forward, m.stream, want)
-                    check(case, "lt graph", m.graph, m.stream, want)
+                    check(case, runner, m.forward, m.stream, want)
+                    check(case, f"{runner} graph", m.graph, m.stream, want)
                 except Exception as e:
-                    print(f"check {case.label:<14} {'lt':<36} FAILED to load: {type(e).__name__}: {e}", flush=True)
-                    failures.append(f"{case.label} lt: {type(e).__name__}")
+                    print(f"check {case.label:<14} {runner:<36} FAILED to load: {type(e).__name__}: {e}", flush=True)
+                    failures.append(f"{case.label} {runner}: {type(e).__name__}")
             if case.name not in params:
                 params[case.name] = load_params(f"{args.bench}/{case.name}.safetensors")
             model = torch_model(case.name, params[case.name])
