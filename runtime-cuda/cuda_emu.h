@@ -383,8 +383,8 @@ static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.bi
 
 // ---------------------------------------------------------------------------------------------
 // The PTX mithril_cuda.h issues as inline assembly, as functions of the registers' values:
-// cvt.rna.tf32.f32, and mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 and
-// m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (d = a b + c on a 16 x 8 tile).
+// cvt.rna.tf32.f32, cp.async and its groups, and mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
+// and m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 (d = a b + c on a 16 x 8 tile).
 //
 // mma is warp-collective, with the PTX ISA's fragment layouts (lane l: g = l / 4, t = l % 4;
 // X(r, c) an element of the 16 x K matrix A, the K x 8 matrix B or the 16 x 8 matrix C or D):
@@ -407,6 +407,12 @@ static inline uint32_t cvt_rna_tf32(float f) {
   if ((x & 0x7f800000u) != 0x7f800000u) x = (x + 0x1000u) & 0xffffe000u;
   return x;
 }
+
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes; cp.async.commit_group; cp.async.wait_group
+// n: each lane's copies land at the wait that completes their group (mr_simt::async_copy).
+static inline void cp_async(void *dst, const void *src, unsigned bytes) { ::mr_simt::async_copy(dst, src, bytes); }
+static inline void cp_async_commit_group() { ::mr_simt::async_commit(); }
+static inline void cp_async_wait_group(unsigned n) { ::mr_simt::async_wait(n); }
 
 namespace detail {
 struct Regs {

@@ -43,6 +43,14 @@
 #include "mr_cuda_plan.h"
 #include "mr_ptx.h"
 
+/* cp.async and mma.sync's tf32 / bf16 forms exist for sm_80 and newer; compiled for an older
+ * architecture the tensor-core kernels trap (the host functions check the device first). */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define MR_TC_ARCH_OK 1
+#else
+#define MR_TC_ARCH_OK 0
+#endif
+
 #if defined(MR_CUDA_EMULATE)
 #define MR_LAUNCH(kernel, grid, block, stream, ...) mr_emu_launch(#kernel, kernel, grid, block, stream, __VA_ARGS__)
 #define MR_LAUNCH_BOUNDS(threads, min_blocks)
@@ -231,8 +239,10 @@ MR_UNROLL
         }
     }
 
-    /* Global -> registers for the K tile starting at k0. */
-    __device__ __forceinline__ void load(int64_t k0)
+    /* The K tile starting at k0, chunk by chunk: vec4(c, q) for a chunk inside the matrix
+     * that one 16-byte access moves (q its first element), else elem(c, e, q) for each of
+     * its 4 elements (q null past the matrix's edge or K's end). */
+    template <class V, class E> __device__ __forceinline__ void each(int64_t k0, V vec4, E elem) const
     {
 MR_UNROLL
         for (int c = 0; c < CHUNKS; ++c) {
@@ -240,24 +250,28 @@ MR_UNROLL
             chunk(c, x, kk);
             const int64_t kg = k0 + kk;
             const float *q = row[c] + k0 * sk;
-            if (ALONG_K) {
-                if (vec && nx[c] && kg + 3 < k) {
-                    const float4 v = mr_cu_ld4(q);
-                    r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
-                } else {
-MR_UNROLL
-                    for (int e = 0; e < 4; ++e) r[c][e] = (nx[c] && kg + e < k) ? q[e * sk] : 0.0f;
-                }
+            if (ALONG_K ? (vec && nx[c] && kg + 3 < k) : (vec && nx[c] == 4 && kg < k)) {
+                vec4(c, q);
             } else {
-                if (vec && nx[c] == 4 && kg < k) {
-                    const float4 v = mr_cu_ld4(q);
-                    r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
-                } else {
 MR_UNROLL
-                    for (int e = 0; e < 4; ++e) r[c][e] = (e < nx[c] && kg < k) ? q[e * sx] : 0.0f;
+                for (int e = 0; e < 4; ++e) {
+                    const bool in = ALONG_K ? (nx[c] && kg + e < k) : (e < nx[c] && kg < k);
+                    elem(c, e, in ? q + e * (ALONG_K ? sk : sx) : nullptr);
                 }
             }
         }
+    }
+
+    /* Global -> registers for the K tile starting at k0. */
+    __device__ __forceinline__ void load(int64_t k0)
+    {
+        each(
+            k0,
+            [&](int c, const float *q) {
+                const float4 v = mr_cu_ld4(q);
+                r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
+            },
+            [&](int c, int e, const float *q) { r[c][e] = q ? *q : 0.0f; });
     }
 
     /* Registers -> shared tile s[BK][BX]. */
@@ -276,23 +290,31 @@ MR_UNROLL
         }
     }
 
-    /* Registers -> shared tile s[BK][LD] (LD >= BX: padded rows) of the tensor-core
-     * kernels, each element rounded by F::cvt to the format the products use. */
-    template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
+#if MR_TC_ARCH_OK
+    /* Global -> the tensor-core kernels' shared tile s (layout Tl: x-major along K, so that a
+     * chunk is 16 contiguous bytes there too) for the K tile starting at k0, by cp.async,
+     * in the thread's open group; zeros past the edges are stored at once. */
+    template <class Tl> __device__ __forceinline__ void copy(int64_t k0, float *s) const
     {
-MR_UNROLL
-        for (int c = 0; c < CHUNKS; ++c) {
-            int x, kk;
-            chunk(c, x, kk);
-MR_UNROLL
-            for (int e = 0; e < 4; ++e) {
-                if (ALONG_K)
-                    s[kk + e][x] = F::cvt(r[c][e]);
+        static_assert(Tl::X_MAJOR == ALONG_K && Tl::BX == BX, "a chunk is contiguous in the shared tile");
+        each(
+            k0,
+            [&](int c, const float *q) {
+                int x, kk;
+                chunk(c, x, kk);
+                mr_cp_async<16>(s + Tl::idx(x, kk), q);
+            },
+            [&](int c, int e, const float *q) {
+                int x, kk;
+                chunk(c, x, kk);
+                float *d = s + (ALONG_K ? Tl::idx(x, kk + e) : Tl::idx(x + e, kk));
+                if (q)
+                    mr_cp_async<4>(d, q);
                 else
-                    s[kk][x + e] = F::cvt(r[c][e]);
-            }
-        }
+                    *d = 0.0f;
+            });
     }
+#endif
 };
 
 /*
@@ -799,7 +821,9 @@ template <int BN, int THREADS> struct mr_ld_im2col {
         ix0 = (int)(x * p.sw - p.pw);
     }
 
-    __device__ __forceinline__ void load(const mr_conv_args &p, int64_t k0)
+    /* The K tile starting at k0: elem(e, q) for each of the thread's rows e, q the image
+     * element (null in the padding, past the columns or past K's end). */
+    template <class E> __device__ __forceinline__ void each(const mr_conv_args &p, int64_t k0, E elem) const
     {
         const int khw = (int)(p.kh * p.kw), kw = (int)p.kw;
         const int64_t kidx = k0 + kr0;
@@ -808,18 +832,22 @@ template <int BN, int THREADS> struct mr_ld_im2col {
         int ky = rem / kw, kx = rem - ky * kw;
 MR_UNROLL
         for (int e = 0; e < R; ++e) {
-            float v = 0.0f;
+            const float *q = nullptr;
             if (valid && kidx + e < kend) {
                 const int iy = iy0 + ky * (int)p.dh, ix = ix0 + kx * (int)p.dw;
-                if ((unsigned)iy < (unsigned)p.h && (unsigned)ix < (unsigned)p.wd)
-                    v = xb[(ic * p.h + iy) * p.wd + ix];
+                if ((unsigned)iy < (unsigned)p.h && (unsigned)ix < (unsigned)p.wd) q = xb + (ic * p.h + iy) * p.wd + ix;
             }
-            r[e] = v;
+            elem(e, q);
             if (++kx == kw) {
                 kx = 0;
                 if (++ky == (int)p.kh) ky = 0, ++ic;
             }
         }
+    }
+
+    __device__ __forceinline__ void load(const mr_conv_args &p, int64_t k0)
+    {
+        each(p, k0, [&](int e, const float *q) { r[e] = q ? *q : 0.0f; });
     }
 
     __device__ __forceinline__ void store(float (*s)[BN]) const
@@ -829,13 +857,22 @@ MR_UNROLL
         for (int e = 0; e < R; ++e) s[kr0 + e][col] = r[e];
     }
 
-    /* store, rounded to the tensor-core kernels' format, into a padded tile */
-    template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
+#if MR_TC_ARCH_OK
+    /* Global -> the tensor-core kernels' K-major shared tile s (layout Tl) by 4-byte cp.async;
+     * zeros stored at once. */
+    template <class Tl> __device__ __forceinline__ void copy(const mr_conv_args &p, int64_t k0, float *s) const
     {
+        static_assert(!Tl::X_MAJOR && Tl::BX == BN, "the im2col tile is K-major");
         const int col = (int)threadIdx.x % BN;
-MR_UNROLL
-        for (int e = 0; e < R; ++e) s[kr0 + e][col] = F::cvt(r[e]);
+        each(p, k0, [&](int e, const float *q) {
+            float *d = s + Tl::idx(col, kr0 + e);
+            if (q)
+                mr_cp_async<4>(d, q);
+            else
+                *d = 0.0f;
+        });
     }
+#endif
 };
 
 /* mr_ld_im2col with the conv's parameters bound, in the loader shape the main loop wants. */
@@ -848,10 +885,9 @@ template <int BN, int THREADS> struct mr_ld_im2col_bound {
     }
     __device__ __forceinline__ void load(int64_t k0) { ld.load(p, k0); }
     __device__ __forceinline__ void store(float (*s)[BN]) const { ld.store(s); }
-    template <class F, int LD> __device__ __forceinline__ void store_cvt(typename F::T (*s)[LD]) const
-    {
-        ld.template store_cvt<F, LD>(s);
-    }
+#if MR_TC_ARCH_OK
+    template <class Tl> __device__ __forceinline__ void copy(int64_t k0, float *s) const { ld.template copy<Tl>(p, k0, s); }
+#endif
 };
 
 /* Implicit-GEMM convolution with tile T: block (x, y, z) = (K slice x position tiles +
@@ -1058,29 +1094,25 @@ static cudaError_t mr_cuda_conv2d(cudaStream_t s, const float *x, const float *w
  * bits, round to nearest, ties away: cvt.rna.tf32.f32), BF16 or F16 (round to nearest
  * even) and multiply on tensor cores, accumulating in f32.
  *
- * Same tiling as the exact kernels: a block of 256 threads computes a 128 x 64 tile of C,
- * K 16 at a time, double-buffered, through the same loaders (mr_ld_strided, mr_ld_im2col),
- * which round each element to the format as they write it to shared memory (store_cvt),
- * so every element is converted once. The tiles are stored K-major as before, A[k][m] and
- * B[k][n], with rows padded by 8 elements (136 / 72) so that fragment reads meet no bank
- * conflicts. The 8 warps form a 4 x 2 grid of 32 x 32 warp tiles; each warp multiplies by
- * PTX `mma.sync` (m16n8k8 for tf32, two steps per K tile; m16n8k16 for bf16/f16, one) on
- * 2 x 4 tiles of 16 x 8, reading its operands' fragments from shared memory by the PTX
- * ISA's fragment layouts, and holds 2 x 4 x 4 f32 accumulators a lane. Edges: the loaders
- * zero-fill, so fragments past the matrix multiply zeros, and the stores are guarded.
+ * Same tiling as the exact kernels: a block of 256 threads computes a 128 x 64 tile of C, K
+ * 16 at a time, through the same loaders (mr_ld_strided, mr_ld_im2col). But the tiles are
+ * not staged in registers: a MR_TC_STAGES-deep ring of shared tiles is filled by cp.async,
+ * the copies of tile t + 2 in flight while tile t is multiplied. Shared memory holds the
+ * operands as f32, and each element is rounded to the format (cvt) as a fragment is read
+ * from it, so one f32 layout serves every precision and cp.async copies the matrices as they
+ * are. An operand contiguous along K (row-major A, a transposed B, the convolution's weights)
+ * is stored x-major, [x][k], so that its 16-byte chunks stay whole; the others K-major,
+ * [k][x], as the exact kernels store them (mr_tc_tile says how either avoids bank
+ * conflicts). The 8 warps form a 4 x 2 grid of 32 x 32 warp tiles; each warp multiplies by
+ * PTX `mma.sync` (m16n8k8 for tf32, two steps per K tile; m16n8k16 for bf16/f16, one) on 2 x
+ * 4 tiles of 16 x 8, reading its operands' fragments by the PTX ISA's fragment layouts, and
+ * holds 2 x 4 x 4 f32 accumulators a lane. Edges: elements past the matrix are stored as
+ * zeros, so fragments there multiply zeros, and the stores are guarded.
  *
  * The epilogue: each lane knows the tile's rows and columns its accumulators are (the
  * layout of mma's C), so it stores them and calls the epilogue on each, with no staging.
  */
 enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
-
-/* mma.sync's tf32 / bf16 forms exist for sm_80 and newer; compiled for an older
- * architecture the kernels trap (the host functions check the device first). */
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-#define MR_TC_ARCH_OK 1
-#else
-#define MR_TC_ARCH_OK 0
-#endif
 
 #ifndef MR_TC_MIN_BLOCKS
 #define MR_TC_MIN_BLOCKS 2
@@ -1089,14 +1121,48 @@ enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
 #define MR_TC_BN 64
 #define MR_TC_WARP_M 32 /* a warp's tile: 2 x 4 mma tiles of 16 x 8 */
 #define MR_TC_WARP_N 32
+/* K tiles in shared memory: two in flight while one is multiplied. At most 13 KiB a stage,
+ * so three stay within the 48 KiB of static shared memory, and two blocks fit an SM. */
+#define MR_TC_STAGES 3
 
-template <class T> struct alignas(128) mr_tc_smem {
-    /* Rows padded by 8 elements: one fragment read of a warp (lane 4g + t at row ks + t,
-     * or ks + 2t for halves, column x + g) then falls in 32 different banks, for floats
-     * and for halves (two halves of a word are one read). */
-    static constexpr int LDA = MR_TC_BM + 8, LDB = MR_TC_BN + 8;
-    T a[2][MR_GEMM_BK][LDA];
-    T b[2][MR_GEMM_BK][LDB];
+/*
+ * One operand's K tile in shared memory (BX rows of its outer axis by MR_GEMM_BK along K), as
+ * f32, for fragments of mma's K = KS (8: tf32, one element a register; 16: two). Element
+ * (x, k) is at idx(x, k):
+ * - X_MAJOR: [x][k], 16 floats a row. Row x keeps its four 16-byte chunks permuted, chunk c
+ *   at c ^ swz(x), so that a warp's fragment read meets no bank conflict: lanes 4g + t read
+ *   rows g (banks 16 (g & 1) + 4 chunk + ...), tf32 one float at k = t, the 16-bit formats
+ *   the pair at 2t and 2t + 1 as one 8-byte read (conflict-free per half warp).
+ * - else [k][x], rows padded to LD floats: LD = 8 mod 32 for tf32 (lane 4g + t at 8t + g) and
+ *   4 mod 32 for the 16-bit formats (rows 2t and 2t + 1: 8t + g, 8t + 4 + g).
+ * Rows stay 16-byte aligned, as cp.async's 16-byte copies need.
+ */
+template <int BX_, bool X_MAJOR_, int KS> struct mr_tc_tile {
+    static_assert(MR_GEMM_BK == 16, "an x-major row is four 16-byte chunks");
+    static constexpr int BX = BX_;
+    static constexpr bool X_MAJOR = X_MAJOR_;
+    static constexpr int LD = BX + (KS == 8 ? 8 : 4);
+    static constexpr int SIZE = X_MAJOR ? BX * MR_GEMM_BK : MR_GEMM_BK * LD;
+    static __host__ __device__ __forceinline__ int idx(int x, int k)
+    {
+        if (X_MAJOR) {
+            const int swz = KS == 8 ? (x >> 1) & 3 : x & 2;
+            return x * MR_GEMM_BK + (((k >> 2) ^ swz) << 2 | (k & 3));
+        }
+        return k * LD + x;
+    }
+    /* elements (x, k) and (x, k + 1), k even */
+    static __device__ __forceinline__ float2 pair(const float *s, int x, int k)
+    {
+        if (X_MAJOR) return *reinterpret_cast<const float2 *>(s + idx(x, k));
+        return make_float2(s[idx(x, k)], s[idx(x, k + 1)]);
+    }
+};
+
+/* The shared ring of the A and B tiles. */
+template <class TA, class TB> struct alignas(128) mr_tc_smem {
+    float a[MR_TC_STAGES][TA::SIZE];
+    float b[MR_TC_STAGES][TB::SIZE];
 };
 
 /* A warp's accumulators: [16-row tile][8-column tile][mma's c registers]. */
@@ -1115,46 +1181,61 @@ static __device__ __forceinline__ void mr_mma(float (&d)[4], const uint32_t (&a)
         mr_mma_f16(d, a, b);
 }
 
-/* The formats: T, the shared-memory element (tf32 kept as the rounded float); KS, mma's K;
- * reg(s, k, x), the mma register of the K-major tile s ([k][x]) holding element (x, k) --
- * with (x, k + 1) in its high half for the 16-bit formats. */
+/* The formats: KS, mma's K; reg<Tl>(s, x, k), the mma register holding element (x, k) of the
+ * shared tile s (layout Tl) rounded to the format -- with (x, k + 1) in its high half for the
+ * 16-bit formats. Each element is rounded the same way wherever it is read. */
 template <int P> struct mr_tc_fmt;
 template <> struct mr_tc_fmt<MR_TF32> {
-    typedef float T;
     static constexpr int KS = 8;
-    static __device__ __forceinline__ float cvt(float v) { return __uint_as_float(mr_tf32_bits(v)); }
-    template <int LD> static __device__ __forceinline__ uint32_t reg(const T (*s)[LD], int k, int x)
+    template <class Tl> static __device__ __forceinline__ uint32_t reg(const float *s, int x, int k)
     {
-        return __float_as_uint(s[k][x]);
+        return mr_tf32_bits(s[Tl::idx(x, k)]);
     }
 };
 static __device__ __forceinline__ unsigned short mr_bits16(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 static __device__ __forceinline__ unsigned short mr_bits16(__half v) { return __half_as_ushort(v); }
-template <class H> struct mr_tc_fmt16 {
-    typedef H T;
+template <class F> struct mr_tc_fmt16 {
     static constexpr int KS = 16;
-    template <int LD> static __device__ __forceinline__ uint32_t reg(const T (*s)[LD], int k, int x)
+    template <class Tl> static __device__ __forceinline__ uint32_t reg(const float *s, int x, int k)
     {
-        return (uint32_t)mr_bits16(s[k][x]) | (uint32_t)mr_bits16(s[k + 1][x]) << 16;
+        const float2 v = Tl::pair(s, x, k);
+        return (uint32_t)mr_bits16(F::cvt(v.x)) | (uint32_t)mr_bits16(F::cvt(v.y)) << 16;
     }
 };
-template <> struct mr_tc_fmt<MR_BF16> : mr_tc_fmt16<__nv_bfloat16> {
+struct mr_cvt_bf16 {
     static __device__ __forceinline__ __nv_bfloat16 cvt(float v) { return __float2bfloat16_rn(v); }
 };
-template <> struct mr_tc_fmt<MR_F16> : mr_tc_fmt16<__half> {
+struct mr_cvt_f16 {
     static __device__ __forceinline__ __half cvt(float v) { return __float2half_rn(v); }
 };
+template <> struct mr_tc_fmt<MR_BF16> : mr_tc_fmt16<mr_cvt_bf16> {};
+template <> struct mr_tc_fmt<MR_F16> : mr_tc_fmt16<mr_cvt_f16> {};
 
-/* The tensor-core K loop (mr_mm_mainloop's structure): acc = the warp's 32 x 32 part of
- * A tile x B tile over all of K. All threads of the block must call it. Lane l reads the
- * fragments' elements at g = l / 4 and t = l % 4 (the layouts in cuda_emu.h): A's at rows
- * g and g + 8 of each 16-row tile, B's at column g of each 8-column tile. */
-template <int P, class LA, class LB>
-static __device__ __forceinline__ void mr_tc_mainloop(LA &la, LB &lb, int64_t k, mr_tc_smem<typename mr_tc_fmt<P>::T> &sm,
+/* The shared layouts of precision P's A tile (x-major when A_ALONG_K) and B tile. */
+template <int P, bool A_ALONG_K, bool B_ALONG_K> struct mr_tc_layout {
+    typedef mr_tc_tile<MR_TC_BM, A_ALONG_K, mr_tc_fmt<P>::KS> A;
+    typedef mr_tc_tile<MR_TC_BN, B_ALONG_K, mr_tc_fmt<P>::KS> B;
+    typedef mr_tc_smem<A, B> smem;
+};
+
+/* The tensor-core K loop: acc = the warp's 32 x 32 part of A tile x B tile over all of K.
+ * All threads of the block must call it, and it returns when they are done with sm.
+ * Lane l reads the fragments' elements at g = l / 4 and t = l % 4 (the layouts in
+ * cuda_emu.h): A's at rows g and g + 8 of each 16-row tile, B's at column g of each
+ * 8-column tile.
+ *
+ * The pipeline: the prologue puts tiles 0 .. STAGES - 2 in flight, a commit group each.
+ * Iteration t waits for all but the newest STAGES - 2 groups (its own thread's copies of
+ * tile t have landed), then meets the block (everyone's have, and everyone is done with
+ * tile t - 1), refills tile t - 1's stage with tile t + STAGES - 1, and multiplies tile t.
+ * Every iteration commits a group, empty past the last tile, so the count stays exact. */
+template <int P, class L, class LA, class LB>
+static __device__ __forceinline__ void mr_tc_mainloop(const LA &la, const LB &lb, int64_t k, typename L::smem &sm,
                                                       mr_tc_acc &acc)
 {
     typedef mr_tc_fmt<P> F;
-    typedef mr_tc_smem<typename F::T> S;
+    typedef typename L::A TA;
+    typedef typename L::B TB;
     const int warp = (int)threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
     const int lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
 MR_UNROLL
@@ -1165,18 +1246,25 @@ MR_UNROLL
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
     const int64_t tiles = (k + MR_GEMM_BK - 1) / MR_GEMM_BK;
     if (tiles == 0) return;
-    la.load(0);
-    lb.load(0);
-    la.template store_cvt<F, S::LDA>(sm.a[0]);
-    lb.template store_cvt<F, S::LDB>(sm.b[0]);
-    __syncthreads();
-    for (int64_t tt = 0; tt < tiles; ++tt) {
-        const int cur = (int)(tt & 1);
-        const bool more = tt + 1 < tiles;
-        if (more) {
-            la.load((tt + 1) * MR_GEMM_BK);
-            lb.load((tt + 1) * MR_GEMM_BK);
+MR_UNROLL
+    for (int st = 0; st < MR_TC_STAGES - 1; ++st) {
+        if (st < tiles) {
+            la.template copy<TA>(st * MR_GEMM_BK, sm.a[st]);
+            lb.template copy<TB>(st * MR_GEMM_BK, sm.b[st]);
         }
+        mr_cp_async_commit();
+    }
+    for (int64_t tt = 0; tt < tiles; ++tt) {
+        mr_cp_async_wait<MR_TC_STAGES - 2>();
+        __syncthreads();
+        const int64_t next = tt + MR_TC_STAGES - 1;
+        if (next < tiles) {
+            const int st = (int)(next % MR_TC_STAGES);
+            la.template copy<TA>(next * MR_GEMM_BK, sm.a[st]);
+            lb.template copy<TB>(next * MR_GEMM_BK, sm.b[st]);
+        }
+        mr_cp_async_commit();
+        const float *sa = sm.a[tt % MR_TC_STAGES], *sb = sm.b[tt % MR_TC_STAGES];
         /* tf32's two k8 steps unrolled: rolled, the kernels spilled */
 MR_UNROLL
         for (int ks = 0; ks < MR_GEMM_BK; ks += F::KS) {
@@ -1191,24 +1279,21 @@ MR_UNROLL
             for (int j = 0; j < 4; ++j) {
                 const int x = wn * MR_TC_WARP_N + j * 8 + g;
 MR_UNROLL
-                for (int r = 0; r < 2; ++r) fb[j][r] = F::template reg<S::LDB>(sm.b[cur], k0 + kstep * r, x);
+                for (int r = 0; r < 2; ++r) fb[j][r] = F::template reg<TB>(sb, x, k0 + kstep * r);
             }
 MR_UNROLL
             for (int i = 0; i < 2; ++i) {
                 const int x = wm * MR_TC_WARP_M + i * 16 + g;
                 uint32_t fa[4];
 MR_UNROLL
-                for (int r = 0; r < 4; ++r) fa[r] = F::template reg<S::LDA>(sm.a[cur], k0 + kstep * (r >> 1), x + 8 * (r & 1));
+                for (int r = 0; r < 4; ++r) fa[r] = F::template reg<TA>(sa, x + 8 * (r & 1), k0 + kstep * (r >> 1));
 MR_UNROLL
                 for (int j = 0; j < 4; ++j) mr_mma<P>(acc[i][j], fa, fb[j]);
             }
         }
-        if (more) {
-            la.template store_cvt<F, S::LDA>(sm.a[cur ^ 1]);
-            lb.template store_cvt<F, S::LDB>(sm.b[cur ^ 1]);
-        }
-        __syncthreads();
     }
+    /* the last tile read before a later call refills the stages */
+    __syncthreads();
 }
 
 /* Where the GEMM's and the convolution's tiles go: (r, c) of the block's tile, value v;
@@ -1274,8 +1359,8 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, MR_TC_MIN_BLOCKS)
 mr_k_sgemm_tc(const mr_gemm_args p, const mr_batch bt, const Ep ep)
 {
 #if MR_TC_ARCH_OK
-    typedef mr_tc_fmt<P> F;
-    __shared__ mr_tc_smem<typename F::T> sm;
+    typedef mr_tc_layout<P, A_ALONG_K, B_ALONG_K> L;
+    __shared__ typename L::smem sm;
     const int64_t n0 = (int64_t)blockIdx.x * MR_TC_BN;
     const int64_t mtiles = (p.m + MR_TC_BM - 1) / MR_TC_BM;
     for (int64_t nb = blockIdx.z; nb < p.nbatch; nb += gridDim.z) {
@@ -1286,7 +1371,7 @@ mr_k_sgemm_tc(const mr_gemm_args p, const mr_batch bt, const Ep ep)
             mr_ld_strided<MR_TC_BM, A_ALONG_K> la(p.a + oa + m0 * p.a_rs, p.a_rs, p.a_cs, p.m - m0, p.k, p.a_vec);
             mr_ld_strided<MR_TC_BN, B_ALONG_K> lb(p.b + ob + n0 * p.b_cs, p.b_cs, p.b_rs, p.n - n0, p.k, p.b_vec);
             mr_tc_acc acc;
-            mr_tc_mainloop<P>(la, lb, p.k, sm, acc);
+            mr_tc_mainloop<P, L>(la, lb, p.k, sm, acc);
             const mr_tc_out_gemm<Ep> out = {p.c + oc, p.m, p.n, p.c_rs, p.c_cs, nb, m0, n0, ep};
             mr_tc_store(acc, out);
         }
@@ -1303,8 +1388,8 @@ static __global__ void MR_LAUNCH_BOUNDS(MR_THREADS, MR_TC_MIN_BLOCKS)
 mr_k_conv2d_tc(const mr_conv_args p, const Ep ep)
 {
 #if MR_TC_ARCH_OK
-    typedef mr_tc_fmt<P> F;
-    __shared__ mr_tc_smem<typename F::T> sm;
+    typedef mr_tc_layout<P, true, false> L; /* weights along K; im2col K-major */
+    __shared__ typename L::smem sm;
     const int64_t n0 = (int64_t)blockIdx.x * MR_TC_BN;
     const int64_t mtiles = (p.M + MR_TC_BM - 1) / MR_TC_BM;
     const int64_t ohw = p.oh * p.ow;
@@ -1314,7 +1399,7 @@ mr_k_conv2d_tc(const mr_conv_args p, const Ep ep)
             mr_ld_strided<MR_TC_BM, true> la(p.w + (g * p.M + m0) * p.K, p.K, 1, p.M - m0, p.K, p.w_vec);
             mr_ld_im2col_bound<MR_TC_BN, MR_THREADS> lb(p, g, n0, p.K);
             mr_tc_acc acc;
-            mr_tc_mainloop<P>(la, lb, p.K, sm, acc);
+            mr_tc_mainloop<P, L>(la, lb, p.K, sm, acc);
             const mr_tc_out_conv<Ep> out = {p.out, p.M, p.ncols, ohw, p.o, g, m0, n0, ep};
             mr_tc_store(acc, out);
         }

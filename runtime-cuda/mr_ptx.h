@@ -23,6 +23,40 @@ static __device__ __forceinline__ uint32_t mr_tf32_bits(float v)
 #endif
 }
 
+/* cp.async: BYTES (4 or 16, both addresses aligned to it) from global src to shared dst,
+ * without passing through registers; the copy lands at the cp.async.wait_group that
+ * completes its group (mr_cp_async_commit closes the open group). */
+template <int BYTES> static __device__ __forceinline__ void mr_cp_async(void *dst, const void *src)
+{
+    static_assert(BYTES == 4 || BYTES == 16, "cp.async copies 4 or 16 bytes here");
+#if defined(MR_CUDA_EMULATE)
+    mr_emu::ptx::cp_async(dst, src, BYTES);
+#else
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    if (BYTES == 16) /* .cg: bypass L1, the tile is read once a block */
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
+#endif
+}
+static __device__ __forceinline__ void mr_cp_async_commit()
+{
+#if defined(MR_CUDA_EMULATE)
+    mr_emu::ptx::cp_async_commit_group();
+#else
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/* Waits until at most N of the thread's committed groups are still in flight. */
+template <int N> static __device__ __forceinline__ void mr_cp_async_wait()
+{
+#if defined(MR_CUDA_EMULATE)
+    mr_emu::ptx::cp_async_wait_group(N);
+#else
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 /* d += a b on a 16 x 8 tile by mma.sync: m16n8k8 with tf32 operands, m16n8k16 with bf16 or
  * f16 (two elements a register), f32 accumulators. Warp-collective. */
 #if defined(MR_CUDA_EMULATE)

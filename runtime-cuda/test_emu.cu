@@ -2,7 +2,7 @@
 // also valid CUDA, so `make nvcc-check` compiles it for sm_90.
 //
 //   test_emu                 run the checks, print timings, exit 0 when all pass
-//   test_emu divergent|shfl-exited|deadlock|mismatch|mma-divergent
+//   test_emu divergent|shfl-exited|deadlock|mismatch|mma-divergent|cp-async-unwaited|cp-async-misaligned
 //                            run a faulty kernel: the emulation must abort with its message
 //
 // Built a second time with -DMR_EMU_SECOND_TU, it only defines second_tu_sum(): linking both
@@ -282,6 +282,46 @@ __global__ void mma_divergent(float *out) {
   out[threadIdx.x] = d[0];
 }
 
+// cp.async: each of 32 threads copies 16 bytes (group 0) and then 4 bytes (group 1) of src into
+// shared memory and reads them back at each step into out (4 + 1 floats a step, 3 steps):
+// before any wait, after cp.async.wait_group 1 (group 0 must have landed) and after
+// wait_group 0 (both). The shared tiles start as -1, so a copy that has not landed reads -1.
+struct alignas(16) Floats129 { float v[32 * 4 + 1]; };
+__global__ void cp_async_groups(const float *src, float *out) {
+  __shared__ Floats129 tile;
+  __shared__ float one[32];
+  float *four = tile.v;
+  const int i = static_cast<int>(threadIdx.x);
+  for (int e = 0; e < 4; ++e) four[4 * i + e] = -1.0f;
+  one[i] = -1.0f;
+  mr_cp_async<16>(&four[4 * i], src + 4 * i);
+  mr_cp_async_commit();
+  mr_cp_async<4>(&one[i], src + 128 + i);
+  mr_cp_async_commit();
+  float *o = out + 15 * i;
+  for (int e = 0; e < 4; ++e) o[e] = four[4 * i + e];
+  o[4] = one[i];
+  mr_cp_async_wait<1>();
+  for (int e = 0; e < 4; ++e) o[5 + e] = four[4 * i + e];
+  o[9] = one[i];
+  mr_cp_async_wait<0>();
+  for (int e = 0; e < 4; ++e) o[10 + e] = four[4 * i + e];
+  o[14] = one[i];
+}
+
+// Faulty cp.async use: a copy no wait completes before the thread exits; a misaligned copy.
+__global__ void cp_async_unwaited(float *out) {
+  __shared__ Floats129 tile;
+  mr_cp_async<16>(&tile.v[4 * threadIdx.x], out + 4 * threadIdx.x);
+  mr_cp_async_commit();
+}
+__global__ void cp_async_misaligned(float *out) {
+  __shared__ Floats129 tile;
+  mr_cp_async<16>(&tile.v[4 * threadIdx.x + 1], out + 4 * threadIdx.x);
+  mr_cp_async_commit();
+  mr_cp_async_wait<0>();
+}
+
 // ---- host ----------------------------------------------------------------------------------
 
 static int run_faulty(const char *which) {
@@ -297,6 +337,10 @@ static int run_faulty(const char *which) {
     MR_LAUNCH(mismatch, dim3(1), dim3(32), 0, out);
   else if (!std::strcmp(which, "mma-divergent"))
     MR_LAUNCH(mma_divergent, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
+  else if (!std::strcmp(which, "cp-async-unwaited"))
+    MR_LAUNCH(cp_async_unwaited, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
+  else if (!std::strcmp(which, "cp-async-misaligned"))
+    MR_LAUNCH(cp_async_misaligned, dim3(1), dim3(32), 0, reinterpret_cast<float *>(out));
   else {
     std::fprintf(stderr, "unknown fault %s\n", which);
     return 2;
@@ -359,6 +403,39 @@ int main(int argc, char **argv) {
     cudaFree(b);
     cudaFree(c);
     cudaFree(d);
+  }
+
+  // cp.async groups: each wait lands what it must. Under emulation copies land at the
+  // wait that completes their group (the default), so before it the tiles still read -1;
+  // on a GPU they may land any time before.
+  {
+    std::vector<float> hs(160), ho(32 * 15);
+    for (int i = 0; i < 160; ++i) hs[i] = static_cast<float>(i) + 0.5f;
+    float *src, *out;
+    cudaMalloc(&src, 160 * sizeof(float));
+    cudaMalloc(&out, 32 * 15 * sizeof(float));
+    cudaMemcpy(src, hs.data(), 160 * sizeof(float), cudaMemcpyHostToDevice);
+    MR_LAUNCH(cp_async_groups, dim3(1), dim3(32), 0, src, out);
+    cudaMemcpy(ho.data(), out, 32 * 15 * sizeof(float), cudaMemcpyDeviceToHost);
+    int bad = 0;
+    const bool late = !std::getenv("MR_EMU_CP_ASYNC");
+    for (int i = 0; i < 32; ++i) {
+      const float *o = &ho[15 * i];
+      for (int e = 0; e < 4; ++e) {
+        const float want = hs[4 * i + e];
+        bad += o[5 + e] != want || o[10 + e] != want;
+#if defined(MR_CUDA_EMULATE)
+        bad += late && o[e] != -1.0f;
+#endif
+      }
+      bad += o[14] != hs[128 + i] || (o[9] != -1.0f && o[9] != hs[128 + i]);
+#if defined(MR_CUDA_EMULATE)
+      bad += late && (o[4] != -1.0f || o[9] != -1.0f);
+#endif
+    }
+    CHECK(bad == 0 && cudaGetLastError() == cudaSuccess, "cp.async: %d wrong reads", bad);
+    cudaFree(src);
+    cudaFree(out);
   }
 
   // Conversions: ties (tf32 away from zero, bf16 and f16 to even), f16 overflow and

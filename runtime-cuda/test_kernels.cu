@@ -818,6 +818,73 @@ static void test_tiles()
 }
 
 /* Split-K gives the same bits on every run of a plan (the slices are added in order). */
+/* The tensor-core kernels' shared tiles (mr_tc_tile): every warp-wide fragment read is free
+ * of bank conflicts (bank = 4-byte word mod 32), at every row base and K step the kernels
+ * read, and idx is a bijection onto the tile. Lane 4g + t reads row x0 + g: tf32 one word at
+ * k0 + t; the 16-bit formats the pair k0 + 2t, k0 + 2t + 1, as one 8-byte read when the
+ * tile is x-major (served a half warp at a time), else as two reads. */
+template <class Tl, int KS> static void check_tile_banks(const char *name)
+{
+    size_t reads = 0, conflicted = 0, worst = 1;
+    auto one = [&](const int (&word)[32], int lanes) {
+        for (int h = 0; h < 32; h += lanes) {
+            int use[32] = {0};
+            size_t most = 0;
+            for (int l = h; l < h + lanes; ++l) {
+                const int b = word[l] % 32;
+                if (++use[b] > (int)most) most = (size_t)use[b];
+                if (lanes == 16 && ++use[(b + 1) % 32] > (int)most) most = (size_t)use[(b + 1) % 32];
+            }
+            ++reads;
+            if (most > 1) ++conflicted, worst = most > worst ? most : worst;
+        }
+    };
+    for (int x0 = 0; x0 < Tl::BX; x0 += 8)
+        for (int k0 = 0; k0 < MR_GEMM_BK; k0 += KS == 8 ? 4 : 8) {
+            int w0[32], w1[32];
+            bool pairs = true;
+            for (int l = 0; l < 32; ++l) {
+                const int g = l / 4, t = l % 4, k = k0 + (KS == 8 ? t : 2 * t);
+                w0[l] = Tl::idx(x0 + g, k);
+                w1[l] = Tl::idx(x0 + g, k + 1);
+                pairs = pairs && w0[l] % 2 == 0 && w1[l] == w0[l] + 1;
+            }
+            if (KS == 8) {
+                one(w0, 32);
+            } else if (Tl::X_MAJOR) {
+                if (!pairs) ++conflicted; /* the pair is not one aligned 8-byte word */
+                one(w0, 16);
+            } else {
+                one(w0, 32);
+                one(w1, 32);
+            }
+        }
+    std::vector<int> seen(Tl::SIZE, 0);
+    size_t outside = 0;
+    for (int x = 0; x < Tl::BX; ++x)
+        for (int k = 0; k < MR_GEMM_BK; ++k) {
+            const int i = Tl::idx(x, k);
+            if (i < 0 || i >= Tl::SIZE || seen[i]++) ++outside;
+        }
+    char nm[120];
+    snprintf(nm, sizeof nm, "%s: fragment reads conflict-free", name);
+    report("tc tile", nm, conflicted, reads, 0, (double)worst, 1);
+    snprintf(nm, sizeof nm, "%s: one word an element", name);
+    report("tc tile", nm, outside, (size_t)Tl::BX * MR_GEMM_BK, 0, 0, 0);
+}
+
+static void test_tc_tiles()
+{
+    check_tile_banks<mr_tc_tile<MR_TC_BM, true, 8>, 8>("tf32 A x-major");
+    check_tile_banks<mr_tc_tile<MR_TC_BM, false, 8>, 8>("tf32 A K-major");
+    check_tile_banks<mr_tc_tile<MR_TC_BN, true, 8>, 8>("tf32 B x-major");
+    check_tile_banks<mr_tc_tile<MR_TC_BN, false, 8>, 8>("tf32 B K-major");
+    check_tile_banks<mr_tc_tile<MR_TC_BM, true, 16>, 16>("16-bit A x-major");
+    check_tile_banks<mr_tc_tile<MR_TC_BM, false, 16>, 16>("16-bit A K-major");
+    check_tile_banks<mr_tc_tile<MR_TC_BN, true, 16>, 16>("16-bit B x-major");
+    check_tile_banks<mr_tc_tile<MR_TC_BN, false, 16>, 16>("16-bit B K-major");
+}
+
 static void test_split_bits()
 {
     const int64_t m = 70, n = 90, k = 1000;
@@ -1250,13 +1317,24 @@ static void test_lts()
     printf("cublaslt: %d shapes ran on cuBLASLt, %d fell back%s\n", g_lt_ran, g_lt_fell_back, why);
 }
 
-int main()
+/* test_kernels [tc]: every check, or (tc) the tensor-core products' alone -- the Makefile runs
+ * those again with the emulation's cp.async copies landing early (MR_EMU_CP_ASYNC). */
+int main(int argc, char **argv)
 {
     g_scratch.floats = 1 << 22;
     CUDA_OK(cudaMalloc((void **)&g_scratch.p, (size_t)g_scratch.floats * sizeof(float)));
+    if (argc > 1 && strcmp(argv[1], "tc") == 0) {
+        for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
+            test_gemms(prec);
+            test_convs(prec);
+        }
+        printf("%d of %d tensor-core checks passed\n", g_checks - g_failures, g_checks);
+        return g_failures ? 1 : 0;
+    }
     test_plans();
     test_tiles();
     test_split_bits();
+    test_tc_tiles();
     test_gemms(EXACT);
     test_convs(EXACT);
     /* the tensor-core paths, every case for each precision; MR_F32 through the _tc entry

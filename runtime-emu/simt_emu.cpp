@@ -188,6 +188,12 @@ static void ctx_init(Ctx *c, char *stack_top, void (*fn)(void *), void *arg) {
 // Blocks of fibers
 // ---------------------------------------------------------------------------------------------
 enum class St : unsigned char { Ready, Running, AtBlockBarrier, AtWarpBarrier, Done };
+// A lane's copy waiting for its group's wait (async_copy): the bytes it read, and where they go.
+struct AsyncCopy {
+  unsigned char *dst;
+  unsigned bytes, group;
+  unsigned char data[16];
+};
 struct Fiber {
   Ctx ctx;
   Idx3 tid;
@@ -196,6 +202,8 @@ struct Fiber {
   Worker *w;
   char *map;  // mmap'ed guard page + stack
   size_t map_size;
+  std::vector<AsyncCopy> copies;  // issued, not yet written, in issue order
+  unsigned groups;                // the lane's committed groups of copies
 };
 
 // Lanes of one warp at the same operation: the group completes when every lane of mask
@@ -309,6 +317,12 @@ static void fiber_main(void *arg) {
   for (;;) {
     Worker *w = f->w;
     w->launch->invoke(w->launch->data);
+    if (!f->copies.empty()) {
+      char msg[120];
+      std::snprintf(msg, sizeof msg, "thread exited with %zu cp.async %s no wait_group waited for",
+                    f->copies.size(), f->copies.size() == 1 ? "copy" : "copies");
+      fail(msg, f);
+    }
     lane_exit(w, f);
     f->state = St::Done;
     ++w->done;
@@ -399,7 +413,11 @@ static void run_block(Worker &w, Idx3 bid) {
     w.warps[i].exited = 0;
     w.warps[i].ngroups = 0;
   }
-  for (unsigned i = 0; i < w.n; ++i) w.fibers[i]->state = St::Ready;
+  for (unsigned i = 0; i < w.n; ++i) {
+    w.fibers[i]->state = St::Ready;
+    w.fibers[i]->copies.clear();
+    w.fibers[i]->groups = 0;
+  }
   // Round robin: each ready fiber runs until it finishes or waits at a barrier, then hands on
   // to the next ready one (park()). A barrier releases its waiters by marking them ready; the
   // next pass runs them.
@@ -506,6 +524,48 @@ uint32_t live_lanes() {
 }
 
 unsigned char *warp_exchange() { return t_.w->warps[t_.f->linear >> 5].exchange; }
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous copies (called from kernels, on a fiber)
+// ---------------------------------------------------------------------------------------------
+void async_copy(void *dst, const void *src, unsigned bytes) {
+  Fiber *f = t_.f;
+  if ((bytes != 4 && bytes != 8 && bytes != 16) ||
+      (reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % bytes) {
+    char msg[120];
+    std::snprintf(msg, sizeof msg, "cp.async of %u bytes from %p to %p: misaligned address", bytes, src,
+                  dst);
+    fail(msg, f);
+  }
+  static const bool early = [] {
+    const char *v = std::getenv("MR_EMU_CP_ASYNC");
+    return v && std::strcmp(v, "early") == 0;
+  }();
+  if (early) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  AsyncCopy c;
+  c.dst = static_cast<unsigned char *>(dst);
+  c.bytes = bytes;
+  c.group = f->groups;
+  std::memcpy(c.data, src, bytes);
+  f->copies.push_back(c);
+}
+
+void async_commit() { ++t_.f->groups; }
+
+void async_wait(unsigned pending) {
+  Fiber *f = t_.f;
+  if (f->groups <= pending) return;
+  const unsigned done = f->groups - pending;  // groups 0 .. done - 1 complete
+  size_t kept = 0;
+  for (const AsyncCopy &c : f->copies) {
+    if (c.group < done) std::memcpy(c.dst, c.data, c.bytes);
+    else f->copies[kept++] = c;
+  }
+  f->copies.resize(kept);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Barriers (called from kernels, on a fiber)

@@ -100,6 +100,18 @@ uint32_t live_lanes();
 // and meet them again before any slot is written anew.
 constexpr size_t kExchangeBytes = 64;
 unsigned char *warp_exchange();
+// Asynchronous copies into shared memory (CUDA's cp.async) on the calling lane. On a GPU a
+// copy lands at some time between its issue and the wait that completes its group; the
+// emulation takes one end. By default the latest: the source is read at once, but the bytes
+// are written at that wait, so a kernel that reads a tile before waiting for it reads the
+// tile's old contents. With MR_EMU_CP_ASYNC=early, the earliest: written at once, so a kernel
+// that refills a tile other threads still read corrupts what they read. A copy of 4, 8 or 16
+// bytes needs both addresses aligned to its size.
+void async_copy(void *dst, const void *src, unsigned bytes);
+// Closes the lane's open group of copies (cp.async.commit_group).
+void async_commit();
+// Writes every committed group but the `pending` most recent ones (cp.async.wait_group).
+void async_wait(unsigned pending);
 // Reports what went wrong in the running kernel at fiber f (null: the block) and aborts.
 [[noreturn]] void fail(const char *what, const Fiber *f);
 
