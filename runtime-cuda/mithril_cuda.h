@@ -17,9 +17,9 @@
  *                   fused softmax(score(q k)) v, flash style (online softmax over tiles of
  *                   32 keys, the scores never stored), head dimensions up to 128.
  *   mr_cuda_sgd_*   the SGD (with momentum) update.
- *   mr_cuda_sgemm_tc, mr_cuda_conv2d_tc
- *                   the same products with operands rounded to TF32, BF16 or F16 on tensor
- *                   cores (PTX mma.sync, sm_80+), f32 accumulation; exact fallbacks.
+ *   mr_cuda_sgemm_tc, mr_cuda_conv2d_tc, mr_cuda_attention_tc
+ *                   the same with operands rounded to TF32, BF16 or F16 on tensor cores
+ *                   (PTX mma.sync, sm_80+), f32 accumulation; exact fallbacks.
  *   mr_cuda_sgemm_lt (in mr_cublaslt.h, which a caller includes after this header: it
  *                   compiles against cuBLASLt's header)
  *                   the GEMM on cuBLASLt (dlopen'ed, fused epilogue) where it loads and
@@ -1151,12 +1151,20 @@ template <int BX_, bool X_MAJOR_, int KS> struct mr_tc_tile {
         }
         return k * LD + x;
     }
-    /* elements (x, k) and (x, k + 1), k even */
-    static __device__ __forceinline__ float2 pair(const float *s, int x, int k)
-    {
-        if (X_MAJOR) return *reinterpret_cast<const float2 *>(s + idx(x, k));
-        return make_float2(s[idx(x, k)], s[idx(x, k + 1)]);
-    }
+};
+
+/* Elements (x, k) and (x, k + 1) of a tile of layout Tl (k even): one 8-byte read where
+ * the tile is x-major, two otherwise. */
+template <class Tl> static __device__ __forceinline__ float2 mr_tc_pair(const float *s, int x, int k)
+{
+    if (Tl::X_MAJOR) return *reinterpret_cast<const float2 *>(s + Tl::idx(x, k));
+    return make_float2(s[Tl::idx(x, k)], s[Tl::idx(x, k + 1)]);
+}
+
+/* A padded tile of LD floats a row: element (x, k) at [x][k] (X_MAJOR) or [k][x]. */
+template <int LD, bool X_MAJOR_> struct mr_tc_padded {
+    static constexpr bool X_MAJOR = X_MAJOR_;
+    static __host__ __device__ __forceinline__ int idx(int x, int k) { return X_MAJOR ? x * LD + k : k * LD + x; }
 };
 
 /* The shared ring of the A and B tiles. */
@@ -1198,7 +1206,7 @@ template <class F> struct mr_tc_fmt16 {
     static constexpr int KS = 16;
     template <class Tl> static __device__ __forceinline__ uint32_t reg(const float *s, int x, int k)
     {
-        const float2 v = Tl::pair(s, x, k);
+        const float2 v = mr_tc_pair<Tl>(s, x, k);
         return (uint32_t)mr_bits16(F::cvt(v.x)) | (uint32_t)mr_bits16(F::cvt(v.y)) << 16;
     }
 };
@@ -1856,6 +1864,169 @@ MR_UNROLL
 }
 
 /*
+ * The fused attention on tensor cores, at precision P (TF32, BF16 or F16: Q, K, V and the
+ * softmax's weights rounded to it, f32 accumulation), heads up to D = 32 or 64 wide. A
+ * block of 4 warps takes MR_ATTN_TC_ROWS = 64 query rows (16 a warp, one mma row tile)
+ * and walks the keys 32 at a time, as mr_k_attention does:
+ * - S = Q K^T for the warp's 16 rows by 32 keys: mma.sync over D, Q's and K's fragments
+ *   read from their shared tiles (both [row][c], rounded as read, mr_tc_fmt);
+ * - the scores (score(), -inf outside m x n) and the online softmax on the accumulators:
+ *   lane 4g + t holds rows g and g + 8, keys 2t, 2t + 1 of each 8-key tile, so a row's
+ *   max and sum are the lane's, then its quad's (two xor shuffles); the output
+ *   accumulators are rescaled by exp(old max - new max);
+ * - O += P V: the weights P go through the warp's rows of a shared tile, then mma.sync
+ *   over the 32 keys, V's fragments from its [key][col] tile.
+ * Layouts: [row][c] tiles (Q, K, P) padded to LD = 4 mod 32 floats for tf32 (lane 4g + t
+ * reads row g, column t) and 8 mod 32 for the 16-bit formats (the pair at 2t, one 8-byte
+ * read); V's [key][col] to 8 mod 32 (tf32: key t, column g) and 4 mod 32 (16-bit: keys 2t,
+ * 2t + 1). Under 48 KiB of static shared memory for D = 64.
+ */
+#if MR_TC_ARCH_OK
+template <int D, int KS> struct mr_attn_tc_smem {
+    static constexpr int LQ = D + (KS == 8 ? 4 : 8), LP = MR_ATTN_BN + (KS == 8 ? 4 : 8), LV = D + (KS == 8 ? 8 : 4);
+    typedef mr_tc_padded<LQ, true> TQ; /* Q: (row, c); K: (key, c) */
+    typedef mr_tc_padded<LP, true> TP; /* P: (row, key) */
+    typedef mr_tc_padded<LV, false> TV; /* V as mma's B: (col, key) at [key][col] */
+    alignas(16) float q[MR_ATTN_TC_ROWS][LQ];
+    alignas(16) float k[MR_ATTN_BN][LQ];
+    alignas(16) float v[MR_ATTN_BN][LV];
+    alignas(16) float p[MR_ATTN_TC_ROWS][LP];
+};
+
+/* v reduced over the 4 lanes of a quad (the lanes holding one accumulator row). */
+static __device__ __forceinline__ float mr_quad_max(float v)
+{
+    v = mr_cu_max_nan(v, __shfl_xor_sync(MR_FULL_MASK, v, 1));
+    return mr_cu_max_nan(v, __shfl_xor_sync(MR_FULL_MASK, v, 2));
+}
+static __device__ __forceinline__ float mr_quad_sum(float v)
+{
+    v += __shfl_xor_sync(MR_FULL_MASK, v, 1);
+    return v + __shfl_xor_sync(MR_FULL_MASK, v, 2);
+}
+#endif
+
+template <class Sc, int P, int D>
+static __global__ void MR_LAUNCH_BOUNDS(MR_ATTN_THREADS, 2)
+mr_k_attention_tc(const mr_attn_args p, const mr_attn_batch bt, const Sc score)
+{
+#if MR_TC_ARCH_OK
+    typedef mr_tc_fmt<P> F;
+    typedef mr_attn_tc_smem<D, F::KS> S;
+    typedef typename S::TQ TQ;
+    typedef typename S::TP TP;
+    typedef typename S::TV TV;
+    constexpr int NT = D / 8; /* the output's 8-column mma tiles */
+    __shared__ S sm;
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int w0 = warp * 16;                                  /* the warp's first row in the tile */
+    const int kofs = F::KS == 8 ? t : 2 * t, kstep = F::KS / 2; /* a fragment's k: kofs + kstep r */
+    const int64_t mt = (p.m + MR_ATTN_TC_ROWS - 1) / MR_ATTN_TC_ROWS;
+    for (int64_t item = blockIdx.x; item < mt * p.nbatch; item += gridDim.x) {
+        const int64_t nb = item / mt, i0 = (item - nb * mt) * MR_ATTN_TC_ROWS;
+        int64_t off[4];
+        mr_attn_batch_offsets(bt, nb, off);
+        mr_attn_stage<MR_ATTN_TC_ROWS, D, S::LQ>(sm.q, p.q.p + off[0] + i0 * p.q.rs, p.q.rs, p.q.cs, p.m - i0, p.d);
+        /* [h]: row g + 8h of the warp's 16. mx: running max of its scores; sum: of exp(score - mx) */
+        float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f}, o[NT][4];
+MR_UNROLL
+        for (int nt = 0; nt < NT; ++nt)
+MR_UNROLL
+            for (int r = 0; r < 4; ++r) o[nt][r] = 0.0f;
+        for (int64_t j0 = 0; j0 < p.n; j0 += MR_ATTN_BN) {
+            mr_attn_stage<MR_ATTN_BN, D, S::LQ>(sm.k, p.k.p + off[1] + j0 * p.k.cs, p.k.cs, p.k.rs, p.n - j0, p.d);
+            mr_attn_stage<MR_ATTN_BN, D, S::LV>(sm.v, p.v.p + off[2] + j0 * p.v.rs, p.v.rs, p.v.cs, p.n - j0, p.e);
+            __syncthreads();
+            /* S: [8-key tile][mma's c registers]; register r is row g + 8 (r >> 1), key 2t + (r & 1) */
+            float sc[4][4];
+MR_UNROLL
+            for (int jt = 0; jt < 4; ++jt)
+MR_UNROLL
+                for (int r = 0; r < 4; ++r) sc[jt][r] = 0.0f;
+MR_UNROLL
+            for (int c0 = 0; c0 < D; c0 += F::KS) {
+                uint32_t fa[4];
+MR_UNROLL
+                for (int r = 0; r < 4; ++r)
+                    fa[r] = F::template reg<TQ>(&sm.q[0][0], w0 + g + 8 * (r & 1), c0 + kofs + kstep * (r >> 1));
+MR_UNROLL
+                for (int jt = 0; jt < 4; ++jt) {
+                    uint32_t fb[2];
+MR_UNROLL
+                    for (int r = 0; r < 2; ++r) fb[r] = F::template reg<TQ>(&sm.k[0][0], jt * 8 + g, c0 + kofs + kstep * r);
+                    mr_mma<P>(sc[jt], fa, fb);
+                }
+            }
+MR_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                const int64_t i = i0 + w0 + g + 8 * h;
+                float tmax = -INFINITY;
+MR_UNROLL
+                for (int jt = 0; jt < 4; ++jt)
+MR_UNROLL
+                    for (int r = 2 * h; r < 2 * h + 2; ++r) {
+                        const int64_t j = j0 + jt * 8 + 2 * t + (r & 1);
+                        /* rows past m get -inf everywhere (never stored); keys past n count 0 */
+                        sc[jt][r] = (i < p.m && j < p.n) ? score(nb, i, j, sc[jt][r]) : -INFINITY;
+                        tmax = mr_cu_max_nan(tmax, sc[jt][r]);
+                    }
+                const float nmx = mr_cu_max_nan(mx[h], mr_quad_max(tmax));
+                /* while every score so far is -inf, subtract 0: exp(-inf - -inf) would be NaN */
+                const float base = nmx == -INFINITY ? 0.0f : nmx, alpha = mr_cu_softmax_exp(mx[h] - base);
+                mx[h] = nmx;
+                float tsum = 0.0f;
+MR_UNROLL
+                for (int jt = 0; jt < 4; ++jt)
+MR_UNROLL
+                    for (int r = 2 * h; r < 2 * h + 2; ++r) {
+                        const float pj = mr_cu_softmax_exp(sc[jt][r] - base);
+                        tsum += pj;
+                        sm.p[w0 + g + 8 * h][jt * 8 + 2 * t + (r & 1)] = pj;
+                    }
+                sum[h] = sum[h] * alpha + mr_quad_sum(tsum);
+MR_UNROLL
+                for (int nt = 0; nt < NT; ++nt) o[nt][2 * h] *= alpha, o[nt][2 * h + 1] *= alpha;
+            }
+            __syncwarp();
+MR_UNROLL
+            for (int k0 = 0; k0 < MR_ATTN_BN; k0 += F::KS) {
+                uint32_t fa[4];
+MR_UNROLL
+                for (int r = 0; r < 4; ++r)
+                    fa[r] = F::template reg<TP>(&sm.p[0][0], w0 + g + 8 * (r & 1), k0 + kofs + kstep * (r >> 1));
+MR_UNROLL
+                for (int nt = 0; nt < NT; ++nt) {
+                    uint32_t fb[2];
+MR_UNROLL
+                    for (int r = 0; r < 2; ++r) fb[r] = F::template reg<TV>(&sm.v[0][0], nt * 8 + g, k0 + kofs + kstep * r);
+                    mr_mma<P>(o[nt], fa, fb);
+                }
+            }
+            /* k, v and p (and the next item's q) are rewritten after every warp is done */
+            __syncthreads();
+        }
+        float *out = p.o.p + off[3];
+MR_UNROLL
+        for (int h = 0; h < 2; ++h) {
+            const int64_t i = i0 + w0 + g + 8 * h;
+            if (i >= p.m) continue;
+MR_UNROLL
+            for (int nt = 0; nt < NT; ++nt)
+MR_UNROLL
+                for (int u = 0; u < 2; ++u) {
+                    const int64_t c = nt * 8 + 2 * t + u;
+                    /* an all -inf row: 0 / 0 = NaN, as the unfused softmax gives */
+                    if (c < p.e) out[i * p.o.rs + c * p.o.cs] = o[nt][2 * h + u] / sum[h];
+                }
+        }
+    }
+#else
+    (void)p, (void)bt, (void)score;
+    __trap();
+#endif
+}
+
+/*
  * out[i][c] = sum_j softmax_j(score(nb, i, j, sum_c' q[i][c'] k[c'][j])) v[j][c] for each
  * batch item nb: q m x d at q[i*q_rs + c*q_cs], k d x n (the product's right operand; K^T
  * by strides for q K^T), v n x e, out m x e; any strides, 0 included. batch NULL: one item.
@@ -1864,11 +2035,19 @@ MR_UNROLL
  * launched) unless m, n, d, e >= 1, d, e <= MR_ATTN_MAX_DIM and 0 <= batch->rank <=
  * MR_MAX_BATCH; nothing is launched for an empty batch (an extent 0).
  */
-/* The attention kernel of head width D and row tile R, if MASK instantiates it (NULL
- * otherwise). */
-template <unsigned MASK, class Sc>
+/* The attention kernel of head width D and row tile R (MR_ATTN_TC_ROWS: the tensor-core
+ * kernel at precision P), if MASK instantiates it (NULL otherwise). */
+template <unsigned MASK, class Sc, int P = MR_F32>
 static void (*mr_attention_kernel(int D, int R))(const mr_attn_args, const mr_attn_batch, const Sc)
 {
+    if constexpr (P != MR_F32 && (MASK & MR_ATTN_TC) != 0) {
+        if (R == MR_ATTN_TC_ROWS) {
+            if constexpr ((MASK & MR_ATTN_D32) != 0)
+                if (D == 32) return mr_k_attention_tc<Sc, P, 32>;
+            if constexpr ((MASK & MR_ATTN_D64) != 0)
+                if (D == 64) return mr_k_attention_tc<Sc, P, 64>;
+        }
+    }
 #define MR_ATTN_KERNEL(dd, rr)                                                                  \
     if constexpr ((MASK & MR_ATTN_D##dd) != 0 && (MASK & MR_ATTN_ROWS##rr) != 0)                 \
         if (D == dd && R == rr) return mr_k_attention<Sc, dd, rr>;
@@ -1884,8 +2063,9 @@ static void (*mr_attention_kernel(int D, int R))(const mr_attn_args, const mr_at
     return NULL;
 }
 
-/* mr_cuda_attention as plan `pl` (mr_plan_attention) says. */
-template <unsigned MASK = MR_ATTN_ALL, class Sc>
+/* mr_cuda_attention as plan `pl` (mr_plan_attention) says; P, the precision of a
+ * tensor-core plan. */
+template <unsigned MASK = MR_ATTN_ALL, int P = MR_F32, class Sc>
 static cudaError_t mr_cuda_attention_planned(cudaStream_t s, const mr_plan &pl, int64_t m, int64_t n, int64_t d, int64_t e,
                                              const float *q, int64_t q_rs, int64_t q_cs,
                                              const float *k, int64_t k_rs, int64_t k_cs,
@@ -1910,7 +2090,7 @@ static cudaError_t mr_cuda_attention_planned(cudaStream_t s, const mr_plan &pl, 
     p.nbatch = 1;
     for (int i = 0; i < bt.rank; ++i) p.nbatch *= bt.ext[i];
     if (p.nbatch <= 0) return cudaGetLastError();
-    kernel_t kern = mr_attention_kernel<MASK, Sc>(pl.tile, pl.rows);
+    kernel_t kern = mr_attention_kernel<MASK, Sc, P>(pl.tile, pl.rows);
     if (!kern || pl.kind != MR_PLAN_ATTENTION) return cudaErrorInvalidValue;
     MR_LAUNCH(kern, dim3((unsigned)pl.grid[0]), dim3((unsigned)pl.threads), s, p, bt, score);
     return cudaGetLastError();
@@ -1918,7 +2098,27 @@ static cudaError_t mr_cuda_attention_planned(cudaStream_t s, const mr_plan &pl, 
 
 /* mr_cuda_attention_planned as planned for the current device, among the kernels MASK
  * instantiates (MR_ATTN_ALL: every one; a model's: its head width and the row tiles its
- * plans choose). */
+ * plans choose), with Q, K, V and the softmax's weights rounded to P on tensor cores
+ * (mr_k_attention_tc) where the plan takes it: sm_80+, heads up to 64 wide, enough rows
+ * and heads to fill the SMs with 64-row tiles. Otherwise, and for MR_F32, the exact
+ * kernel. */
+template <mr_precision P, unsigned MASK = MR_ATTN_ALL, class Sc>
+static cudaError_t mr_cuda_attention_tc(cudaStream_t s, int64_t m, int64_t n, int64_t d, int64_t e,
+                                        const float *q, int64_t q_rs, int64_t q_cs,
+                                        const float *k, int64_t k_rs, int64_t k_cs,
+                                        const float *v, int64_t v_rs, int64_t v_cs,
+                                        float *out, int64_t o_rs, int64_t o_cs,
+                                        const mr_attn_batch *batch, Sc score)
+{
+    int64_t nbatch = 1;
+    for (int i = 0; batch && i < batch->rank && i < MR_MAX_BATCH; ++i) nbatch *= batch->ext[i];
+    const int tensor = P != MR_F32 && mr_tc_device_ok();
+    const mr_plan pl = mr_plan_attention(m, n, d, e, nbatch, tensor, mr_device_sms(), MASK);
+    return mr_cuda_attention_planned<MASK, P>(s, pl, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, out, o_rs,
+                                              o_cs, batch, score);
+}
+
+/* The exact attention, planned for the current device. */
 template <unsigned MASK = MR_ATTN_ALL, class Sc>
 static cudaError_t mr_cuda_attention(cudaStream_t s, int64_t m, int64_t n, int64_t d, int64_t e,
                                      const float *q, int64_t q_rs, int64_t q_cs,
@@ -1927,11 +2127,8 @@ static cudaError_t mr_cuda_attention(cudaStream_t s, int64_t m, int64_t n, int64
                                      float *out, int64_t o_rs, int64_t o_cs,
                                      const mr_attn_batch *batch, Sc score)
 {
-    int64_t nbatch = 1;
-    for (int i = 0; batch && i < batch->rank && i < MR_MAX_BATCH; ++i) nbatch *= batch->ext[i];
-    const mr_plan pl = mr_plan_attention(m, n, d, e, nbatch, mr_device_sms(), MASK);
-    return mr_cuda_attention_planned<MASK>(s, pl, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, out, o_rs, o_cs,
-                                           batch, score);
+    return mr_cuda_attention_tc<MR_F32, MASK>(s, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, out, o_rs, o_cs,
+                                              batch, score);
 }
 
 /* ------------------------------------------------------------------------------------ */

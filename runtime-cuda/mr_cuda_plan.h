@@ -294,27 +294,38 @@ static inline mr_plan mr_plan_softmax(int64_t outer, int64_t n, int64_t inner)
 #define MR_ATTN_THREADS 128 /* 4 warps */
 /* The MASK of an attention call: the head widths (the kernel's D: 32, 64, 128) and
  * query-row tiles (8, 16, 32; 32 only for heads up to 64 wide, as the static shared
- * memory stays under 48 KiB) whose kernels it instantiates. */
+ * memory stays under 48 KiB) whose kernels it instantiates; MR_ATTN_TC, the tensor-core
+ * kernel (64 rows, heads up to 64 wide), which only the reduced precisions run. */
 #define MR_ATTN_D32 0x1u
 #define MR_ATTN_D64 0x2u
 #define MR_ATTN_D128 0x4u
 #define MR_ATTN_ROWS8 0x10u
 #define MR_ATTN_ROWS16 0x20u
 #define MR_ATTN_ROWS32 0x40u
-#define MR_ATTN_ALL 0x77u
+#define MR_ATTN_TC 0x80u
+#define MR_ATTN_ALL 0xf7u
+#define MR_ATTN_TC_ROWS 64 /* the tensor-core kernel's row tile: 16 a warp */
 
 /* Attention of m queries and n keys, head dimensions d and e, nbatch heads on `sms` SMs:
  * a block a tile of query rows; `tile` = the head width the kernel holds, `rows` the
  * largest row tile `mask` allows whose blocks fill the SMs (else the smallest it allows:
- * smaller tiles reload each key tile for fewer rows). NONE for dimensions it does not
- * take. */
-static inline mr_plan mr_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch, int sms, unsigned mask)
+ * smaller tiles reload each key tile for fewer rows). With `tensor` (a reduced precision
+ * on an sm_80+ device), the tensor-core kernel's 64 rows where `mask` allows it, the head
+ * is at most 64 wide and its blocks fill the SMs: where they would not, the exact
+ * kernel's smaller tiles spread the work wider. NONE for dimensions it does not take. */
+static inline mr_plan mr_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch, int tensor, int sms,
+                                        unsigned mask)
 {
     const int64_t dim = d > e ? d : e;
     mr_plan p = mr_plan_empty(m, n, d, nbatch);
     int rows;
     if (m < 1 || n < 1 || d < 1 || e < 1 || nbatch < 1 || dim > MR_ATTN_MAX_DIM) return p;
     p.kind = MR_PLAN_ATTENTION, p.tile = dim <= 32 ? 32 : dim <= 64 ? 64 : 128, p.threads = MR_ATTN_THREADS;
+    if (tensor && (mask & MR_ATTN_TC) && p.tile <= 64 && mr_plan_cdiv(m, MR_ATTN_TC_ROWS) * nbatch >= sms) {
+        p.rows = MR_ATTN_TC_ROWS;
+        mr_plan_grid(&p, mr_plan_min(mr_plan_cdiv(m, p.rows) * nbatch, 65535), 1, 1);
+        return p;
+    }
     if (p.tile == 128) mask &= ~MR_ATTN_ROWS32;
     if (!(mask & (MR_ATTN_ROWS8 | MR_ATTN_ROWS16 | MR_ATTN_ROWS32))) mask |= MR_ATTN_ROWS16;
     p.rows = 0;
@@ -335,7 +346,10 @@ static inline unsigned mr_plan_bits(const mr_plan *p)
     if (p->kind == MR_PLAN_TILED) return (1u << p->tile) | (p->split > 1 ? MR_PLAN_SPLIT : 0u);
     if (p->kind == MR_PLAN_ATTENTION)
         return (p->tile == 32 ? MR_ATTN_D32 : p->tile == 64 ? MR_ATTN_D64 : MR_ATTN_D128) |
-               (p->rows == 32 ? MR_ATTN_ROWS32 : p->rows == 16 ? MR_ATTN_ROWS16 : MR_ATTN_ROWS8);
+               (p->rows == MR_ATTN_TC_ROWS ? MR_ATTN_TC
+                : p->rows == 32         ? MR_ATTN_ROWS32
+                : p->rows == 16         ? MR_ATTN_ROWS16
+                                        : MR_ATTN_ROWS8);
     return 0;
 }
 

@@ -607,26 +607,43 @@ enum { ATT_KT = 1, ATT_VIEWS = 2, ATT_BATCH = 4 };
  * over the second dimension (stride 0). Against a double reference: softmax as
  * exp(x - max) / sum (an all -inf row NaN), within 1e-5 of sum_j p_j |v[j][c]|.
  */
-/* The query rows an attention case's blocks take, forced (0: the library's own plan). */
+/* The query rows an attention case's blocks take, forced (0: the library's own plan), and
+ * the precision of its products (not MR_F32: the tensor-core kernel, forced where the
+ * head is at most 64 wide). */
 static int g_attn_rows = 0;
+static int g_attn_prec = MR_F32;
 
-/* mr_cuda_attention, or with g_attn_rows its planned form with that row tile. */
+/* mr_cuda_attention, or with g_attn_rows its planned form with that row tile, or with
+ * g_attn_prec the tensor-core one's. *tc: whether the tensor-core kernel ran. */
 template <class Sc>
 static cudaError_t attention(int64_t m, int64_t n, int64_t d, int64_t e, const float *q, int64_t q_rs, int64_t q_cs,
                              const float *k, int64_t k_rs, int64_t k_cs, const float *v, int64_t v_rs, int64_t v_cs,
-                             float *o, int64_t o_rs, int64_t o_cs, const mr_attn_batch *bp, Sc sc)
+                             float *o, int64_t o_rs, int64_t o_cs, const mr_attn_batch *bp, Sc sc, bool *tc)
 {
-    if (!g_attn_rows) return mr_cuda_attention(0, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, o, o_rs, o_cs, bp, sc);
+    *tc = false;
+    if (!g_attn_rows && g_attn_prec == MR_F32)
+        return mr_cuda_attention(0, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, o, o_rs, o_cs, bp, sc);
     int64_t nbatch = 1;
     for (int i = 0; bp && i < bp->rank; ++i) nbatch *= bp->ext[i];
-    const mr_plan pl = mr_plan_attention(m, n, d, e, nbatch, 1, MR_ATTN_D32 | MR_ATTN_D64 | MR_ATTN_D128 | (MR_ATTN_ROWS8 << (g_attn_rows / 16)));
-    return mr_cuda_attention_planned(0, pl, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, o, o_rs, o_cs, bp, sc);
+    const unsigned heads = MR_ATTN_D32 | MR_ATTN_D64 | MR_ATTN_D128;
+    if (g_attn_prec == MR_F32) {
+        const mr_plan pl = mr_plan_attention(m, n, d, e, nbatch, 0, 1, heads | (MR_ATTN_ROWS8 << (g_attn_rows / 16)));
+        return mr_cuda_attention_planned(0, pl, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v, v_rs, v_cs, o, o_rs, o_cs, bp,
+                                         sc);
+    }
+    /* one SM: the tensor-core tile always fills it */
+    const mr_plan pl = mr_plan_attention(m, n, d, e, nbatch, 1, 1, heads | MR_ATTN_TC | MR_ATTN_ROWS16);
+    *tc = pl.rows == MR_ATTN_TC_ROWS;
+    return with_precision((mr_precision)g_attn_prec, [&](auto P) {
+        return mr_cuda_attention_planned<MR_ATTN_ALL, decltype(P)::value>(0, pl, m, n, d, e, q, q_rs, q_cs, k, k_rs, k_cs, v,
+                                                                          v_rs, v_cs, o, o_rs, o_cs, bp, sc);
+    });
 }
 
 static void test_attention(int64_t m, int64_t n, int64_t d, int64_t e, int mask, int flags)
 {
     char name[160];
-    snprintf(name, sizeof name, "%s%lldx%lld d%lld e%lld%s%s%s%s", g_attn_rows == 8 ? "[8 rows] " : g_attn_rows == 16 ? "[16 rows] " : g_attn_rows == 32 ? "[32 rows] " : "", (long long)m, (long long)n, (long long)d, (long long)e,
+    snprintf(name, sizeof name, "%s%s%lldx%lld d%lld e%lld%s%s%s%s", g_attn_prec == MR_F32 ? "" : prec_name(g_attn_prec), g_attn_rows == 8 ? "[8 rows] " : g_attn_rows == 16 ? "[16 rows] " : g_attn_rows == 32 ? "[32 rows] " : "", (long long)m, (long long)n, (long long)d, (long long)e,
              mask < 0 ? "" : mask == 0 ? " scaled" : mask == 1 ? " scaled causal" : " scaled anti-causal",
              flags & ATT_KT ? " Kt" : "", flags & ATT_VIEWS ? " views" : "", flags & ATT_BATCH ? " batch[2,3] bcastKV" : "");
     const bool kt = flags & ATT_KT, views = flags & ATT_VIEWS, batched = flags & ATT_BATCH;
@@ -644,11 +661,18 @@ static void test_attention(int64_t m, int64_t n, int64_t d, int64_t e, int mask,
     bt.q[0] = sq * b1, bt.q[1] = sq, bt.k[0] = sk, bt.k[1] = 0, bt.v[0] = sv, bt.v[1] = 0, bt.o[0] = so * b1, bt.o[1] = so;
     const mr_attn_batch *bp = batched ? &bt : NULL;
     const attn_score sc = {0.125f, mask};
+    bool tc;
     if (mask < 0)
-        CUDA_OK(attention(m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, mr_no_score()));
+        CUDA_OK(attention(m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, mr_no_score(), &tc));
     else
-        CUDA_OK(attention(m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, sc));
+        CUDA_OK(attention(m, n, d, e, dQ, q_rs, q_cs, dK, k_rs, k_cs, dV, v_rs, v_cs, dO, ldo, 1, bp, sc, &tc));
     std::vector<float> got = host_from(dO, O.size());
+    /* On tensor cores the reference takes Q, K and V rounded to the format (round_fmt), as
+     * the kernel reads them, and scale (sum_j p_j |v[j][c]|, the bound the exact kernel's
+     * 1e-5 of it) widens by the weights' rounding: 2u + u^2 more (u the format's unit
+     * roundoff); for F16, weights below 2^-14 lose up to 2^-25 each absolutely. */
+    const int fmt = tc ? g_attn_prec : MR_F32;
+    const double u = tc ? unit_roundoff(g_attn_prec) : 0, widen = (2 * u + u * u + 1e-5) / 1e-5;
     std::vector<double> ref(O.begin(), O.end()), scale(O.size(), 0.0), s(n);
     for (int64_t nb = 0; nb < nbatch; ++nb) {
         const float *q = &Q[nb * sq], *k = &K[nb / b1 * sk], *v = &V[nb / b1 * sv];
@@ -656,23 +680,32 @@ static void test_attention(int64_t m, int64_t n, int64_t d, int64_t e, int mask,
             double mx = -INFINITY, sum = 0;
             for (int64_t j = 0; j < n; ++j) {
                 double p = 0;
-                for (int64_t c = 0; c < d; ++c) p += (double)q[i * q_rs + c * q_cs] * k[c * k_rs + j * k_cs];
+                for (int64_t c = 0; c < d; ++c) p += round_fmt(q[i * q_rs + c * q_cs], fmt) * round_fmt(k[c * k_rs + j * k_cs], fmt);
                 s[j] = mask < 0 ? p : (mask == 1 && j > i) || (mask == 2 && j < i) ? -INFINITY : p * 0.125;
                 mx = s[j] > mx ? s[j] : mx;
             }
             for (int64_t j = 0; j < n; ++j) sum += exp(s[j] - mx);
             for (int64_t c = 0; c < e; ++c) {
-                double acc = 0, mag = 0;
+                double acc = 0, mag = 0, vmax = 0;
                 for (int64_t j = 0; j < n; ++j) {
-                    const double w = exp(s[j] - mx) / sum, x = v[j * v_rs + c * v_cs];
-                    acc += w * x, mag += w * fabs(x);
+                    const double w = exp(s[j] - mx) / sum, x = round_fmt(v[j * v_rs + c * v_cs], fmt);
+                    acc += w * x, mag += w * fabs(x), vmax = fabs(x) > vmax ? fabs(x) : vmax;
                 }
                 ref[nb * so + i * ldo + c] = mx == -INFINITY ? NAN : acc;
-                scale[nb * so + i * ldo + c] = mag;
+                scale[nb * so + i * ldo + c] = mag * widen + (tc && g_attn_prec == MR_F16 ? n * ldexp(1.0, -25) * vmax / 1e-5 : 0);
             }
         }
     }
     compare("attn", name, got, ref, scale, 1e-5);
+    if (tc) {
+        /* some element off the exact kernel's bound: the tensor-core kernel ran */
+        size_t off = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+            if (scale[i] > 0 && !close_to(got[i], ref[i], fabs(ref[i]) > 1 ? fabs(ref[i]) : 1, 1e-6)) ++off;
+        char nm[200];
+        snprintf(nm, sizeof nm, "%s: uses TC (%zu off f32)", name, off);
+        report("attn", nm, off ? 0 : 1, got.size(), 0, 0, 0);
+    }
     cudaFree(dQ), cudaFree(dK), cudaFree(dV), cudaFree(dO);
 }
 
@@ -702,6 +735,18 @@ static void test_attentions()
         if (rows < 32) test_attention(37, 100, 96, 128, 1, ATT_BATCH);
     }
     g_attn_rows = 0;
+    /* the tensor-core kernel at each precision: heads 32 and 64 wide (wider ones run the
+     * exact kernel), several row tiles, masked rows, strided and batched views */
+    for (int prec = MR_TF32; prec <= MR_F16; ++prec) {
+        g_attn_prec = prec;
+        test_attention(7, 45, 64, 64, 1, 0);
+        test_attention(128, 128, 64, 64, -1, ATT_KT);
+        test_attention(130, 70, 64, 48, 2, ATT_KT);
+        test_attention(40, 50, 32, 16, 1, ATT_KT | ATT_BATCH);
+        test_attention(20, 37, 24, 40, 0, ATT_VIEWS | ATT_BATCH);
+        test_attention(33, 70, 128, 96, 1, ATT_KT);
+    }
+    g_attn_prec = MR_F32;
     /* outside the limits: cudaErrorInvalidValue, nothing launched */
     float *buf = dev_from(std::vector<float>(4 * 130, 0.0f));
     const int64_t bad[][4] = {{4, 4, 129, 4}, {4, 4, 4, 129}, {0, 4, 4, 4}, {4, 0, 4, 4}, {4, 4, 0, 4}, {4, 4, 4, 0}};

@@ -20,9 +20,10 @@ mr_plan mithrilc_cuda_plan_pool(int64_t planes, int64_t oh, int64_t ow) { return
 
 mr_plan mithrilc_cuda_plan_softmax(int64_t outer, int64_t n, int64_t inner) { return mr_plan_softmax(outer, n, inner); }
 
-mr_plan mithrilc_cuda_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch, int sms, unsigned mask)
+mr_plan mithrilc_cuda_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e, int64_t nbatch, int tensor, int sms,
+                                     unsigned mask)
 {
-    return mr_plan_attention(m, n, d, e, nbatch, sms, mask);
+    return mr_plan_attention(m, n, d, e, nbatch, tensor, sms, mask);
 }
 
 unsigned mithrilc_cuda_attention_all(void) { return MR_ATTN_ALL; }

@@ -48,7 +48,7 @@ extern "C" {
     fn mithrilc_cuda_plan_conv(n: i64, c: i64, h: i64, w: i64, o: i64, kh: i64, kw: i64, oh: i64, ow: i64, sh: i64, sw: i64, ph: i64, pw: i64, groups: i64, tensor: i32, sms: i32, mask: u32, scratch: i64) -> Plan;
     fn mithrilc_cuda_plan_pool(planes: i64, oh: i64, ow: i64) -> Plan;
     fn mithrilc_cuda_plan_softmax(outer: i64, n: i64, inner: i64) -> Plan;
-    fn mithrilc_cuda_plan_attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, sms: i32, mask: u32) -> Plan;
+    fn mithrilc_cuda_plan_attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, tensor: i32, sms: i32, mask: u32) -> Plan;
     fn mithrilc_cuda_attention_all() -> u32;
     fn mithrilc_cuda_tile(t: i32) -> TileShape;
     fn mithrilc_cuda_plan_bits(p: Plan) -> u32;
@@ -114,6 +114,8 @@ impl Plan {
             Kind::SoftmaxCols => "a thread a row".to_string(),
             Kind::SoftmaxWarp => format!("a warp a row, {} values a lane", self.tile),
             Kind::SoftmaxBlock => "a block a row".to_string(),
+            // mr_cuda_plan.h's MR_ATTN_TC_ROWS: the tensor-core kernel
+            Kind::Attention if self.rows == 64 => format!("tensor cores, query tiles of 64, heads up to {} wide", self.tile),
             Kind::Attention => format!("query tiles of {}, heads up to {} wide", self.rows, self.tile),
             Kind::Tiled => {
                 let (bm, bn) = tile(self.tile);
@@ -140,10 +142,11 @@ pub fn softmax(outer: i64, n: i64, inner: i64) -> Plan {
 }
 
 /// Attention of `m` queries, `n` keys, head dimensions `d` and `e`, `nbatch` heads on
-/// `sms` SMs among the kernels `mask` allows (`mr_plan_attention`).
-pub fn attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, sms: i32, mask: u32) -> Plan {
+/// `sms` SMs among the kernels `mask` allows (`mr_plan_attention`); `tensor`:
+/// `--precision`'s tensor-core kernel where it fills the SMs.
+pub fn attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, tensor: bool, sms: i32, mask: u32) -> Plan {
     // SAFETY: a pure function of its arguments (plan.c).
-    unsafe { mithrilc_cuda_plan_attention(m, n, d, e, nbatch, sms, mask) }
+    unsafe { mithrilc_cuda_plan_attention(m, n, d, e, nbatch, i32::from(tensor), sms, mask) }
 }
 
 /// Every attention kernel (`MR_ATTN_ALL`).
@@ -162,15 +165,15 @@ pub fn attention_sizes(step: &Step, value: &dyn Fn(&str) -> Option<u64>) -> Opti
 }
 
 /// The `MASK` of an attention step: its head width's kernels, with the row tiles its
-/// plans choose on the GPUs of [`GPUS`] at every size of [`samples`] (`None`: not an
-/// attention).
-pub fn attention_mask(step: &Step, symbols: &[(String, u64)]) -> Option<u32> {
+/// plans choose on the GPUs of [`GPUS`] at every size of [`samples`] (`tensor`: with the
+/// tensor-core kernel where those plans take it; `None`: not an attention).
+pub fn attention_mask(step: &Step, symbols: &[(String, u64)], tensor: bool) -> Option<u32> {
     let mut mask = 0;
     for binding in samples(symbols) {
         let value = |s: &str| binding.iter().find(|(n, _)| n == s).map(|(_, v)| *v);
         let [m, n, d, e, nbatch] = attention_sizes(step, &value)?;
         for g in GPUS {
-            let p = attention(m, n, d, e, nbatch, g.sms, all_attention());
+            let p = attention(m, n, d, e, nbatch, tensor, g.sms, all_attention());
             mask |= p.bits();
         }
     }
@@ -422,12 +425,19 @@ mod tests {
         assert_eq!(softmax(0, 100, 3).kind(), Kind::None);
         assert_eq!((pool(3, 10, 10).blocks, pool(3, 10, 10).threads), (2, 256));
         // gpt_block's at batch 1 on an H100: 32-row tiles gave 48 blocks; 8 rows fill it
-        let a = attention(128, 128, 64, 64, 12, 132, all_attention());
+        let a = attention(128, 128, 64, 64, 12, false, 132, all_attention());
         assert_eq!((a.kind(), a.tile, a.rows, a.blocks, a.threads), (Kind::Attention, 64, 8, 192, 128));
-        assert_eq!(attention(128, 128, 64, 64, 96, 132, all_attention()).rows, 32); // at batch 8
-        assert_eq!(attention(128, 128, 96, 64, 1, 1, all_attention()).rows, 16); // no 32 rows past 64 wide
-        assert_eq!(attention(128, 128, 64, 64, 12, 132, 0x2 | 0x40).rows, 32); // the mask's one tile
-        assert_eq!(attention(1, 1, 129, 1, 1, 132, all_attention()).kind(), Kind::None);
+        assert_eq!(attention(128, 128, 64, 64, 96, false, 132, all_attention()).rows, 32); // at batch 8
+        assert_eq!(attention(128, 128, 96, 64, 1, false, 1, all_attention()).rows, 16); // no 32 rows past 64 wide
+        assert_eq!(attention(128, 128, 64, 64, 12, false, 132, 0x2 | 0x40).rows, 32); // the mask's one tile
+        assert_eq!(attention(1, 1, 129, 1, 1, false, 132, all_attention()).kind(), Kind::None);
+        // tensor cores: 64-row tiles where they fill the SMs (batch 8), heads up to 64 wide
+        let tc = attention(128, 128, 64, 64, 96, true, 132, all_attention());
+        assert_eq!((tc.rows, tc.blocks, tc.describe().as_str()), (64, 192, "tensor cores, query tiles of 64, heads up to 64 wide"));
+        assert_eq!(attention(128, 128, 64, 64, 12, true, 132, all_attention()).rows, 8); // batch 1: 24 tiles of 64
+        assert_eq!(attention(128, 128, 96, 64, 96, true, 1, all_attention()).rows, 16); // 96 wide: exact
+        assert_eq!(attention(128, 128, 64, 64, 96, true, 132, 0x2 | 0x40).rows, 32); // not in the mask
+        assert_eq!(tc.bits(), 0x2 | 0x80);
     }
 
     #[test]

@@ -215,8 +215,11 @@ fn library_call(r: &Renderer<Cuda>, site: &str, step: &Step, ext: &[String], pre
         (Kernel::Pool { .. }, _) => format!("mr_cuda_pool2d(stream, {args})"),
         (Kernel::Softmax { .. }, _) => format!("mr_cuda_softmax(stream, {args})"),
         (Kernel::Attention { .. }, _) => {
-            let mask = super::plan::attention_mask(step, &r.p.symbols).unwrap_or_else(super::plan::all_attention);
-            format!("mr_cuda_attention<0x{mask:x}u>(stream, {args}, {batch}, ep)")
+            let mask = super::plan::attention_mask(step, &r.p.symbols, tc.is_some()).unwrap_or_else(super::plan::all_attention);
+            match tc {
+                None => format!("mr_cuda_attention<0x{mask:x}u>(stream, {args}, {batch}, ep)"),
+                Some(p) => format!("mr_cuda_attention_tc<{p}, 0x{mask:x}u>(stream, {args}, {batch}, ep)"),
+            }
         }
         _ => return Err(Error::internal("loop kernels are launched, not library calls".to_string())),
     };

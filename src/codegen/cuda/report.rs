@@ -98,7 +98,7 @@ pub fn launches(p: &Program, gpu: &Gpu, precision: Precision, scratch: i64) -> V
             }
             Kernel::Attention { .. } => {
                 let [m, n, d, e, nbatch] = plan::attention_sizes(step, &at_max).expect("an attention step");
-                let pl = plan::attention(m, n, d, e, nbatch, gpu.sms, plan::all_attention());
+                let pl = plan::attention(m, n, d, e, nbatch, precision != Precision::F32, gpu.sms, plan::all_attention());
                 library(format!("attention {nbatch}x {m}x{n}, d {d} e {e}"), pl, 2.0 * (m * n) as f64 * ((d + e) * nbatch) as f64)
             }
             Kernel::Gemm { .. } | Kernel::Conv { .. } | Kernel::Dequantize { .. } => launch("library".to_string(), None, None),
