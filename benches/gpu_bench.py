@@ -18,9 +18,13 @@ MR_CUBLASLT_REQUIRE=1 so that a product cuBLASLt would not run fails that runner
 rather than time the built-in kernels. When cuBLASLt cannot be loaded here, or a case's
 build fails, those runners are left out, saying why.
 
-Everything is f32 with TF32 off: mithrilc's CUDA kernels compute exact f32, and torch
-with TF32 would be measured doing less work (10-bit mantissas in its GEMMs and
+By default everything is f32 with TF32 off: mithrilc's CUDA kernels compute exact f32,
+and torch with TF32 would be measured doing less work (10-bit mantissas in its GEMMs and
 convolutions). A check fails when max |output - reference| > 1e-3 * max |reference|.
+With --precision tf32 both sides round their products' operands to TF32: mithrilc
+compiles with --precision tf32 (tensor cores, mma.sync) and torch runs with
+allow_tf32 on for matmuls and cuDNN (float32_matmul_precision "high"); the checks then
+allow 1e-2 * max |reference|.
 
 As in bench.py, the whole measurement runs --rounds times (3 by default), alternating
 the runners and cases, and each keeps its best median of --repeat calls: a GPU's
@@ -44,7 +48,7 @@ checks that nvidia-smi and torch are there.
 
 Usage: python gpu_bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R]
            [--warmup W] [--models mlp,cnn,...] [--compile-modes reduce-overhead,...]
-           [--gemm cublaslt] [--dry-run]
+           [--gemm cublaslt] [--precision tf32] [--dry-run]
 """
 
 import argparse
@@ -60,7 +64,8 @@ import subprocess
 import sys
 
 MODELS = ("mlp", "lenet", "cnn", "gpt_block")
-TOLERANCE = 1e-3
+# A check's bound, relative to the reference's largest magnitude, per --precision.
+TOLERANCE = {"f32": 1e-3, "tf32": 1e-2}
 COMPILE_MODES = ("max-autotune-no-cudagraphs", "reduce-overhead")
 RUNNERS = ("mithrilc", "mithrilc graph", "torch eager") + tuple(f"compile {m}" for m in COMPILE_MODES) + ("lt", "lt graph")
 FUNCTIONS = ("forward", "graph_create", "graph_launch", "graph_destroy", "load_weights")
@@ -96,6 +101,8 @@ def main():
                          "minutes: a short lease may take reduce-overhead alone); empty for none")
     ap.add_argument("--gemm", choices=("builtin", "cublaslt"), default="builtin",
                     help="cublaslt: also time each case compiled with --gemm cublaslt")
+    ap.add_argument("--precision", choices=tuple(TOLERANCE), default="f32",
+                    help="tf32: mithrilc's --precision tf32 against torch with TF32 on")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
     models = args.models.split(",")
@@ -116,13 +123,14 @@ def main():
     lt_skip = None if args.gemm == "cublaslt" and dry else cublaslt_missing() if args.gemm == "cublaslt" else "not asked for"
     if args.gemm == "cublaslt":
         print(f"cuBLASLt: {'loads' if lt_skip is None else 'left out: ' + lt_skip}", flush=True)
-    lt_todo = [(name, batch, info, f"{out}_lt", ["--gemm", "cublaslt"]) for name, batch, info, out in todo] if lt_skip is None else []
+    flags = ["--precision", args.precision]
+    lt_todo = [(name, batch, info, f"{out}_lt", flags + ["--gemm", "cublaslt"]) for name, batch, info, out in todo] if lt_skip is None else []
     # Each build is one nvcc process (about 20 s of one core for the four code
     # generations): the cases build side by side, one per core.
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         emit = "source" if dry else "build"
         built = list(pool.map(lambda c: compile_case(args.mithrilc, args.bench, c[0], c[2], c[3], emit, c[4]),
-                              [c + ([],) for c in todo] + lt_todo))
+                              [c + (flags,) for c in todo] + lt_todo))
     if not all(built[:len(todo)]):
         sys.exit("gpu_bench: the built-in kernels' builds failed (above)")
     cases = [Case(name, batch, info, out, read_header(out, info)) for name, batch, info, out in todo]
@@ -273,8 +281,8 @@ def dry_run(args, cases):
               f"{case.runs(args.repeat)} calls after {args.warmup} warm-up, {case.info['flops'] / 1e9:.3f} GFLOP")
     runners = RUNNERS[:3] + tuple(f"compile {m}" for m in args.modes) + (("lt", "lt graph") if args.gemm == "cublaslt" else ())
     print(f"runners per case: {', '.join(runners)}")
-    print(f"each checked against NAME_bB_output.npy (max abs error <= {TOLERANCE:g} * max |output|) before timing;")
-    print(f"best of {args.rounds} rounds of the median latency (CUDA events, one synchronised call each); f32, TF32 disabled.")
+    print(f"each checked against NAME_bB_output.npy (max abs error <= {TOLERANCE[args.precision]:g} * max |output|) before timing;")
+    print(f"best of {args.rounds} rounds of the median latency (CUDA events, one synchronised call each); {precision_words(args)}.")
     print(f"header checks passed: size macros = manifest shapes and weights.bin; {', '.join(FUNCTIONS)} declared and defined.")
     print(f"safetensors checks passed: every parameter maps to a torch layer ({', '.join(dict.fromkeys(c.name for c in cases))}).")
     return 0
@@ -423,12 +431,20 @@ class Mithrilc:
         self.destroy_fn(self.exec)
 
 
-def error(got, want):
-    """max |got - want| and whether it is within the tolerance."""
+def precision_words(args):
+    """What both sides compute, in words."""
+    if args.precision == "tf32":
+        return ("TF32 on both sides: mithrilc --precision tf32, torch.backends.cuda.matmul.allow_tf32 = True, "
+                "torch.backends.cudnn.allow_tf32 = True")
+    return "f32 throughout: torch.backends.cuda.matmul.allow_tf32 = False, torch.backends.cudnn.allow_tf32 = False"
+
+
+def error(got, want, precision):
+    """max |got - want| and whether it is within the precision's tolerance."""
     import numpy as np
     got = got.detach().float().cpu().numpy().reshape(want.shape)
     err = float(np.max(np.abs(got - want)))
-    return err, err <= TOLERANCE * float(np.max(np.abs(want)))
+    return err, err <= TOLERANCE[precision] * float(np.max(np.abs(want)))
 
 
 def time_calls(fn, n, stream):
@@ -450,10 +466,12 @@ def time_calls(fn, n, stream):
 def measure(args, cases):
     import numpy as np
     import torch
-    # mithrilc's kernels compute exact f32; TF32 would let torch do less work.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    # By default mithrilc's kernels compute exact f32, and TF32 would let torch do less
+    # work; with --precision tf32 both round to TF32.
+    tf32 = args.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     # Every case's model shares Net.forward's code, and dynamo keeps 8 compilations of
     # one code object by default: past that it would run the later cases eagerly and
     # time them as torch.compile. (recompile_limit is the newer name of cache_size_limit.)
@@ -481,7 +499,7 @@ def measure(args, cases):
             print(f"check {case.label:<14} {runner:<36} FAILED to run: {type(e).__name__}: {first}", flush=True)
             failures.append(f"{case.label} {runner}: {type(e).__name__}")
             return
-        err, ok = error(got, want)
+        err, ok = error(got, want, args.precision)
         print(f"check {case.label:<14} {runner:<36} max abs error {err:.2e} (max |output| {np.max(np.abs(want)):.3f})"
               f"{'' if ok else '  FAILED'}", flush=True)
         if ok:
@@ -547,7 +565,7 @@ def report(args, cases, best):
     mithrilc_version = subprocess.run([args.mithrilc, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"{mithrilc_version}; torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}); "
           f"python {sys.version.split()[0]}")
-    print("f32 throughout: torch.backends.cuda.matmul.allow_tf32 = False, torch.backends.cudnn.allow_tf32 = False")
+    print(precision_words(args))
     print(f"{'case':<14} {'mithrilc':>10} {'m. graph':>10} {'eager':>10} {'compile':>10} {'mode':>4} {'ratio':>7}"
           f" {'lt':>10} {'ratio lt':>8}")
 

@@ -3,7 +3,7 @@
 # prints latencies and ratios). Builds mithrilc, checks that this machine has what the
 # measurement needs (an NVIDIA GPU with its driver, python with numpy and a CUDA build
 # of torch), then runs benches/gpu_bench.py on ../shared/bench.
-#   bash benches/gpu_run.sh [--repeat N] [--rounds R] [--warmup W] [--models mlp,cnn] [--gemm cublaslt] [--dry-run]
+#   bash benches/gpu_run.sh [--repeat N] [--rounds R] [--warmup W] [--models mlp,cnn] [--gemm cublaslt] [--precision tf32] [--dry-run]
 # PYTHON picks the interpreter (default python3). nvcc is found by mithrilc itself
 # ($MITHRILC_NVCC, PATH, or the pinned pip wheels; it exits 3 naming the pip command
 # when there is none). Nothing is installed here: the GPU machines this runs on have no
