@@ -862,7 +862,6 @@ static void test_tiles()
     g_tile = -1, g_split = 1;
 }
 
-/* Split-K gives the same bits on every run of a plan (the slices are added in order). */
 /* The tensor-core kernels' shared tiles (mr_tc_tile): every warp-wide fragment read is free
  * of bank conflicts (bank = 4-byte word mod 32), at every row base and K step the kernels
  * read, and idx is a bijection onto the tile. Lane 4g + t reads row x0 + g: tf32 one word at
@@ -930,6 +929,7 @@ static void test_tc_tiles()
     check_tile_banks<mr_tc_tile<MR_TC_BN, false, 16>, 16>("16-bit B K-major");
 }
 
+/* Split-K gives the same bits on every run of a plan (the slices are added in order). */
 static void test_split_bits()
 {
     const int64_t m = 70, n = 90, k = 1000;

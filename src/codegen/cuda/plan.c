@@ -28,6 +28,8 @@ mr_plan mithrilc_cuda_plan_attention(int64_t m, int64_t n, int64_t d, int64_t e,
 
 unsigned mithrilc_cuda_attention_all(void) { return MR_ATTN_ALL; }
 
+unsigned mithrilc_cuda_attention_tc(void) { return MR_ATTN_TC; }
+
 unsigned mithrilc_cuda_plan_bits(mr_plan p) { return mr_plan_bits(&p); }
 
 unsigned mithrilc_cuda_plan_all(void) { return MR_PLAN_ALL; }

@@ -50,6 +50,7 @@ extern "C" {
     fn mithrilc_cuda_plan_softmax(outer: i64, n: i64, inner: i64) -> Plan;
     fn mithrilc_cuda_plan_attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, tensor: i32, sms: i32, mask: u32) -> Plan;
     fn mithrilc_cuda_attention_all() -> u32;
+    fn mithrilc_cuda_attention_tc() -> u32;
     fn mithrilc_cuda_tile(t: i32) -> TileShape;
     fn mithrilc_cuda_plan_bits(p: Plan) -> u32;
     fn mithrilc_cuda_plan_all() -> u32;
@@ -114,8 +115,7 @@ impl Plan {
             Kind::SoftmaxCols => "a thread a row".to_string(),
             Kind::SoftmaxWarp => format!("a warp a row, {} values a lane", self.tile),
             Kind::SoftmaxBlock => "a block a row".to_string(),
-            // mr_cuda_plan.h's MR_ATTN_TC_ROWS: the tensor-core kernel
-            Kind::Attention if self.rows == 64 => format!("tensor cores, query tiles of 64, heads up to {} wide", self.tile),
+            Kind::Attention if self.bits() & attention_tc() != 0 => format!("tensor cores, query tiles of {}, heads up to {} wide", self.rows, self.tile),
             Kind::Attention => format!("query tiles of {}, heads up to {} wide", self.rows, self.tile),
             Kind::Tiled => {
                 let (bm, bn) = tile(self.tile);
@@ -149,6 +149,12 @@ pub fn attention(m: i64, n: i64, d: i64, e: i64, nbatch: i64, tensor: bool, sms:
     unsafe { mithrilc_cuda_plan_attention(m, n, d, e, nbatch, i32::from(tensor), sms, mask) }
 }
 
+/// The tensor-core attention kernel's `MASK` bit (`MR_ATTN_TC`).
+pub fn attention_tc() -> u32 {
+    // SAFETY: a constant (plan.c).
+    unsafe { mithrilc_cuda_attention_tc() }
+}
+
 /// Every attention kernel (`MR_ATTN_ALL`).
 pub fn all_attention() -> u32 {
     // SAFETY: a constant (plan.c).
@@ -164,20 +170,32 @@ pub fn attention_sizes(step: &Step, value: &dyn Fn(&str) -> Option<u64>) -> Opti
     Some([i(ext[rank - 2]), i(ext[rank - 1]), i(ext[rank]), i(ext[rank + 1]), i(ext[..rank - 2].iter().product())])
 }
 
-/// The `MASK` of an attention step: its head width's kernels, with the row tiles its
-/// plans choose on the GPUs of [`GPUS`] at every size of [`samples`] (`tensor`: with the
-/// tensor-core kernel where those plans take it; `None`: not an attention).
+/// The `MASK` of an attention step: [`attention_bits`] at every size of [`samples`]
+/// (`None`: not an attention).
 pub fn attention_mask(step: &Step, symbols: &[(String, u64)], tensor: bool) -> Option<u32> {
     let mut mask = 0;
     for binding in samples(symbols) {
         let value = |s: &str| binding.iter().find(|(n, _)| n == s).map(|(_, v)| *v);
         let [m, n, d, e, nbatch] = attention_sizes(step, &value)?;
-        for g in GPUS {
-            let p = attention(m, n, d, e, nbatch, tensor, g.sms, all_attention());
-            mask |= p.bits();
-        }
+        mask |= attention_bits(m, n, d, e, nbatch, tensor);
     }
     Some(mask)
+}
+
+/// The attention kernels an attention of these sizes needs instantiated: its head
+/// width's, with the row tiles the exact kernel's plans choose on the GPUs of [`GPUS`]
+/// and, with `tensor`, the tensor-core kernel where their plans take it. The exact tiles
+/// are there even where every named GPU takes the tensor-core kernel: on a GPU that the
+/// 64-row tiles do not fill, or one older than sm_80, the plan falls back to them.
+pub fn attention_bits(m: i64, n: i64, d: i64, e: i64, nbatch: i64, tensor: bool) -> u32 {
+    let mut mask = 0;
+    for g in GPUS {
+        mask |= attention(m, n, d, e, nbatch, false, g.sms, all_attention()).bits();
+        if tensor {
+            mask |= attention(m, n, d, e, nbatch, true, g.sms, all_attention()).bits();
+        }
+    }
+    mask
 }
 
 /// Tile `t`'s rows and columns.
@@ -438,6 +456,26 @@ mod tests {
         assert_eq!(attention(128, 128, 96, 64, 96, true, 1, all_attention()).rows, 16); // 96 wide: exact
         assert_eq!(attention(128, 128, 64, 64, 96, true, 132, 0x2 | 0x40).rows, 32); // not in the mask
         assert_eq!(tc.bits(), 0x2 | 0x80);
+    }
+
+    /// Whatever the device's SM count, the plan the library makes at run time is among
+    /// the kernels the model's MASK instantiated (else the call would fail): with and
+    /// without tensor cores (a GPU before sm_80 plans without), for sizes whose 64-row
+    /// tiles fill every named GPU (140 and 192 of them), none (24) or some.
+    #[test]
+    fn every_runtime_attention_plan_is_in_the_mask() {
+        for (m, nbatch) in [(128, 12), (128, 96), (128, 70), (1000, 8), (64, 140)] {
+            for tensor in [false, true] {
+                let mask = attention_bits(m, 128, 64, 64, nbatch, tensor);
+                for sms in 1..=400 {
+                    for runtime_tensor in [false, tensor] {
+                        let p = attention(m, 128, 64, 64, nbatch, runtime_tensor, sms, mask);
+                        assert_eq!(p.kind(), Kind::Attention);
+                        assert_eq!(p.bits() & !mask, 0, "m {m} x {nbatch} heads, tensor {tensor}, {sms} SMs: plan bits {:#x}, mask {mask:#x}", p.bits());
+                    }
+                }
+            }
+        }
     }
 
     #[test]
