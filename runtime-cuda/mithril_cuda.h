@@ -1893,6 +1893,30 @@ template <int D, int KS> struct mr_attn_tc_smem {
     alignas(16) float p[MR_ATTN_TC_ROWS][LP];
 };
 
+/* acc[nt] += A B for the calling warp: A's 16 rows from row a0 of the shared tile sa (layout
+ * TA, element (row, k)), B's NT tiles of 8 columns of sb (layout TB, element (column, k)),
+ * over k = 0 .. K, by mma.sync with the operands rounded to P as they are read. */
+template <int P, class TA, class TB, int K, int NT>
+static __device__ __forceinline__ void mr_tc_warp_rows(const float *sa, int a0, const float *sb, float (&acc)[NT][4])
+{
+    typedef mr_tc_fmt<P> F;
+    const int lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int kofs = F::KS == 8 ? t : 2 * t, kstep = F::KS / 2; /* a fragment's k: kofs + kstep r */
+MR_UNROLL
+    for (int k0 = 0; k0 < K; k0 += F::KS) {
+        uint32_t fa[4];
+MR_UNROLL
+        for (int r = 0; r < 4; ++r) fa[r] = F::template reg<TA>(sa, a0 + g + 8 * (r & 1), k0 + kofs + kstep * (r >> 1));
+MR_UNROLL
+        for (int nt = 0; nt < NT; ++nt) {
+            uint32_t fb[2];
+MR_UNROLL
+            for (int r = 0; r < 2; ++r) fb[r] = F::template reg<TB>(sb, nt * 8 + g, k0 + kofs + kstep * r);
+            mr_mma<P>(acc[nt], fa, fb);
+        }
+    }
+}
+
 /* v reduced over the 4 lanes of a quad (the lanes holding one accumulator row). */
 static __device__ __forceinline__ float mr_quad_max(float v)
 {
@@ -1919,8 +1943,7 @@ mr_k_attention_tc(const mr_attn_args p, const mr_attn_batch bt, const Sc score)
     constexpr int NT = D / 8; /* the output's 8-column mma tiles */
     __shared__ S sm;
     const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int w0 = warp * 16;                                  /* the warp's first row in the tile */
-    const int kofs = F::KS == 8 ? t : 2 * t, kstep = F::KS / 2; /* a fragment's k: kofs + kstep r */
+    const int w0 = warp * 16; /* the warp's first row in the tile */
     const int64_t mt = (p.m + MR_ATTN_TC_ROWS - 1) / MR_ATTN_TC_ROWS;
     for (int64_t item = blockIdx.x; item < mt * p.nbatch; item += gridDim.x) {
         const int64_t nb = item / mt, i0 = (item - nb * mt) * MR_ATTN_TC_ROWS;
@@ -1943,20 +1966,7 @@ MR_UNROLL
             for (int jt = 0; jt < 4; ++jt)
 MR_UNROLL
                 for (int r = 0; r < 4; ++r) sc[jt][r] = 0.0f;
-MR_UNROLL
-            for (int c0 = 0; c0 < D; c0 += F::KS) {
-                uint32_t fa[4];
-MR_UNROLL
-                for (int r = 0; r < 4; ++r)
-                    fa[r] = F::template reg<TQ>(&sm.q[0][0], w0 + g + 8 * (r & 1), c0 + kofs + kstep * (r >> 1));
-MR_UNROLL
-                for (int jt = 0; jt < 4; ++jt) {
-                    uint32_t fb[2];
-MR_UNROLL
-                    for (int r = 0; r < 2; ++r) fb[r] = F::template reg<TQ>(&sm.k[0][0], jt * 8 + g, c0 + kofs + kstep * r);
-                    mr_mma<P>(sc[jt], fa, fb);
-                }
-            }
+            mr_tc_warp_rows<P, TQ, TQ, D>(&sm.q[0][0], w0, &sm.k[0][0], sc);
 MR_UNROLL
             for (int h = 0; h < 2; ++h) {
                 const int64_t i = i0 + w0 + g + 8 * h;
@@ -1988,20 +1998,7 @@ MR_UNROLL
                 for (int nt = 0; nt < NT; ++nt) o[nt][2 * h] *= alpha, o[nt][2 * h + 1] *= alpha;
             }
             __syncwarp();
-MR_UNROLL
-            for (int k0 = 0; k0 < MR_ATTN_BN; k0 += F::KS) {
-                uint32_t fa[4];
-MR_UNROLL
-                for (int r = 0; r < 4; ++r)
-                    fa[r] = F::template reg<TP>(&sm.p[0][0], w0 + g + 8 * (r & 1), k0 + kofs + kstep * (r >> 1));
-MR_UNROLL
-                for (int nt = 0; nt < NT; ++nt) {
-                    uint32_t fb[2];
-MR_UNROLL
-                    for (int r = 0; r < 2; ++r) fb[r] = F::template reg<TV>(&sm.v[0][0], nt * 8 + g, k0 + kofs + kstep * r);
-                    mr_mma<P>(o[nt], fa, fb);
-                }
-            }
+            mr_tc_warp_rows<P, TP, TV, MR_ATTN_BN>(&sm.p[0][0], w0, &sm.v[0][0], o);
             /* k, v and p (and the next item's q) are rewritten after every warp is done */
             __syncthreads();
         }
