@@ -1125,6 +1125,12 @@ enum mr_precision { MR_F32 = 0, MR_TF32 = 1, MR_BF16 = 2, MR_F16 = 3 };
  * so three stay within the 48 KiB of static shared memory, and two blocks fit an SM. */
 #define MR_TC_STAGES 3
 
+/* A padded tile of LD floats a row: element (x, k) at [x][k] (X_MAJOR) or [k][x]. */
+template <int LD, bool X_MAJOR_> struct mr_tc_padded {
+    static constexpr bool X_MAJOR = X_MAJOR_;
+    static __host__ __device__ __forceinline__ int idx(int x, int k) { return X_MAJOR ? x * LD + k : k * LD + x; }
+};
+
 /*
  * One operand's K tile in shared memory (BX rows of its outer axis by MR_GEMM_BK along K), as
  * f32, for fragments of mma's K = KS (8: tf32, one element a register; 16: two). Element
@@ -1149,7 +1155,7 @@ template <int BX_, bool X_MAJOR_, int KS> struct mr_tc_tile {
             const int swz = KS == 8 ? (x >> 1) & 3 : x & 2;
             return x * MR_GEMM_BK + (((k >> 2) ^ swz) << 2 | (k & 3));
         }
-        return k * LD + x;
+        return mr_tc_padded<LD, false>::idx(x, k);
     }
 };
 
@@ -1160,12 +1166,6 @@ template <class Tl> static __device__ __forceinline__ float2 mr_tc_pair(const fl
     if (Tl::X_MAJOR) return *reinterpret_cast<const float2 *>(s + Tl::idx(x, k));
     return make_float2(s[Tl::idx(x, k)], s[Tl::idx(x, k + 1)]);
 }
-
-/* A padded tile of LD floats a row: element (x, k) at [x][k] (X_MAJOR) or [k][x]. */
-template <int LD, bool X_MAJOR_> struct mr_tc_padded {
-    static constexpr bool X_MAJOR = X_MAJOR_;
-    static __host__ __device__ __forceinline__ int idx(int x, int k) { return X_MAJOR ? x * LD + k : k * LD + x; }
-};
 
 /* The shared ring of the A and B tiles. */
 template <class TA, class TB> struct alignas(128) mr_tc_smem {
