@@ -276,6 +276,13 @@ pub fn local_gpu_arch() -> Option<u32> {
     out.status.success().then(|| parse_compute_cap(&String::from_utf8_lossy(&out.stdout))).flatten()
 }
 
+/// Whether this machine has the device nodes an NVIDIA driver makes: `/dev/nvidiactl`
+/// (Linux), or `/dev/dxg` (WSL 2, whose GPUs the Windows driver serves). A GPU that
+/// `nvidia-smi` cannot name (no nvidia-smi on `PATH`) still has them.
+pub fn nvidia_device_nodes() -> bool {
+    ["/dev/nvidiactl", "/dev/dxg"].iter().any(|p| std::path::Path::new(p).exists())
+}
+
 /// `nvidia-smi --query-gpu=compute_cap`'s first line ("9.0") as an architecture (90).
 fn parse_compute_cap(text: &str) -> Option<u32> {
     let (major, minor) = text.lines().next()?.trim().split_once('.')?;

@@ -90,23 +90,30 @@ impl Toolchain for CudaTarget {
     }
 
     /// For this machine's GPU alone (its compute capability from `nvidia-smi`, sm_80 or
-    /// newer): one code generation instead of the fat binary's four. An older GPU, or
-    /// none, keeps the fat binary (whose run then says what is missing).
+    /// newer): one code generation instead of the fat binary's four. An older GPU keeps
+    /// the fat binary (whose run then says what is missing); a machine that shows no
+    /// NVIDIA GPU at all is refused before nvcc spends half a minute on a program that
+    /// cannot run.
     fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
-        let arch = (!build.emulate).then(crate::build::local_gpu_arch).flatten().filter(|&a| a >= 80);
-        make(dir, build, arch)
+        let arch = (!build.emulate).then(crate::build::local_gpu_arch).flatten();
+        if !build.emulate && arch.is_none() && !crate::build::nvidia_device_nodes() {
+            return Err(crate::error::Error::new(ErrorKind::Toolchain, "no usable CUDA device: this machine shows no NVIDIA GPU (nvidia-smi finds none, and there is no /dev/nvidiactl or /dev/dxg)").note(NO_GPU));
+        }
+        make(dir, build, arch.filter(|&a| a >= 80))
     }
 
     fn run(&self, dir: &Path, build: &BuildConfig, entry: &Entry, feeds: &BTreeMap<String, Tensor>) -> Result<Vec<(String, Tensor)>> {
         let demo = dir.join(format!("{}_demo{}", entry.name, if build.emulate { "_emu" } else { "" }));
-        let no_gpu = (super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, "run --target cuda needs an NVIDIA GPU and its driver; --emulate runs the kernels on the CPU instead");
-        run_demo(&demo, dir, entry, feeds, &[no_gpu])
+        run_demo(&demo, dir, entry, feeds, &[(super::DEMO_NO_GPU_EXIT, ErrorKind::Toolchain, NO_GPU)])
     }
 
     fn built_report(&self, dir: &Path, entry: &Entry) -> Result<String> {
         super::report::ptxas_report(dir, &entry.name)
     }
 }
+
+/// What `run --target cuda` without a GPU should do instead.
+const NO_GPU: &str = "run --target cuda needs an NVIDIA GPU and its driver; --emulate runs the kernels on the CPU instead";
 
 /// `make` in `dir`: with nvcc, for the architecture `arch` alone (sm_`arch`) where one
 /// is given, else the Makefile's fat binary; with `build.emulate`, the emulation build.
