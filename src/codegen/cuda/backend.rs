@@ -90,14 +90,14 @@ impl Toolchain for CudaTarget {
     }
 
     /// For this machine's GPU alone (its compute capability from `nvidia-smi`, sm_80 or
-    /// newer): one code generation instead of the fat binary's four. An older GPU keeps
+    /// newer): one code generation instead of the fat binary's. An older GPU keeps
     /// the fat binary (whose run then says what is missing); a machine that shows no
     /// NVIDIA GPU at all is refused before nvcc spends half a minute on a program that
     /// cannot run.
     fn build_to_run(&self, dir: &Path, build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
         let arch = (!build.emulate).then(crate::build::local_gpu_arch).flatten();
         if !build.emulate && arch.is_none() && !crate::build::nvidia_device_nodes() {
-            return Err(crate::error::Error::new(ErrorKind::Toolchain, "no usable CUDA device: this machine shows no NVIDIA GPU (nvidia-smi finds none, and there is no /dev/nvidiactl or /dev/dxg)").note(NO_GPU));
+            return Err(crate::error::Error::new(ErrorKind::Toolchain, "no usable CUDA device: this machine shows no NVIDIA GPU (nvidia-smi names none, and there is no /dev/nvidiactl or /dev/dxg)").note(NO_GPU));
         }
         make(dir, build, arch.filter(|&a| a >= 80))
     }
