@@ -95,6 +95,13 @@ impl Toolchain for XlaTarget {
         Ok(None)
     }
 
+    /// Nothing: the run parses and compiles the module it runs, and fails as `--check`
+    /// would (the same statuses), so a check first would only start Python and jax a
+    /// second time (about 1.5 s) and compile the module twice.
+    fn build_to_run(&self, _dir: &Path, _build: &BuildConfig) -> Result<Option<crate::build::CacheUse>> {
+        Ok(None)
+    }
+
     /// Writes each input to `input_<i>.npy` and gives it by its index (`--input-index
     /// I=FILE`: a name may hold `=`, so `--input NAME=FILE` could fit several), then
     /// reads `output_<i>.npy`.
