@@ -1,8 +1,12 @@
 //! Builds and runs models on the C target the way `mithrilc::exec::run_once` does (same lowering
-//! options, files and demo), except that the runtime and the demo's file readers are
-//! compiled once per test process (and C flags) and linked into every model: building them per model
-//! would dominate a test's time (as the build cache spares `run --target c`). The compiler is `$CC` (default `cc`) with the warning flags
-//! every generated file must build under.
+//! options and files), except that what is the same for every model is compiled once per
+//! test process (and C flags): the runtime, and in place of each model's demo a runner
+//! (`c_runner.c`) that loads the model as a shared object and reads and writes its
+//! inputs and outputs with the demo's readers. Building those per model would dominate
+//! a test's time (for a one-node model, the demo's compile and link took longer than the
+//! model's); the demo is `tests/c_target.rs`'s and `tests/demo_files.rs`'s to test. The
+//! compiler is `$CC` (default `cc`) with the warning flags every generated file must
+//! build under.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -27,11 +31,12 @@ pub fn for_this_cpu(opt: &str) -> Vec<String> {
     format!("{opt} {}", mithrilc::codegen::c::cpu_flags("native")).split_whitespace().map(str::to_string).collect()
 }
 
-/// A scratch directory with the runtime compiled once.
+/// A scratch directory with the runtime and the runner compiled once.
 pub struct Toolchain {
     pub dir: tempfile::TempDir,
-    /// The runtime's objects, one per source, and the demo's file readers' (`mr_files.o`).
-    pub runtime: Vec<PathBuf>,
+    /// `c_runner.c` linked with the runtime's objects and the demo's file readers'
+    /// (`mr_files.o`), which it exports to the models it loads.
+    pub runner: PathBuf,
     pub cflags: Vec<String>,
     /// Said under any failure: whether this compiler, with these flags, miscompiles
     /// [`SELECT_PROBE`].
@@ -110,7 +115,7 @@ fn build_toolchain(cflags: &[String]) -> Option<Toolchain> {
         std::fs::write(runtime_dir.join(name), text).unwrap();
     }
     let sources: Vec<&str> = mithrilc::codegen::c::runtime_sources().chain(["mr_files.c"]).collect();
-    let runtime = sources.iter().map(|c| runtime_dir.join(c.replace(".c", ".o"))).collect();
+    let runtime: Vec<PathBuf> = sources.iter().map(|c| runtime_dir.join(c.replace(".c", ".o"))).collect();
     let out = Command::new(mithrilc::build::c_compiler())
         .current_dir(&runtime_dir)
         .args(WARNINGS)
@@ -120,12 +125,25 @@ fn build_toolchain(cflags: &[String]) -> Option<Toolchain> {
         .output()
         .expect("cc runs");
     assert!(out.status.success(), "the runtime does not build: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(runtime_dir.join("c_runner.c"), include_str!("c_runner.c")).unwrap();
+    let runner = dir.path().join("c_runner");
+    let out = Command::new(mithrilc::build::c_compiler())
+        .current_dir(&runtime_dir)
+        .args(WARNINGS)
+        .args(cflags)
+        .args(["-rdynamic", "c_runner.c"])
+        .args(&runtime)
+        .args(["-ldl", "-lm", "-pthread", "-o"])
+        .arg(&runner)
+        .output()
+        .expect("cc runs");
+    assert!(out.status.success(), "the test runner does not build: {}", String::from_utf8_lossy(&out.stderr));
     let note = probe_selects(dir.path(), cflags);
-    Some(Toolchain { dir, runtime, cflags: cflags.to_vec(), note })
+    Some(Toolchain { dir, runner, cflags: cflags.to_vec(), note })
 }
 
-/// Builds `graphs` as a C library in `dir` and runs its demo (the backward pass when
-/// there is one) on `feeds`: the outputs in the program's order, by name.
+/// Builds `graphs` as a C library in `dir` and runs it as its demo would (the backward
+/// pass when there is one) on `feeds`: the outputs in the program's order, by name.
 pub fn run_c(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, Tensor>, dir: &Path) -> Result<Vec<(String, Tensor)>, String> {
     run_c_with(tc, graphs, feeds, dir, mithrilc::codegen::c::LIBRARY)
 }
@@ -153,31 +171,46 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
     for (file, bytes) in &files {
         std::fs::write(dir.join(file), bytes).unwrap();
     }
-    // The model with the test's flags; the demo, which only reads, calls and writes,
-    // with them at -O0 (the last -O wins): it compiles in a third of the time (at -O1
-    // and up it took as long as a small model). Its optimised build is the Makefile's,
-    // which c_target tests.
-    let cc = |flags: &[&str], args: &[&std::ffi::OsStr]| {
-        let cc = Command::new(mithrilc::build::c_compiler()).current_dir(dir).args(WARNINGS).args(&tc.cflags).args(flags).arg("-pthread").args(args).output().unwrap();
-        if cc.status.success() { Ok(()) } else { Err(format!("cc failed:\n{}", String::from_utf8_lossy(&cc.stderr))) }
+    // The model, with the test's flags, as a shared object the runner loads.
+    let cc = Command::new(mithrilc::build::c_compiler())
+        .current_dir(dir)
+        .args(WARNINGS)
+        .args(&tc.cflags)
+        .args(["-pthread", "-shared", "-fPIC"])
+        .arg(format!("{name}.c"))
+        .args(["-lm", "-o", "model.so"])
+        .output()
+        .unwrap();
+    if !cc.status.success() {
+        return Err(format!("cc failed:\n{}", String::from_utf8_lossy(&cc.stderr)));
+    }
+    // As the demo: the entry point, the blob of `<NAME>_WEIGHTS_SIZE` (the forward pass's
+    // layout, which the backward pass shares) and an arena of `<NAME>_ARENA_SIZE`.
+    let entry = format!("{name}_{}", if backward.is_some() { "backward" } else { "forward" });
+    let arena = forward.arena_size.max(backward.as_ref().map_or(0, |b| b.arena_size));
+    let mut run = Command::new(&tc.runner);
+    run.current_dir(dir).arg(dir.join("model.so")).arg(entry).arg(dir.join("weights.bin"));
+    run.args([forward.weights_size.to_string(), arena.to_string()]).arg(dir);
+    // The symbolic dimensions at their maxima, which the inputs' shapes then set.
+    run.arg(program.symbols.len().to_string()).args(program.symbols.iter().map(|(_, max)| max.to_string()));
+    let port = |run: &mut Command, way: &str, port: &mithrilc::lower::Port| {
+        let dtype = program.buffers[port.buf.0].dtype;
+        run.args([way, data::npy_descr(dtype), &dtype.size().to_string(), &port.shape.len().to_string()]);
+        run.args(port.shape.iter().zip(&port.dims).map(|(n, sym)| sym.map_or(n.to_string(), |s| format!("{n}/{s}"))));
     };
-    let (model_c, demo_c, demo) = (format!("{name}.c"), format!("{name}_demo.c"), dir.join("demo"));
-    cc(&["-c"], &[model_c.as_ref(), "-o".as_ref(), "model.o".as_ref()])?;
-    let mut link: Vec<&std::ffi::OsStr> = vec![demo_c.as_ref(), "model.o".as_ref()];
-    link.extend(tc.runtime.iter().map(|o| o.as_os_str()));
-    link.extend(["-lm".as_ref(), "-o".as_ref(), demo.as_os_str()]);
-    cc(&["-O0"], &link)?;
-    let mut run = Command::new(&demo);
-    run.current_dir(dir).arg("--out").arg(dir);
-    for (i, port) in program.inputs.iter().enumerate() {
-        let t = feeds.get(&port.name).ok_or_else(|| format!("no feed for {}", port.name))?;
+    for (i, p) in program.inputs.iter().enumerate() {
+        let t = feeds.get(&p.name).ok_or_else(|| format!("no feed for {}", p.name))?;
         let path = dir.join(format!("input_{i}.npy"));
         data::write_npy(&path, t).unwrap();
-        run.arg("--input-index").arg(format!("{i}={}", path.display()));
+        port(&mut run, "in", p);
+        run.arg(path);
+    }
+    for p in &program.outputs {
+        port(&mut run, "out", p);
     }
     let out = run.output().unwrap();
     if !out.status.success() {
-        return Err(format!("the demo failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
+        return Err(format!("the model failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr)));
     }
     let mut outputs = Vec::new();
     for (i, port) in program.outputs.iter().enumerate() {
