@@ -82,6 +82,68 @@ fn every_conformance_case_under_sanitizers() {
     check_all(&BuildConfig { cc: "gcc".into(), cflags: flags.into(), emulate: false, ..Default::default() }, |c| !c.label.ends_with("b32") && !c.label.ends_with("b8"));
 }
 
+/// The demo's file readers and writers for every element type, which the tests that run
+/// many models no longer reach (they load each model into tests/common/c_runner.c, not
+/// its demo) and the bench models' demos, all f32, do not: each type read from its
+/// `.npy` file (bf16 from float32, the narrow floats as their codes, the 4- and 2-bit
+/// integers from int8 or uint8) and written back as it is, and as f32.
+#[test]
+fn the_demo_reads_and_writes_every_element_type() {
+    use mithrilc::ir::Dtype;
+    use std::fmt::Write;
+    let float = [1.5, -0.5, 0.0, 6.0];
+    let types: Vec<(Dtype, [f64; 4])> = vec![
+        (Dtype::F32, [1.25, -3.5, 0.0, 1e30]),
+        (Dtype::F64, [1.0 / 3.0, -2.5e-300, 0.0, 1e300]),
+        (Dtype::F16, [1.5, -65504.0, 0.0, 0.000_061_035_156_25]),
+        (Dtype::Bf16, [1.5, -3.0e38, 0.0, 0.007_812_5]),
+        (Dtype::I8, [127.0, -128.0, 0.0, -1.0]),
+        (Dtype::U8, [255.0, 1.0, 0.0, 128.0]),
+        (Dtype::I16, [32767.0, -32768.0, 0.0, -1.0]),
+        (Dtype::U16, [65535.0, 1.0, 0.0, 32768.0]),
+        (Dtype::I32, [2_147_483_647.0, -2_147_483_648.0, 0.0, -1.0]),
+        (Dtype::U32, [4_294_967_295.0, 1.0, 0.0, 2_147_483_648.0]),
+        (Dtype::I64, [9_007_199_254_740_992.0, -9_007_199_254_740_992.0, 0.0, -1.0]),
+        (Dtype::U64, [9_007_199_254_740_992.0, 1.0, 0.0, 4_294_967_296.0]),
+        (Dtype::Bool, [1.0, 0.0, 0.0, 1.0]),
+        (Dtype::F8E4M3Fn, [448.0, -0.5, 0.0, 1.5]),
+        (Dtype::F8E4M3Fnuz, float),
+        (Dtype::F8E5M2, [57344.0, -0.5, 0.0, 1.5]),
+        (Dtype::F8E5M2Fnuz, float),
+        (Dtype::F4E2M1, float),
+        (Dtype::I4, [7.0, -8.0, 0.0, -1.0]),
+        (Dtype::U4, [15.0, 1.0, 0.0, 8.0]),
+        (Dtype::I2, [1.0, -1.0, 0.0, -2.0]),
+        (Dtype::U2, [3.0, 1.0, 0.0, 2.0]),
+    ];
+    let n = types.len();
+    let mut text = String::from("graph every_type {\n");
+    for (i, (d, _)) in types.iter().enumerate() {
+        writeln!(text, "  %{i} = input \"x_{d}\" : {d}[4]").unwrap();
+    }
+    for (i, _) in types.iter().enumerate() {
+        writeln!(text, "  %{} = cast %{i} {{to = f32}} : f32[4]", n + i).unwrap();
+    }
+    for (i, (d, _)) in types.iter().enumerate() {
+        writeln!(text, "  output \"same_{d}\" = %{i}\n  output \"f32_{d}\" = %{}", n + i).unwrap();
+    }
+    text.push_str("}\n");
+    let g = mithrilc::ir::parse::parse(&text).unwrap();
+    mithrilc::ir::verify::verify(&g).unwrap();
+    let feeds: BTreeMap<String, Tensor> = types.iter().map(|(d, v)| (format!("x_{d}"), Tensor::new(*d, vec![4], v.to_vec()))).collect();
+    let want = mithrilc::interp::run(&g, &feeds).unwrap();
+    let graphs = mithrilc::pipeline::Graphs { forward: g, backward: None };
+    let got = mithrilc::exec::run_once(&CTarget, &graphs, &feeds, Path::new("every_type.json"), &BuildConfig::default(), Default::default()).unwrap();
+    assert_eq!(got.len(), want.len());
+    let bad: Vec<String> = got
+        .iter()
+        .zip(&want)
+        .filter(|((_, g), (_, w))| g.dtype != w.dtype || g.shape != w.shape || g.data.iter().zip(&w.data).any(|(x, y)| x != y))
+        .map(|((name, g), (_, w))| format!("{name}: {} {:?}, the interpreter's {} {:?}", g.dtype, g.data, w.dtype, w.data))
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 #[test]
 fn generated_files_are_deterministic() {
     let Some(dir) = shared() else {

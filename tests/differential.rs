@@ -9,10 +9,11 @@
 //! through the in-process JIT (`mithrilc::exec::Jit`, which lowers as the C target
 //! does), at the same tolerance.
 //!
-//! The C library is built the way `mithrilc::exec::run_once` builds it (same lowering options,
-//! files and demo), except that the runtime is compiled once per test process and
-//! linked into every model, and cases run on every core: building the 2,000-line
-//! runtime per model would dominate the test's time.
+//! The C library is built the way `mithrilc::exec::run_once` builds it (same lowering options
+//! and files), except that the runtime is compiled once per test process, into a runner
+//! that loads each model as a shared object in place of its demo (tests/common/c_build.rs),
+//! and cases run on every core: building the 2,000-line runtime and a demo per model
+//! would dominate the test's time.
 //!
 //! The compiler is `$CC` (default `cc`), with `run --target c`'s optimisation (`-O3`)
 //! for this CPU alone (`-march=native -DMR_NO_DISPATCH`, as `--cpu native` builds: the

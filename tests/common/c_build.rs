@@ -177,6 +177,8 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
         .args(WARNINGS)
         .args(&tc.cflags)
         .args(["-pthread", "-shared", "-fPIC"])
+        // The runtime's symbols are the runner's, found when it loads the model.
+        .args(if cfg!(target_os = "macos") { &["-undefined", "dynamic_lookup"][..] } else { &[] })
         .arg(format!("{name}.c"))
         .args(["-lm", "-o", "model.so"])
         .output()
@@ -185,7 +187,8 @@ pub fn run_c_lowered(tc: &Toolchain, graphs: &Graphs, feeds: &BTreeMap<String, T
         return Err(format!("cc failed:\n{}", String::from_utf8_lossy(&cc.stderr)));
     }
     // As the demo: the entry point, the blob of `<NAME>_WEIGHTS_SIZE` (the forward pass's
-    // layout, which the backward pass shares) and an arena of `<NAME>_ARENA_SIZE`.
+    // layout, which the backward pass shares) and an arena for the larger of the two
+    // passes (`<NAME>_ARENA_SIZE` covers the training step's too, which is not run here).
     let entry = format!("{name}_{}", if backward.is_some() { "backward" } else { "forward" });
     let arena = forward.arena_size.max(backward.as_ref().map_or(0, |b| b.arena_size));
     let mut run = Command::new(&tc.runner);

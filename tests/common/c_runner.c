@@ -19,8 +19,8 @@
  * with DESCR its .npy type (mr_port's descr), ELEM the bytes of an element, and each
  * dimension its size, or its maximum and symbol as MAX/SYMBOL: the inputs set the
  * symbols' values (mr_npy_read), which the entry is called with.
- * Exit status: 0 done, 1 a bad argument or file, 4 the model refused its inputs (as
- * the demo's).
+ * Exit status: 0 done, 1 a bad argument or file (or an unknown status), 4 the model
+ * refused its inputs (as the demo's).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -59,13 +59,15 @@ static long long number_to(const char *s, long long max, char **end) {
 
 static long long number(const char *s, long long max) { return number_to(s, max, NULL); }
 
-/* n bytes (at least one) aligned to 64 and zeroed, as the demo's. */
-static void *alloc64(size_t n) {
+/* n bytes (at least one) aligned to 64, each `fill`: zeros for the inputs, as the demo's;
+ * all ones (NaN as floats) for the outputs and the arena, where the model may not rely
+ * on what the memory held, so that a value it fails to write shows. */
+static void *alloc64(size_t n, int fill) {
     void *p = NULL;
     size_t rounded = (n / 64 + 1) * 64;
     if (rounded < n) { die("a size overflows", NULL); }
     if (posix_memalign(&p, 64, rounded) != 0) { die("out of memory", NULL); }
-    memset(p, 0, rounded);
+    memset(p, fill, rounded);
     return p;
 }
 
@@ -101,9 +103,15 @@ int main(int argc, char **argv) {
         if (n == MAX_PORTS) { die("too many ports", NULL); }
         if (!input && strcmp(argv[a], "out") != 0) { die("a port is `in` or `out`", argv[a]); }
         if (a + 4 > argc) { die("a port needs DESCR ELEM RANK", NULL); }
-        q->p.name = input ? "input" : "output";
+        {
+            char *name = (char *)malloc(32);
+            if (!name) { die("out of memory", NULL); }
+            snprintf(name, 32, "%s %d", input ? "input" : "output", input ? n_in : n_out);
+            q->p.name = name;
+        }
         q->p.descr = argv[a + 1];
         q->p.elem = (int)number(argv[a + 2], 16);
+        if (q->p.elem == 0) { die("an element of no bytes", NULL); }
         q->p.rank = (int)number(argv[a + 3], MR_NPY_MAX_DIMS);
         a += 4;
         if (a + q->p.rank + input > argc) { die("a port's dimensions or file are missing", NULL); }
@@ -119,6 +127,7 @@ int main(int argc, char **argv) {
             if (shape[d] != 0 && count > SIZE_MAX / 2 / (size_t)shape[d]) { die("a port's size overflows", NULL); }
             count *= (size_t)shape[d];
         }
+        if (count > SIZE_MAX / 2 / (size_t)q->p.elem) { die("a port's size overflows", NULL); }
         q->p.size = count;
         q->p.shape = shape;
         q->p.sym = syms;
@@ -131,13 +140,13 @@ int main(int argc, char **argv) {
     sym = dlsym(lib, argv[2]);
     if (!sym) { die("no such entry", argv[2]); }
     if (weights_bytes > 0) {
-        weights = alloc64(weights_bytes);
+        weights = alloc64(weights_bytes, 0);
         if (mr_blob_read(argv[3], weights, weights_bytes, err) != 0) { die(err, NULL); }
     }
     for (i = 0, n_in = 0, n_out = 0; i < n; ++i) {
         struct port *q = &ports[i];
         size_t bytes = q->p.size * (size_t)q->p.elem;
-        void *buf = alloc64(bytes);
+        void *buf = alloc64(bytes, q->file ? 0 : 0xff);
         if (q->file) {
             if (mr_npy_read(q->file, &q->p, &dims, buf, bytes, err) != 0) { die(err, NULL); }
             inputs[n_in++] = buf;
@@ -145,7 +154,7 @@ int main(int argc, char **argv) {
             outputs[n_out++] = buf;
         }
     }
-    arena = alloc64(arena_bytes);
+    arena = alloc64(arena_bytes, 0xff);
     /* dlsym's object pointer becomes the function pointer by its bytes (ISO C has no
      * conversion between them; POSIX guarantees the representation). */
     switch (dims.count) {
@@ -163,10 +172,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "c_runner: a gather or embedding index is out of range (outside [-n, n) for an axis of size n)\n");
         return 4;
     }
-    if (status != 0) {
-        fprintf(stderr, "c_runner: the model returned status %d\n", status);
-        return 4;
-    }
+    if (status != 0) { die("the model returned an unknown status", NULL); }
     for (i = 0, n_out = 0; i < n; ++i) {
         char file[32], *path;
         if (ports[i].file) { continue; }
