@@ -8,7 +8,7 @@ writes each output to `OUT/output_<i>.npy`, as the C target's demo does.
 
     python3 run_hlo.py --out DIR [--input NAME=FILE.npy | --input-index I=FILE.npy]...
                        [--module forward|backward] [--weights FILE] [--print-compiled]
-                       [--repeat N]
+                       [--repeat N] [--check]
     python3 run_hlo.py --module train_step --lr LR [--momentum M] [--steps N]
                        --out DIR --input NAME=FILE.npy ...
     python3 run_hlo.py --check
@@ -28,7 +28,9 @@ pass (the default: the manifest's `main`). `--module train_step` (a model with a
 compiled with `--grad`) trains: N steps of SGD with momentum, each step's new weights
 and velocities (zero at first) fed to the next; it writes the last step's outputs (the
 loss before it, the new weights, the new velocities) and `losses.npy`, the loss before
-each step. `--check` only parses and compiles every module. `--print-compiled` prints
+each step. `--check` parses and compiles every module: alone, that is all it does (what
+`mithrilc compile` runs); with a run, every module is compiled before the run, in the
+same process (`mithrilc run`). `--print-compiled` prints
 the optimized HLO that XLA compiled (after SPMD partitioning, for a sharded module).
 Outputs are written under `--out` only (created if missing), never elsewhere.
 
@@ -396,13 +398,13 @@ def main():
     parser = Parser(description="Runs a model mithrilc compiled for XLA through PJRT.", allow_abbrev=False)
     parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE", help="an input (or weight) as a .npy file, by name")
     parser.add_argument("--input-index", action="append", default=[], metavar="I=FILE", help="an input as a .npy file, by its index among the inputs")
-    parser.add_argument("--out", help="the directory output_<i>.npy are written to (needed but with --check)")
+    parser.add_argument("--out", help="the directory output_<i>.npy are written to (needed for a run)")
     parser.add_argument("--module", help="forward or backward (default: the manifest's main)")
     parser.add_argument("--weights", help="the weights (default: the manifest's safetensors file)")
     parser.add_argument("--lr", type=finite, help="train_step: the learning rate")
     parser.add_argument("--momentum", type=finite, default=0.0, help="train_step: the momentum (default 0)")
     parser.add_argument("--steps", type=count, default=1, help="train_step: how many steps (default 1)")
-    parser.add_argument("--check", action="store_true", help="only parse and compile every module")
+    parser.add_argument("--check", action="store_true", help="parse and compile every module (first, with a run; else only that)")
     parser.add_argument("--print-compiled", action="store_true", help="print the HLO XLA compiled")
     parser.add_argument("--repeat", type=count, help="also time N calls (after 10 warm-up calls) and print the median latency")
     args = parser.parse_args()
@@ -418,7 +420,8 @@ def main():
         fail(EXIT_USAGE, f"--module {shown(name)}: this artifact has {', '.join(manifest['modules'])}")
     spec = manifest["modules"][name]
     training = name == "train_step"
-    if not args.check:
+    running = not args.check or args.out is not None
+    if running:
         if args.out is None:
             fail(EXIT_USAGE, "give --out DIR, the directory output_<i>.npy are written to")
         if training and args.lr is None:
@@ -428,11 +431,12 @@ def main():
         files = given_inputs(spec, args.input, args.input_index)
 
     check_packages()
+    compiled = {}
     if args.check:
         jax, xla_client, found = devices_for(mesh)
-        for module in manifest["modules"].values():
-            Module(jax, xla_client, module, found, mesh)
-        return
+        compiled = {n: Module(jax, xla_client, m, found, mesh) for n, m in manifest["modules"].items()}
+        if not running:
+            return
 
     import numpy as np
 
@@ -451,8 +455,11 @@ def main():
                 arrays[p["name"]] = np.zeros(p["shape"], numpy_dtype(p["dtype"]))
     values = feeds(spec, arrays)
     prepare_out(args.out)
-    jax, xla_client, found = devices_for(mesh)
-    module = Module(jax, xla_client, spec, found, mesh)
+    if name in compiled:
+        module = compiled[name]
+    else:
+        jax, xla_client, found = devices_for(mesh)
+        module = Module(jax, xla_client, spec, found, mesh)
     if args.print_compiled:
         print(module.compiled_text())
     outputs = module.run(jax, values)

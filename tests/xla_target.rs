@@ -1,6 +1,6 @@
 //! The XLA target on the real toolchain (jax and jaxlib 0.10.2's PJRT CPU client):
 //! every conformance case (forward and gradients) and every bench model at each batch
-//! is written as HLO, parsed, verified and compiled by XLA (the build), run, and
+//! is written as HLO, every module parsed, verified and compiled by XLA, run, and
 //! compared with the interpreter within 1e-4 absolute + 1e-4 relative. Skipped, with
 //! the reason, where no Python with the pinned jax is found (unless
 //! MITHRILC_REQUIRE_TOOLS=1).
