@@ -1,14 +1,21 @@
 /*
- * peak.c: this machine's single-precision FMA peak and memory bandwidth, measured, so
- * that a GEMM's speed can be given as a fraction of what the cores can do rather than
- * of a datasheet figure (benches/peak/run.sh; the bench table reads its last line).
+ * peak.c: this machine's single-precision FMA peak, its int8 and bf16 dot-product peaks
+ * and its memory bandwidth, measured, so that a kernel's speed can be given as a fraction
+ * of what the cores can do rather than of a datasheet figure (benches/peak/run.sh; the
+ * bench table reads its last line).
  *
- * FMA peak: each thread runs fused multiply-adds on independent accumulators (enough
- * to cover the FMA latency on every port: 12 for 16-register AVX2, 24 for AVX-512, 16
- * for NEON), in the widest vector ISA the CPU has that this file was compiled for. The
- * ISA is chosen at run time (cpuid through __builtin_cpu_supports), each kernel built
- * with a function-level target attribute, so no -march flag is needed. Best of several
- * rounds, each long enough (about 0.2 s) for the clock to settle.
+ * Peaks: each thread runs one instruction on independent accumulators (enough to cover
+ * its latency on every port), in the widest vector ISA the CPU has that this file was
+ * compiled for. The ISA is chosen at run time (cpuid through __builtin_cpu_supports), each
+ * loop built with a function-level target attribute, so no -march flag is needed. Best of
+ * several rounds, each long enough (about 0.2 s) for the clock to settle.
+ *   - fma: fused multiply-adds (AVX-512, AVX2+FMA, NEON, scalar), in GFLOP/s.
+ *   - int8: the dot products of the FMA set's int8 kernels: vpdpbusd (AVX-512 VNNI, or
+ *     AVX-VNNI with AVX2), else vpmaddubsw + vpmaddwd + vpaddd (AVX-512BW, AVX2); sdot
+ *     (NEON with the dot-product extension). In GOP/s, a multiply-add counted as 2.
+ *   - bf16: vdpbf16ps (AVX-512 BF16), in GFLOP/s.
+ * `--isa` names the FMA set (run.sh measures avx2 too on an AVX-512 CPU); the int8 and
+ * bf16 loops follow it.
  *
  * Bandwidth: the STREAM triad a[i] = b[i] + s * c[i] over three 64 MiB arrays (far
  * beyond the caches), counting 12 bytes an element (the write-allocate read of a[] not
@@ -16,7 +23,9 @@
  *
  *   peak [--threads N]... [--isa avx512|avx2|neon|scalar]
  * (default: 1 thread, then every core; the widest ISA)
- * prints one line per measurement and a last line of key=value pairs.
+ * prints one line per measurement and a last line of key=value pairs:
+ *   isa=avx512 fma_gflops_1t=.. int8=avx512vnni int8_gops_1t=.. bf16=avx512bf16
+ *   bf16_gflops_1t=.. triad_gbs_1t=..   (a set that is "none" has no figures)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -28,10 +37,13 @@
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define PEAK_X86 1
 #elif defined(__aarch64__)
 #include <arm_neon.h>
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 #define PEAK_NEON 1
 #endif
 
@@ -42,58 +54,56 @@ static double now(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* One thread's FMA loop: `iters` iterations of one FMA on each of its accumulators,
+/* One thread's loop: `iters` iterations of one instruction on each of its accumulators,
  * each a variable of its own (an array would live in memory at -O2). Returns a value
  * that depends on every accumulator, so none is optimised away. */
-typedef float (*fma_loop)(int64_t iters);
+typedef float (*peak_loop)(int64_t iters);
+
+/* The accumulators' indices, for loops written once: CHAINS_n(X) is X(0) ... X(n-1).
+ * Enough chains to cover the instruction's latency on every port: 12 for 16-register
+ * AVX2, 24 for AVX-512, 16 for NEON, 8 scalar. */
+#define CHAINS_8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define CHAINS_12(X) CHAINS_8(X) X(8) X(9) X(10) X(11)
+#define CHAINS_16(X) CHAINS_12(X) X(12) X(13) X(14) X(15)
+#define CHAINS_24(X) CHAINS_16(X) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+
+/* PEAK_LOOP(CHAINS, T, INIT, STEP, ADD): the body of a loop over the accumulators
+ * `acc0`... of type T, each started at INIT(i), advanced by STEP(acc, i) and summed
+ * into `total` by ADD(total, acc); the function returns from `total`. */
+#define PEAK_DECL(i) T acc##i = INIT(i);
+#define PEAK_STEP(i) acc##i = STEP(acc##i, i);
+#define PEAK_ADD(i) total = ADD(total, acc##i);
+#define PEAK_LOOP(CHAINS)                   \
+    T total = INIT(0);                      \
+    int64_t it;                             \
+    CHAINS(PEAK_DECL)                       \
+    for (it = 0; it < iters; ++it) {        \
+        CHAINS(PEAK_STEP)                   \
+    }                                       \
+    CHAINS(PEAK_ADD)
+
+/* An int8 dot-product instruction sums four products into each 32-bit lane. */
+#define INT8_OPS_PER_LANE 8.0
 
 #ifdef PEAK_X86
+/* FMA: acc = acc * a + b, 2 flops a lane. */
 #define AVX2_CHAINS 12
 __attribute__((target("avx2,fma"))) static float fma_avx2(int64_t iters)
 {
     const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-    __m256 acc0 = _mm256_set1_ps((float)0);
-    __m256 acc1 = _mm256_set1_ps((float)1);
-    __m256 acc2 = _mm256_set1_ps((float)2);
-    __m256 acc3 = _mm256_set1_ps((float)3);
-    __m256 acc4 = _mm256_set1_ps((float)4);
-    __m256 acc5 = _mm256_set1_ps((float)5);
-    __m256 acc6 = _mm256_set1_ps((float)6);
-    __m256 acc7 = _mm256_set1_ps((float)7);
-    __m256 acc8 = _mm256_set1_ps((float)8);
-    __m256 acc9 = _mm256_set1_ps((float)9);
-    __m256 acc10 = _mm256_set1_ps((float)10);
-    __m256 acc11 = _mm256_set1_ps((float)11);
-    int64_t i;
-    for (i = 0; i < iters; ++i) {
-        acc0 = _mm256_fmadd_ps(acc0, a, b);
-        acc1 = _mm256_fmadd_ps(acc1, a, b);
-        acc2 = _mm256_fmadd_ps(acc2, a, b);
-        acc3 = _mm256_fmadd_ps(acc3, a, b);
-        acc4 = _mm256_fmadd_ps(acc4, a, b);
-        acc5 = _mm256_fmadd_ps(acc5, a, b);
-        acc6 = _mm256_fmadd_ps(acc6, a, b);
-        acc7 = _mm256_fmadd_ps(acc7, a, b);
-        acc8 = _mm256_fmadd_ps(acc8, a, b);
-        acc9 = _mm256_fmadd_ps(acc9, a, b);
-        acc10 = _mm256_fmadd_ps(acc10, a, b);
-        acc11 = _mm256_fmadd_ps(acc11, a, b);
-    }
-    acc0 = _mm256_add_ps(acc0, acc1);
-    acc0 = _mm256_add_ps(acc0, acc2);
-    acc0 = _mm256_add_ps(acc0, acc3);
-    acc0 = _mm256_add_ps(acc0, acc4);
-    acc0 = _mm256_add_ps(acc0, acc5);
-    acc0 = _mm256_add_ps(acc0, acc6);
-    acc0 = _mm256_add_ps(acc0, acc7);
-    acc0 = _mm256_add_ps(acc0, acc8);
-    acc0 = _mm256_add_ps(acc0, acc9);
-    acc0 = _mm256_add_ps(acc0, acc10);
-    acc0 = _mm256_add_ps(acc0, acc11);
+#define T __m256
+#define INIT(i) _mm256_set1_ps((float)(i))
+#define STEP(acc, i) _mm256_fmadd_ps(acc, a, b)
+#define ADD _mm256_add_ps
+    PEAK_LOOP(CHAINS_12)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
     {
         float out[8], sum = 0.0f;
         int c;
-        _mm256_storeu_ps(out, acc0);
+        _mm256_storeu_ps(out, total);
         for (c = 0; c < 8; ++c) {
             sum += out[c];
         }
@@ -105,81 +115,124 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(int64_t iters)
 __attribute__((target("avx512f"))) static float fma_avx512(int64_t iters)
 {
     const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-    __m512 acc0 = _mm512_set1_ps((float)0);
-    __m512 acc1 = _mm512_set1_ps((float)1);
-    __m512 acc2 = _mm512_set1_ps((float)2);
-    __m512 acc3 = _mm512_set1_ps((float)3);
-    __m512 acc4 = _mm512_set1_ps((float)4);
-    __m512 acc5 = _mm512_set1_ps((float)5);
-    __m512 acc6 = _mm512_set1_ps((float)6);
-    __m512 acc7 = _mm512_set1_ps((float)7);
-    __m512 acc8 = _mm512_set1_ps((float)8);
-    __m512 acc9 = _mm512_set1_ps((float)9);
-    __m512 acc10 = _mm512_set1_ps((float)10);
-    __m512 acc11 = _mm512_set1_ps((float)11);
-    __m512 acc12 = _mm512_set1_ps((float)12);
-    __m512 acc13 = _mm512_set1_ps((float)13);
-    __m512 acc14 = _mm512_set1_ps((float)14);
-    __m512 acc15 = _mm512_set1_ps((float)15);
-    __m512 acc16 = _mm512_set1_ps((float)16);
-    __m512 acc17 = _mm512_set1_ps((float)17);
-    __m512 acc18 = _mm512_set1_ps((float)18);
-    __m512 acc19 = _mm512_set1_ps((float)19);
-    __m512 acc20 = _mm512_set1_ps((float)20);
-    __m512 acc21 = _mm512_set1_ps((float)21);
-    __m512 acc22 = _mm512_set1_ps((float)22);
-    __m512 acc23 = _mm512_set1_ps((float)23);
-    int64_t i;
-    for (i = 0; i < iters; ++i) {
-        acc0 = _mm512_fmadd_ps(acc0, a, b);
-        acc1 = _mm512_fmadd_ps(acc1, a, b);
-        acc2 = _mm512_fmadd_ps(acc2, a, b);
-        acc3 = _mm512_fmadd_ps(acc3, a, b);
-        acc4 = _mm512_fmadd_ps(acc4, a, b);
-        acc5 = _mm512_fmadd_ps(acc5, a, b);
-        acc6 = _mm512_fmadd_ps(acc6, a, b);
-        acc7 = _mm512_fmadd_ps(acc7, a, b);
-        acc8 = _mm512_fmadd_ps(acc8, a, b);
-        acc9 = _mm512_fmadd_ps(acc9, a, b);
-        acc10 = _mm512_fmadd_ps(acc10, a, b);
-        acc11 = _mm512_fmadd_ps(acc11, a, b);
-        acc12 = _mm512_fmadd_ps(acc12, a, b);
-        acc13 = _mm512_fmadd_ps(acc13, a, b);
-        acc14 = _mm512_fmadd_ps(acc14, a, b);
-        acc15 = _mm512_fmadd_ps(acc15, a, b);
-        acc16 = _mm512_fmadd_ps(acc16, a, b);
-        acc17 = _mm512_fmadd_ps(acc17, a, b);
-        acc18 = _mm512_fmadd_ps(acc18, a, b);
-        acc19 = _mm512_fmadd_ps(acc19, a, b);
-        acc20 = _mm512_fmadd_ps(acc20, a, b);
-        acc21 = _mm512_fmadd_ps(acc21, a, b);
-        acc22 = _mm512_fmadd_ps(acc22, a, b);
-        acc23 = _mm512_fmadd_ps(acc23, a, b);
+#define T __m512
+#define INIT(i) _mm512_set1_ps((float)(i))
+#define STEP(acc, i) _mm512_fmadd_ps(acc, a, b)
+#define ADD _mm512_add_ps
+    PEAK_LOOP(CHAINS_24)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return _mm512_reduce_add_ps(total);
+}
+
+/* int8 dot products: unsigned bytes times signed bytes, four products summed into each
+ * 32-bit lane (2 ops a product, as a multiply-add is 2 flops). VNNI does it in one
+ * instruction (vpdpbusd); without VNNI it takes three (vpmaddubsw to 16-bit pairs,
+ * vpmaddwd against ones to 32 bits, vpaddd), whose products do not depend on the
+ * accumulator: each chain loads its unsigned operand from a volatile vector of its
+ * own at each step, as a kernel loads its operands (constant operands would be
+ * multiplied once, outside the loop). Only the add is on a chain, so 8 chains cover its latency and leave the
+ * registers the products need. */
+#define MADD_CHAINS 8
+__attribute__((target("avx512f,avx512vnni"))) static float int8_avx512vnni(int64_t iters)
+{
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+#define T __m512i
+#define INIT(i) _mm512_set1_epi32(i)
+#define STEP(acc, i) _mm512_dpbusd_epi32(acc, a, b)
+#define ADD _mm512_add_epi32
+    PEAK_LOOP(CHAINS_24)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return (float)_mm512_reduce_add_epi32(total);
+}
+
+__attribute__((target("avx512f,avx512bw"))) static float int8_avx512bw(int64_t iters)
+{
+    const __m512i b = _mm512_set1_epi8(-2), ones = _mm512_set1_epi16(1);
+    volatile __m512i a[MADD_CHAINS];
+    int c;
+    for (c = 0; c < MADD_CHAINS; ++c) {
+        a[c] = _mm512_set1_epi8((char)(c + 1));
     }
-    acc0 = _mm512_add_ps(acc0, acc1);
-    acc0 = _mm512_add_ps(acc0, acc2);
-    acc0 = _mm512_add_ps(acc0, acc3);
-    acc0 = _mm512_add_ps(acc0, acc4);
-    acc0 = _mm512_add_ps(acc0, acc5);
-    acc0 = _mm512_add_ps(acc0, acc6);
-    acc0 = _mm512_add_ps(acc0, acc7);
-    acc0 = _mm512_add_ps(acc0, acc8);
-    acc0 = _mm512_add_ps(acc0, acc9);
-    acc0 = _mm512_add_ps(acc0, acc10);
-    acc0 = _mm512_add_ps(acc0, acc11);
-    acc0 = _mm512_add_ps(acc0, acc12);
-    acc0 = _mm512_add_ps(acc0, acc13);
-    acc0 = _mm512_add_ps(acc0, acc14);
-    acc0 = _mm512_add_ps(acc0, acc15);
-    acc0 = _mm512_add_ps(acc0, acc16);
-    acc0 = _mm512_add_ps(acc0, acc17);
-    acc0 = _mm512_add_ps(acc0, acc18);
-    acc0 = _mm512_add_ps(acc0, acc19);
-    acc0 = _mm512_add_ps(acc0, acc20);
-    acc0 = _mm512_add_ps(acc0, acc21);
-    acc0 = _mm512_add_ps(acc0, acc22);
-    acc0 = _mm512_add_ps(acc0, acc23);
-    return _mm512_reduce_add_ps(acc0);
+#define T __m512i
+#define INIT(i) _mm512_set1_epi32(i)
+#define STEP(acc, i) _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(a[i], b), ones))
+#define ADD _mm512_add_epi32
+    PEAK_LOOP(CHAINS_8)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return (float)_mm512_reduce_add_epi32(total);
+}
+
+__attribute__((target("avx2"))) static float sum_epi32x8(__m256i v)
+{
+    int32_t out[8];
+    int c;
+    float sum = 0.0f;
+    memcpy(out, &v, sizeof out);
+    for (c = 0; c < 8; ++c) {
+        sum += (float)out[c];
+    }
+    return sum;
+}
+
+__attribute__((target("avx2,avxvnni"))) static float int8_avxvnni(int64_t iters)
+{
+    const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
+#define T __m256i
+#define INIT(i) _mm256_set1_epi32(i)
+#define STEP(acc, i) _mm256_dpbusd_avx_epi32(acc, a, b)
+#define ADD _mm256_add_epi32
+    PEAK_LOOP(CHAINS_12)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return sum_epi32x8(total);
+}
+
+__attribute__((target("avx2"))) static float int8_avx2(int64_t iters)
+{
+    const __m256i b = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+    volatile __m256i a[MADD_CHAINS];
+    int c;
+    for (c = 0; c < MADD_CHAINS; ++c) {
+        a[c] = _mm256_set1_epi8((char)(c + 1));
+    }
+#define T __m256i
+#define INIT(i) _mm256_set1_epi32(i)
+#define STEP(acc, i) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a[i], b), ones))
+#define ADD _mm256_add_epi32
+    PEAK_LOOP(CHAINS_8)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return sum_epi32x8(total);
+}
+
+/* bf16 dot products (vdpbf16ps): pairs of bf16 products summed into each f32 lane, 4
+ * flops a lane. */
+__attribute__((target("avx512f,avx512bf16"))) static float bf16_avx512(int64_t iters)
+{
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+#define T __m512
+#define INIT(i) _mm512_set1_ps((float)(i))
+#define STEP(acc, i) _mm512_dpbf16_ps(acc, a, b)
+#define ADD _mm512_add_ps
+    PEAK_LOOP(CHAINS_24)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return _mm512_reduce_add_ps(total);
 }
 #endif
 
@@ -188,57 +241,33 @@ __attribute__((target("avx512f"))) static float fma_avx512(int64_t iters)
 static float fma_neon(int64_t iters)
 {
     const float32x4_t a = vdupq_n_f32(0.999999f), b = vdupq_n_f32(1e-7f);
-    float32x4_t acc0 = vdupq_n_f32((float)0);
-    float32x4_t acc1 = vdupq_n_f32((float)1);
-    float32x4_t acc2 = vdupq_n_f32((float)2);
-    float32x4_t acc3 = vdupq_n_f32((float)3);
-    float32x4_t acc4 = vdupq_n_f32((float)4);
-    float32x4_t acc5 = vdupq_n_f32((float)5);
-    float32x4_t acc6 = vdupq_n_f32((float)6);
-    float32x4_t acc7 = vdupq_n_f32((float)7);
-    float32x4_t acc8 = vdupq_n_f32((float)8);
-    float32x4_t acc9 = vdupq_n_f32((float)9);
-    float32x4_t acc10 = vdupq_n_f32((float)10);
-    float32x4_t acc11 = vdupq_n_f32((float)11);
-    float32x4_t acc12 = vdupq_n_f32((float)12);
-    float32x4_t acc13 = vdupq_n_f32((float)13);
-    float32x4_t acc14 = vdupq_n_f32((float)14);
-    float32x4_t acc15 = vdupq_n_f32((float)15);
-    int64_t i;
-    for (i = 0; i < iters; ++i) {
-        acc0 = vfmaq_f32(b, acc0, a);
-        acc1 = vfmaq_f32(b, acc1, a);
-        acc2 = vfmaq_f32(b, acc2, a);
-        acc3 = vfmaq_f32(b, acc3, a);
-        acc4 = vfmaq_f32(b, acc4, a);
-        acc5 = vfmaq_f32(b, acc5, a);
-        acc6 = vfmaq_f32(b, acc6, a);
-        acc7 = vfmaq_f32(b, acc7, a);
-        acc8 = vfmaq_f32(b, acc8, a);
-        acc9 = vfmaq_f32(b, acc9, a);
-        acc10 = vfmaq_f32(b, acc10, a);
-        acc11 = vfmaq_f32(b, acc11, a);
-        acc12 = vfmaq_f32(b, acc12, a);
-        acc13 = vfmaq_f32(b, acc13, a);
-        acc14 = vfmaq_f32(b, acc14, a);
-        acc15 = vfmaq_f32(b, acc15, a);
-    }
-    acc0 = vaddq_f32(acc0, acc1);
-    acc0 = vaddq_f32(acc0, acc2);
-    acc0 = vaddq_f32(acc0, acc3);
-    acc0 = vaddq_f32(acc0, acc4);
-    acc0 = vaddq_f32(acc0, acc5);
-    acc0 = vaddq_f32(acc0, acc6);
-    acc0 = vaddq_f32(acc0, acc7);
-    acc0 = vaddq_f32(acc0, acc8);
-    acc0 = vaddq_f32(acc0, acc9);
-    acc0 = vaddq_f32(acc0, acc10);
-    acc0 = vaddq_f32(acc0, acc11);
-    acc0 = vaddq_f32(acc0, acc12);
-    acc0 = vaddq_f32(acc0, acc13);
-    acc0 = vaddq_f32(acc0, acc14);
-    acc0 = vaddq_f32(acc0, acc15);
-    return vaddvq_f32(acc0);
+#define T float32x4_t
+#define INIT(i) vdupq_n_f32((float)(i))
+#define STEP(acc, i) vfmaq_f32(b, acc, a)
+#define ADD vaddq_f32
+    PEAK_LOOP(CHAINS_16)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return vaddvq_f32(total);
+}
+
+/* int8 dot products (sdot, Armv8.2's dot-product extension): signed bytes, four
+ * products summed into each 32-bit lane. */
+__attribute__((target("arch=armv8.2-a+dotprod"))) static float int8_neon_dot(int64_t iters)
+{
+    const int8x16_t a = vdupq_n_s8(3), b = vdupq_n_s8(-2);
+#define T int32x4_t
+#define INIT(i) vdupq_n_s32(i)
+#define STEP(acc, i) vdotq_s32(acc, a, b)
+#define ADD vaddq_s32
+    PEAK_LOOP(CHAINS_16)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return (float)vaddvq_s32(total);
 }
 #endif
 
@@ -247,44 +276,30 @@ static float fma_neon(int64_t iters)
 static float fma_scalar(int64_t iters)
 {
     const float a = 0.999999f, b = 1e-7f;
-    float acc0 = (float)0;
-    float acc1 = (float)1;
-    float acc2 = (float)2;
-    float acc3 = (float)3;
-    float acc4 = (float)4;
-    float acc5 = (float)5;
-    float acc6 = (float)6;
-    float acc7 = (float)7;
-    int64_t i;
-    for (i = 0; i < iters; ++i) {
-        acc0 = acc0 * a + b;
-        acc1 = acc1 * a + b;
-        acc2 = acc2 * a + b;
-        acc3 = acc3 * a + b;
-        acc4 = acc4 * a + b;
-        acc5 = acc5 * a + b;
-        acc6 = acc6 * a + b;
-        acc7 = acc7 * a + b;
-    }
-    acc0 = (acc0 + acc1);
-    acc0 = (acc0 + acc2);
-    acc0 = (acc0 + acc3);
-    acc0 = (acc0 + acc4);
-    acc0 = (acc0 + acc5);
-    acc0 = (acc0 + acc6);
-    acc0 = (acc0 + acc7);
-    return acc0;
+#define T float
+#define INIT(i) (float)(i)
+#define STEP(acc, i) (acc * a + b)
+#define ADD(x, y) ((x) + (y))
+    PEAK_LOOP(CHAINS_8)
+#undef T
+#undef INIT
+#undef STEP
+#undef ADD
+    return total;
 }
 
-/* The widest FMA loop this CPU runs (or the one named `want`: avx512, avx2, neon,
- * scalar), its name and flops per iteration. */
+/* One measurable loop: its instructions' name, the function and the operations (flops,
+ * or int8 multiply-adds counted as 2) an iteration does; a NULL loop where the CPU (or
+ * this build) has none of its kind. */
 struct isa {
     const char *name;
-    fma_loop loop;
-    double flops_per_iter;
+    peak_loop loop;
+    double ops_per_iter;
 };
 
-static struct isa best_isa(const char *want)
+/* The widest FMA loop this CPU runs (or the one named `want`: avx512, avx2, neon,
+ * scalar). */
+static struct isa best_fma(const char *want)
 {
 #ifdef PEAK_X86
     __builtin_cpu_init();
@@ -313,10 +328,56 @@ static struct isa best_isa(const char *want)
     }
 }
 
+/* The int8 dot-product loop the C target's kernels for `fma`'s instruction set would
+ * use on this CPU: VNNI where it has it, else the three-instruction form (none for
+ * scalar code, or NEON without the dot-product extension). */
+static struct isa best_int8(struct isa fma)
+{
+    struct isa none = { "none", NULL, 0.0 };
+#ifdef PEAK_X86
+    if (!strcmp(fma.name, "avx512")) {
+        struct isa vnni = { "avx512vnni", int8_avx512vnni, INT8_OPS_PER_LANE * 16 * AVX512_CHAINS };
+        struct isa bw = { "avx512bw", int8_avx512bw, INT8_OPS_PER_LANE * 16 * MADD_CHAINS };
+        return __builtin_cpu_supports("avx512vnni") ? vnni : __builtin_cpu_supports("avx512bw") ? bw : none;
+    }
+    if (!strcmp(fma.name, "avx2")) {
+        struct isa vnni = { "avxvnni", int8_avxvnni, INT8_OPS_PER_LANE * 8 * AVX2_CHAINS };
+        struct isa madd = { "avx2", int8_avx2, INT8_OPS_PER_LANE * 8 * MADD_CHAINS };
+        /* AVX-VNNI: CPUID leaf 7, subleaf 1, EAX bit 4 (clang's __builtin_cpu_supports
+         * does not know it). */
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        const int avxvnni = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
+        return avxvnni ? vnni : madd;
+    }
+#endif
+#ifdef PEAK_NEON
+    if (!strcmp(fma.name, "neon") && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) {
+        struct isa dot = { "neon-dotprod", int8_neon_dot, INT8_OPS_PER_LANE * 4 * NEON_CHAINS };
+        return dot;
+    }
+#endif
+    (void)fma;
+    return none;
+}
+
+/* The bf16 dot-product loop (AVX-512 BF16) with `fma`'s instruction set, if any. */
+static struct isa best_bf16(struct isa fma)
+{
+    struct isa none = { "none", NULL, 0.0 };
+#ifdef PEAK_X86
+    if (!strcmp(fma.name, "avx512") && __builtin_cpu_supports("avx512bf16")) {
+        struct isa r = { "avx512bf16", bf16_avx512, 4.0 * 16 * AVX512_CHAINS };
+        return r;
+    }
+#endif
+    (void)fma;
+    return none;
+}
+
 /* What every thread of a measurement shares: start together, each time itself. */
 struct job {
     pthread_barrier_t start;
-    fma_loop loop;
+    peak_loop loop;
     int64_t iters;
     float *a, *b, *c;
     int64_t n; /* triad elements per thread */
@@ -330,7 +391,7 @@ struct worker {
     float sink;
 };
 
-static void *fma_worker(void *arg)
+static void *loop_worker(void *arg)
 {
     struct worker *w = (struct worker *)arg;
     double t0;
@@ -387,12 +448,33 @@ static double run_threads(struct job *job, void *(*body)(void *), float *sink)
     return slowest;
 }
 
+/* `isa`'s loop on `threads` threads: the best of five rounds in G operations a second,
+ * each round about 0.2 s long (iterations from a short calibration run). */
+static double measure(struct isa isa, int threads, float *sink)
+{
+    struct job job;
+    double best = 0.0, calib;
+    int r;
+    memset(&job, 0, sizeof job);
+    job.threads = threads;
+    job.loop = isa.loop;
+    job.iters = 1 << 20;
+    calib = run_threads(&job, loop_worker, sink);
+    job.iters = (int64_t)((double)job.iters * 0.2 / (calib > 1e-6 ? calib : 1e-6)) + 1;
+    for (r = 0; r < 5; ++r) {
+        const double secs = run_threads(&job, loop_worker, sink);
+        const double rate = isa.ops_per_iter * (double)job.iters * threads / secs * 1e-9;
+        best = rate > best ? rate : best;
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    struct isa isa;
+    struct isa fma, int8, bf16;
     const int64_t per_array = (int64_t)64 << 20; /* bytes */
-    int counts[16], ncounts = 0, cores = (int)sysconf(_SC_NPROCESSORS_ONLN), k, r;
+    int counts[16], ncounts = 0, cores = (int)sysconf(_SC_NPROCESSORS_ONLN), k;
     float sink = 0.0f;
     char summary[1024];
     size_t used;
@@ -414,37 +496,43 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    isa = best_isa(want);
+    fma = best_fma(want);
+    int8 = best_int8(fma);
+    bf16 = best_bf16(fma);
     if (ncounts == 0) {
         counts[ncounts++] = 1;
         if (cores > 1) {
             counts[ncounts++] = cores;
         }
     }
-    used = (size_t)snprintf(summary, sizeof summary, "isa=%s", isa.name);
-    for (k = 0; k < ncounts; ++k) {
-        struct job job;
-        double best = 0.0, secs, calib;
-        memset(&job, 0, sizeof job);
-        job.threads = counts[k];
-        job.loop = isa.loop;
-        /* Iterations for about 0.2 s, from a short calibration run. */
-        job.iters = 1 << 20;
-        calib = run_threads(&job, fma_worker, &sink);
-        job.iters = (int64_t)((double)job.iters * 0.2 / (calib > 1e-6 ? calib : 1e-6)) + 1;
-        for (r = 0; r < 5; ++r) {
-            secs = run_threads(&job, fma_worker, &sink);
-            const double gflops = isa.flops_per_iter * (double)job.iters * job.threads / secs * 1e-9;
-            best = gflops > best ? gflops : best;
+    {
+        /* Each kind of loop: its line's words, its summary keys (isa=avx512 fma_gflops_1t=...
+         * first, which benches/run.sh and bench.py read) and its loop. */
+        const struct {
+            const char *what, *unit, *set_key, *rate_key;
+            struct isa isa;
+        } kinds[] = {
+            { "fma peak", "GFLOP/s", "isa", "fma_gflops", fma },
+            { "int8 dot-product peak", "GOP/s", "int8", "int8_gops", int8 },
+            { "bf16 dot-product peak", "GFLOP/s", "bf16", "bf16_gflops", bf16 },
+        };
+        size_t n;
+        used = 0;
+        for (n = 0; n < sizeof kinds / sizeof kinds[0]; ++n) {
+            used += (size_t)snprintf(summary + used, sizeof summary - used, "%s%s=%s", n ? " " : "", kinds[n].set_key, kinds[n].isa.name);
+            for (k = 0; kinds[n].isa.loop && k < ncounts; ++k) {
+                const double rate = measure(kinds[n].isa, counts[k], &sink);
+                printf("%s, %s, %d thread(s): %.1f %s\n", kinds[n].what, kinds[n].isa.name, counts[k], rate, kinds[n].unit);
+                used += (size_t)snprintf(summary + used, sizeof summary - used, " %s_%dt=%.1f", kinds[n].rate_key, counts[k], rate);
+            }
         }
-        printf("fma peak, %s, %d thread(s): %.1f GFLOP/s\n", isa.name, job.threads, best);
-        used += (size_t)snprintf(summary + used, sizeof summary - used, " fma_gflops_%dt=%.1f", job.threads, best);
     }
     for (k = 0; k < ncounts; ++k) {
         struct job job;
         const int64_t n = per_array / (int64_t)sizeof(float) / counts[k] * counts[k];
         double best = 0.0, secs;
         int64_t i;
+        int r;
         memset(&job, 0, sizeof job);
         job.threads = counts[k];
         job.n = n / counts[k];
