@@ -1,9 +1,11 @@
 /*
  * bench_quant.c -- times mr_sgemm_panels (f32 panels) against mr_sgemm_panels_q with the
- * panels stored as f16, bf16 and q8_0, one thread, at gpt_block's matrix sizes and a few
- * others; prints ns per call (the best of several batches). Not a test, not part of the
- * runtime: `make bench-quant` (MR_ISA=generic|avx2|avx512 picks the kernels' variant).
- * The stored bits need not be meaningful for timing (test_narrow.h's narrow_bits).
+ * panels stored as f16, bf16 and q8_0, and against the int8 product mr_gemm_i8_mt (A
+ * quantized in the call), one thread, at gpt_block's matrix sizes and a few others;
+ * prints ns per call (the best of several batches). Not a test, not part of the
+ * runtime: `make bench-quant` (MR_ISA=generic|avx2|avx512 picks the kernels' variant,
+ * MR_INT8=madd the int8 set without VNNI). The stored bits need not be meaningful for
+ * timing (test_narrow.h's narrow_bits; the int8 panels are the same bytes).
  */
 #define _POSIX_C_SOURCE 199309L
 #include "mithril_runtime.h"
@@ -21,15 +23,18 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* best ns per call of `reps` calls, over 7 batches */
-static double time_call(int type, int64_t M, int64_t N, int64_t K, const float *A, const void *B, float *C, int reps)
+/* best ns per call of `reps` calls, over 7 batches (type -1: f32 panels, 99: int8) */
+static double time_call(int type, int64_t M, int64_t N, int64_t K, const float *A, const void *B, float *C, int reps,
+                        void *scratch)
 {
     double best = 1e300;
     int b, r;
     for (b = 0; b < 7; ++b) {
         const double t0 = now_ns();
         for (r = 0; r < reps; ++r) {
-            if (type < 0) {
+            if (type == 99) {
+                mr_gemm_i8_mt(NULL, M, N, K, 1.0f, A, K, 1, B, 0.0f, C, N, 1, scratch, NULL);
+            } else if (type < 0) {
                 mr_sgemm_panels(M, N, K, 1.0f, A, K, 1, (const float *)B, 0.0f, C, N, 1);
             } else {
                 mr_sgemm_panels_q(M, N, K, 1.0f, A, K, 1, B, type, 0.0f, C, N, 1);
@@ -44,31 +49,34 @@ int main(void)
 {
     static const int64_t mnk[][3] = {{1, 256, 256},  {1, 768, 768},  {1, 2304, 768}, {1, 3072, 768},
                                      {1, 768, 3072}, {1, 4096, 1024}, {4, 2304, 768}, {4, 768, 3072},
-                                     {8, 2304, 768}, {128, 2304, 768}};
+                                     {8, 2304, 768}, {32, 768, 768}, {128, 2304, 768}, {128, 768, 3072},
+                                     {128, 3072, 768}};
     static const char *names[] = {"f16", "bf16", "q8_0"};
     size_t c;
-    printf("variant %s, ns per call (best of 7 batches), 1 thread\n", mr_isa_name());
-    printf("%5s %5s %5s %12s %12s %12s %12s\n", "M", "N", "K", "f32", names[0], names[1], names[2]);
+    printf("variant %s (int8: %s), ns per call (best of 7 batches), 1 thread\n", mr_isa_name(), mr_int8_name());
+    printf("%5s %5s %5s %12s %12s %12s %12s %12s\n", "M", "N", "K", "f32", names[0], names[1], names[2], "i8");
     for (c = 0; c < sizeof mnk / sizeof mnk[0]; ++c) {
         const int64_t M = mnk[c][0], N = mnk[c][1], K = mnk[c][2];
         const int64_t n = (N + MR_PANEL - 1) / MR_PANEL * K * MR_PANEL;
         float *A = malloc(sizeof(float) * (size_t)(M * K)), *C = malloc(sizeof(float) * (size_t)(M * N));
         float *B = malloc(sizeof(float) * (size_t)n);
-        unsigned char *Bq = malloc((size_t)MR_STORED_BYTES(MR_F32, n));
+        const int64_t qbytes = MR_I8_PANELS_BYTES(K, N) > MR_STORED_BYTES(MR_F32, n) ? MR_I8_PANELS_BYTES(K, N)
+                                                                                   : MR_STORED_BYTES(MR_F32, n);
+        unsigned char *Bq = malloc((size_t)qbytes), *scratch = malloc((size_t)MR_I8_SCRATCH_BYTES(M, K));
         const double macs = (double)M * (double)N * (double)K;
         const int reps = macs > 1e8 ? 3 : macs > 1e6 ? 30 : 300;
         int64_t i;
         int t;
-        if (!A || !B || !C || !Bq) return 2;
+        if (!A || !B || !C || !Bq || !scratch) return 2;
         for (i = 0; i < M * K; ++i) A[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
         for (i = 0; i < n; ++i) B[i] = (float)((i * 104729) % 2001) / 1000.0f - 1.0f;
-        printf("%5lld %5lld %5lld %12.0f", (long long)M, (long long)N, (long long)K, time_call(-1, M, N, K, A, B, C, reps));
+        printf("%5lld %5lld %5lld %12.0f", (long long)M, (long long)N, (long long)K, time_call(-1, M, N, K, A, B, C, reps, scratch));
         for (t = MR_F16; t <= MR_Q8_0; ++t) {
             narrow_bits(t, B, n, Bq);
-            printf(" %12.0f", time_call(t, M, N, K, A, Bq, C, reps));
+            printf(" %12.0f", time_call(t, M, N, K, A, Bq, C, reps, scratch));
         }
-        printf("\n");
-        free(A); free(B); free(C); free(Bq);
+        printf(" %12.0f\n", time_call(99, M, N, K, A, Bq, C, reps, scratch));
+        free(A); free(B); free(C); free(Bq); free(scratch);
     }
     return 0;
 }

@@ -112,6 +112,7 @@
 #define mr_sgd_f64 MR_NAME(mr_sgd_f64)
 #define mr_isa_name MR_NAME(mr_isa_name)
 #define mr_l2_bytes MR_NAME(mr_l2_bytes)
+#define mr_i8_vnni MR_NAME(mr_i8_vnni)
 #if !defined(MR_RENAMED)
 #define mr_dequantize MR_NAME(mr_dequantize)
 #define mr_sgemm MR_NAME(mr_sgemm)
@@ -120,6 +121,8 @@
 #define mr_sgemm_panels_mt MR_NAME(mr_sgemm_panels_mt)
 #define mr_sgemm_panels_q MR_NAME(mr_sgemm_panels_q)
 #define mr_sgemm_panels_q_mt MR_NAME(mr_sgemm_panels_q_mt)
+#define mr_gemm_i8_mt MR_NAME(mr_gemm_i8_mt)
+#define mr_int8_name MR_NAME(mr_int8_name)
 #define mr_conv2d_f32 MR_NAME(mr_conv2d_f32)
 #define mr_conv2d_f32_mt MR_NAME(mr_conv2d_f32_mt)
 #define mr_conv2d_winograd_f32 MR_NAME(mr_conv2d_winograd_f32)
@@ -137,6 +140,8 @@
 #define mr_sgemm_driver MR_NAME(mr_sgemm_driver)
 #define mr_sgemm_at MR_NAME(mr_sgemm_at)
 #define mr_sgemm_panels_at MR_NAME(mr_sgemm_panels_at)
+#define mr_i8_quantize_rows MR_NAME(mr_i8_quantize_rows)
+#define mr_gemm_i8_cols MR_NAME(mr_gemm_i8_cols)
 #define mr_conv_direct MR_NAME(mr_conv_direct)
 #define mr_conv2d_at MR_NAME(mr_conv2d_at)
 #endif
@@ -402,6 +407,43 @@ void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t
 void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
                           const float *A, int64_t a_rs, int64_t a_cs, const void *Bp, int btype,
                           float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
+/*
+ * int8 products (mithrilc's --quantize i8): mr_gemm_i8_mt computes
+ *   C = alpha * A B + beta * C   (beta == 0: C is written, not read)
+ * for an f32 A (M x K, strides a_rs, a_cs) and a B (K x N) stored as int8 with one
+ * scale per column, by quantizing A's rows on the fly and multiplying in int8 with
+ * int32 sums (mr_gemm_i8.c says why this scheme):
+ *  - B, at Bq (4-byte aligned, MR_I8_PANELS_BYTES(K, N) bytes): with P = ceil(N /
+ *    MR_PANEL) panels and K4 = MR_I8_K4(K) (K rounded up to a multiple of 4),
+ *    float scale[P * MR_PANEL], int32_t colsum[P * MR_PANEL], then int8_t codes: column
+ *    j of B is scale[j] * code(k, j), code(k, j) at byte
+ *      (j / MR_PANEL) * K4 * MR_PANEL + (k / 4) * 4 * MR_PANEL + (j % MR_PANEL) * 4 + k % 4
+ *    of the codes (panels of MR_PANEL columns, in each groups of 4 consecutive k per
+ *    column: the operand of a 4-way dot-product instruction), zero for k >= K and for
+ *    the padding columns j >= N (scale 0); colsum[j] = sum over k of code(k, j).
+ *  - A's row i becomes u8 codes with a scale s_i and zero point z_i (A(i, k) ~ s_i *
+ *    (code - z_i)): [min, max] of the row (0 included) onto [0, 255], written into
+ *    `scratch` (MR_I8_SCRATCH_BYTES(M, K) bytes, 4-byte aligned, the caller's to give;
+ *    its contents are the call's own). A row with an infinity or NaN gives NaN outputs.
+ *  - C(i, j) = alpha * s_i * scale[j] * (sum_k code_A(i, k) code(k, j) - z_i colsum[j]),
+ *    that sum exact in int32 for K <= MR_I8_MAX_K (larger K is the caller's error: its
+ *    sums wrap).
+ * Every kernel set (mr_int8_name) computes the same sums, so with beta == 0 every variant
+ * gives the same bits. Work is split through `threads` as mr_sgemm_panels_mt's (A's rows
+ * are quantized first, split by rows); `ep` is an epilogue as theirs.
+ * mr_int8_name() names the int8 set the calls run: "avx512vnni" (vpdpbusd), "avx512bw"
+ * (vpmaddwd), "avxvnni", "avx2", or "generic" (portable loops); MR_INT8=madd in the
+ * environment asks for the vpmaddwd set where the CPU has VNNI.
+ */
+#define MR_I8_MAX_K 65536
+#define MR_I8_K4(K) (((int64_t)(K) + 3) / 4 * 4)
+#define MR_I8_PANELS_BYTES(K, N) \
+    (((int64_t)(N) + MR_PANEL - 1) / MR_PANEL * MR_PANEL * (8 + MR_I8_K4(K)))
+#define MR_I8_SCRATCH_BYTES(M, K) ((int64_t)(M) * (MR_I8_K4(K) + 8))
+void mr_gemm_i8_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, int64_t a_rs, int64_t a_cs, const void *Bq,
+                   float beta, float *C, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep);
+const char *mr_int8_name(void);
 void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
                       int64_t N, int64_t C, int64_t H, int64_t W,
                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,

@@ -45,6 +45,11 @@
        int64_t a_cs, const void *Bp, int btype, float beta, float *C, int64_t c_rs, int64_t c_cs,              \
        const mr_epilogue *ep),                                                                                 \
       (threads, M, N, K, alpha, A, a_rs, a_cs, Bp, btype, beta, C, c_rs, c_cs, ep))                            \
+    X(mr_gemm_i8_mt,                                                                                           \
+      (const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,  \
+       int64_t a_cs, const void *Bq, float beta, float *C, int64_t c_rs, int64_t c_cs, void *scratch,          \
+       const mr_epilogue *ep),                                                                                 \
+      (threads, M, N, K, alpha, A, a_rs, a_cs, Bq, beta, C, c_rs, c_cs, scratch, ep))                          \
     X(mr_dequantize, (int type, const void *src, int64_t n, float *dst), (type, src, n, dst))                  \
     X(mr_conv2d_f32,                                                                                           \
       (const float *x, const float *w, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,        \
@@ -100,21 +105,23 @@
 #define MR_DECLARE(name, params, args) \
     extern __typeof__(name) MR_NAME(name##_generic), MR_NAME(name##_avx2), MR_NAME(name##_avx512);
 MR_DISPATCHED(MR_DECLARE)
+MR_DECLARE(mr_int8_name, , )
 #undef MR_DECLARE
 
 typedef struct {
     const char *name;
 #define MR_FIELD(name, params, args) __typeof__(name) *name;
     MR_DISPATCHED(MR_FIELD)
+    MR_FIELD(mr_int8_name, , )
 #undef MR_FIELD
 } mr_isa_table;
 
 #define MR_ENTRY_GENERIC(name, params, args) MR_NAME(name##_generic),
 #define MR_ENTRY_AVX2(name, params, args) MR_NAME(name##_avx2),
 #define MR_ENTRY_AVX512(name, params, args) MR_NAME(name##_avx512),
-static const mr_isa_table mr_isa_generic = {"generic", MR_DISPATCHED(MR_ENTRY_GENERIC)};
-static const mr_isa_table mr_isa_avx2 = {"avx2", MR_DISPATCHED(MR_ENTRY_AVX2)};
-static const mr_isa_table mr_isa_avx512 = {"avx512", MR_DISPATCHED(MR_ENTRY_AVX512)};
+static const mr_isa_table mr_isa_generic = {"generic", MR_DISPATCHED(MR_ENTRY_GENERIC) MR_ENTRY_GENERIC(mr_int8_name, , )};
+static const mr_isa_table mr_isa_avx2 = {"avx2", MR_DISPATCHED(MR_ENTRY_AVX2) MR_ENTRY_AVX2(mr_int8_name, , )};
+static const mr_isa_table mr_isa_avx512 = {"avx512", MR_DISPATCHED(MR_ENTRY_AVX512) MR_ENTRY_AVX512(mr_int8_name, , )};
 #undef MR_ENTRY_GENERIC
 #undef MR_ENTRY_AVX2
 #undef MR_ENTRY_AVX512
@@ -160,6 +167,7 @@ MR_DISPATCHED(MR_WRAPPER)
 #undef MR_WRAPPER
 
 const char *mr_isa_name(void) { return mr_isa()->name; }
+const char *mr_int8_name(void) { return mr_isa()->mr_int8_name(); }
 
 #else /* no dispatch: the sources' compile-time choice (mr_internal.h) */
 
@@ -197,4 +205,34 @@ int64_t mr_l2_bytes(void)
 }
 #else
 int64_t mr_l2_bytes(void) { return 0; }
+#endif
+
+/* Whether the int8 products may use vpdpbusd at AVX-512's width (zmm) or AVX-VNNI's:
+ * asked of cpuid once (leaf 7: AVX-512 VNNI is ECX bit 11; leaf 7 subleaf 1: AVX-VNNI is
+ * EAX bit 4; the OS saves the registers where the variant runs at all), and never
+ * with MR_INT8=madd in the environment (mr_gemm_i8.c's vpmaddwd kernels then run). */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <stdlib.h> /* getenv */
+int mr_i8_vnni(int zmm)
+{
+    static int has = -1; /* bit 0: AVX-512 VNNI, bit 1: AVX-VNNI */
+    int v = __atomic_load_n(&has, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *want = getenv("MR_INT8");
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        v = 0;
+        if (!(want && strcmp(want, "madd") == 0)) {
+            if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11))) v |= 1;
+            if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) v |= 2;
+        }
+        __atomic_store_n(&has, v, __ATOMIC_RELAXED);
+    }
+    return (v >> (zmm ? 0 : 1)) & 1;
+}
+#else
+int mr_i8_vnni(int zmm)
+{
+    (void)zmm;
+    return 0;
+}
 #endif

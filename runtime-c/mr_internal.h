@@ -7,7 +7,8 @@
  * compiler has it (MR_INTERNAL): a shared library exports only the API.
  *
  * The implementations of mithril_runtime.h (portable C99), one file per concern:
- * mr_gemm.c (GEMM: packing, micro-kernels, the blocked driver), mr_conv.c (convolution:
+ * mr_gemm.c (GEMM: packing, micro-kernels, the blocked driver), mr_gemm_i8.c (int8
+ * products), mr_conv.c (convolution:
  * direct loops, implicit-im2col and in-place GEMMs), mr_winograd.c (F(4x4, 3x3)
  * convolution and its weight transform), mr_pool.c (pooling), mr_softmax.c (softmax),
  * mr_train.c (the SGD update) and mr_threads.c (work split through the caller's
@@ -59,7 +60,7 @@
 
 /*
  * ISA dispatch (see mithril_runtime.h). On x86-64 with GCC >= 6 or clang >= 9, unless
- * MR_NO_DISPATCH is defined, the ISA-specialized sources (mr_gemm.c, mr_conv.c,
+ * MR_NO_DISPATCH is defined, the ISA-specialized sources (mr_gemm.c, mr_gemm_i8.c, mr_conv.c,
  * mr_winograd.c, mr_pool.c, mr_softmax.c, mr_threads.c) are compiled three times:
  *  - as themselves, for the build's own target (plain -O3: baseline x86-64), the
  *    "generic" variant;
@@ -205,6 +206,8 @@ typedef float32x4_t mr_vf;
 #define mr_sgemm_panels_mt MR_VARIANT(mr_sgemm_panels_mt)
 #define mr_sgemm_panels_q MR_VARIANT(mr_sgemm_panels_q)
 #define mr_sgemm_panels_q_mt MR_VARIANT(mr_sgemm_panels_q_mt)
+#define mr_gemm_i8_mt MR_VARIANT(mr_gemm_i8_mt)
+#define mr_int8_name MR_VARIANT(mr_int8_name)
 #define mr_dequantize MR_VARIANT(mr_dequantize)
 #define mr_conv2d_f32 MR_VARIANT(mr_conv2d_f32)
 #define mr_conv2d_f32_mt MR_VARIANT(mr_conv2d_f32_mt)
@@ -224,6 +227,8 @@ typedef float32x4_t mr_vf;
 #define mr_sgemm_driver MR_VARIANT(mr_sgemm_driver)
 #define mr_sgemm_at MR_VARIANT(mr_sgemm_at)
 #define mr_sgemm_panels_at MR_VARIANT(mr_sgemm_panels_at)
+#define mr_i8_quantize_rows MR_VARIANT(mr_i8_quantize_rows)
+#define mr_gemm_i8_cols MR_VARIANT(mr_gemm_i8_cols)
 #define mr_conv_direct MR_VARIANT(mr_conv_direct)
 #define mr_conv2d_at MR_VARIANT(mr_conv2d_at)
 #endif
@@ -371,6 +376,8 @@ MR_HIDE(mr_sgemm_mt)
 MR_HIDE(mr_sgemm_panels_mt)
 MR_HIDE(mr_sgemm_panels_q)
 MR_HIDE(mr_sgemm_panels_q_mt)
+MR_HIDE(mr_gemm_i8_mt)
+MR_HIDE(mr_int8_name)
 MR_HIDE(mr_dequantize)
 MR_HIDE(mr_conv2d_f32)
 MR_HIDE(mr_conv2d_f32_mt)
@@ -525,6 +532,9 @@ static inline void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int6
 
 /* mr_dispatch.c (one for every variant) */
 MR_INTERNAL int64_t mr_l2_bytes(void);
+/* Whether the int8 products may use vpdpbusd: AVX-512 VNNI's (zmm) or AVX-VNNI's, as
+ * the CPU has it, unless MR_INT8=madd in the environment. */
+MR_INTERNAL int mr_i8_vnni(int zmm);
 
 /* mr_gemm.c */
 MR_INTERNAL void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d);
@@ -548,6 +558,13 @@ MR_INTERNAL void mr_sgemm_at(int64_t M, int64_t N, int64_t K, float alpha,
 MR_INTERNAL void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha, const mr_asrc *a,
                                     const void *Bp, int btype, int64_t panels, int64_t j0, float beta,
                                     float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at);
+
+/* mr_gemm_i8.c */
+MR_INTERNAL void mr_i8_quantize_rows(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, int64_t i0,
+                                     int64_t i1, void *scratch);
+MR_INTERNAL void mr_gemm_i8_cols(int64_t M, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0, int64_t n,
+                                 float beta, float *C, int64_t c_rs, int64_t c_cs, void *scratch,
+                                 const mr_epi_at *at);
 
 /* mr_conv.c */
 MR_INTERNAL int mr_conv_direct(int64_t O, int64_t groups);

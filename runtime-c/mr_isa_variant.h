@@ -9,6 +9,7 @@
 
 #if defined(MR_ISA_UNITY)
 #include "mr_gemm.c"
+#include "mr_gemm_i8.c"
 #include "mr_conv.c"
 #include "mr_winograd.c"
 #include "mr_pool.c"

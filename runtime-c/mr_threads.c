@@ -113,6 +113,68 @@ void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t
     mr_sgemm_panels_q_mt(threads, M, N, K, alpha, A, a_rs, a_cs, Bp, MR_F32, beta, C, c_rs, c_cs, ep);
 }
 
+/* mr_gemm_i8_mt's job: A's rows quantized into the scratch (tasks of MR_MT_I8_ROWS rows),
+ * then C's columns (tasks of MR_MT_PANEL_COLS, as mr_sgemm_panels_q_mt's). */
+#define MR_MT_I8_ROWS 16
+typedef struct {
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A;
+    const void *Bq;
+    float *C;
+    int64_t a_rs, a_cs, c_rs, c_cs;
+    void *scratch;
+    const mr_epilogue *ep;
+} mr_i8_job;
+
+static void mr_i8_rows_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_i8_job *j = (const mr_i8_job *)ctx;
+    mr_i8_quantize_rows(j->M, j->K, j->A, j->a_rs, j->a_cs, begin * MR_MT_I8_ROWS,
+                        mr_min_i64(j->M, end * MR_MT_I8_ROWS), j->scratch);
+}
+
+static void mr_i8_cols_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_i8_job *j = (const mr_i8_job *)ctx;
+    const int64_t j0 = begin * MR_MT_PANEL_COLS, j1 = mr_min_i64(j->N, end * MR_MT_PANEL_COLS);
+    mr_epi_at at;
+    at.ep = j->ep;
+    at.n = j->ep ? j->ep->n : 0;
+    at.i = 0;
+    at.j = j0;
+    if (j1 > j0) {
+        mr_gemm_i8_cols(j->M, j->N, j->K, j->alpha, j->Bq, j0, j1 - j0, j->beta, j->C + j0 * j->c_cs, j->c_rs,
+                        j->c_cs, j->scratch, &at);
+    }
+}
+
+void mr_gemm_i8_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                   int64_t a_rs, int64_t a_cs, const void *Bq, float beta, float *C, int64_t c_rs, int64_t c_cs,
+                   void *scratch, const mr_epilogue *ep)
+{
+    const int split = threads && threads->parallel_for && (double)M * (double)N * (double)K >= MR_MT_MIN_MACS;
+    const int64_t row_tasks = (M + MR_MT_I8_ROWS - 1) / MR_MT_I8_ROWS;
+    const int64_t col_tasks = (N + MR_MT_PANEL_COLS - 1) / MR_MT_PANEL_COLS;
+    mr_i8_job job;
+    if (M <= 0 || N <= 0) return;
+    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
+    job.A = A; job.Bq = Bq; job.C = C;
+    job.a_rs = a_rs; job.a_cs = a_cs; job.c_rs = c_rs; job.c_cs = c_cs;
+    job.scratch = scratch;
+    job.ep = ep;
+    if (split && row_tasks > 1) {
+        threads->parallel_for(threads->user, mr_i8_rows_task, &job, row_tasks);
+    } else {
+        mr_i8_rows_task(&job, 0, row_tasks);
+    }
+    if (split && col_tasks > 1) {
+        threads->parallel_for(threads->user, mr_i8_cols_task, &job, col_tasks);
+    } else {
+        mr_i8_cols_task(&job, 0, col_tasks);
+    }
+}
+
 typedef struct {
     const float *x;
     const void *w;

@@ -520,6 +520,32 @@ static void q_epi(const void *vctx, int64_t n, int64_t i0, int64_t i1, int64_t j
     }
 }
 
+/* ep as q_epi on e's fields (C row-major, N columns), visits zeroed (M * N of them) */
+static void q_epi_init(q_epi_ctx *e, mr_epilogue *ep, float *C, int64_t M, int64_t N, const float *bias, int *visits)
+{
+    e->C = C;
+    e->N = N;
+    e->col_bias = bias;
+    e->visits = visits;
+    memset(visits, 0, sizeof(int) * (size_t)(M * N + 1));
+    ep->fn = q_epi;
+    ep->ctx = e;
+    ep->n = 0;
+}
+
+/* Whether the epilogue visited each of the n elements once (says which not). */
+static int q_epi_once(const char *name, const int *visits, int64_t n)
+{
+    int64_t i;
+    for (i = 0; i < n; ++i) {
+        if (visits[i] != 1) {
+            printf("FAIL %s: epilogue visited element %lld %d times\n", name, (long long)i, visits[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* A parallel_for that runs the range one item at a time, last first. */
 static void q_reverse_items(void *user, mr_task task, void *ctx, int64_t n)
 {
@@ -619,29 +645,18 @@ static void test_panels_q_case(int type, int64_t M, int64_t N, int64_t K, int la
         q_epi_ctx ectx;
         mr_epilogue ep;
         int t;
-        ectx.C = c;
-        ectx.N = N;
-        ectx.col_bias = bias;
-        ectx.visits = visits;
-        ep.fn = q_epi;
-        ep.ctx = &ectx;
-        ep.n = 0;
         for (i = 0; i < M * N; ++i) {
             ref[i] += (double)bias[i % N];
             mag[i] += fabs((double)bias[i % N]);
         }
         for (t = 0; t < 2; ++t) {
             memcpy(C, C0, sizeof(float) * (size_t)vc.size);
-            memset(visits, 0, sizeof(int) * (size_t)(M * N + 1));
+            q_epi_init(&ectx, &ep, c, M, N, bias, visits);
             mr_sgemm_panels_q_mt(t ? &threads : NULL, M, N, K, alpha, a, va.rs, va.cs, Bq, type, beta, c, vc.rs,
                                  vc.cs, &ep);
             snprintf(name, sizeof name, "sgemm_panels_q_mt %s M=%lld N=%lld K=%lld threads=%d", names[type],
                      (long long)M, (long long)N, (long long)K, t);
-            ok = compare(name, c, ref, mag, M * N, 0);
-            for (i = 0; i < M * N && ok; ++i) {
-                ok = visits[i] == 1;
-                if (!ok) printf("FAIL %s: epilogue visited element %lld %d times\n", name, (long long)i, visits[i]);
-            }
+            ok = compare(name, c, ref, mag, M * N, 0) && q_epi_once(name, visits, M * N);
             record(ok);
         }
         free(bias);
@@ -672,6 +687,214 @@ static void test_panels_q(void)
         test_panels_q_case(type, 64, 256, 257, 1, 0, 2.0f, 0.0f, 1);
         test_panels_q_case(type, 13, 161, 1100, 0, 0, 1.0f, 0.5f, 1); /* depth chunks (16 KiB) */
     }
+}
+
+/* ==================================================================================== */
+/* int8 products: mr_gemm_i8_mt                                                         */
+/* ==================================================================================== */
+
+/* B (K x N, row-major) in mr_gemm_i8_mt's stored form, written here from its definition
+ * (mithril_runtime.h): per column scale max|B| / 127, codes rint(B / scale). Returns the
+ * MR_I8_PANELS_BYTES(K, N) bytes. */
+static unsigned char *i8_panels(const float *B, int64_t K, int64_t N)
+{
+    const int64_t P = (N + MR_PANEL - 1) / MR_PANEL, K4 = MR_I8_K4(K);
+    unsigned char *q = (unsigned char *)calloc((size_t)MR_I8_PANELS_BYTES(K, N), 1);
+    int64_t j, k;
+    if (!q) exit(2);
+    for (j = 0; j < N; ++j) {
+        float m = 0.0f, scale;
+        int32_t sum = 0;
+        for (k = 0; k < K; ++k) m = fabsf(B[k * N + j]) > m ? fabsf(B[k * N + j]) : m;
+        scale = m / 127.0f;
+        for (k = 0; k < K; ++k) {
+            const long c = scale > 0.0f ? lrintf(B[k * N + j] / scale) : 0;
+            const int8_t code = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
+            q[8 * P * MR_PANEL + (j / MR_PANEL) * K4 * MR_PANEL + (k / 4) * 4 * MR_PANEL + (j % MR_PANEL) * 4 + k % 4] =
+                (unsigned char)code;
+            sum += code;
+        }
+        memcpy(q + 4 * j, &scale, 4);
+        memcpy(q + 4 * (P * MR_PANEL + j), &sum, 4);
+    }
+    return q;
+}
+
+/* Element (k, j) of i8_panels' B, as stored (scale * code). */
+static double i8_b(const unsigned char *q, int64_t K, int64_t N, int64_t k, int64_t j, int *code)
+{
+    const int64_t P = (N + MR_PANEL - 1) / MR_PANEL, K4 = MR_I8_K4(K);
+    float scale;
+    *code = (int8_t)q[8 * P * MR_PANEL + (j / MR_PANEL) * K4 * MR_PANEL + (k / 4) * 4 * MR_PANEL + (j % MR_PANEL) * 4 + k % 4];
+    memcpy(&scale, q + 4 * j, 4);
+    return (double)scale * *code;
+}
+
+/*
+ * One int8 product, A and C in layouts la and lc (rows of A: random, one of zeros, one
+ * without negatives, one with a value 50 times the rest, one with a NaN or an infinity
+ * when `bad`): checks
+ *  - A's quantization in the scratch: every code within half a step of its value, the
+ *    padding codes the zero point, nothing written past the scratch;
+ *  - C against the same formula evaluated here from the scratch's codes with int64 sums:
+ *    equal bit for bit (beta 0; else within 1e-6, fused or not), rows with a NaN or an
+ *    infinity all NaN, nothing written outside C;
+ *  - C against the f32 product in double, within the quantization's own bound (half a
+ *    step of A's row times sum |B|, plus half of B's column step times sum |A|);
+ *  - with `mt`, threaded (items last first) with an epilogue, the same bits.
+ */
+static void test_gemm_i8_case(int64_t M, int64_t N, int64_t K, int la, int lc, float alpha, float beta, int bad, int mt)
+{
+    const int64_t K4 = MR_I8_K4(K), sbytes = MR_I8_SCRATCH_BYTES(M, K);
+    const view va = make_view(M, K, la), vc = make_view(M, N, lc);
+    float *A = rand_floats(va.size), *B = rand_floats(K * N);
+    float *C = beta == 0.0f ? nan_floats(vc.size) : rand_floats(vc.size);
+    float *C0 = (float *)xmalloc(sizeof(float) * (size_t)vc.size), *got = (float *)xmalloc(sizeof(float) * (size_t)(M * N + 1));
+    unsigned char *scratch = (unsigned char *)xmalloc((size_t)sbytes + 64), *Bq;
+    char *touched = (char *)calloc((size_t)vc.size, 1);
+    const float *a = A + va.origin;
+    float *c = C + vc.origin;
+    int64_t i, j, k;
+    int ok = 1;
+    char name[160];
+    /* B: column 1 ten times larger, column 2 zero */
+    for (k = 0; k < K; ++k) {
+        if (N > 1) B[k * N + 1] *= 10.0f;
+        if (N > 2) B[k * N + 2] = 0.0f;
+    }
+    for (k = 0; k < K; ++k) {
+        float *ai = A + va.origin + k * va.cs;
+        if (M > 1) ai[va.rs] = 0.0f;
+        if (M > 2) ai[2 * va.rs] = fabsf(ai[2 * va.rs]);
+        if (M > 3 && k == K / 2) ai[3 * va.rs] = 50.0f;
+    }
+    if (bad && M > 4) A[va.origin + 4 * va.rs + (K - 1) * va.cs] = NAN;
+    if (bad && M > 5) A[va.origin + 5 * va.rs] = -INFINITY;
+    Bq = i8_panels(B, K, N);
+    memcpy(C0, C, sizeof(float) * (size_t)vc.size);
+    memset(scratch + sbytes, 0xA5, 64);
+    for (i = 0; i < M; ++i) {
+        for (j = 0; j < N; ++j) touched[vc.origin + i * vc.rs + j * vc.cs] = 1;
+    }
+    snprintf(name, sizeof name, "gemm_i8 M=%lld N=%lld K=%lld layouts=%d%d alpha=%g beta=%g%s", (long long)M,
+             (long long)N, (long long)K, la, lc, alpha, beta, bad ? " nan/inf rows" : "");
+    mr_gemm_i8_mt(NULL, M, N, K, alpha, a, va.rs, va.cs, Bq, beta, c, vc.rs, vc.cs, scratch, NULL);
+    for (i = 0; i < 64 && ok; ++i) ok = scratch[sbytes + i] == 0xA5;
+    if (!ok) printf("FAIL %s: wrote past the scratch\n", name);
+    for (i = 0; i < M && ok; ++i) {
+        const unsigned char *q = scratch + i * K4;
+        float s;
+        int32_t z;
+        double sum_a = 0.0;
+        int rowbad = 0;
+        memcpy(&s, scratch + M * K4 + 4 * i, 4);
+        memcpy(&z, scratch + M * K4 + 4 * M + 4 * i, 4);
+        for (k = 0; k < K; ++k) rowbad |= !isfinite(a[i * va.rs + k * va.cs]);
+        for (k = 0; k < K && !rowbad && ok; ++k) {
+            const double x = a[i * va.rs + k * va.cs], back = (double)s * (q[k] - z);
+            ok = z >= 0 && z <= 255 && fabs(back - x) <= 0.5 * s * (1.0 + 1e-5) + 1e-30;
+            if (!ok) printf("FAIL %s: A(%lld, %lld) = %.9g quantized to %d (scale %g, zero %d)\n", name, (long long)i, (long long)k, x, q[k], s, z);
+            sum_a += fabs(x);
+        }
+        for (k = K; k < K4 && ok; ++k) ok = q[k] == (unsigned char)z || rowbad;
+        for (j = 0; j < N && ok; ++j) {
+            float sw, want;
+            int64_t sum = 0, colsum = 0;
+            double exact = 0.0, bsum = 0.0;
+            const float gotv = c[i * vc.rs + j * vc.cs], old = C0[vc.origin + i * vc.rs + j * vc.cs];
+            int code;
+            memcpy(&sw, Bq + 4 * j, 4);
+            for (k = 0; k < K; ++k) {
+                const double bq = i8_b(Bq, K, N, k, j, &code);
+                sum += (int64_t)q[k] * code;
+                colsum += code;
+                exact += (double)a[i * va.rs + k * va.cs] * B[k * N + j];
+                bsum += fabs(bq);
+            }
+            if (rowbad) {
+                ok = isnan(gotv);
+                if (!ok) printf("FAIL %s: C(%lld, %lld) = %g for a row with a NaN or an infinity\n", name, (long long)i, (long long)j, gotv);
+                continue;
+            }
+            want = (alpha * s) * sw * (float)(sum - z * colsum);
+            if (beta != 0.0f) {
+                ok = fabsf(gotv - (want + beta * old)) <= 1e-6f * (fabsf(want) + fabsf(beta * old)) + 1e-30f;
+            } else {
+                ok = memcmp(&gotv, &want, sizeof want) == 0;
+            }
+            if (!ok) printf("FAIL %s: C(%lld, %lld) = %.9g, the quantized product gives %.9g\n", name, (long long)i, (long long)j, gotv, want);
+            if (ok) {
+                /* the quantization's own bound on |A B - quantized|, and 1e-5 for f32 */
+                const double bound = 0.5 * s * bsum * (1.0 + 1e-5) + 0.5 * sw * sum_a + 1e-5 * (1.0 + fabs(exact));
+                const double dev = fabs((double)(gotv - (beta != 0.0f ? beta * old : 0.0f)) / alpha - exact);
+                ok = dev <= bound * (1.0 + 1e-4);
+                if (!ok) printf("FAIL %s: C(%lld, %lld) is %g from the f32 product, past the bound %g\n", name, (long long)i, (long long)j, dev, bound);
+            }
+        }
+    }
+    ok = ok && untouched_outside(name, C, C0, touched, vc.size);
+    record(ok);
+    if (mt && lc == 0 && vc.origin == 0) {
+        mr_threads threads = {q_reverse_items, NULL};
+        float *bias = rand_floats(N);
+        int *visits = (int *)calloc((size_t)(M * N + 1), sizeof(int));
+        q_epi_ctx ectx;
+        mr_epilogue ep;
+        for (i = 0; i < M * N; ++i) got[i] = c[i] + bias[i % N];
+        memcpy(C, C0, sizeof(float) * (size_t)vc.size);
+        q_epi_init(&ectx, &ep, c, M, N, bias, visits);
+        mr_gemm_i8_mt(&threads, M, N, K, alpha, a, va.rs, va.cs, Bq, beta, c, vc.rs, vc.cs, scratch, &ep);
+        ok = memcmp(c, got, sizeof(float) * (size_t)(M * N)) == 0 || beta != 0.0f;
+        if (!ok) printf("FAIL %s threaded: differs from the serial call\n", name);
+        ok = ok && q_epi_once(name, visits, M * N);
+        record(ok);
+        free(bias);
+        free(visits);
+    }
+    free(A); free(B); free(Bq); free(C); free(C0); free(got); free(scratch); free(touched);
+}
+
+static void test_gemm_i8(void)
+{
+    /* M: 1..9 (partial and whole slivers, and rows of the AVX2 passes), 17; N: one
+     * column, ragged and whole panels; K: one, not a multiple of 4, past a cache block */
+    static const int64_t ms[] = {1, 2, 3, 5, 8, 9, 17};
+    static const int64_t nks[][2] = {{1, 1}, {31, 3}, {32, 4}, {33, 5}, {70, 31}, {100, 257}};
+    int im, in, t = 0;
+    for (im = 0; im < (int)(sizeof ms / sizeof ms[0]); ++im) {
+        for (in = 0; in < (int)(sizeof nks / sizeof nks[0]); ++in, ++t) {
+            const float alphas[3] = {1.0f, -0.75f, 2.0f}, betas[3] = {0.0f, 0.0f, 0.5f};
+            test_gemm_i8_case(ms[im], nks[in][0], nks[in][1], t % N_LAYOUTS, (t % 2 == 0) ? 0 : (t / 2) % N_LAYOUTS,
+                              alphas[t % 3], betas[(t / 3) % 3], t % 4 == 1, 0);
+        }
+    }
+    /* threaded with an epilogue, big enough to be split (rows and columns) */
+    test_gemm_i8_case(1, 600, 500, 0, 0, 1.0f, 0.0f, 0, 1);
+    test_gemm_i8_case(37, 161, 300, 0, 0, 1.0f, 0.0f, 1, 1);
+    test_gemm_i8_case(40, 200, 130, 1, 0, 2.0f, 0.0f, 0, 1);
+}
+
+/* The largest sums: rows of ones (codes 255, zero point 0) against columns of -1 (codes
+ * -127) over MR_I8_MAX_K: -255 * 127 * 65536, inside int32. */
+static void test_gemm_i8_extreme(void)
+{
+    const int64_t M = 2, N = 32, K = MR_I8_MAX_K;
+    float *A = (float *)xmalloc(sizeof(float) * (size_t)(M * K)), *B = (float *)xmalloc(sizeof(float) * (size_t)(K * N));
+    float C[2 * 32];
+    unsigned char *scratch = (unsigned char *)xmalloc((size_t)MR_I8_SCRATCH_BYTES(M, K)), *Bq;
+    int64_t i;
+    int ok = 1;
+    for (i = 0; i < M * K; ++i) A[i] = 1.0f;
+    for (i = 0; i < K * N; ++i) B[i] = -1.0f;
+    Bq = i8_panels(B, K, N);
+    mr_gemm_i8_mt(NULL, M, N, K, 1.0f, A, K, 1, Bq, 0.0f, C, N, 1, scratch, NULL);
+    for (i = 0; i < M * N && ok; ++i) {
+        const float want = (1.0f / 255.0f - 0.0f / 255.0f) * (1.0f / 127.0f) * (float)(-255 * 127 * (int64_t)K);
+        ok = C[i] == want;
+        if (!ok) printf("FAIL gemm_i8 K=%lld extremes: C[%lld] = %.9g, want %.9g\n", (long long)K, (long long)i, C[i], want);
+    }
+    record(ok);
+    free(A); free(B); free(Bq); free(scratch);
 }
 
 /* ==================================================================================== */
@@ -1188,6 +1411,8 @@ int main(void)
     test_gemm();
     test_dequantize();
     test_panels_q();
+    test_gemm_i8();
+    test_gemm_i8_extreme();
     test_conv();
     test_winograd();
     test_pool();

@@ -99,6 +99,7 @@ pub const RUNTIME_FILES: &[(&str, &str)] = &[
     ("mr_internal.h", include_str!("../../../runtime-c/mr_internal.h")),
     ("mr_isa_variant.h", include_str!("../../../runtime-c/mr_isa_variant.h")),
     ("mr_gemm.c", include_str!("../../../runtime-c/mr_gemm.c")),
+    ("mr_gemm_i8.c", include_str!("../../../runtime-c/mr_gemm_i8.c")),
     ("mr_conv.c", include_str!("../../../runtime-c/mr_conv.c")),
     ("mr_winograd.c", include_str!("../../../runtime-c/mr_winograd.c")),
     ("mr_pool.c", include_str!("../../../runtime-c/mr_pool.c")),

@@ -1,0 +1,335 @@
+/*
+ * mr_gemm_i8.c -- int8 products (mithril_runtime.h's mr_gemm_i8_mt, --quantize i8): the
+ * rows of A quantized on the fly, one scale and zero point per row, against a B stored
+ * with one scale per column, multiplied in int8 with int32 sums.
+ *
+ * The scheme, and why:
+ *  - B (the weight) is symmetric int8 per output column over all of K (ONNX Runtime's
+ *    per-channel weights): one scale per column lets the whole sum over k stay one int32,
+ *    scaled once at the end. Blocks along K (llama.cpp's q8_0 x q8_0) would convert and
+ *    scale every 32 k: three more instructions per eight dot products, where on a
+ *    Sapphire Rapids core the int8 rate is only twice the f32 one (benches/peak).
+ *  - A (the activations) is asymmetric u8 per row, [min, max] (0 included) onto
+ *    [0, 255]: the range u8 x s8 instructions take (vpdpbusd), and for the one-sided
+ *    rows after ReLU or GELU twice the resolution of a symmetric scheme. The zero point
+ *    comes out of the sum as zp_i * colsum_j, the column sums stored with B.
+ *  - The sums are exact: every kernel (AVX-512 VNNI, AVX-VNNI, vpmaddwd on AVX2 and
+ *    AVX-512 without VNNI, the portable loops) computes the same int32, and the rows'
+ *    quantization and the scaling are the same float operations in every variant, so
+ *    every variant gives the same bits. (vpmaddubsw is not used: u8 x s8 pairs overflow
+ *    its 16-bit sums; vpmaddwd on bytes widened to 16 bits does as many multiply-adds per
+ *    instruction on the CPUs without VNNI, exactly.)
+ *
+ * |sum (a - zp) * b| <= 255 * 128 * K stays inside int32 for K <= MR_I8_MAX_K.
+ */
+#include "mr_internal.h"
+
+/* Rows of A a kernel call takes (the driver's slivers). */
+#define MR_I8_MR 8
+/* Bytes of one quad of B's panel: MR_PANEL columns of 4 consecutive k. */
+#define MR_I8_QUAD (4 * MR_PANEL)
+
+/* ------------------------------------------------------------------------------------ */
+/* Quantizing A's rows                                                                  */
+/* ------------------------------------------------------------------------------------ */
+
+/* Where row i's codes, scale and zero point are in the scratch (MR_I8_SCRATCH_BYTES). */
+static uint8_t *mr_i8_codes(void *scratch, int64_t K, int64_t i) { return (uint8_t *)scratch + i * MR_I8_K4(K); }
+static float *mr_i8_scales(void *scratch, int64_t M, int64_t K) { return (float *)(void *)((uint8_t *)scratch + M * MR_I8_K4(K)); }
+static int32_t *mr_i8_zeros(void *scratch, int64_t M, int64_t K) { return (int32_t *)(void *)(mr_i8_scales(scratch, M, K) + M); }
+
+/* rint(v) for |v| <= 2^22, in the default rounding (to nearest even): adding and taking
+ * away 1.5 * 2^23 leaves the integer part, in plain float arithmetic every variant
+ * computes alike (and vectorizes). */
+static inline float mr_i8_rint(float v)
+{
+    const float magic = 12582912.0f;
+    volatile float t = v + magic; /* (no -ffast-math, but keep any compiler from folding it) */
+    return t - magic;
+}
+
+/*
+ * mr_i8_quantize_rows: rows [i0, i1) of the M x K matrix A into the scratch: lo = min(0,
+ * min x), hi = max(0, max x), scale = hi / 255 - lo / 255 (no overflow), zp =
+ * rint(-lo / scale), code = clamp(rint(x * (1 / scale)) + zp, 0, 255); the codes of k
+ * in [K, K4) are zp (B's rows there are zero). A row of zeros gets scale 0; a row with
+ * an infinity or a NaN gets scale NaN, so its outputs are NaN (as f32 would give NaN or
+ * infinities).
+ */
+void mr_i8_quantize_rows(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t i1,
+                         void *scratch)
+{
+    float *scales = mr_i8_scales(scratch, M, K);
+    int32_t *zeros = mr_i8_zeros(scratch, M, K);
+    int64_t i, k;
+    for (i = i0; i < i1; ++i) {
+        const float *x = A + i * a_rs;
+        uint8_t *q = mr_i8_codes(scratch, K, i);
+        float lo = 0.0f, hi = 0.0f, bad = 0.0f, scale, inv;
+        int32_t zp = 0;
+        for (k = 0; k < K; ++k) {
+            const float v = x[k * a_cs];
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            bad += v - v; /* NaN once any v is infinite or NaN */
+        }
+        scale = hi / 255.0f - lo / 255.0f;
+        if (bad != 0.0f || !(scale > 0.0f)) {
+            /* NaN or infinity: NaN outputs; zeros (or a range too small for a scale): zeros */
+            scales[i] = bad != 0.0f ? bad : 0.0f;
+            zeros[i] = 0;
+            memset(q, 0, (size_t)MR_I8_K4(K));
+            continue;
+        }
+        inv = 1.0f / scale;
+        zp = (int32_t)mr_i8_rint(-lo * inv);
+        zp = zp > 255 ? 255 : zp;
+        for (k = 0; k < K; ++k) {
+            const float c = mr_i8_rint(x[k * a_cs] * inv) + (float)zp;
+            q[k] = (uint8_t)(c < 0.0f ? 0.0f : c > 255.0f ? 255.0f : c);
+        }
+        for (; k < MR_I8_K4(K); ++k) q[k] = (uint8_t)zp;
+        scales[i] = scale;
+        zeros[i] = zp;
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Kernels: S[i][t] = sum_k a[i][k] * b[k][t] for i < rows, the panel's 32 columns      */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * Every kernel: rows (<= MR_I8_MR) rows of codes a (a_rs apart, quads 4-byte groups of
+ * k each) against one panel of B (quads of MR_I8_QUAD bytes: column t's k = 4q..4q+3 at
+ * q * MR_I8_QUAD + 4t), the int32 sums into S (rows of MR_PANEL). Sums wrap (they stay
+ * in range for K <= MR_I8_MAX_K).
+ */
+#if !defined(MR_AVX512) && !defined(MR_AVX2)
+static void mr_i8_panel_portable(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
+                                 int32_t S[MR_I8_MR][MR_PANEL])
+{
+    int64_t i, q;
+    int t, u;
+    for (i = 0; i < rows; ++i) {
+        uint32_t s[MR_PANEL] = {0};
+        for (q = 0; q < quads; ++q) {
+            const uint8_t *ai = a + i * a_rs + 4 * q;
+            const int8_t *bq = b + q * MR_I8_QUAD;
+            for (t = 0; t < MR_PANEL; ++t) {
+                for (u = 0; u < 4; ++u) s[t] += (uint32_t)((int32_t)ai[u] * (int32_t)bq[4 * t + u]);
+            }
+        }
+        for (t = 0; t < MR_PANEL; ++t) S[i][t] = (int32_t)s[t];
+    }
+}
+#endif
+
+#if defined(MR_AVX512) || defined(MR_AVX2)
+/* Four codes of A as one int32 (a broadcast's source). */
+static inline int32_t mr_i8_quad(const uint8_t *a)
+{
+    int32_t v;
+    memcpy(&v, a, sizeof v);
+    return v;
+}
+
+/* The variant's integer vector: 16 (AVX-512) or 8 (AVX2) int32 lanes. vpdpbusd is
+ * AVX-512 VNNI's at the AVX-512 width and AVX-VNNI's (the VEX form) at AVX2's; without
+ * it, vpmaddwd takes B's bytes widened to 16 bits (mr_vi_b16: 2 * MR_VI_LANES bytes, so
+ * MR_VI_LANES / 2 columns of 4 k) and a quad of A widened and repeated (mr_vi_a16). */
+#if defined(MR_AVX512)
+typedef __m512i mr_vi;
+#define MR_VI_LANES 16
+#define MR_I8_VNNI_TARGET __attribute__((target("avx512vnni")))
+#define mr_vi_zero _mm512_setzero_si512
+#define mr_vi_load(p) _mm512_loadu_si512((const void *)(p))
+#define mr_vi_store(p, v) _mm512_storeu_si512((void *)(p), (v))
+#define mr_vi_set1 _mm512_set1_epi32
+#define mr_vi_add _mm512_add_epi32
+#define mr_vi_madd _mm512_madd_epi16
+#define mr_vi_dpbusd(c, a, b) _mm512_dpbusd_epi32((c), (a), (b))
+#define mr_vi_b16(p) _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define mr_vi_a16(v) _mm512_set1_epi64((long long)_mm_cvtsi128_si64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(v))))
+#else
+typedef __m256i mr_vi;
+#define MR_VI_LANES 8
+#define MR_I8_VNNI_TARGET __attribute__((target("avxvnni")))
+#define mr_vi_zero _mm256_setzero_si256
+#define mr_vi_load(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define mr_vi_store(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
+#define mr_vi_set1 _mm256_set1_epi32
+#define mr_vi_add _mm256_add_epi32
+#define mr_vi_madd _mm256_madd_epi16
+#define mr_vi_dpbusd(c, a, b) _mm256_dpbusd_avx_epi32((c), (a), (b))
+#define mr_vi_b16(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define mr_vi_a16(v) _mm256_set1_epi64x((long long)_mm_cvtsi128_si64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(v))))
+#endif
+/* Columns a kernel pass covers: 2 vectors of MR_VI_LANES (AVX-512: the whole panel) */
+#define MR_I8_CH (2 * MR_VI_LANES)
+/* Rows a pass takes: AVX-512 8 x 32 sums in 16 accumulators (with vpmaddwd, whose
+ * accumulators hold half-sums, 4 x 32 in 16); AVX2 4 x 16 in 8 (2 x 16 in 8) */
+#if defined(MR_AVX512)
+#define MR_I8_VNNI_ROWS 8
+#define MR_I8_MADD_ROWS 4
+#else
+#define MR_I8_VNNI_ROWS 4
+#define MR_I8_MADD_ROWS 2
+#endif
+
+/* VNNI: R rows (a constant once inlined) by MR_I8_CH columns of the panel at b (already
+ * at the pass's first column): per quad B's two vectors, then per row one broadcast of
+ * its quad and two vpdpbusd. */
+MR_BODY MR_I8_VNNI_TARGET void mr_i8_vnni_body(const int R, int64_t quads, const uint8_t *a, int64_t a_rs,
+                                              const int8_t *b, int32_t *S)
+{
+    mr_vi c[MR_I8_VNNI_ROWS][2];
+    int64_t q;
+    int i;
+    for (i = 0; i < R; ++i) c[i][0] = c[i][1] = mr_vi_zero();
+    for (q = 0; q < quads; ++q) {
+        const mr_vi b0 = mr_vi_load(b + q * MR_I8_QUAD), b1 = mr_vi_load(b + q * MR_I8_QUAD + 4 * MR_VI_LANES);
+        for (i = 0; i < R; ++i) {
+            const mr_vi x = mr_vi_set1(mr_i8_quad(a + i * a_rs + 4 * q));
+            c[i][0] = mr_vi_dpbusd(c[i][0], x, b0);
+            c[i][1] = mr_vi_dpbusd(c[i][1], x, b1);
+        }
+    }
+    for (i = 0; i < R; ++i) {
+        mr_vi_store(S + i * MR_PANEL, c[i][0]);
+        mr_vi_store(S + i * MR_PANEL + MR_VI_LANES, c[i][1]);
+    }
+}
+
+/* vpmaddwd: R rows by MR_I8_CH columns in four vectors of half-sums (lane 2t: k = 4q,
+ * 4q + 1 of column t; lane 2t + 1: 4q + 2, 4q + 3), added in pairs at the end. */
+MR_BODY void mr_i8_madd_body(const int R, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b, int32_t *S)
+{
+    mr_vi c[MR_I8_MADD_ROWS][4];
+    int32_t half[4 * MR_VI_LANES];
+    int64_t q;
+    int i, v, t;
+    for (i = 0; i < R; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = mr_vi_zero();
+    for (q = 0; q < quads; ++q) {
+        mr_vi w[4];
+        for (v = 0; v < 4; ++v) w[v] = mr_vi_b16(b + q * MR_I8_QUAD + v * 2 * MR_VI_LANES);
+        for (i = 0; i < R; ++i) {
+            const mr_vi x = mr_vi_a16(mr_i8_quad(a + i * a_rs + 4 * q));
+            for (v = 0; v < 4; ++v) c[i][v] = mr_vi_add(c[i][v], mr_vi_madd(x, w[v]));
+        }
+    }
+    for (i = 0; i < R; ++i) {
+        for (v = 0; v < 4; ++v) mr_vi_store(half + v * MR_VI_LANES, c[i][v]);
+        for (t = 0; t < MR_I8_CH; ++t) S[i * MR_PANEL + t] = (int32_t)((uint32_t)half[2 * t] + (uint32_t)half[2 * t + 1]);
+    }
+}
+
+/* The passes over a sliver and a panel: rows in groups of the body's R (each count a
+ * constant, R at most 8), columns in passes of MR_I8_CH. */
+#define MR_I8_ROWS_CASE(body, R, n) \
+    case n: body((R) > (n) ? (n) : (R), quads, a_, a_rs, b_, s_); break;
+#define MR_I8_PASSES(body, R)                                                  \
+    {                                                                          \
+        int64_t i0_, c0_;                                                      \
+        for (i0_ = 0; i0_ < rows; i0_ += (R)) {                                \
+            for (c0_ = 0; c0_ < MR_PANEL; c0_ += MR_I8_CH) {                   \
+                const uint8_t *a_ = a + i0_ * a_rs;                            \
+                const int8_t *b_ = b + 4 * c0_;                                \
+                int32_t *s_ = S[i0_] + c0_;                                    \
+                switch (mr_min_i64((R), rows - i0_)) {                         \
+                MR_I8_ROWS_CASE(body, R, 1) MR_I8_ROWS_CASE(body, R, 2)        \
+                MR_I8_ROWS_CASE(body, R, 3) MR_I8_ROWS_CASE(body, R, 4)        \
+                MR_I8_ROWS_CASE(body, R, 5) MR_I8_ROWS_CASE(body, R, 6)        \
+                MR_I8_ROWS_CASE(body, R, 7)                                    \
+                default: body((R), quads, a_, a_rs, b_, s_); break;            \
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+    }
+MR_KERNEL MR_I8_VNNI_TARGET static void mr_i8_panel_vnni(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs,
+                                                         const int8_t *b, int32_t S[MR_I8_MR][MR_PANEL])
+MR_I8_PASSES(mr_i8_vnni_body, MR_I8_VNNI_ROWS)
+
+MR_KERNEL static void mr_i8_panel_madd(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
+                                       int32_t S[MR_I8_MR][MR_PANEL])
+MR_I8_PASSES(mr_i8_madd_body, MR_I8_MADD_ROWS)
+#endif
+
+/* The int8 set this variant runs on this CPU (mr_int8_name's answer, and the driver's
+ * kernel): VNNI where the CPU has it at the variant's width and MR_INT8 does not say
+ * "madd" (mr_dispatch.c's mr_i8_vnni), else vpmaddwd; the portable loops elsewhere. */
+#if defined(MR_AVX512)
+static int mr_i8_use_vnni(void) { return mr_i8_vnni(1); }
+const char *mr_int8_name(void) { return mr_i8_use_vnni() ? "avx512vnni" : "avx512bw"; }
+#elif defined(MR_AVX2)
+static int mr_i8_use_vnni(void) { return mr_i8_vnni(0); }
+const char *mr_int8_name(void) { return mr_i8_use_vnni() ? "avxvnni" : "avx2"; }
+#else
+static int mr_i8_use_vnni(void) { return 0; }
+const char *mr_int8_name(void) { return "generic"; }
+#endif
+
+/* One sliver against one panel with this variant's kernel. */
+static void mr_i8_panel(int vnni, int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
+                        int32_t S[MR_I8_MR][MR_PANEL])
+{
+#if defined(MR_AVX512) || defined(MR_AVX2)
+    if (vnni) {
+        mr_i8_panel_vnni(rows, quads, a, a_rs, b, S);
+    } else {
+        mr_i8_panel_madd(rows, quads, a, a_rs, b, S);
+    }
+#else
+    (void)vnni;
+    mr_i8_panel_portable(rows, quads, a, a_rs, b, S);
+#endif
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* The driver                                                                           */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_gemm_i8_cols: columns [j0, j0 + n) of mr_gemm_i8_mt's product (j0 a multiple of
+ * MR_PANEL; C at column j0), A already quantized into the scratch (all M rows). Rows in
+ * blocks that stay in L2 with a panel, then per panel the slivers of the block, each
+ * sliver's sums over all of K in registers, then scaled into C.
+ */
+void mr_gemm_i8_cols(int64_t M, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0, int64_t n, float beta,
+                     float *C, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epi_at *at)
+{
+    const int64_t K4 = MR_I8_K4(K), P = (N + MR_PANEL - 1) / MR_PANEL, quads = K4 / 4;
+    const float *sw = (const float *)Bq;
+    const int32_t *colsum = (const int32_t *)Bq + P * MR_PANEL;
+    const int8_t *codes = (const int8_t *)Bq + 8 * P * MR_PANEL;
+    const float *sa = mr_i8_scales(scratch, M, K);
+    const int32_t *zp = mr_i8_zeros(scratch, M, K);
+    const int vnni = mr_i8_use_vnni();
+    const int64_t l2 = mr_l2_bytes() > 0 ? mr_l2_bytes() : 1024 * 1024;
+    const int64_t mc = mr_max_i64(MR_I8_MR, (l2 / 2 / K4) / MR_I8_MR * MR_I8_MR);
+    int32_t S[MR_I8_MR][MR_PANEL];
+    int64_t ib, p, i0, i, t;
+    for (ib = 0; ib < M; ib += mc) {
+        const int64_t ie = mr_min_i64(M, ib + mc);
+        for (p = j0 / MR_PANEL; p * MR_PANEL < j0 + n; ++p) {
+            const int64_t c0 = mr_max_i64(j0, p * MR_PANEL) - p * MR_PANEL;
+            const int64_t c1 = mr_min_i64(j0 + n, p * MR_PANEL + MR_PANEL) - p * MR_PANEL;
+            for (i0 = ib; i0 < ie; i0 += MR_I8_MR) {
+                const int64_t rows = mr_min_i64(MR_I8_MR, ie - i0);
+                mr_i8_panel(vnni, rows, quads, mr_i8_codes(scratch, K, i0), K4, codes + p * K4 * MR_PANEL, S);
+                for (i = 0; i < rows; ++i) {
+                    const float as = alpha * sa[i0 + i];
+                    const uint32_t z = (uint32_t)zp[i0 + i];
+                    float *c = C + (i0 + i) * c_rs + (p * MR_PANEL - j0) * c_cs;
+                    for (t = c0; t < c1; ++t) {
+                        const int64_t j = p * MR_PANEL + t;
+                        /* the sum of (a - zp) * b, exact (wrapping arithmetic, in range) */
+                        const int32_t d = (int32_t)((uint32_t)S[i][t] - z * (uint32_t)colsum[j]);
+                        const float v = as * sw[j] * (float)d;
+                        c[t * c_cs] = beta == 0.0f ? v : MR_MADD(beta, c[t * c_cs], v);
+                    }
+                }
+            }
+        }
+    }
+    mr_epi_call(at, 0, M, 0, n);
+}
