@@ -39,14 +39,14 @@ fn a_chain_of_20000_elementwise_nodes_compiles_into_fused_kernels_in_place() {
     let (report, source) = compile(Kind::Chain, 20_000, false);
     // At most 64 expression nodes per kernel: 20,000 ops (and the input's loads) fuse
     // into 488 loops, each writing over the last one's buffer.
-    assert_eq!(report, "wrote DIR/out (23 files)\nkernels: 488\nweights: 0 bytes\narena: 128 bytes (peak live 128 bytes, ratio 1.000)\n");
+    assert_eq!(report, "wrote DIR/out (24 files)\nkernels: 488\nweights: 0 bytes\narena: 128 bytes (peak live 128 bytes, ratio 1.000)\n");
     assert!(source.contains("submodels.m_19999 (Multiply)"));
 }
 
 #[test]
 fn ten_thousand_products_summed_pairwise_compile_with_the_arena_at_the_bound() {
     let (report, _) = compile(Kind::Wide, 20_000, false);
-    assert_eq!(report, "wrote DIR/out (23 files)\nkernels: 646\nweights: 0 bytes\narena: 8,064 bytes (peak live 8,064 bytes, ratio 1.000)\n");
+    assert_eq!(report, "wrote DIR/out (24 files)\nkernels: 646\nweights: 0 bytes\narena: 8,064 bytes (peak live 8,064 bytes, ratio 1.000)\n");
 }
 
 #[test]
@@ -57,7 +57,7 @@ fn a_backward_pass_through_2000_linear_layers_keeps_its_arena_at_the_bound() {
     assert!(source.contains("big_backward("), "no backward pass");
     assert_eq!(
         report,
-        "wrote DIR/out (23 files)\nkernels: 2000\nweights: 640,000 bytes\narena: 256 bytes (peak live 256 bytes, ratio 1.000)\n\
+        "wrote DIR/out (24 files)\nkernels: 2000\nweights: 640,000 bytes\narena: 256 bytes (peak live 256 bytes, ratio 1.000)\n\
          backward pass:\nkernels: 10001\nweights: 640,000 bytes\narena: 512,256 bytes (peak live 512,256 bytes, ratio 1.000)\n"
     );
 }
