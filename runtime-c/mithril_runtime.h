@@ -223,6 +223,9 @@ void mr_sgemm_panels(int64_t M, int64_t N, int64_t K, float alpha,
  * must be aligned as a float (4 bytes), and it is read, never written.
  */
 enum { MR_F32 = 0, MR_F16 = 1, MR_BF16 = 2, MR_Q8_0 = 3 };
+/* (MR_INT8: mr_gemm_i8_mt's B, int8 panels with a scale per column, below; not a
+ * sequence form: MR_STORED_BYTES and mr_dequantize do not take it) */
+enum { MR_INT8 = 4 };
 #define MR_STORED_BYTES(type, n)                                                                   \
     ((type) == MR_F32 ? 4 * (int64_t)(n) : (type) == MR_Q8_0 ? 4 * (((int64_t)(n) + 31) / 32) + (int64_t)(n) \
                                                              : 2 * (int64_t)(n))
@@ -408,7 +411,7 @@ void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64
                           const float *A, int64_t a_rs, int64_t a_cs, const void *Bp, int btype,
                           float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
 /*
- * int8 products (mithrilc's --quantize i8): mr_gemm_i8_mt computes
+ * int8 products (mithrilc's --quantize int8): mr_gemm_i8_mt computes
  *   C = alpha * A B + beta * C   (beta == 0: C is written, not read)
  * for an f32 A (M x K, strides a_rs, a_cs) and a B (K x N) stored as int8 with one
  * scale per column, by quantizing A's rows on the fly and multiplying in int8 with

@@ -1,5 +1,5 @@
 /*
- * mr_gemm_i8.c -- int8 products (mithril_runtime.h's mr_gemm_i8_mt, --quantize i8): the
+ * mr_gemm_i8.c -- int8 products (mithril_runtime.h's mr_gemm_i8_mt, mithrilc's --quantize int8): the
  * rows of A quantized on the fly, one scale and zero point per row, against a B stored
  * with one scale per column, multiplied in int8 with int32 sums.
  *

@@ -270,7 +270,7 @@ pub fn check_gemm(target: &dyn Backend, gemm: Gemm) -> Result<()> {
 }
 
 /// How the weights of matrix products and convolutions are stored (`--quantize`); the
-/// products compute in f32 whatever this says. Each target says which it takes
+/// products compute in f32, but for `int8`'s. Each target says which it takes
 /// ([`Backend::quantizations`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Quantize {
@@ -287,6 +287,8 @@ pub enum Quantize {
     /// In 4-bit blocks of 32 with an f16 scale (ggml's q4_0)
     #[value(name = "q4_0")]
     Q4_0,
+    /// Int8 products (c): matrix products' weights int8 with a scale per output column, their inputs quantized per row as they run, int8 multiply-adds; other weights as q8_0
+    Int8,
 }
 
 impl Quantize {
@@ -298,6 +300,7 @@ impl Quantize {
             Quantize::Bf16 => "bf16",
             Quantize::Q8_0 => "q8_0",
             Quantize::Q4_0 => "q4_0",
+            Quantize::Int8 => "int8",
         }
     }
 }

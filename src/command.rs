@@ -171,8 +171,9 @@ enum Command {
         #[arg(long, value_enum, value_name = "TYPE")]
         accumulate: Option<Accumulate>,
         /// How a compiled target stores the weights of matrix products and convolutions
-        /// (computing in f32): c takes f16, bf16, q8_0; ggml also q4_0. With --check, the
-        /// difference from the interpreter is the narrowing's error
+        /// (computing in f32): c takes f16, bf16, q8_0, and int8 (int8 products); ggml
+        /// f16, bf16, q8_0, q4_0. With --check, the difference from the interpreter is the
+        /// narrowing's error
         #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
         quantize: Quantize,
         /// Refused unless this machine's: compile --triple cross-builds
@@ -266,8 +267,9 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         gpu: Option<String>,
         /// How the weights of matrix products and convolutions are stored, computing in
-        /// f32: c takes f16, bf16 and q8_0 (docs/c.md), ggml f16, bf16, q8_0 and q4_0
-        /// (docs/ggml.md); other targets f32 only. Not with --grad
+        /// f32: c takes f16, bf16 and q8_0, and int8, whose matrix products multiply in
+        /// int8 (docs/c.md); ggml f16, bf16, q8_0 and q4_0 (docs/ggml.md); other targets
+        /// f32 only. Not with --grad
         #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
         quantize: Quantize,
         /// Build without the build cache (so does MITHRILC_NO_CACHE=1; see mithrilc cache)

@@ -1,5 +1,6 @@
 //! `--quantize` on the C target (weights of matrix products and convolutions stored as
-//! f16, bf16 or q8_0 in `weights.bin`, computed in f32):
+//! f16, bf16 or q8_0 in `weights.bin`, computed in f32; or int8, whose products
+//! multiply in int8, their inputs quantized as they run):
 //! - every bench model at batch 1, built once per type (the runtime compiled once for
 //!   all: `common::c_build`), against the f32 interpreter within a tolerance per type,
 //!   relative to each output's largest magnitude; the measured errors are printed; and
@@ -41,8 +42,9 @@ fn bench_cases() -> Option<Vec<Case>> {
 
 /// The largest error each type may make, as a fraction of an output's largest
 /// magnitude: measured on the bench models at batch 1 (the largest of the four, as this
-/// test prints: f16 4.8e-4, bf16 4.4e-3, q8_0 1.22e-2, each mlp's) with 1.6-2x headroom.
-const TOLERANCES: [(Stored, f64); 3] = [(Stored::F16, 1e-3), (Stored::Bf16, 8e-3), (Stored::Q8_0, 2e-2)];
+/// test prints: f16 4.8e-4, bf16 4.4e-3, q8_0 1.22e-2, each mlp's; int8 2.31e-2, mlp's,
+/// its products' inputs quantized too) with 1.6-2x headroom.
+const TOLERANCES: [(Stored, f64); 4] = [(Stored::F16, 1e-3), (Stored::Bf16, 8e-3), (Stored::Q8_0, 2e-2), (Stored::Int8, 4e-2)];
 
 #[test]
 fn bench_models_with_narrow_weights_stay_within_their_tolerance() {
@@ -63,6 +65,7 @@ fn bench_models_with_narrow_weights_stay_within_their_tolerance() {
         let quantize = match stored {
             Stored::F16 => Quantize::F16,
             Stored::Bf16 => Quantize::Bf16,
+            Stored::Int8 => Quantize::Int8,
             _ => Quantize::Q8_0,
         };
         let jit = {
@@ -79,7 +82,7 @@ fn bench_models_with_narrow_weights_stay_within_their_tolerance() {
     let mut measured = measured.into_inner().unwrap();
     measured.sort();
     println!("{}", measured.join("\n"));
-    assert_eq!(measured.len(), 12, "every bench model in every type");
+    assert_eq!(measured.len(), 16, "every bench model in every type");
     assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -93,7 +96,9 @@ fn blob(case: &Case, quantize: Quantize) -> (Vec<u8>, serde_json::Value) {
 }
 
 /// f16 and bf16 take half the bytes of f32, q8_0 4 per block of 32 and 1 per element
-/// (0.28125 of f32): the whole blob a little more (biases, norms stay f32; alignment).
+/// (0.28125 of f32), int8 1 per element and 8 per column (a scale and a sum) of the
+/// products' weights, q8_0's for the others: the whole blob a little more (biases,
+/// norms stay f32; alignment).
 /// Two compiles write the same bytes, and each type other ones.
 #[test]
 fn narrow_blobs_are_smaller_and_deterministic() {
@@ -102,7 +107,7 @@ fn narrow_blobs_are_smaller_and_deterministic() {
         let (wide, sizes) = blob(case, Quantize::F32);
         assert_eq!(sizes.get("weights_f32_bytes"), None, "{}", case.label);
         let mut seen = vec![wide.clone()];
-        for (quantize, lo, hi) in [(Quantize::F16, 0.5, 0.505), (Quantize::Bf16, 0.5, 0.505), (Quantize::Q8_0, 0.28125, 0.2875)] {
+        for (quantize, lo, hi) in [(Quantize::F16, 0.5, 0.505), (Quantize::Bf16, 0.5, 0.505), (Quantize::Q8_0, 0.28125, 0.2875), (Quantize::Int8, 0.25, 0.2875)] {
             let (narrow, sizes) = blob(case, quantize);
             let ratio = narrow.len() as f64 / wide.len() as f64;
             println!("{} in {}: {} bytes, {ratio:.4} of f32's {}", case.label, quantize.name(), narrow.len(), wide.len());
@@ -133,7 +138,7 @@ fn quantize_usage_errors_say_why() {
     let (model, data) = (example("mlp.json"), example("data.npz"));
     let compile = |extra: &[&str]| mithrilc(&[&["compile", &model, "--params", &data, "-o", "out", "--emit", "source"], extra].concat(), tmp.path());
     let cases: [(&[&str], &str); 4] = [
-        (&["--target", "c", "--quantize", "q4_0"], "error: --quantize q4_0: the c target stores its weights as f32, f16, bf16, q8_0\n"),
+        (&["--target", "c", "--quantize", "q4_0"], "error: --quantize q4_0: the c target stores its weights as f32, f16, bf16, q8_0, int8\n"),
         (&["--target", "metal", "--quantize", "f16"], "error: --quantize f16: the metal target stores its weights as f32\n"),
         (
             &["--target", "c", "--quantize", "q8_0", "--grad"],

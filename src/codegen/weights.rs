@@ -28,14 +28,14 @@ pub fn weights_blob(p: &Program, values: &BTreeMap<String, RawTensor>) -> Result
         let b = &p.buffers[port.buf.0];
         let Storage::Weight { offset } = b.storage else { return Err(Error::internal(format!("weight {name} is not in the blob"))) };
         let stored = stored_values(t, port.layout);
-        let bytes = port.stored.bytes(stored.len() as u64, b.dtype).and_then(|n| n.checked_add(offset)).and_then(|end| usize::try_from(end).ok());
+        let bytes = port.stored_bytes(stored.len() as u64, b.dtype).and_then(|n| n.checked_add(offset)).and_then(|end| usize::try_from(end).ok());
         let Some(slot) = bytes.and_then(|end| blob.get_mut(offset as usize..end)) else {
             return Err(Error::internal(format!("weight {name} does not fit the blob")));
         };
         match port.stored {
             Stored::F32 if port.layout == Layout::RowMajor && t.dtype == b.dtype => slot.copy_from_slice(t.bytes()),
             Stored::F32 => write_elements(stored, b.dtype, slot),
-            narrowed => narrow(stored, narrowed, slot),
+            narrowed => narrow(stored, narrowed, depth(port), slot),
         }
         t.release();
     }
@@ -90,11 +90,11 @@ pub fn blob_values(p: &Program, blob: &[u8]) -> Result<Vec<(String, Tensor)>> {
         // Element i stored as i + 1; the layout's padding stays 0.
         let numbers = RawTensor::from_tensor(&Tensor { dtype: Dtype::F64, shape: port.shape.clone(), data: (1..=n).map(|i| i as f64).collect() });
         let order: Vec<f64> = stored_values(&numbers, port.layout).collect();
-        let end = port.stored.bytes(order.len() as u64, b.dtype).and_then(|n| n.checked_add(offset)).and_then(|end| usize::try_from(end).ok());
+        let end = port.stored_bytes(order.len() as u64, b.dtype).and_then(|n| n.checked_add(offset)).and_then(|end| usize::try_from(end).ok());
         let slot = end.and_then(|end| blob.get(offset as usize..end));
         let stored = slot.and_then(|slot| match port.stored {
             Stored::F32 => read_elements(slot, b.dtype),
-            narrowed => widen(slot, narrowed, order.len()),
+            narrowed => widen(slot, narrowed, depth(port), order.len()),
         });
         let stored = stored.filter(|s| s.len() == order.len());
         let Some(stored) = stored else { return Err(Error::internal(format!("weight {name} does not fill its place in the blob"))) };
@@ -128,14 +128,21 @@ fn read_elements(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
     RawTensor::owned(dtype, vec![numel as u64], bytes.to_vec()).map(|t| t.values().collect())
 }
 
+/// The rows of a weight's stored matrix that [`Stored::Int8`] needs (the operand `[K,
+/// N]` of a weight `[N, K]` in panels: its K); the sequence forms need none.
+fn depth(port: &crate::lower::Port) -> usize {
+    port.shape.get(1).map_or(0, |&k| k as usize)
+}
+
 /// Writes `values` (f32 elements, in the order a layout stores them) into `out` narrowed
-/// to `stored` (`mithril_runtime.h`'s `MR_F16`, `MR_BF16`, `MR_Q8_0`): each value
-/// rounded to f32 first, then to nearest even for f16 and bf16; for q8_0, blocks of 32
-/// consecutive elements (the last may be shorter), `ceil(n / 32)` f32 scales `max|x| /
-/// 127` and then one byte per element, `x / scale` rounded half away from zero and
-/// clamped to [-127, 127] (0 for a block of zeros). `out` holds exactly
-/// [`Stored::bytes`] of them.
-pub fn narrow(values: impl ExactSizeIterator<Item = f64>, stored: Stored, out: &mut [u8]) {
+/// to `stored` (`mithril_runtime.h`'s `MR_F16`, `MR_BF16`, `MR_Q8_0`, `MR_INT8`): each
+/// value rounded to f32 first, then to nearest even for f16 and bf16; for q8_0, blocks
+/// of 32 consecutive elements (the last may be shorter), `ceil(n / 32)` f32 scales
+/// `max|x| / 127` and then one byte per element, `x / scale` rounded half away from zero
+/// and clamped to [-127, 127] (0 for a block of zeros); for int8, `values` are the
+/// panels of a `[depth, N]` operand ([`narrow_int8`]). `out` holds exactly the bytes
+/// they take ([`Stored::bytes`], [`crate::lower::int8_panels_bytes`]).
+pub fn narrow(values: impl ExactSizeIterator<Item = f64>, stored: Stored, depth: usize, out: &mut [u8]) {
     let values = values.map(|x| x as f32);
     match stored {
         Stored::F32 => write_elements(values.map(f64::from), Dtype::F32, out),
@@ -148,18 +155,67 @@ pub fn narrow(values: impl ExactSizeIterator<Item = f64>, stored: Stored, out: &
                 let d = block.iter().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
                 scale.copy_from_slice(&d.to_le_bytes());
                 for (x, q) in block.iter().zip(code) {
-                    let r = if d == 0.0 { 0.0 } else { (x / d).round().clamp(-127.0, 127.0) };
-                    *q = (r as i8) as u8;
+                    *q = (q8_code(*x, d) as i8) as u8;
                 }
             }
         }
+        Stored::Int8 => narrow_int8(&values.collect::<Vec<f32>>(), depth, out),
+    }
+}
+
+/// `x / scale` rounded half away from zero and clamped to [-127, 127]; 0 where the
+/// scale is 0 (q8_0's blocks, int8's columns).
+fn q8_code(x: f32, scale: f32) -> i32 {
+    if scale == 0.0 {
+        0
+    } else {
+        (x / scale).round().clamp(-127.0, 127.0) as i32
+    }
+}
+
+/// Where column `t` of panel `p`, row `k`, of a `[K, N]` operand (K rounded up to `k4`)
+/// has its code among [`Stored::Int8`]'s codes: quads of 4 consecutive k per column
+/// (`mithril_runtime.h`'s `mr_gemm_i8_mt`).
+fn int8_code_at(p: usize, t: usize, k: usize, k4: usize) -> usize {
+    let panel = crate::lower::PANEL as usize;
+    p * k4 * panel + k / 4 * 4 * panel + t * 4 + k % 4
+}
+
+/// [`Stored::Int8`]: the panels of a `[k, N]` operand (`values` in their order, `k` rows
+/// of `PANEL` each) as, for each of their columns, a scale `max|x| / 127` (f32), the sum
+/// of its codes (i32), then the codes (q8_0's rounding) in quads of 4 consecutive k,
+/// zero past k.
+fn narrow_int8(values: &[f32], k: usize, out: &mut [u8]) {
+    let panel = crate::lower::PANEL as usize;
+    let cols = values.len() / k.max(1);
+    let k4 = k.next_multiple_of(4);
+    let (scales, rest) = out.split_at_mut(cols * 4);
+    let (sums, codes) = rest.split_at_mut(cols * 4);
+    codes.fill(0);
+    for c in 0..cols {
+        let (p, t) = (c / panel, c % panel);
+        let column = (0..k).map(|r| values[(p * k + r) * panel + t]);
+        let d = column.clone().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
+        let mut sum = 0i32;
+        for (r, x) in column.enumerate() {
+            let q = q8_code(x, d);
+            codes[int8_code_at(p, t, r, k4)] = (q as i8) as u8;
+            sum += q;
+        }
+        scales[c * 4..c * 4 + 4].copy_from_slice(&d.to_le_bytes());
+        sums[c * 4..c * 4 + 4].copy_from_slice(&sum.to_le_bytes());
     }
 }
 
 /// The `n` f32 values stored narrow in `bytes` as [`narrow`] writes them (what
-/// `mr_dequantize` gives); `None` when `bytes` is not their size.
-pub fn widen(bytes: &[u8], stored: Stored, n: usize) -> Option<Vec<f64>> {
-    if stored.bytes(n as u64, Dtype::F32) != Some(bytes.len() as u64) {
+/// `mr_dequantize` gives, or for int8 the scale times the code); `None` when `bytes` is
+/// not their size.
+pub fn widen(bytes: &[u8], stored: Stored, depth: usize, n: usize) -> Option<Vec<f64>> {
+    let size = match stored {
+        Stored::Int8 => crate::lower::int8_panels_bytes(depth as u64, (n / depth.max(1)) as u64),
+        _ => stored.bytes(n as u64, Dtype::F32),
+    };
+    if size != Some(bytes.len() as u64) || (stored == Stored::Int8 && n % depth.max(1) != 0) {
         return None;
     }
     match stored {
@@ -170,6 +226,19 @@ pub fn widen(bytes: &[u8], stored: Stored, n: usize) -> Option<Vec<f64>> {
             let (scales, codes) = bytes.split_at(n.div_ceil(Q8_BLOCK as usize) * 4);
             let scale = |e: usize| f32::from_le_bytes([0, 1, 2, 3].map(|i| scales[e / Q8_BLOCK as usize * 4 + i]));
             Some(codes.iter().enumerate().map(|(e, &q)| f64::from(scale(e) * f32::from(q as i8))).collect())
+        }
+        Stored::Int8 => {
+            let panel = crate::lower::PANEL as usize;
+            let (k, k4) = (depth, depth.next_multiple_of(4));
+            let cols = n / k.max(1);
+            let codes = &bytes[cols * 8..];
+            let value = |e: usize| {
+                let (p, r, t) = (e / (k * panel), e / panel % k, e % panel);
+                let c = p * panel + t;
+                let scale = f32::from_le_bytes([0, 1, 2, 3].map(|i| bytes[c * 4 + i]));
+                f64::from(scale * f32::from(codes[int8_code_at(p, t, r, k4)] as i8))
+            };
+            Some((0..n).map(value).collect())
         }
     }
 }
@@ -252,28 +321,66 @@ mod tests {
         values[32..].copy_from_slice(&[0.5, -0.25]);
         let mut out = vec![0u8; Stored::Q8_0.bytes(34, Dtype::F32).unwrap() as usize];
         assert_eq!(out.len(), 4 * 2 + 34);
-        narrow(values.iter().copied(), Stored::Q8_0, &mut out);
+        narrow(values.iter().copied(), Stored::Q8_0, 0, &mut out);
         assert_eq!(f32::from_le_bytes(out[0..4].try_into().unwrap()), 1.0);
         assert_eq!(f32::from_le_bytes(out[4..8].try_into().unwrap()), 0.5 / 127.0);
         assert_eq!(out[8..12].iter().map(|&b| b as i8).collect::<Vec<_>>(), [127, -64, 2, -3]);
         assert!(out[12..40].iter().all(|&b| b == 0));
         assert_eq!(out[40..].iter().map(|&b| b as i8).collect::<Vec<_>>(), [127, -64]);
-        let back = widen(&out, Stored::Q8_0, 34).unwrap();
+        let back = widen(&out, Stored::Q8_0, 0, 34).unwrap();
         assert_eq!(back[..4], [127.0, -64.0, 2.0, -3.0]);
         assert_eq!(back[32], f64::from(0.5f32 / 127.0 * 127.0));
         let mut zeros = vec![0u8; 4 + 3];
-        narrow([0.0; 3].into_iter(), Stored::Q8_0, &mut zeros);
+        narrow([0.0; 3].into_iter(), Stored::Q8_0, 0, &mut zeros);
         assert_eq!(zeros, [0; 7]);
         // f16 and bf16 round to nearest even (1 + 2^-11 is a tie in f16, 1 + 2^-8 in bf16)
         // and overflow to infinity; widen gives the narrow value.
         for (stored, tie, big) in [(Stored::F16, 1.0 + 2f64.powi(-11), 1e5), (Stored::Bf16, 1.0 + 2f64.powi(-8), 1e39)] {
             let mut out = vec![0u8; 6];
-            narrow([tie, -1.5, big].into_iter(), stored, &mut out);
-            let back = widen(&out, stored, 3).unwrap();
+            narrow([tie, -1.5, big].into_iter(), stored, 0, &mut out);
+            let back = widen(&out, stored, 0, 3).unwrap();
             assert_eq!(back[..2], [1.0, -1.5], "{stored:?}");
             assert!(back[2].is_infinite() || stored == Stored::Bf16 && big as f32 == f32::INFINITY, "{stored:?}: {}", back[2]);
         }
-        assert_eq!(widen(&[0; 5], Stored::F16, 3), None);
+        assert_eq!(widen(&[0; 5], Stored::F16, 0, 3), None);
+    }
+
+    /// int8's panels: per column a scale `max|x| / 127` and the sum of the codes, the codes
+    /// in quads of 4 consecutive k (zero past K and in padding columns); widening gives
+    /// each element as scale times code, within half a step of its value.
+    #[test]
+    fn int8_panels_hold_column_scales_sums_and_quads_of_codes() {
+        // the operand [5, 33] of a weight [33, 5]: 2 panels of 32 columns, K rounded to 8
+        let (k, n, panel) = (5usize, 33usize, crate::lower::PANEL as usize);
+        let value = |r: usize, j: usize| if j == 1 || j >= n { 0.0 } else { (r as f64 - 2.0) * (j as f64 + 1.0) / 4.0 };
+        let values: Vec<f64> = (0..2 * k * panel).map(|e| value(e / panel % k, e / (k * panel) * panel + e % panel)).collect();
+        let mut out = vec![0xAAu8; crate::lower::int8_panels_bytes(k as u64, n as u64).unwrap() as usize];
+        assert_eq!(out.len(), 64 * (8 + 8));
+        narrow(values.iter().copied(), Stored::Int8, k, &mut out);
+        let f32_at = |i: usize| f32::from_le_bytes(out[i..i + 4].try_into().unwrap());
+        let i32_at = |i: usize| i32::from_le_bytes(out[i..i + 4].try_into().unwrap());
+        let code = |p: usize, t: usize, r: usize| out[64 * 8 + int8_code_at(p, t, r, 8)] as i8;
+        // column 0: (r - 2) / 4, scale 0.5 / 127; -0.25 is -63.5 steps, rounded away from 0
+        assert_eq!(f32_at(0), 0.5f32 / 127.0);
+        assert_eq!((0..8).map(|r| code(0, 0, r)).collect::<Vec<_>>(), [-127, -64, 0, 64, 127, 0, 0, 0]);
+        assert_eq!(i32_at(64 * 4), 0);
+        // column 3: (r - 2), scale 2 / 127, codes sum to 0; column 1 and the padding: zero
+        assert_eq!((f32_at(12), i32_at(64 * 4 + 12)), (2.0f32 / 127.0, 0));
+        assert_eq!((0..5).map(|r| code(0, 3, r)).collect::<Vec<_>>(), [-127, -64, 0, 64, 127]);
+        for (p, t) in [(0, 1), (1, 1), (1, 31)] {
+            assert_eq!(f32_at(4 * (p * 32 + t)), 0.0);
+            assert!((0..8).all(|r| code(p, t, r) == 0), "column {t} of panel {p}");
+        }
+        // column 32 (panel 1, column 0): 33 (r - 2) / 4, its own scale
+        assert_eq!(f32_at(4 * 32), 33.0 * 0.5f32 / 127.0);
+        assert_eq!(code(1, 0, 4), 127);
+        let back = widen(&out, Stored::Int8, k, values.len()).unwrap();
+        for (e, (&got, &want)) in back.iter().zip(&values).enumerate() {
+            let step = f64::from(f32_at(4 * (e / (k * panel) * panel + e % panel)));
+            assert!((got - want).abs() <= step / 2.0 + 1e-6 * want.abs(), "element {e}: {got} for {want}");
+        }
+        assert_eq!(widen(&out[1..], Stored::Int8, k, values.len()), None);
+        assert_eq!(widen(&out, Stored::Int8, k, values.len() - 1), None);
     }
 
     /// A program whose weights `--quantize q8_0` narrowed: the blob holds them narrow at

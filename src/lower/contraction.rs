@@ -53,7 +53,7 @@ impl Lowerer<'_> {
         let c = View::contiguous(buf, &full);
         let by_library = self.library.gemm.contains(&dtype) && [arg(0), arg(1)].iter().all(|&x| self.graph.ty(x).dtype == dtype);
         let kernel = if by_library {
-            Kernel::Gemm { a, b, c, epilogue: None }
+            Kernel::Gemm { a, b, c, epilogue: None, scratch: None }
         } else {
             // c[batch..., i, j] = Σ_l a[batch..., i, l] * b[batch..., l, j], as loops
             // over [batch..., i, j, l] (the domain a `Gemm` has).

@@ -291,7 +291,8 @@ impl Cursor<'_> {
                 let a = self.view()?;
                 self.expect(", ")?;
                 let b = self.view()?;
-                Kernel::Gemm { a, b, c: out, epilogue: self.epilogue()? }
+                let scratch = if self.eat(" int8, scratch ") { Some(self.view()?) } else { None };
+                Kernel::Gemm { a, b, c: out, epilogue: self.epilogue()?, scratch }
             }
             "conv" => {
                 let x = self.view()?;

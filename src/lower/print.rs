@@ -151,7 +151,14 @@ pub fn kernel(p: &Program, k: &Kernel) -> String {
             format!("{} = {} over [{}] {}{scale}", view(p, out), kind.name(), dims(reduced), expr(p, e))
         }
         Kernel::ArgReduce { out, reduced, kind, expr: e } => format!("{} = {} over [{reduced}] {}", view(p, out), kind.name(), expr(p, e)),
-        Kernel::Gemm { a, b, c, epilogue: ep } => format!("{} = gemm {}, {}{}", view(p, c), view(p, a), view(p, b), epilogue(p, ep)),
+        Kernel::Gemm { a, b, c, epilogue: ep, scratch } => format!(
+            "{} = gemm {}, {}{}{}",
+            view(p, c),
+            view(p, a),
+            view(p, b),
+            scratch.as_ref().map_or(String::new(), |s| format!(" int8, scratch {}", view(p, s))),
+            epilogue(p, ep)
+        ),
         Kernel::Conv { x, w, out, attrs, epilogue: ep, scratch } => format!(
             "{} = conv {}, {} {{stride = {:?}, padding = {:?}, dilation = {:?}, groups = {}}}{}{}",
             view(p, out),

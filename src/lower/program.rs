@@ -254,11 +254,12 @@ impl Hash for Kernel {
                 kind.hash(h);
                 expr.hash(h);
             }
-            Kernel::Gemm { a, b, c, epilogue } => {
+            Kernel::Gemm { a, b, c, epilogue, scratch } => {
                 a.hash(h);
                 b.hash(h);
                 c.hash(h);
                 epilogue.hash(h);
+                scratch.hash(h);
             }
             Kernel::Conv { x, w, out, attrs, epilogue, scratch } => {
                 x.hash(h);
@@ -322,7 +323,10 @@ pub enum Kernel {
     /// views (broadcast batch strides allowed), `c` contiguous `[batch..., m, n]`.
     /// The epilogue, an expression over `c`'s index space that reads the product
     /// through a load of `c` itself, replaces each element once it is final.
-    Gemm { a: View, b: View, c: View, epilogue: Option<Expr> },
+    /// Lowering leaves `scratch` empty; a target's program pass may give it an arena
+    /// buffer the library needs while the kernel runs (the C target's int8 products,
+    /// `b` then a weight stored as [`Stored::Int8`]).
+    Gemm { a: View, b: View, c: View, epilogue: Option<Expr>, scratch: Option<View> },
     /// NCHW convolution (1-d as H = 1) into contiguous `out`; input and weight
     /// contiguous; an epilogue as for `Gemm`. Lowering leaves `scratch` empty; a
     /// target's program pass may give it an arena buffer the library needs while the
@@ -458,14 +462,30 @@ pub struct Port {
 }
 
 impl Port {
+    /// The bytes this weight takes in the blob, `len` the elements of its layout (its
+    /// buffer's, or none for an empty weight); `None` on overflow.
+    pub fn stored_bytes(&self, len: u64, dtype: Dtype) -> Option<u64> {
+        match (self.stored, self.layout, &self.shape[..]) {
+            (Stored::Int8, _, _) if len == 0 => Some(0),
+            // the operand [K, N] of a weight [N, K]
+            (Stored::Int8, Layout::Panels, &[n, k]) => int8_panels_bytes(k, n),
+            (Stored::Int8, _, _) => None,
+            (stored, _, _) => stored.bytes(len, dtype),
+        }
+    }
+
     /// Whether kernel `k` reads this weight (of `len` elements) as it is stored, narrow
     /// or not: as the right operand of a product in column panels (`mr_sgemm_panels_q`
-    /// widens them as it reads them), or as the whole weight of a convolution, row-major
-    /// or Winograd-transformed (`mr_conv2d_q_mt` and `mr_conv2d_winograd_q_mt` widen it
-    /// as they pack it).
+    /// widens them as it reads them; int8 ones an int8 product, `mr_gemm_i8_mt`, with its
+    /// scratch), or as the whole weight of a convolution, row-major or
+    /// Winograd-transformed (`mr_conv2d_q_mt` and `mr_conv2d_winograd_q_mt` widen it as
+    /// they pack it).
     pub fn read_as_stored(&self, k: &Kernel, len: u64) -> bool {
         match k {
-            Kernel::Gemm { a, b, .. } => self.layout == Layout::Panels && b.buf == self.buf && a.buf != self.buf,
+            Kernel::Gemm { a, b, scratch, .. } => {
+                self.layout == Layout::Panels && b.buf == self.buf && a.buf != self.buf && (self.stored != Stored::Int8 || scratch.is_some())
+            }
+            Kernel::Conv { .. } if self.stored == Stored::Int8 => false,
             Kernel::Conv { x, w, .. } => {
                 let whole = w.offset == 0 && (self.layout == Layout::Winograd || (w.is_contiguous() && w.numel() == len));
                 matches!(self.layout, Layout::RowMajor | Layout::Winograd) && w.buf == self.buf && x.buf != self.buf && whole
@@ -491,13 +511,20 @@ pub enum Stored {
     /// Blocks of [`Q8_BLOCK`] consecutive elements: `nb` little-endian f32 scales, then
     /// one signed byte per element (element `e` is `scale[e / 32] * q[e]`).
     Q8_0 = 3,
+    /// A matrix product's right operand in [`Layout::Panels`] as int8 with one scale
+    /// per column over all of K, for the int8 products of `mr_gemm_i8_mt`, which
+    /// quantize the left operand's rows as they run (`MR_INT8`): f32 scales, int32
+    /// column sums, then the codes in quads of 4 consecutive k per column
+    /// (`codegen::weights::narrow_int8`). Not a sequence form: its size follows the
+    /// matrix's shape ([`Port::stored_bytes`]).
+    Int8 = 4,
 }
 
 /// Elements per block of [`Stored::Q8_0`].
 pub const Q8_BLOCK: u64 = 32;
 
 impl Stored {
-    pub const ALL: [Stored; 4] = [Stored::F32, Stored::F16, Stored::Bf16, Stored::Q8_0];
+    pub const ALL: [Stored; 5] = [Stored::F32, Stored::F16, Stored::Bf16, Stored::Q8_0, Stored::Int8];
 
     /// The name `--quantize` and the program text use.
     pub fn name(self) -> &'static str {
@@ -506,18 +533,37 @@ impl Stored {
             Stored::F16 => "f16",
             Stored::Bf16 => "bf16",
             Stored::Q8_0 => "q8_0",
+            Stored::Int8 => "int8",
         }
     }
 
     /// The bytes `n` elements of `dtype` take stored so (`MR_STORED_BYTES`); `None` on
-    /// overflow.
+    /// overflow, and for [`Stored::Int8`], whose size is not one of a sequence.
     pub fn bytes(self, n: u64, dtype: Dtype) -> Option<u64> {
         match self {
             Stored::F32 => n.checked_mul(dtype.size() as u64),
             Stored::F16 | Stored::Bf16 => n.checked_mul(2),
             Stored::Q8_0 => n.div_ceil(Q8_BLOCK).checked_mul(4)?.checked_add(n),
+            Stored::Int8 => None,
         }
     }
+}
+
+/// Columns per panel of [`Layout::Panels`] (`MR_PANEL` in the C runtime).
+pub const PANEL: u64 = 32;
+
+/// The bytes of a `[K, N]` operand stored as [`Stored::Int8`] (`MR_I8_PANELS_BYTES`):
+/// per column of the padded panels a scale and a column sum, and K rounded up to 4
+/// codes; `None` on overflow.
+pub fn int8_panels_bytes(k: u64, n: u64) -> Option<u64> {
+    n.div_ceil(PANEL).checked_mul(PANEL)?.checked_mul(k.checked_next_multiple_of(4)?.checked_add(8)?)
+}
+
+/// The scratch an int8 product of `m` rows and depth `k` quantizes its left operand
+/// into (`MR_I8_SCRATCH_BYTES`): per row, K rounded up to 4 codes, a scale and a zero
+/// point; `None` on overflow.
+pub fn int8_scratch_bytes(m: u64, k: u64) -> Option<u64> {
+    m.checked_mul(k.checked_next_multiple_of(4)?.checked_add(8)?)
 }
 
 /// How a parameter's values are laid out in the weights blob. Lowering stores every
@@ -657,10 +703,13 @@ pub fn visit_views(k: &mut Kernel, f: &mut dyn FnMut(&mut View)) {
             f(out);
             visit_expr_views(expr, f);
         }
-        Kernel::Gemm { a, b, c, epilogue } => {
+        Kernel::Gemm { a, b, c, epilogue, scratch } => {
             f(a);
             f(b);
             f(c);
+            if let Some(scratch) = scratch {
+                f(scratch);
+            }
             if let Some(e) = epilogue {
                 visit_expr_views(e, f);
             }
@@ -784,8 +833,8 @@ pub fn kernel_read_uses(k: &Kernel) -> Vec<BufId> {
     let mut out = Vec::new();
     match k {
         Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } | Kernel::Rows { .. } => {}
-        Kernel::Gemm { a, b, .. } => out.extend([a.buf, b.buf]),
         // the scratch too, so it lives (only) while the kernel runs
+        Kernel::Gemm { a, b, scratch, .. } => out.extend([a.buf, b.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
         Kernel::Conv { x, w, scratch, .. } => out.extend([x.buf, w.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf))),
         Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } => out.push(x.buf),
         Kernel::Attention { q, k, v, .. } => out.extend([q.buf, k.buf, v.buf]),

@@ -106,7 +106,7 @@ fn ports(p: &Program) -> Result<()> {
                 return Err(fail(format!("{kind} {i} {:?} of {} is stored as {}", port.name, b.dtype.name(), port.stored.name())));
             }
             if let Storage::Weight { offset } = b.storage {
-                let end = port.stored.bytes(stored, b.dtype).and_then(|n| n.checked_add(offset));
+                let end = port.stored_bytes(stored, b.dtype).and_then(|n| n.checked_add(offset));
                 if offset % ALIGN != 0 || end.is_none_or(|end| end > p.weights_size) {
                     return Err(fail(format!("weight {i} {:?} at offset {offset} ({stored} elements) is unaligned or outside the {}-byte weights", port.name, p.weights_size)));
                 }
@@ -168,9 +168,9 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
     if !matches!(p.buffers[out.0].storage, Storage::Arena { .. } | Storage::Output(_)) {
         return Err(format!("writes %b{}, stored as {:?}", out.0, p.buffers[out.0].storage));
     }
-    // A convolution's scratch is its own to fill.
+    // A convolution's or a product's scratch is its own to fill.
     let scratch = match k {
-        Kernel::Conv { scratch: Some(s), .. } => Some(s.buf),
+        Kernel::Conv { scratch: Some(s), .. } | Kernel::Gemm { scratch: Some(s), .. } => Some(s.buf),
         _ => None,
     };
     for r in kernel_reads(k) {
@@ -196,6 +196,12 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
     }
     let contiguous = |what: &str, v: &View| if v.is_contiguous() { Ok(()) } else { Err(format!("{what} %b{} is not contiguous: {}", v.buf.0, print::view(p, v))) };
     let whole = |what: &str, v: &View| within(p, v, &full(v)).map_err(|e| format!("{what} {e}"));
+    // A library call's scratch: a whole arena buffer.
+    let arena_scratch = |s: Option<&View>| match s {
+        Some(s) if !matches!(p.buffers[s.buf.0].storage, Storage::Arena { .. }) => Err(format!("scratch %b{} is stored as {:?}", s.buf.0, p.buffers[s.buf.0].storage)),
+        Some(s) => whole("the scratch", s),
+        None => Ok(()),
+    };
     let out_dtype = p.buffers[out.0].dtype;
     match k {
         Kernel::Map { out: o, expr } => {
@@ -222,7 +228,7 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                 return Err(format!("writes indices into %b{}, a {} buffer", out.0, out_dtype.name()));
             }
         }
-        Kernel::Gemm { a, b, c, epilogue } => {
+        Kernel::Gemm { a, b, c, epilogue, scratch } => {
             let r = c.shape.len();
             let fits = r >= 2 && a.shape.len() == r && b.shape.len() == r && a.shape[..r - 1] == c.shape[..r - 1] && b.shape[..r - 2] == c.shape[..r - 2] && b.shape[r - 1] == c.shape[r - 1] && b.shape[r - 2] == a.shape[r - 1];
             if !fits {
@@ -232,7 +238,8 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
             for (what, v) in [("operand a", a), ("operand b", b), ("the output", c)] {
                 whole(what, v)?;
             }
-            for v in [a, b] {
+            arena_scratch(scratch.as_ref())?;
+            for v in [Some(a), Some(b), scratch.as_ref()].into_iter().flatten() {
                 if v.buf == out {
                     return Err(format!("gemm reads its output %b{}", out.0));
                 }
@@ -246,12 +253,7 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                 contiguous(what, v)?;
                 whole(what, v)?;
             }
-            if let Some(s) = scratch {
-                whole("the scratch", s)?;
-                if !matches!(p.buffers[s.buf.0].storage, Storage::Arena { .. }) {
-                    return Err(format!("scratch %b{} is stored as {:?}", s.buf.0, p.buffers[s.buf.0].storage));
-                }
-            }
+            arena_scratch(scratch.as_ref())?;
             if [Some(x), Some(w), scratch.as_ref()].into_iter().flatten().any(|v| v.buf == out) {
                 return Err(format!("convolution reads its output %b{}", out.0));
             }

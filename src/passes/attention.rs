@@ -45,8 +45,8 @@ fn find(p: &Program, library: &Library) -> Option<(usize, usize, usize)> {
         let Kernel::Softmax { x, out: probs, axis } = &step.kernel else { return None };
         let first = writer(x.buf)?;
         let second = reader(probs.buf)?;
-        let Kernel::Gemm { a: q, b: k, c: scores, epilogue } = &p.steps[first].kernel else { return None };
-        let Kernel::Gemm { a: pv, b: v, c: out, epilogue: None } = &p.steps[second].kernel else { return None };
+        let Kernel::Gemm { a: q, b: k, c: scores, epilogue, scratch: None } = &p.steps[first].kernel else { return None };
+        let Kernel::Gemm { a: pv, b: v, c: out, epilogue: None, scratch: None } = &p.steps[second].kernel else { return None };
         let r = scores.shape.len();
         // The first product's epilogue reads its own result once per element.
         let own = epilogue.as_ref().map_or(0, |e| {
@@ -75,7 +75,7 @@ fn find(p: &Program, library: &Library) -> Option<(usize, usize, usize)> {
 /// Replaces the three steps with one attention at the second product's place, the
 /// scores' buffer becoming local.
 fn fuse(p: &mut Program, first: usize, softmax: usize, second: usize) {
-    let Kernel::Gemm { a: q, b: k, c: scores, epilogue } = p.steps[first].kernel.clone() else { unreachable!("found by `find`") };
+    let Kernel::Gemm { a: q, b: k, c: scores, epilogue, .. } = p.steps[first].kernel.clone() else { unreachable!("found by `find`") };
     let Kernel::Gemm { b: v, c: out, .. } = p.steps[second].kernel.clone() else { unreachable!("found by `find`") };
     let r = scores.shape.len();
     p.buffers[scores.buf.0].storage = Storage::Local;

@@ -56,7 +56,7 @@ impl Backend for CTarget {
     /// Weights stored narrow in `weights.bin` and widened to f32 as the kernels read
     /// them (`layout.rs`); a library for one CPU (`--cpu`) or another machine (`--triple`).
     fn capabilities(&self) -> Capabilities {
-        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], picks_cpu: true, cross_builds: true, weights_modes: &[WeightsMode::File, WeightsMode::Embed, WeightsMode::EmbedC, WeightsMode::Safetensors], ..Capabilities::NONE }
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0, Quantize::Int8], picks_cpu: true, cross_builds: true, weights_modes: &[WeightsMode::File, WeightsMode::Embed, WeightsMode::EmbedC, WeightsMode::Safetensors], ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {

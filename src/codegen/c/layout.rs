@@ -13,7 +13,10 @@
 //!   need an im2col copy KH*KW times the input's size;
 //! - with `--quantize` ([`Stored`] other than f32), stores narrow every f32 weight whose
 //!   every read is a matmul's right operand or a convolution's weight: the elements of
-//!   its layout, narrowed (`codegen::weights` writes them). A weight in panels is read so
+//!   its layout, narrowed (`codegen::weights` writes them). With `int8`, a weight in
+//!   panels is stored for int8 products ([`Stored::Int8`]), each product reading it
+//!   given a scratch buffer for its quantized left operand (per batch index, so batches
+//!   may run at once); any other is stored as q8_0. A weight in panels is read so
 //!   by the GEMM (`mr_sgemm_panels_q`), a convolution's whole weight (row-major or
 //!   Winograd-transformed) by the convolution (`mr_conv2d_q_mt`,
 //!   `mr_conv2d_winograd_q_mt`), which widen it as they pack it
@@ -33,7 +36,7 @@ use crate::lower::{align, buffer_bytes, kernel_exprs, padded, visit_views, BufId
 use crate::tensor::RawTensor;
 
 /// The width of a weight's column panels (`MR_PANEL` in the runtime).
-pub const PANEL: u64 = 32;
+pub use crate::lower::PANEL;
 
 /// When a convolution runs by Winograd's F(4x4, 3x3) (`mr_conv2d_winograd_f32`), and
 /// the floats of scratch it then needs: f32, 2-d, a 3x3 kernel at stride 1 and
@@ -81,7 +84,8 @@ fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<
     }
     if quantize != Stored::F32 {
         for w in p.weights.iter_mut().filter(|w| reads[w.buf.0].is_some_and(|r| r.any && r.narrow)) {
-            w.stored = quantize;
+            // int8 products read a weight in panels; any other keeps 8 bits as q8_0
+            w.stored = if quantize == Stored::Int8 && w.layout != Layout::Panels { Stored::Q8_0 } else { quantize };
         }
     }
     place_weights(p)?;
@@ -90,9 +94,23 @@ fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<
         by_winograd[w.buf.0] = true;
     }
     let mut add = Additions::new(p);
+    // An int8 weight's products (all its readers: it is in panels) get their scratch.
+    let int8: Vec<BufId> = p.weights.iter().filter(|w| w.stored == Stored::Int8).map(|w| w.buf).collect();
+    for (i, step) in p.steps.iter().enumerate() {
+        let Kernel::Gemm { a, b, c, .. } = &step.kernel else { continue };
+        if !int8.contains(&b.buf) {
+            continue;
+        }
+        let r = c.shape.len();
+        let rows = c.shape[..r - 1].iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+        let floats = rows.and_then(|m| crate::lower::int8_scratch_bytes(m, a.shape[r - 1])).map(|n| n.div_ceil(4)).filter(|&n| n * 4 <= crate::lower::MAX_BUFFER_BYTES);
+        let floats = floats.ok_or_else(|| Error::user(format!("{}: the int8 product's scratch for {:?} is too large", step.origins.join("; "), a.shape)))?;
+        let buf = add.buffer(c.buf.0 + 1, Buffer { name: "int8_scratch".into(), dtype: Dtype::F32, len: floats, storage: Storage::Arena { offset: 0 } });
+        add.scratch.push((i, View::contiguous(buf, &[floats])));
+    }
     // A narrowed weight that some reader cannot read as stored: widened before its
     // first reader, into an arena buffer its readers read instead.
-    for w in p.weights.iter().filter(|w| w.stored != Stored::F32) {
+    for w in p.weights.iter().filter(|w| !matches!(w.stored, Stored::F32 | Stored::Int8)) {
         let b = &p.buffers[w.buf.0];
         let readers: Vec<usize> = (0..p.steps.len()).filter(|&i| crate::lower::kernel_reads(&p.steps[i].kernel).contains(&w.buf)).collect();
         let Some(&first) = readers.first() else { continue };
@@ -156,7 +174,7 @@ struct Additions {
     steps: Vec<(usize, Step)>,
     /// Convolutions (by kernel index) that read their input padded, and the padded copy.
     padded: Vec<(usize, View)>,
-    /// Convolutions (by kernel index) by Winograd's, and their scratch.
+    /// Convolutions by Winograd's and int8 products (by kernel index), and their scratch.
     scratch: Vec<(usize, View)>,
     /// Buffers every existing kernel reads instead of another (a narrowed weight's
     /// widened copy instead of the weight).
@@ -185,7 +203,7 @@ impl Additions {
             }
         }
         for (i, s) in self.scratch {
-            if let Kernel::Conv { scratch, .. } = &mut p.steps[i].kernel {
+            if let Kernel::Conv { scratch, .. } | Kernel::Gemm { scratch, .. } = &mut p.steps[i].kernel {
                 *scratch = Some(s);
             }
         }
@@ -359,7 +377,7 @@ fn place_weights(p: &mut Program) -> Result<()> {
     let mut offset = 0u64;
     for w in &p.weights {
         let b = &mut p.buffers[w.buf.0];
-        let bytes = w.stored.bytes(stored_len(&w.shape, w.layout), b.dtype);
+        let bytes = w.stored_bytes(stored_len(&w.shape, w.layout), b.dtype);
         b.storage = Storage::Weight { offset };
         offset = bytes
             .and_then(|n| offset.checked_add(n))

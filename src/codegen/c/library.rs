@@ -123,7 +123,7 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
         }
         Kernel::Attention { .. } => return Err(Error::internal("the C runtime has no attention kernel (`LIBRARY`)".to_string())),
         Kernel::Rows { .. } => return Err(Error::internal("the C target renders no row kernels (`LIBRARY`)".to_string())),
-        Kernel::Gemm { a, b, c, .. } => gemm(r, a, b, c, ext, ep, true, weights, s)?,
+        Kernel::Gemm { a, b, c, scratch, .. } => gemm(r, [a, b, c], scratch.as_ref(), ext, ep, true, weights, s)?,
         Kernel::Conv { x, w, out, attrs, scratch, .. } => {
             require_f32(r, &[x, w, out], "convolution")?;
             let (n, ch) = (&ext[0], x.shape[1]);
@@ -241,7 +241,7 @@ fn require_f32(r: &Renderer<C>, views: &[&View], what: &str) -> Result<()> {
 /// call's operands.
 pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
     let mut bufs = match k {
-        Kernel::Gemm { a, b, c, .. } => vec![a.buf, b.buf, c.buf],
+        Kernel::Gemm { a, b, c, scratch, .. } => [a.buf, b.buf, c.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf)).collect(),
         Kernel::Conv { x, w, out, scratch, .. } => [x.buf, w.buf, out.buf].into_iter().chain(scratch.as_ref().map(|s| s.buf)).collect(),
         Kernel::Pool { x, out, .. } | Kernel::Softmax { x, out, .. } => vec![x.buf, out.buf],
         Kernel::Dequantize { w, out, .. } => vec![w.buf, out.buf],
@@ -254,18 +254,17 @@ pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
     bufs
 }
 
-/// A matrix product: one `mr_sgemm_mt` per batch index (f32; lowering gives other
-/// element types loops: `LIBRARY`); `at` is the address of the `mr_epilogue` that runs
-/// its epilogue. With
-/// `batch_loops`, loops over the batch dimensions come first; without, the caller has
-/// set the batch loop variables. `weights` gives the weights' layouts and stored forms,
-/// by buffer (those in column panels are read so).
+/// A matrix product `c = a b`: one `mr_sgemm_mt` per batch index (f32; lowering gives
+/// other element types loops: `LIBRARY`); `at` is the address of the `mr_epilogue` that
+/// runs its epilogue. With `batch_loops`, loops over the batch dimensions come first;
+/// without, the caller has set the batch loop variables. `weights` gives the weights'
+/// layouts and stored forms, by buffer (those in column panels are read so; int8 ones
+/// by `mr_gemm_i8_mt`, with the kernel's `scratch`, a part of it per batch index).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     r: &Renderer<C>,
-    a: &View,
-    b: &View,
-    c: &View,
+    [a, b, c]: [&View; 3],
+    scratch: Option<&View>,
     ext: &[String],
     at: Option<&str>,
     batch_loops: bool,
@@ -275,12 +274,11 @@ pub fn gemm(
     let rank = c.shape.len();
     let (m, n, k) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
     let depth = if batch_loops { r.open_loops(s, &ext[..rank - 2], 0, 2) } else { 2 };
+    // The flattened batch index (for the maximal shape, as an epilogue unflattens it).
+    let strides = crate::lower::contiguous_strides(&c.shape[..rank - 2]);
+    let flat = std::iter::once("0".to_string()).chain(strides.iter().enumerate().map(|(d, st)| format!("i{d} * {st}"))).collect::<Vec<_>>().join(" + ");
     if at.is_some() && rank > 2 {
-        // The epilogue's n is the flattened batch index (for the maximal shape, as the
-        // epilogue unflattens it).
-        let strides = crate::lower::contiguous_strides(&c.shape[..rank - 2]);
-        let terms: Vec<String> = strides.iter().enumerate().map(|(d, st)| format!("i{d} * {st}")).collect();
-        let _ = writeln!(s, "{}ep.n = {};", pad(depth), terms.join(" + "));
+        let _ = writeln!(s, "{}ep.n = {flat};", pad(depth));
     }
     // An operand as (pointer + batch offset, row stride, column stride).
     let operand = |v: &View| {
@@ -300,14 +298,22 @@ pub fn gemm(
         if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) {
             return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
         }
-        // Narrow panels are widened as the GEMM reads them.
+        // Narrow panels are widened as the GEMM reads them; int8 ones multiplied in int8.
         let (call, btype) = match stored {
             Stored::F32 => ("mr_sgemm_panels_mt", String::new()),
+            Stored::Int8 => {
+                let scratch = scratch.ok_or_else(|| Error::internal("an int8 product without its scratch".to_string()))?;
+                // MR_I8_SCRATCH_BYTES of the maximal rows, in floats, per batch index
+                let per = crate::lower::int8_scratch_bytes(c.shape[rank - 2], a.shape[rank - 1]).map(|n| n / 4);
+                let per = per.ok_or_else(|| Error::internal("an int8 product's scratch overflows".to_string()))?;
+                ("mr_gemm_i8_mt", format!(", {} + ({flat}) * {per}", r.names[scratch.buf.0]))
+            }
             narrow => ("mr_sgemm_panels_q_mt", format!(", {}", super::runtime_type(narrow))),
         };
+        let (bargs, cargs) = if stored == Stored::Int8 { (String::new(), btype) } else { (btype, String::new()) };
         let _ = writeln!(
             s,
-            "{}{call}(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {}{btype}, 0.0f, {pc}, {rc}, {cc}, {});",
+            "{}{call}(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {}{bargs}, 0.0f, {pc}, {rc}, {cc}{cargs}, {});",
             pad(depth),
             r.names[b.buf.0],
             at.unwrap_or("NULL")

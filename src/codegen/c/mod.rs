@@ -67,6 +67,7 @@ pub fn stored(quantize: crate::backend::Quantize) -> Result<crate::lower::Stored
         Quantize::F16 => Ok(Stored::F16),
         Quantize::Bf16 => Ok(Stored::Bf16),
         Quantize::Q8_0 => Ok(Stored::Q8_0),
+        Quantize::Int8 => Ok(Stored::Int8),
         Quantize::Q4_0 => Err(Error::internal("--quantize q4_0 passed the C target's check".to_string())),
     }
 }
@@ -79,6 +80,7 @@ pub fn runtime_type(stored: crate::lower::Stored) -> &'static str {
         Stored::F16 => "MR_F16",
         Stored::Bf16 => "MR_BF16",
         Stored::Q8_0 => "MR_Q8_0",
+        Stored::Int8 => "MR_INT8",
     }
 }
 
@@ -553,7 +555,7 @@ impl TemplateContext {
                 cols: shape.get(1).copied().unwrap_or(1),
                 stored: port.stored.name(),
                 stored_code: port.stored as u8,
-                stored_bytes: if shape.iter().product::<u64>() == 0 { 0 } else { port.stored.bytes(b.len, b.dtype).unwrap_or(0) },
+                stored_bytes: if shape.iter().product::<u64>() == 0 { 0 } else { port.stored_bytes(b.len, b.dtype).unwrap_or(0) },
             }
         };
         Ok(TemplateContext {

@@ -68,7 +68,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
             }
-            Kernel::Gemm { a, b, c, .. } if c.shape.len() > 2 => {
+            Kernel::Gemm { a, b, c, scratch, .. } if c.shape.len() > 2 => {
                 // Batched: a task over the flattened batch, split across threads when it
                 // pays; a task that gets the whole batch splits each product instead.
                 let has_ep = epilogue_fn(&r, name, k, &step.kernel, s)?;
@@ -87,7 +87,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 for d in 0..rank - 2 {
                     let _ = writeln!(s, "        const int64_t i{d} = bi / {} % {};\n        (void)i{d};", product(&ext[d + 1..rank - 2]), ext[d]);
                 }
-                gemm(&r, a, b, c, &ext, has_ep.then_some("&ep"), false, &weights, s)?;
+                gemm(&r, [a, b, c], scratch.as_ref(), &ext, has_ep.then_some("&ep"), false, &weights, s)?;
                 s.push_str("    }\n}\n");
                 let cost = step.kernel.domain().iter().product::<u64>() * 2;
                 let total = product(&extents(step, &p.symbols, "ctx.")[..rank - 2]);
@@ -202,16 +202,17 @@ fn narrowed_comment(p: &Program, s: &mut String) {
             let widened = p.steps.iter().any(|s| matches!(&s.kernel, Kernel::Dequantize { w: v, .. } if v.buf == w.buf));
             let how = match w.layout {
                 _ if widened => "widened by mr_dequantize before use",
+                Layout::Panels if w.stored == Stored::Int8 => "multiplied in int8 by mr_gemm_i8_mt",
                 Layout::Panels => "read by mr_sgemm_panels_q",
                 Layout::Winograd => "read by mr_conv2d_winograd_q_mt",
                 Layout::RowMajor | Layout::Transposed => "read by mr_conv2d_q_mt",
             };
-            let bytes = w.stored.bytes(p.buffers[w.buf.0].len, Dtype::F32).unwrap_or(0);
+            let bytes = w.stored_bytes(p.buffers[w.buf.0].len, Dtype::F32).unwrap_or(0);
             format!("\n * {}: {}, {bytes} bytes, {how}", comment_safe(&w.name), w.stored.name())
         })
         .collect();
     if !narrowed.is_empty() {
-        let _ = writeln!(s, "\n/* Weights stored narrow (--quantize), computed with in f32:{} */", narrowed.concat());
+        let _ = writeln!(s, "\n/* Weights stored narrow (--quantize), computed with in f32 but for int8's:{} */", narrowed.concat());
     }
 }
 

@@ -299,8 +299,8 @@ fn narrowed(t: &Tensor, layout: Layout, stored: Stored) -> (Vec<u8>, Vec<f32>) {
     let values = stored_values(&raw, layout);
     let n = values.len();
     let mut bytes = vec![0; stored.bytes(n as u64, Dtype::F32).unwrap() as usize];
-    crate::codegen::weights::narrow(values, stored, &mut bytes);
-    let wide = crate::codegen::weights::widen(&bytes, stored, n).unwrap().into_iter().map(|x| x as f32).collect();
+    crate::codegen::weights::narrow(values, stored, 0, &mut bytes);
+    let wide = crate::codegen::weights::widen(&bytes, stored, 0, n).unwrap().into_iter().map(|x| x as f32).collect();
     bytes.resize(bytes.len().div_ceil(4) * 4, 0);
     (bytes, wide)
 }

@@ -386,7 +386,7 @@ mod tests {
         let x = || Expr::Load { view: View::contiguous(BufId(0), &[2, 4]), vars: vec![0, 1] };
         let batch = || Some(crate::ir::Dim::Sym("batch".into()));
         let step = |kernel, origin: &str| Step { kernel, origins: vec![origin.into()], dims: vec![batch(), None] };
-        let gemm = Kernel::Gemm { a: View::contiguous(BufId(0), &[2, 4]), b: View::contiguous(BufId(0), &[4, 2]), c: View::contiguous(BufId(2), &[2, 2]), epilogue: None };
+        let gemm = Kernel::Gemm { a: View::contiguous(BufId(0), &[2, 4]), b: View::contiguous(BufId(0), &[4, 2]), c: View::contiguous(BufId(2), &[2, 2]), epilogue: None, scratch: None };
         Program {
             name: "tiny".into(),
             buffers: vec![buf("x", 8, Storage::Input(0)), buf("y", 8, Storage::Output(0)), buf("s", 4, Storage::Output(1))],

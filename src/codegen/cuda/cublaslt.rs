@@ -206,7 +206,7 @@ mod tests {
     }
     fn gemm(e: Option<Expr>) -> Kernel {
         let (a, b) = (View::contiguous(BufId(3), &[4, 16]), View::contiguous(BufId(4), &[16, 8]));
-        Kernel::Gemm { a, b, c: c(), epilogue: e }
+        Kernel::Gemm { a, b, c: c(), epilogue: e, scratch: None }
     }
 
     #[test]

@@ -39,14 +39,16 @@ use crate::ir::{Dtype, Graph, Op, ValueId};
 use crate::tensor::RawTensor;
 use writer::Writer;
 
-/// The GGUF type `--quantize` stores the weights of matrix products in.
-fn tensor_type(q: Quantize) -> gguf::TensorType {
+/// The GGUF type `--quantize` stores the weights of matrix products in (the target's
+/// capabilities refuse int8 before it emits).
+fn tensor_type(q: Quantize) -> Result<gguf::TensorType> {
     match q {
-        Quantize::F32 => gguf::TensorType::F32,
-        Quantize::F16 => gguf::TensorType::F16,
-        Quantize::Bf16 => gguf::TensorType::Bf16,
-        Quantize::Q8_0 => gguf::TensorType::Q8_0,
-        Quantize::Q4_0 => gguf::TensorType::Q4_0,
+        Quantize::F32 => Ok(gguf::TensorType::F32),
+        Quantize::F16 => Ok(gguf::TensorType::F16),
+        Quantize::Bf16 => Ok(gguf::TensorType::Bf16),
+        Quantize::Q8_0 => Ok(gguf::TensorType::Q8_0),
+        Quantize::Q4_0 => Ok(gguf::TensorType::Q4_0),
+        Quantize::Int8 => Err(Error::internal("--quantize int8 passed the ggml target's check".to_string())),
     }
 }
 
@@ -160,7 +162,7 @@ pub fn emit(graph: &Graph, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
         let (stored, data, ty) = match node.op {
             Op::Param => {
                 let pname = node.name.clone().unwrap_or_default();
-                let q = tensor_type(opts.quantize);
+                let q = tensor_type(opts.quantize)?;
                 let ty = if q != gguf::TensorType::F32 && product_weight(graph, v, q) { q } else { gguf::TensorType::F32 };
                 let data = match &opts.weights {
                     Some(weights) => {

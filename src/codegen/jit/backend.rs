@@ -74,7 +74,7 @@ impl Backend for JitTarget {
     /// The C target's stored forms; runs in this process; with LLVM, `--cpu` names the
     /// CPU it compiles for (an LLVM CPU name: `znver4`, `x86-64-v3`; default the host's).
     fn capabilities(&self) -> Capabilities {
-        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0], in_process: Some(self.tier), picks_cpu: self.tier == JitTier::Llvm, ..Capabilities::NONE }
+        Capabilities { quantizations: &[Quantize::F32, Quantize::F16, Quantize::Bf16, Quantize::Q8_0, Quantize::Int8], in_process: Some(self.tier), picks_cpu: self.tier == JitTier::Llvm, ..Capabilities::NONE }
     }
 
     fn toolchain(&self) -> &dyn Toolchain {

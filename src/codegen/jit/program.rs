@@ -206,9 +206,10 @@ impl Call<'_> {
     }
 
     /// A matrix product at batch indices `at` (none for a 2-d one): `mr_sgemm_mt`, or
-    /// the panels' kind for a weight stored in column panels.
+    /// the panels' kind for a weight stored in column panels (int8 ones `mr_gemm_i8_mt`,
+    /// with the part of the scratch for this batch index, as the C target's).
     unsafe fn gemm(&self, at: &[i64], ep: *const MrEpilogue, threads: *const MrThreads) {
-        let Kernel::Gemm { a, b, c, .. } = &self.step.kernel else { unreachable!("a product") };
+        let Kernel::Gemm { a, b, c, scratch, .. } = &self.step.kernel else { unreachable!("a product") };
         let rank = c.shape.len();
         let ext = self.ext;
         let (m, n, k) = (ext[rank - 2], ext[rank - 1], ext[rank]);
@@ -218,6 +219,14 @@ impl Call<'_> {
         };
         let ((pa, ra, ca), (pc, rc, cc)) = (operand(a), operand(c));
         match self.r.weights[b.buf.0] {
+            Some((Layout::Panels, Stored::Int8)) => {
+                let scratch = scratch.as_ref().expect("c-layout gives an int8 product its scratch");
+                // the flattened batch index, at the maximal shape
+                let flat: i64 = at.iter().zip(crate::lower::contiguous_strides(&c.shape[..rank - 2])).map(|(i, s)| i * s).sum();
+                let per = crate::lower::int8_scratch_bytes(c.shape[rank - 2], a.shape[rank - 1]).expect("c-layout checked the scratch's size");
+                let part = self.bases[scratch.buf.0].wrapping_offset(flat as isize * per as isize) as *mut c_void;
+                unsafe { runtime::mr_gemm_i8_mt(threads, m, n, k, 1.0, pa, ra, ca, self.bases[b.buf.0] as *const c_void, 0.0, pc, rc, cc, part, ep) }
+            }
             Some((Layout::Panels, Stored::F32)) => unsafe {
                 runtime::mr_sgemm_panels_mt(threads, m, n, k, 1.0, pa, ra, ca, self.bases[b.buf.0] as *const f32, 0.0, pc, rc, cc, ep)
             },
