@@ -52,6 +52,15 @@ build) and with the interpreter, best of the rounds; and once, in the first roun
 with --target c --no-cache (a first build). --jit-only times the JIT tables alone (the C
 demos and ORT beside it; no ggml, XLA, native, narrow or ONNX builds).
 
+Every case is also compiled with --quantize int8 (int8 products: weights int8 per output
+column, each product's input quantized per row as it runs) and timed in the same rounds,
+and ONNX Runtime runs each model quantized with quantize_dynamic too (ort_peer.py
+--quantized); an int8 table gives, per case, the C target in f32 and int8, ORT in f32 and
+quantized, each mode's error against the reference output (as a fraction of the output's
+largest magnitude: a faster but less accurate mode shows as such), int8 / f32 and int8 /
+ORT's quantized model. --int8-only times those alone (no ggml, XLA, native, JIT, narrow
+or ONNX builds); with --peak, the int8 products' share of the int8 peak.
+
 With --peak FILE (the output of benches/peak/run.sh, which run.sh passes), each case's
 FLOPs (from MANIFEST.json) give the faster mithrilc run's speed as a fraction of the
 measured FMA peak for its thread count ("% peak"), and the "floor" column the ratio to
@@ -59,7 +68,7 @@ ORT that a run at the 2-thread peak would have: where the floor is above a targe
 no f32 code can reach that ratio on this machine.
 
 Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER] [--peak FILE]
-                       [--onnx DIR] [--models NAME,...] [--narrow-only] [--jit-only]
+                       [--onnx DIR] [--models NAME,...] [--narrow-only] [--jit-only] [--int8-only]
 """
 
 import json
@@ -69,6 +78,8 @@ import shutil
 import subprocess
 import time
 import sys
+
+import numpy as np
 
 
 def main():
@@ -80,9 +91,12 @@ def main():
     models = sys.argv[sys.argv.index("--models") + 1].split(",") if "--models" in sys.argv else ["mlp", "lenet", "cnn", "gpt_block"]
     narrow_only = "--narrow-only" in sys.argv
     jit_only = "--jit-only" in sys.argv
-    onnx_dir = sys.argv[sys.argv.index("--onnx") + 1] if "--onnx" in sys.argv and not narrow_only and not jit_only else None
-    builds = [("new", mithrilc, [])] + ([] if narrow_only or jit_only else [("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else []))
+    int8_only = "--int8-only" in sys.argv
+    only = narrow_only or jit_only or int8_only
+    onnx_dir = sys.argv[sys.argv.index("--onnx") + 1] if "--onnx" in sys.argv and not only else None
+    builds = [("new", mithrilc, [])] + ([] if only else [("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else []))
     builds += [("onnx", mithrilc, [])] if onnx_dir else []
+    builds += [("int8", mithrilc, ["--quantize", "int8"])] if not narrow_only and not jit_only else []
     narrow_types = ("f16", "bf16", "q8_0")
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
     cases = []
@@ -108,7 +122,7 @@ def main():
                                 "--weights", "embed", "-o", out, "--force"] + flags,
                                check=True, stdout=subprocess.DEVNULL)
                 cases.append((build, name, batch, info, out))
-            if narrow_only:
+            if narrow_only or int8_only:
                 continue
             cases.append(("jit", name, batch, info, None))
             if jit_only:
@@ -125,6 +139,7 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             cases.append(("xla", name, batch, info, out))
     ours, base, native, ort, ggml, xla, narrow, onnx, jit, first = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+    int8, ortq, errors = {}, {}, {}
     kernels = set()
 
     def keep(table, key, us):
@@ -169,23 +184,69 @@ def main():
                 elif build.startswith("c "):
                     keep(narrow, (build[2:], name, threads), us)
                 else:
-                    keep({"new": ours, "native": native, "base": base, "onnx": onnx}[build], (name, batch, threads), us)
+                    keep({"new": ours, "native": native, "base": base, "onnx": onnx, "int8": int8}[build], (name, batch, threads), us)
                     if build == "new":
                         kernels.update(re.findall(r", (\w+) kernels", demo))
+            if round_ == 0 and build in ("new", "int8"):
+                errors[(build, name, batch)] = demo_error(out, name, bench, info)
         if narrow_only:
             continue
-        peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat],
+        peer = subprocess.run([sys.executable, f"{sys.path[0]}/ort_peer.py", bench, "--repeat", repeat, "--quantized", "--models", ",".join(models)],
                               check=True, capture_output=True, text=True).stdout
         for line in peer.splitlines():
-            _, name, batch, threads, us = line.split()
-            keep(ort, (name, batch, int(threads)), float(us))
+            kind, name, batch, threads, us, err = line.split()
+            keep(ort if kind == "ort" else ortq, (name, batch, int(threads)), float(us))
+            errors[(kind, name, batch)] = float(err)
     if jit:
         print_jit(ours, ort, jit, first, rounds)
     if jit_only:
         return
+    if int8:
+        print_int8(ours, int8, ort, ortq, errors, manifest, peak, rounds)
+    if int8_only:
+        return
     if not narrow_only:
         print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline)
     print_narrow(ours, narrow, narrow_types, work, rounds)
+
+
+def demo_error(out, name, bench, info):
+    """The demo's output (one call, 1 thread) against the reference output: the largest
+    difference as a fraction of the output's largest magnitude."""
+    os.makedirs(f"{out}/check", exist_ok=True)
+    subprocess.run([f"{out}/{name}_demo", "--input", f"input={bench}/{info['input']}", "--out", f"{out}/check"],
+                   check=True, capture_output=True, cwd=out)
+    got = np.load(next(f"{out}/check/{f}" for f in sorted(os.listdir(f"{out}/check")) if f.endswith(".npy")))
+    want = np.load(f"{bench}/{info['output']}")
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+def print_int8(ours, int8, ort, ortq, errors, manifest, peak, rounds):
+    """Int8 products beside f32 and ORT's quantized models, each with its error."""
+    print(f"{'case':<14} {'f32 1t/2t':>17} {'err':>8} {'int8 1t/2t':>17} {'err':>8} {'vs f32':>6} "
+          f"{'ORT f32':>10} {'ORT int8 1t/2t':>17} {'err':>8} {'vs ORT int8':>11}" + (f" {'int8 GOP/s':>10} {'% peak':>6}" if peak else ""))
+    int8_peak = next((p.get("int8") for p in peak.values() if p.get("int8")), None) if peak else None
+    for (name, batch, threads), us in int8.items():
+        if threads != 1:
+            continue
+        f1, f2 = ours[(name, batch, 1)], ours[(name, batch, 2)]
+        i1, i2 = us, int8[(name, batch, 2)]
+        o = min(ort[(name, batch, 1)], ort[(name, batch, 2)])
+        q1, q2 = ortq[(name, batch, 1)], ortq[(name, batch, 2)]
+        best = min(i1, i2)
+        row = (f"{name + ' b' + batch:<14} {f'{f1:.1f}/{f2:.1f}us':>17} {errors[('new', name, batch)]:>8.1e} {f'{i1:.1f}/{i2:.1f}us':>17} "
+               f"{errors[('int8', name, batch)]:>8.1e} {best / min(f1, f2):>6.2f} {o:>8.1f}us {f'{q1:.1f}/{q2:.1f}us':>17} "
+               f"{errors[('ortq', name, batch)]:>8.1e} {best / min(q1, q2):>11.2f}")
+        if int8_peak:
+            ops = manifest[name]["batches"][batch]["flops"]
+            threads = 1 if i1 <= i2 else 2
+            gops = ops / best / 1e3
+            row += f" {gops:>10.1f} {100 * gops / int8_peak[threads]:>5.0f}%"
+        print(row)
+    print(f"int8: --quantize int8 (int8 products); ORT int8: quantize_dynamic's model; median latency of one call, best of {rounds} rounds, "
+          "1 and 2 threads; err: the largest difference from the reference output / its largest magnitude; vs f32, vs ORT int8: "
+          "the faster int8 run / the faster other run" + ("; % peak: the whole model's operations (all of them, not only "
+                                                          "the int8 products') against the measured int8 dot-product peak." if int8_peak else "."))
 
 
 def print_jit(ours, ort, jit, first, rounds):
@@ -289,9 +350,15 @@ def print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, pea
 
 def read_peak(path):
     """The FMA peaks in GFLOP/s by instruction set and thread count, from peak's summary
-    lines (isa=avx512 fma_gflops_1t=...), the first line's set (the best) first."""
-    return {line.split()[0][4:]: {int(t): float(v) for t, v in re.findall(r"fma_gflops_(\d+)t=([0-9.]+)", line)}
-            for line in open(path).read().splitlines() if line.startswith("isa=")}
+    lines (isa=avx512 fma_gflops_1t=...), the first line's set (the best) first; each
+    with "int8", the int8 dot-product peaks in GOP/s by thread count, where it has them."""
+    peaks = {}
+    for line in open(path).read().splitlines():
+        if line.startswith("isa="):
+            p = {int(t): float(v) for t, v in re.findall(r"fma_gflops_(\d+)t=([0-9.]+)", line)}
+            p["int8"] = {int(t): float(v) for t, v in re.findall(r"int8_gops_(\d+)t=([0-9.]+)", line)}
+            peaks[line.split()[0][4:]] = p
+    return peaks
 
 
 if __name__ == "__main__":

@@ -5,14 +5,26 @@ weights (the structures the bench README describes), checks that ONNX Runtime
 reproduces the reference output within 1e-4, and prints the median latency of one
 inference with 1 and 2 intra-op threads, one line per case:
 
-    ort MODEL BATCH THREADS MEDIAN_US
+    ort MODEL BATCH THREADS MEDIAN_US ERROR
 
-Usage: python ort_peer.py BENCH_DIR [--repeat N]
+With --quantized, also the same model quantized as ONNX Runtime's users quantize it,
+`onnxruntime.quantization.quantize_dynamic` with its defaults (int8 weights, one scale
+per tensor; activations u8, quantized as the model runs), its Linear layers written as
+MatMul and Add (the ops it quantizes; it leaves Gemm in f32), one line per case:
+
+    ortq MODEL BATCH THREADS MEDIAN_US ERROR
+
+ERROR is the largest difference from the reference output as a fraction of the output's
+largest magnitude (tests/quantize.rs's measure), the quantized model's accuracy.
+
+Usage: python ort_peer.py BENCH_DIR [--repeat N] [--quantized] [--models NAME,...]
 """
 
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -27,11 +39,13 @@ OPSET = 20
 class Builder:
     """A small helper that names nodes and weight initializers."""
 
-    def __init__(self, weights):
+    def __init__(self, weights, matmul=False):
         self.weights = weights
         self.nodes = []
         self.inits = []
         self.count = 0
+        # Linear as MatMul and Add (what quantize_dynamic quantizes) rather than Gemm
+        self.matmul = matmul
 
     def w(self, name, array=None):
         value = self.weights[name] if array is None else array
@@ -51,6 +65,8 @@ class Builder:
         return out
 
     def linear(self, x, prefix):
+        if self.matmul:
+            return self.linear_nd(x, prefix)
         return self.op("Gemm", [x, self.w(f"{prefix}_weight"), self.w(f"{prefix}_bias")], transB=1)
 
     def linear_nd(self, x, prefix):
@@ -116,8 +132,8 @@ def gpt_block(b, x, batch):
 MODELS = {"mlp": mlp, "lenet": lenet, "cnn": cnn, "gpt_block": gpt_block}
 
 
-def build(name, weights, input_shape, output_shape):
-    b = Builder(weights)
+def build(name, weights, input_shape, output_shape, matmul=False):
+    b = Builder(weights, matmul)
     x = "input"
     out = MODELS[name](b, x, input_shape[0]) if name == "gpt_block" else MODELS[name](b, x)
     graph = helper.make_graph(
@@ -128,24 +144,42 @@ def build(name, weights, input_shape, output_shape):
     return model.SerializeToString()
 
 
+def quantize(model):
+    """`model` quantized by quantize_dynamic with its defaults (it takes files)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = os.path.join(tmp, "f32.onnx"), os.path.join(tmp, "int8.onnx")
+        with open(src, "wb") as f:
+            f.write(model)
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        with open(dst, "rb") as f:
+            return f.read()
+
+
 def main():
     bench = sys.argv[1]
     repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 100
+    models = sys.argv[sys.argv.index("--models") + 1].split(",") if "--models" in sys.argv else list(MODELS)
     manifest = json.load(open(f"{bench}/MANIFEST.json"))
-    for name in MODELS:
+    for name in models:
         weights = load_file(f"{bench}/{name}.safetensors")
         for batch, info in sorted(manifest[name]["batches"].items(), key=lambda kv: int(kv[0])):
             x = np.load(f"{bench}/{info['input']}")
             want = np.load(f"{bench}/{info['output']}")
             model = build(name, weights, list(x.shape), list(want.shape))
-            for threads in (1, 2):
+            kinds = [("ort", model)]
+            if "--quantized" in sys.argv:
+                kinds.append(("ortq", quantize(build(name, weights, list(x.shape), list(want.shape), matmul=True))))
+            for (kind, model), threads in ((k, t) for k in kinds for t in (1, 2)):
                 opts = ort.SessionOptions()
                 opts.intra_op_num_threads = threads
                 opts.inter_op_num_threads = 1
                 sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
                 got = sess.run(None, {"input": x})[0]
                 err = float(np.max(np.abs(got - want)))
-                if err > 1e-4 * max(1.0, float(np.max(np.abs(want)))):
+                scale = float(np.max(np.abs(want)))
+                if kind == "ort" and err > 1e-4 * max(1.0, scale):
                     sys.exit(f"ort_peer: {name} b{batch}: ONNX Runtime differs from the reference by {err}")
                 runs = max(5, repeat if info["flops"] < 5e9 else repeat // 10)
                 for _ in range(3):
@@ -155,7 +189,7 @@ def main():
                     t0 = time.perf_counter()
                     sess.run(None, {"input": x})
                     times.append((time.perf_counter() - t0) * 1e6)
-                print(f"ort {name} {batch} {threads} {statistics.median(times):.1f}", flush=True)
+                print(f"{kind} {name} {batch} {threads} {statistics.median(times):.1f} {err / scale:.3e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The CPU targets' benchmark against ONNX Runtime (not a test: it prints latencies and
 # ratios): C (portable and --cpu native; at batch 1 also --quantize f16, bf16, q8_0 in a
-# second table), ggml (f32 and q8_0) and XLA, after this
+# second table; every case also with --quantize int8 beside ORT's quantize_dynamic model,
+# with each one's error, in an int8 table), ggml (f32 and q8_0) and XLA, after this
 # machine's FMA peak and bandwidth (benches/peak) and the large GEMMs' share of it
 # (runtime-c's bench-gemm). Installs the peer (onnxruntime, onnx, numpy,
 # safetensors from PyPI, pinned) into target/bench-venv once, and the ggml and XLA
 # targets' toolchains as .ci/run does where they are missing, builds mithrilc, writes
 # the bench models as ONNX (benches/onnx_export.py, into target/bench/onnx), then runs
 # benches/bench.py, which times them too (rows "NAME bB onnx", with onnx/json).
-#   bash benches/run.sh [--repeat N] [--rounds R] [--baseline OTHER_MITHRILC]
+#   bash benches/run.sh [--repeat N] [--rounds R] [--baseline OTHER_MITHRILC] [--int8-only]
 # MR_ISA=avx2 in the environment runs the portable builds' avx2 kernels on an AVX-512
 # CPU (the nearest thing to an AVX2-only one), and their "% peak" is of the AVX2 peak.
 set -euo pipefail
