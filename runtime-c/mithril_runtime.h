@@ -112,7 +112,7 @@
 #define mr_sgd_f64 MR_NAME(mr_sgd_f64)
 #define mr_isa_name MR_NAME(mr_isa_name)
 #define mr_l2_bytes MR_NAME(mr_l2_bytes)
-#define mr_i8_vnni MR_NAME(mr_i8_vnni)
+#define mr_i8_isa MR_NAME(mr_i8_isa)
 #if !defined(MR_RENAMED)
 #define mr_dequantize MR_NAME(mr_dequantize)
 #define mr_sgemm MR_NAME(mr_sgemm)
@@ -434,9 +434,10 @@ void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64
  * Every kernel set (mr_int8_name) computes the same sums, so with beta == 0 every variant
  * gives the same bits. Work is split through `threads` as mr_sgemm_panels_mt's (A's rows
  * are quantized first, split by rows); `ep` is an epilogue as theirs.
- * mr_int8_name() names the int8 set the calls run: "avx512vnni" (vpdpbusd), "avx512bw"
- * (vpmaddwd), "avxvnni", "avx2", or "generic" (portable loops); MR_INT8=madd in the
- * environment asks for the vpmaddwd set where the CPU has VNNI.
+ * mr_int8_name() names the int8 set the calls run: "amx" (tdpbusd; on Linux the first
+ * call asks the kernel for the AMX state, arch_prctl(ARCH_REQ_XCOMP_PERM)), "avx512vnni"
+ * (vpdpbusd), "avx512bw" (vpmaddwd), "avxvnni", "avx2", or "generic" (portable loops).
+ * MR_INT8=vnni in the environment rules out AMX, MR_INT8=madd AMX and VNNI.
  */
 #define MR_I8_MAX_K 65536
 #define MR_I8_K4(K) (((int64_t)(K) + 3) / 4 * 4)

@@ -11,6 +11,10 @@
  * sources define the public names themselves and this file only defines mr_isa_name,
  * naming the compile-time choice ("neon" on AArch64, whose GEMM tile is NEON's).
  */
+/* (syscall(), for AMX's permission below: glibc declares it under -std=c99 only so) */
+#if defined(__linux__) && !defined(_DEFAULT_SOURCE)
+#define _DEFAULT_SOURCE 1
+#endif
 #define MR_DISPATCHER 1 /* the plain names: mr_internal.h renames nothing here */
 #include "mr_internal.h"
 
@@ -207,32 +211,47 @@ int64_t mr_l2_bytes(void)
 int64_t mr_l2_bytes(void) { return 0; }
 #endif
 
-/* Whether the int8 products may use vpdpbusd at AVX-512's width (zmm) or AVX-VNNI's:
- * asked of cpuid once (leaf 7: AVX-512 VNNI is ECX bit 11; leaf 7 subleaf 1: AVX-VNNI is
- * EAX bit 4; the OS saves the registers where the variant runs at all), and never
- * with MR_INT8=madd in the environment (mr_gemm_i8.c's vpmaddwd kernels then run). */
+/*
+ * Which int8 instruction sets the products may use (mr_internal.h's mr_i8_isa: 0
+ * AVX-VNNI, 1 AVX-512 VNNI, 2 AMX-INT8), asked of cpuid once (leaf 7: AVX-512 VNNI is
+ * ECX bit 11, AMX-TILE and AMX-INT8 EDX bits 24 and 25; subleaf 1: AVX-VNNI is EAX bit
+ * 4; the OS saves the vector registers where a variant runs at all). AMX's tile data
+ * must also be granted to the process: on Linux by arch_prctl(ARCH_REQ_XCOMP_PERM,
+ * XFEATURE_XTILEDATA), asked here, once; elsewhere AMX is not used. MR_INT8=vnni in the
+ * environment rules out AMX, MR_INT8=madd AMX and VNNI (mr_gemm_i8.c's vpmaddwd kernels
+ * run). Every thread that finds it unasked asks and stores the same value.
+ */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <stdlib.h> /* getenv */
-int mr_i8_vnni(int zmm)
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+static int mr_amx_granted(void) { return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0; }
+#else
+static int mr_amx_granted(void) { return 0; }
+#endif
+int mr_i8_isa(int which)
 {
-    static int has = -1; /* bit 0: AVX-512 VNNI, bit 1: AVX-VNNI */
+    static int has = -1; /* bit 0: AVX-VNNI, bit 1: AVX-512 VNNI, bit 2: AMX-INT8 */
     int v = __atomic_load_n(&has, __ATOMIC_RELAXED);
     if (v < 0) {
         const char *want = getenv("MR_INT8");
+        const int madd = want && strcmp(want, "madd") == 0, vnni = want && strcmp(want, "vnni") == 0;
         unsigned a = 0, b = 0, c = 0, d = 0;
         v = 0;
-        if (!(want && strcmp(want, "madd") == 0)) {
-            if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11))) v |= 1;
-            if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) v |= 2;
+        if (!madd && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+            if (c & (1u << 11)) v |= 2;
+            if (!vnni && (d & (1u << 24)) && (d & (1u << 25)) && mr_amx_granted()) v |= 4;
         }
+        if (!madd && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) v |= 1;
         __atomic_store_n(&has, v, __ATOMIC_RELAXED);
     }
-    return (v >> (zmm ? 0 : 1)) & 1;
+    return (v >> which) & 1;
 }
 #else
-int mr_i8_vnni(int zmm)
+int mr_i8_isa(int which)
 {
-    (void)zmm;
+    (void)which;
     return 0;
 }
 #endif

@@ -13,8 +13,8 @@
  *    [0, 255]: the range u8 x s8 instructions take (vpdpbusd), and for the one-sided
  *    rows after ReLU or GELU twice the resolution of a symmetric scheme. The zero point
  *    comes out of the sum as zp_i * colsum_j, the column sums stored with B.
- *  - The sums are exact: every kernel (AVX-512 VNNI, AVX-VNNI, vpmaddwd on AVX2 and
- *    AVX-512 without VNNI, the portable loops) computes the same int32, and the rows'
+ *  - The sums are exact: every kernel (AMX, AVX-512 VNNI, AVX-VNNI, vpmaddwd on AVX2
+ *    and AVX-512 without VNNI, the portable loops) computes the same int32, and the rows'
  *    quantization and the scaling are the same float operations in every variant, so
  *    every variant gives the same bits. (vpmaddubsw is not used: u8 x s8 pairs overflow
  *    its 16-bit sums; vpmaddwd on bytes widened to 16 bits does as many multiply-adds per
@@ -24,8 +24,9 @@
  */
 #include "mr_internal.h"
 
-/* Rows of A a kernel call takes (the driver's slivers). */
-#define MR_I8_MR 8
+/* Rows of A a kernel call takes (the driver's slivers): two of AMX's 16-row tiles; the
+ * vector kernels take them in groups of their own rows. */
+#define MR_I8_MR 32
 /* Bytes of one quad of B's panel: MR_PANEL columns of 4 consecutive k. */
 #define MR_I8_QUAD (4 * MR_PANEL)
 
@@ -40,12 +41,47 @@ static int32_t *mr_i8_zeros(void *scratch, int64_t M, int64_t K) { return (int32
 
 /* rint(v) for |v| <= 2^22, in the default rounding (to nearest even): adding and taking
  * away 1.5 * 2^23 leaves the integer part, in plain float arithmetic every variant
- * computes alike (and vectorizes). */
+ * computes alike and vectorizes (the runtime is never built with -ffast-math, which
+ * could fold it away). */
 static inline float mr_i8_rint(float v)
 {
     const float magic = 12582912.0f;
-    volatile float t = v + magic; /* (no -ffast-math, but keep any compiler from folding it) */
-    return t - magic;
+    return (v + magic) - magic;
+}
+
+/* Lanes of a row's running minimum, maximum and NaN test: independent chains, which the
+ * compiler vectorizes (as mr_softmax.c's partial sums); a running value in one
+ * variable is a chain it may not reorder. */
+#define MR_I8_LANES 16
+
+/* The row x[k * cs], k < K: *lo = min(0, min x), *hi = max(0, max x), and whether an
+ * element is infinite or NaN (then v - v is NaN). */
+static int mr_i8_range(const float *x, int64_t cs, int64_t K, float *lo, float *hi)
+{
+    float l[MR_I8_LANES] = {0}, h[MR_I8_LANES] = {0}, nan[MR_I8_LANES] = {0};
+    int64_t k, t;
+    int bad = 0;
+    for (k = 0; k + MR_I8_LANES <= K; k += MR_I8_LANES) {
+        for (t = 0; t < MR_I8_LANES; ++t) {
+            const float v = x[(k + t) * cs];
+            l[t] = v < l[t] ? v : l[t];
+            h[t] = v > h[t] ? v : h[t];
+            nan[t] += v - v;
+        }
+    }
+    for (t = 0; k < K; ++k, ++t) {
+        const float v = x[k * cs];
+        l[t] = v < l[t] ? v : l[t];
+        h[t] = v > h[t] ? v : h[t];
+        nan[t] += v - v;
+    }
+    *lo = *hi = 0.0f;
+    for (t = 0; t < MR_I8_LANES; ++t) {
+        *lo = l[t] < *lo ? l[t] : *lo;
+        *hi = h[t] > *hi ? h[t] : *hi;
+        bad |= nan[t] != 0.0f;
+    }
+    return bad;
 }
 
 /*
@@ -65,18 +101,13 @@ void mr_i8_quantize_rows(int64_t M, int64_t K, const float *A, int64_t a_rs, int
     for (i = i0; i < i1; ++i) {
         const float *x = A + i * a_rs;
         uint8_t *q = mr_i8_codes(scratch, K, i);
-        float lo = 0.0f, hi = 0.0f, bad = 0.0f, scale, inv;
+        float lo, hi, scale, inv;
+        const int bad = mr_i8_range(x, a_cs, K, &lo, &hi);
         int32_t zp = 0;
-        for (k = 0; k < K; ++k) {
-            const float v = x[k * a_cs];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-            bad += v - v; /* NaN once any v is infinite or NaN */
-        }
         scale = hi / 255.0f - lo / 255.0f;
-        if (bad != 0.0f || !(scale > 0.0f)) {
+        if (bad || !(scale > 0.0f)) {
             /* NaN or infinity: NaN outputs; zeros (or a range too small for a scale): zeros */
-            scales[i] = bad != 0.0f ? bad : 0.0f;
+            scales[i] = bad ? NAN : 0.0f;
             zeros[i] = 0;
             memset(q, 0, (size_t)MR_I8_K4(K));
             continue;
@@ -86,7 +117,7 @@ void mr_i8_quantize_rows(int64_t M, int64_t K, const float *A, int64_t a_rs, int
         zp = zp > 255 ? 255 : zp;
         for (k = 0; k < K; ++k) {
             const float c = mr_i8_rint(x[k * a_cs] * inv) + (float)zp;
-            q[k] = (uint8_t)(c < 0.0f ? 0.0f : c > 255.0f ? 255.0f : c);
+            q[k] = (uint8_t)(int32_t)(c < 0.0f ? 0.0f : c > 255.0f ? 255.0f : c);
         }
         for (; k < MR_I8_K4(K); ++k) q[k] = (uint8_t)zp;
         scales[i] = scale;
@@ -180,12 +211,15 @@ typedef __m256i mr_vi;
  * at the pass's first column): per quad B's two vectors, then per row one broadcast of
  * its quad and two vpdpbusd. */
 MR_BODY MR_I8_VNNI_TARGET void mr_i8_vnni_body(const int R, int64_t quads, const uint8_t *a, int64_t a_rs,
-                                              const int8_t *b, int32_t *S)
+                                              const int8_t *b, int32_t *S, int acc)
 {
     mr_vi c[MR_I8_VNNI_ROWS][2];
     int64_t q;
     int i;
-    for (i = 0; i < R; ++i) c[i][0] = c[i][1] = mr_vi_zero();
+    for (i = 0; i < R; ++i) {
+        c[i][0] = acc ? mr_vi_load(S + i * MR_PANEL) : mr_vi_zero();
+        c[i][1] = acc ? mr_vi_load(S + i * MR_PANEL + MR_VI_LANES) : mr_vi_zero();
+    }
     for (q = 0; q < quads; ++q) {
         const mr_vi b0 = mr_vi_load(b + q * MR_I8_QUAD), b1 = mr_vi_load(b + q * MR_I8_QUAD + 4 * MR_VI_LANES);
         for (i = 0; i < R; ++i) {
@@ -201,8 +235,10 @@ MR_BODY MR_I8_VNNI_TARGET void mr_i8_vnni_body(const int R, int64_t quads, const
 }
 
 /* vpmaddwd: R rows by MR_I8_CH columns in four vectors of half-sums (lane 2t: k = 4q,
- * 4q + 1 of column t; lane 2t + 1: 4q + 2, 4q + 3), added in pairs at the end. */
-MR_BODY void mr_i8_madd_body(const int R, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b, int32_t *S)
+ * 4q + 1 of column t; lane 2t + 1: 4q + 2, 4q + 3), added in pairs at the end (to S's
+ * sums when acc). */
+MR_BODY void mr_i8_madd_body(const int R, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b, int32_t *S,
+                             int acc)
 {
     mr_vi c[MR_I8_MADD_ROWS][4];
     int32_t half[4 * MR_VI_LANES];
@@ -219,14 +255,17 @@ MR_BODY void mr_i8_madd_body(const int R, int64_t quads, const uint8_t *a, int64
     }
     for (i = 0; i < R; ++i) {
         for (v = 0; v < 4; ++v) mr_vi_store(half + v * MR_VI_LANES, c[i][v]);
-        for (t = 0; t < MR_I8_CH; ++t) S[i * MR_PANEL + t] = (int32_t)((uint32_t)half[2 * t] + (uint32_t)half[2 * t + 1]);
+        for (t = 0; t < MR_I8_CH; ++t) {
+            const uint32_t s = (uint32_t)half[2 * t] + (uint32_t)half[2 * t + 1];
+            S[i * MR_PANEL + t] = (int32_t)(s + (acc ? (uint32_t)S[i * MR_PANEL + t] : 0u));
+        }
     }
 }
 
 /* The passes over a sliver and a panel: rows in groups of the body's R (each count a
  * constant, R at most 8), columns in passes of MR_I8_CH. */
 #define MR_I8_ROWS_CASE(body, R, n) \
-    case n: body((R) > (n) ? (n) : (R), quads, a_, a_rs, b_, s_); break;
+    case n: body((R) > (n) ? (n) : (R), quads, a_, a_rs, b_, s_, acc); break;
 #define MR_I8_PASSES(body, R)                                                  \
     {                                                                          \
         int64_t i0_, c0_;                                                      \
@@ -240,46 +279,140 @@ MR_BODY void mr_i8_madd_body(const int R, int64_t quads, const uint8_t *a, int64
                 MR_I8_ROWS_CASE(body, R, 3) MR_I8_ROWS_CASE(body, R, 4)        \
                 MR_I8_ROWS_CASE(body, R, 5) MR_I8_ROWS_CASE(body, R, 6)        \
                 MR_I8_ROWS_CASE(body, R, 7)                                    \
-                default: body((R), quads, a_, a_rs, b_, s_); break;            \
+                default: body((R), quads, a_, a_rs, b_, s_, acc); break;       \
                 }                                                              \
             }                                                                  \
         }                                                                      \
     }
 MR_KERNEL MR_I8_VNNI_TARGET static void mr_i8_panel_vnni(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs,
-                                                         const int8_t *b, int32_t S[MR_I8_MR][MR_PANEL])
+                                                         const int8_t *b, int32_t S[MR_I8_MR][MR_PANEL], int acc)
 MR_I8_PASSES(mr_i8_vnni_body, MR_I8_VNNI_ROWS)
 
 MR_KERNEL static void mr_i8_panel_madd(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
-                                       int32_t S[MR_I8_MR][MR_PANEL])
+                                       int32_t S[MR_I8_MR][MR_PANEL], int acc)
 MR_I8_PASSES(mr_i8_madd_body, MR_I8_MADD_ROWS)
+
+#if defined(MR_AVX512) && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+/*
+ * AMX (Sapphire Rapids and later: tdpbusd, a 16 x 16 tile of int32 sums from 16 rows of
+ * 64 u8 codes and 16 quads of 16 columns, 16 times vpdpbusd's work): the sliver's rows
+ * as two A tiles of up to 16, the panel as two B tiles of 16 columns (B's quads are
+ * MR_I8_QUAD bytes apart, so a tile reads one half of each), four C tiles; whole groups
+ * of 16 quads, the rest of K by the VNNI kernel (every AMX CPU has AVX-512 VNNI), added
+ * to the tiles' sums. The tiles are configured for the sliver's rows when *configured
+ * (the rows they have) differs, so once a call of the driver, not once a sliver
+ * (loading the configuration each time took 12% of a 128 x 2304 x 768 product), and
+ * released by mr_i8_amx_done.
+ */
+#define MR_I8_AMX 1
+#define MR_I8_AMX_TARGET __attribute__((target("amx-tile,amx-int8,avx512vnni")))
+typedef struct {
+    uint8_t palette, start;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} mr_amx_config;
+
+MR_KERNEL MR_I8_AMX_TARGET static void mr_i8_panel_amx(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs,
+                                                       const int8_t *b, int32_t S[MR_I8_MR][MR_PANEL], int *configured)
+{
+    const int64_t whole = quads / 16 * 16;
+    const int r0 = (int)mr_min_i64(16, rows), r1 = (int)mr_max_i64(0, rows - 16);
+    mr_amx_config cfg;
+    int64_t q;
+    int t;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    /* tiles 0, 1: C of rows [0, 16); 2, 3: C of rows [16, 32); 4, 5: A's; 6, 7: B's (a
+     * tile of no rows has no columns either, or the configuration is refused) */
+    for (t = 0; t < 8; ++t) {
+        cfg.rows[t] = (uint8_t)(t >= 6 ? 16 : (t == 2 || t == 3 || t == 5) ? r1 : r0);
+        cfg.colsb[t] = cfg.rows[t] ? 64 : 0;
+    }
+    if (whole > 0) {
+        if (*configured != rows) {
+            _tile_loadconfig(&cfg);
+            *configured = (int)rows;
+        }
+        _tile_zero(0);
+        _tile_zero(1);
+        if (r1 > 0) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+        for (q = 0; q < whole; q += 16) {
+            _tile_loadd(4, a + 4 * q, a_rs);
+            _tile_loadd(6, b + q * MR_I8_QUAD, MR_I8_QUAD);
+            _tile_loadd(7, b + q * MR_I8_QUAD + 64, MR_I8_QUAD);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+            if (r1 > 0) {
+                _tile_loadd(5, a + 16 * a_rs + 4 * q, a_rs);
+                _tile_dpbusd(2, 5, 6);
+                _tile_dpbusd(3, 5, 7);
+            }
+        }
+        _tile_stored(0, S[0], 4 * MR_PANEL);
+        _tile_stored(1, S[0] + 16, 4 * MR_PANEL);
+        if (r1 > 0) {
+            _tile_stored(2, S[16], 4 * MR_PANEL);
+            _tile_stored(3, S[16] + 16, 4 * MR_PANEL);
+        }
+    }
+    if (quads > whole) mr_i8_panel_vnni(rows, quads - whole, a + 4 * whole, a_rs, b + whole * MR_I8_QUAD, S, whole > 0);
+}
+
+/* The tiles given back (their state is large, and the OS saves it while it is in use). */
+MR_I8_AMX_TARGET static void mr_i8_amx_done(int *configured)
+{
+    if (*configured) _tile_release();
+    *configured = 0;
+}
+#endif
 #endif
 
-/* The int8 set this variant runs on this CPU (mr_int8_name's answer, and the driver's
- * kernel): VNNI where the CPU has it at the variant's width and MR_INT8 does not say
- * "madd" (mr_dispatch.c's mr_i8_vnni), else vpmaddwd; the portable loops elsewhere. */
-#if defined(MR_AVX512)
-static int mr_i8_use_vnni(void) { return mr_i8_vnni(1); }
-const char *mr_int8_name(void) { return mr_i8_use_vnni() ? "avx512vnni" : "avx512bw"; }
+/* The kernel set this variant runs on this CPU (mr_int8_name's answer, and the driver's
+ * kernel): the best of AMX, VNNI at the variant's width and vpmaddwd the CPU has and
+ * MR_INT8 allows (mr_dispatch.c's mr_i8_isa); the portable loops elsewhere. */
+enum { MR_I8_PORTABLE, MR_I8_MADD, MR_I8_VNNI, MR_I8_TILES };
+#if defined(MR_I8_AMX)
+static int mr_i8_set(void) { return mr_i8_isa(2) ? MR_I8_TILES : mr_i8_isa(1) ? MR_I8_VNNI : MR_I8_MADD; }
+const char *mr_int8_name(void) { return mr_i8_set() == MR_I8_TILES ? "amx" : mr_i8_set() == MR_I8_VNNI ? "avx512vnni" : "avx512bw"; }
+#elif defined(MR_AVX512)
+static int mr_i8_set(void) { return mr_i8_isa(1) ? MR_I8_VNNI : MR_I8_MADD; }
+const char *mr_int8_name(void) { return mr_i8_set() == MR_I8_VNNI ? "avx512vnni" : "avx512bw"; }
 #elif defined(MR_AVX2)
-static int mr_i8_use_vnni(void) { return mr_i8_vnni(0); }
-const char *mr_int8_name(void) { return mr_i8_use_vnni() ? "avxvnni" : "avx2"; }
+static int mr_i8_set(void) { return mr_i8_isa(0) ? MR_I8_VNNI : MR_I8_MADD; }
+const char *mr_int8_name(void) { return mr_i8_set() == MR_I8_VNNI ? "avxvnni" : "avx2"; }
 #else
-static int mr_i8_use_vnni(void) { return 0; }
+static int mr_i8_set(void) { return MR_I8_PORTABLE; }
 const char *mr_int8_name(void) { return "generic"; }
 #endif
 
-/* One sliver against one panel with this variant's kernel. */
-static void mr_i8_panel(int vnni, int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
-                        int32_t S[MR_I8_MR][MR_PANEL])
+/* One sliver against one panel with kernel set `set` (*tiles: AMX's configured rows).
+ * AMX takes slivers of 4 rows or more: with fewer, most of its tiles' rows are padding
+ * and VNNI is the faster (one thread, M = 1: 768 x 768 11.6 us against 15.9, 2304 x 768
+ * 37.4 against 40.8; M = 4, 2304 x 768: AMX 33.4, VNNI 43.4). */
+static void mr_i8_panel(int set, int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
+                        int32_t S[MR_I8_MR][MR_PANEL], int *tiles)
 {
-#if defined(MR_AVX512) || defined(MR_AVX2)
-    if (vnni) {
-        mr_i8_panel_vnni(rows, quads, a, a_rs, b, S);
-    } else {
-        mr_i8_panel_madd(rows, quads, a, a_rs, b, S);
+#if defined(MR_I8_AMX)
+    if (set == MR_I8_TILES && rows < 4) set = MR_I8_VNNI;
+    if (set == MR_I8_TILES) {
+        mr_i8_panel_amx(rows, quads, a, a_rs, b, S, tiles);
+        return;
     }
 #else
-    (void)vnni;
+    (void)tiles;
+#endif
+#if defined(MR_AVX512) || defined(MR_AVX2)
+    if (set == MR_I8_VNNI) {
+        mr_i8_panel_vnni(rows, quads, a, a_rs, b, S, 0);
+    } else {
+        mr_i8_panel_madd(rows, quads, a, a_rs, b, S, 0);
+    }
+#else
+    (void)set;
     mr_i8_panel_portable(rows, quads, a, a_rs, b, S);
 #endif
 }
@@ -289,47 +422,102 @@ static void mr_i8_panel(int vnni, int64_t rows, int64_t quads, const uint8_t *a,
 /* ------------------------------------------------------------------------------------ */
 
 /*
+ * One row of a sliver's sums s (n of them) into C's row c: the sum of (a - zp) * b,
+ * exact (wrapping arithmetic, in range), times as = alpha * s_i and column j's scale,
+ * plus beta * C. Contiguous C with beta 0 (what generated code passes) is a loop of its
+ * own, which the compiler vectorizes.
+ */
+static void mr_i8_store_row(const int32_t *s, const int32_t *colsum, const float *sw, uint32_t z, float as,
+                            float beta, float *c, int64_t c_cs, int64_t n)
+{
+    int64_t t;
+    if (c_cs == 1 && beta == 0.0f) {
+        for (t = 0; t < n; ++t) c[t] = as * sw[t] * (float)(int32_t)((uint32_t)s[t] - z * (uint32_t)colsum[t]);
+        return;
+    }
+    for (t = 0; t < n; ++t) {
+        const float v = as * sw[t] * (float)(int32_t)((uint32_t)s[t] - z * (uint32_t)colsum[t]);
+        c[t * c_cs] = beta == 0.0f ? v : MR_MADD(beta, c[t * c_cs], v);
+    }
+}
+
+/* A sliver's block of sums, waiting to be scaled into C: its rows [i0, i0 + rows) and
+ * the panel's columns [c0, c1) (j: the first's column in B). */
+typedef struct {
+    int32_t S[MR_I8_MR][MR_PANEL];
+    int64_t i0, rows, c0, c1, j;
+} mr_i8_block;
+
+/* What scaling a block into C reads: B's column scales and sums, the scratch's row
+ * scales and zero points, and C (at column j0 of the product). */
+typedef struct {
+    const float *sw, *sa;
+    const int32_t *colsum, *zp;
+    float alpha, beta;
+    float *C;
+    int64_t c_rs, c_cs, j0;
+} mr_i8_out;
+
+static void mr_i8_scale_block(const mr_i8_block *b, const mr_i8_out *o)
+{
+    int64_t i;
+    for (i = 0; i < b->rows; ++i) {
+        mr_i8_store_row(b->S[i] + b->c0, o->colsum + b->j, o->sw + b->j, (uint32_t)o->zp[b->i0 + i],
+                        o->alpha * o->sa[b->i0 + i], o->beta, o->C + (b->i0 + i) * o->c_rs + (b->j - o->j0) * o->c_cs,
+                        o->c_cs, b->c1 - b->c0);
+    }
+}
+
+/*
  * mr_gemm_i8_cols: columns [j0, j0 + n) of mr_gemm_i8_mt's product (j0 a multiple of
  * MR_PANEL; C at column j0), A already quantized into the scratch (all M rows). Rows in
  * blocks that stay in L2 with a panel, then per panel the slivers of the block, each
- * sliver's sums over all of K in registers, then scaled into C.
+ * sliver's sums over all of K in registers (or tiles), then scaled into C one sliver
+ * late: AMX's sums reach memory long after its tile stores issue, and reading them at
+ * once stalled (the scaling took 60% of a 128 x 2304 x 768 product's time).
  */
 void mr_gemm_i8_cols(int64_t M, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0, int64_t n, float beta,
                      float *C, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epi_at *at)
 {
     const int64_t K4 = MR_I8_K4(K), P = (N + MR_PANEL - 1) / MR_PANEL, quads = K4 / 4;
-    const float *sw = (const float *)Bq;
-    const int32_t *colsum = (const int32_t *)Bq + P * MR_PANEL;
     const int8_t *codes = (const int8_t *)Bq + 8 * P * MR_PANEL;
-    const float *sa = mr_i8_scales(scratch, M, K);
-    const int32_t *zp = mr_i8_zeros(scratch, M, K);
-    const int vnni = mr_i8_use_vnni();
+    const int set = mr_i8_set();
+    mr_i8_out o;
     const int64_t l2 = mr_l2_bytes() > 0 ? mr_l2_bytes() : 1024 * 1024;
     const int64_t mc = mr_max_i64(MR_I8_MR, (l2 / 2 / K4) / MR_I8_MR * MR_I8_MR);
-    int32_t S[MR_I8_MR][MR_PANEL];
-    int64_t ib, p, i0, i, t;
+    mr_i8_block blocks[2], *now = &blocks[0], *late = NULL;
+    int64_t ib, p, i0;
+    int tiles = 0;
+    o.sw = (const float *)Bq;
+    o.colsum = (const int32_t *)Bq + P * MR_PANEL;
+    o.sa = mr_i8_scales(scratch, M, K);
+    o.zp = mr_i8_zeros(scratch, M, K);
+    o.alpha = alpha;
+    o.beta = beta;
+    o.C = C;
+    o.c_rs = c_rs;
+    o.c_cs = c_cs;
+    o.j0 = j0;
     for (ib = 0; ib < M; ib += mc) {
         const int64_t ie = mr_min_i64(M, ib + mc);
-        for (p = j0 / MR_PANEL; p * MR_PANEL < j0 + n; ++p) {
-            const int64_t c0 = mr_max_i64(j0, p * MR_PANEL) - p * MR_PANEL;
-            const int64_t c1 = mr_min_i64(j0 + n, p * MR_PANEL + MR_PANEL) - p * MR_PANEL;
-            for (i0 = ib; i0 < ie; i0 += MR_I8_MR) {
-                const int64_t rows = mr_min_i64(MR_I8_MR, ie - i0);
-                mr_i8_panel(vnni, rows, quads, mr_i8_codes(scratch, K, i0), K4, codes + p * K4 * MR_PANEL, S);
-                for (i = 0; i < rows; ++i) {
-                    const float as = alpha * sa[i0 + i];
-                    const uint32_t z = (uint32_t)zp[i0 + i];
-                    float *c = C + (i0 + i) * c_rs + (p * MR_PANEL - j0) * c_cs;
-                    for (t = c0; t < c1; ++t) {
-                        const int64_t j = p * MR_PANEL + t;
-                        /* the sum of (a - zp) * b, exact (wrapping arithmetic, in range) */
-                        const int32_t d = (int32_t)((uint32_t)S[i][t] - z * (uint32_t)colsum[j]);
-                        const float v = as * sw[j] * (float)d;
-                        c[t * c_cs] = beta == 0.0f ? v : MR_MADD(beta, c[t * c_cs], v);
-                    }
-                }
+        for (i0 = ib; i0 < ie; i0 += MR_I8_MR) {
+            for (p = j0 / MR_PANEL; p * MR_PANEL < j0 + n; ++p) {
+                now->i0 = i0;
+                now->rows = mr_min_i64(MR_I8_MR, ie - i0);
+                now->c0 = mr_max_i64(j0, p * MR_PANEL) - p * MR_PANEL;
+                now->c1 = mr_min_i64(j0 + n, p * MR_PANEL + MR_PANEL) - p * MR_PANEL;
+                now->j = p * MR_PANEL + now->c0;
+                mr_i8_panel(set, now->rows, quads, mr_i8_codes(scratch, K, i0), K4, codes + p * K4 * MR_PANEL, now->S,
+                            &tiles);
+                if (late) mr_i8_scale_block(late, &o);
+                late = now;
+                now = now == &blocks[0] ? &blocks[1] : &blocks[0];
             }
         }
     }
+#if defined(MR_I8_AMX)
+    mr_i8_amx_done(&tiles);
+#endif
+    if (late) mr_i8_scale_block(late, &o);
     mr_epi_call(at, 0, M, 0, n);
 }

@@ -532,9 +532,10 @@ static inline void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int6
 
 /* mr_dispatch.c (one for every variant) */
 MR_INTERNAL int64_t mr_l2_bytes(void);
-/* Whether the int8 products may use vpdpbusd: AVX-512 VNNI's (zmm) or AVX-VNNI's, as
- * the CPU has it, unless MR_INT8=madd in the environment. */
-MR_INTERNAL int mr_i8_vnni(int zmm);
+/* Whether the int8 products may use an instruction set: 0 AVX-VNNI, 1 AVX-512 VNNI, 2
+ * AMX-INT8 (mr_dispatch.c: the CPU has it, the OS lets the process use it, and MR_INT8
+ * in the environment does not rule it out). */
+MR_INTERNAL int mr_i8_isa(int which);
 
 /* mr_gemm.c */
 MR_INTERNAL void mr_dequant_run(int type, const void *src, int64_t nb, int64_t e, int64_t n, float *restrict d);

@@ -1,6 +1,7 @@
 /*
  * test_runtime.c -- standalone test program for the runtime's kernels (not part of the
- * runtime; it may use stdio and malloc). Every runtime function is checked against naive
+ * runtime; it may use stdio and malloc). With MR_INT8 in the environment (another int8
+ * kernel set: the Makefile's each_int8), only the int8 products' tests. Every runtime function is checked against naive
  * reference loops in double on awkward sizes, strided and transposed operands, padding,
  * dilation and groups. A float result r is accepted against the double reference ref when
  *   |r - ref| <= 1e-5 + 1e-5 * mag
@@ -856,9 +857,10 @@ static void test_gemm_i8_case(int64_t M, int64_t N, int64_t K, int la, int lc, f
 
 static void test_gemm_i8(void)
 {
-    /* M: 1..9 (partial and whole slivers, and rows of the AVX2 passes), 17; N: one
+    /* M: 1..9 (partial and whole slivers, and rows of the AVX2 passes), 17, 34 (AMX: a
+     * sliver of 32 rows, then one of 2, which VNNI takes); N: one
      * column, ragged and whole panels; K: one, not a multiple of 4, past a cache block */
-    static const int64_t ms[] = {1, 2, 3, 5, 8, 9, 17};
+    static const int64_t ms[] = {1, 2, 3, 5, 8, 9, 17, 34};
     static const int64_t nks[][2] = {{1, 1}, {31, 3}, {32, 4}, {33, 5}, {70, 31}, {100, 257}};
     int im, in, t = 0;
     for (im = 0; im < (int)(sizeof ms / sizeof ms[0]); ++im) {
@@ -1408,6 +1410,13 @@ int main(void)
 {
     const char *isa = test_isa_check(getenv("MR_ISA"), &g_passed, &g_failed);
     if (!isa) return 0;
+    if (getenv("MR_INT8")) {
+        /* another int8 kernel set (the Makefile's each_int8): its tests alone */
+        test_gemm_i8();
+        test_gemm_i8_extreme();
+        printf("variant %s, int8 %s: %d passed, %d failed\n", isa, mr_int8_name(), g_passed, g_failed);
+        return g_failed == 0 ? 0 : 1;
+    }
     test_gemm();
     test_dequantize();
     test_panels_q();
