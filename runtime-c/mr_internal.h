@@ -159,6 +159,8 @@ typedef __m256 mr_vf;
 #define mr_vf_div MR_VF(div_ps)
 #define mr_vf_fma(x, y, z) MR_VF(fmadd_ps)((x), (y), (z))   /* x * y + z */
 #define mr_vf_fnma(x, y, z) MR_VF(fnmadd_ps)((x), (y), (z)) /* z - x * y */
+#define mr_vf_min MR_VF(min_ps) /* (NaNs: either operand; callers test for them apart) */
+#define mr_vf_max MR_VF(max_ps)
 #elif defined(MR_NEON)
 typedef float32x4_t mr_vf;
 #define MR_VN 4
@@ -171,6 +173,8 @@ typedef float32x4_t mr_vf;
 #define mr_vf_div vdivq_f32
 #define mr_vf_fma(x, y, z) vfmaq_f32((z), (x), (y))
 #define mr_vf_fnma(x, y, z) vfmsq_f32((z), (x), (y))
+#define mr_vf_min vminq_f32
+#define mr_vf_max vmaxq_f32
 #endif
 
 /* Kernels written once as a body for any count of rows (MR_BODY, inlined), and a
