@@ -33,7 +33,7 @@ static double time_call(int type, int64_t M, int64_t N, int64_t K, const float *
         const double t0 = now_ns();
         for (r = 0; r < reps; ++r) {
             if (type == 99) {
-                mr_gemm_i8_mt(NULL, M, N, K, 1.0f, A, K, 1, B, 0.0f, C, N, 1, scratch, NULL);
+                mr_gemm_i8_mt(NULL, 1, M, N, K, 1.0f, A, 0, K, 1, B, 0.0f, C, 0, N, 1, scratch, NULL);
             } else if (type < 0) {
                 mr_sgemm_panels(M, N, K, 1.0f, A, K, 1, (const float *)B, 0.0f, C, N, 1);
             } else {

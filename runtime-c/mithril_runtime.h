@@ -411,11 +411,12 @@ void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64
                           const float *A, int64_t a_rs, int64_t a_cs, const void *Bp, int btype,
                           float beta, float *C, int64_t c_rs, int64_t c_cs, const mr_epilogue *ep);
 /*
- * int8 products (mithrilc's --quantize int8): mr_gemm_i8_mt computes
- *   C = alpha * A B + beta * C   (beta == 0: C is written, not read)
- * for an f32 A (M x K, strides a_rs, a_cs) and a B (K x N) stored as int8 with one
- * scale per column, by quantizing A's rows on the fly and multiplying in int8 with
- * int32 sums (mr_gemm_i8.c says why this scheme):
+ * int8 products (mithrilc's --quantize int8): mr_gemm_i8_mt computes, for b < batch,
+ *   C[b] = alpha * A[b] B + beta * C[b]   (beta == 0: C is written, not read)
+ * for an f32 A[b] (M x K at A + b * a_bs, strides a_rs, a_cs; C[b] likewise) and one B
+ * (K x N) stored as int8 with one scale per column, by quantizing A's rows on the fly
+ * and multiplying in int8 with int32 sums (mr_gemm_i8.c says why this scheme); the
+ * batch's batch * M rows are one product, so B's panels stream once, not once a matrix:
  *  - B, at Bq (4-byte aligned, MR_I8_PANELS_BYTES(K, N) bytes): with P = ceil(N /
  *    MR_PANEL) panels and K4 = MR_I8_K4(K) (K rounded up to a multiple of 4),
  *    float scale[P * MR_PANEL], int32_t colsum[P * MR_PANEL], then int8_t codes: column
@@ -426,14 +427,16 @@ void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64
  *    the padding columns j >= N (scale 0); colsum[j] = sum over k of code(k, j).
  *  - A's row i becomes u8 codes with a scale s_i and zero point z_i (A(i, k) ~ s_i *
  *    (code - z_i)): [min, max] of the row (0 included) onto [0, 255], written into
- *    `scratch` (MR_I8_SCRATCH_BYTES(M, K) bytes, 4-byte aligned, the caller's to give;
- *    its contents are the call's own). A row with an infinity or NaN gives NaN outputs.
+ *    `scratch` (MR_I8_SCRATCH_BYTES(batch * M, K) bytes, 4-byte aligned, the caller's to
+ *    give; its contents are the call's own). A row with an infinity or NaN gives NaN
+ *    outputs.
  *  - C(i, j) = alpha * s_i * scale[j] * (sum_k code_A(i, k) code(k, j) - z_i colsum[j]),
  *    that sum exact in int32 for K <= MR_I8_MAX_K (larger K is the caller's error: its
  *    sums wrap).
  * Every kernel set (mr_int8_name) computes the same sums, so with beta == 0 every variant
  * gives the same bits. Work is split through `threads` as mr_sgemm_panels_mt's (A's rows
- * are quantized first, split by rows); `ep` is an epilogue as theirs.
+ * are quantized first, split by rows); `ep` is an epilogue as theirs, called for each
+ * C[b] with n = ep->n + b.
  * mr_int8_name() names the int8 set the calls run: "amx" (tdpbusd; on Linux the first
  * call asks the kernel for the AMX state, arch_prctl(ARCH_REQ_XCOMP_PERM)), "avx512vnni"
  * (vpdpbusd), "avx512bw" (vpmaddwd), "avxvnni", "avx2", or "generic" (portable loops).
@@ -444,9 +447,9 @@ void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64
 #define MR_I8_PANELS_BYTES(K, N) \
     (((int64_t)(N) + MR_PANEL - 1) / MR_PANEL * MR_PANEL * (8 + MR_I8_K4(K)))
 #define MR_I8_SCRATCH_BYTES(M, K) ((int64_t)(M) * (MR_I8_K4(K) + 8))
-void mr_gemm_i8_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float *A, int64_t a_rs, int64_t a_cs, const void *Bq,
-                   float beta, float *C, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep);
+void mr_gemm_i8_mt(const mr_threads *threads, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, int64_t a_bs, int64_t a_rs, int64_t a_cs, const void *Bq, float beta,
+                   float *C, int64_t c_bs, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep);
 const char *mr_int8_name(void);
 void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
                       int64_t N, int64_t C, int64_t H, int64_t W,

@@ -50,10 +50,10 @@
        const mr_epilogue *ep),                                                                                 \
       (threads, M, N, K, alpha, A, a_rs, a_cs, Bp, btype, beta, C, c_rs, c_cs, ep))                            \
     X(mr_gemm_i8_mt,                                                                                           \
-      (const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t a_rs,  \
-       int64_t a_cs, const void *Bq, float beta, float *C, int64_t c_rs, int64_t c_cs, void *scratch,          \
-       const mr_epilogue *ep),                                                                                 \
-      (threads, M, N, K, alpha, A, a_rs, a_cs, Bq, beta, C, c_rs, c_cs, scratch, ep))                          \
+      (const mr_threads *threads, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha, const float *A, \
+       int64_t a_bs, int64_t a_rs, int64_t a_cs, const void *Bq, float beta, float *C, int64_t c_bs,           \
+       int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep),                                      \
+      (threads, batch, M, N, K, alpha, A, a_bs, a_rs, a_cs, Bq, beta, C, c_bs, c_rs, c_cs, scratch, ep))       \
     X(mr_dequantize, (int type, const void *src, int64_t n, float *dst), (type, src, n, dst))                  \
     X(mr_conv2d_f32,                                                                                           \
       (const float *x, const float *w, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,        \

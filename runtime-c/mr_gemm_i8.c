@@ -103,22 +103,27 @@ static inline void mr_i8_codes_of(const float *x, int64_t cs, int64_t K, float i
     }
 }
 
+/* Where flat row r of a batch of matrices of m rows is: b = r / m's matrix at b * bs,
+ * its row r % m at rs apart. */
+static inline int64_t mr_i8_row(int64_t r, int64_t m, int64_t bs, int64_t rs) { return r / m * bs + r % m * rs; }
+
 /*
- * mr_i8_quantize_rows: rows [i0, i1) of the M x K matrix A into the scratch: lo = min(0,
+ * mr_i8_quantize_rows: flat rows [i0, i1) of the M x K matrix A (M = batch * m rows:
+ * mr_i8_row) into the scratch: lo = min(0,
  * min x), hi = max(0, max x), scale = hi / 255 - lo / 255 (no overflow), zp =
  * rint(-lo / scale), code = clamp(rint(x * (1 / scale)) + zp, 0, 255); the codes of k
  * in [K, K4) are zp (B's rows there are zero). A row of zeros gets scale 0; a row with
  * an infinity or a NaN gets scale NaN, so its outputs are NaN (as f32 would give NaN or
  * infinities).
  */
-void mr_i8_quantize_rows(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, int64_t i0, int64_t i1,
-                         void *scratch)
+void mr_i8_quantize_rows(int64_t M, int64_t m, int64_t K, const float *A, int64_t a_bs, int64_t a_rs, int64_t a_cs,
+                         int64_t i0, int64_t i1, void *scratch)
 {
     float *scales = mr_i8_scales(scratch, M, K);
     int32_t *zeros = mr_i8_zeros(scratch, M, K);
     int64_t i, k;
     for (i = i0; i < i1; ++i) {
-        const float *x = A + i * a_rs;
+        const float *x = A + mr_i8_row(i, m, a_bs, a_rs);
         uint8_t *q = mr_i8_codes(scratch, K, i);
         float lo, hi, scale, inv;
         const int bad = mr_i8_range(x, a_cs, K, &lo, &hi);
@@ -461,21 +466,22 @@ static void mr_i8_store_row(const int32_t *s, const int32_t *colsum, const float
     }
 }
 
-/* A sliver's block of sums, waiting to be scaled into C: its rows [i0, i0 + rows) and
- * the panel's columns [c0, c1) (j: the first's column in B). */
+/* A sliver's block of sums, waiting to be scaled into C: its flat rows [i0, i0 + rows)
+ * and the panel's columns [c0, c1) (j: the first's column in B). */
 typedef struct {
     int32_t S[MR_I8_MR][MR_PANEL];
     int64_t i0, rows, c0, c1, j;
 } mr_i8_block;
 
 /* What scaling a block into C reads: B's column scales and sums, the scratch's row
- * scales and zero points, and C (at column j0 of the product). */
+ * scales and zero points, and C (at column j0 of the product; flat row r at
+ * mr_i8_row(r, m, c_bs, c_rs)). */
 typedef struct {
     const float *sw, *sa;
     const int32_t *colsum, *zp;
     float alpha, beta;
     float *C;
-    int64_t c_rs, c_cs, j0;
+    int64_t m, c_bs, c_rs, c_cs, j0;
 } mr_i8_out;
 
 static void mr_i8_scale_block(const mr_i8_block *b, const mr_i8_out *o)
@@ -483,30 +489,30 @@ static void mr_i8_scale_block(const mr_i8_block *b, const mr_i8_out *o)
     int64_t i;
     for (i = 0; i < b->rows; ++i) {
         mr_i8_store_row(b->S[i] + b->c0, o->colsum + b->j, o->sw + b->j, (uint32_t)o->zp[b->i0 + i],
-                        o->alpha * o->sa[b->i0 + i], o->beta, o->C + (b->i0 + i) * o->c_rs + (b->j - o->j0) * o->c_cs,
-                        o->c_cs, b->c1 - b->c0);
+                        o->alpha * o->sa[b->i0 + i], o->beta,
+                        o->C + mr_i8_row(b->i0 + i, o->m, o->c_bs, o->c_rs) + (b->j - o->j0) * o->c_cs, o->c_cs,
+                        b->c1 - b->c0);
     }
 }
 
 /*
  * mr_gemm_i8_cols: columns [j0, j0 + n) of mr_gemm_i8_mt's product (j0 a multiple of
- * MR_PANEL; C at column j0), A already quantized into the scratch (all M rows). Rows in
- * blocks that stay in L2 with a panel, then per panel the slivers of the block, each
- * sliver's sums over all of K in registers (or tiles), then scaled into C one sliver
- * late: AMX's sums reach memory long after its tile stores issue, and reading them at
- * once stalled (the scaling took 60% of a 128 x 2304 x 768 product's time).
+ * MR_PANEL; C at column j0) for all its M = batch * m flat rows, A already quantized
+ * into the scratch: slivers of rows (C written along them), each against every panel,
+ * its sums over all of K in registers (or tiles), then scaled into C one sliver late:
+ * AMX's sums reach memory long after its tile stores issue, and reading them at once
+ * stalled (the scaling took 60% of a 128 x 2304 x 768 product's time). The epilogue
+ * runs once per matrix of the batch, at n + b.
  */
-void mr_gemm_i8_cols(int64_t M, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0, int64_t n, float beta,
-                     float *C, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epi_at *at)
+void mr_gemm_i8_cols(int64_t M, int64_t m, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0, int64_t n,
+                     float beta, float *C, int64_t c_bs, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epi_at *at)
 {
     const int64_t K4 = MR_I8_K4(K), P = (N + MR_PANEL - 1) / MR_PANEL, quads = K4 / 4;
     const int8_t *codes = (const int8_t *)Bq + 8 * P * MR_PANEL;
     const int set = mr_i8_set();
     mr_i8_out o;
-    const int64_t l2 = mr_l2_bytes() > 0 ? mr_l2_bytes() : 1024 * 1024;
-    const int64_t mc = mr_max_i64(MR_I8_MR, (l2 / 2 / K4) / MR_I8_MR * MR_I8_MR);
     mr_i8_block blocks[2], *now = &blocks[0], *late = NULL;
-    int64_t ib, p, i0;
+    int64_t p, i0, b;
     int tiles = 0;
     o.sw = (const float *)Bq;
     o.colsum = (const int32_t *)Bq + P * MR_PANEL;
@@ -515,29 +521,32 @@ void mr_gemm_i8_cols(int64_t M, int64_t N, int64_t K, float alpha, const void *B
     o.alpha = alpha;
     o.beta = beta;
     o.C = C;
+    o.m = m;
+    o.c_bs = c_bs;
     o.c_rs = c_rs;
     o.c_cs = c_cs;
     o.j0 = j0;
-    for (ib = 0; ib < M; ib += mc) {
-        const int64_t ie = mr_min_i64(M, ib + mc);
-        for (i0 = ib; i0 < ie; i0 += MR_I8_MR) {
-            for (p = j0 / MR_PANEL; p * MR_PANEL < j0 + n; ++p) {
-                now->i0 = i0;
-                now->rows = mr_min_i64(MR_I8_MR, ie - i0);
-                now->c0 = mr_max_i64(j0, p * MR_PANEL) - p * MR_PANEL;
-                now->c1 = mr_min_i64(j0 + n, p * MR_PANEL + MR_PANEL) - p * MR_PANEL;
-                now->j = p * MR_PANEL + now->c0;
-                mr_i8_panel(set, now->rows, quads, mr_i8_codes(scratch, K, i0), K4, codes + p * K4 * MR_PANEL, now->S,
-                            &tiles);
-                if (late) mr_i8_scale_block(late, &o);
-                late = now;
-                now = now == &blocks[0] ? &blocks[1] : &blocks[0];
-            }
+    for (i0 = 0; i0 < M; i0 += MR_I8_MR) {
+        for (p = j0 / MR_PANEL; p * MR_PANEL < j0 + n; ++p) {
+            now->i0 = i0;
+            now->rows = mr_min_i64(MR_I8_MR, M - i0);
+            now->c0 = mr_max_i64(j0, p * MR_PANEL) - p * MR_PANEL;
+            now->c1 = mr_min_i64(j0 + n, p * MR_PANEL + MR_PANEL) - p * MR_PANEL;
+            now->j = p * MR_PANEL + now->c0;
+            mr_i8_panel(set, now->rows, quads, mr_i8_codes(scratch, K, i0), K4, codes + p * K4 * MR_PANEL, now->S,
+                        &tiles);
+            if (late) mr_i8_scale_block(late, &o);
+            late = now;
+            now = now == &blocks[0] ? &blocks[1] : &blocks[0];
         }
     }
 #if defined(MR_I8_AMX)
     mr_i8_amx_done(&tiles);
 #endif
     if (late) mr_i8_scale_block(late, &o);
-    mr_epi_call(at, 0, M, 0, n);
+    for (b = 0; at && b < M / m; ++b) {
+        mr_epi_at e = *at;
+        e.n = at->n + b;
+        mr_epi_call(&e, 0, m, 0, n);
+    }
 }

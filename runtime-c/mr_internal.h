@@ -565,11 +565,11 @@ MR_INTERNAL void mr_sgemm_panels_at(int64_t M, int64_t N, int64_t K, float alpha
                                     float *C, int64_t c_rs, int64_t c_cs, const mr_epi_at *at);
 
 /* mr_gemm_i8.c */
-MR_INTERNAL void mr_i8_quantize_rows(int64_t M, int64_t K, const float *A, int64_t a_rs, int64_t a_cs, int64_t i0,
-                                     int64_t i1, void *scratch);
-MR_INTERNAL void mr_gemm_i8_cols(int64_t M, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0, int64_t n,
-                                 float beta, float *C, int64_t c_rs, int64_t c_cs, void *scratch,
-                                 const mr_epi_at *at);
+MR_INTERNAL void mr_i8_quantize_rows(int64_t M, int64_t m, int64_t K, const float *A, int64_t a_bs, int64_t a_rs,
+                                     int64_t a_cs, int64_t i0, int64_t i1, void *scratch);
+MR_INTERNAL void mr_gemm_i8_cols(int64_t M, int64_t m, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0,
+                                 int64_t n, float beta, float *C, int64_t c_bs, int64_t c_rs, int64_t c_cs,
+                                 void *scratch, const mr_epi_at *at);
 
 /* mr_conv.c */
 MR_INTERNAL int mr_conv_direct(int64_t O, int64_t groups);

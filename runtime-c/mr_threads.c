@@ -113,16 +113,17 @@ void mr_sgemm_panels_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t
     mr_sgemm_panels_q_mt(threads, M, N, K, alpha, A, a_rs, a_cs, Bp, MR_F32, beta, C, c_rs, c_cs, ep);
 }
 
-/* mr_gemm_i8_mt's job: A's rows quantized into the scratch (tasks of MR_MT_I8_ROWS rows),
- * then C's columns (tasks of MR_MT_PANEL_COLS, as mr_sgemm_panels_q_mt's). */
+/* mr_gemm_i8_mt's job: A's batch * M rows quantized into the scratch (tasks of
+ * MR_MT_I8_ROWS rows), then C's columns (tasks of MR_MT_PANEL_COLS, as
+ * mr_sgemm_panels_q_mt's), every row of the batch in each. */
 #define MR_MT_I8_ROWS 16
 typedef struct {
-    int64_t M, N, K;
+    int64_t rows, M, N, K;
     float alpha, beta;
     const float *A;
     const void *Bq;
     float *C;
-    int64_t a_rs, a_cs, c_rs, c_cs;
+    int64_t a_bs, a_rs, a_cs, c_bs, c_rs, c_cs;
     void *scratch;
     const mr_epilogue *ep;
 } mr_i8_job;
@@ -130,8 +131,8 @@ typedef struct {
 static void mr_i8_rows_task(void *ctx, int64_t begin, int64_t end)
 {
     const mr_i8_job *j = (const mr_i8_job *)ctx;
-    mr_i8_quantize_rows(j->M, j->K, j->A, j->a_rs, j->a_cs, begin * MR_MT_I8_ROWS,
-                        mr_min_i64(j->M, end * MR_MT_I8_ROWS), j->scratch);
+    mr_i8_quantize_rows(j->rows, j->M, j->K, j->A, j->a_bs, j->a_rs, j->a_cs, begin * MR_MT_I8_ROWS,
+                        mr_min_i64(j->rows, end * MR_MT_I8_ROWS), j->scratch);
 }
 
 static void mr_i8_cols_task(void *ctx, int64_t begin, int64_t end)
@@ -144,23 +145,24 @@ static void mr_i8_cols_task(void *ctx, int64_t begin, int64_t end)
     at.i = 0;
     at.j = j0;
     if (j1 > j0) {
-        mr_gemm_i8_cols(j->M, j->N, j->K, j->alpha, j->Bq, j0, j1 - j0, j->beta, j->C + j0 * j->c_cs, j->c_rs,
-                        j->c_cs, j->scratch, &at);
+        mr_gemm_i8_cols(j->rows, j->M, j->N, j->K, j->alpha, j->Bq, j0, j1 - j0, j->beta, j->C + j0 * j->c_cs, j->c_bs,
+                        j->c_rs, j->c_cs, j->scratch, &at);
     }
 }
 
-void mr_gemm_i8_mt(const mr_threads *threads, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                   int64_t a_rs, int64_t a_cs, const void *Bq, float beta, float *C, int64_t c_rs, int64_t c_cs,
-                   void *scratch, const mr_epilogue *ep)
+void mr_gemm_i8_mt(const mr_threads *threads, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, int64_t a_bs, int64_t a_rs, int64_t a_cs, const void *Bq, float beta, float *C,
+                   int64_t c_bs, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep)
 {
-    const int split = threads && threads->parallel_for && (double)M * (double)N * (double)K >= MR_MT_MIN_MACS;
-    const int64_t row_tasks = (M + MR_MT_I8_ROWS - 1) / MR_MT_I8_ROWS;
+    const int64_t rows = batch * M;
+    const int split = threads && threads->parallel_for && (double)rows * (double)N * (double)K >= MR_MT_MIN_MACS;
+    const int64_t row_tasks = (rows + MR_MT_I8_ROWS - 1) / MR_MT_I8_ROWS;
     const int64_t col_tasks = (N + MR_MT_PANEL_COLS - 1) / MR_MT_PANEL_COLS;
     mr_i8_job job;
-    if (M <= 0 || N <= 0) return;
-    job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    job.rows = rows; job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
     job.A = A; job.Bq = Bq; job.C = C;
-    job.a_rs = a_rs; job.a_cs = a_cs; job.c_rs = c_rs; job.c_cs = c_cs;
+    job.a_bs = a_bs; job.a_rs = a_rs; job.a_cs = a_cs; job.c_bs = c_bs; job.c_rs = c_rs; job.c_cs = c_cs;
     job.scratch = scratch;
     job.ep = ep;
     if (split && row_tasks > 1) {

@@ -779,7 +779,7 @@ static void test_gemm_i8_case(int64_t M, int64_t N, int64_t K, int la, int lc, f
     }
     snprintf(name, sizeof name, "gemm_i8 M=%lld N=%lld K=%lld layouts=%d%d alpha=%g beta=%g%s", (long long)M,
              (long long)N, (long long)K, la, lc, alpha, beta, bad ? " nan/inf rows" : "");
-    mr_gemm_i8_mt(NULL, M, N, K, alpha, a, va.rs, va.cs, Bq, beta, c, vc.rs, vc.cs, scratch, NULL);
+    mr_gemm_i8_mt(NULL, 1, M, N, K, alpha, a, 0, va.rs, va.cs, Bq, beta, c, 0, vc.rs, vc.cs, scratch, NULL);
     for (i = 0; i < 64 && ok; ++i) ok = scratch[sbytes + i] == 0xA5;
     if (!ok) printf("FAIL %s: wrote past the scratch\n", name);
     for (i = 0; i < M && ok; ++i) {
@@ -844,7 +844,7 @@ static void test_gemm_i8_case(int64_t M, int64_t N, int64_t K, int la, int lc, f
         for (i = 0; i < M * N; ++i) got[i] = c[i] + bias[i % N];
         memcpy(C, C0, sizeof(float) * (size_t)vc.size);
         q_epi_init(&ectx, &ep, c, M, N, bias, visits);
-        mr_gemm_i8_mt(&threads, M, N, K, alpha, a, va.rs, va.cs, Bq, beta, c, vc.rs, vc.cs, scratch, &ep);
+        mr_gemm_i8_mt(&threads, 1, M, N, K, alpha, a, 0, va.rs, va.cs, Bq, beta, c, 0, vc.rs, vc.cs, scratch, &ep);
         ok = memcmp(c, got, sizeof(float) * (size_t)(M * N)) == 0 || beta != 0.0f;
         if (!ok) printf("FAIL %s threaded: differs from the serial call\n", name);
         ok = ok && q_epi_once(name, visits, M * N);
@@ -876,6 +876,56 @@ static void test_gemm_i8(void)
     test_gemm_i8_case(40, 200, 130, 1, 0, 2.0f, 0.0f, 0, 1);
 }
 
+/* An epilogue that counts its visits to C[n - base](i, j) of a batch of M x N. */
+typedef struct {
+    int64_t base, batch, M, N;
+    int *visits;
+} batch_epi_ctx;
+
+static void batch_epi(const void *vctx, int64_t n, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    const batch_epi_ctx *e = (const batch_epi_ctx *)vctx;
+    int64_t i, j;
+    if (n < e->base || n >= e->base + e->batch) return;
+    for (i = i0; i < i1; ++i) {
+        for (j = j0; j < j1; ++j) e->visits[((n - e->base) * e->M + i) * e->N + j] += 1;
+    }
+}
+
+/* A batch of products with one B (matrices apart, with gaps): the same bits as one call
+ * per matrix, threaded (items last first) too, and the epilogue once per element at
+ * n = ep.n + b. */
+static void test_gemm_i8_batch(void)
+{
+    const int64_t batch = 3, M = 20, N = 100, K = 70, a_bs = M * K + 13, c_bs = M * N + 3;
+    float *A = rand_floats(batch * a_bs), *B = rand_floats(K * N);
+    float *C1 = nan_floats(batch * c_bs), *C2 = nan_floats(batch * c_bs);
+    unsigned char *scratch = (unsigned char *)xmalloc((size_t)MR_I8_SCRATCH_BYTES(batch * M, K)), *Bq = i8_panels(B, K, N);
+    int *visits = (int *)calloc((size_t)(batch * M * N), sizeof(int));
+    mr_threads threads = {q_reverse_items, NULL};
+    batch_epi_ctx ectx;
+    mr_epilogue ep;
+    int64_t b;
+    int ok;
+    for (b = 0; b < batch; ++b) {
+        mr_gemm_i8_mt(NULL, 1, M, N, K, 1.5f, A + b * a_bs, 0, K, 1, Bq, 0.0f, C1 + b * c_bs, 0, N, 1, scratch, NULL);
+    }
+    ectx.base = 7;
+    ectx.batch = batch;
+    ectx.M = M;
+    ectx.N = N;
+    ectx.visits = visits;
+    ep.fn = batch_epi;
+    ep.ctx = &ectx;
+    ep.n = 7;
+    mr_gemm_i8_mt(&threads, batch, M, N, K, 1.5f, A, a_bs, K, 1, Bq, 0.0f, C2, c_bs, N, 1, scratch, &ep);
+    ok = memcmp(C1, C2, sizeof(float) * (size_t)(batch * c_bs)) == 0;
+    if (!ok) printf("FAIL gemm_i8 batch of %lld: differs from one call per matrix\n", (long long)batch);
+    ok = ok && q_epi_once("gemm_i8 batch", visits, batch * M * N);
+    record(ok);
+    free(A); free(B); free(C1); free(C2); free(scratch); free(Bq); free(visits);
+}
+
 /* The largest sums: rows of ones (codes 255, zero point 0) against columns of -1 (codes
  * -127) over MR_I8_MAX_K: -255 * 127 * 65536, inside int32. */
 static void test_gemm_i8_extreme(void)
@@ -889,7 +939,7 @@ static void test_gemm_i8_extreme(void)
     for (i = 0; i < M * K; ++i) A[i] = 1.0f;
     for (i = 0; i < K * N; ++i) B[i] = -1.0f;
     Bq = i8_panels(B, K, N);
-    mr_gemm_i8_mt(NULL, M, N, K, 1.0f, A, K, 1, Bq, 0.0f, C, N, 1, scratch, NULL);
+    mr_gemm_i8_mt(NULL, 1, M, N, K, 1.0f, A, 0, K, 1, Bq, 0.0f, C, 0, N, 1, scratch, NULL);
     for (i = 0; i < M * N && ok; ++i) {
         const float want = (1.0f / 255.0f - 0.0f / 255.0f) * (1.0f / 127.0f) * (float)(-255 * 127 * (int64_t)K);
         ok = C[i] == want;
@@ -1413,6 +1463,7 @@ int main(void)
     if (getenv("MR_INT8")) {
         /* another int8 kernel set (the Makefile's each_int8): its tests alone */
         test_gemm_i8();
+        test_gemm_i8_batch();
         test_gemm_i8_extreme();
         printf("variant %s, int8 %s: %d passed, %d failed\n", isa, mr_int8_name(), g_passed, g_failed);
         return g_failed == 0 ? 0 : 1;
@@ -1421,6 +1472,7 @@ int main(void)
     test_dequantize();
     test_panels_q();
     test_gemm_i8();
+    test_gemm_i8_batch();
     test_gemm_i8_extreme();
     test_conv();
     test_winograd();

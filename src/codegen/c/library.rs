@@ -254,12 +254,21 @@ pub fn call_buffers(k: &Kernel) -> Vec<crate::lower::BufId> {
     bufs
 }
 
+/// Whether a batched product `c = a b` is one runtime call for its whole batch: an int8
+/// product (its weight in panels, stored as int8) of one batch dimension. Other batched
+/// products are a task over their batch indices (`program`).
+pub fn one_call_per_batch(b: &View, c: &View, weights: &[Option<(Layout, Stored)>]) -> bool {
+    c.shape.len() == 3 && weights[b.buf.0] == Some((Layout::Panels, Stored::Int8))
+}
+
 /// A matrix product `c = a b`: one `mr_sgemm_mt` per batch index (f32; lowering gives
 /// other element types loops: `LIBRARY`); `at` is the address of the `mr_epilogue` that
 /// runs its epilogue. With `batch_loops`, loops over the batch dimensions come first;
 /// without, the caller has set the batch loop variables. `weights` gives the weights'
 /// layouts and stored forms, by buffer (those in column panels are read so; int8 ones
-/// by `mr_gemm_i8_mt`, with the kernel's `scratch`, a part of it per batch index).
+/// by `mr_gemm_i8_mt`, with the kernel's `scratch`: one call for a whole batch of one
+/// dimension, whose rows it multiplies as one product, so the weight streams once;
+/// else a part of the scratch per batch index).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     r: &Renderer<C>,
@@ -273,6 +282,24 @@ pub fn gemm(
 ) -> Result<()> {
     let rank = c.shape.len();
     let (m, n, k) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
+    if let (true, Some(scratch), true) = (one_call_per_batch(b, c, weights), scratch, batch_loops) {
+        require_f32(r, &[a, b, c], "matrix product")?;
+        let (pa, pc, w, sc) = (&r.names[a.buf.0], &r.names[c.buf.0], &r.names[b.buf.0], &r.names[scratch.buf.0]);
+        let (ao, cbs, cs) = (a.offset, c.strides[0], &c.strides[1..]);
+        let _ = writeln!(
+            s,
+            "    mr_gemm_i8_mt(threads, {}, {m}, {n}, {k}, 1.0f, {pa} + {ao}, {}, {}, {}, {w}, 0.0f, {pc} + {}, {cbs}, {}, {}, {sc}, {});",
+            ext[0],
+            a.strides[0],
+            a.strides[1],
+            a.strides[2],
+            c.offset,
+            cs[0],
+            cs[1],
+            at.unwrap_or("NULL")
+        );
+        return Ok(());
+    }
     let depth = if batch_loops { r.open_loops(s, &ext[..rank - 2], 0, 2) } else { 2 };
     // The flattened batch index (for the maximal shape, as an epilogue unflattens it).
     let strides = crate::lower::contiguous_strides(&c.shape[..rank - 2]);
@@ -310,10 +337,11 @@ pub fn gemm(
             }
             narrow => ("mr_sgemm_panels_q_mt", format!(", {}", super::runtime_type(narrow))),
         };
-        let (bargs, cargs) = if stored == Stored::Int8 { (String::new(), btype) } else { (btype, String::new()) };
+        // (int8: one matrix of a batch of 1, no batch strides, the scratch last)
+        let (batch, bs, bargs, cargs) = if stored == Stored::Int8 { ("1, ", "0, ", String::new(), btype) } else { ("", "", btype, String::new()) };
         let _ = writeln!(
             s,
-            "{}{call}(threads, {m}, {n}, {k}, 1.0f, {pa}, {ra}, {ca}, {}{bargs}, 0.0f, {pc}, {rc}, {cc}{cargs}, {});",
+            "{}{call}(threads, {batch}{m}, {n}, {k}, 1.0f, {pa}, {bs}{ra}, {ca}, {}{bargs}, 0.0f, {pc}, {bs}{rc}, {cc}{cargs}, {});",
             pad(depth),
             r.names[b.buf.0],
             at.unwrap_or("NULL")

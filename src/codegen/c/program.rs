@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::{ERROR_INDEX, ERROR_SIZE};
 use super::dialect::C;
-use super::library::{call_buffers, epilogue_fn, gemm, runtime_call};
+use super::library::{call_buffers, epilogue_fn, gemm, one_call_per_batch, runtime_call};
 use crate::codegen::cstyle::kernel::{buffers_of, gather_checks, loop_kernel, product};
 use crate::codegen::cstyle::{pad, Dialect, Renderer};
 use crate::codegen::names::{comment_safe, dim_params, identifier};
@@ -68,7 +68,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
                 let cost = out.shape.iter().product::<u64>() * work_per_element(&step.kernel);
                 calls.push(format!("\n    {comment}\n    mr_run(threads, {name}_k{k}, &ctx, {extent}, {cost}.0);"));
             }
-            Kernel::Gemm { a, b, c, scratch, .. } if c.shape.len() > 2 => {
+            Kernel::Gemm { a, b, c, scratch, .. } if c.shape.len() > 2 && !one_call_per_batch(b, c, &weights) => {
                 // Batched: a task over the flattened batch, split across threads when it
                 // pays; a task that gets the whole batch splits each product instead.
                 let has_ep = epilogue_fn(&r, name, k, &step.kernel, s)?;
@@ -126,7 +126,7 @@ pub fn program_c(p: &Program, name: &str, entry: &str, s: &mut String) -> Result
     let mut direct = Vec::new();
     for step in &p.steps {
         match &step.kernel {
-            Kernel::Gemm { c, .. } if c.shape.len() > 2 => {}
+            Kernel::Gemm { b, c, .. } if c.shape.len() > 2 && !one_call_per_batch(b, c, &weights) => {}
             Kernel::Map { .. } | Kernel::Reduce { .. } | Kernel::ArgReduce { .. } => {}
             call => direct.extend(call_buffers(call)),
         }

@@ -225,7 +225,7 @@ impl Call<'_> {
                 let flat: i64 = at.iter().zip(crate::lower::contiguous_strides(&c.shape[..rank - 2])).map(|(i, s)| i * s).sum();
                 let per = crate::lower::int8_scratch_bytes(c.shape[rank - 2], a.shape[rank - 1]).expect("c-layout checked the scratch's size");
                 let part = self.bases[scratch.buf.0].wrapping_offset(flat as isize * per as isize) as *mut c_void;
-                unsafe { runtime::mr_gemm_i8_mt(threads, m, n, k, 1.0, pa, ra, ca, self.bases[b.buf.0] as *const c_void, 0.0, pc, rc, cc, part, ep) }
+                unsafe { runtime::mr_gemm_i8_mt(threads, 1, m, n, k, 1.0, pa, 0, ra, ca, self.bases[b.buf.0] as *const c_void, 0.0, pc, 0, rc, cc, part, ep) }
             }
             Some((Layout::Panels, Stored::F32)) => unsafe {
                 runtime::mr_sgemm_panels_mt(threads, m, n, k, 1.0, pa, ra, ca, self.bases[b.buf.0] as *const f32, 0.0, pc, rc, cc, ep)

@@ -48,8 +48,9 @@ extern "C" {
     );
     #[link_name = "mithrilc_jit_mr_gemm_i8_mt"]
     pub fn mr_gemm_i8_mt(
-        threads: *const MrThreads, m: i64, n: i64, k: i64, alpha: f32, a: *const f32, a_rs: i64, a_cs: i64,
-        bq: *const c_void, beta: f32, c: *mut f32, c_rs: i64, c_cs: i64, scratch: *mut c_void, ep: *const MrEpilogue,
+        threads: *const MrThreads, batch: i64, m: i64, n: i64, k: i64, alpha: f32, a: *const f32, a_bs: i64, a_rs: i64,
+        a_cs: i64, bq: *const c_void, beta: f32, c: *mut f32, c_bs: i64, c_rs: i64, c_cs: i64, scratch: *mut c_void,
+        ep: *const MrEpilogue,
     );
     #[link_name = "mithrilc_jit_mr_conv2d_q_mt"]
     pub fn mr_conv2d_q_mt(
