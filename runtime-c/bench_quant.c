@@ -62,7 +62,7 @@ int main(void)
         float *B = malloc(sizeof(float) * (size_t)n);
         const int64_t qbytes = MR_I8_PANELS_BYTES(K, N) > MR_STORED_BYTES(MR_F32, n) ? MR_I8_PANELS_BYTES(K, N)
                                                                                    : MR_STORED_BYTES(MR_F32, n);
-        unsigned char *Bq = malloc((size_t)qbytes), *scratch = malloc((size_t)MR_I8_SCRATCH_BYTES(M, K));
+        unsigned char *Bq = calloc((size_t)qbytes, 1), *scratch = malloc((size_t)MR_I8_SCRATCH_BYTES(M, K));
         const double macs = (double)M * (double)N * (double)K;
         const int reps = macs > 1e8 ? 3 : macs > 1e6 ? 30 : 300;
         int64_t i;

@@ -222,7 +222,7 @@ int64_t mr_l2_bytes(void) { return 0; }
  * run). Every thread that finds it unasked asks and stores the same value.
  */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-#include <stdlib.h> /* getenv */
+#include <stdlib.h> /* getenv (also above, with dispatch) */
 #if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -239,11 +239,14 @@ int mr_i8_isa(int which)
         const int madd = want && strcmp(want, "madd") == 0, vnni = want && strcmp(want, "vnni") == 0;
         unsigned a = 0, b = 0, c = 0, d = 0;
         v = 0;
-        if (!madd && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        /* (__cpuid_count, not __get_cpuid_count: GCC 6's <cpuid.h> has only the first) */
+        if (!madd && __get_cpuid_max(0, NULL) >= 7) {
+            __cpuid_count(7, 0, a, b, c, d);
             if (c & (1u << 11)) v |= 2;
             if (!vnni && (d & (1u << 24)) && (d & (1u << 25)) && mr_amx_granted()) v |= 4;
+            __cpuid_count(7, 1, a, b, c, d);
+            if (a & (1u << 4)) v |= 1;
         }
-        if (!madd && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) v |= 1;
         __atomic_store_n(&has, v, __ATOMIC_RELAXED);
     }
     return (v >> which) & 1;

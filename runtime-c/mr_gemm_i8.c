@@ -129,7 +129,9 @@ void mr_i8_quantize_rows(int64_t M, int64_t m, int64_t K, const float *A, int64_
         const int bad = mr_i8_range(x, a_cs, K, &lo, &hi);
         int32_t zp = 0;
         scale = hi / 255.0f - lo / 255.0f;
-        if (bad || !(scale > 0.0f)) {
+        /* (below the smallest normal float, 1 / scale could overflow: such a row, under
+         * 3e-36, is taken as zeros) */
+        if (bad || !(scale >= 1.17549435e-38f)) {
             /* NaN or infinity: NaN outputs; zeros (or a range too small for a scale): zeros */
             scales[i] = bad ? NAN : 0.0f;
             zeros[i] = 0;
@@ -178,6 +180,12 @@ static void mr_i8_panel_portable(int64_t rows, int64_t quads, const uint8_t *a, 
         for (t = 0; t < MR_PANEL; ++t) S[i][t] = (int32_t)s[t];
     }
 }
+#endif
+
+/* The VNNI and AMX intrinsics (AVX-VNNI's _mm256_dpbusd_avx_epi32, AMX's tiles) need
+ * GCC 11 or clang 12; older compilers run vpmaddwd instead. */
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11)
+#define MR_I8_INTRINSICS 1
 #endif
 
 #if defined(MR_AVX512) || defined(MR_AVX2)
@@ -232,6 +240,7 @@ typedef __m256i mr_vi;
 #define MR_I8_MADD_ROWS 2
 #endif
 
+#if defined(MR_I8_INTRINSICS)
 /* VNNI: R rows (a constant once inlined) by MR_I8_CH columns of the panel at b (already
  * at the pass's first column): per quad B's two vectors, then per row one broadcast of
  * its quad and two vpdpbusd. */
@@ -258,6 +267,8 @@ MR_BODY MR_I8_VNNI_TARGET void mr_i8_vnni_body(const int R, int64_t quads, const
         mr_vi_store(S + i * MR_PANEL + MR_VI_LANES, c[i][1]);
     }
 }
+
+#endif
 
 /* vpmaddwd: R rows by MR_I8_CH columns in four vectors of half-sums (lane 2t: k = 4q,
  * 4q + 1 of column t; lane 2t + 1: 4q + 2, 4q + 3), added in pairs at the end (to S's
@@ -309,15 +320,17 @@ MR_BODY void mr_i8_madd_body(const int R, int64_t quads, const uint8_t *a, int64
             }                                                                  \
         }                                                                      \
     }
+#if defined(MR_I8_INTRINSICS)
 MR_KERNEL MR_I8_VNNI_TARGET static void mr_i8_panel_vnni(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs,
                                                          const int8_t *b, int32_t S[MR_I8_MR][MR_PANEL], int acc)
 MR_I8_PASSES(mr_i8_vnni_body, MR_I8_VNNI_ROWS)
+#endif
 
 MR_KERNEL static void mr_i8_panel_madd(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
                                        int32_t S[MR_I8_MR][MR_PANEL], int acc)
 MR_I8_PASSES(mr_i8_madd_body, MR_I8_MADD_ROWS)
 
-#if defined(MR_AVX512) && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#if defined(MR_AVX512) && defined(MR_I8_INTRINSICS)
 /*
  * AMX (Sapphire Rapids and later: tdpbusd, a 16 x 16 tile of int32 sums from 16 rows of
  * 64 u8 codes and 16 quads of 16 columns, 16 times vpdpbusd's work): the sliver's rows
@@ -400,19 +413,27 @@ MR_I8_AMX_TARGET static void mr_i8_amx_done(int *configured)
  * kernel): the best of AMX, VNNI at the variant's width and vpmaddwd the CPU has and
  * MR_INT8 allows (mr_dispatch.c's mr_i8_isa); the portable loops elsewhere. */
 enum { MR_I8_PORTABLE, MR_I8_MADD, MR_I8_VNNI, MR_I8_TILES };
+/* (mr_i8_isa's VNNI at the variant's width: 1 AVX-512's, 0 AVX-VNNI) */
+#if defined(MR_AVX512)
+#define MR_I8_WIDE 1
+#else
+#define MR_I8_WIDE 0
+#endif
 #if defined(MR_I8_AMX)
 static int mr_i8_set(void) { return mr_i8_isa(2) ? MR_I8_TILES : mr_i8_isa(1) ? MR_I8_VNNI : MR_I8_MADD; }
-const char *mr_int8_name(void) { return mr_i8_set() == MR_I8_TILES ? "amx" : mr_i8_set() == MR_I8_VNNI ? "avx512vnni" : "avx512bw"; }
-#elif defined(MR_AVX512)
-static int mr_i8_set(void) { return mr_i8_isa(1) ? MR_I8_VNNI : MR_I8_MADD; }
-const char *mr_int8_name(void) { return mr_i8_set() == MR_I8_VNNI ? "avx512vnni" : "avx512bw"; }
-#elif defined(MR_AVX2)
-static int mr_i8_set(void) { return mr_i8_isa(0) ? MR_I8_VNNI : MR_I8_MADD; }
-const char *mr_int8_name(void) { return mr_i8_set() == MR_I8_VNNI ? "avxvnni" : "avx2"; }
+#elif (defined(MR_AVX512) || defined(MR_AVX2)) && defined(MR_I8_INTRINSICS)
+static int mr_i8_set(void) { return mr_i8_isa(MR_I8_WIDE) ? MR_I8_VNNI : MR_I8_MADD; }
+#elif defined(MR_AVX512) || defined(MR_AVX2)
+static int mr_i8_set(void) { return MR_I8_MADD; }
 #else
 static int mr_i8_set(void) { return MR_I8_PORTABLE; }
-const char *mr_int8_name(void) { return "generic"; }
 #endif
+#if defined(MR_AVX512)
+static const char *const mr_i8_names[] = {"generic", "avx512bw", "avx512vnni", "amx"};
+#else
+static const char *const mr_i8_names[] = {"generic", "avx2", "avxvnni", "amx"};
+#endif
+const char *mr_int8_name(void) { return mr_i8_names[mr_i8_set()]; }
 
 /* One sliver against one panel with kernel set `set` (*tiles: AMX's configured rows).
  * AMX takes slivers of 4 rows or more: with fewer, most of its tiles' rows are padding
@@ -431,11 +452,14 @@ static void mr_i8_panel(int set, int64_t rows, int64_t quads, const uint8_t *a, 
     (void)tiles;
 #endif
 #if defined(MR_AVX512) || defined(MR_AVX2)
+#if defined(MR_I8_INTRINSICS)
     if (set == MR_I8_VNNI) {
         mr_i8_panel_vnni(rows, quads, a, a_rs, b, S, 0);
-    } else {
-        mr_i8_panel_madd(rows, quads, a, a_rs, b, S, 0);
+        return;
     }
+#endif
+    (void)set;
+    mr_i8_panel_madd(rows, quads, a, a_rs, b, S, 0);
 #else
     (void)set;
     mr_i8_panel_portable(rows, quads, a, a_rs, b, S);

@@ -159,7 +159,19 @@ void mr_gemm_i8_mt(const mr_threads *threads, int64_t batch, int64_t M, int64_t 
     const int64_t row_tasks = (rows + MR_MT_I8_ROWS - 1) / MR_MT_I8_ROWS;
     const int64_t col_tasks = (N + MR_MT_PANEL_COLS - 1) / MR_MT_PANEL_COLS;
     mr_i8_job job;
+    int64_t b, i, t;
     if (batch <= 0 || M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        /* no products: beta * C (B holds nothing to read) */
+        for (b = 0; b < batch; ++b) {
+            for (i = 0; i < M; ++i) {
+                float *c = C + b * c_bs + i * c_rs;
+                for (t = 0; t < N; ++t) c[t * c_cs] = beta == 0.0f ? 0.0f : beta * c[t * c_cs];
+            }
+            if (ep && ep->fn) ep->fn(ep->ctx, ep->n + b, 0, M, 0, N);
+        }
+        return;
+    }
     job.rows = rows; job.M = M; job.N = N; job.K = K; job.alpha = alpha; job.beta = beta;
     job.A = A; job.Bq = Bq; job.C = C;
     job.a_bs = a_bs; job.a_rs = a_rs; job.a_cs = a_cs; job.c_bs = c_bs; job.c_rs = c_rs; job.c_cs = c_cs;

@@ -734,7 +734,7 @@ static double i8_b(const unsigned char *q, int64_t K, int64_t N, int64_t k, int6
 /*
  * One int8 product, A and C in layouts la and lc (rows of A: random, one of zeros, one
  * without negatives, one with a value 50 times the rest, one with a NaN or an infinity
- * when `bad`): checks
+ * when `bad`, one of magnitudes under 1e-37): checks
  *  - A's quantization in the scratch: every code within half a step of its value, the
  *    padding codes the zero point, nothing written past the scratch;
  *  - C against the same formula evaluated here from the scratch's codes with int64 sums:
@@ -768,6 +768,7 @@ static void test_gemm_i8_case(int64_t M, int64_t N, int64_t K, int la, int lc, f
         if (M > 1) ai[va.rs] = 0.0f;
         if (M > 2) ai[2 * va.rs] = fabsf(ai[2 * va.rs]);
         if (M > 3 && k == K / 2) ai[3 * va.rs] = 50.0f;
+        if (M > 6) ai[6 * va.rs] *= 1e-37f; /* a range too small for a scale: zeros */
     }
     if (bad && M > 4) A[va.origin + 4 * va.rs + (K - 1) * va.cs] = NAN;
     if (bad && M > 5) A[va.origin + 5 * va.rs] = -INFINITY;
@@ -924,6 +925,21 @@ static void test_gemm_i8_batch(void)
     ok = ok && q_epi_once("gemm_i8 batch", visits, batch * M * N);
     record(ok);
     free(A); free(B); free(C1); free(C2); free(scratch); free(Bq); free(visits);
+}
+
+/* No depth: C = beta * C, B not read (NULL), the epilogue once per element. */
+static void test_gemm_i8_empty(void)
+{
+    float C[2 * 3] = {1, 2, 3, 4, 5, 6};
+    int visits[2 * 3 + 1] = {0}, i, ok = 1; /* (q_epi_init clears M * N + 1) */
+    q_epi_ctx ectx;
+    mr_epilogue ep;
+    const float bias[3] = {0, 0, 0};
+    q_epi_init(&ectx, &ep, C, 2, 3, bias, visits);
+    mr_gemm_i8_mt(NULL, 1, 2, 3, 0, 1.0f, NULL, 0, 0, 1, NULL, 0.5f, C, 0, 3, 1, NULL, &ep);
+    for (i = 0; i < 6; ++i) ok &= C[i] == 0.5f * (float)(i + 1);
+    if (!ok) printf("FAIL gemm_i8 K=0: C is not beta * C\n");
+    record(ok && q_epi_once("gemm_i8 K=0", visits, 6));
 }
 
 /* The largest sums: rows of ones (codes 255, zero point 0) against columns of -1 (codes
@@ -1464,6 +1480,7 @@ int main(void)
         /* another int8 kernel set (the Makefile's each_int8): its tests alone */
         test_gemm_i8();
         test_gemm_i8_batch();
+        test_gemm_i8_empty();
         test_gemm_i8_extreme();
         printf("variant %s, int8 %s: %d passed, %d failed\n", isa, mr_int8_name(), g_passed, g_failed);
         return g_failed == 0 ? 0 : 1;
@@ -1473,6 +1490,7 @@ int main(void)
     test_panels_q();
     test_gemm_i8();
     test_gemm_i8_batch();
+    test_gemm_i8_empty();
     test_gemm_i8_extreme();
     test_conv();
     test_winograd();

@@ -196,11 +196,12 @@ fn narrow_int8(values: &[f32], k: usize, out: &mut [u8]) {
         let (p, t) = (c / panel, c % panel);
         let column = (0..k).map(|r| values[(p * k + r) * panel + t]);
         let d = column.clone().fold(0.0f32, |m, x| m.max(x.abs())) / 127.0;
+        // (wrapping: exact for the depths int8 takes, INT8_MAX_K)
         let mut sum = 0i32;
         for (r, x) in column.enumerate() {
             let q = q8_code(x, d);
             codes[int8_code_at(p, t, r, k4)] = (q as i8) as u8;
-            sum += q;
+            sum = sum.wrapping_add(q);
         }
         scales[c * 4..c * 4 + 4].copy_from_slice(&d.to_le_bytes());
         sums[c * 4..c * 4 + 4].copy_from_slice(&sum.to_le_bytes());

@@ -559,6 +559,10 @@ pub fn int8_panels_bytes(k: u64, n: u64) -> Option<u64> {
     n.div_ceil(PANEL).checked_mul(PANEL)?.checked_mul(k.checked_next_multiple_of(4)?.checked_add(8)?)
 }
 
+/// The deepest product an int8 one may be (`MR_I8_MAX_K`): its int32 sums are exact up
+/// to it; a deeper weight is stored as q8_0.
+pub const INT8_MAX_K: u64 = 65536;
+
 /// The scratch an int8 product of `m` rows and depth `k` quantizes its left operand
 /// into (`MR_I8_SCRATCH_BYTES`): per row, K rounded up to 4 codes, a scale and a zero
 /// point; `None` on overflow.

@@ -239,6 +239,15 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                 whole(what, v)?;
             }
             arena_scratch(scratch.as_ref())?;
+            // an int8 weight's product quantizes its rows into the scratch
+            if p.weights.iter().any(|w| w.buf == b.buf && w.stored == Stored::Int8) {
+                let rows = c.shape[..r - 1].iter().product::<u64>();
+                let need = crate::lower::int8_scratch_bytes(rows, a.shape[r - 1]);
+                let have = scratch.as_ref().map(|s| s.numel() * p.buffers[s.buf.0].dtype.size() as u64);
+                if need.is_none() || have < need {
+                    return Err(format!("an int8 product of {:?} by %b{} has {have:?} bytes of scratch, not {need:?}", a.shape, b.buf.0));
+                }
+            }
             for v in [Some(a), Some(b), scratch.as_ref()].into_iter().flatten() {
                 if v.buf == out {
                     return Err(format!("gemm reads its output %b{}", out.0));
@@ -342,7 +351,7 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
             }
             let port = p.weights.iter().find(|port| port.buf == w.buf).ok_or_else(|| format!("dequantizes %b{}, which is not a weight", w.buf.0))?;
             let (wb, ob) = (&p.buffers[w.buf.0], &p.buffers[o.buf.0]);
-            if port.stored != *stored || *stored == Stored::F32 || w.numel() != wb.len || o.numel() != wb.len || wb.dtype != Dtype::F32 || ob.dtype != Dtype::F32 {
+            if port.stored != *stored || matches!(*stored, Stored::F32 | Stored::Int8) || w.numel() != wb.len || o.numel() != wb.len || wb.dtype != Dtype::F32 || ob.dtype != Dtype::F32 {
                 return Err(format!("dequantizes %b{} ({} {}[{}]) as {} into {}[{}]", w.buf.0, port.stored.name(), wb.dtype.name(), wb.len, stored.name(), ob.dtype.name(), o.numel()));
             }
         }

@@ -84,8 +84,10 @@ fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<
     }
     if quantize != Stored::F32 {
         for w in p.weights.iter_mut().filter(|w| reads[w.buf.0].is_some_and(|r| r.any && r.narrow)) {
-            // int8 products read a weight in panels; any other keeps 8 bits as q8_0
-            w.stored = if quantize == Stored::Int8 && w.layout != Layout::Panels { Stored::Q8_0 } else { quantize };
+            // int8 products read a weight in panels, of a depth their sums hold; any other
+            // keeps 8 bits as q8_0
+            let int8 = w.layout == Layout::Panels && w.shape.get(1).is_some_and(|&k| k <= crate::lower::INT8_MAX_K);
+            w.stored = if quantize == Stored::Int8 && !int8 { Stored::Q8_0 } else { quantize };
         }
     }
     place_weights(p)?;

@@ -282,6 +282,11 @@ pub fn gemm(
 ) -> Result<()> {
     let rank = c.shape.len();
     let (m, n, k) = (&ext[rank - 2], &ext[rank - 1], &ext[rank]);
+    if matches!(weights[b.buf.0], Some((Layout::Panels, _))) && (b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0)) {
+        // (lowering stores a weight in panels only when every use is its whole [K, N]
+        // matrix, the same for every batch index)
+        return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
+    }
     if let (true, Some(scratch), true) = (one_call_per_batch(b, c, weights), scratch, batch_loops) {
         require_f32(r, &[a, b, c], "matrix product")?;
         let (pa, pc, w, sc) = (&r.names[a.buf.0], &r.names[c.buf.0], &r.names[b.buf.0], &r.names[scratch.buf.0]);
@@ -320,11 +325,6 @@ pub fn gemm(
     let ((pa, ra, ca), (pb, rb, cb), (pc, rc, cc)) = (operand(a), operand(b), operand(c));
     require_f32(r, &[a, b, c], "matrix product")?;
     if let Some((Layout::Panels, stored)) = weights[b.buf.0] {
-        // A weight in column panels: the whole [K, N] matrix, the same for every batch
-        // index (lowering stores a weight so only when every use is such an operand).
-        if b.offset != 0 || b.strides[..rank - 2].iter().any(|&st| st != 0) {
-            return Err(Error::internal(format!("a weight in panels is used as {b:?}")));
-        }
         // Narrow panels are widened as the GEMM reads them; int8 ones multiplied in int8.
         let (call, btype) = match stored {
             Stored::F32 => ("mr_sgemm_panels_mt", String::new()),

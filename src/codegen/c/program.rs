@@ -212,7 +212,7 @@ fn narrowed_comment(p: &Program, s: &mut String) {
         })
         .collect();
     if !narrowed.is_empty() {
-        let _ = writeln!(s, "\n/* Weights stored narrow (--quantize), computed with in f32 but for int8's:{} */", narrowed.concat());
+        let _ = writeln!(s, "\n/* Weights stored narrow (--quantize), computed with in f32 (int8's: multiplied in int8):{} */", narrowed.concat());
     }
 }
 

@@ -207,7 +207,8 @@ impl Call<'_> {
 
     /// A matrix product at batch indices `at` (none for a 2-d one): `mr_sgemm_mt`, or
     /// the panels' kind for a weight stored in column panels (int8 ones `mr_gemm_i8_mt`,
-    /// with the part of the scratch for this batch index, as the C target's).
+    /// with the part of the scratch for this batch index; where the C target makes one
+    /// call for a whole batch, the same bits).
     unsafe fn gemm(&self, at: &[i64], ep: *const MrEpilogue, threads: *const MrThreads) {
         let Kernel::Gemm { a, b, c, scratch, .. } = &self.step.kernel else { unreachable!("a product") };
         let rank = c.shape.len();
