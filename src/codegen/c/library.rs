@@ -308,7 +308,8 @@ pub fn gemm(
     let depth = if batch_loops { r.open_loops(s, &ext[..rank - 2], 0, 2) } else { 2 };
     // The flattened batch index (for the maximal shape, as an epilogue unflattens it).
     let strides = crate::lower::contiguous_strides(&c.shape[..rank - 2]);
-    let flat = std::iter::once("0".to_string()).chain(strides.iter().enumerate().map(|(d, st)| format!("i{d} * {st}"))).collect::<Vec<_>>().join(" + ");
+    let terms: Vec<String> = strides.iter().enumerate().map(|(d, st)| format!("i{d} * {st}")).collect();
+    let flat = if terms.is_empty() { "0".to_string() } else { terms.join(" + ") };
     if at.is_some() && rank > 2 {
         let _ = writeln!(s, "{}ep.n = {flat};", pad(depth));
     }

@@ -212,7 +212,8 @@ fn narrowed_comment(p: &Program, s: &mut String) {
         })
         .collect();
     if !narrowed.is_empty() {
-        let _ = writeln!(s, "\n/* Weights stored narrow (--quantize), computed with in f32 (int8's: multiplied in int8):{} */", narrowed.concat());
+        let int8 = if p.weights.iter().any(|w| w.stored == Stored::Int8) { " (int8's: multiplied in int8)" } else { "" };
+        let _ = writeln!(s, "\n/* Weights stored narrow (--quantize), computed with in f32{int8}:{} */", narrowed.concat());
     }
 }
 
