@@ -351,7 +351,7 @@ fn missing_ggml_and_misplaced_quantize_are_clear_errors() {
     assert_eq!(run.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains(&format!("pip install {}", mithrilc::build::GGML_WHEEL)), "{stderr}");
     let out = empty.path().join("out");
-    for (target, quantize, offered) in [("c", "q4_0", "f32, f16, bf16, q8_0"), ("cuda", "q8_0", "f32")] {
+    for (target, quantize, offered) in [("c", "q4_0", "f32, f16, bf16, q8_0, int8"), ("cuda", "q8_0", "f32")] {
         let compile = Command::new(mithrilc).args(["compile", "--target", target, "--quantize", quantize, "--params"]).arg(&data).arg(&model).arg("-o").arg(&out).output().unwrap();
         let stderr = String::from_utf8_lossy(&compile.stderr);
         assert_eq!(compile.status.code(), Some(2), "{stderr}");

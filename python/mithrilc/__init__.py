@@ -76,7 +76,7 @@ def load(
     set: constructor values Mithril left out of the JSON, by their path in error
       messages (``{"submodels.m_2.index": 0}``; as the command's ``--set``).
     threads: the threads a call splits its work over (default: every core).
-    quantize: how the weights of products are stored: f32, f16, bf16 or q8_0.
+    quantize: how the weights of products are stored: f32, f16, bf16, q8_0, or int8 (products in int8).
     name: the model's name when ``model`` is not a file (default "model").
     """
     path, text = _model_source(model, name)

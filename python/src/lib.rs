@@ -360,7 +360,7 @@ fn load(py: Python<'_>, args: LoadArgs) -> PyResult<Model> {
     let quantize = <mithrilc::backend::Quantize as clap::ValueEnum>::from_str(&args.quantize, true);
     py.detach(move || {
         guarded(|| {
-            let quantize = quantize.map_err(|_| mithrilc::Error::usage(format!("quantize={:?}: not one of f32, f16, bf16, q8_0", args.quantize)))?;
+            let quantize = quantize.map_err(|_| mithrilc::Error::usage(format!("quantize={:?}: not one of f32, f16, bf16, q8_0, int8", args.quantize)))?;
             let mut builder = match args.json {
                 Some(text) => mithrilc::Model::from_json(text, &args.path),
                 None => mithrilc::Model::open(&args.path),
