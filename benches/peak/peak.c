@@ -14,8 +14,10 @@
  *     AVX-VNNI with AVX2), else vpmaddubsw + vpmaddwd + vpaddd (AVX-512BW, AVX2); sdot
  *     (NEON with the dot-product extension). In GOP/s, a multiply-add counted as 2.
  *   - bf16: vdpbf16ps (AVX-512 BF16), in GFLOP/s.
+ *   - int8_amx, bf16_amx: AMX's tdpbusd and tdpbf16ps on 16 x 16 tiles (Sapphire Rapids
+ *     and later, where the kernel grants the tile state), in GOP/s and GFLOP/s.
  * `--isa` names the FMA set (run.sh measures avx2 too on an AVX-512 CPU); the int8 and
- * bf16 loops follow it.
+ * bf16 loops follow it, and AMX is measured with avx512 only (every AMX CPU has it).
  *
  * Bandwidth: the STREAM triad a[i] = b[i] + s * c[i] over three 64 MiB arrays (far
  * beyond the caches), counting 12 bytes an element (the write-allocate read of a[] not
@@ -25,9 +27,12 @@
  * (default: 1 thread, then every core; the widest ISA)
  * prints one line per measurement and a last line of key=value pairs:
  *   isa=avx512 fma_gflops_1t=.. int8=avx512vnni int8_gops_1t=.. bf16=avx512bf16
- *   bf16_gflops_1t=.. triad_gbs_1t=..   (a set that is "none" has no figures)
+ *   bf16_gflops_1t=.. int8_amx=amx-int8 int8_amx_gops_1t=.. bf16_amx=amx-bf16
+ *   bf16_amx_gflops_1t=.. triad_gbs_1t=..   (a set that is "none" has no figures; the AMX
+ *   keys are named so that bench.py's int8_gops_ and fma_gflops_ patterns miss them)
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE 1 /* syscall() */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +45,13 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #define PEAK_X86 1
+/* AMX's intrinsics need GCC 11 or clang 12, and the tiles the kernel's leave (asked
+ * with Linux's arch_prctl). */
+#if defined(__x86_64__) && defined(__linux__) \
+    && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#include <sys/syscall.h>
+#define PEAK_AMX 1
+#endif
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 #include <asm/hwcap.h>
@@ -129,19 +141,29 @@ __attribute__((target("avx512f"))) static float fma_avx512(int64_t iters)
 
 /* int8 dot products: unsigned bytes times signed bytes, four products summed into each
  * 32-bit lane (2 ops a product, as a multiply-add is 2 flops). VNNI does it in one
- * instruction (vpdpbusd); without VNNI it takes three (vpmaddubsw to 16-bit pairs,
- * vpmaddwd against ones to 32 bits, vpaddd), whose products do not depend on the
- * accumulator: each chain loads its unsigned operand from a volatile vector of its
- * own at each step, as a kernel loads its operands (constant operands would be
- * multiplied once, outside the loop). Only the add is on a chain, so 8 chains cover its latency and leave the
- * registers the products need. */
+ * instruction (vpdpbusd), written as asm: with the intrinsic, GCC 12's tree PRE (-O2)
+ * computes the first step of every chain outside the loop and keeps a second copy of
+ * each accumulator, so 24 chains spill and every vpdpbusd comes with a store and moves
+ * (the loop ran at half the rate; this one is 24 vpdpbusd and nothing else). Without
+ * VNNI it takes three (vpmaddubsw to 16-bit pairs, vpmaddwd against ones to 32 bits,
+ * vpaddd), whose products do not depend on the accumulator: each chain loads its
+ * unsigned operand from a volatile vector of its own at each step, as a kernel loads its
+ * operands (constant operands would be multiplied once, outside the loop). Only the add
+ * is on a chain, so 8 chains cover its latency and leave the registers the products
+ * need. */
 #define MADD_CHAINS 8
+__attribute__((target("avx512f,avx512vnni"))) static __m512i dpbusd_zmm(__m512i acc, __m512i a, __m512i b)
+{
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
 __attribute__((target("avx512f,avx512vnni"))) static float int8_avx512vnni(int64_t iters)
 {
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
 #define T __m512i
 #define INIT(i) _mm512_set1_epi32(i)
-#define STEP(acc, i) _mm512_dpbusd_epi32(acc, a, b)
+#define STEP(acc, i) dpbusd_zmm(acc, a, b)
 #define ADD _mm512_add_epi32
     PEAK_LOOP(CHAINS_24)
 #undef T
@@ -183,12 +205,20 @@ __attribute__((target("avx2"))) static float sum_epi32x8(__m256i v)
     return sum;
 }
 
+/* AVX-VNNI's vpdpbusd is the VEX form ({vex}; ymm0-15, hence "x"): the EVEX one is
+ * AVX-512's. */
+__attribute__((target("avx2,avxvnni"))) static __m256i dpbusd_ymm(__m256i acc, __m256i a, __m256i b)
+{
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+    return acc;
+}
+
 __attribute__((target("avx2,avxvnni"))) static float int8_avxvnni(int64_t iters)
 {
     const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
 #define T __m256i
 #define INIT(i) _mm256_set1_epi32(i)
-#define STEP(acc, i) _mm256_dpbusd_avx_epi32(acc, a, b)
+#define STEP(acc, i) dpbusd_ymm(acc, a, b)
 #define ADD _mm256_add_epi32
     PEAK_LOOP(CHAINS_12)
 #undef T
@@ -233,6 +263,82 @@ __attribute__((target("avx512f,avx512bf16"))) static float bf16_avx512(int64_t i
 #undef STEP
 #undef ADD
     return _mm512_reduce_add_ps(total);
+}
+#endif
+
+#ifdef PEAK_AMX
+/* AMX: four accumulator tiles (0-3, 16 rows of 16 int32 or f32) against two A tiles (4,
+ * 5) and two B tiles (6, 7), 2 x 2 as a kernel blocks them, the operands loaded once, so
+ * the loop is tdp* and nothing else (on Sapphire Rapids one accumulator alone runs at
+ * the same rate; four leave room for a core whose tiles' latency shows). tdpbusd: 16 x
+ * 16 x 64 MACs; tdpbf16ps: 16 x 16 x 32. The operands are not zero: zero tiles run about
+ * 25% faster there, which no kernel sees. The configuration and the operand row are
+ * static objects: GCC's ldtilecfg and tileloadd asms tell it of 8 bytes and of no bytes
+ * read, so a local one's stores could be dropped. */
+#define AMX_TILES 4
+struct amx_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+static const struct amx_config amx_config = {
+    1, 0, { 0 }, { 64, 64, 64, 64, 64, 64, 64, 64 }, { 16, 16, 16, 16, 16, 16, 16, 16 }
+};
+/* Every row of every operand tile (a stride of 0): bf16 1.0, as int8 -128 and 63. */
+static const uint16_t amx_row[32] = {
+    0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80,
+    0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80,
+    0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80,
+};
+
+/* The tiles are this thread's: configured, used and released in the loop's function.
+ * The tile instructions are never optimised away (their asms are volatile, their
+ * builtins have effects), so the loop returns no sum. */
+#define AMX_LOOP(DP)                      \
+    int64_t it;                           \
+    _tile_loadconfig(&amx_config);        \
+    _tile_zero(0);                        \
+    _tile_zero(1);                        \
+    _tile_zero(2);                        \
+    _tile_zero(3);                        \
+    _tile_loadd(4, amx_row, 0);           \
+    _tile_loadd(5, amx_row, 0);           \
+    _tile_loadd(6, amx_row, 0);           \
+    _tile_loadd(7, amx_row, 0);           \
+    for (it = 0; it < iters; ++it) {      \
+        DP(0, 4, 6);                      \
+        DP(1, 4, 7);                      \
+        DP(2, 5, 6);                      \
+        DP(3, 5, 7);                      \
+    }                                     \
+    _tile_release();                      \
+    return 0.0f;
+
+__attribute__((target("amx-tile,amx-int8"))) static float int8_amx(int64_t iters)
+{
+    AMX_LOOP(_tile_dpbusd)
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static float bf16_amx(int64_t iters)
+{
+    AMX_LOOP(_tile_dpbf16ps)
+}
+
+/* AMX-TILE and the instruction's bit (cpuid leaf 7, EDX: AMX-TILE 24, AMX-INT8 25,
+ * AMX-BF16 22), the tile state enabled in XCR0 (bits 17 and 18) and granted to this
+ * process (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), once for all threads). */
+static int amx_usable(unsigned bit)
+{
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0, xcr0, xcr0_hi;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) || !(edx & (1u << bit))) {
+        return 0;
+    }
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) { /* OSXSAVE: xgetbv */
+        return 0;
+    }
+    __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    return (xcr0 & (3u << 17)) == (3u << 17) && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
 #endif
 
@@ -374,6 +480,29 @@ static struct isa best_bf16(struct isa fma)
     return none;
 }
 
+/* The AMX loop (`bf16` 0: tdpbusd, 1: tdpbf16ps) with the avx512 set, if the CPU has it
+ * and the kernel grants the tiles. */
+static struct isa best_amx(struct isa fma, int bf16)
+{
+    struct isa none = { "none", NULL, 0.0 };
+#ifdef PEAK_AMX
+    if (!strcmp(fma.name, "avx512")) {
+        /* each tile 16 x 16 sums of 64 int8 or 32 bf16 products, 2 ops a product */
+        struct isa i8 = { "amx-int8", int8_amx, 2.0 * 16 * 16 * 64 * AMX_TILES };
+        struct isa b16 = { "amx-bf16", bf16_amx, 2.0 * 16 * 16 * 32 * AMX_TILES };
+        if (!bf16 && amx_usable(25)) {
+            return i8;
+        }
+        if (bf16 && amx_usable(22)) {
+            return b16;
+        }
+    }
+#endif
+    (void)fma;
+    (void)bf16;
+    return none;
+}
+
 /* What every thread of a measurement shares: start together, each time itself. */
 struct job {
     pthread_barrier_t start;
@@ -472,7 +601,7 @@ static double measure(struct isa isa, int threads, float *sink)
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    struct isa fma, int8, bf16;
+    struct isa fma, int8, bf16, int8_amx_isa, bf16_amx_isa;
     const int64_t per_array = (int64_t)64 << 20; /* bytes */
     int counts[16], ncounts = 0, cores = (int)sysconf(_SC_NPROCESSORS_ONLN), k;
     float sink = 0.0f;
@@ -499,6 +628,8 @@ int main(int argc, char **argv)
     fma = best_fma(want);
     int8 = best_int8(fma);
     bf16 = best_bf16(fma);
+    int8_amx_isa = best_amx(fma, 0);
+    bf16_amx_isa = best_amx(fma, 1);
     if (ncounts == 0) {
         counts[ncounts++] = 1;
         if (cores > 1) {
@@ -515,6 +646,8 @@ int main(int argc, char **argv)
             { "fma peak", "GFLOP/s", "isa", "fma_gflops", fma },
             { "int8 dot-product peak", "GOP/s", "int8", "int8_gops", int8 },
             { "bf16 dot-product peak", "GFLOP/s", "bf16", "bf16_gflops", bf16 },
+            { "int8 AMX peak", "GOP/s", "int8_amx", "int8_amx_gops", int8_amx_isa },
+            { "bf16 AMX peak", "GFLOP/s", "bf16_amx", "bf16_amx_gflops", bf16_amx_isa },
         };
         size_t n;
         used = 0;
