@@ -4,7 +4,9 @@
  * quantized in the call), one thread, at gpt_block's matrix sizes and a few others;
  * prints ns per call (the best of several batches). Not a test, not part of the
  * runtime: `make bench-quant` (MR_ISA=generic|avx2|avx512 picks the kernels' variant,
- * MR_INT8=madd the int8 set without VNNI). The stored bits need not be meaningful for
+ * MR_INT8=madd the int8 set without VNNI). Then the convolutions of the bench models
+ * (one image, unpadded input with the runtime's padding): f32 (direct or implicit
+ * GEMM), f32 by Winograd where it applies, q8_0 weights, and mr_conv2d_i8_mt. The stored bits need not be meaningful for
  * timing (test_narrow.h's narrow_bits; the int8 panels are the same bytes).
  */
 #define _POSIX_C_SOURCE 199309L
@@ -45,6 +47,46 @@ static double time_call(int type, int64_t M, int64_t N, int64_t K, const float *
     return best;
 }
 
+/* One convolution of one image (C x H x W, O filters KH x KW, padding pad, stride 1),
+ * each form's best ns per call over 7 batches. */
+static void time_conv(int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH, int64_t KW, int64_t pad)
+{
+    const int64_t OH = H + 2 * pad - KH + 1, OW = W + 2 * pad - KW + 1, K = C * KH * KW;
+    const double macs = (double)O * (double)OH * (double)OW * (double)K;
+    const int reps = macs > 1e7 ? 5 : macs > 1e5 ? 50 : 500, wino = KH == 3 && KW == 3 && C >= 16 && O >= 16;
+    float *x = malloc(sizeof(float) * (size_t)(C * H * W)), *w = malloc(sizeof(float) * (size_t)(O * K));
+    float *y = malloc(sizeof(float) * (size_t)(O * OH * OW)), *u = malloc(sizeof(float) * (size_t)(36 * O * C));
+    float *ws = malloc(sizeof(float) * (size_t)MR_WINOGRAD_SCRATCH(1, C, O, OH, OW));
+    unsigned char *wq = calloc((size_t)MR_I8_PANELS_BYTES(K, O), 1), *w8 = malloc((size_t)MR_STORED_BYTES(MR_Q8_0, O * K));
+    unsigned char *scratch = malloc((size_t)MR_I8_CONV_SCRATCH_BYTES(1, C, KH, KW, OH, OW, 1, 1, 1, 1));
+    double best[4] = {1e300, 1e300, 1e300, 1e300};
+    int64_t i;
+    int b, r, f;
+    if (!x || !w || !y || !u || !ws || !wq || !w8 || !scratch) exit(2);
+    for (i = 0; i < C * H * W; ++i) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
+    for (i = 0; i < O * K; ++i) w[i] = (float)((i * 104729) % 2001) / 1000.0f - 1.0f;
+    narrow_bits(MR_Q8_0, w, O * K, w8);
+    if (wino) mr_winograd_weights_f32(w, u, O, C);
+    for (b = 0; b < 7; ++b) {
+        for (f = 0; f < 4; ++f) {
+            double t0;
+            if (f == 1 && !wino) continue;
+            t0 = now_ns();
+            for (r = 0; r < reps; ++r) {
+                if (f == 0) mr_conv2d_f32(x, w, y, 1, C, H, W, O, KH, KW, OH, OW, 1, 1, pad, pad, 1, 1, 1);
+                if (f == 1) mr_conv2d_winograd_f32(x, u, y, 1, C, H, W, O, OH, OW, pad, pad, ws);
+                if (f == 2) mr_conv2d_q_mt(NULL, x, w8, MR_Q8_0, y, 1, C, H, W, O, KH, KW, OH, OW, 1, 1, pad, pad, 1, 1, 1, NULL);
+                if (f == 3) mr_conv2d_i8_mt(NULL, x, wq, y, 1, C, H, W, O, KH, KW, OH, OW, 1, 1, pad, pad, 1, 1, scratch, NULL);
+            }
+            if ((now_ns() - t0) / reps < best[f]) best[f] = (now_ns() - t0) / reps;
+        }
+    }
+    printf("%4lld %4lld %4lld %4lld %2lldx%-2lld %4lld %12.0f %12.0f %12.0f %12.0f\n", (long long)C, (long long)H,
+           (long long)W, (long long)O, (long long)KH, (long long)KW, (long long)pad, best[0], wino ? best[1] : 0.0,
+           best[2], best[3]);
+    free(x); free(w); free(y); free(u); free(ws); free(wq); free(w8); free(scratch);
+}
+
 int main(void)
 {
     static const int64_t mnk[][3] = {{1, 256, 256},  {1, 768, 768},  {1, 2304, 768}, {1, 3072, 768},
@@ -78,5 +120,14 @@ int main(void)
         printf(" %12.0f\n", time_call(99, M, N, K, A, Bq, C, reps, scratch));
         free(A); free(B); free(C); free(Bq); free(scratch);
     }
+    printf("\nconvolutions, one image: ns per call (Winograd 0: not its kind)\n");
+    printf("%4s %4s %4s %4s %5s %4s %12s %12s %12s %12s\n", "C", "H", "W", "O", "k", "pad", "f32", "winograd", "q8_0", "i8");
+    time_conv(1, 32, 32, 6, 5, 5, 0);    /* lenet */
+    time_conv(6, 14, 14, 16, 5, 5, 0);
+    time_conv(3, 32, 32, 64, 3, 3, 1);   /* cnn */
+    time_conv(64, 32, 32, 64, 3, 3, 1);
+    time_conv(64, 16, 16, 128, 3, 3, 1); /* wider */
+    time_conv(128, 8, 8, 256, 3, 3, 1);
+    time_conv(64, 56, 56, 64, 1, 1, 0);
     return 0;
 }

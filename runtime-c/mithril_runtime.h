@@ -122,6 +122,7 @@
 #define mr_sgemm_panels_q MR_NAME(mr_sgemm_panels_q)
 #define mr_sgemm_panels_q_mt MR_NAME(mr_sgemm_panels_q_mt)
 #define mr_gemm_i8_mt MR_NAME(mr_gemm_i8_mt)
+#define mr_conv2d_i8_mt MR_NAME(mr_conv2d_i8_mt)
 #define mr_int8_name MR_NAME(mr_int8_name)
 #define mr_conv2d_f32 MR_NAME(mr_conv2d_f32)
 #define mr_conv2d_f32_mt MR_NAME(mr_conv2d_f32_mt)
@@ -142,6 +143,9 @@
 #define mr_sgemm_panels_at MR_NAME(mr_sgemm_panels_at)
 #define mr_i8_quantize_rows MR_NAME(mr_i8_quantize_rows)
 #define mr_gemm_i8_cols MR_NAME(mr_gemm_i8_cols)
+#define mr_i8_conv_image MR_NAME(mr_i8_conv_image)
+#define mr_i8_conv_codes MR_NAME(mr_i8_conv_codes)
+#define mr_i8_conv_chunk MR_NAME(mr_i8_conv_chunk)
 #define mr_conv_direct MR_NAME(mr_conv_direct)
 #define mr_conv2d_at MR_NAME(mr_conv2d_at)
 #endif
@@ -451,6 +455,44 @@ void mr_gemm_i8_mt(const mr_threads *threads, int64_t batch, int64_t M, int64_t 
                    const float *A, int64_t a_bs, int64_t a_rs, int64_t a_cs, const void *Bq, float beta,
                    float *C, int64_t c_bs, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep);
 const char *mr_int8_name(void);
+/*
+ * mr_conv2d_i8_mt: mr_conv2d_f32_mt (one group) multiplying in int8: the product of
+ * output positions by output channels, mr_gemm_i8_mt's with A's rows the positions'
+ * patches and B the weight.
+ *  - The weight, at wq, is B of mr_gemm_i8_mt for K = KH * KW * C rows and N = O
+ *    columns (MR_I8_PANELS_BYTES(K, O) bytes), its rows in tap order: row
+ *    (kh * KW + kw) * C + c is w[., c, kh, kw].
+ *  - Each image is quantized as a whole (one scale and zero point an image, as a row of
+ *    mr_gemm_i8_mt's A; an infinity or NaN in it makes its outputs NaN), into the
+ *    scratch, channels last, with the zero point (a zero's code) for the padding.
+ *  - The scratch (4-byte aligned, MR_I8_CONV_SCRATCH_BYTES bytes) holds, in order: the
+ *    slots of rows of A, MR_I8_CONV_TASKS of MR_I8_SCRATCH_BYTES(MR_I8_CONV_ROWS(P), K)
+ *    bytes (P = OH * OW: chunks of at most MR_I8_CONV_CHUNK positions, each task with
+ *    its slot); a float scale and an int32 zero point per image; each image's codes,
+ *    MR_I8_CONV_SPAN(OH, stride_h, KH, dil_h) by MR_I8_CONV_SPAN(OW, stride_w, KW, dil_w)
+ *    padded positions of C codes.
+ * Every variant gives the same bits; `ep` is an epilogue as mr_conv2d_f32_mt's.
+ */
+#define MR_I8_CONV_CHUNK 256
+#define MR_I8_CONV_SLOTS 8
+#define MR_I8_CONV_SPAN(OUT, S, KS, D) (((int64_t)(OUT) - 1) * (S) + ((int64_t)(KS) - 1) * (D) + 1)
+#define MR_I8_CONV_ROWS(P) \
+    ((int64_t)(P) < MR_I8_CONV_CHUNK ? ((int64_t)(P) > 0 ? (int64_t)(P) : 1) : MR_I8_CONV_CHUNK)
+#define MR_I8_CONV_TASKS(N, P)                                                                   \
+    ((int64_t)(N) * (((int64_t)(P) + MR_I8_CONV_ROWS(P) - 1) / MR_I8_CONV_ROWS(P)) < MR_I8_CONV_SLOTS \
+         ? (int64_t)(N) * (((int64_t)(P) + MR_I8_CONV_ROWS(P) - 1) / MR_I8_CONV_ROWS(P))         \
+         : MR_I8_CONV_SLOTS)
+#define MR_I8_CONV_SCRATCH_BYTES(N, C, KH, KW, OH, OW, stride_h, stride_w, dil_h, dil_w)                   \
+    (MR_I8_CONV_TASKS(N, (int64_t)(OH) * (OW)) *                                                          \
+         MR_I8_SCRATCH_BYTES(MR_I8_CONV_ROWS((int64_t)(OH) * (OW)), (int64_t)(KH) * (KW) * (C)) +         \
+     8 * (int64_t)(N) +                                                                                    \
+     (int64_t)(N) * MR_I8_CONV_SPAN(OH, stride_h, KH, dil_h) * MR_I8_CONV_SPAN(OW, stride_w, KW, dil_w) * (C))
+void mr_conv2d_i8_mt(const mr_threads *threads, const float *x, const void *wq, float *y,
+                     int64_t N, int64_t C, int64_t H, int64_t W,
+                     int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                     int64_t stride_h, int64_t stride_w,
+                     int64_t pad_top, int64_t pad_left,
+                     int64_t dil_h, int64_t dil_w, void *scratch, const mr_epilogue *ep);
 void mr_conv2d_f32_mt(const mr_threads *threads, const float *x, const float *w, float *y,
                       int64_t N, int64_t C, int64_t H, int64_t W,
                       int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,

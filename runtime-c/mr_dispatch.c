@@ -54,6 +54,13 @@
        int64_t a_bs, int64_t a_rs, int64_t a_cs, const void *Bq, float beta, float *C, int64_t c_bs,           \
        int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep),                                      \
       (threads, batch, M, N, K, alpha, A, a_bs, a_rs, a_cs, Bq, beta, C, c_bs, c_rs, c_cs, scratch, ep))       \
+    X(mr_conv2d_i8_mt,                                                                                         \
+      (const mr_threads *threads, const float *x, const void *wq, float *y, int64_t N, int64_t C, int64_t H,   \
+       int64_t W, int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride_h,                 \
+       int64_t stride_w, int64_t pad_top, int64_t pad_left, int64_t dil_h, int64_t dil_w, void *scratch,       \
+       const mr_epilogue *ep),                                                                                 \
+      (threads, x, wq, y, N, C, H, W, O, KH, KW, OH, OW, stride_h, stride_w, pad_top, pad_left, dil_h, dil_w,  \
+       scratch, ep))                                                                                           \
     X(mr_dequantize, (int type, const void *src, int64_t n, float *dst), (type, src, n, dst))                  \
     X(mr_conv2d_f32,                                                                                           \
       (const float *x, const float *w, float *y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,        \

@@ -90,12 +90,23 @@ static int mr_i8_range(const float *x, int64_t cs, int64_t K, float *lo, float *
     return nan != 0.0f;
 }
 
-/* The codes of the row x[k * cs], k < K: clamp(rint(x * inv) + zp, 0, 255), which the
- * compiler vectorizes (inlined for a contiguous row, cs a constant 1). */
+/* The codes of the row x[k * cs], k < K: clamp(rint(x * inv) + zp, 0, 255); a
+ * contiguous row in the variant's vectors (GCC 12 at -O2 kept it scalar, with branches
+ * for the clamps), the same float operations in the same order. */
 static inline void mr_i8_codes_of(const float *x, int64_t cs, int64_t K, float inv, float zp, uint8_t *q)
 {
-    int64_t k;
-    for (k = 0; k < K; ++k) {
+    int64_t k = 0;
+#if defined(MR_VN)
+    if (cs == 1) {
+        const mr_vf vinv = mr_vf_set1(inv), magic = mr_vf_set1(12582912.0f), vzp = mr_vf_set1(zp);
+        const mr_vf lo = mr_vf_set1(0.0f), hi = mr_vf_set1(255.0f);
+        for (; k + MR_VN <= K; k += MR_VN) {
+            mr_vf c = mr_vf_add(mr_vf_sub(mr_vf_add(mr_vf_mul(mr_vf_load(x + k), vinv), magic), magic), vzp);
+            mr_vf_store_u8(q + k, mr_vf_min(mr_vf_max(c, lo), hi));
+        }
+    }
+#endif
+    for (; k < K; ++k) {
         float c = mr_i8_rint(x[k * cs] * inv) + zp;
         c = c < 0.0f ? 0.0f : c;
         c = c > 255.0f ? 255.0f : c;
@@ -108,47 +119,58 @@ static inline void mr_i8_codes_of(const float *x, int64_t cs, int64_t K, float i
 static inline int64_t mr_i8_row(int64_t r, int64_t m, int64_t bs, int64_t rs) { return r / m * bs + r % m * rs; }
 
 /*
+ * The quantization of the values x[k * cs], k < K: lo = min(0, min x), hi = max(0,
+ * max x), *scale = hi / 255 - lo / 255 (no overflow), *zp = rint(-lo / scale); returns
+ * 1 / scale. Values of zeros get scale 0, values with an infinity or a NaN scale NaN (so
+ * their outputs are NaN, as f32 would give NaN or infinities); both zp 0, and 0 is
+ * returned: every code is 0.
+ */
+static float mr_i8_params(const float *x, int64_t cs, int64_t K, float *scale, int32_t *zp)
+{
+    float lo, hi, s, inv;
+    const int bad = mr_i8_range(x, cs, K, &lo, &hi);
+    int32_t z;
+    s = hi / 255.0f - lo / 255.0f;
+    /* (below the smallest normal float, 1 / scale could overflow: such values, under
+     * 3e-36, are taken as zeros) */
+    if (bad || !(s >= 1.17549435e-38f)) {
+        *scale = bad ? NAN : 0.0f;
+        *zp = 0;
+        return 0.0f;
+    }
+    inv = 1.0f / s;
+    z = (int32_t)mr_i8_rint(-lo * inv);
+    *scale = s;
+    *zp = z > 255 ? 255 : z;
+    return inv;
+}
+
+/*
  * mr_i8_quantize_rows: flat rows [i0, i1) of the M x K matrix A (M = batch * m rows:
- * mr_i8_row) into the scratch: lo = min(0,
- * min x), hi = max(0, max x), scale = hi / 255 - lo / 255 (no overflow), zp =
- * rint(-lo / scale), code = clamp(rint(x * (1 / scale)) + zp, 0, 255); the codes of k
- * in [K, K4) are zp (B's rows there are zero). A row of zeros gets scale 0; a row with
- * an infinity or a NaN gets scale NaN, so its outputs are NaN (as f32 would give NaN or
- * infinities).
+ * mr_i8_row) into the scratch, each with its scale and zero point (mr_i8_params):
+ * code = clamp(rint(x * (1 / scale)) + zp, 0, 255); the codes of k in [K, K4) are zp
+ * (B's rows there are zero).
  */
 void mr_i8_quantize_rows(int64_t M, int64_t m, int64_t K, const float *A, int64_t a_bs, int64_t a_rs, int64_t a_cs,
                          int64_t i0, int64_t i1, void *scratch)
 {
     float *scales = mr_i8_scales(scratch, M, K);
     int32_t *zeros = mr_i8_zeros(scratch, M, K);
-    int64_t i, k;
+    int64_t i;
     for (i = i0; i < i1; ++i) {
         const float *x = A + mr_i8_row(i, m, a_bs, a_rs);
         uint8_t *q = mr_i8_codes(scratch, K, i);
-        float lo, hi, scale, inv;
-        const int bad = mr_i8_range(x, a_cs, K, &lo, &hi);
-        int32_t zp = 0;
-        scale = hi / 255.0f - lo / 255.0f;
-        /* (below the smallest normal float, 1 / scale could overflow: such a row, under
-         * 3e-36, is taken as zeros) */
-        if (bad || !(scale >= 1.17549435e-38f)) {
-            /* NaN or infinity: NaN outputs; zeros (or a range too small for a scale): zeros */
-            scales[i] = bad ? NAN : 0.0f;
-            zeros[i] = 0;
+        const float inv = mr_i8_params(x, a_cs, K, &scales[i], &zeros[i]);
+        if (inv == 0.0f) {
             memset(q, 0, (size_t)MR_I8_K4(K));
             continue;
         }
-        inv = 1.0f / scale;
-        zp = (int32_t)mr_i8_rint(-lo * inv);
-        zp = zp > 255 ? 255 : zp;
         if (a_cs == 1) {
-            mr_i8_codes_of(x, 1, K, inv, (float)zp, q);
+            mr_i8_codes_of(x, 1, K, inv, (float)zeros[i], q);
         } else {
-            mr_i8_codes_of(x, a_cs, K, inv, (float)zp, q);
+            mr_i8_codes_of(x, a_cs, K, inv, (float)zeros[i], q);
         }
-        for (k = K; k < MR_I8_K4(K); ++k) q[k] = (uint8_t)zp;
-        scales[i] = scale;
-        zeros[i] = zp;
+        memset(q + K, zeros[i], (size_t)(MR_I8_K4(K) - K));
     }
 }
 
@@ -369,6 +391,9 @@ MR_KERNEL MR_I8_AMX_TARGET static void mr_i8_panel_amx(int64_t rows, int64_t qua
     }
     if (whole > 0) {
         if (*configured != rows) {
+            /* (GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of cfg: the
+             * barrier keeps the stores to the rest from being dropped) */
+            __asm__ __volatile__("" : : "r"(&cfg) : "memory");
             _tile_loadconfig(&cfg);
             *configured = (int)rows;
         }
@@ -490,6 +515,82 @@ static void mr_i8_store_row(const int32_t *s, const int32_t *colsum, const float
     }
 }
 
+/* Tiles of TR x TR floats transposed in vector registers (AVX-512 16, AVX2 8): v
+ * (rows of MR_PANEL) into d (rows cs apart). */
+#if defined(MR_AVX512)
+#define MR_I8_TR 16
+static inline void mr_i8_transpose_tile(const float *v, float *d, int64_t cs)
+{
+    __m512 r[16], t[16];
+    int i;
+    for (i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(v + i * MR_PANEL);
+    for (i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (i = 0; i < 8; ++i) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+    for (i = 0; i < 16; ++i) _mm512_storeu_ps(d + i * cs, r[i]);
+}
+#elif defined(MR_AVX2)
+#define MR_I8_TR 8
+static inline void mr_i8_transpose_tile(const float *v, float *d, int64_t cs)
+{
+    __m256 r[8], t[8];
+    int i;
+    for (i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(v + i * MR_PANEL);
+    for (i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (i = 0; i < 4; ++i) {
+        t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+        t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+    }
+    for (i = 0; i < 8; ++i) _mm256_storeu_ps(d + i * cs, t[i]);
+}
+#else
+#define MR_I8_TR 0
+#endif
+
+/* v's rows [0, rows), columns [0, cols), into d transposed: v[i][t] to d[t * cs + i]. */
+static void mr_i8_transpose(const float v[MR_I8_MR][MR_PANEL], int64_t rows, int64_t cols, float *d, int64_t cs)
+{
+    int64_t t0 = 0, i, t;
+#if MR_I8_TR > 0
+    for (; t0 + MR_I8_TR <= cols; t0 += MR_I8_TR) {
+        int64_t i0;
+        for (i0 = 0; i0 + MR_I8_TR <= rows; i0 += MR_I8_TR) mr_i8_transpose_tile(v[i0] + t0, d + t0 * cs + i0, cs);
+        for (t = t0; t < t0 + MR_I8_TR; ++t) {
+            for (i = i0; i < rows; ++i) d[t * cs + i] = v[i][t];
+        }
+    }
+#endif
+    for (t = t0; t < cols; ++t) {
+        for (i = 0; i < rows; ++i) d[t * cs + i] = v[i][t];
+    }
+}
+
 /* A sliver's block of sums, waiting to be scaled into C: its flat rows [i0, i0 + rows)
  * and the panel's columns [c0, c1) (j: the first's column in B). */
 typedef struct {
@@ -511,6 +612,18 @@ typedef struct {
 static void mr_i8_scale_block(const mr_i8_block *b, const mr_i8_out *o)
 {
     int64_t i;
+    if (o->c_rs == 1 && o->beta == 0.0f && b->i0 / o->m == (b->i0 + b->rows - 1) / o->m) {
+        /* C's rows contiguous (a convolution's output positions): along each column */
+        /* scaled along the rows of sums (as below), then stored down C's columns */
+        float *c = o->C + mr_i8_row(b->i0, o->m, o->c_bs, o->c_rs) + (b->j - o->j0) * o->c_cs;
+        float v[MR_I8_MR][MR_PANEL];
+        for (i = 0; i < b->rows; ++i) {
+            mr_i8_store_row(b->S[i] + b->c0, o->colsum + b->j, o->sw + b->j, (uint32_t)o->zp[b->i0 + i],
+                            o->alpha * o->sa[b->i0 + i], 0.0f, v[i], 1, b->c1 - b->c0);
+        }
+        mr_i8_transpose((const float(*)[MR_PANEL])v, b->rows, b->c1 - b->c0, c, o->c_cs);
+        return;
+    }
     for (i = 0; i < b->rows; ++i) {
         mr_i8_store_row(b->S[i] + b->c0, o->colsum + b->j, o->sw + b->j, (uint32_t)o->zp[b->i0 + i],
                         o->alpha * o->sa[b->i0 + i], o->beta,
@@ -573,4 +686,93 @@ void mr_gemm_i8_cols(int64_t M, int64_t m, int64_t N, int64_t K, float alpha, co
         e.n = at->n + b;
         mr_epi_call(&e, 0, m, 0, n);
     }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Convolutions: int8 products whose rows are output positions                         */
+/* ------------------------------------------------------------------------------------ */
+
+/*
+ * mr_conv2d_i8_mt's parts (mr_threads.c splits them): an image's quantization as a
+ * whole (mr_i8_params: one scale and zero point an image, as ONNX Runtime's
+ * ConvInteger takes its input per tensor; a row of A is an output position's patch, and
+ * patches overlap, so a scale per row would quantize each input element once per tap),
+ * its codes laid out channels last and padded with the zero point (the codes of a
+ * zero), then the patches of a chunk of positions as rows of A: tap by tap, runs of C
+ * codes (KW * C where taps are adjacent), against B's rows in the same order (row
+ * (kh*KW + kw)*C + c). Then mr_gemm_i8_cols, storing down C's columns (the output is
+ * NCHW: a column is an output channel).
+ */
+void mr_i8_conv_image(const mr_i8_conv *cv, int64_t n)
+{
+    (void)mr_i8_params(cv->x + n * cv->C * cv->H * cv->W, 1, cv->C * cv->H * cv->W, &cv->scales[n], &cv->zeros[n]);
+}
+
+/* Padded rows [r0, r1) of image n's codes: code (r, s, c) at codes[(r*Wp + s)*C + c] is
+ * x[n, c, r - pt, s - pl] quantized, the zero point outside the image. */
+void mr_i8_conv_codes(const mr_i8_conv *cv, int64_t n, int64_t r0, int64_t r1)
+{
+    const int64_t C = cv->C, H = cv->H, W = cv->W, Wp = cv->Wp, pl = cv->pl;
+    const float scale = cv->scales[n];
+    const int32_t zp = cv->zeros[n];
+    /* the input's columns that the padded rows hold (stride leaves the last unread) */
+    const int64_t wn = mr_max_i64(0, mr_min_i64(W, Wp - pl));
+    const float inv = scale >= 1.17549435e-38f ? 1.0f / scale : 0.0f;
+    /* a tile of channels by positions: coded along its rows, stored down its columns
+     * (coding straight into the channels-last rows, a byte a line, took half the
+     * convolution's time) */
+    uint8_t q[16][64];
+    int64_t r, c0, c, w0, w;
+    for (r = r0; r < r1; ++r) {
+        uint8_t *row = cv->codes + (n * cv->Hp + r) * Wp * C;
+        const int64_t ih = r - cv->pt;
+        if (ih < 0 || ih >= H || inv == 0.0f || wn == 0) {
+            memset(row, zp, (size_t)(Wp * C));
+            continue;
+        }
+        memset(row, zp, (size_t)(mr_min_i64(pl, Wp) * C));
+        memset(row + (pl + wn) * C, zp, (size_t)((Wp - pl - wn) * C));
+        for (c0 = 0; c0 < C; c0 += 16) {
+            const int64_t cn = mr_min_i64(16, C - c0);
+            for (w0 = 0; w0 < wn; w0 += 64) {
+                const int64_t cnt = mr_min_i64(64, wn - w0);
+                uint8_t *dst = row + (pl + w0) * C + c0;
+                for (c = 0; c < cn; ++c) mr_i8_codes_of(cv->x + ((n * C + c0 + c) * H + ih) * W + w0, 1, cnt, inv, (float)zp, q[c]);
+                for (w = 0; w < cnt; ++w) {
+                    for (c = 0; c < cn; ++c) dst[w * C + c] = q[c][w];
+                }
+            }
+        }
+    }
+}
+
+/* Output positions [p0, p1) of image n: their patches as rows of A in `slot` (scratch
+ * for p1 - p0 rows), then their products into y, then the epilogue. */
+void mr_i8_conv_chunk(const mr_i8_conv *cv, int64_t n, int64_t p0, int64_t p1, void *slot)
+{
+    const int64_t C = cv->C, KW = cv->KW, K = C * cv->KH * KW, K4 = MR_I8_K4(K), rows = p1 - p0;
+    const int64_t P = cv->OH * cv->OW, run = cv->dw == 1 ? KW * C : C;
+    const uint8_t *codes = cv->codes + n * cv->Hp * cv->Wp * C;
+    float *scales = mr_i8_scales(slot, rows, K);
+    int32_t *zeros = mr_i8_zeros(slot, rows, K);
+    mr_epi_at at;
+    int64_t i, kh, kw;
+    for (i = 0; i < rows; ++i) {
+        const int64_t oh = (p0 + i) / cv->OW, ow = (p0 + i) % cv->OW;
+        uint8_t *q = mr_i8_codes(slot, K, i);
+        for (kh = 0; kh < cv->KH; ++kh) {
+            const uint8_t *src = codes + ((oh * cv->sh + kh * cv->dh) * cv->Wp + ow * cv->sw) * C;
+            for (kw = 0; kw < KW; kw += run / C) memcpy(q + (kh * KW + kw) * C, src + kw * cv->dw * C, (size_t)run);
+        }
+        memset(q + K, cv->zeros[n], (size_t)(K4 - K));
+        scales[i] = cv->scales[n];
+        zeros[i] = cv->zeros[n];
+    }
+    mr_gemm_i8_cols(rows, rows, cv->O, K, 1.0f, cv->wq, 0, cv->O, 0.0f, cv->y + n * cv->O * P + p0, 0, 1, P, slot,
+                    NULL);
+    at.ep = cv->ep;
+    at.n = (cv->ep ? cv->ep->n : 0) + n;
+    at.i = 0;
+    at.j = 0;
+    mr_epi_call(&at, 0, cv->O, p0, p1);
 }

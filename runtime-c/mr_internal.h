@@ -176,6 +176,25 @@ typedef float32x4_t mr_vf;
 #define mr_vf_min vminq_f32
 #define mr_vf_max vmaxq_f32
 #endif
+/* mr_vf_store_u8(p, v): v's lanes, whole numbers in [0, 255], as MR_VN bytes at p. */
+#if defined(MR_AVX512)
+#define mr_vf_store_u8(p, v) _mm_storeu_si128((__m128i *)(void *)(p), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)))
+#elif defined(MR_AVX2)
+static inline void mr_vf_store_u8(uint8_t *p, __m256 v)
+{
+    const __m256i i = _mm256_cvttps_epi32(v);
+    const __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64((__m128i *)(void *)p, _mm_packus_epi16(h, h));
+}
+#elif defined(MR_NEON)
+static inline void mr_vf_store_u8(uint8_t *p, float32x4_t v)
+{
+    const uint16x4_t h = vmovn_u32(vcvtq_u32_f32(v));
+    uint8_t t[8];
+    vst1_u8(t, vmovn_u16(vcombine_u16(h, h)));
+    memcpy(p, t, 4);
+}
+#endif
 
 /* Kernels written once as a body for any count of rows (MR_BODY, inlined), and a
  * switch that calls the body for each count, so each has its tile in registers
@@ -211,6 +230,7 @@ typedef float32x4_t mr_vf;
 #define mr_sgemm_panels_q MR_VARIANT(mr_sgemm_panels_q)
 #define mr_sgemm_panels_q_mt MR_VARIANT(mr_sgemm_panels_q_mt)
 #define mr_gemm_i8_mt MR_VARIANT(mr_gemm_i8_mt)
+#define mr_conv2d_i8_mt MR_VARIANT(mr_conv2d_i8_mt)
 #define mr_int8_name MR_VARIANT(mr_int8_name)
 #define mr_dequantize MR_VARIANT(mr_dequantize)
 #define mr_conv2d_f32 MR_VARIANT(mr_conv2d_f32)
@@ -233,6 +253,9 @@ typedef float32x4_t mr_vf;
 #define mr_sgemm_panels_at MR_VARIANT(mr_sgemm_panels_at)
 #define mr_i8_quantize_rows MR_VARIANT(mr_i8_quantize_rows)
 #define mr_gemm_i8_cols MR_VARIANT(mr_gemm_i8_cols)
+#define mr_i8_conv_image MR_VARIANT(mr_i8_conv_image)
+#define mr_i8_conv_codes MR_VARIANT(mr_i8_conv_codes)
+#define mr_i8_conv_chunk MR_VARIANT(mr_i8_conv_chunk)
 #define mr_conv_direct MR_VARIANT(mr_conv_direct)
 #define mr_conv2d_at MR_VARIANT(mr_conv2d_at)
 #endif
@@ -381,6 +404,7 @@ MR_HIDE(mr_sgemm_panels_mt)
 MR_HIDE(mr_sgemm_panels_q)
 MR_HIDE(mr_sgemm_panels_q_mt)
 MR_HIDE(mr_gemm_i8_mt)
+MR_HIDE(mr_conv2d_i8_mt)
 MR_HIDE(mr_int8_name)
 MR_HIDE(mr_dequantize)
 MR_HIDE(mr_conv2d_f32)
@@ -570,6 +594,24 @@ MR_INTERNAL void mr_i8_quantize_rows(int64_t M, int64_t m, int64_t K, const floa
 MR_INTERNAL void mr_gemm_i8_cols(int64_t M, int64_t m, int64_t N, int64_t K, float alpha, const void *Bq, int64_t j0,
                                  int64_t n, float beta, float *C, int64_t c_bs, int64_t c_rs, int64_t c_cs,
                                  void *scratch, const mr_epi_at *at);
+/* mr_conv2d_i8_mt's convolution (its arguments), with where its scratch holds the
+ * images' scales and zero points, their codes (channels last, Hp x Wp padded positions
+ * each) and the slots of rows of A, and how the positions are cut: chunks of `rows`
+ * positions an image, run by `tasks` tasks, each with its slot of slot_bytes. */
+typedef struct {
+    const float *x;
+    const void *wq;
+    float *y;
+    int64_t N, C, H, W, O, KH, KW, OH, OW, sh, sw, pt, pl, dh, dw, Hp, Wp;
+    float *scales;
+    int32_t *zeros;
+    uint8_t *codes, *slots;
+    int64_t rows, chunks, tasks, slot_bytes;
+    const mr_epilogue *ep;
+} mr_i8_conv;
+MR_INTERNAL void mr_i8_conv_image(const mr_i8_conv *cv, int64_t n);
+MR_INTERNAL void mr_i8_conv_codes(const mr_i8_conv *cv, int64_t n, int64_t r0, int64_t r1);
+MR_INTERNAL void mr_i8_conv_chunk(const mr_i8_conv *cv, int64_t n, int64_t p0, int64_t p1, void *slot);
 
 /* mr_conv.c */
 MR_INTERNAL int mr_conv_direct(int64_t O, int64_t groups);

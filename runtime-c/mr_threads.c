@@ -189,6 +189,84 @@ void mr_gemm_i8_mt(const mr_threads *threads, int64_t batch, int64_t M, int64_t 
     }
 }
 
+/* mr_conv2d_i8_mt's tasks: images' scales (one an item), their padded rows of codes
+ * (item = image * Hp + row), and chunks of positions (task t takes items [t * items /
+ * tasks, (t + 1) * items / tasks), item = image * chunks + chunk, with slot t). */
+static void mr_i8_conv_image_task(void *ctx, int64_t begin, int64_t end)
+{
+    for (; begin < end; ++begin) mr_i8_conv_image((const mr_i8_conv *)ctx, begin);
+}
+
+static void mr_i8_conv_codes_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_i8_conv *cv = (const mr_i8_conv *)ctx;
+    int64_t item, next;
+    for (item = begin; item < end; item = next) {
+        const int64_t n = item / cv->Hp;
+        next = mr_min_i64(end, (n + 1) * cv->Hp);
+        mr_i8_conv_codes(cv, n, item - n * cv->Hp, next - n * cv->Hp);
+    }
+}
+
+static void mr_i8_conv_chunks_task(void *ctx, int64_t begin, int64_t end)
+{
+    const mr_i8_conv *cv = (const mr_i8_conv *)ctx;
+    const int64_t items = cv->N * cv->chunks, P = cv->OH * cv->OW;
+    int64_t t, item;
+    for (t = begin; t < end; ++t) {
+        for (item = t * items / cv->tasks; item < (t + 1) * items / cv->tasks; ++item) {
+            const int64_t n = item / cv->chunks, p0 = item % cv->chunks * cv->rows;
+            mr_i8_conv_chunk(cv, n, p0, mr_min_i64(P, p0 + cv->rows), cv->slots + t * cv->slot_bytes);
+        }
+    }
+}
+
+void mr_conv2d_i8_mt(const mr_threads *threads, const float *x, const void *wq, float *y,
+                     int64_t N, int64_t C, int64_t H, int64_t W,
+                     int64_t O, int64_t KH, int64_t KW, int64_t OH, int64_t OW,
+                     int64_t stride_h, int64_t stride_w,
+                     int64_t pad_top, int64_t pad_left,
+                     int64_t dil_h, int64_t dil_w, void *scratch, const mr_epilogue *ep)
+{
+    const int64_t P = OH * OW, K = C * KH * KW;
+    const int split = threads && threads->parallel_for && (double)N * (double)P * (double)O * (double)K >= MR_MT_MIN_MACS;
+    mr_i8_conv cv;
+    int64_t n, o;
+    if (N <= 0 || O <= 0 || P <= 0) return;
+    if (K <= 0) {
+        for (n = 0; n < N; ++n) {
+            for (o = 0; o < O; ++o) memset(y + (n * O + o) * P, 0, sizeof(float) * (size_t)P);
+            if (ep && ep->fn) ep->fn(ep->ctx, ep->n + n, 0, O, 0, P);
+        }
+        return;
+    }
+    cv.x = x; cv.wq = wq; cv.y = y; cv.N = N; cv.C = C; cv.H = H; cv.W = W; cv.O = O; cv.KH = KH; cv.KW = KW;
+    cv.OH = OH; cv.OW = OW; cv.sh = stride_h; cv.sw = stride_w; cv.pt = pad_top; cv.pl = pad_left; cv.dh = dil_h;
+    cv.dw = dil_w; cv.ep = ep;
+    cv.Hp = MR_I8_CONV_SPAN(OH, stride_h, KH, dil_h);
+    cv.Wp = MR_I8_CONV_SPAN(OW, stride_w, KW, dil_w);
+    cv.rows = MR_I8_CONV_ROWS(P);
+    cv.chunks = (P + cv.rows - 1) / cv.rows;
+    cv.tasks = MR_I8_CONV_TASKS(N, P);
+    cv.slot_bytes = MR_I8_SCRATCH_BYTES(cv.rows, K);
+    cv.slots = (uint8_t *)scratch;
+    cv.scales = (float *)(void *)(cv.slots + cv.tasks * cv.slot_bytes);
+    cv.zeros = (int32_t *)(void *)(cv.scales + N);
+    cv.codes = (uint8_t *)(void *)(cv.zeros + N);
+    if (split && N > 1) {
+        threads->parallel_for(threads->user, mr_i8_conv_image_task, &cv, N);
+    } else {
+        mr_i8_conv_image_task(&cv, 0, N);
+    }
+    if (split) {
+        threads->parallel_for(threads->user, mr_i8_conv_codes_task, &cv, N * cv.Hp);
+        threads->parallel_for(threads->user, mr_i8_conv_chunks_task, &cv, cv.tasks);
+    } else {
+        mr_i8_conv_codes_task(&cv, 0, N * cv.Hp);
+        mr_i8_conv_chunks_task(&cv, 0, cv.tasks);
+    }
+}
+
 typedef struct {
     const float *x;
     const void *w;

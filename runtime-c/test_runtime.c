@@ -1013,6 +1013,154 @@ static void conv_reference(const conv_cfg *c, int64_t OH, int64_t OW, const floa
     }
 }
 
+/*
+ * One int8 convolution, mr_conv2d_i8_mt (groups 1; image 1 of zeros, image 2 with a NaN
+ * when N > 2): checks
+ *  - each image's codes in the scratch: every input element within half a step of its
+ *    value, the padding the zero point;
+ *  - y against the formula evaluated here from those codes with int64 sums, bit for bit;
+ *    the NaN image's outputs all NaN;
+ *  - y against the f32 convolution in double, within the quantization's bound;
+ *  - threaded (items last first) with an epilogue: the same bits, each element once.
+ */
+static void test_conv_i8_case(const conv_cfg *c)
+{
+    const int64_t OH = out_len(c->H, c->KH, c->sh, c->pt, c->pb, c->dh), OW = out_len(c->W, c->KW, c->sw, c->pl, c->pr, c->dw);
+    const int64_t P = OH * OW, K = c->C * c->KH * c->KW, nx = c->N * c->C * c->H * c->W, ny = c->N * c->O * P;
+    const int64_t Hp = MR_I8_CONV_SPAN(OH, c->sh, c->KH, c->dh), Wp = MR_I8_CONV_SPAN(OW, c->sw, c->KW, c->dw);
+    const int64_t sbytes = MR_I8_CONV_SCRATCH_BYTES(c->N, c->C, c->KH, c->KW, OH, OW, c->sh, c->sw, c->dh, c->dw);
+    const int64_t head = MR_I8_CONV_TASKS(c->N, P) * MR_I8_SCRATCH_BYTES(MR_I8_CONV_ROWS(P), K);
+    float *x = rand_floats(nx), *w = rand_floats(c->O * K), *B = (float *)xmalloc(sizeof(float) * (size_t)(K * c->O));
+    float *y = nan_floats(ny + 1), *y2 = nan_floats(ny + 1);
+    double *ref = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1)), *mag = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
+    unsigned char *scratch = (unsigned char *)xmalloc((size_t)sbytes + 64), *Bq;
+    int *visits = (int *)calloc((size_t)(ny + 1), sizeof(int));
+    mr_threads threads = {q_reverse_items, NULL};
+    batch_epi_ctx ectx;
+    mr_epilogue ep;
+    int64_t n, o, ci, kh, kw, oh, ow, r, sc;
+    int ok = 1;
+    char name[200];
+    snprintf(name, sizeof name, "conv_i8 N=%lld C=%lld %lldx%lld O=%lld k=%lldx%lld s=%lld,%lld pad=%lld,%lld,%lld,%lld d=%lld,%lld",
+             (long long)c->N, (long long)c->C, (long long)c->H, (long long)c->W, (long long)c->O, (long long)c->KH,
+             (long long)c->KW, (long long)c->sh, (long long)c->sw, (long long)c->pt, (long long)c->pl, (long long)c->pb,
+             (long long)c->pr, (long long)c->dh, (long long)c->dw);
+    if (c->N > 1) memset(x + c->C * c->H * c->W, 0, sizeof(float) * (size_t)(c->C * c->H * c->W));
+    if (c->N > 2) x[2 * c->C * c->H * c->W + 1] = NAN;
+    for (o = 0; o < c->O; ++o) {
+        for (ci = 0; ci < c->C; ++ci) {
+            for (kh = 0; kh < c->KH; ++kh) {
+                for (kw = 0; kw < c->KW; ++kw) {
+                    B[((kh * c->KW + kw) * c->C + ci) * c->O + o] = w[((o * c->C + ci) * c->KH + kh) * c->KW + kw];
+                }
+            }
+        }
+    }
+    Bq = i8_panels(B, K, c->O);
+    conv_reference(c, OH, OW, x, w, ref, mag);
+    memset(scratch + sbytes, 0xA5, 64);
+    mr_conv2d_i8_mt(NULL, x, Bq, y, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, OH, OW, c->sh, c->sw, c->pt, c->pl,
+                    c->dh, c->dw, scratch, NULL);
+    for (r = 0; r < 64 && ok; ++r) ok = scratch[sbytes + r] == 0xA5;
+    if (!ok) printf("FAIL %s: wrote past the scratch\n", name);
+    ok = ok && isnan(y[ny]);
+    for (n = 0; n < c->N && ok; ++n) {
+        const unsigned char *codes = scratch + head + 8 * c->N + n * Hp * Wp * c->C;
+        float s;
+        int32_t z;
+        int bad = 0;
+        memcpy(&s, scratch + head + 4 * n, 4);
+        memcpy(&z, scratch + head + 4 * (c->N + n), 4);
+        for (r = 0; r < c->C * c->H * c->W; ++r) bad |= !isfinite(x[n * c->C * c->H * c->W + r]);
+        for (r = 0; r < Hp && ok && !bad; ++r) {
+            for (sc = 0; sc < Wp && ok; ++sc) {
+                for (ci = 0; ci < c->C && ok; ++ci) {
+                    const int64_t ih = r - c->pt, iw = sc - c->pl;
+                    const int q = codes[(r * Wp + sc) * c->C + ci];
+                    if (ih < 0 || ih >= c->H || iw < 0 || iw >= c->W) {
+                        ok = q == z;
+                    } else {
+                        const double v = x[((n * c->C + ci) * c->H + ih) * c->W + iw];
+                        ok = fabs((double)s * (q - z) - v) <= 0.5 * s * (1.0 + 1e-5) + 1e-30;
+                    }
+                    if (!ok) printf("FAIL %s: image %lld's code at (%lld, %lld, %lld) is %d (scale %g, zero %d)\n", name, (long long)n, (long long)r, (long long)sc, (long long)ci, q, s, z);
+                }
+            }
+        }
+        for (o = 0; o < c->O && ok; ++o) {
+            float sw;
+            memcpy(&sw, Bq + 4 * o, 4);
+            for (oh = 0; oh < OH && ok; ++oh) {
+                for (ow = 0; ow < OW && ok; ++ow) {
+                    const int64_t at = ((n * c->O + o) * OH + oh) * OW + ow;
+                    int64_t sum = 0, colsum = 0;
+                    double wsum = 0.0, xsum = 0.0;
+                    float want;
+                    int code;
+                    for (kh = 0; kh < c->KH; ++kh) {
+                        for (kw = 0; kw < c->KW; ++kw) {
+                            for (ci = 0; ci < c->C; ++ci) {
+                                const int64_t k = (kh * c->KW + kw) * c->C + ci;
+                                const int64_t pr_ = oh * c->sh + kh * c->dh, pc_ = ow * c->sw + kw * c->dw;
+                                const int64_t ih = pr_ - c->pt, iw = pc_ - c->pl;
+                                wsum += fabs(i8_b(Bq, K, c->O, k, o, &code));
+                                sum += (int64_t)codes[(pr_ * Wp + pc_) * c->C + ci] * code;
+                                colsum += code;
+                                if (ih >= 0 && ih < c->H && iw >= 0 && iw < c->W) xsum += fabs(x[((n * c->C + ci) * c->H + ih) * c->W + iw]);
+                            }
+                        }
+                    }
+                    if (bad) {
+                        ok = isnan(y[at]);
+                        if (!ok) printf("FAIL %s: y[%lld] = %g for an image with a NaN\n", name, (long long)at, y[at]);
+                        continue;
+                    }
+                    want = (1.0f * s) * sw * (float)(sum - z * colsum);
+                    ok = memcmp(&want, &y[at], sizeof want) == 0;
+                    if (!ok) printf("FAIL %s: y[%lld] = %.9g, the quantized convolution gives %.9g\n", name, (long long)at, y[at], want);
+                    if (ok) {
+                        const double bound = 0.5 * s * wsum * (1.0 + 1e-5) + 0.5 * sw * xsum + 1e-5 * (1.0 + mag[at]);
+                        ok = fabs(y[at] - ref[at]) <= bound * (1.0 + 1e-4);
+                        if (!ok) printf("FAIL %s: y[%lld] is %g from the f32 convolution, past the bound %g\n", name, (long long)at, fabs(y[at] - ref[at]), bound);
+                    }
+                }
+            }
+        }
+    }
+    record(ok);
+    ectx.base = 0;
+    ectx.batch = c->N;
+    ectx.M = c->O;
+    ectx.N = P;
+    ectx.visits = visits;
+    ep.fn = batch_epi;
+    ep.ctx = &ectx;
+    ep.n = 0;
+    mr_conv2d_i8_mt(&threads, x, Bq, y2, c->N, c->C, c->H, c->W, c->O, c->KH, c->KW, OH, OW, c->sh, c->sw, c->pt,
+                    c->pl, c->dh, c->dw, scratch, &ep);
+    ok = memcmp(y, y2, sizeof(float) * (size_t)ny) == 0;
+    if (!ok) printf("FAIL %s threaded: differs from the serial call\n", name);
+    record(ok && q_epi_once(name, visits, ny));
+    free(x); free(w); free(B); free(Bq); free(y); free(y2); free(ref); free(mag); free(scratch); free(visits);
+}
+
+static void test_conv_i8(void)
+{
+    /* N, C, H, W, O, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw, groups */
+    static const conv_cfg cases[] = {
+        {3, 5, 7, 6, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},   /* cnn's kind, odd sizes, a ragged panel */
+        {1, 3, 9, 9, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},    /* 1x1, K < 4, one column */
+        {2, 4, 11, 10, 16, 3, 2, 2, 3, 2, 0, 1, 2, 2, 1, 1}, /* strides, dilation, uneven padding */
+        {1, 70, 5, 5, 64, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* K = 70: zero-point codes to K4 */
+        {3, 2, 20, 20, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 1}, /* chunks of positions, dilated along W */
+        {5, 3, 18, 18, 8, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* more chunks than slots */
+        {1, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1}, /* lenet's second */
+        {2, 1, 8, 8, 6, 5, 5, 2, 2, 3, 3, 3, 3, 1, 1, 1},    /* padding wider than a stride */
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; ++i) test_conv_i8_case(&cases[i]);
+}
+
 /* mr_conv2d_q_mt (serial) with w stored as each type: the same values, bit for bit, as
  * mr_conv2d_f32 on the dequantized weights (the same sums in the same order; narrow
  * weights only change where they are widened). y: c's output by mr_conv2d_f32 on w. */
@@ -1482,6 +1630,7 @@ int main(void)
         test_gemm_i8_batch();
         test_gemm_i8_empty();
         test_gemm_i8_extreme();
+        test_conv_i8();
         printf("variant %s, int8 %s: %d passed, %d failed\n", isa, mr_int8_name(), g_passed, g_failed);
         return g_failed == 0 ? 0 : 1;
     }
@@ -1492,6 +1641,7 @@ int main(void)
     test_gemm_i8_batch();
     test_gemm_i8_empty();
     test_gemm_i8_extreme();
+    test_conv_i8();
     test_conv();
     test_winograd();
     test_pool();

@@ -5,8 +5,8 @@
 //!   all: `common::c_build`), against the f32 interpreter within a tolerance per type,
 //!   relative to each output's largest magnitude; the measured errors are printed; and
 //!   the same through the JIT (`--target jit`, the C target's program in this process);
-//! - the blob: about half the f32 size in f16 and bf16, about 0.28 in q8_0, and the
-//!   same bytes from two compiles;
+//! - the blob: about half the f32 size in f16 and bf16, about 0.28 in q8_0 and at most
+//!   that in int8, and the same bytes from two compiles;
 //! - `export-weights` of a narrow blob gives back the values it stores, with a note;
 //! - the usage errors: a type the target does not take, `--grad`, `--weights
 //!   safetensors`, the interpreter; and `run --check`'s line with the relative error.
@@ -98,7 +98,9 @@ fn blob(case: &Case, quantize: Quantize) -> (Vec<u8>, serde_json::Value) {
 /// f16 and bf16 take half the bytes of f32, q8_0 4 per block of 32 and 1 per element
 /// (0.28125 of f32), int8 1 per element and 8 per column (a scale and a sum) of the
 /// products' weights, q8_0's for the others: the whole blob a little more (biases,
-/// norms stay f32; alignment).
+/// norms stay f32; alignment). cnn's int8 blob is smaller still: its f32 one holds four
+/// convolutions' weights as Winograd's transform (36 elements for every 9), its int8
+/// one their 9 codes (about 0.065 of f32).
 /// Two compiles write the same bytes, and each type other ones.
 #[test]
 fn narrow_blobs_are_smaller_and_deterministic() {
@@ -110,10 +112,17 @@ fn narrow_blobs_are_smaller_and_deterministic() {
         for (quantize, lo, hi) in [(Quantize::F16, 0.5, 0.505), (Quantize::Bf16, 0.5, 0.505), (Quantize::Q8_0, 0.28125, 0.2875), (Quantize::Int8, 0.25, 0.2875)] {
             let (narrow, sizes) = blob(case, quantize);
             let ratio = narrow.len() as f64 / wide.len() as f64;
+            let (lo, hi) = if quantize == Quantize::Int8 && case.label == "cnn b1" { (0.0625, 0.07) } else { (lo, hi) };
             println!("{} in {}: {} bytes, {ratio:.4} of f32's {}", case.label, quantize.name(), narrow.len(), wide.len());
             assert!((lo..=hi).contains(&ratio), "{} in {}: {ratio}", case.label, quantize.name());
             assert_eq!(sizes["weights_bytes"], narrow.len() as u64, "{}", case.label);
-            assert_eq!(sizes["weights_f32_bytes"], wide.len() as u64, "{}", case.label);
+            if lo < 0.25 {
+                // (what the same layouts take in f32: cnn's int8 convolutions' panels, not
+                // Winograd's transform)
+                assert!(sizes["weights_f32_bytes"].as_u64() < Some(wide.len() as u64), "{}", case.label);
+            } else {
+                assert_eq!(sizes["weights_f32_bytes"], wide.len() as u64, "{}", case.label);
+            }
             assert!(blob(case, quantize).0 == narrow, "{} in {}: two compiles differ", case.label, quantize.name());
             assert!(!seen.contains(&narrow), "{} in {}: the same bytes as another type", case.label, quantize.name());
             seen.push(narrow);

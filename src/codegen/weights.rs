@@ -129,9 +129,13 @@ fn read_elements(bytes: &[u8], dtype: Dtype) -> Option<Vec<f64>> {
 }
 
 /// The rows of a weight's stored matrix that [`Stored::Int8`] needs (the operand `[K,
-/// N]` of a weight `[N, K]` in panels: its K); the sequence forms need none.
+/// N]` of a weight `[N, K]` in panels: its K; of a convolution's `[O, C, KH, KW]`,
+/// C*KH*KW); the sequence forms need none.
 fn depth(port: &crate::lower::Port) -> usize {
-    port.shape.get(1).map_or(0, |&k| k as usize)
+    if port.shape.len() < 2 {
+        return 0;
+    }
+    port.shape[1..].iter().product::<u64>() as usize
 }
 
 /// Writes `values` (f32 elements, in the order a layout stores them) into `out` narrowed

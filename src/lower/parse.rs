@@ -169,6 +169,7 @@ fn port(p: &mut Program, kind: &str, rest: &str) -> Result<(), String> {
         ["transposed"] => Layout::Transposed,
         ["panels"] => Layout::Panels,
         ["winograd"] => Layout::Winograd,
+        ["conv-panels"] => Layout::ConvPanels,
         _ => return Err(format!("bad layout `{}`", layout.trim())),
     };
     let port = Port { name, buf: BufId(number(buf, "buffer")?), shape, dims: syms, layout, stored };

@@ -96,6 +96,7 @@ fn layout_words(layout: Layout, stored: Stored) -> String {
         Layout::Transposed => " transposed",
         Layout::Panels => " panels",
         Layout::Winograd => " winograd",
+        Layout::ConvPanels => " conv-panels",
     };
     let stored = if stored == Stored::F32 { String::new() } else { format!(" {}", stored.name()) };
     format!("{layout}{stored}")

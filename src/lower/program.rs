@@ -469,6 +469,8 @@ impl Port {
             (Stored::Int8, _, _) if len == 0 => Some(0),
             // the operand [K, N] of a weight [N, K]
             (Stored::Int8, Layout::Panels, &[n, k]) => int8_panels_bytes(k, n),
+            // the operand [KH*KW*C, O] of a convolution's weight [O, C, KH, KW]
+            (Stored::Int8, Layout::ConvPanels, &[o, ref rest @ ..]) => int8_panels_bytes(rest.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?, o),
             (Stored::Int8, _, _) => None,
             (stored, _, _) => stored.bytes(len, dtype),
         }
@@ -479,13 +481,15 @@ impl Port {
     /// widens them as it reads them; int8 ones an int8 product, `mr_gemm_i8_mt`, with its
     /// scratch), or as the whole weight of a convolution, row-major or
     /// Winograd-transformed (`mr_conv2d_q_mt` and `mr_conv2d_winograd_q_mt` widen it as
-    /// they pack it).
+    /// they pack it), or in int8 panels (`mr_conv2d_i8_mt`, with its scratch).
     pub fn read_as_stored(&self, k: &Kernel, len: u64) -> bool {
         match k {
             Kernel::Gemm { a, b, scratch, .. } => {
                 self.layout == Layout::Panels && b.buf == self.buf && a.buf != self.buf && (self.stored != Stored::Int8 || scratch.is_some())
             }
-            Kernel::Conv { .. } if self.stored == Stored::Int8 => false,
+            Kernel::Conv { x, w, scratch, .. } if self.stored == Stored::Int8 => {
+                self.layout == Layout::ConvPanels && w.buf == self.buf && x.buf != self.buf && w.offset == 0 && scratch.is_some()
+            }
             Kernel::Conv { x, w, .. } => {
                 let whole = w.offset == 0 && (self.layout == Layout::Winograd || (w.is_contiguous() && w.numel() == len));
                 matches!(self.layout, Layout::RowMajor | Layout::Winograd) && w.buf == self.buf && x.buf != self.buf && whole
@@ -511,10 +515,11 @@ pub enum Stored {
     /// Blocks of [`Q8_BLOCK`] consecutive elements: `nb` little-endian f32 scales, then
     /// one signed byte per element (element `e` is `scale[e / 32] * q[e]`).
     Q8_0 = 3,
-    /// A matrix product's right operand in [`Layout::Panels`] as int8 with one scale
-    /// per column over all of K, for the int8 products of `mr_gemm_i8_mt`, which
-    /// quantize the left operand's rows as they run (`MR_INT8`): f32 scales, int32
-    /// column sums, then the codes in quads of 4 consecutive k per column
+    /// A matrix product's right operand in [`Layout::Panels`] (or a convolution's
+    /// weight in [`Layout::ConvPanels`]) as int8 with one scale per column over all of
+    /// K, for the int8 products of `mr_gemm_i8_mt` (`mr_conv2d_i8_mt`), which quantize
+    /// the left operand's rows (the input's images) as they run (`MR_INT8`): f32
+    /// scales, int32 column sums, then the codes in quads of 4 consecutive k per column
     /// (`codegen::weights::narrow_int8`). Not a sequence form: its size follows the
     /// matrix's shape ([`Port::stored_bytes`]).
     Int8 = 4,
@@ -570,6 +575,28 @@ pub fn int8_scratch_bytes(m: u64, k: u64) -> Option<u64> {
     m.checked_mul(k.checked_next_multiple_of(4)?.checked_add(8)?)
 }
 
+/// Output positions an int8 convolution's chunk takes (`MR_I8_CONV_CHUNK`), and the
+/// chunks that run at once, each with a slot of scratch (`MR_I8_CONV_SLOTS`).
+pub const INT8_CONV_CHUNK: u64 = 256;
+pub const INT8_CONV_SLOTS: u64 = 8;
+
+/// The scratch of an int8 convolution (`MR_I8_CONV_SCRATCH_BYTES`) of `n` images of
+/// `c` channels, a `kernel` (KH, KW) window, `out` (OH, OW) positions, `stride` and
+/// `dilation`: the slots of rows of its left operand, each image's scale and zero
+/// point, and its codes over the padded positions it reads; `None` on overflow.
+pub fn int8_conv_scratch_bytes(n: u64, c: u64, kernel: (u64, u64), out: (u64, u64), stride: (u64, u64), dilation: (u64, u64)) -> Option<u64> {
+    let p = out.0.checked_mul(out.1)?;
+    if n == 0 || p == 0 {
+        return Some(0);
+    }
+    let rows = p.min(INT8_CONV_CHUNK);
+    let tasks = n.checked_mul(p.div_ceil(rows))?.min(INT8_CONV_SLOTS);
+    let span = |o: u64, s: u64, k: u64, d: u64| (o - 1).checked_mul(s)?.checked_add(k.checked_sub(1)?.checked_mul(d)?)?.checked_add(1);
+    let codes = span(out.0, stride.0, kernel.0, dilation.0)?.checked_mul(span(out.1, stride.1, kernel.1, dilation.1)?)?.checked_mul(c)?.checked_mul(n)?;
+    let k = c.checked_mul(kernel.0)?.checked_mul(kernel.1)?;
+    tasks.checked_mul(int8_scratch_bytes(rows, k)?)?.checked_add(n.checked_mul(8)?)?.checked_add(codes)
+}
+
 /// How a parameter's values are laid out in the weights blob. Lowering stores every
 /// parameter row-major; a target's program pass may choose another layout for the way
 /// its library reads a weight (the C target's: `codegen::c::layout`).
@@ -589,6 +616,12 @@ pub enum Layout {
     /// by Winograd's F(4x4, 3x3) (`codegen::c::layout::winograd`), stored transformed as `[36, O, C]`
     /// (`mr_conv2d_winograd_f32` in `mithril_runtime.h`).
     Winograd,
+    /// A convolution weight `[O, C, KH, KW]` whose every use is a one-group
+    /// convolution that multiplies in int8 (`codegen::c::layout::int8_conv`), stored as
+    /// the operand `[KH*KW*C, O]` (row `(kh*KW + kw)*C + c`: a tap's channels together,
+    /// as the convolution gathers them) in column panels; only as [`Stored::Int8`]
+    /// (`mr_conv2d_i8_mt` in `mithril_runtime.h`).
+    ConvPanels,
 }
 
 impl Kernel {

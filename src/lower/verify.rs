@@ -94,7 +94,7 @@ fn ports(p: &Program) -> Result<()> {
             // the target's pass sized its buffer for; others their elements.
             let elements = port.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or_else(|| fail(format!("{kind} {i} {:?}: shape {:?} overflows", port.name, port.shape)))?;
             let stored = match (kind, port.layout) {
-                ("weight", Layout::Panels | Layout::Winograd) if elements > 0 => b.len,
+                ("weight", Layout::Panels | Layout::Winograd | Layout::ConvPanels) if elements > 0 => b.len,
                 _ => elements,
             };
             if stored > b.len {
@@ -257,12 +257,24 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                 same_dtype("the epilogue", body(p, e, &c.shape, c, OwnReads::AtElement)?, out_dtype)?;
             }
         }
-        Kernel::Conv { x, w, out: o, epilogue, scratch, .. } => {
+        Kernel::Conv { x, w, out: o, attrs, epilogue, scratch } => {
             for (what, v) in [("the input", x), ("the weight", w), ("the output", o)] {
                 contiguous(what, v)?;
                 whole(what, v)?;
             }
             arena_scratch(scratch.as_ref())?;
+            // an int8 weight's convolution (2-d, one group) quantizes its images into the scratch
+            if p.weights.iter().any(|wt| wt.buf == w.buf && wt.stored == Stored::Int8) {
+                let pair = |v: &[u64]| (v.len() == 2).then(|| (v[0], v[1]));
+                let fits = [x, w, o].iter().all(|v| v.shape.len() == 4) && attrs.groups == 1;
+                let need = fits
+                    .then(|| crate::lower::int8_conv_scratch_bytes(o.shape[0], x.shape[1], (w.shape[2], w.shape[3]), (o.shape[2], o.shape[3]), pair(&attrs.stride)?, pair(&attrs.dilation)?))
+                    .flatten();
+                let have = scratch.as_ref().map(|s| s.numel() * p.buffers[s.buf.0].dtype.size() as u64);
+                if need.is_none() || have < need {
+                    return Err(format!("an int8 convolution of {:?} by %b{} has {have:?} bytes of scratch, not {need:?}", x.shape, w.buf.0));
+                }
+            }
             if [Some(x), Some(w), scratch.as_ref()].into_iter().flatten().any(|v| v.buf == out) {
                 return Err(format!("convolution reads its output %b{}", out.0));
             }

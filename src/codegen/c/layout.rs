@@ -16,7 +16,9 @@
 //!   its layout, narrowed (`codegen::weights` writes them). With `int8`, a weight in
 //!   panels is stored for int8 products ([`Stored::Int8`]), each product reading it
 //!   given a scratch buffer for its quantized left operand (per batch index, so batches
-//!   may run at once); any other is stored as q8_0. A weight in panels is read so
+//!   may run at once), and so is the weight of convolutions that multiply in int8
+//!   ([`int8_conv`]: stored in [`Layout::ConvPanels`] instead of Winograd's or
+//!   row-major, each convolution given its scratch); any other is stored as q8_0. A weight in panels is read so
 //!   by the GEMM (`mr_sgemm_panels_q`), a convolution's whole weight (row-major or
 //!   Winograd-transformed) by the convolution (`mr_conv2d_q_mt`,
 //!   `mr_conv2d_winograd_q_mt`), which widen it as they pack it
@@ -66,6 +68,28 @@ pub fn winograd(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<
 /// own slot of scratch (`MR_WINOGRAD_SLOTS` in the runtime).
 pub const WINOGRAD_SLOTS: u64 = 8;
 
+/// When a convolution with an int8 weight multiplies in int8 (`mr_conv2d_i8_mt`), and
+/// the bytes of scratch it then needs: 2-d, one group, a depth C*KH*KW of at least 128
+/// (and at most [`crate::lower::INT8_MAX_K`]) and at least 32 output channels. Its cost
+/// beyond the products grows with the input and output (each image quantized and laid
+/// out channels last, each patch gathered, each output stored down a column), so it
+/// pays where each output sums over enough products: on a Sapphire Rapids core
+/// (runtime-c's bench_quant, one image) cnn's 64-channel 3x3 convolution takes 0.49x
+/// Winograd's f32 time with AMX and 0.74x with VNNI alone (AVX-VNNI 0.79x), a 64 to 128
+/// channel one 0.20x, but cnn's first (3 channels, depth 27) 2.1x the f32 one, lenet's
+/// 16-channel one (depth 150) 1.4x, and a 1x1 of 64 channels 1.4x.
+pub fn int8_conv(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<u64> {
+    let pair = |v: &[u64]| (v.len() == 2).then(|| (v[0], v[1]));
+    if attrs.groups != 1 || [x.len(), w.len(), out.len()] != [4; 3] || w[0] < 32 {
+        return None;
+    }
+    let depth = w[1].checked_mul(w[2])?.checked_mul(w[3])?;
+    if !(128..=crate::lower::INT8_MAX_K).contains(&depth) {
+        return None;
+    }
+    crate::lower::int8_conv_scratch_bytes(out[0], x[1], (w[2], w[3]), (out[2], out[3]), pair(&attrs.stride)?, pair(&attrs.dilation)?)
+}
+
 /// The pass: weight layouts, narrowed weights (`quantize`), Winograd's scratch, padding
 /// copies.
 pub fn run(p: &mut Program, quantize: Stored) -> Result<()> {
@@ -80,20 +104,22 @@ pub fn run_row_major(p: &mut Program, quantize: Stored) -> Result<()> {
 fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<()> {
     let reads = weight_reads(p);
     if !row_major_weights {
-        choose_layouts(p, &reads);
+        choose_layouts(p, &reads, quantize);
     }
     if quantize != Stored::F32 {
         for w in p.weights.iter_mut().filter(|w| reads[w.buf.0].is_some_and(|r| r.any && r.narrow)) {
-            // int8 products read a weight in panels, of a depth their sums hold; any other
-            // keeps 8 bits as q8_0
-            let int8 = w.layout == Layout::Panels && w.shape.get(1).is_some_and(|&k| k <= crate::lower::INT8_MAX_K);
+            // int8 products read a weight in panels, of a depth their sums hold (int8
+            // convolutions' weights are laid out for them); any other keeps 8 bits as q8_0
+            let int8 = (w.layout == Layout::Panels && w.shape.get(1).is_some_and(|&k| k <= crate::lower::INT8_MAX_K)) || w.layout == Layout::ConvPanels;
             w.stored = if quantize == Stored::Int8 && !int8 { Stored::Q8_0 } else { quantize };
         }
     }
     place_weights(p)?;
     let mut by_winograd = vec![false; p.buffers.len()];
-    for w in p.weights.iter().filter(|w| w.layout == Layout::Winograd) {
-        by_winograd[w.buf.0] = true;
+    let mut by_int8 = vec![false; p.buffers.len()];
+    for w in &p.weights {
+        by_winograd[w.buf.0] = w.layout == Layout::Winograd;
+        by_int8[w.buf.0] = w.layout == Layout::ConvPanels;
     }
     let mut add = Additions::new(p);
     // An int8 weight's products (all its readers: it is in panels) get their scratch.
@@ -131,6 +157,14 @@ fn layout(p: &mut Program, row_major_weights: bool, quantize: Stored) -> Result<
             let floats = winograd(attrs, &x.shape, &w.shape, &out.shape)
                 .ok_or_else(|| Error::internal(format!("{}: a Winograd weight on a convolution that cannot use it", step.origins.join("; "))))?;
             let buf = add.buffer(out.buf.0 + 1, Buffer { name: "winograd_scratch".into(), dtype: Dtype::F32, len: floats, storage: Storage::Arena { offset: 0 } });
+            add.scratch.push((i, View::contiguous(buf, &[floats])));
+        } else if by_int8[w.buf.0] {
+            // (the convolution pads the input itself, with the codes of zeros)
+            let floats = int8_conv(attrs, &x.shape, &w.shape, &out.shape)
+                .map(|n| n.div_ceil(4).max(1))
+                .filter(|&n| n * 4 <= crate::lower::MAX_BUFFER_BYTES)
+                .ok_or_else(|| Error::user(format!("{}: the int8 convolution's scratch for {:?} is too large", step.origins.join("; "), x.shape)))?;
+            let buf = add.buffer(out.buf.0 + 1, Buffer { name: "int8_scratch".into(), dtype: Dtype::F32, len: floats, storage: Storage::Arena { offset: 0 } });
             add.scratch.push((i, View::contiguous(buf, &[floats])));
         } else if let Some(full) = padded_shape(p, x, attrs) {
             // Where lowering copied the input before: ahead of a copy of the weight made
@@ -253,6 +287,8 @@ struct Reads {
     panels: bool,
     /// As the weight of convolutions that run by Winograd's only.
     winograd: bool,
+    /// As the whole weight of convolutions that multiply in int8 ([`int8_conv`]) only.
+    int8_conv: bool,
     /// As the right operand of matrix products or the weight of convolutions only: it
     /// may be stored narrow (`--quantize`).
     narrow: bool,
@@ -266,8 +302,8 @@ enum Use {
     /// it in panels (f32, the left operand another buffer).
     GemmB { panels: bool },
     /// As a convolution's weight; `winograd` when the convolution could run by
-    /// Winograd's.
-    ConvWeight { winograd: bool },
+    /// Winograd's, `int8` when it could multiply in int8 (reading the whole weight).
+    ConvWeight { winograd: bool, int8: bool },
     /// Row-major, by a library call.
     RowMajor,
 }
@@ -277,7 +313,7 @@ enum Use {
 fn weight_reads(p: &Program) -> Vec<Option<Reads>> {
     let mut reads: Vec<Option<Reads>> = vec![None; p.buffers.len()];
     for w in p.weights.iter().filter(|w| p.buffers[w.buf.0].dtype == Dtype::F32 && w.shape.iter().all(|&d| d > 0)) {
-        reads[w.buf.0] = Some(Reads { any: false, transposed: w.shape.len() == 2, panels: true, winograd: true, narrow: true });
+        reads[w.buf.0] = Some(Reads { any: false, transposed: w.shape.len() == 2, panels: true, winograd: true, int8_conv: true, narrow: true });
     }
     let f32 = |views: &[&View]| views.iter().all(|v| p.buffers[v.buf.0].dtype == Dtype::F32);
     let mut shapes: Vec<Option<Vec<u64>>> = vec![None; p.buffers.len()];
@@ -293,6 +329,7 @@ fn weight_reads(p: &Program) -> Vec<Option<Reads>> {
                 r.transposed &= transposed;
                 r.panels = false;
                 r.winograd = false;
+                r.int8_conv = false;
                 r.narrow = false;
             }
             Use::GemmB { panels } => {
@@ -300,13 +337,15 @@ fn weight_reads(p: &Program) -> Vec<Option<Reads>> {
                 let n = v.shape.len();
                 r.panels &= panels && transposed && v.offset == 0 && v.shape[n - 2..] == [shape[1], shape[0]] && v.strides[..n - 2].iter().all(|&s| s == 0);
                 r.winograd = false;
+                r.int8_conv = false;
             }
-            Use::ConvWeight { winograd } => {
+            Use::ConvWeight { winograd, int8 } => {
                 r.transposed = false;
                 r.panels = false;
                 r.winograd &= winograd;
+                r.int8_conv &= int8 && v.offset == 0 && v.is_contiguous() && v.shape == *shape;
             }
-            Use::RowMajor => *r = Reads { any: true, transposed: false, panels: false, winograd: false, narrow: false },
+            Use::RowMajor => *r = Reads { any: true, transposed: false, panels: false, winograd: false, int8_conv: false, narrow: false },
         }
     };
     for step in &p.steps {
@@ -318,8 +357,10 @@ fn weight_reads(p: &Program) -> Vec<Option<Reads>> {
             }
             Kernel::Conv { x, w, out, attrs, .. } => {
                 read(x, Use::RowMajor);
-                let winograd = f32(&[x, w, out]) && x.buf != w.buf && winograd(attrs, &x.shape, &w.shape, &out.shape).is_some();
-                read(w, Use::ConvWeight { winograd });
+                let (f32, apart) = (f32(&[x, w, out]), x.buf != w.buf);
+                let winograd = f32 && apart && winograd(attrs, &x.shape, &w.shape, &out.shape).is_some();
+                let int8 = f32 && apart && int8_conv(attrs, &x.shape, &w.shape, &out.shape).is_some();
+                read(w, Use::ConvWeight { winograd, int8 });
             }
             // (a weight widened already is read as it is stored)
             Kernel::Pool { x, .. } | Kernel::Softmax { x, .. } | Kernel::Dequantize { w: x, .. } => read(x, Use::RowMajor),
@@ -340,12 +381,15 @@ fn weight_reads(p: &Program) -> Vec<Option<Reads>> {
     reads
 }
 
-/// Gives each f32 weight its layout from how the kernels read it (`reads`), and
-/// rewrites the views of those stored transposed; buffer lengths follow the layouts.
-fn choose_layouts(p: &mut Program, reads: &[Option<Reads>]) {
+/// Gives each f32 weight its layout from how the kernels read it (`reads`) and the
+/// form weights are stored in (`quantize`: int8 convolutions take their weight in
+/// their own panels, before Winograd's), and rewrites the views of those stored
+/// transposed; buffer lengths follow the layouts.
+fn choose_layouts(p: &mut Program, reads: &[Option<Reads>], quantize: Stored) {
     for w in &mut p.weights {
         if let Some(r) = reads[w.buf.0].filter(|r| r.any) {
             w.layout = match (r.winograd, r.transposed, r.panels) {
+                _ if quantize == Stored::Int8 && r.int8_conv && r.narrow => Layout::ConvPanels,
                 (true, _, _) => Layout::Winograd,
                 (false, true, true) => Layout::Panels,
                 (false, true, false) => Layout::Transposed,
@@ -431,6 +475,7 @@ fn stored_len(shape: &[u64], layout: Layout) -> u64 {
         Layout::RowMajor | Layout::Transposed => n,
         Layout::Panels => shape[0].div_ceil(PANEL) * PANEL * shape[1],
         Layout::Winograd => 36 * shape[0] * shape[1],
+        Layout::ConvPanels => shape[0].div_ceil(PANEL) * PANEL * shape[1..].iter().product::<u64>(),
     }
 }
 
@@ -446,6 +491,7 @@ pub fn stored_values(t: &RawTensor, layout: Layout) -> impl ExactSizeIterator<It
         [0.0, 0.0, 1.0],
     ];
     let (n, k) = (t.shape.first().copied().unwrap_or(1) as usize, t.shape.get(1).copied().unwrap_or(1) as usize);
+    let taps = t.shape.iter().skip(2).product::<u64>() as usize;
     let w = PANEL as usize;
     (0..stored_len(&t.shape, layout) as usize).map(move |x| match layout {
         Layout::RowMajor => t.get(x),
@@ -466,6 +512,14 @@ pub fn stored_values(t: &RawTensor, layout: Layout) -> impl ExactSizeIterator<It
             let (i, j) = (xi / 6, xi % 6);
             (0..9).map(|ab| G[i][ab / 3] * t.get(oc * 9 + ab) * G[j][ab % 3]).sum()
         }
+        // [O, C, KH, KW] as the operand [KH*KW*C, O] in column panels: row r is tap
+        // r / C of channel r % C (mr_conv2d_i8_mt's B), zero past the last column.
+        Layout::ConvPanels => {
+            let depth = taps * k;
+            let (q, r, l) = (x / (depth * w), x % (depth * w) / w, x % w);
+            let o = q * w + l;
+            if o < n { t.get((o * k + r % k) * taps + r / k) } else { 0.0 }
+        }
     })
 }
 
@@ -473,6 +527,49 @@ pub fn stored_values(t: &RawTensor, layout: Layout) -> impl ExactSizeIterator<It
 mod tests {
     use super::*;
     use crate::ir::ConvAttrs;
+
+    #[test]
+    fn int8_takes_one_group_convolutions_deep_and_wide_enough() {
+        let attrs = |stride: u64, dilation: u64, groups: u64| ConvAttrs { stride: vec![stride; 2], padding: vec![(1, 1); 2], dilation: vec![dilation; 2], groups };
+        // cnn's 64 -> 64 at 32x32, one image: 4 chunks of 256 positions, each a slot of
+        // 256 rows of 576 codes and a scale and zero point; then the image's scale and
+        // zero point, and its 34x34 padded positions of 64 codes
+        let bytes = 4 * 256 * (576 + 8) + 8 + 34 * 34 * 64;
+        assert_eq!(int8_conv(&attrs(1, 1, 1), &[1, 64, 32, 32], &[64, 64, 3, 3], &[1, 64, 32, 32]), Some(bytes));
+        // 32 images: 128 chunks in 8 slots
+        assert_eq!(int8_conv(&attrs(1, 1, 1), &[32, 64, 32, 32], &[64, 64, 3, 3], &[32, 64, 32, 32]), Some(8 * 256 * 584 + 32 * (8 + 34 * 34 * 64)));
+        // stride 2, dilation 2: the padded positions read are 2*(16-1) + 2*2 + 1 = 35 a side
+        assert_eq!(int8_conv(&attrs(2, 2, 1), &[1, 64, 33, 33], &[32, 64, 3, 3], &[1, 32, 16, 16]), Some(256 * 584 + 8 + 35 * 35 * 64));
+        for (a, x, w, out) in [
+            (attrs(1, 1, 1), [1, 3, 32, 32], [64, 3, 3, 3], [1, 64, 32, 32]),      // cnn's first: depth 27
+            (attrs(1, 1, 1), [1, 6, 14, 14], [16, 6, 5, 5], [1, 16, 10, 10]),      // lenet's: 16 channels
+            (attrs(1, 1, 1), [1, 64, 56, 56], [64, 64, 1, 1], [1, 64, 56, 56]),    // 1x1 of 64: depth 64
+            (attrs(1, 1, 2), [1, 64, 32, 32], [64, 32, 3, 3], [1, 64, 32, 32]),    // two groups
+            (attrs(1, 1, 1), [1, 8192, 4, 4], [32, 8192, 3, 3], [1, 32, 4, 4]),    // past INT8_MAX_K
+        ] {
+            assert_eq!(int8_conv(&a, &x, &w, &out), None, "{x:?} {w:?}");
+        }
+    }
+
+    #[test]
+    fn conv_panels_store_each_taps_channels_together_in_panels_of_output_channels() {
+        // w[o, c, kh, kw] = 1000 o + 100 c + 10 kh + kw, 33 outputs: two panels
+        let (o, c, kh, kw) = (33u64, 3u64, 2u64, 2u64);
+        let values: Vec<f32> = (0..o * c * kh * kw).map(|e| (e / 12 * 1000 + e / 4 % 3 * 100 + e / 2 % 2 * 10 + e % 2) as f32).collect();
+        let t = RawTensor::owned(Dtype::F32, vec![o, c, kh, kw], values.iter().flat_map(|v| v.to_le_bytes()).collect()).unwrap();
+        let stored: Vec<f64> = stored_values(&t, Layout::ConvPanels).collect();
+        assert_eq!(stored.len() as u64, stored_len(&t.shape, Layout::ConvPanels));
+        assert_eq!(stored.len(), 2 * 32 * 12);
+        let depth = 12;
+        for row in 0..depth {
+            let (tap, ch) = (row / 3, row % 3);
+            for col in 0..64 {
+                let got = stored[(col / 32 * depth + row) * 32 + col % 32];
+                let want = if col < 33 { (col * 1000 + ch * 100 + tap / 2 * 10 + tap % 2) as f64 } else { 0.0 };
+                assert_eq!(got, want, "row {row} column {col}");
+            }
+        }
+    }
 
     #[test]
     fn winograd_takes_stride_1_3x3_convolutions_with_enough_channels_and_outputs() {

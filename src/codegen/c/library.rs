@@ -129,6 +129,19 @@ pub fn runtime_call(r: &Renderer<C>, k: &Kernel, ext: &[String], ep: Option<&str
             let (n, ch) = (&ext[0], x.shape[1]);
             let win = Window2d::new(&attrs.stride, &attrs.padding, &attrs.dilation);
             let ((h, wd), (kh, kw), (oh, ow)) = (win.spatial(x), win.spatial(w), win.spatial(out));
+            if let (Some((Layout::ConvPanels, Stored::Int8)), Some(scratch)) = (weights[w.buf.0], scratch) {
+                let _ = writeln!(
+                    s,
+                    "        mr_conv2d_i8_mt(threads, {}, {}, {}, {n}, {ch}, {h}, {wd}, {}, {kh}, {kw}, {oh}, {ow}, {}, {}, {ep_arg});",
+                    base(r, x),
+                    base(r, w),
+                    base(r, out),
+                    w.shape[0],
+                    win.args(),
+                    base(r, scratch)
+                );
+                return Ok(());
+            }
             // A narrow weight is widened as the convolution packs it.
             let (q, wtype) = match weights[w.buf.0].map_or(Stored::F32, |(_, stored)| stored) {
                 Stored::F32 => ("f32", String::new()),

@@ -550,6 +550,7 @@ impl TemplateContext {
                     Layout::Transposed => 1,
                     Layout::Panels => 2,
                     Layout::Winograd => 3,
+                    Layout::ConvPanels => 4,
                 },
                 rows: shape.first().copied().unwrap_or(1),
                 cols: shape.get(1).copied().unwrap_or(1),

@@ -205,6 +205,7 @@ fn narrowed_comment(p: &Program, s: &mut String) {
                 Layout::Panels if w.stored == Stored::Int8 => "multiplied in int8 by mr_gemm_i8_mt",
                 Layout::Panels => "read by mr_sgemm_panels_q",
                 Layout::Winograd => "read by mr_conv2d_winograd_q_mt",
+                Layout::ConvPanels => "multiplied in int8 by mr_conv2d_i8_mt",
                 Layout::RowMajor | Layout::Transposed => "read by mr_conv2d_q_mt",
             };
             let bytes = w.stored_bytes(p.buffers[w.buf.0].len, Dtype::F32).unwrap_or(0);

@@ -167,6 +167,12 @@ impl Call<'_> {
                 let (n, ch, o) = (ext[0], x.shape[1] as i64, w.shape[0] as i64);
                 let i = |v: u64| v as i64;
                 match scratch {
+                    Some(s) if self.r.weights[w.buf.0] == Some((Layout::ConvPanels, Stored::Int8)) => unsafe {
+                        runtime::mr_conv2d_i8_mt(
+                            self.threads, xp, wp, yp, n, ch, i(h), i(wd), o, i(kh), i(kw), i(oh), i(ow), i(win.stride.0), i(win.stride.1),
+                            i(win.pad.0), i(win.pad.1), i(win.dilation.0), i(win.dilation.1), self.f32_at(s, 0) as *mut c_void, ep_ptr,
+                        )
+                    },
                     Some(s) => unsafe {
                         runtime::mr_conv2d_winograd_q_mt(self.threads, xp, wp, wtype, yp, n, ch, i(h), i(wd), o, i(oh), i(ow), i(win.pad.0), i(win.pad.1), self.f32_at(s, 0), ep_ptr)
                     },

@@ -65,6 +65,12 @@ extern "C" {
         n: i64, c: i64, h: i64, w: i64, o: i64, oh: i64, ow: i64, pad_top: i64, pad_left: i64,
         scratch: *mut f32, ep: *const MrEpilogue,
     );
+    #[link_name = "mithrilc_jit_mr_conv2d_i8_mt"]
+    pub fn mr_conv2d_i8_mt(
+        threads: *const MrThreads, x: *const f32, wq: *const c_void, y: *mut f32, n: i64, c: i64, h: i64, w: i64,
+        o: i64, kh: i64, kw: i64, oh: i64, ow: i64, stride_h: i64, stride_w: i64, pad_top: i64, pad_left: i64,
+        dil_h: i64, dil_w: i64, scratch: *mut c_void, ep: *const MrEpilogue,
+    );
     #[link_name = "mithrilc_jit_mr_pool2d_f32_mt"]
     pub fn mr_pool2d_f32_mt(
         threads: *const MrThreads, x: *const f32, y: *mut f32, n: i64, c: i64, h: i64, w: i64,
