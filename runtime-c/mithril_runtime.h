@@ -424,7 +424,7 @@ void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64
  *  - B, at Bq (4-byte aligned, MR_I8_PANELS_BYTES(K, N) bytes): with P = ceil(N /
  *    MR_PANEL) panels and K4 = MR_I8_K4(K) (K rounded up to a multiple of 4),
  *    float scale[P * MR_PANEL], int32_t colsum[P * MR_PANEL], then int8_t codes: column
- *    j of B is scale[j] * code(k, j), code(k, j) at byte
+ *    j of B is scale[j] * code(k, j), code(k, j) at byte MR_I8_INDEX(k, j, K) =
  *      (j / MR_PANEL) * K4 * MR_PANEL + (k / 4) * 4 * MR_PANEL + (j % MR_PANEL) * 4 + k % 4
  *    of the codes (panels of MR_PANEL columns, in each groups of 4 consecutive k per
  *    column: the operand of a 4-way dot-product instruction), zero for k >= K and for
@@ -443,14 +443,18 @@ void mr_sgemm_panels_q_mt(const mr_threads *threads, int64_t M, int64_t N, int64
  * C[b] with n = ep->n + b.
  * mr_int8_name() names the int8 set the calls run: "amx" (tdpbusd; on Linux the first
  * call asks the kernel for the AMX state, arch_prctl(ARCH_REQ_XCOMP_PERM)), "avx512vnni"
- * (vpdpbusd), "avx512bw" (vpmaddwd), "avxvnni", "avx2", or "generic" (portable loops).
- * MR_INT8=vnni in the environment rules out AMX, MR_INT8=madd AMX and VNNI.
+ * (vpdpbusd), "avx512bw" (vpmaddwd), "avxvnni", "avx2", "sdot" (AArch64's dot product,
+ * where Linux's AT_HWCAP has it), or "generic" (portable loops). MR_INT8=vnni in the
+ * environment rules out AMX, MR_INT8=madd AMX, VNNI and sdot.
  */
 #define MR_I8_MAX_K 65536
 #define MR_I8_K4(K) (((int64_t)(K) + 3) / 4 * 4)
 #define MR_I8_PANELS_BYTES(K, N) \
     (((int64_t)(N) + MR_PANEL - 1) / MR_PANEL * MR_PANEL * (8 + MR_I8_K4(K)))
 #define MR_I8_SCRATCH_BYTES(M, K) ((int64_t)(M) * (MR_I8_K4(K) + 8))
+/* Where code(k, j) of B (K rows) is among its codes, as above. */
+#define MR_I8_INDEX(k, j, K) \
+    (((j) / MR_PANEL) * MR_I8_K4(K) * MR_PANEL + ((k) / 4) * 4 * MR_PANEL + ((j) % MR_PANEL) * 4 + (k) % 4)
 void mr_gemm_i8_mt(const mr_threads *threads, int64_t batch, int64_t M, int64_t N, int64_t K, float alpha,
                    const float *A, int64_t a_bs, int64_t a_rs, int64_t a_cs, const void *Bq, float beta,
                    float *C, int64_t c_bs, int64_t c_rs, int64_t c_cs, void *scratch, const mr_epilogue *ep);

@@ -220,7 +220,7 @@ int64_t mr_l2_bytes(void) { return 0; }
 
 /*
  * Which int8 instruction sets the products may use (mr_internal.h's mr_i8_isa: 0
- * AVX-VNNI, 1 AVX-512 VNNI, 2 AMX-INT8), asked of cpuid once (leaf 7: AVX-512 VNNI is
+ * AVX-VNNI, 1 AVX-512 VNNI, 2 AMX-INT8; 3 sdot on AArch64, below), asked of cpuid once (leaf 7: AVX-512 VNNI is
  * ECX bit 11, AMX-TILE and AMX-INT8 EDX bits 24 and 25; subleaf 1: AVX-VNNI is EAX bit
  * 4; the OS saves the vector registers where a variant runs at all). AMX's tile data
  * must also be granted to the process: on Linux by arch_prctl(ARCH_REQ_XCOMP_PERM,
@@ -254,6 +254,23 @@ int mr_i8_isa(int which)
             __cpuid_count(7, 1, a, b, c, d);
             if (a & (1u << 4)) v |= 1;
         }
+        __atomic_store_n(&has, v, __ATOMIC_RELAXED);
+    }
+    return (v >> which) & 1;
+}
+#elif defined(__aarch64__) && defined(__linux__)
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+/* 3: sdot (HWCAP_ASIMDDP, bit 20 of AT_HWCAP), unless MR_INT8=madd (no dot-product
+ * instructions: the portable loops). */
+int mr_i8_isa(int which)
+{
+    static int has = -1;
+    int v = __atomic_load_n(&has, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *want = getenv("MR_INT8");
+        v = (!want || strcmp(want, "madd") != 0) && (getauxval(AT_HWCAP) & (1ul << 20)) ? 8 : 0;
         __atomic_store_n(&has, v, __ATOMIC_RELAXED);
     }
     return (v >> which) & 1;

@@ -210,7 +210,15 @@ static void mr_i8_panel_portable(int64_t rows, int64_t quads, const uint8_t *a, 
 #define MR_I8_INTRINSICS 1
 #endif
 
-#if defined(MR_AVX512) || defined(MR_AVX2)
+/* AArch64's sdot kernel (below) is built with GCC 8 on, which declares vdotq_s32 for
+ * functions that target dotprod; clang (as of 14) only where the whole file is built for
+ * it (-march=armv8.2-a+dotprod or later). */
+#if defined(MR_NEON) && defined(__linux__) && \
+    (defined(__clang__) ? defined(__ARM_FEATURE_DOTPROD) : (defined(__GNUC__) && __GNUC__ >= 8))
+#define MR_I8_SDOT 1
+#endif
+
+#if defined(MR_AVX512) || defined(MR_AVX2) || defined(MR_I8_SDOT)
 /* Four codes of A as one int32 (a broadcast's source). */
 static inline int32_t mr_i8_quad(const uint8_t *a)
 {
@@ -218,6 +226,74 @@ static inline int32_t mr_i8_quad(const uint8_t *a)
     memcpy(&v, a, sizeof v);
     return v;
 }
+#endif
+
+#if defined(MR_I8_SDOT)
+/*
+ * AArch64's sdot (Armv8.2's dot product, FEAT_DotProd: Neoverse N1 and later, Apple M1,
+ * Cortex-A55/A76 on; found at run time, mr_dispatch.c's mr_i8_isa(3)): four int32 lanes
+ * each add a dot product of 4 signed bytes. It multiplies s8 by s8, so A's u8 codes go
+ * in as a - 128 (their top bit flipped) and 128 * colsum is added back: the same exact
+ * int32 sums as every other set (usdot, u8 x s8, is Armv8.6's i8mm, rarer). R rows (a
+ * constant once inlined, at most 4) by 16 columns of the panel at b and colsum (at the
+ * pass's first column): per quad four vectors of B (4 columns of 4 k each), per row a
+ * broadcast of its quad and four sdot; 16 accumulators, 4 for B, one for A.
+ */
+#if defined(__clang__)
+#define MR_I8_SDOT_TARGET __attribute__((target("dotprod")))
+#else
+/* (arm_neon.h declares vdotq_s32 for armv8.2-a+dotprod: a mere "+dotprod" on armv8-a
+ * is not enough to inline it) */
+#define MR_I8_SDOT_TARGET __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+MR_BODY MR_I8_SDOT_TARGET void mr_i8_sdot_body(const int R, int64_t quads, const uint8_t *a, int64_t a_rs,
+                                              const int8_t *b, const int32_t *colsum, int32_t *S)
+{
+    int32x4_t c[4][4];
+    int64_t q;
+    int i, v;
+    for (i = 0; i < R; ++i)
+        for (v = 0; v < 4; ++v) c[i][v] = vdupq_n_s32(0);
+    for (q = 0; q < quads; ++q) {
+        int8x16_t w[4];
+        for (v = 0; v < 4; ++v) w[v] = vld1q_s8(b + q * MR_I8_QUAD + 16 * v);
+        for (i = 0; i < R; ++i) {
+            const uint32_t quad = (uint32_t)mr_i8_quad(a + i * a_rs + 4 * q) ^ 0x80808080u;
+            const int8x16_t x = vreinterpretq_s8_u32(vdupq_n_u32(quad));
+            for (v = 0; v < 4; ++v) c[i][v] = vdotq_s32(c[i][v], x, w[v]);
+        }
+    }
+    for (i = 0; i < R; ++i) {
+        for (v = 0; v < 4; ++v) {
+            const int32x4_t back = vshlq_n_s32(vld1q_s32(colsum + 4 * v), 7);
+            vst1q_s32(S + i * MR_PANEL + 4 * v, vaddq_s32(c[i][v], back));
+        }
+    }
+}
+
+/* A sliver against a panel with sdot: rows in groups of 4, columns in two passes of 16. */
+MR_KERNEL MR_I8_SDOT_TARGET static void mr_i8_panel_sdot(int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs,
+                                                         const int8_t *b, const int32_t *colsum,
+                                                         int32_t S[MR_I8_MR][MR_PANEL])
+{
+    int64_t i0;
+    int c0;
+    for (i0 = 0; i0 < rows; i0 += 4) {
+        for (c0 = 0; c0 < MR_PANEL; c0 += 16) {
+            const uint8_t *a_ = a + i0 * a_rs;
+            const int8_t *b_ = b + 4 * c0;
+            switch (mr_min_i64(4, rows - i0)) {
+            case 1: mr_i8_sdot_body(1, quads, a_, a_rs, b_, colsum + c0, S[i0] + c0); break;
+            case 2: mr_i8_sdot_body(2, quads, a_, a_rs, b_, colsum + c0, S[i0] + c0); break;
+            case 3: mr_i8_sdot_body(3, quads, a_, a_rs, b_, colsum + c0, S[i0] + c0); break;
+            default: mr_i8_sdot_body(4, quads, a_, a_rs, b_, colsum + c0, S[i0] + c0); break;
+            }
+        }
+    }
+}
+#endif
+
+#if defined(MR_AVX512) || defined(MR_AVX2)
 
 /* The variant's integer vector: 16 (AVX-512) or 8 (AVX2) int32 lanes. vpdpbusd is
  * AVX-512 VNNI's at the AVX-512 width and AVX-VNNI's (the VEX form) at AVX2's; without
@@ -437,7 +513,7 @@ MR_I8_AMX_TARGET static void mr_i8_amx_done(int *configured)
 /* The kernel set this variant runs on this CPU (mr_int8_name's answer, and the driver's
  * kernel): the best of AMX, VNNI at the variant's width and vpmaddwd the CPU has and
  * MR_INT8 allows (mr_dispatch.c's mr_i8_isa); the portable loops elsewhere. */
-enum { MR_I8_PORTABLE, MR_I8_MADD, MR_I8_VNNI, MR_I8_TILES };
+enum { MR_I8_PORTABLE, MR_I8_MADD, MR_I8_VNNI, MR_I8_TILES, MR_I8_DOT };
 /* (mr_i8_isa's VNNI at the variant's width: 1 AVX-512's, 0 AVX-VNNI) */
 #if defined(MR_AVX512)
 #define MR_I8_WIDE 1
@@ -450,13 +526,15 @@ static int mr_i8_set(void) { return mr_i8_isa(2) ? MR_I8_TILES : mr_i8_isa(1) ? 
 static int mr_i8_set(void) { return mr_i8_isa(MR_I8_WIDE) ? MR_I8_VNNI : MR_I8_MADD; }
 #elif defined(MR_AVX512) || defined(MR_AVX2)
 static int mr_i8_set(void) { return MR_I8_MADD; }
+#elif defined(MR_I8_SDOT)
+static int mr_i8_set(void) { return mr_i8_isa(3) ? MR_I8_DOT : MR_I8_PORTABLE; }
 #else
 static int mr_i8_set(void) { return MR_I8_PORTABLE; }
 #endif
 #if defined(MR_AVX512)
-static const char *const mr_i8_names[] = {"generic", "avx512bw", "avx512vnni", "amx"};
+static const char *const mr_i8_names[] = {"generic", "avx512bw", "avx512vnni", "amx", "sdot"};
 #else
-static const char *const mr_i8_names[] = {"generic", "avx2", "avxvnni", "amx"};
+static const char *const mr_i8_names[] = {"generic", "avx2", "avxvnni", "amx", "sdot"};
 #endif
 const char *mr_int8_name(void) { return mr_i8_names[mr_i8_set()]; }
 
@@ -465,8 +543,16 @@ const char *mr_int8_name(void) { return mr_i8_names[mr_i8_set()]; }
  * and VNNI is the faster (one thread, M = 1: 768 x 768 11.6 us against 15.9, 2304 x 768
  * 37.4 against 40.8; M = 4, 2304 x 768: AMX 33.4, VNNI 43.4). */
 static void mr_i8_panel(int set, int64_t rows, int64_t quads, const uint8_t *a, int64_t a_rs, const int8_t *b,
-                        int32_t S[MR_I8_MR][MR_PANEL], int *tiles)
+                        const int32_t *colsum, int32_t S[MR_I8_MR][MR_PANEL], int *tiles)
 {
+#if defined(MR_I8_SDOT)
+    if (set == MR_I8_DOT) {
+        mr_i8_panel_sdot(rows, quads, a, a_rs, b, colsum, S);
+        return;
+    }
+#else
+    (void)colsum;
+#endif
 #if defined(MR_I8_AMX)
     if (set == MR_I8_TILES && rows < 4) set = MR_I8_VNNI;
     if (set == MR_I8_TILES) {
@@ -670,7 +756,8 @@ void mr_gemm_i8_cols(int64_t M, int64_t m, int64_t N, int64_t K, float alpha, co
             now->c0 = mr_max_i64(j0, p * MR_PANEL) - p * MR_PANEL;
             now->c1 = mr_min_i64(j0 + n, p * MR_PANEL + MR_PANEL) - p * MR_PANEL;
             now->j = p * MR_PANEL + now->c0;
-            mr_i8_panel(set, now->rows, quads, mr_i8_codes(scratch, K, i0), K4, codes + p * K4 * MR_PANEL, now->S,
+            mr_i8_panel(set, now->rows, quads, mr_i8_codes(scratch, K, i0), K4, codes + p * K4 * MR_PANEL,
+                        o.colsum + p * MR_PANEL, now->S,
                         &tiles);
             if (late) mr_i8_scale_block(late, &o);
             late = now;

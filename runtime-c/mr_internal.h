@@ -561,7 +561,7 @@ static inline void mr_epi_call(const mr_epi_at *at, int64_t i0, int64_t i1, int6
 /* mr_dispatch.c (one for every variant) */
 MR_INTERNAL int64_t mr_l2_bytes(void);
 /* Whether the int8 products may use an instruction set: 0 AVX-VNNI, 1 AVX-512 VNNI, 2
- * AMX-INT8 (mr_dispatch.c: the CPU has it, the OS lets the process use it, and MR_INT8
+ * AMX-INT8, 3 AArch64's sdot (mr_dispatch.c: the CPU has it, the OS lets the process use it, and MR_INT8
  * in the environment does not rule it out). */
 MR_INTERNAL int mr_i8_isa(int which);
 

@@ -699,7 +699,7 @@ static void test_panels_q(void)
  * MR_I8_PANELS_BYTES(K, N) bytes. */
 static unsigned char *i8_panels(const float *B, int64_t K, int64_t N)
 {
-    const int64_t P = (N + MR_PANEL - 1) / MR_PANEL, K4 = MR_I8_K4(K);
+    const int64_t P = (N + MR_PANEL - 1) / MR_PANEL;
     unsigned char *q = (unsigned char *)calloc((size_t)MR_I8_PANELS_BYTES(K, N), 1);
     int64_t j, k;
     if (!q) exit(2);
@@ -711,8 +711,7 @@ static unsigned char *i8_panels(const float *B, int64_t K, int64_t N)
         for (k = 0; k < K; ++k) {
             const long c = scale > 0.0f ? lrintf(B[k * N + j] / scale) : 0;
             const int8_t code = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
-            q[8 * P * MR_PANEL + (j / MR_PANEL) * K4 * MR_PANEL + (k / 4) * 4 * MR_PANEL + (j % MR_PANEL) * 4 + k % 4] =
-                (unsigned char)code;
+            q[8 * P * MR_PANEL + MR_I8_INDEX(k, j, K)] = (unsigned char)code;
             sum += code;
         }
         memcpy(q + 4 * j, &scale, 4);
@@ -724,9 +723,9 @@ static unsigned char *i8_panels(const float *B, int64_t K, int64_t N)
 /* Element (k, j) of i8_panels' B, as stored (scale * code). */
 static double i8_b(const unsigned char *q, int64_t K, int64_t N, int64_t k, int64_t j, int *code)
 {
-    const int64_t P = (N + MR_PANEL - 1) / MR_PANEL, K4 = MR_I8_K4(K);
+    const int64_t P = (N + MR_PANEL - 1) / MR_PANEL;
     float scale;
-    *code = (int8_t)q[8 * P * MR_PANEL + (j / MR_PANEL) * K4 * MR_PANEL + (k / 4) * 4 * MR_PANEL + (j % MR_PANEL) * 4 + k % 4];
+    *code = (int8_t)q[8 * P * MR_PANEL + MR_I8_INDEX(k, j, K)];
     memcpy(&scale, q + 4 * j, 4);
     return (double)scale * *code;
 }

@@ -65,6 +65,33 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "i8conv_scratch") == 0) {
+        /* lines "N C KH KW OH OW sh sw dh dw" in, MR_I8_CONV_SCRATCH_BYTES of each out */
+        long long f, g, h, i, j;
+        while (scanf("%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &a, &b, &c, &d, &e, &f, &g, &h, &i, &j) == 10) {
+            printf("%lld\n", (long long)MR_I8_CONV_SCRATCH_BYTES(a, b, c, d, e, f, g, h, i, j));
+        }
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "int8") == 0) {
+        /* B [K, N] stored as MR_INT8 in; out, row-major: -I_K B as mr_gemm_i8_mt computes
+         * it (each row's -1 and zeros quantized to codes 0 and 255 with zero point 255, so
+         * the column sums count too), then the code of each element at MR_I8_INDEX */
+        const int64_t K = atoll(argv[2]), N = atoll(argv[3]), bytes = MR_I8_PANELS_BYTES(K, N);
+        float *bq = read_floats((size_t)(bytes / 4));
+        float *eye = calloc((size_t)(K * K), sizeof(float)), *out = malloc(sizeof(float) * (size_t)(2 * K * N));
+        void *scratch = malloc((size_t)MR_I8_SCRATCH_BYTES(K, K));
+        const int8_t *codes = (const int8_t *)bq + 8 * ((N + MR_PANEL - 1) / MR_PANEL * MR_PANEL);
+        int64_t i, j;
+        if (!eye || !out || !scratch) return 2;
+        for (i = 0; i < K; ++i) eye[i * K + i] = -1.0f;
+        mr_gemm_i8_mt(NULL, 1, K, N, K, 1.0f, eye, 0, K, 1, bq, 0.0f, out, 0, N, 1, scratch, NULL);
+        for (i = 0; i < K; ++i) {
+            for (j = 0; j < N; ++j) out[K * N + i * N + j] = (float)codes[MR_I8_INDEX(i, j, K)];
+        }
+        write_floats(out, (size_t)(2 * K * N));
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "winograd") == 0) {
         /* [O, C, 3, 3] in, mr_winograd_weights_f32's [36, O, C] out */
         const int64_t O = atoll(argv[2]), C = atoll(argv[3]);
@@ -341,6 +368,54 @@ fn the_runtime_reads_the_narrow_weights_the_compiler_writes() {
             if let Some(d) = first_difference(&got, &floats(&b).repeat(2)) {
                 panic!("[{n}, {k}] in panels stored as {}: mr_sgemm_panels_q reads other values than the compiler's: {d}", stored.name());
             }
+        }
+    }
+}
+
+/// int8 (`--quantize int8`): the scratch the compiler plans for an int8 convolution is
+/// `MR_I8_CONV_SCRATCH_BYTES`; a matrix in panels stored as [`Stored::Int8`] is what
+/// `mr_gemm_i8_mt` reads (its codes, scales and column sums: the product of -I and B
+/// through the runtime against the same float operations on the compiler's codes, bit
+/// for bit) and what `MR_I8_INDEX` addresses.
+#[test]
+fn the_runtime_reads_the_int8_weights_the_compiler_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = driver_or_skip(dir.path()) else { return };
+    let mut shapes = Vec::new();
+    for n in [1u64, 2, 9] {
+        for (c, k) in [(1u64, 1u64), (3, 3), (64, 3), (5, 7)] {
+            for (oh, ow) in [(1u64, 1u64), (16, 16), (17, 23), (56, 56)] {
+                for (stride, dilation) in [(1u64, 1u64), (2, 1), (1, 2)] {
+                    shapes.push([n, c, k, k, oh, ow, stride, stride, dilation, dilation]);
+                }
+            }
+        }
+    }
+    let query: String = shapes.iter().map(|s| s.map(|x| x.to_string()).join(" ") + "\n").collect();
+    let answer = String::from_utf8(run(&exe, &["i8conv_scratch".into()], query.as_bytes())).unwrap();
+    let c_scratch: Vec<u64> = answer.lines().map(|l| l.parse().unwrap()).collect();
+    let rust_scratch: Vec<u64> = shapes.iter().map(|s| crate::lower::int8_conv_scratch_bytes(s[0], s[1], (s[2], s[3]), (s[4], s[5]), (s[6], s[7]), (s[8], s[9])).unwrap()).collect();
+    assert_eq!(c_scratch, rust_scratch, "MR_I8_CONV_SCRATCH_BYTES against lower::int8_conv_scratch_bytes for {shapes:?}");
+
+    for (n, k) in [(70u64, 5u64), (33, 40), (1, 9), (100, 64)] {
+        let w = weights(&[n, k], 0x2545_f491_4f6c_dd1d ^ (n * 1000 + k));
+        let raw = RawTensor::from_tensor(&w);
+        let mut bytes = vec![0; crate::lower::int8_panels_bytes(k, n).unwrap() as usize];
+        crate::codegen::weights::narrow(stored_values(&raw, Layout::Panels), Stored::Int8, k as usize, &mut bytes);
+        // the compiler's codes and scales (widen gives scale * code in panel order)
+        let wide = crate::codegen::weights::widen(&bytes, Stored::Int8, k as usize, (n.div_ceil(PANEL) * PANEL * k) as usize).unwrap();
+        let p = PANEL as usize;
+        let (nn, kk) = (n as usize, k as usize);
+        let scale = |j: usize| f32::from_le_bytes(bytes[4 * j..4 * j + 4].try_into().unwrap());
+        let code = |r: usize, j: usize| if scale(j) == 0.0 { 0.0 } else { (wide[j / p * kk * p + r * p + j % p] as f32 / scale(j)).round() };
+        // C(i, j) = (alpha * s_i) * scale_j * (sum - zp * colsum), s_i = 0/255 - (-1)/255
+        let s_row = 1.0f32 * (0.0f32 / 255.0 - -1.0f32 / 255.0);
+        let product: Vec<f32> = (0..kk * nn).map(|x| (x / nn, x % nn)).map(|(r, j)| s_row * scale(j) * (-255 * code(r, j) as i32) as f32).collect();
+        let codes: Vec<f32> = (0..kk * nn).map(|x| code(x / nn, x % nn)).collect();
+        let floats = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let got = run(&exe, &["int8".into(), k.to_string(), n.to_string()], &bytes);
+        if let Some(d) = first_difference(&got, &floats(&[product, codes].concat())) {
+            panic!("[{n}, {k}] in int8 panels: mr_gemm_i8_mt or MR_I8_INDEX reads other values than the compiler wrote: {d}");
         }
     }
 }
