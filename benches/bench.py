@@ -67,8 +67,23 @@ measured FMA peak for its thread count ("% peak"), and the "floor" column the ra
 ORT that a run at the 2-thread peak would have: where the floor is above a target ratio,
 no f32 code can reach that ratio on this machine.
 
+With --peers torch, a second peer: torch.compile with Inductor's freezing on the CPU
+(torch_peer.py, run by --torch-python, by default target/bench-torch-venv's python, which
+run.sh installs when asked for this peer; torch is large and the default run does without
+it), which checks each compiled model against the reference output, then times it at 1
+and 2 threads as ort_peer.py times ORT. The main table gains its columns: its 1- and
+2-thread latency, its error, and "vs torch", the faster mithrilc run / the faster torch
+run. It runs once, after mithrilc's rounds, doing --rounds rounds of its own: compiling
+each case (seconds to a minute) each round would be most of the run. --torch-modes
+default,max-autotune also times mode="max-autotune" (Inductor then benchmarks its own C++
+GEMM templates against MKL's while compiling: minutes more), and the column takes the
+faster mode ("ma" after its time when max-autotune won). Where the peer cannot run (no
+torch, no C++ compiler for Inductor, a case that fails), one line says why and the table
+shows "-" for what it could not time.
+
 Usage: python bench.py MITHRILC BENCH_DIR WORK_DIR [--repeat N] [--rounds R] [--baseline OTHER] [--peak FILE]
                        [--onnx DIR] [--models NAME,...] [--narrow-only] [--jit-only] [--int8-only]
+                       [--peers torch] [--torch-python PYTHON] [--torch-modes default,max-autotune]
 """
 
 import json
@@ -94,6 +109,9 @@ def main():
     int8_only = "--int8-only" in sys.argv
     only = narrow_only or jit_only or int8_only
     onnx_dir = sys.argv[sys.argv.index("--onnx") + 1] if "--onnx" in sys.argv and not only else None
+    peers = sys.argv[sys.argv.index("--peers") + 1].split(",") if "--peers" in sys.argv else []
+    if unknown := [p for p in peers if p != "torch"]:
+        sys.exit(f"bench: unknown peer(s) {unknown}; known: torch (ONNX Runtime always runs)")
     builds = [("new", mithrilc, [])] + ([] if only else [("native", mithrilc, ["--cpu", "native"])] + ([("base", baseline, [])] if baseline else []))
     builds += [("onnx", mithrilc, [])] if onnx_dir else []
     builds += [("int8", mithrilc, ["--quantize", "int8"])] if not narrow_only and not jit_only else []
@@ -197,6 +215,8 @@ def main():
             kind, name, batch, threads, us, err = line.split()
             keep(ort if kind == "ort" else ortq, (name, batch, int(threads)), float(us))
             errors[(kind, name, batch)] = float(err)
+    # torch.compile's table columns are of the main table only.
+    torch_c = run_torch_peer(bench, repeat, rounds, models) if "torch" in peers and not only else None
     if jit:
         print_jit(ours, ort, jit, first, rounds)
     if jit_only:
@@ -206,8 +226,39 @@ def main():
     if int8_only:
         return
     if not narrow_only:
-        print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline)
+        print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline, torch_c)
     print_narrow(ours, narrow, narrow_types, work, rounds)
+
+
+def run_torch_peer(bench, repeat, rounds, models):
+    """torch.compile's runs by (name, batch, threads) as (us, mode tag, error), the
+    faster mode's; {} with one line saying why when the peer cannot run. Its notes
+    (torch's version, compile times, a case left out) are printed; Inductor's
+    autotuning chatter is not."""
+    python = sys.argv[sys.argv.index("--torch-python") + 1] if "--torch-python" in sys.argv else \
+        os.path.join(os.path.dirname(sys.path[0]), "target", "bench-torch-venv", "bin", "python")
+    modes = sys.argv[sys.argv.index("--torch-modes") + 1] if "--torch-modes" in sys.argv else "default"
+    if not os.access(python, os.X_OK):
+        print(f"torch peer left out: no {python} (bash benches/run.sh --peers torch installs it, or pass --torch-python)")
+        return {}
+    peer = subprocess.Popen([python, f"{sys.path[0]}/torch_peer.py", bench, "--repeat", repeat, "--rounds", str(rounds),
+                             "--models", ",".join(models), "--modes", modes], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = peer.communicate()
+    for line in err.splitlines():
+        if line.startswith("torch_peer: "):
+            print(line, flush=True)
+    if peer.returncode != 0:
+        last = (err.strip().splitlines() or [""])[-1]
+        print(f"torch peer left out: torch_peer.py exited {peer.returncode}" +
+              (" (its line above says why)" if last.startswith("torch_peer: ") else f": {last}"))
+        return {}
+    times = {}
+    for line in out.splitlines():
+        kind, name, batch, threads, us, error = line.split()
+        key = (name, batch, int(threads))
+        if key not in times or float(us) < times[key][0]:
+            times[key] = (float(us), "ma" if kind == "torch-ma" else "", float(error))
+    return times
 
 
 def demo_error(out, name, bench, info):
@@ -292,12 +343,17 @@ def print_narrow(ours, narrow, types, work, rounds):
           "vs f32 = the faster narrow run / the faster f32 run; weights = weights.bin.")
 
 
-def print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline):
-    """The main table: every case against ONNX Runtime, ggml, XLA and the native build,
-    and below each the same model compiled from ONNX, when timed."""
+def print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, peak, rounds, baseline, torch_c):
+    """The main table: every case against ONNX Runtime, ggml, XLA and the native build
+    (and torch.compile, with --peers torch), and below each the same model compiled
+    from ONNX, when timed."""
     extra = f" {'base 1t':>10} {'base 2t':>10} {'vs base':>8}" if baseline else ""
     extra += f" {'ggml f32 1t/2t':>17} {'ratio':>6} {'ggml q8_0 1t/2t':>17} {'ratio':>6} {'XLA':>10} {'ratio':>6}"
     extra += f" {'native':>10} {'portable/native':>15}"
+    # None: not asked for; {} when it could not run (a line said why)
+    peered = torch_c is not None
+    if peered:
+        extra += f" {'torch 1t/2t':>22} {'err':>8} {'vs torch':>8}"
     # the peak of the instructions the models ran (MR_ISA=avx2 on an AVX-512 CPU), else
     # the best measured
     peak_isa = next((isa for isa in kernels if len(kernels) == 1 and isa in peak), next(iter(peak), None))
@@ -322,6 +378,14 @@ def print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, pea
         row += f" {x:>8.1f}us {x / min(o1, o2):>6.2f}"
         n = min(native[(name, batch, 1)], native[(name, batch, 2)])
         row += f" {n:>8.1f}us {min(us, m2) / n:>15.2f}"
+        if peered:
+            t1, t2 = torch_c.get((name, batch, 1)), torch_c.get((name, batch, 2))
+            if t1 or t2:
+                t, tag, err = min(t for t in (t1, t2) if t)
+                cell = "/".join(f"{t[0]:.1f}" if t else "-" for t in (t1, t2)) + "us" + (f" {tag}" if tag else "")
+                row += f" {cell:>22} {err:>8.1e} {min(us, m2) / t:>8.2f}"
+            else:
+                row += f" {'-':>22} {'-':>8} {'-':>8}"
         if peak:
             flops = manifest[name]["batches"][batch]["flops"]
             best, threads = min((us, 1), (m2, 2))
@@ -345,6 +409,10 @@ def print_table(ours, base, native, ort, ggml, xla, onnx, kernels, manifest, pea
     if onnx:
         print("NAME bB onnx: the same model compiled from the ONNX file onnx_export.py writes (its own weights), the same rounds; "
               "onnx/json = its faster run / the JSON version's faster run.")
+    if peered:
+        print(f"torch: torch.compile with Inductor's freezing (f32, no_grad, fixed shapes), 1 and 2 threads, each compiled for its "
+              f"thread count; ma = mode=\"max-autotune\" was the faster; err: the largest difference from the reference output / its "
+              f"largest magnitude; vs torch = the faster mithrilc run / the faster torch run; - = not timed (a torch_peer line before the tables says why).")
     print("mithrilc 2t: the demo's pthreads pool through <name>_forward_threaded (loop kernels, GEMMs and batched convolutions split).")
 
 

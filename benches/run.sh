@@ -9,7 +9,13 @@
 # targets' toolchains as .ci/run does where they are missing, builds mithrilc, writes
 # the bench models as ONNX (benches/onnx_export.py, into target/bench/onnx), then runs
 # benches/bench.py, which times them too (rows "NAME bB onnx", with onnx/json).
-#   bash benches/run.sh [--repeat N] [--rounds R] [--baseline OTHER_MITHRILC] [--int8-only]
+#   bash benches/run.sh [--repeat N] [--rounds R] [--baseline OTHER_MITHRILC] [--int8-only] [--peers torch]
+# --peers torch adds torch.compile (Inductor with freezing, on the CPU) as a second peer
+# (benches/torch_peer.py): it installs torch, pinned, into target/bench-torch-venv once,
+# only when asked (PyPI's Linux wheel is the CUDA build: about 5 GB with its nvidia-*
+# packages, and it runs on the CPU alike); --torch-python PYTHON takes a Python that has
+# torch and numpy instead, and --torch-modes default,max-autotune times max-autotune too.
+# Inductor builds its kernels with the machine's C++ compiler.
 # MR_ISA=avx2 in the environment runs the portable builds' avx2 kernels on an AVX-512
 # CPU (the nearest thing to an AVX2-only one), and their "% peak" is of the AVX2 peak.
 set -euo pipefail
@@ -18,6 +24,21 @@ venv=target/bench-venv
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy, safetensors" 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q onnxruntime==1.32.0 onnx==1.23.2 numpy==2.4.6 safetensors==0.8.0
+fi
+# bench.py reads --peers and --torch-python itself; here they only say whether to install.
+peers= torch_python=
+prev=
+for arg in "$@"; do
+  case "$prev" in --peers) peers=$arg ;; --torch-python) torch_python=$arg ;; esac
+  prev=$arg
+done
+if [[ ",$peers," == *,torch,* && -z "$torch_python" ]]; then
+  tvenv=target/bench-torch-venv
+  if [ ! -x "$tvenv/bin/python" ] || ! "$tvenv/bin/python" -c "import torch, numpy" 2>/dev/null; then
+    # A failed install leaves the peer out (bench.py says why), not the whole run.
+    python3 -m venv "$tvenv"
+    "$tvenv/bin/pip" install -q torch==2.15.0 numpy==2.4.6 || echo "run.sh: torch did not install into $tvenv" >&2
+  fi
 fi
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/mithrilc"
 if [ -z "${MITHRILC_GGML:-}" ] && ! ls "$cache"/ggml-0.20.2.post1/lib/python3*/site-packages/libggml/include/ggml.h >/dev/null 2>&1; then
