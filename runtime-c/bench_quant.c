@@ -66,6 +66,12 @@ static void time_conv(int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH, in
     for (i = 0; i < C * H * W; ++i) x[i] = (float)((i * 7919) % 2001) / 1000.0f - 1.0f;
     for (i = 0; i < O * K; ++i) w[i] = (float)((i * 104729) % 2001) / 1000.0f - 1.0f;
     narrow_bits(MR_Q8_0, w, O * K, w8);
+    /* int8 panels of nonzero codes (AMX runs zero tiles faster), scales 1/127 */
+    for (i = 0; i < MR_I8_PANELS_BYTES(K, O); ++i) wq[i] = (unsigned char)((i * 7919) % 251);
+    for (i = 0; i < (O + MR_PANEL - 1) / MR_PANEL * MR_PANEL; ++i) {
+        const float scale = 1.0f / 127.0f;
+        memcpy(wq + 4 * i, &scale, sizeof scale);
+    }
     if (wino) mr_winograd_weights_f32(w, u, O, C);
     for (b = 0; b < 7; ++b) {
         for (f = 0; f < 4; ++f) {

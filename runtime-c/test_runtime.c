@@ -1033,7 +1033,7 @@ static void test_conv_i8_case(const conv_cfg *c)
     float *y = nan_floats(ny + 1), *y2 = nan_floats(ny + 1);
     double *ref = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1)), *mag = (double *)xmalloc(sizeof(double) * (size_t)(ny + 1));
     unsigned char *scratch = (unsigned char *)xmalloc((size_t)sbytes + 64), *Bq;
-    int *visits = (int *)calloc((size_t)(ny + 1), sizeof(int));
+    int *visits = (int *)calloc((size_t)(ny + 1), sizeof(int)), *wcode = (int *)xmalloc(sizeof(int) * (size_t)K);
     mr_threads threads = {q_reverse_items, NULL};
     batch_epi_ctx ectx;
     mr_epilogue ep;
@@ -1087,25 +1087,29 @@ static void test_conv_i8_case(const conv_cfg *c)
             }
         }
         for (o = 0; o < c->O && ok; ++o) {
+            /* the filter's codes, their sum, and the sum of |its stored values| */
+            int64_t colsum = 0;
+            double wsum = 0.0;
             float sw;
             memcpy(&sw, Bq + 4 * o, 4);
+            for (r = 0; r < K; ++r) {
+                wsum += fabs(i8_b(Bq, K, c->O, r, o, &wcode[r]));
+                colsum += wcode[r];
+            }
             for (oh = 0; oh < OH && ok; ++oh) {
                 for (ow = 0; ow < OW && ok; ++ow) {
                     const int64_t at = ((n * c->O + o) * OH + oh) * OW + ow;
-                    int64_t sum = 0, colsum = 0;
-                    double wsum = 0.0, xsum = 0.0;
+                    int64_t sum = 0;
+                    double xsum = 0.0;
                     float want;
-                    int code;
                     for (kh = 0; kh < c->KH; ++kh) {
                         for (kw = 0; kw < c->KW; ++kw) {
+                            const int64_t pr_ = oh * c->sh + kh * c->dh, pc_ = ow * c->sw + kw * c->dw;
+                            const int64_t ih = pr_ - c->pt, iw = pc_ - c->pl;
+                            const int inside = ih >= 0 && ih < c->H && iw >= 0 && iw < c->W;
                             for (ci = 0; ci < c->C; ++ci) {
-                                const int64_t k = (kh * c->KW + kw) * c->C + ci;
-                                const int64_t pr_ = oh * c->sh + kh * c->dh, pc_ = ow * c->sw + kw * c->dw;
-                                const int64_t ih = pr_ - c->pt, iw = pc_ - c->pl;
-                                wsum += fabs(i8_b(Bq, K, c->O, k, o, &code));
-                                sum += (int64_t)codes[(pr_ * Wp + pc_) * c->C + ci] * code;
-                                colsum += code;
-                                if (ih >= 0 && ih < c->H && iw >= 0 && iw < c->W) xsum += fabs(x[((n * c->C + ci) * c->H + ih) * c->W + iw]);
+                                sum += (int64_t)codes[(pr_ * Wp + pc_) * c->C + ci] * wcode[(kh * c->KW + kw) * c->C + ci];
+                                if (inside) xsum += fabs(x[((n * c->C + ci) * c->H + ih) * c->W + iw]);
                             }
                         }
                     }
@@ -1140,7 +1144,7 @@ static void test_conv_i8_case(const conv_cfg *c)
     ok = memcmp(y, y2, sizeof(float) * (size_t)ny) == 0;
     if (!ok) printf("FAIL %s threaded: differs from the serial call\n", name);
     record(ok && q_epi_once(name, visits, ny));
-    free(x); free(w); free(B); free(Bq); free(y); free(y2); free(ref); free(mag); free(scratch); free(visits);
+    free(x); free(w); free(B); free(Bq); free(y); free(y2); free(ref); free(mag); free(scratch); free(visits); free(wcode);
 }
 
 static void test_conv_i8(void)
@@ -1152,7 +1156,7 @@ static void test_conv_i8(void)
         {2, 4, 11, 10, 16, 3, 2, 2, 3, 2, 0, 1, 2, 2, 1, 1}, /* strides, dilation, uneven padding */
         {1, 70, 5, 5, 64, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* K = 70: zero-point codes to K4 */
         {3, 2, 20, 20, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 1}, /* chunks of positions, dilated along W */
-        {5, 3, 18, 18, 8, 3, 3, 1, 1, 0, 0, 0, 0, 1, 1, 1},  /* more chunks than slots */
+        {5, 3, 18, 18, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* 10 chunks: more than slots */
         {1, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 0, 0, 1, 1, 1}, /* lenet's second */
         {2, 1, 8, 8, 6, 5, 5, 2, 2, 3, 3, 3, 3, 1, 1, 1},    /* padding wider than a stride */
     };

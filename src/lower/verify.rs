@@ -263,13 +263,23 @@ fn kernel(p: &Program, step: &Step, written: &[bool]) -> Result<(), String> {
                 whole(what, v)?;
             }
             arena_scratch(scratch.as_ref())?;
-            // an int8 weight's convolution (2-d, one group) quantizes its images into the scratch
-            if p.weights.iter().any(|wt| wt.buf == w.buf && wt.stored == Stored::Int8) {
+            // an int8 weight's convolution (2-d, one group, the whole weight in its panels, of
+            // a depth its sums hold) quantizes its images into the scratch
+            if let Some(port) = p.weights.iter().find(|wt| wt.buf == w.buf && wt.stored == Stored::Int8) {
                 let pair = |v: &[u64]| (v.len() == 2).then(|| (v[0], v[1]));
-                let fits = [x, w, o].iter().all(|v| v.shape.len() == 4) && attrs.groups == 1;
-                let need = fits
-                    .then(|| crate::lower::int8_conv_scratch_bytes(o.shape[0], x.shape[1], (w.shape[2], w.shape[3]), (o.shape[2], o.shape[3]), pair(&attrs.stride)?, pair(&attrs.dilation)?))
-                    .flatten();
+                let depth = w.shape.iter().skip(1).try_fold(1u64, |n, &d| n.checked_mul(d));
+                let fits = [x, w, o].iter().all(|v| v.shape.len() == 4)
+                    && attrs.groups == 1
+                    && port.layout == Layout::ConvPanels
+                    && w.shape == port.shape
+                    && x.shape[1] == w.shape[1]
+                    && depth.is_some_and(|k| k <= crate::lower::INT8_MAX_K);
+                if !fits {
+                    return Err(format!("an int8 convolution of {:?} by %b{} {:?} stored {:?} is not one mr_conv2d_i8_mt takes", x.shape, w.buf.0, w.shape, port.layout));
+                }
+                let need = pair(&attrs.stride)
+                    .zip(pair(&attrs.dilation))
+                    .and_then(|(stride, dilation)| crate::lower::int8_conv_scratch_bytes(o.shape[0], x.shape[1], (w.shape[2], w.shape[3]), (o.shape[2], o.shape[3]), stride, dilation));
                 let have = scratch.as_ref().map(|s| s.numel() * p.buffers[s.buf.0].dtype.size() as u64);
                 if need.is_none() || have < need {
                     return Err(format!("an int8 convolution of {:?} by %b{} has {have:?} bytes of scratch, not {need:?}", x.shape, w.buf.0));

@@ -18,10 +18,10 @@
 //!   given a scratch buffer for its quantized left operand (per batch index, so batches
 //!   may run at once), and so is the weight of convolutions that multiply in int8
 //!   ([`int8_conv`]: stored in [`Layout::ConvPanels`] instead of Winograd's or
-//!   row-major, each convolution given its scratch); any other is stored as q8_0. A weight in panels is read so
-//!   by the GEMM (`mr_sgemm_panels_q`), a convolution's whole weight (row-major or
-//!   Winograd-transformed) by the convolution (`mr_conv2d_q_mt`,
-//!   `mr_conv2d_winograd_q_mt`), which widen it as they pack it
+//!   row-major, each convolution given its scratch); any other is stored as q8_0. A
+//!   weight in panels is read so by the GEMM (`mr_sgemm_panels_q`), a convolution's
+//!   whole weight (row-major or Winograd-transformed) by the convolution
+//!   (`mr_conv2d_q_mt`, `mr_conv2d_winograd_q_mt`), which widen it as they pack it
 //!   ([`crate::lower::Port::read_as_stored`]); any other (a matmul's right operand not in
 //!   panels) is widened by a [`Kernel::Dequantize`] into an arena buffer before its
 //!   first reader, which the readers read instead (planned by `memory` like any
@@ -74,10 +74,10 @@ pub const WINOGRAD_SLOTS: u64 = 8;
 /// beyond the products grows with the input and output (each image quantized and laid
 /// out channels last, each patch gathered, each output stored down a column), so it
 /// pays where each output sums over enough products: on a Sapphire Rapids core
-/// (runtime-c's bench_quant, one image) cnn's 64-channel 3x3 convolution takes 0.49x
-/// Winograd's f32 time with AMX and 0.74x with VNNI alone (AVX-VNNI 0.79x), a 64 to 128
-/// channel one 0.20x, but cnn's first (3 channels, depth 27) 2.1x the f32 one, lenet's
-/// 16-channel one (depth 150) 1.4x, and a 1x1 of 64 channels 1.4x.
+/// (runtime-c's bench_quant, one image) cnn's 64-channel 3x3 convolution takes 0.48x
+/// Winograd's f32 time with AMX and 0.72x with VNNI alone (AVX-VNNI 0.65x), a 64 to 128
+/// channel one 0.27x, but cnn's first (3 channels, depth 27) 1.9x the f32 one, lenet's
+/// 16-channel one (depth 150) 1.36x, and a 1x1 of 64 channels 1.38x.
 pub fn int8_conv(attrs: &ConvAttrs, x: &[u64], w: &[u64], out: &[u64]) -> Option<u64> {
     let pair = |v: &[u64]| (v.len() == 2).then(|| (v[0], v[1]));
     if attrs.groups != 1 || [x.len(), w.len(), out.len()] != [4; 3] || w[0] < 32 {
